@@ -1,0 +1,61 @@
+# The two commands: `make run` and `make test`. Both install what they need on a
+# fresh Debian machine (as root) and are quick when it is already there.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+APT_PACKAGES := runc conmon catatonit busybox-static skopeo umoci docker-registry \
+	containernetworking-plugins libcap-dev iproute2 python3-venv python3-dev gcc
+RUN_DIR ?= $(CURDIR)/.run
+SAMPLE_IMAGE := build/images/busybox-1.36.oci.tar
+
+.PHONY: all deps venv run test test-fast images bench clean-run
+
+all: test
+
+# apt-get update runs once, and only when a package is missing.
+.make/apt.stamp:
+	@mkdir -p .make
+	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing: $$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
+	@touch $@
+
+deps: .make/apt.stamp
+
+$(VENV)/.installed: pyproject.toml .make/apt.stamp
+	@test -x $(PY) || python3 -m venv $(VENV)
+	@$(PY) -m pip install -q -U pip
+	@$(PY) -m pip install -q -e '.[test]'
+	@touch $@
+
+venv: $(VENV)/.installed
+
+$(SAMPLE_IMAGE): $(VENV)/.installed edgelet/testing/images.py
+	@mkdir -p $(dir $@)
+	$(PY) -m edgelet.testing.images --format oci-archive --name edgelet.local/busybox:1.36 --output $@
+
+images: $(SAMPLE_IMAGE)
+
+# Runs edgelet in the foreground on the samples, with every directory under
+# .run/ (not the system defaults). Ctrl-C stops edgelet and leaves the pods
+# running, as the kubelet does; `make run` again adopts them.
+run: $(VENV)/.installed $(SAMPLE_IMAGE)
+	@mkdir -p $(RUN_DIR)/root/images/import
+	@cp -u $(SAMPLE_IMAGE) $(RUN_DIR)/root/images/import/
+	$(VENV)/bin/edgelet --pod-manifest-path manifests.d \
+		--root-dir $(RUN_DIR)/root --run-dir $(RUN_DIR)/run --log-dir $(RUN_DIR)/log \
+		--hostname-override $$(hostname) -v 1
+
+test: $(VENV)/.installed
+	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+# Pure and loopback tests only, no root needed.
+test-fast: $(VENV)/.installed
+	$(PY) -m pytest -q -x -m 'not privileged' $(PYTEST_ARGS)
+
+bench: $(VENV)/.installed
+	$(PY) bench/start_latency.py
+	$(PY) bench/footprint.py
+	$(PY) bench/runonce.py

@@ -1,0 +1,1 @@
+"""Pure builders of OCI runtime `config.json` documents for sandboxes and containers."""

@@ -1,0 +1,32 @@
+"""The kubelet's pod sync decision table as pure functions (computePodActions and backoff)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+
+@dataclass(frozen=True)
+class ContainerToStart:
+    name: str
+    attempt: int  # restart count the new instance will have
+    container_type: str = "regular"  # "init" | "regular"
+
+
+@dataclass(frozen=True)
+class PodActions:
+    """What one sync of a pod must do, in kubelet's order: kill, sandbox, init, containers."""
+
+    kill_pod: bool = False
+    create_sandbox: bool = False
+    sandbox_attempt: int = 0
+    sandbox_id: str | None = None  # the live sandbox to use when not creating one
+    # container id -> reason ("spec changed", "restart policy", ...)
+    containers_to_kill: Mapping[str, str] = field(default_factory=dict)
+    next_init_container: ContainerToStart | None = None
+    containers_to_start: tuple[ContainerToStart, ...] = ()
+    # container name -> (reason, message) for containers that wait, e.g. CrashLoopBackOff
+    waiting: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    # container ids of exited instances that can be removed (older than the newest per name)
+    containers_to_remove: tuple[str, ...] = ()
+    pod_failed: bool = False  # restartPolicy Never and an init container failed

@@ -1,0 +1,45 @@
+"""Merging source snapshots into one desired set of pods and the changes between sets (pure)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal, Mapping
+
+if TYPE_CHECKING:
+    from edgelet.api.types import Pod
+    from edgelet.sources import ManifestError, SourceName
+
+Op = Literal["REMOVE", "ADD", "UPDATE", "RECONCILE"]
+
+
+@dataclass(frozen=True)
+class PodChange:
+    op: Op
+    pod: "Pod"
+
+
+@dataclass(frozen=True)
+class RejectedPod:
+    """A pod that parsed but cannot run, e.g. its name is taken by another pod."""
+
+    source: "SourceName"
+    origin: str  # file path or URL the pod came from (config.source annotation's origin)
+    pod: str  # "namespace/name"
+    reason: str  # kubelet event reason, e.g. "FailedValidation"
+    message: str
+
+
+@dataclass(frozen=True)
+class ConfigState:
+    """The merged view: accepted pods per source keyed by UID, plus what was rejected."""
+
+    pods: Mapping["SourceName", Mapping[str, "Pod"]] = field(default_factory=dict)
+    rejected: tuple[RejectedPod, ...] = ()
+    errors: Mapping["SourceName", tuple["ManifestError", ...]] = field(default_factory=dict)
+    seen_sources: frozenset[str] = frozenset()
+
+    def all_pods(self) -> list["Pod"]:
+        """Accepted pods of every source, in source order."""
+        from edgelet.sources import SOURCE_ORDER
+
+        return [p for s in SOURCE_ORDER for p in self.pods.get(s, {}).values()]

@@ -1,0 +1,111 @@
+"""Typed values for the actual state of pods as the runtime sees it (pure data)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+ContainerState = Literal["created", "running", "exited", "unknown"]
+
+# Annotations every config.json carries, so the whole actual state can be
+# rebuilt from runc state after an agent restart (see ARCHITECTURE "Runtime").
+ANN_KIND = "io.edgelet.kind"  # "sandbox" | "container"
+ANN_POD_UID = "io.kubernetes.pod.uid"
+ANN_POD_NAME = "io.kubernetes.pod.name"
+ANN_POD_NAMESPACE = "io.kubernetes.pod.namespace"
+ANN_CONTAINER_NAME = "io.kubernetes.container.name"
+ANN_CONTAINER_TYPE = "io.edgelet.container.type"  # "init" | "regular"
+ANN_ATTEMPT = "io.kubernetes.container.restartCount"
+ANN_HASH = "io.kubernetes.container.hash"
+ANN_SANDBOX_ID = "io.kubernetes.cri.sandbox-id"
+ANN_IMAGE = "io.kubernetes.cri.image-name"
+ANN_IMAGE_ID = "io.edgelet.image-id"
+ANN_LOG_PATH = "io.edgelet.log-path"
+ANN_CREATED = "io.edgelet.created"  # wall time, seconds, as a decimal string
+
+
+@dataclass(frozen=True)
+class RuntimePaths:
+    """Where the runtime keeps its things; tests point all of them at temp dirs."""
+
+    root_dir: Path  # /var/lib/edgelet
+    run_dir: Path  # /run/edgelet
+    log_dir: Path  # /var/log
+    cgroup_root: str = "/kubepods"  # cgroup parent, relative to each hierarchy's mount
+
+    @property
+    def runc_root(self) -> Path:
+        return self.run_dir / "runc"
+
+    @property
+    def exit_dir(self) -> Path:
+        return self.run_dir / "exits"
+
+    @property
+    def socket_dir(self) -> Path:
+        return self.run_dir / "socks"
+
+    def pod_dir(self, uid: str) -> Path:
+        return self.root_dir / "pods" / uid
+
+    def pod_log_dir(self, namespace: str, name: str, uid: str) -> Path:
+        return self.log_dir / "pods" / f"{namespace}_{name}_{uid}"
+
+    def container_log_path(self, namespace: str, name: str, uid: str, container: str, attempt: int) -> Path:
+        return self.pod_log_dir(namespace, name, uid) / container / f"{attempt}.log"
+
+    def container_log_link(self, namespace: str, name: str, container: str, container_id: str) -> Path:
+        return self.log_dir / "containers" / f"{name}_{namespace}_{container}-{container_id}.log"
+
+
+@dataclass(frozen=True)
+class SandboxRecord:
+    id: str
+    pod_uid: str
+    pod_name: str
+    pod_namespace: str
+    attempt: int
+    state: ContainerState  # "running" means ready
+    pid: int | None
+    created_at: float
+    host_network: bool = False
+
+
+@dataclass(frozen=True)
+class ContainerRecord:
+    id: str
+    pod_uid: str
+    pod_name: str
+    pod_namespace: str
+    name: str
+    attempt: int  # restart count of this instance (0 for the first run)
+    spec_hash: str
+    sandbox_id: str
+    state: ContainerState
+    pid: int | None
+    created_at: float
+    started_at: float | None = None
+    finished_at: float | None = None
+    exit_code: int | None = None  # set when exited; 255 when unknown
+    reason: str = ""  # "Completed", "Error", "OOMKilled", "ContainerStatusUnknown"
+    image: str = ""
+    image_id: str = ""
+    log_path: str = ""
+    container_type: Literal["init", "regular"] = "regular"
+
+
+@dataclass(frozen=True)
+class PodRuntimeStatus:
+    """Every sandbox and container the runtime holds for one pod UID, newest first."""
+
+    uid: str
+    name: str = ""
+    namespace: str = ""
+    sandboxes: tuple[SandboxRecord, ...] = ()
+    containers: tuple[ContainerRecord, ...] = field(default=())
+
+    def latest(self, name: str) -> ContainerRecord | None:
+        """The newest instance (highest attempt) of the named container."""
+        found = [c for c in self.containers if c.name == name]
+        return max(found, key=lambda c: (c.attempt, c.created_at)) if found else None

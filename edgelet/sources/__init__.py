@@ -1,0 +1,42 @@
+"""Pod sources: each one emits whole snapshots (kubelet's SET updates) of the pods it holds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from edgelet.api.types import Pod
+
+SourceName = Literal["file", "http"]
+
+# Merge order across sources: a pod name taken by an earlier source wins.
+SOURCE_ORDER: tuple[SourceName, ...] = ("file", "http")
+
+
+@dataclass(frozen=True)
+class ManifestError:
+    """A manifest (or one document/item in it) that could not be used.
+
+    `origin` is the file path or URL; `message` already names the field path
+    (`$.spec.containers[0].image: ...`) when there is one.
+    """
+
+    source: SourceName
+    origin: str
+    message: str
+    pod: str | None = None  # "namespace/name" when it could be read
+
+
+@dataclass(frozen=True)
+class SourceSnapshot:
+    """Everything one source holds now, in source order (files sorted by name).
+
+    Pods are already static pods: defaulted, named `<name>-<node>`, with UID
+    and `kubernetes.io/config.*` annotations except `config.seen`, which
+    podconfig sets when it first sees the UID.
+    """
+
+    source: SourceName
+    pods: tuple["Pod", ...]
+    errors: tuple[ManifestError, ...] = field(default=())

@@ -1,0 +1,1 @@
+"""Shared test helpers and fakes (FakeRuntime, image builders, cleanup of test leftovers)."""

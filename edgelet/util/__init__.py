@@ -1,0 +1,1 @@
+"""Small shared utilities: clock, backoff, structured logging."""

@@ -1,0 +1,61 @@
+"""Shared fixtures: temp runtime dirs with a unique cgroup parent, and the privileged-test gate."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+import pytest
+
+from edgelet.runtime.types import RuntimePaths
+from edgelet.testing.cleanup import cleanup_all
+
+REPO = Path(__file__).resolve().parent.parent
+SPECS = (REPO.parent / "shared" / "specs") if (REPO.parent / "shared" / "specs").is_dir() else Path(
+    os.environ.get("EDGELET_SPECS", "/work/shared/specs")
+)
+
+NEEDED_BINARIES = ("runc", "conmon", "catatonit")
+
+
+def privileged_skip_reason() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root (runc, cgroups and mounts)"
+    missing = [b for b in NEEDED_BINARIES if shutil.which(b) is None]
+    if missing:
+        return f"needs {', '.join(missing)} on PATH (make test installs them)"
+    if not Path("/sys/fs/cgroup").is_dir():
+        return "needs /sys/fs/cgroup"
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    reason = privileged_skip_reason()
+    if reason is None:
+        return
+    for item in items:
+        if "privileged" in item.keywords:
+            item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture
+def specs_dir() -> Path:
+    return SPECS
+
+
+@pytest.fixture
+def runtime_paths(tmp_path: Path):
+    """Temp root, run and log dirs and a unique cgroup parent; everything is removed afterwards."""
+    base = Path(tmp_path)
+    paths = RuntimePaths(
+        root_dir=base / "root",
+        run_dir=base / "run",
+        log_dir=base / "log",
+        cgroup_root=f"/edgelet-test-{uuid.uuid4().hex[:10]}",
+    )
+    for d in (paths.root_dir, paths.run_dir, paths.log_dir):
+        d.mkdir(parents=True)
+    yield paths
+    cleanup_all(base, paths.runc_root, paths.cgroup_root)
