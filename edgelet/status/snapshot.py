@@ -1,0 +1,41 @@
+"""The pods table the agent checkpoints for `edgelet pods`, readable while the agent is stopped."""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class PodRow(msgspec.Struct, kw_only=True):
+    namespace: str
+    name: str
+    uid: str
+    ready: str  # "1/2"
+    status: str  # "Running", "Completed", "CrashLoopBackOff", "ErrImageNeverPull", ...
+    restarts: int
+    created: float  # wall time the pod was first seen (for AGE)
+    source: str  # "file" | "http"
+    origin: str  # file path or URL
+    phase: str = "Pending"
+    message: str = ""
+
+
+class RejectedRow(msgspec.Struct, kw_only=True):
+    source: str
+    origin: str
+    pod: str  # "namespace/name" or "" when unreadable
+    reason: str
+    message: str
+
+
+class PodsSnapshot(msgspec.Struct, kw_only=True):
+    written_at: float
+    agent_pid: int
+    node_name: str
+    pods: list[PodRow] = []
+    rejected: list[RejectedRow] = []
+
+
+def snapshot_path(root_dir) -> "object":
+    from pathlib import Path
+
+    return Path(root_dir) / "state" / "pods.json"
