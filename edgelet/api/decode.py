@@ -1,0 +1,247 @@
+"""Decoding manifest bytes (JSON or YAML, one or many documents, Pod/PodList/List) into v1 Pods."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import msgspec
+import yaml
+
+from edgelet.api.errors import ManifestDecodeError
+from edgelet.api.types import Pod
+
+__all__ = ["parse_manifests"]
+
+_TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
+_VALUE_TAG = "tag:yaml.org,2002:value"
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+# A pod has hundreds of nodes; the cap stops alias bombs (`&a [*b, *b, ...]`),
+# which PyYAML builds as shared references that would expand exponentially.
+_MAX_NODES = 100_000
+_PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_MSGSPEC_ERROR = re.compile(r"^(?P<msg>.*?)(?: - at (?:`(?P<key>key)` in )?`(?P<path>\$[^`]*)`)?$", re.S)
+_LIST_KINDS = ("PodList", "List")
+
+
+class _Loader(yaml.CSafeLoader):
+    """CSafeLoader that keeps timestamps as strings, as Kubernetes' YAML decoder does."""
+
+
+# Class-level copies, so yaml.CSafeLoader itself is left untouched.
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag not in (_TIMESTAMP_TAG, _VALUE_TAG)]
+    for first, resolvers in yaml.CSafeLoader.yaml_implicit_resolvers.items()
+}
+_Loader.add_constructor(_TIMESTAMP_TAG, yaml.constructor.SafeConstructor.construct_yaml_str)
+
+
+def parse_manifests(data: bytes, origin: str) -> list[Pod]:
+    """Decode every v1 Pod in `data` (a file's or URL's content); raise ManifestDecodeError.
+
+    Accepts JSON or YAML, YAML streams of several documents, and Pod, PodList
+    and v1 List documents. Empty documents are skipped. The whole input is
+    rejected on the first problem, so a half-valid file never half-applies.
+    """
+    documents = _load_documents(data, origin)
+    multi = len(documents) > 1
+    pods: list[Pod] = []
+    for index, line, obj in documents:
+        if obj is None:
+            continue
+        where = _Where(origin, index if multi else None, line if multi else None)
+        pods.extend(_pods_from_document(obj, where))
+    return pods
+
+
+class _Where:
+    """Where a document came from, to build errors naming the document and field."""
+
+    def __init__(self, origin: str, document: int | None, line: int | None) -> None:
+        self.origin = origin
+        self.document = document
+        self.line = line
+
+    def error(self, path: str, message: str) -> ManifestDecodeError:
+        prefix = f"document {self.document}: " if self.document is not None else ""
+        return ManifestDecodeError(
+            f"{prefix}{path}: {message}",
+            origin=self.origin,
+            document=self.document,
+            path=path,
+            line=self.line,
+        )
+
+
+def _load_documents(data: bytes, origin: str) -> list[tuple[int, int | None, Any]]:
+    """(index, first line, plain object) of each document; JSON is one document."""
+    stripped = data.lstrip(b"\xef\xbb\xbf \t\r\n")
+    if stripped[:1] in (b"{", b"["):
+        try:
+            return [(0, 1, msgspec.json.decode(stripped))]
+        except RecursionError as exc:
+            raise ManifestDecodeError("$: nested too deeply", origin=origin, path="$") from exc
+        except msgspec.MsgspecError:
+            pass  # YAML flow style also starts with `{`: let the YAML parser decide and report.
+    return list(_load_yaml(data, origin))
+
+
+def _load_yaml(data: bytes, origin: str) -> Iterator[tuple[int, int | None, Any]]:
+    loader = _Loader(data)
+    index = 0
+    try:
+        while loader.check_node():
+            node = loader.get_node()
+            line = node.start_mark.line + 1 if node is not None else None
+            yield index, line, loader.construct_document(node) if node is not None else None
+            index += 1
+    except yaml.MarkedYAMLError as exc:
+        raise _yaml_error(exc, data, origin, index) from exc
+    except yaml.YAMLError as exc:  # ReaderError: not UTF-8/UTF-16, or control characters
+        raise ManifestDecodeError(f"invalid YAML: {exc}", origin=origin) from exc
+    except RecursionError as exc:
+        raise ManifestDecodeError(
+            f"document {index}: nested too deeply", origin=origin, document=index
+        ) from exc
+    finally:
+        loader.dispose()
+
+
+def _yaml_error(
+    exc: yaml.MarkedYAMLError, data: bytes, origin: str, index: int
+) -> ManifestDecodeError:
+    mark = exc.problem_mark or exc.context_mark
+    problem = exc.problem or "invalid YAML"
+    if exc.context:
+        problem += f" ({exc.context})"
+    if mark is not None and _has_tab(data, mark.line):
+        problem += " (YAML does not allow tabs for indentation; use spaces)"
+    if mark is None:
+        return ManifestDecodeError(f"document {index}: {problem}", origin=origin, document=index)
+    line, column = mark.line + 1, mark.column + 1
+    return ManifestDecodeError(
+        f"line {line}, column {column}: {problem}",
+        origin=origin,
+        document=index,
+        line=line,
+        column=column,
+    )
+
+
+def _has_tab(data: bytes, line: int) -> bool:
+    lines = data.splitlines()
+    return 0 <= line < len(lines) and b"\t" in lines[line]
+
+
+def _pods_from_document(obj: Any, where: _Where) -> list[Pod]:
+    try:
+        _check_plain(obj, "$", [0])
+    except _Problem as exc:
+        raise where.error(exc.path, exc.message) from None
+    except RecursionError as exc:
+        raise where.error("$", "nested too deeply") from exc
+    if not isinstance(obj, dict):
+        raise where.error("$", f"expected object, got {_type_name(obj)}")
+    kind = _require_str(obj, "kind", "$", where)
+    api_version = _require_str(obj, "apiVersion", "$", where)
+    if kind == "Pod":
+        _expect_v1(api_version, kind, "$", where)
+        return [_convert(obj, "$", where)]
+    if kind in _LIST_KINDS:
+        _expect_v1(api_version, kind, "$", where)
+        items = obj.get("items")
+        if items is None:
+            return []
+        if not isinstance(items, list):
+            raise where.error("$.items", f"expected array, got {_type_name(items)}")
+        return [_list_item(item, kind, f"$.items[{i}]", where) for i, item in enumerate(items)]
+    raise where.error("$.kind", f"unsupported kind {kind} (expected Pod, PodList or List)")
+
+
+def _list_item(item: Any, list_kind: str, path: str, where: _Where) -> Pod:
+    if not isinstance(item, dict):
+        raise where.error(path, f"expected object, got {_type_name(item)}")
+    # API servers leave kind/apiVersion out of PodList items; a v1 List holds
+    # arbitrary objects, so there they are required.
+    if list_kind == "List" or "kind" in item:
+        kind = _require_str(item, "kind", path, where)
+        if kind != "Pod":
+            raise where.error(f"{path}.kind", f"expected Pod, got {kind}")
+    if list_kind == "List" or "apiVersion" in item:
+        _expect_v1(_require_str(item, "apiVersion", path, where), "Pod", path, where)
+    return _convert(item, path, where)
+
+
+def _require_str(obj: dict[str, Any], key: str, path: str, where: _Where) -> str:
+    value = obj.get(key)
+    if value is None:
+        raise where.error(path, f"missing required field {key}")
+    if not isinstance(value, str):
+        raise where.error(f"{path}.{key}", f"expected str, got {_type_name(value)}")
+    return value
+
+
+def _expect_v1(api_version: str, kind: str, path: str, where: _Where) -> None:
+    if api_version != "v1":
+        raise where.error(f"{path}.apiVersion", f"expected v1 for kind {kind}, got {api_version}")
+
+
+def _convert(obj: dict[str, Any], path: str, where: _Where) -> Pod:
+    try:
+        return msgspec.convert(obj, Pod)
+    except msgspec.ValidationError as exc:
+        field_path, message = _translate(str(exc))
+        raise where.error(path + field_path[1:], message) from exc
+    except RecursionError as exc:
+        raise where.error(path, "nested too deeply") from exc
+
+
+def _translate(msgspec_message: str) -> tuple[str, str]:
+    """msgspec's "Expected `int`, got `str` - at `$.a.b`" -> ("$.a.b", "expected int, got str")."""
+    match = _MSGSPEC_ERROR.match(msgspec_message)
+    assert match is not None  # the pattern matches any string
+    message = match["msg"].replace("`", "")
+    message = message.replace("Object missing required field", "missing required field")
+    message = message[:1].lower() + message[1:]
+    if match["key"]:
+        message = f"key: {message}"
+    return match["path"] or "$", message
+
+
+class _Problem(Exception):
+    """A problem found by _check_plain, before the document context is known."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = path
+        self.message = message
+
+
+def _check_plain(obj: Any, path: str, count: list[int]) -> None:
+    """Reject what msgspec would accept or report badly: non-string keys, huge ints, alias bombs."""
+    count[0] += 1
+    if count[0] > _MAX_NODES:
+        raise _Problem(path, f"document has more than {_MAX_NODES} values")
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            if not isinstance(key, str):
+                raise _Problem(path, f"keys must be strings, got {_type_name(key)} {key!r}")
+            _check_plain(value, _child(path, key), count)
+    elif isinstance(obj, list):
+        for i, value in enumerate(obj):
+            _check_plain(value, f"{path}[{i}]", count)
+    elif isinstance(obj, int) and not isinstance(obj, bool) and not _INT64_MIN <= obj <= _INT64_MAX:
+        raise _Problem(path, f"integer {obj} out of range")
+
+
+def _child(path: str, key: str) -> str:
+    if _PLAIN_KEY.match(key):
+        return f"{path}.{key}"
+    return f"{path}[{msgspec.json.encode(key).decode()}]"
+
+
+def _type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    return type(value).__name__
