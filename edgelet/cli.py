@@ -1,0 +1,318 @@
+"""The command line: kubelet-named flags for the agent, and the version, pods and images subcommands.
+
+This is the only module that turns errors into exit statuses: 2 for a usage
+or configuration error, 1 for anything else that went wrong in an expected
+way (a one-line message on stderr, no traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence, TextIO
+
+from edgelet import __version__
+from edgelet.settings import KEYS, Settings, SettingsError, format_duration, load_settings
+
+if TYPE_CHECKING:
+    from edgelet.images.types import ImageRecord
+    from edgelet.status.snapshot import PodsSnapshot
+
+PROG = "edgelet"
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+
+# Keys every subcommand accepts, so it works on a non-default installation.
+SUBCOMMAND_KEYS = ("root_dir", "run_dir", "log_dir")
+
+
+class CommandError(Exception):
+    """An expected failure of a subcommand; its message is shown as is."""
+
+
+# --- pure formatting helpers -------------------------------------------------
+
+
+def format_age(seconds: float) -> str:
+    """kubectl's ShortHumanDuration: 45s, 3m, 2h, 5d, 2y."""
+    if seconds < -1:
+        return "<invalid>"
+    if seconds < 0:
+        return "0s"
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m"
+    if s < 86400:
+        return f"{s // 3600}h"
+    if s < 86400 * 365:
+        return f"{s // 86400}d"
+    return f"{s // (86400 * 365)}y"
+
+
+def format_size(size: int) -> str:
+    """Decimal units as `docker images` shows them: 4.26MB."""
+    value = float(size)
+    for unit in ("B", "kB", "MB", "GB"):
+        if value < 1000:
+            return f"{value:.3g}{unit}"
+        value /= 1000
+    return f"{value:.3g}TB"
+
+
+def format_table(rows: Sequence[Sequence[str]]) -> str:
+    """Left-aligned columns three spaces apart, as kubectl prints them."""
+    if not rows:
+        return ""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("   ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows)
+
+
+def pods_table(snapshot: "PodsSnapshot", now: float, *, wide: bool = False) -> str:
+    header = ["NAMESPACE", "NAME", "READY", "STATUS", "RESTARTS", "AGE", "SOURCE"]
+    if wide:
+        header += ["UID", "ORIGIN", "MESSAGE"]
+    rows = [header]
+    for p in sorted(snapshot.pods, key=lambda p: (p.namespace, p.name)):
+        row = [p.namespace, p.name, p.ready, p.status, str(p.restarts), format_age(now - p.created), p.source]
+        if wide:
+            row += [p.uid, p.origin, p.message]
+        rows.append(row)
+    return format_table(rows)
+
+
+def rejected_table(snapshot: "PodsSnapshot") -> str:
+    rows = [["SOURCE", "ORIGIN", "POD", "REASON", "MESSAGE"]]
+    rows += [[r.source, r.origin, r.pod or "-", r.reason, r.message] for r in snapshot.rejected]
+    return format_table(rows)
+
+
+def images_table(records: Sequence["ImageRecord"]) -> str:
+    rows = [["REFERENCE", "ID", "SIZE", "PINNED"]]
+    for r in sorted(records, key=lambda r: (r.references or ("~",), r.id)):
+        short = r.id.split(":", 1)[-1][:12]
+        for ref in r.references or ("<none>",):
+            rows.append([ref, short, format_size(r.size), "true" if r.pinned else "false"])
+    return format_table(rows)
+
+
+def format_time(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(ts))
+
+
+# --- side effects -------------------------------------------------------------
+
+
+def is_agent_alive(pid: int) -> bool:
+    """Whether `pid` is a running edgelet (a reused pid of another program is not)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return True  # no /proc to tell: trust the pid
+    return b"edgelet" in cmdline
+
+
+def tool_version(binary: str) -> str:
+    """First line of `<binary> --version`, or "not found"."""
+    path = shutil.which(binary)
+    if path is None:
+        return "not found"
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"error: {exc}"
+    text = (out.stdout or out.stderr).strip()
+    return text.splitlines()[0] if text else f"no output (exit {out.returncode})"
+
+
+# --- commands -----------------------------------------------------------------
+
+
+def cmd_version(settings: Settings, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    print(f"edgelet {__version__}", file=out)
+    print(f"{Path(settings.runtime).name}: {tool_version(settings.runtime)}", file=out)
+    print(f"{Path(settings.conmon).name}: {tool_version(settings.conmon)}", file=out)
+    return EXIT_OK
+
+
+def cmd_pods(settings: Settings, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    import msgspec
+
+    from edgelet.status.snapshot import PodsSnapshot, snapshot_path
+
+    path = Path(snapshot_path(settings.root_dir))
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        print(f"No pods snapshot at {path}: edgelet has not run with --root-dir {settings.root_dir}", file=err)
+        return EXIT_FAILURE
+    except OSError as exc:
+        raise CommandError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    try:
+        snapshot = msgspec.json.decode(data, type=PodsSnapshot)
+    except msgspec.DecodeError as exc:
+        raise CommandError(f"{path}: unreadable pods snapshot: {exc}") from exc
+    now = time.time()
+    if not is_agent_alive(snapshot.agent_pid):
+        print(f"edgelet is not running (pid {snapshot.agent_pid}); pods as of {format_time(snapshot.written_at)} "
+              f"({format_age(now - snapshot.written_at)} ago)", file=err)
+    if args.output == "json":
+        out.write(msgspec.json.format(msgspec.json.encode(snapshot), indent=2).decode() + "\n")
+        return EXIT_OK
+    if snapshot.pods:
+        print(pods_table(snapshot, now, wide=args.output == "wide"), file=out)
+    else:
+        print("No pods.", file=err)
+    if snapshot.rejected:
+        print("", file=out)
+        print("Rejected manifests:", file=out)
+        print(rejected_table(snapshot), file=out)
+    return EXIT_OK
+
+
+def _image_store(settings: Settings) -> Any:
+    from edgelet.images.store import ImageStore
+
+    return ImageStore(settings.root_dir / "images")
+
+
+def cmd_images(settings: Settings, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    if getattr(args, "images_command", None) == "import":
+        return cmd_images_import(settings, args, out, err)
+    if not (settings.root_dir / "images").is_dir():
+        records: list[ImageRecord] = []  # a read-only command creates no store
+    else:
+        records = _image_store(settings).list()
+    print(images_table(records), file=out)
+    return EXIT_OK
+
+
+def cmd_images_import(settings: Settings, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    store = _image_store(settings)
+    status = EXIT_OK
+    for name in args.files:
+        path = Path(name)
+        try:
+            records = store.import_archive(path)
+        except Exception as exc:  # noqa: BLE001 - reported per file, then the others are still imported
+            if not is_expected_error(exc):
+                raise
+            text = str(exc)
+            print(f"{PROG}: {text}" if str(path) in text else f"{PROG}: {path}: {text}", file=err)
+            status = EXIT_FAILURE
+            continue
+        for r in records:
+            refs = ", ".join(r.references) or "<none>"
+            print(f"Imported {refs} ({r.id.split(':', 1)[-1][:12]}, {format_size(r.size)}) from {path}", file=out)
+        if not records:
+            print(f"No image found in {path}", file=out)
+    return status
+
+
+# --- parsing ------------------------------------------------------------------
+
+
+def _add_setting(parser: argparse.ArgumentParser, key: str) -> None:
+    spec = KEYS[key]
+    if spec.is_bool:
+        parser.add_argument(*spec.flags, dest=key, action="store_const", const="true", default=argparse.SUPPRESS,
+                            help=spec.help)
+    else:
+        default = spec.default
+        if spec.metavar == "DURATION":
+            default = format_duration(default)
+        shown = f" (default: {default})" if default is not None and default != "" else ""
+        parser.add_argument(*spec.flags, dest=key, default=argparse.SUPPRESS, metavar=spec.metavar or "VALUE",
+                            help=spec.help + shown)
+
+
+def _add_config(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", default=argparse.SUPPRESS, metavar="FILE",
+                        help="TOML configuration file (default: /etc/edgelet/config.toml if present)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="A standalone kubelet for edge devices: runs static pods on runc and conmon.",
+        epilog="Every flag can also be set in the config file (the key in snake_case, e.g. pod_manifest_path) "
+               "or as EDGELET_<KEY> in the environment; flags win over the environment, which wins over the file.",
+    )
+    _add_config(parser)
+    for key in KEYS:
+        _add_setting(parser, key)
+    common = argparse.ArgumentParser(add_help=False)
+    _add_config(common)
+    for key in SUBCOMMAND_KEYS:
+        _add_setting(common, key)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.add_parser("version", parents=[common], help="print the versions of edgelet, the runtime and conmon")
+    pods = sub.add_parser("pods", parents=[common], help="list the pods (works while the agent is stopped)")
+    pods.add_argument("-o", "--output", choices=("table", "wide", "json"), default="table")
+    images = sub.add_parser("images", parents=[common], help="list the images in the local store")
+    images_sub = images.add_subparsers(dest="images_command", metavar="SUBCOMMAND")
+    images_sub.add_parser("list", parents=[common], help="list the images (the default)")
+    imp = images_sub.add_parser("import", parents=[common], help="import docker-archive or oci-archive files")
+    imp.add_argument("files", nargs="+", metavar="FILE")
+    return parser
+
+
+COMMANDS = {"version": cmd_version, "pods": cmd_pods, "images": cmd_images}
+
+
+def is_expected_error(exc: BaseException) -> bool:
+    """Errors edgelet raises on purpose (and OS errors): a message suffices, a traceback would be noise."""
+    return isinstance(exc, (OSError, CommandError)) or type(exc).__module__.split(".")[0] == "edgelet"
+
+
+def settings_from_args(args: argparse.Namespace, env: Any = None) -> Settings:
+    given = vars(args)
+    flags = {key: given[key] for key in KEYS if key in given}
+    return load_settings(flags, config=given.get("config"), env=env)
+
+
+def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """Run the edgelet command line; returns the exit status (the caller exits)."""
+    out = sys.stdout if out is None else out
+    err = sys.stderr if err is None else err
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse has printed the usage error (or --help)
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    try:
+        settings = settings_from_args(args)
+    except SettingsError as exc:
+        print(f"{PROG}: {exc}", file=err)
+        return EXIT_USAGE
+    try:
+        if args.command is None:
+            from edgelet.app import run_agent  # imported here so the subcommands stay cheap
+
+            return run_agent(settings)
+        return COMMANDS[args.command](settings, args, out, err)
+    except SettingsError as exc:
+        print(f"{PROG}: {exc}", file=err)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        if not is_expected_error(exc):
+            raise
+        print(f"{PROG}: {exc}", file=err)
+        return EXIT_FAILURE

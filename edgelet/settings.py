@@ -1,0 +1,330 @@
+"""The agent's configuration: one frozen Settings built from defaults < TOML file < EDGELET_* env < flags.
+
+Keys are the kubelet flag names in snake_case (`--pod-manifest-path` is
+`pod_manifest_path` in the TOML file and `EDGELET_POD_MANIFEST_PATH` in the
+environment). Every key is declared once, as a field of `Settings` carrying
+its parser and help text; the TOML reader, the environment reader and the
+CLI's flags are all derived from those fields, so adding a key is one line.
+
+Durations accept Go's forms as the kubelet does (`20s`, `1m30s`, `500ms`,
+`1h`, `0`) and, in TOML only, plain numbers of seconds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import re
+import socket
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+if TYPE_CHECKING:
+    from edgelet.runtime.types import RuntimePaths
+
+DEFAULT_CONFIG = Path("/etc/edgelet/config.toml")
+ENV_PREFIX = "EDGELET_"
+CONFIG_ENV = "EDGELET_CONFIG"
+
+
+class SettingsError(Exception):
+    """A configuration value that cannot be used; names the key and where it came from."""
+
+    def __init__(self, message: str, *, key: str | None = None, source: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+        self.source = source
+
+
+# A parser turns a raw value (a str from env/flags, any TOML value from the file)
+# into the typed value, raising ValueError with a short reason.
+Parser = Callable[[Any, bool], Any]  # (raw, from_toml) -> value
+
+_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_DURATION_PART = re.compile(r"(\d+\.?\d*|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+
+
+def parse_duration(text: str) -> float:
+    """Go's time.ParseDuration (what kubelet flags use), in seconds: `1m30s` -> 90.0."""
+    s = text.strip()
+    if s in ("0", "+0", "-0"):
+        return 0.0
+    sign = 1.0
+    if s[:1] in ("+", "-"):
+        sign = -1.0 if s[0] == "-" else 1.0
+        s = s[1:]
+    if not s:
+        raise ValueError(f"invalid duration {text!r}")
+    total = 0.0
+    pos = 0
+    while pos < len(s):
+        m = _DURATION_PART.match(s, pos)
+        if m is None:
+            if re.fullmatch(r"\d+\.?\d*", s[pos:]):
+                raise ValueError(f"missing unit in duration {text!r} (e.g. 20s, 1m30s, 500ms)")
+            raise ValueError(f"invalid duration {text!r} (e.g. 20s, 1m30s, 500ms)")
+        total += float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+        pos = m.end()
+    return sign * total
+
+
+def format_duration(seconds: float) -> str:
+    """The inverse of parse_duration for display: 90 -> `1m30s`, 0.5 -> `500ms`."""
+    if seconds == 0:
+        return "0s"
+    if seconds < 1:
+        return f"{seconds * 1000:g}ms"
+    out = ""
+    rest = seconds
+    for unit, size in (("h", 3600), ("m", 60)):
+        if rest >= size:
+            n = int(rest // size)
+            out += f"{n}{unit}"
+            rest -= n * size
+    if rest or not out:
+        out += f"{rest:g}s"
+    return out
+
+
+def _duration(*, positive: bool = False) -> Parser:
+    def parse(raw: Any, from_toml: bool) -> float:
+        if isinstance(raw, bool):
+            raise ValueError("expected a duration such as 20s")
+        if isinstance(raw, (int, float)) and from_toml:
+            value = float(raw)
+        elif isinstance(raw, str):
+            value = parse_duration(raw)
+        else:
+            raise ValueError("expected a duration such as 20s")
+        if value < 0 or (positive and value == 0):
+            raise ValueError(f"must be {'positive' if positive else 'zero or more'}, got {raw!r}")
+        return value
+
+    return parse
+
+
+def _bool(raw: Any, from_toml: bool) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    if isinstance(raw, str) and not from_toml:
+        low = raw.strip().lower()
+        if low in ("1", "true", "yes", "on"):
+            return True
+        if low in ("0", "false", "no", "off"):
+            return False
+    raise ValueError(f"expected true or false, got {raw!r}")
+
+
+def _int(*, minimum: int = 0) -> Parser:
+    def parse(raw: Any, from_toml: bool) -> int:
+        if isinstance(raw, bool):
+            raise ValueError(f"expected an integer, got {raw!r}")
+        if isinstance(raw, int):
+            value = raw
+        elif isinstance(raw, str) and not from_toml:
+            try:
+                value = int(raw.strip())
+            except ValueError:
+                raise ValueError(f"expected an integer, got {raw!r}") from None
+        else:
+            raise ValueError(f"expected an integer, got {raw!r}")
+        if value < minimum:
+            raise ValueError(f"must be at least {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def _str(*, optional: bool = False) -> Parser:
+    def parse(raw: Any, from_toml: bool) -> str | None:
+        if not isinstance(raw, str):
+            raise ValueError(f"expected a string, got {raw!r}")
+        value = raw.strip()
+        if not value:
+            if optional:
+                return None
+            raise ValueError("must not be empty")
+        return value
+
+    return parse
+
+
+def _path(*, optional: bool = False) -> Parser:
+    as_str = _str(optional=optional)
+
+    def parse(raw: Any, from_toml: bool) -> Path | None:
+        value = as_str(raw, from_toml)
+        return None if value is None else Path(value)
+
+    return parse
+
+
+def _cgroup_parent(raw: Any, from_toml: bool) -> str:
+    value = _str()(raw, from_toml)
+    if not value.startswith("/"):
+        raise ValueError(f"must be an absolute cgroup path such as /kubepods, got {value!r}")
+    return "/" + value.strip("/") if value != "/" else "/"
+
+
+def _opt(default: Any, parse: Parser, help: str, *, flags: tuple[str, ...] = (), metavar: str = "") -> Any:
+    """Declare one key: its default, its parser, its help text and (rarely) extra flag spellings."""
+    return field(default=default, metadata={"parse": parse, "help": help, "flags": flags, "metavar": metavar})
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything configurable about a running edgelet. Build it with `load_settings`."""
+
+    pod_manifest_path: Path = _opt(Path("/etc/kubernetes/manifests"), _path(),
+                                   "directory (or single file) of static pod manifests", metavar="DIR")
+    file_check_frequency: float = _opt(20.0, _duration(positive=True),
+                                       "full rescan period of the manifest directory", metavar="DURATION")
+    runonce: bool = _opt(False, _bool, "run the pods once, report, and exit")
+    runonce_timeout: float = _opt(300.0, _duration(positive=True), "time limit of --runonce", metavar="DURATION")
+    root_dir: Path = _opt(Path("/var/lib/edgelet"), _path(), "state directory (images, pods)", metavar="DIR")
+    run_dir: Path = _opt(Path("/run/edgelet"), _path(), "runtime state (runc root, exit files)", metavar="DIR")
+    log_dir: Path = _opt(Path("/var/log"), _path(), "parent of pods/ and containers/ log dirs", metavar="DIR")
+    hostname_override: str | None = _opt(None, _str(optional=True),
+                                         "node name (default: this machine's hostname)", metavar="NAME")
+    pod_infra_container_image: str | None = _opt(None, _str(optional=True),
+                                                 "sandbox image (default: built-in catatonit pause)", metavar="IMAGE")
+    cgroup_root: str = _opt("/kubepods", _cgroup_parent, "cgroup parent of every pod", metavar="CGROUP")
+    runtime: str = _opt("runc", _str(), "OCI runtime binary", metavar="PATH")
+    conmon: str = _opt("conmon", _str(), "conmon binary", metavar="PATH")
+    image_import_dir: Path | None = _opt(None, _path(optional=True),
+                                         "image archives dropped here are imported (default: ROOT_DIR/images/import)",
+                                         metavar="DIR")
+    verbosity: int = _opt(0, _int(minimum=0), "log level (kubelet's --v)", flags=("-v", "--v"), metavar="N")
+
+    def __post_init__(self) -> None:
+        # Accept plain strings for paths when Settings is built directly (tests, the app).
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, str) and f.type in ("Path", "Path | None"):
+                object.__setattr__(self, f.name, Path(value))
+
+    @property
+    def node_name(self) -> str:
+        """kubelet's GetHostname: the override or the machine's hostname, trimmed and lowercased."""
+        return (self.hostname_override or socket.gethostname()).strip().lower()
+
+    @property
+    def import_dir(self) -> Path:
+        return self.image_import_dir if self.image_import_dir is not None else self.root_dir / "images" / "import"
+
+    def runtime_paths(self) -> "RuntimePaths":
+        from edgelet.runtime.types import RuntimePaths
+
+        return RuntimePaths(root_dir=self.root_dir, run_dir=self.run_dir, log_dir=self.log_dir,
+                            cgroup_root=self.cgroup_root)
+
+
+@dataclass(frozen=True)
+class KeySpec:
+    """One configuration key as the readers and the CLI see it."""
+
+    name: str
+    parse: Parser
+    help: str
+    flags: tuple[str, ...]
+    metavar: str
+    default: Any
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def env(self) -> str:
+        return ENV_PREFIX + self.name.upper()
+
+    @property
+    def is_bool(self) -> bool:
+        return self.parse is _bool
+
+
+KEYS: dict[str, KeySpec] = {
+    f.name: KeySpec(f.name, f.metadata["parse"], f.metadata["help"], f.metadata["flags"] or ("--" + f.name.replace("_", "-"),),
+                    f.metadata["metavar"], f.default)
+    for f in dataclasses.fields(Settings)
+}
+
+# Node names end up in pod names (`<pod>-<node>`), which must be DNS-1123 subdomains.
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def _parse_key(key: str, raw: Any, source: str, *, from_toml: bool, label: str) -> Any:
+    """Parse one raw value; `label` prefixes the error (`FILE: key`, `ENV_VAR`, `--flag`)."""
+    try:
+        return KEYS[key].parse(raw, from_toml)
+    except ValueError as exc:
+        raise SettingsError(f"{label}: {exc}", key=key, source=source) from exc
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """Parse one TOML file into typed values; unknown keys and bad values are SettingsErrors."""
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except FileNotFoundError as exc:
+        raise SettingsError(f"config file {path} does not exist", source=str(path)) from exc
+    except OSError as exc:
+        raise SettingsError(f"cannot read config file {path}: {exc.strerror or exc}", source=str(path)) from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise SettingsError(f"{path}: invalid TOML: {exc}", source=str(path)) from exc
+    values: dict[str, Any] = {}
+    for key, raw in data.items():
+        if key not in KEYS:
+            hint = difflib.get_close_matches(key.replace("-", "_"), KEYS, n=1)
+            suffix = f" (did you mean {hint[0]}?)" if hint else ""
+            raise SettingsError(f"{path}: unknown key {key!r}{suffix}", key=key, source=str(path))
+        values[key] = _parse_key(key, raw, str(path), from_toml=True, label=f"{path}: {key}")
+    return values
+
+
+def read_env(env: Mapping[str, str]) -> dict[str, Any]:
+    """EDGELET_<KEY> variables; other EDGELET_* variables are ignored (tests and tools use some)."""
+    values: dict[str, Any] = {}
+    for key, spec in KEYS.items():
+        if spec.env in env:
+            values[key] = _parse_key(key, env[spec.env], spec.env, from_toml=False, label=spec.env)
+    return values
+
+
+def load_settings(
+    flags: Mapping[str, Any] | None = None,
+    *,
+    config: str | Path | None = None,
+    env: Mapping[str, str] | None = None,
+    default_config: Path = DEFAULT_CONFIG,
+) -> Settings:
+    """Build Settings: defaults < TOML file < EDGELET_* environment < `flags`.
+
+    `flags` maps key names to raw values as given on the command line
+    (strings, or True for a boolean flag). `config` is an explicit config
+    file (`--config`), else `$EDGELET_CONFIG`, else `default_config`, which
+    may be missing. An explicitly named file must exist.
+    """
+    env = os.environ if env is None else env
+    flags = flags or {}
+    if config is None and env.get(CONFIG_ENV):
+        config = env[CONFIG_ENV]
+    values: dict[str, Any] = {}
+    if config is not None:
+        values.update(read_config_file(Path(config)))
+    elif default_config.exists():
+        values.update(read_config_file(default_config))
+    values.update(read_env(env))
+    for key, raw in flags.items():
+        if key not in KEYS:
+            raise SettingsError(f"unknown setting {key!r}", key=key)
+        spec = KEYS[key]
+        values[key] = _parse_key(key, raw, spec.flags[-1], from_toml=False, label=spec.flags[-1])
+    override = values.get("hostname_override")
+    if override is not None and not _DNS_SUBDOMAIN.fullmatch(override.lower()):
+        raise SettingsError(f"hostname_override: {override!r} is not a valid node name (DNS-1123 subdomain)",
+                            key="hostname_override")
+    return Settings(**values)

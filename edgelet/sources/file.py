@@ -1,0 +1,313 @@
+"""The file source: static pods from a manifest directory, as whole snapshots on change (kubelet config/file.go).
+
+`scan_directory` reads the directory once and is the whole decision; the
+`FileSource` around it decides *when* to scan: at start, on inotify events
+(through watchdog, coalesced), and every `file_check_frequency`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping
+
+import msgspec
+from watchdog.events import FileSystemEventHandler
+
+from edgelet.sources import ORIGIN_ANNOTATION, ManifestError, SourceSnapshot
+from edgelet.util.log import get_logger
+
+if TYPE_CHECKING:
+    from edgelet.api.types import Pod
+    from edgelet.util.clock import Clock
+
+log = get_logger(__name__)
+
+SOURCE = "file"
+MAX_MANIFEST_BYTES = 10 * 1024 * 1024  # kubelet's maxConfigLength
+COALESCE_SECONDS = 0.1  # editors and config tools write in bursts; one scan per burst
+
+# watchdog event types that mean the directory's content may have changed. Opened
+# and closed-without-write events are left out: our own reads cause them.
+_CHANGE_EVENTS = frozenset({"created", "deleted", "modified", "moved", "closed"})
+
+
+@dataclass(frozen=True)
+class FileSourceState:
+    """What the last scan found: the last valid pods of every file (by path), and whether the dir was missing."""
+
+    files: Mapping[str, tuple["Pod", ...]] = field(default_factory=dict)
+    missing: bool = False
+
+
+def _list_manifests(path: Path) -> list[Path] | None:
+    """Candidate files in sorted name order; None when `path` does not exist.
+
+    kubelet also accepts a single file as --pod-manifest-path; so do we.
+    """
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    except NotADirectoryError:
+        return None
+    if not stat.S_ISDIR(st.st_mode):
+        return [path]
+    try:
+        names = os.listdir(path)
+    except FileNotFoundError:
+        return None
+    return [path / name for name in sorted(names) if not name.startswith(".")]
+
+
+class _Skip(Exception):
+    """Not a manifest at all (a subdirectory, a dangling symlink, a FIFO): ignored, like kubelet."""
+
+
+class _ManifestProblem(Exception):
+    """A file that is a manifest but cannot be used; the message is the reason."""
+
+
+def _read_manifest(path: Path) -> bytes:
+    """Read at most MAX_MANIFEST_BYTES of a regular file (symlinks followed)."""
+    try:
+        # O_NONBLOCK: opening a FIFO dropped in the directory must not hang the scan.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError) as exc:
+        raise _Skip(f"{path}: vanished or dangling symlink") from exc
+    except OSError as exc:
+        raise _ManifestProblem(f"cannot open: {exc.strerror or exc}") from exc
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        os.close(fd)
+        raise
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise _Skip(f"{path}: not a regular file")
+    with os.fdopen(fd, "rb") as f:
+        if st.st_size > MAX_MANIFEST_BYTES:
+            raise _ManifestProblem(f"file is larger than the limit of {MAX_MANIFEST_BYTES} bytes ({st.st_size} bytes)")
+        try:
+            data = f.read(MAX_MANIFEST_BYTES + 1)
+        except OSError as exc:
+            raise _ManifestProblem(f"cannot read: {exc.strerror or exc}") from exc
+    if len(data) > MAX_MANIFEST_BYTES:  # it grew while we read it
+        raise _ManifestProblem(f"file is larger than the limit of {MAX_MANIFEST_BYTES} bytes")
+    return data
+
+
+def _with_origin(pod: "Pod", origin: str) -> "Pod":
+    meta = pod.metadata
+    annotations = dict(meta.annotations or {})
+    annotations[ORIGIN_ANNOTATION] = origin
+    return msgspec.structs.replace(pod, metadata=msgspec.structs.replace(meta, annotations=annotations))
+
+
+def _pods_of(path: Path, data: bytes, node_name: str) -> tuple["Pod", ...]:
+    from edgelet.api.decode import parse_manifests
+    from edgelet.api.static import make_static_pod
+
+    origin = str(path)
+    pods = []
+    for pod in parse_manifests(data, origin):
+        static = make_static_pod(pod, node_name=node_name, source=SOURCE, origin=origin)
+        pods.append(_with_origin(static, origin))
+    return tuple(pods)
+
+
+def _error(path: Path, reason: str, pod: str | None = None) -> ManifestError:
+    origin = str(path)
+    message = reason if reason.startswith(origin) else f"{origin}: {reason}"
+    return ManifestError(source=SOURCE, origin=origin, message=message, pod=pod)
+
+
+def scan_directory(path: Path, node_name: str, previous: FileSourceState) -> tuple[SourceSnapshot, FileSourceState]:
+    """Read every manifest in `path` once; a failing file keeps its last valid pods from `previous`.
+
+    kubelet drops a failing file's pod at the next periodic list. edgelet
+    deliberately keeps the last valid version running and reports the error
+    until the file is fixed or deleted (KUBELET-SEMANTICS "File source").
+    """
+    from edgelet.api.errors import ApiError
+
+    candidates = _list_manifests(path)
+    if candidates is None:
+        if not previous.missing:
+            log.info("Manifest path does not exist; no file pods until it appears", path=str(path))
+        return SourceSnapshot(source=SOURCE, pods=(), errors=()), FileSourceState(files={}, missing=True)
+    if previous.missing:
+        log.info("Manifest path appeared", path=str(path))
+
+    files: dict[str, tuple[Pod, ...]] = {}
+    errors: list[ManifestError] = []
+    for file in candidates:
+        key = str(file)
+        try:
+            files[key] = _pods_of(file, _read_manifest(file), node_name)
+        except _Skip as exc:
+            log.debug("Ignoring manifest path entry", path=key, reason=str(exc))
+        except _ManifestProblem as exc:
+            errors.append(_error(file, str(exc)))
+        except ApiError as exc:
+            pod = getattr(exc, "pod", None)
+            errors.append(_error(file, str(exc), pod if isinstance(pod, str) else None))
+        except Exception as exc:  # a decoder bug on one file must not take the other files (or the agent) down
+            log.error("Unexpected error reading manifest", exc, path=key)
+            errors.append(_error(file, f"unexpected {type(exc).__name__}: {exc}"))
+        else:
+            continue
+        if key in previous.files:
+            files[key] = previous.files[key]
+    pods = tuple(p for pods_of_file in files.values() for p in pods_of_file)
+    return SourceSnapshot(source=SOURCE, pods=pods, errors=tuple(errors)), FileSourceState(files=files)
+
+
+def snapshot_key(snapshot: SourceSnapshot) -> tuple[Any, ...]:
+    """What makes two snapshots different for the consumer: pods by uid and content, and the errors."""
+    return (
+        tuple((p.metadata.uid, msgspec.json.encode(p)) for p in snapshot.pods),
+        snapshot.errors,
+    )
+
+
+class FileSource:
+    """Watches the manifest directory and emits a SourceSnapshot whenever what it holds changes.
+
+    `run` emits the first snapshot at once (even an empty one: it tells the
+    sync loop this source has been read), then only changed snapshots. It
+    runs until cancelled; cancellation stops the watcher thread.
+    """
+
+    def __init__(self, path: Path, node_name: str, file_check_frequency: float, clock: "Clock") -> None:
+        self.path = Path(path)
+        self.node_name = node_name
+        self.period = file_check_frequency
+        self._clock = clock
+        self._state = FileSourceState()
+        self._wake: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        # (scheduled watch, (st_dev, st_ino) of the watched dir) for the directory and its parent.
+        self._watches: dict[str, tuple[Any, tuple[int, int]]] = {}
+
+    async def scan_once(self) -> SourceSnapshot:
+        """Scan now (in a thread: reading files must not block the loop) and remember the result."""
+        snapshot, self._state = await asyncio.to_thread(scan_directory, self.path, self.node_name, self._state)
+        return snapshot
+
+    async def run(self, emit: Callable[[SourceSnapshot], Awaitable[None]]) -> None:
+        from watchdog.observers import Observer
+
+        self._loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        observer = Observer()
+        observer.daemon = True
+        observer.start()
+        last: tuple[Any, ...] | None = None
+        try:
+            while True:
+                await asyncio.to_thread(self._ensure_watches, observer)
+                self._wake.clear()
+                snapshot = await self.scan_once()
+                # The directory may have appeared (or been replaced) while we scanned it:
+                # watch the new one and scan again so nothing written there is missed.
+                if await asyncio.to_thread(self._ensure_watches, observer):
+                    self._wake.set()
+                key = snapshot_key(snapshot)
+                if key != last:
+                    log.debug("File source changed", path=str(self.path), pods=len(snapshot.pods),
+                              errors=len(snapshot.errors))
+                    await emit(snapshot)
+                    last = key
+                await self._wait()
+        finally:
+            observer.stop()
+            await asyncio.to_thread(observer.join, 2.0)
+
+    async def _wait(self) -> None:
+        """Until the next periodic rescan, or an event plus a short settle time, whichever first."""
+        assert self._wake is not None
+        timer = asyncio.ensure_future(self._clock.sleep(self.period))
+        woken = asyncio.ensure_future(self._wake.wait())
+        try:
+            done, _ = await asyncio.wait({timer, woken}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            timer.cancel()
+            woken.cancel()
+        if woken in done:
+            await self._clock.sleep(COALESCE_SECONDS)
+
+    # --- watchdog side (runs in watchdog's and worker threads) ---
+
+    def _ensure_watches(self, observer: Any) -> bool:
+        """Watch the directory and its parent (for the directory appearing or being replaced).
+
+        Returns True when a watch on the directory itself was added.
+        """
+        added = False
+        for role, target in (("dir", self.path), ("parent", self.path.parent)):
+            try:
+                st = os.stat(target)
+                ident: tuple[int, int] | None = (st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None
+            except OSError:
+                ident = None
+            current = self._watches.get(role)
+            if current is not None and current[1] == ident:
+                continue
+            if current is not None:
+                try:
+                    observer.unschedule(current[0])
+                except (KeyError, OSError):
+                    pass  # its emitter already stopped when the directory went away
+                del self._watches[role]
+            if ident is None:
+                continue
+            try:
+                watch = observer.schedule(_Handler(self, role), str(target), recursive=False)
+            except OSError as exc:
+                # Out of inotify watches, or no permission: the periodic rescan still works.
+                log.warning("Cannot watch manifest path; relying on periodic rescans", path=str(target),
+                            err=str(exc))
+                continue
+            self._watches[role] = (watch, ident)
+            added = added or role == "dir"
+        return added
+
+    def _is_relevant(self, role: str, paths: list[str]) -> bool:
+        if role == "parent":
+            return any(Path(p) == self.path for p in paths)
+        return any(Path(p) == self.path or not os.path.basename(p).startswith(".") for p in paths)
+
+    def _notify(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    def _on_event(self, role: str, event_type: str, paths: list[str]) -> None:
+        if event_type not in _CHANGE_EVENTS or not self._is_relevant(role, paths):
+            return
+        loop = self._loop
+        if loop is None:
+            return
+        try:
+            loop.call_soon_threadsafe(self._notify)
+        except RuntimeError:
+            pass  # the loop has closed: the source is shutting down
+
+
+class _Handler(FileSystemEventHandler):
+    """Forwards watchdog events (on its thread) to the FileSource."""
+
+    def __init__(self, source: FileSource, role: str) -> None:
+        super().__init__()
+        self._source = source
+        self._role = role
+
+    def on_any_event(self, event: Any) -> None:
+        paths = [os.fsdecode(event.src_path)]
+        dest = getattr(event, "dest_path", "")
+        if dest:
+            paths.append(os.fsdecode(dest))
+        self._source._on_event(self._role, event.event_type, paths)

@@ -1,0 +1,348 @@
+"""The command line: flags to Settings, subcommands' output, and errors turned into exit statuses."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import time
+import sys
+import types
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from edgelet import cli
+from edgelet.images.errors import ArchiveError
+from edgelet.images.types import ImageConfig, ImageRecord
+from edgelet.settings import Settings
+from edgelet.status.snapshot import PodRow, PodsSnapshot, RejectedRow, snapshot_path
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.startswith("EDGELET_"):
+            monkeypatch.delenv(name)
+
+
+def run(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    rc = cli.main(list(argv), out=out, err=err)
+    return rc, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture
+def agent_calls(monkeypatch: pytest.MonkeyPatch) -> list[Settings]:
+    """Replaces edgelet.app (imported lazily by the CLI) with a recorder."""
+    calls: list[Settings] = []
+    fake = types.ModuleType("edgelet.app")
+
+    def run_agent(settings: Settings) -> int:
+        calls.append(settings)
+        return 7
+
+    fake.run_agent = run_agent  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "edgelet.app", fake)
+    return calls
+
+
+@pytest.mark.parametrize(
+    "seconds, text",
+    [(-5, "<invalid>"), (-0.5, "0s"), (0, "0s"), (45, "45s"), (59.9, "59s"), (60, "1m"), (3599, "59m"),
+     (3600, "1h"), (7300, "2h"), (86399, "23h"), (86400, "1d"), (5 * 86400 + 5, "5d"), (400 * 86400, "1y")],
+)
+def test_format_age(seconds: float, text: str) -> None:
+    assert cli.format_age(seconds) == text
+
+
+@pytest.mark.parametrize("size, text", [(0, "0B"), (999, "999B"), (4_260_000, "4.26MB"), (1_500, "1.5kB"),
+                                        (2_000_000_000, "2GB")])
+def test_format_size(size: int, text: str) -> None:
+    assert cli.format_size(size) == text
+
+
+# --- the agent command --------------------------------------------------------
+
+
+def test_agent_gets_settings_from_flags(agent_calls: list[Settings], tmp_path: Path) -> None:
+    rc, _, _ = run(
+        "--config", "/dev/null", "--pod-manifest-path", str(tmp_path / "m"), "--file-check-frequency", "1m30s",
+        "--runonce", "--runonce-timeout", "2m", "--root-dir", "/r", "--run-dir", "/run/e", "--log-dir", "/l",
+        "--hostname-override", "Node1", "--pod-infra-container-image", "local/pause:1", "--cgroup-root", "/edge",
+        "--runtime", "crun", "--conmon", "/bin/conmon", "--image-import-dir", "/imp", "-v", "3",
+    )
+    assert rc == 7
+    (s,) = agent_calls
+    assert s == Settings(
+        pod_manifest_path=tmp_path / "m", file_check_frequency=90.0, runonce=True, runonce_timeout=120.0,
+        root_dir=Path("/r"), run_dir=Path("/run/e"), log_dir=Path("/l"), hostname_override="Node1",
+        pod_infra_container_image="local/pause:1", cgroup_root="/edge", runtime="crun", conmon="/bin/conmon",
+        image_import_dir=Path("/imp"), verbosity=3,
+    )
+    assert s.node_name == "node1"
+
+
+@pytest.mark.parametrize("argv, level", [(["--v=4"], 4), (["--v", "2"], 2), (["-v=1"], 1), (["-v5"], 5), ([], 0)])
+def test_kubelet_verbosity_spellings(agent_calls: list[Settings], argv: list[str], level: int) -> None:
+    assert run("--config", "/dev/null", *argv)[0] == 7
+    assert agent_calls[-1].verbosity == level
+
+
+def test_flags_beat_environment_beat_file(agent_calls: list[Settings], tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('root_dir = "/file"\nrun_dir = "/file-run"\nlog_dir = "/file-log"\n')
+    monkeypatch.setenv("EDGELET_RUN_DIR", "/env-run")
+    monkeypatch.setenv("EDGELET_LOG_DIR", "/env-log")
+    run("--config", str(cfg), "--log-dir", "/flag-log")
+    s = agent_calls[-1]
+    assert (s.root_dir, s.run_dir, s.log_dir) == (Path("/file"), Path("/env-run"), Path("/flag-log"))
+
+
+def test_bad_setting_is_one_line_and_exit_2(agent_calls: list[Settings]) -> None:
+    rc, out, err = run("--config", "/dev/null", "--file-check-frequency", "soon")
+    assert rc == 2
+    assert err.startswith("edgelet: --file-check-frequency:") and err.count("\n") == 1
+    assert "Traceback" not in err and not agent_calls
+
+
+def test_missing_explicit_config_exit_2(tmp_path: Path, agent_calls: list[Settings]) -> None:
+    rc, _, err = run("--config", str(tmp_path / "none.toml"))
+    assert rc == 2 and "does not exist" in err
+
+
+def test_unknown_flag_is_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["--no-such-flag"]) == 2
+    assert "unrecognized arguments" in capsys.readouterr().err
+
+
+def test_help_exits_zero(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--pod-manifest-path" in text and "--file-check-frequency" in text and "(default: 20s)" in text
+
+
+def test_unexpected_errors_keep_their_traceback(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    def boom(*_a: object) -> int:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setitem(cli.COMMANDS, "version", boom)
+    with pytest.raises(RuntimeError):
+        run("version", "--config", "/dev/null")
+
+
+def test_expected_errors_become_exit_1(monkeypatch: pytest.MonkeyPatch) -> None:
+    def fails(*_a: object) -> int:
+        raise ArchiveError("/x.tar", "not a tar file")
+
+    monkeypatch.setitem(cli.COMMANDS, "version", fails)
+    rc, _, err = run("version", "--config", "/dev/null")
+    assert rc == 1 and err == "edgelet: image archive /x.tar: not a tar file\n"
+
+
+# --- version --------------------------------------------------------------------
+
+
+def test_version_reports_tools(tmp_path: Path) -> None:
+    fake = tmp_path / "fakerunc"
+    fake.write_text("#!/bin/sh\necho 'fakerunc version 9.9'\necho 'commit: x'\n")
+    fake.chmod(0o755)
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'runtime = "{fake}"\nconmon = "{tmp_path / "absent-conmon"}"\n')
+    rc, out, _ = run("version", "--config", str(cfg))
+    assert rc == 0
+    assert out.splitlines() == ["edgelet 0.1.0", "fakerunc: fakerunc version 9.9", "absent-conmon: not found"]
+
+
+# --- pods -----------------------------------------------------------------------
+
+
+NOW = 1_700_000_000.0
+
+
+def write_snapshot(root: Path, *, pid: int, written_at: float = NOW, rejected: bool = True) -> Path:
+    snap = PodsSnapshot(
+        written_at=written_at,
+        agent_pid=pid,
+        node_name="node1",
+        pods=[
+            PodRow(namespace="kube-system", name="b-node1", uid="u2", ready="0/1", status="CrashLoopBackOff",
+                   restarts=4, created=written_at - 3 * 3600, source="file", origin="/m/b.yaml",
+                   message="back-off 40s"),
+            PodRow(namespace="default", name="a-node1", uid="u1", ready="1/1", status="Running", restarts=0,
+                   created=written_at - 45, source="file", origin="/m/a.yaml"),
+        ],
+        rejected=[RejectedRow(source="file", origin="/m/c.yaml", pod="default/a", reason="FailedValidation",
+                              message="duplicate name")] if rejected else [],
+    )
+    path = Path(snapshot_path(root))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(msgspec.json.encode(snap))
+    return path
+
+
+@pytest.fixture
+def dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+@pytest.fixture
+def live_agent_pid():
+    # "edgelet" on the command line: that is how a reused pid is told apart from the agent.
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", "edgelet"], stdin=subprocess.PIPE)
+    # Until the child has exec'd, its cmdline is still the parent's.
+    for _ in range(500):
+        if b"edgelet" in Path(f"/proc/{proc.pid}/cmdline").read_bytes():
+            break
+        time.sleep(0.01)
+    yield proc.pid
+    proc.stdin.close()
+    proc.wait()
+
+
+def test_pods_without_snapshot(tmp_path: Path) -> None:
+    rc, out, err = run("pods", "--config", "/dev/null", "--root-dir", str(tmp_path))
+    assert rc == 1 and out == ""
+    assert "No pods snapshot" in err and str(tmp_path) in err
+
+
+def test_pods_table_when_agent_runs(tmp_path: Path, live_agent_pid: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_snapshot(tmp_path, pid=live_agent_pid)
+    monkeypatch.setattr(cli.time, "time", lambda: NOW + 15)
+    rc, out, err = run("pods", "--config", "/dev/null", "--root-dir", str(tmp_path))
+    assert rc == 0 and err == ""
+    lines = out.splitlines()
+    assert lines[0].split() == ["NAMESPACE", "NAME", "READY", "STATUS", "RESTARTS", "AGE", "SOURCE"]
+    assert lines[1].split() == ["default", "a-node1", "1/1", "Running", "0", "1m", "file"]
+    assert lines[2].split() == ["kube-system", "b-node1", "0/1", "CrashLoopBackOff", "4", "3h", "file"]
+    assert lines[3] == ""
+    assert "Rejected manifests" in lines[4]
+    assert lines[5].split() == ["SOURCE", "ORIGIN", "POD", "REASON", "MESSAGE"]
+    assert lines[6].split() == ["file", "/m/c.yaml", "default/a", "FailedValidation", "duplicate", "name"]
+    # Columns line up: each header starts where its values start.
+    assert lines[0].index("STATUS") == lines[1].index("Running") == lines[2].index("CrashLoopBackOff")
+
+
+def test_pods_says_when_agent_is_not_running(tmp_path: Path, dead_pid: int) -> None:
+    write_snapshot(tmp_path, pid=dead_pid, rejected=False)
+    rc, out, err = run("--root-dir", str(tmp_path), "pods", "--config", "/dev/null")
+    assert rc == 0
+    assert "edgelet is not running" in err and f"pid {dead_pid}" in err and cli.format_time(NOW) in err
+    assert "a-node1" in out and "Rejected" not in out
+
+
+def test_pods_wide_and_json(tmp_path: Path, live_agent_pid: int) -> None:
+    write_snapshot(tmp_path, pid=live_agent_pid)
+    rc, out, _ = run("pods", "-o", "wide", "--config", "/dev/null", "--root-dir", str(tmp_path))
+    assert rc == 0
+    assert out.splitlines()[0].split()[-3:] == ["UID", "ORIGIN", "MESSAGE"]
+    assert "/m/b.yaml" in out and "back-off 40s" in out
+    rc, out, _ = run("pods", "-o", "json", "--config", "/dev/null", "--root-dir", str(tmp_path))
+    data = json.loads(out)
+    assert data["node_name"] == "node1" and {p["uid"] for p in data["pods"]} == {"u1", "u2"}
+
+
+def test_pods_json_keeps_stdout_clean_when_agent_is_down(tmp_path: Path, dead_pid: int) -> None:
+    write_snapshot(tmp_path, pid=dead_pid)
+    rc, out, err = run("pods", "-o", "json", "--config", "/dev/null", "--root-dir", str(tmp_path))
+    assert rc == 0 and json.loads(out)["agent_pid"] == dead_pid and "not running" in err
+
+
+def test_pods_with_corrupt_snapshot(tmp_path: Path) -> None:
+    path = Path(snapshot_path(tmp_path))
+    path.parent.mkdir(parents=True)
+    path.write_text("{not json")
+    rc, _, err = run("pods", "--config", "/dev/null", "--root-dir", str(tmp_path))
+    assert rc == 1 and str(path) in err and err.count("\n") == 1
+
+
+def test_is_agent_alive(dead_pid: int, live_agent_pid: int) -> None:
+    assert cli.is_agent_alive(live_agent_pid)
+    assert not cli.is_agent_alive(dead_pid)
+    assert not cli.is_agent_alive(0)
+
+
+def test_a_reused_pid_of_another_program_is_not_the_agent() -> None:
+    proc = subprocess.Popen(["sleep", "30"])
+    try:
+        assert not cli.is_agent_alive(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+# --- images ---------------------------------------------------------------------
+
+
+def record(ref: str | None, n: int, size: int, pinned: bool = False) -> ImageRecord:
+    return ImageRecord(id=f"sha256:{n:064x}", digest=f"sha256:{n + 1:064x}", references=(ref,) if ref else (),
+                       config=ImageConfig(), layers=(), size=size, pinned=pinned)
+
+
+class FakeStore:
+    def __init__(self) -> None:
+        self.records = [record("edgelet.local/busybox:1.36", 0xABC, 4_260_000, pinned=True), record(None, 7, 1200)]
+        self.imported: list[Path] = []
+
+    def list(self) -> list[ImageRecord]:
+        return list(self.records)
+
+    def import_archive(self, path: Path, *, pinned: bool = False) -> list[ImageRecord]:
+        if path.name == "bad.tar":
+            raise ArchiveError(path, "not a tar archive")
+        self.imported.append(path)
+        return [record(f"local/{path.stem}:1", 0xDEF, 1_000)]
+
+
+@pytest.fixture
+def store(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakeStore:
+    fake = FakeStore()
+    seen_roots: list[Path] = []
+
+    def make(settings: Settings) -> FakeStore:
+        seen_roots.append(settings.root_dir)
+        return fake
+
+    monkeypatch.setattr(cli, "_image_store", make)
+    (tmp_path / "images").mkdir()
+    return fake
+
+
+def test_images_list(tmp_path: Path, store: FakeStore) -> None:
+    rc, out, _ = run("images", "--config", "/dev/null", "--root-dir", str(tmp_path))
+    assert rc == 0
+    lines = [line.split() for line in out.splitlines()]
+    assert lines[0] == ["REFERENCE", "ID", "SIZE", "PINNED"]
+    assert lines[1] == ["edgelet.local/busybox:1.36", "000000000000", "4.26MB", "true"]
+    assert lines[2] == ["<none>", "000000000000", "1.2kB", "false"]
+
+
+def test_images_list_without_store_creates_nothing(tmp_path: Path) -> None:
+    rc, out, _ = run("images", "list", "--config", "/dev/null", "--root-dir", str(tmp_path / "none"))
+    assert rc == 0 and out.split() == ["REFERENCE", "ID", "SIZE", "PINNED"]
+    assert not (tmp_path / "none").exists()
+
+
+def test_images_import_reports_each_file(tmp_path: Path, store: FakeStore) -> None:
+    rc, out, err = run("images", "import", "--config", "/dev/null", "--root-dir", str(tmp_path),
+                       str(tmp_path / "a.tar"), str(tmp_path / "bad.tar"), str(tmp_path / "b.tar"))
+    assert rc == 1
+    assert store.imported == [tmp_path / "a.tar", tmp_path / "b.tar"]
+    assert "Imported local/a:1" in out and "Imported local/b:1" in out
+    assert err == f"edgelet: image archive {tmp_path / 'bad.tar'}: not a tar archive\n"
+
+
+def test_images_import_needs_a_file() -> None:
+    assert cli.main(["images", "import"], out=io.StringIO(), err=io.StringIO()) == 2
+
+
+def test_python_dash_m_edgelet_version() -> None:
+    proc = subprocess.run([sys.executable, "-m", "edgelet", "version", "--config", "/dev/null"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("edgelet ")

@@ -1,0 +1,261 @@
+"""Settings: defaults < TOML file < EDGELET_* environment < flags; durations; errors name key and source."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from edgelet.runtime.types import RuntimePaths
+from edgelet.settings import KEYS, Settings, SettingsError, format_duration, load_settings, parse_duration
+
+NO_DEFAULT = Path("/nonexistent/edgelet/config.toml")
+
+
+def load(flags=None, *, config=None, env=None, default_config=NO_DEFAULT) -> Settings:
+    return load_settings(flags, config=config, env=env or {}, default_config=default_config)
+
+
+@pytest.mark.parametrize(
+    "text, seconds",
+    [
+        ("20s", 20.0),
+        ("1m30s", 90.0),
+        ("500ms", 0.5),
+        ("1h", 3600.0),
+        ("0", 0.0),
+        ("1.5h", 5400.0),
+        ("2h45m10.5s", 9910.5),
+        ("100us", 0.0001),
+        ("100µs", 0.0001),
+        ("3ns", 3e-9),
+        ("-1s", -1.0),
+        (" 5m ", 300.0),
+    ],
+)
+def test_parse_duration(text: str, seconds: float) -> None:
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["", "20", "1.5", "s", "10x", "1m30", "abc", "1 m", "-"])
+def test_parse_duration_rejects(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_duration(text)
+
+
+@pytest.mark.parametrize("seconds, text", [(0, "0s"), (20, "20s"), (90, "1m30s"), (0.5, "500ms"), (3600, "1h"),
+                                           (5400, "1h30m")])
+def test_format_duration(seconds: float, text: str) -> None:
+    assert format_duration(seconds) == text
+    assert parse_duration(text) == seconds
+
+
+def test_defaults() -> None:
+    s = load()
+    assert s == Settings()
+    assert s.pod_manifest_path == Path("/etc/kubernetes/manifests")
+    assert s.file_check_frequency == 20.0
+    assert s.runonce is False
+    assert s.runonce_timeout == 300.0
+    assert s.root_dir == Path("/var/lib/edgelet")
+    assert s.run_dir == Path("/run/edgelet")
+    assert s.log_dir == Path("/var/log")
+    assert s.hostname_override is None
+    assert s.pod_infra_container_image is None
+    assert s.cgroup_root == "/kubepods"
+    assert (s.runtime, s.conmon) == ("runc", "conmon")
+    assert s.image_import_dir is None
+    assert s.verbosity == 0
+
+
+def test_derived_properties(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("socket.gethostname", lambda: "Edge-Box-01 ")
+    s = Settings(root_dir=Path("/r"), run_dir=Path("/run/x"), log_dir=Path("/l"), cgroup_root="/k")
+    assert s.node_name == "edge-box-01"
+    assert s.import_dir == Path("/r/images/import")
+    assert s.runtime_paths() == RuntimePaths(root_dir=Path("/r"), run_dir=Path("/run/x"), log_dir=Path("/l"),
+                                             cgroup_root="/k")
+    s2 = Settings(hostname_override="Node-A", image_import_dir=Path("/imp"))
+    assert s2.node_name == "node-a"
+    assert s2.import_dir == Path("/imp")
+
+
+def test_strings_become_paths_when_built_directly() -> None:
+    s = Settings(root_dir="/r", image_import_dir="/i")  # type: ignore[arg-type]
+    assert s.root_dir == Path("/r") and s.image_import_dir == Path("/i")
+
+
+def test_settings_are_frozen() -> None:
+    with pytest.raises(AttributeError):
+        Settings().root_dir = Path("/x")  # type: ignore[misc]
+
+
+FULL_TOML = """
+pod_manifest_path = "/m"
+file_check_frequency = "1m30s"
+runonce = true
+runonce_timeout = 120
+root_dir = "/r"
+run_dir = "/run/e"
+log_dir = "/l"
+hostname_override = "node1"
+pod_infra_container_image = "local/pause:1"
+cgroup_root = "/edge/"
+runtime = "/usr/bin/crun"
+conmon = "/usr/local/bin/conmon"
+image_import_dir = "/imp"
+verbosity = 3
+"""
+
+
+def test_toml_file_sets_every_key(tmp_path: Path) -> None:
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(FULL_TOML)
+    s = load(config=cfg)
+    assert s == Settings(
+        pod_manifest_path=Path("/m"), file_check_frequency=90.0, runonce=True, runonce_timeout=120.0,
+        root_dir=Path("/r"), run_dir=Path("/run/e"), log_dir=Path("/l"), hostname_override="node1",
+        pod_infra_container_image="local/pause:1", cgroup_root="/edge", runtime="/usr/bin/crun",
+        conmon="/usr/local/bin/conmon", image_import_dir=Path("/imp"), verbosity=3,
+    )
+    # The test's TOML covers every key, so a key added later without a test fails here.
+    assert set(KEYS) == {line.split("=")[0].strip() for line in FULL_TOML.strip().splitlines()}
+
+
+def test_precedence_defaults_file_env_flags(tmp_path: Path) -> None:
+    cfg = tmp_path / "config.toml"
+    cfg.write_text('root_dir = "/from-file"\nrun_dir = "/run-file"\nlog_dir = "/log-file"\n')
+    env = {"EDGELET_RUN_DIR": "/run-env", "EDGELET_LOG_DIR": "/log-env"}
+    s = load({"log_dir": "/log-flag"}, config=cfg, env=env)
+    assert s.root_dir == Path("/from-file")
+    assert s.run_dir == Path("/run-env")
+    assert s.log_dir == Path("/log-flag")
+    assert s.pod_manifest_path == Path("/etc/kubernetes/manifests")
+
+
+def test_default_config_file_is_read_when_present(tmp_path: Path) -> None:
+    cfg = tmp_path / "config.toml"
+    cfg.write_text("verbosity = 4\n")
+    assert load(default_config=cfg).verbosity == 4
+
+
+def test_missing_default_config_is_fine() -> None:
+    assert load(default_config=NO_DEFAULT) == Settings()
+
+
+def test_missing_explicit_config_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError, match="does not exist"):
+        load(config=tmp_path / "nope.toml")
+
+
+def test_config_from_environment(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("verbosity = 5\n")
+    assert load(env={"EDGELET_CONFIG": str(cfg)}).verbosity == 5
+    with pytest.raises(SettingsError, match="does not exist"):
+        load(env={"EDGELET_CONFIG": str(tmp_path / "missing.toml")})
+
+
+def test_dev_null_is_an_empty_config() -> None:
+    assert load(config="/dev/null") == Settings()
+
+
+@pytest.mark.parametrize(
+    "toml, key, fragment",
+    [
+        ('pod-manifest-path = "/m"\n', "pod-manifest-path", "did you mean pod_manifest_path"),
+        ('bogus = 1\n', "bogus", "unknown key 'bogus'"),
+        ('file_check_frequency = "20"\n', "file_check_frequency", "missing unit"),
+        ('file_check_frequency = 0\n', "file_check_frequency", "positive"),
+        ('file_check_frequency = true\n', "file_check_frequency", "duration"),
+        ('runonce_timeout = "-5s"\n', "runonce_timeout", "positive"),
+        ('runonce = "yes"\n', "runonce", "true or false"),
+        ('verbosity = "2"\n', "verbosity", "integer"),
+        ('verbosity = -1\n', "verbosity", "at least 0"),
+        ('root_dir = 5\n', "root_dir", "string"),
+        ('root_dir = ""\n', "root_dir", "empty"),
+        ('cgroup_root = "kubepods"\n', "cgroup_root", "absolute"),
+        ('hostname_override = "bad_name"\n', "hostname_override", "node name"),
+    ],
+)
+def test_bad_toml_values_name_key_and_file(tmp_path: Path, toml: str, key: str, fragment: str) -> None:
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(toml)
+    with pytest.raises(SettingsError) as info:
+        load(config=cfg)
+    assert info.value.key == key
+    assert fragment in str(info.value)
+    if key != "hostname_override":
+        assert str(cfg) in str(info.value)
+        assert info.value.source == str(cfg)
+
+
+def test_invalid_toml_names_the_file(tmp_path: Path) -> None:
+    cfg = tmp_path / "config.toml"
+    cfg.write_text("root_dir = \n")
+    with pytest.raises(SettingsError, match=str(cfg)):
+        load(config=cfg)
+
+
+def test_toml_plain_numbers_are_seconds(tmp_path: Path) -> None:
+    cfg = tmp_path / "config.toml"
+    cfg.write_text("file_check_frequency = 2.5\nrunonce_timeout = 60\n")
+    s = load(config=cfg)
+    assert (s.file_check_frequency, s.runonce_timeout) == (2.5, 60.0)
+
+
+def test_empty_optional_string_means_unset(tmp_path: Path) -> None:
+    cfg = tmp_path / "config.toml"
+    cfg.write_text('hostname_override = ""\nimage_import_dir = ""\n')
+    s = load(config=cfg)
+    assert s.hostname_override is None and s.image_import_dir is None
+
+
+@pytest.mark.parametrize(
+    "env, attr, value",
+    [
+        ({"EDGELET_RUNONCE": "true"}, "runonce", True),
+        ({"EDGELET_RUNONCE": "0"}, "runonce", False),
+        ({"EDGELET_FILE_CHECK_FREQUENCY": "500ms"}, "file_check_frequency", 0.5),
+        ({"EDGELET_VERBOSITY": "2"}, "verbosity", 2),
+        ({"EDGELET_HOSTNAME_OVERRIDE": ""}, "hostname_override", None),
+        ({"EDGELET_POD_MANIFEST_PATH": "/x"}, "pod_manifest_path", Path("/x")),
+    ],
+)
+def test_environment_values(env: dict[str, str], attr: str, value: object) -> None:
+    assert getattr(load(env=env), attr) == value
+
+
+def test_unknown_edgelet_env_vars_are_ignored() -> None:
+    assert load(env={"EDGELET_TEST_SHOW_LOG": "1", "EDGELET_SPECS": "/x"}) == Settings()
+
+
+def test_bad_env_value_names_the_variable() -> None:
+    with pytest.raises(SettingsError) as info:
+        load(env={"EDGELET_RUNONCE_TIMEOUT": "soon"})
+    assert info.value.source == "EDGELET_RUNONCE_TIMEOUT"
+    assert "EDGELET_RUNONCE_TIMEOUT" in str(info.value)
+
+
+def test_bad_flag_value_names_the_flag() -> None:
+    with pytest.raises(SettingsError) as info:
+        load({"file_check_frequency": "20"})
+    assert info.value.source == "--file-check-frequency"
+    assert str(info.value).startswith("--file-check-frequency:")
+    with pytest.raises(SettingsError) as info:
+        load({"verbosity": "x"})
+    assert info.value.source == "--v"
+
+
+def test_unknown_flag_key_is_an_error() -> None:
+    with pytest.raises(SettingsError, match="unknown setting"):
+        load({"nope": "1"})
+
+
+def test_every_key_has_a_flag_and_env_name() -> None:
+    for key, spec in KEYS.items():
+        assert spec.env == "EDGELET_" + key.upper()
+        assert spec.flags
+        assert spec.help
+    assert KEYS["pod_manifest_path"].flags == ("--pod-manifest-path",)
+    assert KEYS["verbosity"].flags == ("-v", "--v")
