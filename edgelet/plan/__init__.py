@@ -27,6 +27,16 @@ class PodActions:
     containers_to_start: tuple[ContainerToStart, ...] = ()
     # container name -> (reason, message) for containers that wait, e.g. CrashLoopBackOff
     waiting: Mapping[str, tuple[str, str]] = field(default_factory=dict)
-    # container ids of exited instances that can be removed (older than the newest per name)
+    # container ids of exited instances that can be removed: all but the newest exited one per name
+    # (kept even when a newer instance runs: it is the lastState, like kubelet GC MaxPerPodContainer=1)
     containers_to_remove: tuple[str, ...] = ()
     pod_failed: bool = False  # restartPolicy Never and an init container failed
+    # Nothing of the pod will run again (all main containers finished for good, or the pod failed):
+    # stop what `containers_to_kill` names and the sandbox, but keep the exited containers, whose
+    # records are the pod's final status. `kill_pod` is only ever set together with `create_sandbox`.
+    pod_finished: bool = False
+
+
+from edgelet.plan.actions import compute_pod_actions, compute_pod_kill  # noqa: E402  (actions.py imports the types above)
+
+__all__ = ["ContainerToStart", "PodActions", "compute_pod_actions", "compute_pod_kill"]

@@ -37,9 +37,17 @@ class ConfigState:
     rejected: tuple[RejectedPod, ...] = ()
     errors: Mapping["SourceName", tuple["ManifestError", ...]] = field(default_factory=dict)
     seen_sources: frozenset[str] = frozenset()
+    # The latest snapshot's pods of every source, rejected ones included, so that a merge of one
+    # source can admit a pod of another whose name it frees (see merge.py).
+    snapshots: Mapping["SourceName", tuple["Pod", ...]] = field(default_factory=dict)
 
     def all_pods(self) -> list["Pod"]:
         """Accepted pods of every source, in source order."""
         from edgelet.sources import SOURCE_ORDER
 
         return [p for s in SOURCE_ORDER for p in self.pods.get(s, {}).values()]
+
+
+from edgelet.podconfig.merge import merge  # noqa: E402  (merge.py imports the types above)
+
+__all__ = ["ConfigState", "Op", "PodChange", "RejectedPod", "merge"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import msgspec
 
 
@@ -35,7 +37,5 @@ class PodsSnapshot(msgspec.Struct, kw_only=True):
     rejected: list[RejectedRow] = []
 
 
-def snapshot_path(root_dir) -> "object":
-    from pathlib import Path
-
+def snapshot_path(root_dir: Path | str) -> Path:
     return Path(root_dir) / "state" / "pods.json"

@@ -1,0 +1,360 @@
+"""computePodActions: what one sync of a pod must do, from its spec, its runtime state and the back-off (pure).
+
+Follows kubelet kuberuntime_manager.go computePodActions and
+findNextInitContainerToRun (KUBELET-SEMANTICS "Pod sync"):
+
+- no sandbox, the newest one not running, more than one running, or the
+  pod's network mode changed: kill the pod and create a new sandbox, then
+  start everything again -- except restartPolicy Never once containers
+  have run, and a pod whose containers all finished for good;
+- init containers run one at a time in order; a failed one is retried
+  (with back-off) unless restartPolicy is Never, which fails the pod;
+  regular containers wait until every init container has succeeded;
+- a regular container that never ran starts; an exited one restarts by
+  policy (Never: no; OnFailure: only after a failure; Always: yes), after
+  its CrashLoopBackOff delay;
+- a running container whose spec hash changed is killed and restarted; one
+  whose liveness/startup probe failed is killed and restarted unless the
+  policy is Never.
+
+The back-off is only read here; the syncer records a failure
+(`Backoff.next`) when it restarts a container.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Mapping
+
+from edgelet.plan import ContainerToStart, PodActions
+
+if TYPE_CHECKING:
+    from edgelet.api.types import Container, Pod
+    from edgelet.runtime.types import ContainerRecord, PodRuntimeStatus, SandboxRecord
+    from edgelet.util.backoff import Backoff
+
+ALIVE = ("running", "created", "unknown")  # states of a container that may still hold a process
+
+
+def is_sidecar(container: "Container") -> bool:
+    """An init container with restartPolicy Always (kubelet IsRestartableInitContainer)."""
+    return container.restart_policy == "Always"
+
+
+def go_duration(seconds: float) -> str:
+    """Seconds as Go's time.Duration prints them ("10s", "1m20s", "5m0s"), for kubelet's messages."""
+    if seconds <= 0:
+        return "0s"
+    total = int(round(seconds))
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes}m{secs}s"
+    if minutes:
+        return f"{minutes}m{secs}s"
+    return f"{secs}s"
+
+
+def format_pod(pod: "Pod") -> str:
+    """kubelet format.Pod: `name_namespace(uid)`."""
+    meta = pod.metadata
+    return f"{meta.name}_{meta.namespace}({meta.uid})"
+
+
+def crash_loop_message(pod: "Pod", name: str, delay: float) -> str:
+    # kubelet doBackOff's error text, which becomes the waiting message.
+    return f"back-off {go_duration(delay)} restarting failed container={name} pod={format_pod(pod)}"
+
+
+def sandbox_changed(pod: "Pod", status: "PodRuntimeStatus") -> tuple[bool, int, str | None]:
+    """kubelet PodSandboxChanged: (create a new sandbox?, its attempt, the sandbox id in use or to kill)."""
+    if not status.sandboxes:
+        return True, 0, None
+    newest = _newest_sandbox(status)
+    ready = [s for s in status.sandboxes if s.state == "running"]
+    if len(ready) > 1 or newest.state != "running":
+        return True, newest.attempt + 1, newest.id
+    if newest.host_network != bool(pod.spec.host_network):
+        return True, newest.attempt + 1, None
+    return False, newest.attempt, newest.id
+
+
+def _newest_sandbox(status: "PodRuntimeStatus") -> "SandboxRecord":
+    return max(status.sandboxes, key=lambda s: (s.created_at, s.attempt))
+
+
+def _failed(rec: "ContainerRecord") -> bool:
+    """kubelet isInitContainerFailed: OOM-killed, exited non-zero, or in an unknown state."""
+    if rec.reason == "OOMKilled" or rec.state == "unknown":
+        return True
+    return rec.state == "exited" and rec.exit_code != 0
+
+
+def _succeeded(rec: "ContainerRecord | None") -> bool:
+    return rec is not None and rec.state == "exited" and rec.exit_code == 0
+
+
+def should_restart(rec: "ContainerRecord | None", restart_policy: str) -> bool:
+    """kubelet ShouldContainerBeRestarted for a container that is not running."""
+    if rec is None:
+        return True
+    if rec.state == "running":
+        return False
+    if rec.state in ("unknown", "created"):
+        return True
+    if restart_policy == "Never":
+        return False
+    if restart_policy == "OnFailure" and rec.exit_code == 0:
+        return False
+    return True
+
+
+class _Plan:
+    """Accumulates the actions of one computation (local to compute_pod_actions)."""
+
+    def __init__(self, pod: "Pod", status: "PodRuntimeStatus", backoff: "Backoff", now: float) -> None:
+        self.pod = pod
+        self.status = status
+        self.backoff = backoff
+        self.now = now
+        self.uid = pod.metadata.uid
+        self.kill: dict[str, str] = {}
+        self.start: list[ContainerToStart] = []
+        self.waiting: dict[str, tuple[str, str]] = {}
+
+    def latest(self, name: str) -> "ContainerRecord | None":
+        return self.status.latest(name)
+
+    def try_start(self, container: "Container", container_type: str) -> ContainerToStart | None:
+        """The start of `container`'s next instance, or None (and a CrashLoopBackOff wait) while backing off."""
+        rec = self.latest(container.name)
+        if rec is not None and rec.state in ALIVE and rec.state != "running":
+            # kubelet kills a container in an unknown state before restarting it, so two instances
+            # never run; edgelet does the same for one left "created" (a sync interrupted between
+            # create and start), whose runc init process would otherwise linger.
+            self.kill[rec.id] = f'Container {container.name} is in "{rec.state}" state, killing it before restart'
+        if rec is not None and rec.state == "exited":
+            key = (self.uid, container.name)
+            if self.backoff.is_in_backoff(key, self.now):
+                self.waiting[container.name] = (
+                    "CrashLoopBackOff",
+                    crash_loop_message(self.pod, container.name, self.backoff.get(key)),
+                )
+                return None
+        return ContainerToStart(
+            name=container.name,
+            attempt=rec.attempt + 1 if rec is not None else 0,
+            container_type=container_type,
+        )
+
+
+def compute_pod_actions(
+    pod: "Pod",
+    status: "PodRuntimeStatus",
+    backoff: "Backoff",
+    now: float,
+    *,
+    probe_failures: Mapping[str, str] | None = None,
+) -> PodActions:
+    """What the next sync of `pod` must do, given what the runtime holds for it.
+
+    `now` must come from the clock the back-off was fed with (the syncer uses
+    the monotonic clock). `probe_failures` maps a container id to the probe
+    that failed it ("liveness" or "startup").
+    """
+    from edgelet.api.hash import container_hash
+
+    spec = pod.spec
+    policy = spec.restart_policy or "Always"
+    inits = list(spec.init_containers or [])
+    regular = list(spec.containers or [])
+    plan = _Plan(pod, status, backoff, now)
+
+    create, attempt, sandbox_id = sandbox_changed(pod, status)
+    if create:
+        return _recreate(plan, policy, inits, regular, attempt, sandbox_id)
+
+    # Whatever runs but is no longer in the spec must go.
+    names = {c.name for c in inits} | {c.name for c in regular}
+    for rec in status.containers:
+        if rec.name not in names and rec.state in ALIVE:
+            plan.kill[rec.id] = f"Container {rec.name} is not in the pod spec"
+
+    actions_base = dict(sandbox_id=sandbox_id, sandbox_attempt=attempt)
+    remove = _old_instances(status, plan.kill)
+
+    # Initialization. edgelet follows kubelet's sidecar-aware rule: once any regular container
+    # exists, the pod has been initialized, even if init containers' records were removed since.
+    initialized = any(plan.latest(c.name) is not None for c in regular)
+    if not initialized:
+        for c in inits:
+            rec = plan.latest(c.name)
+            if is_sidecar(c):
+                if rec is not None and rec.state == "running":
+                    continue  # a started sidecar counts as initialized
+                nxt = plan.try_start(c, "init")
+                return _actions(plan, next_init=nxt, remove=remove, **actions_base)
+            if rec is None or rec.state == "created":
+                nxt = plan.try_start(c, "init")
+                return _actions(plan, next_init=nxt, remove=remove, **actions_base)
+            if rec.state == "running":
+                return _actions(plan, remove=remove, **actions_base)  # wait for it
+            if _failed(rec):
+                if policy == "Never":
+                    # kubelet: the init container failed and will not be retried: the pod fails.
+                    for other in status.containers:
+                        if other.state in ALIVE:
+                            plan.kill[other.id] = "Init container failed and restartPolicy is Never"
+                    return _actions(plan, remove=remove, pod_failed=True, pod_finished=True, **actions_base)
+                nxt = plan.try_start(c, "init")
+                return _actions(plan, next_init=nxt, remove=remove, **actions_base)
+            # Succeeded: on to the next one.
+
+    # Sidecars keep running next to the main containers and restart whatever the pod's policy.
+    for c in inits:
+        if not is_sidecar(c):
+            continue
+        rec = plan.latest(c.name)
+        if rec is not None and rec.state == "running":
+            if rec.spec_hash != container_hash(c):
+                plan.kill[rec.id] = f"Container {c.name} definition changed, will be restarted"
+                plan.start.append(ContainerToStart(c.name, rec.attempt + 1, "init"))
+            continue
+        started = plan.try_start(c, "init")
+        if started is not None:
+            plan.start.append(started)
+
+    keep = 0
+    pending = 0  # containers that will start once their back-off ends
+    failures = probe_failures or {}
+    for c in regular:
+        rec = plan.latest(c.name)
+        if rec is None or rec.state != "running":
+            if should_restart(rec, policy):
+                started = plan.try_start(c, "regular")
+                if started is None:
+                    pending += 1
+                else:
+                    plan.start.append(started)
+            continue
+        restart = policy != "Never"
+        if rec.spec_hash != container_hash(c):
+            message = f"Container {c.name} definition changed"
+            restart = True  # kubelet: a changed spec restarts whatever the policy
+        elif failures.get(rec.id) in ("liveness", "startup"):
+            message = f"Container {c.name} failed {failures[rec.id]} probe"
+        else:
+            keep += 1
+            continue
+        if restart:
+            message += ", will be restarted"
+            plan.start.append(ContainerToStart(c.name, rec.attempt + 1, "regular"))
+        plan.kill[rec.id] = message
+
+    regular_starts = [s for s in plan.start if s.container_type == "regular"]
+    if keep == 0 and not regular_starts and not pending:
+        # Every main container finished for good: stop the sidecars and the sandbox (kubelet KillPod),
+        # but keep the exited containers, whose records are the pod's final status.
+        plan.start = []
+        plan.waiting = {n: w for n, w in plan.waiting.items() if n in {c.name for c in regular}}
+        for c in inits:
+            rec = plan.latest(c.name)
+            if is_sidecar(c) and rec is not None and rec.state in ALIVE:
+                plan.kill[rec.id] = "All main containers have finished"
+        return _actions(plan, remove=remove, pod_finished=True, **actions_base)
+    return _actions(plan, remove=remove, **actions_base)
+
+
+def _recreate(
+    plan: _Plan,
+    policy: str,
+    inits: list["Container"],
+    regular: list["Container"],
+    attempt: int,
+    sandbox_id: str | None,
+) -> PodActions:
+    """The actions when the pod needs a new sandbox."""
+    status = plan.status
+    if policy == "Never" and attempt != 0 and status.containers:
+        # kubelet: the pod ran once and must not run again. Stop what still runs; keep the records.
+        for rec in status.containers:
+            if rec.state in ALIVE:
+                plan.kill[rec.id] = "Pod sandbox is gone and restartPolicy is Never"
+        return _actions(plan, sandbox_id=sandbox_id, sandbox_attempt=attempt, pod_finished=True)
+
+    to_start = [c for c in regular if not (policy == "OnFailure" and _succeeded(plan.latest(c.name)))]
+    if not to_start and any(plan.latest(c.name) is not None for c in regular):
+        # Initialized and nothing left to run: no new sandbox for a finished pod.
+        for rec in status.containers:
+            if rec.state in ALIVE:
+                plan.kill[rec.id] = "All containers have finished"
+        return _actions(plan, sandbox_id=sandbox_id, sandbox_attempt=attempt, pod_finished=True)
+
+    base = dict(kill_pod=True, create_sandbox=True, sandbox_id=sandbox_id, sandbox_attempt=attempt)
+    # The old containers all go with the old sandbox (the syncer's kill step), so none is listed apart.
+    if inits:
+        # A new sandbox restarts initialization from the first init container.
+        nxt = plan.try_start(inits[0], "init")
+        plan.kill.clear()
+        return _actions(plan, next_init=nxt, **base)
+    for c in to_start:
+        started = plan.try_start(c, "regular")
+        if started is not None:
+            plan.start.append(started)
+    plan.kill.clear()
+    return _actions(plan, **base)
+
+
+def _old_instances(status: "PodRuntimeStatus", killing: Mapping[str, str]) -> tuple[str, ...]:
+    """Exited instances beyond the newest exited one per container name.
+
+    Like kubelet's container GC with MaxPerPodContainer=1, the newest dead
+    instance stays even when a newer one runs: it is the container's
+    lastState (and its log is the one `logs --previous` reads).
+    """
+    by_name: dict[str, list["ContainerRecord"]] = {}
+    for rec in status.containers:
+        if rec.state == "exited" and rec.id not in killing:
+            by_name.setdefault(rec.name, []).append(rec)
+    remove: list[str] = []
+    for recs in by_name.values():
+        recs.sort(key=lambda r: (r.attempt, r.created_at), reverse=True)
+        remove.extend(r.id for r in recs[1:])
+    return tuple(remove)
+
+
+def _actions(
+    plan: _Plan,
+    *,
+    sandbox_id: str | None,
+    sandbox_attempt: int,
+    next_init: ContainerToStart | None = None,
+    remove: tuple[str, ...] = (),
+    kill_pod: bool = False,
+    create_sandbox: bool = False,
+    pod_failed: bool = False,
+    pod_finished: bool = False,
+) -> PodActions:
+    return PodActions(
+        kill_pod=kill_pod,
+        create_sandbox=create_sandbox,
+        sandbox_attempt=sandbox_attempt,
+        sandbox_id=sandbox_id,
+        containers_to_kill=dict(plan.kill),
+        next_init_container=next_init,
+        containers_to_start=tuple(plan.start),
+        waiting=dict(plan.waiting),
+        containers_to_remove=remove,
+        pod_failed=pod_failed,
+        pod_finished=pod_finished,
+    )
+
+
+def compute_pod_kill(pod: "Pod | None", status: "PodRuntimeStatus") -> list[str]:
+    """Ids of everything of the pod that may still hold a process: containers, then sandboxes.
+
+    The worker stops them all when the pod is removed; order does not matter to it.
+    """
+    del pod  # the grace period is the worker's business; the set to stop depends only on the runtime
+    ids = [c.id for c in status.containers if c.state in ALIVE]
+    ids.extend(s.id for s in status.sandboxes if s.state in ALIVE)
+    return ids

@@ -1,0 +1,164 @@
+"""Pod lifecycle events: conmon exit files (inotify) plus a slow relist, diffed purely (kubelet GenericPLEG).
+
+`diff(previous, current)` is pure; `Pleg` is the thin watcher around it that
+wakes the pod workers of the pods it names.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Literal, Mapping
+
+from edgelet.runtime.types import ContainerState, PodRuntimeStatus
+from edgelet.util.log import get_logger
+
+if TYPE_CHECKING:
+    from edgelet.runtime import Runtime
+
+log = get_logger(__name__)
+
+EventType = Literal["ContainerStarted", "ContainerDied", "ContainerRemoved", "PodSync", "ContainerChanged"]
+
+# kubelet's plegContainerState: "created" counts as unknown (kubelet does not
+# use the created state yet), and a vanished container is "non-existent".
+_PlegState = Literal["running", "exited", "unknown", "non-existent"]
+
+
+@dataclass(frozen=True)
+class PodLifecycleEvent:
+    pod_uid: str
+    type: EventType
+    container_id: str = ""  # the sandbox or container the event is about; "" for PodSync
+
+
+def _pleg_state(state: ContainerState | None) -> _PlegState:
+    if state is None:
+        return "non-existent"
+    if state == "running":
+        return "running"
+    if state == "exited":
+        return "exited"
+    return "unknown"
+
+
+def _states(pod: PodRuntimeStatus | None) -> dict[str, ContainerState]:
+    """Sandboxes and containers of one pod by id; kubelet's relist counts sandboxes as containers too."""
+    if pod is None:
+        return {}
+    found: dict[str, ContainerState] = {s.id: s.state for s in pod.sandboxes}
+    found.update((c.id, c.state) for c in pod.containers)
+    return found
+
+
+def generate_events(pod_uid: str, container_id: str, old: _PlegState, new: _PlegState) -> list[PodLifecycleEvent]:
+    """The events for one container whose state went from `old` to `new` (kubelet generateEvents)."""
+    if old == new:
+        return []
+    if new == "running":
+        return [PodLifecycleEvent(pod_uid, "ContainerStarted", container_id)]
+    if new == "exited":
+        return [PodLifecycleEvent(pod_uid, "ContainerDied", container_id)]
+    if new == "unknown":
+        return [PodLifecycleEvent(pod_uid, "ContainerChanged", container_id)]
+    # new == "non-existent"
+    if old == "exited":
+        # Its death was reported already.
+        return [PodLifecycleEvent(pod_uid, "ContainerRemoved", container_id)]
+    return [
+        PodLifecycleEvent(pod_uid, "ContainerDied", container_id),
+        PodLifecycleEvent(pod_uid, "ContainerRemoved", container_id),
+    ]
+
+
+def diff(old: Mapping[str, PodRuntimeStatus], new: Mapping[str, PodRuntimeStatus]) -> list[PodLifecycleEvent]:
+    """Every lifecycle event between two relists, per pod and per container id.
+
+    Deterministic order: pods by uid; within a pod, ids as they appear in
+    `new` (sandboxes first), then those only in `old`. kubelet drops
+    ContainerChanged events before dispatching them; the caller decides.
+    """
+    events: list[PodLifecycleEvent] = []
+    for uid in sorted(set(old) | set(new)):
+        before = _states(old.get(uid))
+        after = _states(new.get(uid))
+        ids = list(after) + [cid for cid in before if cid not in after]
+        for cid in ids:
+            events.extend(generate_events(uid, cid, _pleg_state(before.get(cid)), _pleg_state(after.get(cid))))
+    return events
+
+
+def pods_with_events(events: list[PodLifecycleEvent]) -> list[str]:
+    """The uids the events name, each once, in order (what the sync loop wakes)."""
+    return list(dict.fromkeys(e.pod_uid for e in events))
+
+
+class Pleg:
+    """Relists the runtime when conmon writes an exit file (inotify) and every `relist_period`,
+    and tells the sync loop which pods had lifecycle events.
+
+    The exit-file watch makes a container's death visible within milliseconds;
+    the slow relist catches what inotify cannot see (e.g. a container killed
+    with its conmon), at a cost of one `runc list` per period.
+    """
+
+    def __init__(self, runtime: "Runtime", exit_dir: Path, relist_period: float = 10.0) -> None:
+        self._runtime = runtime
+        self._exit_dir = exit_dir
+        self._period = relist_period
+        self._last: dict[str, PodRuntimeStatus] = {}
+        self._kick = asyncio.Event()
+        self._kick.set()
+        self.relisted = asyncio.Event()
+
+    def uids(self) -> set[str]:
+        """Pod UIDs the runtime held at the last relist."""
+        return set(self._last)
+
+    def kick(self) -> None:
+        self._kick.set()
+
+    async def relist(self) -> list[PodLifecycleEvent]:
+        new = await self._runtime.list_pods()
+        events = diff(self._last, new)
+        self._last = new
+        self.relisted.set()
+        return events
+
+    async def run(self, emit: Callable[[set[str]], None]) -> None:
+        from watchdog.events import FileSystemEventHandler
+        from watchdog.observers import Observer
+
+        loop = asyncio.get_running_loop()
+        kick = self._kick
+
+        class _Handler(FileSystemEventHandler):
+            def on_any_event(self, event) -> None:  # noqa: ANN001 - watchdog's type
+                loop.call_soon_threadsafe(kick.set)
+
+        self._exit_dir.mkdir(parents=True, exist_ok=True)
+        observer = Observer()
+        observer.schedule(_Handler(), str(self._exit_dir), recursive=False)
+        observer.daemon = True
+        observer.start()
+        try:
+            while True:
+                try:
+                    await asyncio.wait_for(self._kick.wait(), timeout=self._period)
+                except asyncio.TimeoutError:
+                    pass
+                self._kick.clear()
+                try:
+                    events = await self.relist()
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    log.error("Relist failed", exc)
+                    continue
+                uids = {e.pod_uid for e in events}
+                if uids:
+                    emit(uids)
+        finally:
+            observer.stop()
+            await asyncio.to_thread(observer.join, 2.0)

@@ -1,0 +1,87 @@
+"""PLEG diff: kubelet generateEvents over two relists, per container id."""
+
+from __future__ import annotations
+
+import pytest
+
+from edgelet.pleg import PodLifecycleEvent, diff, generate_events, pods_with_events
+from edgelet.runtime.types import ContainerRecord, PodRuntimeStatus, SandboxRecord
+
+E = PodLifecycleEvent
+
+
+def c(cid: str, state: str, uid: str = "u1") -> ContainerRecord:
+    return ContainerRecord(
+        id=cid, pod_uid=uid, pod_name="p", pod_namespace="default", name="app", attempt=0,
+        spec_hash="h", sandbox_id="sb", state=state, pid=None, created_at=1.0,  # type: ignore[arg-type]
+    )
+
+
+def sb(sid: str, state: str, uid: str = "u1") -> SandboxRecord:
+    return SandboxRecord(id=sid, pod_uid=uid, pod_name="p", pod_namespace="default", attempt=0,
+                         state=state, pid=None, created_at=1.0)  # type: ignore[arg-type]
+
+
+def pod(uid: str = "u1", *, sandboxes: tuple = (), containers: tuple = ()) -> PodRuntimeStatus:
+    return PodRuntimeStatus(uid=uid, sandboxes=sandboxes, containers=containers)
+
+
+# kubelet pleg/generic_test.go TestRelisting-style transitions for one container.
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        (None, "running", ["ContainerStarted"]),
+        (None, "exited", ["ContainerDied"]),
+        (None, "created", ["ContainerChanged"]),
+        (None, "unknown", ["ContainerChanged"]),
+        ("created", "running", ["ContainerStarted"]),
+        ("running", "running", []),
+        ("running", "exited", ["ContainerDied"]),
+        ("running", None, ["ContainerDied", "ContainerRemoved"]),
+        ("unknown", None, ["ContainerDied", "ContainerRemoved"]),
+        ("exited", None, ["ContainerRemoved"]),
+        ("exited", "exited", []),
+        ("created", "unknown", []),  # both count as unknown for kubelet
+        ("exited", "running", ["ContainerStarted"]),
+    ],
+)
+def test_container_transitions(old: str | None, new: str | None, expected: list[str]) -> None:
+    before = {"u1": pod(containers=(c("c1", old),))} if old else {}
+    after = {"u1": pod(containers=(c("c1", new),))} if new else {}
+    assert diff(before, after) == [E("u1", t, "c1") for t in expected]  # type: ignore[arg-type]
+
+
+def test_sandboxes_count_as_containers() -> None:
+    before = {"u1": pod(sandboxes=(sb("s1", "running"),), containers=(c("c1", "running"),))}
+    after = {"u1": pod(sandboxes=(sb("s1", "exited"),), containers=(c("c1", "running"),))}
+    assert diff(before, after) == [E("u1", "ContainerDied", "s1")]
+
+
+def test_whole_pod_appears_and_vanishes() -> None:
+    full = pod(sandboxes=(sb("s1", "running"),), containers=(c("c1", "running"), c("c0", "exited")))
+    assert diff({}, {"u1": full}) == [
+        E("u1", "ContainerStarted", "s1"),
+        E("u1", "ContainerStarted", "c1"),
+        E("u1", "ContainerDied", "c0"),
+    ]
+    assert diff({"u1": full}, {}) == [
+        E("u1", "ContainerDied", "s1"),
+        E("u1", "ContainerRemoved", "s1"),
+        E("u1", "ContainerDied", "c1"),
+        E("u1", "ContainerRemoved", "c1"),
+        E("u1", "ContainerRemoved", "c0"),
+    ]
+
+
+def test_several_pods_in_uid_order_and_unchanged_pods_are_silent() -> None:
+    same = pod("a", containers=(c("ca", "running", "a"),))
+    before = {"a": same, "b": pod("b", containers=(c("cb", "running", "b"),))}
+    after = {"c": pod("c", containers=(c("cc", "running", "c"),)), "b": pod("b", containers=(c("cb", "exited", "b"),)), "a": same}
+    events = diff(before, after)
+    assert events == [E("b", "ContainerDied", "cb"), E("c", "ContainerStarted", "cc")]
+    assert pods_with_events(events) == ["b", "c"]
+    assert diff(after, after) == []
+
+
+def test_generate_events_same_state_is_empty() -> None:
+    assert generate_events("u", "x", "running", "running") == []
