@@ -1,0 +1,80 @@
+"""Agent footprint: RSS and PSS idle with 0 and 20 running pods, and CPU used over 60 s idle with 20 pods.
+
+Run as root: `.venv/bin/python bench/footprint.py [--pods 20] [--idle 60]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _harness import Bench, machine, pod_manifest  # noqa: E402
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def memory(pid: int) -> tuple[float, float]:
+    rss = pss = 0.0
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            rss = int(line.split()[1]) / 1024
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        if line.startswith("Pss:"):
+            pss = int(line.split()[1]) / 1024
+    return rss, pss
+
+
+def cpu_seconds(pid: int) -> float:
+    """User+system time of the agent and of the children it has waited for (runc, conmon launches)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    utime, stime, cutime, cstime = (int(x) for x in fields[11:15])
+    return (utime + stime + cutime + cstime) / CLK_TCK
+
+
+def running_pods(b: Bench) -> int:
+    try:
+        snap = json.loads((b.paths.root_dir / "state" / "pods.json").read_text())
+    except (OSError, ValueError):
+        return 0
+    return sum(1 for r in snap["pods"] if r["status"] == "Running")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--pods", type=int, default=20)
+    ap.add_argument("--idle", type=float, default=60.0)
+    ap.add_argument("--settle", type=float, default=5.0)
+    args = ap.parse_args()
+    b = Bench("footprint")
+    try:
+        proc = b.start_agent()
+        time.sleep(args.settle)
+        rss0, pss0 = memory(proc.pid)
+        for i in range(args.pods):
+            b.put_manifest(f"p{i}.yaml", pod_manifest(f"p{i}", "exec sleep 3600"))
+        deadline = time.monotonic() + 120
+        while running_pods(b) < args.pods and time.monotonic() < deadline:
+            time.sleep(0.5)
+        n = running_pods(b)
+        time.sleep(args.settle)
+        rss1, pss1 = memory(proc.pid)
+        c0 = cpu_seconds(proc.pid)
+        time.sleep(args.idle)
+        c1 = cpu_seconds(proc.pid)
+        rss2, pss2 = memory(proc.pid)
+    finally:
+        b.close()
+    print(f"machine: {machine()}")
+    print(f"agent idle, 0 pods:        VmRSS {rss0:.1f} MB  PSS {pss0:.1f} MB")
+    print(f"agent idle, {n} pods:       VmRSS {rss1:.1f} MB  PSS {pss1:.1f} MB  (after {args.idle:.0f} s: {rss2:.1f} / {pss2:.1f} MB)")
+    used = c1 - c0
+    print(f"CPU over {args.idle:.0f} s idle with {n} pods: {used:.2f} s  = {100*used/args.idle:.2f} % of one core")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,159 @@
+"""The sync loop: selects on config changes, lifecycle events, a 1 s tick and housekeeping (kubelet syncLoopIteration)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterable
+
+from edgelet.podconfig import ConfigState, merge
+from edgelet.util.log import get_logger
+
+if TYPE_CHECKING:
+    from edgelet.api.types import Pod
+    from edgelet.sources import SourceSnapshot
+    from edgelet.status.publisher import StatusPublisher
+    from edgelet.sync.workers import PodWorkers, SyncResult
+    from edgelet.util.clock import Clock
+
+log = get_logger(__name__)
+
+TICK = 1.0
+HOUSEKEEPING_PERIOD = 2.0
+
+
+@dataclass(frozen=True)
+class _Config:
+    snapshot: "SourceSnapshot"
+
+
+@dataclass(frozen=True)
+class _Lifecycle:
+    uids: frozenset[str]
+
+
+@dataclass(frozen=True)
+class _ResyncAll:
+    pass
+
+
+class SyncLoop:
+    """Owns the merged config and tells the pod workers what to do.
+
+    `expected_sources` must each send one snapshot before anything the
+    runtime holds is treated as an orphan (kubelet's sourcesReady), so a
+    restart never kills pods whose source has not been read yet.
+    """
+
+    def __init__(
+        self,
+        *,
+        workers: "PodWorkers",
+        publisher: "StatusPublisher",
+        clock: "Clock",
+        expected_sources: Iterable[str],
+        runtime_uids=None,
+    ) -> None:
+        self._workers = workers
+        self._publisher = publisher
+        self._clock = clock
+        self._expected = frozenset(expected_sources)
+        self._runtime_uids = runtime_uids  # callable returning the uids the runtime holds (from PLEG)
+        self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        self.config = ConfigState()
+        self._desired: dict[str, "Pod"] = {}
+        self._requeue: dict[str, float] = {}
+        self._next_housekeeping = 0.0
+        self.first_sync_done = asyncio.Event()
+
+    # Producers (sources, PLEG, image import) call these.
+    async def emit_config(self, snapshot: "SourceSnapshot") -> None:
+        self._queue.put_nowait(_Config(snapshot))
+
+    def emit_lifecycle(self, uids: Iterable[str]) -> None:
+        self._queue.put_nowait(_Lifecycle(frozenset(uids)))
+
+    def resync_all(self) -> None:
+        self._queue.put_nowait(_ResyncAll())
+
+    # Callbacks from the pod workers.
+    def on_result(self, uid: str, result: "SyncResult") -> None:
+        if result.requeue_after is None:
+            self._requeue.pop(uid, None)
+        else:
+            self._requeue[uid] = self._clock.monotonic() + result.requeue_after
+
+    def on_terminated(self, uid: str) -> None:
+        self._requeue.pop(uid, None)
+        self._publisher.remove(uid)
+        # The same UID may have been added back while it was terminating.
+        if uid in self._desired:
+            self._workers.sync(self._desired[uid])
+
+    @property
+    def sources_ready(self) -> bool:
+        return self._expected <= self.config.seen_sources
+
+    def desired(self) -> dict[str, "Pod"]:
+        return dict(self._desired)
+
+    def apply_snapshot(self, snapshot: "SourceSnapshot") -> None:
+        """Merge one snapshot and dispatch the changes (also used directly by --runonce)."""
+        self.config, changes = merge(self.config, snapshot, self._clock.now())
+        self._publisher.set_config(self.config)
+        for e in snapshot.errors:
+            log.warning("Manifest rejected", source=e.source, origin=e.origin, pod=e.pod, err=e.message)
+        for r in self.config.rejected:
+            log.debug("Pod rejected", pod=r.pod, origin=r.origin, reason=r.reason, err=r.message)
+        for ch in changes:
+            uid = ch.pod.metadata.uid
+            if ch.op == "REMOVE":
+                log.info("Pod removed from config", pod=_full(ch.pod), uid=uid)
+                self._desired.pop(uid, None)
+                self._workers.terminate(uid, ch.pod)
+            elif ch.op in ("ADD", "UPDATE"):
+                log.info("Pod in config", op=ch.op, pod=_full(ch.pod), uid=uid)
+                self._desired[uid] = ch.pod
+                self._workers.sync(ch.pod)
+            else:  # RECONCILE: status-only; nothing to do on the device
+                self._desired[uid] = ch.pod
+
+    def housekeeping(self) -> None:
+        """Terminate what the runtime runs but no source wants (only once every source has spoken)."""
+        if not self.sources_ready or self._runtime_uids is None:
+            return
+        for uid in self._runtime_uids():
+            if uid not in self._desired and not self._workers.is_terminating(uid):
+                log.info("Cleaning up orphaned pod", uid=uid)
+                self._workers.terminate(uid, None)
+
+    async def run(self) -> None:
+        while True:
+            now = self._clock.monotonic()
+            timeout = max(0.0, min(TICK, self._next_housekeeping - now)) if self._next_housekeeping else TICK
+            try:
+                item = await asyncio.wait_for(self._queue.get(), timeout=timeout)
+            except asyncio.TimeoutError:
+                item = None
+            if isinstance(item, _Config):
+                self.apply_snapshot(item.snapshot)
+            elif isinstance(item, _Lifecycle):
+                for uid in item.uids:
+                    if uid in self._desired:
+                        self._workers.sync(self._desired[uid])
+            elif isinstance(item, _ResyncAll):
+                for pod in self._desired.values():
+                    self._workers.sync(pod)
+            # Tick: pods whose back-off or retry time has come.
+            now = self._clock.monotonic()
+            for uid, at in list(self._requeue.items()):
+                if at <= now and uid in self._desired:
+                    del self._requeue[uid]
+                    self._workers.sync(self._desired[uid])
+            if now >= self._next_housekeeping:
+                self._next_housekeeping = now + HOUSEKEEPING_PERIOD
+                self.housekeeping()
+
+
+def _full(pod: "Pod") -> str:
+    return f"{pod.metadata.namespace}/{pod.metadata.name}"

@@ -1,0 +1,140 @@
+"""Pod workers: one serialised task per pod that applies sync decisions to the runtime.
+
+Each pod UID has at most one task running at a time; updates that arrive
+while it works replace each other, so the newest pending update wins
+(kubelet pod_workers.go). A pod that is told to terminate never syncs again
+under the same worker; if the same UID is added back after it has fully
+terminated, a fresh worker starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, Protocol
+
+from edgelet.util.log import get_logger
+
+if TYPE_CHECKING:
+    from edgelet.api.types import Pod
+
+log = get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class SyncResult:
+    """What one sync asks of the loop: when to look at the pod again (None = on the next event)."""
+
+    requeue_after: float | None = None
+
+
+class PodSyncer(Protocol):
+    """The side-effect half of a sync (see sync.syncpod)."""
+
+    async def sync_pod(self, pod: "Pod") -> SyncResult: ...
+
+    async def terminate_pod(self, uid: str, pod: "Pod | None") -> None: ...
+
+
+@dataclass
+class _Work:
+    kind: Literal["sync", "terminate"]
+    pod: "Pod | None"
+
+
+@dataclass
+class _Worker:
+    task: asyncio.Task | None = None
+    pending: _Work | None = None
+    terminating: bool = False
+
+
+class PodWorkers:
+    """Dispatches pod work; `on_result(uid, result)` tells the loop when to requeue."""
+
+    def __init__(self, syncer: PodSyncer, on_result=None, on_terminated=None) -> None:
+        self._syncer = syncer
+        self._workers: dict[str, _Worker] = {}
+        self._on_result = on_result or (lambda uid, result: None)
+        self._on_terminated = on_terminated or (lambda uid: None)
+
+    def is_terminating(self, uid: str) -> bool:
+        w = self._workers.get(uid)
+        return bool(w and w.terminating)
+
+    def known(self) -> set[str]:
+        return set(self._workers)
+
+    def sync(self, pod: "Pod") -> None:
+        uid = pod.metadata.uid
+        w = self._workers.get(uid)
+        if w is not None and w.terminating:
+            # kubelet: a terminating pod cannot be resurrected by an update to the same UID.
+            log.debug("Ignoring sync of a terminating pod", pod=uid)
+            return
+        self._submit(uid, _Work("sync", pod))
+
+    def terminate(self, uid: str, pod: "Pod | None") -> None:
+        w = self._workers.get(uid)
+        if w is not None and w.terminating:
+            return
+        self._submit(uid, _Work("terminate", pod))
+
+    def _submit(self, uid: str, work: _Work) -> None:
+        w = self._workers.get(uid)
+        if w is None:
+            w = self._workers[uid] = _Worker()
+        if work.kind == "terminate":
+            w.terminating = True
+        w.pending = work
+        if w.task is None or w.task.done():
+            w.task = asyncio.get_running_loop().create_task(self._run(uid, w), name=f"pod-worker-{uid}")
+
+    async def _run(self, uid: str, w: _Worker) -> None:
+        while w.pending is not None:
+            work, w.pending = w.pending, None
+            if work.kind == "terminate":
+                await self._terminate(uid, work.pod)
+                return
+            try:
+                result = await self._syncer.sync_pod(work.pod)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a loop never dies: log, and the next sync retries
+                log.error("Error syncing pod", exc, pod=_name(work.pod), uid=uid)
+                result = SyncResult(requeue_after=5.0)
+            self._on_result(uid, result)
+
+    async def _terminate(self, uid: str, pod: "Pod | None") -> None:
+        while True:
+            try:
+                await self._syncer.terminate_pod(uid, pod)
+                break
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.error("Error terminating pod, will retry", exc, pod=_name(pod), uid=uid)
+                await asyncio.sleep(2.0)
+        self._workers.pop(uid, None)
+        self._on_terminated(uid)
+
+    async def wait_idle(self) -> None:
+        """Wait until no worker has work (for --runonce and tests)."""
+        while True:
+            tasks = [w.task for w in self._workers.values() if w.task is not None and not w.task.done()]
+            if not tasks:
+                return
+            await asyncio.wait(tasks)
+
+    async def shutdown(self) -> None:
+        """Cancel the workers; containers keep running (kubelet leaves pods alone when it stops)."""
+        tasks = [w.task for w in self._workers.values() if w.task is not None and not w.task.done()]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _name(pod: "Pod | None") -> str | None:
+    if pod is None or pod.metadata is None:
+        return None
+    return f"{pod.metadata.namespace}/{pod.metadata.name}"

@@ -1,0 +1,107 @@
+"""FakeRuntime and FakeImageStore: in-memory stand-ins that record calls, for sync tests without root."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+from pathlib import Path
+
+from edgelet.images.types import ImageConfig, ImageRecord
+from edgelet.runtime.types import ContainerRecord, PodRuntimeStatus, SandboxRecord
+
+_ids = itertools.count(1)
+
+
+class FakeImageStore:
+    def __init__(self, refs: tuple[str, ...] = ("edgelet.local/busybox:1.36",)) -> None:
+        self.records = {
+            r: ImageRecord(id=f"sha256:{i:064x}", digest=f"sha256:{i+100:064x}", references=(r,),
+                           config=ImageConfig(cmd=("sh",)), layers=(Path("/nonexistent"),))
+            for i, r in enumerate(refs)
+        }
+
+    def get(self, ref: str) -> ImageRecord | None:
+        return self.records.get(ref)
+
+
+class FakeRuntime:
+    """Keeps sandboxes and containers in dicts; `exit(id, code)` simulates a container's death."""
+
+    def __init__(self, clock) -> None:
+        self.clock = clock
+        self.sandboxes: dict[str, SandboxRecord] = {}
+        self.containers: dict[str, ContainerRecord] = {}
+        self.calls: list[tuple] = []
+        self.fail_create: set[str] = set()  # container names whose create fails
+
+    async def list_pods(self) -> dict[str, PodRuntimeStatus]:
+        uids = {s.pod_uid for s in self.sandboxes.values()} | {c.pod_uid for c in self.containers.values()}
+        return {u: await self.pod_status(u) for u in uids}
+
+    async def pod_status(self, uid: str) -> PodRuntimeStatus:
+        sbs = tuple(sorted((s for s in self.sandboxes.values() if s.pod_uid == uid), key=lambda s: -s.created_at))
+        cs = tuple(sorted((c for c in self.containers.values() if c.pod_uid == uid), key=lambda c: -c.created_at))
+        name = ns = ""
+        if sbs:
+            name, ns = sbs[0].pod_name, sbs[0].pod_namespace
+        return PodRuntimeStatus(uid=uid, name=name, namespace=ns, sandboxes=sbs, containers=cs)
+
+    async def run_sandbox(self, pod, attempt: int) -> SandboxRecord:
+        self.calls.append(("run_sandbox", pod.metadata.name, attempt))
+        sid = f"sb{next(_ids)}"
+        rec = SandboxRecord(id=sid, pod_uid=pod.metadata.uid, pod_name=pod.metadata.name,
+                            pod_namespace=pod.metadata.namespace, attempt=attempt, state="running",
+                            pid=1000 + len(self.sandboxes), created_at=self.clock.now() + next(_ids) * 1e-6)
+        self.sandboxes[sid] = rec
+        return rec
+
+    async def stop_sandbox(self, sandbox_id: str) -> None:
+        self.calls.append(("stop_sandbox", sandbox_id))
+        self.sandboxes[sandbox_id] = replace(self.sandboxes[sandbox_id], state="exited", pid=None)
+
+    async def create_container(self, pod, container, sandbox, image, attempt, container_type="regular") -> str:
+        from edgelet.api.hash import container_hash
+
+        self.calls.append(("create_container", container.name, attempt))
+        if container.name in self.fail_create:
+            raise OSError(f"create failed for {container.name}")
+        cid = f"c{next(_ids)}"
+        self.containers[cid] = ContainerRecord(
+            id=cid, pod_uid=pod.metadata.uid, pod_name=pod.metadata.name, pod_namespace=pod.metadata.namespace,
+            name=container.name, attempt=attempt, spec_hash=container_hash(container), sandbox_id=sandbox.id,
+            state="created", pid=None, created_at=self.clock.now() + next(_ids) * 1e-6, image=container.image,
+            image_id=image.id, container_type=container_type,
+        )
+        return cid
+
+    async def start_container(self, container_id: str) -> None:
+        self.calls.append(("start_container", container_id))
+        c = self.containers[container_id]
+        self.containers[container_id] = replace(c, state="running", pid=2000 + next(_ids), started_at=self.clock.now())
+
+    def exit(self, container_id: str, code: int) -> None:
+        c = self.containers[container_id]
+        self.containers[container_id] = replace(
+            c, state="exited", pid=None, exit_code=code, finished_at=self.clock.now(),
+            reason="Completed" if code == 0 else "Error",
+        )
+
+    async def stop_container(self, container_id: str, grace: float, signal: str = "SIGTERM") -> None:
+        self.calls.append(("stop_container", container_id, grace, signal))
+        if self.containers.get(container_id, None) is not None and self.containers[container_id].state != "exited":
+            self.exit(container_id, 137)
+
+    async def remove_container(self, container_id: str) -> None:
+        self.calls.append(("remove_container", container_id))
+        self.containers.pop(container_id, None)
+        self.sandboxes.pop(container_id, None)
+
+    async def remove_pod(self, uid: str) -> None:
+        self.calls.append(("remove_pod", uid))
+        for k in [k for k, s in self.sandboxes.items() if s.pod_uid == uid]:
+            del self.sandboxes[k]
+        for k in [k for k, c in self.containers.items() if c.pod_uid == uid]:
+            del self.containers[k]
+
+    def running(self, uid: str | None = None) -> list[ContainerRecord]:
+        return [c for c in self.containers.values() if c.state == "running" and (uid is None or c.pod_uid == uid)]

@@ -1,0 +1,127 @@
+"""End-to-end fixtures: a real edgelet agent process on temp dirs with real runc, conmon and cgroups."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from edgelet.runtime.types import RuntimePaths
+
+IMAGE = "edgelet.local/busybox:1.36"
+
+
+@pytest.fixture(scope="session")
+def busybox_archive(tmp_path_factory) -> Path:
+    from edgelet.testing.images import build_busybox_image
+
+    out = tmp_path_factory.mktemp("images") / "busybox.oci.tar"
+    return build_busybox_image(out, name=IMAGE, fmt="oci-archive")
+
+
+def wait_for(predicate, timeout: float = 20.0, interval: float = 0.05, what: str = "condition"):
+    """Poll until `predicate()` returns something truthy; fail naming `what` (no timing asserted)."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = predicate()
+        except (OSError, ValueError, KeyError):
+            last = None
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last value: {last!r}")
+
+
+class AgentProc:
+    """One edgelet process on a test's dirs; restartable to test adoption."""
+
+    def __init__(self, paths: RuntimePaths, manifests: Path, archive: Path) -> None:
+        self.paths = paths
+        self.manifests = manifests
+        self.proc: subprocess.Popen | None = None
+        self.log_path = paths.root_dir.parent / "agent.log"
+        import_dir = paths.root_dir / "images" / "import"
+        import_dir.mkdir(parents=True, exist_ok=True)
+        shutil.copy(archive, import_dir / archive.name)
+        manifests.mkdir(parents=True, exist_ok=True)
+
+    def argv(self, *extra: str) -> list[str]:
+        return [
+            sys.executable, "-m", "edgelet",
+            "--pod-manifest-path", str(self.manifests),
+            "--root-dir", str(self.paths.root_dir),
+            "--run-dir", str(self.paths.run_dir),
+            "--log-dir", str(self.paths.log_dir),
+            "--cgroup-root", self.paths.cgroup_root,
+            "--hostname-override", "testnode",
+            "--config", "/dev/null",
+            "-v", "2",
+            *extra,
+        ]
+
+    def start(self, *extra: str) -> None:
+        self._log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(self.argv(*extra), stdout=self._log, stderr=subprocess.STDOUT)
+
+    def run_once(self, *extra: str, timeout: float = 120) -> subprocess.CompletedProcess:
+        return subprocess.run(self.argv("--runonce", *extra), capture_output=True, text=True, timeout=timeout)
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+        rc = self.proc.wait(timeout=30)
+        self.proc = None
+        self._log.close()
+        return rc
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def snapshot(self) -> dict:
+        return json.loads((self.paths.root_dir / "state" / "pods.json").read_text())
+
+    def pod(self, name: str) -> dict | None:
+        """The pods-table row of the pod named `name` (without the node suffix)."""
+        for row in self.snapshot()["pods"]:
+            if row["name"] == f"{name}-testnode":
+                return row
+        return None
+
+    def runc_list(self) -> list[dict]:
+        out = subprocess.run(
+            ["runc", "--root", str(self.paths.runc_root), "list", "--format", "json"],
+            capture_output=True, text=True,
+        )
+        return json.loads(out.stdout or "null") or []
+
+    def containers_of(self, pod: str) -> list[dict]:
+        full = f"{pod}-testnode"
+        return [c for c in self.runc_list() if (c.get("annotations") or {}).get("io.kubernetes.pod.name") == full]
+
+    def write_manifest(self, filename: str, text: str) -> Path:
+        """Atomic rename into the manifest directory, as a careful user (or config tool) does."""
+        tmp = self.manifests.parent / f".{filename}.tmp"
+        tmp.write_text(text)
+        dest = self.manifests / filename
+        os.rename(tmp, dest)
+        return dest
+
+
+@pytest.fixture
+def agent(runtime_paths: RuntimePaths, busybox_archive: Path):
+    a = AgentProc(runtime_paths, runtime_paths.root_dir.parent / "manifests", busybox_archive)
+    yield a
+    if a.proc is not None:
+        a.proc.kill()
+        a.proc.wait()
+    if os.environ.get("EDGELET_TEST_SHOW_LOG"):
+        print(a.log())

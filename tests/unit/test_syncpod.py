@@ -1,0 +1,125 @@
+"""Syncer over FakeRuntime with the real decisions: restart policies, back-off, adoption, termination."""
+
+from __future__ import annotations
+
+import asyncio
+
+import msgspec
+
+from edgelet.api.static import make_static_pod
+from edgelet.api.types import Pod
+from edgelet.sync.syncpod import Syncer
+from edgelet.testing.fakes import FakeImageStore, FakeRuntime
+from edgelet.util.backoff import Backoff
+from edgelet.util.clock import FakeClock
+
+IMAGE = "edgelet.local/busybox:1.36"
+
+
+def make_pod(name: str, restart: str = "Always", containers=("c",), image: str = IMAGE, policy: str | None = None) -> Pod:
+    spec = {
+        "restartPolicy": restart,
+        "containers": [{"name": c, "image": image, **({"imagePullPolicy": policy} if policy else {})} for c in containers],
+    }
+    raw = msgspec.convert({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}, Pod)
+    return make_static_pod(raw, node_name="node", source="file", origin=f"/m/{name}.yaml")
+
+
+class Harness:
+    def __init__(self) -> None:
+        self.clock = FakeClock()
+        self.rt = FakeRuntime(self.clock)
+        self.published = {}
+        self.syncer = Syncer(self.rt, FakeImageStore(), Backoff(), self.clock,
+                             publish=lambda pod, rt, st: self.published.__setitem__(pod.metadata.uid, (rt, dict(st.waiting))))
+
+    def sync(self, pod):
+        return asyncio.run(self.syncer.sync_pod(pod))
+
+
+def test_first_sync_creates_sandbox_and_starts_containers():
+    h = Harness()
+    pod = make_pod("web", containers=("a", "b"))
+    h.sync(pod)
+    assert [c[0] for c in h.rt.calls] == ["run_sandbox", "create_container", "start_container", "create_container", "start_container"]
+    assert len(h.rt.running(pod.metadata.uid)) == 2
+    # A second sync changes nothing: everything runs with the right hash (this is also adoption).
+    h.rt.calls.clear()
+    h.sync(pod)
+    assert h.rt.calls == []
+
+
+def test_crash_loop_backs_off_and_counts_restarts():
+    h = Harness()
+    pod = make_pod("crash")
+    h.sync(pod)
+    (c,) = h.rt.running()
+    h.rt.exit(c.id, 1)
+    h.sync(pod)  # first restart is immediate (kubelet doBackOff), attempt 1
+    (c1,) = h.rt.running()
+    assert c1.attempt == 1
+    h.rt.exit(c1.id, 1)
+    res = h.sync(pod)  # now within back-off: waits
+    assert not h.rt.running()
+    rt, waiting = h.published[pod.metadata.uid]
+    assert waiting["c"][0] == "CrashLoopBackOff"
+    assert res.requeue_after is not None and res.requeue_after > 0
+    h.clock.advance(res.requeue_after)
+    h.sync(pod)
+    (c2,) = h.rt.running()
+    assert c2.attempt == 2
+
+
+def test_never_does_not_restart_and_onfailure_completes():
+    h = Harness()
+    never = make_pod("never", restart="Never")
+    h.sync(never)
+    (c,) = h.rt.running(never.metadata.uid)
+    h.rt.exit(c.id, 4)
+    h.sync(never)
+    assert not h.rt.running(never.metadata.uid)
+    assert not [x for x in h.rt.calls if x[0] == "create_container" and x[2] > 0]
+
+    ok = make_pod("ok", restart="OnFailure")
+    h.sync(ok)
+    (c,) = h.rt.running(ok.metadata.uid)
+    h.rt.exit(c.id, 0)
+    h.sync(ok)
+    assert not h.rt.running(ok.metadata.uid)
+    # The finished pod's pause process is stopped, its exited container kept as status.
+    assert all(s.state == "exited" for s in h.rt.sandboxes.values() if s.pod_uid == ok.metadata.uid)
+    assert [c for c in h.rt.containers.values() if c.pod_uid == ok.metadata.uid]
+
+
+def test_missing_image_never_pull_is_a_waiting_reason_not_a_crash():
+    h = Harness()
+    pod = make_pod("noimg", image="edgelet.local/absent:1", policy="Never")
+    h.sync(pod)
+    _, waiting = h.published[pod.metadata.uid]
+    assert waiting["c"][0] == "ErrImageNeverPull"
+    assert "not present with pull policy of Never" in waiting["c"][1]
+
+
+def test_dead_sandbox_recreated_keeps_restart_count():
+    h = Harness()
+    pod = make_pod("sb")
+    h.sync(pod)
+    (sb,) = h.rt.sandboxes.values()
+    asyncio.run(h.rt.stop_sandbox(sb.id))
+    (c,) = h.rt.running()
+    h.rt.exit(c.id, 137)
+    h.sync(pod)
+    (c1,) = h.rt.running()
+    assert c1.attempt == 1
+    assert any(s.state == "running" and s.attempt == 1 for s in h.rt.sandboxes.values())
+
+
+def test_terminate_stops_with_grace_and_removes_everything():
+    h = Harness()
+    pod = make_pod("gone")
+    h.sync(pod)
+    asyncio.run(h.syncer.terminate_pod(pod.metadata.uid, pod))
+    stops = [c for c in h.rt.calls if c[0] == "stop_container"]
+    assert stops and stops[0][2] == 30.0 and stops[0][3] == "SIGTERM"
+    assert ("remove_pod", pod.metadata.uid) in h.rt.calls
+    assert not h.rt.containers and not h.rt.sandboxes

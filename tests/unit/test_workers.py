@@ -1,0 +1,94 @@
+"""PodWorkers: one serialised task per pod, newest pending update wins, terminate is final."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+from edgelet.sync.workers import PodWorkers, SyncResult
+
+
+def fake_pod(uid: str, version: int):
+    return SimpleNamespace(metadata=SimpleNamespace(uid=uid, name=f"p-{uid}", namespace="default"), version=version)
+
+
+class RecordingSyncer:
+    def __init__(self) -> None:
+        self.log: list[tuple] = []
+        self.active: set[str] = set()
+        self.overlap = False
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.fail_once = True
+
+    async def sync_pod(self, pod) -> SyncResult:
+        uid = pod.metadata.uid
+        if uid in self.active:
+            self.overlap = True
+        self.active.add(uid)
+        await self.gate.wait()
+        await asyncio.sleep(0)
+        self.active.discard(uid)
+        self.log.append(("sync", uid, pod.version))
+        if pod.version == 99 and self.fail_once:
+            self.fail_once = False
+            raise RuntimeError("boom")
+        return SyncResult(requeue_after=None)
+
+    async def terminate_pod(self, uid, pod) -> None:
+        self.log.append(("terminate", uid))
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_newest_pending_update_wins_and_syncs_are_serialised():
+    async def go():
+        s = RecordingSyncer()
+        w = PodWorkers(s)
+        s.gate.clear()
+        w.sync(fake_pod("a", 1))
+        await asyncio.sleep(0)
+        for v in (2, 3, 4):
+            w.sync(fake_pod("a", v))
+        s.gate.set()
+        await w.wait_idle()
+        return s
+
+    s = run(go())
+    assert s.log == [("sync", "a", 1), ("sync", "a", 4)]
+    assert not s.overlap
+
+
+def test_pods_sync_concurrently_and_terminate_is_final():
+    async def go():
+        s = RecordingSyncer()
+        terminated = []
+        w = PodWorkers(s, on_terminated=terminated.append)
+        w.sync(fake_pod("a", 1))
+        w.sync(fake_pod("b", 1))
+        await w.wait_idle()
+        w.terminate("a", None)
+        w.sync(fake_pod("a", 2))  # ignored: a terminating UID is not resurrected
+        await w.wait_idle()
+        return s, terminated, w
+
+    s, terminated, w = run(go())
+    assert ("terminate", "a") in s.log
+    assert ("sync", "a", 2) not in s.log
+    assert terminated == ["a"]
+    assert "a" not in w.known()
+
+
+def test_a_failing_sync_is_logged_and_requeued():
+    async def go():
+        s = RecordingSyncer()
+        results = []
+        w = PodWorkers(s, on_result=lambda uid, r: results.append((uid, r)))
+        w.sync(fake_pod("x", 99))
+        await w.wait_idle()
+        return results
+
+    results = run(go())
+    assert results == [("x", SyncResult(requeue_after=5.0))]
