@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Mapping
 import msgspec
 
 from edgelet.podconfig import ConfigState, PodChange, RejectedPod
-from edgelet.sources import SOURCE_ORDER
+from edgelet.sources import ORIGIN_ANNOTATION, SOURCE_ORDER
 
 if TYPE_CHECKING:
     from edgelet.api.types import Pod
@@ -31,7 +31,6 @@ if TYPE_CHECKING:
 SOURCE_ANNOTATION = "kubernetes.io/config.source"
 SEEN_ANNOTATION = "kubernetes.io/config.seen"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
-ORIGIN_ANNOTATION = "edgelet.io/origin"
 EDGELET_ANNOTATION_PREFIX = "edgelet.io/"
 
 # kubelet config.go localAnnotations: set by the kubelet itself, never a reason to update a pod.
