@@ -1,0 +1,83 @@
+"""Errors of the image subsystem, each carrying the archive, blob, path or reference it is about.
+
+Hierarchy::
+
+    ImageError                      anything that went wrong with an image
+    ├── InvalidReference            a reference or digest string that does not parse (also a ValueError)
+    ├── ImageNotFound               no image in the store matches a reference (also a KeyError)
+    ├── ArchiveError                an archive is malformed: missing/oversized JSON, bad structure
+    │   └── PlatformNotFound        no manifest for this machine's os/architecture
+    ├── BlobError                   a blob is missing, or its digest or size does not match
+    ├── UnpackError                 a layer tar could not be applied
+    │   └── UnsafeLayerError        a member would write outside the root or through a symlink
+    └── StoreError                  the store's own files cannot be read or written
+
+Adapters wrap OSError, tarfile and JSON errors at the boundary with `raise ... from exc`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class ImageError(Exception):
+    """Base class; `str()` is a complete sentence naming what failed and where."""
+
+
+class InvalidReference(ImageError, ValueError):
+    def __init__(self, reference: str, reason: str) -> None:
+        self.reference = reference
+        self.reason = reason
+        super().__init__(f"invalid image reference {reference!r}: {reason}")
+
+
+class ImageNotFound(ImageError, KeyError):
+    def __init__(self, reference: str) -> None:
+        self.reference = reference
+        super().__init__(reference)
+
+    def __str__(self) -> str:
+        return f"image {self.reference!r} is not in the store"
+
+
+class ArchiveError(ImageError):
+    def __init__(self, archive: Path | str, reason: str) -> None:
+        self.archive = str(archive)
+        self.reason = reason
+        super().__init__(f"image archive {self.archive}: {reason}")
+
+
+class PlatformNotFound(ArchiveError):
+    def __init__(self, archive: Path | str, wanted: str, available: list[str]) -> None:
+        self.wanted = wanted
+        self.available = available
+        super().__init__(archive, f"no image for platform {wanted} (available: {', '.join(available) or 'none'})")
+
+
+class BlobError(ImageError):
+    def __init__(self, digest: str, reason: str, *, source: Path | str | None = None) -> None:
+        self.digest = digest
+        self.reason = reason
+        self.source = str(source) if source is not None else None
+        where = f" from {self.source}" if self.source else ""
+        super().__init__(f"blob {digest}{where}: {reason}")
+
+
+class UnpackError(ImageError):
+    def __init__(self, layer: Path | str, reason: str, *, member: str | None = None) -> None:
+        self.layer = str(layer)
+        self.member = member
+        self.reason = reason
+        what = f" member {member!r}" if member is not None else ""
+        super().__init__(f"layer {self.layer}{what}: {reason}")
+
+
+class UnsafeLayerError(UnpackError):
+    """A member tried to escape the root (`..`, a symlinked parent, a hardlink out); nothing outside was written."""
+
+
+class StoreError(ImageError):
+    def __init__(self, path: Path | str, reason: str) -> None:
+        self.path = str(path)
+        self.reason = reason
+        super().__init__(f"image store {self.path}: {reason}")
