@@ -1,0 +1,112 @@
+"""The one place edgelet starts subprocesses: asyncio processes with timeouts and errors that carry context."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from edgelet.runtime.errors import ExecError, ExecTimeout
+
+
+@dataclass(frozen=True)
+class Completed:
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: bytes
+    stderr: bytes
+
+
+async def run(
+    argv: Sequence[str],
+    *,
+    timeout: float | None = 30,
+    input: bytes | None = None,
+    check: bool = True,
+    env: Mapping[str, str] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+    pass_fds: Sequence[int] = (),
+    daemonizes: bool = False,
+) -> Completed:
+    """Run `argv` to completion and capture its output.
+
+    Raises ExecError (with the command, exit code and stderr tail) when it exits
+    non-zero and `check` is set, ExecTimeout after killing it when `timeout`
+    passes. `env` replaces the environment; `pass_fds` are inherited by the child.
+
+    `daemonizes`: the command forks a long-lived child (conmon) that may keep
+    inherited stdio open, so its output goes to a temp file instead of pipes and
+    only the direct child's exit is awaited (with pipes, waiting for EOF would
+    wait for the daemon).
+    """
+    argv = tuple(str(a) for a in argv)
+    if daemonizes:
+        return await _run_daemonizing(argv, timeout=timeout, check=check, env=env, cwd=cwd, pass_fds=pass_fds)
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.PIPE if input is not None else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=dict(env) if env is not None else None,
+            cwd=cwd,
+            pass_fds=tuple(pass_fds),
+        )
+    except OSError as exc:
+        raise ExecError(argv, None, message=f"cannot start: {exc}") from exc
+    try:
+        stdout, stderr = await asyncio.wait_for(proc.communicate(input), timeout)
+    except asyncio.TimeoutError as exc:
+        await _kill(proc)
+        raise ExecTimeout(argv, timeout or 0.0) from exc
+    except asyncio.CancelledError:
+        # Shutdown: do not leave a half-finished runc/conmon invocation behind us.
+        await _kill(proc)
+        raise
+    assert proc.returncode is not None
+    done = Completed(argv, proc.returncode, stdout, stderr)
+    if check and proc.returncode != 0:
+        raise ExecError(argv, proc.returncode, stderr or stdout)
+    return done
+
+
+async def _run_daemonizing(argv, *, timeout, check, env, cwd, pass_fds) -> Completed:
+    with tempfile.TemporaryFile() as out:
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
+                env=dict(env) if env is not None else None,
+                cwd=cwd,
+                pass_fds=tuple(pass_fds),
+            )
+        except OSError as exc:
+            raise ExecError(argv, None, message=f"cannot start: {exc}") from exc
+        try:
+            await asyncio.wait_for(proc.wait(), timeout)
+        except asyncio.TimeoutError as exc:
+            await _kill(proc)
+            raise ExecTimeout(argv, timeout or 0.0) from exc
+        except asyncio.CancelledError:
+            await _kill(proc)
+            raise
+        out.seek(0)
+        output = out.read(64 * 1024)
+    assert proc.returncode is not None
+    if check and proc.returncode != 0:
+        raise ExecError(argv, proc.returncode, output)
+    return Completed(argv, proc.returncode, b"", output)
+
+
+async def _kill(proc: asyncio.subprocess.Process) -> None:
+    if proc.returncode is None:
+        try:
+            proc.kill()
+        except ProcessLookupError:
+            pass
+    # Reap it (and close its pipes) so no zombie or ResourceWarning is left.
+    await asyncio.shield(proc.wait())

@@ -1,0 +1,167 @@
+"""Launching a container under conmon: the pure argv builder and the create handshake over conmon's sync pipe.
+
+conmon double-forks (so the container's monitor outlives edgelet), runs
+`runc create`, then reports on the pipe named by `_OCI_SYNCPIPE` one JSON
+line: `{"data": <container pid>}` on success, `{"data": -1, "message":
+"<runc stderr>"}` on failure (or nothing, and EOF, when conmon itself dies).
+It then holds the container's stdio, writes the CRI-format log
+(`k8s-file`), and on exit writes the exit code (128+signal when killed by a
+signal) to `<exit-dir>/<id>` and to `<persist-dir>/exit`; an OOM kill leaves
+a file `oom` in the persist dir.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+from edgelet.runtime import _exec
+from edgelet.runtime.errors import CreateContainerError, ExecError, stderr_tail
+
+PIDFILE = "pidfile"
+CONMON_PIDFILE = "conmon.pid"
+
+
+@dataclass(frozen=True)
+class ConmonArgs:
+    conmon: str
+    runtime: str  # absolute path of runc: conmon execs it directly
+    runtime_root: Path
+    container_id: str
+    name: str
+    bundle: Path
+    log_path: Path  # "/dev/null" is allowed
+    exit_dir: Path
+    socket_dir: Path
+    log_level: str = "error"
+    log_size_max: int | None = None
+
+
+def conmon_argv(a: ConmonArgs) -> list[str]:
+    """The conmon command line (runtime args are global runc flags, placed before `create`)."""
+    argv = [
+        a.conmon,
+        "--api-version", "1",
+        "-c", a.container_id,
+        "-u", a.container_id,
+        "-n", a.name,
+        "-r", a.runtime,
+        "--runtime-arg", "--root",
+        "--runtime-arg", str(a.runtime_root),
+        "-b", str(a.bundle),
+        "-p", str(a.bundle / PIDFILE),
+        "--conmon-pidfile", str(a.bundle / CONMON_PIDFILE),
+        "-l", f"k8s-file:{a.log_path}",
+        "--exit-dir", str(a.exit_dir),
+        # The persist dir gets `exit` and `oom` files next to the bundle, so an OOM kill is visible.
+        "--persist-dir", str(a.bundle),
+        "--socket-dir-path", str(a.socket_dir),
+        "--log-level", a.log_level,
+    ]
+    if a.log_size_max is not None:
+        argv += ["--log-size-max", str(a.log_size_max)]
+    return argv
+
+
+def parse_sync_message(line: bytes) -> tuple[int, str]:
+    """(data, message) of one sync-pipe line; raises ValueError when it is not conmon's JSON."""
+    doc = json.loads(line)
+    if not isinstance(doc, dict) or not isinstance(doc.get("data"), int):
+        raise ValueError(f"unexpected conmon sync message: {line[:200]!r}")
+    return doc["data"], str(doc.get("message", ""))
+
+
+def read_pidfile(path: Path) -> int | None:
+    try:
+        text = path.read_text().strip()
+    except FileNotFoundError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def conmon_pid(bundle: Path) -> int | None:
+    return read_pidfile(bundle / CONMON_PIDFILE)
+
+
+def is_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie still answers kill(0); it no longer runs.
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
+def kill_conmon(bundle: Path) -> None:
+    """SIGKILL the conmon of a bundle (only used to undo a failed create)."""
+    pid = conmon_pid(bundle)
+    if pid and is_alive(pid):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            return
+        # Guard against pid reuse: only kill a conmon that names this bundle.
+        if str(bundle).encode() in cmdline:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+async def create(a: ConmonArgs, *, timeout: float = 30) -> int:
+    """Start conmon, which runs `runc create`; returns the container's pid once runc created it.
+
+    On failure raises CreateContainerError with runc's stderr; the caller undoes the rest.
+    """
+    r, w = os.pipe()
+    env = {**os.environ, "_OCI_SYNCPIPE": str(w)}
+    argv = conmon_argv(a)
+    try:
+        try:
+            # The first conmon exits at once after forking the monitor.
+            await _exec.run(argv, timeout=timeout, env=env, cwd=a.bundle, pass_fds=(w,), daemonizes=True)
+        finally:
+            os.close(w)
+        line = await asyncio.wait_for(_read_line(r), timeout)
+    except ExecError as exc:
+        raise CreateContainerError(f"conmon for {a.name} ({a.container_id[:12]}) failed: {exc}") from exc
+    except asyncio.TimeoutError as exc:
+        raise CreateContainerError(
+            f"conmon for {a.name} ({a.container_id[:12]}): no answer from runc create within {timeout:g}s"
+        ) from exc
+    finally:
+        os.close(r)
+    if not line:
+        raise CreateContainerError(f"conmon for {a.name} ({a.container_id[:12]}) exited without creating the container")
+    try:
+        pid, message = parse_sync_message(line)
+    except ValueError as exc:
+        raise CreateContainerError(f"conmon for {a.name}: {exc}") from exc
+    if pid <= 0:
+        raise CreateContainerError(f"runc create {a.name} ({a.container_id[:12]}) failed: {stderr_tail(message)}")
+    return pid
+
+
+async def _read_line(fd: int) -> bytes:
+    """One line from the sync pipe without blocking the loop; b"" on EOF."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    # Duplicate so the transport can own (and close) its own fd; the caller closes `fd`.
+    pipe = os.fdopen(os.dup(fd), "rb", buffering=0)
+    transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), pipe)
+    try:
+        return await reader.readline()
+    finally:
+        transport.close()

@@ -1,0 +1,78 @@
+"""Thin async wrapper over the runc command line, bound to edgelet's private runc root."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+from edgelet.runtime import _exec
+from edgelet.runtime.errors import ContainerNotFound, ExecError
+
+_NOT_FOUND = ("does not exist", "not exist", "no such file")
+
+
+def _is_not_found(exc: ExecError) -> bool:
+    return any(s in exc.stderr.lower() for s in _NOT_FOUND)
+
+
+class Runc:
+    """`runc --root ROOT ...`; every call goes through `_exec.run`."""
+
+    def __init__(self, binary: str, root: Path, *, timeout: float = 30) -> None:
+        self.binary = binary
+        self.root = Path(root)
+        self.timeout = timeout
+
+    def argv(self, *args: str) -> list[str]:
+        return [self.binary, "--root", str(self.root), *args]
+
+    async def _run(self, *args: str, timeout: float | None = None, check: bool = True) -> _exec.Completed:
+        return await _exec.run(self.argv(*args), timeout=timeout or self.timeout, check=check)
+
+    async def version(self) -> str:
+        out = await _exec.run([self.binary, "--version"], timeout=self.timeout)
+        return out.stdout.decode().splitlines()[0].split()[-1] if out.stdout else ""
+
+    async def state(self, container_id: str) -> dict[str, Any] | None:
+        """runc's state of one container, None when runc does not know it."""
+        try:
+            out = await self._run("state", container_id)
+        except ExecError as exc:
+            if _is_not_found(exc):
+                return None
+            raise
+        return json.loads(out.stdout)
+
+    async def list(self) -> list[dict[str, Any]]:
+        """Every container under the root, with annotations (`runc list --format json`)."""
+        out = await self._run("list", "--format", "json")
+        data = json.loads(out.stdout or b"null")
+        return list(data or [])
+
+    async def start(self, container_id: str) -> None:
+        try:
+            await self._run("start", container_id)
+        except ExecError as exc:
+            if _is_not_found(exc):
+                raise ContainerNotFound(container_id) from exc
+            raise
+
+    async def kill(self, container_id: str, signal: str | int = "SIGTERM", all: bool = False) -> None:
+        args = ["kill"]
+        if all:
+            args.append("--all")
+        await self._run(*args, container_id, str(signal))
+
+    async def delete(self, container_id: str, force: bool = False) -> None:
+        """Delete the container; no error when runc does not know it."""
+        try:
+            await self._run("delete", *(["--force"] if force else []), container_id)
+        except ExecError as exc:
+            if _is_not_found(exc):
+                return
+            raise
+
+    async def exec(self, container_id: str, argv: Sequence[str], timeout: float | None = None) -> _exec.Completed:
+        """Run `argv` in the container (for exec probes); never raises on a non-zero exit."""
+        return await _exec.run(self.argv("exec", container_id, *argv), timeout=timeout, check=False)

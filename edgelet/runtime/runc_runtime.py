@@ -1,0 +1,854 @@
+"""RuncRuntime: the `Runtime` protocol over runc and conmon, with state rebuilt from runc, annotations and exit files.
+
+Every sandbox and container is a runc container under a private root, created
+by a daemonised conmon (which outlives edgelet, holds stdio, writes the CRI
+log and the exit file). Nothing is kept only in memory: `list_pods` rebuilds
+the whole actual state from `runc list` (with annotations), the exit
+directory and the bundles on disk, so a fresh instance adopts what an
+earlier edgelet started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import calendar
+import json
+import os
+import secrets
+import shutil
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
+
+from edgelet.ocispec import build as ocispec
+from edgelet.runtime import bundle as bl
+from edgelet.runtime import conmon, rootfs
+from edgelet.runtime.errors import (
+    CreateContainerError,
+    ExecError,
+    RuntimeError_,
+    SandboxError,
+    StartContainerError,
+    StopContainerError,
+)
+from edgelet.runtime.runc import Runc
+from edgelet.runtime.sandbox import PauseSpec, pause_spec, sandbox_namespace_paths
+from edgelet.runtime.types import (
+    ANN_ATTEMPT,
+    ANN_CONTAINER_NAME,
+    ANN_CONTAINER_TYPE,
+    ANN_CREATED,
+    ANN_HASH,
+    ANN_IMAGE,
+    ANN_IMAGE_ID,
+    ANN_KIND,
+    ANN_LOG_PATH,
+    ANN_POD_NAME,
+    ANN_POD_NAMESPACE,
+    ANN_POD_UID,
+    ANN_SANDBOX_ID,
+    ContainerRecord,
+    ContainerState,
+    PodRuntimeStatus,
+    RuntimePaths,
+    SandboxRecord,
+)
+from edgelet.util.clock import Clock, RealClock
+from edgelet.util.log import get_logger
+
+if TYPE_CHECKING:
+    from edgelet.api.types import Container, Pod
+    from edgelet.images.types import ImageRecord
+
+log = get_logger("edgelet.runtime")
+
+# Local to this module: lets a rebuilt SandboxRecord say whether it holds the host's network.
+ANN_HOST_NETWORK = "io.edgelet.host-network"
+
+KIND_SANDBOX = "sandbox"
+KIND_CONTAINER = "container"
+UNKNOWN_EXIT_CODE = 255  # kubelet: exit code when the runtime lost it
+MIN_STOP_GRACE = 2.0  # kubelet: at least 2 s between the stop signal and SIGKILL
+KILL_WAIT = 10.0  # how long SIGKILL may take to show up as an exit file
+POLL = 0.05
+CGROUP_MOUNT = Path("/sys/fs/cgroup")
+
+
+# ---------------------------------------------------------------- pure state reconstruction
+
+
+@dataclass(frozen=True)
+class ExitInfo:
+    code: int | None  # None: the file is there but unreadable
+    at: float  # the exit file's mtime (when conmon recorded the exit)
+
+
+@dataclass(frozen=True)
+class Observed:
+    """Everything known about one runc container (or one orphan bundle), gathered by I/O, judged purely."""
+
+    id: str
+    annotations: Mapping[str, str]
+    runc: Mapping[str, Any] | None  # an entry of `runc list`; None when runc has no state for it
+    exit: ExitInfo | None = None
+    started_at: float | None = None  # from the bundle's `started` file
+    oom: bool = False
+    monitor_alive: bool = False  # conmon still runs (its exit file may be on the way)
+
+
+def parse_runc_time(text: str | None) -> float | None:
+    """Epoch seconds of runc's RFC 3339 timestamps (nanoseconds, 'Z' or an offset)."""
+    if not text:
+        return None
+    try:
+        main, _, rest = text.partition(".")
+        frac = ""
+        tz = ""
+        if rest:
+            digits = len(rest) - len(rest.lstrip("0123456789"))
+            frac, tz = rest[:digits], rest[digits:]
+        else:
+            for i in range(len(main) - 1, 9, -1):
+                if main[i] in "Z+-":
+                    main, tz = main[:i], main[i:]
+                    break
+        base = calendar.timegm(time.strptime(main, "%Y-%m-%dT%H:%M:%S"))
+        offset = 0
+        if tz and tz not in ("Z", "z"):
+            sign = -1 if tz[0] == "-" else 1
+            hh, _, mm = tz[1:].partition(":")
+            offset = sign * (int(hh) * 3600 + int(mm or 0) * 60)
+        return base - offset + (float("0." + frac) if frac else 0.0)
+    except (ValueError, IndexError):
+        return None
+
+
+def _exit_reason(code: int, oom: bool) -> str:
+    if oom:
+        return "OOMKilled"
+    return "Completed" if code == 0 else "Error"
+
+
+def judge_state(o: Observed) -> tuple[ContainerState, int | None, int | None, str, float | None]:
+    """(state, pid, exit_code, reason, finished_at) of one observed container."""
+    status = (o.runc or {}).get("status")
+    pid = (o.runc or {}).get("pid") or None
+    if status == "created":
+        return "created", pid, None, "", None
+    if status in ("running", "paused"):
+        return "running", pid, None, "", None
+    if o.exit is not None and o.exit.code is not None:
+        return "exited", None, o.exit.code, _exit_reason(o.exit.code, o.oom), o.exit.at
+    if status == "stopped" and o.monitor_alive:
+        # The process is gone but conmon has not written the exit file yet: not a lost exit, just early.
+        return "running", None, None, "", None
+    # runc says stopped with no exit recorded, or a bundle runc no longer knows (e.g. /run cleared by a reboot).
+    return "exited", None, UNKNOWN_EXIT_CODE, "ContainerStatusUnknown", o.exit.at if o.exit else None
+
+
+def _float(text: str | None, default: float = 0.0) -> float:
+    try:
+        return float(text) if text else default
+    except ValueError:
+        return default
+
+
+def _int(text: str | None, default: int = 0) -> int:
+    try:
+        return int(text) if text else default
+    except ValueError:
+        return default
+
+
+def build_record(o: Observed) -> SandboxRecord | ContainerRecord | None:
+    """The typed record of one observed container; None when it is not edgelet's."""
+    ann = o.annotations
+    kind = ann.get(ANN_KIND)
+    uid = ann.get(ANN_POD_UID)
+    if kind not in (KIND_SANDBOX, KIND_CONTAINER) or not uid:
+        return None
+    state, pid, code, reason, finished = judge_state(o)
+    runc_created = parse_runc_time((o.runc or {}).get("created"))
+    created = _float(ann.get(ANN_CREATED), runc_created or 0.0)
+    if kind == KIND_SANDBOX:
+        return SandboxRecord(
+            id=o.id, pod_uid=uid, pod_name=ann.get(ANN_POD_NAME, ""), pod_namespace=ann.get(ANN_POD_NAMESPACE, ""),
+            attempt=_int(ann.get(ANN_ATTEMPT)), state=state, pid=pid, created_at=created,
+            host_network=ann.get(ANN_HOST_NETWORK) == "true",
+        )
+    started = o.started_at
+    if started is None and state != "created" and runc_created is not None and o.runc is not None:
+        started = runc_created
+    ctype = ann.get(ANN_CONTAINER_TYPE, "regular")
+    return ContainerRecord(
+        id=o.id, pod_uid=uid, pod_name=ann.get(ANN_POD_NAME, ""), pod_namespace=ann.get(ANN_POD_NAMESPACE, ""),
+        name=ann.get(ANN_CONTAINER_NAME, ""), attempt=_int(ann.get(ANN_ATTEMPT)), spec_hash=ann.get(ANN_HASH, ""),
+        sandbox_id=ann.get(ANN_SANDBOX_ID, ""), state=state, pid=pid, created_at=created,
+        started_at=started if state != "created" else None, finished_at=finished, exit_code=code, reason=reason,
+        image=ann.get(ANN_IMAGE, ""), image_id=ann.get(ANN_IMAGE_ID, ""), log_path=ann.get(ANN_LOG_PATH, ""),
+        container_type="init" if ctype == "init" else "regular",
+    )
+
+
+def build_pod_statuses(observed: Iterable[Observed]) -> dict[str, PodRuntimeStatus]:
+    """Group observed containers into per-pod statuses, newest first."""
+    sandboxes: dict[str, list[SandboxRecord]] = {}
+    containers: dict[str, list[ContainerRecord]] = {}
+    for o in observed:
+        rec = build_record(o)
+        if isinstance(rec, SandboxRecord):
+            sandboxes.setdefault(rec.pod_uid, []).append(rec)
+        elif isinstance(rec, ContainerRecord):
+            containers.setdefault(rec.pod_uid, []).append(rec)
+    out: dict[str, PodRuntimeStatus] = {}
+    for uid in sorted(set(sandboxes) | set(containers)):
+        sbs = sorted(sandboxes.get(uid, []), key=lambda r: (-r.created_at, r.id))
+        cs = sorted(containers.get(uid, []), key=lambda r: (-r.created_at, r.id))
+        named = [*sbs, *cs]
+        name = next((r.pod_name for r in named if r.pod_name), "")
+        ns = next((r.pod_namespace for r in named if r.pod_namespace), "")
+        out[uid] = PodRuntimeStatus(uid=uid, name=name, namespace=ns, sandboxes=tuple(sbs), containers=tuple(cs))
+    return out
+
+
+def parse_passwd(text: str) -> dict[str, tuple[int, int]]:
+    users: dict[str, tuple[int, int]] = {}
+    for line in text.splitlines():
+        parts = line.split(":")
+        if len(parts) >= 4 and parts[2].isdigit() and parts[3].isdigit():
+            users.setdefault(parts[0], (int(parts[2]), int(parts[3])))
+    return users
+
+
+def parse_group(text: str) -> dict[str, int]:
+    groups: dict[str, int] = {}
+    for line in text.splitlines():
+        parts = line.split(":")
+        if len(parts) >= 3 and parts[2].isdigit():
+            groups.setdefault(parts[0], int(parts[2]))
+    return groups
+
+
+def parse_group_members(text: str) -> dict[str, tuple[str, ...]]:
+    members: dict[str, tuple[str, ...]] = {}
+    for line in text.splitlines():
+        parts = line.split(":")
+        if len(parts) >= 4 and parts[3].strip():
+            members.setdefault(parts[0], tuple(m for m in parts[3].strip().split(",") if m))
+    return members
+
+
+CAP_SYS_RESOURCE = 24
+
+
+def compute_min_oom_score_adj(cap_eff: int, own: int) -> int | None:
+    """The lowest oomScoreAdj runc will be allowed to set, None when unrestricted.
+
+    Without CAP_SYS_RESOURCE nothing below the agent's own value can be set;
+    conmon first raises runc's value to 0 (so runc is killable), which an
+    unprivileged process may do but not undo, hence never below 0 either.
+    """
+    if cap_eff & (1 << CAP_SYS_RESOURCE):
+        return None
+    return max(own, 0)
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """Facts about this node the spec builder needs, probed once."""
+
+    min_oom_score_adj: int | None = None
+    memory_capacity: int = 0
+    swap_controller: bool = False
+
+
+def probe_host_facts(cgroup_mount: Path = CGROUP_MOUNT) -> HostFacts:
+    cap_eff, own, mem = -1, 0, 0
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("CapEff:"):
+                cap_eff = int(line.split()[1], 16)
+        own = int(Path("/proc/self/oom_score_adj").read_text().strip())
+    except (OSError, ValueError):
+        pass
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem = int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return HostFacts(
+        min_oom_score_adj=compute_min_oom_score_adj(cap_eff, own),
+        memory_capacity=mem,
+        swap_controller=(cgroup_mount / "memory" / "memory.memsw.limit_in_bytes").exists(),
+    )
+
+
+# ---------------------------------------------------------------- side effects
+
+
+def _read_exit(path: Path) -> ExitInfo | None:
+    try:
+        st = path.stat()
+        text = path.read_text().strip()
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return ExitInfo(None, time.time())
+    try:
+        return ExitInfo(int(text), st.st_mtime)
+    except ValueError:
+        return ExitInfo(None, st.st_mtime)
+
+
+def _read_float(path: Path) -> float | None:
+    try:
+        return float(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _read_rootfs_file(rootfs_dir: Path, rel: str) -> str:
+    """A file of the image, refusing symlinks (a hostile image must not make edgelet read host files)."""
+    path = rootfs_dir
+    for part in rel.split("/"):
+        path = path / part
+        if path.is_symlink():
+            return ""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return ""
+    with os.fdopen(fd, "r", errors="replace") as f:
+        return f.read(1 << 20)
+
+
+def _new_id() -> str:
+    return secrets.token_hex(32)
+
+
+class RuncRuntime:
+    """Implements `edgelet.runtime.Runtime` with runc, conmon and a catatonit pause sandbox per pod."""
+
+    def __init__(
+        self,
+        paths: RuntimePaths,
+        *,
+        runtime_bin: str = "runc",
+        conmon_bin: str = "conmon",
+        catatonit_bin: str = "catatonit",
+        pause_image: "ImageRecord | None" = None,
+        clock: Clock | None = None,
+        node_hostname: str | None = None,
+        host_facts: HostFacts | None = None,
+    ) -> None:
+        self.paths = paths
+        # conmon execs the runtime by path, without a PATH search.
+        self.runtime_path = shutil.which(runtime_bin) or runtime_bin
+        self.conmon_bin = shutil.which(conmon_bin) or conmon_bin
+        self.catatonit_bin = catatonit_bin
+        self.pause_image = pause_image
+        self.clock: Clock = clock or RealClock()
+        self.node_hostname = node_hostname or socket.gethostname()
+        self.runc = Runc(self.runtime_path, paths.runc_root)
+        self.host = host_facts or probe_host_facts()
+        self._pause: PauseSpec | None = None
+        self._bundles: dict[str, Path] = {}  # container id -> bundle dir, refreshed by every observation
+        # The exit dir must exist before anything watches it (PLEG's inotify).
+        self._ensure_dirs()
+
+    # ------------------------------------------------------------ paths
+
+    def layout(self, uid: str) -> bl.PodLayout:
+        return bl.PodLayout(self.paths.pod_dir(uid))
+
+    def pod_cgroup(self, uid: str) -> str:
+        return f"{self.paths.cgroup_root.rstrip('/')}/pod{uid}"
+
+    def _ensure_dirs(self) -> None:
+        for d in (self.paths.runc_root, self.paths.exit_dir, self.paths.socket_dir, self.paths.root_dir / "pods"):
+            d.mkdir(parents=True, exist_ok=True)
+
+    # ------------------------------------------------------------ observation
+
+    def _observe_bundle(self, cid: str, ann: Mapping[str, str], entry: Mapping[str, Any] | None, bundle: Path | None) -> Observed:
+        exit_info = _read_exit(self.paths.exit_dir / cid)
+        if exit_info is None and bundle is not None:
+            exit_info = _read_exit(bundle / bl.EXIT_FILE)
+        started = _read_float(bundle / bl.STARTED_FILE) if bundle is not None else None
+        oom = bundle is not None and (bundle / bl.OOM_FILE).exists()
+        alive = False
+        if bundle is not None and exit_info is None and (entry or {}).get("status") == "stopped":
+            alive = conmon.is_alive(conmon.conmon_pid(bundle))
+        return Observed(cid, dict(ann), entry, exit_info, started, oom, alive)
+
+    def _scan_disk(self, entries: Mapping[str, Mapping[str, Any]], uid: str | None) -> list[Observed]:
+        """Observe every runc container plus the bundles on disk runc no longer knows (blocking I/O)."""
+        observed: list[Observed] = []
+        for cid, entry in entries.items():
+            ann = entry.get("annotations") or {}
+            if ANN_KIND not in ann or (uid is not None and ann.get(ANN_POD_UID) != uid):
+                continue
+            bundle = Path(entry["bundle"]) if entry.get("bundle") else None
+            if bundle is not None:
+                self._bundles[cid] = bundle
+            observed.append(self._observe_bundle(cid, ann, entry, bundle))
+        pods_dir = self.paths.root_dir / "pods"
+        uid_dirs = [pods_dir / uid] if uid is not None else (sorted(pods_dir.iterdir()) if pods_dir.is_dir() else [])
+        for uid_dir in uid_dirs:
+            try:
+                bundles = bl.PodLayout(uid_dir).bundles()
+            except FileNotFoundError:
+                continue
+            for b in bundles:
+                try:
+                    cid = (b / bl.ID_FILE).read_text().strip()
+                    if not cid or cid in entries:
+                        continue
+                    config = json.loads((b / bl.CONFIG).read_text())
+                except (OSError, ValueError):
+                    # A bundle being created or removed right now; the next relist sees it settled.
+                    continue
+                ann = config.get("annotations") or {}
+                if ANN_KIND not in ann:
+                    continue
+                self._bundles[cid] = b
+                observed.append(self._observe_bundle(cid, ann, None, b))
+        return observed
+
+    async def _observe(self, uid: str | None = None) -> list[Observed]:
+        entries = {e["id"]: e for e in await self.runc.list() if e.get("id")}
+        return await asyncio.to_thread(self._scan_disk, entries, uid)
+
+    async def list_pods(self) -> dict[str, PodRuntimeStatus]:
+        return build_pod_statuses(await self._observe())
+
+    async def pod_status(self, uid: str) -> PodRuntimeStatus:
+        return build_pod_statuses(await self._observe(uid)).get(uid, PodRuntimeStatus(uid=uid))
+
+    async def _bundle_of(self, cid: str) -> Path | None:
+        if cid in self._bundles and self._bundles[cid].exists():
+            return self._bundles[cid]
+        await self._observe()
+        return self._bundles.get(cid)
+
+    # ------------------------------------------------------------ sandbox
+
+    def _pause_spec(self) -> PauseSpec:
+        if self._pause is None:
+            self._pause = pause_spec(self.paths.root_dir, self.catatonit_bin, self.pause_image)
+        return self._pause
+
+    def _write_pod_files(self, pod: "Pod", layout: bl.PodLayout, hostname: str) -> None:
+        spec = pod.spec
+        host_network = bool(spec is not None and spec.host_network)
+        try:
+            host_resolv = bl.HOST_RESOLV_CONF.read_text()
+        except OSError:
+            host_resolv = ""
+        resolv, warnings = bl.pod_resolv_conf(pod, host_resolv)
+        for w in warnings:
+            log.warning("DNS configuration", pod=_full(pod), detail=w)
+        host_hosts = ""
+        if host_network:
+            try:
+                host_hosts = bl.HOST_HOSTS.read_text()
+            except OSError:
+                host_hosts = ""
+        aliases = [(a.ip, tuple(a.hostnames or ())) for a in ((spec.host_aliases if spec else None) or [])]
+        hosts = bl.build_hosts_file(hostname, host_aliases=aliases, host_network=host_network, host_hosts=host_hosts)
+        bl.write_file(layout.hosts, hosts)
+        bl.write_file(layout.resolv_conf, resolv)
+        bl.write_file(layout.hostname, hostname + "\n")
+
+    async def run_sandbox(self, pod: "Pod", attempt: int) -> SandboxRecord:
+        uid = pod.metadata.uid
+        layout = self.layout(uid)
+        self._ensure_dirs()
+        # A sandbox left in the bundle dir is replaced: a new sandbox means the old one is done.
+        old = await asyncio.to_thread(_bundle_id, layout.sandbox_dir)
+        if old:
+            await self.remove_container(old)
+        sid = _new_id()
+        bundle = layout.sandbox_dir
+        host_network = bool(pod.spec is not None and pod.spec.host_network)
+        hostname = bl.pod_hostname(pod, self.node_hostname)
+        created = self.clock.now()
+        log_path = self.paths.pod_log_dir(pod.metadata.namespace, pod.metadata.name, uid) / "sandbox.log"
+        done = False
+        try:
+            pause = self._pause_spec()
+            await asyncio.to_thread(self._prepare_sandbox_dirs, pod, layout, hostname, bundle, sid, log_path)
+            rootfs_dir = pause.rootfs
+            if rootfs_dir is None:
+                assert pause.image is not None
+                rootfs_dir = await asyncio.to_thread(rootfs.mount_rootfs, pause.image.layers, bundle)
+            annotations = {
+                ANN_KIND: KIND_SANDBOX,
+                ANN_POD_UID: uid,
+                ANN_POD_NAME: pod.metadata.name or "",
+                ANN_POD_NAMESPACE: pod.metadata.namespace or "",
+                ANN_ATTEMPT: str(attempt),
+                ANN_CREATED: repr(created),
+                ANN_LOG_PATH: str(log_path),
+                ANN_HOST_NETWORK: "true" if host_network else "false",
+            }
+            if pause.image is not None:
+                annotations[ANN_IMAGE_ID] = pause.image.id
+            ctx = ocispec.SandboxContext(
+                rootfs=str(rootfs_dir),
+                args=pause.args,
+                cgroups_path=f"{self.pod_cgroup(uid)}/{sid}",
+                hostname=hostname,
+                annotations=annotations,
+                min_oom_score_adj=self.host.min_oom_score_adj,
+            )
+            config = ocispec.build_sandbox_spec(pod, ctx)
+            await asyncio.to_thread(bl.write_file, bundle / bl.CONFIG, json.dumps(config, indent=1))
+            pid = await conmon.create(self._conmon_args(sid, f"k8s_POD_{pod.metadata.name}_{pod.metadata.namespace}_{uid}_{attempt}",
+                                                        bundle, log_path))
+            await self.runc.start(sid)
+            await asyncio.to_thread(bl.write_file, bundle / bl.STARTED_FILE, repr(self.clock.now()))
+            done = True
+        except (RuntimeError_, OSError, ocispec.SpecError) as exc:
+            raise SandboxError(f"pod {_full(pod)}: cannot create the sandbox: {exc}") from exc
+        finally:
+            if not done:
+                # Whatever failed (or a cancellation), nothing half-made stays behind.
+                await asyncio.shield(self._undo(sid, bundle))
+        self._bundles[sid] = bundle
+        log.info("Sandbox started", pod=_full(pod), sandbox=sid[:12], pid=pid)
+        return SandboxRecord(
+            id=sid, pod_uid=uid, pod_name=pod.metadata.name or "", pod_namespace=pod.metadata.namespace or "",
+            attempt=attempt, state="running", pid=pid, created_at=created, host_network=host_network,
+        )
+
+    def _prepare_sandbox_dirs(self, pod: "Pod", layout: bl.PodLayout, hostname: str, bundle: Path, sid: str,
+                              log_path: Path) -> None:
+        layout.dir.mkdir(parents=True, exist_ok=True)
+        self._write_pod_files(pod, layout, hostname)
+        # kubelet mounts volumes before it creates the sandbox.
+        bl.prepare_volumes(bl.plan_volumes(pod, layout))
+        bundle.mkdir(parents=True, exist_ok=True)
+        (bundle / bl.ID_FILE).write_text(sid)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+
+    async def stop_sandbox(self, sandbox_id: str) -> None:
+        # The pause process holds nothing worth a grace period.
+        await self._kill_and_wait(sandbox_id, await self._bundle_of(sandbox_id))
+
+    # ------------------------------------------------------------ containers
+
+    def _conmon_args(self, cid: str, name: str, bundle: Path, log_path: Path) -> conmon.ConmonArgs:
+        return conmon.ConmonArgs(
+            conmon=self.conmon_bin, runtime=self.runtime_path, runtime_root=self.paths.runc_root, container_id=cid,
+            name=name, bundle=bundle, log_path=log_path, exit_dir=self.paths.exit_dir, socket_dir=self.paths.socket_dir,
+        )
+
+    async def create_container(
+        self,
+        pod: "Pod",
+        container: "Container",
+        sandbox: SandboxRecord,
+        image: "ImageRecord",
+        attempt: int,
+        container_type: str = "regular",
+    ) -> str:
+        from edgelet.api.hash import container_hash
+
+        uid = pod.metadata.uid
+        ns, pod_name = pod.metadata.namespace or "", pod.metadata.name or ""
+        if sandbox.pid is None or not conmon.is_alive(sandbox.pid):
+            raise SandboxError(f"pod {_full(pod)}: sandbox {sandbox.id[:12]} is not running")
+        layout = self.layout(uid)
+        self._ensure_dirs()
+        bundle = layout.container_dir(container.name, attempt)
+        # A leftover of the same instance (a crash between create and record) is replaced.
+        old = await asyncio.to_thread(_bundle_id, bundle)
+        if old:
+            await self.remove_container(old)
+        cid = _new_id()
+        log_path = self.paths.container_log_path(ns, pod_name, uid, container.name, attempt)
+        link = self.paths.container_log_link(ns, pod_name, container.name, cid)
+        done = False
+        try:
+            mounts, rootfs_dir, passwd, groups, members = await asyncio.to_thread(
+                self._prepare_container_dirs, pod, container, image, layout, bundle, cid, log_path, link
+            )
+            annotations = {
+                ANN_KIND: KIND_CONTAINER,
+                ANN_POD_UID: uid,
+                ANN_POD_NAME: pod_name,
+                ANN_POD_NAMESPACE: ns,
+                ANN_CONTAINER_NAME: container.name,
+                ANN_CONTAINER_TYPE: "init" if container_type == "init" else "regular",
+                ANN_ATTEMPT: str(attempt),
+                ANN_HASH: container_hash(container),
+                ANN_SANDBOX_ID: sandbox.id,
+                ANN_IMAGE: container.image or "",
+                ANN_IMAGE_ID: image.id,
+                ANN_LOG_PATH: str(log_path),
+                ANN_CREATED: repr(self.clock.now()),
+            }
+            ctx = ocispec.ContainerContext(
+                rootfs=str(rootfs_dir),
+                cgroups_path=f"{self.pod_cgroup(uid)}/{cid}",
+                namespace_paths=sandbox_namespace_paths(pod, sandbox.pid),
+                hostname=bl.pod_hostname(pod, self.node_hostname),
+                annotations=annotations,
+                mounts=mounts,
+                passwd=passwd,
+                groups=groups,
+                group_members=members,
+                memory_capacity=self.host.memory_capacity,
+                swap_controller=self.host.swap_controller,
+                min_oom_score_adj=self.host.min_oom_score_adj,
+            )
+            config = ocispec.build_container_spec(pod, container, image.config, ctx)
+            await asyncio.to_thread(bl.write_file, bundle / bl.CONFIG, json.dumps(config, indent=1))
+            await conmon.create(self._conmon_args(cid, f"k8s_{container.name}_{pod_name}_{ns}_{uid}_{attempt}",
+                                                  bundle, log_path))
+            done = True
+        except (ocispec.SpecError, CreateContainerError):
+            # SpecError passes unchanged: sync maps it to CreateContainerConfigError.
+            raise
+        except (RuntimeError_, OSError) as exc:
+            raise CreateContainerError(f"pod {_full(pod)} container {container.name}: {exc}") from exc
+        finally:
+            if not done:
+                # Whatever failed (or a cancellation), nothing half-made stays behind.
+                await asyncio.shield(self._undo(cid, bundle, link))
+        self._bundles[cid] = bundle
+        log.info("Container created", pod=_full(pod), container=container.name, id=cid[:12], attempt=attempt)
+        return cid
+
+    def _prepare_container_dirs(
+        self, pod: "Pod", container: "Container", image: "ImageRecord", layout: bl.PodLayout, bundle: Path,
+        cid: str, log_path: Path, link: Path,
+    ) -> tuple[tuple[ocispec.Mount, ...], Path, dict[str, tuple[int, int]], dict[str, int], dict[str, tuple[str, ...]]]:
+        bundle.mkdir(parents=True, exist_ok=True)
+        (bundle / bl.ID_FILE).write_text(cid)
+        (bundle / bl.TERMINATION_LOG).touch(mode=0o666)
+        plans = bl.plan_volumes(pod, layout)
+        bl.prepare_volumes(plans)
+        mounts = bl.container_mounts(pod, container, layout, plans, bundle)
+        rootfs_dir = rootfs.mount_rootfs(image.layers, bundle)
+        passwd = parse_passwd(_read_rootfs_file(rootfs_dir, "etc/passwd"))
+        group_text = _read_rootfs_file(rootfs_dir, "etc/group")
+        groups = parse_group(group_text)
+        members = parse_group_members(group_text)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if os.path.lexists(link):
+            link.unlink()
+        link.symlink_to(log_path)
+        return mounts, rootfs_dir, passwd, groups, members
+
+    async def start_container(self, container_id: str) -> None:
+        bundle = await self._bundle_of(container_id)
+        try:
+            await self.runc.start(container_id)
+        except RuntimeError_ as exc:
+            raise StartContainerError(f"container {container_id[:12]}: {exc}") from exc
+        if bundle is not None:
+            await asyncio.to_thread(bl.write_file, bundle / bl.STARTED_FILE, repr(self.clock.now()))
+
+    async def stop_container(self, container_id: str, grace: float, signal: str = "SIGTERM") -> None:
+        bundle = await self._bundle_of(container_id)
+        if await self._has_exited(container_id, bundle):
+            return
+        try:
+            await self.runc.kill(container_id, signal)
+        except ExecError:
+            if await self._has_exited(container_id, bundle):
+                return
+            log.warning("Stop signal failed, killing", container=container_id[:12], signal=signal)
+        else:
+            if await self._wait_exit(container_id, bundle, max(grace, MIN_STOP_GRACE)):
+                return
+            log.info("Grace period over, killing", container=container_id[:12], grace=grace)
+        await self._kill_and_wait(container_id, bundle)
+
+    async def _kill_and_wait(self, cid: str, bundle: Path | None) -> None:
+        if await self._has_exited(cid, bundle):
+            return
+        try:
+            # --all: every process in the container's cgroup, so processes survive neither in a pid namespace
+            # shared with the sandbox (where the container's init is not pid 1) nor as re-parented orphans.
+            await self.runc.kill(cid, "SIGKILL", all=True)
+        except ExecError:
+            if await self._has_exited(cid, bundle):
+                return
+            raise
+        if not await self._wait_exit(cid, bundle, KILL_WAIT):
+            raise StopContainerError(f"container {cid[:12]} did not exit {KILL_WAIT:g}s after SIGKILL")
+
+    async def _has_exited(self, cid: str, bundle: Path | None) -> bool:
+        if (self.paths.exit_dir / cid).exists():
+            return True
+        state = await self.runc.state(cid)
+        if state is None:
+            return True
+        if state.get("status") != "stopped":
+            return False
+        # Stopped: done once conmon has recorded it, or when there is no conmon left to record it.
+        return bundle is None or not conmon.is_alive(conmon.conmon_pid(bundle))
+
+    async def _wait_exit(self, cid: str, bundle: Path | None, timeout: float) -> bool:
+        deadline = self.clock.monotonic() + timeout
+        exit_file = self.paths.exit_dir / cid
+        checks = 0
+        while True:
+            if exit_file.exists():
+                return True
+            checks += 1
+            # The exit file is the fast path; ask runc now and then in case conmon is gone.
+            if checks % 10 == 0 and await self._has_exited(cid, bundle):
+                return True
+            if self.clock.monotonic() >= deadline:
+                return await self._has_exited(cid, bundle)
+            await self.clock.sleep(POLL)
+
+    async def remove_container(self, container_id: str) -> None:
+        bundle = await self._bundle_of(container_id)
+        try:
+            await self.runc.delete(container_id, force=True)
+        except ExecError:
+            # A container runc cannot delete while processes linger: kill everything, then retry once.
+            await self._kill_and_wait(container_id, bundle)
+            await self.runc.delete(container_id, force=True)
+        if bundle is not None:
+            # Let conmon record the exit of a force-deleted process before its exit file is removed.
+            await self._wait_monitor_gone(bundle)
+        await asyncio.to_thread(self._remove_files, container_id, bundle)
+        self._bundles.pop(container_id, None)
+
+    async def _wait_monitor_gone(self, bundle: Path, timeout: float = 5.0) -> None:
+        deadline = self.clock.monotonic() + timeout
+        pid = conmon.conmon_pid(bundle)
+        while pid and conmon.is_alive(pid) and self.clock.monotonic() < deadline:
+            await self.clock.sleep(POLL)
+        if pid and conmon.is_alive(pid):
+            conmon.kill_conmon(bundle)
+
+    def _remove_files(self, cid: str, bundle: Path | None) -> None:
+        if bundle is not None and bundle.exists():
+            try:
+                ann = json.loads((bundle / bl.CONFIG).read_text()).get("annotations") or {}
+            except (OSError, ValueError):
+                ann = {}
+            if ann.get(ANN_KIND) == KIND_CONTAINER:
+                link = self.paths.container_log_link(ann.get(ANN_POD_NAMESPACE, ""), ann.get(ANN_POD_NAME, ""),
+                                                     ann.get(ANN_CONTAINER_NAME, ""), cid)
+                if os.path.lexists(link):
+                    link.unlink()
+            _unmount_bundle(bundle)
+            bl.remove_tree(bundle)
+            # Drop the now empty containers/<name>/ dir.
+            if bundle.parent.parent.name == "containers":
+                try:
+                    bundle.parent.rmdir()
+                except OSError:
+                    pass
+        for path in (self.paths.exit_dir / cid, self.paths.socket_dir / cid):
+            if os.path.lexists(path):
+                path.unlink()
+
+    async def _undo(self, cid: str, bundle: Path, link: Path | None = None) -> None:
+        """Remove a half-made container: its conmon, runc state, mounts, bundle, log link (logs stay)."""
+        try:
+            conmon.kill_conmon(bundle)
+            await self.runc.delete(cid, force=True)
+            await self._wait_monitor_gone(bundle, timeout=2.0)
+            if link is not None and os.path.lexists(link):
+                link.unlink()
+            await asyncio.to_thread(self._remove_files, cid, bundle)
+        except (RuntimeError_, OSError) as exc:
+            # The original error matters more; what is left shows in list_pods and is cleaned by the next sync.
+            log.error("Cleanup after a failed create left things behind", exc, container=cid[:12], bundle=str(bundle))
+
+    # ------------------------------------------------------------ pods
+
+    async def remove_pod(self, uid: str) -> None:
+        observed = await self._observe(uid)
+        # Containers before sandboxes: a container may share the sandbox's pid namespace.
+        order = sorted(observed, key=lambda o: o.annotations.get(ANN_KIND) == KIND_SANDBOX)
+        errors: list[str] = []
+        for o in order:
+            try:
+                await self.remove_container(o.id)
+            except (RuntimeError_, OSError) as exc:
+                errors.append(f"{o.id[:12]}: {exc}")
+        layout = self.layout(uid)
+        try:
+            await asyncio.to_thread(self._remove_pod_dir, layout)
+        except (RuntimeError_, OSError) as exc:
+            errors.append(f"{layout.dir}: {exc}")
+        left = await asyncio.to_thread(remove_pod_cgroups, self.pod_cgroup(uid))
+        if left:
+            errors.append(f"cgroups still busy: {', '.join(left[:3])}")
+        if errors:
+            raise RuntimeError_(f"pod {uid}: removal incomplete: {'; '.join(errors)}")
+        log.info("Pod removed from the runtime", uid=uid)
+
+    def _remove_pod_dir(self, layout: bl.PodLayout) -> None:
+        if not layout.dir.exists():
+            return
+        for b in layout.bundles():
+            _unmount_bundle(b)
+        bl.unmount_all_under(layout.dir)
+        bl.remove_tree(layout.dir)
+
+
+def _bundle_id(bundle: Path) -> str | None:
+    try:
+        return (bundle / bl.ID_FILE).read_text().strip() or None
+    except FileNotFoundError:
+        return None
+
+
+def _unmount_bundle(bundle: Path) -> None:
+    if (bundle / "rootfs").exists() or bl.mounts_under(bundle):
+        try:
+            rootfs.unmount_rootfs(bundle)
+        except NotImplementedError:
+            pass
+        bl.unmount_all_under(bundle)
+
+
+def remove_pod_cgroups(pod_cgroup: str, mount: Path = CGROUP_MOUNT) -> list[str]:
+    """rmdir the pod's cgroup dir (and any child left) in every hierarchy; returns the dirs still busy.
+
+    Minimal stand-in for edgelet.cgroups' removal: runc deletes each container's
+    own cgroup, only the pod level (and leftovers of killed containers) remain.
+    """
+    rel = pod_cgroup.strip("/")
+    left: list[str] = []
+    if not rel or not mount.is_dir():
+        return left
+    for hierarchy in sorted(mount.iterdir()):
+        top = hierarchy / rel
+        if not top.is_dir():
+            continue
+        dirs = sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True)
+        for d in [*dirs, top]:
+            for _ in range(20):
+                try:
+                    d.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    # A killed task may take a moment to leave the cgroup.
+                    time.sleep(0.01)
+            else:
+                left.append(str(d))
+    return left
+
+
+def _full(pod: "Pod | None") -> str:
+    if pod is None or pod.metadata is None:
+        return ""
+    return f"{pod.metadata.namespace}/{pod.metadata.name}"

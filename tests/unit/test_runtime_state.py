@@ -1,0 +1,302 @@
+"""Pure parts of the runc runtime: conmon argv, state reconstruction from runc list + exit files, pod files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from edgelet.api.types import Container, HostAlias, ObjectMeta, Pod, PodDNSConfig, PodDNSConfigOption, PodSpec
+from edgelet.runtime import bundle as bl
+from edgelet.runtime.conmon import ConmonArgs, conmon_argv, parse_sync_message
+from edgelet.runtime.errors import ExecError, VolumeError
+from edgelet.runtime.runc_runtime import (
+    ANN_HOST_NETWORK,
+    ExitInfo,
+    Observed,
+    build_pod_statuses,
+    judge_state,
+    compute_min_oom_score_adj,
+    parse_group,
+    parse_group_members,
+    parse_passwd,
+    parse_runc_time,
+)
+from edgelet.runtime.sandbox import sandbox_namespace_paths
+from edgelet.runtime.types import (
+    ANN_ATTEMPT,
+    ANN_CONTAINER_NAME,
+    ANN_CONTAINER_TYPE,
+    ANN_CREATED,
+    ANN_HASH,
+    ANN_IMAGE,
+    ANN_IMAGE_ID,
+    ANN_KIND,
+    ANN_LOG_PATH,
+    ANN_POD_NAME,
+    ANN_POD_NAMESPACE,
+    ANN_POD_UID,
+    ANN_SANDBOX_ID,
+)
+
+# ---------------------------------------------------------------- conmon
+
+
+def test_conmon_argv_matches_what_works_on_these_machines() -> None:
+    a = ConmonArgs(conmon="/usr/bin/conmon", runtime="/usr/sbin/runc", runtime_root=Path("/run/edgelet/runc"),
+                   container_id="abc", name="k8s_app_web_default_u1_0", bundle=Path("/b"),
+                   log_path=Path("/var/log/pods/x/app/0.log"), exit_dir=Path("/run/edgelet/exits"),
+                   socket_dir=Path("/run/edgelet/socks"))
+    argv = conmon_argv(a)
+    assert argv[:3] == ["/usr/bin/conmon", "--api-version", "1"]
+    pairs = dict(zip(argv[1::2], argv[2::2]))
+    assert pairs["-c"] == pairs["-u"] == "abc"
+    assert pairs["-r"] == "/usr/sbin/runc"
+    assert pairs["-b"] == "/b" and pairs["-p"] == "/b/pidfile" and pairs["--conmon-pidfile"] == "/b/conmon.pid"
+    assert pairs["-l"] == "k8s-file:/var/log/pods/x/app/0.log"
+    assert pairs["--exit-dir"] == "/run/edgelet/exits" and pairs["--persist-dir"] == "/b"
+    assert pairs["--socket-dir-path"] == "/run/edgelet/socks" and pairs["--log-level"] == "error"
+    i = argv.index("--runtime-arg")
+    assert argv[i:i + 4] == ["--runtime-arg", "--root", "--runtime-arg", "/run/edgelet/runc"]
+    assert "--sync" not in argv and "-s" not in argv  # conmon must daemonise; cgroupfs, not systemd
+    assert "--log-size-max" not in argv
+    assert conmon_argv(ConmonArgs(**{**a.__dict__, "log_size_max": 1024}))[-2:] == ["--log-size-max", "1024"]
+
+
+@pytest.mark.parametrize("line, expected", [
+    (b'{"data": 4242}\n', (4242, "")),
+    (b'{"data": -1, "message": "exec: \\"nope\\": not found"}\n', (-1, 'exec: "nope": not found')),
+])
+def test_parse_sync_message(line: bytes, expected: tuple[int, str]) -> None:
+    assert parse_sync_message(line) == expected
+
+
+@pytest.mark.parametrize("line", [b"[]", b'{"pid": 3}', b'{"data": "x"}'])
+def test_parse_sync_message_rejects_garbage(line: bytes) -> None:
+    with pytest.raises(ValueError):
+        parse_sync_message(line)
+
+
+def test_exec_error_carries_command_code_and_stderr_tail() -> None:
+    err = ExecError(["runc", "--root", "/r", "start", "x"], 1, b"a\nb\nc\nd\ne\nf\nlevel=error msg=boom\n")
+    assert err.returncode == 1 and err.stderr.endswith("boom") and not err.stderr.startswith("a")
+    assert "runc --root /r start ..." in str(err) and "exit code 1" in str(err)
+
+
+# ---------------------------------------------------------------- state reconstruction
+
+
+def _ann(kind: str = "container", uid: str = "u1", name: str = "app", attempt: int = 0, created: float = 100.0,
+         **extra: str) -> dict[str, str]:
+    ann = {ANN_KIND: kind, ANN_POD_UID: uid, ANN_POD_NAME: "web", ANN_POD_NAMESPACE: "default",
+           ANN_ATTEMPT: str(attempt), ANN_CREATED: repr(created)}
+    if kind == "container":
+        ann.update({ANN_CONTAINER_NAME: name, ANN_CONTAINER_TYPE: "regular", ANN_HASH: "deadbeef",
+                    ANN_SANDBOX_ID: "sb1", ANN_IMAGE: "busybox", ANN_IMAGE_ID: "sha256:img",
+                    ANN_LOG_PATH: f"/log/{name}/{attempt}.log"})
+    ann.update(extra)
+    return ann
+
+
+def _runc(cid: str, status: str, pid: int = 0, created: str = "2024-01-02T03:04:05.123456789Z") -> dict:
+    return {"ociVersion": "1.0.2-dev", "id": cid, "pid": pid, "status": status, "bundle": f"/b/{cid}",
+            "rootfs": f"/b/{cid}/rootfs", "created": created, "annotations": {}, "owner": "root"}
+
+
+@pytest.mark.parametrize("observed, expected", [
+    # (state, pid, exit_code, reason, finished_at)
+    (Observed("c", {}, _runc("c", "created", 10)), ("created", 10, None, "", None)),
+    (Observed("c", {}, _runc("c", "running", 11)), ("running", 11, None, "", None)),
+    (Observed("c", {}, _runc("c", "paused", 12)), ("running", 12, None, "", None)),
+    (Observed("c", {}, _runc("c", "stopped"), ExitInfo(0, 50.0)), ("exited", None, 0, "Completed", 50.0)),
+    (Observed("c", {}, _runc("c", "stopped"), ExitInfo(3, 51.0)), ("exited", None, 3, "Error", 51.0)),
+    (Observed("c", {}, _runc("c", "stopped"), ExitInfo(137, 52.0), oom=True),
+     ("exited", None, 137, "OOMKilled", 52.0)),
+    # Stopped, conmon still writing the exit file: not yet an exit.
+    (Observed("c", {}, _runc("c", "stopped"), None, monitor_alive=True), ("running", None, None, "", None)),
+    # Stopped and nobody recorded the exit.
+    (Observed("c", {}, _runc("c", "stopped"), None), ("exited", None, 255, "ContainerStatusUnknown", None)),
+    # A bundle runc does not know (after a reboot).
+    (Observed("c", {}, None, None), ("exited", None, 255, "ContainerStatusUnknown", None)),
+    (Observed("c", {}, None, ExitInfo(0, 53.0)), ("exited", None, 0, "Completed", 53.0)),
+    (Observed("c", {}, _runc("c", "stopped"), ExitInfo(None, 54.0)),
+     ("exited", None, 255, "ContainerStatusUnknown", 54.0)),
+])
+def test_judge_state(observed: Observed, expected: tuple) -> None:
+    assert judge_state(observed) == expected
+
+
+def test_build_pod_statuses_from_canned_runc_list_and_exit_files() -> None:
+    observed = [
+        Observed("sb1", _ann("sandbox", host_network_unused="x", **{ANN_HOST_NETWORK: "true"}),
+                 _runc("sb1", "running", 100)),
+        Observed("c0", _ann(attempt=0, created=101.0), _runc("c0", "stopped"), ExitInfo(1, 150.0), started_at=102.0),
+        Observed("c1", _ann(attempt=1, created=160.0), _runc("c1", "running", 200), started_at=161.0),
+        Observed("i0", _ann(name="init", created=99.0, **{ANN_CONTAINER_TYPE: "init"}),
+                 _runc("i0", "stopped", created="2024-01-02T03:04:05Z"), ExitInfo(0, 99.5)),
+        Observed("other", {"io.kubernetes.pod.uid": "u9"}, _runc("other", "running", 5)),  # not edgelet's: no kind
+        Observed("u2sb", _ann("sandbox", uid="u2", attempt=3), None),
+    ]
+    pods = build_pod_statuses(observed)
+    assert sorted(pods) == ["u1", "u2"]
+    p = pods["u1"]
+    assert (p.name, p.namespace) == ("web", "default")
+    (sb,) = p.sandboxes
+    assert (sb.id, sb.state, sb.pid, sb.attempt, sb.host_network) == ("sb1", "running", 100, 0, True)
+    assert [c.id for c in p.containers] == ["c1", "c0", "i0"]  # newest first
+    latest = p.latest("app")
+    assert latest is not None and (latest.id, latest.attempt, latest.state, latest.pid) == ("c1", 1, "running", 200)
+    assert latest.started_at == 161.0 and latest.spec_hash == "deadbeef" and latest.sandbox_id == "sb1"
+    old = next(c for c in p.containers if c.id == "c0")
+    assert (old.exit_code, old.reason, old.finished_at, old.started_at) == (1, "Error", 150.0, 102.0)
+    init = next(c for c in p.containers if c.id == "i0")
+    assert init.container_type == "init" and init.started_at == parse_runc_time("2024-01-02T03:04:05Z")
+    assert (init.image, init.image_id, init.log_path) == ("busybox", "sha256:img", "/log/init/0.log")
+    (lost,) = pods["u2"].sandboxes
+    assert (lost.state, lost.attempt, lost.pid) == ("exited", 3, None)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("2024-01-02T03:04:05Z", 1704164645.0),
+    ("2024-01-02T03:04:05.5Z", 1704164645.5),
+    ("2024-01-02T03:04:05.123456789Z", 1704164645.123456789),
+    ("2024-01-02T04:04:05.25+01:00", 1704164645.25),
+    ("2024-01-02T03:04:05-00:30", 1704166445.0),
+    ("", None),
+    ("garbage", None),
+])
+def test_parse_runc_time(text: str, expected: float | None) -> None:
+    got = parse_runc_time(text)
+    assert got == pytest.approx(expected) if expected is not None else got is None
+
+
+def test_parse_passwd_and_group() -> None:
+    assert parse_passwd("root:x:0:0:root:/root:/bin/sh\nbad\nnobody:x:65534:65534::/:/bin/false\n") == {
+        "root": (0, 0), "nobody": (65534, 65534)}
+    assert parse_group("root:x:0:\nwheel:x:10:root\nbroken:x:\n") == {"root": 0, "wheel": 10}
+    assert parse_group_members("root:x:0:\nwheel:x:10:root,bob\n") == {"wheel": ("root", "bob")}
+
+
+@pytest.mark.parametrize("cap_eff, own, expected", [
+    (0x1FFFFFFFFFF, -500, None),  # CAP_SYS_RESOURCE: anything goes
+    (0x1FFFEFFFFFF, 0, 0),  # no CAP_SYS_RESOURCE (as on these VMs)
+    (0x1FFFEFFFFFF, -500, 0),  # conmon raised runc to 0; it cannot go back down
+    (0x1FFFEFFFFFF, 300, 300),
+])
+def test_min_oom_score_adj(cap_eff: int, own: int, expected: int | None) -> None:
+    assert compute_min_oom_score_adj(cap_eff, own) == expected
+
+
+# ---------------------------------------------------------------- pod files
+
+
+def _pod(**spec) -> Pod:
+    return Pod(metadata=ObjectMeta(name="web", namespace="default", uid="u1"),
+               spec=PodSpec(containers=[Container(name="app")], **spec))
+
+
+@pytest.mark.parametrize("spec, expected", [
+    ({}, "web"),
+    ({"hostname": "custom"}, "custom"),
+    ({"host_network": True, "hostname": "custom"}, "node1"),
+])
+def test_pod_hostname(spec: dict, expected: str) -> None:
+    assert bl.pod_hostname(_pod(**spec), "node1") == expected
+
+
+def test_pod_hostname_is_truncated_like_kubelet() -> None:
+    pod = _pod()
+    pod.metadata.name = "a" * 62 + "-b"
+    assert bl.pod_hostname(pod, "n") == "a" * 62
+
+
+def test_hosts_file() -> None:
+    text = bl.build_hosts_file("web", host_aliases=[("10.0.0.1", ("db", "db.local")), ("10.0.0.2", ())])
+    assert text.startswith("# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n")
+    assert "127.0.1.1\tweb\n" in text and "10.0.0.1\tdb\tdb.local\n" in text and "10.0.0.2" not in text
+    assert "10.1.2.3\tweb\n" in bl.build_hosts_file("web", pod_ips=["10.1.2.3"])
+    host = bl.build_hosts_file("node", host_network=True, host_hosts="127.0.0.1 localhost")
+    assert host == "127.0.0.1 localhost\n"
+
+
+HOST_RESOLV = "# generated\nnameserver 1.1.1.1\nnameserver 8.8.8.8\nsearch lan\noptions ndots:2 edns0\n"
+
+
+@pytest.mark.parametrize("policy, host_network, kw, expected, warns", [
+    ("Default", False, {}, "nameserver 1.1.1.1\nnameserver 8.8.8.8\nsearch lan\noptions ndots:2 edns0\n", 0),
+    ("ClusterFirst", False, {}, "nameserver 1.1.1.1\nnameserver 8.8.8.8\nsearch lan\noptions ndots:2 edns0\n", 1),
+    ("ClusterFirst", True, {}, "nameserver 1.1.1.1\nnameserver 8.8.8.8\nsearch lan\noptions ndots:2 edns0\n", 0),
+    ("None", False, {"nameservers": ["9.9.9.9"], "searches": ["x.y"], "options": [("ndots", "5")]},
+     "nameserver 9.9.9.9\nsearch x.y\noptions ndots:5\n", 0),
+    ("Default", False, {"nameservers": ["9.9.9.9"], "options": [("ndots", "5"), ("rotate", None)]},
+     "nameserver 1.1.1.1\nnameserver 8.8.8.8\nnameserver 9.9.9.9\nsearch lan\noptions ndots:5 edns0 rotate\n", 0),
+])
+def test_resolv_conf(policy: str, host_network: bool, kw: dict, expected: str, warns: int) -> None:
+    text, warnings = bl.build_resolv_conf(policy, host_network, HOST_RESOLV, **kw)
+    assert text == expected and len(warnings) == warns
+
+
+def test_pod_resolv_conf_reads_dns_config() -> None:
+    pod = _pod(dns_policy="None", dns_config=PodDNSConfig(nameservers=["10.0.0.10"],
+                                                          options=[PodDNSConfigOption(name="ndots", value="1")]))
+    assert bl.pod_resolv_conf(pod, HOST_RESOLV)[0] == "nameserver 10.0.0.10\noptions ndots:1\n"
+
+
+def test_host_aliases_reach_the_hosts_file_shape() -> None:
+    pod = _pod(host_aliases=[HostAlias(ip="1.2.3.4", hostnames=["a"])])
+    aliases = [(a.ip, tuple(a.hostnames or ())) for a in pod.spec.host_aliases]
+    assert "1.2.3.4\ta\n" in bl.build_hosts_file("web", host_aliases=aliases)
+
+
+@pytest.mark.parametrize("sub", ["/abs", "../up", "a/../../b", "a/.."])
+def test_sub_path_validation_rejects(sub: str) -> None:
+    with pytest.raises(VolumeError):
+        bl.check_sub_path(sub)
+
+
+def test_sub_path_symlink_escape_is_refused(tmp_path: Path) -> None:
+    vol = tmp_path / "vol"
+    vol.mkdir()
+    (vol / "link").symlink_to("/etc")
+    with pytest.raises(VolumeError, match="outside"):
+        bl.resolve_sub_path(vol, "link")
+    assert bl.resolve_sub_path(vol, "made/here") == (vol / "made" / "here").resolve()
+    assert (vol / "made" / "here").is_dir()
+
+
+@pytest.mark.parametrize("q, expected", [("16Mi", 16 * 1024**2), ("1G", 10**9), (1024, 1024), ("1.5Ki", 1536),
+                                         ("100", 100)])
+def test_quantity_bytes(q, expected: int) -> None:
+    assert bl.quantity_bytes(q) == expected
+
+
+def test_host_path_types(tmp_path: Path) -> None:
+    def plan(path: Path, t: str) -> bl.VolumePlan:
+        return bl.VolumePlan("v", "hostPath", path, host_path_type=t)
+
+    bl.prepare_host_path(plan(tmp_path / "new-dir", "DirectoryOrCreate"))
+    assert (tmp_path / "new-dir").is_dir()
+    bl.prepare_host_path(plan(tmp_path / "new-file", "FileOrCreate"))
+    assert (tmp_path / "new-file").is_file()
+    bl.prepare_host_path(plan(tmp_path / "new-dir", "Directory"))
+    bl.prepare_host_path(plan(tmp_path / "new-file", "File"))
+    bl.prepare_host_path(plan(tmp_path / "missing", ""))  # no type: no check
+    for path, t in [(tmp_path / "missing", "Directory"), (tmp_path / "new-dir", "File"),
+                    (tmp_path / "new-file", "Socket"), (tmp_path / "no" / "parent", "FileOrCreate"),
+                    (tmp_path / "new-dir", "Weird")]:
+        with pytest.raises(VolumeError):
+            bl.prepare_host_path(plan(path, t))
+
+
+@pytest.mark.parametrize("spec, expected", [
+    ({}, {"network", "uts", "ipc"}),
+    ({"host_network": True}, {"ipc"}),
+    ({"host_ipc": True}, {"network", "uts"}),
+    ({"share_process_namespace": True}, {"network", "uts", "ipc", "pid"}),
+    ({"share_process_namespace": True, "host_pid": True}, {"network", "uts", "ipc"}),
+])
+def test_sandbox_namespace_paths(spec: dict, expected: set[str]) -> None:
+    paths = sandbox_namespace_paths(_pod(**spec), 42)
+    assert set(paths) == expected
+    assert all(p.startswith("/proc/42/ns/") for p in paths.values())
+    assert paths.get("network", "/proc/42/ns/net") == "/proc/42/ns/net"
