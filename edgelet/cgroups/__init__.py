@@ -1,1 +1,33 @@
-"""cgroups"""
+"""Pod cgroups: pick the v1 or v2 writer for this host; QoS and resource policy live in `qos`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from edgelet.cgroups.errors import CgroupBusyError, CgroupError
+from edgelet.cgroups.qos import PodResources, pod_cgroup_path, pod_resources, qos_class
+from edgelet.cgroups.v1 import CgroupV1
+from edgelet.cgroups.v2 import CgroupV2
+
+__all__ = [
+    "CgroupBusyError",
+    "CgroupError",
+    "CgroupV1",
+    "CgroupV2",
+    "PodResources",
+    "detect",
+    "pod_cgroup_path",
+    "pod_resources",
+    "qos_class",
+]
+
+
+def detect(mount: Path = Path("/sys/fs/cgroup")) -> CgroupV1 | CgroupV2:
+    """v2 when `mount` itself is a unified hierarchy, v1 when a v1 `memory` hierarchy is mounted under it."""
+    mount = Path(mount)
+    if (mount / "cgroup.controllers").exists():
+        return CgroupV2(mount)
+    v1 = CgroupV1(mount)
+    if v1.hierarchy("memory") is not None:
+        return v1
+    raise CgroupError("no cgroup v2 mount and no v1 memory hierarchy", mount)

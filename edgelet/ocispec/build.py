@@ -1,13 +1,21 @@
 """Pure translation of a pod's container (or its sandbox) into an OCI runtime config.json.
 
-CONTRACT STUB: the signatures and context types are agreed; the bodies are a
-minimal working version to be completed (hardening, user, env merge, resources).
+No I/O: every host fact (rootfs path, namespace paths, the image's users,
+memory capacity) arrives in the context. The result follows what kubelet
+asks of containerd's CRI plugin and what that plugin then writes for runc.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Mapping
+
+from edgelet.cgroups import qos
+from edgelet.ocispec import defaults
+from edgelet.ocispec.env import EnvError, container_env, expand, merge_env, process_args
+from edgelet.ocispec.quantity import QuantityError
+from edgelet.ocispec.security import SecurityError, compute_capabilities, resolve_user
 
 if TYPE_CHECKING:
     from edgelet.api.types import Container, Pod
@@ -36,6 +44,8 @@ class SandboxContext:
     hostname: str
     annotations: Mapping[str, str] = field(default_factory=dict)
     extra_mounts: tuple[Mount, ...] = ()
+    # --- added compatibly (defaulted) ---
+    min_oom_score_adj: int | None = None  # see ContainerContext.min_oom_score_adj
 
 
 @dataclass(frozen=True)
@@ -52,11 +62,256 @@ class ContainerContext:
     # name -> (uid, gid) from the image's /etc/passwd, name -> gid from /etc/group
     passwd: Mapping[str, tuple[int, int]] = field(default_factory=dict)
     groups: Mapping[str, int] = field(default_factory=dict)
+    # --- added compatibly (all defaulted) ---
+    # group name -> member user names, from the 4th field of the image's /etc/group
+    group_members: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    memory_capacity: int = 0  # node memory in bytes, for the Burstable oomScoreAdj formula
+    swap_controller: bool = False  # memory.memsw.* exists: set swap = limit so containers do not swap
+    all_capabilities: tuple[str, ...] = defaults.ALL_CAPABILITIES  # what "ALL" and privileged mean
+    # OCI linux.devices entries for the host's devices, given to privileged containers
+    host_devices: tuple[Mapping[str, object], ...] = ()
+    pod_ips: tuple[str, ...] = ()  # for fieldRef status.podIP(s)
+    host_ips: tuple[str, ...] = ()  # for fieldRef status.hostIP(s)
+    node_allocatable: Mapping[str, str | int | float] = field(default_factory=dict)  # for resourceFieldRef limits
+    cgroup_mount: bool = True  # mount /sys/fs/cgroup (read-only) in the container
+    # Lowest oomScoreAdj the agent may set: without CAP_SYS_RESOURCE the kernel
+    # refuses values below the agent's own (runc then fails with "failed to
+    # update /proc/self/oom_score_adj"), so pass /proc/self/oom_score_adj
+    # there; None = no clamp. containerd's restrict_oom_score_adj does the same.
+    min_oom_score_adj: int | None = None
 
 
-def build_sandbox_spec(pod: "Pod", ctx: SandboxContext) -> dict:
-    raise NotImplementedError
+def _mount_dict(m: Mount) -> dict:
+    return {"destination": m.destination, "type": m.type, "source": m.source, "options": list(m.options)}
+
+
+def _merge_mounts(base: list[dict], extra: tuple[Mount, ...]) -> list[dict]:
+    """containerd's WithMounts: a given mount replaces the default at its destination; a given /dev drops /dev/*."""
+    wanted = {m.destination.rstrip("/") or "/" for m in extra}
+    kept = []
+    for m in base:
+        dest = m["destination"]
+        if dest in wanted:
+            continue
+        if "/dev" in wanted and dest.startswith("/dev/"):
+            continue
+        kept.append(m)
+    # Parents before children, so a volume at /data does not hide /data/x.
+    ordered = sorted(extra, key=lambda m: len([p for p in m.destination.split("/") if p]))
+    return kept + [_mount_dict(m) for m in ordered]
+
+
+# kubelet's namespaced sysctls (pkg/kubelet/sysctl/namespace.go).
+_IPC_SYSCTLS = {
+    "kernel.sem",
+    "kernel.shmall",
+    "kernel.shmmax",
+    "kernel.shmmni",
+    "kernel.shm_rmid_forced",
+    "kernel.msgmax",
+    "kernel.msgmnb",
+    "kernel.msgmni",
+}
+
+
+def _normalize_sysctl(name: str) -> str:
+    # kubelet's NormalizeName: "a/b.c/d" uses "/" as separator, so swap.
+    first = re.search(r"[./]", name)
+    if first and first.group(0) == "/":
+        return name.translate(str.maketrans("./", "/."))
+    return name
+
+
+def _sysctl_namespace(name: str) -> str | None:
+    if name.startswith("net."):
+        return "network"
+    if name in _IPC_SYSCTLS or name.startswith("fs.mqueue."):
+        return "ipc"
+    return None
+
+
+def build_sysctls(pod: "Pod") -> dict[str, str]:
+    """Pod securityContext.sysctls, refusing those that would change the host's namespaces."""
+    spec = pod.spec
+    psc = spec.security_context if spec is not None else None
+    out: dict[str, str] = {}
+    for s in (psc.sysctls if psc is not None else None) or []:
+        name = _normalize_sysctl(s.name)
+        ns = _sysctl_namespace(name)
+        if ns is None:
+            raise SpecError(f"sysctl {s.name!r} is not namespaced: setting it would change the host")
+        if ns == "network" and spec.host_network:
+            raise SpecError(f"sysctl {s.name!r} is not allowed with hostNetwork")
+        if ns == "ipc" and spec.host_ipc:
+            raise SpecError(f"sysctl {s.name!r} is not allowed with hostIPC")
+        out[name] = s.value
+    return out
+
+
+def _host_flags(pod: "Pod") -> dict[str, bool]:
+    spec = pod.spec
+    return {
+        "network": bool(spec and spec.host_network),
+        "ipc": bool(spec and spec.host_ipc),
+        # kubelet: a hostNetwork pod also shares the host's UTS namespace.
+        "uts": bool(spec and spec.host_network),
+        "pid": bool(spec and spec.host_pid),
+    }
+
+
+def _clamp_oom(adj: int, minimum: int | None) -> int:
+    return adj if minimum is None else max(adj, minimum)
+
+
+def _pod_label(pod: "Pod", container: "Container | None" = None) -> str:
+    meta = pod.metadata
+    label = f"pod {meta.namespace}/{meta.name}" if meta else "pod ?"
+    return f"{label} container {container.name}" if container is not None else label
 
 
 def build_container_spec(pod: "Pod", container: "Container", image: "ImageConfig", ctx: ContainerContext) -> dict:
-    raise NotImplementedError
+    """config.json for one container of `pod`, joining the sandbox's namespaces given in ctx."""
+    where = _pod_label(pod, container)
+    sc = container.security_context
+    privileged = bool(sc and sc.privileged)
+    try:
+        env_pairs = container_env(
+            pod, container, pod_ips=ctx.pod_ips, host_ips=ctx.host_ips, node_allocatable=ctx.node_allocatable
+        )
+        lookup = dict(env_pairs).get
+        command = [expand(a, lookup) for a in container.command or []]
+        args = [expand(a, lookup) for a in container.args or []]
+        argv = process_args(command, args, image.entrypoint, image.cmd)
+        user = resolve_user(pod, container, image.user, ctx.passwd, ctx.groups, ctx.group_members)
+        caps = compute_capabilities(container, defaults.DEFAULT_CAPABILITIES, ctx.all_capabilities)
+        resources = qos.container_resources(container)
+        oom = qos.oom_score_adj(pod, container, ctx.memory_capacity)
+    except (EnvError, SecurityError, QuantityError) as exc:
+        raise SpecError(f"{where}: {exc}") from exc
+
+    # Env order as containerd builds it: default PATH, HOSTNAME, image env,
+    # then the container's, each replacing an earlier key in place.
+    env = merge_env([defaults.DEFAULT_PATH, f"HOSTNAME={ctx.hostname}"], image.env)
+    env = merge_env(env, [f"{k}={v}" for k, v in env_pairs])
+
+    # kubelet sets NoNewPrivs only when allowPrivilegeEscalation is false;
+    # containerd's CRI plugin starts from WithNewPrivileges (false) and sets
+    # it only on that request, so unset means privilege escalation allowed.
+    no_new_privs = sc is not None and sc.allow_privilege_escalation is False
+
+    process: dict = {
+        "terminal": bool(container.tty),
+        "user": {"uid": user.uid, "gid": user.gid, "additionalGids": list(user.additional_gids)},
+        "args": argv,
+        "env": env,
+        "cwd": container.working_dir or image.working_dir or "/",
+        "capabilities": {
+            "bounding": list(caps),
+            "effective": list(caps),
+            "permitted": list(caps),
+            "inheritable": [],
+            "ambient": [],
+        },
+        "noNewPrivileges": no_new_privs,
+        "oomScoreAdj": _clamp_oom(oom, ctx.min_oom_score_adj),
+    }
+
+    namespaces = [{"type": "mount"}]
+    host = _host_flags(pod)
+    for ns in ("pid", "network", "ipc", "uts"):
+        if ns in ctx.namespace_paths:
+            namespaces.append({"type": ns, "path": ctx.namespace_paths[ns]})
+        elif not host[ns]:
+            namespaces.append({"type": ns})
+    has_uts = any(n["type"] == "uts" for n in namespaces)
+
+    cpu: dict = {"shares": resources.cpu_shares, "period": resources.cpu_period}
+    if resources.cpu_quota:
+        cpu["quota"] = resources.cpu_quota
+    linux_resources: dict = {
+        "devices": defaults.privileged_device_rules() if privileged else defaults.default_device_rules(),
+        "cpu": cpu,
+    }
+    if resources.memory_limit:
+        memory = {"limit": resources.memory_limit}
+        if ctx.swap_controller:
+            # As containerd: swap limit = memory limit, so the container never swaps.
+            memory["swap"] = resources.memory_limit
+        linux_resources["memory"] = memory
+
+    unmasked = privileged or (sc is not None and sc.proc_mount == "Unmasked")
+    linux: dict = {
+        "namespaces": namespaces,
+        "cgroupsPath": ctx.cgroups_path,
+        "resources": linux_resources,
+        "maskedPaths": [] if unmasked else list(defaults.MASKED_PATHS),
+        "readonlyPaths": [] if unmasked else list(defaults.READONLY_PATHS),
+    }
+    sysctls = build_sysctls(pod)
+    if sysctls:
+        linux["sysctl"] = sysctls
+    if privileged and ctx.host_devices:
+        linux["devices"] = [dict(d) for d in ctx.host_devices]
+
+    spec: dict = {
+        "ociVersion": defaults.OCI_VERSION,
+        "process": process,
+        "root": {"path": ctx.rootfs, "readonly": bool(sc and sc.read_only_root_filesystem)},
+        "mounts": _merge_mounts(
+            defaults.default_mounts(privileged=privileged, cgroup_mount=ctx.cgroup_mount), ctx.mounts
+        ),
+        "annotations": dict(ctx.annotations),
+        "linux": linux,
+    }
+    # runc refuses a hostname without a UTS namespace of the container's own.
+    if has_uts and ctx.hostname:
+        spec["hostname"] = ctx.hostname
+    return spec
+
+
+def build_sandbox_spec(pod: "Pod", ctx: SandboxContext) -> dict:
+    """config.json for the pod's pause process, which creates and holds the pod's namespaces."""
+    host = _host_flags(pod)
+    namespaces = [{"type": "mount"}]
+    for ns in ("network", "ipc", "uts"):
+        if not host[ns]:
+            namespaces.append({"type": ns})
+    if not host["pid"]:
+        namespaces.append({"type": "pid"})
+    has_uts = not host["uts"]
+    if not ctx.args:
+        raise SpecError(f"{_pod_label(pod)}: no pause command given for the sandbox")
+
+    linux: dict = {
+        "namespaces": namespaces,
+        "cgroupsPath": ctx.cgroups_path,
+        "resources": {"devices": defaults.default_device_rules()},
+        "maskedPaths": list(defaults.MASKED_PATHS),
+        "readonlyPaths": list(defaults.READONLY_PATHS),
+    }
+    sysctls = build_sysctls(pod)
+    if sysctls:
+        linux["sysctl"] = sysctls
+
+    spec: dict = {
+        "ociVersion": defaults.OCI_VERSION,
+        "process": {
+            "terminal": False,
+            "user": {"uid": 0, "gid": 0},
+            "args": list(ctx.args),
+            "env": [defaults.DEFAULT_PATH],
+            "cwd": "/",
+            # The pause process only waits and reaps children: it needs no
+            # capabilities at all.
+            "capabilities": {"bounding": [], "effective": [], "permitted": [], "inheritable": [], "ambient": []},
+            "noNewPrivileges": True,
+            "oomScoreAdj": _clamp_oom(qos.POD_INFRA_OOM_SCORE_ADJ, ctx.min_oom_score_adj),
+        },
+        "root": {"path": ctx.rootfs, "readonly": True},
+        "mounts": _merge_mounts(defaults.default_mounts(cgroup_mount=False), ctx.extra_mounts),
+        "annotations": dict(ctx.annotations),
+        "linux": linux,
+    }
+    if has_uts and ctx.hostname:
+        spec["hostname"] = ctx.hostname
+    return spec

@@ -1,0 +1,181 @@
+"""Pod cgroups on cgroup v1: one directory per hierarchy, written with plain file I/O.
+
+Plain writes rather than cgroupspy: the three files we touch do not need its
+tree model, and taking the mount as a parameter lets a temp dir stand in for
+/sys/fs/cgroup in tests.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import time
+from pathlib import Path
+from typing import Callable
+
+from edgelet.cgroups.errors import CgroupBusyError, CgroupError
+from edgelet.cgroups.qos import PodResources
+
+
+def relative_path(path: str) -> str:
+    rel = path.strip("/")
+    if not rel:
+        raise CgroupError("refusing to operate on the cgroup root", path or "/")
+    return rel
+
+
+def write_value(file: Path, text: str) -> None:
+    try:
+        file.write_text(text)
+    except OSError as exc:
+        raise CgroupError(f"cannot write {text!r} ({exc.strerror})", file) from exc
+
+
+def read_pids(directory: Path) -> set[int]:
+    """Every pid in cgroup.procs of `directory` and all its descendants; empty if absent."""
+    found: set[int] = set()
+    if not directory.is_dir():
+        return found
+    for procs in [directory / "cgroup.procs", *directory.rglob("*/cgroup.procs")]:
+        try:
+            text = procs.read_text()
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise CgroupError(f"cannot read ({exc.strerror})", procs) from exc
+        found.update(int(tok) for tok in text.split())
+    return found
+
+
+def remove_tree(
+    top: Path,
+    *,
+    rmdir: Callable[[Path], None],
+    sleep: Callable[[float], None],
+    attempts: int,
+    interval: float,
+) -> None:
+    """rmdir `top` and every directory below it, deepest first, retrying EBUSY while tasks exit."""
+    if not top.is_dir():
+        return
+    dirs = sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True)
+    for d in [*dirs, top]:
+        for attempt in range(attempts):
+            try:
+                rmdir(d)
+                break
+            except FileNotFoundError:
+                break
+            except OSError as exc:
+                if exc.errno != errno.EBUSY:
+                    raise CgroupError(f"cannot remove ({exc.strerror})", d) from exc
+                if attempt == attempts - 1:
+                    raise CgroupBusyError("cgroup still has tasks after retries", d) from exc
+                sleep(interval)
+
+
+class CgroupV1:
+    """The pod cgroup in every v1 hierarchy under `mount` (cpu, memory, pids, ..., name=systemd)."""
+
+    version = 1
+
+    def __init__(
+        self,
+        mount: Path = Path("/sys/fs/cgroup"),
+        *,
+        rmdir: Callable[[Path], None] = os.rmdir,
+        sleep: Callable[[float], None] = time.sleep,
+        remove_attempts: int = 50,
+        remove_interval: float = 0.02,
+    ) -> None:
+        self.mount = Path(mount)
+        self._rmdir = rmdir
+        self._sleep = sleep
+        self._attempts = remove_attempts
+        self._interval = remove_interval
+
+    def hierarchies(self) -> list[Path]:
+        """Mounted v1 hierarchies; symlinks (cpu,cpuacct aliases) and the cgroup2 `unified` dir are skipped."""
+        try:
+            entries = sorted(self.mount.iterdir())
+        except OSError as exc:
+            raise CgroupError(f"cannot list hierarchies ({exc.strerror})", self.mount) from exc
+        return [
+            p
+            for p in entries
+            if p.is_dir()
+            and not p.is_symlink()
+            and (p / "cgroup.procs").exists()
+            and not (p / "cgroup.controllers").exists()
+        ]
+
+    def hierarchy(self, controller: str) -> Path | None:
+        for h in self.hierarchies():
+            if controller in h.name.split(","):
+                return h
+        return None
+
+    def create_pod(self, path: str, resources: PodResources) -> None:
+        """Create the pod cgroup (and its parents) in every hierarchy and write the pod's totals.
+
+        Idempotent: an existing cgroup gets its values rewritten.
+        """
+        rel = relative_path(path)
+        for h in self.hierarchies():
+            target = h / rel
+            try:
+                target.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise CgroupError(f"cannot create ({exc.strerror})", target) from exc
+        cpuset = self.hierarchy("cpuset")
+        if cpuset is not None:
+            self._fill_cpuset(cpuset, rel)
+        cpu = self.hierarchy("cpu")
+        if cpu is not None:
+            if resources.cpu_shares is not None:
+                write_value(cpu / rel / "cpu.shares", str(resources.cpu_shares))
+            if resources.cpu_quota is not None:
+                # The period goes first: the kernel checks quota against it.
+                if resources.cpu_period is not None:
+                    write_value(cpu / rel / "cpu.cfs_period_us", str(resources.cpu_period))
+                write_value(cpu / rel / "cpu.cfs_quota_us", str(resources.cpu_quota if resources.cpu_quota > 0 else -1))
+        memory = self.hierarchy("memory")
+        if memory is not None and resources.memory_limit:
+            write_value(memory / rel / "memory.limit_in_bytes", str(resources.memory_limit))
+
+    def _fill_cpuset(self, hierarchy: Path, rel: str) -> None:
+        # A new cpuset cgroup starts with empty cpus/mems and then refuses
+        # tasks; copy them down from the nearest parent, as runc does.
+        current = hierarchy
+        for part in rel.split("/"):
+            parent, current = current, current / part
+            for name in ("cpuset.cpus", "cpuset.mems"):
+                own = current / name
+                try:
+                    if own.exists() and own.read_text().strip():
+                        continue
+                    inherited = (parent / name).read_text().strip() if (parent / name).exists() else ""
+                except OSError as exc:
+                    raise CgroupError(f"cannot read ({exc.strerror})", own) from exc
+                if inherited:
+                    write_value(own, inherited)
+
+    def remove_pod(self, path: str) -> None:
+        """rmdir the pod cgroup and whatever runc left below it, in every hierarchy; absent is fine."""
+        rel = relative_path(path)
+        for h in self.hierarchies():
+            remove_tree(
+                h / rel, rmdir=self._rmdir, sleep=self._sleep, attempts=self._attempts, interval=self._interval
+            )
+
+    def pids(self, path: str) -> set[int]:
+        """Processes anywhere in the pod's cgroup subtree, across hierarchies."""
+        rel = relative_path(path)
+        found: set[int] = set()
+        for h in self.hierarchies():
+            found |= read_pids(h / rel)
+        return found
+
+    def exists(self, path: str) -> bool:
+        rel = relative_path(path)
+        return any((h / rel).is_dir() for h in self.hierarchies())

@@ -1,0 +1,84 @@
+"""Pod cgroups on the unified (v2) hierarchy: subtree_control, cpu.weight, cpu.max, memory.max."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Callable
+
+from edgelet.cgroups.errors import CgroupError
+from edgelet.cgroups.qos import PodResources, shares_to_weight
+from edgelet.cgroups.v1 import relative_path, write_value, read_pids, remove_tree
+
+# Controllers a pod's containers may need; others (rdma, misc) stay off.
+WANTED_CONTROLLERS = ("cpuset", "cpu", "io", "memory", "hugetlb", "pids")
+
+
+class CgroupV2:
+    """The pod cgroup as one directory under the unified mount."""
+
+    version = 2
+
+    def __init__(
+        self,
+        mount: Path = Path("/sys/fs/cgroup"),
+        *,
+        rmdir: Callable[[Path], None] = os.rmdir,
+        sleep: Callable[[float], None] = time.sleep,
+        remove_attempts: int = 50,
+        remove_interval: float = 0.02,
+    ) -> None:
+        self.mount = Path(mount)
+        self._rmdir = rmdir
+        self._sleep = sleep
+        self._attempts = remove_attempts
+        self._interval = remove_interval
+
+    def available_controllers(self) -> list[str]:
+        file = self.mount / "cgroup.controllers"
+        try:
+            present = file.read_text().split()
+        except OSError as exc:
+            raise CgroupError(f"cannot read ({exc.strerror})", file) from exc
+        return [c for c in WANTED_CONTROLLERS if c in present]
+
+    def create_pod(self, path: str, resources: PodResources) -> None:
+        """Create the pod cgroup, delegate controllers down to it and its children, write the pod's totals."""
+        rel = relative_path(path)
+        target = self.mount / rel
+        try:
+            target.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CgroupError(f"cannot create ({exc.strerror})", target) from exc
+        controllers = self.available_controllers()
+        if controllers:
+            # A controller is usable in a cgroup only once every ancestor
+            # lists it in subtree_control; the pod dir delegates to runc's
+            # container cgroups below it.
+            enable = " ".join(f"+{c}" for c in controllers)
+            current = self.mount
+            for part in ["", *rel.split("/")]:
+                current = current / part if part else current
+                write_value(current / "cgroup.subtree_control", enable)
+        if resources.cpu_shares is not None:
+            write_value(target / "cpu.weight", str(shares_to_weight(resources.cpu_shares)))
+        if resources.cpu_quota is not None:
+            period = resources.cpu_period or 100000
+            quota = str(resources.cpu_quota) if resources.cpu_quota > 0 else "max"
+            write_value(target / "cpu.max", f"{quota} {period}")
+        if resources.memory_limit:
+            write_value(target / "memory.max", str(resources.memory_limit))
+
+    def remove_pod(self, path: str) -> None:
+        """rmdir the pod cgroup and its children; absent is fine."""
+        rel = relative_path(path)
+        remove_tree(
+            self.mount / rel, rmdir=self._rmdir, sleep=self._sleep, attempts=self._attempts, interval=self._interval
+        )
+
+    def pids(self, path: str) -> set[int]:
+        return read_pids(self.mount / relative_path(path))
+
+    def exists(self, path: str) -> bool:
+        return (self.mount / relative_path(path)).is_dir()

@@ -1,0 +1,186 @@
+"""A container's environment and command line: `$(VAR)` expansion, valueFrom, kubelet's command rule.
+
+Follows kubelet's third_party/forked/golang/expansion, kubelet_pods.go
+makeEnvironmentVariables and containerd's WithProcessArgs and WithEnv.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
+
+from edgelet.cgroups.qos import container_limits, container_requests
+from edgelet.ocispec.quantity import QuantityError, parse_quantity
+
+if TYPE_CHECKING:
+    from edgelet.api.types import Container, EnvVar, Pod
+
+
+class EnvError(ValueError):
+    """An env var or command that cannot be resolved (the builder turns it into a SpecError)."""
+
+
+def expand(text: str, mapping: Callable[[str], str | None]) -> str:
+    """Expand `$(NAME)` with `mapping`; `$$` is a literal `$`; unknown names and unclosed `$(` stay as written."""
+    out: list[str] = []
+    i = 0
+    n = len(text)
+    while i < n:
+        ch = text[i]
+        if ch != "$" or i + 1 == n:
+            out.append(ch)
+            i += 1
+            continue
+        nxt = text[i + 1]
+        if nxt == "$":
+            out.append("$")
+            i += 2
+        elif nxt == "(":
+            close = text.find(")", i + 2)
+            if close == -1:
+                # Incomplete reference: kubelet keeps "$(" and carries on after it.
+                out.append("$(")
+                i += 2
+                continue
+            name = text[i + 2 : close]
+            found = mapping(name)
+            out.append(found if found is not None else f"$({name})")
+            i = close + 1
+        else:
+            out.append("$" + nxt)
+            i += 2
+    return "".join(out)
+
+
+def _subscript(path: str, prefix: str) -> str | None:
+    m = re.fullmatch(re.escape(prefix) + r"\['(.*)'\]", path)
+    return m.group(1) if m else None
+
+
+def _field_ref(pod: "Pod", path: str, pod_ips: Sequence[str], host_ips: Sequence[str]) -> str:
+    meta = pod.metadata
+    spec = pod.spec
+    simple: dict[str, str | None] = {
+        "metadata.name": meta.name if meta else None,
+        "metadata.namespace": meta.namespace if meta else None,
+        "metadata.uid": meta.uid if meta else None,
+        "spec.nodeName": spec.node_name if spec else None,
+        "spec.serviceAccountName": spec.service_account_name if spec else None,
+        "status.podIP": pod_ips[0] if pod_ips else "",
+        "status.podIPs": ",".join(pod_ips),
+        "status.hostIP": host_ips[0] if host_ips else "",
+        "status.hostIPs": ",".join(host_ips),
+    }
+    if path in simple:
+        return simple[path] or ""
+    for prefix, source in (
+        ("metadata.labels", meta.labels if meta else None),
+        ("metadata.annotations", meta.annotations if meta else None),
+    ):
+        key = _subscript(path, prefix)
+        if key is not None:
+            return (source or {}).get(key, "")
+    raise EnvError(f"unsupported fieldRef fieldPath {path!r}")
+
+
+def _resource_field_ref(
+    pod: "Pod", container: "Container", ref, node_allocatable: Mapping[str, str | int | float]
+) -> str:
+    target = container
+    if ref.container_name and ref.container_name != container.name:
+        spec = pod.spec
+        others = [*(spec.containers or []), *(spec.init_containers or [])] if spec else []
+        matches = [c for c in others if c.name == ref.container_name]
+        if not matches:
+            raise EnvError(f"resourceFieldRef names unknown container {ref.container_name!r}")
+        target = matches[0]
+    kind, _, resource = ref.resource.partition(".")
+    if kind not in ("limits", "requests") or not resource:
+        raise EnvError(f"unsupported resourceFieldRef resource {ref.resource!r}")
+    values = container_limits(target) if kind == "limits" else container_requests(target)
+    amount = values.get(resource)
+    if not amount and kind == "limits":
+        # kubelet fills an unset limit with the node's allocatable amount.
+        if resource not in node_allocatable:
+            raise EnvError(f"resourceFieldRef {ref.resource!r} has no limit and node allocatable {resource} is unknown")
+        amount = parse_quantity(node_allocatable[resource])
+    amount = amount or 0
+    try:
+        divisor = parse_quantity(ref.divisor) if ref.divisor not in (None, "") else None
+    except QuantityError as exc:
+        raise EnvError(f"resourceFieldRef divisor {ref.divisor!r}: {exc}") from exc
+    if resource == "cpu":
+        # convertResourceCPUToString: ceil(milliValue / divisor.milliValue), divisor default 1
+        milli = math.ceil(amount * 1000)
+        div = math.ceil(divisor * 1000) if divisor else 1000
+        return str(math.ceil(milli / div))
+    div_value = math.ceil(divisor) if divisor else 1
+    return str(math.ceil(math.ceil(amount) / div_value))
+
+
+def container_env(
+    pod: "Pod",
+    container: "Container",
+    *,
+    pod_ips: Sequence[str] = (),
+    host_ips: Sequence[str] = (),
+    node_allocatable: Mapping[str, str | int | float] | None = None,
+) -> list[tuple[str, str]]:
+    """The container's own env (not the image's), values expanded, in first-seen order with the last value.
+
+    kubelet also adds service link variables; a standalone node has no
+    Services, so edgelet adds none.
+    """
+    resolved: dict[str, str] = {}
+    env: Iterable["EnvVar"] = container.env or []
+    for var in env:
+        if var.value:
+            text = expand(var.value, resolved.get)
+        elif var.value_from is not None:
+            src = var.value_from
+            if src.field_ref is not None:
+                text = _field_ref(pod, src.field_ref.field_path, pod_ips, host_ips)
+            elif src.resource_field_ref is not None:
+                text = _resource_field_ref(pod, container, src.resource_field_ref, node_allocatable or {})
+            else:
+                raise EnvError(f"env {var.name}: valueFrom needs an API object, which a static pod cannot use")
+        else:
+            text = ""
+        resolved[var.name] = text
+    return list(resolved.items())
+
+
+def process_args(
+    command: Sequence[str] | None,
+    args: Sequence[str] | None,
+    entrypoint: Sequence[str],
+    cmd: Sequence[str],
+) -> list[str]:
+    """kubelet/containerd's rule: command set -> command+args; only args -> Entrypoint+args; neither -> Entrypoint+Cmd."""
+    cmd_part = list(command or [])
+    args_part = list(args or [])
+    if not cmd_part:
+        if not args_part:
+            args_part = list(cmd)
+        # An image may reset its entrypoint to [""] to mean "none".
+        if not (len(entrypoint) == 1 and entrypoint[0] == ""):
+            cmd_part = list(entrypoint)
+    result = cmd_part + args_part
+    if not result:
+        raise EnvError("no command specified")
+    return result
+
+
+def merge_env(base: Iterable[str], overrides: Iterable[str]) -> list[str]:
+    """containerd's replaceOrAppendEnvValues: a known key is replaced in place, a new one appended."""
+    out = list(base)
+    index = {item.partition("=")[0]: i for i, item in enumerate(out)}
+    for item in overrides:
+        key = item.partition("=")[0]
+        if key in index:
+            out[index[key]] = item
+        else:
+            index[key] = len(out)
+            out.append(item)
+    return out
