@@ -48,7 +48,7 @@ class AgentProc:
         self.paths = paths
         self.manifests = manifests
         self.proc: subprocess.Popen | None = None
-        self.log_path = paths.root_dir.parent / "agent.log"
+        self.log_path = paths.run_dir / "agent.log"
         import_dir = paths.root_dir / "images" / "import"
         import_dir.mkdir(parents=True, exist_ok=True)
         shutil.copy(archive, import_dir / archive.name)
@@ -123,5 +123,6 @@ def agent(runtime_paths: RuntimePaths, busybox_archive: Path):
     if a.proc is not None:
         a.proc.kill()
         a.proc.wait()
+        a._log.close()
     if os.environ.get("EDGELET_TEST_SHOW_LOG"):
         print(a.log())
