@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -10,9 +11,10 @@ import msgspec
 import yaml
 
 from edgelet.api.errors import ManifestDecodeError
-from edgelet.api.types import Pod
+from edgelet.api.types import Pod, PodList
+from edgelet.api.unknown import find_unknown_fields, unknown_field_warning
 
-__all__ = ["parse_manifests"]
+__all__ = ["parse_manifests", "parse_manifests_with_warnings"]
 
 _TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
 _VALUE_TAG = "tag:yaml.org,2002:value"
@@ -23,6 +25,7 @@ _MAX_NODES = 100_000
 _PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _MSGSPEC_ERROR = re.compile(r"^(?P<msg>.*?)(?: - at (?:`(?P<key>key)` in )?`(?P<path>\$[^`]*)`)?$", re.S)
 _LIST_KINDS = ("PodList", "List")
+_GO_FLOATS = {"inf": "+Inf", "-inf": "-Inf", "nan": "NaN"}
 
 
 class _Loader(yaml.CSafeLoader):
@@ -44,15 +47,30 @@ def parse_manifests(data: bytes, origin: str) -> list[Pod]:
     and v1 List documents. Empty documents are skipped. The whole input is
     rejected on the first problem, so a half-valid file never half-applies.
     """
+    return parse_manifests_with_warnings(data, origin)[0]
+
+
+def parse_manifests_with_warnings(data: bytes, origin: str) -> tuple[list[Pod], list[str]]:
+    """parse_manifests, plus one warning per unknown field, as kubectl's `--validate=warn` prints them.
+
+    Unknown fields are accepted and dropped, as with the API server's
+    `fieldValidation=Warn`: `unknown field "spec.containers[0].imagePullPolcy"`,
+    prefixed with `document N: ` in a stream of several documents.
+    """
     documents = _load_documents(data, origin)
     multi = len(documents) > 1
     pods: list[Pod] = []
+    warnings: list[str] = []
     for index, line, obj in documents:
         if obj is None:
             continue
         where = _Where(origin, index if multi else None, line if multi else None)
         pods.extend(_pods_from_document(obj, where))
-    return pods
+        # _pods_from_document accepted it, so obj is an object with a string kind.
+        root = Pod if obj["kind"] == "Pod" else PodList
+        prefix = f"document {index}: " if multi else ""
+        warnings.extend(prefix + unknown_field_warning(path) for path in find_unknown_fields(obj, root))
+    return pods, warnings
 
 
 class _Where:
@@ -233,6 +251,9 @@ def _check_plain(obj: Any, path: str, count: list[int]) -> None:
             _check_plain(value, f"{path}[{i}]", count)
     elif isinstance(obj, int) and not isinstance(obj, bool) and not _INT64_MIN <= obj <= _INT64_MAX:
         raise _Problem(path, f"integer {obj} out of range")
+    elif isinstance(obj, float) and not math.isfinite(obj):
+        # YAML's .inf/.nan have no JSON form; Kubernetes' YAML-to-JSON step rejects them the same way.
+        raise _Problem(path, f"unsupported value: {_GO_FLOATS[repr(obj)]}")
 
 
 def _child(path: str, key: str) -> str:

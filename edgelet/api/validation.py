@@ -1,93 +1,494 @@
-"""Basic validation of a (defaulted) Pod: the subset of ValidatePodCreate edgelet relies on."""
+"""Validation of a defaulted Pod as the API server's ValidatePodCreate would judge it, with kubectl's messages.
+
+Every problem is a FieldError whose message is what `field.Error.ErrorBody()`
+prints (`Invalid value: 70000: must be between 1 and 65535, inclusive`,
+`Duplicate value: "app"`, `Unsupported value: "X": supported values: ...`),
+and whose path is a JSONPath (`$.spec.containers[0].ports[0].containerPort`).
+
+The pod is expected to be defaulted (apply_defaults): a field still None is
+taken as "not set" and left alone, where the API server would first have
+defaulted it. API-object references (Secrets, ConfigMaps, ...) are a static
+pod rule and live in static.find_api_object_references.
+"""
 
 from __future__ import annotations
 
+import ipaddress
 import re
+from collections.abc import Iterable, Sequence
+from fractions import Fraction
+from typing import Any
 
 from edgelet.api.errors import FieldError
-from edgelet.api.types import Container, Pod, Volume
+from edgelet.api.types import (
+    Container,
+    ContainerPort,
+    HTTPGetAction,
+    Lifecycle,
+    ObjectMeta,
+    Pod,
+    PodDNSConfig,
+    PodSecurityContext,
+    PodSpec,
+    Probe,
+    ResourceRequirements,
+    SecurityContext,
+    Volume,
+    VolumeMount,
+)
+from edgelet.ocispec.quantity import QuantityError, parse_quantity
 
-__all__ = ["FieldError", "validate_pod", "is_dns1123_label", "is_dns1123_subdomain"]
-
-_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_IANA_SVC_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
-_VOLUME_SOURCES = tuple(f for f in Volume.__struct_fields__ if f != "name")
+__all__ = [
+    "FieldError",
+    "dns1123_label_errors",
+    "dns1123_subdomain_errors",
+    "duplicate",
+    "forbidden",
+    "invalid",
+    "is_dns1123_label",
+    "is_dns1123_subdomain",
+    "not_found",
+    "not_supported",
+    "port_name_errors",
+    "qualified_name_errors",
+    "required",
+    "too_long",
+    "too_many",
+    "validate_pod",
+]
 
 RESTART_POLICIES = ("Always", "OnFailure", "Never")
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
-DNS_POLICIES = ("ClusterFirst", "ClusterFirstWithHostNet", "Default", "None")
-PROTOCOLS = ("TCP", "UDP", "SCTP")
+# The order ValidatePodSpec lists them in its message.
+DNS_POLICIES = ("ClusterFirstWithHostNet", "ClusterFirst", "Default", "None")
+PROTOCOLS = ("SCTP", "TCP", "UDP")
+TERMINATION_MESSAGE_POLICIES = ("File", "FallbackToLogsOnError")
+HTTP_SCHEMES = ("HTTP", "HTTPS")
+HOST_PATH_TYPES = ("", "BlockDevice", "CharDevice", "Directory", "DirectoryOrCreate", "File", "FileOrCreate", "Socket")
+
+MAX_DNS_NAMESERVERS = 3
+MAX_DNS_SEARCH_PATHS = 32
+MAX_ID = 2**31 - 1
+TOTAL_ANNOTATION_SIZE_LIMIT = 256 * 1024
+
+# apimachinery/pkg/util/validation: formats and messages, verbatim, so users see kubectl's text.
+_DNS1123_LABEL_FMT = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS1123_SUBDOMAIN_FMT = _DNS1123_LABEL_FMT + r"(\." + _DNS1123_LABEL_FMT + ")*"
+_QUALIFIED_NAME_FMT = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
+_LABEL_VALUE_FMT = "(" + _QUALIFIED_NAME_FMT + ")?"
+_DNS1123_LABEL = re.compile(f"^{_DNS1123_LABEL_FMT}$")
+_DNS1123_SUBDOMAIN = re.compile(f"^{_DNS1123_SUBDOMAIN_FMT}$")
+_QUALIFIED_NAME = re.compile(f"^{_QUALIFIED_NAME_FMT}$")
+_LABEL_VALUE = re.compile(f"^{_LABEL_VALUE_FMT}$")
+_PORT_NAME_CHARSET = re.compile(r"^[-a-z0-9]+$")
+_PORT_NAME_LETTER = re.compile(r"[a-z]")
+_HTTP_HEADER_NAME = re.compile(r"^[-A-Za-z0-9]+$")
+# The regular expression apimachinery's ParseQuantity error quotes.
+_QUANTITY_MESSAGE = "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+
+_DNS1123_LABEL_MSG = (
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "
+    "and must start and end with an alphanumeric character"
+)
+_DNS1123_SUBDOMAIN_MSG = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
+    "and must start and end with an alphanumeric character"
+)
+_QUALIFIED_NAME_MSG = (
+    "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"
+)
+_LABEL_VALUE_MSG = (
+    "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', "
+    "and must start and end with an alphanumeric character"
+)
+_ENV_NAME_MSG = "a valid environment variable name must consist only of printable ASCII characters other than '='"
+_HTTP_HEADER_MSG = "a valid HTTP header must consist of alphanumeric characters or '-'"
+_NEGATIVE = "must be greater than or equal to 0"
+_NOT_POSITIVE = "must be greater than zero"
+_INIT_FORBIDDEN = "may not be set for init containers without restartPolicy=Always"
+
+# Volume sources in the order ValidateVolumes checks them: with two sources
+# set, the error names the later one, as the API server's does.
+_VOLUME_SOURCE_ORDER = (
+    "emptyDir", "hostPath", "gitRepo", "gcePersistentDisk", "awsElasticBlockStore", "secret", "nfs", "iscsi",
+    "glusterfs", "flocker", "persistentVolumeClaim", "rbd", "cinder", "cephfs", "quobyte", "downwardAPI", "fc",
+    "flexVolume", "configMap", "azureFile", "vsphereVolume", "photonPersistentDisk", "portworxVolume", "azureDisk",
+    "storageos", "projected", "scaleIO", "csi", "ephemeral", "image",
+)
+_VOLUME_SOURCES = sorted(
+    ((attr, json) for attr, json in zip(Volume.__struct_fields__, Volume.__struct_encode_fields__) if attr != "name"),
+    key=lambda pair: (_VOLUME_SOURCE_ORDER.index(pair[1]) if pair[1] in _VOLUME_SOURCE_ORDER else 999, pair[1]),
+)
+_PROBE_ACTIONS = (("exec", "exec"), ("http_get", "httpGet"), ("tcp_socket", "tcpSocket"), ("grpc", "grpc"))
+_LIFECYCLE_ACTIONS = (("exec", "exec"), ("http_get", "httpGet"), ("tcp_socket", "tcpSocket"), ("sleep", "sleep"))
+_STANDARD_CONTAINER_RESOURCES = ("cpu", "memory", "ephemeral-storage")
+_HUGEPAGES_PREFIX = "hugepages-"
+
+
+# ---------------------------------------------------------------------------
+# Error constructors: the text of field.Error.ErrorBody() for each error type.
+
+
+def _show(value: Any) -> str:
+    """A bad value as Go's ErrorBody prints it: strings quoted (%q), numbers and bools bare (%v)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return _go_quote(value)
+    return str(value)
+
+
+def _go_quote(value: str) -> str:
+    out = ['"']
+    for ch in value:
+        if ch in ('"', "\\"):
+            out.append("\\" + ch)
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\t":
+            out.append("\\t")
+        elif ch == "\r":
+            out.append("\\r")
+        elif not ch.isprintable():
+            code = ord(ch)
+            out.append(f"\\x{code:02x}" if code < 0x80 else f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+def _with_detail(body: str, detail: str) -> str:
+    return f"{body}: {detail}" if detail else body
+
+
+def required(path: str, detail: str = "") -> FieldError:
+    return FieldError(path, _with_detail("Required value", detail))
+
+
+def invalid(path: str, value: Any, detail: str) -> FieldError:
+    return FieldError(path, _with_detail(f"Invalid value: {_show(value)}", detail))
+
+
+def duplicate(path: str, value: Any) -> FieldError:
+    return FieldError(path, f"Duplicate value: {_show(value)}")
+
+
+def not_found(path: str, value: Any) -> FieldError:
+    return FieldError(path, f"Not found: {_show(value)}")
+
+
+def not_supported(path: str, value: Any, supported: Iterable[str]) -> FieldError:
+    values = ", ".join(_go_quote(v) for v in supported)
+    return FieldError(path, f"Unsupported value: {_show(value)}: supported values: {values}")
+
+
+def forbidden(path: str, detail: str) -> FieldError:
+    return FieldError(path, _with_detail("Forbidden", detail))
+
+
+def too_many(path: str, actual: int, maximum: int) -> FieldError:
+    return FieldError(path, f"Too many: {actual}: must have at most {maximum} items")
+
+
+def too_long(path: str, maximum: int) -> FieldError:
+    return FieldError(path, f"Too long: must have at most {maximum} bytes")
+
+
+# ---------------------------------------------------------------------------
+# Name predicates (apimachinery/pkg/util/validation), each returning its messages.
+
+
+def _max_len(n: int) -> str:
+    return f"must be no more than {n} characters"
+
+
+def _regex_error(message: str, fmt: str, *examples: str) -> str:
+    if not examples:
+        return f"{message} (regex used for validation is '{fmt}')"
+    shown = " or ".join(f"'{e}', " for e in examples)
+    return f"{message} (e.g. {shown}regex used for validation is '{fmt}')"
+
+
+def _range_error(low: int, high: int) -> str:
+    return f"must be between {low} and {high}, inclusive"
+
+
+def dns1123_label_errors(value: str) -> list[str]:
+    errors = [_max_len(63)] if len(value) > 63 else []
+    if not _DNS1123_LABEL.match(value):
+        errors.append(_regex_error(_DNS1123_LABEL_MSG, _DNS1123_LABEL_FMT, "my-name", "123-abc"))
+    return errors
+
+
+def dns1123_subdomain_errors(value: str) -> list[str]:
+    errors = [_max_len(253)] if len(value) > 253 else []
+    if not _DNS1123_SUBDOMAIN.match(value):
+        errors.append(_regex_error(_DNS1123_SUBDOMAIN_MSG, _DNS1123_SUBDOMAIN_FMT, "example.com"))
+    return errors
 
 
 def is_dns1123_label(value: str) -> bool:
-    return len(value) <= 63 and _DNS1123_LABEL.match(value) is not None
+    return not dns1123_label_errors(value)
 
 
 def is_dns1123_subdomain(value: str) -> bool:
-    return len(value) <= 253 and _DNS1123_SUBDOMAIN.match(value) is not None
+    return not dns1123_subdomain_errors(value)
+
+
+def port_name_errors(name: str) -> list[str]:
+    """IANA_SVC_NAME: at most 15 lowercase alphanumerics and '-', one letter at least, no '--' nor '-' at the ends."""
+    errors = [_max_len(15)] if len(name) > 15 else []
+    if not _PORT_NAME_CHARSET.match(name):
+        errors.append("must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)")
+    if not _PORT_NAME_LETTER.search(name):
+        errors.append("must contain at least one letter (a-z)")
+    if "--" in name:
+        errors.append("must not contain consecutive hyphens")
+    if name.startswith("-") or name.endswith("-"):
+        errors.append("must not begin or end with a hyphen")
+    return errors
+
+
+def qualified_name_errors(value: str) -> list[str]:
+    """A label or annotation key: an optional DNS subdomain prefix and '/', then a name of at most 63 characters."""
+    name_example = ("MyName", "my.name", "123-abc")
+    parts = value.split("/")
+    if len(parts) > 2:
+        return [
+            "a qualified name "
+            + _regex_error(_QUALIFIED_NAME_MSG, _QUALIFIED_NAME_FMT, *name_example)
+            + " with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"
+        ]
+    errors: list[str] = []
+    name = parts[-1]
+    if len(parts) == 2:
+        prefix = parts[0]
+        if not prefix:
+            errors.append("prefix part must be non-empty")
+        else:
+            errors.extend("prefix part " + m for m in dns1123_subdomain_errors(prefix))
+    if not name:
+        errors.append("name part must be non-empty")
+    elif len(name) > 63:
+        errors.append("name part " + _max_len(63))
+    if not _QUALIFIED_NAME.match(name):
+        errors.append("name part " + _regex_error(_QUALIFIED_NAME_MSG, _QUALIFIED_NAME_FMT, *name_example))
+    return errors
+
+
+def _label_value_errors(value: str) -> list[str]:
+    errors = [_max_len(63)] if len(value) > 63 else []
+    if not _LABEL_VALUE.match(value):
+        errors.append(_regex_error(_LABEL_VALUE_MSG, _LABEL_VALUE_FMT, "MyValue", "my_value", "12345"))
+    return errors
+
+
+def _port_number_errors(port: int) -> list[str]:
+    return [] if 1 <= port <= 65535 else [_range_error(1, 65535)]
+
+
+def _is_env_var_name(name: str) -> bool:
+    # Kubernetes' relaxed rule (RelaxedEnvironmentVariableValidation, on by default since 1.32).
+    return all(" " <= ch <= "~" and ch != "=" for ch in name)
+
+
+def _backstep_errors(path: str, value: str) -> list[FieldError]:
+    if ".." in value.split("/"):
+        # One error is enough even for `../../..`, as in validatePathNoBacksteps.
+        return [invalid(path, value, "must not contain '..'")]
+    return []
+
+
+def _local_descending_path_errors(path: str, value: str) -> list[FieldError]:
+    errors = [invalid(path, value, "must be a relative path")] if value.startswith("/") else []
+    return errors + _backstep_errors(path, value)
+
+
+# ---------------------------------------------------------------------------
+# The pod.
 
 
 def validate_pod(pod: Pod) -> list[FieldError]:
-    """Every problem found, in field order; an empty list means the pod is valid."""
+    """Every problem found in a (defaulted) pod, in field order; an empty list means the pod is valid."""
     errors: list[FieldError] = []
-    meta = pod.metadata
-    name = meta.name if meta is not None else None
-    if not name:
-        errors.append(FieldError("$.metadata.name", "name is needed for the pod"))
-    elif not is_dns1123_subdomain(name):
-        errors.append(FieldError("$.metadata.name", f"{name!r} is not a DNS-1123 subdomain"))
-    namespace = meta.namespace if meta is not None else None
-    if namespace and not is_dns1123_label(namespace):
-        errors.append(FieldError("$.metadata.namespace", f"{namespace!r} is not a DNS-1123 label"))
-
+    _validate_metadata(pod.metadata or ObjectMeta(), errors)
     spec = pod.spec
     if spec is None:
-        errors.append(FieldError("$.spec", "required"))
+        errors.append(required("$.spec"))
         return errors
-    if spec.restart_policy is not None and spec.restart_policy not in RESTART_POLICIES:
-        errors.append(_not_in("$.spec.restartPolicy", spec.restart_policy, RESTART_POLICIES))
-    if spec.dns_policy is not None and spec.dns_policy not in DNS_POLICIES:
-        errors.append(_not_in("$.spec.dnsPolicy", spec.dns_policy, DNS_POLICIES))
-    grace = spec.termination_grace_period_seconds
-    if grace is not None and grace < 0:
-        errors.append(FieldError("$.spec.terminationGracePeriodSeconds", "must be >= 0"))
+    _validate_spec(spec, errors)
+    return errors
 
+
+def _validate_metadata(meta: ObjectMeta, errors: list[FieldError]) -> None:
+    if not meta.name:
+        errors.append(required("$.metadata.name", "name or generateName is required"))
+    else:
+        # For a static pod this is `<name>-<node>`, which kubelet also validates as a whole.
+        errors.extend(invalid("$.metadata.name", meta.name, m) for m in dns1123_subdomain_errors(meta.name))
+    if meta.namespace:
+        errors.extend(invalid("$.metadata.namespace", meta.namespace, m) for m in dns1123_label_errors(meta.namespace))
+    # Keys are reported in sorted order, so the output does not depend on the manifest's key order.
+    for key, value in sorted((meta.labels or {}).items()):
+        errors.extend(invalid("$.metadata.labels", key, m) for m in qualified_name_errors(key))
+        errors.extend(invalid("$.metadata.labels", value, m) for m in _label_value_errors(value))
+    annotations = meta.annotations or {}
+    for key in sorted(annotations):
+        errors.extend(invalid("$.metadata.annotations", key, m) for m in qualified_name_errors(key.lower()))
+    size = sum(len(k.encode()) + len(v.encode()) for k, v in annotations.items())
+    if size > TOTAL_ANNOTATION_SIZE_LIMIT:
+        errors.append(too_long("$.metadata.annotations", TOTAL_ANNOTATION_SIZE_LIMIT))
+
+
+def _validate_spec(spec: PodSpec, errors: list[FieldError]) -> None:
     volumes = _validate_volumes(spec.volumes or [], errors)
-    if not spec.containers:
-        errors.append(FieldError("$.spec.containers", "must have at least one container"))
+    grace = spec.termination_grace_period_seconds
+    host_network = bool(spec.host_network)
     names: set[str] = set()
-    groups = (("initContainers", spec.init_containers or []), ("containers", spec.containers or []))
-    for field, containers in groups:
+    if not spec.containers:
+        errors.append(required("$.spec.containers"))
+    for field, containers in (("initContainers", spec.init_containers or []), ("containers", spec.containers or [])):
         for i, container in enumerate(containers):
             path = f"$.spec.{field}[{i}]"
-            if container.name in names:
-                errors.append(FieldError(f"{path}.name", f"duplicate container name {container.name!r}"))
-            names.add(container.name)
             _validate_container(
                 container,
                 path,
                 init=field == "initContainers",
-                host_network=bool(spec.host_network),
+                names=names,
                 volumes=volumes,
+                host_network=host_network,
+                grace=grace,
                 errors=errors,
             )
-    return errors
+    _validate_host_port_conflicts(spec.containers or [], errors)
+
+    policy = spec.restart_policy
+    if policy is not None:
+        if policy == "":
+            errors.append(required("$.spec.restartPolicy"))
+        elif policy not in RESTART_POLICIES:
+            errors.append(not_supported("$.spec.restartPolicy", policy, RESTART_POLICIES))
+    dns_policy = spec.dns_policy
+    if dns_policy is not None and dns_policy not in DNS_POLICIES:
+        errors.append(not_supported("$.spec.dnsPolicy", dns_policy, DNS_POLICIES))
+    _validate_dns_config(dns_policy, spec.dns_config, errors)
+    for field, value in (("hostname", spec.hostname), ("subdomain", spec.subdomain)):
+        if value:
+            errors.extend(invalid(f"$.spec.{field}", value, m) for m in dns1123_label_errors(value))
+    deadline = spec.active_deadline_seconds
+    if deadline is not None and not 1 <= deadline <= MAX_ID:
+        errors.append(invalid("$.spec.activeDeadlineSeconds", deadline, _range_error(1, MAX_ID)))
+    if grace is not None and grace < 0:
+        # The API server accepts a negative grace period with a warning and
+        # treats it as 1; edgelet deliberately rejects it instead.
+        errors.append(invalid("$.spec.terminationGracePeriodSeconds", grace, _NEGATIVE))
+    if spec.security_context is not None:
+        _validate_pod_security_context(spec.security_context, errors)
+    if spec.resources is not None:
+        _validate_resources(spec.resources, "$.spec.resources", errors)
+    for name, quantity in sorted((spec.overhead or {}).items()):
+        _quantity_value(quantity, f"$.spec.overhead[{name}]", errors)
 
 
-def _validate_volumes(volumes: list[Volume], errors: list[FieldError]) -> set[str]:
+def _validate_dns_config(policy: str | None, config: PodDNSConfig | None, errors: list[FieldError]) -> None:
+    path = "$.spec.dnsConfig"
+    if policy == "None":
+        if config is None:
+            errors.append(required(path, "must provide `dnsConfig` when `dnsPolicy` is None"))
+            return
+        if not config.nameservers:
+            detail = "must provide at least one DNS nameserver when `dnsPolicy` is None"
+            errors.append(required(f"{path}.nameservers", detail))
+    if config is None:
+        return
+    nameservers = config.nameservers or []
+    if len(nameservers) > MAX_DNS_NAMESERVERS:
+        errors.append(too_many(f"{path}.nameservers", len(nameservers), MAX_DNS_NAMESERVERS))
+    for i, server in enumerate(nameservers):
+        try:
+            ipaddress.ip_address(server)
+        except ValueError:
+            errors.append(invalid(f"{path}.nameservers[{i}]", server, "must be a valid IP address"))
+    searches = config.searches or []
+    if len(searches) > MAX_DNS_SEARCH_PATHS:
+        errors.append(too_many(f"{path}.searches", len(searches), MAX_DNS_SEARCH_PATHS))
+    for i, search in enumerate(searches):
+        # "." (the root) and a trailing dot are allowed, as in validateDNSSearches.
+        if search == ".":
+            continue
+        name = search.removesuffix(".")
+        errors.extend(invalid(f"{path}.searches[{i}]", search, m) for m in dns1123_subdomain_errors(name))
+    for i, option in enumerate(config.options or []):
+        if not option.name:
+            errors.append(required(f"{path}.options[{i}]", "Option.Name must not be empty"))
+
+
+def _validate_pod_security_context(ctx: PodSecurityContext, errors: list[FieldError]) -> None:
+    path = "$.spec.securityContext"
+    for field, value in (("runAsUser", ctx.run_as_user), ("runAsGroup", ctx.run_as_group), ("fsGroup", ctx.fs_group)):
+        _id_in_range(f"{path}.{field}", value, errors)
+    for i, gid in enumerate(ctx.supplemental_groups or []):
+        _id_in_range(f"{path}.supplementalGroups[{i}]", gid, errors)
+
+
+def _id_in_range(path: str, value: int | None, errors: list[FieldError]) -> None:
+    if value is not None and not 0 <= value <= MAX_ID:
+        errors.append(invalid(path, value, _range_error(0, MAX_ID)))
+
+
+# ---------------------------------------------------------------------------
+# Volumes.
+
+
+def _validate_volumes(volumes: Sequence[Volume], errors: list[FieldError]) -> set[str]:
+    """Check every volume; return the declared names for volumeMounts to refer to.
+
+    The API server only registers volumes without errors, so a mount of an
+    invalid volume also reports `Not found`; edgelet deliberately registers
+    every named volume so one mistake gives one error.
+    """
     names: set[str] = set()
     for i, volume in enumerate(volumes):
         path = f"$.spec.volumes[{i}]"
-        if not is_dns1123_label(volume.name):
-            errors.append(FieldError(f"{path}.name", f"{volume.name!r} is not a DNS-1123 label"))
-        elif volume.name in names:
-            errors.append(FieldError(f"{path}.name", f"duplicate volume name {volume.name!r}"))
-        names.add(volume.name)
-        sources = [f for f in _VOLUME_SOURCES if getattr(volume, f) is not None]
-        if len(sources) > 1:
-            errors.append(FieldError(path, "may not specify more than 1 volume type"))
+        _validate_volume_source(volume, path, errors)
+        if not volume.name:
+            errors.append(required(f"{path}.name"))
+        else:
+            errors.extend(invalid(f"{path}.name", volume.name, m) for m in dns1123_label_errors(volume.name))
+        if volume.name in names:
+            errors.append(duplicate(f"{path}.name", volume.name))
+        elif volume.name:
+            names.add(volume.name)
     return names
+
+
+def _validate_volume_source(volume: Volume, path: str, errors: list[FieldError]) -> None:
+    count = 0
+    for attr, json_name in _VOLUME_SOURCES:
+        if getattr(volume, attr) is None:
+            continue
+        if count:
+            errors.append(forbidden(f"{path}.{json_name}", "may not specify more than 1 volume type"))
+            continue
+        count += 1
+    if count == 0:
+        errors.append(required(path, "must specify a volume type"))
+    if volume.host_path is not None:
+        hpath = f"{path}.hostPath"
+        if not volume.host_path.path:
+            errors.append(required(f"{hpath}.path"))
+        else:
+            errors.extend(_backstep_errors(f"{hpath}.path", volume.host_path.path))
+        kind = volume.host_path.type
+        if kind is not None and kind not in HOST_PATH_TYPES:
+            errors.append(not_supported(f"{hpath}.type", kind, HOST_PATH_TYPES))
+    if volume.empty_dir is not None and volume.empty_dir.size_limit is not None:
+        _quantity_value(volume.empty_dir.size_limit, f"{path}.emptyDir.sizeLimit", errors)
+
+
+# ---------------------------------------------------------------------------
+# Containers.
 
 
 def _validate_container(
@@ -95,56 +496,371 @@ def _validate_container(
     path: str,
     *,
     init: bool,
-    host_network: bool,
+    names: set[str],
     volumes: set[str],
+    host_network: bool,
+    grace: int | None,
     errors: list[FieldError],
 ) -> None:
-    if not is_dns1123_label(container.name):
-        errors.append(FieldError(f"{path}.name", f"{container.name!r} is not a DNS-1123 label"))
-    if not (container.image or "").strip():
-        errors.append(FieldError(f"{path}.image", "required"))
+    if not container.name:
+        errors.append(required(f"{path}.name"))
+    else:
+        errors.extend(invalid(f"{path}.name", container.name, m) for m in dns1123_label_errors(container.name))
+    if container.name in names:
+        errors.append(duplicate(f"{path}.name", container.name))
+    else:
+        names.add(container.name)
+
+    image = container.image or ""
+    if not image:
+        errors.append(required(f"{path}.image"))
+    elif image.strip() != image:
+        errors.append(invalid(f"{path}.image", image, "must not have leading or trailing whitespace"))
     policy = container.image_pull_policy
-    if policy is not None and policy not in PULL_POLICIES:
-        errors.append(_not_in(f"{path}.imagePullPolicy", policy, PULL_POLICIES))
+    if policy is not None:
+        if policy == "":
+            errors.append(required(f"{path}.imagePullPolicy"))
+        elif policy not in PULL_POLICIES:
+            errors.append(not_supported(f"{path}.imagePullPolicy", policy, PULL_POLICIES))
+    message_policy = container.termination_message_policy
+    if message_policy is not None:
+        if message_policy == "":
+            errors.append(required(f"{path}.terminationMessagePolicy", "must be 'File' or 'FallbackToLogsOnError'"))
+        elif message_policy not in TERMINATION_MESSAGE_POLICIES:
+            errors.append(
+                not_supported(f"{path}.terminationMessagePolicy", message_policy, TERMINATION_MESSAGE_POLICIES)
+            )
+
     restart = container.restart_policy
-    # Only sidecars (init containers with restartPolicy Always) may set it.
-    if restart is not None and not (init and restart == "Always"):
-        allowed = "only Always, and only for init containers" if init else "not allowed for regular containers"
-        errors.append(FieldError(f"{path}.restartPolicy", f"{restart!r}: {allowed}"))
+    sidecar = init and restart == "Always"
+    if restart is not None:
+        if not init:
+            errors.append(forbidden(f"{path}.restartPolicy", "may not be set for non-init containers"))
+        elif restart != "Always":
+            errors.append(not_supported(f"{path}.restartPolicy", restart, ("Always",)))
 
-    port_names: set[str] = set()
-    for j, port in enumerate(container.ports or []):
+    port_names = _validate_ports(container.ports or [], path, host_network, errors)
+    _validate_env(container, path, errors)
+    _validate_mounts(container.volume_mounts or [], path, volumes, errors)
+    if container.resources is not None:
+        _validate_resources(container.resources, f"{path}.resources", errors)
+    if container.security_context is not None:
+        _validate_security_context(container.security_context, f"{path}.securityContext", errors)
+
+    probes = (
+        ("livenessProbe", container.liveness_probe),
+        ("readinessProbe", container.readiness_probe),
+        ("startupProbe", container.startup_probe),
+    )
+    if init and not sidecar:
+        # Init containers run to completion: probes and hooks make no sense for them.
+        if container.lifecycle is not None:
+            errors.append(forbidden(f"{path}.lifecycle", _INIT_FORBIDDEN))
+        for field, probe in probes:
+            if probe is not None:
+                errors.append(forbidden(f"{path}.{field}", _INIT_FORBIDDEN))
+        return
+    if container.lifecycle is not None:
+        _validate_lifecycle(container.lifecycle, f"{path}.lifecycle", port_names, grace, errors)
+    for field, probe in probes:
+        if probe is not None:
+            _validate_probe(probe, f"{path}.{field}", field, port_names, errors)
+
+
+def _validate_ports(
+    ports: Sequence[ContainerPort], path: str, host_network: bool, errors: list[FieldError]
+) -> set[str]:
+    """Check the container's ports; return its valid port names (probes may refer to them)."""
+    names: set[str] = set()
+    for j, port in enumerate(ports):
         ppath = f"{path}.ports[{j}]"
-        if not 1 <= port.container_port <= 65535:
-            errors.append(FieldError(f"{ppath}.containerPort", f"{port.container_port} is not in 1-65535"))
-        if port.host_port is not None and not 0 <= port.host_port <= 65535:
-            errors.append(FieldError(f"{ppath}.hostPort", f"{port.host_port} is not in 1-65535"))
-        elif host_network and port.host_port and port.host_port != port.container_port:
-            errors.append(FieldError(f"{ppath}.hostPort", "must match containerPort when hostNetwork is true"))
-        if port.protocol is not None and port.protocol not in PROTOCOLS:
-            errors.append(_not_in(f"{ppath}.protocol", port.protocol, PROTOCOLS))
-        if port.name is not None:
-            if len(port.name) > 15 or not _IANA_SVC_NAME.match(port.name) or "--" in port.name:
-                errors.append(FieldError(f"{ppath}.name", f"{port.name!r} is not a valid port name"))
-            elif port.name in port_names:
-                errors.append(FieldError(f"{ppath}.name", f"duplicate port name {port.name!r}"))
-            port_names.add(port.name)
+        if port.name:
+            messages = port_name_errors(port.name)
+            errors.extend(invalid(f"{ppath}.name", port.name, m) for m in messages)
+            if not messages:
+                if port.name in names:
+                    errors.append(duplicate(f"{ppath}.name", port.name))
+                names.add(port.name)
+        if port.container_port == 0:
+            errors.append(required(f"{ppath}.containerPort"))
+        else:
+            errors.extend(
+                invalid(f"{ppath}.containerPort", port.container_port, m)
+                for m in _port_number_errors(port.container_port)
+            )
+        if port.host_port:
+            errors.extend(invalid(f"{ppath}.hostPort", port.host_port, m) for m in _port_number_errors(port.host_port))
+        if port.protocol is not None:
+            if port.protocol == "":
+                errors.append(required(f"{ppath}.protocol"))
+            elif port.protocol not in PROTOCOLS:
+                errors.append(not_supported(f"{ppath}.protocol", port.protocol, PROTOCOLS))
+        # Defaulting made hostPort = containerPort where it was unset, so any
+        # difference left is one the user wrote.
+        if host_network and port.host_port and port.host_port != port.container_port:
+            errors.append(
+                invalid(
+                    f"{ppath}.containerPort", port.container_port, "must match `hostPort` when `hostNetwork` is true"
+                )
+            )
+    return names
 
+
+def _validate_host_port_conflicts(containers: Sequence[Container], errors: list[FieldError]) -> None:
+    seen: set[str] = set()
+    for i, container in enumerate(containers):
+        for j, port in enumerate(container.ports or []):
+            if not port.host_port:
+                continue
+            key = f"{port.host_ip or ''}/{port.protocol or 'TCP'}/{port.host_port}"
+            if key in seen:
+                errors.append(duplicate(f"$.spec.containers[{i}].ports[{j}].hostPort", key))
+            seen.add(key)
+
+
+def _validate_env(container: Container, path: str, errors: list[FieldError]) -> None:
     for j, env in enumerate(container.env or []):
+        epath = f"{path}.env[{j}]"
         if not env.name:
-            errors.append(FieldError(f"{path}.env[{j}].name", "required"))
+            # The API server adds "Invalid value: "": ... must be non-empty"; one error says it.
+            errors.append(required(f"{epath}.name"))
+        elif not _is_env_var_name(env.name):
+            errors.append(invalid(f"{epath}.name", env.name, _ENV_NAME_MSG))
+        source = env.value_from
+        if source is None:
+            continue
+        count = sum(
+            getattr(source, f) is not None
+            for f in ("field_ref", "resource_field_ref", "config_map_key_ref", "secret_key_ref", "file_key_ref")
+        )
+        vpath = f"{epath}.valueFrom"
+        if count == 0:
+            errors.append(
+                invalid(vpath, "", "must specify one of: `fieldRef`, `resourceFieldRef`, `configMapKeyRef` or "
+                        "`secretKeyRef`")
+            )
+        elif count > 1:
+            errors.append(invalid(vpath, "", "may not have more than one field specified at a time"))
+        elif env.value:
+            errors.append(invalid(vpath, "", "may not be specified when `value` is not empty"))
 
-    mount_paths: set[str] = set()
-    for j, mount in enumerate(container.volume_mounts or []):
+
+def _validate_mounts(
+    mounts: Sequence[VolumeMount], path: str, volumes: set[str], errors: list[FieldError]
+) -> None:
+    seen: set[str] = set()
+    for j, mount in enumerate(mounts):
         mpath = f"{path}.volumeMounts[{j}]"
-        if mount.name not in volumes:
-            errors.append(FieldError(f"{mpath}.name", f"volume {mount.name!r} is not declared in spec.volumes"))
-        if not mount.mount_path.startswith("/"):
-            errors.append(FieldError(f"{mpath}.mountPath", f"{mount.mount_path!r} must be an absolute path"))
-        elif mount.mount_path in mount_paths:
-            errors.append(FieldError(f"{mpath}.mountPath", f"{mount.mount_path!r} is already mounted"))
-        mount_paths.add(mount.mount_path)
+        if not mount.name:
+            errors.append(required(f"{mpath}.name"))
+        elif mount.name not in volumes:
+            errors.append(not_found(f"{mpath}.name", mount.name))
+        target = mount.mount_path
+        if not target:
+            errors.append(required(f"{mpath}.mountPath"))
+        elif not target.startswith("/"):
+            # The API server does not check this (the runtime fails later);
+            # edgelet rejects it up front.
+            errors.append(invalid(f"{mpath}.mountPath", target, "must be an absolute path"))
+        elif target in seen:
+            errors.append(invalid(f"{mpath}.mountPath", target, "must be unique"))
+        seen.add(target)
+        # The API server names `volumeMounts.subPath` without the index (a bug
+        # there); edgelet points at the mount.
+        if mount.sub_path:
+            errors.extend(_local_descending_path_errors(f"{mpath}.subPath", mount.sub_path))
+        if mount.sub_path_expr:
+            if mount.sub_path:
+                errors.append(
+                    invalid(
+                        f"{mpath}.subPathExpr", mount.sub_path_expr, "subPathExpr and subPath are mutually exclusive"
+                    )
+                )
+            errors.extend(_local_descending_path_errors(f"{mpath}.subPathExpr", mount.sub_path_expr))
 
 
-def _not_in(path: str, value: str, allowed: tuple[str, ...]) -> FieldError:
-    return FieldError(path, f"unsupported value {value!r}, expected one of {', '.join(allowed)}")
+def _validate_security_context(ctx: SecurityContext, path: str, errors: list[FieldError]) -> None:
+    for field, value in (("runAsUser", ctx.run_as_user), ("runAsGroup", ctx.run_as_group)):
+        _id_in_range(f"{path}.{field}", value, errors)
+    if ctx.privileged and ctx.allow_privilege_escalation is False:
+        errors.append(
+            forbidden(
+                f"{path}.allowPrivilegeEscalation",
+                "cannot set `allowPrivilegeEscalation` to false and `privileged` to true",
+            )
+        )
+
+
+# ---------------------------------------------------------------------------
+# Resources.
+
+
+def _quantity_value(quantity: Any, path: str, errors: list[FieldError]) -> Fraction | None:
+    """The quantity's value, or None after recording why it is not a valid non-negative quantity."""
+    try:
+        value = parse_quantity(quantity)
+    except QuantityError:
+        errors.append(invalid(path, _quantity_text(quantity), _QUANTITY_MESSAGE))
+        return None
+    if value < 0:
+        errors.append(invalid(path, _quantity_text(quantity), _NEGATIVE))
+        return None
+    return value
+
+
+def _quantity_text(quantity: Any) -> str:
+    return quantity if isinstance(quantity, str) else str(quantity)
+
+
+def _is_native_resource(name: str) -> bool:
+    return "/" not in name or "kubernetes.io/" in name
+
+
+def _validate_resource_name(name: str, path: str, errors: list[FieldError]) -> bool:
+    messages = qualified_name_errors(name)
+    errors.extend(invalid(path, name, m) for m in messages)
+    if messages:
+        return False
+    if "/" not in name and name not in _STANDARD_CONTAINER_RESOURCES and not name.startswith(_HUGEPAGES_PREFIX):
+        errors.append(invalid(path, name, "must be a standard resource for containers"))
+        return False
+    return True
+
+
+def _validate_resources(resources: ResourceRequirements, path: str, errors: list[FieldError]) -> None:
+    raw_limits = resources.limits or {}
+    limits: dict[str, Fraction] = {}
+    shown: dict[str, str] = {}
+    for name, quantity in sorted(raw_limits.items()):
+        qpath = f"{path}.limits[{name}]"
+        if not _validate_resource_name(name, qpath, errors):
+            continue
+        value = _quantity_value(quantity, qpath, errors)
+        if value is not None:
+            limits[name] = value
+            shown[name] = _quantity_text(quantity)
+    for name, quantity in sorted((resources.requests or {}).items()):
+        qpath = f"{path}.requests[{name}]"
+        if name in raw_limits and name not in limits and quantity == raw_limits[name]:
+            # Defaulting copied this bad limit into requests: its error is already reported.
+            continue
+        if not _validate_resource_name(name, qpath, errors):
+            continue
+        value = _quantity_value(quantity, qpath, errors)
+        if value is None or name not in limits:
+            continue
+        overcommit = _is_native_resource(name) and not name.startswith(_HUGEPAGES_PREFIX)
+        text = _quantity_text(quantity)
+        if not overcommit and value != limits[name]:
+            errors.append(invalid(f"{path}.requests", text, f"must be equal to {name} limit of {shown[name]}"))
+        elif value > limits[name]:
+            errors.append(
+                invalid(f"{path}.requests", text, f"must be less than or equal to {name} limit of {shown[name]}")
+            )
+
+
+# ---------------------------------------------------------------------------
+# Probes and lifecycle hooks.
+
+
+def _validate_probe(
+    probe: Probe, path: str, kind: str, port_names: set[str], errors: list[FieldError]
+) -> None:
+    _validate_handler(probe, _PROBE_ACTIONS, path, port_names, None, errors)
+    if probe.initial_delay_seconds is not None and probe.initial_delay_seconds < 0:
+        errors.append(invalid(f"{path}.initialDelaySeconds", probe.initial_delay_seconds, _NEGATIVE))
+    # The API server defaults a zero here (Go's unset value) and only rejects
+    # negatives; apply_defaults keeps an explicit 0, which would make a busy
+    # probe loop, so edgelet deliberately rejects 0 too.
+    for field, value in (
+        ("timeoutSeconds", probe.timeout_seconds),
+        ("periodSeconds", probe.period_seconds),
+        ("successThreshold", probe.success_threshold),
+        ("failureThreshold", probe.failure_threshold),
+    ):
+        if value is not None and value < 1:
+            errors.append(invalid(f"{path}.{field}", value, _NEGATIVE if value < 0 else _NOT_POSITIVE))
+    success = probe.success_threshold
+    if kind in ("livenessProbe", "startupProbe") and success is not None and success > 1:
+        errors.append(invalid(f"{path}.successThreshold", success, "must be 1"))
+    grace = probe.termination_grace_period_seconds
+    if grace is not None:
+        if kind == "readinessProbe":
+            errors.append(
+                invalid(f"{path}.terminationGracePeriodSeconds", grace, "must not be set for readinessProbes")
+            )
+        elif grace <= 0:
+            errors.append(invalid(f"{path}.terminationGracePeriodSeconds", grace, "must be greater than 0"))
+
+
+def _validate_lifecycle(
+    lifecycle: Lifecycle, path: str, port_names: set[str], grace: int | None, errors: list[FieldError]
+) -> None:
+    for field, handler in (("postStart", lifecycle.post_start), ("preStop", lifecycle.pre_stop)):
+        if handler is not None:
+            _validate_handler(handler, _LIFECYCLE_ACTIONS, f"{path}.{field}", port_names, grace, errors)
+
+
+def _validate_handler(
+    handler: Any,
+    actions: tuple[tuple[str, str], ...],
+    path: str,
+    port_names: set[str],
+    grace: int | None,
+    errors: list[FieldError],
+) -> None:
+    """Exactly one action, and that action valid (validateHandler)."""
+    count = 0
+    for attr, json_name in actions:
+        action = getattr(handler, attr)
+        if action is None:
+            continue
+        apath = f"{path}.{json_name}"
+        if count:
+            errors.append(forbidden(apath, "may not specify more than 1 handler type"))
+            continue
+        count += 1
+        if attr == "exec":
+            if not action.command:
+                errors.append(required(f"{apath}.command"))
+        elif attr == "http_get":
+            _validate_http_get(action, apath, port_names, errors)
+        elif attr == "tcp_socket":
+            _validate_port_ref(action.port, f"{apath}.port", port_names, errors)
+        elif attr == "grpc":
+            errors.extend(invalid(f"{apath}.port", action.port, m) for m in _port_number_errors(action.port))
+        elif attr == "sleep" and grace is not None and grace >= 0 and not 0 <= action.seconds <= grace:
+            errors.append(
+                invalid(
+                    apath,
+                    action.seconds,
+                    f"must be non-negative and less than terminationGracePeriodSeconds ({grace})",
+                )
+            )
+    if count == 0:
+        errors.append(required(path, "must specify a handler type"))
+
+
+def _validate_http_get(action: HTTPGetAction, path: str, port_names: set[str], errors: list[FieldError]) -> None:
+    if action.path is not None and action.path == "":
+        errors.append(required(f"{path}.path"))
+    _validate_port_ref(action.port, f"{path}.port", port_names, errors)
+    if action.scheme is not None and action.scheme not in HTTP_SCHEMES:
+        errors.append(not_supported(f"{path}.scheme", action.scheme, HTTP_SCHEMES))
+    for header in action.http_headers or []:
+        if not _HTTP_HEADER_NAME.match(header.name):
+            errors.append(
+                invalid(f"{path}.httpHeaders", header.name, _regex_error(_HTTP_HEADER_MSG, "[-A-Za-z0-9]+", "X-Header"))
+            )
+
+
+def _validate_port_ref(port: int | str, path: str, port_names: set[str], errors: list[FieldError]) -> None:
+    if isinstance(port, int):
+        errors.extend(invalid(path, port, m) for m in _port_number_errors(port))
+        return
+    messages = port_name_errors(port)
+    errors.extend(invalid(path, port, m) for m in messages)
+    if not messages and port not in port_names:
+        # The API server accepts any well-formed name and the probe then fails
+        # at run time; edgelet reports the typo up front.
+        errors.append(invalid(path, port, "must be the name of a port declared in this container's ports"))

@@ -265,67 +265,69 @@ def test_uid_changes_with_content_node_and_origin(change: Callable[[Pod], str]) 
             "$.spec.imagePullSecrets[0]: static pods may not reference Secret objects",
             id="image-pull-secrets",
         ),
-        pytest.param(_set("spec.containers.0.image", ""), "$.spec.containers[0].image: required", id="no-image"),
+        pytest.param(_set("spec.containers.0.image", ""), "$.spec.containers[0].image: Required value", id="no-image"),
         pytest.param(
             _set("spec.containers", [{"name": "a", "image": "x"}, {"name": "a", "image": "y"}]),
-            "$.spec.containers[1].name: duplicate container name 'a'",
+            '$.spec.containers[1].name: Duplicate value: "a"',
             id="duplicate-container",
         ),
         pytest.param(
             lambda d: (_set("spec.initContainers", [{"name": "app", "image": "x"}])(d)),
-            "$.spec.containers[0].name: duplicate container name 'app'",
+            '$.spec.containers[0].name: Duplicate value: "app"',
             id="init-and-regular-share-name",
         ),
         pytest.param(
             _set("spec.containers.0.name", "App_1"),
-            "$.spec.containers[0].name: 'App_1' is not a DNS-1123 label",
+            '$.spec.containers[0].name: Invalid value: "App_1": a lowercase RFC 1123 label must consist of lower '
+            "case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. "
+            "'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')",
             id="container-name",
         ),
         pytest.param(
             _set("spec.volumes", [{"name": "v"}, {"name": "v"}]),
-            "$.spec.volumes[1].name: duplicate volume name 'v'",
+            '$.spec.volumes[1].name: Duplicate value: "v"',
             id="duplicate-volume",
         ),
         pytest.param(
             _set("spec.containers.0.volumeMounts", [{"name": "nope", "mountPath": "/x"}]),
-            "$.spec.containers[0].volumeMounts[0].name: volume 'nope' is not declared in spec.volumes",
+            '$.spec.containers[0].volumeMounts[0].name: Not found: "nope"',
             id="undeclared-volume",
         ),
         pytest.param(
             lambda d: (_set("spec.volumes", [{"name": "v"}])(d),
                        _set("spec.containers.0.volumeMounts", [{"name": "v", "mountPath": "data"}])(d)),
-            "$.spec.containers[0].volumeMounts[0].mountPath: 'data' must be an absolute path",
+            '$.spec.containers[0].volumeMounts[0].mountPath: Invalid value: "data": must be an absolute path',
             id="relative-mount-path",
         ),
         pytest.param(
             _set("spec.containers.0.ports", [{"containerPort": 70000}]),
-            "$.spec.containers[0].ports[0].containerPort: 70000 is not in 1-65535",
+            "$.spec.containers[0].ports[0].containerPort: Invalid value: 70000: must be between 1 and 65535, inclusive",
             id="port-range",
         ),
         pytest.param(
             _set("spec.containers.0.ports", [{"containerPort": 80, "protocol": "HTTP"}]),
-            "$.spec.containers[0].ports[0].protocol: unsupported value 'HTTP', expected one of TCP, UDP, SCTP",
+            '$.spec.containers[0].ports[0].protocol: Unsupported value: "HTTP": supported values: "SCTP", "TCP", "UDP"',
             id="port-protocol",
         ),
         pytest.param(
             _set("spec.restartPolicy", "Sometimes"),
-            "$.spec.restartPolicy: unsupported value 'Sometimes', expected one of Always, OnFailure, Never",
+            '$.spec.restartPolicy: Unsupported value: "Sometimes": supported values: "Always", "OnFailure", "Never"',
             id="restart-policy",
         ),
         pytest.param(
             _set("spec.containers.0.imagePullPolicy", "Maybe"),
-            "$.spec.containers[0].imagePullPolicy: unsupported value 'Maybe', expected one of Always, "
-            "IfNotPresent, Never",
+            '$.spec.containers[0].imagePullPolicy: Unsupported value: "Maybe": supported values: "Always", '
+            '"IfNotPresent", "Never"',
             id="pull-policy",
         ),
         pytest.param(
             _set("spec.containers.0.restartPolicy", "Always"),
-            "$.spec.containers[0].restartPolicy: 'Always': not allowed for regular containers",
+            "$.spec.containers[0].restartPolicy: Forbidden: may not be set for non-init containers",
             id="container-restart-policy",
         ),
-        pytest.param(_set("spec.containers", []), "$.spec.containers: must have at least one container",
+        pytest.param(_set("spec.containers", []), "$.spec.containers: Required value",
                      id="no-containers"),
-        pytest.param(lambda d: d.pop("spec"), "$.spec: required", id="no-spec"),
+        pytest.param(lambda d: d.pop("spec"), "$.spec: Required value", id="no-spec"),
     ],
 )
 def test_rejections(mutate: Callable[[dict], object], message: str) -> None:
