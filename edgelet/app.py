@@ -66,7 +66,7 @@ class Agent:
             workers=self.workers,
             publisher=self.publisher,
             clock=self.clock,
-            expected_sources={"file"},
+            expected_sources={"file"} | ({"http"} if settings.manifest_url else set()),
             runtime_uids=self.pleg.uids,
         )
         self.workers._on_result = self.loop.on_result
@@ -74,6 +74,19 @@ class Agent:
         self.file_source = FileSource(
             settings.pod_manifest_path, settings.node_name, settings.file_check_frequency, self.clock
         )
+        self.http_source = None
+        if settings.manifest_url:
+            from edgelet.sources.http import HttpSource
+
+            self.http_source = HttpSource(
+                settings.manifest_url,
+                settings.node_name,
+                headers=settings.manifest_url_header,
+                check_frequency=settings.http_check_frequency,
+                clock=self.clock,
+                cache_dir=paths.root_dir / "sources",
+                ca_file=settings.manifest_url_ca,
+            )
 
     async def run(self) -> None:
         """Run until cancelled; cancellation stops edgelet and leaves every pod running."""
@@ -87,6 +100,8 @@ class Agent:
                 tg.create_task(self.pleg.run(self.loop.emit_lifecycle), name="pleg")
                 tg.create_task(self.publisher.run(), name="status")
                 tg.create_task(self.file_source.run(self.loop.emit_config), name="source-file")
+                if self.http_source is not None:
+                    tg.create_task(self.http_source.run(self.loop.emit_config), name="source-http")
                 tg.create_task(self.import_dir.run(self.loop.resync_all), name="image-import")
         finally:
             await self.workers.shutdown()
@@ -98,8 +113,12 @@ class Agent:
         deadline = self.clock.monotonic() + timeout
         await asyncio.to_thread(self.import_dir.scan)
         await self.pleg.relist()
-        snapshot = await self.file_source.scan_once()
-        self.loop.apply_snapshot(snapshot)
+        self.loop.apply_snapshot(await self.file_source.scan_once())
+        if self.http_source is not None:
+            try:
+                self.loop.apply_snapshot(await self.http_source.scan_once())
+            finally:
+                await self.http_source.aclose()
         # Everything else the runtime holds is left over from an earlier configuration.
         self.loop.housekeeping()
         delay = RUNONCE_FIRST_POLL

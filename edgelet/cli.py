@@ -236,9 +236,11 @@ def _add_setting(parser: argparse.ArgumentParser, key: str) -> None:
         default = spec.default
         if spec.metavar == "DURATION":
             default = format_duration(default)
-        shown = f" (default: {default})" if default is not None and default != "" else ""
-        parser.add_argument(*spec.flags, dest=key, default=argparse.SUPPRESS, metavar=spec.metavar or "VALUE",
-                            help=spec.help + shown)
+        shown = f" (default: {default})" if default not in (None, "", ()) else ""
+        # A tuple-valued key (headers) may be given several times, as kubelet's flag may.
+        action = "append" if isinstance(spec.default, tuple) else "store"
+        parser.add_argument(*spec.flags, dest=key, action=action, default=argparse.SUPPRESS,
+                            metavar=spec.metavar or "VALUE", help=spec.help + shown)
 
 
 def _add_config(parser: argparse.ArgumentParser) -> None:

@@ -169,6 +169,59 @@ def _cgroup_parent(raw: Any, from_toml: bool) -> str:
     return "/" + value.strip("/") if value != "/" else "/"
 
 
+# RFC 9110 token characters: what a header name may be made of.
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+
+
+def _url(raw: Any, from_toml: bool) -> str | None:
+    value = _str(optional=True)(raw, from_toml)
+    if value is None:
+        return None
+    scheme, sep, rest = value.partition("://")
+    if not sep or scheme.lower() not in ("http", "https") or not rest or rest[0] in "/?#":
+        raise ValueError(f"expected an http:// or https:// URL with a host, got {value!r}")
+    return value
+
+
+def _header(name: Any, value: Any) -> tuple[str, str]:
+    if not isinstance(name, str) or not isinstance(value, str):
+        raise ValueError(f"expected string header name and value, got {name!r} = {value!r}")
+    name, value = name.strip(), value.strip()
+    if not _HEADER_NAME.fullmatch(name):
+        raise ValueError(f"invalid header name {name!r}")
+    if any(c in value for c in "\r\n\0"):
+        raise ValueError(f"header {name}: value must not contain CR, LF or NUL")
+    return name, value
+
+
+def _headers(raw: Any, from_toml: bool) -> tuple[tuple[str, str], ...]:
+    """kubelet's --manifest-url-header: `Name:value` pairs, comma-separated and/or repeated; in TOML also a table.
+
+    A name may repeat (kubelet sends every value, in order), so the result is
+    a tuple of pairs rather than a mapping.
+    """
+    if isinstance(raw, dict) and from_toml:
+        return tuple(_header(k, v) for k, v in raw.items())
+    if isinstance(raw, str):
+        items: list[Any] = [raw]
+    elif isinstance(raw, (list, tuple)):  # a TOML array, or a repeated flag
+        items = list(raw)
+    else:
+        raise ValueError(f"expected Name:value pairs, got {raw!r}")
+    pairs: list[tuple[str, str]] = []
+    for item in items:
+        if not isinstance(item, str):
+            raise ValueError(f"expected a Name:value string, got {item!r}")
+        for part in item.split(","):
+            if not part.strip():
+                continue
+            name, sep, value = part.partition(":")
+            if not sep:
+                raise ValueError(f"malformed header {part.strip()!r}, expected Name:value")
+            pairs.append(_header(name, value))
+    return tuple(pairs)
+
+
 def _opt(default: Any, parse: Parser, help: str, *, flags: tuple[str, ...] = (), metavar: str = "") -> Any:
     """Declare one key: its default, its parser, its help text and (rarely) extra flag spellings."""
     return field(default=default, metadata={"parse": parse, "help": help, "flags": flags, "metavar": metavar})
@@ -182,6 +235,14 @@ class Settings:
                                    "directory (or single file) of static pod manifests", metavar="DIR")
     file_check_frequency: float = _opt(20.0, _duration(positive=True),
                                        "full rescan period of the manifest directory", metavar="DURATION")
+    manifest_url: str | None = _opt(None, _url, "URL of pod manifests to poll (default: no URL source)",
+                                    metavar="URL")
+    manifest_url_header: tuple[tuple[str, str], ...] = _opt(
+        (), _headers, "HTTP headers for --manifest-url, comma-separated (TOML: a table or a list)", metavar="NAME:VALUE")
+    http_check_frequency: float = _opt(20.0, _duration(positive=True), "poll period of --manifest-url",
+                                       metavar="DURATION")
+    manifest_url_ca: Path | None = _opt(None, _path(optional=True),
+                                        "CA bundle to verify --manifest-url (default: the system's)", metavar="FILE")
     runonce: bool = _opt(False, _bool, "run the pods once, report, and exit")
     runonce_timeout: float = _opt(300.0, _duration(positive=True), "time limit of --runonce", metavar="DURATION")
     root_dir: Path = _opt(Path("/var/lib/edgelet"), _path(), "state directory (images, pods)", metavar="DIR")

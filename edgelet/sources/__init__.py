@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+import msgspec
 
 if TYPE_CHECKING:
     from edgelet.api.types import Pod
@@ -44,3 +46,11 @@ class SourceSnapshot:
     source: SourceName
     pods: tuple["Pod", ...]
     errors: tuple[ManifestError, ...] = field(default=())
+
+
+def snapshot_key(snapshot: SourceSnapshot) -> tuple[Any, ...]:
+    """What makes two snapshots different for the consumer: pods by uid and content, and the errors."""
+    return (
+        tuple((p.metadata.uid, msgspec.json.encode(p)) for p in snapshot.pods),
+        snapshot.errors,
+    )

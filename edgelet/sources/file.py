@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping
 import msgspec
 from watchdog.events import FileSystemEventHandler
 
-from edgelet.sources import ORIGIN_ANNOTATION, ManifestError, SourceSnapshot
+from edgelet.sources import ORIGIN_ANNOTATION, ManifestError, SourceSnapshot, snapshot_key
 from edgelet.util.log import get_logger
 
 if TYPE_CHECKING:
@@ -164,14 +164,6 @@ def scan_directory(path: Path, node_name: str, previous: FileSourceState) -> tup
             files[key] = previous.files[key]
     pods = tuple(p for pods_of_file in files.values() for p in pods_of_file)
     return SourceSnapshot(source=SOURCE, pods=pods, errors=tuple(errors)), FileSourceState(files=files)
-
-
-def snapshot_key(snapshot: SourceSnapshot) -> tuple[Any, ...]:
-    """What makes two snapshots different for the consumer: pods by uid and content, and the errors."""
-    return (
-        tuple((p.metadata.uid, msgspec.json.encode(p)) for p in snapshot.pods),
-        snapshot.errors,
-    )
 
 
 class FileSource:

@@ -9,14 +9,13 @@ from typing import Awaitable, Callable
 
 import pytest
 
-from edgelet.sources import SourceSnapshot
+from edgelet.sources import SourceSnapshot, snapshot_key
 from edgelet.sources.file import (
     MAX_MANIFEST_BYTES,
     ORIGIN_ANNOTATION,
     FileSource,
     FileSourceState,
     scan_directory,
-    snapshot_key,
 )
 from edgelet.util.clock import RealClock
 
