@@ -57,10 +57,14 @@ class Agent:
         self.runtime = RuncRuntime(
             paths, runtime_bin=settings.runtime, conmon_bin=settings.conmon, pause_image=pause, clock=self.clock
         )
+        from edgelet.events import EventRecorder, events_path
+
+        self.events = EventRecorder(self.clock, events_path(paths.run_dir))
         self.publisher = StatusPublisher(paths.root_dir, settings.node_name, self.clock)
         self.pleg = Pleg(self.runtime, paths.exit_dir)
         self.backoff = Backoff()
-        self.syncer = Syncer(self.runtime, self.images, self.backoff, self.clock, publish=self.publisher.update)
+        self.syncer = Syncer(self.runtime, self.images, self.backoff, self.clock, publish=self.publisher.update,
+                              events=self.events)
         self.workers = PodWorkers(self.syncer)
         self.loop = SyncLoop(
             workers=self.workers,
@@ -68,6 +72,7 @@ class Agent:
             clock=self.clock,
             expected_sources={"file"} | ({"http"} if settings.manifest_url else set()),
             runtime_uids=self.pleg.uids,
+            events=self.events,
         )
         self.workers._on_result = self.loop.on_result
         self.workers._on_terminated = self.loop.on_terminated
@@ -99,6 +104,7 @@ class Agent:
                 tg.create_task(self.loop.run(), name="syncloop")
                 tg.create_task(self.pleg.run(self.loop.emit_lifecycle), name="pleg")
                 tg.create_task(self.publisher.run(), name="status")
+                tg.create_task(self.events.run(), name="events")
                 tg.create_task(self.file_source.run(self.loop.emit_config), name="source-file")
                 if self.http_source is not None:
                     tg.create_task(self.http_source.run(self.loop.emit_config), name="source-http")
@@ -106,6 +112,7 @@ class Agent:
         finally:
             await self.workers.shutdown()
             self.publisher.flush()
+            self.events.flush()
 
     async def run_once(self, out: TextIO) -> int:
         """--runonce: read every source once, run the pods, wait until they run or completed, report."""
@@ -132,6 +139,7 @@ class Agent:
             for pod in self.loop.desired().values():
                 self.workers.sync(pod)
         self.publisher.flush()
+        self.events.flush()
         print_runonce_summary(self.publisher, self.loop.config, out)
         if verdict.failed or not verdict.done:
             bad = verdict.failed or verdict.pending

@@ -20,6 +20,7 @@ from edgelet import __version__
 from edgelet.settings import KEYS, Settings, SettingsError, format_duration, load_settings
 
 if TYPE_CHECKING:
+    from edgelet.events import Event
     from edgelet.images.types import ImageRecord
     from edgelet.status.snapshot import PodsSnapshot
 
@@ -91,6 +92,20 @@ def pods_table(snapshot: "PodsSnapshot", now: float, *, wide: bool = False) -> s
 def rejected_table(snapshot: "PodsSnapshot") -> str:
     rows = [["SOURCE", "ORIGIN", "POD", "REASON", "MESSAGE"]]
     rows += [[r.source, r.origin, r.pod or "-", r.reason, r.message] for r in snapshot.rejected]
+    return format_table(rows)
+
+
+def events_table(events: Sequence["Event"], now: float) -> str:
+    """kubectl get events' columns: LAST SEEN, TYPE, REASON, OBJECT, MESSAGE (with a repeat count)."""
+    rows = [["LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]]
+    for e in sorted(events, key=lambda e: e.last_timestamp):
+        obj = f"{e.object.kind.lower()}/{e.object.name}"
+        if e.object.field_path:
+            obj += f" {e.object.field_path}"
+        seen = format_age(now - e.last_timestamp)
+        if e.count > 1:
+            seen += f" (x{e.count} over {format_age(e.last_timestamp - e.first_timestamp)})"
+        rows.append([seen, e.type, e.reason, obj, e.message])
     return format_table(rows)
 
 
@@ -185,6 +200,35 @@ def cmd_pods(settings: Settings, args: argparse.Namespace, out: TextIO, err: Tex
     return EXIT_OK
 
 
+def cmd_events(settings: Settings, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    import msgspec
+
+    from edgelet.events import events_path, read_events
+
+    path = events_path(settings.run_dir)
+    try:
+        snapshot = read_events(path)
+    except (OSError, msgspec.DecodeError) as exc:
+        raise CommandError(f"cannot read events from {path}: {exc}") from exc
+    if snapshot is None:
+        print(f"No events at {path}: edgelet has not run with --run-dir {settings.run_dir} since boot", file=err)
+        return EXIT_FAILURE
+    events = snapshot.events
+    if args.for_pod:
+        ns, _, name = args.for_pod.rpartition("/")
+        events = [e for e in events if e.object.name == name and (not ns or e.object.namespace == ns)]
+    if not is_agent_alive(snapshot.agent_pid):
+        print(f"edgelet is not running (pid {snapshot.agent_pid}); events as of {format_time(snapshot.written_at)}",
+              file=err)
+    if args.output == "json":
+        out.write(msgspec.json.format(msgspec.json.encode(events), indent=2).decode() + "\n")
+    elif events:
+        print(events_table(events, time.time()), file=out)
+    else:
+        print("No events.", file=err)
+    return EXIT_OK
+
+
 def _image_store(settings: Settings) -> Any:
     from edgelet.images.store import ImageStore
 
@@ -266,6 +310,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("version", parents=[common], help="print the versions of edgelet, the runtime and conmon")
     pods = sub.add_parser("pods", parents=[common], help="list the pods (works while the agent is stopped)")
     pods.add_argument("-o", "--output", choices=("table", "wide", "json"), default="table")
+    events = sub.add_parser("events", parents=[common], help="list recent events (kubelet-style, since boot)")
+    events.add_argument("--for", dest="for_pod", metavar="[NAMESPACE/]POD", help="only the events of this pod")
+    events.add_argument("-o", "--output", choices=("table", "json"), default="table")
     images = sub.add_parser("images", parents=[common], help="list the images in the local store")
     images_sub = images.add_subparsers(dest="images_command", metavar="SUBCOMMAND")
     images_sub.add_parser("list", parents=[common], help="list the images (the default)")
@@ -274,7 +321,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-COMMANDS = {"version": cmd_version, "pods": cmd_pods, "images": cmd_images}
+COMMANDS = {"version": cmd_version, "pods": cmd_pods, "events": cmd_events, "images": cmd_images}
 
 
 def is_expected_error(exc: BaseException) -> bool:

@@ -6,6 +6,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable
 
+from edgelet.events import EventRecorder, InvolvedObject
 from edgelet.podconfig import ConfigState, merge
 from edgelet.util.log import get_logger
 
@@ -53,12 +54,15 @@ class SyncLoop:
         clock: "Clock",
         expected_sources: Iterable[str],
         runtime_uids=None,
+        events: EventRecorder | None = None,
     ) -> None:
         self._workers = workers
         self._publisher = publisher
         self._clock = clock
         self._expected = frozenset(expected_sources)
         self._runtime_uids = runtime_uids  # callable returning the uids the runtime holds (from PLEG)
+        self._events = events if events is not None else EventRecorder(clock)
+        self._reported: set[tuple] = set()  # manifest problems already recorded as events
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
         self.config = ConfigState()
         self._desired: dict[str, "Pod"] = {}
@@ -103,8 +107,7 @@ class SyncLoop:
         self._publisher.set_config(self.config)
         for e in snapshot.errors:
             log.warning("Manifest rejected", source=e.source, origin=e.origin, pod=e.pod, err=e.message)
-        for r in self.config.rejected:
-            log.debug("Pod rejected", pod=r.pod, origin=r.origin, reason=r.reason, err=r.message)
+        self._record_problems()
         for ch in changes:
             uid = ch.pod.metadata.uid
             if ch.op == "REMOVE":
@@ -117,6 +120,23 @@ class SyncLoop:
                 self._workers.sync(ch.pod)
             else:  # RECONCILE: status-only; nothing to do on the device
                 self._desired[uid] = ch.pod
+
+    def _record_problems(self) -> None:
+        """One event per manifest problem or rejected pod when it first appears (not on every rescan)."""
+        current: set[tuple] = set()
+        for errors in self.config.errors.values():
+            for e in errors:
+                key = ("FailedValidation", e.source, e.origin, e.pod or "", e.message)
+                current.add(key)
+                if key not in self._reported:
+                    self._events.warning(_object(e.pod, e.origin), "FailedValidation", f"{e.origin}: {e.message}")
+        for r in self.config.rejected:
+            key = (r.reason, r.source, r.origin, r.pod, r.message)
+            current.add(key)
+            if key not in self._reported:
+                log.debug("Pod rejected", pod=r.pod, origin=r.origin, reason=r.reason, err=r.message)
+                self._events.warning(_object(r.pod, r.origin), r.reason, f"{r.origin}: {r.message}")
+        self._reported = current
 
     def housekeeping(self) -> None:
         """Terminate what the runtime runs but no source wants (only once every source has spoken)."""
@@ -157,3 +177,11 @@ class SyncLoop:
 
 def _full(pod: "Pod") -> str:
     return f"{pod.metadata.namespace}/{pod.metadata.name}"
+
+
+def _object(pod: str | None, origin: str) -> InvolvedObject:
+    """A static pod that failed to load has no UID: name it by namespace/name, or by its origin."""
+    if pod and "/" in pod:
+        namespace, name = pod.split("/", 1)
+        return InvolvedObject(kind="Pod", namespace=namespace, name=name)
+    return InvolvedObject(kind="Manifest", name=origin)

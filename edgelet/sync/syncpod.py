@@ -20,6 +20,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
+from edgelet.events import EventRecorder, pod_ref
 from edgelet.plan import compute_pod_actions
 from edgelet.sync.workers import SyncResult
 from edgelet.util.log import get_logger
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     from edgelet.images.store import ImageStore
     from edgelet.images.types import ImageRecord
     from edgelet.runtime import Runtime
-    from edgelet.runtime.types import PodRuntimeStatus, SandboxRecord
+    from edgelet.runtime.types import ContainerRecord, PodRuntimeStatus, SandboxRecord
     from edgelet.util.backoff import Backoff
     from edgelet.util.clock import Clock
 
@@ -88,6 +89,7 @@ class Syncer:
         clock: "Clock",
         publish: Callable[["Pod", "PodRuntimeStatus", PodSyncState], None],
         forget: Callable[[str], None] = lambda uid: None,
+        events: EventRecorder | None = None,
     ) -> None:
         self._runtime = runtime
         self._images = images
@@ -95,6 +97,7 @@ class Syncer:
         self._clock = clock
         self._publish = publish
         self._forget = forget
+        self._events = events if events is not None else EventRecorder(clock)
         self._state: dict[str, PodSyncState] = {}
 
     def state(self, uid: str) -> PodSyncState:
@@ -110,6 +113,7 @@ class Syncer:
         actions = compute_pod_actions(pod, rt, self._backoff, now)
         st.waiting = dict(actions.waiting)
         st.pod_failed = actions.pod_failed
+        self._record_backoffs(pod, st)
 
         # 2. Kill the whole pod when its sandbox must be recreated.
         if actions.kill_pod:
@@ -132,6 +136,7 @@ class Syncer:
                 raise
             except Exception as exc:
                 log.error("Failed to create pod sandbox", exc, pod=_full(pod))
+                self._events.warning(pod_ref(pod), "FailedCreatePodSandBox", f"Failed to create pod sandbox: {exc}")
                 for c in pod.spec.containers:
                     st.waiting[c.name] = ("ContainerCreating", f"failed to create pod sandbox: {exc}")
                 self._publish(pod, await self._runtime.pod_status(uid), st)
@@ -189,8 +194,12 @@ class Syncer:
             image = await asyncio.to_thread(resolve_image, self._images, container)
         except ImageUnavailable as exc:
             log.warning("Image not available", pod=_full(pod), container=container.name, reason=exc.reason, err=exc.message)
+            ref = pod_ref(pod, container.name, init=ctype != "regular")
+            self._events.warning(ref, exc.reason if exc.reason == "ErrImageNeverPull" else "Failed", exc.message)
             self._backoff.next((uid, "image:" + container.name), self._clock.monotonic())
             return (exc.reason, exc.message)
+        ref = pod_ref(pod, container.name, init=ctype != "regular")
+        self._events.normal(ref, "Pulled", f'Container image "{container.image}" already present on machine')
         if attempt > 0:
             # The restart itself counts as a failure for CrashLoopBackOff (kubelet doBackOff).
             self._backoff.next(key, self._clock.monotonic())
@@ -202,7 +211,9 @@ class Syncer:
             log.error("Failed to create container", exc, pod=_full(pod), container=container.name)
             self._backoff.next(key, self._clock.monotonic())
             reason = "CreateContainerConfigError" if type(exc).__name__ == "SpecError" else "CreateContainerError"
+            self._events.warning(ref, "Failed", f"Error: {exc}")
             return (reason, str(exc))
+        self._events.normal(ref, "Created", f"Created container: {container.name}")
         try:
             await self._runtime.start_container(cid)
         except asyncio.CancelledError:
@@ -210,25 +221,35 @@ class Syncer:
         except Exception as exc:
             log.error("Failed to start container", exc, pod=_full(pod), container=container.name)
             self._backoff.next(key, self._clock.monotonic())
+            self._events.warning(ref, "Failed", f"Error: {exc}")
             return ("RunContainerError", str(exc))
         log.info("Started container", pod=_full(pod), container=container.name, id=cid[:12], attempt=attempt)
+        self._events.normal(ref, "Started", f"Started container: {container.name}")
         return None
 
     async def _stop(self, pod: "Pod | None", cid: str, why: str, grace: float | None = None) -> None:
         if grace is None:
             grace = _grace(pod)
+        record = await self._find(cid)
         log.info("Killing container", pod=_full(pod), container=cid[:12], reason=why, grace=grace)
-        await self._runtime.stop_container(cid, grace, await self._stop_signal(cid))
+        if record is not None and pod is not None:
+            self._events.normal(pod_ref(pod, record.name, init=record.container_type == "init"), "Killing",
+                                f"Stopping container {record.name}")
+        await self._runtime.stop_container(cid, grace, self._stop_signal(record))
 
-    async def _stop_signal(self, cid: str) -> str:
-        """The image's STOPSIGNAL, SIGTERM when it has none."""
-        rt_all = await self._runtime.list_pods()
-        for rt in rt_all.values():
+    async def _find(self, cid: str) -> "ContainerRecord | None":
+        for rt in (await self._runtime.list_pods()).values():
             for c in rt.containers:
-                if c.id == cid and c.image:
-                    rec = self._images.get(c.image)
-                    if rec is not None and rec.config.stop_signal:
-                        return rec.config.stop_signal
+                if c.id == cid:
+                    return c
+        return None
+
+    def _stop_signal(self, record: "ContainerRecord | None") -> str:
+        """The image's STOPSIGNAL, SIGTERM when it has none."""
+        if record is not None and record.image:
+            rec = self._images.get(record.image)
+            if rec is not None and rec.config.stop_signal:
+                return rec.config.stop_signal
         return "SIGTERM"
 
     async def _kill_all(self, pod: "Pod | None", rt: "PodRuntimeStatus", reason: str) -> None:
@@ -259,6 +280,17 @@ class Syncer:
         self._backoff_forget(uid)
         self._forget(uid)
         log.info("Pod terminated", pod=name, uid=uid)
+
+    def _record_backoffs(self, pod: "Pod", st: PodSyncState) -> None:
+        """A BackOff event for each container held back, as kubelet emits one per sync that hits it."""
+        init_names = {c.name for c in pod.spec.init_containers or []}
+        for name, (reason, _) in st.waiting.items():
+            ref = pod_ref(pod, name, init=name in init_names)
+            if reason == "CrashLoopBackOff":
+                self._events.warning(ref, "BackOff", f"Back-off restarting failed container {name} in pod "
+                                                     f"{pod.metadata.name}_{pod.metadata.namespace}({pod.metadata.uid})")
+            elif reason == "ImagePullBackOff":
+                self._events.normal(ref, "BackOff", f'Back-off pulling image "{_image_of(pod, name)}"')
 
     def _backoff_forget(self, uid: str) -> None:
         forget = getattr(self._backoff, "forget_pod", None)
@@ -298,3 +330,10 @@ def _full(pod: "Pod | None") -> str | None:
     if pod is None or pod.metadata is None:
         return None
     return f"{pod.metadata.namespace}/{pod.metadata.name}"
+
+
+def _image_of(pod: "Pod", name: str) -> str:
+    for c in [*(pod.spec.init_containers or []), *pod.spec.containers]:
+        if c.name == name:
+            return c.image or ""
+    return ""

@@ -83,6 +83,15 @@ class AgentProc:
         self._log.close()
         return rc
 
+    def cli(self, *args: str) -> str:
+        """An `edgelet` subcommand on this agent's dirs; its stdout."""
+        out = subprocess.run(
+            [sys.executable, "-m", "edgelet", *args, "--root-dir", str(self.paths.root_dir),
+             "--run-dir", str(self.paths.run_dir), "--config", "/dev/null"],
+            capture_output=True, text=True, timeout=30,
+        )
+        return out.stdout
+
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 

@@ -98,6 +98,12 @@ def test_crashing_container_backs_off(agent):
     count = row["restarts"]
     wait_for(lambda: agent.pod("crash")["restarts"] >= count, what="restart count stable")
     assert "back-off" in agent.pod("crash")["message"]
+    # The same story as kubelet events, read by `edgelet events` from the running agent.
+    out = wait_for(lambda: (o := agent.cli("events", "--for", "crash-testnode")) and "BackOff" in o and o,
+                   what="BackOff event")
+    for reason in ("Pulled", "Created", "Started", "BackOff"):
+        assert reason in out, out
+    assert "x2" in out or "x3" in out, "repeats are aggregated with a count"
 
 
 def test_onfailure_completes_and_never_fails(agent):
@@ -170,12 +176,10 @@ def test_rejected_manifest_is_visible(agent):
     wait_for(lambda: (r := agent.pod("good")) and r["status"] == "Running", what="good pod runs")
     rejected = wait_for(lambda: agent.snapshot()["rejected"], what="rejection recorded")
     assert any("broken.yaml" in r["origin"] and "containerPort" in r["message"] for r in rejected)
-    out = subprocess.run(
-        [*agent.argv()[:3], "pods", "--root-dir", str(agent.paths.root_dir), "--run-dir", str(agent.paths.run_dir),
-         "--config", "/dev/null"],
-        capture_output=True, text=True,
-    )
-    assert "good-testnode" in out.stdout and "broken.yaml" in out.stdout
+    out = agent.cli("pods")
+    assert "good-testnode" in out and "broken.yaml" in out
+    events = wait_for(lambda: (o := agent.cli("events")) and "FailedValidation" in o and o, what="event")
+    assert "broken.yaml" in events and "containerPort" in events
 
 
 def test_missing_image_never_pull(agent):

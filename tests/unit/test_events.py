@@ -1,0 +1,86 @@
+"""The event ring: aggregation of repeats, the capacity bound, the file `edgelet events` reads, and the table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from edgelet.api.types import ObjectMeta, Pod
+from edgelet.cli import events_table, main
+from edgelet.events import EventRecorder, InvolvedObject, events_path, pod_ref, read_events
+from edgelet.util.clock import FakeClock
+
+
+def _pod(name: str = "web", uid: str = "u1") -> Pod:
+    return Pod(metadata=ObjectMeta(name=name, namespace="default", uid=uid))
+
+
+def test_repeat_bumps_count_and_last_time() -> None:
+    clock = FakeClock()
+    rec = EventRecorder(clock)
+    ref = pod_ref(_pod(), "app")
+    rec.warning(ref, "BackOff", "Back-off restarting failed container app")
+    clock.advance(10)
+    e = rec.warning(ref, "BackOff", "Back-off restarting failed container app")
+    assert len(rec.events()) == 1
+    assert e.count == 2
+    assert e.last_timestamp - e.first_timestamp == 10
+    assert e.object.field_path == "spec.containers{app}"
+
+
+def test_different_message_is_another_event_and_order_is_by_last_occurrence() -> None:
+    rec = EventRecorder(FakeClock())
+    ref = pod_ref(_pod())
+    rec.normal(ref, "Started", "Started container: a")
+    rec.normal(ref, "Started", "Started container: b")
+    rec.normal(ref, "Started", "Started container: a")
+    assert [e.message for e in rec.events()] == ["Started container: b", "Started container: a"]
+
+
+def test_ring_is_bounded() -> None:
+    rec = EventRecorder(FakeClock(), capacity=3)
+    for i in range(10):
+        rec.normal(pod_ref(_pod()), "Created", f"Created container: c{i}")
+    assert [e.message for e in rec.events()] == [f"Created container: c{i}" for i in (7, 8, 9)]
+
+
+def test_filter_by_pod_uid() -> None:
+    rec = EventRecorder(FakeClock())
+    rec.normal(pod_ref(_pod("a", "u1")), "Started", "x")
+    rec.normal(pod_ref(_pod("b", "u2")), "Started", "y")
+    assert [e.message for e in rec.events("u2")] == ["y"]
+
+
+def test_init_container_field_path() -> None:
+    assert pod_ref(_pod(), "setup", init=True).field_path == "spec.initContainers{setup}"
+
+
+def test_flush_and_cli(tmp_path: Path, capsys) -> None:
+    clock = FakeClock()
+    rec = EventRecorder(clock, events_path(tmp_path))
+    rec.warning(InvolvedObject(kind="Manifest", name="/m/bad.yaml"), "FailedValidation", "/m/bad.yaml: $.spec: Required value")
+    rec.normal(pod_ref(_pod()), "Started", "Started container: app")
+    rec.flush()
+    snap = read_events(events_path(tmp_path))
+    assert snap is not None and [e.reason for e in snap.events] == ["FailedValidation", "Started"]
+    assert main(["events", "--run-dir", str(tmp_path), "--root-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "FailedValidation" in out and "manifest//m/bad.yaml" in out
+    assert main(["events", "--run-dir", str(tmp_path), "--root-dir", str(tmp_path), "--for", "default/web"]) == 0
+    out = capsys.readouterr().out
+    assert "Started container: app" in out and "FailedValidation" not in out
+
+
+def test_events_table_shows_repeat_count() -> None:
+    clock = FakeClock()
+    rec = EventRecorder(clock)
+    rec.warning(pod_ref(_pod(), "app"), "BackOff", "m")
+    clock.advance(65)
+    rec.warning(pod_ref(_pod(), "app"), "BackOff", "m")
+    table = events_table(rec.events(), clock.now() + 5)
+    assert "5s (x2 over 1m)" in table
+    assert "pod/web spec.containers{app}" in table
+
+
+def test_no_events_file_is_a_clear_error(tmp_path: Path, capsys) -> None:
+    assert main(["events", "--run-dir", str(tmp_path / "none"), "--root-dir", str(tmp_path)]) == 1
+    assert "No events at" in capsys.readouterr().err
