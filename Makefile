@@ -59,3 +59,31 @@ bench: $(VENV)/.installed
 	$(PY) bench/start_latency.py
 	$(PY) bench/footprint.py
 	$(PY) bench/runonce.py
+
+# --- packaging: frozen binary and .deb (see packaging/README.md) -------------
+# `make binary` builds dist/edgelet (one file; ONEDIR=1: dist/onedir/edgelet/),
+# `make deb` wraps it into dist/edgelet_<version>_<arch>.deb, `make binary-arm64`
+# builds dist/arm64/edgelet in an arm64 Debian root under qemu.
+.PHONY: binary binary-arm64 deb
+
+$(VENV)/.build-installed: $(VENV)/.installed
+	@$(PY) -m pip install -q -e '.[build]'
+	@touch $@
+
+ifeq ($(ONEDIR),1)
+BINARY_OUT := dist/onedir/edgelet
+binary: $(VENV)/.build-installed
+	EDGELET_ONEDIR=1 $(VENV)/bin/pyinstaller --noconfirm --clean --log-level WARN \
+		--distpath dist/onedir --workpath build/pyinstaller-onedir build.spec
+else
+BINARY_OUT := dist/edgelet
+binary: $(VENV)/.build-installed
+	$(VENV)/bin/pyinstaller --noconfirm --clean --log-level WARN \
+		--distpath dist --workpath build/pyinstaller build.spec
+endif
+
+binary-arm64:
+	packaging/build-arm64.sh
+
+deb: binary
+	packaging/build-deb.sh $(BINARY_OUT)

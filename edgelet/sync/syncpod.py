@@ -76,6 +76,11 @@ class PodSyncState:
 
     waiting: dict[str, tuple[str, str]] = field(default_factory=dict)
     pod_failed: bool = False
+    # Probe verdicts by container name, filled by the probe manager: a container
+    # without a readiness (startup) probe is absent and counts as ready (started)
+    # once running, as kubelet's status manager has it.
+    ready: dict[str, bool] = field(default_factory=dict)
+    started: dict[str, bool] = field(default_factory=dict)
 
 
 class Syncer:
