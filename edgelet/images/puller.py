@@ -1,0 +1,435 @@
+"""Pulls images from OCI distribution (v2) registries into the ImageStore, verifying every blob.
+
+A pull, for one reference:
+
+  1. For each endpoint (mirrors first, then the registry; see registries.py) until one works:
+  2. GET /v2/<name>/manifests/<tag|digest>, answering a 401 with the bearer-token flow
+     (or basic auth) of the WWW-Authenticate challenge; credentials come from a docker
+     config.json (auth.py).
+  3. An index / manifest list is resolved to this machine's platform (variant-aware,
+     reference.select_platform); schema1 manifests are refused.
+  4. The manifest, the config and every missing layer blob go into the store through
+     `ImageStore.add_blob`, which hashes while writing a temp file and renames it only
+     when digest and size match: a cut connection never leaves a blob behind. Layers
+     download in parallel, at most `max_parallel` at a time.
+  5. `ImageStore.commit_image` unpacks the layers (checking each diffID) and records the
+     image under its reference, exactly as an archive import does.
+
+The work is blocking (httpx's sync client in worker threads: the store's writer is
+synchronous, and a thread per layer keeps the copy to one pass). `Puller.pull` runs it
+off the event loop and shares one pull between concurrent callers of the same reference.
+Cancelling a caller does not stop a pull already under way; it completes in its thread.
+
+Blobs of a failed pull stay in the store (they are complete and verified; the next pull
+reuses them) until image GC removes unreferenced blobs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
+
+import httpx
+
+from edgelet.images.archive import INDEX_TYPES, MAX_JSON, MT_DOCKER_MANIFEST, MT_OCI_MANIFEST, SUPPORTED_LAYER_TYPES, host_platform
+from edgelet.images.auth import Credential, parse_challenge
+from edgelet.images.errors import BlobError, ImageError, InvalidReference
+from edgelet.images.reference import (
+    Platform,
+    Reference,
+    describe_platforms,
+    parse_reference,
+    select_platform,
+    sha256_digest,
+    validate_digest,
+)
+from edgelet.images.registries import Endpoint, RegistryHost, registry_endpoints
+from edgelet.util.log import get_logger
+
+if TYPE_CHECKING:
+    from edgelet.images.store import ImageStore
+    from edgelet.images.types import ImageRecord
+
+log = get_logger(__name__)
+
+MT_DOCKER_SCHEMA1 = ("application/vnd.docker.distribution.manifest.v1+json",
+                     "application/vnd.docker.distribution.manifest.v1+prettyjws")
+MT_OCI_LAYER_ZSTD = "application/vnd.oci.image.layer.v1.tar+zstd"
+PULL_LAYER_TYPES = (*SUPPORTED_LAYER_TYPES, MT_OCI_LAYER_ZSTD,
+                    "application/vnd.oci.image.layer.nondistributable.v1.tar+zstd")
+ACCEPT = ", ".join((MT_OCI_MANIFEST, MT_DOCKER_MANIFEST, *INDEX_TYPES))
+DEFAULT_PARALLEL = 3
+DEFAULT_TIMEOUT = 30.0  # seconds without progress (connect, or between two reads)
+_MAX_NESTING = 4
+_CHUNK = 1 << 20
+
+
+class PullError(ImageError):
+    """A pull failed: the registry refused, was unreachable, or sent something unusable."""
+
+    def __init__(self, reference: str, reason: str) -> None:
+        self.reference = reference
+        self.reason = reason
+        super().__init__(f"pulling {reference}: {reason}")
+
+
+class ManifestError(PullError):
+    """The registry's manifest cannot be used here (schema1, no matching platform, malformed)."""
+
+
+@dataclass(frozen=True)
+class ResolvedManifest:
+    """The image manifest for this platform and the digest it has."""
+
+    digest: str
+    body: bytes
+    doc: dict[str, Any]
+
+
+# ---------------------------------------------------------------------------------------------
+# pure helpers
+
+
+def classify_manifest(media_type: str | None, doc: Any) -> str:
+    """"index", "manifest" or "schema1" from the Content-Type and the body; ValueError otherwise (pure)."""
+    mt = (media_type or "").split(";", 1)[0].strip()
+    if not isinstance(doc, dict):
+        raise ValueError("manifest is not a JSON object")
+    if mt in MT_DOCKER_SCHEMA1 or doc.get("schemaVersion") == 1:
+        return "schema1"
+    body_mt = doc.get("mediaType")
+    if mt in INDEX_TYPES or body_mt in INDEX_TYPES or ("manifests" in doc and "layers" not in doc):
+        if "layers" in doc or "config" in doc:
+            raise ValueError("document has both `manifests` and `layers`/`config` (ambiguous)")
+        return "index"
+    if mt in (MT_OCI_MANIFEST, MT_DOCKER_MANIFEST) or body_mt in (MT_OCI_MANIFEST, MT_DOCKER_MANIFEST) \
+            or ("layers" in doc and "config" in doc):
+        if "manifests" in doc:
+            raise ValueError("document has both `manifests` and `layers` (ambiguous)")
+        return "manifest"
+    raise ValueError(f"unsupported manifest media type {mt or body_mt!r}")
+
+
+def check_image_manifest(doc: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The config and layer descriptors of an image manifest, checked; ValueError naming the problem (pure)."""
+    config, layers = doc.get("config"), doc.get("layers")
+    if not isinstance(config, dict) or not isinstance(layers, list):
+        raise ValueError("manifest has no config or layers")
+    for desc in (config, *layers):
+        if not isinstance(desc, dict) or not isinstance(desc.get("digest"), str) \
+                or not isinstance(desc.get("size"), int) or isinstance(desc.get("size"), bool) or desc["size"] < 0:
+            raise ValueError(f"malformed descriptor {desc!r}")
+        validate_digest(desc["digest"])
+        if not desc["digest"].startswith("sha256:"):
+            raise ValueError(f"unsupported digest algorithm in {desc['digest']}")
+    if config["size"] > MAX_JSON:
+        raise ValueError(f"config is {config['size']} bytes, more than the {MAX_JSON} allowed")
+    for layer in layers:
+        mt = layer.get("mediaType", "application/vnd.oci.image.layer.v1.tar+gzip")
+        if mt not in PULL_LAYER_TYPES:
+            raise ValueError(f"layer {layer['digest']} has unsupported media type {mt!r}")
+    return config, layers
+
+
+# ---------------------------------------------------------------------------------------------
+# one endpoint, one repository
+
+
+class _Unauthorized(Exception):
+    pass
+
+
+class _Session:
+    """Requests to one endpoint for one repository, with the auth the registry asks for."""
+
+    def __init__(self, endpoint: Endpoint, ref: Reference, credential: Credential | None, *,
+                 timeout: float, transport: httpx.BaseTransport | None) -> None:
+        self.endpoint = endpoint
+        self.ref = ref
+        self.credential = credential
+        self.client = httpx.Client(timeout=timeout, follow_redirects=True, transport=transport,
+                                   headers={"User-Agent": "edgelet"})
+        self._auth: str | None = None
+
+    def close(self) -> None:
+        self.client.close()
+
+    def url(self, kind: str, ref: str) -> str:
+        return f"{self.endpoint.url}/v2/{self.ref.path}/{kind}/{ref}"
+
+    def _headers(self, extra: Mapping[str, str]) -> dict[str, str]:
+        h = dict(extra)
+        if self._auth:
+            h["Authorization"] = self._auth
+        return h
+
+    def send(self, method: str, url: str, headers: Mapping[str, str] | None = None, *, stream: bool = False
+             ) -> httpx.Response:
+        """One request; a 401 is answered once with the challenge's auth and retried."""
+        headers = headers or {}
+        for attempt in (0, 1):
+            req = self.client.build_request(method, url, headers=self._headers(headers))
+            resp = self.client.send(req, stream=stream)
+            if resp.status_code != 401 or attempt == 1:
+                break
+            challenge = resp.headers.get("www-authenticate", "")
+            resp.close()
+            self._authenticate(challenge)
+        if resp.status_code == 401:
+            resp.close()
+            who = f" as {self.credential.username}" if self.credential else " (no credentials for this registry)"
+            raise PullError(str(self.ref), f"{method} {url}: unauthorized{who}")
+        return resp
+
+    def _authenticate(self, header: str) -> None:
+        challenge = parse_challenge(header) if header else None
+        if challenge is None:
+            raise PullError(str(self.ref), f"{self.endpoint.url} answered 401 without a WWW-Authenticate challenge")
+        if challenge.scheme == "basic":
+            if self.credential is None:
+                raise PullError(str(self.ref), f"{self.endpoint.url} requires basic auth and there are no "
+                                "credentials for it (--image-credential-file)")
+            self._auth = _basic(self.credential)
+            return
+        if challenge.scheme != "bearer" or "realm" not in challenge.params:
+            raise PullError(str(self.ref), f"{self.endpoint.url}: unsupported auth challenge {header!r}")
+        params = {"scope": challenge.params.get("scope") or f"repository:{self.ref.path}:pull"}
+        if challenge.params.get("service"):
+            params["service"] = challenge.params["service"]
+        headers = {"Authorization": _basic(self.credential)} if self.credential else {}
+        realm = challenge.params["realm"]
+        try:
+            resp = self.client.get(realm, params=params, headers=headers)
+        except httpx.HTTPError as exc:
+            raise PullError(str(self.ref), f"token request to {realm}: {type(exc).__name__}: {exc}") from exc
+        if resp.status_code != 200:
+            raise PullError(str(self.ref), f"token request to {realm}: HTTP {resp.status_code}: {_tail(resp)}")
+        try:
+            doc = resp.json()
+            token = doc.get("token") or doc.get("access_token")
+        except (ValueError, AttributeError) as exc:
+            raise PullError(str(self.ref), f"token response from {realm} is not JSON") from exc
+        if not isinstance(token, str) or not token:
+            raise PullError(str(self.ref), f"token response from {realm} has no token")
+        self._auth = f"Bearer {token}"
+
+    def get_manifest(self, ref: str, expected_digest: str | None, expected_size: int | None
+                     ) -> tuple[str, str, bytes, Any]:
+        """(media type, digest, body, parsed) of a manifest or index; verified when a digest is expected."""
+        url = self.url("manifests", ref)
+        resp = self.send("GET", url, {"Accept": ACCEPT}, stream=True)
+        try:
+            _check_status(resp, str(self.ref), url)
+            body = bytearray()
+            for chunk in _raw_chunks(resp):
+                body += chunk
+                if len(body) > MAX_JSON:
+                    raise ManifestError(str(self.ref), f"manifest at {url} is larger than {MAX_JSON} bytes")
+        finally:
+            resp.close()
+        data = bytes(body)
+        digest = sha256_digest(data)
+        if expected_size is not None and len(data) != expected_size:
+            raise BlobError(expected_digest or digest, f"manifest is {len(data)} bytes, the descriptor says "
+                            f"{expected_size}", source=url)
+        if expected_digest is not None and digest != expected_digest:
+            raise BlobError(expected_digest, f"manifest content has digest {digest}", source=url)
+        try:
+            doc = json.loads(data)
+        except ValueError as exc:
+            raise ManifestError(str(self.ref), f"manifest at {url} is not valid JSON: {exc}") from exc
+        return resp.headers.get("content-type", ""), digest, data, doc
+
+    def blob(self, digest: str) -> tuple[httpx.Response, str]:
+        url = self.url("blobs", digest)
+        resp = self.send("GET", url, stream=True)
+        if resp.status_code != 200:
+            try:
+                _check_status(resp, str(self.ref), url)
+            finally:
+                resp.close()
+        return resp, url
+
+
+def _basic(c: Credential) -> str:
+    return "Basic " + base64.b64encode(f"{c.username}:{c.password}".encode()).decode()
+
+
+def _tail(resp: httpx.Response) -> str:
+    try:
+        text = resp.read().decode(errors="replace")
+    except httpx.HTTPError:
+        return ""
+    return " ".join(text.split())[-300:]
+
+
+def _check_status(resp: httpx.Response, ref: str, url: str) -> None:
+    if resp.status_code == 200:
+        return
+    raise PullError(ref, f"GET {url}: HTTP {resp.status_code}: {_tail(resp) or resp.reason_phrase}")
+
+
+def _raw_chunks(resp: httpx.Response, size: int | None = None) -> Iterator[bytes]:
+    """The body as sent (no content decoding: digests are of the bytes on the wire)."""
+    try:
+        yield from resp.iter_raw(size)
+    except httpx.StreamConsumed:  # a response built in memory (httpx.MockTransport in tests)
+        yield resp.content
+
+
+class _StreamReader:
+    """The read() of a streamed response body, raw (no content decoding), for ImageStore.add_blob."""
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self._chunks = chunks
+
+    def read(self, n: int = -1) -> bytes:
+        for chunk in self._chunks:
+            if chunk:
+                return chunk
+        return b""
+
+
+# ---------------------------------------------------------------------------------------------
+# the puller
+
+
+class Puller:
+    """Pulls references into `store`. Thread-safe; `pull` deduplicates concurrent pulls of one reference."""
+
+    def __init__(self, store: "ImageStore", *, registries: Mapping[str, RegistryHost] | None = None,
+                 credentials: Mapping[str, Credential] | None = None, platform: Platform | None = None,
+                 max_parallel: int = DEFAULT_PARALLEL, timeout: float = DEFAULT_TIMEOUT,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        self.store = store
+        self.registries = dict(registries or {})
+        self.credentials = dict(credentials or {})
+        self.platform = platform or host_platform()
+        self.max_parallel = max(1, max_parallel)
+        self.timeout = timeout
+        self._transport = transport
+        self._inflight: dict[str, asyncio.Future[ImageRecord]] = {}
+
+    @property
+    def busy(self) -> bool:
+        """Whether a pull is under way (image GC leaves unreferenced blobs alone meanwhile)."""
+        return bool(self._inflight)
+
+    async def pull(self, ref: str) -> "ImageRecord":
+        """Pull `ref` off the event loop; callers asking for the same reference share one pull."""
+        key = str(parse_reference(ref))
+        fut = self._inflight.get(key)
+        if fut is None:
+            fut = asyncio.ensure_future(asyncio.to_thread(self.pull_sync, key))
+            self._inflight[key] = fut
+
+            def _done(f: "asyncio.Future[ImageRecord]") -> None:
+                self._inflight.pop(key, None)
+                if not f.cancelled():
+                    f.exception()  # retrieved here so a pull nobody waits for any more does not warn
+
+            fut.add_done_callback(_done)
+        return await asyncio.shield(fut)
+
+    def pull_sync(self, ref: str) -> "ImageRecord":
+        """Pull `ref` (blocking). Raises PullError, ManifestError, BlobError, UnpackError, StoreError."""
+        try:
+            parsed = parse_reference(ref)
+        except InvalidReference:
+            raise
+        endpoints = registry_endpoints(parsed.domain, self.registries)
+        errors: list[ImageError] = []
+        for ep in endpoints:
+            try:
+                return self._pull_from(ep, parsed)
+            except ManifestError:
+                raise  # the image itself is unusable: another mirror would serve the same
+            except (PullError, BlobError) as exc:
+                if ep.mirror:
+                    log.warning("Pull from mirror failed; trying the next endpoint", image=str(parsed),
+                                mirror=ep.url, err=str(exc))
+                errors.append(exc)
+        if len(errors) == 1:
+            raise errors[0]
+        raise PullError(str(parsed), "; ".join(str(e) for e in errors))
+
+    def _pull_from(self, ep: Endpoint, ref: Reference) -> "ImageRecord":
+        started = time.monotonic()
+        session = _Session(ep, ref, self.credentials.get(ref.domain), timeout=self.timeout,
+                           transport=self._transport)
+        try:
+            manifest = self._resolve(session, ref)
+            config, layers = check_image_manifest(manifest.doc)
+            self.store.add_blob(io.BytesIO(manifest.body), digest=manifest.digest, size=len(manifest.body),
+                                source=session.url("manifests", manifest.digest))
+            wanted = [config, *[la for la in layers]]
+            missing = list({d["digest"]: d for d in wanted if not self.store.has_blob(d["digest"])}.values())
+            if missing:
+                with ThreadPoolExecutor(max_workers=min(self.max_parallel, len(missing)),
+                                        thread_name_prefix="pull") as pool:
+                    # list() re-raises the first failure; the pool waits for the others first.
+                    list(pool.map(lambda d: self._fetch_blob(session, d), missing))
+            for d in wanted:  # present before the pull: still the size the manifest says?
+                if self.store.blob_size(d["digest"]) != d["size"]:
+                    raise BlobError(d["digest"], f"stored blob is {self.store.blob_size(d['digest'])} bytes, the "
+                                    f"manifest says {d['size']}")
+            record = self.store.commit_image(
+                manifest_digest=manifest.digest, config_digest=config["digest"],
+                layer_digests=[la["digest"] for la in layers], references=[str(ref)],
+                source=ep.url,
+            )
+        except httpx.HTTPError as exc:
+            raise PullError(str(ref), f"{ep.url}: {type(exc).__name__}: {exc}") from exc
+        finally:
+            session.close()
+        log.info("Pulled image", image=str(ref), endpoint=ep.url, digest=manifest.digest,
+                 layers=len(layers), seconds=f"{time.monotonic() - started:.3f}")
+        return record
+
+    def _resolve(self, session: _Session, ref: Reference) -> ResolvedManifest:
+        target, want_digest, want_size = ref.digest or ref.tag or "latest", ref.digest, None
+        for _depth in range(_MAX_NESTING):
+            media_type, digest, body, doc = session.get_manifest(target, want_digest, want_size)
+            try:
+                kind = classify_manifest(media_type, doc)
+            except ValueError as exc:
+                raise ManifestError(str(ref), f"manifest {digest}: {exc}") from exc
+            if kind == "schema1":
+                raise ManifestError(str(ref), "the registry serves a Docker schema 1 manifest, which edgelet does "
+                                    "not support (deprecated since 2017); push the image again with a current "
+                                    "docker, buildah or skopeo")
+            if kind == "manifest":
+                return ResolvedManifest(digest, body, doc)
+            manifests = [m for m in doc.get("manifests") or [] if isinstance(m, dict)]
+            chosen = select_platform(manifests, self.platform)
+            if chosen is None:
+                raise ManifestError(str(ref), f"no image for platform {self.platform} in the index (available: "
+                                    f"{', '.join(describe_platforms(manifests)) or 'none'})")
+            try:
+                want_digest = validate_digest(str(chosen.get("digest")))
+            except InvalidReference as exc:
+                raise ManifestError(str(ref), f"index {digest} has an invalid digest") from exc
+            size = chosen.get("size")
+            want_size = size if isinstance(size, int) else None
+            target = want_digest
+        raise ManifestError(str(ref), "indexes nested too deeply")
+
+    def _fetch_blob(self, session: _Session, desc: Mapping[str, Any]) -> None:
+        digest, size = desc["digest"], desc["size"]
+        resp, url = session.blob(digest)
+        try:
+            length = resp.headers.get("content-length")
+            if length is not None and length.isdigit() and int(length) != size:
+                raise BlobError(digest, f"registry sends {length} bytes, the manifest says {size}", source=url)
+            self.store.add_blob(_StreamReader(_raw_chunks(resp, _CHUNK)), digest=digest, size=size, source=url)
+        finally:
+            resp.close()
+
+
+__all__ = ["ManifestError", "PullError", "Puller", "check_image_manifest", "classify_manifest"]
