@@ -1,0 +1,262 @@
+"""`edgelet check`: whether this machine can run edgelet, one verdict per check with a fix hint.
+
+`gather_facts` is the only part that looks at the machine; every check is a
+pure function of `HostFacts`, so each verdict is table-tested.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Literal
+
+Verdict = Literal["OK", "WARN", "FAIL"]
+MIN_FREE_BYTES = 1 << 30  # images and logs of a handful of pods
+# What every pod needs (memory limits, cpu shares, pids, freezer to stop; devices for the default allow-list).
+REQUIRED_CONTROLLERS = ("cpu", "cpuacct", "memory", "pids", "devices", "freezer")
+CNI_DIRS = ("/opt/cni/bin", "/usr/lib/cni")
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """What the checks need to know about the machine (gathered once, or written by hand in tests)."""
+
+    euid: int
+    runtime: str  # the configured binary name or path
+    runtime_path: str | None  # resolved, None when not found
+    runtime_version: str  # first line of `--version`, "" when unknown
+    conmon_path: str | None
+    conmon_version: str
+    pause_path: str | None  # catatonit (or an explicit pause image is configured)
+    pause_image: str | None
+    cgroup_v1_controllers: frozenset[str]  # mounted v1 hierarchies (by controller)
+    cgroup_v2_controllers: frozenset[str]  # enabled in the unified hierarchy (cgroup.controllers)
+    cgroup_enabled: dict[str, bool]  # /proc/cgroups: controller -> enabled
+    filesystems: frozenset[str]  # /proc/filesystems
+    cni_plugins: tuple[str, ...]  # plugin binaries found
+    root_dir: str
+    root_free_bytes: int | None  # None when the root dir and its parents cannot be statted
+    is_raspberry_pi: bool = False
+    cmdline_file: str = "/boot/firmware/cmdline.txt"
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str
+    verdict: Verdict
+    detail: str
+    hint: str = ""
+
+
+def check_root(f: HostFacts) -> CheckResult:
+    if f.euid == 0:
+        return CheckResult("root privileges", "OK", "running as root")
+    return CheckResult("root privileges", "FAIL", f"running as uid {f.euid}",
+                       "run edgelet as root (it creates namespaces, cgroups and mounts; user namespaces are not used)")
+
+
+_VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
+
+
+def check_runtime(f: HostFacts) -> CheckResult:
+    name = f"runtime ({f.runtime})"
+    if f.runtime_path is None:
+        return CheckResult(name, "FAIL", "not found", "apt-get install runc (or set runtime = the path of runc or crun)")
+    m = _VERSION.search(f.runtime_version)
+    if m is None:
+        return CheckResult(name, "FAIL", f"{f.runtime_path}: cannot read its version ({f.runtime_version or 'no output'})",
+                           f"check that `{f.runtime_path} --version` works")
+    version = tuple(int(x or 0) for x in m.groups())
+    if Path(f.runtime_path).name == "runc" and version < (1, 1, 0):
+        return CheckResult(name, "FAIL", f"{f.runtime_path} {m.group(0)} is older than 1.1",
+                           "install runc 1.1 or newer (Debian 12: apt-get install runc)")
+    return CheckResult(name, "OK", f"{f.runtime_path} {m.group(0)}")
+
+
+def check_conmon(f: HostFacts) -> CheckResult:
+    if f.conmon_path is None:
+        return CheckResult("conmon", "FAIL", "not found", "apt-get install conmon")
+    m = _VERSION.search(f.conmon_version)
+    return CheckResult("conmon", "OK", f"{f.conmon_path} {m.group(0) if m else f.conmon_version or '(version unknown)'}")
+
+
+def check_pause(f: HostFacts) -> CheckResult:
+    if f.pause_image:
+        return CheckResult("pause", "OK", f"sandbox image {f.pause_image}")
+    if f.pause_path is None:
+        return CheckResult("pause", "FAIL", "catatonit not found (the built-in pause sandbox runs it)",
+                           "apt-get install catatonit, or set pod_infra_container_image")
+    return CheckResult("pause", "OK", f"{f.pause_path}")
+
+
+def check_cgroups(f: HostFacts) -> CheckResult:
+    mounted = f.cgroup_v1_controllers | f.cgroup_v2_controllers
+    if not mounted:
+        return CheckResult("cgroups", "FAIL", "no cgroup controller is mounted",
+                           "mount cgroup2 on /sys/fs/cgroup (systemd does this at boot)")
+    missing = [c for c in REQUIRED_CONTROLLERS if c not in mounted
+               and not (c == "cpuacct" and f.cgroup_v2_controllers)  # v2 has no cpuacct: cpu accounts
+               and not (c == "devices" and f.cgroup_v2_controllers)  # v2 devices are eBPF, not a controller
+               and not (c == "freezer" and f.cgroup_v2_controllers)]  # v2 freezer is cgroup.freeze
+    layout = "v2" if f.cgroup_v2_controllers and not f.cgroup_v1_controllers else "v1"
+    if missing:
+        return CheckResult("cgroups", "FAIL", f"cgroup {layout}: {', '.join(missing)} not mounted",
+                           "mount the missing controllers under /sys/fs/cgroup")
+    return CheckResult("cgroups", "OK", f"cgroup {layout}: {', '.join(c for c in REQUIRED_CONTROLLERS if c in mounted)}")
+
+
+def check_memory_controller(f: HostFacts) -> CheckResult:
+    enabled = f.cgroup_enabled.get("memory")
+    mounted = "memory" in f.cgroup_v1_controllers or "memory" in f.cgroup_v2_controllers
+    if enabled and mounted:
+        return CheckResult("memory cgroup", "OK", "enabled")
+    # Raspberry Pi OS boots with the memory controller off; the kernel command line turns it on.
+    hint = (f"add `cgroup_enable=memory cgroup_memory=1` to {f.cmdline_file} (one line) and reboot"
+            if f.is_raspberry_pi or enabled is False
+            else "enable the memory cgroup controller (kernel command line `cgroup_enable=memory cgroup_memory=1`)")
+    return CheckResult("memory cgroup", "FAIL", "disabled" if enabled is False else "not mounted", hint)
+
+
+def check_overlay(f: HostFacts) -> CheckResult:
+    if "overlay" in f.filesystems:
+        return CheckResult("overlayfs", "OK", "available")
+    return CheckResult("overlayfs", "WARN", "not in /proc/filesystems (containers get a copied rootfs: slower, larger)",
+                       "modprobe overlay (and add `overlay` to /etc/modules)")
+
+
+def check_cni(f: HostFacts) -> CheckResult:
+    if f.cni_plugins:
+        return CheckResult("CNI plugins", "OK", f"{len(f.cni_plugins)} plugins ({', '.join(f.cni_plugins[:4])}...)")
+    return CheckResult("CNI plugins", "WARN", f"none in {' or '.join(CNI_DIRS)}: pods without hostNetwork get loopback only",
+                       "apt-get install containernetworking-plugins")
+
+
+def check_disk(f: HostFacts) -> CheckResult:
+    name = f"free space ({f.root_dir})"
+    if f.root_free_bytes is None:
+        return CheckResult(name, "FAIL", "cannot stat the root dir or any parent", "create the root dir")
+    free_mb = f.root_free_bytes // (1 << 20)
+    if f.root_free_bytes < MIN_FREE_BYTES:
+        return CheckResult(name, "FAIL", f"{free_mb} MiB free, want at least {MIN_FREE_BYTES >> 20} MiB",
+                           "free space or point root_dir at a larger filesystem")
+    return CheckResult(name, "OK", f"{free_mb} MiB free")
+
+
+CHECKS: tuple[Callable[[HostFacts], CheckResult], ...] = (
+    check_root, check_runtime, check_conmon, check_pause, check_cgroups, check_memory_controller, check_overlay,
+    check_cni, check_disk,
+)
+
+
+def run_checks(facts: HostFacts) -> list[CheckResult]:
+    return [check(facts) for check in CHECKS]
+
+
+def format_results(results: list[CheckResult]) -> str:
+    lines = []
+    for r in results:
+        line = f"{r.verdict:<4}  {r.name}: {r.detail}"
+        if r.hint and r.verdict != "OK":
+            line += f"  -> {r.hint}"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def failed(results: list[CheckResult]) -> bool:
+    return any(r.verdict == "FAIL" for r in results)
+
+
+# --- the thin side of it -------------------------------------------------------
+
+
+def parse_proc_cgroups(text: str) -> dict[str, bool]:
+    """/proc/cgroups: `#subsys_name hierarchy num_cgroups enabled` lines."""
+    out: dict[str, bool] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 4 and not line.startswith("#"):
+            out[parts[0]] = parts[3] == "1"
+    return out
+
+
+def parse_mounts_cgroup_v1(text: str) -> frozenset[str]:
+    """Controllers of the cgroup (v1) mounts in /proc/self/mounts."""
+    found: set[str] = set()
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) >= 4 and parts[2] == "cgroup":
+            found.update(o for o in parts[3].split(",") if o in parse_known_controllers())
+    return frozenset(found)
+
+
+def parse_known_controllers() -> frozenset[str]:
+    return frozenset({"cpu", "cpuacct", "cpuset", "memory", "pids", "devices", "freezer", "blkio", "net_cls",
+                      "net_prio", "perf_event", "hugetlb", "rdma", "misc"})
+
+
+def parse_filesystems(text: str) -> frozenset[str]:
+    return frozenset(line.split()[-1] for line in text.splitlines() if line.strip())
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return ""
+
+
+def _version(path: str | None) -> str:
+    if path is None:
+        return ""
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    text = (out.stdout or out.stderr).strip()
+    return text.splitlines()[0] if text else ""
+
+
+def _free_bytes(path: Path) -> int | None:
+    for p in (path, *path.parents):
+        try:
+            return shutil.disk_usage(p).free
+        except OSError:
+            continue
+    return None
+
+
+def gather_facts(*, runtime: str, conmon: str, pause_image: str | None, root_dir: Path) -> HostFacts:
+    """Look at this machine once."""
+    runtime_path = shutil.which(runtime)
+    conmon_path = shutil.which(conmon)
+    v2 = frozenset(_read("/sys/fs/cgroup/cgroup.controllers").split()) or frozenset(
+        _read("/sys/fs/cgroup/unified/cgroup.controllers").split())
+    cni: list[str] = []
+    for d in CNI_DIRS:
+        try:
+            cni += sorted(n for n in os.listdir(d) if os.access(os.path.join(d, n), os.X_OK))
+        except OSError:
+            continue
+    model = _read("/proc/device-tree/model") or _read("/sys/firmware/devicetree/base/model")
+    return HostFacts(
+        euid=os.geteuid(),
+        runtime=runtime, runtime_path=runtime_path, runtime_version=_version(runtime_path),
+        conmon_path=conmon_path, conmon_version=_version(conmon_path),
+        pause_path=shutil.which("catatonit") or next(
+            (p for p in ("/usr/libexec/catatonit/catatonit", "/usr/libexec/podman/catatonit") if os.access(p, os.X_OK)),
+            None),
+        pause_image=pause_image,
+        cgroup_v1_controllers=parse_mounts_cgroup_v1(_read("/proc/self/mounts")),
+        cgroup_v2_controllers=v2,
+        cgroup_enabled=parse_proc_cgroups(_read("/proc/cgroups")),
+        filesystems=parse_filesystems(_read("/proc/filesystems")),
+        cni_plugins=tuple(dict.fromkeys(cni)),
+        root_dir=str(root_dir),
+        root_free_bytes=_free_bytes(root_dir),
+        is_raspberry_pi="Raspberry Pi" in model,
+        cmdline_file="/boot/firmware/cmdline.txt" if Path("/boot/firmware").is_dir() else "/boot/cmdline.txt",
+    )

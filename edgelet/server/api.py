@@ -1,0 +1,233 @@
+"""The local API bound to a running agent: handlers for each endpoint, and the listeners' lifetime.
+
+Listeners (kubelet-like; see KUBELET-SEMANTICS "Local HTTP API hardening"):
+a unix socket `<run_dir>/edgelet.sock`, mode 0600, serves every endpoint;
+TCP `healthz_bind_address:healthz_port` (127.0.0.1:10248) serves /healthz
+only, so no pod data is served unauthenticated off the socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, AsyncIterator, Callable
+
+import msgspec
+
+from edgelet import logs
+from edgelet.server.health import check_health, render_health
+from edgelet.server.http import JSON, HttpServer, Request, Response, ServerError
+from edgelet.server.routes import PUBLIC_ENDPOINTS, HttpError, LogOptions, match_route, parse_log_options
+from edgelet.util.log import get_logger
+
+if TYPE_CHECKING:
+    from edgelet.api.types import ContainerStatus
+    from edgelet.events import EventRecorder
+    from edgelet.runtime.types import RuntimePaths
+    from edgelet.server.metrics import Metrics
+    from edgelet.status.publisher import PodEntry, StatusPublisher
+    from edgelet.util.clock import Clock
+
+log = get_logger(__name__)
+
+SOCKET_NAME = "edgelet.sock"
+TCP_RETRY = 10.0  # seconds between attempts to open the healthz port while it is taken
+
+
+def socket_path(run_dir: Path | str) -> Path:
+    return Path(run_dir) / SOCKET_NAME
+
+
+@dataclass
+class ApiSources:
+    """What the handlers read; the health times are monotonic seconds (None: never happened)."""
+
+    publisher: "StatusPublisher"
+    events: "EventRecorder"
+    paths: "RuntimePaths"
+    clock: "Clock"
+    last_sync_iteration: Callable[[], float | None]
+    last_relist: Callable[[], float | None]
+    metrics: "Metrics | None" = None
+
+
+def _json(value: object) -> Response:
+    return Response(200, msgspec.json.encode(value), JSON)
+
+
+class Api:
+    """The request handler: `handle` for the unix socket, `handle_public` for the TCP healthz listener."""
+
+    def __init__(self, sources: ApiSources, *, follow_poll: float = logs.FOLLOW_POLL) -> None:
+        self._s = sources
+        self._poll = follow_poll
+
+    async def handle_public(self, request: Request) -> Response:
+        route = match_route(request.method, request.target)
+        if route.endpoint not in PUBLIC_ENDPOINTS:
+            raise HttpError(404, f"the server could not find the requested resource: {route.endpoint} is served "
+                                 "only on the local socket")
+        return await self.handle(request)
+
+    async def handle(self, request: Request) -> Response:
+        route = match_route(request.method, request.target)
+        if route.endpoint == "healthz":
+            return self.healthz(verbose="verbose" in route.query)
+        if route.endpoint == "pods":
+            return self.pods()
+        if route.endpoint == "pods_table":
+            return _json(self._s.publisher.snapshot())
+        if route.endpoint == "events":
+            return _json(self._s.events.snapshot())
+        if route.endpoint == "metrics":
+            return self.metrics()
+        p = route.params
+        return await self.container_logs(p["namespace"], p["pod"], p["container"], parse_log_options(route.query))
+
+    def healthz(self, *, verbose: bool = False) -> Response:
+        s = self._s
+        status, body = render_health(check_health(s.clock.monotonic(), s.last_sync_iteration(), s.last_relist()),
+                                     verbose=verbose)
+        return Response(status, body)
+
+    def pods(self) -> Response:
+        """A v1 PodList of the pods edgelet runs, each with its latest status (kubelet's /pods)."""
+        from edgelet.api.types import ListMeta, PodList
+
+        entries = sorted(self._s.publisher.entries(),
+                         key=lambda e: (e.pod.metadata.namespace or "", e.pod.metadata.name or ""))
+        items = [msgspec.structs.replace(e.pod, status=e.status) for e in entries]
+        return _json(PodList(items=items, api_version="v1", kind="PodList", metadata=ListMeta()))
+
+    def metrics(self) -> Response:
+        if self._s.metrics is None:
+            raise HttpError(404, "metrics are not enabled")
+        from edgelet.server.metrics import CONTENT_TYPE
+
+        return Response(200, self._s.metrics.render(), CONTENT_TYPE)
+
+    def _entry(self, namespace: str, pod: str) -> "PodEntry":
+        for e in self._s.publisher.entries():
+            if (e.pod.metadata.namespace or "default") == namespace and e.pod.metadata.name == pod:
+                return e
+        raise HttpError(404, f"pod {namespace}/{pod} not found")
+
+    def _instance_finished(self, uid: str, container: str, attempt: int, container_dir: Path) -> bool:
+        entry = self._s.publisher.get(uid)
+        if entry is None or any(a > attempt for a in logs.container_attempts(container_dir)):
+            return True
+        for cs in [*(entry.status.init_container_statuses or []), *(entry.status.container_statuses or [])]:
+            if cs.name == container:
+                return is_instance_finished(cs, attempt)
+        return True
+
+    async def container_logs(self, namespace: str, pod: str, container: str, opts: LogOptions) -> Response:
+        entry = self._entry(namespace, pod)
+        spec = entry.pod.spec
+        names = [c.name for c in [*(spec.init_containers or []), *(spec.containers or [])]]
+        if container not in names:
+            raise HttpError(404, f"container {container!r} not found in pod {namespace}/{pod}")
+        uid = entry.pod.metadata.uid
+        container_dir = self._s.paths.pod_log_dir(namespace, pod, uid) / container
+        try:
+            path = logs.find_log_file(container_dir, previous=opts.previous)
+        except logs.LogNotFoundError:
+            which = "previous terminated container" if opts.previous else "container"
+            raise HttpError(400, f"{which} {container!r} in pod {namespace}/{pod} has no log yet") from None
+        try:
+            data, offset = await asyncio.to_thread(logs.read_log, path, tail=opts.tail_lines,
+                                                   timestamps=opts.timestamps)
+        except OSError as exc:
+            raise HttpError(500, f"cannot read {path}: {exc.strerror or exc}") from exc
+        if not opts.follow or opts.previous:
+            return Response(200, data)
+        attempt = int(path.stem)
+
+        def finished() -> bool:
+            return self._instance_finished(uid, container, attempt, container_dir)
+
+        return Response(200, _prepend(data, logs.follow_log(path, offset, finished, timestamps=opts.timestamps,
+                                                            poll=self._poll)))
+
+
+def is_instance_finished(cs: "ContainerStatus", attempt: int) -> bool:
+    """Whether instance `attempt` of a container has exited, as its status tells (a follow then ends).
+
+    Status lags the runtime by a sync: a container not yet reported running
+    (waiting, never terminated) is still to be followed.
+    """
+    restarts = cs.restart_count or 0
+    if restarts != attempt:
+        return restarts > attempt
+    state = cs.state
+    if state is None or state.running is not None:
+        return False
+    if state.terminated is not None:
+        return True
+    return cs.last_state is not None and cs.last_state.terminated is not None
+
+
+async def _prepend(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    try:
+        if first:
+            yield first
+        async for chunk in rest:
+            yield chunk
+    finally:
+        await rest.aclose()  # type: ignore[attr-defined]
+
+
+class ApiServer:
+    """Runs the listeners under the agent's TaskGroup; cancellation closes them and removes the socket."""
+
+    def __init__(self, api: Api, run_dir: Path, *, healthz_port: int = 10248,
+                 healthz_bind_address: str = "127.0.0.1") -> None:
+        self._api = api
+        self.socket = socket_path(run_dir)
+        self._port = healthz_port
+        self._address = healthz_bind_address
+        self._server = HttpServer(api.handle)
+        self.healthz_port: int | None = None  # the bound port, once listening
+        self._started = False
+
+    async def start(self) -> None:
+        """Open the unix socket; an error here is fatal (the CLI could not reach the agent)."""
+        await self._server.listen_unix(self.socket)
+        self._started = True
+        log.info("API listening", socket=str(self.socket))
+
+    async def run(self) -> None:
+        """Serve until cancelled (starting the socket if `start` was not called), then close."""
+        try:
+            if not self._started:
+                await self.start()
+            if self._port:
+                await self._listen_healthz()
+            await asyncio.Event().wait()
+        finally:
+            await self.close()
+
+    async def close(self) -> None:
+        """Stop listening, drop open connections and remove the socket; safe to call twice."""
+        await self._server.close()
+        if self._started:
+            self._started = False
+            with contextlib.suppress(FileNotFoundError):
+                self.socket.unlink()
+
+    async def _listen_healthz(self) -> None:
+        # kubelet logs a healthz listener failure and keeps going; so does edgelet, retrying.
+        while True:
+            try:
+                self.healthz_port = await self._server.listen_tcp(self._address, self._port, self._api.handle_public)
+            except ServerError as exc:
+                log.error("Failed to start the healthz server; retrying", exc, retry_in=TCP_RETRY)
+                await asyncio.sleep(TCP_RETRY)
+                continue
+            log.info("Healthz listening", address=self._address, port=self.healthz_port)
+            return
+
+
+__all__ = ["Api", "ApiServer", "ApiSources", "ServerError", "socket_path"]

@@ -1,0 +1,266 @@
+"""A small HTTP/1.1 server on asyncio streams and h11: keep-alive, chunked streaming, limits, clean shutdown.
+
+The handler is `async (Request) -> Response`; a Response body is bytes or
+an async iterator of bytes (sent chunked; the connection closes after it,
+and the iterator is cancelled when the client goes away). Requests are
+GET-style: a request body is read and discarded up to `MAX_BODY`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import AsyncIterator, Awaitable, Callable
+
+import h11
+
+from edgelet.server.routes import HttpError, status_body
+from edgelet.util.log import get_logger
+
+log = get_logger(__name__)
+
+MAX_HEADER = 16 * 1024
+MAX_BODY = 64 * 1024
+IDLE_TIMEOUT = 60.0  # a keep-alive connection with no request for this long is closed
+MAX_CONNECTIONS = 64  # beyond this, new connections are closed at once (a device must not drown)
+READ_SIZE = 64 * 1024
+JSON = "application/json"
+
+
+@dataclass(frozen=True)
+class Request:
+    method: str
+    target: str
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass
+class Response:
+    status: int = 200
+    body: bytes | AsyncIterator[bytes] = b""
+    content_type: str = "text/plain; charset=utf-8"
+    headers: list[tuple[str, str]] = field(default_factory=list)
+
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def error_response(err: HttpError) -> Response:
+    return Response(err.status, status_body(err), JSON, list(err.headers))
+
+
+class ServerError(Exception):
+    """A listener could not be opened (address in use, another edgelet on the socket, ...)."""
+
+
+class HttpServer:
+    """Serves `handler` on any number of listeners; `close()` stops listening and drops open connections."""
+
+    def __init__(self, handler: Handler, *, max_connections: int = MAX_CONNECTIONS,
+                 idle_timeout: float = IDLE_TIMEOUT) -> None:
+        self._handler = handler
+        self._max = max_connections
+        self._idle = idle_timeout
+        self._servers: list[asyncio.AbstractServer] = []
+        self._connections: set[asyncio.Task] = set()
+
+    async def listen_unix(self, path: Path, mode: int = 0o600) -> None:
+        """Listen on a unix socket at `path`, replacing a stale one; no one can connect before `mode` is set."""
+        _remove_stale_socket(path)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.bind(str(path))
+            # Bound but not yet listening: a connect is refused until the mode is right.
+            os.chmod(path, mode)
+            sock.listen(16)
+            sock.setblocking(False)
+        except OSError as exc:
+            sock.close()
+            raise ServerError(f"cannot listen on {path}: {exc.strerror or exc}") from exc
+        self._servers.append(await asyncio.start_unix_server(self._on_connection, sock=sock))
+
+    async def listen_tcp(self, host: str, port: int, handler: Handler | None = None) -> int:
+        """Listen on TCP (optionally with its own handler); returns the port (useful with port 0)."""
+        cb = self._on_connection if handler is None else (lambda r, w: self._on_connection(r, w, handler))
+        try:
+            server = await asyncio.start_server(cb, host, port, reuse_address=True)
+        except OSError as exc:
+            raise ServerError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+        self._servers.append(server)
+        return server.sockets[0].getsockname()[1]
+
+    async def close(self) -> None:
+        for s in self._servers:
+            s.close()
+        for t in list(self._connections):
+            t.cancel()
+        if self._connections:
+            await asyncio.gather(*self._connections, return_exceptions=True)
+        for s in self._servers:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(s.wait_closed(), 1.0)
+        self._servers.clear()
+
+    async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                             handler: Handler | None = None) -> None:
+        task = asyncio.current_task()
+        if len(self._connections) >= self._max:
+            log.warning("Too many API connections; closing a new one", limit=self._max)
+            writer.close()
+            return
+        self._connections.add(task)
+        try:
+            await Connection(reader, writer, handler or self._handler, self._idle).serve()
+        except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
+            pass  # the client went away; nothing to tell anyone
+        finally:
+            self._connections.discard(task)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+
+class Connection:
+    """One client connection: requests served one at a time, as HTTP/1.1 without pipelining does."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, handler: Handler,
+                 idle_timeout: float) -> None:
+        self._reader = reader
+        self._writer = writer
+        self._handler = handler
+        self._idle = idle_timeout
+        self._conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER)
+
+    async def _next_event(self) -> h11.Event | type[h11.NEED_DATA] | type[h11.PAUSED]:
+        while True:
+            event = self._conn.next_event()
+            if event is not h11.NEED_DATA:
+                return event
+            data = await asyncio.wait_for(self._reader.read(READ_SIZE), self._idle)
+            self._conn.receive_data(data)  # b"" is EOF
+
+    async def _send(self, event: h11.Event) -> None:
+        data = self._conn.send(event)
+        if data:
+            self._writer.write(data)
+            await self._writer.drain()
+
+    async def serve(self) -> None:
+        while True:
+            try:
+                event = await self._next_event()
+                if isinstance(event, (h11.ConnectionClosed,)) or event is h11.PAUSED:
+                    return
+                assert isinstance(event, h11.Request)
+                request = Request(
+                    event.method.decode("ascii", "replace"), event.target.decode("ascii", "replace"),
+                    tuple((k.decode("latin-1"), v.decode("latin-1")) for k, v in event.headers),
+                )
+                body = 0
+                while not isinstance(ev := await self._next_event(), h11.EndOfMessage):
+                    if isinstance(ev, h11.Data):
+                        body += len(ev.data)
+                        if body > MAX_BODY:
+                            raise HttpError(400, f"request body larger than {MAX_BODY} bytes")
+                    elif isinstance(ev, h11.ConnectionClosed):
+                        return
+            except h11.RemoteProtocolError as exc:
+                await self._refuse(HttpError(exc.error_status_hint, f"bad request: {exc}"))
+                return
+            except HttpError as exc:
+                await self._refuse(exc)
+                return
+            except asyncio.TimeoutError:
+                return  # idle keep-alive connection
+            response = await self._respond(request)
+            await self._write_response(request, response)
+            if self._conn.our_state is h11.MUST_CLOSE or self._conn.their_state is h11.MUST_CLOSE:
+                return
+            try:
+                self._conn.start_next_cycle()
+            except h11.LocalProtocolError:
+                return
+
+    async def _respond(self, request: Request) -> Response:
+        try:
+            return await self._handler(request)
+        except HttpError as exc:
+            return error_response(exc)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.error("API request failed", exc, method=request.method, target=request.target)
+            return error_response(HttpError(500, f"internal error: {type(exc).__name__}: {exc}"))
+
+    async def _refuse(self, err: HttpError) -> None:
+        if self._conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
+            return
+        with contextlib.suppress(h11.LocalProtocolError, ConnectionError):
+            await self._write_response(Request("GET", "/"), error_response(err), close=True)
+
+    async def _write_response(self, request: Request, response: Response, *, close: bool = False) -> None:
+        headers = [("Content-Type", response.content_type), *response.headers]
+        streaming = not isinstance(response.body, bytes)
+        if not streaming:
+            headers.append(("Content-Length", str(len(response.body))))
+        if close or streaming:
+            headers.append(("Connection", "close"))
+        await self._send(h11.Response(status_code=response.status, headers=headers))
+        if request.method == "HEAD":
+            if streaming:
+                await response.body.aclose()  # type: ignore[union-attr]
+        elif streaming:
+            await self._stream(response.body)  # type: ignore[arg-type]
+        elif response.body:
+            await self._send(h11.Data(data=response.body))
+        await self._send(h11.EndOfMessage())
+
+    async def _stream(self, body: AsyncIterator[bytes]) -> None:
+        """Send chunks as they come; stop (closing the iterator) when the client hangs up."""
+
+        async def pump() -> None:
+            async for chunk in body:
+                if chunk:
+                    await self._send(h11.Data(data=chunk))
+
+        hangup = asyncio.ensure_future(self._reader.read(READ_SIZE))
+        sender = asyncio.ensure_future(pump())
+        try:
+            done, _ = await asyncio.wait({hangup, sender}, return_when=asyncio.FIRST_COMPLETED)
+            if sender not in done:
+                # Anything read while streaming is a hang-up or a request we will not serve (Connection: close).
+                raise ConnectionResetError("client closed the connection during a streamed response")
+            sender.result()
+        finally:
+            for t in (hangup, sender):
+                t.cancel()
+            await asyncio.gather(hangup, sender, return_exceptions=True)
+            aclose = getattr(body, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+
+def _remove_stale_socket(path: Path) -> None:
+    """Remove a socket left by an edgelet that died; refuse when one still answers on it."""
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(st.st_mode):
+        raise ServerError(f"{path} exists and is not a socket; not removing it")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(str(path))
+    except (ConnectionRefusedError, FileNotFoundError):
+        path.unlink(missing_ok=True)
+        return
+    except OSError as exc:
+        raise ServerError(f"cannot check the existing socket {path}: {exc.strerror or exc}") from exc
+    finally:
+        probe.close()
+    raise ServerError(f"another process serves on {path} (is edgelet already running?)")

@@ -1,0 +1,78 @@
+"""`edgelet check`: each check's verdict and hint from hand-written host facts."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from edgelet import check
+from edgelet.check import HostFacts
+
+GOOD = HostFacts(
+    euid=0, runtime="runc", runtime_path="/usr/sbin/runc", runtime_version="runc version 1.1.5+ds1",
+    conmon_path="/usr/bin/conmon", conmon_version="conmon version 2.1.6", pause_path="/usr/bin/catatonit",
+    pause_image=None,
+    cgroup_v1_controllers=frozenset({"cpu", "cpuacct", "memory", "pids", "devices", "freezer", "cpuset"}),
+    cgroup_v2_controllers=frozenset(), cgroup_enabled={"memory": True, "cpu": True},
+    filesystems=frozenset({"ext4", "overlay", "tmpfs"}), cni_plugins=("bridge", "loopback"),
+    root_dir="/var/lib/edgelet", root_free_bytes=10 << 30,
+)
+V2 = dataclasses.replace(GOOD, cgroup_v1_controllers=frozenset(),
+                         cgroup_v2_controllers=frozenset({"cpu", "memory", "pids", "io", "cpuset"}))
+
+
+def test_a_good_machine_passes_everything():
+    results = check.run_checks(GOOD)
+    assert [r.verdict for r in results] == ["OK"] * len(check.CHECKS)
+    assert not check.failed(results)
+    assert check.run_checks(V2)[4].detail.startswith("cgroup v2")
+    assert not check.failed(check.run_checks(V2))
+
+
+@pytest.mark.parametrize("changes, name, verdict, text", [
+    ({"euid": 1000}, "root privileges", "FAIL", "run edgelet as root"),
+    ({"runtime_path": None}, "runtime (runc)", "FAIL", "apt-get install runc"),
+    ({"runtime_version": "runc version 1.0.2"}, "runtime (runc)", "FAIL", "older than 1.1"),
+    ({"runtime_version": ""}, "runtime (runc)", "FAIL", "cannot read its version"),
+    ({"runtime": "crun", "runtime_path": "/usr/bin/crun", "runtime_version": "crun version 1.8.1"},
+     "runtime (crun)", "OK", "1.8.1"),
+    ({"conmon_path": None}, "conmon", "FAIL", "apt-get install conmon"),
+    ({"pause_path": None}, "pause", "FAIL", "apt-get install catatonit"),
+    ({"pause_path": None, "pause_image": "local/pause:3.9"}, "pause", "OK", "local/pause:3.9"),
+    ({"cgroup_v1_controllers": frozenset()}, "cgroups", "FAIL", "no cgroup controller"),
+    ({"cgroup_v1_controllers": frozenset({"cpu", "memory"})}, "cgroups", "FAIL", "pids"),
+    # Raspberry Pi OS: memory controller present but disabled at boot.
+    ({"cgroup_enabled": {"memory": False}, "is_raspberry_pi": True,
+      "cgroup_v1_controllers": GOOD.cgroup_v1_controllers - {"memory"}},
+     "memory cgroup", "FAIL", "add `cgroup_enable=memory cgroup_memory=1` to /boot/firmware/cmdline.txt"),
+    ({"cgroup_enabled": {"memory": False}, "cmdline_file": "/boot/cmdline.txt"},
+     "memory cgroup", "FAIL", "/boot/cmdline.txt"),
+    ({"filesystems": frozenset({"ext4"})}, "overlayfs", "WARN", "modprobe overlay"),
+    ({"cni_plugins": ()}, "CNI plugins", "WARN", "containernetworking-plugins"),
+    ({"root_free_bytes": 100 << 20}, "free space (/var/lib/edgelet)", "FAIL", "100 MiB free"),
+    ({"root_free_bytes": None}, "free space (/var/lib/edgelet)", "FAIL", "cannot stat"),
+])
+def test_check_verdicts(changes, name, verdict, text):
+    results = {r.name: r for r in check.run_checks(dataclasses.replace(GOOD, **changes))}
+    r = results[name]
+    assert r.verdict == verdict
+    assert text in r.detail + " " + r.hint
+    assert check.failed(list(results.values())) is (verdict == "FAIL")
+
+
+def test_format_results_shows_hints_for_problems_only():
+    text = check.format_results(check.run_checks(dataclasses.replace(GOOD, cni_plugins=())))
+    lines = text.splitlines()
+    assert lines[0] == "OK    root privileges: running as root"
+    assert any(line.startswith("WARN  CNI plugins: none") and "-> apt-get install" in line for line in lines)
+
+
+def test_parsers():
+    assert check.parse_proc_cgroups("#subsys_name\thierarchy\tnum_cgroups\tenabled\ncpu\t2\t10\t1\nmemory\t0\t1\t0\n") \
+        == {"cpu": True, "memory": False}
+    mounts = ("cgroup /sys/fs/cgroup/cpu,cpuacct cgroup rw,nosuid,cpu,cpuacct 0 0\n"
+              "cgroup2 /sys/fs/cgroup/unified cgroup2 rw 0 0\n"
+              "cgroup /sys/fs/cgroup/memory cgroup rw,memory 0 0\n")
+    assert check.parse_mounts_cgroup_v1(mounts) == {"cpu", "cpuacct", "memory"}
+    assert check.parse_filesystems("nodev\tsysfs\n\text4\nnodev\toverlay\n") == {"sysfs", "ext4", "overlay"}
