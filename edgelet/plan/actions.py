@@ -10,6 +10,10 @@ findNextInitContainerToRun (KUBELET-SEMANTICS "Pod sync"):
 - init containers run one at a time in order; a failed one is retried
   (with back-off) unless restartPolicy is Never, which fails the pod;
   regular containers wait until every init container has succeeded;
+- sidecars (init containers with restartPolicy Always) start in order; the
+  next init container waits until the sidecar runs and passed its startup
+  probe; they restart whenever they exit, and once the main containers are
+  done for good they are stopped, listed last-started first;
 - a regular container that never ran starts; an exited one restarts by
   policy (Never: no; OnFailure: only after a failure; Always: yes), after
   its CrashLoopBackOff delay;
@@ -154,12 +158,15 @@ def compute_pod_actions(
     now: float,
     *,
     probe_failures: Mapping[str, str] | None = None,
+    started: Mapping[str, bool] | None = None,
 ) -> PodActions:
     """What the next sync of `pod` must do, given what the runtime holds for it.
 
     `now` must come from the clock the back-off was fed with (the syncer uses
     the monotonic clock). `probe_failures` maps a container id to the probe
-    that failed it ("liveness" or "startup").
+    that failed it ("liveness" or "startup"). `started` maps a container name
+    to its startup probe verdict (PodSyncState.started); a running container
+    without an entry has no startup probe and counts as started.
     """
     from edgelet.api.hash import container_hash
 
@@ -190,6 +197,9 @@ def compute_pod_actions(
             rec = plan.latest(c.name)
             if is_sidecar(c):
                 if rec is not None and rec.state == "running":
+                    if not (started or {}).get(c.name, True):
+                        # kubelet: the next init container waits until the sidecar passed its startupProbe.
+                        return _actions(plan, remove=remove, **actions_base)
                     continue  # a started sidecar counts as initialized
                 nxt = plan.try_start(c, "init")
                 return _actions(plan, next_init=nxt, remove=remove, **actions_base)
@@ -256,7 +266,8 @@ def compute_pod_actions(
         # but keep the exited containers, whose records are the pod's final status.
         plan.start = []
         plan.waiting = {n: w for n, w in plan.waiting.items() if n in {c.name for c in regular}}
-        for c in inits:
+        # Listed in reverse spec order, the order the syncer stops them in (kubelet's termination ordering).
+        for c in reversed(inits):
             rec = plan.latest(c.name)
             if is_sidecar(c) and rec is not None and rec.state in ALIVE:
                 plan.kill[rec.id] = "All main containers have finished"

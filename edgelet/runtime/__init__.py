@@ -10,11 +10,12 @@ state that `list_pods` will report and a later sync will clean.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, Sequence
 
 if TYPE_CHECKING:
     from edgelet.api.types import Container, Pod
     from edgelet.images.types import ImageRecord
+    from edgelet.runtime._exec import Completed
     from edgelet.runtime.types import PodRuntimeStatus, SandboxRecord
 
 
@@ -53,6 +54,13 @@ class Runtime(Protocol):
 
     async def stop_container(self, container_id: str, grace: float, signal: str = "SIGTERM") -> None:
         """Send `signal`, wait up to `grace` seconds (at least 2 s), then SIGKILL; returns once exited."""
+        ...
+
+    async def exec_sync(self, container_id: str, argv: "Sequence[str]", timeout: float | None) -> "Completed":
+        """Run `argv` in the running container and wait (probes, hooks); a non-zero exit is not an error.
+
+        Raises ExecTimeout after killing the command when `timeout` passes, ExecError when it cannot run.
+        """
         ...
 
     async def remove_container(self, container_id: str) -> None:

@@ -16,18 +16,20 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from edgelet.ocispec import build as ocispec
 from edgelet.runtime import bundle as bl
-from edgelet.runtime import conmon, rootfs
+from edgelet.runtime import _exec, conmon, rootfs
 from edgelet.runtime.errors import (
     CreateContainerError,
     ExecError,
+    ExecTimeout,
     RuntimeError_,
     SandboxError,
     StartContainerError,
@@ -671,6 +673,26 @@ class RuncRuntime:
             log.info("Grace period over, killing", container=container_id[:12], grace=grace)
         await self._kill_and_wait(container_id, bundle)
 
+    async def exec_sync(self, container_id: str, argv: Sequence[str], timeout: float | None) -> _exec.Completed:
+        """`runc exec` `argv` in the container and wait for it (probes, hooks); never raises on a non-zero exit.
+
+        Raises ExecTimeout when `timeout` passes. Killing `runc exec` alone would
+        leave the command running in the container, so on a timeout (or a
+        cancellation) the command itself is SIGKILLed through runc's pid file, as
+        containerd's ExecSync does.
+        """
+        exec_dir = self.paths.run_dir / "exec"
+        exec_dir.mkdir(parents=True, exist_ok=True)
+        pid_file = exec_dir / f"{container_id[:12]}-{secrets.token_hex(6)}.pid"
+        cmd = self.runc.argv("exec", "--pid-file", str(pid_file), container_id, *argv)
+        try:
+            return await _exec.run(cmd, timeout=timeout, check=False)
+        except (ExecTimeout, asyncio.CancelledError):
+            _kill_pid_file(pid_file)
+            raise
+        finally:
+            pid_file.unlink(missing_ok=True)
+
     async def _kill_and_wait(self, cid: str, bundle: Path | None) -> None:
         if await self._has_exited(cid, bundle):
             return
@@ -800,6 +822,18 @@ class RuncRuntime:
             _unmount_bundle(b)
         bl.unmount_all_under(layout.dir)
         bl.remove_tree(layout.dir)
+
+
+def _kill_pid_file(pid_file: Path) -> None:
+    """SIGKILL the process whose pid runc wrote to `pid_file`, if it was written and the process lives."""
+    try:
+        pid = int(pid_file.read_text().strip())
+    except (OSError, ValueError):
+        return
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def _bundle_id(bundle: Path) -> str | None:

@@ -13,14 +13,16 @@ from typing import TYPE_CHECKING, Mapping
 
 from edgelet.api.types import (
     ContainerState,
+    HostIP,
     ContainerStateRunning,
     ContainerStateTerminated,
     ContainerStateWaiting,
     ContainerStatus,
     PodCondition,
+    PodIP,
     PodStatus,
 )
-from edgelet.plan.actions import is_sidecar, should_restart
+from edgelet.plan.actions import is_sidecar, sandbox_changed, should_restart
 
 if TYPE_CHECKING:
     from edgelet.api.types import Container, Pod
@@ -46,13 +48,15 @@ def _exit_code(rec: "ContainerRecord") -> int:
     return rec.exit_code if rec.exit_code is not None else 255
 
 
-def _terminated(rec: "ContainerRecord") -> ContainerState:
+def _terminated(rec: "ContainerRecord", messages: Mapping[str, str]) -> ContainerState:
     code = _exit_code(rec)
     reason = rec.reason or ("Completed" if code == 0 else "Error")
+    # `signal` stays unset, as kubelet leaves it: CRI reports no signal, only 128+n in the exit code.
     return ContainerState(
         terminated=ContainerStateTerminated(
             exit_code=code,
             reason=reason,
+            message=messages.get(rec.id) or None,
             started_at=format_time(rec.started_at) if rec.started_at is not None else None,
             finished_at=format_time(rec.finished_at) if rec.finished_at is not None else None,
             container_id=CONTAINER_ID_SCHEME + rec.id,
@@ -60,12 +64,12 @@ def _terminated(rec: "ContainerRecord") -> ContainerState:
     )
 
 
-def _state(rec: "ContainerRecord") -> ContainerState:
+def _state(rec: "ContainerRecord", messages: Mapping[str, str]) -> ContainerState:
     if rec.state == "running":
         started = rec.started_at if rec.started_at is not None else rec.created_at
         return ContainerState(running=ContainerStateRunning(started_at=format_time(started)))
     if rec.state == "exited":
-        return _terminated(rec)
+        return _terminated(rec, messages)
     if rec.state == "created":
         # kubelet leaves the reason empty for a created container; edgelet names it, since it
         # only lasts between `runc create` and `runc start`.
@@ -93,6 +97,8 @@ def _container_status(
     is_init: bool,
     waiting: Mapping[str, tuple[str, str]],
     readiness: Mapping[str, bool],
+    started: Mapping[str, bool],
+    messages: Mapping[str, str],
 ) -> ContainerStatus:
     policy = pod.spec.restart_policy or "Always"
     has_init = bool(pod.spec.init_containers)
@@ -104,10 +110,10 @@ def _container_status(
         # kubelet: every container of a pod with init containers waits in PodInitializing until created.
         state = ContainerState(waiting=ContainerStateWaiting(reason="PodInitializing" if has_init else "ContainerCreating"))
     else:
-        state = _state(rec)
+        state = _state(rec, messages)
         previous = next((r for r in recs[1:] if r.state == "exited"), None)
         if previous is not None:
-            last = _terminated(previous)
+            last = _terminated(previous, messages)
 
     override = waiting.get(container.name)
     if override is not None and (rec is None or rec.state != "running"):
@@ -121,12 +127,15 @@ def _container_status(
             reason, message = override
             state = ContainerState(waiting=ContainerStateWaiting(reason=reason, message=message or None))
 
+    # prober manager UpdatePodStatus: started needs a running container past its startup probe (none = passed);
+    # ready needs started, then a passed readiness probe (none = ready).
     running = state.running is not None
+    is_started = running and started.get(container.name, True)
     if is_init and not is_sidecar(container):
-        # prober manager: an init container is ready once it completed.
+        # An init container is ready once it completed.
         ready = state.terminated is not None and state.terminated.exit_code == 0
     else:
-        ready = running and readiness.get(container.name, True)
+        ready = is_started and readiness.get(container.name, True)
 
     return ContainerStatus(
         name=container.name,
@@ -137,7 +146,7 @@ def _container_status(
         container_id=CONTAINER_ID_SCHEME + rec.id if rec is not None else None,
         state=state,
         last_state=last if last is not None else ContainerState(),
-        started=running,
+        started=is_started,
     )
 
 
@@ -159,59 +168,62 @@ def _has_any_regular_started(pod: "Pod", statuses: list[ContainerStatus]) -> boo
 
 
 def compute_phase(pod: "Pod", init_statuses: list[ContainerStatus], statuses: list[ContainerStatus]) -> str:
-    """kubelet getPhase (static pods are never marked terminal by the kubelet itself)."""
+    """kubelet getPhase, line for line (static pods are never marked terminal by the kubelet itself)."""
     spec = pod.spec
     policy = spec.restart_policy or "Always"
-    pending_init = failed_init = 0
+    pending_restartable = pending_regular_init = failed_init = 0
     unknown = running = waiting = stopped = succeeded = 0
 
     for c in spec.init_containers or []:
-        s = _find(init_statuses, c.name)
         if is_sidecar(c):
-            if s is None or s.state is None:
-                pending_init += 1
-                unknown += 1
-            elif s.state.running is not None:
-                if not s.started:
-                    pending_init += 1
-                running += 1
-            elif s.state.terminated is not None:
-                pass  # a terminated sidecar is neither running nor stopped
-            elif s.state.waiting is not None:
-                if s.last_state is None or s.last_state.terminated is None:
-                    pending_init += 1
-                    waiting += 1
-            else:
-                pending_init += 1
-                unknown += 1
-            continue
-        if s is None or s.state is None:
-            pending_init += 1
-        elif s.state.running is not None:
-            pending_init += 1
-        elif s.state.terminated is not None:
+            continue  # counted below, with the main containers
+        s = _find(init_statuses, c.name)
+        if s is None:
+            pending_regular_init += 1
+        elif s.state is not None and s.state.running is not None:
+            pending_regular_init += 1
+        elif s.state is not None and s.state.terminated is not None:
             if s.state.terminated.exit_code != 0:
                 failed_init += 1
-        elif s.state.waiting is not None:
+        elif s.state is not None and s.state.waiting is not None:
             if s.last_state is not None and s.last_state.terminated is not None:
                 if s.last_state.terminated.exit_code != 0:
                     failed_init += 1
             else:
-                pending_init += 1
+                pending_regular_init += 1
         else:
-            pending_init += 1
+            pending_regular_init += 1
+
+    for c in spec.init_containers or []:
+        if not is_sidecar(c):
+            continue
+        s = _find(init_statuses, c.name)
+        if s is None:
+            unknown += 1
+        elif s.state is not None and s.state.running is not None:
+            if not s.started:
+                pending_restartable += 1
+            running += 1
+        elif s.state is not None and s.state.terminated is not None:
+            pass  # a terminated sidecar counts for nothing
+        elif s.state is not None and s.state.waiting is not None:
+            if s.last_state is None or s.last_state.terminated is None:
+                pending_restartable += 1
+        else:
+            pending_restartable += 1
+            unknown += 1
 
     for c in spec.containers or []:
         s = _find(statuses, c.name)
-        if s is None or s.state is None:
+        if s is None:
             unknown += 1
-        elif s.state.running is not None:
+        elif s.state is not None and s.state.running is not None:
             running += 1
-        elif s.state.terminated is not None:
+        elif s.state is not None and s.state.terminated is not None:
             stopped += 1
             if s.state.terminated.exit_code == 0:
                 succeeded += 1
-        elif s.state.waiting is not None:
+        elif s.state is not None and s.state.waiting is not None:
             if s.last_state is not None and s.last_state.terminated is not None:
                 stopped += 1
             else:
@@ -221,7 +233,9 @@ def compute_phase(pod: "Pod", init_statuses: list[ContainerStatus], statuses: li
 
     if failed_init > 0 and policy == "Never":
         return "Failed"
-    if (pending_init > 0 and not _has_any_regular_started(pod, statuses)) or waiting > 0:
+    if pending_regular_init > 0 or (pending_restartable > 0 and not _has_any_regular_started(pod, statuses)):
+        return "Pending"
+    if waiting > 0:
         return "Pending"
     if running > 0 and unknown == 0:
         return "Running"
@@ -294,11 +308,26 @@ def _containers_ready_condition(pod: "Pod", all_statuses: list[ContainerStatus],
     return PodCondition(type=CONTAINERS_READY, status="True")
 
 
+def _ready_condition(pod: "Pod", containers_ready: PodCondition, conditions: list[PodCondition]) -> PodCondition:
+    """GeneratePodReadyCondition: ContainersReady, then the readiness gates (nothing sets their conditions here)."""
+    if containers_ready.status != "True":
+        return PodCondition(type=READY, status=containers_ready.status, reason=containers_ready.reason,
+                            message=containers_ready.message)
+    unready: list[str] = []
+    for gate in pod.spec.readiness_gates or []:
+        c = next((c for c in conditions if c.type == gate.condition_type), None)
+        if c is None:
+            unready.append(f'corresponding condition of pod readiness gate "{gate.condition_type}" does not exist.')
+        elif c.status != "True":
+            unready.append(f'the status of pod readiness gate "{gate.condition_type}" is not "True", but {c.status}')
+    if unready:
+        return PodCondition(type=READY, status="False", reason="ReadinessGatesNotReady", message=", ".join(unready))
+    return PodCondition(type=READY, status="True")
+
+
 def _with_transition(cond: PodCondition, previous: "PodStatus | None", now: float) -> PodCondition:
     """The status manager's lastTransitionTime: kept while the condition's status stays, else `now`."""
-    if previous is None:
-        return cond
-    old = next((c for c in previous.conditions or [] if c.type == cond.type), None)
+    old = next((c for c in (previous.conditions or []) if c.type == cond.type), None) if previous else None
     if old is not None and old.status == cond.status and old.last_transition_time:
         cond.last_transition_time = old.last_transition_time
     else:
@@ -315,25 +344,35 @@ def compute_pod_status(
     now: float,
     previous: "PodStatus | None" = None,
     readiness: Mapping[str, bool] | None = None,
+    started: Mapping[str, bool] | None = None,
+    messages: Mapping[str, str] | None = None,
+    host_ip: str | None = None,
 ) -> PodStatus:
-    """The pod's status as kubelet would publish it.
+    """The pod's status as kubelet would publish it (generateAPIPodStatus plus the status manager).
 
     `waiting` names containers that wait and why (CrashLoopBackOff,
     ErrImagePull, CreateContainerError...), from the last sync; `pod_failed`
     is the plan's verdict (an init container failed under restartPolicy
-    Never). `readiness` maps a container name to its readiness probe result;
-    a running container without an entry is ready (no probe = ready).
-    `previous`, the status published before, keeps lastTransitionTime,
-    startTime and a terminal phase (the status manager never leaves
-    Succeeded or Failed).
+    Never). `readiness` and `started` map a container name to its readiness
+    and startup probe verdicts (PodSyncState.ready/started); a running
+    container without an entry has no such probe and is ready / started.
+    `messages` maps a container id to its termination message (read by
+    edgelet.status.termination). `host_ip` is the node's address: hostIP,
+    and podIP of a hostNetwork pod; edgelet has no CNI networking yet, so
+    other pods get no podIP. `previous`, the status published before,
+    keeps lastTransitionTime, startTime and a terminal phase (the status
+    manager never leaves Succeeded or Failed).
     """
+    from edgelet.cgroups.qos import qos_class
+
     probes = readiness or {}
+    startup = started or {}
+    msgs = messages or {}
     inits = list(pod.spec.init_containers or [])
-    init_statuses = [
-        _container_status(pod, c, rt, is_init=True, waiting=waiting, readiness=probes) for c in inits
-    ]
+    kw = dict(waiting=waiting, readiness=probes, started=startup, messages=msgs)
+    init_statuses = [_container_status(pod, c, rt, is_init=True, **kw) for c in inits]  # type: ignore[arg-type]
     statuses = [
-        _container_status(pod, c, rt, is_init=False, waiting=waiting, readiness=probes)
+        _container_status(pod, c, rt, is_init=False, **kw)  # type: ignore[arg-type]
         for c in pod.spec.containers or []
     ]
 
@@ -344,32 +383,36 @@ def compute_pod_status(
         phase = previous.phase
 
     all_statuses = init_statuses + statuses
-    sandbox_ready = bool(rt.sandboxes) and max(rt.sandboxes, key=lambda s: (s.created_at, s.attempt)).state == "running"
+    # GeneratePodReadyToStartContainersCondition: True unless the sandbox must be (re)created.
+    sandbox_ready = not sandbox_changed(pod, rt)[0]
     containers_ready = _containers_ready_condition(pod, all_statuses, phase)
-    if containers_ready.status == "True":
-        ready = PodCondition(type=READY, status="True")
-    else:
-        ready = PodCondition(
-            type=READY, status=containers_ready.status, reason=containers_ready.reason, message=containers_ready.message
-        )
     conditions = [
         PodCondition(type=READY_TO_START, status="True" if sandbox_ready else "False"),
         _initialized_condition(pod, all_statuses, phase),
-        ready,
+    ]
+    conditions += [
+        _ready_condition(pod, containers_ready, conditions),
         containers_ready,
         PodCondition(type=SCHEDULED, status="True"),
     ]
     conditions = [_with_transition(c, previous, now) for c in conditions]
 
     start_time = previous.start_time if previous is not None else None
-    if start_time is None and rt.sandboxes:
-        start_time = format_time(min(s.created_at for s in rt.sandboxes))
+    if start_time is None:
+        # The status manager stamps the first status; the oldest sandbox stands in for it after an agent restart.
+        start_time = format_time(min((s.created_at for s in rt.sandboxes), default=now))
 
+    pod_ip = host_ip if (host_ip and pod.spec.host_network) else None
     return PodStatus(
         phase=phase,
         conditions=conditions,
+        host_ip=host_ip or None,
+        host_ips=[HostIP(ip=host_ip)] if host_ip else None,
+        pod_ip=pod_ip,
+        pod_ips=[PodIP(ip=pod_ip)] if pod_ip else None,
         init_container_statuses=init_statuses or None,
         container_statuses=statuses,
+        qos_class=qos_class(pod),
         start_time=start_time,
     )
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -26,6 +27,30 @@ log = get_logger(__name__)
 
 SOURCE_ANNOTATION = "kubernetes.io/config.source"
 SEEN_ANNOTATION = "kubernetes.io/config.seen"
+LOOPBACK = "127.0.0.1"
+
+
+def node_ip() -> str:
+    """The node's primary IPv4 address: the source address of the default route, else loopback.
+
+    Connecting a UDP socket only picks a route; no packet is sent.
+    """
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("192.0.2.1", 9))  # TEST-NET-1: any routable address does
+            addr = s.getsockname()[0]
+    except OSError:
+        return LOOPBACK
+    return addr if addr and addr != "0.0.0.0" else LOOPBACK
+
+
+def pod_object(pod: "Pod", status: "PodStatus") -> dict[str, Any]:
+    """The whole Pod as the API would return it (apiVersion, kind, metadata, spec, status), JSON-able."""
+    obj = msgspec.to_builtins(pod)
+    obj["apiVersion"] = "v1"
+    obj["kind"] = "Pod"
+    obj["status"] = msgspec.to_builtins(status)
+    return obj
 
 
 @dataclass
@@ -38,8 +63,13 @@ class PodEntry:
 class StatusPublisher:
     """The status manager: `update` after each sync; `run` writes the checkpoint when it changed."""
 
-    def __init__(self, root_dir: Path, node_name: str, clock: "Clock", interval: float = 0.5) -> None:
+    def __init__(
+        self, root_dir: Path, node_name: str, clock: "Clock", interval: float = 0.5, host_ip: str | None = None
+    ) -> None:
         self._path = snapshot_path(root_dir)
+        self._pods_dir = Path(root_dir) / "pods"  # RuntimePaths.pod_dir: where the termination-log files are
+        self._host_ip = host_ip if host_ip is not None else node_ip()
+        self._messages: dict[str, dict[str, str]] = {}  # pod uid -> container id -> termination message
         self._node = node_name
         self._clock = clock
         self._interval = interval
@@ -55,6 +85,8 @@ class StatusPublisher:
         status = compute_pod_status(
             pod, rt, waiting=st.waiting, pod_failed=st.pod_failed, now=self._clock.now(),
             previous=prev.status if prev is not None else None,
+            readiness=st.ready, started=st.started,  # probe verdicts (edgelet.probes.manager)
+            messages=self._termination_messages(pod, rt), host_ip=self._host_ip,
         )
         ready, text, restarts = summarize(pod, status)
         ann = pod.metadata.annotations or {}
@@ -71,11 +103,31 @@ class StatusPublisher:
             origin=ann.get(ORIGIN_ANNOTATION, ""),
             phase=status.phase or "Pending",
             message="; ".join(f"{n}: {m}" for n, (_, m) in st.waiting.items() if m),
+            pod=pod_object(pod, status),
         )
         self._pods[pod.metadata.uid] = PodEntry(pod, status, row)
         self._dirty.set()
 
+    def _termination_messages(self, pod: "Pod", rt: "PodRuntimeStatus") -> dict[str, str]:
+        """Messages of the pod's exited containers, read once per container (an exited one writes no more)."""
+        from edgelet.status.termination import termination_message
+        from edgelet.sync.termination import container_spec
+
+        known = self._messages.get(pod.metadata.uid, {})
+        fresh: dict[str, str] = {}
+        for rec in rt.containers:
+            if rec.state != "exited":
+                continue
+            if rec.id in known:
+                fresh[rec.id] = known[rec.id]
+                continue
+            container = container_spec(pod, rec.name)
+            fresh[rec.id] = termination_message(self._pods_dir, container, rec) if container is not None else ""
+        self._messages[pod.metadata.uid] = fresh  # drops the ids of removed instances
+        return fresh
+
     def remove(self, uid: str) -> None:
+        self._messages.pop(uid, None)
         if self._pods.pop(uid, None) is not None:
             self._dirty.set()
 

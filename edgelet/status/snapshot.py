@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -19,6 +20,9 @@ class PodRow(msgspec.Struct, kw_only=True):
     origin: str  # file path or URL
     phase: str = "Pending"
     message: str = ""
+    # The whole Pod (apiVersion, kind, metadata, spec and the full PodStatus) as the API would serve it,
+    # for `edgelet pods -o yaml|json` and `edgelet describe pod`; None in snapshots of older agents.
+    pod: dict[str, Any] | None = None
 
 
 class RejectedRow(msgspec.Struct, kw_only=True):

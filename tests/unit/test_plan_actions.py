@@ -434,3 +434,63 @@ def test_compute_pod_kill_lists_everything_alive() -> None:
 @pytest.mark.parametrize(("seconds", "text"), [(10, "10s"), (20, "20s"), (80, "1m20s"), (160, "2m40s"), (300, "5m0s"), (0, "0s"), (3700, "1h1m40s")])
 def test_go_duration(seconds: float, text: str) -> None:
     assert go_duration(seconds) == text
+
+
+# --- sidecars: startup gate, restarts during initialization, stop order (kubelet TestComputePodActionsWithRestartableInitContainers) ---
+
+def two_sidecars_pod(restart_policy: str = "Always") -> Pod:
+    return base_pod(restart_policy, inits=[Container(name="side1", image="busybox", restart_policy="Always"),
+                                           INITS[0],
+                                           Container(name="side2", image="busybox", restart_policy="Always")])
+
+
+SIDECAR_CASES: list[tuple[str, str, Callable[[Pod], tuple[ContainerRecord, ...]], dict[str, bool], PodActions]] = [
+    ("sidecar running, startup probe not passed: the next init waits", "Always",
+     lambda p: (rec(p, "side1"),), {"side1": False}, NO_ACTION),
+    ("sidecar running and started: the next init starts", "Always",
+     lambda p: (rec(p, "side1"),), {"side1": True},
+     PodActions(sandbox_id=SB, next_init_container=start("init1", 0, "init"))),
+    ("sidecar running without a startup probe counts as started", "Never",
+     lambda p: (rec(p, "side1"), rec(p, "init1", "exited")), {},
+     PodActions(sandbox_id=SB, next_init_container=start("side2", 0, "init"))),
+    ("sidecar exited during initialization: restarted even under Never", "Never",
+     lambda p: (rec(p, "side1", "exited", exit_code=1), rec(p, "init1")), {},
+     PodActions(sandbox_id=SB, next_init_container=start("side1", 1, "init"))),
+    ("second sidecar not started yet: main containers wait", "Always",
+     lambda p: (rec(p, "side1"), rec(p, "init1", "exited"), rec(p, "side2")), {"side2": False}, NO_ACTION),
+    ("all initialized: main containers start", "OnFailure",
+     lambda p: (rec(p, "side1"), rec(p, "init1", "exited"), rec(p, "side2")), {"side2": True},
+     PodActions(sandbox_id=SB, containers_to_start=(start("foo1"), start("foo2"), start("foo3")))),
+    ("init container fails under Never: the running sidecar is killed, the pod fails", "Never",
+     lambda p: (rec(p, "side1"), rec(p, "init1", "exited", exit_code=3)), {},
+     PodActions(sandbox_id=SB, pod_failed=True, pod_finished=True,
+                containers_to_kill={"side1-0": "Init container failed and restartPolicy is Never"})),
+    ("main containers done under OnFailure: sidecars stop, last started first", "OnFailure",
+     lambda p: (rec(p, "side1"), rec(p, "init1", "exited"), rec(p, "side2"),
+                *(rec(p, c.name, "exited") for c in p.spec.containers)), {},
+     PodActions(sandbox_id=SB, pod_finished=True,
+                containers_to_kill={"side2-0": "All main containers have finished",
+                                    "side1-0": "All main containers have finished"})),
+    ("main containers done under Always: restarted, sidecars keep running", "Always",
+     lambda p: (rec(p, "side1"), rec(p, "init1", "exited"), rec(p, "side2"),
+                *(rec(p, c.name, "exited") for c in p.spec.containers)), {},
+     PodActions(sandbox_id=SB, containers_to_start=(start("foo1", 1), start("foo2", 1), start("foo3", 1)))),
+]
+
+
+@pytest.mark.parametrize(("restart_policy", "records", "started", "expected"), [c[1:] for c in SIDECAR_CASES],
+                         ids=[c[0] for c in SIDECAR_CASES])
+def test_sidecars(restart_policy: str, records: Callable[[Pod], tuple[ContainerRecord, ...]],
+                  started: dict[str, bool], expected: PodActions) -> None:
+    pod = two_sidecars_pod(restart_policy)
+    actions = compute_pod_actions(pod, init_status(pod, *records(pod)), Backoff(), NOW, started=started)
+    assert actions == expected
+    assert list(actions.containers_to_kill) == list(expected.containers_to_kill)  # the order is the stop order
+
+
+def test_sidecar_in_back_off_holds_initialization() -> None:
+    pod = two_sidecars_pod()
+    backoff = Backoff()
+    backoff.next((UID, "side1"), NOW)
+    status = init_status(pod, rec(pod, "side1", "exited", exit_code=1))
+    assert compute_pod_actions(pod, status, backoff, NOW) == PodActions(sandbox_id=SB, waiting={"side1": crash_msg("side1")})

@@ -142,7 +142,7 @@ def test_waiting_container_status_fields() -> None:
     assert cond(status, "ContainersReady")[0] == "False"
     assert cond(status, "Initialized") == ("True", None, None)
     assert cond(status, "PodScheduled") == ("True", None, None)
-    assert status.start_time is None
+    assert status.start_time == format_time(NOW)  # the status manager stamps the first status it sees
 
 
 def test_terminated_state_and_last_state_from_the_previous_instance() -> None:
