@@ -46,6 +46,9 @@ class SourceSnapshot:
     source: SourceName
     pods: tuple["Pod", ...]
     errors: tuple[ManifestError, ...] = field(default=())
+    # Accepted manifests with fields the Kubernetes types do not know (kubectl's
+    # field validation Warn): the pods run, the typo is reported.
+    warnings: tuple[ManifestError, ...] = field(default=())
 
 
 def snapshot_key(snapshot: SourceSnapshot) -> tuple[Any, ...]:
@@ -53,4 +56,5 @@ def snapshot_key(snapshot: SourceSnapshot) -> tuple[Any, ...]:
     return (
         tuple((p.metadata.uid, msgspec.json.encode(p)) for p in snapshot.pods),
         snapshot.errors,
+        snapshot.warnings,
     )

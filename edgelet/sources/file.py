@@ -41,6 +41,7 @@ class FileSourceState:
 
     files: Mapping[str, tuple["Pod", ...]] = field(default_factory=dict)
     missing: bool = False
+    warnings: tuple[ManifestError, ...] = ()
 
 
 def _list_manifests(path: Path) -> list[Path] | None:
@@ -107,16 +108,18 @@ def _with_origin(pod: "Pod", origin: str) -> "Pod":
     return msgspec.structs.replace(pod, metadata=msgspec.structs.replace(meta, annotations=annotations))
 
 
-def _pods_of(path: Path, data: bytes, node_name: str) -> tuple["Pod", ...]:
-    from edgelet.api.decode import parse_manifests
+def _pods_of(path: Path, data: bytes, node_name: str) -> tuple[tuple["Pod", ...], list[str]]:
+    """The file's static pods, and a warning per unknown field in it."""
+    from edgelet.api.decode import parse_manifests_with_warnings
     from edgelet.api.static import make_static_pod
 
     origin = str(path)
     pods = []
-    for pod in parse_manifests(data, origin):
+    decoded, warnings = parse_manifests_with_warnings(data, origin)
+    for pod in decoded:
         static = make_static_pod(pod, node_name=node_name, source=SOURCE, origin=origin)
         pods.append(_with_origin(static, origin))
-    return tuple(pods)
+    return tuple(pods), warnings
 
 
 def _error(path: Path, reason: str, pod: str | None = None) -> ManifestError:
@@ -144,10 +147,12 @@ def scan_directory(path: Path, node_name: str, previous: FileSourceState) -> tup
 
     files: dict[str, tuple[Pod, ...]] = {}
     errors: list[ManifestError] = []
+    warnings: list[ManifestError] = []
     for file in candidates:
         key = str(file)
         try:
-            files[key] = _pods_of(file, _read_manifest(file), node_name)
+            files[key], unknown = _pods_of(file, _read_manifest(file), node_name)
+            warnings.extend(_error(file, w) for w in unknown)
         except _Skip as exc:
             log.debug("Ignoring manifest path entry", path=key, reason=str(exc))
         except _ManifestProblem as exc:
@@ -163,7 +168,8 @@ def scan_directory(path: Path, node_name: str, previous: FileSourceState) -> tup
         if key in previous.files:
             files[key] = previous.files[key]
     pods = tuple(p for pods_of_file in files.values() for p in pods_of_file)
-    return SourceSnapshot(source=SOURCE, pods=pods, errors=tuple(errors)), FileSourceState(files=files)
+    snapshot = SourceSnapshot(source=SOURCE, pods=pods, errors=tuple(errors), warnings=tuple(warnings))
+    return snapshot, FileSourceState(files=files, warnings=tuple(warnings))
 
 
 class FileSource:

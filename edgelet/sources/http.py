@@ -125,9 +125,11 @@ class HttpSourceState:
     # The pods come from the on-disk copy and the URL has not answered since start: fetch
     # failures are then logged only, not reported, since being offline at boot is expected.
     from_cache: bool = False
+    warnings: tuple[ManifestError, ...] = ()  # unknown fields in the last good body
 
     def snapshot(self) -> SourceSnapshot:
-        return SourceSnapshot(source=SOURCE, pods=self.pods, errors=(self.error,) if self.error else ())
+        return SourceSnapshot(source=SOURCE, pods=self.pods, errors=(self.error,) if self.error else (),
+                              warnings=self.warnings)
 
     def conditional_headers(self) -> dict[str, str]:
         """If-None-Match / If-Modified-Since for the last good body, when the server gave validators."""
@@ -219,7 +221,12 @@ def decode_body(body: bytes, url: str, node_name: str) -> tuple["Pod", ...]:
     One invalid pod rejects the whole body, as kubelet does: a served list is
     one unit, so it never half-applies.
     """
-    from edgelet.api.decode import parse_manifests
+    return decode_body_with_warnings(body, url, node_name)[0]
+
+
+def decode_body_with_warnings(body: bytes, url: str, node_name: str) -> tuple[tuple["Pod", ...], list[str]]:
+    """decode_body, plus one warning per unknown field of the body."""
+    from edgelet.api.decode import parse_manifests_with_warnings
     from edgelet.api.errors import ApiError, ValidationError
     from edgelet.api.static import make_static_pod
 
@@ -227,7 +234,7 @@ def decode_body(body: bytes, url: str, node_name: str) -> tuple["Pod", ...]:
         raise BodyProblem(_EMPTY_BODY)
     shown = redact_url(url)
     try:
-        decoded = parse_manifests(body, shown)
+        decoded, warnings = parse_manifests_with_warnings(body, shown)
     except ApiError as exc:
         raise BodyProblem(str(exc)) from exc
     if not decoded:
@@ -235,7 +242,7 @@ def decode_body(body: bytes, url: str, node_name: str) -> tuple["Pod", ...]:
         explicit = docs is not None and any(isinstance(d, dict) and d.get("kind") in _LIST_KINDS for d in docs)
         if not explicit:
             raise BodyProblem(_NO_MANIFEST)
-        return ()
+        return (), warnings
     pods = []
     for index, pod in enumerate(decoded):
         try:
@@ -243,7 +250,7 @@ def decode_body(body: bytes, url: str, node_name: str) -> tuple["Pod", ...]:
         except ValidationError as exc:
             raise BodyProblem(_locate(exc, index, body, len(decoded)), pod=exc.pod) from exc
         pods.append(_with_origin(static, shown))
-    return tuple(pods)
+    return tuple(pods), warnings
 
 
 def _locate(exc: Any, index: int, body: bytes, count: int) -> str:
@@ -285,11 +292,12 @@ def apply_outcome(state: HttpSourceState, outcome: Outcome, *, url: str, node_na
     if digest == state.bad_digest and state.bad_error is not None:
         return replace(state, error=state.bad_error, from_cache=False)
     try:
-        pods = decode_body(outcome.body, url, node_name)
+        pods, unknown = decode_body_with_warnings(outcome.body, url, node_name)
     except BodyProblem as exc:
         error = _error(url, str(exc), exc.pod)
         return replace(state, error=error, bad_digest=digest, bad_error=error, from_cache=False)
-    return HttpSourceState(pods=pods, digest=digest, etag=outcome.etag, last_modified=outcome.last_modified)
+    return HttpSourceState(pods=pods, digest=digest, etag=outcome.etag, last_modified=outcome.last_modified,
+                           warnings=tuple(_error(url, w) for w in unknown))
 
 
 def apply_cache(state: HttpSourceState, cached: CachedManifest, *, url: str, node_name: str) -> HttpSourceState:

@@ -57,6 +57,8 @@ class PodWorkers:
         self._workers: dict[str, _Worker] = {}
         self._on_result = on_result or (lambda uid, result: None)
         self._on_terminated = on_terminated or (lambda uid: None)
+        self._names: dict[str, str] = {}  # uid -> namespace/name of every pod with a worker
+        self._parked: dict[str, "Pod"] = {}  # namespace/name -> the pod waiting for that name
 
     def is_terminating(self, uid: str) -> bool:
         w = self._workers.get(uid)
@@ -72,6 +74,16 @@ class PodWorkers:
             # kubelet: a terminating pod cannot be resurrected by an update to the same UID.
             log.debug("Ignoring sync of a terminating pod", pod=uid)
             return
+        name = _name(pod) or uid
+        if w is None and any(n == name and other != uid for other, n in self._names.items()):
+            # kubelet allowStaticPodStart: one pod per full name at a time, so an edited
+            # static pod (new UID) starts only once the old one has fully terminated.
+            if name not in self._parked:
+                log.info("Waiting for the previous pod of the same name to terminate", pod=name, uid=uid)
+            self._parked[name] = pod
+            return
+        self._parked.pop(name, None)
+        self._names[uid] = name
         self._submit(uid, _Work("sync", pod))
 
     def terminate(self, uid: str, pod: "Pod | None") -> None:
@@ -116,7 +128,11 @@ class PodWorkers:
                 log.error("Error terminating pod, will retry", exc, pod=_name(pod), uid=uid)
                 await asyncio.sleep(2.0)
         self._workers.pop(uid, None)
+        name = self._names.pop(uid, None)
         self._on_terminated(uid)
+        parked = self._parked.pop(name, None) if name is not None else None
+        if parked is not None:
+            self.sync(parked)
 
     async def wait_idle(self) -> None:
         """Wait until no worker has work (for --runonce and tests)."""

@@ -386,3 +386,17 @@ def test_directory_deleted_and_recreated(tmp_path: Path, mdir: Path) -> None:
         await got.until(lambda s: names(s) == ["back-node1"], "the recreated directory is watched")
 
     with_source(mdir, NO_RESCAN, body)
+
+
+def test_unknown_field_is_a_warning_and_the_pod_runs(mdir: Path) -> None:
+    put(mdir, "typo.yaml", pod_yaml("typo") + "    imagePullPolcy: Never\n")
+    snap, _ = scan(mdir)
+    assert names(snap) == ["typo-node1"]
+    assert snap.errors == ()
+    assert [w.message for w in snap.warnings] == [
+        f'{mdir / "typo.yaml"}: unknown field "spec.containers[0].imagePullPolcy"'
+    ]
+    # The warning is part of what makes a snapshot new: fixing the typo alone is a change.
+    put(mdir, "typo.yaml", pod_yaml("typo"))
+    fixed, _ = scan(mdir)
+    assert fixed.warnings == () and snapshot_key(fixed) != snapshot_key(snap)

@@ -92,3 +92,34 @@ def test_a_failing_sync_is_logged_and_requeued():
 
     results = run(go())
     assert results == [("x", SyncResult(requeue_after=5.0))]
+
+
+def named_pod(uid: str, name: str):
+    return SimpleNamespace(metadata=SimpleNamespace(uid=uid, name=name, namespace="default"), version=1)
+
+
+def test_new_uid_with_the_same_name_waits_for_the_old_pod_to_terminate():
+    class SlowTerminate(RecordingSyncer):
+        async def terminate_pod(self, uid, pod) -> None:
+            await self.gate.wait()
+            await super().terminate_pod(uid, pod)
+
+    async def go():
+        s = SlowTerminate()
+        w = PodWorkers(s)
+        w.sync(named_pod("old", "web"))
+        await w.wait_idle()
+        s.gate.clear()
+        w.terminate("old", named_pod("old", "web"))
+        w.sync(named_pod("new", "web"))  # the edited pod, same full name
+        w.sync(named_pod("x", "other"))  # another name is not held back
+        await asyncio.sleep(0)
+        held = "new" not in w.known()
+        s.gate.set()
+        await w.wait_idle()
+        await w.wait_idle()
+        return s, held
+
+    s, held = run(go())
+    assert held
+    assert s.log.index(("terminate", "old")) < s.log.index(("sync", "new", 1))
