@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import sys
 from typing import TYPE_CHECKING, TextIO
@@ -11,6 +12,7 @@ from edgelet.util.clock import RealClock
 from edgelet.util.log import configure, get_logger
 
 if TYPE_CHECKING:
+    from edgelet.sdnotify import Notifier
     from edgelet.settings import Settings
 
 log = get_logger("edgelet")
@@ -57,14 +59,38 @@ class Agent:
         self.runtime = RuncRuntime(
             paths, runtime_bin=settings.runtime, conmon_bin=settings.conmon, pause_image=pause, clock=self.clock
         )
+        # The local API and its metrics (not for --runonce, which serves nobody).
+        self.metrics = None
+        if settings.enable_server and not settings.runonce:
+            from edgelet.server.metrics import InstrumentedRuntime, Metrics
+
+            self.metrics = Metrics(self.clock)
+            self.runtime = InstrumentedRuntime(self.runtime, self.metrics)  # type: ignore[assignment]
         from edgelet.events import EventRecorder, events_path
 
         self.events = EventRecorder(self.clock, events_path(paths.run_dir))
         self.publisher = StatusPublisher(paths.root_dir, settings.node_name, self.clock)
-        self.pleg = Pleg(self.runtime, paths.exit_dir)
+        self.pleg = Pleg(self.runtime, paths.exit_dir, clock=self.clock)
         self.backoff = Backoff()
-        self.syncer = Syncer(self.runtime, self.images, self.backoff, self.clock, publish=self.publisher.update,
-                              events=self.events)
+        from edgelet.images.auth import credential_paths, load_credentials
+        from edgelet.images.manager import ImageManager
+        from edgelet.images.puller import Puller
+
+        self.puller = Puller(self.images, registries=dict(settings.registries),
+                             credentials=load_credentials(credential_paths(settings.image_credential_file)))
+        self.image_manager = ImageManager(self.images, self.puller, events=self.events, backoff=self.backoff,
+                                          clock=self.clock)
+        from edgelet.images.gc import ImageGC
+
+        self.image_gc = ImageGC(self.images, self._images_in_use, self.clock, high=settings.image_gc_high_threshold,
+                                low=settings.image_gc_low_threshold, min_age=settings.image_minimum_gc_age)
+        from edgelet.probes.manager import ProbeManager
+
+        self.probes = ProbeManager(self.runtime, self.clock, self.events)
+        self.syncer = Syncer(self.runtime, self.image_manager, self.backoff, self.clock,  # type: ignore[arg-type]
+                             publish=self.publisher.update if self.metrics is None
+                             else self.metrics.observing_publish(self.publisher), events=self.events,
+                             probes=self.probes)
         self.workers = PodWorkers(self.syncer)
         self.loop = SyncLoop(
             workers=self.workers,
@@ -75,10 +101,23 @@ class Agent:
             events=self.events,
         )
         self.workers._on_result = self.loop.on_result
+        self.probes.state_of = self.syncer.state
+        self.probes.on_change = self.loop.emit_probe_result
         self.workers._on_terminated = self.loop.on_terminated
         self.file_source = FileSource(
             settings.pod_manifest_path, settings.node_name, settings.file_check_frequency, self.clock
         )
+        self.api_server = None
+        if self.metrics is not None:
+            from edgelet.server.api import Api, ApiServer, ApiSources
+
+            self.metrics.watch_publisher(self.publisher)
+            api = Api(ApiSources(
+                publisher=self.publisher, events=self.events, paths=paths, clock=self.clock, metrics=self.metrics,
+                last_sync_iteration=lambda: self.loop.last_iteration, last_relist=lambda: self.pleg.last_relist,
+            ))
+            self.api_server = ApiServer(api, paths.run_dir, healthz_port=settings.healthz_port,
+                                        healthz_bind_address=settings.healthz_bind_address)
         self.http_source = None
         if settings.manifest_url:
             from edgelet.sources.http import HttpSource
@@ -93,26 +132,56 @@ class Agent:
                 ca_file=settings.manifest_url_ca,
             )
 
-    async def run(self) -> None:
-        """Run until cancelled; cancellation stops edgelet and leaves every pod running."""
-        await asyncio.to_thread(self.import_dir.scan)
-        await self.pleg.relist()  # adopt what runs before the first config arrives
-        log.info("edgelet started", node=self.settings.node_name, manifests=str(self.settings.pod_manifest_path),
-                 adopted=len(self.pleg.uids()))
+    async def _images_in_use(self) -> set[str]:
+        """The image references of every container the runtime holds (image GC keeps those)."""
+        return {c.image for rt in (await self.runtime.list_pods()).values() for c in rt.containers if c.image}
+
+    async def run(self, notifier: "Notifier | None" = None) -> None:
+        """Run until cancelled; cancellation stops edgelet and leaves every pod running.
+
+        With a `notifier` (systemd's Type=notify): READY=1 once the sync loop
+        has run its first iteration, WATCHDOG=1 every half WatchdogSec from
+        the start (the image import before it can be long), STOPPING=1 when
+        shutting down.
+        """
+        from edgelet.sdnotify import Notifier
+
+        notifier = notifier if notifier is not None else Notifier(None)
+        watchdog = asyncio.create_task(notifier.run_watchdog(self.clock), name="sd-watchdog")
         try:
+            if self.api_server is not None:
+                await self.api_server.start()  # first, so `edgelet pods` reaches a starting agent
+            await asyncio.to_thread(self.import_dir.scan)
+            await self.pleg.relist()  # adopt what runs before the first config arrives
+            log.info("edgelet started", node=self.settings.node_name,
+                     manifests=str(self.settings.pod_manifest_path), adopted=len(self.pleg.uids()))
             async with asyncio.TaskGroup() as tg:
+                tg.create_task(self._notify_ready(notifier), name="sd-ready")
                 tg.create_task(self.loop.run(), name="syncloop")
+                if self.api_server is not None:
+                    tg.create_task(self.api_server.run(), name="api")
                 tg.create_task(self.pleg.run(self.loop.emit_lifecycle), name="pleg")
+                tg.create_task(self.probes.run(), name="probes")
                 tg.create_task(self.publisher.run(), name="status")
                 tg.create_task(self.events.run(), name="events")
                 tg.create_task(self.file_source.run(self.loop.emit_config), name="source-file")
                 if self.http_source is not None:
                     tg.create_task(self.http_source.run(self.loop.emit_config), name="source-http")
                 tg.create_task(self.import_dir.run(self.loop.resync_all), name="image-import")
+                tg.create_task(self.image_gc.run(), name="image-gc")
         finally:
+            notifier.stopping()
+            watchdog.cancel()
+            if self.api_server is not None:
+                await self.api_server.close()  # removes the socket: the CLI reads the files again
             await self.workers.shutdown()
             self.publisher.flush()
             self.events.flush()
+
+    async def _notify_ready(self, notifier: "Notifier") -> None:
+        await self.loop.first_sync_done.wait()
+        if notifier.ready(f"syncing {len(self.loop.desired())} pods"):
+            log.info("Notified systemd: ready")
 
     async def run_once(self, out: TextIO) -> int:
         """--runonce: read every source once, run the pods, wait until they run or completed, report."""
@@ -208,7 +277,29 @@ def _set_process_name() -> None:
         pass
 
 
-async def _main(settings: "Settings") -> int:
+def _die_with_bootloader() -> None:
+    """One-file build: never outlive the PyInstaller bootloader, our parent.
+
+    systemd sees the bootloader as the unit's main process, and with
+    KillMode=process its SIGKILL (stop timeout, watchdog) reaches only the
+    bootloader: this agent would otherwise keep running beside the restarted
+    one. The one-dir build and a source checkout run as one process.
+    """
+    meipass = getattr(sys, "_MEIPASS", None)
+    if meipass is None or not os.path.basename(meipass).startswith("_MEI"):
+        return
+    try:
+        import prctl
+
+        prctl.set_pdeathsig(signal.SIGKILL)
+    except (ImportError, OSError) as exc:
+        log.warning("Cannot tie edgelet to its bootloader", err=str(exc))
+        return
+    if os.getppid() == 1:  # the bootloader died before the line above
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+async def _main(settings: "Settings", notifier: "Notifier | None" = None) -> int:
     agent = Agent(settings)
     loop = asyncio.get_running_loop()
     if settings.runonce:
@@ -226,7 +317,7 @@ async def _main(settings: "Settings") -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, _stop, sig.name)
     try:
-        await agent.run()
+        await agent.run(notifier)
     except asyncio.CancelledError:
         if not stopping:
             raise
@@ -235,10 +326,15 @@ async def _main(settings: "Settings") -> int:
 
 def run_agent(settings: "Settings") -> int:
     """Entry point for the CLI: run the agent (or --runonce) on uvloop; returns the exit status."""
+    from edgelet.sdnotify import Notifier
+
     configure(settings.verbosity)
     _set_process_name()
+    _die_with_bootloader()
+    # Before any subprocess: this also unsets NOTIFY_SOCKET, which runc must not inherit.
+    notifier = Notifier.from_environ()
     try:
         import uvloop
     except ImportError:
-        return asyncio.run(_main(settings))
-    return uvloop.run(_main(settings))
+        return asyncio.run(_main(settings, notifier))
+    return uvloop.run(_main(settings, notifier))

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence, TextIO
 
-from edgelet import __version__
+from edgelet import BUILD_COMMIT, __version__
 from edgelet.settings import KEYS, Settings, SettingsError, format_duration, load_settings
 
 if TYPE_CHECKING:
@@ -77,12 +77,20 @@ def format_table(rows: Sequence[Sequence[str]]) -> str:
 
 
 def pods_table(snapshot: "PodsSnapshot", now: float, *, wide: bool = False) -> str:
-    header = ["NAMESPACE", "NAME", "READY", "STATUS", "RESTARTS", "AGE", "SOURCE"]
+    from edgelet.status.describe import wide_columns
+
+    header = ["NAMESPACE", "NAME", "READY", "STATUS", "RESTARTS", "AGE"]
+    if wide:
+        header += ["IP", "NODE", "NOMINATED NODE", "READINESS GATES"]
+    header.append("SOURCE")
     if wide:
         header += ["UID", "ORIGIN", "MESSAGE"]
     rows = [header]
     for p in sorted(snapshot.pods, key=lambda p: (p.namespace, p.name)):
-        row = [p.namespace, p.name, p.ready, p.status, str(p.restarts), format_age(now - p.created), p.source]
+        row = [p.namespace, p.name, p.ready, p.status, str(p.restarts), format_age(now - p.created)]
+        if wide:
+            row += wide_columns(p)
+        row.append(p.source)
         if wide:
             row += [p.uid, p.origin, p.message]
         rows.append(row)
@@ -159,35 +167,57 @@ def tool_version(binary: str) -> str:
 
 
 def cmd_version(settings: Settings, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    print(f"edgelet {__version__}", file=out)
+    print(f"edgelet {__version__} (commit {BUILD_COMMIT})", file=out)
     print(f"{Path(settings.runtime).name}: {tool_version(settings.runtime)}", file=out)
     print(f"{Path(settings.conmon).name}: {tool_version(settings.conmon)}", file=out)
     return EXIT_OK
 
 
-def cmd_pods(settings: Settings, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+def _read_pods_snapshot(settings: Settings, err: TextIO) -> "PodsSnapshot | None":
+    """The pods snapshot (live from the agent, else its checkpoint); None, said on `err`, when there is none."""
     import msgspec
 
     from edgelet.status.snapshot import PodsSnapshot, snapshot_path
 
     path = Path(snapshot_path(settings.root_dir))
     try:
-        data = path.read_bytes()
+        # The running agent's live table first; its checkpoint file when it is not running.
+        data = _from_agent(settings, "/pods/table") or path.read_bytes()
     except FileNotFoundError:
         print(f"No pods snapshot at {path}: edgelet has not run with --root-dir {settings.root_dir}", file=err)
-        return EXIT_FAILURE
+        return None
     except OSError as exc:
         raise CommandError(f"cannot read {path}: {exc.strerror or exc}") from exc
     try:
         snapshot = msgspec.json.decode(data, type=PodsSnapshot)
     except msgspec.DecodeError as exc:
         raise CommandError(f"{path}: unreadable pods snapshot: {exc}") from exc
-    now = time.time()
     if not is_agent_alive(snapshot.agent_pid):
         print(f"edgelet is not running (pid {snapshot.agent_pid}); pods as of {format_time(snapshot.written_at)} "
-              f"({format_age(now - snapshot.written_at)} ago)", file=err)
-    if args.output == "json":
-        out.write(msgspec.json.format(msgspec.json.encode(snapshot), indent=2).decode() + "\n")
+              f"({format_age(time.time() - snapshot.written_at)} ago)", file=err)
+    return snapshot
+
+
+def cmd_pods(settings: Settings, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from edgelet.status import describe
+
+    snapshot = _read_pods_snapshot(settings, err)
+    if snapshot is None:
+        return EXIT_FAILURE
+    now = time.time()
+    if args.names:
+        rows = []
+        for name in args.names:
+            found = describe.find_pods(snapshot, name, args.namespace)
+            if not found:
+                raise CommandError(f'pods "{name}" not found')
+            rows.extend(found)
+        snapshot.pods = rows
+    if args.output in ("json", "yaml"):
+        # Full Pod objects as kubectl prints them: one Pod by name, else a v1 List.
+        objects = describe.pod_objects(snapshot.pods)
+        obj = objects[0] if len(args.names) == 1 and len(objects) == 1 else describe.as_list(objects)
+        out.write(describe.to_json(obj) if args.output == "json" else describe.to_yaml(obj))
         return EXIT_OK
     if snapshot.pods:
         print(pods_table(snapshot, now, wide=args.output == "wide"), file=out)
@@ -200,14 +230,44 @@ def cmd_pods(settings: Settings, args: argparse.Namespace, out: TextIO, err: Tex
     return EXIT_OK
 
 
-def cmd_events(settings: Settings, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+def cmd_describe(settings: Settings, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     import msgspec
 
     from edgelet.events import events_path, read_events
+    from edgelet.status import describe
+
+    snapshot = _read_pods_snapshot(settings, err)
+    if snapshot is None:
+        return EXIT_FAILURE
+    found = describe.find_pods(snapshot, args.name, args.namespace)
+    if not found:
+        raise CommandError(f'pods "{args.name}" not found')
+    if len(found) > 1:
+        spaces = ", ".join(sorted(r.namespace for r in found))
+        raise CommandError(f'pods "{args.name}" exist in several namespaces ({spaces}): name one with -n')
+    row = found[0]
+    try:
+        recorded = read_events(events_path(settings.run_dir))
+    except (OSError, msgspec.DecodeError) as exc:
+        print(f"{PROG}: cannot read events: {exc}", file=err)
+        recorded = None
+    events = [e for e in (recorded.events if recorded is not None else [])
+              if e.object.name == row.name and e.object.namespace == row.namespace
+              and (not e.object.uid or e.object.uid == row.uid)]
+    (obj,) = describe.pod_objects([row])
+    out.write(describe.describe_pod(obj, events, time.time()))
+    return EXIT_OK
+
+
+def cmd_events(settings: Settings, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    import msgspec
+
+    from edgelet.events import EventsSnapshot, events_path, read_events
 
     path = events_path(settings.run_dir)
     try:
-        snapshot = read_events(path)
+        live = _from_agent(settings, "/events")
+        snapshot = msgspec.json.decode(live, type=EventsSnapshot) if live is not None else read_events(path)
     except (OSError, msgspec.DecodeError) as exc:
         raise CommandError(f"cannot read events from {path}: {exc}") from exc
     if snapshot is None:
@@ -229,6 +289,34 @@ def cmd_events(settings: Settings, args: argparse.Namespace, out: TextIO, err: T
     return EXIT_OK
 
 
+def _from_agent(settings: Settings, path: str) -> bytes | None:
+    """GET `path` from the agent's socket; None when no agent runs there."""
+    from edgelet.client import ApiError, get
+
+    try:
+        return get(settings.run_dir, path)
+    except ApiError as exc:
+        raise CommandError(f"edgelet API {path}: {exc}") from exc
+
+
+def cmd_logs(settings: Settings, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from edgelet.logcmd import LogRequest, print_logs
+
+    request = LogRequest(namespace=args.namespace, pod=args.pod, container=args.container, follow=args.follow,
+                         tail=args.tail, previous=args.previous, timestamps=args.timestamps)
+    return print_logs(settings, request, out, err)
+
+
+def cmd_check(settings: Settings, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from edgelet.check import failed, format_results, gather_facts, run_checks
+
+    facts = gather_facts(runtime=settings.runtime, conmon=settings.conmon,
+                         pause_image=settings.pod_infra_container_image, root_dir=settings.root_dir)
+    results = run_checks(facts)
+    print(format_results(results), file=out)
+    return EXIT_FAILURE if failed(results) else EXIT_OK
+
+
 def _image_store(settings: Settings) -> Any:
     from edgelet.images.store import ImageStore
 
@@ -238,11 +326,49 @@ def _image_store(settings: Settings) -> Any:
 def cmd_images(settings: Settings, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if getattr(args, "images_command", None) == "import":
         return cmd_images_import(settings, args, out, err)
+    if getattr(args, "images_command", None) in ("pull", "rm", "prune"):
+        return cmd_images_change(settings, args, out, err)
     if not (settings.root_dir / "images").is_dir():
         records: list[ImageRecord] = []  # a read-only command creates no store
     else:
         records = _image_store(settings).list()
     print(images_table(records), file=out)
+    return EXIT_OK
+
+
+def cmd_images_change(settings: Settings, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """`images pull REF`, `images rm REF...`, `images prune` (unused, unpinned images, whatever the disk usage)."""
+    import asyncio
+
+    store = _image_store(settings)
+    if args.images_command == "pull":
+        from edgelet.images.auth import credential_paths, load_credentials
+        from edgelet.images.puller import Puller
+
+        puller = Puller(store, registries=dict(settings.registries),
+                        credentials=load_credentials(credential_paths(settings.image_credential_file)))
+        started = time.monotonic()
+        r = puller.pull_sync(args.reference)
+        print(f"Pulled {', '.join(r.references)} ({r.digest}, {format_size(r.size)}) in "
+              f"{time.monotonic() - started:.1f}s", file=out)
+        return EXIT_OK
+    if args.images_command == "rm":
+        for ref in args.references:
+            store.remove(ref)
+            print(f"Removed {ref}", file=out)
+        return EXIT_OK
+    from edgelet.images.gc import ImageGC
+    from edgelet.util.clock import RealClock
+
+    async def in_use() -> set[str]:
+        from edgelet.runtime.runc_runtime import RuncRuntime
+
+        rt = RuncRuntime(settings.runtime_paths(), runtime_bin=settings.runtime, conmon_bin=settings.conmon)
+        return {c.image for p in (await rt.list_pods()).values() for c in p.containers if c.image}
+
+    gc = ImageGC(store, in_use, RealClock(), min_age=0.0)
+    plan = asyncio.run(gc.collect(force=True))
+    print(f"Removed {len(plan.remove)} image(s), {format_size(plan.freed)}", file=out)
     return EXIT_OK
 
 
@@ -309,19 +435,46 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.add_parser("version", parents=[common], help="print the versions of edgelet, the runtime and conmon")
     pods = sub.add_parser("pods", parents=[common], help="list the pods (works while the agent is stopped)")
-    pods.add_argument("-o", "--output", choices=("table", "wide", "json"), default="table")
+    pods.add_argument("names", nargs="*", metavar="NAME", help="only these pods (with or without the -NODE suffix)")
+    pods.add_argument("-n", "--namespace", default=None, help="only pods of this namespace")
+    pods.add_argument("-o", "--output", choices=("table", "wide", "json", "yaml"), default="table")
+    describe = sub.add_parser("describe", parents=[common], help="show a pod in detail, with its events")
+    describe.add_argument("kind", choices=("pod", "pods", "po"), metavar="pod")
+    describe.add_argument("name", metavar="NAME", help="pod name, with or without the -NODE suffix of static pods")
+    describe.add_argument("-n", "--namespace", default=None, help="the pod's namespace (needed when ambiguous)")
     events = sub.add_parser("events", parents=[common], help="list recent events (kubelet-style, since boot)")
     events.add_argument("--for", dest="for_pod", metavar="[NAMESPACE/]POD", help="only the events of this pod")
     events.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    logs = sub.add_parser("logs", parents=[common], help="print a container's log (kubectl logs)")
+    logs.add_argument("pod", metavar="POD", help="pod name, with or without the -NODE suffix of static pods")
+    logs.add_argument("container", metavar="CONTAINER", nargs="?", help="container name (optional with one container)")
+    logs.add_argument("-n", "--namespace", default="default")
+    logs.add_argument("-f", "--follow", action="store_true", help="stream the log as it grows")
+    logs.add_argument("--tail", type=int, default=None, metavar="N", help="only the last N lines")
+    logs.add_argument("-p", "--previous", action="store_true", help="the previous (terminated) instance")
+    logs.add_argument("--timestamps", action="store_true", help="prefix each line with its time")
+    check = sub.add_parser("check", parents=[common], help="check that this machine can run edgelet")
+    for key in ("runtime", "conmon", "pod_infra_container_image"):
+        _add_setting(check, key)
     images = sub.add_parser("images", parents=[common], help="list the images in the local store")
     images_sub = images.add_subparsers(dest="images_command", metavar="SUBCOMMAND")
     images_sub.add_parser("list", parents=[common], help="list the images (the default)")
     imp = images_sub.add_parser("import", parents=[common], help="import docker-archive or oci-archive files")
     imp.add_argument("files", nargs="+", metavar="FILE")
+    pull = images_sub.add_parser("pull", parents=[common], help="pull an image from its registry")
+    pull.add_argument("reference", metavar="REF")
+    for key in ("image_credential_file", "registries"):
+        _add_setting(pull, key)
+    rm = images_sub.add_parser("rm", parents=[common], help="remove images (or untag a name of several)")
+    rm.add_argument("references", nargs="+", metavar="REF")
+    prune = images_sub.add_parser("prune", parents=[common], help="remove every unused, unpinned image")
+    for key in ("runtime", "conmon", "cgroup_root"):
+        _add_setting(prune, key)
     return parser
 
 
-COMMANDS = {"version": cmd_version, "pods": cmd_pods, "events": cmd_events, "images": cmd_images}
+COMMANDS = {"version": cmd_version, "pods": cmd_pods, "describe": cmd_describe, "events": cmd_events, "images": cmd_images, "logs": cmd_logs,
+            "check": cmd_check}
 
 
 def is_expected_error(exc: BaseException) -> bool:

@@ -16,6 +16,7 @@ from edgelet.util.log import get_logger
 
 if TYPE_CHECKING:
     from edgelet.runtime import Runtime
+    from edgelet.util.clock import Clock
 
 log = get_logger(__name__)
 
@@ -103,7 +104,8 @@ class Pleg:
     with its conmon), at a cost of one `runc list` per period.
     """
 
-    def __init__(self, runtime: "Runtime", exit_dir: Path, relist_period: float = 10.0) -> None:
+    def __init__(self, runtime: "Runtime", exit_dir: Path, relist_period: float = 10.0,
+                 clock: "Clock | None" = None) -> None:
         self._runtime = runtime
         self._exit_dir = exit_dir
         self._period = relist_period
@@ -111,6 +113,8 @@ class Pleg:
         self._kick = asyncio.Event()
         self._kick.set()
         self.relisted = asyncio.Event()
+        self._clock = clock
+        self.last_relist: float | None = None  # monotonic time of the last successful relist, for /healthz
 
     def uids(self) -> set[str]:
         """Pod UIDs the runtime held at the last relist."""
@@ -124,6 +128,8 @@ class Pleg:
         events = diff(self._last, new)
         self._last = new
         self.relisted.set()
+        if self._clock is not None:
+            self.last_relist = self._clock.monotonic()
         return events
 
     async def run(self, emit: Callable[[set[str]], None]) -> None:

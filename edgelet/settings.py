@@ -162,6 +162,13 @@ def _path(*, optional: bool = False) -> Parser:
     return parse
 
 
+def _port(raw: Any, from_toml: bool) -> int:
+    value = _int(minimum=0)(raw, from_toml)
+    if value > 65535:
+        raise ValueError(f"must be a TCP port (0-65535), got {value}")
+    return value
+
+
 def _cgroup_parent(raw: Any, from_toml: bool) -> str:
     value = _str()(raw, from_toml)
     if not value.startswith("/"):
@@ -222,6 +229,29 @@ def _headers(raw: Any, from_toml: bool) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
+def _percent(raw: Any, from_toml: bool) -> int:
+    value = _int(minimum=0)(raw, from_toml)
+    if value > 100:
+        raise ValueError(f"must be a percentage from 0 to 100, got {value}")
+    return value
+
+
+def _registries(raw: Any, from_toml: bool) -> tuple[tuple[str, Any], ...]:
+    """The `registries` table (see edgelet/images/registries.py); from env or a flag, the same as JSON."""
+    import json
+
+    from edgelet.images.registries import parse_registries
+
+    if isinstance(raw, (list, tuple)) and not from_toml:  # a repeated flag: the last one wins
+        raw = raw[-1] if raw else "{}"
+    if isinstance(raw, str) and not from_toml:
+        try:
+            raw = json.loads(raw) if raw.strip() else {}
+        except ValueError as exc:
+            raise ValueError(f"expected a JSON object of registries: {exc}") from None
+    return tuple(sorted(parse_registries(raw).items()))
+
+
 def _opt(default: Any, parse: Parser, help: str, *, flags: tuple[str, ...] = (), metavar: str = "") -> Any:
     """Declare one key: its default, its parser, its help text and (rarely) extra flag spellings."""
     return field(default=default, metadata={"parse": parse, "help": help, "flags": flags, "metavar": metavar})
@@ -258,6 +288,21 @@ class Settings:
     image_import_dir: Path | None = _opt(None, _path(optional=True),
                                          "image archives dropped here are imported (default: ROOT_DIR/images/import)",
                                          metavar="DIR")
+    image_credential_file: Path | None = _opt(
+        None, _path(optional=True), "docker config.json with registry credentials "
+        "(default: /etc/edgelet/auth.json, then /root/.docker/config.json)", metavar="FILE")
+    image_gc_high_threshold: int = _opt(85, _percent, "disk usage percent of the root dir's filesystem that "
+                                        "starts image GC", metavar="PERCENT")
+    image_gc_low_threshold: int = _opt(80, _percent, "disk usage percent image GC frees down to", metavar="PERCENT")
+    image_minimum_gc_age: float = _opt(120.0, _duration(), "minimum age of an unused image before GC may remove it",
+                                       metavar="DURATION")
+    registries: tuple[tuple[str, Any], ...] = _opt(
+        (), _registries, 'per-registry mirrors and insecure (TOML: [registries."docker.io"] mirrors = [...]; '
+        "as a flag: that table as JSON)", metavar="JSON")
+    enable_server: bool = _opt(True, _bool, "serve the local API on RUN_DIR/edgelet.sock (TOML/env: false "
+                                            "turns it off, and /healthz with it)")
+    healthz_port: int = _opt(10248, _port, "port of the /healthz listener (0 disables it)", metavar="PORT")
+    healthz_bind_address: str = _opt("127.0.0.1", _str(), "address of the /healthz listener", metavar="ADDRESS")
     verbosity: int = _opt(0, _int(minimum=0), "log level (kubelet's --v)", flags=("-v", "--v"), metavar="N")
 
     def __post_init__(self) -> None:
@@ -388,4 +433,8 @@ def load_settings(
     if override is not None and not _DNS_SUBDOMAIN.fullmatch(override.lower()):
         raise SettingsError(f"hostname_override: {override!r} is not a valid node name (DNS-1123 subdomain)",
                             key="hostname_override")
+    high, low = values.get("image_gc_high_threshold", 85), values.get("image_gc_low_threshold", 80)
+    if low > high:
+        raise SettingsError(f"image_gc_low_threshold ({low}) must not exceed image_gc_high_threshold ({high})",
+                            key="image_gc_low_threshold")
     return Settings(**values)

@@ -63,12 +63,14 @@ class SyncLoop:
         self._runtime_uids = runtime_uids  # callable returning the uids the runtime holds (from PLEG)
         self._events = events if events is not None else EventRecorder(clock)
         self._reported: set[tuple] = set()  # manifest problems already recorded as events
+        self._warnings: dict[str, tuple] = {}  # unknown-field warnings, per source
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
         self.config = ConfigState()
         self._desired: dict[str, "Pod"] = {}
         self._requeue: dict[str, float] = {}
         self._next_housekeeping = 0.0
         self.first_sync_done = asyncio.Event()
+        self.last_iteration: float | None = None  # monotonic end of the last iteration, for /healthz
 
     # Producers (sources, PLEG, image import) call these.
     async def emit_config(self, snapshot: "SourceSnapshot") -> None:
@@ -76,6 +78,10 @@ class SyncLoop:
 
     def emit_lifecycle(self, uids: Iterable[str]) -> None:
         self._queue.put_nowait(_Lifecycle(frozenset(uids)))
+
+    def emit_probe_result(self, uid: str) -> None:
+        """A probe verdict of the pod changed (kubelet's liveness/readiness/startup update channels): sync it."""
+        self._queue.put_nowait(_Lifecycle(frozenset((uid,))))
 
     def resync_all(self) -> None:
         self._queue.put_nowait(_ResyncAll())
@@ -107,6 +113,7 @@ class SyncLoop:
         self._publisher.set_config(self.config)
         for e in snapshot.errors:
             log.warning("Manifest rejected", source=e.source, origin=e.origin, pod=e.pod, err=e.message)
+        self._warnings[snapshot.source] = snapshot.warnings
         self._record_problems()
         for ch in changes:
             uid = ch.pod.metadata.uid
@@ -136,6 +143,13 @@ class SyncLoop:
             if key not in self._reported:
                 log.debug("Pod rejected", pod=r.pod, origin=r.origin, reason=r.reason, err=r.message)
                 self._events.warning(_object(r.pod, r.origin), r.reason, f"{r.origin}: {r.message}")
+        for warnings in self._warnings.values():
+            for w in warnings:
+                key = ("UnknownField", w.source, w.origin, w.message)
+                current.add(key)
+                if key not in self._reported:
+                    # kubectl --validate=warn: the pod runs without the field, the user learns why.
+                    self._events.warning(_object(w.pod, w.origin), "UnknownField", w.message)
         self._reported = current
 
     def housekeeping(self) -> None:
@@ -173,6 +187,9 @@ class SyncLoop:
             if now >= self._next_housekeeping:
                 self._next_housekeeping = now + HOUSEKEEPING_PERIOD
                 self.housekeeping()
+            self.last_iteration = self._clock.monotonic()
+            # The agent reports READY=1 to systemd on this (edgelet.app).
+            self.first_sync_done.set()
 
 
 def _full(pod: "Pod") -> str:

@@ -18,17 +18,21 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from edgelet.events import EventRecorder, pod_ref
+from edgelet.images.manager import ImageUnavailable
 from edgelet.plan import compute_pod_actions
+from edgelet.sync.termination import container_spec, remaining_grace, stop_signal, termination_order
 from edgelet.sync.workers import SyncResult
 from edgelet.util.log import get_logger
 
 if TYPE_CHECKING:
     from edgelet.api.types import Container, Pod
+    from edgelet.images.manager import ImageManager
     from edgelet.images.store import ImageStore
     from edgelet.images.types import ImageRecord
+    from edgelet.probes.manager import ProbeManager
     from edgelet.runtime import Runtime
     from edgelet.runtime.types import ContainerRecord, PodRuntimeStatus, SandboxRecord
     from edgelet.util.backoff import Backoff
@@ -39,35 +43,20 @@ log = get_logger(__name__)
 DEFAULT_GRACE = 30.0
 
 
-class ImageUnavailable(Exception):
-    """The container's image cannot be had now; `reason` is the kubelet waiting reason."""
+async def resolve_image(images: "ImageStore | ImageManager", pod: "Pod", container: "Container", *,
+                        events: EventRecorder, backoff: "Backoff", clock: "Clock", init: bool = False
+                        ) -> "ImageRecord":
+    """The image a container runs, honouring imagePullPolicy, pulling and backing off as kubelet does.
 
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
-
-
-def resolve_image(store: "ImageStore", container: "Container") -> "ImageRecord":
-    """The image a container runs, honouring imagePullPolicy against the local store.
-
-    edgelet: registry pulls are not built yet, so `Always` and `IfNotPresent`
-    both use the local store; a missing image is ErrImagePull (kubelet would
-    pull it) and `Never` gives ErrImageNeverPull exactly as kubelet does.
+    `images` is the agent's ImageManager; a bare store (tests, a Syncer built without a puller)
+    gets a manager without a puller, so a missing image is ErrImagePull with a clear message.
+    Raises ImageUnavailable(reason, message); the events are recorded by the manager.
     """
-    ref = container.image or ""
-    record = store.get(ref)
-    if record is not None:
-        return record
-    if container.image_pull_policy == "Never":
-        raise ImageUnavailable(
-            "ErrImageNeverPull", f'Container image "{ref}" is not present with pull policy of Never'
-        )
-    raise ImageUnavailable(
-        "ErrImagePull",
-        f'Failed to pull image "{ref}": not present in the local store and registry pulls are not '
-        "available; import it with `edgelet images import` or the import directory",
-    )
+    from edgelet.images.manager import ImageManager
+
+    manager = images if isinstance(images, ImageManager) else ImageManager(
+        images, None, events=events, backoff=backoff, clock=clock)  # type: ignore[arg-type]
+    return await manager.ensure(pod, container, init=init)
 
 
 @dataclass
@@ -95,8 +84,10 @@ class Syncer:
         publish: Callable[["Pod", "PodRuntimeStatus", PodSyncState], None],
         forget: Callable[[str], None] = lambda uid: None,
         events: EventRecorder | None = None,
+        probes: "ProbeManager | None" = None,
     ) -> None:
         self._runtime = runtime
+        self._probes = probes  # runs the probes; its liveness/startup failures restart containers
         self._images = images
         self._backoff = backoff
         self._clock = clock
@@ -115,7 +106,8 @@ class Syncer:
 
         # 1. Compute.
         rt = await self._runtime.pod_status(uid)
-        actions = compute_pod_actions(pod, rt, self._backoff, now)
+        failures = self._probes.failures(uid) if self._probes is not None else None
+        actions = compute_pod_actions(pod, rt, self._backoff, now, started=st.started, probe_failures=failures)
         st.waiting = dict(actions.waiting)
         st.pod_failed = actions.pod_failed
         self._record_backoffs(pod, st)
@@ -127,9 +119,7 @@ class Syncer:
 
         # 3. Kill what must not run any more.
         if actions.containers_to_kill:
-            await asyncio.gather(
-                *(self._stop(pod, cid, why) for cid, why in actions.containers_to_kill.items())
-            )
+            await self._stop_ordered(pod, rt, actions.containers_to_kill)
 
         # 4. Sandbox.
         sandbox = _live_sandbox(rt, actions.sandbox_id)
@@ -184,8 +174,10 @@ class Syncer:
             except Exception as exc:
                 log.warning("Failed to remove old container", pod=_full(pod), container=cid, err=str(exc))
 
-        # 8. Status.
+        # 8. Status (probe workers follow the containers that now run, and fill st.ready/started).
         rt = await self._runtime.pod_status(uid)
+        if self._probes is not None:
+            self._probes.sync_pod(pod, rt)
         self._publish(pod, rt, st)
         return SyncResult(requeue_after=self._next_wake(pod, st, now))
 
@@ -196,15 +188,13 @@ class Syncer:
         uid = pod.metadata.uid
         key = (uid, container.name)
         try:
-            image = await asyncio.to_thread(resolve_image, self._images, container)
+            # Events and the image back-off (uid, "image:<name>") are the manager's; _next_wake sees the latter.
+            image = await resolve_image(self._images, pod, container, events=self._events, backoff=self._backoff,
+                                        clock=self._clock, init=ctype != "regular")
         except ImageUnavailable as exc:
             log.warning("Image not available", pod=_full(pod), container=container.name, reason=exc.reason, err=exc.message)
-            ref = pod_ref(pod, container.name, init=ctype != "regular")
-            self._events.warning(ref, exc.reason if exc.reason == "ErrImageNeverPull" else "Failed", exc.message)
-            self._backoff.next((uid, "image:" + container.name), self._clock.monotonic())
             return (exc.reason, exc.message)
         ref = pod_ref(pod, container.name, init=ctype != "regular")
-        self._events.normal(ref, "Pulled", f'Container image "{container.image}" already present on machine')
         if attempt > 0:
             # The restart itself counts as a failure for CrashLoopBackOff (kubelet doBackOff).
             self._backoff.next(key, self._clock.monotonic())
@@ -230,17 +220,109 @@ class Syncer:
             return ("RunContainerError", str(exc))
         log.info("Started container", pod=_full(pod), container=container.name, id=cid[:12], attempt=attempt)
         self._events.normal(ref, "Started", f"Started container: {container.name}")
+        if container.lifecycle is not None and container.lifecycle.post_start is not None:
+            failed = await self._post_start(pod, container, sandbox, cid, ref)
+            if failed is not None:
+                return failed
         return None
 
-    async def _stop(self, pod: "Pod | None", cid: str, why: str, grace: float | None = None) -> None:
+    async def _post_start(
+        self, pod: "Pod", container: "Container", sandbox: "SandboxRecord", cid: str, ref
+    ) -> tuple[str, str] | None:
+        """kubelet startContainer step 4: run postStart; on failure FailedPostStartHook, kill, PostStartHookError."""
+        from edgelet.probes.errors import HookError
+        from edgelet.probes.hooks import run_handler
+        from edgelet.probes.probers import target_for
+
+        target = target_for(cid, container, sandbox.pid, sandbox.host_network)
+        try:
+            await run_handler(container.lifecycle.post_start, runtime=self._runtime, target=target, pod=pod,
+                              container=container, sleep=self._clock.sleep)
+        except HookError as exc:
+            log.warning("PostStart hook failed", pod=_full(pod), container=container.name, err=str(exc))
+            self._events.warning(ref, "FailedPostStartHook", str(exc))
+            await self._stop(pod, cid, "FailedPostStartHook", event_message="FailedPostStartHook")
+            return ("PostStartHookError", str(exc))
+        return None
+
+    async def _stop(
+        self, pod: "Pod | None", cid: str, why: str, grace: float | None = None,
+        turn: Sequence[asyncio.Event] = (), event_message: str | None = None,
+    ) -> None:
+        """kubelet killContainer: event, (preStop), wait for this container's turn, stop signal, SIGKILL.
+
+        `turn` is what must finish before the stop signal (the termination ordering's
+        waitForTurn); the wait is bounded by, and taken from, the grace period.
+        """
+        probe_kill = False
+        if pod is not None and self._probes is not None and cid in self._probes.failures(pod.metadata.uid):
+            # kubelet setTerminationGracePeriod: a liveness/startup kill uses the probe's grace when it has one,
+            # and the Killing event carries computePodActions' message ("... failed liveness probe, ...").
+            probe_kill = True
+            if grace is None:
+                grace = self._probes.kill_grace(pod.metadata.uid, cid)
         if grace is None:
             grace = _grace(pod)
         record = await self._find(cid)
         log.info("Killing container", pod=_full(pod), container=cid[:12], reason=why, grace=grace)
         if record is not None and pod is not None:
-            self._events.normal(pod_ref(pod, record.name, init=record.container_type == "init"), "Killing",
-                                f"Stopping container {record.name}")
-        await self._runtime.stop_container(cid, grace, self._stop_signal(record))
+            ref = pod_ref(pod, record.name, init=record.container_type == "init")
+            message = event_message or (why if probe_kill else f"Stopping container {record.name}")
+            self._events.normal(ref, "Killing", message)
+            spec = container_spec(pod, record.name)
+            if spec is not None and spec.lifecycle is not None and spec.lifecycle.pre_stop is not None \
+                    and record.state == "running" and grace > 0:
+                began = self._clock.monotonic()
+                await self._pre_stop(pod, spec, record, ref, grace)
+                # kubelet: the hook's time (whole seconds) comes out of the grace period.
+                grace = remaining_grace(grace, self._clock.monotonic() - began)
+        if turn and grace > 0:
+            began = self._clock.monotonic()
+            try:
+                await asyncio.wait_for(asyncio.gather(*(e.wait() for e in turn)), timeout=grace)
+            except TimeoutError:
+                log.info("Stopping container before its turn: grace period spent", pod=_full(pod), container=cid[:12])
+            grace = remaining_grace(grace, self._clock.monotonic() - began)
+        # The runtime gives at least 2 s between the stop signal and SIGKILL (kubelet minimumGracePeriodInSeconds).
+        await self._runtime.stop_container(cid, grace, self._stop_signal(pod, record))
+
+    async def _pre_stop(self, pod: "Pod", spec: "Container", record: "ContainerRecord", ref, grace: float) -> None:
+        """kubelet executePreStopHook: run preStop for at most `grace` seconds; a failure is an event, not an error."""
+        from edgelet.probes.errors import HookError
+        from edgelet.probes.hooks import run_handler
+        from edgelet.probes.probers import target_for
+
+        rt = await self._runtime.pod_status(record.pod_uid)
+        sandbox = next((s for s in rt.sandboxes if s.id == record.sandbox_id), None)
+        target = target_for(record.id, spec, sandbox.pid if sandbox is not None else None,
+                            sandbox.host_network if sandbox is not None else bool(pod.spec.host_network))
+        try:
+            await asyncio.wait_for(
+                run_handler(spec.lifecycle.pre_stop, runtime=self._runtime, target=target, pod=pod, container=spec,
+                            sleep=self._clock.sleep),
+                timeout=grace,
+            )
+        except HookError as exc:
+            log.warning("PreStop hook failed", pod=_full(pod), container=spec.name, err=str(exc))
+            self._events.warning(ref, "FailedPreStopHook", str(exc))
+        except TimeoutError:
+            log.info("PreStop hook not completed in grace period", pod=_full(pod), container=spec.name, grace=grace)
+
+    async def _stop_ordered(
+        self, pod: "Pod | None", rt: "PodRuntimeStatus", kills: Mapping[str, str], grace: float | None = None
+    ) -> None:
+        """Stop `kills` (id -> reason) in parallel, sidecars after main containers in reverse order."""
+        order = termination_order(pod, [c for c in rt.containers if c.id in kills])
+        done = {cid: asyncio.Event() for cid in kills}
+
+        async def one(cid: str) -> None:
+            try:
+                turn = [done[d] for d in order.get(cid, ()) if d in done]
+                await self._stop(pod, cid, kills[cid], grace, turn=turn)
+            finally:
+                done[cid].set()
+
+        await asyncio.gather(*(one(cid) for cid in kills))
 
     async def _find(self, cid: str) -> "ContainerRecord | None":
         for rt in (await self._runtime.list_pods()).values():
@@ -249,13 +331,14 @@ class Syncer:
                     return c
         return None
 
-    def _stop_signal(self, record: "ContainerRecord | None") -> str:
-        """The image's STOPSIGNAL, SIGTERM when it has none."""
+    def _stop_signal(self, pod: "Pod | None", record: "ContainerRecord | None") -> str:
+        """The container's lifecycle.stopSignal, else the image's STOPSIGNAL, else SIGTERM."""
+        image_signal = ""
         if record is not None and record.image:
             rec = self._images.get(record.image)
             if rec is not None and rec.config.stop_signal:
-                return rec.config.stop_signal
-        return "SIGTERM"
+                image_signal = rec.config.stop_signal
+        return stop_signal(container_spec(pod, record.name) if record is not None else None, image_signal)
 
     async def _kill_all(self, pod: "Pod | None", rt: "PodRuntimeStatus", reason: str) -> None:
         """Stop every container in parallel, then the sandboxes (kubelet killPodWithSyncResult).
@@ -264,8 +347,8 @@ class Syncer:
         carries its restart count and back-off across the new sandbox; older ones go
         through `containers_to_remove` like any other dead instance.
         """
-        running = [c for c in rt.containers if c.state in ("running", "created")]
-        await asyncio.gather(*(self._stop(pod, c.id, reason) for c in running))
+        running = {c.id: reason for c in rt.containers if c.state in ("running", "created")}
+        await self._stop_ordered(pod, rt, running)
         for s in rt.sandboxes:
             if s.state in ("running", "created"):
                 await self._runtime.stop_sandbox(s.id)
@@ -275,8 +358,11 @@ class Syncer:
         rt = await self._runtime.pod_status(uid)
         name = _full(pod) or f"{rt.namespace}/{rt.name}"
         log.info("Terminating pod", pod=name, uid=uid)
-        running = [c for c in rt.containers if c.state in ("running", "created")]
-        await asyncio.gather(*(self._stop(pod, c.id, "pod removed") for c in running))
+        if self._probes is not None:
+            self._probes.remove_pod(uid)
+        # Sidecars after the main containers, in reverse order; the sandbox last.
+        running = {c.id: "pod removed" for c in rt.containers if c.state in ("running", "created")}
+        await self._stop_ordered(pod, rt, running)
         for s in rt.sandboxes:
             if s.state in ("running", "created"):
                 await self._runtime.stop_sandbox(s.id)

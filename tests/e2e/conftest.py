@@ -18,6 +18,14 @@ from edgelet.runtime.types import RuntimePaths
 IMAGE = "edgelet.local/busybox:1.36"
 
 
+def edgelet_command() -> list[str]:
+    """How to run edgelet: the source in this venv, or the frozen binary named by EDGELET_BIN (make test-binary)."""
+    binary = os.environ.get("EDGELET_BIN")
+    if binary:
+        return [str(Path(binary).resolve())]
+    return [sys.executable, "-m", "edgelet"]
+
+
 @pytest.fixture(scope="session")
 def busybox_archive(tmp_path_factory) -> Path:
     from edgelet.testing.images import build_busybox_image
@@ -56,7 +64,7 @@ class AgentProc:
 
     def argv(self, *extra: str) -> list[str]:
         return [
-            sys.executable, "-m", "edgelet",
+            *edgelet_command(),
             "--pod-manifest-path", str(self.manifests),
             "--root-dir", str(self.paths.root_dir),
             "--run-dir", str(self.paths.run_dir),
@@ -68,9 +76,11 @@ class AgentProc:
             *extra,
         ]
 
-    def start(self, *extra: str) -> None:
+    def start(self, *extra: str, env: dict[str, str] | None = None) -> None:
+        """Start the agent; `env` adds to (or overrides) this process's environment."""
         self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(self.argv(*extra), stdout=self._log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(self.argv(*extra), stdout=self._log, stderr=subprocess.STDOUT,
+                                     env={**os.environ, **env} if env else None)
 
     def run_once(self, *extra: str, timeout: float = 120) -> subprocess.CompletedProcess:
         return subprocess.run(self.argv("--runonce", *extra), capture_output=True, text=True, timeout=timeout)
@@ -86,7 +96,7 @@ class AgentProc:
     def cli(self, *args: str) -> str:
         """An `edgelet` subcommand on this agent's dirs; its stdout."""
         out = subprocess.run(
-            [sys.executable, "-m", "edgelet", *args, "--root-dir", str(self.paths.root_dir),
+            [*edgelet_command(), *args, "--root-dir", str(self.paths.root_dir),
              "--run-dir", str(self.paths.run_dir), "--config", "/dev/null"],
             capture_output=True, text=True, timeout=30,
         )

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from edgelet.images.registries import RegistryHost
 from edgelet.runtime.types import RuntimePaths
 from edgelet.settings import KEYS, Settings, SettingsError, format_duration, load_settings, parse_duration
 
@@ -108,6 +109,14 @@ cgroup_root = "/edge/"
 runtime = "/usr/bin/crun"
 conmon = "/usr/local/bin/conmon"
 image_import_dir = "/imp"
+image_credential_file = "/auth.json"
+image_gc_high_threshold = 90
+image_gc_low_threshold = 70
+image_minimum_gc_age = "5m"
+registries = { "docker.io" = { mirrors = ["https://m.example"] }, "10.0.0.9:5000" = { insecure = true } }
+enable_server = false
+healthz_port = 0
+healthz_bind_address = "0.0.0.0"
 verbosity = 3
 """
 
@@ -122,6 +131,10 @@ def test_toml_file_sets_every_key(tmp_path: Path) -> None:
         root_dir=Path("/r"), run_dir=Path("/run/e"), log_dir=Path("/l"), hostname_override="node1",
         pod_infra_container_image="local/pause:1", cgroup_root="/edge", runtime="/usr/bin/crun",
         conmon="/usr/local/bin/conmon", image_import_dir=Path("/imp"), verbosity=3,
+        enable_server=False, healthz_port=0, healthz_bind_address="0.0.0.0",
+        image_credential_file=Path("/auth.json"), image_gc_high_threshold=90, image_gc_low_threshold=70,
+        image_minimum_gc_age=300.0,
+        registries=(("10.0.0.9:5000", RegistryHost(insecure=True)), ("docker.io", RegistryHost(mirrors=("https://m.example",)))),
     )
     # The test's TOML covers every key, so a key added later without a test fails here.
     assert set(KEYS) == {line.split("=")[0].strip() for line in FULL_TOML.strip().splitlines()}
@@ -264,3 +277,9 @@ def test_every_key_has_a_flag_and_env_name() -> None:
         assert spec.help
     assert KEYS["pod_manifest_path"].flags == ("--pod-manifest-path",)
     assert KEYS["verbosity"].flags == ("-v", "--v")
+
+
+@pytest.mark.parametrize("raw, error", [("65536", "0-65535"), ("-1", "at least 0"), ("x", "integer")])
+def test_healthz_port_must_be_a_port(raw: str, error: str) -> None:
+    with pytest.raises(SettingsError, match=error):
+        load({"healthz_port": raw})
