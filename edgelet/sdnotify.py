@@ -1,0 +1,191 @@
+"""A dependency-free sd_notify client: tells systemd READY=1, STATUS= and WATCHDOG=1 over $NOTIFY_SOCKET.
+
+Use it once at start, before any subprocess is spawned:
+
+    notifier = Notifier.from_environ()      # reads and UNSETS the systemd variables
+    ...
+    notifier.ready("3 pods running")        # once the agent has adopted and synced
+    notifier.status("syncing 2 pods")       # any time; shown by `systemctl status`
+    notifier.watchdog()                     # at least every watchdog_interval / 2
+    notifier.stopping()                     # on SIGTERM
+
+Outside systemd every call is a no-op returning False. A failure to reach
+systemd is logged once and never raised from these calls: a broken notify
+socket must not stop the agent (systemd's own timeouts deal with it).
+`Notifier.send` is the raising primitive underneath.
+
+Why the variables are unset: runc reads NOTIFY_SOCKET too. Inherited by
+`runc start`, it makes runc proxy the socket into the container and block
+until the *container* sends READY=1, which an ordinary workload never does.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import TYPE_CHECKING, MutableMapping
+
+from edgelet.util.log import get_logger
+
+if TYPE_CHECKING:
+    from edgelet.util.clock import Clock
+
+log = get_logger("edgelet.sdnotify")
+
+NOTIFY_SOCKET = "NOTIFY_SOCKET"
+WATCHDOG_USEC = "WATCHDOG_USEC"
+WATCHDOG_PID = "WATCHDOG_PID"
+SYSTEMD_VARIABLES = (NOTIFY_SOCKET, WATCHDOG_USEC, WATCHDOG_PID)
+
+
+class NotifyError(Exception):
+    """A notification could not be delivered; names the socket and the message."""
+
+    def __init__(self, message: str, *, address: str, state: str) -> None:
+        super().__init__(message)
+        self.address = address
+        self.state = state
+
+
+def parse_notify_address(value: str) -> str:
+    """$NOTIFY_SOCKET -> an AF_UNIX address: a path as is, `@name` -> abstract `\\0name`.
+
+    Raises ValueError for anything else (systemd 254+ also allows `vsock:`,
+    which only matters inside VMs and is not supported here).
+    """
+    if value.startswith("@") and len(value) > 1:
+        return "\0" + value[1:]
+    if value.startswith("/"):
+        return value
+    raise ValueError(f"unsupported NOTIFY_SOCKET {value!r}: expected an absolute path or @abstract-name")
+
+
+def parse_watchdog_interval(watchdog_usec: str | None, watchdog_pid: str | None, pid: int, ppid: int) -> float | None:
+    """sd_watchdog_enabled: the watchdog timeout in seconds, or None when it is not for this process.
+
+    Deliberately wider than libsystemd, which wants WATCHDOG_PID == getpid():
+    the parent pid is accepted too, because in the PyInstaller one-file build
+    systemd's main PID is the bootloader and the agent runs as its child.
+    """
+    if not watchdog_usec:
+        return None
+    try:
+        usec = int(watchdog_usec)
+    except ValueError:
+        return None
+    if usec <= 0:
+        return None
+    if watchdog_pid:
+        try:
+            owner = int(watchdog_pid)
+        except ValueError:
+            return None
+        if owner not in (pid, ppid):
+            return None
+    return usec / 1_000_000
+
+
+def format_state(fields: dict[str, str]) -> str:
+    """`{"READY": "1", "STATUS": "x"}` -> `READY=1\\nSTATUS=x`; values are kept to one line each."""
+    lines = []
+    for key, value in fields.items():
+        if not key or "=" in key or "\n" in key:
+            raise ValueError(f"invalid sd_notify field name {key!r}")
+        lines.append(f"{key}={' '.join(str(value).splitlines())}")
+    return "\n".join(lines)
+
+
+class Notifier:
+    """Sends sd_notify messages to one socket; disabled (every call a no-op) when there is none."""
+
+    def __init__(self, address: str | None = None, *, watchdog_interval: float | None = None) -> None:
+        self.address = address
+        self.watchdog_interval = watchdog_interval
+        self._warned = False
+
+    @classmethod
+    def from_environ(cls, environ: MutableMapping[str, str] | None = None, *, unset: bool = True) -> "Notifier":
+        """The notifier systemd configured through the environment (os.environ by default).
+
+        With `unset` (the default) the variables are removed from `environ`,
+        as sd_notify(unset_environment=1) does, so that no child (runc,
+        conmon, hooks) inherits them. A malformed NOTIFY_SOCKET is logged
+        and yields a disabled notifier.
+        """
+        env = os.environ if environ is None else environ
+        raw = env.get(NOTIFY_SOCKET)
+        interval = parse_watchdog_interval(env.get(WATCHDOG_USEC), env.get(WATCHDOG_PID), os.getpid(), os.getppid())
+        if unset:
+            for name in SYSTEMD_VARIABLES:
+                env.pop(name, None)
+        address = None
+        if raw:
+            try:
+                address = parse_notify_address(raw)
+            except ValueError as exc:
+                log.warning("Ignoring NOTIFY_SOCKET", err=str(exc))
+        return cls(address, watchdog_interval=interval if address else None)
+
+    @property
+    def enabled(self) -> bool:
+        return self.address is not None
+
+    def send(self, **fields: str) -> bool:
+        """Send one message (`send(READY="1", STATUS="up")`); False when disabled; NotifyError on failure."""
+        if self.address is None:
+            return False
+        state = format_state(fields)
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
+                # Non-blocking: a wedged systemd must not stall the event loop; the send is then lost.
+                sock.setblocking(False)
+                sock.sendto(state.encode(), self.address)
+        except OSError as exc:
+            shown = "@" + self.address[1:] if self.address.startswith("\0") else self.address
+            raise NotifyError(f"sd_notify to {shown} failed: {exc.strerror or exc}", address=shown,
+                              state=state) from exc
+        return True
+
+    def _send_quietly(self, **fields: str) -> bool:
+        try:
+            return self.send(**fields)
+        except NotifyError as exc:
+            if not self._warned:
+                self._warned = True  # once: the watchdog would repeat it every few seconds
+                log.warning("Cannot notify systemd", socket=exc.address, err=str(exc))
+            return False
+
+    def ready(self, status: str | None = None) -> bool:
+        """READY=1: startup is complete (Type=notify units are "active" from here)."""
+        fields = {"READY": "1"}
+        if status:
+            fields["STATUS"] = status
+        return self._send_quietly(**fields)
+
+    def stopping(self, status: str | None = None) -> bool:
+        """STOPPING=1: shutdown has begun."""
+        fields = {"STOPPING": "1"}
+        if status:
+            fields["STATUS"] = status
+        return self._send_quietly(**fields)
+
+    def status(self, text: str) -> bool:
+        """STATUS=: a one-line description shown by `systemctl status`."""
+        return self._send_quietly(STATUS=text)
+
+    def watchdog(self) -> bool:
+        """WATCHDOG=1: the keep-alive ping for WatchdogSec=."""
+        return self._send_quietly(WATCHDOG="1")
+
+    async def run_watchdog(self, clock: "Clock") -> None:
+        """Ping WATCHDOG=1 every half interval until cancelled; returns at once when there is no watchdog.
+
+        This proves only that the event loop turns; a caller that wants it to
+        prove more (the sync loop ticks) calls `watchdog()` from there instead.
+        """
+        if not self.enabled or not self.watchdog_interval:
+            return
+        period = self.watchdog_interval / 2
+        while True:
+            self.watchdog()
+            await clock.sleep(period)
