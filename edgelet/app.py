@@ -200,13 +200,16 @@ class Agent:
         delay = RUNONCE_FIRST_POLL
         while True:
             await self.workers.wait_idle()
+            # kubelet runOnce judges a pod only after a retry delay following its sync, so a
+            # container that exits at once is seen exited, not "running" for a moment.
+            await asyncio.sleep(min(delay, max(0.0, deadline - self.clock.monotonic())))
+            for pod in self.loop.desired().values():
+                self.workers.sync(pod)
+            await self.workers.wait_idle()
             verdict = runonce_verdict(self.loop.desired(), self.publisher)
             if verdict.done or self.clock.monotonic() >= deadline:
                 break
-            await asyncio.sleep(min(delay, max(0.0, deadline - self.clock.monotonic())))
             delay = min(delay * 2, RUNONCE_MAX_POLL)
-            for pod in self.loop.desired().values():
-                self.workers.sync(pod)
         self.publisher.flush()
         self.events.flush()
         print_runonce_summary(self.publisher, self.loop.config, out)
