@@ -16,6 +16,8 @@ import io
 import json
 import platform as _platform
 import posixpath
+import shutil
+import subprocess
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -183,12 +185,68 @@ class _Contents:
         return name in self.docs or (self.layout_dir is not None and (self.layout_dir / name).is_file())
 
 
-def _read_tar(archive: Path, sink: BlobSink) -> _Contents:
-    contents = _Contents(archive, sink)
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+def _open_tar(archive: Path) -> tuple[tarfile.TarFile, "subprocess.Popen[bytes] | None"]:
+    """A streaming reader of the archive: gzip/bz2/xz are detected by tarfile; zstd (`.tar.zst`, as k3s
+    takes) streams through the `zstd` program, there being no small Python binding for it."""
     try:
-        tar = tarfile.open(archive, mode="r|*")  # streaming; gzip/bz2/xz outer compression is detected
+        with open(archive, "rb") as f:
+            head = f.read(4)
+        if head != ZSTD_MAGIC:
+            return tarfile.open(archive, mode="r|*"), None
     except (tarfile.TarError, OSError) as exc:
         raise ArchiveError(archive, f"not a readable tar archive: {exc}") from exc
+    zstd = shutil.which("zstd")
+    if zstd is None:
+        raise ArchiveError(archive, "is zstd-compressed and the zstd program is not installed (apt-get install zstd)")
+    proc = subprocess.Popen([zstd, "-dcq", "--", str(archive)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    assert proc.stdout is not None
+    try:
+        return tarfile.open(fileobj=proc.stdout, mode="r|"), proc
+    except tarfile.TarError as exc:
+        try:
+            proc.wait(timeout=2)  # a corrupt file: zstd says why on stderr as it exits
+        except subprocess.TimeoutExpired:
+            pass
+        why = _end(proc, kill=proc.poll() is None) or str(exc)
+        raise ArchiveError(archive, f"not a readable zstd-compressed tar archive: {why}") from exc
+
+
+def _end(proc: "subprocess.Popen[bytes]", *, kill: bool) -> str:
+    """Stop (or reap) the decompressor; its stderr tail, or "" when it succeeded."""
+    assert proc.stdout is not None and proc.stderr is not None
+    if kill:
+        proc.kill()
+    else:
+        while proc.stdout.read(1 << 16):  # the tar's end padding: closing early would fail zstd with EPIPE
+            pass
+    proc.stdout.close()
+    err = proc.stderr.read()[-500:].decode(errors="replace").strip()
+    proc.stderr.close()
+    proc.wait()
+    return "" if proc.returncode == 0 else (err or f"zstd exited with status {proc.returncode}")
+
+
+def _read_tar(archive: Path, sink: BlobSink) -> _Contents:
+    contents = _Contents(archive, sink)
+    tar, proc = _open_tar(archive)
+    try:
+        _read_members(archive, tar, contents, sink)
+    except BaseException:
+        if proc is not None:
+            _end(proc, kill=True)
+        raise
+    if proc is not None:
+        failed = _end(proc, kill=False)
+        if failed:
+            raise ArchiveError(archive, f"zstd: {failed}")
+    return contents
+
+
+def _read_members(archive: Path, tar: tarfile.TarFile, contents: _Contents, sink: BlobSink) -> None:
     with tar:
         try:
             for member in tar:
@@ -216,7 +274,6 @@ def _read_tar(archive: Path, sink: BlobSink) -> _Contents:
                                                      source=f"{archive}:{name}")
         except (tarfile.TarError, EOFError, OSError) as exc:
             raise ArchiveError(archive, f"cannot read archive: {type(exc).__name__}: {exc}") from exc
-    return contents
 
 
 def _names_from_annotations(annotations: dict[str, Any] | None, archive: Path) -> list[str]:

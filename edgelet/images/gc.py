@@ -7,7 +7,8 @@ uses, that are not pinned (imported from the import directory), and that were la
 used (or, never used, stored) at least `min_age` seconds ago, oldest use first.
 `ImageGC` is the thin wrapper: it measures the filesystem, asks the runtime what is in
 use, and removes through the store, which also drops the layers and blobs no other
-image shares.
+image shares; then `ImageStore.sweep` removes any blob or layer no image refers to
+(skipped while a pull is under way).
 """
 
 from __future__ import annotations
@@ -111,6 +112,10 @@ class ImageGC:
                 await asyncio.to_thread(self.store.remove, image_id)
             except ImageError as exc:
                 log.warning("Image GC could not remove an image", id=image_id, err=str(exc))
+        # Then what no image refers to any more (failed pulls, crashes); not while a pull is under way.
+        swept = await asyncio.to_thread(self.store.sweep)
+        if swept is None:
+            log.debug("Image GC skipped the sweep of unreferenced content: a pull is under way")
         if plan.remove:
             log.info("Image GC removed images", count=len(plan.remove), freed=plan.freed,
                      usage=f"{plan.usage_percent:.1f}%")

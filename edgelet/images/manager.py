@@ -84,6 +84,7 @@ class ImageManager:
         if not should_pull(policy, present is not None):
             if present is not None:
                 self._events.normal(ref, "Pulled", f'Container image "{image}" already present on machine')
+                await self._used(present)
                 return present
             msg = f'Container image "{image}" is not present with pull policy of Never'
             self._events.warning(ref, "ErrImageNeverPull", msg)
@@ -117,7 +118,16 @@ class ImageManager:
         took = self._clock.monotonic() - started
         self._events.normal(ref, "Pulled", f'Successfully pulled image "{image}" in {took:.3g}s '
                                            f"({took:.3g}s including waiting). Image size: {record.size} bytes.")
+        await self._used(record)
         return record
+
+    async def _used(self, record: "ImageRecord") -> None:
+        """Stamp the image's last use (a container is about to be created from it) for image GC and
+        `edgelet images`; a failure to record it never holds back the container."""
+        try:
+            await asyncio.to_thread(self.store.touch, record.id)
+        except (ImageError, OSError) as exc:
+            log.warning("Could not record image use", image=record.id, err=str(exc))
 
 
 __all__ = ["ImageManager", "ImageUnavailable", "effective_pull_policy", "should_pull"]

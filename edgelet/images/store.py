@@ -7,6 +7,7 @@ Layout under `root` (`<root-dir>/images`)::
     images.json             the image records (write temp, fsync, rename, fsync dir)
     tmp/                    temp files and dirs; emptied at start
     .lock                   flock held while the store changes, so a CLI import and the agent do not collide
+    .pull.lock              flock held shared by every pull under way: `sweep` leaves their blobs alone
 
 A registry puller adds content through the same `add_blob` / `commit_image`
 methods `import_archive` uses. Methods are safe to call from several threads
@@ -39,7 +40,7 @@ from edgelet.images.reference import (
     validate_digest,
 )
 from edgelet.images.types import ImageConfig, ImageRecord
-from edgelet.images.unpack import unpack_layer_file
+from edgelet.images.unpack import LayerTooLarge, unpack_layer_file
 from edgelet.state import write_atomic
 from edgelet.util.clock import Clock, RealClock
 from edgelet.util.log import get_logger
@@ -47,6 +48,8 @@ from edgelet.util.log import get_logger
 log = get_logger(__name__)
 
 FORMAT_VERSION = 1
+DEFAULT_MAX_IMAGE_SIZE = 16 << 30  # bytes an image may take unpacked, whatever the free space
+DISK_RESERVE = 32 << 20  # bytes (at most 5 % of the filesystem) an unpack leaves free for everything else
 TOUCH_PERSIST_INTERVAL = 60.0  # seconds; last-used times are for GC, not worth a write per container start
 _CHUNK = 1 << 20
 
@@ -132,9 +135,10 @@ class _Entry:
 class ImageStore:
     """Images on local disk. See the module docstring for the layout and the concurrency contract."""
 
-    def __init__(self, root: Path, *, clock: Clock | None = None) -> None:
+    def __init__(self, root: Path, *, clock: Clock | None = None, max_image_size: int = DEFAULT_MAX_IMAGE_SIZE) -> None:
         self.root = Path(root)
         self._clock = clock or RealClock()
+        self.max_image_size = max_image_size
         self._blobs = self.root / "blobs" / "sha256"
         self._layers = self.root / "layers"
         self._tmp = self.root / "tmp"
@@ -344,17 +348,38 @@ class ImageStore:
     def layer_path(self, chain_id: str) -> Path:
         return self._layers / _hex(chain_id)
 
-    def ensure_layer(self, blob_digest: str, diff_id: str, chain_id: str) -> int:
+    def unpack_budget(self) -> tuple[int, str]:
+        """Bytes an image may still take unpacked: the free space of the store's filesystem less a reserve,
+        and at most `max_image_size`; with the reason, for the error when a layer passes it."""
+        try:
+            st = os.statvfs(self._tmp)
+        except OSError as exc:
+            raise StoreError(self._tmp, f"cannot statvfs: {exc.strerror}") from exc
+        free, capacity = st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
+        reserve = min(DISK_RESERVE, capacity // 20)
+        budget = min(self.max_image_size, free - reserve)
+        why = (f"{free} bytes free on the filesystem of {self.root}, {reserve} kept in reserve, "
+               f"{self.max_image_size} at most per image")
+        return max(0, budget), why
+
+    def ensure_layer(self, blob_digest: str, diff_id: str, chain_id: str, *, max_size: int | None = None,
+                     why: str = "") -> int:
         """Unpack a stored layer blob to layers/<chainID>, verifying its diffID; returns its uncompressed size
-        (0 when it was already there). Complete or absent: it is unpacked into tmp/ and renamed."""
+        (0 when it was already there). Complete or absent: it is unpacked into tmp/ and renamed. More than
+        `max_size` bytes uncompressed is a LayerTooLarge (`why` says where the cap comes from)."""
         final = self.layer_path(chain_id)
         if final.is_dir():
             return 0
         blob = self.blob_path(blob_digest)
         work = Path(tempfile.mkdtemp(prefix="layer-", dir=self._tmp))
+        label = f"{blob_digest} (diffID {diff_id})"
         try:
             os.chmod(work, 0o755)  # a "./" entry in the layer may still change it
-            result = unpack_layer_file(blob, work, label=f"{blob_digest} (diffID {diff_id})")
+            try:
+                result = unpack_layer_file(blob, work, label=label, max_size=max_size)
+            except LayerTooLarge as exc:
+                raise LayerTooLarge(label, f"{exc.reason}: {why}" if why else exc.reason,
+                                    member=exc.member) from exc
             if result.diff_id != diff_id:
                 raise BlobError(blob_digest, f"uncompressed content has diffID {result.diff_id}, the image config "
                                 f"says {diff_id}")
@@ -394,8 +419,10 @@ class ImageStore:
         with self._changing() as entries:
             known = {c: n for e in entries.values() for c, n in zip(e.chain_ids, e.layer_sizes)}
             sizes = []
+            budget, why = self.unpack_budget()
             for blob, diff_id, chain in zip(layer_digests, diff_ids, chains):
-                new = self.ensure_layer(blob, str(diff_id), chain)
+                new = self.ensure_layer(blob, str(diff_id), chain, max_size=budget, why=why)
+                budget -= new
                 sizes.append(new or known.get(chain) or _tree_size_hint(self._layers / _hex(chain)))
             refs = list(dict.fromkeys(references))
             for other in entries.values():
@@ -436,8 +463,8 @@ class ImageStore:
                                              layer_digests=im.layer_digests, references=im.names, pinned=pinned,
                                              source=str(path))
                            for im in images]
-            except UnpackError as exc:
-                raise UnpackError(exc.layer, f"{exc.reason} (importing {path})", member=exc.member) from exc
+            except UnpackError as exc:  # same class (UnsafeLayerError, LayerTooLarge), with the archive named
+                raise type(exc)(exc.layer, f"{exc.reason} (importing {path})", member=exc.member) from exc
             finally:
                 self._drop_unused_blobs(exclude=before)
         for r in records:
@@ -484,6 +511,56 @@ class ImageStore:
             log.info("Removed image", image=",".join(entry.references) or entry.id, id=entry.id)
 
     # ------------------------------------------------------------------ housekeeping
+
+    @contextmanager
+    def pulling(self) -> Iterator[None]:
+        """Held around a pull, whose blobs no image refers to until it commits: `sweep` waits for none."""
+        lock_path = self.root / ".pull.lock"
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise StoreError(lock_path, f"cannot open lock file: {exc.strerror}") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            yield
+        finally:
+            os.close(fd)
+
+    def sweep(self) -> tuple[int, int] | None:
+        """Remove the blobs and unpacked layers no image refers to (left by failed pulls, crashes, a
+        half-finished removal); (blobs, layers) removed, or None when skipped because a pull, in this
+        process or another, is under way."""
+        lock_path = self.root / ".pull.lock"
+        with self._locked():
+            try:
+                fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            except OSError as exc:
+                raise StoreError(lock_path, f"cannot open lock file: {exc.strerror}") from exc
+            try:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    return None
+                self._reload()
+                used_blobs = {b for e in self._entries.values() for b in e.blobs}
+                stale_blobs = set(self._stored_blobs()) - used_blobs
+                for digest in stale_blobs:
+                    try:
+                        os.unlink(self._blobs / _hex(digest))
+                    except FileNotFoundError:
+                        pass
+                used_layers = {_hex(c) for e in self._entries.values() for c in e.chain_ids}
+                try:
+                    stale_layers = [n for n in os.listdir(self._layers) if n not in used_layers]
+                except OSError as exc:
+                    raise StoreError(self._layers, f"cannot list layers: {exc.strerror}") from exc
+                for name in stale_layers:
+                    self._remove_layer("sha256:" + name)
+            finally:
+                os.close(fd)
+        if stale_blobs or stale_layers:
+            log.info("Swept unreferenced image content", blobs=len(stale_blobs), layers=len(stale_layers))
+        return len(stale_blobs), len(stale_layers)
 
     def _stored_blobs(self) -> Iterator[str]:
         try:

@@ -56,11 +56,17 @@ class UnpackResult:
     compressed: bool
 
 
-class _HashingReader:
-    """A read-only stream that hashes and counts everything read through it."""
+class LayerTooLarge(UnpackError):
+    """The uncompressed layer is larger than the space it may take (a decompression bomb, or a full disk)."""
 
-    def __init__(self, raw: BinaryIO) -> None:
+
+class _HashingReader:
+    """A read-only stream that hashes and counts everything read through it, up to `limit` bytes."""
+
+    def __init__(self, raw: BinaryIO, label: str, limit: int | None) -> None:
         self._raw = raw
+        self._label = label
+        self.limit = limit
         self.sha = hashlib.sha256()
         self.size = 0
 
@@ -68,6 +74,9 @@ class _HashingReader:
         data = self._raw.read(n)
         self.sha.update(data)
         self.size += len(data)
+        if self.limit is not None and self.size > self.limit:
+            raise LayerTooLarge(self._label, f"uncompressed, the layer is larger than the {self.limit} bytes "
+                                "of space it may take")
         return data
 
     def drain(self) -> None:
@@ -96,10 +105,12 @@ def clean_member_path(name: str) -> list[str]:
 class _Applier:
     """Applies members one at a time below `root_fd`; holds no fds between members except the root."""
 
-    def __init__(self, root_fd: int, label: str, is_root: bool) -> None:
+    def __init__(self, root_fd: int, label: str, is_root: bool, limit: int | None = None) -> None:
         self.root_fd = root_fd
         self.label = label
         self.is_root = is_root
+        self.limit = limit
+        self.declared = 0  # bytes of regular-file content the members so far announced
         self.dir_meta: dict[tuple[str, ...], tuple[int, int]] = {}  # path -> (mode, mtime_ns), applied last
 
     def unsafe(self, member: str, reason: str) -> UnsafeLayerError:
@@ -234,6 +245,11 @@ class _Applier:
         self.dir_meta[tuple(parts)] = (member.mode & 0o7777, _mtime_ns(member))
 
     def make_file(self, tar: tarfile.TarFile, member: tarfile.TarInfo, parent: int, base: str) -> None:
+        self.declared += member.size
+        if self.limit is not None and self.declared > self.limit:
+            # Refused on the header, before a byte of it is written: a bomb fails at once, not at ENOSPC.
+            raise LayerTooLarge(self.label, f"its files add up to more than the {self.limit} bytes of space the "
+                                "layer may take", member=member.name)
         self.clear(parent, base, keep_dir=False)
         fd = os.open(base, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=parent)
         try:
@@ -340,8 +356,12 @@ def _members(tar: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
         yield member
 
 
-def apply_layer(src: BinaryIO, dest: Path, *, label: str | None = None, is_root: bool | None = None) -> UnpackResult:
+def apply_layer(src: BinaryIO, dest: Path, *, label: str | None = None, is_root: bool | None = None,
+                max_size: int | None = None) -> UnpackResult:
     """Apply the layer tar read from `src` (gzip detected by its magic) into the existing directory `dest`.
+
+    `max_size` caps the uncompressed stream (and the file sizes its headers announce): LayerTooLarge as soon
+    as it is passed.
 
     Reads `src` to its end so `diff_id` covers the whole uncompressed stream. Raises UnsafeLayerError for
     members that try to leave `dest`, UnpackError for anything else; `dest` is then partly written and
@@ -356,12 +376,12 @@ def apply_layer(src: BinaryIO, dest: Path, *, label: str | None = None, is_root:
     compressed = head.startswith(GZIP_MAGIC)
     if compressed:
         stream = gzip.GzipFile(fileobj=stream, mode="rb")  # type: ignore[assignment]
-    reader = _HashingReader(stream)
+    reader = _HashingReader(stream, label, max_size)
     try:
         root_fd = os.open(dest, _DIR_FLAGS)
     except OSError as exc:
         raise UnpackError(label, f"cannot open destination {dest}: {exc.strerror}") from exc
-    applier = _Applier(root_fd, label, is_root)
+    applier = _Applier(root_fd, label, is_root, max_size)
     current = None
     try:
         with tarfile.open(fileobj=reader, mode="r|") as tar:  # type: ignore[call-overload]
@@ -380,14 +400,15 @@ def apply_layer(src: BinaryIO, dest: Path, *, label: str | None = None, is_root:
     return UnpackResult(diff_id="sha256:" + reader.sha.hexdigest(), size=reader.size, compressed=compressed)
 
 
-def unpack_layer_file(path: Path, dest: Path, *, label: str | None = None, is_root: bool | None = None) -> UnpackResult:
+def unpack_layer_file(path: Path, dest: Path, *, label: str | None = None, is_root: bool | None = None,
+                      max_size: int | None = None) -> UnpackResult:
     """`apply_layer` from a file."""
     try:
         f = open(path, "rb")
     except OSError as exc:
         raise UnpackError(label or str(path), f"cannot open layer: {exc.strerror}") from exc
     with f:
-        return apply_layer(f, dest, label=label or str(path), is_root=is_root)
+        return apply_layer(f, dest, label=label or str(path), is_root=is_root, max_size=max_size)
 
 
 class _Prefixed:

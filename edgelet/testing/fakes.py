@@ -23,6 +23,10 @@ class FakeImageStore:
     def get(self, ref: str) -> ImageRecord | None:
         return self.records.get(ref)
 
+    def touch(self, ref: str) -> None:
+        """The ImageManager stamps each image it hands out (last used, for GC); the fake only counts them."""
+        self.touched = [*getattr(self, "touched", []), ref]
+
 
 class FakeRuntime:
     """Keeps sandboxes and containers in dicts; `exit(id, code)` simulates a container's death."""

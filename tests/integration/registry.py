@@ -1,6 +1,7 @@
 """A real OCI registry for tests: Debian's docker-registry on a free loopback port, images pushed with skopeo.
 
     reg = Registry(tmp_path)           # or Registry(tmp_path, htpasswd=("user", "secret"))
+                                       # or Registry(tmp_path, token=TokenServer(dir, ("user", "secret")))
     reg.start()
     reg.push_layout(layout_dir, "test/busybox:1")
     ...
@@ -12,15 +13,20 @@ layers) and a multi-platform index over several of them.
 
 from __future__ import annotations
 
+import base64
 import gzip
 import hashlib
+import http.server
 import json
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
+import urllib.parse
+import uuid
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -51,7 +57,8 @@ def _sha(data: bytes) -> str:
 class Registry:
     """One docker-registry process; storage survives stop()/start() so a restart serves the same content."""
 
-    def __init__(self, base: Path, *, htpasswd: tuple[str, str] | None = None) -> None:
+    def __init__(self, base: Path, *, htpasswd: tuple[str, str] | None = None,
+                 token: "TokenServer | None" = None) -> None:
         self.base = Path(base)
         self.storage = self.base / "storage"
         self.storage.mkdir(parents=True, exist_ok=True)
@@ -64,6 +71,10 @@ class Registry:
             subprocess.run(["htpasswd", "-Bbc", str(pw_file), htpasswd[0], htpasswd[1]], check=True,
                            capture_output=True)
             auth = f"auth:\n  htpasswd:\n    realm: edgelet-test\n    path: {pw_file}\n"
+        if token is not None:
+            self.creds = token.creds
+            auth = (f"auth:\n  token:\n    realm: {token.realm}\n    service: {token.service}\n"
+                    f"    issuer: {token.issuer}\n    rootcertbundle: {token.cert}\n")
         self.config = self.base / "config.yml"
         self.config.write_text(
             "version: 0.1\nlog:\n  level: error\n  accesslog:\n    disabled: true\n"
@@ -118,6 +129,110 @@ class Registry:
     def blob_file(self, digest: str) -> Path:
         hex_ = digest.split(":", 1)[1]
         return self.storage / "docker" / "registry" / "v2" / "blobs" / "sha256" / hex_[:2] / hex_ / "data"
+
+
+def _b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+class TokenServer:
+    """The token service of docker distribution's `auth: token` scheme, on loopback, for one user.
+
+    A GET /token with the right basic credentials gets a JWT (RS256, signed by the `openssl` CLI with a key
+    whose self-signed certificate is the registry's rootcertbundle; the certificate rides in the `x5c`
+    header) granting the actions asked for in `scope`; wrong credentials get a 401. `requests` records
+    (user or None, scopes) per request so a test can see the bearer flow happened."""
+
+    service = "edgelet-test-registry"
+    issuer = "edgelet-test-issuer"
+
+    def __init__(self, base: Path, creds: tuple[str, str]) -> None:
+        self.base = Path(base)
+        self.base.mkdir(parents=True, exist_ok=True)
+        self.creds = creds
+        self.key, self.cert = self.base / "token.key", self.base / "token.pem"
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(self.key),
+                        "-out", str(self.cert), "-days", "2", "-subj", "/CN=edgelet-test-token",
+                        "-addext", "keyUsage=critical,digitalSignature,keyCertSign",
+                        "-addext", "basicConstraints=critical,CA:TRUE"], check=True, capture_output=True)
+        der = subprocess.run(["openssl", "x509", "-in", str(self.cert), "-outform", "DER"], check=True,
+                             capture_output=True).stdout
+        self._x5c = base64.b64encode(der).decode()
+        self.requests: list[tuple[str | None, list[str]]] = []
+        self._server: http.server.ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self.port = free_port()
+
+    @property
+    def realm(self) -> str:
+        return f"http://127.0.0.1:{self.port}/token"
+
+    def sign(self, claims: dict) -> str:
+        header = {"typ": "JWT", "alg": "RS256", "x5c": [self._x5c]}
+        signing_input = f"{_b64url(_canon(header))}.{_b64url(_canon(claims))}"
+        sig = subprocess.run(["openssl", "dgst", "-sha256", "-sign", str(self.key)], input=signing_input.encode(),
+                             check=True, capture_output=True).stdout
+        return f"{signing_input}.{_b64url(sig)}"
+
+    def _token_for(self, user: str, scopes: list[str]) -> str:
+        access = []
+        for scope in scopes:
+            kind, _, rest = scope.partition(":")
+            name, _, actions = rest.rpartition(":")
+            if kind == "repository" and name:
+                access.append({"type": kind, "name": name, "actions": [a for a in actions.split(",") if a]})
+        now = int(time.time())
+        return self.sign({"iss": self.issuer, "sub": user, "aud": self.service, "exp": now + 300,
+                          "nbf": now - 10, "iat": now, "jti": uuid.uuid4().hex, "access": access})
+
+    def start(self) -> None:
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+                url = urllib.parse.urlsplit(self.path)
+                query = urllib.parse.parse_qs(url.query)
+                scopes = [s for v in query.get("scope", []) for s in v.split(" ") if s]
+                user = None
+                header = self.headers.get("Authorization", "")
+                if header.startswith("Basic "):
+                    user, _, password = base64.b64decode(header[6:]).decode().partition(":")
+                    if (user, password) != outer.creds:
+                        outer.requests.append((user, scopes))
+                        self._reply(401, {"details": "invalid credentials"})
+                        return
+                outer.requests.append((user, scopes))
+                if url.path != "/token" or user is None or query.get("service") != [outer.service]:
+                    # Anonymous: a token with no access, as Docker Hub's token service gives for private repos.
+                    self._reply(200 if url.path == "/token" else 404,
+                                {"token": outer._token_for("", []) if url.path == "/token" else ""})
+                    return
+                token = outer._token_for(user, scopes)
+                self._reply(200, {"token": token, "access_token": token, "expires_in": 300})
+
+            def _reply(self, code: int, doc: dict) -> None:
+                body = json.dumps(doc).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
 
 
 class Layout:

@@ -296,3 +296,17 @@ def test_never_without_image(tmp_path):
     with pytest.raises(ImageUnavailable) as e:
         asyncio.run(m.ensure(pod, pod.spec.containers[0]))
     assert e.value.reason == "ErrImageNeverPull"
+
+
+def test_ensure_stamps_last_used(tmp_path):
+    from edgelet.testing.images import build_busybox_image
+
+    clock = FakeClock()
+    store = ImageStore(tmp_path / "s", clock=clock)
+    store.import_archive(build_busybox_image(tmp_path / "bb.tar", name="reg.test/bb:1"))
+    assert store.get("reg.test/bb:1").extra["last_used"] == "0.000"
+    m = ImageManager(store, FailingPuller(), events=EventRecorder(clock), backoff=Backoff(), clock=clock)
+    pod = _pod("reg.test/bb:1", "IfNotPresent")
+    clock.advance(500)
+    asyncio.run(m.ensure(pod, pod.spec.containers[0]))
+    assert float(ImageStore(tmp_path / "s").get("reg.test/bb:1").extra["last_used"]) == clock.now()  # persisted
