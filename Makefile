@@ -4,16 +4,19 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 APT_PACKAGES := runc conmon catatonit busybox-static skopeo umoci docker-registry \
-	containernetworking-plugins libcap-dev iproute2 python3-venv python3-dev gcc
+	containernetworking-plugins libcap-dev iproute2 python3-venv python3-dev gcc apache2-utils zstd
 RUN_DIR ?= $(CURDIR)/.run
 SAMPLE_IMAGE := build/images/busybox-1.36.oci.tar
+# Its own cgroup parent, so the demo never mixes with a kubelet's /kubepods.
+DEMO_CGROUP := /edgelet-demo
 
 .PHONY: all deps venv run test test-fast images bench clean-run
 
 all: test
 
-# apt-get update runs once, and only when a package is missing.
-.make/apt.stamp:
+# apt-get update runs once, and only when a package is missing (re-checked when
+# the Makefile, and so the package list, changes).
+.make/apt.stamp: Makefile
 	@mkdir -p .make
 	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
@@ -46,7 +49,12 @@ run: $(VENV)/.installed $(SAMPLE_IMAGE)
 	@cp -u $(SAMPLE_IMAGE) $(RUN_DIR)/root/images/import/
 	$(VENV)/bin/edgelet --pod-manifest-path manifests.d \
 		--root-dir $(RUN_DIR)/root --run-dir $(RUN_DIR)/run --log-dir $(RUN_DIR)/log \
-		--hostname-override $$(hostname) -v 1
+		--cgroup-root $(DEMO_CGROUP) --hostname-override $$(hostname) -v 1
+
+# Stops the demo pods `make run` left running and removes .run/ entirely.
+clean-run: $(VENV)/.installed
+	$(PY) -c 'from pathlib import Path; from edgelet.testing.cleanup import cleanup_all; \
+		cleanup_all(Path("$(RUN_DIR)"), Path("$(RUN_DIR)/run/runc"), "$(DEMO_CGROUP)")'
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
@@ -59,31 +67,44 @@ bench: $(VENV)/.installed
 	$(PY) bench/start_latency.py
 	$(PY) bench/footprint.py
 	$(PY) bench/runonce.py
+	$(PY) bench/url_latency.py
+	$(PY) bench/server.py
+	$(PY) bench/probes.py
 
 # --- packaging: frozen binary and .deb (see packaging/README.md) -------------
-# `make binary` builds dist/edgelet (one file; ONEDIR=1: dist/onedir/edgelet/),
-# `make deb` wraps it into dist/edgelet_<version>_<arch>.deb, `make binary-arm64`
-# builds dist/arm64/edgelet in an arm64 Debian root under qemu.
-.PHONY: binary binary-arm64 deb
+# `make binary`: dist/edgelet, one file to copy to a device by hand.
+# `make binary-onedir`: dist/onedir/edgelet/ (executable + _internal/): nothing
+#   to unpack at start, one process; what the .deb installs.
+# `make deb`: dist/edgelet_<version>_<arch>.deb around the one-dir build
+#   (`make deb-onefile`: around dist/edgelet instead).
+# `make test-binary`: the e2e suite against dist/edgelet instead of the venv.
+# `make binary-arm64`: dist/arm64/edgelet in an arm64 Debian root under qemu (slow).
+.PHONY: binary binary-onedir binary-arm64 deb deb-onefile test-binary
 
 $(VENV)/.build-installed: $(VENV)/.installed
 	@$(PY) -m pip install -q -e '.[build]'
 	@touch $@
 
-ifeq ($(ONEDIR),1)
-BINARY_OUT := dist/onedir/edgelet
-binary: $(VENV)/.build-installed
-	EDGELET_ONEDIR=1 $(VENV)/bin/pyinstaller --noconfirm --clean --log-level WARN \
-		--distpath dist/onedir --workpath build/pyinstaller-onedir build.spec
-else
-BINARY_OUT := dist/edgelet
+# --clean: every build starts from scratch, as in a fresh clone.
 binary: $(VENV)/.build-installed
 	$(VENV)/bin/pyinstaller --noconfirm --clean --log-level WARN \
 		--distpath dist --workpath build/pyinstaller build.spec
-endif
+
+binary-onedir: $(VENV)/.build-installed
+	EDGELET_ONEDIR=1 $(VENV)/bin/pyinstaller --noconfirm --clean --log-level WARN \
+		--distpath dist/onedir --workpath build/pyinstaller-onedir build.spec
 
 binary-arm64:
 	packaging/build-arm64.sh
 
-deb: binary
-	packaging/build-deb.sh $(BINARY_OUT)
+deb: binary-onedir
+	packaging/build-deb.sh dist/onedir/edgelet
+
+deb-onefile: binary
+	packaging/build-deb.sh dist/edgelet
+
+# EDGELET_BIN makes the e2e fixtures run the frozen binary; it also enables
+# the slow packaging test that installs the real binary's .deb.
+test-binary: binary
+	EDGELET_BIN=$(CURDIR)/dist/edgelet $(PY) -m pytest -q -p no:cacheprovider \
+		tests/e2e tests/unit/test_packaging.py $(PYTEST_ARGS)

@@ -2,9 +2,9 @@
 
 __version__ = "0.1.0"
 
-# A frozen build (build.spec) generates edgelet/_build.py with the git commit it
-# was built from; a source checkout has none and reports "dev".
+# A frozen build (build.spec) bundles a generated top-level module with the git
+# commit it was built from; a source checkout has none and reports "dev".
 try:
-    from edgelet._build import BUILD_COMMIT
+    from _edgelet_build import BUILD_COMMIT
 except ImportError:
     BUILD_COMMIT = "dev"

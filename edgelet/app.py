@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from edgelet.util.clock import RealClock
 from edgelet.util.log import configure, get_logger
+from edgelet.util.memory import limit_arenas, trim_periodically
 
 if TYPE_CHECKING:
     from edgelet.sdnotify import Notifier
@@ -29,6 +30,7 @@ class Agent:
     """Every long-lived component of a running edgelet, built from Settings."""
 
     def __init__(self, settings: "Settings") -> None:
+        limit_arenas()  # before the worker threads exist, so they share arenas
         from edgelet.images.importdir import ImportDir
         from edgelet.images.store import ImageStore
         from edgelet.pleg import Pleg
@@ -169,6 +171,7 @@ class Agent:
                     tg.create_task(self.http_source.run(self.loop.emit_config), name="source-http")
                 tg.create_task(self.import_dir.run(self.loop.resync_all), name="image-import")
                 tg.create_task(self.image_gc.run(), name="image-gc")
+                tg.create_task(trim_periodically(self.clock), name="memory-trim")
         finally:
             notifier.stopping()
             watchdog.cancel()
@@ -307,6 +310,9 @@ async def _main(settings: "Settings", notifier: "Notifier | None" = None) -> int
     loop = asyncio.get_running_loop()
     if settings.runonce:
         return await agent.run_once(sys.stdout)
+    from edgelet.frozen import remove_stale_unpack_dirs
+
+    await asyncio.to_thread(remove_stale_unpack_dirs, agent.clock.now())
     task = asyncio.current_task()
     stopping = False
 

@@ -117,12 +117,15 @@ def events_table(events: Sequence["Event"], now: float) -> str:
     return format_table(rows)
 
 
-def images_table(records: Sequence["ImageRecord"]) -> str:
-    rows = [["REFERENCE", "ID", "SIZE", "PINNED"]]
+def images_table(records: Sequence["ImageRecord"], now: float) -> str:
+    """REFERENCE, DIGEST (the manifest's: `name@digest` pins it), SIZE, PINNED, LAST USED (a container
+    created from it; "never" when none was). An image without a name shows `<none>`: `images rm DIGEST`."""
+    rows = [["REFERENCE", "DIGEST", "SIZE", "PINNED", "LAST USED"]]
     for r in sorted(records, key=lambda r: (r.references or ("~",), r.id)):
-        short = r.id.split(":", 1)[-1][:12]
+        last = float(r.extra.get("last_used", 0) or 0)
+        used = f"{format_age(now - last)} ago" if last > 0 else "never"
         for ref in r.references or ("<none>",):
-            rows.append([ref, short, format_size(r.size), "true" if r.pinned else "false"])
+            rows.append([ref, r.digest, format_size(r.size), "true" if r.pinned else "false", used])
     return format_table(rows)
 
 
@@ -332,7 +335,7 @@ def cmd_images(settings: Settings, args: argparse.Namespace, out: TextIO, err: T
         records: list[ImageRecord] = []  # a read-only command creates no store
     else:
         records = _image_store(settings).list()
-    print(images_table(records), file=out)
+    print(images_table(records, time.time()), file=out)
     return EXIT_OK
 
 

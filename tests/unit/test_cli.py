@@ -281,14 +281,16 @@ def test_a_reused_pid_of_another_program_is_not_the_agent() -> None:
 # --- images ---------------------------------------------------------------------
 
 
-def record(ref: str | None, n: int, size: int, pinned: bool = False) -> ImageRecord:
+def record(ref: str | None, n: int, size: int, pinned: bool = False, last_used: float = 0.0) -> ImageRecord:
     return ImageRecord(id=f"sha256:{n:064x}", digest=f"sha256:{n + 1:064x}", references=(ref,) if ref else (),
-                       config=ImageConfig(), layers=(), size=size, pinned=pinned)
+                       config=ImageConfig(), layers=(), size=size, pinned=pinned,
+                       extra={"created": "1.000", "last_used": f"{last_used:.3f}"})
 
 
 class FakeStore:
     def __init__(self) -> None:
-        self.records = [record("edgelet.local/busybox:1.36", 0xABC, 4_260_000, pinned=True), record(None, 7, 1200)]
+        self.records = [record("edgelet.local/busybox:1.36", 0xABC, 4_260_000, pinned=True, last_used=1000.0),
+                        record(None, 7, 1200)]
         self.imported: list[Path] = []
 
     def list(self) -> list[ImageRecord]:
@@ -319,14 +321,22 @@ def test_images_list(tmp_path: Path, store: FakeStore) -> None:
     rc, out, _ = run("images", "--config", "/dev/null", "--root-dir", str(tmp_path))
     assert rc == 0
     lines = [line.split() for line in out.splitlines()]
-    assert lines[0] == ["REFERENCE", "ID", "SIZE", "PINNED"]
-    assert lines[1] == ["edgelet.local/busybox:1.36", "000000000000", "4.26MB", "true"]
-    assert lines[2] == ["<none>", "000000000000", "1.2kB", "false"]
+    assert lines[0] == ["REFERENCE", "DIGEST", "SIZE", "PINNED", "LAST", "USED"]
+    assert lines[1][:4] == ["edgelet.local/busybox:1.36", f"sha256:{0xABD:064x}", "4.26MB", "true"]
+    assert lines[1][5] == "ago"
+    assert lines[2] == ["<none>", f"sha256:{8:064x}", "1.2kB", "false", "never"]
+
+
+@pytest.mark.parametrize("last_used, want", [(0.0, "never"), (999_940.0, "1m ago"), (1e6, "0s ago"),
+                                             (1e6 - 3 * 86400, "3d ago")])
+def test_images_table_last_used(last_used: float, want: str) -> None:
+    table = cli.images_table([record("a/b:1", 1, 10, last_used=last_used)], now=1e6)
+    assert table.splitlines()[1].endswith(want)
 
 
 def test_images_list_without_store_creates_nothing(tmp_path: Path) -> None:
     rc, out, _ = run("images", "list", "--config", "/dev/null", "--root-dir", str(tmp_path / "none"))
-    assert rc == 0 and out.split() == ["REFERENCE", "ID", "SIZE", "PINNED"]
+    assert rc == 0 and out.split() == ["REFERENCE", "DIGEST", "SIZE", "PINNED", "LAST", "USED"]
     assert not (tmp_path / "none").exists()
 
 

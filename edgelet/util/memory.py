@@ -1,0 +1,54 @@
+"""Keeps the agent's resident memory close to what it uses: glibc arena limit and periodic heap trimming.
+
+Starting twenty pods at once spawns many runc/conmon subprocesses from
+several threads; glibc keeps the freed memory in per-thread arenas and the
+process stays at its high-water mark. On a 512 MB board that is worth
+returning: two arenas are plenty for an agent that mostly waits, and
+`malloc_trim` hands the free pages back to the kernel.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from edgelet.util.clock import Clock
+
+M_ARENA_MAX = -8  # glibc malloc.h
+TRIM_PERIOD = 30.0
+
+_libc: ctypes.CDLL | None = None
+
+
+def _glibc() -> ctypes.CDLL | None:
+    global _libc
+    if _libc is None:
+        name = ctypes.util.find_library("c")
+        try:
+            lib = ctypes.CDLL(name or "libc.so.6")
+            lib.malloc_trim  # noqa: B018 (only glibc has it; musl does not)
+            lib.mallopt  # noqa: B018
+        except (OSError, AttributeError):
+            return None
+        _libc = lib
+    return _libc
+
+
+def limit_arenas(arenas: int = 2) -> bool:
+    """Cap glibc's malloc arenas (threads share them instead of each growing its own)."""
+    lib = _glibc()
+    return bool(lib is not None and lib.mallopt(M_ARENA_MAX, arenas))
+
+
+def trim() -> bool:
+    """Return free heap pages to the kernel; True when glibc released something."""
+    lib = _glibc()
+    return bool(lib is not None and lib.malloc_trim(0))
+
+
+async def trim_periodically(clock: "Clock", period: float = TRIM_PERIOD) -> None:
+    while True:
+        await clock.sleep(period)
+        trim()
