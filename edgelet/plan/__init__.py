@@ -27,8 +27,8 @@ class PodActions:
     containers_to_start: tuple[ContainerToStart, ...] = ()
     # container name -> (reason, message) for containers that wait, e.g. CrashLoopBackOff
     waiting: Mapping[str, tuple[str, str]] = field(default_factory=dict)
-    # container ids of exited instances that can be removed: all but the newest exited one per name
-    # (kept even when a newer instance runs: it is the lastState, like kubelet GC MaxPerPodContainer=1)
+    # container ids of exited instances that can be removed: per name, all but the current (newest)
+    # instance and the newest exited one before it, which is the container's lastState
     containers_to_remove: tuple[str, ...] = ()
     pod_failed: bool = False  # restartPolicy Never and an init container failed
     # Nothing of the pod will run again (all main containers finished for good, or the pod failed):

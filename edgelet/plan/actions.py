@@ -38,6 +38,20 @@ if TYPE_CHECKING:
 
 ALIVE = ("running", "created", "unknown")  # states of a container that may still hold a process
 
+# Reasons for stopping the containers of a pod that will never run anything again. kubelet does not
+# kill these in computePodActions: its pod worker terminates the finished pod as it would a deleted
+# one, so the Killing event says "Stopping container NAME" rather than the reason (is_pod_termination).
+INIT_FAILED_NEVER = "Init container failed and restartPolicy is Never"
+MAINS_FINISHED = "All main containers have finished"
+SANDBOX_GONE_NEVER = "Pod sandbox is gone and restartPolicy is Never"
+ALL_FINISHED = "All containers have finished"
+_POD_TERMINATION = frozenset({INIT_FAILED_NEVER, MAINS_FINISHED, SANDBOX_GONE_NEVER, ALL_FINISHED})
+
+
+def is_pod_termination(reason: str) -> bool:
+    """Whether a kill reason of `containers_to_kill` is the termination of a finished pod (see above)."""
+    return reason in _POD_TERMINATION
+
 
 def is_sidecar(container: "Container") -> bool:
     """An init container with restartPolicy Always (kubelet IsRestartableInitContainer)."""
@@ -213,7 +227,7 @@ def compute_pod_actions(
                     # kubelet: the init container failed and will not be retried: the pod fails.
                     for other in status.containers:
                         if other.state in ALIVE:
-                            plan.kill[other.id] = "Init container failed and restartPolicy is Never"
+                            plan.kill[other.id] = INIT_FAILED_NEVER
                     return _actions(plan, remove=remove, pod_failed=True, pod_finished=True, **actions_base)
                 nxt = plan.try_start(c, "init")
                 return _actions(plan, next_init=nxt, remove=remove, **actions_base)
@@ -270,7 +284,7 @@ def compute_pod_actions(
         for c in reversed(inits):
             rec = plan.latest(c.name)
             if is_sidecar(c) and rec is not None and rec.state in ALIVE:
-                plan.kill[rec.id] = "All main containers have finished"
+                plan.kill[rec.id] = MAINS_FINISHED
         return _actions(plan, remove=remove, pod_finished=True, **actions_base)
     return _actions(plan, remove=remove, **actions_base)
 
@@ -289,7 +303,7 @@ def _recreate(
         # kubelet: the pod ran once and must not run again. Stop what still runs; keep the records.
         for rec in status.containers:
             if rec.state in ALIVE:
-                plan.kill[rec.id] = "Pod sandbox is gone and restartPolicy is Never"
+                plan.kill[rec.id] = SANDBOX_GONE_NEVER
         return _actions(plan, sandbox_id=sandbox_id, sandbox_attempt=attempt, pod_finished=True)
 
     to_start = [c for c in regular if not (policy == "OnFailure" and _succeeded(plan.latest(c.name)))]
@@ -297,7 +311,7 @@ def _recreate(
         # Initialized and nothing left to run: no new sandbox for a finished pod.
         for rec in status.containers:
             if rec.state in ALIVE:
-                plan.kill[rec.id] = "All containers have finished"
+                plan.kill[rec.id] = ALL_FINISHED
         return _actions(plan, sandbox_id=sandbox_id, sandbox_attempt=attempt, pod_finished=True)
 
     base = dict(kill_pod=True, create_sandbox=True, sandbox_id=sandbox_id, sandbox_attempt=attempt)
@@ -316,20 +330,27 @@ def _recreate(
 
 
 def _old_instances(status: "PodRuntimeStatus", killing: Mapping[str, str]) -> tuple[str, ...]:
-    """Exited instances beyond the newest exited one per container name.
+    """Exited instances that are neither a container's current instance nor its lastState.
 
-    Like kubelet's container GC with MaxPerPodContainer=1, the newest dead
-    instance stays even when a newer one runs: it is the container's
-    lastState (and its log is the one `logs --previous` reads).
+    Per container name, the newest instance (whatever its state) is the
+    current one and the newest exited instance before it is the lastState
+    (`lastState.terminated`, and the log `logs --previous` reads); every older
+    exited instance goes. kubelet's container GC keeps MaxPerPodContainer=1
+    dead instance per container, but only runs once a minute, so kubectl shows
+    the lastState of a container that crashed or restarted.
+    **edgelet:** keeps that lastState for as long as the current instance
+    stays, so it never vanishes under the user; at most two instances per
+    container are ever kept. Instances still alive (or being killed) are never
+    listed: the kill step deals with them.
     """
     by_name: dict[str, list["ContainerRecord"]] = {}
     for rec in status.containers:
-        if rec.state == "exited" and rec.id not in killing:
-            by_name.setdefault(rec.name, []).append(rec)
+        by_name.setdefault(rec.name, []).append(rec)
     remove: list[str] = []
     for recs in by_name.values():
         recs.sort(key=lambda r: (r.attempt, r.created_at), reverse=True)
-        remove.extend(r.id for r in recs[1:])
+        older = [r for r in recs[1:] if r.state == "exited" and r.id not in killing]
+        remove.extend(r.id for r in older[1:])
     return tuple(remove)
 
 

@@ -6,7 +6,11 @@ Semantics (KUBELET-SEMANTICS "Probes"):
   failureThreshold 3, initialDelaySeconds 0.
 - Initial results: readiness Failure, liveness Success, startup Unknown.
 - No probe runs before `initialDelaySeconds` have passed since the container
-  started (kubelet truncates the elapsed time to whole seconds).
+  started (kubelet truncates the elapsed time to whole seconds). Right
+  after an agent start, adopted containers' first probes are spread over a
+  period (`initial_jitter`).
+- A probe that errors (could not be carried out) is tried again at once,
+  3 tries in all; a failure is not retried.
 - Liveness and readiness do not run until the container has started (its
   startup probe succeeded, or it has none); startup stops once it has.
 - A result is published only after `successThreshold` successes or
@@ -20,12 +24,13 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Callable, Literal
 
 if TYPE_CHECKING:
     from edgelet.api.types import Probe
 
 ProbeKind = Literal["startup", "liveness", "readiness"]
+MAX_PROBE_TRIES = 3  # kubelet maxProbeRetries: a probe that errors is run again at once, 3 tries in all
 KINDS: tuple[ProbeKind, ...] = ("startup", "liveness", "readiness")
 
 
@@ -77,6 +82,21 @@ class ProbeParams:
             failure_threshold=pos(probe.failure_threshold, 3),
             termination_grace=probe.termination_grace_period_seconds,
         )
+
+
+def initial_jitter(period: float, *, agent_uptime: float, adopted: bool, rand: Callable[[], float]) -> float:
+    """How long a new probe worker waits before its first probe (kubelet worker.run).
+
+    kubelet: "If kubelet restarted the probes could be started in rapid
+    succession", so a worker created less than one period after the agent
+    started waits a random part of the period. **edgelet:** only for a
+    container that was already running when the agent started (adopted);
+    kubelet also delays the first probes of a container started in that
+    first period, which only holds back its readiness. `rand` gives [0, 1).
+    """
+    if not adopted or agent_uptime >= period:
+        return 0.0
+    return rand() * period
 
 
 class ProbeMachine:

@@ -4,9 +4,11 @@ kubelet prober_manager.go + worker.go. The syncer calls `sync_pod` after
 every sync with what the runtime holds; workers start for the probes of each
 running container (regular containers and sidecars) and stop when that
 container instance is gone, so a restarted container begins with fresh
-results (readiness false, liveness true, startup unknown). A worker feeds
-its `ProbeMachine`, records an `Unhealthy` event for every failed run, as
-kubelet does, and when the published result flips it updates the pod's
+results (readiness false, liveness true, startup unknown). Right after an
+agent start, an adopted container's first probe waits a random part of the
+period (`initial_jitter`); a probe that errors is tried 3 times in a row. A
+worker feeds its `ProbeMachine`, records an `Unhealthy` event for every
+failed run and a `ProbeWarning` for a success with a warning, as kubelet does, and when the published result flips it updates the pod's
 `ready`/`started` maps and asks for a resync (`on_change(uid)`): a liveness
 or startup Failure then shows up in `failures(uid)`, which the syncer hands
 to `compute_pod_actions` so the container is killed and restarted.
@@ -15,11 +17,22 @@ to `compute_pod_actions` so the container is killed and restarted.
 from __future__ import annotations
 
 import asyncio
+import random
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Awaitable, Callable, Protocol
 
 from edgelet.events import EventRecorder, pod_ref
-from edgelet.probes.machine import KINDS, ProbeKind, ProbeMachine, ProbeParams, Result, ResultsCache, event_name
+from edgelet.probes.machine import (
+    KINDS,
+    MAX_PROBE_TRIES,
+    ProbeKind,
+    ProbeMachine,
+    ProbeParams,
+    Result,
+    ResultsCache,
+    event_name,
+    initial_jitter,
+)
 from edgelet.probes.probers import Executor, Outcome, ProbeTarget, run_probe, target_for
 from edgelet.util.log import get_logger
 
@@ -64,6 +77,7 @@ class ProbeManager:
         state_of: Callable[[str], ProbeVerdicts] | None = None,
         on_change: Callable[[str], None] | None = None,
         runner: Callable[["Probe", ProbeTarget, Executor], Awaitable[Outcome]] = run_probe,
+        rand: Callable[[], float] = random.random,
     ) -> None:
         self._runtime = runtime
         self._clock = clock
@@ -71,6 +85,8 @@ class ProbeManager:
         self.state_of = state_of
         self.on_change = on_change or (lambda uid: None)
         self._runner = runner
+        self._rand = rand
+        self._started_at = clock.now()  # wall time, as containers' startedAt: tells adopted containers apart
         self.results = ResultsCache()
         self._workers: dict[WorkerKey, _Worker] = {}
 
@@ -176,6 +192,10 @@ class ProbeManager:
         started_at = rec.started_at if rec.started_at is not None else rec.created_at
         ref = pod_ref(pod, name, init=rec.container_type == "init")
         period = float(machine.params.period)
+        jitter = initial_jitter(machine.params.period, agent_uptime=self._clock.now() - self._started_at,
+                                adopted=started_at < self._started_at, rand=self._rand)
+        if jitter > 0:
+            await self._clock.sleep(jitter)
         while True:
             began = self._clock.monotonic()
             if machine.should_probe(now=self._clock.now(), started_at=started_at,
@@ -188,13 +208,19 @@ class ProbeManager:
             await self._clock.sleep(max(0.0, period - (self._clock.monotonic() - began)))
 
     async def _probe(self, probe: "Probe", target: ProbeTarget) -> Outcome:
-        try:
-            return await self._runner(probe, target, self._runtime)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # a probe loop never dies; the result is thrown away like a prober error
-            log.error("Probe crashed", exc, container=target.container_id[:12])
-            return Outcome(Result.UNKNOWN, str(exc), error=True)
+        """kubelet runProbeWithRetries: a probe that errored (not one that failed) is run again at once, 3 tries in all."""
+        outcome = Outcome(Result.UNKNOWN, "", error=True)
+        for _ in range(MAX_PROBE_TRIES):
+            try:
+                outcome = await self._runner(probe, target, self._runtime)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a probe loop never dies; the result is thrown away like a prober error
+                log.error("Probe crashed", exc, container=target.container_id[:12])
+                outcome = Outcome(Result.UNKNOWN, str(exc), error=True)
+            if not outcome.error:
+                break
+        return outcome
 
     def _judge(self, pod: "Pod", key: WorkerKey, worker: _Worker, outcome: Outcome, ref) -> None:
         uid, name, kind = key
@@ -203,7 +229,10 @@ class ProbeManager:
             self._events.warning(ref, "Unhealthy",
                                  f"{event_name(kind)} probe errored and resulted in unknown state: {outcome.message}")
             return
-        if outcome.result != Result.SUCCESS:
+        if outcome.warning:
+            # kubelet probe.Warning (an httpGet redirect it did not follow): a success, with a warning.
+            self._events.warning(ref, "ProbeWarning", f"{event_name(kind)} probe warning: {outcome.message}")
+        elif outcome.result != Result.SUCCESS:
             self._events.warning(ref, "Unhealthy", f"{event_name(kind)} probe failed: {outcome.message}")
         if worker.machine.record(outcome.result):
             result = worker.machine.result

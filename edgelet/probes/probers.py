@@ -2,8 +2,9 @@
 
 Results follow kubelet's prober/ package: exec succeeds on exit 0 and a
 timeout is a Failure (ExecProbeTimeout); httpGet succeeds on 200-399
-(HTTPS not verified); tcpSocket succeeds once connected; grpc succeeds on
-grpc.health.v1 SERVING. A connection error or a bad status is a Failure;
+(HTTPS not verified), following redirects to the same host, and a redirect
+it does not follow is a success with a warning; tcpSocket succeeds once
+connected; grpc succeeds on grpc.health.v1 SERVING. A connection error or a bad status is a Failure;
 a probe that cannot be carried out at all (unknown named port, runc
 missing, the pod's namespace gone) is an error, whose result kubelet
 throws away.
@@ -24,6 +25,7 @@ import socket
 import ssl
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Mapping, Protocol, Sequence
+from urllib.parse import urljoin, urlsplit
 
 from edgelet.probes import netns
 from edgelet.probes.errors import ProbeError
@@ -50,6 +52,7 @@ class Outcome:
     result: Result
     message: str = ""
     error: bool = False
+    warning: bool = False  # kubelet's probe.Warning: counts as a success, reported as a ProbeWarning event
 
 
 @dataclass(frozen=True)
@@ -164,34 +167,59 @@ def _insecure_context() -> ssl.SSLContext:
 class HttpResponse:
     status: int
     body: bytes
+    location: str | None = None  # the Location header, for redirects
 
 
-def http_url(action: "HTTPGetAction", host: str, port: int) -> str:
-    scheme = (action.scheme or "HTTP").lower()
+@dataclass(frozen=True)
+class HttpRequest:
+    """One GET a probe or hook sends; `headers` are the action's, a Host header included when it sets one."""
+
+    scheme: str  # "http" | "https"
+    host: str
+    port: int
+    path: str  # path and query
+    headers: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def hostport(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"{self.scheme}://{self.hostport}{self.path}"
+
+
+def _path(action: "HTTPGetAction") -> str:
     path = action.path or "/"
-    if not path.startswith("/"):
-        path = "/" + path
-    hostport = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    return f"{scheme}://{hostport}{path}"
+    return path if path.startswith("/") else "/" + path
 
 
-def build_request(action: "HTTPGetAction", host: str, port: int) -> bytes:
-    """The GET kubelet sends: its User-Agent and Accept unless the probe sets them, and the probe's headers."""
-    path = action.path or "/"
-    if not path.startswith("/"):
-        path = "/" + path
+def request_for(action: "HTTPGetAction", target: ProbeTarget, host: str | None = None, port: int | None = None
+                ) -> HttpRequest:
+    """The request an httpGet action makes (to `host`/`port` when given); raises ProbeError for an unknown port name."""
+    return HttpRequest(
+        scheme=(action.scheme or "HTTP").lower(),
+        host=host or action.host or DEFAULT_HOST,
+        port=port if port is not None else resolve_port(action.port, target),
+        path=_path(action),
+        headers=tuple((h.name, h.value) for h in action.http_headers or []),
+    )
+
+
+def encode_request(req: HttpRequest) -> bytes:
+    """The GET kubelet sends: its User-Agent and Accept unless the request sets them, and the request's headers."""
     headers: dict[str, tuple[str, str]] = {
-        "host": ("Host", f"[{host}]:{port}" if ":" in host else f"{host}:{port}"),
+        "host": ("Host", req.hostport),
         "user-agent": ("User-Agent", USER_AGENT),
         "accept": ("Accept", "*/*"),
     }
     extra: list[tuple[str, str]] = []
-    for h in action.http_headers or []:
-        if h.name.lower() in headers:
-            headers[h.name.lower()] = (h.name, h.value)
+    for name, value in req.headers:
+        if name.lower() in headers:
+            headers[name.lower()] = (name, value)
         else:
-            extra.append((h.name, h.value))
-    lines = [f"GET {path} HTTP/1.1", *(f"{n}: {v}" for n, v in headers.values()), *(f"{n}: {v}" for n, v in extra),
+            extra.append((name, value))
+    lines = [f"GET {req.path} HTTP/1.1", *(f"{n}: {v}" for n, v in headers.values()), *(f"{n}: {v}" for n, v in extra),
              "Connection: close"]
     for line in lines:
         if "\r" in line or "\n" in line:
@@ -199,34 +227,40 @@ def build_request(action: "HTTPGetAction", host: str, port: int) -> bytes:
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
-async def http_get(action: "HTTPGetAction", target: ProbeTarget, timeout: float | None) -> HttpResponse:
-    """One GET from inside the pod's namespace; raises ProbeError (bad port), OSError or TimeoutError."""
-    port = resolve_port(action.port, target)
-    host = action.host or DEFAULT_HOST
-    request = build_request(action, host, port)
+def build_request(action: "HTTPGetAction", host: str, port: int) -> bytes:
+    """The bytes of the GET an httpGet action sends to host:port."""
+    return encode_request(request_for(action, ProbeTarget("", None), host, port))
+
+
+async def send(req: HttpRequest, target: ProbeTarget, timeout: float | None) -> HttpResponse:
+    """One GET from inside the pod's namespace; raises OSError, ssl.SSLError, ConnectionError or TimeoutError."""
+    payload = encode_request(req)
+    https = req.scheme == "https"
 
     async def exchange() -> HttpResponse:
-        sock = await _open(target, host, port, timeout if timeout is not None else 3600.0)
-        https = (action.scheme or "HTTP").upper() == "HTTPS"
+        sock = await _open(target, req.host, req.port, timeout if timeout is not None else 3600.0)
         try:
             reader, writer = await asyncio.open_connection(
-                sock=sock, ssl=_insecure_context() if https else None, server_hostname=host if https else None,
+                sock=sock, ssl=_insecure_context() if https else None, server_hostname=req.host if https else None,
                 limit=MAX_OUTPUT * 8,
             )
         except BaseException:
             sock.close()
             raise
         try:
-            writer.write(request)
+            writer.write(payload)
             await writer.drain()
             status_line = await reader.readline()
             parts = status_line.decode("latin-1").split(" ", 2)
             if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
                 raise ConnectionError(f"malformed HTTP response: {status_line[:80]!r}")
+            location = None
             while (line := await reader.readline()) not in (b"\r\n", b"\n", b""):
-                pass
+                name, _, value = line.decode("latin-1").partition(":")
+                if name.strip().lower() == "location":
+                    location = value.strip()
             body = await reader.read(MAX_OUTPUT)
-            return HttpResponse(int(parts[1]), body)
+            return HttpResponse(int(parts[1]), body, location)
         finally:
             writer.close()
             try:
@@ -239,25 +273,94 @@ async def http_get(action: "HTTPGetAction", target: ProbeTarget, timeout: float 
     return await asyncio.wait_for(exchange(), timeout)
 
 
-async def http_probe(action: "HTTPGetAction", target: ProbeTarget, timeout: float) -> Outcome:
-    """kubelet prober/http: 200-399 success (a redirect is not followed: 3xx counts as success, see below)."""
-    host = action.host or DEFAULT_HOST
+async def http_get(action: "HTTPGetAction", target: ProbeTarget, timeout: float | None) -> HttpResponse:
+    """One GET of an httpGet action (lifecycle hooks); raises ProbeError (bad port), OSError or TimeoutError."""
+    return await send(request_for(action, target), target, timeout)
+
+
+REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})  # the ones Go's http.Client follows
+MAX_REDIRECTS = 10
+
+
+class TooManyRedirects(Exception):
+    """Go's "stopped after 10 redirects"; `url` is the request whose response was the redirect too many."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        super().__init__("stopped after 10 redirects")
+
+
+def next_request(first: HttpRequest, current: HttpRequest, response: HttpResponse, followed: int) -> HttpRequest | None:
+    """Where a probe goes after `response`, or None when `response` is the one to judge (pure).
+
+    kubelet's prober client (prober/http.go RedirectChecker(false) over Go's
+    http.Client): 301, 302, 303, 307 and 308 with a Location are followed,
+    but only to the host of the first request (ports and schemes may differ),
+    and at most 10 times, the 11th is an error; a redirect elsewhere is not
+    followed, and the caller judges the 3xx itself. The headers go along; a
+    Host header the probe set only when the Location is relative, as Go does.
+    `followed` is how many redirects were followed before `response`.
+    """
+    if response.status not in REDIRECT_STATUSES or not response.location:
+        return None
+    absolute = bool(urlsplit(response.location).scheme)
+    target = urlsplit(urljoin(current.url, response.location))
+    if target.scheme not in ("http", "https") or not target.hostname:
+        return None
+    if target.hostname != urlsplit(first.url).hostname:
+        return None
+    if followed >= MAX_REDIRECTS:
+        raise TooManyRedirects(current.url)
     try:
-        port = resolve_port(action.port, target)
-        url = http_url(action, host, port)
-        response = await http_get(action, target, timeout)
+        port = target.port or (443 if target.scheme == "https" else 80)
+    except ValueError:
+        return None
+    path = (target.path or "/") + (f"?{target.query}" if target.query else "")
+    headers = tuple((n, v) for n, v in current.headers if not (absolute and n.lower() == "host"))
+    return HttpRequest(target.scheme, target.hostname, port, path, headers)
+
+
+async def http_probe(action: "HTTPGetAction", target: ProbeTarget, timeout: float) -> Outcome:
+    """kubelet prober/http: 200-399 success, redirects to the same host followed (`next_request`).
+
+    A 3xx that ends the chain (a redirect to another host, or one Go does not
+    follow) is a success with a warning, kubelet's probe.Warning, which the
+    manager reports as a ProbeWarning event. The timeout covers the whole chain.
+    """
+    try:
+        first = request_for(action, target)
+    except ProbeError as exc:
+        return Outcome(Result.UNKNOWN, str(exc), error=True)
+    current = first
+
+    async def chain() -> HttpResponse:
+        nonlocal current
+        followed = 0
+        while True:
+            response = await send(current, target, None)
+            nxt = next_request(first, current, response, followed)
+            if nxt is None:
+                return response
+            current, followed = nxt, followed + 1
+
+    try:
+        response = await asyncio.wait_for(chain(), timeout)
     except netns.NetnsError as exc:
         return Outcome(Result.UNKNOWN, str(exc), error=True)
     except ProbeError as exc:
         return Outcome(Result.UNKNOWN, str(exc), error=True)
+    except TooManyRedirects as exc:
+        return Outcome(Result.FAILURE, f'Get "{exc.url}": {exc}')
     except (asyncio.TimeoutError, TimeoutError):
-        return Outcome(Result.FAILURE, f'Get "{url}": context deadline exceeded (Client.Timeout exceeded while awaiting headers)')
+        return Outcome(Result.FAILURE,
+                       f'Get "{current.url}": context deadline exceeded (Client.Timeout exceeded while awaiting headers)')
     except (OSError, ssl.SSLError) as exc:
-        return Outcome(Result.FAILURE, f'Get "{url}": {_dial_error(host, port, exc)}')
-    # edgelet: kubelet follows redirects to the same host and judges the final response; edgelet does not
-    # follow them and, like kubelet for a redirect elsewhere, counts a 3xx as success.
-    if 200 <= response.status < 400:
-        return Outcome(Result.SUCCESS, response.body.decode(errors="replace"))
+        return Outcome(Result.FAILURE, f'Get "{current.url}": {_dial_error(current.host, current.port, exc)}')
+    body = response.body.decode(errors="replace")
+    if 300 <= response.status < 400:
+        return Outcome(Result.SUCCESS, f"Probe terminated redirects, Response body: {body}", warning=True)
+    if 200 <= response.status < 300:
+        return Outcome(Result.SUCCESS, body)
     return Outcome(Result.FAILURE, f"HTTP probe failed with statuscode: {response.status}")
 
 

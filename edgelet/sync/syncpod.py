@@ -10,7 +10,7 @@ SyncPod):
   4. Create the sandbox if needed.
   5. Start the next init container, if any.
   6. Start the regular containers that must run (image first, then create, then start).
-  7. Remove exited instances older than the newest of each container.
+  7. Remove exited instances other than each container's current one and its lastState.
   8. Publish the pod's status.
 """
 
@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 from edgelet.events import EventRecorder, pod_ref
 from edgelet.images.manager import ImageUnavailable
 from edgelet.plan import compute_pod_actions
+from edgelet.plan.actions import is_pod_termination
 from edgelet.sync.termination import container_spec, remaining_grace, stop_signal, termination_order
 from edgelet.sync.workers import SyncResult
 from edgelet.util.log import get_logger
@@ -117,9 +118,11 @@ class Syncer:
             await self._kill_all(pod, rt, reason="sandbox changed")
             rt = await self._runtime.pod_status(uid)
 
-        # 3. Kill what must not run any more.
+        # 3. Kill what must not run any more. kubelet's Killing event carries computePodActions' message
+        # ("Container app definition changed, will be restarted"), except for a pod that finished for good,
+        # which kubelet's pod worker terminates like a deleted one ("Stopping container side").
         if actions.containers_to_kill:
-            await self._stop_ordered(pod, rt, actions.containers_to_kill)
+            await self._stop_ordered(pod, rt, actions.containers_to_kill, say_reason=True)
 
         # 4. Sandbox.
         sandbox = _live_sandbox(rt, actions.sandbox_id)
@@ -251,24 +254,22 @@ class Syncer:
     ) -> None:
         """kubelet killContainer: event, (preStop), wait for this container's turn, stop signal, SIGKILL.
 
-        `turn` is what must finish before the stop signal (the termination ordering's
-        waitForTurn); the wait is bounded by, and taken from, the grace period.
+        `event_message` is the Killing event's message; without one it is kubelet's
+        "Stopping container NAME". `turn` is what must finish before the stop signal
+        (the termination ordering's waitForTurn); the wait is bounded by, and taken
+        from, the grace period.
         """
-        probe_kill = False
-        if pod is not None and self._probes is not None and cid in self._probes.failures(pod.metadata.uid):
-            # kubelet setTerminationGracePeriod: a liveness/startup kill uses the probe's grace when it has one,
-            # and the Killing event carries computePodActions' message ("... failed liveness probe, ...").
-            probe_kill = True
-            if grace is None:
-                grace = self._probes.kill_grace(pod.metadata.uid, cid)
+        if pod is not None and self._probes is not None and grace is None \
+                and cid in self._probes.failures(pod.metadata.uid):
+            # kubelet setTerminationGracePeriod: a liveness/startup kill uses the probe's grace when it has one.
+            grace = self._probes.kill_grace(pod.metadata.uid, cid)
         if grace is None:
             grace = _grace(pod)
         record = await self._find(cid)
         log.info("Killing container", pod=_full(pod), container=cid[:12], reason=why, grace=grace)
         if record is not None and pod is not None:
             ref = pod_ref(pod, record.name, init=record.container_type == "init")
-            message = event_message or (why if probe_kill else f"Stopping container {record.name}")
-            self._events.normal(ref, "Killing", message)
+            self._events.normal(ref, "Killing", event_message or f"Stopping container {record.name}")
             spec = container_spec(pod, record.name)
             if spec is not None and spec.lifecycle is not None and spec.lifecycle.pre_stop is not None \
                     and record.state == "running" and grace > 0:
@@ -309,16 +310,23 @@ class Syncer:
             log.info("PreStop hook not completed in grace period", pod=_full(pod), container=spec.name, grace=grace)
 
     async def _stop_ordered(
-        self, pod: "Pod | None", rt: "PodRuntimeStatus", kills: Mapping[str, str], grace: float | None = None
+        self, pod: "Pod | None", rt: "PodRuntimeStatus", kills: Mapping[str, str], grace: float | None = None,
+        *, say_reason: bool = False,
     ) -> None:
-        """Stop `kills` (id -> reason) in parallel, sidecars after main containers in reverse order."""
+        """Stop `kills` (id -> reason) in parallel, sidecars after main containers in reverse order.
+
+        `say_reason`: the Killing events carry the reasons (kubelet SyncPod step 3 passes
+        computePodActions' message) but those of a finished pod's termination; else
+        kubelet's "Stopping container NAME".
+        """
         order = termination_order(pod, [c for c in rt.containers if c.id in kills])
         done = {cid: asyncio.Event() for cid in kills}
 
         async def one(cid: str) -> None:
             try:
                 turn = [done[d] for d in order.get(cid, ()) if d in done]
-                await self._stop(pod, cid, kills[cid], grace, turn=turn)
+                say = say_reason and not is_pod_termination(kills[cid])
+                await self._stop(pod, cid, kills[cid], grace, turn=turn, event_message=kills[cid] if say else None)
             finally:
                 done[cid].set()
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.e2e.conftest import IMAGE, wait_for
 
@@ -80,6 +82,21 @@ def test_init_chain_runs_in_order_then_the_pod_succeeds_and_describe_shows_it(ag
     assert conditions["Ready"] == ("False", "PodCompleted")
     assert status["qosClass"] == "BestEffort" and status["hostIP"] and status["startTime"]
 
+    # `edgelet pods NAME -o yaml`: the whole Pod with a full Kubernetes PodStatus.
+    obj = yaml.safe_load(agent.cli("pods", "chain-testnode", "-o", "yaml"))
+    assert (obj["apiVersion"], obj["kind"], obj["metadata"]["name"]) == ("v1", "Pod", "chain-testnode")
+    full = obj["status"]
+    assert {"phase", "conditions", "hostIP", "hostIPs", "qosClass", "startTime", "initContainerStatuses",
+            "containerStatuses"} <= set(full)
+    assert [c["type"] for c in full["conditions"]] == [
+        "PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled"]
+    assert all(c["lastTransitionTime"] and c["status"] in ("True", "False") for c in full["conditions"])
+    for cs in full["initContainerStatuses"] + full["containerStatuses"]:
+        assert {"name", "image", "imageID", "containerID", "ready", "restartCount", "started", "state",
+                "lastState"} <= set(cs), cs
+        assert cs["imageID"] and cs["image"] == IMAGE
+        assert {"exitCode", "reason", "startedAt", "finishedAt", "containerID"} <= set(cs["state"]["terminated"])
+
     text = wait_for(lambda: (t := agent.cli("describe", "pod", "chain")) and "Events:" in t and "Started" in t and t,
                     what="describe with events")
     assert text.split("\nStatus:", 1)[1].split("\n", 1)[0].strip() == "Succeeded"
@@ -127,6 +144,25 @@ def test_sidecar_outlives_init_and_main_then_stops_and_a_sigterm_ignorer_is_kill
     assert "Grace period over, killing" in agent.log()
 
 
+def test_a_failed_init_container_under_never_fails_the_pod(agent):
+    agent.start()
+    agent.write_manifest("badinit.yaml", pod_yaml(
+        "badinit", restart="Never",
+        inits=container("setup", "echo setup >> /data/order; exit 5"),
+        containers=container("main", "echo main >> /data/order"),
+    ))
+    status = final_status(agent, "badinit", "Failed")
+    setup = by_name(status["initContainerStatuses"])["setup"]
+    assert (setup["state"]["terminated"]["exitCode"], setup["state"]["terminated"]["reason"]) == (5, "Error")
+    assert setup["restartCount"] == 0
+    main = by_name(status["containerStatuses"])["main"]
+    assert main["state"] == {"waiting": {"reason": "PodInitializing"}}
+    conditions = {c["type"]: (c["status"], c.get("reason")) for c in status["conditions"]}
+    assert conditions["Initialized"] == ("False", "ContainersNotInitialized")
+    assert shared_file(agent, "badinit", "order").read_text() == "setup\n"  # the main container never ran
+    assert agent.pod("badinit")["status"] == "Init:Error"
+
+
 def test_termination_messages_and_never_ends_failed(agent):
     agent.start()
     fallback = "\n    terminationMessagePolicy: FallbackToLogsOnError"
@@ -146,15 +182,92 @@ def test_termination_messages_and_never_ends_failed(agent):
     assert conditions["Ready"] == ("False", "PodFailed")
 
 
-def test_on_failure_restarts_a_failed_container_until_it_succeeds(agent):
+def pod_json(agent, name: str) -> dict:
+    """`edgelet pods NAME -o json`: the full Pod object."""
+    return json.loads(agent.cli("pods", f"{name}-testnode", "-o", "json"))
+
+
+def test_on_failure_restarts_a_failed_container_until_it_succeeds_and_keeps_its_last_state(agent):
     agent.start()
     agent.write_manifest("retry.yaml", pod_yaml(
         "retry", restart="OnFailure",
-        containers=container("c", "if [ -f /data/once ]; then exit 0; fi; touch /data/once; exit 1"),
+        containers=container("c", "if [ -f /data/once ]; then exit 0; fi; touch /data/once; exit 7"),
     ))
-    status = final_status(agent, "retry", "Succeeded")
-    c = by_name(status["containerStatuses"])["c"]
-    assert c["restartCount"] == 1
-    assert c["state"]["terminated"]["exitCode"] == 0
-    # lastState is not asserted: the failed instance is garbage-collected once a newer one exited
-    # (kubelet's GC keeps one dead instance too, only it runs a minute later).
+    final_status(agent, "retry", "Succeeded")
+
+    def check(status: dict) -> None:
+        c = by_name(status["containerStatuses"])["c"]
+        assert c["restartCount"] == 1
+        assert c["state"]["terminated"]["exitCode"] == 0
+        last = c["lastState"]["terminated"]
+        assert (last["exitCode"], last["reason"]) == (7, "Error")
+        assert last["finishedAt"] <= c["state"]["terminated"]["startedAt"]
+        assert last["containerID"] != c["containerID"]
+
+    check(pod_json(agent, "retry")["status"])
+    # After an agent restart the state is rebuilt from runc's annotations: same restart count, same lastState.
+    agent.stop()
+    agent.start()
+    pid = agent.proc.pid
+    wait_for(lambda: agent.snapshot()["agent_pid"] == pid and agent.pod("retry"), what="the new agent's pods table")
+    check(pod_json(agent, "retry")["status"])
+
+
+def liveness_victim(trap: str, extra: str = "") -> str:
+    """`app`: healthy for good from its second instance on; the first one fails its liveness probe after 2 s.
+
+    `trap` is how it treats SIGTERM; it logs to /data/log, which outlives the instances.
+    """
+    script = ("if [ -f /data/once ]; then touch /tmp/healthy; else touch /data/once /tmp/healthy; "
+              "(sleep 2; rm -f /tmp/healthy) & fi; "
+              f"{trap}; echo start >> /data/log; while true; do sleep 1; done")
+    return container("app", script, """
+    livenessProbe:
+      exec:
+        command: ["cat", "/tmp/healthy"]
+      initialDelaySeconds: 1
+      periodSeconds: 1
+      failureThreshold: 1""" + extra)
+
+
+def killed_instance(agent, name: str) -> tuple[dict, dict]:
+    """(the container's status, its lastState.terminated) once the liveness restart is in the status."""
+    def restarted() -> tuple[dict, dict] | None:
+        c = by_name((status_of(agent, name) or {}).get("containerStatuses")).get("app") or {}
+        last = (c.get("lastState") or {}).get("terminated")
+        return (c, last) if c.get("restartCount") == 1 and last and "running" in c.get("state", {}) else None
+    return wait_for(restarted, timeout=40, what=f"{name}: app restarted by its liveness probe")
+
+
+def test_a_container_ignoring_sigterm_is_sigkilled_after_the_grace_period_and_reports_137(agent):
+    agent.start()
+    agent.write_manifest("deaf.yaml", pod_yaml(
+        "deaf", restart="Always", grace=2, containers=liveness_victim("trap '' TERM")))
+    c, last = killed_instance(agent, "deaf")
+    assert (last["exitCode"], last["reason"]) == (137, "Error")
+    assert last["containerID"] != c["containerID"]
+    assert "Grace period over, killing" in agent.log()
+    assert "Container app failed liveness probe, will be restarted" in agent.cli("events")
+
+
+def test_pre_stop_runs_inside_the_grace_period_then_the_stop_signal_then_sigkill(agent):
+    agent.start()
+    prestop = """
+    lifecycle:
+      preStop:
+        exec:
+          command: ["sh", "-c", "echo prestop >> /data/log; sleep 1; echo prestop-done >> /data/log"]"""
+    agent.write_manifest("bye.yaml", pod_yaml(
+        "bye", restart="Always", grace=3,
+        containers=liveness_victim("trap 'echo term >> /data/log' TERM", prestop)))
+    c, last = killed_instance(agent, "bye")
+    # The stop signal came after the hook, was ignored, and SIGKILL ended the instance.
+    lines = shared_file(agent, "bye", "log").read_text().split()
+    assert lines[:4] == ["start", "prestop", "prestop-done", "term"], lines
+    assert lines[4:] == ["start"]  # the second instance
+    assert (last["exitCode"], last["reason"]) == (137, "Error")
+    # The hook's second came out of the 3 s budget (exactly: tests/unit/test_probes_hooks.py); here only a
+    # generous bound, far below what the default 30 s grace would take.
+    from datetime import datetime
+    took = (datetime.fromisoformat(last["finishedAt"]) - datetime.fromisoformat(last["startedAt"])).total_seconds()
+    assert took < 20, last

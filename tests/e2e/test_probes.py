@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 
 import pytest
@@ -79,6 +80,9 @@ def test_readiness_http_get_flips_ready_both_ways(agent):
       failureThreshold: 1
 """))
     wait_for(lambda: (r := agent.pod("web")) and r["ready"] == "1/1", what="ready via httpGet")
+    # kubectl describe's probe line, with the defaults filled in.
+    assert re.search(r"\n    Readiness: +http-get http://:http/healthz delay=0s timeout=1s period=1s #success=1 "
+                     r"#failure=1\n", agent.cli("describe", "pod", "web"))
     cid = container_id(agent, "web", "app")
     runc_exec(agent, cid, "rm", "/www/healthz")  # 404 from now on
     wait_for(lambda: agent.pod("web")["ready"] == "0/1", what="not ready after 404")
@@ -141,6 +145,8 @@ def test_prestop_runs_before_the_stop(agent, tmp_path):
     path.unlink()
     wait_for(lambda: agent.pod("bye") is None, what="pod removed")
     assert (shared / "prestop").read_text() == "prestop-ran\n"
+    # kubelet's Killing message for a deleted pod.
+    assert "Stopping container app" in [e["message"] for e in events(agent, "Killing")]
 
 
 def test_failing_post_start_kills_the_container(agent):

@@ -494,3 +494,51 @@ def test_sidecar_in_back_off_holds_initialization() -> None:
     backoff.next((UID, "side1"), NOW)
     status = init_status(pod, rec(pod, "side1", "exited", exit_code=1))
     assert compute_pod_actions(pod, status, backoff, NOW) == PodActions(sandbox_id=SB, waiting={"side1": crash_msg("side1")})
+
+
+# --- which exited instances go (the current instance and its lastState stay) ---
+
+def _instances(pod: Pod, name: str, *states: str, code: int = 1) -> tuple[ContainerRecord, ...]:
+    """Instances of `name` with attempts 0, 1, ... in the given states (the last one is the newest)."""
+    return tuple(rec(pod, name, st, attempt=i, exit_code=code if st == "exited" else None)
+                 for i, st in enumerate(states))
+
+
+REMOVE_CASES = [
+    ("one exited instance: it is the current one", "Always", ("exited",), ()),
+    ("running after one failure: the failure is lastState", "Always", ("exited", "running"), ()),
+    ("exited after a failure (crash loop): current and lastState stay", "Always", ("exited", "exited"), ()),
+    ("exited after two failures: the oldest goes", "Always", ("exited", "exited", "exited"), ("foo1-0",)),
+    ("running after two failures: the oldest goes", "Always", ("exited", "exited", "running"), ("foo1-0",)),
+    ("many older instances all go", "Always", ("exited",) * 5 + ("running",), ("foo1-0", "foo1-1", "foo1-2", "foo1-3")),
+    ("OnFailure done after a failure: both stay (lastState shows the failure)", "OnFailure", ("exited", "exited"), ()),
+    ("an older instance still alive is the kill step's business", "Always", ("unknown", "exited", "exited", "running"),
+     ("foo1-1",)),
+]
+
+
+@pytest.mark.parametrize(("restart_policy", "states", "removed"), [c[1:] for c in REMOVE_CASES],
+                         ids=[c[0] for c in REMOVE_CASES])
+def test_old_instances_are_removed_but_the_current_one_and_its_last_state_stay(
+        restart_policy: str, states: tuple[str, ...], removed: tuple[str, ...]) -> None:
+    pod = base_pod(restart_policy)
+    status = replace(drop(base_status(pod), "foo1"),
+                     containers=(*_instances(pod, "foo1", *states), *drop(base_status(pod), "foo1").containers))
+    assert sorted(compute_pod_actions(pod, status, Backoff(), NOW).containers_to_remove) == list(removed)
+
+
+def test_init_container_instances_follow_the_same_rule() -> None:
+    pod = init_pod()
+    status = init_status(pod, *_instances(pod, "init1", "exited", "exited", "exited"))
+    assert compute_pod_actions(pod, status, Backoff(), NOW).containers_to_remove == ("init1-0",)
+
+
+def test_a_container_being_killed_is_not_removed() -> None:
+    pod = base_pod()
+    old = _instances(pod, "foo1", "exited", "exited")
+    # foo1's spec changed while its newest instance runs: that one is killed, the older exited ones follow the rule.
+    running = rec(pod, "foo1", "running", attempt=2, hash_="stale")
+    status = replace(base_status(pod), containers=(*old, running, *drop(base_status(pod), "foo1").containers))
+    actions = compute_pod_actions(pod, status, Backoff(), NOW)
+    assert "foo1-2" in actions.containers_to_kill
+    assert actions.containers_to_remove == ("foo1-0",)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import msgspec
+import pytest
 
 from edgelet.api.static import make_static_pod
 from edgelet.api.types import Pod
@@ -68,13 +69,15 @@ def test_failing_post_start_kills_the_container():
     assert syncer.state(pod.metadata.uid).waiting["app"][0] == "PostStartHookError"
 
 
-def test_pre_stop_time_comes_out_of_the_grace_period():
+@pytest.mark.parametrize(("hook_seconds", "grace", "left"), [(5, 30, 25), (1, 3, 2)])
+def test_pre_stop_time_comes_out_of_the_grace_period(hook_seconds: int, grace: int, left: int):
     clock, rt, events, syncer = harness()
-    pod = make_pod({"preStop": {"sleep": {"seconds": 5}}}, grace=30)
+    pod = make_pod({"preStop": {"sleep": {"seconds": hook_seconds}}}, grace=grace)
     asyncio.run(syncer.sync_pod(pod))
     asyncio.run(syncer.terminate_pod(pod.metadata.uid, pod))
     stops = [c for c in rt.calls if c[0] == "stop_container"]
-    assert stops and stops[0][2] == 25  # kubelet: grace - time spent in preStop
+    # kubelet: grace - time spent in preStop, so the whole stop takes the grace period, not grace + hook.
+    assert stops and stops[0][2] == left
 
 
 def test_pre_stop_exec_failure_is_an_event_and_the_stop_goes_on():

@@ -138,3 +138,80 @@ def test_completed_pod_stops_its_sidecars_in_reverse_order() -> None:
     h.sync(pod)
     assert [s[0] for s in h.stops()] == ["side2", "side1"]
     assert all(s.state == "exited" for s in h.rt.sandboxes.values())
+
+
+# --- Killing events carry the reason as kubelet's killContainer has it ---
+
+class StubProbes:
+    """The probe manager's side the syncer reads: a liveness failure of every running `app`, with a grace."""
+
+    def __init__(self, rt: FakeRuntime, grace: float | None = None) -> None:
+        self.rt, self.grace = rt, grace
+
+    def failures(self, uid: str) -> dict[str, str]:
+        return {c.id: "liveness" for c in self.rt.running(uid) if c.name == "app"}
+
+    def kill_grace(self, uid: str, cid: str) -> float | None:
+        return self.grace
+
+    def sync_pod(self, pod: Pod, rt) -> None:
+        pass
+
+    def remove_pod(self, uid: str) -> None:
+        pass
+
+
+def killing(h: Harness) -> list[tuple[str, str]]:
+    return [(e.object.field_path, e.message) for e in h.syncer._events.events() if e.reason == "Killing"]
+
+
+def test_killing_event_for_a_changed_definition_says_it_will_be_restarted() -> None:
+    h = Harness()
+    pod = make_pod({"terminationGracePeriodSeconds": 5, "containers": [{"name": "app", "image": IMAGE}]})
+    h.sync(pod)
+    changed = msgspec.structs.replace(pod, spec=msgspec.structs.replace(
+        pod.spec, containers=[msgspec.structs.replace(pod.spec.containers[0], args=["new"])]))
+    h.sync(changed)
+    assert killing(h) == [("spec.containers{app}", "Container app definition changed, will be restarted")]
+    assert [c.attempt for c in h.rt.running()] == [1]
+
+
+def test_killing_event_for_a_liveness_failure_uses_the_probe_grace() -> None:
+    h = Harness()
+    pod = make_pod({"terminationGracePeriodSeconds": 30, "containers": [{"name": "app", "image": IMAGE}]})
+    h.sync(pod)
+    h.syncer._probes = StubProbes(h.rt, grace=2)  # type: ignore[assignment]
+    h.sync(pod)
+    assert killing(h) == [("spec.containers{app}", "Container app failed liveness probe, will be restarted")]
+    assert h.stops() == [("app", 2.0, "SIGTERM")]
+
+
+def test_killing_event_for_a_liveness_failure_under_never_does_not_promise_a_restart() -> None:
+    h = Harness()
+    pod = make_pod({"restartPolicy": "Never", "containers": [{"name": "app", "image": IMAGE}]})
+    h.sync(pod)
+    h.syncer._probes = StubProbes(h.rt)  # type: ignore[assignment]
+    h.sync(pod)
+    assert killing(h) == [("spec.containers{app}", "Container app failed liveness probe")]
+
+
+def test_killing_events_for_a_deleted_or_finished_pod_say_stopping() -> None:
+    h = Harness()
+    pod = make_pod({"containers": [{"name": "app", "image": IMAGE}, {"name": "web", "image": IMAGE}]})
+    h.sync(pod)
+    asyncio.run(h.syncer.terminate_pod(pod.metadata.uid, pod))
+    assert sorted(killing(h)) == [("spec.containers{app}", "Stopping container app"),
+                                  ("spec.containers{web}", "Stopping container web")]
+
+    # Main containers done for good: kubelet's pod worker stops the sidecars as it stops a deleted pod.
+    h = Harness()
+    spec = msgspec.to_builtins(SIDECARS_POD.spec)
+    spec["restartPolicy"] = "Never"
+    pod = make_pod(spec)
+    _start_all(h, pod)
+    for c in list(h.rt.containers.values()):
+        if c.name.startswith("main"):
+            h.rt.exit(c.id, 0)
+    h.sync(pod)
+    assert sorted(killing(h)) == [("spec.initContainers{side1}", "Stopping container side1"),
+                                  ("spec.initContainers{side2}", "Stopping container side2")]
