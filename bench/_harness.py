@@ -62,7 +62,7 @@ class Bench:
             "--pod-manifest-path", str(self.manifests),
             "--root-dir", str(self.paths.root_dir), "--run-dir", str(self.paths.run_dir),
             "--log-dir", str(self.paths.log_dir), "--cgroup-root", self.paths.cgroup_root,
-            "--hostname-override", "bench", "--config", "/dev/null", *extra,
+            "--hostname-override", "bench", "--config", "/dev/null", "--healthz-port", "0", *extra,
         ]
 
     def start_agent(self, *extra: str) -> subprocess.Popen:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from edgelet.util.clock import RealClock
 from edgelet.util.log import configure, get_logger
-from edgelet.util.memory import limit_arenas, trim_periodically
+from edgelet.util.memory import limit_arenas, trim, trim_periodically
 
 if TYPE_CHECKING:
     from edgelet.sdnotify import Notifier
@@ -149,6 +149,7 @@ class Agent:
         from edgelet.sdnotify import Notifier
 
         notifier = notifier if notifier is not None else Notifier(None)
+        _small_executor()
         watchdog = asyncio.create_task(notifier.run_watchdog(self.clock), name="sd-watchdog")
         try:
             if self.api_server is not None:
@@ -157,6 +158,7 @@ class Agent:
             await self.pleg.relist()  # adopt what runs before the first config arrives
             log.info("edgelet started", node=self.settings.node_name,
                      manifests=str(self.settings.pod_manifest_path), adopted=len(self.pleg.uids()))
+            trim()  # what importing and the image scan allocated only for a moment
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(self._notify_ready(notifier), name="sd-ready")
                 tg.create_task(self.loop.run(), name="syncloop")
@@ -190,6 +192,7 @@ class Agent:
         """--runonce: read every source once, run the pods, wait until they run or completed, report."""
         timeout = self.settings.runonce_timeout
         deadline = self.clock.monotonic() + timeout
+        _small_executor()
         await asyncio.to_thread(self.import_dir.scan)
         await self.pleg.relist()
         self.loop.apply_snapshot(await self.file_source.scan_once())
@@ -222,6 +225,14 @@ class Agent:
                   + ("" if verdict.done else f" (gave up after {timeout:g}s)"), file=out)
             return 1
         return 0
+
+
+def _small_executor() -> None:
+    """Blocking work (unpacking, fsync, pulls) in at most 4 threads: Python's default of cores + 4
+    threads, each with its stack and heap, is memory a small board does not have to spare."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=4, thread_name_prefix="edgelet"))
 
 
 class RunonceVerdict:

@@ -35,8 +35,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
-import httpx
-
 from edgelet.images.archive import INDEX_TYPES, MAX_JSON, MT_DOCKER_MANIFEST, MT_OCI_MANIFEST, SUPPORTED_LAYER_TYPES, host_platform
 from edgelet.images.auth import Credential, parse_challenge
 from edgelet.images.errors import BlobError, ImageError, InvalidReference
@@ -53,6 +51,8 @@ from edgelet.images.registries import Endpoint, RegistryHost, registry_endpoints
 from edgelet.util.log import get_logger
 
 if TYPE_CHECKING:
+    import httpx
+
     from edgelet.images.store import ImageStore
     from edgelet.images.types import ImageRecord
 
@@ -156,6 +156,7 @@ class _Session:
 
     def __init__(self, endpoint: Endpoint, ref: Reference, credential: Credential | None, *,
                  timeout: float, transport: httpx.BaseTransport | None) -> None:
+        import httpx  # on first use: an agent that never pulls does not pay its 3.7 MB
         self.endpoint = endpoint
         self.ref = ref
         self.credential = credential
@@ -194,6 +195,7 @@ class _Session:
         return resp
 
     def _authenticate(self, header: str) -> None:
+        import httpx  # on first use: an agent that never pulls does not pay its 3.7 MB
         challenge = parse_challenge(header) if header else None
         if challenge is None:
             raise PullError(str(self.ref), f"{self.endpoint.url} answered 401 without a WWW-Authenticate challenge")
@@ -268,6 +270,7 @@ def _basic(c: Credential) -> str:
 
 
 def _tail(resp: httpx.Response) -> str:
+    import httpx  # on first use: an agent that never pulls does not pay its 3.7 MB
     try:
         text = resp.read().decode(errors="replace")
     except httpx.HTTPError:
@@ -283,6 +286,7 @@ def _check_status(resp: httpx.Response, ref: str, url: str) -> None:
 
 def _raw_chunks(resp: httpx.Response, size: int | None = None) -> Iterator[bytes]:
     """The body as sent (no content decoding: digests are of the bytes on the wire)."""
+    import httpx  # on first use: an agent that never pulls does not pay its 3.7 MB
     try:
         yield from resp.iter_raw(size)
     except httpx.StreamConsumed:  # a response built in memory (httpx.MockTransport in tests)
@@ -367,6 +371,7 @@ class Puller:
         raise PullError(str(parsed), "; ".join(str(e) for e in errors))
 
     def _pull_from(self, ep: Endpoint, ref: Reference) -> "ImageRecord":
+        import httpx  # on first use: an agent that never pulls does not pay its 3.7 MB
         started = time.monotonic()
         session = _Session(ep, ref, self.credentials.get(ref.domain), timeout=self.timeout,
                            transport=self._transport)

@@ -1,10 +1,13 @@
 """Prometheus metrics named after kubelet's: running pods and containers, pod start duration, runtime operations.
 
-The registry is per agent (not prometheus_client's global one) so tests
-can build several. Gauges are computed at scrape time from the status
-publisher; the runtime is counted by wrapping it (`InstrumentedRuntime`,
-as kubelet wraps its CRI client in `instrumentedRuntimeService`); the pod
-start duration is observed by wrapping the syncer's publish callback.
+Counting is plain integers kept here; prometheus_client is imported only
+when /metrics is first scraped, and renders those counts through a custom
+collector. Most devices are never scraped, and the library with what it
+imports (http.server, email, urllib) costs about 2 MB of resident memory.
+Gauges are computed at scrape time from the status publisher; the runtime
+is counted by wrapping it (`InstrumentedRuntime`, as kubelet wraps its CRI
+client in `instrumentedRuntimeService`); the pod start duration is observed
+by wrapping the syncer's publish callback.
 """
 
 from __future__ import annotations
@@ -12,16 +15,15 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector, generate_latest
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+import bisect
+from collections import Counter
 
 if TYPE_CHECKING:
     from edgelet.api.types import Pod, PodStatus
     from edgelet.status.publisher import StatusPublisher
     from edgelet.util.clock import Clock
 
-CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"  # prometheus_client's CONTENT_TYPE_PLAIN_0_0_4
 SEEN_ANNOTATION = "kubernetes.io/config.seen"
 # kubelet metrics.PodStartDuration's buckets (seconds).
 POD_START_BUCKETS = (0.5, 1, 2, 3, 4, 5, 6, 8, 10, 20, 30, 45, 60, 120, 180, 240, 300, 360, 480, 600, 900, 1200,
@@ -71,20 +73,61 @@ def count_running(statuses: Iterable["PodStatus"]) -> tuple[int, dict[str, int]]
     return pods, containers
 
 
-class _RunningCollector:
-    """edgelet_running_pods and edgelet_running_containers, read from the publisher at scrape time."""
+class _Histogram:
+    """Cumulative bucket counts, sum and count: what a Prometheus histogram exposes."""
 
-    def __init__(self, publisher: "StatusPublisher") -> None:
-        self._publisher = publisher
+    def __init__(self, buckets: tuple[float, ...]) -> None:
+        self.bounds = tuple(float(b) for b in buckets)
+        self.counts = [0] * (len(self.bounds) + 1)  # the last one is +Inf
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.sum += value
+
+    def cumulative(self) -> list[tuple[str, int]]:
+        out, total = [], 0
+        for bound, n in zip((*self.bounds, float("inf")), self.counts):
+            total += n
+            out.append(("+Inf" if bound == float("inf") else repr(bound), total))
+        return out
+
+
+class _Collector:
+    """Yields every edgelet metric family from the counts above (prometheus_client's collector protocol)."""
+
+    def __init__(self, metrics: "Metrics") -> None:
+        self._m = metrics
 
     def collect(self) -> Iterable[Any]:
-        pods, containers = count_running(e.status for e in self._publisher.entries())
-        yield GaugeMetricFamily("edgelet_running_pods", "Number of pods that have a running container", value=pods)
-        family = GaugeMetricFamily("edgelet_running_containers", "Number of containers currently running",
-                                   labels=["container_state"])
-        for state, n in sorted(containers.items()):
-            family.add_metric([state], n)
-        yield family
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+        m = self._m
+        hist = HistogramMetricFamily(
+            "edgelet_pod_start_duration_seconds",
+            "Duration in seconds from edgelet seeing a pod for the first time to the pod starting to run",
+        )
+        hist.add_metric([], m.pod_start_duration.cumulative(), m.pod_start_duration.sum)
+        yield hist
+        for name, doc, counts in (
+            ("edgelet_runtime_operations", "Cumulative number of runtime operations by operation type",
+             m.runtime_operations),
+            ("edgelet_runtime_operations_errors", "Cumulative number of runtime operation errors by operation type",
+             m.runtime_errors),
+        ):
+            family = CounterMetricFamily(name, doc, labels=["operation_type"])
+            for op, n in sorted(counts.items()):
+                family.add_metric([op], n)
+            yield family
+        if m.publisher is not None:
+            pods, containers = count_running(e.status for e in m.publisher.entries())
+            yield GaugeMetricFamily("edgelet_running_pods", "Number of pods that have a running container",
+                                    value=pods)
+            family = GaugeMetricFamily("edgelet_running_containers", "Number of containers currently running",
+                                       labels=["container_state"])
+            for state, n in sorted(containers.items()):
+                family.add_metric([state], n)
+            yield family
 
 
 class Metrics:
@@ -92,24 +135,14 @@ class Metrics:
 
     def __init__(self, clock: "Clock") -> None:
         self._clock = clock
-        self.registry = CollectorRegistry(auto_describe=True)
-        ProcessCollector(registry=self.registry)
-        self.pod_start_duration = Histogram(
-            "edgelet_pod_start_duration_seconds",
-            "Duration in seconds from edgelet seeing a pod for the first time to the pod starting to run",
-            buckets=POD_START_BUCKETS, registry=self.registry,
-        )
-        self.runtime_operations = Counter(
-            "edgelet_runtime_operations", "Cumulative number of runtime operations by operation type",
-            ["operation_type"], registry=self.registry,
-        )
-        self.runtime_errors = Counter(
-            "edgelet_runtime_operations_errors", "Cumulative number of runtime operation errors by operation type",
-            ["operation_type"], registry=self.registry,
-        )
+        self.pod_start_duration = _Histogram(POD_START_BUCKETS)
+        self.runtime_operations: Counter[str] = Counter()
+        self.runtime_errors: Counter[str] = Counter()
+        self.publisher: "StatusPublisher | None" = None
+        self._registry: Any = None
 
     def watch_publisher(self, publisher: "StatusPublisher") -> None:
-        self.registry.register(_RunningCollector(publisher))
+        self.publisher = publisher
 
     def observing_publish(self, publisher: "StatusPublisher") -> Callable[..., None]:
         """`publisher.update`, observing the pod start duration when a pod first runs."""
@@ -129,7 +162,13 @@ class Metrics:
         return publish
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
+
+        if self._registry is None:
+            self._registry = CollectorRegistry(auto_describe=True)
+            ProcessCollector(registry=self._registry)
+            self._registry.register(_Collector(self))
+        return generate_latest(self._registry)
 
 
 class InstrumentedRuntime:
@@ -143,15 +182,15 @@ class InstrumentedRuntime:
         attr = getattr(self._runtime, name)
         if name not in RUNTIME_OPERATIONS:
             return attr
-        ops = self._metrics.runtime_operations.labels(name)
-        errors = self._metrics.runtime_errors.labels(name)
+        ops = self._metrics.runtime_operations
+        errors = self._metrics.runtime_errors
 
         async def call(*args: Any, **kwargs: Any) -> Any:
-            ops.inc()
+            ops[name] += 1
             try:
                 return await attr(*args, **kwargs)
             except Exception:
-                errors.inc()  # counted, then raised unchanged: the caller owns the error
+                errors[name] += 1  # counted, then raised unchanged: the caller owns the error
                 raise
 
         call.__name__ = name

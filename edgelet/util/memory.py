@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from edgelet.util.clock import Clock
 
 M_ARENA_MAX = -8  # glibc malloc.h
-TRIM_PERIOD = 30.0
+TRIM_PERIOD = 10.0
 
 _libc: ctypes.CDLL | None = None
 

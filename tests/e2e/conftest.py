@@ -73,6 +73,7 @@ class AgentProc:
             "--hostname-override", "testnode",
             "--config", "/dev/null",
             "-v", "2",
+            "--healthz-port", "0",  # never the real 10248: tests must not clash with each other or a device agent
             *extra,
         ]
 

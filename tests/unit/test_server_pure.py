@@ -170,3 +170,22 @@ def test_count_running():
 ])
 def test_is_instance_finished(status, attempt, finished):
     assert is_instance_finished(status, attempt) is finished
+
+
+def test_histogram_buckets_are_cumulative_and_render_without_importing_until_scraped():
+    import sys
+
+    from edgelet.server.metrics import Metrics, _Histogram
+    from edgelet.util.clock import FakeClock
+
+    h = _Histogram((0.5, 1, 2))
+    for v in (0.1, 0.5, 0.7, 3.0):
+        h.observe(v)
+    assert h.cumulative() == [("0.5", 2), ("1.0", 3), ("2.0", 3), ("+Inf", 4)]
+    assert h.sum == 4.3
+    m = Metrics(FakeClock())
+    m.runtime_operations["start_container"] += 2
+    body = m.render().decode()
+    assert 'edgelet_runtime_operations_total{operation_type="start_container"} 2.0' in body
+    assert 'edgelet_pod_start_duration_seconds_bucket{le="+Inf"} 0.0' in body
+    assert "prometheus_client" in sys.modules  # imported by the scrape, not before
