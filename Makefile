@@ -56,8 +56,11 @@ clean-run: $(VENV)/.installed
 	$(PY) -c 'from pathlib import Path; from edgelet.testing.cleanup import cleanup_all; \
 		cleanup_all(Path("$(RUN_DIR)"), Path("$(RUN_DIR)/run/runc"), "$(DEMO_CGROUP)")'
 
+# The whole suite, then the frozen one-dir build (what the .deb ships) with the
+# smoke tests run against it instead of the venv.
 test: $(VENV)/.installed
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	$(MAKE) --no-print-directory test-binary
 
 # Pure and loopback tests only, no root needed.
 test-fast: $(VENV)/.installed
@@ -104,7 +107,10 @@ deb-onefile: binary
 	packaging/build-deb.sh dist/edgelet
 
 # EDGELET_BIN makes the e2e fixtures run the frozen binary; it also enables
-# the slow packaging test that installs the real binary's .deb.
-test-binary: binary
-	EDGELET_BIN=$(CURDIR)/dist/edgelet $(PY) -m pytest -q -p no:cacheprovider \
-		tests/e2e tests/unit/test_packaging.py $(PYTEST_ARGS)
+# the slow packaging test that installs the real binary's .deb. The one-dir
+# build unpacks nothing, so tests never write under /var/lib/edgelet.
+# `make test-binary E2E=tests/e2e` runs every e2e test against it.
+E2E ?= tests/e2e/test_smoke.py
+test-binary: binary-onedir
+	EDGELET_BIN=$(CURDIR)/dist/onedir/edgelet/edgelet $(PY) -m pytest -q -p no:cacheprovider \
+		$(E2E) tests/unit/test_packaging.py $(PYTEST_ARGS)

@@ -250,6 +250,8 @@ def test_deb_around_a_stub_binary_installs_enables_and_purges(tmp_path: Path, la
 @pytest.mark.skipif(not os.environ.get("EDGELET_BIN"), reason="needs the frozen binary: make test-binary")
 def test_deb_of_the_frozen_binary_installs_and_runs(tmp_path: Path) -> None:
     binary = Path(os.environ["EDGELET_BIN"]).resolve()
+    if (binary.parent / "_internal").is_dir():  # the one-dir build: package the whole directory, as `make deb`
+        binary = binary.parent
     deb = build_deb(binary, tmp_path / "out")
     target = DpkgRoot(tmp_path / "install")
     target.dpkg("--install", str(deb))
