@@ -46,8 +46,15 @@ MT_OCI_LAYER = "application/vnd.oci.image.layer.v1.tar"
 MT_OCI_LAYER_GZIP = "application/vnd.oci.image.layer.v1.tar+gzip"
 MT_DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
 MT_DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
+MT_OCI_LAYER_ZSTD = "application/vnd.oci.image.layer.v1.tar+zstd"
 INDEX_TYPES = (MT_OCI_INDEX, MT_DOCKER_LIST)
 MANIFEST_TYPES = (MT_OCI_MANIFEST, MT_DOCKER_MANIFEST)
+# zstd layers are unpacked by the `zstd` program (unpack.py); docker's own `.tar.zstd` type is moby's.
+ZSTD_LAYER_TYPES = (
+    MT_OCI_LAYER_ZSTD,
+    "application/vnd.oci.image.layer.nondistributable.v1.tar+zstd",
+    "application/vnd.docker.image.rootfs.diff.tar.zstd",
+)
 SUPPORTED_LAYER_TYPES = (
     MT_OCI_LAYER, MT_OCI_LAYER_GZIP,
     "application/vnd.docker.image.rootfs.diff.tar",
@@ -55,6 +62,7 @@ SUPPORTED_LAYER_TYPES = (
     "application/vnd.oci.image.layer.nondistributable.v1.tar",
     "application/vnd.oci.image.layer.nondistributable.v1.tar+gzip",
     "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip",
+    *ZSTD_LAYER_TYPES,
 )
 ANN_REF_NAME = "org.opencontainers.image.ref.name"
 ANN_IMAGE_NAME = "io.containerd.image.name"

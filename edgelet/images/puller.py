@@ -35,7 +35,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
-from edgelet.images.archive import INDEX_TYPES, MAX_JSON, MT_DOCKER_MANIFEST, MT_OCI_MANIFEST, SUPPORTED_LAYER_TYPES, host_platform
+from edgelet.images.archive import (
+    INDEX_TYPES,
+    MAX_JSON,
+    MT_DOCKER_MANIFEST,
+    MT_OCI_MANIFEST,
+    SUPPORTED_LAYER_TYPES,
+    ZSTD_LAYER_TYPES,
+    host_platform,
+)
 from edgelet.images.auth import Credential, parse_challenge
 from edgelet.images.errors import BlobError, ImageError, InvalidReference
 from edgelet.images.reference import (
@@ -48,6 +56,7 @@ from edgelet.images.reference import (
     validate_digest,
 )
 from edgelet.images.registries import Endpoint, RegistryHost, registry_endpoints
+from edgelet.images.unpack import ZSTD_MISSING, zstd_program
 from edgelet.util.log import get_logger
 
 if TYPE_CHECKING:
@@ -60,10 +69,6 @@ log = get_logger(__name__)
 
 MT_DOCKER_SCHEMA1 = ("application/vnd.docker.distribution.manifest.v1+json",
                      "application/vnd.docker.distribution.manifest.v1+prettyjws")
-MT_OCI_LAYER_ZSTD = "application/vnd.oci.image.layer.v1.tar+zstd"
-# zstd layers are refused before anything is downloaded: the `zstandard` wheel installs 24 MB, too much
-# for a 512 MB device. (Calling the system's libzstd.so.1 through ctypes would cost nothing; not done yet.)
-ZSTD_LAYER_TYPES = (MT_OCI_LAYER_ZSTD, "application/vnd.oci.image.layer.nondistributable.v1.tar+zstd")
 PULL_LAYER_TYPES = SUPPORTED_LAYER_TYPES
 ACCEPT = ", ".join((MT_OCI_MANIFEST, MT_DOCKER_MANIFEST, *INDEX_TYPES))
 DEFAULT_PARALLEL = 3
@@ -118,8 +123,10 @@ def classify_manifest(media_type: str | None, doc: Any) -> str:
     raise ValueError(f"unsupported manifest media type {mt or body_mt!r}")
 
 
-def check_image_manifest(doc: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The config and layer descriptors of an image manifest, checked; ValueError naming the problem (pure)."""
+def check_image_manifest(doc: dict[str, Any], *, zstd: bool = True) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The config and layer descriptors of an image manifest, checked; ValueError naming the problem (pure).
+
+    `zstd`: whether the `zstd` program is installed; without it zstd layers are refused before any download."""
     config, layers = doc.get("config"), doc.get("layers")
     if not isinstance(config, dict) or not isinstance(layers, list):
         raise ValueError("manifest has no config or layers")
@@ -134,10 +141,8 @@ def check_image_manifest(doc: dict[str, Any]) -> tuple[dict[str, Any], list[dict
         raise ValueError(f"config is {config['size']} bytes, more than the {MAX_JSON} allowed")
     for layer in layers:
         mt = layer.get("mediaType", "application/vnd.oci.image.layer.v1.tar+gzip")
-        if mt in ZSTD_LAYER_TYPES:
-            raise ValueError(f"layer {layer['digest']} is zstd-compressed ({mt}), which edgelet does not "
-                             "support; push the image with gzip layers (e.g. skopeo copy --dest-compress-format "
-                             "gzip)")
+        if mt in ZSTD_LAYER_TYPES and not zstd:
+            raise ValueError(f"layer {layer['digest']} is zstd-compressed ({mt}): {ZSTD_MISSING}")
         if mt not in PULL_LAYER_TYPES:
             raise ValueError(f"layer {layer['digest']} has unsupported media type {mt!r}")
     return config, layers
@@ -378,7 +383,7 @@ class Puller:
         try:
             manifest = self._resolve(session, ref)
             try:
-                config, layers = check_image_manifest(manifest.doc)
+                config, layers = check_image_manifest(manifest.doc, zstd=zstd_program() is not None)
             except ValueError as exc:
                 raise ManifestError(str(ref), f"manifest {manifest.digest}: {exc}") from exc
             self.store.add_blob(io.BytesIO(manifest.body), digest=manifest.digest, size=len(manifest.body),

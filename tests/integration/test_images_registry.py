@@ -165,20 +165,37 @@ def test_token_auth_registry(tmp_path):
         tokens.stop()
 
 
-def test_zstd_layers_are_refused_before_download(tmp_path):
+@pytest.mark.skipif(shutil.which("zstd") is None, reason="needs the zstd program (make deps)")
+def test_zstd_layers_pull_unpack_and_run(tmp_path, monkeypatch):
+    import json
+
+    import edgelet.images.puller as puller_mod
+
     reg = Registry(tmp_path / "reg")
     reg.start()
     try:
         lay = Layout(tmp_path / "lay")
-        lay.tag(lay.image([(file_layer({"z": b"zstd"}), False)]))
+        lay.tag(lay.image([(busybox_tar(), True), (file_layer({"z": b"zstd"}), False)]))
         out = subprocess.run(["skopeo", "copy", "--quiet", "--dest-tls-verify=false", "--dest-compress-format",
                               "zstd", "--dest-compress", f"oci:{lay.dir}:img", f"docker://{reg.host}/test/zstd:1"],
                              capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
+        # Without the zstd program: refused before a byte of a layer is downloaded, naming the program.
+        monkeypatch.setattr(puller_mod, "zstd_program", lambda: None)
         store = ImageStore(tmp_path / "store")
-        with pytest.raises(ManifestError, match=r"zstd-compressed .*tar\+zstd.*gzip"):
+        with pytest.raises(ManifestError, match=r"tar\+zstd\): zstd layer needs the zstd program \(apt install zstd\)"):
             Puller(store).pull_sync(f"{reg.host}/test/zstd:1")
         assert store.list() == [] and list((store.root / "blobs" / "sha256").iterdir()) == []
+        monkeypatch.undo()
+        # With it: pulled, every layer checked against its diffID, and the unpacked busybox runs.
+        rec = Puller(store).pull_sync(f"{reg.host}/test/zstd:1")
+        manifest = json.loads(store.read_blob(rec.digest, 1 << 20))
+        assert {la["mediaType"] for la in manifest["layers"]} == {"application/vnd.oci.image.layer.v1.tar+zstd"}
+        assert (rec.layers[1] / "z").read_bytes() == b"zstd"
+        ran = subprocess.run([str(rec.layers[0] / "bin" / "busybox"), "echo", "unpacked"], capture_output=True,
+                             text=True, timeout=10)
+        assert ran.stdout == "unpacked\n"
+        assert_consistent(store)
     finally:
         reg.stop()
 

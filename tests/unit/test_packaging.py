@@ -194,7 +194,7 @@ def check_installed(deb: Path, base: Path) -> DpkgRoot:
     fields = subprocess.run(["dpkg-deb", "--field", str(deb)], capture_output=True, text=True, check=True).stdout
     assert f"Version: {VERSION}\n" in fields
     assert re.search(r"^Depends: .*runc \| crun, conmon, catatonit$", fields, re.M), fields
-    assert "Recommends: containernetworking-plugins" in fields
+    assert "Recommends: containernetworking-plugins, zstd" in fields  # zstd layers and .tar.zst imports
 
     target = DpkgRoot(base)
     target.dpkg("--install", str(deb))
