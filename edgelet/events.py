@@ -138,11 +138,9 @@ class EventRecorder:
 
     async def run(self) -> None:
         """Write the events file at most every `interval` while events arrive."""
-        while True:
-            await self._dirty.wait()
-            self._dirty.clear()
-            await asyncio.to_thread(self.flush)
-            await asyncio.sleep(self._interval)
+        from edgelet.state import flush_when_changed
+
+        await flush_when_changed(self._dirty, self.flush, self._interval)
 
 
 def read_events(path: Path) -> EventsSnapshot | None:

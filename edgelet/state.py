@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -29,3 +31,16 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+async def flush_when_changed(changed: asyncio.Event, flush: Callable[[], None], interval: float) -> None:
+    """Run `flush` in a thread whenever `changed` is set, at most once every `interval` seconds.
+
+    A burst of changes (twenty pods starting) becomes a few writes, not one
+    fsync per change: flash storage on a small board wears and stalls.
+    """
+    while True:
+        await changed.wait()
+        changed.clear()
+        await asyncio.to_thread(flush)
+        await asyncio.sleep(interval)

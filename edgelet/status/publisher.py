@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from edgelet.sources import ORIGIN_ANNOTATION
-from edgelet.state import write_atomic
+from edgelet.state import flush_when_changed, write_atomic
 from edgelet.status.snapshot import PodRow, PodsSnapshot, RejectedRow, snapshot_path
 from edgelet.util.log import get_logger
 
@@ -169,8 +169,4 @@ class StatusPublisher:
 
     async def run(self) -> None:
         """Write the checkpoint at most every `interval` while statuses change."""
-        while True:
-            await self._dirty.wait()
-            self._dirty.clear()
-            await asyncio.to_thread(self.flush)
-            await asyncio.sleep(self._interval)
+        await flush_when_changed(self._dirty, self.flush, self._interval)
