@@ -40,6 +40,8 @@ NS_FILE = {"network": "net", "mount": "mnt"}
 
 def runc_baseline(b: Bench, n: int, out_dir: Path) -> list[float]:
     """Re-run edgelet's own bundles (pause sandbox + container) with runc by hand, n times."""
+    # A file, not a pipe: the container's process inherits runc's stdio and would hold a pipe open forever.
+    errors = open(b.base / "baseline-runc.err", "wb")
     from edgelet.runtime.rootfs import mount_rootfs, unmount_rootfs
 
     pod_dirs = [p for p in (b.paths.root_dir / "pods").iterdir() if (p / "sandbox" / "config.json").exists()]
@@ -72,7 +74,7 @@ def runc_baseline(b: Bench, n: int, out_dir: Path) -> list[float]:
         ccfg["annotations"] = {}
         t0 = time.monotonic()
         subprocess.run([*runc, "create", "--bundle", str(sb), f"bs{i}"], check=True,
-                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errors)
         subprocess.run([*runc, "start", f"bs{i}"], check=True)
         pid = json.loads(subprocess.run([*runc, "state", f"bs{i}"], capture_output=True, check=True).stdout)["pid"]
         for ns in ccfg["linux"]["namespaces"]:
@@ -80,7 +82,7 @@ def runc_baseline(b: Bench, n: int, out_dir: Path) -> list[float]:
                 ns["path"] = f"/proc/{pid}/ns/{NS_FILE.get(ns['type'], ns['type'])}"
         (ct / "config.json").write_text(json.dumps(ccfg))
         subprocess.run([*runc, "create", "--bundle", str(ct), f"bc{i}"], check=True,
-                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errors)
         subprocess.run([*runc, "start", f"bc{i}"], check=True)
         t1 = wait_file(out_dir / f"base{i}")
         lat.append(t1 - t0)
