@@ -8,8 +8,10 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import stat
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping
@@ -28,7 +30,8 @@ log = get_logger(__name__)
 
 SOURCE = "file"
 MAX_MANIFEST_BYTES = 10 * 1024 * 1024  # kubelet's maxConfigLength
-COALESCE_SECONDS = 0.1  # editors and config tools write in bursts; one scan per burst
+# Scans follow events at once; a file a writer still holds open is left as it was until
+# its close event (a `cp` or an editor is never read half-written).
 
 # watchdog event types that mean the directory's content may have changed. Opened
 # and closed-without-write events are left out: our own reads cause them.
@@ -42,6 +45,10 @@ class FileSourceState:
     files: Mapping[str, tuple["Pod", ...]] = field(default_factory=dict)
     missing: bool = False
     warnings: tuple[ManifestError, ...] = ()
+    # Per valid file: its stat signature and unknown-field warnings, so an unchanged
+    # file is not decoded again (a scan costs what changed, not what the directory holds).
+    stats: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    file_warnings: Mapping[str, tuple[ManifestError, ...]] = field(default_factory=dict)
 
 
 def _list_manifests(path: Path) -> list[Path] | None:
@@ -128,12 +135,24 @@ def _error(path: Path, reason: str, pod: str | None = None) -> ManifestError:
     return ManifestError(source=SOURCE, origin=origin, message=message, pod=pod)
 
 
-def scan_directory(path: Path, node_name: str, previous: FileSourceState) -> tuple[SourceSnapshot, FileSourceState]:
+def _signature(path: Path) -> tuple[int, ...] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def scan_directory(
+    path: Path, node_name: str, previous: FileSourceState, *, writing: frozenset[str] = frozenset()
+) -> tuple[SourceSnapshot, FileSourceState]:
     """Read every manifest in `path` once; a failing file keeps its last valid pods from `previous`.
 
     kubelet drops a failing file's pod at the next periodic list. edgelet
     deliberately keeps the last valid version running and reports the error
     until the file is fixed or deleted (KUBELET-SEMANTICS "File source").
+    A file whose stat signature is unchanged since `previous` is not read
+    again; a file in `writing` (open for writing now) keeps what it had.
     """
     from edgelet.api.errors import ApiError
 
@@ -146,13 +165,26 @@ def scan_directory(path: Path, node_name: str, previous: FileSourceState) -> tup
         log.info("Manifest path appeared", path=str(path))
 
     files: dict[str, tuple[Pod, ...]] = {}
+    stats: dict[str, tuple[int, ...]] = {}
+    file_warnings: dict[str, tuple[ManifestError, ...]] = {}
     errors: list[ManifestError] = []
-    warnings: list[ManifestError] = []
     for file in candidates:
         key = str(file)
+        if key in writing:
+            if key in previous.files:
+                files[key] = previous.files[key]
+                file_warnings[key] = previous.file_warnings.get(key, ())
+            continue
+        sig = _signature(file)
+        if sig is not None and key in previous.files and previous.stats.get(key) == sig:
+            files[key], stats[key] = previous.files[key], sig
+            file_warnings[key] = previous.file_warnings.get(key, ())
+            continue
         try:
             files[key], unknown = _pods_of(file, _read_manifest(file), node_name)
-            warnings.extend(_error(file, w) for w in unknown)
+            if sig is not None and _signature(file) == sig:  # not rewritten while we read it
+                stats[key] = sig
+            file_warnings[key] = tuple(_error(file, w) for w in unknown)
         except _Skip as exc:
             log.debug("Ignoring manifest path entry", path=key, reason=str(exc))
         except _ManifestProblem as exc:
@@ -167,9 +199,11 @@ def scan_directory(path: Path, node_name: str, previous: FileSourceState) -> tup
             continue
         if key in previous.files:
             files[key] = previous.files[key]
+            file_warnings[key] = previous.file_warnings.get(key, ())
     pods = tuple(p for pods_of_file in files.values() for p in pods_of_file)
-    snapshot = SourceSnapshot(source=SOURCE, pods=pods, errors=tuple(errors), warnings=tuple(warnings))
-    return snapshot, FileSourceState(files=files, warnings=tuple(warnings))
+    warnings = tuple(w for ws in file_warnings.values() for w in ws)
+    snapshot = SourceSnapshot(source=SOURCE, pods=pods, errors=tuple(errors), warnings=warnings)
+    return snapshot, FileSourceState(files=files, warnings=warnings, stats=stats, file_warnings=file_warnings)
 
 
 class FileSource:
@@ -190,10 +224,23 @@ class FileSource:
         self._loop: asyncio.AbstractEventLoop | None = None
         # (scheduled watch, (st_dev, st_ino) of the watched dir) for the directory and its parent.
         self._watches: dict[str, tuple[Any, tuple[int, int]]] = {}
+        # Files some process has open for writing (watchdog's opened/closed events), and whether
+        # the current wake-up came from an event (True) or the periodic timer.
+        self._writing: set[str] = set()
+        self._writing_lock = threading.Lock()
+        self._by_event = False
 
     async def scan_once(self) -> SourceSnapshot:
-        """Scan now (in a thread: reading files must not block the loop) and remember the result."""
-        snapshot, self._state = await asyncio.to_thread(scan_directory, self.path, self.node_name, self._state)
+        """Scan now (in a thread: reading files must not block the loop) and remember the result.
+
+        After an event, files still open for writing keep what they had; the periodic
+        rescan reads everything, so a writer that never closes cannot hide a file forever.
+        """
+        with self._writing_lock:
+            writing = frozenset(self._writing) if self._by_event else frozenset()
+        snapshot, self._state = await asyncio.to_thread(
+            functools.partial(scan_directory, self.path, self.node_name, self._state, writing=writing)
+        )
         return snapshot
 
     async def run(self, emit: Callable[[SourceSnapshot], Awaitable[None]]) -> None:
@@ -226,7 +273,11 @@ class FileSource:
             await asyncio.to_thread(observer.join, 2.0)
 
     async def _wait(self) -> None:
-        """Until the next periodic rescan, or an event plus a short settle time, whichever first."""
+        """Until the next periodic rescan or the next event, whichever first.
+
+        Events during a scan leave the wake flag set, so a burst of writes costs a
+        few scans (each reading only what changed), never a missed change.
+        """
         assert self._wake is not None
         timer = asyncio.ensure_future(self._clock.sleep(self.period))
         woken = asyncio.ensure_future(self._wake.wait())
@@ -235,8 +286,7 @@ class FileSource:
         finally:
             timer.cancel()
             woken.cancel()
-        if woken in done:
-            await self._clock.sleep(COALESCE_SECONDS)
+        self._by_event = woken in done
 
     # --- watchdog side (runs in watchdog's and worker threads) ---
 
@@ -284,6 +334,14 @@ class FileSource:
             self._wake.set()
 
     def _on_event(self, role: str, event_type: str, paths: list[str]) -> None:
+        if role == "dir" and event_type in ("opened", "closed", "closed_no_write", "deleted", "moved"):
+            with self._writing_lock:
+                if event_type == "opened":
+                    # watchdog reports every open; only writers matter, and a reader's
+                    # close clears it again right away.
+                    self._writing.add(paths[0])
+                else:
+                    self._writing.difference_update(paths)
         if event_type not in _CHANGE_EVENTS or not self._is_relevant(role, paths):
             return
         loop = self._loop

@@ -400,3 +400,50 @@ def test_unknown_field_is_a_warning_and_the_pod_runs(mdir: Path) -> None:
     put(mdir, "typo.yaml", pod_yaml("typo"))
     fixed, _ = scan(mdir)
     assert fixed.warnings == () and snapshot_key(fixed) != snapshot_key(snap)
+
+
+def test_unchanged_files_are_not_decoded_again(mdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import edgelet.sources.file as file_mod
+
+    put(mdir, "a.yaml", pod_yaml("a"))
+    put(mdir, "b.yaml", pod_yaml("b"))
+    decoded: list[str] = []
+    real = file_mod._pods_of
+    monkeypatch.setattr(file_mod, "_pods_of", lambda path, *a: decoded.append(path.name) or real(path, *a))
+    snap, state = scan(mdir)
+    assert sorted(decoded) == ["a.yaml", "b.yaml"]
+    put(mdir, "b.yaml", pod_yaml("b", image="busybox:2"))
+    snap2, state = scan(mdir, state)
+    assert decoded[2:] == ["b.yaml"], "only the changed file is read again"
+    assert names(snap2) == names(snap) and snapshot_key(snap2) != snapshot_key(snap)
+    snap3, _ = scan(mdir, state)
+    assert decoded[3:] == [] and snapshot_key(snap3) == snapshot_key(snap2)
+
+
+def test_a_file_being_written_keeps_what_it_had(mdir: Path) -> None:
+    good = put(mdir, "web.yaml", pod_yaml("web"))
+    snap, state = scan(mdir)
+    good.write_text("kind: Pod\nmetadata: [\n")  # half-written, as a scan between two writes would see it
+    half = mdir / "new.yaml"
+    half.write_text("apiVersion: v1\nkind: Pod\nmeta")
+    writing = frozenset({str(good), str(half)})
+    during, state2 = scan_directory(mdir, NODE, state, writing=writing)
+    assert during.errors == () and snapshot_key(during) == snapshot_key(snap)
+    after, _ = scan_directory(mdir, NODE, state2)  # closed: read as it is
+    assert {e.origin for e in after.errors} == {str(good), str(half)}
+
+
+def test_a_slow_writer_is_not_reported_half_way(mdir: Path) -> None:
+    async def body(source: FileSource, got: Collector) -> None:
+        await got.next()
+        text = pod_yaml("slow")
+        with open(mdir / "slow.yaml", "w") as f:
+            f.write(text[: len(text) // 2])
+            f.flush()
+            await asyncio.sleep(0.3)  # events for the open, create and write are seen and scanned meanwhile
+            f.write(text[len(text) // 2:])
+        snap = await got.until(lambda s: names(s) == ["slow-node1"], "slow appeared after the close")
+        assert snap.errors == ()
+        assert got.count == 2, "no snapshot with a half-written file was emitted"
+
+    with_source(mdir, NO_RESCAN, body)
