@@ -428,6 +428,11 @@ class RuncRuntime:
         return build_pod_statuses(await self._observe())
 
     async def pod_status(self, uid: str) -> PodRuntimeStatus:
+        # Every sandbox and container of a pod has its bundle under the pod's dir: without
+        # that dir there is nothing to ask runc about (a new pod's first sync skips `runc list`).
+        known = any(uid in bundle.parts for bundle in self._bundles.values())  # seen by an earlier relist
+        if not known and not await asyncio.to_thread(self.paths.pod_dir(uid).is_dir):
+            return PodRuntimeStatus(uid=uid)
         return build_pod_statuses(await self._observe(uid)).get(uid, PodRuntimeStatus(uid=uid))
 
     async def _bundle_of(self, cid: str) -> Path | None:
