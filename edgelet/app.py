@@ -15,6 +15,7 @@ from edgelet.util.memory import limit_arenas, trim, trim_periodically
 if TYPE_CHECKING:
     from edgelet.sdnotify import Notifier
     from edgelet.settings import Settings
+    from edgelet.sync.workers import SyncResult
 
 log = get_logger("edgelet")
 
@@ -102,7 +103,7 @@ class Agent:
             runtime_uids=self.pleg.uids,
             events=self.events,
         )
-        self.workers._on_result = self.loop.on_result
+        self.workers._on_result = self._on_sync_result
         self.probes.state_of = self.syncer.state
         self.probes.on_change = self.loop.emit_probe_result
         self.workers._on_terminated = self.loop.on_terminated
@@ -137,6 +138,12 @@ class Agent:
     async def _images_in_use(self) -> set[str]:
         """The image references of every container the runtime holds (image GC keeps those)."""
         return {c.image for rt in (await self.runtime.list_pods()).values() for c in rt.containers if c.image}
+
+    def _on_sync_result(self, uid: str, result: "SyncResult") -> None:
+        self.loop.on_result(uid, result)
+        # A sync may have created or stopped containers: relist soon, so PLEG knows them
+        # (between syncs it only checks the processes it knows, see pleg.FULL_RELIST_EVERY).
+        self.pleg.kick()
 
     async def run(self, notifier: "Notifier | None" = None) -> None:
         """Run until cancelled; cancellation stops edgelet and leaves every pod running.

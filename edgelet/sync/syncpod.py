@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 log = get_logger(__name__)
 
 DEFAULT_GRACE = 30.0
+ERR_IMAGE_PULL_RESYNC = 1.0
 
 
 async def resolve_image(images: "ImageStore | ImageManager", pod: "Pod", container: "Container", *,
@@ -178,7 +179,11 @@ class Syncer:
                 log.warning("Failed to remove old container", pod=_full(pod), container=cid, err=str(exc))
 
         # 8. Status (probe workers follow the containers that now run, and fill st.ready/started).
-        rt = await self._runtime.pod_status(uid)
+        # A sync that changed nothing reuses what it read in step 1: a resync of a healthy pod
+        # costs one `runc list`, not two.
+        if actions.kill_pod or actions.containers_to_kill or actions.create_sandbox or to_start \
+                or actions.pod_finished or garbage:
+            rt = await self._runtime.pod_status(uid)
         if self._probes is not None:
             self._probes.sync_pod(pod, rt)
         self._publish(pod, rt, st)
@@ -403,6 +408,10 @@ class Syncer:
         """When a waiting container's back-off ends, so the loop syncs the pod again then."""
         delays = []
         for name, (reason, _) in st.waiting.items():
+            if reason == "ErrImagePull":
+                # kubelet resyncs a pod whose pull failed soon after, and the container then shows
+                # ImagePullBackOff for the rest of the back-off instead of ErrImagePull throughout.
+                delays.append(ERR_IMAGE_PULL_RESYNC)
             for key in ((pod.metadata.uid, name), (pod.metadata.uid, "image:" + name)):
                 rem = self._backoff.remaining(key, now)
                 if rem > 0:

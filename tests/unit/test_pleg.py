@@ -85,3 +85,31 @@ def test_several_pods_in_uid_order_and_unchanged_pods_are_silent() -> None:
 
 def test_generate_events_same_state_is_empty() -> None:
     assert generate_events("u", "x", "running", "running") == []
+
+
+def _with_pid(rec, pid):
+    import dataclasses
+
+    return dataclasses.replace(rec, pid=pid)
+
+
+@pytest.mark.parametrize(
+    ("records", "alive", "expected"),
+    [
+        ((), set(), True),
+        (((_with_pid(sb("s", "running"), 10), _with_pid(c("a", "running"), 11)),), {10, 11}, True),
+        (((_with_pid(sb("s", "running"), 10), _with_pid(c("a", "running"), 11)),), {10}, False),  # killed with conmon
+        (((_with_pid(c("a", "exited"), None),),), set(), True),  # exited stays exited: nothing to check
+        (((_with_pid(c("a", "created"), 12),),), {12}, False),  # between create and start: ask runc
+        (((_with_pid(c("a", "running"), None),),), set(), False),  # no pid known: ask runc
+    ],
+)
+def test_all_alive_checks_running_processes(records, alive, expected):
+    from edgelet.pleg import all_alive
+
+    last = {}
+    for group in records:
+        sbs = tuple(r for r in group if isinstance(r, SandboxRecord))
+        cs = tuple(r for r in group if isinstance(r, ContainerRecord))
+        last["u1"] = pod(sandboxes=sbs, containers=cs)
+    assert all_alive(last, exists=lambda path: int(path.rsplit("/", 1)[1]) in alive) is expected
