@@ -308,6 +308,11 @@ class ImageStore:
                 raise BlobError(digest, f"unusable digest: {exc}", source=source or None) from exc
             if final.is_file() and (size is None or final.stat().st_size == size):
                 return digest, final.stat().st_size
+        # A blob must fit in what the disk can spare, checked before a byte is written when its size
+        # is known and again as it streams: an archive or registry cannot fill the device's disk.
+        budget, why = self.disk_budget()
+        if size is not None and size > budget:
+            raise BlobError(digest or "unknown", f"{size} bytes do not fit: {why}", source=source or None)
         sha = hashlib.sha256()
         written = 0
         try:
@@ -323,6 +328,9 @@ class ImageStore:
                     written += len(chunk)
                     if size is not None and written > size:
                         raise BlobError(digest or "unknown", f"longer than the {size} bytes expected",
+                                        source=source or None)
+                    if written > budget:
+                        raise BlobError(digest or "unknown", f"more than {budget} bytes do not fit: {why}",
                                         source=source or None)
                     sha.update(chunk)
                     out.write(chunk)
@@ -348,19 +356,21 @@ class ImageStore:
     def layer_path(self, chain_id: str) -> Path:
         return self._layers / _hex(chain_id)
 
-    def unpack_budget(self) -> tuple[int, str]:
-        """Bytes an image may still take unpacked: the free space of the store's filesystem less a reserve,
-        and at most `max_image_size`; with the reason, for the error when a layer passes it."""
+    def disk_budget(self) -> tuple[int, str]:
+        """Bytes the store may still write: the free space of its filesystem less a reserve; with the reason."""
         try:
             st = os.statvfs(self._tmp)
         except OSError as exc:
             raise StoreError(self._tmp, f"cannot statvfs: {exc.strerror}") from exc
         free, capacity = st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
         reserve = min(DISK_RESERVE, capacity // 20)
-        budget = min(self.max_image_size, free - reserve)
-        why = (f"{free} bytes free on the filesystem of {self.root}, {reserve} kept in reserve, "
-               f"{self.max_image_size} at most per image")
-        return max(0, budget), why
+        return max(0, free - reserve), f"{free} bytes free on the filesystem of {self.root}, {reserve} kept in reserve"
+
+    def unpack_budget(self) -> tuple[int, str]:
+        """Bytes an image may still take unpacked: the free space of the store's filesystem less a reserve,
+        and at most `max_image_size`; with the reason, for the error when a layer passes it."""
+        budget, why = self.disk_budget()
+        return min(self.max_image_size, budget), f"{why}, {self.max_image_size} at most per image"
 
     def ensure_layer(self, blob_digest: str, diff_id: str, chain_id: str, *, max_size: int | None = None,
                      why: str = "") -> int:

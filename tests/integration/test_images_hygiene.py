@@ -124,3 +124,29 @@ def test_archive_with_a_100_mib_index_json(tmp_path: Path, archive: Path) -> Non
         store.import_archive(hostile)
     assert store.list() == [] and listing(store, "blobs/sha256") == set()
     assert os.listdir(store.root / "tmp") == []
+
+
+@pytest.mark.privileged
+@pytest.mark.parametrize("declared", [True, False], ids=["size-known", "streamed"])
+def test_a_blob_that_does_not_fit_is_refused_before_the_disk_fills(tmp_path: Path, declared: bool) -> None:
+    import io
+    import subprocess
+
+    from edgelet.images.errors import BlobError
+
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mnt)], check=True)
+    try:
+        store = ImageStore(mnt / "images")
+        data = os.urandom(12 << 20)  # fits the 16 MiB, but not with the reserve (5 % or 32 MiB, the smaller)
+        big = os.urandom(20 << 20)  # does not fit at all
+        with pytest.raises(BlobError, match="do not fit"):
+            store.add_blob(io.BytesIO(big), size=len(big) if declared else None)
+        assert listing(store, "tmp") == set()
+        free = os.statvfs(mnt).f_bavail * os.statvfs(mnt).f_frsize
+        assert free > 15 << 20, "nothing was written when the size was known; the stream stopped at the budget"
+        digest, size = store.add_blob(io.BytesIO(data), size=len(data) if declared else None)
+        assert size == len(data)
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)
