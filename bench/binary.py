@@ -1,9 +1,12 @@
 """The frozen edgelet against the venv: size, cold/warm start, start to /healthz 200, RSS with pods, cold --runonce.
 
-Run as root after `make binary binary-onedir`:
+Run as root after `make binary-onedir` (and with PyInstaller in the venv: `make binary`):
 `.venv/bin/python bench/binary.py [--pods 20] [--reps 5] [--skip-rss]`.
 
-Every figure is printed for the one-file build (dist/edgelet), the one-dir
+The one-file build is made again here with its unpack dir under the bench's
+temp dir (EDGELET_RUNTIME_TMPDIR), so the bench never writes under
+/var/lib/edgelet; its size is that of dist/edgelet.
+Every figure is printed for the one-file build, the one-dir
 build (dist/onedir/edgelet/) and, as the baseline, the source in the venv
 (`python -m edgelet`). "Cold" drops the page cache first
 (`sync; echo 3 > /proc/sys/vm/drop_caches`), as after a boot.
@@ -18,6 +21,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -29,6 +33,20 @@ from _harness import REPO, Bench, machine, pod_manifest  # noqa: E402
 ONEFILE = REPO / "dist" / "edgelet"
 ONEDIR = REPO / "dist" / "onedir" / "edgelet" / "edgelet"
 SAMPLES = REPO / "manifests.d"
+
+
+PYINSTALLER = Path(sys.executable).parent / "pyinstaller"
+
+
+def build_onefile(work: Path) -> Path | None:
+    """dist/edgelet as `make binary` builds it, but unpacking under `work` instead of /var/lib/edgelet."""
+    if not PYINSTALLER.exists():
+        return None
+    env = {**os.environ, "EDGELET_RUNTIME_TMPDIR": str(work / "unpack")}
+    subprocess.run([str(PYINSTALLER), "--noconfirm", "--clean", "--log-level", "WARN", "--distpath",
+                    str(work / "dist"), "--workpath", str(work / "build"), str(REPO / "build.spec")],
+                   check=True, env=env, cwd=REPO, capture_output=True)
+    return work / "dist" / "edgelet"
 
 
 def variants() -> dict[str, list[str]]:
@@ -161,11 +179,21 @@ def main() -> None:
     args = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("bench/binary.py: run as root (drop_caches, runc)")
+    global ONEFILE
+    work = Path(tempfile.mkdtemp(prefix="edgelet-bench-binary-"))
+    try:
+        ONEFILE = build_onefile(work) or work / "none"
+        run_all(args)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def run_all(args: argparse.Namespace) -> None:
     found = variants()
     print(f"machine: {machine()}")
     print("size:")
     if ONEFILE.exists():
-        print(f"  one-file dist/edgelet:         {ONEFILE.stat().st_size / 1e6:6.1f} MB")
+        print(f"  one-file (as dist/edgelet):    {ONEFILE.stat().st_size / 1e6:6.1f} MB")
     if ONEDIR.exists():
         print(f"  one-dir dist/onedir/edgelet/:  {tree_size(ONEDIR.parent) / 1e6:6.1f} MB")
     if len(found) == 1:
