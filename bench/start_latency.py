@@ -1,6 +1,9 @@
 """Manifest-to-running latency: from a manifest's atomic rename into the directory to the
 container's process running, against raw `runc create`+`start` of the same two bundles.
 
+A second baseline runs the same bundles through conmon by hand, as edgelet
+does (one conmon per container, like CRI-O): the floor of any conmon-based agent.
+
 Run as root: `.venv/bin/python bench/start_latency.py [--pods 20]`. Prints median and p90.
 """
 
@@ -38,59 +41,79 @@ def edgelet_latencies(b: Bench, n: int, out_dir: Path) -> list[float]:
 NS_FILE = {"network": "net", "mount": "mnt"}
 
 
-def runc_baseline(b: Bench, n: int, out_dir: Path) -> list[float]:
-    """Re-run edgelet's own bundles (pause sandbox + container) with runc by hand, n times."""
-    # A file, not a pipe: the container's process inherits runc's stdio and would hold a pipe open forever.
-    errors = open(b.base / "baseline-runc.err", "wb")
+def baseline(b: Bench, n: int, out_dir: Path, *, conmon: bool) -> list[float]:
+    """Re-run edgelet's own bundles (pause sandbox + container) by hand, n times: `runc create` + `start`,
+    or with `conmon` running `runc create` as edgelet does (the floor any conmon-based agent has)."""
+    import asyncio
+
+    from edgelet.images.store import ImageStore
+    from edgelet.runtime import conmon as cm
     from edgelet.runtime.rootfs import mount_rootfs, unmount_rootfs
 
     pod_dirs = [p for p in (b.paths.root_dir / "pods").iterdir() if (p / "sandbox" / "config.json").exists()]
     pod_dir = pod_dirs[0]
     sandbox_cfg = json.loads((pod_dir / "sandbox" / "config.json").read_text())
-    cont_cfgs = sorted(pod_dir.glob("containers/*/*/config.json"))
-    cont_cfg = json.loads(cont_cfgs[0].read_text())
-    from edgelet.images.store import ImageStore
-
+    cont_cfg = json.loads(sorted(pod_dir.glob("containers/*/*/config.json"))[0].read_text())
     image = ImageStore(b.paths.root_dir / "images").get("edgelet.local/busybox:1.36")
-    root = b.base / "baseline-runc"
+    tag = "conmon" if conmon else "runc"
+    root = b.base / f"baseline-{tag}"
     runc = ["runc", "--root", str(root)]
+    # A file, not a pipe: the container's process inherits runc's stdio and would hold a pipe open forever.
+    errors = open(b.base / f"baseline-{tag}.err", "wb")
+    runc_path = shutil.which("runc") or "runc"
+    conmon_path = shutil.which("conmon") or "conmon"
+
+    def create(cid: str, bundle: Path) -> None:
+        if not conmon:
+            subprocess.run([*runc, "create", "--bundle", str(bundle), cid], check=True,
+                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errors)
+            return
+        args = cm.ConmonArgs(conmon=conmon_path, runtime=runc_path, runtime_root=root, container_id=cid, name=cid,
+                             bundle=bundle, log_path=Path("/dev/null"), exit_dir=b.base / f"exits-{tag}",
+                             socket_dir=b.base / f"socks-{tag}")
+        asyncio.run(cm.create(args))
+
+    (b.base / f"exits-{tag}").mkdir(exist_ok=True)
+    (b.base / f"socks-{tag}").mkdir(exist_ok=True)
     lat = []
-    for i in range(n):
-        work = b.base / "baseline" / str(i)
-        sb = work / "sandbox"
-        ct = work / "ctr"
-        sb.mkdir(parents=True)
-        ct.mkdir(parents=True)
-        scfg = json.loads(json.dumps(sandbox_cfg))
-        scfg["linux"]["cgroupsPath"] = f"{b.paths.cgroup_root}/baseline{i}/sandbox"
-        scfg["annotations"] = {}
-        (sb / "config.json").write_text(json.dumps(scfg))
-        rootfs = mount_rootfs(image.layers, ct)
-        ccfg = json.loads(json.dumps(cont_cfg))
-        ccfg["root"]["path"] = str(rootfs)
-        ccfg["linux"]["cgroupsPath"] = f"{b.paths.cgroup_root}/baseline{i}/ctr"
-        ccfg["process"]["args"] = ["sh", "-c", f"touch /out/base{i}; exec sleep 3600"]
-        ccfg["process"]["terminal"] = False
-        ccfg["annotations"] = {}
-        t0 = time.monotonic()
-        subprocess.run([*runc, "create", "--bundle", str(sb), f"bs{i}"], check=True,
-                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errors)
-        subprocess.run([*runc, "start", f"bs{i}"], check=True)
-        pid = json.loads(subprocess.run([*runc, "state", f"bs{i}"], capture_output=True, check=True).stdout)["pid"]
-        for ns in ccfg["linux"]["namespaces"]:
-            if "path" in ns:
-                ns["path"] = f"/proc/{pid}/ns/{NS_FILE.get(ns['type'], ns['type'])}"
-        (ct / "config.json").write_text(json.dumps(ccfg))
-        subprocess.run([*runc, "create", "--bundle", str(ct), f"bc{i}"], check=True,
-                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errors)
-        subprocess.run([*runc, "start", f"bc{i}"], check=True)
-        t1 = wait_file(out_dir / f"base{i}")
-        lat.append(t1 - t0)
-    for i in range(n):
-        for cid in (f"bc{i}", f"bs{i}"):
-            subprocess.run([*runc, "delete", "--force", cid], capture_output=True)
-        unmount_rootfs(b.base / "baseline" / str(i) / "ctr")
-    shutil.rmtree(root, ignore_errors=True)
+    made: list[int] = []
+    try:
+        for i in range(n):
+            work = b.base / f"baseline-{tag}-bundles" / str(i)
+            sb, ct = work / "sandbox", work / "ctr"
+            sb.mkdir(parents=True)
+            ct.mkdir(parents=True)
+            scfg = json.loads(json.dumps(sandbox_cfg))
+            scfg["linux"]["cgroupsPath"] = f"{b.paths.cgroup_root}/{tag}{i}/sandbox"
+            scfg["annotations"] = {}
+            (sb / "config.json").write_text(json.dumps(scfg))
+            rootfs = mount_rootfs(image.layers, ct)
+            made.append(i)
+            ccfg = json.loads(json.dumps(cont_cfg))
+            ccfg["root"]["path"] = str(rootfs)
+            ccfg["linux"]["cgroupsPath"] = f"{b.paths.cgroup_root}/{tag}{i}/ctr"
+            ccfg["process"]["args"] = ["sh", "-c", f"touch /out/{tag}{i}; exec sleep 3600"]
+            ccfg["process"]["terminal"] = False
+            ccfg["annotations"] = {}
+            t0 = time.monotonic()
+            create(f"bs{i}", sb)
+            subprocess.run([*runc, "start", f"bs{i}"], check=True)
+            pid = json.loads(subprocess.run([*runc, "state", f"bs{i}"], capture_output=True, check=True).stdout)["pid"]
+            for ns in ccfg["linux"]["namespaces"]:
+                if "path" in ns:
+                    ns["path"] = f"/proc/{pid}/ns/{NS_FILE.get(ns['type'], ns['type'])}"
+            (ct / "config.json").write_text(json.dumps(ccfg))
+            create(f"bc{i}", ct)
+            subprocess.run([*runc, "start", f"bc{i}"], check=True)
+            t1 = wait_file(out_dir / f"{tag}{i}")
+            lat.append(t1 - t0)
+    finally:
+        for i in made:
+            for cid in (f"bc{i}", f"bs{i}"):
+                subprocess.run([*runc, "delete", "--force", cid], capture_output=True)
+            unmount_rootfs(b.base / f"baseline-{tag}-bundles" / str(i) / "ctr")
+        shutil.rmtree(root, ignore_errors=True)
+        errors.close()
     return lat
 
 
@@ -104,15 +127,18 @@ def main() -> None:
         out_dir.mkdir()
         os.chmod(out_dir, 0o777)
         ed = edgelet_latencies(b, args.pods, out_dir)
-        base = runc_baseline(b, args.pods, out_dir)
+        base = baseline(b, args.pods, out_dir, conmon=False)
+        floor = baseline(b, args.pods, out_dir, conmon=True)
     finally:
         b.close()
     print(f"machine: {machine()}")
     print(f"pods: {args.pods} (pause sandbox + 1 busybox container each, image present)")
-    for label, v in (("edgelet  rename->running", ed), ("raw runc create+start x2", base)):
+    for label, v in (("edgelet  rename->running", ed), ("raw runc create+start x2", base),
+                     ("conmon+runc by hand x2  ", floor)):
         print(f"{label}: median {statistics.median(v)*1000:.1f} ms  p90 {percentile(v, 0.9)*1000:.1f} ms")
-    print(f"ratio (median): {statistics.median(ed)/statistics.median(base):.2f}x"
+    print(f"ratio to raw runc (median): {statistics.median(ed)/statistics.median(base):.2f}x"
           f"  (p90): {percentile(ed, 0.9)/percentile(base, 0.9):.2f}x")
+    print(f"ratio to conmon+runc by hand (median): {statistics.median(ed)/statistics.median(floor):.2f}x")
 
 
 if __name__ == "__main__":
