@@ -339,6 +339,7 @@ async def _main(settings: "Settings", notifier: "Notifier | None" = None) -> int
         if not stopping:
             stopping = True
             log.info("Stopping edgelet; pods keep running", signal=signame)
+            _exit_if_stuck(SHUTDOWN_TIMEOUT)
             task.cancel()
 
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -349,6 +350,36 @@ async def _main(settings: "Settings", notifier: "Notifier | None" = None) -> int
         if not stopping:
             raise
     return 0
+
+
+SHUTDOWN_TIMEOUT = 15.0
+
+
+def _exit_if_stuck(timeout: float) -> None:
+    """Exit anyway when shutting down takes longer than `timeout` (a thread stuck in a syscall, say).
+
+    Stopping edgelet never stops a pod and every state is rebuilt from runc at the next start,
+    so a hard exit loses nothing; a stop that never finishes would make systemd SIGKILL us
+    after TimeoutStopSec instead, and an upgrade wait for it.
+    """
+    import threading
+
+    def expire() -> None:
+        stuck = [t.name for t in threading.enumerate() if t is not threading.current_thread() and not t.daemon]
+        log.warning("Shutdown is taking too long; exiting now", timeout=timeout, threads=",".join(stuck) or None)
+        logging_flush()
+        os._exit(0)
+
+    timer = threading.Timer(timeout, expire)
+    timer.daemon = True
+    timer.start()
+
+
+def logging_flush() -> None:
+    import logging
+
+    for handler in logging.getLogger().handlers:
+        handler.flush()
 
 
 def run_agent(settings: "Settings") -> int:

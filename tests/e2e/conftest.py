@@ -89,7 +89,11 @@ class AgentProc:
     def stop(self, sig: int = signal.SIGTERM) -> int:
         assert self.proc is not None
         self.proc.send_signal(sig)
-        rc = self.proc.wait(timeout=30)
+        try:
+            rc = self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"edgelet did not exit within 30 s of {signal.Signals(sig).name}; log tail:\n"
+                                 + "\n".join(self.log().splitlines()[-40:])) from None
         self.proc = None
         self._log.close()
         return rc
