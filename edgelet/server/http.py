@@ -121,8 +121,9 @@ class HttpServer:
         finally:
             self._connections.discard(task)
             writer.close()
+            # Bounded: a peer that never reads again must not hold up the agent's stop.
             with contextlib.suppress(Exception):
-                await writer.wait_closed()
+                await asyncio.wait_for(writer.wait_closed(), 1.0)
 
 
 class Connection:
