@@ -147,7 +147,7 @@ class ImageStore:
         self._read_lock = threading.Lock()  # guards reloading images.json
         self._entries: dict[str, _Entry] = {}
         self._stamp: tuple[int, int, int] | None = None
-        self._lock_fd: int | None = None
+        self._lock_held = False
         try:
             for d in (self._blobs, self._layers, self._tmp):
                 d.mkdir(parents=True, exist_ok=True)
@@ -244,21 +244,15 @@ class ImageStore:
     def _locked(self) -> Iterator[None]:
         """Exclusive access for this thread and against other processes (flock); re-entrant."""
         with self._write_lock:
-            if self._lock_fd is not None:
+            if self._lock_held:
                 yield
                 return
-            lock_path = self.root / ".lock"
-            try:
-                fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            except OSError as exc:
-                raise StoreError(lock_path, f"cannot open lock file: {exc.strerror}") from exc
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                self._lock_fd = fd
-                yield
-            finally:
-                self._lock_fd = None
-                os.close(fd)  # releases the flock
+            with _flock(self.root / ".lock", fcntl.LOCK_EX):
+                self._lock_held = True
+                try:
+                    yield
+                finally:
+                    self._lock_held = False
 
     @contextmanager
     def _changing(self) -> Iterator[dict[str, _Entry]]:
@@ -525,49 +519,31 @@ class ImageStore:
     @contextmanager
     def pulling(self) -> Iterator[None]:
         """Held around a pull, whose blobs no image refers to until it commits: `sweep` waits for none."""
-        lock_path = self.root / ".pull.lock"
-        try:
-            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        except OSError as exc:
-            raise StoreError(lock_path, f"cannot open lock file: {exc.strerror}") from exc
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH)
+        with _flock(self.root / ".pull.lock", fcntl.LOCK_SH):
             yield
-        finally:
-            os.close(fd)
 
     def sweep(self) -> tuple[int, int] | None:
         """Remove the blobs and unpacked layers no image refers to (left by failed pulls, crashes, a
         half-finished removal); (blobs, layers) removed, or None when skipped because a pull, in this
         process or another, is under way."""
-        lock_path = self.root / ".pull.lock"
-        with self._locked():
+        with self._locked(), _flock(self.root / ".pull.lock", fcntl.LOCK_EX | fcntl.LOCK_NB) as got:
+            if not got:
+                return None
+            self._reload()
+            used_blobs = {b for e in self._entries.values() for b in e.blobs}
+            stale_blobs = set(self._stored_blobs()) - used_blobs
+            for digest in stale_blobs:
+                try:
+                    os.unlink(self._blobs / _hex(digest))
+                except FileNotFoundError:
+                    pass
+            used_layers = {_hex(c) for e in self._entries.values() for c in e.chain_ids}
             try:
-                fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                stale_layers = [n for n in os.listdir(self._layers) if n not in used_layers]
             except OSError as exc:
-                raise StoreError(lock_path, f"cannot open lock file: {exc.strerror}") from exc
-            try:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    return None
-                self._reload()
-                used_blobs = {b for e in self._entries.values() for b in e.blobs}
-                stale_blobs = set(self._stored_blobs()) - used_blobs
-                for digest in stale_blobs:
-                    try:
-                        os.unlink(self._blobs / _hex(digest))
-                    except FileNotFoundError:
-                        pass
-                used_layers = {_hex(c) for e in self._entries.values() for c in e.chain_ids}
-                try:
-                    stale_layers = [n for n in os.listdir(self._layers) if n not in used_layers]
-                except OSError as exc:
-                    raise StoreError(self._layers, f"cannot list layers: {exc.strerror}") from exc
-                for name in stale_layers:
-                    self._remove_layer("sha256:" + name)
-            finally:
-                os.close(fd)
+                raise StoreError(self._layers, f"cannot list layers: {exc.strerror}") from exc
+            for name in stale_layers:
+                self._remove_layer("sha256:" + name)
         if stale_blobs or stale_layers:
             log.info("Swept unreferenced image content", blobs=len(stale_blobs), layers=len(stale_layers))
         return len(stale_blobs), len(stale_layers)
@@ -599,20 +575,31 @@ class ImageStore:
 
     def _sweep_tmp(self) -> None:
         """Remove temp leftovers of a crashed import, unless another process is importing right now."""
-        lock_path = self.root / ".lock"
+        with _flock(self.root / ".lock", fcntl.LOCK_EX | fcntl.LOCK_NB) as got:
+            if got:
+                for leftover in self._tmp.iterdir():
+                    _remove_tree(leftover)
+
+
+@contextmanager
+def _flock(path: Path, operation: int) -> Iterator[bool]:
+    """Hold flock(`operation`) on `path` (created if missing) while in the block; released on close.
+
+    Yields False, holding nothing, when `operation` has LOCK_NB and another holder has it.
+    """
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise StoreError(path, f"cannot open lock file: {exc.strerror}") from exc
+    try:
         try:
-            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        except OSError as exc:
-            raise StoreError(lock_path, f"cannot open lock file: {exc.strerror}") from exc
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return
-            for leftover in self._tmp.iterdir():
-                _remove_tree(leftover)
-        finally:
-            os.close(fd)
+            fcntl.flock(fd, operation)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)
 
 
 def _is_bare_id(ref: str) -> bool:
