@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from edgelet.cgroups.errors import CgroupBusyError, CgroupError
 from edgelet.cgroups.qos import PodResources, pod_cgroup_path, pod_resources, qos_class
@@ -22,12 +23,15 @@ __all__ = [
 ]
 
 
-def detect(mount: Path = Path("/sys/fs/cgroup")) -> CgroupV1 | CgroupV2:
-    """v2 when `mount` itself is a unified hierarchy, v1 when a v1 `memory` hierarchy is mounted under it."""
+def detect(mount: Path = Path("/sys/fs/cgroup"), **options: Any) -> CgroupV1 | CgroupV2:
+    """v2 when `mount` itself is a unified hierarchy, v1 when a v1 `memory` hierarchy is mounted under it.
+
+    `options` go to the writer (remove_attempts, remove_interval, ...).
+    """
     mount = Path(mount)
     if (mount / "cgroup.controllers").exists():
-        return CgroupV2(mount)
-    v1 = CgroupV1(mount)
+        return CgroupV2(mount, **options)
+    v1 = CgroupV1(mount, **options)
     if v1.hierarchy("memory") is not None:
         return v1
     raise CgroupError("no cgroup v2 mount and no v1 memory hierarchy", mount)

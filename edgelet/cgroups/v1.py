@@ -161,12 +161,25 @@ class CgroupV1:
                     write_value(own, inherited)
 
     def remove_pod(self, path: str) -> None:
-        """rmdir the pod cgroup and whatever runc left below it, in every hierarchy; absent is fine."""
+        """rmdir the pod cgroup and whatever runc left below it, in every hierarchy; absent is fine.
+
+        On a hybrid host runc also creates the pod's dir in the cgroup2 `unified` mount, so
+        that one goes too. Every hierarchy is tried before the first busy one is raised.
+        """
         rel = relative_path(path)
-        for h in self.hierarchies():
-            remove_tree(
-                h / rel, rmdir=self._rmdir, sleep=self._sleep, attempts=self._attempts, interval=self._interval
-            )
+        unified = self.mount / "unified"
+        tops = [h / rel for h in self.hierarchies()]
+        if (unified / "cgroup.controllers").exists():
+            tops.append(unified / rel)
+        busy: list[CgroupError] = []
+        for top in tops:
+            try:
+                remove_tree(top, rmdir=self._rmdir, sleep=self._sleep, attempts=self._attempts,
+                            interval=self._interval)
+            except CgroupBusyError as exc:
+                busy.append(exc)
+        if busy:
+            raise busy[0]
 
     def pids(self, path: str) -> set[int]:
         """Processes anywhere in the pod's cgroup subtree, across hierarchies."""

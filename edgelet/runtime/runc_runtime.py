@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
+from edgelet.cgroups import CgroupError, detect
 from edgelet.ocispec import build as ocispec
 from edgelet.runtime import bundle as bl
 from edgelet.runtime import _exec, conmon, rootfs
@@ -813,9 +814,10 @@ class RuncRuntime:
             await asyncio.to_thread(self._remove_pod_dir, layout)
         except (RuntimeError_, OSError) as exc:
             errors.append(f"{layout.dir}: {exc}")
-        left = await asyncio.to_thread(remove_pod_cgroups, self.pod_cgroup(uid))
-        if left:
-            errors.append(f"cgroups still busy: {', '.join(left[:3])}")
+        try:
+            await asyncio.to_thread(remove_pod_cgroups, self.pod_cgroup(uid))
+        except CgroupError as exc:
+            errors.append(str(exc))
         if errors:
             raise RuntimeError_(f"pod {uid}: removal incomplete: {'; '.join(errors)}")
         log.info("Pod removed from the runtime", uid=uid)
@@ -857,34 +859,18 @@ def _unmount_bundle(bundle: Path) -> None:
         bl.unmount_all_under(bundle)
 
 
-def remove_pod_cgroups(pod_cgroup: str, mount: Path = CGROUP_MOUNT) -> list[str]:
-    """rmdir the pod's cgroup dir (and any child left) in every hierarchy; returns the dirs still busy.
+def remove_pod_cgroups(pod_cgroup: str, mount: Path = CGROUP_MOUNT) -> None:
+    """rmdir the pod's cgroup (and what runc left below it) wherever this host mounts cgroups.
 
-    Minimal stand-in for edgelet.cgroups' removal: runc deletes each container's
-    own cgroup, only the pod level (and leftovers of killed containers) remain.
+    runc deletes each container's own cgroup; only the pod level and leftovers of killed
+    containers remain. A host without cgroups has nothing to remove.
     """
-    rel = pod_cgroup.strip("/")
-    left: list[str] = []
-    if not rel or not mount.is_dir():
-        return left
-    for hierarchy in sorted(mount.iterdir()):
-        top = hierarchy / rel
-        if not top.is_dir():
-            continue
-        dirs = sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True)
-        for d in [*dirs, top]:
-            for _ in range(20):
-                try:
-                    d.rmdir()
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    # A killed task may take a moment to leave the cgroup.
-                    time.sleep(0.01)
-            else:
-                left.append(str(d))
-    return left
+    try:
+        # A killed task leaves its cgroup within moments: retry briefly, not for the writer's full second.
+        cgroups = detect(mount, remove_attempts=20, remove_interval=0.01)
+    except CgroupError:
+        return
+    cgroups.remove_pod(pod_cgroup)
 
 
 def _full(pod: "Pod | None") -> str:

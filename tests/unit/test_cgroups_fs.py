@@ -179,3 +179,23 @@ def test_v2_unlimited_cpu(v2_mount: Path):
     pod = v2_mount / "k/burstable/podb"
     assert (pod / "cpu.max").read_text() == "max 100000"
     assert not (pod / "memory.max").exists()
+
+
+def test_v1_removal_includes_the_hybrid_unified_dir_and_tries_every_hierarchy(v1_mount: Path):
+    # runc on a hybrid host also makes the pod's dir in the cgroup2 `unified` mount.
+    (v1_mount / "unified/k/podu/ctr").mkdir(parents=True)
+    busy = v1_mount / "memory/k/podu"
+    busy.mkdir(parents=True)
+
+    def rmdir(path: Path) -> None:
+        if path == busy:
+            raise OSError(errno.EBUSY, "Device or resource busy")
+        fake_rmdir(path)
+
+    cg = CgroupV1(v1_mount, rmdir=rmdir, sleep=lambda s: None, remove_attempts=2)
+    cg.create_pod("/k/podu", PodResources())
+    with pytest.raises(CgroupBusyError, match="memory"):
+        cg.remove_pod("/k/podu")
+    assert not (v1_mount / "unified/k/podu").exists(), "the busy memory dir did not stop the others"
+    assert not (v1_mount / "pids/k/podu").exists()
+    assert busy.exists()
