@@ -141,9 +141,11 @@ class Agent:
 
     def _on_sync_result(self, uid: str, result: "SyncResult") -> None:
         self.loop.on_result(uid, result)
-        # A sync may have created or stopped containers: relist soon, so PLEG knows them
-        # (between syncs it only checks the processes it knows, see pleg.FULL_RELIST_EVERY).
-        self.pleg.kick()
+        # A sync that created or stopped containers: relist soon, so PLEG knows them (between
+        # relists it only checks the processes it knows, see pleg.FULL_RELIST_EVERY). A resync
+        # that changed nothing (a pull back-off, say, every second) costs no `runc list`.
+        if result.changed:
+            self.pleg.kick()
 
     async def run(self, notifier: "Notifier | None" = None) -> None:
         """Run until cancelled; cancellation stops edgelet and leaves every pod running.

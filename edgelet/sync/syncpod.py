@@ -43,6 +43,8 @@ log = get_logger(__name__)
 
 DEFAULT_GRACE = 30.0
 ERR_IMAGE_PULL_RESYNC = 1.0
+# Waiting reasons of a start that failed before runc was asked for anything.
+_NO_CONTAINER_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName"})
 
 
 async def resolve_image(images: "ImageStore | ImageManager", pod: "Pod", container: "Container", *,
@@ -143,6 +145,7 @@ class Syncer:
 
         # 5 and 6. Init container, then regular containers.
         to_start = []
+        started = 0  # containers created in the runtime by this sync
         if actions.next_init_container is not None:
             to_start.append(actions.next_init_container)
         to_start.extend(actions.containers_to_start)
@@ -155,6 +158,8 @@ class Syncer:
                 reason = await self._start_container(pod, container, sandbox, item.attempt, item.container_type)
                 if reason is not None:
                     st.waiting[item.name] = reason
+                if reason is None or reason[0] not in _NO_CONTAINER_REASONS:
+                    started += 1  # a container was created, even if it then failed to start
 
         # A pod that will never run anything again keeps its exited containers (its final
         # status) but not its pause process.
@@ -181,13 +186,15 @@ class Syncer:
         # 8. Status (probe workers follow the containers that now run, and fill st.ready/started).
         # A sync that changed nothing reuses what it read in step 1: a resync of a healthy pod
         # costs one `runc list`, not two.
-        if actions.kill_pod or actions.containers_to_kill or actions.create_sandbox or to_start \
-                or actions.pod_finished or garbage:
+        # A start that failed before anything was created (the image is backing off, say) changed nothing.
+        changed = bool(actions.kill_pod or actions.containers_to_kill or actions.create_sandbox or started
+                       or actions.pod_finished or garbage)
+        if changed:
             rt = await self._runtime.pod_status(uid)
         if self._probes is not None:
             self._probes.sync_pod(pod, rt)
         self._publish(pod, rt, st)
-        return SyncResult(requeue_after=self._next_wake(pod, st, now))
+        return SyncResult(requeue_after=self._next_wake(pod, st, now), changed=changed)
 
     async def _start_container(
         self, pod: "Pod", container: "Container", sandbox: "SandboxRecord", attempt: int, ctype: str

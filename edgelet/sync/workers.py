@@ -26,6 +26,8 @@ class SyncResult:
     """What one sync asks of the loop: when to look at the pod again (None = on the next event)."""
 
     requeue_after: float | None = None
+    # The sync created, stopped or removed something in the runtime (a relist is worth it).
+    changed: bool = True
 
 
 class PodSyncer(Protocol):
