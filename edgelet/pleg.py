@@ -157,21 +157,10 @@ class Pleg:
         return events
 
     async def run(self, emit: Callable[[set[str]], None]) -> None:
-        from watchdog.events import FileSystemEventHandler
-        from watchdog.observers import Observer
+        from edgelet.util.watch import stop_watching, watch_directory
 
-        loop = asyncio.get_running_loop()
-        kick = self._kick
-
-        class _Handler(FileSystemEventHandler):
-            def on_any_event(self, event) -> None:  # noqa: ANN001 - watchdog's type
-                loop.call_soon_threadsafe(kick.set)
-
-        self._exit_dir.mkdir(parents=True, exist_ok=True)
-        observer = Observer()
-        observer.schedule(_Handler(), str(self._exit_dir), recursive=False)
-        observer.daemon = True
-        observer.start()
+        # Only changes wake it: the relist itself reads the exit files, and must not wake itself.
+        observer = watch_directory(self._exit_dir, self._kick)
         try:
             quiet = 0
             while True:
@@ -198,5 +187,4 @@ class Pleg:
                 if uids:
                     emit(uids)
         finally:
-            observer.stop()
-            await asyncio.to_thread(observer.join, 2.0)
+            await stop_watching(observer)

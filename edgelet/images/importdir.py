@@ -108,21 +108,10 @@ class ImportDir:
 
     async def run(self, on_imported: Callable[[], None]) -> None:
         """Watch the directory (inotify) and import what lands there."""
-        from watchdog.events import FileSystemEventHandler
-        from watchdog.observers import Observer
+        from edgelet.util.watch import stop_watching, watch_directory
 
-        loop = asyncio.get_running_loop()
         kick = self._kick
-
-        class _Handler(FileSystemEventHandler):
-            def on_any_event(self, event) -> None:  # noqa: ANN001 - watchdog's type
-                loop.call_soon_threadsafe(kick.set)
-
-        self._dir.mkdir(parents=True, exist_ok=True)
-        observer = Observer()
-        observer.schedule(_Handler(), str(self._dir), recursive=False)
-        observer.daemon = True
-        observer.start()
+        observer = watch_directory(self._dir, kick)
         try:
             while True:
                 await kick.wait()
@@ -133,5 +122,4 @@ class ImportDir:
                 if await asyncio.to_thread(self.scan):
                     on_imported()
         finally:
-            observer.stop()
-            await asyncio.to_thread(observer.join, 2.0)
+            await stop_watching(observer)

@@ -21,6 +21,7 @@ from watchdog.events import FileSystemEventHandler
 
 from edgelet.sources import ORIGIN_ANNOTATION, ManifestError, SourceSnapshot, snapshot_key
 from edgelet.util.log import get_logger
+from edgelet.util.watch import CHANGE_EVENTS
 
 if TYPE_CHECKING:
     from edgelet.api.types import Pod
@@ -32,10 +33,6 @@ SOURCE = "file"
 MAX_MANIFEST_BYTES = 10 * 1024 * 1024  # kubelet's maxConfigLength
 # Scans follow events at once; a file a writer still holds open is left as it was until
 # its close event (a `cp` or an editor is never read half-written).
-
-# watchdog event types that mean the directory's content may have changed. Opened
-# and closed-without-write events are left out: our own reads cause them.
-_CHANGE_EVENTS = frozenset({"created", "deleted", "modified", "moved", "closed"})
 
 
 @dataclass(frozen=True)
@@ -342,7 +339,7 @@ class FileSource:
                     self._writing.add(paths[0])
                 else:
                     self._writing.difference_update(paths)
-        if event_type not in _CHANGE_EVENTS or not self._is_relevant(role, paths):
+        if event_type not in CHANGE_EVENTS or not self._is_relevant(role, paths):
             return
         loop = self._loop
         if loop is None:
