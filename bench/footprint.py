@@ -1,4 +1,4 @@
-"""Agent footprint: RSS and PSS idle with 0 and 20 running pods, and CPU used over 60 s idle with 20 pods.
+"""Agent footprint: RSS and PSS idle with 0 and 20 running pods (plus one completed), and CPU used over 60 s idle.
 
 Run as root: `.venv/bin/python bench/footprint.py [--pods 20] [--idle 60]`.
 """
@@ -61,6 +61,8 @@ def main() -> None:
         rss0, pss0 = memory(proc.pid)
         for i in range(args.pods):
             b.put_manifest(f"p{i}.yaml", pod_manifest(f"p{i}", "exec sleep 3600"))
+        # And one completed job: exited containers are what an idle agent must not keep re-reading.
+        b.put_manifest("job.yaml", pod_manifest("job", "echo done", restart="OnFailure"))
         deadline = time.monotonic() + 120
         while running_pods(b) < args.pods and time.monotonic() < deadline:
             time.sleep(0.5)
