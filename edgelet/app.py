@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, TextIO
 from edgelet.util.clock import RealClock
 from edgelet.util.log import configure, get_logger
 from edgelet.util.memory import limit_arenas, trim, trim_periodically
+from edgelet.errors import EdgeletError
 
 if TYPE_CHECKING:
     from edgelet.sdnotify import Notifier
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 
 log = get_logger("edgelet")
 
-class ConfigurationError(Exception):
+class ConfigurationError(EdgeletError):
     """The settings ask for something this machine does not have (the CLI exits 1 with the message)."""
 
 

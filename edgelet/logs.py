@@ -16,13 +16,14 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import AsyncIterator, Callable, Iterable
+from edgelet.errors import EdgeletError
 
 FOLLOW_POLL = 0.2  # seconds between looks at a followed file (cheaper than an inotify watch per request)
 _TAIL_BLOCK = 64 * 1024
 _ATTEMPT_FILE = re.compile(r"(\d+)\.log")
 
 
-class LogNotFoundError(Exception):
+class LogNotFoundError(EdgeletError):
     """No log file for the requested container instance; the message says which."""
 
 

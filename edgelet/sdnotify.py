@@ -26,6 +26,7 @@ import socket
 from typing import TYPE_CHECKING, MutableMapping
 
 from edgelet.util.log import get_logger
+from edgelet.errors import EdgeletError
 
 if TYPE_CHECKING:
     from edgelet.util.clock import Clock
@@ -38,7 +39,7 @@ WATCHDOG_PID = "WATCHDOG_PID"
 SYSTEMD_VARIABLES = (NOTIFY_SOCKET, WATCHDOG_USEC, WATCHDOG_PID)
 
 
-class NotifyError(Exception):
+class NotifyError(EdgeletError):
     """A notification could not be delivered; names the socket and the message."""
 
     def __init__(self, message: str, *, address: str, state: str) -> None:

@@ -21,6 +21,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
+from edgelet.errors import EdgeletError
 
 if TYPE_CHECKING:
     from edgelet.runtime.types import RuntimePaths
@@ -30,7 +31,7 @@ ENV_PREFIX = "EDGELET_"
 CONFIG_ENV = "EDGELET_CONFIG"
 
 
-class SettingsError(Exception):
+class SettingsError(EdgeletError):
     """A configuration value that cannot be used; names the key and where it came from."""
 
     def __init__(self, message: str, *, key: str | None = None, source: str | None = None) -> None:

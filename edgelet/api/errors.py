@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from edgelet.errors import EdgeletError
+
 
 @dataclass(frozen=True)
 class FieldError:
@@ -28,7 +30,7 @@ class FieldError:
         return f"{self.path}: {self.message}"
 
 
-class ApiError(ValueError):
+class ApiError(EdgeletError, ValueError):
     """Base of all errors of edgelet.api."""
 
     def __init__(self, message: str, *, origin: str = "") -> None:

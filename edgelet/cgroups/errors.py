@@ -7,9 +7,10 @@
 from __future__ import annotations
 
 from pathlib import Path
+from edgelet.errors import EdgeletError
 
 
-class CgroupError(Exception):
+class CgroupError(EdgeletError):
     """A cgroup operation failed; `path` is the file or directory involved."""
 
     def __init__(self, message: str, path: Path | str | None = None) -> None:

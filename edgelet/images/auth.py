@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from edgelet.images.errors import ImageError
+from edgelet.images.errors import CredentialError, ImageError
 from edgelet.images.reference import DEFAULT_DOMAIN, LEGACY_DEFAULT_DOMAIN
 from edgelet.util.log import get_logger
 
@@ -25,15 +25,6 @@ log = get_logger(__name__)
 
 DEFAULT_CREDENTIAL_FILES = (Path("/etc/edgelet/auth.json"), Path("/root/.docker/config.json"))
 MAX_CONFIG = 1 << 20
-
-
-class CredentialError(ImageError):
-    """The credential file exists but cannot be used."""
-
-    def __init__(self, path: Path | str, reason: str) -> None:
-        self.path = str(path)
-        self.reason = reason
-        super().__init__(f"registry credential file {self.path}: {reason}")
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,13 @@ Hierarchy::
     │   └── PlatformNotFound        no manifest for this machine's os/architecture
     ├── BlobError                   a blob is missing, or its digest or size does not match
     ├── UnpackError                 a layer tar could not be applied
-    │   └── UnsafeLayerError        a member would write outside the root or through a symlink
-    └── StoreError                  the store's own files cannot be read or written
+    │   ├── UnsafeLayerError        a member would write outside the root or through a symlink
+    │   └── LayerTooLarge           the uncompressed layer does not fit (a decompression bomb, a full disk)
+    ├── StoreError                  the store's own files cannot be read or written
+    ├── CredentialError             a registry credential file exists but cannot be used
+    ├── PullError                   a registry pull failed (refused, unreachable, unusable answer)
+    │   └── ManifestError           the registry's manifest cannot be used here
+    └── ImageUnavailable            a container's image cannot be had now (kubelet's waiting reason)
 
 Adapters wrap OSError, tarfile and JSON errors at the boundary with `raise ... from exc`.
 """
@@ -18,9 +23,10 @@ Adapters wrap OSError, tarfile and JSON errors at the boundary with `raise ... f
 from __future__ import annotations
 
 from pathlib import Path
+from edgelet.errors import EdgeletError
 
 
-class ImageError(Exception):
+class ImageError(EdgeletError):
     """Base class; `str()` is a complete sentence naming what failed and where."""
 
 
@@ -81,3 +87,38 @@ class StoreError(ImageError):
         self.path = str(path)
         self.reason = reason
         super().__init__(f"image store {self.path}: {reason}")
+
+
+class CredentialError(ImageError):
+    """The credential file exists but cannot be used."""
+
+    def __init__(self, path: Path | str, reason: str) -> None:
+        self.path = str(path)
+        self.reason = reason
+        super().__init__(f"registry credential file {self.path}: {reason}")
+
+
+class LayerTooLarge(UnpackError):
+    """The uncompressed layer is larger than the space it may take (a decompression bomb, or a full disk)."""
+
+
+class PullError(ImageError):
+    """A pull failed: the registry refused, was unreachable, or sent something unusable."""
+
+    def __init__(self, reference: str, reason: str) -> None:
+        self.reference = reference
+        self.reason = reason
+        super().__init__(f"pulling {reference}: {reason}")
+
+
+class ManifestError(PullError):
+    """The registry's manifest cannot be used here (schema1, no matching platform, malformed)."""
+
+
+class ImageUnavailable(ImageError):
+    """The container's image cannot be had now; `reason` is the kubelet waiting reason."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message

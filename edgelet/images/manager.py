@@ -20,7 +20,7 @@ import asyncio
 from typing import TYPE_CHECKING, Protocol
 
 from edgelet.events import EventRecorder, pod_ref
-from edgelet.images.errors import ImageError
+from edgelet.images.errors import ImageError, ImageUnavailable
 from edgelet.images.reference import is_latest_or_untagged
 from edgelet.util.log import get_logger
 
@@ -32,15 +32,6 @@ if TYPE_CHECKING:
     from edgelet.util.clock import Clock
 
 log = get_logger(__name__)
-
-
-class ImageUnavailable(Exception):
-    """The container's image cannot be had now; `reason` is the kubelet waiting reason."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
 
 
 class Pulls(Protocol):

@@ -45,7 +45,7 @@ from edgelet.images.archive import (
     host_platform,
 )
 from edgelet.images.auth import Credential, parse_challenge
-from edgelet.images.errors import BlobError, ImageError, InvalidReference
+from edgelet.images.errors import BlobError, ImageError, InvalidReference, ManifestError, PullError
 from edgelet.images.reference import (
     Platform,
     Reference,
@@ -75,19 +75,6 @@ DEFAULT_PARALLEL = 3
 DEFAULT_TIMEOUT = 30.0  # seconds without progress (connect, or between two reads)
 _MAX_NESTING = 4
 _CHUNK = 1 << 20
-
-
-class PullError(ImageError):
-    """A pull failed: the registry refused, was unreachable, or sent something unusable."""
-
-    def __init__(self, reference: str, reason: str) -> None:
-        self.reference = reference
-        self.reason = reason
-        super().__init__(f"pulling {reference}: {reason}")
-
-
-class ManifestError(PullError):
-    """The registry's manifest cannot be used here (schema1, no matching platform, malformed)."""
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
-from edgelet.images.errors import UnpackError, UnsafeLayerError
+from edgelet.images.errors import LayerTooLarge, UnpackError, UnsafeLayerError
 from edgelet.util.log import get_logger
 
 log = get_logger(__name__)
@@ -63,10 +63,6 @@ class UnpackResult:
     diff_id: str
     size: int
     compressed: bool
-
-
-class LayerTooLarge(UnpackError):
-    """The uncompressed layer is larger than the space it may take (a decompression bomb, or a full disk)."""
 
 
 class _HashingReader:

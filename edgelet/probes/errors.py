@@ -8,9 +8,10 @@ Hierarchy::
 """
 
 from __future__ import annotations
+from edgelet.errors import EdgeletError
 
 
-class ProbeError(Exception):
+class ProbeError(EdgeletError):
     """Base of every probe and hook failure."""
 
 
