@@ -1,0 +1,43 @@
+"""The real kube-apiserver harness the apiserver tests stand on: TLS, tokens, Node,RBAC and NodeRestriction."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from edgelet.testing.apiserver import ApiServer, kube_bin_dir
+
+pytestmark = pytest.mark.apiserver
+
+
+@pytest.fixture(scope="module")
+def apiserver(tmp_path_factory):
+    if shutil.which("etcd") is None:
+        pytest.fail("etcd is not installed: make test installs etcd-server")
+    server = ApiServer(tmp_path_factory.mktemp("apiserver"), kube_bin_dir())
+    server.node_token("edge-1")
+    server.start()
+    yield server
+    server.stop()
+
+
+def test_admin_reaches_the_api_over_tls(apiserver):
+    namespaces = apiserver.get("/api/v1/namespaces")
+    assert {"default", "kube-system", "kube-node-lease"} <= {n["metadata"]["name"] for n in namespaces["items"]}
+    assert "v1.20" in apiserver.kubectl("version", "-o", "json")
+
+
+def test_a_node_identity_is_held_to_node_authorization(apiserver):
+    token = apiserver.node_token("edge-1")
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "edge-1"}}
+    status, body = apiserver.request("POST", "/api/v1/nodes", node, token=token)
+    assert status == 201, body
+    # Another node's object and cluster-wide secrets are out of its reach.
+    other = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "edge-2"}}
+    assert apiserver.request("POST", "/api/v1/nodes", other, token=token)[0] == 403
+    assert apiserver.request("GET", "/api/v1/secrets", token=token)[0] == 403
+    # No token at all: 401, never anonymous access to objects.
+    assert apiserver.request("GET", "/api/v1/nodes", token="wrong")[0] == 401
+    assert json.loads(apiserver.request("GET", "/api/v1/nodes/edge-1", token=token)[1])["metadata"]["uid"]
