@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 from edgelet.cgroups import CgroupError, detect
 from edgelet.ocispec import build as ocispec
 from edgelet.runtime import bundle as bl
-from edgelet.runtime import _exec, conmon, rootfs
+from edgelet.runtime import _exec, conmon, rootfs, subpath
 from edgelet.runtime.errors import (
     CreateContainerError,
     ExecError,
@@ -265,6 +265,7 @@ class HostFacts:
     min_oom_score_adj: int | None = None
     memory_capacity: int = 0
     swap_controller: bool = False
+    recursive_read_only: bool = False  # runc's `rro` works here (mount_setattr, Linux >= 5.12)
 
 
 def probe_host_facts(cgroup_mount: Path = CGROUP_MOUNT) -> HostFacts:
@@ -286,6 +287,7 @@ def probe_host_facts(cgroup_mount: Path = CGROUP_MOUNT) -> HostFacts:
         min_oom_score_adj=compute_min_oom_score_adj(cap_eff, own),
         memory_capacity=mem,
         swap_controller=(cgroup_mount / "memory" / "memory.memsw.limit_in_bytes").exists(),
+        recursive_read_only=bl.probe_recursive_read_only(),
     )
 
 
@@ -641,7 +643,7 @@ class RuncRuntime:
         (bundle / bl.TERMINATION_LOG).touch(mode=0o666)
         plans = bl.plan_volumes(pod, layout)
         bl.prepare_volumes(plans)
-        mounts = bl.container_mounts(pod, container, layout, plans, bundle)
+        mounts = bl.container_mounts(pod, container, layout, plans, bundle, rro_supported=self.host.recursive_read_only)
         rootfs_dir = rootfs.mount_rootfs(image.layers, bundle)
         passwd = parse_passwd(_read_rootfs_file(rootfs_dir, "etc/passwd"))
         group_text = _read_rootfs_file(rootfs_dir, "etc/group")
@@ -774,12 +776,14 @@ class RuncRuntime:
                     link.unlink()
             _unmount_bundle(bundle)
             bl.remove_tree(bundle)
-            # Drop the now empty containers/<name>/ dir.
+            # Drop the now empty containers/<name>/ dir, and with the container's last bundle its subPath mounts.
             if bundle.parent.parent.name == "containers":
                 try:
                     bundle.parent.rmdir()
                 except OSError:
                     pass
+                else:
+                    subpath.remove_container_sub_paths(bundle.parent.parent.parent, bundle.parent.name)
         for path in (self.paths.exit_dir / cid, self.paths.socket_dir / cid):
             if os.path.lexists(path):
                 path.unlink()
@@ -827,6 +831,7 @@ class RuncRuntime:
             return
         for b in layout.bundles():
             _unmount_bundle(b)
+        subpath.remove_pod_sub_paths(layout.dir)
         bl.unmount_all_under(layout.dir)
         bl.remove_tree(layout.dir)
 

@@ -220,7 +220,7 @@ class Syncer:
         except Exception as exc:
             log.error("Failed to create container", exc, pod=_full(pod), container=container.name)
             self._backoff.next(key, self._clock.monotonic())
-            reason = "CreateContainerConfigError" if type(exc).__name__ == "SpecError" else "CreateContainerError"
+            reason = "CreateContainerConfigError" if _is_config_error(exc) else "CreateContainerError"
             self._events.warning(ref, "Failed", f"Error: {exc}")
             return (reason, str(exc))
         self._events.normal(ref, "Created", f"Created container: {container.name}")
@@ -452,3 +452,11 @@ def _image_of(pod: "Pod", name: str) -> str:
         if c.name == name:
             return c.image or ""
     return ""
+
+
+def _is_config_error(exc: BaseException) -> bool:
+    """kubelet reports a spec that cannot be expressed, and volume mounts it cannot make (a subPath that is
+    a symlink, say), as CreateContainerConfigError."""
+    from edgelet.runtime.errors import VolumeError
+
+    return type(exc).__name__ == "SpecError" or isinstance(exc, VolumeError)
