@@ -317,7 +317,7 @@ def quantity_bytes(q: str | int | float) -> int:
 # ---------------------------------------------------------------- side effects
 
 
-def write_file(path: Path, content: str, mode: int = 0o644) -> None:
+def write_file(path: Path, content: str, mode: int = 0o600) -> None:
     """Write via a temp file and rename, so a reader (or a running container) never sees half a file."""
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(content)

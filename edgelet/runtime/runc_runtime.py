@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from edgelet.cgroups import CgroupError, detect
+from edgelet.logs import ensure_log_dir
 from edgelet.ocispec import build as ocispec
 from edgelet.runtime import bundle as bl
 from edgelet.runtime import _exec, conmon, rootfs, subpath
@@ -58,6 +59,7 @@ from edgelet.runtime.types import (
     RuntimePaths,
     SandboxRecord,
 )
+from edgelet.state import ensure_dir
 from edgelet.util.clock import Clock, RealClock
 from edgelet.util.log import get_logger
 
@@ -373,8 +375,11 @@ class RuncRuntime:
         return f"{self.paths.cgroup_root.rstrip('/')}/pod{uid}"
 
     def _ensure_dirs(self) -> None:
+        # Private: bundles and checkpoints hold pod specs with their env values.
+        for d in (self.paths.root_dir, self.paths.run_dir):
+            ensure_dir(d, tighten_from=d)
         for d in (self.paths.runc_root, self.paths.exit_dir, self.paths.socket_dir, self.paths.root_dir / "pods"):
-            d.mkdir(parents=True, exist_ok=True)
+            ensure_dir(d, tighten_from=d)
 
     # ------------------------------------------------------------ observation
 
@@ -469,9 +474,10 @@ class RuncRuntime:
                 host_hosts = ""
         aliases = [(a.ip, tuple(a.hostnames or ())) for a in ((spec.host_aliases if spec else None) or [])]
         hosts = bl.build_hosts_file(hostname, host_aliases=aliases, host_network=host_network, host_hosts=host_hosts)
-        bl.write_file(layout.hosts, hosts)
-        bl.write_file(layout.resolv_conf, resolv)
-        bl.write_file(layout.hostname, hostname + "\n")
+        # Bind-mounted into the containers, whose users (any uid) read them.
+        bl.write_file(layout.hosts, hosts, 0o644)
+        bl.write_file(layout.resolv_conf, resolv, 0o644)
+        bl.write_file(layout.hostname, hostname + "\n", 0o644)
 
     async def run_sandbox(self, pod: "Pod", attempt: int) -> SandboxRecord:
         uid = pod.metadata.uid
@@ -537,13 +543,13 @@ class RuncRuntime:
 
     def _prepare_sandbox_dirs(self, pod: "Pod", layout: bl.PodLayout, hostname: str, bundle: Path, sid: str,
                               log_path: Path) -> None:
-        layout.dir.mkdir(parents=True, exist_ok=True)
+        ensure_dir(layout.dir)
         self._write_pod_files(pod, layout, hostname)
         # kubelet mounts volumes before it creates the sandbox.
         bl.prepare_volumes(bl.plan_volumes(pod, layout))
-        bundle.mkdir(parents=True, exist_ok=True)
+        ensure_dir(bundle)
         (bundle / bl.ID_FILE).write_text(sid)
-        log_path.parent.mkdir(parents=True, exist_ok=True)
+        ensure_log_dir(self.paths.log_dir, log_path.parent)
 
     async def stop_sandbox(self, sandbox_id: str) -> None:
         # The pause process holds nothing worth a grace period.
@@ -638,7 +644,7 @@ class RuncRuntime:
         self, pod: "Pod", container: "Container", image: "ImageRecord", layout: bl.PodLayout, bundle: Path,
         cid: str, log_path: Path, link: Path,
     ) -> tuple[tuple[ocispec.Mount, ...], Path, dict[str, tuple[int, int]], dict[str, int], dict[str, tuple[str, ...]]]:
-        bundle.mkdir(parents=True, exist_ok=True)
+        ensure_dir(bundle)
         (bundle / bl.ID_FILE).write_text(cid)
         (bundle / bl.TERMINATION_LOG).touch(mode=0o666)
         plans = bl.plan_volumes(pod, layout)
@@ -649,8 +655,8 @@ class RuncRuntime:
         group_text = _read_rootfs_file(rootfs_dir, "etc/group")
         groups = parse_group(group_text)
         members = parse_group_members(group_text)
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        link.parent.mkdir(parents=True, exist_ok=True)
+        ensure_log_dir(self.paths.log_dir, log_path.parent)
+        ensure_log_dir(self.paths.log_dir, link.parent)
         if os.path.lexists(link):
             link.unlink()
         link.symlink_to(log_path)

@@ -74,6 +74,7 @@ class PodSyncState:
     # once running, as kubelet's status manager has it.
     ready: dict[str, bool] = field(default_factory=dict)
     started: dict[str, bool] = field(default_factory=dict)
+    host_access_warned: bool = False
 
 
 class Syncer:
@@ -107,6 +108,10 @@ class Syncer:
         uid = pod.metadata.uid
         st = self.state(uid)
         now = self._clock.monotonic()
+
+        if not st.host_access_warned:
+            self._warn_host_access(pod)
+            st.host_access_warned = True
 
         # 1. Compute.
         rt = await self._runtime.pod_status(uid)
@@ -195,6 +200,14 @@ class Syncer:
             self._probes.sync_pod(pod, rt)
         self._publish(pod, rt, st)
         return SyncResult(requeue_after=self._next_wake(pod, st, now), changed=changed)
+
+    def _warn_host_access(self, pod: "Pod") -> None:
+        """kubelet runs static pods with host namespaces or a writable host `/` without a word; edgelet says so."""
+        from edgelet.api.hostaccess import REASON, describe_host_access, host_access_message
+
+        found = describe_host_access(pod)
+        if found:
+            self._events.warning(pod_ref(pod), REASON, host_access_message(found))
 
     async def _start_container(
         self, pod: "Pod", container: "Container", sandbox: "SandboxRecord", attempt: int, ctype: str
