@@ -7,7 +7,7 @@ import posixpath
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from edgelet.api.types import Pod
+    from edgelet.api.types import Container, EphemeralContainer, Pod
 
 REASON = "HostAccess"
 
@@ -30,7 +30,9 @@ def describe_host_access(pod: "Pod") -> list[str]:
     if spec.host_ipc:
         found.append("hostIPC (the node's IPC namespace)")
     roots = {v.name for v in spec.volumes or [] if v.host_path is not None and is_host_root(v.host_path.path)}
-    for c in [*(spec.init_containers or []), *spec.containers, *(spec.ephemeral_containers or [])]:
+    every: list["Container | EphemeralContainer"] = [*(spec.init_containers or []), *spec.containers,
+                                                     *(spec.ephemeral_containers or [])]
+    for c in every:
         for vm in c.volume_mounts or []:
             if vm.name in roots and not vm.read_only:
                 found.append(f"hostPath / read-write (volume {vm.name!r} in container {c.name!r})")

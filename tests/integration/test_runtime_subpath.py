@@ -126,6 +126,13 @@ async def test_sub_path_mounts_go_with_the_container_and_the_pod(rt: RuncRuntime
     await rt.remove_container(cid)
     assert not app_mounts.exists() and not _mounts_under(app_mounts)
     assert len(_mounts_under(subpath.subpaths_dir(pod_dir))) == 1  # the other container's
+    # A running container holds its own copy of the mount: removing the host-side one (as the removal of an
+    # older instance of the same container does) leaves it working.
+    subpath.remove_container_sub_paths(pod_dir, "stay")
+    assert not _mounts_under(subpath.subpaths_dir(pod_dir))
+    done = await rt.exec_sync(stay_id, ["sh", "-c", "test -f /m/b/f && echo still > /m/after"], timeout=30)
+    assert done.returncode == 0, done
+    assert (pod_dir / "volumes" / "v" / "a" / "after").read_text() == "still\n"
     await rt.remove_pod(uid)
     _assert_pod_gone(rt, uid)
 
