@@ -48,8 +48,13 @@ class Agent:
         self.clock = RealClock()
         paths = settings.runtime_paths()
         self.paths = paths
-        for d in (paths.root_dir, paths.run_dir, paths.log_dir):
-            d.mkdir(parents=True, exist_ok=True)
+        from edgelet.logs import LOG_DIR_MODE
+        from edgelet.state import ensure_dir
+
+        # State and run dirs are edgelet's own and private; an existing log dir (/var/log) keeps its mode.
+        for d in (paths.root_dir, paths.run_dir):
+            ensure_dir(d, tighten_from=d)
+        ensure_dir(paths.log_dir, LOG_DIR_MODE)
         self.images = ImageStore(paths.root_dir / "images")
         self.import_dir = ImportDir(settings.import_dir, self.images, paths.root_dir / "images" / "imported.json")
         pause = None

@@ -41,6 +41,7 @@ class HostFacts:
     root_dir: str
     root_free_bytes: int | None  # None when the root dir and its parents cannot be statted
     is_raspberry_pi: bool = False
+    recursive_read_only: bool = True  # mount_setattr(2) exists (Linux >= 5.12): runc's `rro` works
     cmdline_file: str = "/boot/firmware/cmdline.txt"
 
 
@@ -128,6 +129,14 @@ def check_overlay(f: HostFacts) -> CheckResult:
                        "modprobe overlay (and add `overlay` to /etc/modules)")
 
 
+def check_read_only_mounts(f: HostFacts) -> CheckResult:
+    name = "recursive read-only mounts"
+    if f.recursive_read_only:
+        return CheckResult(name, "OK", "read-only volume mounts are read-only in their submounts too (rro)")
+    return CheckResult(name, "WARN", "no mount_setattr(2): a read-only hostPath leaves its submounts writable",
+                       "a Linux 5.12 or later kernel")
+
+
 def check_cni(f: HostFacts) -> CheckResult:
     if f.cni_plugins:
         return CheckResult("CNI plugins", "OK", f"{len(f.cni_plugins)} plugins ({', '.join(f.cni_plugins[:4])}...)")
@@ -148,7 +157,7 @@ def check_disk(f: HostFacts) -> CheckResult:
 
 CHECKS: tuple[Callable[[HostFacts], CheckResult], ...] = (
     check_root, check_runtime, check_conmon, check_pause, check_cgroups, check_memory_controller, check_overlay,
-    check_cni, check_disk,
+    check_read_only_mounts, check_cni, check_disk,
 )
 
 
@@ -231,6 +240,8 @@ def _free_bytes(path: Path) -> int | None:
 
 def gather_facts(*, runtime: str, conmon: str, pause_image: str | None, root_dir: Path) -> HostFacts:
     """Look at this machine once."""
+    from edgelet.runtime.bundle import probe_recursive_read_only
+
     runtime_path = shutil.which(runtime)
     conmon_path = shutil.which(conmon)
     v2 = frozenset(_read("/sys/fs/cgroup/cgroup.controllers").split()) or frozenset(
@@ -259,4 +270,5 @@ def gather_facts(*, runtime: str, conmon: str, pause_image: str | None, root_dir
         root_free_bytes=_free_bytes(root_dir),
         is_raspberry_pi="Raspberry Pi" in model,
         cmdline_file="/boot/firmware/cmdline.txt" if Path("/boot/firmware").is_dir() else "/boot/cmdline.txt",
+        recursive_read_only=probe_recursive_read_only(),
     )

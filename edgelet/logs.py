@@ -18,9 +18,21 @@ from pathlib import Path
 from typing import AsyncIterator, Callable, Iterable
 from edgelet.errors import EdgeletError
 
+LOG_DIR_MODE = 0o750  # root and the adm-like group may read logs; no one else (they carry what apps print)
 FOLLOW_POLL = 0.2  # seconds between looks at a followed file (cheaper than an inotify watch per request)
 _TAIL_BLOCK = 64 * 1024
 _ATTEMPT_FILE = re.compile(r"(\d+)\.log")
+
+
+def ensure_log_dir(log_dir: Path, path: Path) -> None:
+    """Make `path` (below `log_dir`'s pods/ or containers/) with mode 0750, tightening looser dirs edgelet made.
+
+    `log_dir` itself (/var/log) belongs to the system and keeps its mode.
+    """
+    from edgelet.state import ensure_dir
+
+    top = log_dir / path.relative_to(log_dir).parts[0]
+    ensure_dir(path, LOG_DIR_MODE, tighten_from=top)
 
 
 class LogNotFoundError(EdgeletError):

@@ -1,4 +1,10 @@
-"""Crash-safe checkpoints: write a temp file, fsync it, rename it over the target, fsync the directory."""
+"""Crash-safe checkpoints (write a temp file, fsync it, rename it over the target, fsync the directory) and the
+private directories they live in.
+
+edgelet's state holds what no other local user may read: pod specs with their
+env values (bundles' config.json), checkpoints, events. Files are 0600 and
+directories 0700 unless a caller says otherwise; logs are 0640/0750 (logs.py).
+"""
 
 from __future__ import annotations
 
@@ -9,9 +15,44 @@ from collections.abc import Callable
 from pathlib import Path
 
 
-def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
+PRIVATE_DIR = 0o700
+PRIVATE_FILE = 0o600
+
+
+def ensure_dir(path: Path, mode: int = PRIVATE_DIR, *, tighten_from: Path | None = None) -> None:
+    """Make `path` a directory; every directory created gets `mode` (not the umask's 0755).
+
+    Existing directories at or below `tighten_from` (edgelet's own, from an
+    older version or a looser install) lose whatever bits `mode` does not
+    grant; directories above it (/var/log, /run) are never touched.
+    """
+    missing: list[Path] = []
+    p = path
+    while not p.is_dir():
+        missing.append(p)
+        if p.parent == p:
+            break
+        p = p.parent
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, mode)
+        except FileExistsError:
+            pass
+        os.chmod(d, mode)  # the umask may have taken bits `mode` asked for
+    if tighten_from is None:
+        return
+    top = Path(tighten_from)
+    for d in (path, *path.parents):
+        if d != top and top not in d.parents:
+            break
+        st = os.stat(d)
+        if st.st_mode & 0o777 & ~mode:
+            os.chmod(d, st.st_mode & mode & 0o7777)
+
+
+def write_atomic(path: Path, data: bytes, mode: int = PRIVATE_FILE) -> None:
     """Replace `path` with `data` so that a power cut leaves either the old or the new file, never a mix."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    ensure_dir(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:

@@ -7,10 +7,12 @@ Layout under `RuntimePaths.pod_dir(uid)`::
         config.json pidfile conmon.pid id started exit oom termination-log
         rootfs/ (overlay mount point), upper/ work/ (owned by runtime.rootfs)
     volumes/<name>/                emptyDir volumes (a tmpfs mount for medium Memory)
+    volume-subpaths/<volume>/<container>/<index>   safe subPath bind mounts (edgelet.runtime.subpath)
     etc-hosts resolv.conf hostname files bind-mounted into every container
 
-Pure builders come first (file contents, mount plans, subPath checks); the
-side-effecting helpers at the end write files and mount or unmount tmpfs.
+Pure builders come first (file contents, mount plans, subPath checks, mount options); the
+side-effecting helpers at the end write files and mount or unmount tmpfs and binds (safe
+subPath mounts live in edgelet.runtime.subpath).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from edgelet.ocispec.build import Mount
 from edgelet.runtime.errors import VolumeError
 
 if TYPE_CHECKING:
-    from edgelet.api.types import Container, Pod
+    from edgelet.api.types import Container, Pod, VolumeMount
 
 # Files of a bundle directory.
 CONFIG = "config.json"
@@ -225,6 +227,33 @@ def check_sub_path(sub_path: str) -> PurePosixPath:
     return p
 
 
+def volume_mount_options(vm: "VolumeMount", rro_supported: bool) -> tuple[str, ...]:
+    """runc options of a volumeMount's bind mount.
+
+    A read-only mount is made recursively read-only (runc's `rro`, mount_setattr
+    on kernels >= 5.12) wherever the kernel can, so a submount inside a read-only
+    hostPath is read-only too; kubelet does that only when recursiveReadOnly asks.
+    An explicit `recursiveReadOnly: Disabled` keeps plain `ro`; `Enabled` fails
+    where the kernel cannot.
+    """
+    rro = vm.recursive_read_only
+    if rro not in (None, "Disabled", "IfPossible", "Enabled"):
+        raise VolumeError(f"volumeMount {vm.name!r}: unknown recursiveReadOnly {rro!r}")
+    if not vm.read_only:
+        if rro not in (None, "Disabled"):
+            raise VolumeError(f"volumeMount {vm.name!r}: recursiveReadOnly {rro} needs readOnly: true")
+        return ("rbind", "rprivate", "rw")
+    if rro == "Enabled":
+        if vm.mount_propagation not in (None, "None"):
+            raise VolumeError(f"volumeMount {vm.name!r}: recursiveReadOnly Enabled needs mountPropagation None")
+        if not rro_supported:
+            raise VolumeError(f"volumeMount {vm.name!r}: recursiveReadOnly Enabled, but this kernel cannot make "
+                              "mounts recursively read-only (needs mount_setattr, Linux 5.12)")
+    if rro != "Disabled" and rro_supported:
+        return ("rbind", "rprivate", "ro", "rro")
+    return ("rbind", "rprivate", "ro")
+
+
 VolumeKind = Literal["emptyDir", "hostPath"]
 
 
@@ -288,7 +317,7 @@ def quantity_bytes(q: str | int | float) -> int:
 # ---------------------------------------------------------------- side effects
 
 
-def write_file(path: Path, content: str, mode: int = 0o644) -> None:
+def write_file(path: Path, content: str, mode: int = 0o600) -> None:
     """Write via a temp file and rename, so a reader (or a running container) never sees half a file."""
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(content)
@@ -364,6 +393,33 @@ def _libc_fn() -> ctypes.CDLL:
     return _libc
 
 
+MS_BIND = 4096
+MS_REC = 16384
+
+
+def mount_bind(source: str, target: Path) -> None:
+    """A recursive bind mount by mount(2); `source` may be a `/proc/self/fd/N` magic link (safe subPaths)."""
+    if _libc_fn().mount(source.encode(), str(target).encode(), None, ctypes.c_ulong(MS_BIND | MS_REC), None) != 0:
+        err = ctypes.get_errno()
+        raise VolumeError(f"bind mount {source} at {target}: {os.strerror(err)}")
+
+
+SYS_MOUNT_SETATTR = 442  # the same number on every architecture (syscalls added after 5.1 are unified)
+
+
+def probe_recursive_read_only() -> bool:
+    """Whether this kernel has mount_setattr(2) (Linux 5.12), which runc's `rro` option needs.
+
+    A call with a bad descriptor fails with EBADF/ENOENT/EINVAL where the syscall
+    exists, ENOSYS where it does not; EPERM (a seccomp filter around edgelet)
+    would stop runc too, so it counts as unsupported.
+    """
+    libc = _libc_fn()
+    libc.syscall.restype = ctypes.c_long
+    ret = libc.syscall(ctypes.c_long(SYS_MOUNT_SETATTR), ctypes.c_int(-1), b"", ctypes.c_uint(0), None, ctypes.c_size_t(0))
+    return ret == 0 or ctypes.get_errno() not in (errno.ENOSYS, errno.EPERM)
+
+
 def mount_tmpfs(target: Path, options: Sequence[str]) -> None:
     """mount(2) a tmpfs directly: a syscall, not a subprocess."""
     data = ",".join(options).encode()
@@ -405,42 +461,37 @@ def unmount_all_under(prefix: Path) -> None:
             umount(mp, lazy=True)
 
 
-def resolve_sub_path(volume_path: Path, sub_path: str) -> Path:
-    """The host path of `volume_path/sub_path`, created as a directory when missing, refusing symlink escapes."""
-    rel = check_sub_path(sub_path)
-    base = volume_path.resolve()
-    target = base / rel
-    if not os.path.lexists(target):
-        try:
-            target.mkdir(mode=0o755, parents=True, exist_ok=True)
-        except OSError as exc:
-            raise VolumeError(f"subPath {sub_path!r} of {volume_path}: {exc}") from exc
-    real = target.resolve()
-    if real != base and base not in real.parents:
-        raise VolumeError(f"subPath {sub_path!r} of {volume_path} resolves outside the volume ({real})")
-    return real
-
-
 def container_mounts(
     pod: "Pod",
     container: "Container",
     layout: PodLayout,
     plans: Mapping[str, VolumePlan],
     bundle: Path,
+    *,
+    rro_supported: bool = False,
 ) -> tuple[Mount, ...]:
     """Bind mounts of one container: volumeMounts, then /etc/hosts, /etc/hostname, /etc/resolv.conf and the
-    termination-message file (unless the container mounts something at the same path itself)."""
+    termination-message file (unless the container mounts something at the same path itself).
+
+    A subPath is bind-mounted safely under the pod dir first (edgelet.runtime.subpath) and runc gets
+    that mount point, never a path inside the volume a container could swap.
+    """
+    from edgelet.runtime import subpath
+
     mounts: list[Mount] = []
     taken: set[str] = set()
-    for vm in container.volume_mounts or []:
+    for index, vm in enumerate(container.volume_mounts or []):
         plan = plans.get(vm.name)
         if plan is None:
             raise VolumeError(f"container {container.name!r}: volumeMount {vm.name!r} names no volume of the pod")
         if vm.sub_path_expr:
             raise VolumeError(f"container {container.name!r}: subPathExpr is not supported")
-        source = resolve_sub_path(plan.path, vm.sub_path) if vm.sub_path else plan.path
-        mode = "ro" if vm.read_only else "rw"
-        mounts.append(Mount(destination=vm.mount_path, source=str(source), options=("rbind", "rprivate", mode)))
+        options = volume_mount_options(vm, rro_supported)
+        source = plan.path
+        if vm.sub_path:
+            source = subpath.mount_sub_path(layout.dir, plan.path, pod=_pod_label(pod), volume=vm.name,
+                                            container=container.name, index=index, sub_path=vm.sub_path)
+        mounts.append(Mount(destination=vm.mount_path, source=str(source), options=options))
         taken.add(vm.mount_path.rstrip("/"))
     files = [("/etc/hosts", layout.hosts), ("/etc/hostname", layout.hostname), ("/etc/resolv.conf", layout.resolv_conf)]
     for dest, src in files:
@@ -450,6 +501,11 @@ def container_mounts(
     if tpath.rstrip("/") not in taken:
         mounts.append(Mount(destination=tpath, source=str(bundle / TERMINATION_LOG), options=("rbind", "rprivate", "rw")))
     return tuple(mounts)
+
+
+def _pod_label(pod: "Pod") -> str:
+    meta = pod.metadata
+    return f"{meta.namespace or 'default'}/{meta.name or ''}" if meta is not None else ""
 
 
 def remove_tree(path: Path) -> None:

@@ -24,9 +24,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from edgelet.cgroups import CgroupError, detect
+from edgelet.logs import ensure_log_dir
 from edgelet.ocispec import build as ocispec
 from edgelet.runtime import bundle as bl
-from edgelet.runtime import _exec, conmon, rootfs
+from edgelet.runtime import _exec, conmon, rootfs, subpath
 from edgelet.runtime.errors import (
     CreateContainerError,
     ExecError,
@@ -58,6 +59,7 @@ from edgelet.runtime.types import (
     RuntimePaths,
     SandboxRecord,
 )
+from edgelet.state import ensure_dir
 from edgelet.util.clock import Clock, RealClock
 from edgelet.util.log import get_logger
 
@@ -265,6 +267,7 @@ class HostFacts:
     min_oom_score_adj: int | None = None
     memory_capacity: int = 0
     swap_controller: bool = False
+    recursive_read_only: bool = False  # runc's `rro` works here (mount_setattr, Linux >= 5.12)
 
 
 def probe_host_facts(cgroup_mount: Path = CGROUP_MOUNT) -> HostFacts:
@@ -286,6 +289,7 @@ def probe_host_facts(cgroup_mount: Path = CGROUP_MOUNT) -> HostFacts:
         min_oom_score_adj=compute_min_oom_score_adj(cap_eff, own),
         memory_capacity=mem,
         swap_controller=(cgroup_mount / "memory" / "memory.memsw.limit_in_bytes").exists(),
+        recursive_read_only=bl.probe_recursive_read_only(),
     )
 
 
@@ -371,8 +375,11 @@ class RuncRuntime:
         return f"{self.paths.cgroup_root.rstrip('/')}/pod{uid}"
 
     def _ensure_dirs(self) -> None:
+        # Private: bundles and checkpoints hold pod specs with their env values.
+        for d in (self.paths.root_dir, self.paths.run_dir):
+            ensure_dir(d, tighten_from=d)
         for d in (self.paths.runc_root, self.paths.exit_dir, self.paths.socket_dir, self.paths.root_dir / "pods"):
-            d.mkdir(parents=True, exist_ok=True)
+            ensure_dir(d, tighten_from=d)
 
     # ------------------------------------------------------------ observation
 
@@ -467,9 +474,10 @@ class RuncRuntime:
                 host_hosts = ""
         aliases = [(a.ip, tuple(a.hostnames or ())) for a in ((spec.host_aliases if spec else None) or [])]
         hosts = bl.build_hosts_file(hostname, host_aliases=aliases, host_network=host_network, host_hosts=host_hosts)
-        bl.write_file(layout.hosts, hosts)
-        bl.write_file(layout.resolv_conf, resolv)
-        bl.write_file(layout.hostname, hostname + "\n")
+        # Bind-mounted into the containers, whose users (any uid) read them.
+        bl.write_file(layout.hosts, hosts, 0o644)
+        bl.write_file(layout.resolv_conf, resolv, 0o644)
+        bl.write_file(layout.hostname, hostname + "\n", 0o644)
 
     async def run_sandbox(self, pod: "Pod", attempt: int) -> SandboxRecord:
         uid = pod.metadata.uid
@@ -535,13 +543,13 @@ class RuncRuntime:
 
     def _prepare_sandbox_dirs(self, pod: "Pod", layout: bl.PodLayout, hostname: str, bundle: Path, sid: str,
                               log_path: Path) -> None:
-        layout.dir.mkdir(parents=True, exist_ok=True)
+        ensure_dir(layout.dir)
         self._write_pod_files(pod, layout, hostname)
         # kubelet mounts volumes before it creates the sandbox.
         bl.prepare_volumes(bl.plan_volumes(pod, layout))
-        bundle.mkdir(parents=True, exist_ok=True)
+        ensure_dir(bundle)
         (bundle / bl.ID_FILE).write_text(sid)
-        log_path.parent.mkdir(parents=True, exist_ok=True)
+        ensure_log_dir(self.paths.log_dir, log_path.parent)
 
     async def stop_sandbox(self, sandbox_id: str) -> None:
         # The pause process holds nothing worth a grace period.
@@ -636,19 +644,19 @@ class RuncRuntime:
         self, pod: "Pod", container: "Container", image: "ImageRecord", layout: bl.PodLayout, bundle: Path,
         cid: str, log_path: Path, link: Path,
     ) -> tuple[tuple[ocispec.Mount, ...], Path, dict[str, tuple[int, int]], dict[str, int], dict[str, tuple[str, ...]]]:
-        bundle.mkdir(parents=True, exist_ok=True)
+        ensure_dir(bundle)
         (bundle / bl.ID_FILE).write_text(cid)
         (bundle / bl.TERMINATION_LOG).touch(mode=0o666)
         plans = bl.plan_volumes(pod, layout)
         bl.prepare_volumes(plans)
-        mounts = bl.container_mounts(pod, container, layout, plans, bundle)
+        mounts = bl.container_mounts(pod, container, layout, plans, bundle, rro_supported=self.host.recursive_read_only)
         rootfs_dir = rootfs.mount_rootfs(image.layers, bundle)
         passwd = parse_passwd(_read_rootfs_file(rootfs_dir, "etc/passwd"))
         group_text = _read_rootfs_file(rootfs_dir, "etc/group")
         groups = parse_group(group_text)
         members = parse_group_members(group_text)
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        link.parent.mkdir(parents=True, exist_ok=True)
+        ensure_log_dir(self.paths.log_dir, log_path.parent)
+        ensure_log_dir(self.paths.log_dir, link.parent)
         if os.path.lexists(link):
             link.unlink()
         link.symlink_to(log_path)
@@ -774,12 +782,14 @@ class RuncRuntime:
                     link.unlink()
             _unmount_bundle(bundle)
             bl.remove_tree(bundle)
-            # Drop the now empty containers/<name>/ dir.
+            # Drop the now empty containers/<name>/ dir, and with the container's last bundle its subPath mounts.
             if bundle.parent.parent.name == "containers":
                 try:
                     bundle.parent.rmdir()
                 except OSError:
                     pass
+                else:
+                    subpath.remove_container_sub_paths(bundle.parent.parent.parent, bundle.parent.name)
         for path in (self.paths.exit_dir / cid, self.paths.socket_dir / cid):
             if os.path.lexists(path):
                 path.unlink()
@@ -827,6 +837,7 @@ class RuncRuntime:
             return
         for b in layout.bundles():
             _unmount_bundle(b)
+        subpath.remove_pod_sub_paths(layout.dir)
         bl.unmount_all_under(layout.dir)
         bl.remove_tree(layout.dir)
 

@@ -74,6 +74,7 @@ class PodSyncState:
     # once running, as kubelet's status manager has it.
     ready: dict[str, bool] = field(default_factory=dict)
     started: dict[str, bool] = field(default_factory=dict)
+    host_access_warned: bool = False
 
 
 class Syncer:
@@ -107,6 +108,10 @@ class Syncer:
         uid = pod.metadata.uid
         st = self.state(uid)
         now = self._clock.monotonic()
+
+        if not st.host_access_warned:
+            self._warn_host_access(pod)
+            st.host_access_warned = True
 
         # 1. Compute.
         rt = await self._runtime.pod_status(uid)
@@ -196,6 +201,14 @@ class Syncer:
         self._publish(pod, rt, st)
         return SyncResult(requeue_after=self._next_wake(pod, st, now), changed=changed)
 
+    def _warn_host_access(self, pod: "Pod") -> None:
+        """kubelet runs static pods with host namespaces or a writable host `/` without a word; edgelet says so."""
+        from edgelet.api.hostaccess import REASON, describe_host_access, host_access_message
+
+        found = describe_host_access(pod)
+        if found:
+            self._events.warning(pod_ref(pod), REASON, host_access_message(found))
+
     async def _start_container(
         self, pod: "Pod", container: "Container", sandbox: "SandboxRecord", attempt: int, ctype: str
     ) -> tuple[str, str] | None:
@@ -220,7 +233,7 @@ class Syncer:
         except Exception as exc:
             log.error("Failed to create container", exc, pod=_full(pod), container=container.name)
             self._backoff.next(key, self._clock.monotonic())
-            reason = "CreateContainerConfigError" if type(exc).__name__ == "SpecError" else "CreateContainerError"
+            reason = "CreateContainerConfigError" if _is_config_error(exc) else "CreateContainerError"
             self._events.warning(ref, "Failed", f"Error: {exc}")
             return (reason, str(exc))
         self._events.normal(ref, "Created", f"Created container: {container.name}")
@@ -452,3 +465,11 @@ def _image_of(pod: "Pod", name: str) -> str:
         if c.name == name:
             return c.image or ""
     return ""
+
+
+def _is_config_error(exc: BaseException) -> bool:
+    """kubelet reports a spec that cannot be expressed, and volume mounts it cannot make (a subPath that is
+    a symlink, say), as CreateContainerConfigError."""
+    from edgelet.runtime.errors import VolumeError
+
+    return type(exc).__name__ == "SpecError" or isinstance(exc, VolumeError)

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 import pytest
 
-from edgelet.api.types import Container, HostAlias, ObjectMeta, Pod, PodDNSConfig, PodDNSConfigOption, PodSpec
+from edgelet.api.types import (
+    Container, HostAlias, ObjectMeta, Pod, PodDNSConfig, PodDNSConfigOption, PodSpec, VolumeMount,
+)
 from edgelet.runtime import bundle as bl
+from edgelet.runtime import subpath
 from edgelet.runtime.conmon import ConmonArgs, conmon_argv, parse_sync_message
 from edgelet.runtime.errors import ExecError, VolumeError
 from edgelet.runtime.runc_runtime import (
@@ -254,14 +259,84 @@ def test_sub_path_validation_rejects(sub: str) -> None:
         bl.check_sub_path(sub)
 
 
-def test_sub_path_symlink_escape_is_refused(tmp_path: Path) -> None:
-    vol = tmp_path / "vol"
+def test_sub_path_symlink_escape_is_refused_before_anything_is_created(tmp_path: Path) -> None:
+    vol, host = tmp_path / "vol", tmp_path / "host"
     vol.mkdir()
-    (vol / "link").symlink_to("/etc")
-    with pytest.raises(VolumeError, match="outside"):
-        bl.resolve_sub_path(vol, "link")
-    assert bl.resolve_sub_path(vol, "made/here") == (vol / "made" / "here").resolve()
-    assert (vol / "made" / "here").is_dir()
+    host.mkdir()
+    (vol / "link").symlink_to(host)
+    for sub in ("link", "link/new/dir"):
+        with pytest.raises(ValueError, match="outside"):
+            subpath.open_sub_path(vol, sub)
+    assert list(host.iterdir()) == []
+
+
+def test_sub_path_is_opened_without_following_symlinks(tmp_path: Path) -> None:
+    vol = tmp_path / "vol"
+    (vol / "real").mkdir(parents=True)
+    vol.chmod(0o777)
+    (vol / "inside").symlink_to("real")  # a symlink that stays inside the volume is allowed, as in kubelet
+    fd = subpath.open_sub_path(vol, "made/here")
+    try:
+        assert os.path.samestat(os.fstat(fd), os.stat(vol / "made" / "here"))
+    finally:
+        os.close(fd)
+    assert stat.S_IMODE((vol / "made" / "here").stat().st_mode) == 0o777  # the volume root's mode, not the umask's
+    fd = subpath.open_sub_path(vol, "inside")
+    try:
+        assert os.path.samestat(os.fstat(fd), os.stat(vol / "real"))
+    finally:
+        os.close(fd)
+
+
+def test_sub_path_walk_refuses_a_symlink_swapped_in_after_the_check(tmp_path: Path, monkeypatch) -> None:
+    vol, host = tmp_path / "vol", tmp_path / "host"
+    (vol / "d").mkdir(parents=True)
+    host.mkdir()
+    real_realpath = os.path.realpath
+
+    def swap_after_check(p, *a, **kw):
+        out = real_realpath(p, *a, **kw)
+        if str(p).endswith("/d"):  # the check saw a directory; now it becomes a symlink to the host
+            (vol / "d").rmdir()
+            (vol / "d").symlink_to(host)
+        return out
+
+    monkeypatch.setattr(subpath.os.path, "realpath", swap_after_check)
+    with pytest.raises(ValueError, match="symlink"):
+        subpath.open_sub_path(vol, "d")
+
+
+@pytest.mark.parametrize("base, target, expected", [
+    ("/v", "/v", ""), ("/v", "/v/a/b", "a/b"), ("/v", "/vx", None), ("/v", "/", None), ("/v/", "/v/a/", "a"),
+])
+def test_relative_inside(base: str, target: str, expected: str | None) -> None:
+    got = subpath.relative_inside(base, target)
+    assert (None if got is None else str(got).replace(".", "")) == expected
+
+
+_RRO, _RO, _RW = ("rbind", "rprivate", "ro", "rro"), ("rbind", "rprivate", "ro"), ("rbind", "rprivate", "rw")
+
+
+@pytest.mark.parametrize("read_only, rro, supported, expected", [
+    (True, None, True, _RRO),  # edgelet: recursively read-only by default where the kernel can
+    (True, None, False, _RO),
+    (True, "IfPossible", True, _RRO),
+    (True, "IfPossible", False, _RO),
+    (True, "Enabled", True, _RRO),
+    (True, "Enabled", False, "cannot make"),
+    (True, "Disabled", True, _RO),
+    (False, None, True, _RW),
+    (False, "Disabled", True, _RW),
+    (False, "Enabled", True, "needs readOnly"),
+    (True, "Sometimes", True, "unknown recursiveReadOnly"),
+])
+def test_volume_mount_options(read_only: bool, rro: str | None, supported: bool, expected) -> None:
+    vm = VolumeMount(name="v", mount_path="/v", read_only=read_only, recursive_read_only=rro)
+    if isinstance(expected, str):
+        with pytest.raises(VolumeError, match=expected):
+            bl.volume_mount_options(vm, supported)
+    else:
+        assert bl.volume_mount_options(vm, supported) == expected
 
 
 @pytest.mark.parametrize("q, expected", [("16Mi", 16 * 1024**2), ("1G", 10**9), (1024, 1024), ("1.5Ki", 1536),
