@@ -4,13 +4,14 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 APT_PACKAGES := runc conmon catatonit busybox-static skopeo umoci docker-registry \
-	containernetworking-plugins libcap-dev iproute2 python3-venv python3-dev gcc apache2-utils zstd
+	containernetworking-plugins libcap-dev iproute2 python3-venv python3-dev gcc apache2-utils zstd \
+	openssl etcd-server
 RUN_DIR ?= $(CURDIR)/.run
 SAMPLE_IMAGE := build/images/busybox-1.36.oci.tar
 # Its own cgroup parent, so the demo never mixes with a kubelet's /kubepods.
 DEMO_CGROUP := /edgelet-demo
 
-.PHONY: all deps venv run test test-fast images bench clean-run
+.PHONY: all deps venv run test test-fast images bench clean-run kube-apiserver
 
 all: test
 
@@ -56,15 +57,21 @@ clean-run: $(VENV)/.installed
 	$(PY) -c 'from pathlib import Path; from edgelet.testing.cleanup import cleanup_all; \
 		cleanup_all(Path("$(RUN_DIR)"), Path("$(RUN_DIR)/run/runc"), "$(DEMO_CGROUP)")'
 
+# kube-apiserver and kubectl v1.20.2 for the apiserver tests, built once from
+# Debian's source package and cached under /var/cache/edgelet-kube (about 3-6
+# minutes the first time on a machine, nothing after).
+kube-apiserver: .make/apt.stamp
+	@tools/kube-apiserver.sh >/dev/null
+
 # The whole suite, then the frozen one-dir build (what the .deb ships) with the
 # smoke tests run against it instead of the venv.
-test: $(VENV)/.installed
-	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+test: $(VENV)/.installed kube-apiserver
+	EDGELET_KUBE_BIN=$$(tools/kube-apiserver.sh) $(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory test-binary
 
 # Pure and loopback tests only, no root needed.
 test-fast: $(VENV)/.installed
-	$(PY) -m pytest -q -x -m 'not privileged' $(PYTEST_ARGS)
+	$(PY) -m pytest -q -x -m 'not privileged and not apiserver' $(PYTEST_ARGS)
 
 bench: $(VENV)/.installed
 	$(PY) bench/start_latency.py
