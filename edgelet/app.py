@@ -116,6 +116,9 @@ class Agent:
         self.file_source = FileSource(
             settings.pod_manifest_path, settings.node_name, settings.file_check_frequency, self.clock
         )
+        self.mirror = None
+        if settings.kubeconfig is not None and not settings.runonce:
+            self.mirror = _build_mirror(self)
         self.api_server = None
         if self.metrics is not None:
             from edgelet.server.api import Api, ApiServer, ApiSources
@@ -124,6 +127,7 @@ class Agent:
             api = Api(ApiSources(
                 publisher=self.publisher, events=self.events, paths=paths, clock=self.clock, metrics=self.metrics,
                 last_sync_iteration=lambda: self.loop.last_iteration, last_relist=lambda: self.pleg.last_relist,
+                node_state=self.mirror.snapshot if self.mirror is not None else None,
             ))
             self.api_server = ApiServer(api, paths.run_dir, healthz_port=settings.healthz_port,
                                         healthz_bind_address=settings.healthz_bind_address)
@@ -189,6 +193,8 @@ class Agent:
                 tg.create_task(self.import_dir.run(self.loop.resync_all), name="image-import")
                 tg.create_task(self.image_gc.run(), name="image-gc")
                 tg.create_task(trim_periodically(self.clock), name="memory-trim")
+                if self.mirror is not None:
+                    tg.create_task(self._run_mirror(), name="mirror")
         finally:
             notifier.stopping()
             watchdog.cancel()
@@ -197,6 +203,43 @@ class Agent:
             await self.workers.shutdown()
             self.publisher.flush()
             self.events.flush()
+
+    async def _run_mirror(self) -> None:
+        """The apiserver reporting; it may fail on its own without taking a pod (or the agent) with it."""
+        from edgelet.runtime._exec import run
+
+        assert self.mirror is not None
+        try:
+            done = await run([self.settings.runtime, "--version"], check=False, timeout=10)
+            self._runtime_version = done.stdout.decode(errors="replace")
+        except Exception as exc:  # noqa: BLE001 - a missing version is no reason to not report
+            log.warning("Cannot read the OCI runtime's version", err=str(exc))
+        await self.mirror.run()
+
+    def _node_facts(self):
+        """The host as the Node reports it; images and disk size are read again each time."""
+        import dataclasses
+
+        from edgelet import __version__
+        from edgelet.mirror.node import host_facts, parse_runc_version
+
+        if self._base_facts is None:
+            self._base_facts = host_facts(
+                self.settings.node_name, root_dir=self.paths.root_dir,
+                runtime_version=parse_runc_version(getattr(self, "_runtime_version", "")),
+                edgelet_version=__version__, node_ip=self.settings.node_ip or self.publisher.host_ip)
+            self._base_facts = dataclasses.replace(self._base_facts, labels=self.settings.node_labels,
+                                                   taints=self._taints)
+        images = tuple((tuple(r.references) + (r.id,), r.size) for r in self.images.list())
+        return dataclasses.replace(self._base_facts, images=images)
+
+    def _is_ready(self) -> tuple[bool, str]:
+        last = self.loop.last_iteration
+        if last is None:
+            return False, "edgelet is starting"
+        if self.clock.monotonic() - last > READY_STALE:
+            return False, f"edgelet's sync loop has not run for {self.clock.monotonic() - last:.0f}s"
+        return True, "edgelet is posting ready status"
 
     async def _notify_ready(self, notifier: "Notifier") -> None:
         await self.loop.first_sync_done.wait()
@@ -240,6 +283,37 @@ class Agent:
                   + ("" if verdict.done else f" (gave up after {timeout:g}s)"), file=out)
             return 1
         return 0
+
+
+READY_STALE = 60.0  # seconds without a sync loop iteration before the Node is reported NotReady
+
+
+def _build_mirror(agent: "Agent"):
+    """The apiserver reporting of --kubeconfig; every import of it happens here, so standalone pays nothing."""
+    from edgelet.mirror.client import KubeClient
+    from edgelet.mirror.errors import MirrorError
+    from edgelet.mirror.kubeconfig import load_kubeconfig
+    from edgelet.mirror.manager import MirrorManager
+    from edgelet.mirror.node import Taint, validate_node_labels
+    from edgelet import __version__
+
+    s = agent.settings
+    assert s.kubeconfig is not None
+    try:
+        validate_node_labels(dict(s.node_labels))
+        cfg = load_kubeconfig(s.kubeconfig)
+        client = KubeClient(cfg, version=__version__)
+    except MirrorError as exc:
+        raise ConfigurationError(str(exc)) from exc
+    agent._base_facts = None
+    agent._taints = tuple(Taint(k, v, e) for k, v, e in s.register_with_taints)
+    mirror = MirrorManager(
+        client, node=s.node_name, server=cfg.server, facts=agent._node_facts, publisher=agent.publisher,
+        events=agent.events, clock=agent.clock, is_ready=agent._is_ready, register_node=s.register_node,
+        status_frequency=s.node_status_update_frequency, report_frequency=s.node_status_report_frequency,
+        lease_duration=s.node_lease_duration_seconds, lease_renew_interval=s.node_lease_renew_interval)
+    log.info("Reporting to the apiserver", server=cfg.server, node=s.node_name)
+    return mirror
 
 
 def _small_executor() -> None:

@@ -302,6 +302,43 @@ def _from_agent(settings: Settings, path: str) -> bytes | None:
         raise CommandError(f"edgelet API {path}: {exc}") from exc
 
 
+def cmd_node(settings: Settings, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """The apiserver link of the running agent: registration, last lease renewal, link state, queue depth."""
+    import json
+
+    try:
+        body = _from_agent(settings, "/node")
+    except CommandError as exc:
+        if "404" in str(exc) or "no apiserver" in str(exc):
+            print("This agent reports to no apiserver (start it with --kubeconfig).", file=out)
+            return EXIT_OK
+        raise
+    if body is None:
+        print("edgelet is not running (the apiserver link exists only while it runs).", file=err)
+        return EXIT_FAILURE
+    state = json.loads(body)
+    if args.output == "json":
+        print(json.dumps(state, indent=2), file=out)
+        return EXIT_OK
+    now = time.time()
+
+    def ago(ts: float | None) -> str:
+        return "never" if ts is None else f"{format_age(now - ts)} ago ({format_time(ts)})"
+
+    link = state["link"] + (f" ({state['last_error']})" if state.get("last_error") else "")
+    rows = [("Node:", state["node"]), ("Server:", state["server"]),
+            ("Registered:", f"yes (uid {state['node_uid']})" if state["registered"] else "no"),
+            ("Link:", link), ("Last lease renewal:", ago(state.get("last_lease_renewal"))),
+            ("Last node status:", ago(state.get("last_status_update"))),
+            ("Last full resync:", ago(state.get("last_resync")) + f", {state['resyncs']} in all"),
+            ("Mirror pods:", str(state["mirror_pods"])), ("Queue depth:", str(state["queue_depth"])),
+            ("Requests sent:", str(state["requests"]))]
+    width = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        print(f"{k.ljust(width)} {v}", file=out)
+    return EXIT_OK
+
+
 def cmd_logs(settings: Settings, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from edgelet.logcmd import LogRequest, print_logs
 
@@ -456,6 +493,9 @@ def build_parser() -> argparse.ArgumentParser:
     logs.add_argument("--tail", type=int, default=None, metavar="N", help="only the last N lines")
     logs.add_argument("-p", "--previous", action="store_true", help="the previous (terminated) instance")
     logs.add_argument("--timestamps", action="store_true", help="prefix each line with its time")
+    node = sub.add_parser("node", parents=[common], help="show the apiserver link: Node registration, lease, "
+                                                       "link state, queue")
+    node.add_argument("-o", "--output", choices=("text", "json"), default="text")
     check = sub.add_parser("check", parents=[common], help="check that this machine can run edgelet")
     for key in ("runtime", "conmon", "pod_infra_container_image"):
         _add_setting(check, key)
@@ -476,7 +516,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-COMMANDS = {"version": cmd_version, "pods": cmd_pods, "describe": cmd_describe, "events": cmd_events, "images": cmd_images, "logs": cmd_logs,
+COMMANDS = {"version": cmd_version, "node": cmd_node, "pods": cmd_pods, "describe": cmd_describe, "events": cmd_events, "images": cmd_images, "logs": cmd_logs,
             "check": cmd_check}
 
 

@@ -253,6 +253,51 @@ def _registries(raw: Any, from_toml: bool) -> tuple[tuple[str, Any], ...]:
     return tuple(sorted(parse_registries(raw).items()))
 
 
+_LABEL_NAME = re.compile(r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                         r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+_LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
+_TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+
+def _items(raw: Any, from_toml: bool, what: str) -> list[str]:
+    if isinstance(raw, str):
+        raw = [raw]
+    if not isinstance(raw, (list, tuple)) or not all(isinstance(x, str) for x in raw):
+        raise ValueError(f"expected {what}, got {raw!r}")
+    return [part.strip() for item in raw for part in item.split(",") if part.strip()]
+
+
+def _labels(raw: Any, from_toml: bool) -> tuple[tuple[str, str], ...]:
+    """kubelet's --node-labels: `key=value` pairs, comma-separated; in TOML also a table."""
+    pairs = list(raw.items()) if isinstance(raw, dict) and from_toml else \
+        [p.partition("=")[::2] if "=" in p else (p, None) for p in _items(raw, from_toml, "key=value pairs")]
+    out = []
+    for key, value in pairs:
+        if value is None:
+            raise ValueError(f"malformed label {key!r}, expected key=value")
+        key, value = str(key).strip(), str(value).strip()
+        if len(key.rpartition("/")[2]) > 63 or not _LABEL_NAME.fullmatch(key):
+            raise ValueError(f"invalid label key {key!r}")
+        if len(value) > 63 or not _LABEL_VALUE.fullmatch(value):
+            raise ValueError(f"label {key}: invalid value {value!r}")
+        out.append((key, value))
+    return tuple(out)
+
+
+def _taints(raw: Any, from_toml: bool) -> tuple[tuple[str, str, str], ...]:
+    """kubelet's --register-with-taints: `key=value:Effect` or `key:Effect`, comma-separated."""
+    out = []
+    for item in _items(raw, from_toml, "key=value:Effect taints"):
+        kv, sep, effect = item.rpartition(":")
+        if not sep or effect not in _TAINT_EFFECTS:
+            raise ValueError(f"taint {item!r}: expected key=value:Effect with Effect one of {', '.join(_TAINT_EFFECTS)}")
+        key, _, value = kv.partition("=")
+        if not _LABEL_NAME.fullmatch(key) or (value and not _LABEL_VALUE.fullmatch(value)):
+            raise ValueError(f"taint {item!r}: invalid key or value")
+        out.append((key, value, effect))
+    return tuple(out)
+
+
 def _opt(default: Any, parse: Parser, help: str, *, flags: tuple[str, ...] = (), metavar: str = "") -> Any:
     """Declare one key: its default, its parser, its help text and (rarely) extra flag spellings."""
     return field(default=default, metadata={"parse": parse, "help": help, "flags": flags, "metavar": metavar})
@@ -304,6 +349,24 @@ class Settings:
                                             "turns it off, and /healthz with it)")
     healthz_port: int = _opt(10248, _port, "port of the /healthz listener (0 disables it)", metavar="PORT")
     healthz_bind_address: str = _opt("127.0.0.1", _str(), "address of the /healthz listener", metavar="ADDRESS")
+    kubeconfig: Path | None = _opt(None, _path(optional=True), "kubeconfig of this node's apiserver identity: "
+                                   "register the Node, renew its Lease and mirror the static pods (default: "
+                                   "standalone, no apiserver)", metavar="FILE")
+    register_node: bool = _opt(True, _bool, "with --kubeconfig, create the Node when it does not exist")
+    node_labels: tuple[tuple[str, str], ...] = _opt(
+        (), _labels, "labels of the Node, key=value comma-separated (only those NodeRestriction lets a node set)",
+        metavar="KEY=VALUE")
+    register_with_taints: tuple[tuple[str, str, str], ...] = _opt(
+        (), _taints, "taints the Node is registered with, key=value:Effect comma-separated", metavar="TAINTS")
+    node_ip: str | None = _opt(None, _str(optional=True), "the Node's InternalIP (default: the source address of "
+                               "the default route)", metavar="ADDRESS")
+    node_status_update_frequency: float = _opt(10.0, _duration(positive=True), "how often the Node's status is "
+                                               "computed (and patched when it changed)", metavar="DURATION")
+    node_status_report_frequency: float = _opt(300.0, _duration(positive=True), "the Node's status is patched at "
+                                               "least this often, changed or not", metavar="DURATION")
+    node_lease_duration_seconds: int = _opt(40, _int(minimum=1), "duration of the node Lease", metavar="SECONDS")
+    node_lease_renew_interval: float = _opt(10.0, _duration(positive=True), "how often the node Lease is renewed",
+                                            metavar="DURATION")
     verbosity: int = _opt(0, _int(minimum=0), "log level (kubelet's --v)", flags=("-v", "--v"), metavar="N")
 
     def __post_init__(self) -> None:

@@ -51,6 +51,7 @@ class ApiSources:
     last_sync_iteration: Callable[[], float | None]
     last_relist: Callable[[], float | None]
     metrics: "Metrics | None" = None
+    node_state: Callable[[], object] | None = None  # the apiserver link (edgelet.mirror), with --kubeconfig
 
 
 def _json(value: object) -> Response:
@@ -83,6 +84,10 @@ class Api:
             return _json(self._s.events.snapshot())
         if route.endpoint == "metrics":
             return self.metrics()
+        if route.endpoint == "node":
+            if self._s.node_state is None:
+                raise HttpError(404, "no apiserver is configured (--kubeconfig)")
+            return _json(self._s.node_state())
         p = route.params
         return await self.container_logs(p["namespace"], p["pod"], p["container"], parse_log_options(route.query))
 

@@ -13,7 +13,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import msgspec
 
 # Endpoints and the methods they answer; HEAD is GET without the body.
-ENDPOINTS = ("healthz", "pods", "pods_table", "events", "metrics", "container_logs")
+ENDPOINTS = ("healthz", "pods", "pods_table", "events", "metrics", "node", "container_logs")
 # What the TCP healthz listener may serve: nothing with pod data leaves the unix socket.
 PUBLIC_ENDPOINTS = frozenset({"healthz"})
 _REASONS = {400: "BadRequest", 403: "Forbidden", 404: "NotFound", 405: "MethodNotAllowed",
@@ -91,6 +91,8 @@ def match_route(method: str, target: str) -> Route:
         route = Route("events", query=query)
     elif segs == ["metrics"]:
         route = Route("metrics", query=query)
+    elif segs == ["node"]:
+        route = Route("node", query=query)
     elif segs[:1] == ["containerLogs"]:
         if len(segs) != 4 or not all(segs[1:]):
             raise HttpError(400, "expected /containerLogs/{namespace}/{pod}/{container}")

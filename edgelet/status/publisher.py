@@ -78,6 +78,10 @@ class StatusPublisher:
         self._dirty = asyncio.Event()
         self._last_written: bytes | None = None
 
+    @property
+    def host_ip(self) -> str:
+        return self._host_ip
+
     def update(self, pod: "Pod", rt: "PodRuntimeStatus", st: "PodSyncState") -> None:
         from edgelet.status.compute import compute_pod_status, summarize
 

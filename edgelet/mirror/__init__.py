@@ -1,0 +1,1 @@
+"""Reporting the device to a Kubernetes apiserver (Node, Lease, mirror pods, status, events); only with --kubeconfig."""

@@ -1,0 +1,228 @@
+"""The Node and Lease objects a node writes, built from host facts passed in (pure), plus the one probe of them.
+
+Labels are held to what the NodeRestriction admission plugin lets a node
+set on itself (`validate_node_labels`), so a wrong `--node-labels` is an
+error at start rather than a 403 forever.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+import platform
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from edgelet.mirror.errors import NodeLabelError
+
+MAX_PODS = 110  # kubelet's default --max-pods
+LEASE_NAMESPACE = "kube-node-lease"
+EDGELET_PORT = 10250  # daemonEndpoints.kubeletEndpoint: kubelet's port, although edgelet serves no TCP API there
+
+# NodeRestriction (plugin/pkg/admission/noderestriction, v1.20): labels in the kubernetes.io and k8s.io
+# namespaces a node may set on itself; any other label in those namespaces is refused.
+ALLOWED_LABELS = frozenset({
+    "kubernetes.io/hostname", "kubernetes.io/arch", "kubernetes.io/os",
+    "beta.kubernetes.io/arch", "beta.kubernetes.io/os", "beta.kubernetes.io/instance-type",
+    "node.kubernetes.io/instance-type",
+    "failure-domain.beta.kubernetes.io/region", "failure-domain.beta.kubernetes.io/zone",
+    "topology.kubernetes.io/region", "topology.kubernetes.io/zone",
+})
+ALLOWED_LABEL_DOMAINS = ("kubelet.kubernetes.io", "node.kubernetes.io")
+
+
+def validate_node_labels(labels: dict[str, str]) -> None:
+    """Raise NodeLabelError naming every label NodeRestriction would refuse."""
+    bad = [k for k in labels if not is_allowed_node_label(k)]
+    if bad:
+        raise NodeLabelError(
+            f"--node-labels: {', '.join(sorted(bad))}: a node may not set labels in the kubernetes.io or k8s.io "
+            "namespaces except kubernetes.io/{hostname,arch,os}, topology/instance-type labels and "
+            "kubelet.kubernetes.io/* or node.kubernetes.io/* (NodeRestriction); let an admin set it "
+            "with kubectl label")
+
+
+def is_allowed_node_label(key: str) -> bool:
+    prefix, sep, _ = key.rpartition("/")
+    if not sep:
+        return True
+    if key in ALLOWED_LABELS:
+        return True
+    domain = prefix.lower()
+    for allowed in ALLOWED_LABEL_DOMAINS:
+        if domain == allowed or domain.endswith("." + allowed):
+            return True
+    if domain == "node-restriction.kubernetes.io" or domain.endswith(".node-restriction.kubernetes.io"):
+        return False
+    for ns in ("kubernetes.io", "k8s.io"):
+        if domain == ns or domain.endswith("." + ns):
+            return False
+    return True
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    value: str
+    effect: str
+
+    def to_api(self) -> dict[str, str]:
+        out = {"key": self.key, "effect": self.effect}
+        if self.value:
+            out["value"] = self.value
+        return out
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """What the host is; probed once at start (and the images and free space again on each status check)."""
+
+    name: str
+    os: str = "linux"
+    arch: str = "amd64"
+    kernel: str = ""
+    os_image: str = ""
+    runtime_version: str = "runc://unknown"
+    edgelet_version: str = "0.0.0"
+    cpus: int = 1
+    memory_bytes: int = 0
+    ephemeral_bytes: int = 0
+    node_ip: str = "127.0.0.1"
+    hostname: str = ""
+    machine_id: str = ""
+    boot_id: str = ""
+    images: tuple[tuple[tuple[str, ...], int], ...] = ()  # (names, size bytes)
+    labels: tuple[tuple[str, str], ...] = field(default=())
+    taints: tuple[Taint, ...] = ()
+    port: int = EDGELET_PORT
+
+
+def format_time(ts: float) -> str:
+    return datetime.datetime.fromtimestamp(ts, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def format_micro_time(ts: float) -> str:
+    return datetime.datetime.fromtimestamp(ts, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def node_labels(f: NodeFacts) -> dict[str, str]:
+    labels = {"kubernetes.io/hostname": f.hostname or f.name, "kubernetes.io/os": f.os, "kubernetes.io/arch": f.arch,
+              "beta.kubernetes.io/os": f.os, "beta.kubernetes.io/arch": f.arch}
+    labels.update(dict(f.labels))
+    return labels
+
+
+def build_node(f: NodeFacts) -> dict[str, Any]:
+    """The Node a registering node creates (status goes in too: the apiserver keeps it on create)."""
+    spec: dict[str, Any] = {}
+    if f.taints:
+        spec["taints"] = [t.to_api() for t in f.taints]
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": f.name, "labels": node_labels(f),
+                         "annotations": {"volumes.kubernetes.io/controller-managed-attach-detach": "true"}},
+            "spec": spec}
+
+
+def build_node_status(f: NodeFacts, *, ready: bool, ready_message: str, now: float,
+                      transitions: dict[str, float] | None = None) -> dict[str, Any]:
+    """Node.status; `transitions` maps condition type to when it last changed (kept by the caller)."""
+    stamp = format_time(now)
+    transitions = transitions or {}
+
+    def condition(type_: str, status: bool, reason: str, message: str) -> dict[str, str]:
+        return {"type": type_, "status": "True" if status else "False", "reason": reason, "message": message,
+                "lastHeartbeatTime": stamp, "lastTransitionTime": format_time(transitions.get(type_, now))}
+
+    resources = {"cpu": str(f.cpus), "memory": f"{f.memory_bytes // 1024}Ki", "pods": str(MAX_PODS),
+                 "ephemeral-storage": f"{f.ephemeral_bytes // 1024}Ki"}
+    return {
+        "capacity": resources,
+        "allocatable": dict(resources),
+        "conditions": [
+            condition("MemoryPressure", False, "KubeletHasSufficientMemory", "edgelet has sufficient memory available"),
+            condition("DiskPressure", False, "KubeletHasNoDiskPressure", "edgelet has no disk pressure"),
+            condition("PIDPressure", False, "KubeletHasSufficientPID", "edgelet has sufficient PID available"),
+            condition("Ready", ready, "KubeletReady" if ready else "KubeletNotReady", ready_message),
+        ],
+        "addresses": [{"type": "InternalIP", "address": f.node_ip}, {"type": "Hostname", "address": f.hostname or f.name}],
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": f.port}},
+        "nodeInfo": {
+            "machineID": f.machine_id, "systemUUID": f.machine_id, "bootID": f.boot_id,
+            "kernelVersion": f.kernel, "osImage": f.os_image, "containerRuntimeVersion": f.runtime_version,
+            "kubeletVersion": f"v1.20.0-edgelet-{f.edgelet_version}", "kubeProxyVersion": "",
+            "operatingSystem": f.os, "architecture": f.arch,
+        },
+        "images": [{"names": list(names), "sizeBytes": size} for names, size in f.images if names],
+    }
+
+
+def status_fingerprint(status: dict[str, Any]) -> str:
+    """What decides whether a status must be sent: everything but the heartbeat times."""
+    stripped = dict(status)
+    stripped["conditions"] = [{k: v for k, v in c.items() if k != "lastHeartbeatTime"}
+                              for c in status.get("conditions", [])]
+    return hashlib.sha256(json.dumps(stripped, sort_keys=True).encode()).hexdigest()
+
+
+def build_lease(node: str, node_uid: str, *, duration: int, now: float, resource_version: str = "") -> dict[str, Any]:
+    """The node's Lease, owned by its Node as kubelet sets it (so it goes when the Node goes)."""
+    meta: dict[str, Any] = {"name": node, "namespace": LEASE_NAMESPACE,
+                            "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid}]}
+    if resource_version:
+        meta["resourceVersion"] = resource_version
+    return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta,
+            "spec": {"holderIdentity": node, "leaseDurationSeconds": duration, "renewTime": format_micro_time(now)}}
+
+
+# --- host probes (thin) -------------------------------------------------------------------------------------
+
+_ARCH = {"x86_64": "amd64", "aarch64": "arm64", "armv7l": "arm", "armv6l": "arm", "i686": "386", "ppc64le": "ppc64le",
+         "s390x": "s390x", "riscv64": "riscv64"}
+
+
+def go_arch(machine: str) -> str:
+    return _ARCH.get(machine, machine)
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return ""
+
+
+def os_image() -> str:
+    for line in _read("/etc/os-release").splitlines():
+        if line.startswith("PRETTY_NAME="):
+            return line.partition("=")[2].strip().strip('"')
+    return "Linux"
+
+
+def memory_bytes() -> int:
+    for line in _read("/proc/meminfo").splitlines():
+        if line.startswith("MemTotal:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def host_facts(name: str, *, root_dir: Path, runtime_version: str, edgelet_version: str, node_ip: str) -> NodeFacts:
+    uname = platform.uname()
+    try:
+        disk = shutil.disk_usage(root_dir).total
+    except OSError:
+        disk = 0
+    return NodeFacts(name=name, arch=go_arch(uname.machine), kernel=uname.release, os_image=os_image(),
+                     runtime_version=runtime_version, edgelet_version=edgelet_version, cpus=os.cpu_count() or 1,
+                     memory_bytes=memory_bytes(), ephemeral_bytes=disk, node_ip=node_ip, hostname=name,
+                     machine_id=_read("/etc/machine-id"), boot_id=_read("/proc/sys/kernel/random/boot_id"))
+
+
+def parse_runc_version(output: str) -> str:
+    """`runc version 1.1.5` (first line of `runc --version`) -> `runc://1.1.5`."""
+    first = output.strip().splitlines()[0] if output.strip() else ""
+    parts = first.split()
+    return f"runc://{parts[2]}" if len(parts) >= 3 and parts[1] == "version" else "runc://unknown"
