@@ -182,8 +182,9 @@ def test_outage_queues_then_resyncs_with_counts_right(agent, cluster):
     cluster.stop()
     wait_for(lambda: node_state(agent)["link"] == "down", timeout=60, what="the link reported down")
     # A container restarts while the apiserver is away; nothing waits for the apiserver.
-    (cid, pid), = running_ids(agent, "web").items()
-    os.kill(pid, signal.SIGKILL)
+    app = [c for c in agent.containers_of("web")
+           if (c.get("annotations") or {}).get("io.kubernetes.container.name") == "c"]
+    os.kill(app[0]["pid"], signal.SIGKILL)
     wait_for(lambda: (r := agent.pod("web")) and r["restarts"] == 1 and r["status"] == "Running", timeout=60,
              what="the local restart")
     assert node_state(agent)["queue_depth"] >= 1
