@@ -117,6 +117,8 @@ class Agent:
             settings.pod_manifest_path, settings.node_name, settings.file_check_frequency, self.clock
         )
         self.mirror = None
+        self._base_facts = None
+        self._taints: tuple = ()
         if settings.kubeconfig is not None and not settings.runonce:
             self.mirror = _build_mirror(self)
         self.api_server = None
@@ -305,7 +307,6 @@ def _build_mirror(agent: "Agent"):
         client = KubeClient(cfg, version=__version__)
     except MirrorError as exc:
         raise ConfigurationError(str(exc)) from exc
-    agent._base_facts = None
     agent._taints = tuple(Taint(k, v, e) for k, v, e in s.register_with_taints)
     mirror = MirrorManager(
         client, node=s.node_name, server=cfg.server, facts=agent._node_facts, publisher=agent.publisher,

@@ -283,8 +283,11 @@ class MirrorManager:
         hashes: dict[str, str] = {}
         entries: dict[str, Any] = {}
         for e in self._publisher.entries():
-            key = f"{e.pod.metadata.namespace or 'default'}/{e.pod.metadata.name}"
-            hashes[key] = (e.pod.metadata.annotations or {}).get("kubernetes.io/config.hash", e.pod.metadata.uid)
+            meta = e.pod.metadata
+            if meta is None:
+                continue
+            key = f"{meta.namespace or 'default'}/{meta.name}"
+            hashes[key] = (meta.annotations or {}).get("kubernetes.io/config.hash") or meta.uid or ""
             entries[key] = e
         return hashes, entries
 
@@ -338,6 +341,8 @@ class MirrorManager:
         fps: dict[str, str] = {}
         encoded: dict[str, Any] = {}
         for e in self._publisher.entries():
+            if e.pod.metadata is None:
+                continue
             key = f"{e.pod.metadata.namespace or 'default'}/{e.pod.metadata.name}"
             data = msgspec.json.encode(e.status)
             fps[key] = hashlib.sha1(data).hexdigest()

@@ -117,6 +117,15 @@ registries = { "docker.io" = { mirrors = ["https://m.example"] }, "10.0.0.9:5000
 enable_server = false
 healthz_port = 0
 healthz_bind_address = "0.0.0.0"
+kubeconfig = "/etc/edgelet/kubeconfig"
+register_node = false
+node_labels = { "example.com/site" = "lab" }
+register_with_taints = ["edge=true:NoSchedule", "gpu:NoExecute"]
+node_ip = "10.0.0.5"
+node_status_update_frequency = "20s"
+node_status_report_frequency = "10m"
+node_lease_duration_seconds = 60
+node_lease_renew_interval = "15s"
 verbosity = 3
 """
 
@@ -135,6 +144,10 @@ def test_toml_file_sets_every_key(tmp_path: Path) -> None:
         image_credential_file=Path("/auth.json"), image_gc_high_threshold=90, image_gc_low_threshold=70,
         image_minimum_gc_age=300.0,
         registries=(("10.0.0.9:5000", RegistryHost(insecure=True)), ("docker.io", RegistryHost(mirrors=("https://m.example",)))),
+        kubeconfig=Path("/etc/edgelet/kubeconfig"), register_node=False, node_labels=(("example.com/site", "lab"),),
+        register_with_taints=(("edge", "true", "NoSchedule"), ("gpu", "", "NoExecute")), node_ip="10.0.0.5",
+        node_status_update_frequency=20.0, node_status_report_frequency=600.0, node_lease_duration_seconds=60,
+        node_lease_renew_interval=15.0,
     )
     # The test's TOML covers every key, so a key added later without a test fails here.
     assert set(KEYS) == {line.split("=")[0].strip() for line in FULL_TOML.strip().splitlines()}
@@ -283,3 +296,13 @@ def test_every_key_has_a_flag_and_env_name() -> None:
 def test_healthz_port_must_be_a_port(raw: str, error: str) -> None:
     with pytest.raises(SettingsError, match=error):
         load({"healthz_port": raw})
+
+
+@pytest.mark.parametrize("key, raw, message", [
+    ("node_labels", "novalue", "expected key=value"),
+    ("node_labels", "bad key=x", "invalid label key"),
+    ("register_with_taints", "k=v:Sometimes", "Effect one of"),
+])
+def test_node_flags_are_checked(key: str, raw: str, message: str) -> None:
+    with pytest.raises(SettingsError, match=message):
+        load_settings({key: raw}, env={}, default_config=Path("/nonexistent"))

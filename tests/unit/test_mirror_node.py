@@ -1,0 +1,130 @@
+"""Node and Lease bodies, NodeRestriction's label rules, the kubeconfig subset, and how client errors read."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import ssl
+
+import httpx
+import pytest
+
+from edgelet.mirror.client import KubeClient
+from edgelet.mirror.errors import ApiStatusError, KubeconfigError, NodeLabelError, Unreachable
+from edgelet.mirror.kubeconfig import parse_kubeconfig, read_token
+from edgelet.mirror.node import (NodeFacts, Taint, build_lease, build_node, build_node_status, go_arch,
+                                 is_allowed_node_label, parse_runc_version, status_fingerprint, validate_node_labels)
+
+
+@pytest.mark.parametrize("key, allowed", [
+    ("example.com/site", True), ("site", True), ("kubernetes.io/hostname", True),
+    ("topology.kubernetes.io/zone", True), ("node.kubernetes.io/exclude-from-external-load-balancers", True),
+    ("kubelet.kubernetes.io/x", True), ("node-role.kubernetes.io/master", False),
+    ("kubernetes.io/role", False), ("foo.k8s.io/x", False), ("node-restriction.kubernetes.io/a", False),
+])
+def test_node_restriction_label_rules(key, allowed):
+    assert is_allowed_node_label(key) is allowed
+
+
+def test_refused_labels_are_named_at_start():
+    with pytest.raises(NodeLabelError, match="node-role.kubernetes.io/worker"):
+        validate_node_labels({"node-role.kubernetes.io/worker": "", "example.com/a": "b"})
+
+
+FACTS = NodeFacts(name="n1", arch="arm64", kernel="6.1.0", os_image="Debian 12", runtime_version="runc://1.1.5",
+                  edgelet_version="0.1.0", cpus=4, memory_bytes=4 << 30, ephemeral_bytes=32 << 30,
+                  node_ip="10.0.0.5", images=((("busybox:1.36", "sha256:abc"), 1000),),
+                  labels=(("example.com/a", "b"),), taints=(Taint("edge", "true", "NoSchedule"),))
+
+
+def test_node_body():
+    node = build_node(FACTS)
+    assert node["metadata"]["labels"]["kubernetes.io/arch"] == "arm64"
+    assert node["metadata"]["labels"]["example.com/a"] == "b"
+    assert node["spec"]["taints"] == [{"key": "edge", "value": "true", "effect": "NoSchedule"}]
+    status = build_node_status(FACTS, ready=True, ready_message="ok", now=1_700_000_000)
+    assert status["capacity"] == {"cpu": "4", "memory": "4194304Ki", "pods": "110", "ephemeral-storage": "33554432Ki"}
+    assert status["nodeInfo"]["containerRuntimeVersion"] == "runc://1.1.5"
+    assert "edgelet" in status["nodeInfo"]["kubeletVersion"]
+    assert [c["type"] for c in status["conditions"]] == ["MemoryPressure", "DiskPressure", "PIDPressure", "Ready"]
+    assert status["addresses"][0] == {"type": "InternalIP", "address": "10.0.0.5"}
+
+
+def test_status_fingerprint_ignores_heartbeats_only():
+    t = dict.fromkeys(("Ready", "MemoryPressure", "DiskPressure", "PIDPressure"), 1.0)
+    a = build_node_status(FACTS, ready=True, ready_message="ok", now=1_700_000_000, transitions=t)
+    b = build_node_status(FACTS, ready=True, ready_message="ok", now=1_700_000_100, transitions=t)
+    c = build_node_status(FACTS, ready=False, ready_message="x", now=1_700_000_100, transitions=t)
+    assert status_fingerprint(a) == status_fingerprint(b) != status_fingerprint(c)
+
+
+def test_lease_body_is_owned_by_the_node():
+    lease = build_lease("n1", "uid-1", duration=40, now=1_700_000_000.5, resource_version="7")
+    assert lease["metadata"]["ownerReferences"] == [{"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "uid-1"}]
+    assert lease["metadata"]["resourceVersion"] == "7"
+    assert lease["spec"]["renewTime"] == "2023-11-14T22:13:20.500000Z"
+
+
+def test_host_probes_parse():
+    assert go_arch("aarch64") == "arm64" and go_arch("x86_64") == "amd64"
+    assert parse_runc_version("runc version 1.1.5\ncommit: v1.1.5\n") == "runc://1.1.5"
+    assert parse_runc_version("") == "runc://unknown"
+
+
+def _kubeconfig(user: dict, cluster: dict | None = None) -> dict:
+    return {"current-context": "c", "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
+            "clusters": [{"name": "k", "cluster": cluster or {"server": "https://10.0.0.1:6443",
+                                                              "certificate-authority": "ca.crt"}}],
+            "users": [{"name": "u", "user": user}]}
+
+
+def test_kubeconfig_subset(tmp_path):
+    cfg = parse_kubeconfig(_kubeconfig({"client-certificate-data": base64.b64encode(b"CERT").decode(),
+                                        "client-key": "k.pem"}), base_dir="/etc/edgelet")
+    assert cfg.server == "https://10.0.0.1:6443" and cfg.ca_file == "/etc/edgelet/ca.crt"
+    assert cfg.cert_data == b"CERT" and cfg.key_file == "/etc/edgelet/k.pem"
+    token = tmp_path / "token"
+    token.write_text("t0k\n")
+    cfg = parse_kubeconfig(_kubeconfig({"tokenFile": str(token)}), base_dir=str(tmp_path))
+    assert read_token(cfg) == "t0k"
+
+
+@pytest.mark.parametrize("doc, message", [
+    ({"current-context": "x", "contexts": []}, "context 'x' is not defined"),
+    (_kubeconfig({"exec": {"command": "aws"}}), "exec credentials are not supported"),
+    (_kubeconfig({"token": "t"}, {"server": "10.0.0.1"}), "server must be an https:// URL"),
+    (_kubeconfig({"client-key-data": "%%%"}), "client-key-data: not valid base64"),
+    ([], "expected a kubeconfig mapping"),
+])
+def test_kubeconfig_errors_say_what(doc, message):
+    with pytest.raises(KubeconfigError, match=message):
+        parse_kubeconfig(doc, path="/etc/edgelet/kubeconfig")
+
+
+async def _request(handler) -> None:
+    cfg = parse_kubeconfig(_kubeconfig({"token": "t"}, {"server": "https://api", "insecure-skip-tls-verify": True}))
+    client = KubeClient(cfg, version="0.1.0", transport=httpx.MockTransport(handler))
+    try:
+        await client.request("GET", "/api/v1/nodes/n1")
+    finally:
+        await client.aclose()
+
+
+def test_a_wrong_clock_is_named_as_the_cause():
+    def handler(request):
+        raise httpx.ConnectError("handshake failed") from ssl.SSLCertVerificationError(
+            1, "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: certificate is not yet valid")
+
+    with pytest.raises(Unreachable, match="clock is probably behind") as info:
+        asyncio.run(_request(handler))
+    assert info.value.clock_skew
+
+
+def test_a_refusal_carries_the_status_and_the_servers_message():
+    def handler(request):
+        assert request.headers["Authorization"] == "Bearer t" and request.headers["User-Agent"] == "edgelet/0.1.0"
+        return httpx.Response(401, json={"kind": "Status", "reason": "Unauthorized", "message": "Unauthorized"})
+
+    with pytest.raises(ApiStatusError, match="401 Unauthorized.*credentials") as info:
+        asyncio.run(_request(handler))
+    assert info.value.is_auth
