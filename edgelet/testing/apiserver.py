@@ -189,6 +189,25 @@ class ApiServer:
         }))
         return path
 
+    def cert_kubeconfig(self, path: Path, *, node: str) -> Path:
+        """A kubeconfig for `node` with a client certificate (O=system:nodes, CN=system:node:<node>), all inline."""
+        import base64
+
+        pki = self.base / "pki"
+        crt, key = make_cert(pki, f"node-{node}", (pki / "ca.crt", pki / "ca.key"),
+                             f"/O=system:nodes/CN=system:node:{node}")
+
+        def b64(p: Path) -> str:
+            return base64.b64encode(p.read_bytes()).decode()
+
+        path.write_text(json.dumps({
+            "apiVersion": "v1", "kind": "Config", "current-context": "node",
+            "clusters": [{"name": "test", "cluster": {"server": self.url, "certificate-authority-data": b64(self.ca_file)}}],
+            "users": [{"name": node, "user": {"client-certificate-data": b64(crt), "client-key-data": b64(key)}}],
+            "contexts": [{"name": "node", "context": {"cluster": "test", "user": node}}],
+        }))
+        return path
+
     def kubectl(self, *args: str, token: str = ADMIN_TOKEN) -> str:
         cfg = self.kubeconfig(self.base / f"kubeconfig-{abs(hash(token))}", token=token)
         done = subprocess.run([str(self.bin_dir / "kubectl"), f"--kubeconfig={cfg}", *args],

@@ -84,8 +84,9 @@ def running_ids(agent, pod: str) -> dict[str, int]:
     return {c["id"]: c["pid"] for c in agent.containers_of(pod) if c["status"] == "running"}
 
 
-def start_agent(agent, api: ApiServer, *extra: str, token: str | None = None) -> None:
-    cfg = api.kubeconfig(agent.paths.run_dir.parent / "kubeconfig", token=token or api.node_token(NODE))
+def start_agent(agent, api: ApiServer, *extra: str, token: str | None = None, cert: bool = False) -> None:
+    path = agent.paths.run_dir.parent / "kubeconfig"
+    cfg = api.cert_kubeconfig(path, node=NODE) if cert else api.kubeconfig(path, token=token or api.node_token(NODE))
     agent.start("--kubeconfig", str(cfg), *FAST, *extra)
 
 
@@ -217,7 +218,7 @@ def test_an_empty_etcd_gets_everything_back(agent, cluster):
 
 def test_an_admin_deleting_the_node_gets_it_registered_again(agent, cluster):
     agent.write_manifest("web.yaml", pod_yaml("web"))
-    start_agent(agent, cluster)
+    start_agent(agent, cluster, cert=True)  # a client certificate this time, inline in the kubeconfig
     first = wait_for(lambda: (p := mirror(cluster, "web")) and p, timeout=60, what="the mirror")
     node_uid = cluster.get(f"/api/v1/nodes/{NODE}")["metadata"]["uid"]
     cluster.kubectl("delete", "node", NODE)
