@@ -381,6 +381,7 @@ class MirrorManager:
 
     async def _post_events(self) -> None:
         sent = 0
+        static, _ = self._static_hashes()
         for ev in self._pending_events():
             if sent >= EVENT_BURST:
                 break
@@ -389,7 +390,9 @@ class MirrorManager:
                 key = f"{obj.namespace or 'default'}/{obj.name}"
                 m = self._mirrors.get(key)
                 if m is None:
-                    continue  # posted once its mirror exists (or never, if the pod goes first)
+                    if key not in static:  # the pod is gone (or never ran): its events have nothing to name
+                        self._posted[_event_key(ev)] = ("", ev.count)
+                    continue  # posted once its mirror exists
                 ref = {"kind": "Pod", "apiVersion": "v1", "namespace": obj.namespace or "default", "name": obj.name,
                        "uid": m.uid}
                 ns = obj.namespace or "default"
