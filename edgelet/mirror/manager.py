@@ -141,10 +141,16 @@ class MirrorManager:
         was_up = self._up.is_set()
         self._up.clear()
         self.state.link = "down"
-        self.state.last_error = _describe(exc)
-        if was_up or self.state.resyncs == 0:
-            log.warning("apiserver unreachable; pods keep running, statuses and events wait", node=self._node,
-                        err=self.state.last_error)
+        error = _describe(exc)
+        # Logged when the link goes down or the reason changes, not on every probe of a months-long outage.
+        if was_up or error != self.state.last_error:
+            if isinstance(exc, ApiStatusError) and exc.is_auth:
+                log.error("The apiserver refuses this node; pods keep running, statuses and events wait",
+                          node=self._node, err=error)
+            else:
+                log.warning("apiserver unreachable; pods keep running, statuses and events wait", node=self._node,
+                            err=error)
+        self.state.last_error = error
 
     def _went_up(self) -> None:
         self._backoff.reset("link")

@@ -253,3 +253,20 @@ def test_another_nodes_identity_is_forbidden_and_said_so(agent, cluster):
     wait_for(lambda: (r := agent.pod("web")) and r["status"] == "Running", timeout=60,
              what="the pod running regardless")
     assert agent.stop() == 0
+
+
+def test_labels_a_node_may_not_set_stop_the_start(agent, cluster):
+    cfg = cluster.kubeconfig(agent.paths.run_dir.parent / "kubeconfig", token=cluster.node_token(NODE))
+    agent.start("--kubeconfig", str(cfg), "--node-labels", "node-role.kubernetes.io/worker=")
+    assert agent.proc.wait(timeout=60) == 1
+    agent.proc = None
+    agent._log.close()
+    assert "node-role.kubernetes.io/worker" in agent.log() and "NodeRestriction" in agent.log()
+
+
+def test_a_missing_kubeconfig_stops_the_start_naming_it(agent, tmp_path):
+    agent.start("--kubeconfig", str(tmp_path / "absent"))
+    assert agent.proc.wait(timeout=60) == 1
+    agent.proc = None
+    agent._log.close()
+    assert f"{tmp_path / 'absent'}: cannot read" in agent.log()
