@@ -438,15 +438,14 @@ class MirrorManager:
     # --- lease --------------------------------------------------------------------------------------------
 
     async def _lease_loop(self) -> None:
+        # Cadence by the monotonic clock: a wall clock set back a year (no RTC, then NTP) neither stalls nor
+        # bunches renewals; renewTime itself is the wall time, the only one the cluster can read.
         next_renew = self._clock.monotonic()
         while True:
             await self._up.wait()
-            now = self._clock.monotonic()
-            if now < next_renew:
-                try:
-                    await asyncio.wait_for(self._up_lost(), next_renew - now)
-                except TimeoutError:
-                    pass
+            delay = next_renew - self._clock.monotonic()
+            if delay > 0:
+                await self._clock.sleep(delay)
                 continue
             try:
                 await self._renew_lease()
@@ -457,10 +456,6 @@ class MirrorManager:
                 else:
                     log.warning("Failed to renew the node lease", err=_describe(exc))
                 next_renew = self._clock.monotonic() + min(self._lease_interval, 1.0)
-
-    async def _up_lost(self) -> None:
-        while self._up.is_set():
-            await asyncio.sleep(0.5)
 
     async def _renew_lease(self) -> None:
         path = f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases/{q(self._node)}"

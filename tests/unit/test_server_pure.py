@@ -22,6 +22,7 @@ from edgelet.server.routes import HttpError, LogOptions, match_route, parse_log_
     ("GET", "/pods/table", "pods_table", {}),
     ("GET", "/events", "events", {}),
     ("GET", "/metrics", "metrics", {}),
+    ("GET", "/node", "node", {}),
     ("GET", "/containerLogs/default/web-n1/app", "container_logs",
      {"namespace": "default", "pod": "web-n1", "container": "app"}),
     ("GET", "/containerLogs/kube-system/a%20b/c?tailLines=3", "container_logs",
