@@ -36,7 +36,7 @@ from edgelet.api.types import (
     Volume,
     VolumeMount,
 )
-from edgelet.ocispec.quantity import QuantityError, parse_quantity
+from edgelet.api.quantity import QuantityError, parse_quantity
 
 __all__ = [
     "FieldError",

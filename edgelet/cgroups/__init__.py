@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from edgelet.cgroups.errors import CgroupBusyError, CgroupError
-from edgelet.cgroups.qos import PodResources, pod_cgroup_path, pod_resources, qos_class
+from edgelet.cgroups.qos import PodResources, pod_cgroup_path, pod_resources
 from edgelet.cgroups.v1 import CgroupV1
 from edgelet.cgroups.v2 import CgroupV2
 
@@ -19,7 +19,6 @@ __all__ = [
     "detect",
     "pod_cgroup_path",
     "pod_resources",
-    "qos_class",
 ]
 
 

@@ -1,4 +1,4 @@
-"""Pure kubelet resource policy: QoS class, pod cgroup placement, cpu/memory mapping and OOM score.
+"""Pure kubelet resource policy: pod cgroup placement, cpu/memory mapping and OOM score.
 
 Follows pkg/apis/core/v1/helper/qos (ComputePodQOS), pkg/kubelet/cm
 (helpers_linux.go: MilliCPUToShares, MilliCPUToQuota, ResourceConfigForPod),
@@ -10,14 +10,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import TYPE_CHECKING, Literal, Mapping
+from typing import TYPE_CHECKING
 
-from edgelet.ocispec.quantity import milli_value, parse_quantity, value
+from edgelet.api.qos import (
+    QOSClass,
+    ResourceList,
+    all_containers,
+    container_limits,
+    container_requests,
+    parse_resource_list,
+    qos_class,
+)
+from edgelet.api.quantity import milli_value, value
 
 if TYPE_CHECKING:
     from edgelet.api.types import Container, Pod
-
-QOSClass = Literal["Guaranteed", "Burstable", "BestEffort"]
 
 MIN_SHARES = 2
 MAX_SHARES = 262144
@@ -29,10 +36,7 @@ GUARANTEED_OOM_SCORE_ADJ = -997
 BESTEFFORT_OOM_SCORE_ADJ = 1000
 POD_INFRA_OOM_SCORE_ADJ = -998  # kubelet's PodInfraOOMAdj, for the pause sandbox
 
-_QOS_RESOURCES = ("cpu", "memory")
 _SYSTEM_NODE_CRITICAL = "system-node-critical"
-
-ResourceList = dict[str, Fraction]
 
 
 @dataclass(frozen=True)
@@ -53,71 +57,6 @@ class ContainerResources:
     cpu_quota: int  # 0 = no limit
     cpu_period: int
     memory_limit: int  # 0 = no limit
-
-
-def _parse_list(raw: Mapping[str, str | int | float] | None) -> ResourceList:
-    return {name: parse_quantity(q) for name, q in (raw or {}).items()}
-
-
-def container_limits(container: "Container") -> ResourceList:
-    res = container.resources
-    return _parse_list(res.limits if res else None)
-
-
-def container_requests(container: "Container") -> ResourceList:
-    """Requests with API defaulting applied: a resource with a limit and no request requests its limit."""
-    res = container.resources
-    requests = _parse_list(res.requests if res else None)
-    for name, limit in container_limits(container).items():
-        requests.setdefault(name, limit)
-    return requests
-
-
-def _all_containers(pod: "Pod") -> list["Container"]:
-    spec = pod.spec
-    if spec is None:
-        return []
-    return [*(spec.containers or []), *(spec.init_containers or [])]
-
-
-def qos_class(pod: "Pod") -> QOSClass:
-    """The pod's QoS class, computed as kubelet's ComputePodQOS does (containers and init containers)."""
-    requests: ResourceList = {}
-    limits: ResourceList = {}
-    guaranteed = True
-    pod_level = pod.spec.resources if pod.spec is not None else None
-    if pod_level is not None and (pod_level.requests or pod_level.limits):
-        # Pod-level resources, when given, decide the class on their own.
-        req = _parse_list(pod_level.requests)
-        lim = _parse_list(pod_level.limits)
-        for name, q in lim.items():
-            req.setdefault(name, q)
-        requests = {n: q for n, q in req.items() if n in _QOS_RESOURCES and q > 0}
-        limits = {n: q for n, q in lim.items() if n in _QOS_RESOURCES and q > 0}
-        if not all(r in limits for r in _QOS_RESOURCES):
-            guaranteed = False
-    else:
-        for c in _all_containers(pod):
-            for name, q in container_requests(c).items():
-                if name in _QOS_RESOURCES and q > 0:
-                    requests[name] = requests.get(name, Fraction(0)) + q
-            found = set()
-            for name, q in container_limits(c).items():
-                if name in _QOS_RESOURCES and q > 0:
-                    found.add(name)
-                    limits[name] = limits.get(name, Fraction(0)) + q
-            if not found.issuperset(_QOS_RESOURCES):
-                guaranteed = False
-    if not requests and not limits:
-        return "BestEffort"
-    if guaranteed:
-        for name, req in requests.items():
-            if limits.get(name) != req:
-                guaranteed = False
-                break
-    if guaranteed and len(requests) == len(limits):
-        return "Guaranteed"
-    return "Burstable"
 
 
 def pod_cgroup_name(uid: str) -> str:
@@ -160,7 +99,7 @@ def _milli(q: Fraction | None) -> int:
 def container_resources(container: "Container") -> ContainerResources:
     """cpu shares from the request (or the limit when no request), quota from the limit, memory limit."""
     res = container.resources
-    raw_requests = _parse_list(res.requests if res else None)
+    raw_requests = parse_resource_list(res.requests if res else None)
     limits = container_limits(container)
     cpu_request = raw_requests.get("cpu")
     cpu_limit = limits.get("cpu")
@@ -216,7 +155,7 @@ def _pod_aggregate(pod: "Pod", per_container) -> tuple[ResourceList, bool, bool]
     for name, q in init_max.items():
         total[name] = max(total.get(name, Fraction(0)), q)
     if spec is not None and spec.overhead:
-        for name, q in _parse_list(spec.overhead).items():
+        for name, q in parse_resource_list(spec.overhead).items():
             total[name] = total.get(name, Fraction(0)) + q
     return total, cpu_declared, memory_declared
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Mapping
 from edgelet.cgroups import qos
 from edgelet.ocispec import defaults
 from edgelet.ocispec.env import EnvError, container_env, expand, merge_env, process_args
-from edgelet.ocispec.quantity import QuantityError
+from edgelet.api.quantity import QuantityError
 from edgelet.ocispec.security import SecurityError, compute_capabilities, resolve_user
 
 if TYPE_CHECKING:

@@ -10,8 +10,8 @@ import math
 import re
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
 
-from edgelet.cgroups.qos import container_limits, container_requests
-from edgelet.ocispec.quantity import QuantityError, parse_quantity
+from edgelet.api.qos import container_limits, container_requests
+from edgelet.api.quantity import QuantityError, parse_quantity
 
 if TYPE_CHECKING:
     from edgelet.api.types import Container, EnvVar, Pod

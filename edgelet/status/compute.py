@@ -363,7 +363,7 @@ def compute_pod_status(
     keeps lastTransitionTime, startTime and a terminal phase (the status
     manager never leaves Succeeded or Failed).
     """
-    from edgelet.cgroups.qos import qos_class
+    from edgelet.api.qos import qos_class
 
     probes = readiness or {}
     startup = started or {}

@@ -12,9 +12,9 @@ from edgelet.cgroups.qos import (
     pod_cgroup_name,
     pod_cgroup_path,
     pod_resources,
-    qos_class,
     shares_to_weight,
 )
+from edgelet.api.qos import qos_class
 
 GI = 2**30
 

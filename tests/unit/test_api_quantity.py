@@ -4,7 +4,7 @@ from fractions import Fraction
 
 import pytest
 
-from edgelet.ocispec.quantity import QuantityError, milli_value, parse_quantity, value
+from edgelet.api.quantity import QuantityError, milli_value, parse_quantity, value
 
 
 @pytest.mark.parametrize(

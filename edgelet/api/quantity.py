@@ -13,6 +13,8 @@ import re
 from decimal import Decimal
 from fractions import Fraction
 
+from edgelet.api.errors import ApiError
+
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {
     "n": Fraction(1, 10**9),
@@ -35,7 +37,7 @@ _QUANTITY = re.compile(
 )
 
 
-class QuantityError(ValueError):
+class QuantityError(ApiError):
     """A string that is not a Kubernetes quantity."""
 
 
