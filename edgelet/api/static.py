@@ -7,6 +7,7 @@ from typing import Literal
 
 import msgspec
 
+from edgelet.api.annotations import CONFIG_SOURCE, CONFIG_HASH, CONFIG_SEEN
 from edgelet.api.defaults import apply_defaults
 from edgelet.api.errors import FieldError, ValidationError
 from edgelet.api.hash import canonical_json, pod_full_name
@@ -14,18 +15,15 @@ from edgelet.api.types import Container, ObjectMeta, Pod, PodStatus, Toleration,
 from edgelet.api.validation import validate_pod
 
 __all__ = [
-    "CONFIG_HASH_ANNOTATION",
-    "CONFIG_SEEN_ANNOTATION",
-    "CONFIG_SOURCE_ANNOTATION",
+    "CONFIG_HASH",
+    "CONFIG_SEEN",
+    "CONFIG_SOURCE",
     "find_api_object_references",
     "make_static_pod",
     "static_pod_name",
     "static_pod_uid",
 ]
 
-CONFIG_SOURCE_ANNOTATION = "kubernetes.io/config.source"
-CONFIG_HASH_ANNOTATION = "kubernetes.io/config.hash"
-CONFIG_SEEN_ANNOTATION = "kubernetes.io/config.seen"  # set by podconfig, not here
 NAME_REQUIRED = "name is needed for the pod"
 
 # File pods tolerate every NoExecute taint so node problems never evict them.
@@ -90,8 +88,8 @@ def make_static_pod(pod: Pod, *, node_name: str, source: Literal["file", "http"]
     rmeta.namespace = rmeta.namespace or "default"
     rmeta.uid = uid
     annotations = dict(rmeta.annotations or {})
-    annotations[CONFIG_SOURCE_ANNOTATION] = source
-    annotations[CONFIG_HASH_ANNOTATION] = uid
+    annotations[CONFIG_SOURCE] = source
+    annotations[CONFIG_HASH] = uid
     rmeta.annotations = annotations
     if result.spec is not None:
         result.spec.node_name = node_name

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import msgspec
 
+from edgelet.api.annotations import CONFIG_HASH
 from edgelet.mirror.client import KubeClient, STRATEGIC_MERGE, q
 from edgelet.mirror.errors import ApiStatusError, MirrorError, Unreachable
 from edgelet.mirror.node import LEASE_NAMESPACE, NodeFacts, build_lease, build_node, build_node_status, \
@@ -293,7 +294,7 @@ class MirrorManager:
             if meta is None:
                 continue
             key = f"{meta.namespace or 'default'}/{meta.name}"
-            hashes[key] = (meta.annotations or {}).get("kubernetes.io/config.hash") or meta.uid or ""
+            hashes[key] = (meta.annotations or {}).get(CONFIG_HASH) or meta.uid or ""
             entries[key] = e
         return hashes, entries
 

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
-
-MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
-HASH_ANNOTATION = "kubernetes.io/config.hash"
+from edgelet.api.annotations import CONFIG_HASH, CONFIG_MIRROR
 
 
 @dataclass(frozen=True)
@@ -34,10 +32,10 @@ def mirror_info(obj: dict[str, Any]) -> MirrorInfo | None:
     """A listed pod as MirrorInfo, or None when it is not a mirror pod (not ours to touch)."""
     meta = obj.get("metadata") or {}
     ann = meta.get("annotations") or {}
-    if MIRROR_ANNOTATION not in ann:
+    if CONFIG_MIRROR not in ann:
         return None
     owners = [o for o in meta.get("ownerReferences") or [] if o.get("kind") == "Node" and o.get("controller")]
-    return MirrorInfo(uid=meta.get("uid", ""), hash=ann[MIRROR_ANNOTATION], deleting=bool(meta.get("deletionTimestamp")),
+    return MirrorInfo(uid=meta.get("uid", ""), hash=ann[CONFIG_MIRROR], deleting=bool(meta.get("deletionTimestamp")),
                       owner_uid=owners[0].get("uid", "") if owners else "")
 
 
@@ -88,7 +86,7 @@ def build_mirror_pod(pod: dict[str, Any], node: str, node_uid: str) -> dict[str,
     """The mirror of static pod `pod` (the API form the status publisher keeps), owned by the Node."""
     meta = {k: v for k, v in (pod.get("metadata") or {}).items() if k not in _DROP_META and v is not None}
     ann = dict(meta.get("annotations") or {})
-    ann[MIRROR_ANNOTATION] = ann.get(HASH_ANNOTATION, "")
+    ann[CONFIG_MIRROR] = ann.get(CONFIG_HASH, "")
     meta["annotations"] = ann
     meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid,
                                 "controller": True}]

@@ -21,20 +21,18 @@ from typing import TYPE_CHECKING, Mapping
 
 import msgspec
 
+from edgelet.api.annotations import CONFIG_SOURCE, CONFIG_SEEN, CONFIG_MIRROR, ORIGIN
 from edgelet.podconfig import ConfigState, PodChange, RejectedPod
-from edgelet.sources import ORIGIN_ANNOTATION, SOURCE_ORDER
+from edgelet.sources import SOURCE_ORDER
 
 if TYPE_CHECKING:
     from edgelet.api.types import Pod
     from edgelet.sources import SourceName, SourceSnapshot
 
-SOURCE_ANNOTATION = "kubernetes.io/config.source"
-SEEN_ANNOTATION = "kubernetes.io/config.seen"
-MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 EDGELET_ANNOTATION_PREFIX = "edgelet.io/"
 
 # kubelet config.go localAnnotations: set by the kubelet itself, never a reason to update a pod.
-LOCAL_ANNOTATIONS = frozenset({SOURCE_ANNOTATION, SEEN_ANNOTATION, MIRROR_ANNOTATION})
+LOCAL_ANNOTATIONS = frozenset({CONFIG_SOURCE, CONFIG_SEEN, CONFIG_MIRROR})
 
 REJECT_REASON = "FailedValidation"
 
@@ -67,7 +65,7 @@ def _annotations(pod: "Pod") -> dict[str, str]:
 
 
 def _origin(pod: "Pod", source: str) -> str:
-    return _annotations(pod).get(ORIGIN_ANNOTATION) or source
+    return _annotations(pod).get(ORIGIN) or source
 
 
 def _non_local(annotations: Mapping[str, str]) -> dict[str, str]:
@@ -180,12 +178,12 @@ def merge(state: ConfigState, snapshot: "SourceSnapshot", now: float) -> tuple[C
         for uid, pod in admitted[source].items():
             existing = old_all.get(uid)
             if existing is None:
-                pod = _with_annotation(pod, SEEN_ANNOTATION, format_seen(now))
+                pod = _with_annotation(pod, CONFIG_SEEN, format_seen(now))
                 adds.append(PodChange("ADD", pod))
             else:
-                seen = _annotations(existing).get(SEEN_ANNOTATION)
-                if seen is not None and _annotations(pod).get(SEEN_ANNOTATION) != seen:
-                    pod = _with_annotation(pod, SEEN_ANNOTATION, seen)
+                seen = _annotations(existing).get(CONFIG_SEEN)
+                if seen is not None and _annotations(pod).get(CONFIG_SEEN) != seen:
+                    pod = _with_annotation(pod, CONFIG_SEEN, seen)
                 if pods_differ_semantically(existing, pod):
                     updates.append(PodChange("UPDATE", pod))
                 elif existing.status != pod.status or _annotations(existing) != _annotations(pod):

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import bisect
 from collections import Counter
+from edgelet.api.annotations import CONFIG_SEEN
 
 if TYPE_CHECKING:
     from edgelet.api.types import Pod, PodStatus
@@ -24,7 +25,6 @@ if TYPE_CHECKING:
     from edgelet.util.clock import Clock
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"  # prometheus_client's CONTENT_TYPE_PLAIN_0_0_4
-SEEN_ANNOTATION = "kubernetes.io/config.seen"
 # kubelet metrics.PodStartDuration's buckets (seconds).
 POD_START_BUCKETS = (0.5, 1, 2, 3, 4, 5, 6, 8, 10, 20, 30, 45, 60, 120, 180, 240, 300, 360, 480, 600, 900, 1200,
                      1800, 2700, 3600)
@@ -155,7 +155,7 @@ class Metrics:
             if after is None:
                 return
             if should_observe_start(before.status.phase if before is not None else None, after.status.phase):
-                seen = parse_seen((pod.metadata.annotations or {}).get(SEEN_ANNOTATION))
+                seen = parse_seen((pod.metadata.annotations or {}).get(CONFIG_SEEN))
                 if seen is not None:
                     self.pod_start_duration.observe(max(0.0, self._clock.now() - seen))
 

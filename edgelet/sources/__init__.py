@@ -14,7 +14,6 @@ SourceName = Literal["file", "http"]
 
 # Where a pod came from (file path or URL), set by every source; local to the
 # device, so a change of it alone is never an UPDATE.
-ORIGIN_ANNOTATION = "edgelet.io/origin"
 
 # Merge order across sources: a pod name taken by an earlier source wins.
 SOURCE_ORDER: tuple[SourceName, ...] = ("file", "http")

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping
 import msgspec
 from watchdog.events import FileSystemEventHandler
 
-from edgelet.sources import ORIGIN_ANNOTATION, ManifestError, SourceSnapshot, snapshot_key
+from edgelet.api.annotations import ORIGIN
+from edgelet.sources import ManifestError, SourceSnapshot, snapshot_key
 from edgelet.util.log import get_logger
 from edgelet.util.watch import CHANGE_EVENTS
 
@@ -108,7 +109,7 @@ def _read_manifest(path: Path) -> bytes:
 def _with_origin(pod: "Pod", origin: str) -> "Pod":
     meta = pod.metadata
     annotations = dict(meta.annotations or {})
-    annotations[ORIGIN_ANNOTATION] = origin
+    annotations[ORIGIN] = origin
     return msgspec.structs.replace(pod, metadata=msgspec.structs.replace(meta, annotations=annotations))
 
 

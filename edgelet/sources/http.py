@@ -31,7 +31,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
 
-from edgelet.sources import ORIGIN_ANNOTATION, ManifestError, SourceSnapshot, snapshot_key
+from edgelet.api.annotations import ORIGIN
+from edgelet.sources import ManifestError, SourceSnapshot, snapshot_key
 
 from edgelet.util.log import get_logger
 
@@ -211,7 +212,7 @@ def _with_origin(pod: "Pod", origin: str) -> "Pod":
     meta = pod.metadata
     assert meta is not None  # make_static_pod always sets it
     annotations = dict(meta.annotations or {})
-    annotations[ORIGIN_ANNOTATION] = origin
+    annotations[ORIGIN] = origin
     return msgspec.structs.replace(pod, metadata=msgspec.structs.replace(meta, annotations=annotations))
 
 

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from edgelet.sources import ORIGIN_ANNOTATION
+
+from edgelet.api.annotations import CONFIG_SOURCE, ORIGIN
 from edgelet.state import flush_when_changed, write_atomic
 from edgelet.status.snapshot import PodRow, PodsSnapshot, RejectedRow, snapshot_path
 from edgelet.util.log import get_logger
@@ -25,8 +26,6 @@ if TYPE_CHECKING:
 
 log = get_logger(__name__)
 
-SOURCE_ANNOTATION = "kubernetes.io/config.source"
-SEEN_ANNOTATION = "kubernetes.io/config.seen"
 LOOPBACK = "127.0.0.1"
 
 
@@ -103,8 +102,8 @@ class StatusPublisher:
             status=text,
             restarts=restarts,
             created=created,
-            source=ann.get(SOURCE_ANNOTATION, ""),
-            origin=ann.get(ORIGIN_ANNOTATION, ""),
+            source=ann.get(CONFIG_SOURCE, ""),
+            origin=ann.get(ORIGIN, ""),
             phase=status.phase or "Pending",
             message="; ".join(f"{n}: {m}" for n, (_, m) in st.waiting.items() if m),
             pod=pod_object(pod, status),

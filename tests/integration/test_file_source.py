@@ -9,14 +9,9 @@ from typing import Awaitable, Callable
 
 import pytest
 
+from edgelet.api.annotations import ORIGIN
 from edgelet.sources import SourceSnapshot, snapshot_key
-from edgelet.sources.file import (
-    MAX_MANIFEST_BYTES,
-    ORIGIN_ANNOTATION,
-    FileSource,
-    FileSourceState,
-    scan_directory,
-)
+from edgelet.sources.file import MAX_MANIFEST_BYTES, FileSource, FileSourceState, scan_directory
 from edgelet.util.clock import RealClock
 
 NODE = "node1"
@@ -76,7 +71,7 @@ def test_one_pod_becomes_a_static_pod(mdir: Path) -> None:
     assert pod.metadata.name == "web-node1"
     assert pod.metadata.namespace == "default"
     assert pod.metadata.uid
-    assert pod.metadata.annotations[ORIGIN_ANNOTATION] == str(f)
+    assert pod.metadata.annotations[ORIGIN] == str(f)
     assert pod.metadata.annotations["kubernetes.io/config.source"] == "file"
     assert state.files == {str(f): (pod,)}
 
@@ -123,7 +118,7 @@ def test_symlinked_file_is_followed(mdir: Path, tmp_path: Path) -> None:
     (mdir / "linked.yaml").symlink_to(target)
     snap, _ = scan(mdir)
     assert names(snap) == ["linked-node1"]
-    assert snap.pods[0].metadata.annotations[ORIGIN_ANNOTATION] == str(mdir / "linked.yaml")
+    assert snap.pods[0].metadata.annotations[ORIGIN] == str(mdir / "linked.yaml")
 
 
 def test_dangling_symlink_is_ignored(mdir: Path, tmp_path: Path) -> None:

@@ -15,7 +15,8 @@ from typing import Any, Iterator
 
 import pytest
 
-from edgelet.sources import ORIGIN_ANNOTATION, SourceSnapshot
+from edgelet.api.annotations import ORIGIN
+from edgelet.sources import SourceSnapshot
 from edgelet.sources.http import CACHE_FILE, MAX_BODY_BYTES, HttpSource
 from edgelet.util.clock import RealClock
 
@@ -214,7 +215,7 @@ def test_one_pod(server: ManifestServer, tmp_path: Path) -> None:
     assert pod.metadata.name == "web-node1"
     assert pod.metadata.namespace == "default"
     assert pod.metadata.uid
-    assert pod.metadata.annotations[ORIGIN_ANNOTATION] == server.url
+    assert pod.metadata.annotations[ORIGIN] == server.url
     assert pod.metadata.annotations["kubernetes.io/config.source"] == "http"
     assert pod.spec.node_name == NODE
 

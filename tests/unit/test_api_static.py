@@ -7,15 +7,11 @@ from collections.abc import Callable
 import msgspec
 import pytest
 
+from edgelet.api.annotations import CONFIG_SOURCE, CONFIG_HASH
 from edgelet.api.decode import parse_manifests
 from edgelet.api.defaults import apply_defaults, default_image_pull_policy
 from edgelet.api.errors import ApiError, ValidationError
-from edgelet.api.static import (
-    CONFIG_HASH_ANNOTATION,
-    CONFIG_SOURCE_ANNOTATION,
-    make_static_pod,
-    static_pod_uid,
-)
+from edgelet.api.static import make_static_pod, static_pod_uid
 from edgelet.api.types import Pod, Toleration
 
 BASE = {
@@ -82,8 +78,8 @@ def test_defaults_of_a_minimal_pod() -> None:
     assert meta["name"] == "web-edge-1"
     assert meta["namespace"] == "default"
     assert meta["annotations"] == {
-        CONFIG_SOURCE_ANNOTATION: "file",
-        CONFIG_HASH_ANNOTATION: meta["uid"],
+        CONFIG_SOURCE: "file",
+        CONFIG_HASH: meta["uid"],
     }
     assert len(meta["uid"]) == 32
 
@@ -161,7 +157,7 @@ def test_http_pods_get_no_toleration_and_http_source() -> None:
     out = static(pod_from(), source="http", origin="http://cfg/pods")
     assert out.spec is not None and out.spec.tolerations is None
     assert out.metadata is not None and out.metadata.annotations is not None
-    assert out.metadata.annotations[CONFIG_SOURCE_ANNOTATION] == "http"
+    assert out.metadata.annotations[CONFIG_SOURCE] == "http"
 
 
 def test_input_pod_is_not_modified() -> None:
@@ -176,7 +172,7 @@ def test_explicit_uid_and_namespace_are_kept() -> None:
     out = static(pod_from(lambda d: d["metadata"].update(uid="my-uid", namespace="kube-system")))
     assert out.metadata is not None
     assert (out.metadata.uid, out.metadata.namespace) == ("my-uid", "kube-system")
-    assert out.metadata.annotations is not None and out.metadata.annotations[CONFIG_HASH_ANNOTATION] == "my-uid"
+    assert out.metadata.annotations is not None and out.metadata.annotations[CONFIG_HASH] == "my-uid"
 
 
 def uid(pod: Pod, node: str = "edge", source: str = "file", origin: str = "/m/web.yaml") -> str:

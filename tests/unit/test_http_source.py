@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
+from edgelet.api.annotations import ORIGIN
 from edgelet.settings import KEYS, Settings, SettingsError, load_settings, read_config_file
-from edgelet.sources import ORIGIN_ANNOTATION
+
 from edgelet.sources.http import (
     BodyProblem,
     CachedManifest,
@@ -65,7 +66,7 @@ def test_first_good_body() -> None:
     assert names(state) == ["web-node1"] and state.error is None
     assert state.etag == '"e1"' and state.digest
     (pod,) = state.pods
-    assert pod.metadata.annotations[ORIGIN_ANNOTATION] == URL
+    assert pod.metadata.annotations[ORIGIN] == URL
     assert state.snapshot().errors == () and state.snapshot().source == "http"
 
 
@@ -249,7 +250,7 @@ def test_redact_url(url: str, shown: str) -> None:
 def test_password_in_url_stays_out_of_errors_and_annotations() -> None:
     url = "https://u:pw@h/p"
     state = apply_outcome(HttpSourceState(), Fetched(WEB), url=url, node_name=NODE)
-    assert state.pods[0].metadata.annotations[ORIGIN_ANNOTATION] == "https://u:***@h/p"
+    assert state.pods[0].metadata.annotations[ORIGIN] == "https://u:***@h/p"
     failed = apply_outcome(state, FetchFailed("x"), url=url, node_name=NODE)
     assert "pw" not in failed.error.message and failed.error.origin == "https://u:***@h/p"  # type: ignore[union-attr]
 

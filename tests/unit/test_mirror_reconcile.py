@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from edgelet.mirror.reconcile import (MIRROR_ANNOTATION, Actions, MirrorInfo, build_mirror_pod, build_status_patch,
-                                      decide, mirror_info, statuses_to_push)
+from edgelet.api.annotations import CONFIG_MIRROR
+from edgelet.mirror.reconcile import (
+    Actions,
+    MirrorInfo,
+    build_mirror_pod,
+    build_status_patch,
+    decide,
+    mirror_info,
+    statuses_to_push,
+)
 
 NODE_UID = "node-uid-1"
 
@@ -50,7 +58,7 @@ def test_mirror_pod_body_is_what_node_restriction_accepts():
                            "annotations": {"kubernetes.io/config.hash": "abc", "kubernetes.io/config.source": "file"}},
               "spec": {"containers": [{"name": "c", "image": "x"}]}, "status": {"phase": "Running"}}
     body = build_mirror_pod(static, "n1", NODE_UID)
-    assert body["metadata"]["annotations"][MIRROR_ANNOTATION] == "abc"
+    assert body["metadata"]["annotations"][CONFIG_MIRROR] == "abc"
     assert body["metadata"]["ownerReferences"] == [{"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": NODE_UID,
                                                     "controller": True}]
     assert "uid" not in body["metadata"] and "status" not in body and body["spec"]["nodeName"] == "n1"
@@ -59,7 +67,7 @@ def test_mirror_pod_body_is_what_node_restriction_accepts():
 
 def test_mirror_info_reads_a_listed_pod_and_ignores_others():
     pod = {"metadata": {"name": "a", "namespace": "d", "uid": "u", "deletionTimestamp": "2020-01-01T00:00:00Z",
-                        "annotations": {MIRROR_ANNOTATION: "h"},
+                        "annotations": {CONFIG_MIRROR: "h"},
                         "ownerReferences": [{"kind": "Node", "uid": "n", "controller": True}]}}
     assert mirror_info(pod) == MirrorInfo(uid="u", hash="h", deleting=True, owner_uid="n")
     assert mirror_info({"metadata": {"name": "scheduled", "annotations": {}}}) is None

@@ -7,9 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from edgelet.api.annotations import CONFIG_SEEN
 from edgelet.api.types import Container, ObjectMeta, Pod, PodSpec, PodStatus
 from edgelet.podconfig import ConfigState, PodChange, merge
-from edgelet.podconfig.merge import SEEN_ANNOTATION, format_seen, pods_differ_semantically
+from edgelet.podconfig.merge import format_seen, pods_differ_semantically
 from edgelet.sources import ManifestError, SourceSnapshot
 
 NOW = 1_700_000_000.123456
@@ -44,7 +45,7 @@ def accepted(state: ConfigState) -> dict[str, Pod]:
 
 def strip(pod: Pod) -> Pod:
     """The pod without podconfig's own annotation, to compare with what a source sent."""
-    ann = {k: v for k, v in (pod.metadata.annotations or {}).items() if k != SEEN_ANNOTATION}
+    ann = {k: v for k, v in (pod.metadata.annotations or {}).items() if k != CONFIG_SEEN}
     return msgspec.structs.replace(pod, metadata=msgspec.structs.replace(pod.metadata, annotations=ann))
 
 
@@ -106,17 +107,17 @@ def test_single_source_changes(first: list[Pod], second: list[Pod], expected: li
 
 def test_add_sets_config_seen_and_later_changes_keep_it() -> None:
     state, changes = merge(ConfigState(), snap("file", A), NOW)
-    seen = changes[0].pod.metadata.annotations[SEEN_ANNOTATION]
+    seen = changes[0].pod.metadata.annotations[CONFIG_SEEN]
     assert seen == "2023-11-14T22:13:20.123456Z"
     state, changes = merge(state, snap("file", _respec(A)), LATER)
     assert changes[0].op == "UPDATE"
-    assert changes[0].pod.metadata.annotations[SEEN_ANNOTATION] == seen
+    assert changes[0].pod.metadata.annotations[CONFIG_SEEN] == seen
     state, changes = merge(state, snap("file", _restatus(_respec(A))), LATER + 1)
     assert changes[0].op == "RECONCILE"
-    assert changes[0].pod.metadata.annotations[SEEN_ANNOTATION] == seen
-    assert accepted(state)["uid-a"].metadata.annotations[SEEN_ANNOTATION] == seen
+    assert changes[0].pod.metadata.annotations[CONFIG_SEEN] == seen
+    assert accepted(state)["uid-a"].metadata.annotations[CONFIG_SEEN] == seen
     # The source's own object is not modified.
-    assert SEEN_ANNOTATION not in (A.metadata.annotations or {})
+    assert CONFIG_SEEN not in (A.metadata.annotations or {})
 
 
 def test_unchanged_pod_keeps_the_object_the_workers_hold() -> None:
@@ -195,7 +196,7 @@ def test_freed_name_admits_the_rejected_pod_of_the_other_source_in_the_same_merg
     state, changes = merge(state, snap("file"), LATER)
     assert ops(changes) == [("REMOVE", "uid-f"), ("ADD", "uid-h")]
     assert state.rejected == ()
-    assert changes[1].pod.metadata.annotations[SEEN_ANNOTATION] == format_seen(LATER)
+    assert changes[1].pod.metadata.annotations[CONFIG_SEEN] == format_seen(LATER)
     assert list(accepted(state)) == ["uid-h"]
 
 
@@ -216,7 +217,7 @@ def test_uid_moving_to_another_source_is_not_removed_and_added() -> None:
     # config.source and edgelet.io/origin are local: nothing to do on the device, but the object is refreshed.
     assert ops(changes) == [("RECONCILE", "same")]
     assert changes[0].pod.metadata.annotations["kubernetes.io/config.source"] == "file"
-    assert changes[0].pod.metadata.annotations[SEEN_ANNOTATION] == format_seen(NOW)
+    assert changes[0].pod.metadata.annotations[CONFIG_SEEN] == format_seen(NOW)
 
 
 def test_duplicate_uid_is_rejected() -> None:
@@ -234,7 +235,7 @@ def test_state_built_without_snapshots_still_merges() -> None:
 
 
 def test_pods_differ_semantically_ignores_local_annotations_and_status() -> None:
-    assert not pods_differ_semantically(A, _annotate(_restatus(A), SEEN_ANNOTATION))
+    assert not pods_differ_semantically(A, _annotate(_restatus(A), CONFIG_SEEN))
     assert pods_differ_semantically(A, _respec(A))
 
 
@@ -299,7 +300,7 @@ def test_changes_turn_the_old_set_into_the_new_set(snapshots: list[SourceSnapsho
         total = sum(len(p) for p in state.snapshots.values())
         assert len(after) + len(state.rejected) == total
         # Every accepted pod carries config.seen.
-        assert all(SEEN_ANNOTATION in p.metadata.annotations for p in after.values())
+        assert all(CONFIG_SEEN in p.metadata.annotations for p in after.values())
 
 
 @settings(max_examples=100, deadline=None)

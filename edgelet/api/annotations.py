@@ -1,0 +1,15 @@
+"""Every annotation key edgelet reads or writes on Pods, defined once.
+
+The `kubernetes.io/config.*` keys are kubelet's (pkg/kubelet/types/pod_update.go);
+`edgelet.io/origin` is edgelet's own record of the file or URL a pod came from.
+The runtime's keys on containers (`io.kubernetes.container.*`, `io.edgelet.*`)
+are the runtime's business and live with its on-disk layout.
+"""
+
+from __future__ import annotations
+
+CONFIG_SOURCE = "kubernetes.io/config.source"  # "file" or "http"
+CONFIG_HASH = "kubernetes.io/config.hash"  # the static pod's UID
+CONFIG_SEEN = "kubernetes.io/config.seen"  # first seen, RFC 3339 with nanoseconds
+CONFIG_MIRROR = "kubernetes.io/config.mirror"  # on a mirror pod: the static pod's hash
+ORIGIN = "edgelet.io/origin"  # file path or URL of the manifest
