@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Mapping
 
+from edgelet.api.pod import is_sidecar
 from edgelet.plan import ContainerToStart, PodActions
 
 if TYPE_CHECKING:
@@ -51,11 +52,6 @@ _POD_TERMINATION = frozenset({INIT_FAILED_NEVER, MAINS_FINISHED, SANDBOX_GONE_NE
 def is_pod_termination(reason: str) -> bool:
     """Whether a kill reason of `containers_to_kill` is the termination of a finished pod (see above)."""
     return reason in _POD_TERMINATION
-
-
-def is_sidecar(container: "Container") -> bool:
-    """An init container with restartPolicy Always (kubelet IsRestartableInitContainer)."""
-    return container.restart_policy == "Always"
 
 
 def go_duration(seconds: float) -> str:

@@ -22,7 +22,8 @@ from edgelet.api.types import (
     PodIP,
     PodStatus,
 )
-from edgelet.plan.actions import is_sidecar, sandbox_changed, should_restart
+from edgelet.api.pod import is_sidecar
+from edgelet.plan.actions import sandbox_changed, should_restart
 
 if TYPE_CHECKING:
     from edgelet.api.types import Container, Pod

@@ -17,11 +17,13 @@ from edgelet.state import flush_when_changed, write_atomic
 from edgelet.status.snapshot import PodRow, PodsSnapshot, RejectedRow, snapshot_path
 from edgelet.util.log import get_logger
 
+from edgelet.api.pod import container_spec
+
 if TYPE_CHECKING:
     from edgelet.api.types import Pod, PodStatus
     from edgelet.podconfig import ConfigState
     from edgelet.runtime.types import PodRuntimeStatus
-    from edgelet.sync.syncpod import PodSyncState
+    from edgelet.status.syncstate import PodSyncState
     from edgelet.util.clock import Clock
 
 log = get_logger(__name__)
@@ -114,7 +116,6 @@ class StatusPublisher:
     def _termination_messages(self, pod: "Pod", rt: "PodRuntimeStatus") -> dict[str, str]:
         """Messages of the pod's exited containers, read once per container (an exited one writes no more)."""
         from edgelet.status.termination import termination_message
-        from edgelet.sync.termination import container_spec
 
         known = self._messages.get(pod.metadata.uid, {})
         fresh: dict[str, str] = {}

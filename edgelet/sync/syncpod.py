@@ -17,14 +17,15 @@ SyncPod):
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
+from edgelet.status.syncstate import PodSyncState
 from edgelet.events import EventRecorder, pod_ref
 from edgelet.images.manager import ImageUnavailable
 from edgelet.plan import compute_pod_actions
 from edgelet.plan.actions import is_pod_termination
-from edgelet.sync.termination import container_spec, remaining_grace, stop_signal, termination_order
+from edgelet.api.pod import container_spec
+from edgelet.plan.termination import remaining_grace, stop_signal, termination_order
 from edgelet.sync.workers import SyncResult
 from edgelet.util.log import get_logger
 
@@ -61,20 +62,6 @@ async def resolve_image(images: "ImageStore | ImageManager", pod: "Pod", contain
     manager = images if isinstance(images, ImageManager) else ImageManager(
         images, None, events=events, backoff=backoff, clock=clock)  # type: ignore[arg-type]
     return await manager.ensure(pod, container, init=init)
-
-
-@dataclass
-class PodSyncState:
-    """What the syncer remembers of a pod between syncs (lost on restart, like kubelet's caches)."""
-
-    waiting: dict[str, tuple[str, str]] = field(default_factory=dict)
-    pod_failed: bool = False
-    # Probe verdicts by container name, filled by the probe manager: a container
-    # without a readiness (startup) probe is absent and counts as ready (started)
-    # once running, as kubelet's status manager has it.
-    ready: dict[str, bool] = field(default_factory=dict)
-    started: dict[str, bool] = field(default_factory=dict)
-    host_access_warned: bool = False
 
 
 class Syncer:

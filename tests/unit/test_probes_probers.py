@@ -156,7 +156,7 @@ def runtime_status(pod, cid="c1", started_at=0.0):
 
 def test_manager_liveness_failure_reports_failure_event_and_resync():
     from edgelet.probes.manager import ProbeManager
-    from edgelet.sync.syncpod import PodSyncState
+    from edgelet.status.syncstate import PodSyncState
 
     clock = StepClock()
     events = EventRecorder(clock)
@@ -344,7 +344,7 @@ def run_manager(probes: dict, outcomes: list[Outcome], *, started_at_offset: flo
                 rand=lambda: 0.5):
     """A ProbeManager over a scripted runner for `ticks` seconds; returns when each probe ran, events, verdicts."""
     from edgelet.probes.manager import ProbeManager
-    from edgelet.sync.syncpod import PodSyncState
+    from edgelet.status.syncstate import PodSyncState
 
     clock = TimerClock()
     events = EventRecorder(clock)

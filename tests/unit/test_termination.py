@@ -11,7 +11,7 @@ from edgelet.api.static import make_static_pod
 from edgelet.api.types import Container, Lifecycle, Pod
 from edgelet.runtime.types import ContainerRecord
 from edgelet.sync.syncpod import Syncer
-from edgelet.sync.termination import remaining_grace, stop_signal, termination_order
+from edgelet.plan.termination import remaining_grace, stop_signal, termination_order
 from edgelet.testing.fakes import FakeImageStore, FakeRuntime
 from edgelet.util.backoff import Backoff
 from edgelet.util.clock import FakeClock

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterable, Mapping
 
-from edgelet.plan.actions import is_sidecar
+from edgelet.api.pod import is_sidecar
 
 if TYPE_CHECKING:
     from edgelet.api.types import Container, Pod
@@ -54,16 +54,6 @@ def stop_signal(container: "Container | None", image_stop_signal: str = "") -> s
     if lifecycle is not None and lifecycle.stop_signal:
         return lifecycle.stop_signal
     return image_stop_signal or DEFAULT_STOP_SIGNAL
-
-
-def container_spec(pod: "Pod | None", name: str) -> "Container | None":
-    """The init or regular container of the pod named `name`."""
-    if pod is None or pod.spec is None:
-        return None
-    for c in [*(pod.spec.init_containers or []), *(pod.spec.containers or [])]:
-        if c.name == name:
-            return c
-    return None
 
 
 def remaining_grace(grace: float, waited: float) -> float:

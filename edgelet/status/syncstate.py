@@ -1,0 +1,19 @@
+"""What the pod syncer learns of a pod between syncs and status needs: waiting reasons and probe verdicts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class PodSyncState:
+    """What the syncer remembers of a pod between syncs (lost on restart, like kubelet's caches)."""
+
+    waiting: dict[str, tuple[str, str]] = field(default_factory=dict)
+    pod_failed: bool = False
+    # Probe verdicts by container name, filled by the probe manager: a container
+    # without a readiness (startup) probe is absent and counts as ready (started)
+    # once running, as kubelet's status manager has it.
+    ready: dict[str, bool] = field(default_factory=dict)
+    started: dict[str, bool] = field(default_factory=dict)
+    host_access_warned: bool = False
