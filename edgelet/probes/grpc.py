@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from edgelet.probes import netns
 from edgelet.probes.machine import Result
-from edgelet.probes.probers import DEFAULT_HOST, USER_AGENT, Outcome, ProbeTarget
+from edgelet.probes.target import DEFAULT_HOST, USER_AGENT, Outcome, ProbeTarget
 
 if TYPE_CHECKING:
     from edgelet.api.types import GRPCAction

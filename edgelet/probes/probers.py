@@ -23,13 +23,14 @@ import json
 import os
 import socket
 import ssl
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Mapping, Protocol, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol, Sequence
 from urllib.parse import urljoin, urlsplit
 
 from edgelet.probes import netns
 from edgelet.probes.errors import ProbeError
 from edgelet.probes.machine import Result
+from edgelet.probes.target import DEFAULT_HOST, USER_AGENT, Outcome, ProbeTarget, target_for
 from edgelet.runtime.errors import ExecError, ExecTimeout
 
 if TYPE_CHECKING:
@@ -37,38 +38,8 @@ if TYPE_CHECKING:
     from edgelet.runtime._exec import Completed
 
 MAX_OUTPUT = 10 * 1024  # kubelet probe.maxReadLength
-USER_AGENT = "kube-probe/1.31"
-DEFAULT_HOST = "127.0.0.1"
-
-
 class Executor(Protocol):
     async def exec_sync(self, container_id: str, argv: Sequence[str], timeout: float | None) -> "Completed": ...
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """One probe run: the result and kubelet's output text; `error` means the result must be discarded."""
-
-    result: Result
-    message: str = ""
-    error: bool = False
-    warning: bool = False  # kubelet's probe.Warning: counts as a success, reported as a ProbeWarning event
-
-
-@dataclass(frozen=True)
-class ProbeTarget:
-    """Where a container's probes go: the container (exec) and its pod's network namespace (None = host)."""
-
-    container_id: str
-    netns: str | None
-    ports: Mapping[str, int] = field(default_factory=dict)  # named container ports
-
-
-def target_for(container_id: str, container: "Container", sandbox_pid: int | None, host_network: bool) -> ProbeTarget:
-    """The probe target of one container instance, from its sandbox's pause process."""
-    ns = None if host_network or sandbox_pid is None else f"/proc/{sandbox_pid}/ns/net"
-    ports = {p.name: p.container_port for p in container.ports or [] if p.name}
-    return ProbeTarget(container_id=container_id, netns=ns, ports=ports)
 
 
 def resolve_port(port: int | str, target: ProbeTarget) -> int:
