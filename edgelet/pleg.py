@@ -165,9 +165,12 @@ class Pleg:
             quiet = 0
             while True:
                 timed_out = False
+                # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancellation
+                # that lands as the wait completes, and PLEG then outlived its own shutdown.
                 try:
-                    await asyncio.wait_for(self._kick.wait(), timeout=self._period)
-                except asyncio.TimeoutError:
+                    async with asyncio.timeout(self._period):
+                        await self._kick.wait()
+                except TimeoutError:
                     timed_out = True
                 self._kick.clear()
                 if timed_out and quiet < FULL_RELIST_EVERY - 1 and await asyncio.to_thread(all_alive, self._last):

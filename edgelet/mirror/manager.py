@@ -191,7 +191,8 @@ class MirrorManager:
                 log.warning("apiserver refused a request; retrying later", err=_describe(exc))
             self._wake.clear()
             try:
-                await asyncio.wait_for(self._wake.wait(), self._batch)
+                async with asyncio.timeout(self._batch):  # not wait_for: it can swallow a cancellation
+                    await self._wake.wait()
             except TimeoutError:
                 pass
             # Batch: a burst of changes within one interval goes out as one round.

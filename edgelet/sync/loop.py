@@ -165,10 +165,14 @@ class SyncLoop:
         while True:
             now = self._clock.monotonic()
             timeout = max(0.0, min(TICK, self._next_housekeeping - now)) if self._next_housekeeping else TICK
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for can swallow a cancellation
+            # (the loop then outlives shutdown) or drop an item it already took off the queue.
+            item = None
             try:
-                item = await asyncio.wait_for(self._queue.get(), timeout=timeout)
-            except asyncio.TimeoutError:
-                item = None
+                async with asyncio.timeout(timeout):
+                    item = await self._queue.get()
+            except TimeoutError:
+                pass
             if isinstance(item, _Config):
                 self.apply_snapshot(item.snapshot)
             elif isinstance(item, _Lifecycle):
