@@ -22,7 +22,7 @@ from watchdog.events import FileSystemEventHandler
 from edgelet.api.annotations import ORIGIN
 from edgelet.sources import ManifestError, SourceSnapshot, snapshot_key
 from edgelet.util.log import get_logger
-from edgelet.util.watch import CHANGE_EVENTS
+from edgelet.util.watch import CHANGE_EVENTS, stop_watching
 
 if TYPE_CHECKING:
     from edgelet.api.types import Pod
@@ -267,8 +267,7 @@ class FileSource:
                     last = key
                 await self._wait()
         finally:
-            observer.stop()
-            await asyncio.to_thread(observer.join, 2.0)
+            await stop_watching(observer)
 
     async def _wait(self) -> None:
         """Until the next periodic rescan or the next event, whichever first.

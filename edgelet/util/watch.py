@@ -8,6 +8,7 @@ reads (PLEG reading exit files relisted in a busy loop).
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,35 @@ def watch_directory(directory: Path, wake: asyncio.Event) -> Any:
     return observer
 
 
+STOP_WAIT = 2.0  # seconds a stop may take before the caller goes on without it
+
+
 async def stop_watching(observer: Any) -> None:
-    observer.stop()
-    await asyncio.to_thread(observer.join, 2.0)
+    """Stop an observer without ever blocking the event loop or the interpreter's exit.
+
+    watchdog's `Observer.stop()` joins its inotify reader thread; on a busy
+    machine that join has been seen to take longer than 30 s, and called on
+    the loop it froze everything (a PLEG test hung; agents were slow to stop).
+    So the stop runs on a daemon thread of its own, which neither the default
+    executor's shutdown nor the interpreter's exit waits for, and the caller
+    waits at most STOP_WAIT for it.
+    """
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+
+    def _stop() -> None:
+        try:
+            observer.stop()
+            observer.join(STOP_WAIT)
+        finally:
+            try:
+                loop.call_soon_threadsafe(lambda: done.done() or done.set_result(None))
+            except RuntimeError:
+                pass  # the loop is gone: nobody waits any more
+
+    threading.Thread(target=_stop, name="watch-stop", daemon=True).start()
+    try:
+        async with asyncio.timeout(STOP_WAIT):
+            await done
+    except TimeoutError:
+        pass
