@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 
 import pytest
 
@@ -24,8 +25,15 @@ def apiserver(tmp_path_factory):
 
 
 def test_admin_reaches_the_api_over_tls(apiserver):
-    namespaces = apiserver.get("/api/v1/namespaces")
-    assert {"default", "kube-system", "kube-node-lease"} <= {n["metadata"]["name"] for n in namespaces["items"]}
+    # The bootstrap controller creates the system namespaces shortly after /readyz: wait for them.
+    wanted = {"default", "kube-system", "kube-node-lease"}
+    deadline = time.monotonic() + 60
+    while True:
+        names = {n["metadata"]["name"] for n in apiserver.get("/api/v1/namespaces")["items"]}
+        if wanted <= names or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert wanted <= names
     assert "v1.20" in apiserver.kubectl("version", "-o", "json")
 
 
