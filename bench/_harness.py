@@ -15,7 +15,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from edgelet.runtime.types import RuntimePaths  # noqa: E402
+from edgelet.runtime.layout import RuntimePaths  # noqa: E402
 from edgelet.testing.cleanup import cleanup_all  # noqa: E402
 
 IMAGE = "edgelet.local/busybox:1.36"

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Literal, Mapping
 
-from edgelet.runtime.types import ContainerState, PodRuntimeStatus
+from edgelet.container.types import ContainerState, PodRuntimeStatus
 from edgelet.util.log import get_logger
 
 if TYPE_CHECKING:
-    from edgelet.runtime import Runtime
+    from edgelet.container import Runtime
     from edgelet.util.clock import Clock
 
 log = get_logger(__name__)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from edgelet.errors import EdgeletError
 
 if TYPE_CHECKING:
-    from edgelet.runtime.types import RuntimePaths
+    from edgelet.runtime.layout import RuntimePaths
 
 DEFAULT_CONFIG = Path("/etc/edgelet/config.toml")
 ENV_PREFIX = "EDGELET_"
@@ -386,7 +386,7 @@ class Settings:
         return self.image_import_dir if self.image_import_dir is not None else self.root_dir / "images" / "import"
 
     def runtime_paths(self) -> "RuntimePaths":
-        from edgelet.runtime.types import RuntimePaths
+        from edgelet.runtime.layout import RuntimePaths
 
         return RuntimePaths(root_dir=self.root_dir, run_dir=self.run_dir, log_dir=self.log_dir,
                             cgroup_root=self.cgroup_root)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from edgelet.runtime.types import RuntimePaths
+from edgelet.runtime.layout import RuntimePaths
 from edgelet.testing.cleanup import cleanup_all
 
 REPO = Path(__file__).resolve().parent.parent

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Mapping
 
+from edgelet.ocispec.errors import SpecError
 from edgelet.cgroups import qos
 from edgelet.ocispec import defaults
 from edgelet.ocispec.env import EnvError, container_env, expand, merge_env, process_args
@@ -20,10 +21,6 @@ from edgelet.ocispec.security import SecurityError, compute_capabilities, resolv
 if TYPE_CHECKING:
     from edgelet.api.types import Container, Pod
     from edgelet.images.types import ImageConfig
-
-
-class SpecError(ValueError):
-    """The pod asks for something that cannot be expressed (CreateContainerConfigError)."""
 
 
 @dataclass(frozen=True)

@@ -10,15 +10,12 @@ import math
 import re
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
 
+from edgelet.ocispec.errors import EnvError
 from edgelet.api.qos import container_limits, container_requests
 from edgelet.api.quantity import QuantityError, parse_quantity
 
 if TYPE_CHECKING:
     from edgelet.api.types import Container, EnvVar, Pod
-
-
-class EnvError(ValueError):
-    """An env var or command that cannot be resolved (the builder turns it into a SpecError)."""
 
 
 def expand(text: str, mapping: Callable[[str], str | None]) -> str:

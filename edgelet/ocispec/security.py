@@ -10,12 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping, Sequence
 
+from edgelet.ocispec.errors import SecurityError
+
 if TYPE_CHECKING:
     from edgelet.api.types import Container, Pod, PodSecurityContext, SecurityContext
-
-
-class SecurityError(ValueError):
-    """The security settings cannot be satisfied (the builder turns it into a SpecError)."""
 
 
 @dataclass(frozen=True)

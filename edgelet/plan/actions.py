@@ -34,7 +34,7 @@ from edgelet.plan import ContainerToStart, PodActions
 
 if TYPE_CHECKING:
     from edgelet.api.types import Container, Pod
-    from edgelet.runtime.types import ContainerRecord, PodRuntimeStatus, SandboxRecord
+    from edgelet.container.types import ContainerRecord, PodRuntimeStatus, SandboxRecord
     from edgelet.util.backoff import Backoff
 
 ALIVE = ("running", "created", "unknown")  # states of a container that may still hold a process

@@ -16,7 +16,7 @@ from edgelet.api.pod import is_sidecar
 
 if TYPE_CHECKING:
     from edgelet.api.types import Container, Pod
-    from edgelet.runtime.types import ContainerRecord
+    from edgelet.container.types import ContainerRecord
 
 DEFAULT_STOP_SIGNAL = "SIGTERM"
 

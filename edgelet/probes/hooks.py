@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Awaitable, Callable
 
 from edgelet.probes.errors import HookError, ProbeError
 from edgelet.probes.probers import Executor, ProbeTarget, http_get
-from edgelet.runtime.errors import ExecError
+from edgelet.container.errors import ExecError
 
 if TYPE_CHECKING:
     from edgelet.api.types import Container, LifecycleHandler, Pod

@@ -38,7 +38,7 @@ from edgelet.util.log import get_logger
 
 if TYPE_CHECKING:
     from edgelet.api.types import Container, Pod, Probe
-    from edgelet.runtime.types import ContainerRecord, PodRuntimeStatus
+    from edgelet.container.types import ContainerRecord, PodRuntimeStatus
     from edgelet.util.clock import Clock
 
 log = get_logger(__name__)

@@ -31,11 +31,11 @@ from edgelet.probes import netns
 from edgelet.probes.errors import ProbeError
 from edgelet.probes.machine import Result
 from edgelet.probes.target import DEFAULT_HOST, USER_AGENT, Outcome, ProbeTarget, target_for
-from edgelet.runtime.errors import ExecError, ExecTimeout
+from edgelet.container.errors import ExecError, ExecTimeout
 
 if TYPE_CHECKING:
     from edgelet.api.types import Container, HTTPGetAction, Probe, TCPSocketAction
-    from edgelet.runtime._exec import Completed
+    from edgelet.container.types import Completed
 
 MAX_OUTPUT = 10 * 1024  # kubelet probe.maxReadLength
 class Executor(Protocol):

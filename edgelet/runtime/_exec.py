@@ -8,15 +8,10 @@ import tempfile
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from edgelet.runtime.errors import ExecError, ExecTimeout
+from edgelet.container.errors import ExecError, ExecTimeout
+from edgelet.container.types import Completed
 
 
-@dataclass(frozen=True)
-class Completed:
-    argv: tuple[str, ...]
-    returncode: int
-    stdout: bytes
-    stderr: bytes
 
 
 async def run(

@@ -28,7 +28,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Iterable, Literal, Mapping, Sequence
 
 from edgelet.ocispec.build import Mount
-from edgelet.runtime.errors import VolumeError
+from edgelet.container.errors import VolumeError
 
 if TYPE_CHECKING:
     from edgelet.api.types import Container, Pod, VolumeMount

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgelet.runtime import _exec
-from edgelet.runtime.errors import CreateContainerError, ExecError, stderr_tail
+from edgelet.container.errors import CreateContainerError, ExecError, stderr_tail
 
 PIDFILE = "pidfile"
 CONMON_PIDFILE = "conmon.pid"

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from edgelet.runtime import _exec
-from edgelet.runtime.errors import ContainerNotFound, ExecError
+from edgelet.container.errors import ContainerNotFound, ExecError
 
 _NOT_FOUND = ("does not exist", "not exist", "no such file")
 

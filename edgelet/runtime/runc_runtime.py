@@ -28,7 +28,8 @@ from edgelet.logs import ensure_log_dir
 from edgelet.ocispec import build as ocispec
 from edgelet.runtime import bundle as bl
 from edgelet.runtime import _exec, conmon, rootfs, subpath
-from edgelet.runtime.errors import (
+from edgelet.container.errors import (
+    CreateContainerConfigError,
     CreateContainerError,
     ExecError,
     ExecTimeout,
@@ -39,7 +40,8 @@ from edgelet.runtime.errors import (
 )
 from edgelet.runtime.runc import Runc
 from edgelet.runtime.sandbox import PauseSpec, pause_spec, sandbox_namespace_paths
-from edgelet.runtime.types import (
+from edgelet.container.types import ContainerRecord, ContainerState, PodRuntimeStatus, SandboxRecord
+from edgelet.runtime.layout import (
     ANN_ATTEMPT,
     ANN_CONTAINER_NAME,
     ANN_CONTAINER_TYPE,
@@ -53,11 +55,7 @@ from edgelet.runtime.types import (
     ANN_POD_NAMESPACE,
     ANN_POD_UID,
     ANN_SANDBOX_ID,
-    ContainerRecord,
-    ContainerState,
-    PodRuntimeStatus,
     RuntimePaths,
-    SandboxRecord,
 )
 from edgelet.state import ensure_dir
 from edgelet.util.clock import Clock, RealClock
@@ -627,8 +625,10 @@ class RuncRuntime:
             await conmon.create(self._conmon_args(cid, f"k8s_{container.name}_{pod_name}_{ns}_{uid}_{attempt}",
                                                   bundle, log_path))
             done = True
-        except (ocispec.SpecError, CreateContainerError):
-            # SpecError passes unchanged: sync maps it to CreateContainerConfigError.
+        except ocispec.SpecError as exc:
+            # The pod asks for what cannot be expressed: kubelet's CreateContainerConfigError, message unchanged.
+            raise CreateContainerConfigError(str(exc)) from exc
+        except CreateContainerError:
             raise
         except (RuntimeError_, OSError) as exc:
             raise CreateContainerError(f"pod {_full(pod)} container {container.name}: {exc}") from exc

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from edgelet.runtime.errors import SandboxError
+from edgelet.container.errors import SandboxError
 
 if TYPE_CHECKING:
     from edgelet.api.types import Pod

@@ -28,7 +28,7 @@ from contextlib import ExitStack
 from pathlib import Path, PurePosixPath
 
 from edgelet.runtime import bundle as bl
-from edgelet.runtime.errors import VolumeError
+from edgelet.container.errors import VolumeError
 
 SUBPATHS_DIR = "volume-subpaths"
 

@@ -25,7 +25,7 @@ from edgelet.util.log import get_logger
 if TYPE_CHECKING:
     from edgelet.api.types import ContainerStatus
     from edgelet.events import EventRecorder
-    from edgelet.runtime.types import RuntimePaths
+    from edgelet.runtime.layout import RuntimePaths
     from edgelet.server.metrics import Metrics
     from edgelet.status.publisher import PodEntry, StatusPublisher
     from edgelet.util.clock import Clock

@@ -27,7 +27,7 @@ from edgelet.plan.actions import sandbox_changed, should_restart
 
 if TYPE_CHECKING:
     from edgelet.api.types import Container, Pod
-    from edgelet.runtime.types import ContainerRecord, PodRuntimeStatus
+    from edgelet.container.types import ContainerRecord, PodRuntimeStatus
 
 CONTAINER_ID_SCHEME = "runc://"
 
@@ -358,7 +358,7 @@ def compute_pod_status(
     and startup probe verdicts (PodSyncState.ready/started); a running
     container without an entry has no such probe and is ready / started.
     `messages` maps a container id to its termination message (read by
-    edgelet.status.termination). `host_ip` is the node's address: hostIP,
+    edgelet.runtime.termination). `host_ip` is the node's address: hostIP,
     and podIP of a hostNetwork pod; edgelet has no CNI networking yet, so
     other pods get no podIP. `previous`, the status published before,
     keeps lastTransitionTime, startTime and a terminal phase (the status

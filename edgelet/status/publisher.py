@@ -7,7 +7,7 @@ import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import msgspec
 
@@ -20,9 +20,10 @@ from edgelet.util.log import get_logger
 from edgelet.api.pod import container_spec
 
 if TYPE_CHECKING:
-    from edgelet.api.types import Pod, PodStatus
+    from edgelet.api.types import Container, Pod, PodStatus
+    from edgelet.container.types import ContainerRecord
     from edgelet.podconfig import ConfigState
-    from edgelet.runtime.types import PodRuntimeStatus
+    from edgelet.container.types import PodRuntimeStatus
     from edgelet.status.syncstate import PodSyncState
     from edgelet.util.clock import Clock
 
@@ -65,10 +66,12 @@ class StatusPublisher:
     """The status manager: `update` after each sync; `run` writes the checkpoint when it changed."""
 
     def __init__(
-        self, root_dir: Path, node_name: str, clock: "Clock", interval: float = 0.5, host_ip: str | None = None
+        self, root_dir: Path, node_name: str, clock: "Clock", interval: float = 0.5, host_ip: str | None = None,
+        read_message: "Callable[[Container, ContainerRecord], str]" = lambda container, rec: "",
     ) -> None:
         self._path = snapshot_path(root_dir)
-        self._pods_dir = Path(root_dir) / "pods"  # RuntimePaths.pod_dir: where the termination-log files are
+        # The runtime reads an exited container's termination message (its files are the runtime's business).
+        self._read_message = read_message
         self._host_ip = host_ip if host_ip is not None else node_ip()
         self._messages: dict[str, dict[str, str]] = {}  # pod uid -> container id -> termination message
         self._node = node_name
@@ -115,8 +118,6 @@ class StatusPublisher:
 
     def _termination_messages(self, pod: "Pod", rt: "PodRuntimeStatus") -> dict[str, str]:
         """Messages of the pod's exited containers, read once per container (an exited one writes no more)."""
-        from edgelet.status.termination import termination_message
-
         known = self._messages.get(pod.metadata.uid, {})
         fresh: dict[str, str] = {}
         for rec in rt.containers:
@@ -126,7 +127,7 @@ class StatusPublisher:
                 fresh[rec.id] = known[rec.id]
                 continue
             container = container_spec(pod, rec.name)
-            fresh[rec.id] = termination_message(self._pods_dir, container, rec) if container is not None else ""
+            fresh[rec.id] = self._read_message(container, rec) if container is not None else ""
         self._messages[pod.metadata.uid] = fresh  # drops the ids of removed instances
         return fresh
 

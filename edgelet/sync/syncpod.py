@@ -35,8 +35,8 @@ if TYPE_CHECKING:
     from edgelet.images.store import ImageStore
     from edgelet.images.types import ImageRecord
     from edgelet.probes.manager import ProbeManager
-    from edgelet.runtime import Runtime
-    from edgelet.runtime.types import ContainerRecord, PodRuntimeStatus, SandboxRecord
+    from edgelet.container import Runtime
+    from edgelet.container.types import ContainerRecord, PodRuntimeStatus, SandboxRecord
     from edgelet.util.backoff import Backoff
     from edgelet.util.clock import Clock
 
@@ -457,6 +457,6 @@ def _image_of(pod: "Pod", name: str) -> str:
 def _is_config_error(exc: BaseException) -> bool:
     """kubelet reports a spec that cannot be expressed, and volume mounts it cannot make (a subPath that is
     a symlink, say), as CreateContainerConfigError."""
-    from edgelet.runtime.errors import VolumeError
+    from edgelet.container.errors import CreateContainerConfigError, VolumeError
 
-    return type(exc).__name__ == "SpecError" or isinstance(exc, VolumeError)
+    return isinstance(exc, (CreateContainerConfigError, VolumeError))

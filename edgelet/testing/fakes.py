@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from edgelet.images.types import ImageConfig, ImageRecord
-from edgelet.runtime.types import ContainerRecord, PodRuntimeStatus, SandboxRecord
+from edgelet.container.types import ContainerRecord, PodRuntimeStatus, SandboxRecord
 
 _ids = itertools.count(1)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from edgelet.runtime.types import RuntimePaths
+from edgelet.runtime.layout import RuntimePaths
 
 IMAGE = "edgelet.local/busybox:1.36"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from edgelet.pleg import Pleg
-from edgelet.runtime.types import PodRuntimeStatus
+from edgelet.container.types import PodRuntimeStatus
 
 
 class ReadingRuntime:

@@ -12,7 +12,7 @@ from edgelet.api.types import HTTPGetAction, TCPSocketAction
 from edgelet.probes.machine import Result
 from edgelet.probes.probers import exec_probe, http_probe, target_for, tcp_probe
 from edgelet.runtime.runc_runtime import RuncRuntime
-from edgelet.runtime.types import RuntimePaths
+from edgelet.runtime.layout import RuntimePaths
 from tests.integration.test_runtime_runc import _c, _pod, _run, busybox  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.privileged

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from edgelet.runtime._exec import run
-from edgelet.runtime.errors import ExecError, ExecTimeout
+from edgelet.container.errors import ExecError, ExecTimeout
 
 
 def test_run_captures_output_and_input() -> None:

@@ -15,9 +15,9 @@ import pytest
 from edgelet.api.types import Container, EmptyDirVolumeSource, ObjectMeta, Pod, PodSpec, Volume, VolumeMount
 from edgelet.ocispec import build as ocispec
 from edgelet.runtime import conmon as conmon_mod
-from edgelet.runtime.errors import CreateContainerError, SandboxError, StartContainerError
+from edgelet.container.errors import CreateContainerError, SandboxError, StartContainerError
 from edgelet.runtime.runc_runtime import RuncRuntime
-from edgelet.runtime.types import RuntimePaths
+from edgelet.runtime.layout import RuntimePaths
 
 pytestmark = pytest.mark.privileged
 

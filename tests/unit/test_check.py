@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from edgelet import check
-from edgelet.check import HostFacts
+from edgelet.cli import check
+from edgelet.cli.check import HostFacts
 
 GOOD = HostFacts(
     euid=0, runtime="runc", runtime_path="/usr/sbin/runc", runtime_version="runc version 1.1.5+ds1",

@@ -14,9 +14,9 @@ from edgelet import cli
 from edgelet.api.static import make_static_pod
 from edgelet.api.types import Pod
 from edgelet.events import Event, EventsSnapshot, InvolvedObject, events_path
-from edgelet.runtime.types import ContainerRecord, PodRuntimeStatus, SandboxRecord
+from edgelet.container.types import ContainerRecord, PodRuntimeStatus, SandboxRecord
 from edgelet.status.compute import compute_pod_status
-from edgelet.status.describe import describe_pod, go_tabwrite, human_duration, rfc1123z
+from edgelet.cli.describe import describe_pod, go_tabwrite, human_duration, rfc1123z
 from edgelet.status.publisher import pod_object
 from edgelet.status.snapshot import PodRow, PodsSnapshot, snapshot_path
 

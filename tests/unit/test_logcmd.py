@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from edgelet.cli import build_parser
-from edgelet.logcmd import LogCommandError, LogRequest, log_query, resolve_container, resolve_pod
+from edgelet.cli.logs import LogCommandError, LogRequest, log_query, resolve_container, resolve_pod
 
 PODS = [("default", "web-node1", "node1"), ("default", "db", ""), ("kube-system", "web-node1", "node1")]
 

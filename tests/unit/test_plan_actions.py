@@ -12,7 +12,7 @@ from edgelet.api.hash import container_hash
 from edgelet.api.types import Container, ObjectMeta, Pod, PodSpec
 from edgelet.plan import ContainerToStart, PodActions, compute_pod_actions, compute_pod_kill
 from edgelet.plan.actions import go_duration
-from edgelet.runtime.types import ContainerRecord, PodRuntimeStatus, SandboxRecord
+from edgelet.container.types import ContainerRecord, PodRuntimeStatus, SandboxRecord
 from edgelet.util.backoff import Backoff
 
 UID = "12345678"

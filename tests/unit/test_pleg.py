@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from edgelet.pleg import PodLifecycleEvent, diff, generate_events, pods_with_events
-from edgelet.runtime.types import ContainerRecord, PodRuntimeStatus, SandboxRecord
+from edgelet.container.types import ContainerRecord, PodRuntimeStatus, SandboxRecord
 
 E = PodLifecycleEvent
 

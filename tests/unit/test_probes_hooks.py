@@ -10,7 +10,7 @@ import pytest
 from edgelet.api.static import make_static_pod
 from edgelet.api.types import Pod
 from edgelet.events import EventRecorder
-from edgelet.runtime._exec import Completed
+from edgelet.container.types import Completed
 from edgelet.sync.syncpod import Syncer
 from edgelet.testing.fakes import FakeImageStore, FakeRuntime
 from edgelet.util.backoff import Backoff

@@ -11,8 +11,8 @@ from edgelet.api.types import HTTPGetAction, Probe, TCPSocketAction
 from edgelet.events import EventRecorder
 from edgelet.probes.machine import Result
 from edgelet.probes.probers import Outcome, ProbeTarget, build_request, exec_probe, http_probe, tcp_probe
-from edgelet.runtime._exec import Completed
-from edgelet.runtime.errors import ExecError, ExecTimeout
+from edgelet.container.types import Completed
+from edgelet.container.errors import ExecError, ExecTimeout
 from edgelet.util.clock import FakeClock
 
 HOST = ProbeTarget(container_id="c1", netns=None, ports={"http": 0})
@@ -143,7 +143,7 @@ def make_pod(probes: dict):
 
 
 def runtime_status(pod, cid="c1", started_at=0.0):
-    from edgelet.runtime.types import ContainerRecord, PodRuntimeStatus, SandboxRecord
+    from edgelet.container.types import ContainerRecord, PodRuntimeStatus, SandboxRecord
 
     uid = pod.metadata.uid
     sb = SandboxRecord(id="sb", pod_uid=uid, pod_name="p", pod_namespace="default", attempt=0, state="running",

@@ -14,7 +14,7 @@ from edgelet.api.types import (
 from edgelet.runtime import bundle as bl
 from edgelet.runtime import subpath
 from edgelet.runtime.conmon import ConmonArgs, conmon_argv, parse_sync_message
-from edgelet.runtime.errors import ExecError, VolumeError
+from edgelet.container.errors import ExecError, VolumeError
 from edgelet.runtime.runc_runtime import (
     ANN_HOST_NETWORK,
     ExitInfo,
@@ -28,21 +28,7 @@ from edgelet.runtime.runc_runtime import (
     parse_runc_time,
 )
 from edgelet.runtime.sandbox import sandbox_namespace_paths
-from edgelet.runtime.types import (
-    ANN_ATTEMPT,
-    ANN_CONTAINER_NAME,
-    ANN_CONTAINER_TYPE,
-    ANN_CREATED,
-    ANN_HASH,
-    ANN_IMAGE,
-    ANN_IMAGE_ID,
-    ANN_KIND,
-    ANN_LOG_PATH,
-    ANN_POD_NAME,
-    ANN_POD_NAMESPACE,
-    ANN_POD_UID,
-    ANN_SANDBOX_ID,
-)
+from edgelet.runtime.layout import ANN_ATTEMPT, ANN_CONTAINER_NAME, ANN_CONTAINER_TYPE, ANN_CREATED, ANN_HASH, ANN_IMAGE, ANN_IMAGE_ID, ANN_KIND, ANN_LOG_PATH, ANN_POD_NAME, ANN_POD_NAMESPACE, ANN_POD_UID, ANN_SANDBOX_ID
 
 # ---------------------------------------------------------------- conmon
 

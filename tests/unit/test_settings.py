@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from edgelet.images.registries import RegistryHost
-from edgelet.runtime.types import RuntimePaths
+from edgelet.runtime.layout import RuntimePaths
 from edgelet.settings import KEYS, Settings, SettingsError, format_duration, load_settings, parse_duration
 
 NO_DEFAULT = Path("/nonexistent/edgelet/config.toml")

@@ -8,7 +8,7 @@ import msgspec
 import pytest
 
 from edgelet.api.types import Container, ContainerStatus, ObjectMeta, Pod, PodSpec, PodStatus
-from edgelet.runtime.types import ContainerRecord, PodRuntimeStatus, SandboxRecord
+from edgelet.container.types import ContainerRecord, PodRuntimeStatus, SandboxRecord
 from edgelet.status.compute import compute_pod_status, format_time, summarize
 
 UID = "uid-1"

@@ -22,9 +22,9 @@ from edgelet.api.types import (
     ResourceRequirements,
     VolumeMount,
 )
-from edgelet.runtime.types import ContainerRecord, PodRuntimeStatus, SandboxRecord
+from edgelet.container.types import ContainerRecord, PodRuntimeStatus, SandboxRecord
 from edgelet.status.compute import compute_phase, compute_pod_status, format_time, summarize
-from edgelet.status.termination import MAX_LOG_BYTES, MAX_MESSAGE_BYTES, termination_log_file, termination_message
+from edgelet.runtime.termination import MAX_LOG_BYTES, MAX_MESSAGE_BYTES, termination_log_file, termination_message
 
 NOW = 1_700_000_100.0
 T0 = 1_700_000_000.0

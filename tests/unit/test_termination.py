@@ -9,7 +9,7 @@ import pytest
 
 from edgelet.api.static import make_static_pod
 from edgelet.api.types import Container, Lifecycle, Pod
-from edgelet.runtime.types import ContainerRecord
+from edgelet.container.types import ContainerRecord
 from edgelet.sync.syncpod import Syncer
 from edgelet.plan.termination import remaining_grace, stop_signal, termination_order
 from edgelet.testing.fakes import FakeImageStore, FakeRuntime

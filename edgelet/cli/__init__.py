@@ -77,7 +77,7 @@ def format_table(rows: Sequence[Sequence[str]]) -> str:
 
 
 def pods_table(snapshot: "PodsSnapshot", now: float, *, wide: bool = False) -> str:
-    from edgelet.status.describe import wide_columns
+    from edgelet.cli.describe import wide_columns
 
     header = ["NAMESPACE", "NAME", "READY", "STATUS", "RESTARTS", "AGE"]
     if wide:
@@ -202,7 +202,7 @@ def _read_pods_snapshot(settings: Settings, err: TextIO) -> "PodsSnapshot | None
 
 
 def cmd_pods(settings: Settings, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from edgelet.status import describe
+    from edgelet.cli import describe
 
     snapshot = _read_pods_snapshot(settings, err)
     if snapshot is None:
@@ -237,7 +237,7 @@ def cmd_describe(settings: Settings, args: argparse.Namespace, out: TextIO, err:
     import msgspec
 
     from edgelet.events import events_path, read_events
-    from edgelet.status import describe
+    from edgelet.cli import describe
 
     snapshot = _read_pods_snapshot(settings, err)
     if snapshot is None:
@@ -294,7 +294,7 @@ def cmd_events(settings: Settings, args: argparse.Namespace, out: TextIO, err: T
 
 def _from_agent(settings: Settings, path: str) -> bytes | None:
     """GET `path` from the agent's socket; None when no agent runs there."""
-    from edgelet.client import ApiError, get
+    from edgelet.cli.client import ApiError, get
 
     try:
         return get(settings.run_dir, path)
@@ -340,7 +340,7 @@ def cmd_node(settings: Settings, args: argparse.Namespace, out: TextIO, err: Tex
 
 
 def cmd_logs(settings: Settings, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from edgelet.logcmd import LogRequest, print_logs
+    from edgelet.cli.logs import LogRequest, print_logs
 
     request = LogRequest(namespace=args.namespace, pod=args.pod, container=args.container, follow=args.follow,
                          tail=args.tail, previous=args.previous, timestamps=args.timestamps)
@@ -348,7 +348,7 @@ def cmd_logs(settings: Settings, args: argparse.Namespace, out: TextIO, err: Tex
 
 
 def cmd_check(settings: Settings, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from edgelet.check import failed, format_results, gather_facts, run_checks
+    from edgelet.cli.check import failed, format_results, gather_facts, run_checks
 
     facts = gather_facts(runtime=settings.runtime, conmon=settings.conmon,
                          pause_image=settings.pod_infra_container_image, root_dir=settings.root_dir)

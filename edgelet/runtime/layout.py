@@ -1,12 +1,9 @@
-"""Typed values for the actual state of pods as the runtime sees it (pure data)."""
+"""Where the runc runtime keeps its things on disk, and the annotation keys it writes on every config.json."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
-
-ContainerState = Literal["created", "running", "exited", "unknown"]
 
 # Annotations every config.json carries, so the whole actual state can be
 # rebuilt from runc state after an agent restart (see ARCHITECTURE "Runtime").
@@ -46,8 +43,12 @@ class RuntimePaths:
     def socket_dir(self) -> Path:
         return self.run_dir / "socks"
 
+    @property
+    def pods_dir(self) -> Path:
+        return self.root_dir / "pods"
+
     def pod_dir(self, uid: str) -> Path:
-        return self.root_dir / "pods" / uid
+        return self.pods_dir / uid
 
     def pod_log_dir(self, namespace: str, name: str, uid: str) -> Path:
         return self.log_dir / "pods" / f"{namespace}_{name}_{uid}"
@@ -57,55 +58,3 @@ class RuntimePaths:
 
     def container_log_link(self, namespace: str, name: str, container: str, container_id: str) -> Path:
         return self.log_dir / "containers" / f"{name}_{namespace}_{container}-{container_id}.log"
-
-
-@dataclass(frozen=True)
-class SandboxRecord:
-    id: str
-    pod_uid: str
-    pod_name: str
-    pod_namespace: str
-    attempt: int
-    state: ContainerState  # "running" means ready
-    pid: int | None
-    created_at: float
-    host_network: bool = False
-
-
-@dataclass(frozen=True)
-class ContainerRecord:
-    id: str
-    pod_uid: str
-    pod_name: str
-    pod_namespace: str
-    name: str
-    attempt: int  # restart count of this instance (0 for the first run)
-    spec_hash: str
-    sandbox_id: str
-    state: ContainerState
-    pid: int | None
-    created_at: float
-    started_at: float | None = None
-    finished_at: float | None = None
-    exit_code: int | None = None  # set when exited; 255 when unknown
-    reason: str = ""  # "Completed", "Error", "OOMKilled", "ContainerStatusUnknown"
-    image: str = ""
-    image_id: str = ""
-    log_path: str = ""
-    container_type: Literal["init", "regular"] = "regular"
-
-
-@dataclass(frozen=True)
-class PodRuntimeStatus:
-    """Every sandbox and container the runtime holds for one pod UID, newest first."""
-
-    uid: str
-    name: str = ""
-    namespace: str = ""
-    sandboxes: tuple[SandboxRecord, ...] = ()
-    containers: tuple[ContainerRecord, ...] = field(default=())
-
-    def latest(self, name: str) -> ContainerRecord | None:
-        """The newest instance (highest attempt) of the named container."""
-        found = [c for c in self.containers if c.name == name]
-        return max(found, key=lambda c: (c.attempt, c.created_at)) if found else None

@@ -8,6 +8,7 @@ Hierarchy::
     ├── ContainerNotFound          no runc state and no bundle for a container id
     ├── SandboxError               the pause sandbox could not be created or is not running
     ├── CreateContainerError       building the bundle, mounting or `conmon`+`runc create` failed
+    │   ├── CreateContainerConfigError  the pod asks for what cannot be expressed (an ocispec.SpecError)
     │   └── VolumeError            a volume or volumeMount cannot be set up (hostPath type, subPath escape)
     ├── StartContainerError        `runc start` failed (kubelet: RunContainerError)
     └── StopContainerError         the container did not exit even after SIGKILL
@@ -17,6 +18,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from edgelet.errors import EdgeletError
+
 
 def stderr_tail(stderr: bytes | str, lines: int = 5, limit: int = 2000) -> str:
     """The last few lines of a process's stderr, decoded, for error messages."""
@@ -25,7 +28,7 @@ def stderr_tail(stderr: bytes | str, lines: int = 5, limit: int = 2000) -> str:
     return tail[-limit:]
 
 
-class RuntimeError_(Exception):
+class RuntimeError_(EdgeletError):
     """Base of every runtime failure (the trailing underscore avoids shadowing the builtin)."""
 
 
@@ -58,6 +61,10 @@ class SandboxError(RuntimeError_):
 
 class CreateContainerError(RuntimeError_):
     """A container could not be created; whatever was half-made has been removed."""
+
+
+class CreateContainerConfigError(CreateContainerError):
+    """The pod asks for something no runtime could do (kubelet's CreateContainerConfigError); fix the manifest."""
 
 
 class StartContainerError(RuntimeError_):

@@ -78,7 +78,7 @@ def print_logs(settings: "Settings", req: LogRequest, out: TextIO, err: TextIO) 
     """Write the log to `out`; raises LogCommandError (or the client's ApiError) when it cannot."""
     import msgspec
 
-    from edgelet import client
+    from edgelet.cli import client
     from edgelet.api.types import PodList
 
     live = client.get(settings.run_dir, "/pods")

@@ -4,8 +4,9 @@ The runtime bind-mounts `<bundle>/termination-log` at the container's
 terminationMessagePath; after the container exited, kubelet reads the last
 4 KiB of that file. With `FallbackToLogsOnError`, a container that failed
 (exit code not 0) and wrote nothing there gets the tail of its log instead:
-the last 80 lines, at most 2 KiB. Reading is blocking I/O; the publisher
-caches the result per container id, since an exited container's files no
+the last 80 lines, at most 2 KiB. Reading is blocking I/O; the status
+publisher calls this through the function app.py hands it, and caches the
+result per container id, since an exited container's files no
 longer change.
 """
 
@@ -21,7 +22,7 @@ from edgelet.util.log import get_logger
 
 if TYPE_CHECKING:
     from edgelet.api.types import Container
-    from edgelet.runtime.types import ContainerRecord
+    from edgelet.container.types import ContainerRecord
 
 log = get_logger(__name__)
 

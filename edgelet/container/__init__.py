@@ -1,0 +1,71 @@
+"""The container runtime seam (kubelet's kubecontainer): what sync asks of any runtime, and its records.
+
+Contract (every method): raises `edgelet.container.errors.RuntimeError_` subclasses
+with context (pod, container, command, stderr tail); never leaves a half-made
+container behind on failure (it cleans what it created before raising). Calls
+for one pod are serialised by the pod worker; calls for different pods may
+run concurrently. Cancellation means shutdown: a cancelled call may leave
+state that `list_pods` will report and a later sync will clean.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol, Sequence
+
+if TYPE_CHECKING:
+    from edgelet.api.types import Container, Pod
+    from edgelet.images.types import ImageRecord
+    from edgelet.container.types import Completed, PodRuntimeStatus, SandboxRecord
+
+
+class Runtime(Protocol):
+    async def list_pods(self) -> dict[str, "PodRuntimeStatus"]:
+        """The actual state of every pod, rebuilt from runc state, annotations and exit files."""
+        ...
+
+    async def pod_status(self, uid: str) -> "PodRuntimeStatus":
+        """The actual state of one pod (empty when the runtime holds nothing for it)."""
+        ...
+
+    async def run_sandbox(self, pod: "Pod", attempt: int) -> "SandboxRecord":
+        """Create the pod dir, cgroup and a running pause sandbox holding the pod's namespaces."""
+        ...
+
+    async def stop_sandbox(self, sandbox_id: str) -> None:
+        """Kill the pause process (containers must already be stopped)."""
+        ...
+
+    async def create_container(
+        self,
+        pod: "Pod",
+        container: "Container",
+        sandbox: "SandboxRecord",
+        image: "ImageRecord",
+        attempt: int,
+        container_type: str = "regular",
+    ) -> str:
+        """Build the bundle, mount the rootfs and `conmon`+`runc create` it; returns the container id."""
+        ...
+
+    async def start_container(self, container_id: str) -> None:
+        """`runc start`: the process runs the container's command."""
+        ...
+
+    async def stop_container(self, container_id: str, grace: float, signal: str = "SIGTERM") -> None:
+        """Send `signal`, wait up to `grace` seconds (at least 2 s), then SIGKILL; returns once exited."""
+        ...
+
+    async def exec_sync(self, container_id: str, argv: "Sequence[str]", timeout: float | None) -> "Completed":
+        """Run `argv` in the running container and wait (probes, hooks); a non-zero exit is not an error.
+
+        Raises ExecTimeout after killing the command when `timeout` passes, ExecError when it cannot run.
+        """
+        ...
+
+    async def remove_container(self, container_id: str) -> None:
+        """`runc delete`, unmount rootfs, remove bundle and exit file (logs stay)."""
+        ...
+
+    async def remove_pod(self, uid: str) -> None:
+        """Remove everything left for the pod: containers, sandbox, mounts, cgroups, pod dir."""
+        ...

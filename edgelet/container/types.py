@@ -1,0 +1,74 @@
+"""The neutral records of what a container runtime holds: sandboxes, containers, a pod's whole actual state.
+
+These are kubelet's kubecontainer types: every layer above the runtime reads
+them, and none of them knows runc, conmon or a path on disk.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+ContainerState = Literal["created", "running", "exited", "unknown"]
+
+
+@dataclass(frozen=True)
+class Completed:
+    """A finished command: exec probes, hooks and `edgelet exec` read its exit code and output."""
+
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: bytes
+    stderr: bytes
+
+
+@dataclass(frozen=True)
+class SandboxRecord:
+    id: str
+    pod_uid: str
+    pod_name: str
+    pod_namespace: str
+    attempt: int
+    state: ContainerState  # "running" means ready
+    pid: int | None
+    created_at: float
+    host_network: bool = False
+
+
+@dataclass(frozen=True)
+class ContainerRecord:
+    id: str
+    pod_uid: str
+    pod_name: str
+    pod_namespace: str
+    name: str
+    attempt: int  # restart count of this instance (0 for the first run)
+    spec_hash: str
+    sandbox_id: str
+    state: ContainerState
+    pid: int | None
+    created_at: float
+    started_at: float | None = None
+    finished_at: float | None = None
+    exit_code: int | None = None  # set when exited; 255 when unknown
+    reason: str = ""  # "Completed", "Error", "OOMKilled", "ContainerStatusUnknown"
+    image: str = ""
+    image_id: str = ""
+    log_path: str = ""
+    container_type: Literal["init", "regular"] = "regular"
+
+
+@dataclass(frozen=True)
+class PodRuntimeStatus:
+    """Every sandbox and container the runtime holds for one pod UID, newest first."""
+
+    uid: str
+    name: str = ""
+    namespace: str = ""
+    sandboxes: tuple[SandboxRecord, ...] = ()
+    containers: tuple[ContainerRecord, ...] = field(default=())
+
+    def latest(self, name: str) -> ContainerRecord | None:
+        """The newest instance (highest attempt) of the named container."""
+        found = [c for c in self.containers if c.name == name]
+        return max(found, key=lambda c: (c.attempt, c.created_at)) if found else None
