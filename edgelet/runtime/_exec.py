@@ -5,13 +5,10 @@ from __future__ import annotations
 import asyncio
 import os
 import tempfile
-from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from edgelet.container.errors import ExecError, ExecTimeout
 from edgelet.container.types import Completed
-
-
 
 
 async def run(

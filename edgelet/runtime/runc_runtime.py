@@ -11,17 +11,14 @@ earlier edgelet started.
 from __future__ import annotations
 
 import asyncio
-import calendar
 import json
 import os
 import secrets
 import shutil
 import signal
 import socket
-import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from edgelet.cgroups import CgroupError, detect
 from edgelet.logs import ensure_log_dir
@@ -38,9 +35,11 @@ from edgelet.container.errors import (
     StartContainerError,
     StopContainerError,
 )
+from edgelet.runtime.host import CGROUP_MOUNT, HostFacts, parse_group, parse_group_members, parse_passwd, probe_host_facts
 from edgelet.runtime.runc import Runc
+from edgelet.runtime.state import ExitInfo, Observed, build_pod_statuses
 from edgelet.runtime.sandbox import PauseSpec, pause_spec, sandbox_namespace_paths
-from edgelet.container.types import ContainerRecord, ContainerState, PodRuntimeStatus, SandboxRecord
+from edgelet.container.types import PodRuntimeStatus, SandboxRecord
 from edgelet.runtime.layout import (
     ANN_ATTEMPT,
     ANN_CONTAINER_NAME,
@@ -54,7 +53,10 @@ from edgelet.runtime.layout import (
     ANN_POD_NAME,
     ANN_POD_NAMESPACE,
     ANN_POD_UID,
+    ANN_HOST_NETWORK,
     ANN_SANDBOX_ID,
+    KIND_CONTAINER,
+    KIND_SANDBOX,
     RuntimePaths,
 )
 from edgelet.state import ensure_dir
@@ -67,241 +69,22 @@ if TYPE_CHECKING:
 
 log = get_logger("edgelet.runtime")
 
-# Local to this module: lets a rebuilt SandboxRecord say whether it holds the host's network.
-ANN_HOST_NETWORK = "io.edgelet.host-network"
-
-KIND_SANDBOX = "sandbox"
-KIND_CONTAINER = "container"
-UNKNOWN_EXIT_CODE = 255  # kubelet: exit code when the runtime lost it
 MIN_STOP_GRACE = 2.0  # kubelet: at least 2 s between the stop signal and SIGKILL
 KILL_WAIT = 10.0  # how long SIGKILL may take to show up as an exit file
 POLL = 0.05
-CGROUP_MOUNT = Path("/sys/fs/cgroup")
-
-
-# ---------------------------------------------------------------- pure state reconstruction
-
-
-@dataclass(frozen=True)
-class ExitInfo:
-    code: int | None  # None: the file is there but unreadable
-    at: float  # the exit file's mtime (when conmon recorded the exit)
-
-
-@dataclass(frozen=True)
-class Observed:
-    """Everything known about one runc container (or one orphan bundle), gathered by I/O, judged purely."""
-
-    id: str
-    annotations: Mapping[str, str]
-    runc: Mapping[str, Any] | None  # an entry of `runc list`; None when runc has no state for it
-    exit: ExitInfo | None = None
-    started_at: float | None = None  # from the bundle's `started` file
-    oom: bool = False
-    monitor_alive: bool = False  # conmon still runs (its exit file may be on the way)
-
-
-def parse_runc_time(text: str | None) -> float | None:
-    """Epoch seconds of runc's RFC 3339 timestamps (nanoseconds, 'Z' or an offset)."""
-    if not text:
-        return None
-    try:
-        main, _, rest = text.partition(".")
-        frac = ""
-        tz = ""
-        if rest:
-            digits = len(rest) - len(rest.lstrip("0123456789"))
-            frac, tz = rest[:digits], rest[digits:]
-        else:
-            for i in range(len(main) - 1, 9, -1):
-                if main[i] in "Z+-":
-                    main, tz = main[:i], main[i:]
-                    break
-        base = calendar.timegm(time.strptime(main, "%Y-%m-%dT%H:%M:%S"))
-        offset = 0
-        if tz and tz not in ("Z", "z"):
-            sign = -1 if tz[0] == "-" else 1
-            hh, _, mm = tz[1:].partition(":")
-            offset = sign * (int(hh) * 3600 + int(mm or 0) * 60)
-        return base - offset + (float("0." + frac) if frac else 0.0)
-    except (ValueError, IndexError):
-        return None
-
-
-def _exit_reason(code: int, oom: bool) -> str:
-    if oom:
-        return "OOMKilled"
-    return "Completed" if code == 0 else "Error"
-
-
-def judge_state(o: Observed) -> tuple[ContainerState, int | None, int | None, str, float | None]:
-    """(state, pid, exit_code, reason, finished_at) of one observed container."""
-    status = (o.runc or {}).get("status")
-    pid = (o.runc or {}).get("pid") or None
-    if status == "created":
-        return "created", pid, None, "", None
-    if status in ("running", "paused"):
-        return "running", pid, None, "", None
-    if o.exit is not None and o.exit.code is not None:
-        return "exited", None, o.exit.code, _exit_reason(o.exit.code, o.oom), o.exit.at
-    if status == "stopped" and o.monitor_alive:
-        # The process is gone but conmon has not written the exit file yet: not a lost exit, just early.
-        return "running", None, None, "", None
-    # runc says stopped with no exit recorded, or a bundle runc no longer knows (e.g. /run cleared by a reboot).
-    return "exited", None, UNKNOWN_EXIT_CODE, "ContainerStatusUnknown", o.exit.at if o.exit else None
-
-
-def _float(text: str | None, default: float = 0.0) -> float:
-    try:
-        return float(text) if text else default
-    except ValueError:
-        return default
-
-
-def _int(text: str | None, default: int = 0) -> int:
-    try:
-        return int(text) if text else default
-    except ValueError:
-        return default
-
-
-def build_record(o: Observed) -> SandboxRecord | ContainerRecord | None:
-    """The typed record of one observed container; None when it is not edgelet's."""
-    ann = o.annotations
-    kind = ann.get(ANN_KIND)
-    uid = ann.get(ANN_POD_UID)
-    if kind not in (KIND_SANDBOX, KIND_CONTAINER) or not uid:
-        return None
-    state, pid, code, reason, finished = judge_state(o)
-    runc_created = parse_runc_time((o.runc or {}).get("created"))
-    created = _float(ann.get(ANN_CREATED), runc_created or 0.0)
-    if kind == KIND_SANDBOX:
-        return SandboxRecord(
-            id=o.id, pod_uid=uid, pod_name=ann.get(ANN_POD_NAME, ""), pod_namespace=ann.get(ANN_POD_NAMESPACE, ""),
-            attempt=_int(ann.get(ANN_ATTEMPT)), state=state, pid=pid, created_at=created,
-            host_network=ann.get(ANN_HOST_NETWORK) == "true",
-        )
-    started = o.started_at
-    if started is None and state != "created" and runc_created is not None and o.runc is not None:
-        started = runc_created
-    ctype = ann.get(ANN_CONTAINER_TYPE, "regular")
-    return ContainerRecord(
-        id=o.id, pod_uid=uid, pod_name=ann.get(ANN_POD_NAME, ""), pod_namespace=ann.get(ANN_POD_NAMESPACE, ""),
-        name=ann.get(ANN_CONTAINER_NAME, ""), attempt=_int(ann.get(ANN_ATTEMPT)), spec_hash=ann.get(ANN_HASH, ""),
-        sandbox_id=ann.get(ANN_SANDBOX_ID, ""), state=state, pid=pid, created_at=created,
-        started_at=started if state != "created" else None, finished_at=finished, exit_code=code, reason=reason,
-        image=ann.get(ANN_IMAGE, ""), image_id=ann.get(ANN_IMAGE_ID, ""), log_path=ann.get(ANN_LOG_PATH, ""),
-        container_type="init" if ctype == "init" else "regular",
-    )
-
-
-def build_pod_statuses(observed: Iterable[Observed]) -> dict[str, PodRuntimeStatus]:
-    """Group observed containers into per-pod statuses, newest first."""
-    sandboxes: dict[str, list[SandboxRecord]] = {}
-    containers: dict[str, list[ContainerRecord]] = {}
-    for o in observed:
-        rec = build_record(o)
-        if isinstance(rec, SandboxRecord):
-            sandboxes.setdefault(rec.pod_uid, []).append(rec)
-        elif isinstance(rec, ContainerRecord):
-            containers.setdefault(rec.pod_uid, []).append(rec)
-    out: dict[str, PodRuntimeStatus] = {}
-    for uid in sorted(set(sandboxes) | set(containers)):
-        sbs = sorted(sandboxes.get(uid, []), key=lambda r: (-r.created_at, r.id))
-        cs = sorted(containers.get(uid, []), key=lambda r: (-r.created_at, r.id))
-        named = [*sbs, *cs]
-        name = next((r.pod_name for r in named if r.pod_name), "")
-        ns = next((r.pod_namespace for r in named if r.pod_namespace), "")
-        out[uid] = PodRuntimeStatus(uid=uid, name=name, namespace=ns, sandboxes=tuple(sbs), containers=tuple(cs))
-    return out
-
-
-def parse_passwd(text: str) -> dict[str, tuple[int, int]]:
-    users: dict[str, tuple[int, int]] = {}
-    for line in text.splitlines():
-        parts = line.split(":")
-        if len(parts) >= 4 and parts[2].isdigit() and parts[3].isdigit():
-            users.setdefault(parts[0], (int(parts[2]), int(parts[3])))
-    return users
-
-
-def parse_group(text: str) -> dict[str, int]:
-    groups: dict[str, int] = {}
-    for line in text.splitlines():
-        parts = line.split(":")
-        if len(parts) >= 3 and parts[2].isdigit():
-            groups.setdefault(parts[0], int(parts[2]))
-    return groups
-
-
-def parse_group_members(text: str) -> dict[str, tuple[str, ...]]:
-    members: dict[str, tuple[str, ...]] = {}
-    for line in text.splitlines():
-        parts = line.split(":")
-        if len(parts) >= 4 and parts[3].strip():
-            members.setdefault(parts[0], tuple(m for m in parts[3].strip().split(",") if m))
-    return members
-
-
-CAP_SYS_RESOURCE = 24
-
-
-def compute_min_oom_score_adj(cap_eff: int, own: int) -> int | None:
-    """The lowest oomScoreAdj runc will be allowed to set, None when unrestricted.
-
-    Without CAP_SYS_RESOURCE nothing below the agent's own value can be set;
-    conmon first raises runc's value to 0 (so runc is killable), which an
-    unprivileged process may do but not undo, hence never below 0 either.
-    """
-    if cap_eff & (1 << CAP_SYS_RESOURCE):
-        return None
-    return max(own, 0)
-
-
-@dataclass(frozen=True)
-class HostFacts:
-    """Facts about this node the spec builder needs, probed once."""
-
-    min_oom_score_adj: int | None = None
-    memory_capacity: int = 0
-    swap_controller: bool = False
-    recursive_read_only: bool = False  # runc's `rro` works here (mount_setattr, Linux >= 5.12)
-
-
-def probe_host_facts(cgroup_mount: Path = CGROUP_MOUNT) -> HostFacts:
-    cap_eff, own, mem = -1, 0, 0
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("CapEff:"):
-                cap_eff = int(line.split()[1], 16)
-        own = int(Path("/proc/self/oom_score_adj").read_text().strip())
-    except (OSError, ValueError):
-        pass
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                mem = int(line.split()[1]) * 1024
-    except (OSError, ValueError):
-        pass
-    return HostFacts(
-        min_oom_score_adj=compute_min_oom_score_adj(cap_eff, own),
-        memory_capacity=mem,
-        swap_controller=(cgroup_mount / "memory" / "memory.memsw.limit_in_bytes").exists(),
-        recursive_read_only=bl.probe_recursive_read_only(),
-    )
 
 
 # ---------------------------------------------------------------- side effects
 
 
-def _read_exit(path: Path) -> ExitInfo | None:
+def _read_exit(path: Path, now: float) -> ExitInfo | None:
     try:
         st = path.stat()
         text = path.read_text().strip()
     except FileNotFoundError:
         return None
     except OSError:
-        return ExitInfo(None, time.time())
+        return ExitInfo(None, now)
     try:
         return ExitInfo(int(text), st.st_mtime)
     except ValueError:
@@ -382,9 +165,9 @@ class RuncRuntime:
     # ------------------------------------------------------------ observation
 
     def _observe_bundle(self, cid: str, ann: Mapping[str, str], entry: Mapping[str, Any] | None, bundle: Path | None) -> Observed:
-        exit_info = _read_exit(self.paths.exit_dir / cid)
+        exit_info = _read_exit(self.paths.exit_dir / cid, self.clock.now())
         if exit_info is None and bundle is not None:
-            exit_info = _read_exit(bundle / bl.EXIT_FILE)
+            exit_info = _read_exit(bundle / bl.EXIT_FILE, self.clock.now())
         started = _read_float(bundle / bl.STARTED_FILE) if bundle is not None else None
         oom = bundle is not None and (bundle / bl.OOM_FILE).exists()
         alive = False

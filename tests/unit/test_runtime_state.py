@@ -15,18 +15,9 @@ from edgelet.runtime import bundle as bl
 from edgelet.runtime import subpath
 from edgelet.runtime.conmon import ConmonArgs, conmon_argv, parse_sync_message
 from edgelet.container.errors import ExecError, VolumeError
-from edgelet.runtime.runc_runtime import (
-    ANN_HOST_NETWORK,
-    ExitInfo,
-    Observed,
-    build_pod_statuses,
-    judge_state,
-    compute_min_oom_score_adj,
-    parse_group,
-    parse_group_members,
-    parse_passwd,
-    parse_runc_time,
-)
+from edgelet.runtime.host import compute_min_oom_score_adj, parse_group, parse_group_members, parse_passwd
+from edgelet.runtime.layout import ANN_HOST_NETWORK
+from edgelet.runtime.state import ExitInfo, Observed, build_pod_statuses, judge_state, parse_runc_time
 from edgelet.runtime.sandbox import sandbox_namespace_paths
 from edgelet.runtime.layout import ANN_ATTEMPT, ANN_CONTAINER_NAME, ANN_CONTAINER_TYPE, ANN_CREATED, ANN_HASH, ANN_IMAGE, ANN_IMAGE_ID, ANN_KIND, ANN_LOG_PATH, ANN_POD_NAME, ANN_POD_NAMESPACE, ANN_POD_UID, ANN_SANDBOX_ID
 
