@@ -6,13 +6,17 @@ pure function of `HostFacts`, so each verdict is table-tested.
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import shutil
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Literal
+
+from edgelet.cli.common import EXIT_FAILURE, EXIT_OK
+from edgelet.settings import Settings
+from edgelet.util.proc import version_line
 
 Verdict = Literal["OK", "WARN", "FAIL"]
 MIN_FREE_BYTES = 1 << 30  # images and logs of a handful of pods
@@ -219,14 +223,8 @@ def _read(path: str) -> str:
 
 
 def _version(path: str | None) -> str:
-    if path is None:
-        return ""
-    try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    text = (out.stdout or out.stderr).strip()
-    return text.splitlines()[0] if text else ""
+    line = version_line(path) if path else None
+    return "" if line is None or line.startswith("error: ") else line
 
 
 def _free_bytes(path: Path) -> int | None:
@@ -272,3 +270,11 @@ def gather_facts(*, runtime: str, conmon: str, pause_image: str | None, root_dir
         cmdline_file="/boot/firmware/cmdline.txt" if Path("/boot/firmware").is_dir() else "/boot/cmdline.txt",
         recursive_read_only=probe_recursive_read_only(),
     )
+
+
+def cmd_check(settings: Settings, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    facts = gather_facts(runtime=settings.runtime, conmon=settings.conmon,
+                         pause_image=settings.pod_infra_container_image, root_dir=settings.root_dir)
+    results = run_checks(facts)
+    print(format_results(results), file=out)
+    return EXIT_FAILURE if failed(results) else EXIT_OK

@@ -16,14 +16,13 @@ import io
 import json
 import platform as _platform
 import posixpath
-import shutil
-import subprocess
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
-from edgelet.images.errors import ArchiveError, BlobError, ImageError, InvalidReference, PlatformNotFound
+from edgelet.images import zstd
+from edgelet.images.errors import ArchiveError, BlobError, DecompressError, ImageError, InvalidReference, PlatformNotFound
 from edgelet.images.reference import (
     Platform,
     describe_platforms,
@@ -193,64 +192,53 @@ class _Contents:
         return name in self.docs or (self.layout_dir is not None and (self.layout_dir / name).is_file())
 
 
-ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-
-
-def _open_tar(archive: Path) -> tuple[tarfile.TarFile, "subprocess.Popen[bytes] | None"]:
+class _Tar:
     """A streaming reader of the archive: gzip/bz2/xz are detected by tarfile; zstd (`.tar.zst`, as k3s
-    takes) streams through the `zstd` program, there being no small Python binding for it."""
-    try:
-        with open(archive, "rb") as f:
-            head = f.read(4)
-        if head != ZSTD_MAGIC:
-            return tarfile.open(archive, mode="r|*"), None
-    except (tarfile.TarError, OSError) as exc:
-        raise ArchiveError(archive, f"not a readable tar archive: {exc}") from exc
-    zstd = shutil.which("zstd")
-    if zstd is None:
-        raise ArchiveError(archive, "is zstd-compressed and the zstd program is not installed (apt-get install zstd)")
-    proc = subprocess.Popen([zstd, "-dcq", "--", str(archive)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
-    assert proc.stdout is not None
-    try:
-        return tarfile.open(fileobj=proc.stdout, mode="r|"), proc
-    except tarfile.TarError as exc:
+    takes) goes through `images/zstd.py`."""
+
+    def __init__(self, archive: Path) -> None:
+        self.archive = archive
+        self.dec: zstd.ZstdDecoder | None = None
         try:
-            proc.wait(timeout=2)  # a corrupt file: zstd says why on stderr as it exits
-        except subprocess.TimeoutExpired:
-            pass
-        why = _end(proc, kill=proc.poll() is None) or str(exc)
-        raise ArchiveError(archive, f"not a readable zstd-compressed tar archive: {why}") from exc
+            with open(archive, "rb") as f:
+                head = f.read(4)
+                if head == zstd.MAGIC:
+                    try:
+                        self.dec = zstd.ZstdDecoder(f, head)
+                    except DecompressError as exc:
+                        raise ArchiveError(archive, str(exc)) from exc
+            if self.dec is None:
+                self.tar = tarfile.open(archive, mode="r|*")
+                return
+        except (tarfile.TarError, OSError) as exc:
+            raise ArchiveError(archive, f"not a readable tar archive: {exc}") from exc
+        try:
+            self.tar = tarfile.open(fileobj=self.dec.stdout, mode="r|")
+        except tarfile.TarError as exc:
+            why = self.dec.abort(wait=True) or str(exc)  # a corrupt file: zstd says why on stderr as it exits
+            raise ArchiveError(archive, f"not a readable zstd-compressed tar archive: {why}") from exc
 
+    def abort(self) -> None:
+        if self.dec is not None:
+            self.dec.abort(wait=False)
 
-def _end(proc: "subprocess.Popen[bytes]", *, kill: bool) -> str:
-    """Stop (or reap) the decompressor; its stderr tail, or "" when it succeeded."""
-    assert proc.stdout is not None and proc.stderr is not None
-    if kill:
-        proc.kill()
-    else:
-        while proc.stdout.read(1 << 16):  # the tar's end padding: closing early would fail zstd with EPIPE
-            pass
-    proc.stdout.close()
-    err = proc.stderr.read()[-500:].decode(errors="replace").strip()
-    proc.stderr.close()
-    proc.wait()
-    return "" if proc.returncode == 0 else (err or f"zstd exited with status {proc.returncode}")
+    def finish(self) -> None:
+        if self.dec is not None:
+            try:
+                self.dec.finish()
+            except DecompressError as exc:
+                raise ArchiveError(self.archive, f"zstd: {exc}") from exc
 
 
 def _read_tar(archive: Path, sink: BlobSink) -> _Contents:
     contents = _Contents(archive, sink)
-    tar, proc = _open_tar(archive)
+    reader = _Tar(archive)
     try:
-        _read_members(archive, tar, contents, sink)
+        _read_members(archive, reader.tar, contents, sink)
     except BaseException:
-        if proc is not None:
-            _end(proc, kill=True)
+        reader.abort()
         raise
-    if proc is not None:
-        failed = _end(proc, kill=False)
-        if failed:
-            raise ArchiveError(archive, f"zstd: {failed}")
+    reader.finish()
     return contents
 
 

@@ -78,6 +78,14 @@ class UnpackError(ImageError):
         super().__init__(f"layer {self.layer}{what}: {reason}")
 
 
+class DecompressError(ImageError):
+    """The zstd program is missing or failed; the caller adds the layer or archive it was reading."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 class UnsafeLayerError(UnpackError):
     """A member tried to escape the root (`..`, a symlinked parent, a hardlink out); nothing outside was written."""
 

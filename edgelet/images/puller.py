@@ -30,7 +30,6 @@ import asyncio
 import base64
 import io
 import json
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
@@ -56,7 +55,8 @@ from edgelet.images.reference import (
     validate_digest,
 )
 from edgelet.images.registries import Endpoint, RegistryHost, registry_endpoints
-from edgelet.images.unpack import ZSTD_MISSING, zstd_program
+from edgelet.images import zstd as zstd_reader
+from edgelet.util.clock import REAL_CLOCK, Clock
 from edgelet.util.log import get_logger
 
 if TYPE_CHECKING:
@@ -129,7 +129,7 @@ def check_image_manifest(doc: dict[str, Any], *, zstd: bool = True) -> tuple[dic
     for layer in layers:
         mt = layer.get("mediaType", "application/vnd.oci.image.layer.v1.tar+gzip")
         if mt in ZSTD_LAYER_TYPES and not zstd:
-            raise ValueError(f"layer {layer['digest']} is zstd-compressed ({mt}): {ZSTD_MISSING}")
+            raise ValueError(f"layer {layer['digest']} is zstd-compressed ({mt}): {zstd_reader.MISSING}")
         if mt not in PULL_LAYER_TYPES:
             raise ValueError(f"layer {layer['digest']} has unsupported media type {mt!r}")
     return config, layers
@@ -308,7 +308,8 @@ class Puller:
     def __init__(self, store: "ImageStore", *, registries: Mapping[str, RegistryHost] | None = None,
                  credentials: Mapping[str, Credential] | None = None, platform: Platform | None = None,
                  max_parallel: int = DEFAULT_PARALLEL, timeout: float = DEFAULT_TIMEOUT,
-                 transport: httpx.BaseTransport | None = None) -> None:
+                 transport: httpx.BaseTransport | None = None, clock: Clock = REAL_CLOCK) -> None:
+        self._clock = clock
         self.store = store
         self.registries = dict(registries or {})
         self.credentials = dict(credentials or {})
@@ -364,13 +365,13 @@ class Puller:
 
     def _pull_from(self, ep: Endpoint, ref: Reference) -> "ImageRecord":
         import httpx  # on first use: an agent that never pulls does not pay its 3.7 MB
-        started = time.monotonic()
+        started = self._clock.monotonic()
         session = _Session(ep, ref, self.credentials.get(ref.domain), timeout=self.timeout,
                            transport=self._transport)
         try:
             manifest = self._resolve(session, ref)
             try:
-                config, layers = check_image_manifest(manifest.doc, zstd=zstd_program() is not None)
+                config, layers = check_image_manifest(manifest.doc, zstd=zstd_reader.program() is not None)
             except ValueError as exc:
                 raise ManifestError(str(ref), f"manifest {manifest.digest}: {exc}") from exc
             self.store.add_blob(io.BytesIO(manifest.body), digest=manifest.digest, size=len(manifest.body),
@@ -396,7 +397,7 @@ class Puller:
         finally:
             session.close()
         log.info("Pulled image", image=str(ref), endpoint=ep.url, digest=manifest.digest,
-                 layers=len(layers), seconds=f"{time.monotonic() - started:.3f}")
+                 layers=len(layers), seconds=f"{self._clock.monotonic() - started:.3f}")
         return record
 
     def _resolve(self, session: _Session, ref: Reference) -> ResolvedManifest:

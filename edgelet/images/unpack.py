@@ -26,14 +26,13 @@ import hashlib
 import os
 import shutil
 import stat
-import subprocess
 import tarfile
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
-from edgelet.images.errors import LayerTooLarge, UnpackError, UnsafeLayerError
+from edgelet.images import zstd
+from edgelet.images.errors import DecompressError, LayerTooLarge, UnpackError, UnsafeLayerError
 from edgelet.util.log import get_logger
 
 log = get_logger(__name__)
@@ -42,11 +41,8 @@ WHITEOUT_PREFIX = ".wh."
 OPAQUE_MARKER = ".wh..wh..opq"
 OPAQUE_XATTR = "trusted.overlay.opaque"
 GZIP_MAGIC = b"\x1f\x8b"
-ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _CHUNK = 1 << 20
-ZSTD_MISSING = "zstd layer needs the zstd program (apt install zstd)"
 # After an error, how long zstd may take to exit by itself (it has failed, or gets EPIPE) before it is killed.
-_ZSTD_GRACE = 2.0
 
 # xattrs a layer may set. trusted.overlay.* above all must never come from a layer:
 # redirect/origin/metacopy xattrs would let it steer overlayfs lookups elsewhere.
@@ -361,11 +357,6 @@ def _members(tar: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
         yield member
 
 
-def zstd_program() -> str | None:
-    """The path of the `zstd` program, None when it is not installed."""
-    return shutil.which("zstd")
-
-
 def apply_layer(src: BinaryIO, dest: Path, *, label: str | None = None, is_root: bool | None = None,
                 max_size: int | None = None) -> UnpackResult:
     """Apply the layer tar read from `src` (gzip and zstd detected by their magic) into the existing directory
@@ -382,8 +373,11 @@ def apply_layer(src: BinaryIO, dest: Path, *, label: str | None = None, is_root:
     if is_root is None:
         is_root = os.geteuid() == 0
     head = src.read(4)
-    if head.startswith(ZSTD_MAGIC):
-        dec = _ZstdDecoder(src, head, label)
+    if head.startswith(zstd.MAGIC):
+        try:
+            dec = zstd.ZstdDecoder(src, head)
+        except DecompressError as exc:
+            raise UnpackError(label, str(exc)) from exc
         try:
             result = _apply_stream(dec.stdout, dest, label, is_root, max_size)  # type: ignore[arg-type]
         except BaseException as exc:
@@ -391,11 +385,14 @@ def apply_layer(src: BinaryIO, dest: Path, *, label: str | None = None, is_root:
             failed = dec.abort(wait=isinstance(exc, Exception))
             if isinstance(exc, UnpackError) and not isinstance(exc, LayerTooLarge):
                 if dec.feed_error is not None:
-                    raise UnpackError(label, f"cannot read layer: {dec.feed_error}") from exc
+                    raise UnpackError(label, f"cannot read the compressed data: {dec.feed_error}") from exc
                 if failed:
                     raise UnpackError(label, f"corrupt zstd stream: {failed}") from exc
             raise
-        dec.finish()
+        try:
+            dec.finish()
+        except DecompressError as exc:
+            raise UnpackError(label, str(exc)) from exc
         return UnpackResult(diff_id=result.diff_id, size=result.size, compressed=True)
     stream: BinaryIO = _Prefixed(head, src)  # type: ignore[assignment]
     compressed = head.startswith(GZIP_MAGIC)
@@ -429,98 +426,6 @@ def _apply_stream(stream: BinaryIO, dest: Path, label: str, is_root: bool, max_s
     finally:
         os.close(root_fd)
     return UnpackResult(diff_id="sha256:" + reader.sha.hexdigest(), size=reader.size, compressed=False)
-
-
-class _ZstdDecoder:
-    """`zstd -dc` over a layer: stdin is the layer's file itself when it has one (no copy through Python),
-    else a pipe a thread fills from the stream; `stdout` is the uncompressed tar.
-
-    zstd keeps its default 128 MiB window limit: a frame asking for more (`--long=31`) fails rather than
-    taking that much of a small device's memory."""
-
-    def __init__(self, src: BinaryIO, head: bytes, label: str) -> None:
-        self.label = label
-        program = zstd_program()
-        if program is None:
-            raise UnpackError(label, ZSTD_MISSING)
-        fd = _file_fd(src)
-        if fd is not None:
-            # `src` is buffered: its descriptor is further on than what was read, so point it back at the frame.
-            os.lseek(fd, src.tell() - len(head), os.SEEK_SET)
-        try:
-            self.proc = subprocess.Popen([program, "-dcq"], stdin=fd if fd is not None else subprocess.PIPE,
-                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        except OSError as exc:
-            raise UnpackError(label, f"cannot start {program}: {exc.strerror}") from exc
-        assert self.proc.stdout is not None
-        self.stdout = self.proc.stdout
-        self.feed_error: BaseException | None = None
-        self.feeder: threading.Thread | None = None
-        if fd is None:
-            self.feeder = threading.Thread(target=self._feed, args=(src, head), name="zstd-feed", daemon=True)
-            self.feeder.start()
-
-    def _feed(self, src: BinaryIO, head: bytes) -> None:
-        pipe = self.proc.stdin
-        assert pipe is not None
-        try:
-            pipe.write(head)
-            shutil.copyfileobj(src, pipe, _CHUNK)
-        except BrokenPipeError:
-            pass  # zstd stopped reading: it failed or was stopped, and its exit status says so
-        except (OSError, ValueError) as exc:
-            self.feed_error = exc
-        finally:
-            try:
-                pipe.close()
-            except BrokenPipeError:
-                pass
-
-    def _reap(self, *, wait: bool) -> str:
-        """Close the output, let zstd exit (up to _ZSTD_GRACE when `wait`) or kill it, and reap it;
-        its stderr tail when it failed by itself, else ""."""
-        assert self.proc.stderr is not None
-        self.stdout.close()  # a zstd still writing gets EPIPE and stops
-        if wait:
-            try:
-                self.proc.wait(timeout=_ZSTD_GRACE)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-        else:
-            self.proc.kill()
-        err = self.proc.stderr.read()[-500:].decode(errors="replace").strip()
-        err = err.replace("/*stdin*\\ : ", "").replace("/*stdin*\\: ", "")  # zstd's name for its input
-        self.proc.stderr.close()
-        self.proc.wait()
-        if self.feeder is not None:
-            self.feeder.join(timeout=_ZSTD_GRACE)
-        if self.proc.returncode > 0:  # negative: a signal, ours (SIGKILL) or the EPIPE we caused (SIGPIPE)
-            return err or f"zstd exited with status {self.proc.returncode}"
-        return ""
-
-    def abort(self, *, wait: bool) -> str:
-        """Stop after an error (`wait` False: at once, for a cancellation); zstd's complaint if it had one."""
-        return self._reap(wait=wait)
-
-    def finish(self) -> None:
-        """After the whole output was read: UnpackError unless zstd and the feeder succeeded."""
-        failed = self._reap(wait=True)
-        if self.feed_error is not None:
-            raise UnpackError(self.label, f"cannot read layer: {self.feed_error}") from self.feed_error
-        if self.proc.returncode != 0:
-            why = failed or f"zstd ended by signal {-self.proc.returncode}"
-            raise UnpackError(self.label, f"corrupt zstd stream: {why}")
-
-
-def _file_fd(src: BinaryIO) -> int | None:
-    """The descriptor of a seekable file behind `src`, None for an in-memory or piped stream."""
-    try:
-        fd = src.fileno()
-        os.lseek(fd, 0, os.SEEK_CUR)
-        src.tell()
-    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both OSError and ValueError
-        return None
-    return fd
 
 
 def unpack_layer_file(path: Path, dest: Path, *, label: str | None = None, is_root: bool | None = None,

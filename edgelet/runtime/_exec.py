@@ -1,4 +1,7 @@
-"""The one place edgelet starts subprocesses: asyncio processes with timeouts and errors that carry context."""
+"""How the runtime runs runc and conmon: to completion, with a timeout, and errors that carry the command and stderr.
+
+Processes themselves are started by `edgelet.util.proc`.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ import tempfile
 from typing import Mapping, Sequence
 
 from edgelet.container.errors import ExecError, ExecTimeout
+from edgelet.util import proc as proc_
 from edgelet.container.types import Completed
 
 
@@ -37,20 +41,14 @@ async def run(
     if daemonizes:
         return await _run_daemonizing(argv, timeout=timeout, check=check, env=env, cwd=cwd, pass_fds=pass_fds)
     try:
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.PIPE if input is not None else asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env=dict(env) if env is not None else None,
-            cwd=cwd,
-            pass_fds=tuple(pass_fds),
-        )
+        proc = await proc_.spawn(argv, stdin=proc_.PIPE if input is not None else proc_.DEVNULL, env=env, cwd=cwd,
+                                 pass_fds=pass_fds)
     except OSError as exc:
         raise ExecError(argv, None, message=f"cannot start: {exc}") from exc
     try:
-        stdout, stderr = await asyncio.wait_for(proc.communicate(input), timeout)
-    except asyncio.TimeoutError as exc:
+        async with asyncio.timeout(timeout):
+            stdout, stderr = await proc.communicate(input)
+    except TimeoutError as exc:
         await _kill(proc)
         raise ExecTimeout(argv, timeout or 0.0) from exc
     except asyncio.CancelledError:
@@ -67,20 +65,13 @@ async def run(
 async def _run_daemonizing(argv, *, timeout, check, env, cwd, pass_fds) -> Completed:
     with tempfile.TemporaryFile() as out:
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=out,
-                stderr=out,
-                env=dict(env) if env is not None else None,
-                cwd=cwd,
-                pass_fds=tuple(pass_fds),
-            )
+            proc = await proc_.spawn(argv, stdout=out, stderr=out, env=env, cwd=cwd, pass_fds=pass_fds)
         except OSError as exc:
             raise ExecError(argv, None, message=f"cannot start: {exc}") from exc
         try:
-            await asyncio.wait_for(proc.wait(), timeout)
-        except asyncio.TimeoutError as exc:
+            async with asyncio.timeout(timeout):
+                await proc.wait()
+        except TimeoutError as exc:
             await _kill(proc)
             raise ExecTimeout(argv, timeout or 0.0) from exc
         except asyncio.CancelledError:

@@ -169,7 +169,7 @@ def test_token_auth_registry(tmp_path):
 def test_zstd_layers_pull_unpack_and_run(tmp_path, monkeypatch):
     import json
 
-    import edgelet.images.puller as puller_mod
+    import edgelet.images.zstd as zstd_mod
 
     reg = Registry(tmp_path / "reg")
     reg.start()
@@ -181,9 +181,9 @@ def test_zstd_layers_pull_unpack_and_run(tmp_path, monkeypatch):
                              capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
         # Without the zstd program: refused before a byte of a layer is downloaded, naming the program.
-        monkeypatch.setattr(puller_mod, "zstd_program", lambda: None)
+        monkeypatch.setattr(zstd_mod, "program", lambda: None)
         store = ImageStore(tmp_path / "store")
-        with pytest.raises(ManifestError, match=r"tar\+zstd\): zstd layer needs the zstd program \(apt install zstd\)"):
+        with pytest.raises(ManifestError, match=r"tar\+zstd\): zstd-compressed data needs the zstd program \(apt install zstd\)"):
             Puller(store).pull_sync(f"{reg.host}/test/zstd:1")
         assert store.list() == [] and list((store.root / "blobs" / "sha256").iterdir()) == []
         monkeypatch.undo()

@@ -17,7 +17,8 @@ import pytest
 import edgelet.images.unpack as unpack_mod
 from edgelet.images.errors import UnpackError
 from edgelet.images.store import ImageStore
-from edgelet.images.unpack import ZSTD_MISSING, LayerTooLarge, apply_layer, unpack_layer_file
+import edgelet.images.zstd as zstd_mod
+from edgelet.images.unpack import LayerTooLarge, apply_layer, unpack_layer_file
 from edgelet.testing.images import build_tar
 from tests.integration.registry import Layout, big_file_layer, file_layer
 
@@ -132,10 +133,10 @@ def test_size_cap_applies_to_the_decompressed_stream(tmp_path: Path) -> None:
 
 
 def test_missing_zstd_program_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(unpack_mod, "zstd_program", lambda: None)
-    with pytest.raises(UnpackError, match=r"blob-m: zstd layer needs the zstd program \(apt install zstd\)"):
+    monkeypatch.setattr(zstd_mod, "program", lambda: None)
+    with pytest.raises(UnpackError, match=r"blob-m: zstd-compressed data needs the zstd program \(apt install zstd\)"):
         apply_layer(io.BytesIO(zstd(LAYER)), tmp_path, label="blob-m")
-    assert ZSTD_MISSING in "zstd layer needs the zstd program (apt install zstd)"
+    assert zstd_mod.MISSING == "zstd-compressed data needs the zstd program (apt install zstd)"
 
 
 class _Stop(BaseException):
@@ -157,7 +158,7 @@ def test_zstd_is_killed_when_the_unpack_is_interrupted(tmp_path: Path, monkeypat
     # Incompressible and large: zstd is still writing into the full pipe when the unpack stops.
     blob = tmp_path / "blob"
     blob.write_bytes(zstd(big_file_layer("rand", 8 << 20)))
-    monkeypatch.setattr(unpack_mod.subprocess, "Popen", popen)
+    monkeypatch.setattr(subprocess, "Popen", popen)
     monkeypatch.setattr(unpack_mod._Applier, "apply", interrupt)
     with pytest.raises(_Stop):
         unpack_layer_file(blob, tmp_path)

@@ -22,9 +22,9 @@ def manifest(media_type: str) -> dict:
     ("application/vnd.oci.image.layer.nondistributable.v1.tar+zstd", True, None),
     ("application/vnd.docker.image.rootfs.diff.tar.zstd", True, None),
     ("application/vnd.oci.image.layer.v1.tar+zstd", False,
-     r"is zstd-compressed \(application/vnd.oci.image.layer.v1.tar\+zstd\): zstd layer needs the zstd program "
+     r"is zstd-compressed \(application/vnd.oci.image.layer.v1.tar\+zstd\): zstd-compressed data needs the zstd program "
      r"\(apt install zstd\)"),
-    ("application/vnd.docker.image.rootfs.diff.tar.zstd", False, "zstd layer needs the zstd program"),
+    ("application/vnd.docker.image.rootfs.diff.tar.zstd", False, "zstd-compressed data needs the zstd program"),
     ("application/vnd.oci.image.layer.v1.tar+bzip2", True, "unsupported media type"),
 ])
 def test_layer_media_types(media_type: str, zstd: bool, error: str | None) -> None:
