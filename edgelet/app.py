@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, TextIO
 from edgelet.util.clock import RealClock
 from edgelet.util.log import configure, get_logger
 from edgelet.util.memory import limit_arenas, trim, trim_periodically
+from edgelet.util.table import format_table
 from edgelet.errors import EdgeletError
 
 if TYPE_CHECKING:
@@ -56,8 +57,9 @@ class Agent:
         for d in (paths.root_dir, paths.run_dir):
             ensure_dir(d, tighten_from=d)
         ensure_dir(paths.log_dir, LOG_DIR_MODE)
-        self.images = ImageStore(paths.root_dir / "images")
-        self.import_dir = ImportDir(settings.import_dir, self.images, paths.root_dir / "images" / "imported.json")
+        self.images = ImageStore(settings.images_dir)
+        self.import_dir = ImportDir(settings.import_dir, self.images, settings.images_dir / "imported.json",
+                                   clock=self.clock)
         pause = None
         if settings.pod_infra_container_image:
             pause = self.images.get(settings.pod_infra_container_image)
@@ -90,7 +92,8 @@ class Agent:
         from edgelet.images.puller import Puller
 
         self.puller = Puller(self.images, registries=dict(settings.registries),
-                             credentials=load_credentials(credential_paths(settings.image_credential_file)))
+                             credentials=load_credentials(credential_paths(settings.image_credential_file)),
+                             clock=self.clock)
         self.image_manager = ImageManager(self.images, self.puller, events=self.events, backoff=self.backoff,
                                           clock=self.clock)
         from edgelet.images.gc import ImageGC
@@ -104,7 +107,7 @@ class Agent:
                              publish=self.publisher.update if self.metrics is None
                              else self.metrics.observing_publish(self.publisher), events=self.events,
                              probes=self.probes)
-        self.workers = PodWorkers(self.syncer)
+        self.workers = PodWorkers(self.syncer, clock=self.clock)
         self.loop = SyncLoop(
             workers=self.workers,
             publisher=self.publisher,
@@ -272,7 +275,7 @@ class Agent:
             await self.workers.wait_idle()
             # kubelet runOnce judges a pod only after a retry delay following its sync, so a
             # container that exits at once is seen exited, not "running" for a moment.
-            await asyncio.sleep(min(delay, max(0.0, deadline - self.clock.monotonic())))
+            await self.clock.sleep(min(delay, max(0.0, deadline - self.clock.monotonic())))
             for pod in self.loop.desired().values():
                 self.workers.sync(pod)
             await self.workers.wait_idle()
@@ -371,9 +374,7 @@ def print_runonce_summary(publisher, config, out: TextIO) -> None:
     for e in sorted(publisher.entries(), key=lambda e: (e.row.namespace, e.row.name)):
         r = e.row
         rows.append((r.namespace, r.name, r.ready, r.status, str(r.restarts), r.message[:80]))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip(), file=out)
+    print(format_table(rows), file=out)
     problems = list(config.rejected) + [e for errs in config.errors.values() for e in errs]
     for p in problems:
         print(f"rejected: {getattr(p, 'origin', '')}: {p.message}", file=out)

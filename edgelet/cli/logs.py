@@ -7,6 +7,7 @@ out when the pod has only one.
 
 from __future__ import annotations
 
+import argparse
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,14 +15,14 @@ from typing import TYPE_CHECKING, Sequence, TextIO
 from urllib.parse import quote, urlencode
 
 from edgelet import logs
+from edgelet.cli.common import EXIT_OK, CommandError
 
 if TYPE_CHECKING:
     from edgelet.settings import Settings
 
-EXIT_OK = 0
 
 
-class LogCommandError(Exception):
+class LogCommandError(CommandError):
     """The pod or container cannot be told, or has no log; the message says why."""
 
 
@@ -158,3 +159,9 @@ def _print_from_files(settings: "Settings", req: LogRequest, out: TextIO) -> int
                 continue
             complete, rest = logs.split_complete(rest + chunk)
             _write(out, logs.decode_cri(complete, timestamps=req.timestamps))
+
+
+def cmd_logs(settings: "Settings", args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    request = LogRequest(namespace=args.namespace, pod=args.pod, container=args.container, follow=args.follow,
+                         tail=args.tail, previous=args.previous, timestamps=args.timestamps)
+    return print_logs(settings, request, out, err)

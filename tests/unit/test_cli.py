@@ -15,6 +15,10 @@ import msgspec
 import pytest
 
 from edgelet import cli
+from edgelet.cli import common
+from edgelet.cli import images as cli_images
+from edgelet.cli.images import images_table
+from edgelet.util.clock import FakeClock
 from edgelet.images.errors import ArchiveError
 from edgelet.images.types import ImageConfig, ImageRecord
 from edgelet.settings import Settings
@@ -55,13 +59,13 @@ def agent_calls(monkeypatch: pytest.MonkeyPatch) -> list[Settings]:
      (3600, "1h"), (7300, "2h"), (86399, "23h"), (86400, "1d"), (5 * 86400 + 5, "5d"), (400 * 86400, "1y")],
 )
 def test_format_age(seconds: float, text: str) -> None:
-    assert cli.format_age(seconds) == text
+    assert common.format_age(seconds) == text
 
 
 @pytest.mark.parametrize("size, text", [(0, "0B"), (999, "999B"), (4_260_000, "4.26MB"), (1_500, "1.5kB"),
                                         (2_000_000_000, "2GB")])
 def test_format_size(size: int, text: str) -> None:
-    assert cli.format_size(size) == text
+    assert common.format_size(size) == text
 
 
 # --- the agent command --------------------------------------------------------
@@ -213,7 +217,7 @@ def test_pods_without_snapshot(tmp_path: Path) -> None:
 
 def test_pods_table_when_agent_runs(tmp_path: Path, live_agent_pid: int, monkeypatch: pytest.MonkeyPatch) -> None:
     write_snapshot(tmp_path, pid=live_agent_pid)
-    monkeypatch.setattr(cli.time, "time", lambda: NOW + 15)
+    monkeypatch.setattr(common, "clock", FakeClock(NOW + 15))
     rc, out, err = run("pods", "--config", "/dev/null", "--root-dir", str(tmp_path))
     assert rc == 0 and err == ""
     lines = out.splitlines()
@@ -232,7 +236,7 @@ def test_pods_says_when_agent_is_not_running(tmp_path: Path, dead_pid: int) -> N
     write_snapshot(tmp_path, pid=dead_pid, rejected=False)
     rc, out, err = run("--root-dir", str(tmp_path), "pods", "--config", "/dev/null")
     assert rc == 0
-    assert "edgelet is not running" in err and f"pid {dead_pid}" in err and cli.format_time(NOW) in err
+    assert "edgelet is not running" in err and f"pid {dead_pid}" in err and common.format_time(NOW) in err
     assert "a-node1" in out and "Rejected" not in out
 
 
@@ -264,15 +268,15 @@ def test_pods_with_corrupt_snapshot(tmp_path: Path) -> None:
 
 
 def test_is_agent_alive(dead_pid: int, live_agent_pid: int) -> None:
-    assert cli.is_agent_alive(live_agent_pid)
-    assert not cli.is_agent_alive(dead_pid)
-    assert not cli.is_agent_alive(0)
+    assert common.is_agent_alive(live_agent_pid)
+    assert not common.is_agent_alive(dead_pid)
+    assert not common.is_agent_alive(0)
 
 
 def test_a_reused_pid_of_another_program_is_not_the_agent() -> None:
     proc = subprocess.Popen(["sleep", "30"])
     try:
-        assert not cli.is_agent_alive(proc.pid)
+        assert not common.is_agent_alive(proc.pid)
     finally:
         proc.kill()
         proc.wait()
@@ -312,7 +316,7 @@ def store(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakeStore:
         seen_roots.append(settings.root_dir)
         return fake
 
-    monkeypatch.setattr(cli, "_image_store", make)
+    monkeypatch.setattr(cli_images, "image_store", make)
     (tmp_path / "images").mkdir()
     return fake
 
@@ -330,7 +334,7 @@ def test_images_list(tmp_path: Path, store: FakeStore) -> None:
 @pytest.mark.parametrize("last_used, want", [(0.0, "never"), (999_940.0, "1m ago"), (1e6, "0s ago"),
                                              (1e6 - 3 * 86400, "3d ago")])
 def test_images_table_last_used(last_used: float, want: str) -> None:
-    table = cli.images_table([record("a/b:1", 1, 10, last_used=last_used)], now=1e6)
+    table = images_table([record("a/b:1", 1, 10, last_used=last_used)], now=1e6)
     assert table.splitlines()[1].endswith(want)
 
 

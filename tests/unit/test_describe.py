@@ -10,6 +10,7 @@ import msgspec
 import pytest
 import yaml
 
+from edgelet.cli import common
 from edgelet import cli
 from edgelet.api.static import make_static_pod
 from edgelet.api.types import Pod
@@ -186,7 +187,7 @@ def run(tmp_path: Path, *argv: str) -> tuple[int, str, str]:
 
 @pytest.fixture(autouse=True)
 def _no_agent(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cli, "_from_agent", lambda settings, path: None)
+    monkeypatch.setattr(common, "from_agent", lambda settings, path: None)
 
 
 def test_pods_yaml_is_a_v1_list_of_full_pods(tmp_path: Path) -> None:

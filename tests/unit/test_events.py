@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgelet.api.types import ObjectMeta, Pod
-from edgelet.cli import events_table, main
+from edgelet.cli import main
+from edgelet.cli.events import events_table
 from edgelet.events import EventRecorder, InvolvedObject, events_path, pod_ref, read_events
 from edgelet.util.clock import FakeClock
 
