@@ -140,7 +140,7 @@ class EventRecorder:
         """Write the events file at most every `interval` while events arrive."""
         from edgelet.state import flush_when_changed
 
-        await flush_when_changed(self._dirty, self.flush, self._interval)
+        await flush_when_changed(self._dirty, self.flush, self._interval, self._clock)
 
 
 def read_events(path: Path) -> EventsSnapshot | None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import AsyncIterator, Callable, Iterable
 from edgelet.errors import EdgeletError
+from edgelet.util.clock import REAL_CLOCK, Clock
 
 LOG_DIR_MODE = 0o750  # root and the adm-like group may read logs; no one else (they carry what apps print)
 FOLLOW_POLL = 0.2  # seconds between looks at a followed file (cheaper than an inotify watch per request)
@@ -151,6 +152,7 @@ async def follow_log(
     *,
     timestamps: bool = False,
     poll: float = FOLLOW_POLL,
+    clock: "Clock | None" = None,
 ) -> AsyncIterator[bytes]:
     """Decoded content appended to `path` after `offset`, until `should_stop()` once the file is drained.
 
@@ -169,4 +171,4 @@ async def follow_log(
                 continue
             if should_stop():
                 return
-            await asyncio.sleep(poll)
+            await (clock or REAL_CLOCK).sleep(poll)

@@ -382,8 +382,13 @@ class Settings:
         return (self.hostname_override or socket.gethostname()).strip().lower()
 
     @property
+    def images_dir(self) -> Path:
+        """The image store: blobs, unpacked layers, index."""
+        return self.root_dir / "images"
+
+    @property
     def import_dir(self) -> Path:
-        return self.image_import_dir if self.image_import_dir is not None else self.root_dir / "images" / "import"
+        return self.image_import_dir if self.image_import_dir is not None else self.images_dir / "import"
 
     def runtime_paths(self) -> "RuntimePaths":
         from edgelet.runtime.layout import RuntimePaths

@@ -14,6 +14,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from edgelet.util.clock import Clock
+
 
 PRIVATE_DIR = 0o700
 PRIVATE_FILE = 0o600
@@ -74,7 +76,8 @@ def write_atomic(path: Path, data: bytes, mode: int = PRIVATE_FILE) -> None:
         os.close(dir_fd)
 
 
-async def flush_when_changed(changed: asyncio.Event, flush: Callable[[], None], interval: float) -> None:
+async def flush_when_changed(changed: asyncio.Event, flush: Callable[[], None], interval: float,
+                             clock: "Clock") -> None:
     """Run `flush` in a thread whenever `changed` is set, at most once every `interval` seconds.
 
     A burst of changes (twenty pods starting) becomes a few writes, not one
@@ -84,4 +87,4 @@ async def flush_when_changed(changed: asyncio.Event, flush: Callable[[], None], 
         await changed.wait()
         changed.clear()
         await asyncio.to_thread(flush)
-        await asyncio.sleep(interval)
+        await clock.sleep(interval)

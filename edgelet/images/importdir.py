@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from edgelet.state import write_atomic
+from edgelet.util.clock import REAL_CLOCK, Clock
 from edgelet.util.log import get_logger
 
 if TYPE_CHECKING:
@@ -53,7 +54,8 @@ class ImportDir:
     """Imports each archive once per content (size + mtime, then digest); a failed one is retried only when
     it changes."""
 
-    def __init__(self, directory: Path, store: "ImageStore", cache_file: Path) -> None:
+    def __init__(self, directory: Path, store: "ImageStore", cache_file: Path, clock: Clock = REAL_CLOCK) -> None:
+        self._clock = clock
         self._dir = directory
         self._store = store
         self._cache_file = cache_file
@@ -116,7 +118,7 @@ class ImportDir:
             while True:
                 await kick.wait()
                 kick.clear()
-                await asyncio.sleep(SETTLE)
+                await self._clock.sleep(SETTLE)
                 if kick.is_set():
                     continue  # still changing: wait until it settles
                 if await asyncio.to_thread(self.scan):

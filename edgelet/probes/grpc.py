@@ -178,7 +178,8 @@ async def grpc_probe(action: "GRPCAction", target: ProbeTarget, timeout: float) 
                 pass
 
     try:
-        status = await asyncio.wait_for(call(), timeout)
+        async with asyncio.timeout(timeout):
+            status = await call()
     except netns.NetnsError as exc:
         return Outcome(Result.UNKNOWN, str(exc), error=True)
     except (asyncio.TimeoutError, TimeoutError):

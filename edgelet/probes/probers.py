@@ -241,7 +241,8 @@ async def send(req: HttpRequest, target: ProbeTarget, timeout: float | None) -> 
 
     if timeout is None:
         return await exchange()
-    return await asyncio.wait_for(exchange(), timeout)
+    async with asyncio.timeout(timeout):  # not wait_for: on 3.11 it can swallow a cancellation
+        return await exchange()
 
 
 async def http_get(action: "HTTPGetAction", target: ProbeTarget, timeout: float | None) -> HttpResponse:
@@ -315,7 +316,8 @@ async def http_probe(action: "HTTPGetAction", target: ProbeTarget, timeout: floa
             current, followed = nxt, followed + 1
 
     try:
-        response = await asyncio.wait_for(chain(), timeout)
+        async with asyncio.timeout(timeout):
+            response = await chain()
     except netns.NetnsError as exc:
         return Outcome(Result.UNKNOWN, str(exc), error=True)
     except ProbeError as exc:

@@ -134,7 +134,8 @@ async def create(a: ConmonArgs, *, timeout: float = 30) -> int:
             await _exec.run(argv, timeout=timeout, env=env, cwd=a.bundle, pass_fds=(w,), daemonizes=True)
         finally:
             os.close(w)
-        line = await asyncio.wait_for(_read_line(r), timeout)
+        async with asyncio.timeout(timeout):
+            line = await _read_line(r)
     except ExecError as exc:
         raise CreateContainerError(f"conmon for {a.name} ({a.container_id[:12]}) failed: {exc}") from exc
     except asyncio.TimeoutError as exc:

@@ -159,7 +159,7 @@ class RuncRuntime:
         # Private: bundles and checkpoints hold pod specs with their env values.
         for d in (self.paths.root_dir, self.paths.run_dir):
             ensure_dir(d, tighten_from=d)
-        for d in (self.paths.runc_root, self.paths.exit_dir, self.paths.socket_dir, self.paths.root_dir / "pods"):
+        for d in (self.paths.runc_root, self.paths.exit_dir, self.paths.socket_dir, self.paths.pods_dir):
             ensure_dir(d, tighten_from=d)
 
     # ------------------------------------------------------------ observation
@@ -186,7 +186,7 @@ class RuncRuntime:
             if bundle is not None:
                 self._bundles[cid] = bundle
             observed.append(self._observe_bundle(cid, ann, entry, bundle))
-        pods_dir = self.paths.root_dir / "pods"
+        pods_dir = self.paths.pods_dir
         uid_dirs = [pods_dir / uid] if uid is not None else (sorted(pods_dir.iterdir()) if pods_dir.is_dir() else [])
         for uid_dir in uid_dirs:
             try:

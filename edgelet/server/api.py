@@ -65,6 +65,10 @@ class Api:
         self._s = sources
         self._poll = follow_poll
 
+    @property
+    def clock(self) -> "Clock":
+        return self._s.clock
+
     async def handle_public(self, request: Request) -> Response:
         route = match_route(request.method, request.target)
         if route.endpoint not in PUBLIC_ENDPOINTS:
@@ -154,7 +158,7 @@ class Api:
             return self._instance_finished(uid, container, attempt, container_dir)
 
         return Response(200, _prepend(data, logs.follow_log(path, offset, finished, timestamps=opts.timestamps,
-                                                            poll=self._poll)))
+                                                            poll=self._poll, clock=self._s.clock)))
 
 
 def is_instance_finished(cs: "ContainerStatus", attempt: int) -> bool:
@@ -229,7 +233,7 @@ class ApiServer:
                 self.healthz_port = await self._server.listen_tcp(self._address, self._port, self._api.handle_public)
             except ServerError as exc:
                 log.error("Failed to start the healthz server; retrying", exc, retry_in=TCP_RETRY)
-                await asyncio.sleep(TCP_RETRY)
+                await self._api.clock.sleep(TCP_RETRY)
                 continue
             log.info("Healthz listening", address=self._address, port=self.healthz_port)
             return

@@ -174,4 +174,4 @@ class StatusPublisher:
 
     async def run(self) -> None:
         """Write the checkpoint at most every `interval` while statuses change."""
-        await flush_when_changed(self._dirty, self.flush, self._interval)
+        await flush_when_changed(self._dirty, self.flush, self._interval, self._clock)

@@ -13,10 +13,13 @@ import asyncio
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
 
+from edgelet.util.clock import REAL_CLOCK, Clock
 from edgelet.util.log import get_logger
 
 if TYPE_CHECKING:
     from edgelet.api.types import Pod
+
+TERMINATE_RETRY = 2.0  # seconds between attempts to stop a pod that failed to stop
 
 log = get_logger(__name__)
 
@@ -54,7 +57,8 @@ class _Worker:
 class PodWorkers:
     """Dispatches pod work; `on_result(uid, result)` tells the loop when to requeue."""
 
-    def __init__(self, syncer: PodSyncer, on_result=None, on_terminated=None) -> None:
+    def __init__(self, syncer: PodSyncer, on_result=None, on_terminated=None, clock: Clock = REAL_CLOCK) -> None:
+        self._clock = clock
         self._syncer = syncer
         self._workers: dict[str, _Worker] = {}
         self._on_result = on_result or (lambda uid, result: None)
@@ -128,7 +132,7 @@ class PodWorkers:
                 raise
             except Exception as exc:
                 log.error("Error terminating pod, will retry", exc, pod=_name(pod), uid=uid)
-                await asyncio.sleep(2.0)
+                await self._clock.sleep(TERMINATE_RETRY)
         self._workers.pop(uid, None)
         name = self._names.pop(uid, None)
         self._on_terminated(uid)

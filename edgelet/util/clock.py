@@ -32,6 +32,10 @@ class RealClock:
         await asyncio.sleep(seconds)
 
 
+# The default of components that take a clock; wiring passes one explicitly.
+REAL_CLOCK = RealClock()
+
+
 class FakeClock:
     """A clock that moves only when told; `sleep` advances it at once."""
 
