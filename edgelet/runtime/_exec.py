@@ -8,11 +8,20 @@ from __future__ import annotations
 import asyncio
 import os
 import tempfile
-from typing import Mapping, Sequence
+from typing import Mapping, Protocol, Sequence
 
 from edgelet.container.errors import ExecError, ExecTimeout
 from edgelet.util import proc as proc_
 from edgelet.container.types import Completed
+
+
+class Runner(Protocol):
+    """The signature of `run`: what the runtime calls to run runc and conmon, so unit tests can script them."""
+
+    async def __call__(self, argv: Sequence[str], *, timeout: float | None = 30, input: bytes | None = None,
+                       check: bool = True, env: Mapping[str, str] | None = None,
+                       cwd: str | os.PathLike[str] | None = None, pass_fds: Sequence[int] = (),
+                       daemonizes: bool = False) -> Completed: ...
 
 
 async def run(

@@ -120,7 +120,7 @@ def kill_conmon(bundle: Path) -> None:
                 pass
 
 
-async def create(a: ConmonArgs, *, timeout: float = 30) -> int:
+async def create(a: ConmonArgs, *, timeout: float = 30, runner: _exec.Runner = _exec.run) -> int:
     """Start conmon, which runs `runc create`; returns the container's pid once runc created it.
 
     On failure raises CreateContainerError with runc's stderr; the caller undoes the rest.
@@ -131,7 +131,7 @@ async def create(a: ConmonArgs, *, timeout: float = 30) -> int:
     try:
         try:
             # The first conmon exits at once after forking the monitor.
-            await _exec.run(argv, timeout=timeout, env=env, cwd=a.bundle, pass_fds=(w,), daemonizes=True)
+            await runner(argv, timeout=timeout, env=env, cwd=a.bundle, pass_fds=(w,), daemonizes=True)
         finally:
             os.close(w)
         async with asyncio.timeout(timeout):

@@ -17,9 +17,10 @@ def _is_not_found(exc: ExecError) -> bool:
 
 
 class Runc:
-    """`runc --root ROOT ...`; every call goes through `_exec.run`."""
+    """`runc --root ROOT ...`; every call goes through the runner (`_exec.run` unless a test scripts it)."""
 
-    def __init__(self, binary: str, root: Path, *, timeout: float = 30) -> None:
+    def __init__(self, binary: str, root: Path, *, timeout: float = 30, runner: _exec.Runner = _exec.run) -> None:
+        self._exec = runner
         self.binary = binary
         self.root = Path(root)
         self.timeout = timeout
@@ -28,10 +29,10 @@ class Runc:
         return [self.binary, "--root", str(self.root), *args]
 
     async def _run(self, *args: str, timeout: float | None = None, check: bool = True) -> _exec.Completed:
-        return await _exec.run(self.argv(*args), timeout=timeout or self.timeout, check=check)
+        return await self._exec(self.argv(*args), timeout=timeout or self.timeout, check=check)
 
     async def version(self) -> str:
-        out = await _exec.run([self.binary, "--version"], timeout=self.timeout)
+        out = await self._exec([self.binary, "--version"], timeout=self.timeout)
         return out.stdout.decode().splitlines()[0].split()[-1] if out.stdout else ""
 
     async def state(self, container_id: str) -> dict[str, Any] | None:
@@ -75,4 +76,4 @@ class Runc:
 
     async def exec(self, container_id: str, argv: Sequence[str], timeout: float | None = None) -> _exec.Completed:
         """Run `argv` in the container (for exec probes); never raises on a non-zero exit."""
-        return await _exec.run(self.argv("exec", container_id, *argv), timeout=timeout, check=False)
+        return await self._exec(self.argv("exec", container_id, *argv), timeout=timeout, check=False)

@@ -131,7 +131,10 @@ class RuncRuntime:
         clock: Clock | None = None,
         node_hostname: str | None = None,
         host_facts: HostFacts | None = None,
+        runner: _exec.Runner = _exec.run,
     ) -> None:
+        # Every runc and conmon invocation goes through `runner`: unit tests script it.
+        self._exec = runner
         self.paths = paths
         # conmon execs the runtime by path, without a PATH search.
         self.runtime_path = shutil.which(runtime_bin) or runtime_bin
@@ -140,7 +143,7 @@ class RuncRuntime:
         self.pause_image = pause_image
         self.clock: Clock = clock or RealClock()
         self.node_hostname = node_hostname or socket.gethostname()
-        self.runc = Runc(self.runtime_path, paths.runc_root)
+        self.runc = Runc(self.runtime_path, paths.runc_root, runner=runner)
         self.host = host_facts or probe_host_facts()
         self._pause: PauseSpec | None = None
         self._bundles: dict[str, Path] = {}  # container id -> bundle dir, refreshed by every observation
@@ -305,7 +308,7 @@ class RuncRuntime:
             config = ocispec.build_sandbox_spec(pod, ctx)
             await asyncio.to_thread(bl.write_file, bundle / bl.CONFIG, json.dumps(config, indent=1))
             pid = await conmon.create(self._conmon_args(sid, f"k8s_POD_{pod.metadata.name}_{pod.metadata.namespace}_{uid}_{attempt}",
-                                                        bundle, log_path))
+                                                        bundle, log_path), runner=self._exec)
             await self.runc.start(sid)
             await asyncio.to_thread(bl.write_file, bundle / bl.STARTED_FILE, repr(self.clock.now()))
             done = True
@@ -406,7 +409,7 @@ class RuncRuntime:
             config = ocispec.build_container_spec(pod, container, image.config, ctx)
             await asyncio.to_thread(bl.write_file, bundle / bl.CONFIG, json.dumps(config, indent=1))
             await conmon.create(self._conmon_args(cid, f"k8s_{container.name}_{pod_name}_{ns}_{uid}_{attempt}",
-                                                  bundle, log_path))
+                                                  bundle, log_path), runner=self._exec)
             done = True
         except ocispec.SpecError as exc:
             # The pod asks for what cannot be expressed: kubelet's CreateContainerConfigError, message unchanged.
@@ -483,7 +486,7 @@ class RuncRuntime:
         pid_file = exec_dir / f"{container_id[:12]}-{secrets.token_hex(6)}.pid"
         cmd = self.runc.argv("exec", "--pid-file", str(pid_file), container_id, *argv)
         try:
-            return await _exec.run(cmd, timeout=timeout, check=False)
+            return await self._exec(cmd, timeout=timeout, check=False)
         except (ExecTimeout, asyncio.CancelledError):
             _kill_pid_file(pid_file)
             raise

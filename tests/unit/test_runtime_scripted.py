@@ -1,0 +1,161 @@
+"""RuncRuntime against a scripted runc: what it asks runc to do, and what it makes of runc's answers.
+
+The real runc and conmon are exercised by tests/integration/test_runtime_runc.py;
+these pin the decisions around the calls (stop escalation, kill --all, the
+exec pid file, list parsing) without root and without a container.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import pytest
+
+from edgelet.container.errors import ExecError, ExecTimeout, StartContainerError
+from edgelet.container.types import Completed
+from edgelet.runtime.host import HostFacts
+from edgelet.runtime.layout import ANN_CONTAINER_NAME, ANN_KIND, ANN_POD_NAME, ANN_POD_NAMESPACE, ANN_POD_UID, \
+    KIND_CONTAINER, KIND_SANDBOX, RuntimePaths
+from edgelet.runtime.runc_runtime import RuncRuntime
+from edgelet.util.clock import FakeClock
+
+Reply = Callable[[tuple[str, ...]], Completed]
+
+
+@dataclass
+class ScriptedRunc:
+    """Answers runc subcommands from a table; records every call."""
+
+    replies: dict[str, Reply | Completed | Exception] = field(default_factory=dict)
+    calls: list[tuple[str, ...]] = field(default_factory=list)
+
+    async def __call__(self, argv: Sequence[str], *, timeout: float | None = 30, input: bytes | None = None,
+                       check: bool = True, env: Mapping[str, str] | None = None, cwd: Any = None,
+                       pass_fds: Sequence[int] = (), daemonizes: bool = False) -> Completed:
+        args = tuple(str(a) for a in argv)
+        self.calls.append(args)
+        sub = _subcommand(args)
+        reply = self.replies.get(sub, Completed(args, 0, b"", b""))
+        if isinstance(reply, Exception):
+            raise reply
+        done = reply(args) if callable(reply) else reply
+        if check and done.returncode != 0:
+            raise ExecError(args, done.returncode, done.stderr)
+        return done
+
+    def subcommands(self) -> list[str]:
+        return [_subcommand(c) for c in self.calls]
+
+
+def _subcommand(args: tuple[str, ...]) -> str:
+    rest = list(args[1:])
+    if rest[:1] == ["--root"]:
+        rest = rest[2:]
+    return rest[0] if rest else ""
+
+
+def _runtime(tmp_path: Path, runner: ScriptedRunc, clock: FakeClock | None = None) -> RuncRuntime:
+    paths = RuntimePaths(root_dir=tmp_path / "root", run_dir=tmp_path / "run", log_dir=tmp_path / "log",
+                         cgroup_root="/edgelet-test")
+    return RuncRuntime(paths, runtime_bin="/usr/sbin/runc", conmon_bin="/usr/bin/conmon", clock=clock or FakeClock(),
+                       host_facts=HostFacts(), runner=runner)
+
+
+def _entry(cid: str, status: str, **ann: str) -> dict[str, Any]:
+    return {"id": cid, "status": status, "pid": 0 if status == "stopped" else 4242, "bundle": "",
+            "created": "2026-11-24T10:00:00.000000000Z", "annotations": ann}
+
+
+def _listing(*entries: dict[str, Any]) -> Completed:
+    return Completed(("runc", "list"), 0, json.dumps(list(entries)).encode(), b"")
+
+
+def test_list_pods_groups_runcs_containers_by_pod_and_ignores_strangers(tmp_path: Path) -> None:
+    pod = {ANN_POD_UID: "u1", ANN_POD_NAME: "web", ANN_POD_NAMESPACE: "default"}
+    runner = ScriptedRunc({"list": _listing(
+        _entry("sb1", "running", **{ANN_KIND: KIND_SANDBOX}, **pod),
+        _entry("c1", "running", **{ANN_KIND: KIND_CONTAINER, ANN_CONTAINER_NAME: "app"}, **pod),
+        _entry("other", "running", foo="bar"),  # not edgelet's: no kind annotation
+    )})
+    rt = _runtime(tmp_path, runner)
+    pods = asyncio.run(rt.list_pods())
+    assert list(pods) == ["u1"]
+    st = pods["u1"]
+    assert (st.name, st.namespace) == ("web", "default")
+    assert [s.id for s in st.sandboxes] == ["sb1"] and st.sandboxes[0].state == "running"
+    assert [(c.id, c.name, c.state) for c in st.containers] == [("c1", "app", "running")]
+    assert runner.calls[0][1:] == ("--root", str(tmp_path / "run" / "runc"), "list", "--format", "json")
+
+
+def test_a_stopped_container_without_an_exit_file_is_an_unknown_exit(tmp_path: Path) -> None:
+    runner = ScriptedRunc({"list": _listing(_entry("c1", "stopped", **{
+        ANN_KIND: KIND_CONTAINER, ANN_POD_UID: "u1", ANN_CONTAINER_NAME: "app"}))})
+    (c,) = asyncio.run(_runtime(tmp_path, runner).list_pods())["u1"].containers
+    assert (c.state, c.exit_code, c.reason) == ("exited", 255, "ContainerStatusUnknown")
+
+
+def test_the_exit_file_gives_the_exit_code(tmp_path: Path) -> None:
+    runner = ScriptedRunc({"list": _listing(_entry("c1", "stopped", **{
+        ANN_KIND: KIND_CONTAINER, ANN_POD_UID: "u1", ANN_CONTAINER_NAME: "app"}))})
+    rt = _runtime(tmp_path, runner)
+    (rt.paths.exit_dir / "c1").write_text("3")
+    (c,) = asyncio.run(rt.list_pods())["u1"].containers
+    assert (c.state, c.exit_code, c.reason) == ("exited", 3, "Error")
+
+
+def test_stop_sends_the_signal_then_kills_every_process_when_the_grace_period_is_spent(tmp_path: Path) -> None:
+    exited = False
+
+    def state(args: tuple[str, ...]) -> Completed:
+        return Completed(args, 0, json.dumps({"status": "stopped" if exited else "running"}).encode(), b"")
+
+    def kill(args: tuple[str, ...]) -> Completed:
+        nonlocal exited
+        if "SIGKILL" in args:
+            exited = True
+        return Completed(args, 0, b"", b"")
+
+    runner = ScriptedRunc({"list": _listing(), "state": state, "kill": kill})
+    asyncio.run(_runtime(tmp_path, runner).stop_container("c1", grace=5, signal="SIGQUIT"))
+    kills = [c[3:] for c in runner.calls if _subcommand(c) == "kill"]
+    # The container's own stop signal first; after the grace period SIGKILL to every process of its cgroup.
+    assert kills == [("kill", "c1", "SIGQUIT"), ("kill", "--all", "c1", "SIGKILL")]
+
+
+def test_stop_of_a_container_that_already_exited_sends_nothing(tmp_path: Path) -> None:
+    runner = ScriptedRunc({"list": _listing()})
+    rt = _runtime(tmp_path, runner)
+    (rt.paths.exit_dir / "c1").write_text("0")
+    asyncio.run(rt.stop_container("c1", grace=30))
+    assert "kill" not in runner.subcommands()
+
+
+def test_a_container_runc_cannot_find_fails_to_start_with_its_id(tmp_path: Path) -> None:
+    runner = ScriptedRunc({"list": _listing(), "start": Completed(("runc",), 1, b"", b"container does not exist")})
+    with pytest.raises(StartContainerError, match="container c1"):
+        asyncio.run(_runtime(tmp_path, runner).start_container("c1"))
+
+
+def test_exec_sync_kills_the_command_through_its_pid_file_on_a_timeout(tmp_path: Path) -> None:
+    def timeout(args: tuple[str, ...]) -> Completed:
+        pid_file = Path(args[args.index("--pid-file") + 1])
+        pid_file.write_text("999999999")  # no such process: the kill is attempted and harmless
+        raise ExecTimeout(args, 1.0)
+
+    runner = ScriptedRunc({"exec": timeout})
+    rt = _runtime(tmp_path, runner)
+    with pytest.raises(ExecTimeout):
+        asyncio.run(rt.exec_sync("c1", ["sleep", "100"], timeout=1.0))
+    (call,) = runner.calls
+    assert call[-3:] == ("c1", "sleep", "100")
+    assert list((rt.paths.run_dir / "exec").iterdir()) == []  # the pid file is gone
+
+
+def test_exec_sync_passes_the_exit_code_through(tmp_path: Path) -> None:
+    runner = ScriptedRunc({"exec": lambda args: Completed(args, 7, b"out", b"err")})
+    done = asyncio.run(_runtime(tmp_path, runner).exec_sync("c1", ["false"], timeout=None))
+    assert (done.returncode, done.stdout, done.stderr) == (7, b"out", b"err")
