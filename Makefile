@@ -11,7 +11,7 @@ SAMPLE_IMAGE := build/images/busybox-1.36.oci.tar
 # Its own cgroup parent, so the demo never mixes with a kubelet's /kubepods.
 DEMO_CGROUP := /edgelet-demo
 
-.PHONY: all deps venv run test test-fast images bench clean-run kube-apiserver
+.PHONY: all deps venv run test test-fast lint images bench clean-run kube-apiserver
 
 all: test
 
@@ -65,9 +65,14 @@ kube-apiserver: .make/apt.stamp
 
 # The whole suite, then the frozen one-dir build (what the .deb ships) with the
 # smoke tests run against it instead of the venv.
-test: $(VENV)/.installed kube-apiserver
+test: $(VENV)/.installed kube-apiserver lint
 	EDGELET_KUBE_BIN=$$(tools/kube-apiserver.sh) $(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory test-binary
+
+# The gates: the layers of docs/architecture.md (import-linter) and the types (mypy).
+lint: $(VENV)/.installed
+	$(VENV)/bin/lint-imports --no-cache
+	$(VENV)/bin/mypy
 
 # Pure and loopback tests only, no root needed.
 test-fast: $(VENV)/.installed

@@ -37,7 +37,8 @@ _Loader.yaml_implicit_resolvers = {
     first: [(tag, regexp) for tag, regexp in resolvers if tag not in (_TIMESTAMP_TAG, _VALUE_TAG)]
     for first, resolvers in yaml.CSafeLoader.yaml_implicit_resolvers.items()
 }
-_Loader.add_constructor(_TIMESTAMP_TAG, yaml.constructor.SafeConstructor.construct_yaml_str)
+# The stub ties the constructor's type to the loader class; SafeConstructor's method fits every safe loader.
+_Loader.add_constructor(_TIMESTAMP_TAG, yaml.constructor.SafeConstructor.construct_yaml_str)  # type: ignore[type-var]
 
 
 def parse_manifests(data: bytes, origin: str) -> list[Pod]:

@@ -72,8 +72,8 @@ def qos_class(pod: "Pod") -> QOSClass:
     if not requests and not limits:
         return "BestEffort"
     if guaranteed:
-        for name, req in requests.items():
-            if limits.get(name) != req:
+        for name, requested in requests.items():
+            if limits.get(name) != requested:
                 guaranteed = False
                 break
     if guaranteed and len(requests) == len(limits):

@@ -42,6 +42,11 @@ def watch_directory(directory: Path, wake: asyncio.Event) -> Any:
 STOP_WAIT = 2.0  # seconds a stop may take before the caller goes on without it
 
 
+def _resolve(done: "asyncio.Future[None]") -> None:
+    if not done.done():
+        done.set_result(None)
+
+
 async def stop_watching(observer: Any) -> None:
     """Stop an observer without ever blocking the event loop or the interpreter's exit.
 
@@ -61,7 +66,7 @@ async def stop_watching(observer: Any) -> None:
             observer.join(STOP_WAIT)
         finally:
             try:
-                loop.call_soon_threadsafe(lambda: done.done() or done.set_result(None))
+                loop.call_soon_threadsafe(_resolve, done)
             except RuntimeError:
                 pass  # the loop is gone: nobody waits any more
 
