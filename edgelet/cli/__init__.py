@@ -30,8 +30,10 @@ SUBCOMMAND_KEYS = ("root_dir", "run_dir", "log_dir")
 def _add_setting(parser: argparse.ArgumentParser, key: str) -> None:
     spec = KEYS[key]
     if spec.is_bool:
-        parser.add_argument(*spec.flags, dest=key, action="store_const", const="true", default=argparse.SUPPRESS,
-                            help=spec.help)
+        # `--flag` or `--flag=false`, as kubelet's boolean flags: a default of true can be turned off.
+        shown = " (default: true)" if spec.default is True else ""
+        parser.add_argument(*spec.flags, dest=key, nargs="?", const="true", choices=("true", "false"),
+                            default=argparse.SUPPRESS, metavar="true|false", help=spec.help + shown)
     else:
         default = spec.default
         if spec.metavar == "DURATION":

@@ -362,3 +362,18 @@ def test_python_dash_m_edgelet_version() -> None:
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("edgelet ")
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--runonce"], True),
+    (["--runonce=true"], True),
+    (["--runonce=false"], False),
+    (["--register-node=false"], None),
+])
+def test_boolean_flags_take_an_optional_value_as_kubelets_do(argv: list[str], expected: bool | None) -> None:
+    args = cli.build_parser().parse_args(["--config", "/dev/null", *argv])
+    settings = cli.settings_from_args(args, env={})
+    if expected is not None:
+        assert settings.runonce is expected
+    else:
+        assert settings.register_node is False
