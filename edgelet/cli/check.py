@@ -46,6 +46,7 @@ class HostFacts:
     root_free_bytes: int | None  # None when the root dir and its parents cannot be statted
     is_raspberry_pi: bool = False
     recursive_read_only: bool = True  # mount_setattr(2) exists (Linux >= 5.12): runc's `rro` works
+    overlay_error: str | None = "not tried"  # None: a trial overlay mount worked; else why it failed
     cmdline_file: str = "/boot/firmware/cmdline.txt"
 
 
@@ -127,6 +128,12 @@ def check_memory_controller(f: HostFacts) -> CheckResult:
 
 
 def check_overlay(f: HostFacts) -> CheckResult:
+    # By trying: the module loads on the first mount, so /proc/filesystems lacks it on a fresh boot.
+    if f.overlay_error is None:
+        return CheckResult("overlayfs", "OK", "a trial mount worked")
+    if f.overlay_error != "not tried":
+        return CheckResult("overlayfs", "WARN", f"a trial mount failed: {f.overlay_error} (containers get a copied "
+                           "rootfs: slower, larger)", "modprobe overlay (and add `overlay` to /etc/modules)")
     if "overlay" in f.filesystems:
         return CheckResult("overlayfs", "OK", "available")
     return CheckResult("overlayfs", "WARN", "not in /proc/filesystems (containers get a copied rootfs: slower, larger)",
@@ -239,6 +246,7 @@ def _free_bytes(path: Path) -> int | None:
 def gather_facts(*, runtime: str, conmon: str, pause_image: str | None, root_dir: Path) -> HostFacts:
     """Look at this machine once."""
     from edgelet.runtime.bundle import probe_recursive_read_only
+    from edgelet.runtime.rootfs import probe_overlay
 
     runtime_path = shutil.which(runtime)
     conmon_path = shutil.which(conmon)
@@ -269,6 +277,7 @@ def gather_facts(*, runtime: str, conmon: str, pause_image: str | None, root_dir
         is_raspberry_pi="Raspberry Pi" in model,
         cmdline_file="/boot/firmware/cmdline.txt" if Path("/boot/firmware").is_dir() else "/boot/cmdline.txt",
         recursive_read_only=probe_recursive_read_only(),
+        overlay_error=probe_overlay() if os.geteuid() == 0 else "not tried",
     )
 
 

@@ -116,6 +116,30 @@ def _mount_overlay(layers: Sequence[Path], container_dir: Path, rootfs: Path) ->
         _mount("overlay", str(rootfs), "overlay", 0, data)
 
 
+def probe_overlay() -> str | None:
+    """Mount a throwaway overlay to see whether overlayfs works here; None when it does, else why not.
+
+    Reading /proc/filesystems is not enough: the module loads on the first
+    mount, so on a fresh boot overlay is missing from the list yet works.
+    Needs root (CAP_SYS_ADMIN); the scratch dir is always removed.
+    """
+    import tempfile
+
+    scratch = Path(tempfile.mkdtemp(prefix="edgelet-overlay-probe-"))
+    try:
+        lower, upper, work, merged = (scratch / n for n in ("lower", "upper", "work", "merged"))
+        for d in (lower, upper, work, merged):
+            d.mkdir()
+        try:
+            _mount("overlay", str(merged), "overlay", 0, build_overlay_options([str(lower)], str(upper), str(work)))
+        except OSError as exc:
+            return exc.strerror or str(exc)
+        _umount(str(merged), MNT_DETACH)
+        return None
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
 def _copy_layers(layers: Sequence[Path], container_dir: Path, rootfs: Path) -> None:
     """Build the rootfs by copying the layers bottom-up, as a merged overlay would look; complete or absent."""
     staging = container_dir / (ROOTFS + ".copying")

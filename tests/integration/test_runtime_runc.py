@@ -280,3 +280,15 @@ async def test_sandbox_failure_is_undone(rt: RuncRuntime, monkeypatch: pytest.Mo
     assert (await rt.pod_status(pod.metadata.uid)).sandboxes == ()
     await rt.remove_pod(pod.metadata.uid)
     _assert_pod_gone(rt, pod.metadata.uid)
+
+
+def test_overlay_is_probed_by_a_trial_mount_that_leaves_nothing_behind() -> None:
+    import glob
+    import tempfile
+
+    from edgelet.runtime.rootfs import probe_overlay
+
+    before = Path("/proc/self/mountinfo").read_text().count("edgelet-overlay-probe-")
+    assert probe_overlay() is None  # overlayfs works on the test machines
+    assert Path("/proc/self/mountinfo").read_text().count("edgelet-overlay-probe-") == before
+    assert not [p for p in glob.glob(os.path.join(tempfile.gettempdir(), "edgelet-overlay-probe-*"))]

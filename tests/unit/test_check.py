@@ -49,6 +49,9 @@ def test_a_good_machine_passes_everything():
     ({"cgroup_enabled": {"memory": False}, "cmdline_file": "/boot/cmdline.txt"},
      "memory cgroup", "FAIL", "/boot/cmdline.txt"),
     ({"filesystems": frozenset({"ext4"})}, "overlayfs", "WARN", "modprobe overlay"),
+    # A fresh boot: not listed yet (the module loads on first mount), but a trial mount worked.
+    ({"filesystems": frozenset({"ext4"}), "overlay_error": None}, "overlayfs", "OK", "trial mount worked"),
+    ({"overlay_error": "No such device"}, "overlayfs", "WARN", "trial mount failed: No such device"),
     ({"recursive_read_only": False}, "recursive read-only mounts", "WARN", "5.12"),
     ({"cni_plugins": ()}, "CNI plugins", "WARN", "containernetworking-plugins"),
     ({"root_free_bytes": 100 << 20}, "free space (/var/lib/edgelet)", "FAIL", "100 MiB free"),
