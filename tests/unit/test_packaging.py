@@ -131,9 +131,10 @@ def test_build_arm64_dry_run_prints_every_step_and_does_nothing(tmp_path: Path) 
         f"mount -t proc proc {root}/proc",
         f"chroot {root} env -i PATH=",  # pip install, in a clean environment
         "pyinstaller --noconfirm",
-        f"cp {root}/src/dist/edgelet {REPO}/dist/arm64/edgelet",
-        f"chroot {root} /src/dist/edgelet version",
-        f"chroot '{root}' /src/dist/edgelet check",
+        "EDGELET_ONEDIR=1",  # one-dir, as on x86_64: nothing unpacked to flash at every command
+        f"cp -a {root}/src/dist/onedir/edgelet {REPO}/dist/arm64/edgelet",
+        f"chroot {root} /src/dist/onedir/edgelet/edgelet version",
+        f"chroot '{root}' /src/dist/onedir/edgelet/edgelet check",
         "build-deb.sh --arch arm64",
     ]
     position = 0
