@@ -130,8 +130,7 @@ def test_build_arm64_dry_run_prints_every_step_and_does_nothing(tmp_path: Path) 
         "debootstrap --arch=arm64 --variant=minbase --include=",
         f"mount -t proc proc {root}/proc",
         f"chroot {root} env -i PATH=",  # pip install, in a clean environment
-        "pyinstaller --noconfirm",
-        "EDGELET_ONEDIR=1",  # one-dir, as on x86_64: nothing unpacked to flash at every command
+        "EDGELET_ONEDIR=1 /bin/sh -ec",  # pyinstaller, one-dir as on x86_64: nothing unpacked at every command
         f"cp -a {root}/src/dist/onedir/edgelet {REPO}/dist/arm64/edgelet",
         f"chroot {root} /src/dist/onedir/edgelet/edgelet version",
         f"chroot '{root}' /src/dist/onedir/edgelet/edgelet check",
