@@ -128,6 +128,10 @@ class Agent:
         self._taints: tuple = ()
         if settings.kubeconfig is not None and not settings.runonce:
             self.mirror = _build_mirror(self)
+        # Node-pressure eviction; built for --runonce too, so a bad threshold is refused there as well, but
+        # never run by it: runonce exits once its pods run.
+        eviction = _build_eviction(self)
+        self.eviction = None if settings.runonce else eviction
         self.api_server = None
         if self.metrics is not None:
             from edgelet.server.api import Api, ApiServer, ApiSources
@@ -201,6 +205,8 @@ class Agent:
                     tg.create_task(self.http_source.run(self.loop.emit_config), name="source-http")
                 tg.create_task(self.import_dir.run(self.loop.resync_all), name="image-import")
                 tg.create_task(self.image_gc.run(), name="image-gc")
+                if self.eviction is not None:
+                    tg.create_task(self.eviction.run(), name="eviction")
                 tg.create_task(trim_periodically(self.clock), name="memory-trim")
                 if self.mirror is not None:
                     tg.create_task(self._run_mirror(), name="mirror")
@@ -240,7 +246,8 @@ class Agent:
             self._base_facts = dataclasses.replace(self._base_facts, labels=self.settings.node_labels,
                                                    taints=self._taints)
         images = tuple((tuple(r.references) + (r.id,), r.size) for r in self.images.list())
-        return dataclasses.replace(self._base_facts, images=images)
+        pressure = self.eviction.conditions if self.eviction is not None else frozenset()
+        return dataclasses.replace(self._base_facts, images=images, pressure=pressure)
 
     def _is_ready(self) -> tuple[bool, str]:
         last = self.loop.last_iteration
@@ -295,6 +302,50 @@ class Agent:
 
 
 READY_STALE = 60.0  # seconds without a sync loop iteration before the Node is reported NotReady
+
+
+def _build_eviction(agent: "Agent"):
+    """The eviction manager over this agent's pods, or None when no threshold is configured."""
+    from edgelet.eviction.errors import EvictionConfigError
+    from edgelet.eviction.manager import EvictionManager
+    from edgelet.eviction.signals import HostSignals
+    from edgelet.eviction.thresholds import configure
+    from edgelet.eviction.usage import pod_usages
+
+    s = agent.settings
+    try:
+        thresholds = configure(s.eviction_hard or "", s.eviction_soft or "", s.eviction_soft_grace_period or "",
+                               s.eviction_minimum_reclaim or "")
+    except EvictionConfigError as exc:
+        raise ConfigurationError(str(exc)) from exc
+    if not thresholds:
+        return None
+    signals = HostSignals(s.root_dir, s.images_dir)
+    paths = agent.paths
+
+    def dirs_of(pod):
+        meta = pod.metadata
+        return [paths.pod_dir(meta.uid), paths.pod_log_dir(meta.namespace, meta.name, meta.uid)]
+
+    async def usage():
+        return await asyncio.to_thread(pod_usages, list(agent.loop.desired().values()), agent.runtime.pod_cgroup,
+                                       dirs_of)
+
+    async def evict(uid: str, reason: str, message: str, grace: float | None) -> None:
+        agent.syncer.evict(uid, reason, message, grace)
+        agent.loop.emit_probe_result(uid)  # sync it now: the sync kills it
+
+    def readmit(uid: str) -> None:
+        agent.syncer.readmit(uid)
+        agent.loop.emit_probe_result(uid)
+
+    async def reclaim(signal: str) -> None:
+        await agent.image_gc.collect(force=True)
+
+    return EvictionManager(thresholds, clock=agent.clock, observe=signals.observe, usage=usage, evict=evict,
+                           readmit=readmit, reclaim=reclaim, interval=s.eviction_monitoring_interval,
+                           transition_period=s.eviction_pressure_transition_period,
+                           max_pod_grace=s.eviction_max_pod_grace_period)
 
 
 def _build_mirror(agent: "Agent"):

@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from edgelet.runtime.layout import RuntimePaths
 
 DEFAULT_CONFIG = Path("/etc/edgelet/config.toml")
+# kubelet's DefaultEvictionHard on Linux.
+EVICTION_HARD_DEFAULT = "memory.available<100Mi,nodefs.available<10%,nodefs.inodesFree<5%,imagefs.available<15%"
 ENV_PREFIX = "EDGELET_"
 CONFIG_ENV = "EDGELET_CONFIG"
 
@@ -342,6 +344,26 @@ class Settings:
     image_gc_low_threshold: int = _opt(80, _percent, "disk usage percent image GC frees down to", metavar="PERCENT")
     image_minimum_gc_age: float = _opt(120.0, _duration(), "minimum age of an unused image before GC may remove it",
                                        metavar="DURATION")
+    eviction_hard: str | None = _opt(
+        EVICTION_HARD_DEFAULT, _str(optional=True), "hard eviction thresholds, SIGNAL<QUANTITY or SIGNAL<PERCENT%, "
+        "comma-separated (signals: memory.available, nodefs.available, nodefs.inodesFree, imagefs.available, "
+        "imagefs.inodesFree, pid.available; empty: no hard eviction)", metavar="THRESHOLDS")
+    eviction_soft: str | None = _opt(None, _str(optional=True), "soft eviction thresholds, as --eviction-hard; "
+                                     "each needs a grace period", metavar="THRESHOLDS")
+    eviction_soft_grace_period: str | None = _opt(
+        None, _str(optional=True), "how long each soft threshold must be met before it evicts, SIGNAL=DURATION, "
+        "comma-separated", metavar="GRACES")
+    eviction_minimum_reclaim: str | None = _opt(
+        None, _str(optional=True), "how far below a met threshold a signal must recover, SIGNAL=QUANTITY, "
+        "comma-separated", metavar="RECLAIMS")
+    eviction_max_pod_grace_period: int = _opt(
+        0, _int(minimum=-1), "seconds of grace a soft eviction allows a pod (-1: the pod's own)", metavar="SECONDS")
+    eviction_pressure_transition_period: float = _opt(
+        300.0, _duration(), "how long a pressure condition stays after its signal recovered; evicted pods start "
+        "again after it", metavar="DURATION")
+    eviction_monitoring_interval: float = _opt(10.0, _duration(positive=True), "how often the eviction manager "
+                                               "observes the node (edgelet's; kubelet's is fixed at 10s)",
+                                               metavar="DURATION")
     registries: tuple[tuple[str, Any], ...] = _opt(
         (), _registries, 'per-registry mirrors and insecure (TOML: [registries."docker.io"] mirrors = [...]; '
         "as a flag: that table as JSON)", metavar="JSON")

@@ -27,13 +27,17 @@ from edgelet.settings import KEYS, Settings, SettingsError, format_duration, loa
 SUBCOMMAND_KEYS = ("root_dir", "run_dir", "log_dir")
 
 
+def _escape(help_text: str) -> str:
+    return help_text.replace("%", "%%")  # argparse formats help with %: thresholds say `10%`
+
+
 def _add_setting(parser: argparse.ArgumentParser, key: str) -> None:
     spec = KEYS[key]
     if spec.is_bool:
         # `--flag` or `--flag=false`, as kubelet's boolean flags: a default of true can be turned off.
         shown = " (default: true)" if spec.default is True else ""
         parser.add_argument(*spec.flags, dest=key, nargs="?", const="true", choices=("true", "false"),
-                            default=argparse.SUPPRESS, metavar="true|false", help=spec.help + shown)
+                            default=argparse.SUPPRESS, metavar="true|false", help=_escape(spec.help + shown))
     else:
         default = spec.default
         if spec.metavar == "DURATION":
@@ -42,7 +46,7 @@ def _add_setting(parser: argparse.ArgumentParser, key: str) -> None:
         # A tuple-valued key (headers) may be given several times, as kubelet's flag may.
         action = "append" if isinstance(spec.default, tuple) else "store"
         parser.add_argument(*spec.flags, dest=key, action=action, default=argparse.SUPPRESS,
-                            metavar=spec.metavar or "VALUE", help=spec.help + shown)
+                            metavar=spec.metavar or "VALUE", help=_escape(spec.help + shown))
 
 
 def _add_config(parser: argparse.ArgumentParser) -> None:

@@ -96,6 +96,7 @@ class NodeFacts:
     machine_id: str = ""
     boot_id: str = ""
     images: tuple[tuple[tuple[str, ...], int], ...] = ()  # (names, size bytes)
+    pressure: frozenset[str] = frozenset()  # the eviction manager's conditions: MemoryPressure, DiskPressure...
     labels: tuple[tuple[str, str], ...] = field(default=())
     taints: tuple[Taint, ...] = ()
     port: int = EDGELET_PORT
@@ -143,8 +144,14 @@ def build_node_status(f: NodeFacts, *, ready: bool, ready_message: str, now: flo
         "capacity": resources,
         "allocatable": dict(resources),
         "conditions": [
+            condition("MemoryPressure", True, "KubeletHasInsufficientMemory", "edgelet has insufficient memory available")
+            if "MemoryPressure" in f.pressure else
             condition("MemoryPressure", False, "KubeletHasSufficientMemory", "edgelet has sufficient memory available"),
+            condition("DiskPressure", True, "KubeletHasDiskPressure", "edgelet has disk pressure")
+            if "DiskPressure" in f.pressure else
             condition("DiskPressure", False, "KubeletHasNoDiskPressure", "edgelet has no disk pressure"),
+            condition("PIDPressure", True, "KubeletHasInsufficientPID", "edgelet has insufficient PID available")
+            if "PIDPressure" in f.pressure else
             condition("PIDPressure", False, "KubeletHasSufficientPID", "edgelet has sufficient PID available"),
             condition("Ready", ready, "KubeletReady" if ready else "KubeletNotReady", ready_message),
         ],

@@ -348,6 +348,7 @@ def compute_pod_status(
     started: Mapping[str, bool] | None = None,
     messages: Mapping[str, str] | None = None,
     host_ip: str | None = None,
+    evicted: tuple[str, str] | None = None,
 ) -> PodStatus:
     """The pod's status as kubelet would publish it (generateAPIPodStatus plus the status manager).
 
@@ -378,7 +379,7 @@ def compute_pod_status(
     ]
 
     phase = compute_phase(pod, init_statuses, statuses)
-    if pod_failed:
+    if pod_failed or evicted is not None:
         phase = "Failed"
     if previous is not None and previous.phase in ("Succeeded", "Failed"):
         phase = previous.phase
@@ -415,6 +416,9 @@ def compute_pod_status(
         container_statuses=statuses,
         qos_class=qos_class(pod),
         start_time=start_time,
+        # The eviction manager's reason and message, as kubelet's evictPod sets them.
+        reason=evicted[0] if evicted is not None else None,
+        message=evicted[1] if evicted is not None else None,
     )
 
 

@@ -90,8 +90,11 @@ class StatusPublisher:
         from edgelet.status.compute import compute_pod_status, summarize
 
         prev = self._pods.get(pod.metadata.uid)
+        if st.readmitted:
+            prev = None  # an evicted pod that starts again is a new run, not a Failed pod forever
+            st.readmitted = False
         status = compute_pod_status(
-            pod, rt, waiting=st.waiting, pod_failed=st.pod_failed, now=self._clock.now(),
+            pod, rt, waiting=st.waiting, pod_failed=st.pod_failed, now=self._clock.now(), evicted=st.evicted,
             previous=prev.status if prev is not None else None,
             readiness=st.ready, started=st.started,  # probe verdicts (edgelet.probes.manager)
             messages=self._termination_messages(pod, rt), host_ip=self._host_ip,

@@ -17,3 +17,8 @@ class PodSyncState:
     ready: dict[str, bool] = field(default_factory=dict)
     started: dict[str, bool] = field(default_factory=dict)
     host_access_warned: bool = False
+    # Evicted under node pressure: (reason, message) while the pod is held stopped; `readmitted` once the
+    # pressure is gone, so the next status starts afresh instead of staying Failed.
+    evicted: tuple[str, str] | None = None
+    evict_grace: float | None = None  # the grace period of the eviction's kill (None: the pod's own)
+    readmitted: bool = False

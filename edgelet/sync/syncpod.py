@@ -99,6 +99,8 @@ class Syncer:
         if not st.host_access_warned:
             self._warn_host_access(pod)
             st.host_access_warned = True
+        if st.evicted is not None:
+            return await self._sync_evicted(pod, st)
 
         # 1. Compute.
         rt = await self._runtime.pod_status(uid)
@@ -360,7 +362,8 @@ class Syncer:
                 image_signal = rec.config.stop_signal
         return stop_signal(container_spec(pod, record.name) if record is not None else None, image_signal)
 
-    async def _kill_all(self, pod: "Pod | None", rt: "PodRuntimeStatus", reason: str) -> None:
+    async def _kill_all(self, pod: "Pod | None", rt: "PodRuntimeStatus", reason: str,
+                        grace: float | None = None) -> None:
         """Stop every container in parallel, then the sandboxes (kubelet killPodWithSyncResult).
 
         Exited containers are kept: the newest of each is the container's lastState and
@@ -368,10 +371,37 @@ class Syncer:
         through `containers_to_remove` like any other dead instance.
         """
         running = {c.id: reason for c in rt.containers if c.state in ("running", "created")}
-        await self._stop_ordered(pod, rt, running)
+        await self._stop_ordered(pod, rt, running, grace)
         for s in rt.sandboxes:
             if s.state in ("running", "created"):
                 await self._runtime.stop_sandbox(s.id)
+
+    def evict(self, uid: str, reason: str, message: str, grace: float | None) -> None:
+        """Hold the pod stopped under node pressure; the next sync kills it with `grace` (None: its own)."""
+        st = self.state(uid)
+        st.evicted = (reason, message)
+        st.evict_grace = grace
+
+    def readmit(self, uid: str) -> None:
+        """The pressure is gone: the next sync starts the evicted pod again, as a new run."""
+        st = self.state(uid)
+        if st.evicted is not None:
+            st.evicted = None
+            st.readmitted = True
+
+    async def _sync_evicted(self, pod: "Pod", st: PodSyncState) -> SyncResult:
+        uid = pod.metadata.uid
+        rt = await self._runtime.pod_status(uid)
+        live = any(c.state in ("running", "created") for c in rt.containers) or \
+            any(s.state in ("running", "created") for s in rt.sandboxes)
+        if live:
+            assert st.evicted is not None
+            self._events.warning(pod_ref(pod), st.evicted[0], st.evicted[1])
+            await self._kill_all(pod, rt, reason="evicted", grace=st.evict_grace)
+            rt = await self._runtime.pod_status(uid)
+        st.waiting = {}
+        self._publish(pod, rt, st)
+        return SyncResult(changed=live)
 
     async def terminate_pod(self, uid: str, pod: "Pod | None") -> None:
         """Stop everything with the pod's grace period, then remove all the pod left behind."""

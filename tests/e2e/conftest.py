@@ -74,6 +74,8 @@ class AgentProc:
             "--config", "/dev/null",
             "-v", "2",
             "--healthz-port", "0",  # never the real 10248: tests must not clash with each other or a device agent
+            # A shared test machine's disk may be below kubelet's 10% nodefs threshold: eviction tests set their own.
+            "--eviction-hard=",
             *extra,
         ]
 

@@ -128,3 +128,12 @@ def test_a_refusal_carries_the_status_and_the_servers_message():
     with pytest.raises(ApiStatusError, match="401 Unauthorized.*credentials") as info:
         asyncio.run(_request(handler))
     assert info.value.is_auth
+
+
+def test_pressure_conditions_come_from_the_eviction_manager() -> None:
+    import dataclasses
+
+    facts = dataclasses.replace(FACTS, pressure=frozenset({"DiskPressure"}))
+    conds = {c["type"]: c for c in build_node_status(facts, ready=True, ready_message="ok", now=1.0)["conditions"]}
+    assert (conds["DiskPressure"]["status"], conds["DiskPressure"]["reason"]) == ("True", "KubeletHasDiskPressure")
+    assert (conds["MemoryPressure"]["status"], conds["PIDPressure"]["status"]) == ("False", "False")
