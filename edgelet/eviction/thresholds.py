@@ -75,7 +75,7 @@ def _value(flag: str, signal: str, text: str, *, allow_zero: bool = False) -> Va
 
 
 def _pairs(flag: str, text: str, sep: str) -> list[tuple[str, str]]:
-    out = []
+    out: list[tuple[str, str]] = []
     for part in (p.strip() for p in text.split(",")):
         if not part:
             continue

@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable
 
+from edgelet.api.pod import meta, spec, uid
 from edgelet.api.qos import container_requests
 from edgelet.eviction.decide import PodUsage, pod_priority
 from edgelet.eviction.signals import parse_memory_stat
@@ -82,7 +83,7 @@ def dir_bytes(paths: Iterable[Path]) -> int:
 
 def _requests(pod: "Pod", name: str) -> int:
     total = 0
-    for c in pod.spec.containers or []:
+    for c in spec(pod).containers or []:
         q = container_requests(c).get(name)
         total += int(q) if q is not None else 0
     return total
@@ -93,14 +94,13 @@ def pod_usages(pods: Iterable["Pod"], cgroup_of: Callable[[str], str], dirs_of: 
     """The usage of every pod that has a cgroup (runs); blocking I/O, for a worker thread."""
     out = []
     for pod in pods:
-        uid = pod.metadata.uid
-        cg = cgroup_of(uid)
+        cg = cgroup_of(uid(pod))
         memory = cgroup_memory(mount, cg)
         if memory is None:
             continue
         out.append(PodUsage(
-            uid=uid, name=f"{pod.metadata.namespace}/{pod.metadata.name}",
-            priority=pod_priority(pod.spec.priority_class_name, pod.spec.priority),
+            uid=uid(pod), name=f"{meta(pod).namespace}/{meta(pod).name}",
+            priority=pod_priority(spec(pod).priority_class_name, spec(pod).priority),
             memory=memory, memory_request=_requests(pod, "memory"),
             disk=dir_bytes(dirs_of(pod)), disk_request=_requests(pod, "ephemeral-storage"),
             pids=cgroup_pids(mount, cg) or 0,
