@@ -16,6 +16,7 @@ from edgelet.util.table import format_table
 from edgelet.errors import EdgeletError
 
 if TYPE_CHECKING:
+    from edgelet.api.types import Pod
     from edgelet.sdnotify import Notifier
     from edgelet.settings import Settings
     from edgelet.sync.workers import SyncResult
@@ -69,7 +70,8 @@ class Agent:
                     "(import it first)"
                 )
         self.runtime = RuncRuntime(
-            paths, runtime_bin=settings.runtime, conmon_bin=settings.conmon, pause_image=pause, clock=self.clock
+            paths, runtime_bin=settings.runtime, conmon_bin=settings.conmon, pause_image=pause, clock=self.clock,
+            seccomp_default=settings.seccomp_default, on_warning=self._runtime_warning,
         )
         # The local API and its metrics (not for --runonce, which serves nobody).
         self.metrics = None
@@ -161,6 +163,12 @@ class Agent:
     async def _images_in_use(self) -> set[str]:
         """The image references of every container the runtime holds (image GC keeps those)."""
         return {c.image for rt in (await self.runtime.list_pods()).values() for c in rt.containers if c.image}
+
+    def _runtime_warning(self, pod: "Pod", container: str | None, reason: str, message: str) -> None:
+        """The runtime's word on what a container runs without although asked (an AppArmor default not loaded)."""
+        from edgelet.events import pod_ref
+
+        self.events.warning(pod_ref(pod, container), reason, message)
 
     def _on_sync_result(self, uid: str, result: "SyncResult") -> None:
         self.loop.on_result(uid, result)

@@ -351,6 +351,11 @@ def _validate_spec(spec: PodSpec, errors: list[FieldError]) -> None:
     for field, containers in (("initContainers", spec.init_containers or []), ("containers", spec.containers or [])):
         for i, container in enumerate(containers):
             path = f"$.spec.{field}[{i}]"
+            sc = container.security_context
+            if sc is not None and sc.proc_mount == "Unmasked" and spec.host_users is not False:
+                # The API server's rule: an unmasked /proc outside a user namespace is the host's /proc/sys.
+                errors.append(invalid(f"{path}.securityContext.procMount", "Unmasked",
+                                      "`hostUsers` must be false to use `Unmasked`"))
             _validate_container(
                 container,
                 path,
@@ -385,6 +390,11 @@ def _validate_spec(spec: PodSpec, errors: list[FieldError]) -> None:
         errors.append(invalid("$.spec.terminationGracePeriodSeconds", grace, _NEGATIVE))
     if spec.security_context is not None:
         _validate_pod_security_context(spec.security_context, errors)
+    if spec.host_users is False:
+        # edgelet's own refusal (kubelet would try): runc 1.1 cannot idmap the rootfs and volumes, so in a
+        # user namespace the container's root would own nothing of its own filesystem.
+        errors.append(forbidden("$.spec.hostUsers", "user namespaces (hostUsers: false) are not supported by "
+                                "edgelet: its runtime (runc 1.1) cannot give the rootfs and volumes idmapped mounts"))
     if spec.resources is not None:
         _validate_resources(spec.resources, "$.spec.resources", errors)
     for name, quantity in sorted((spec.overhead or {}).items()):
@@ -430,6 +440,32 @@ def _validate_pod_security_context(ctx: PodSecurityContext, errors: list[FieldEr
         _id_in_range(f"{path}.{field}", value, errors)
     for i, gid in enumerate(ctx.supplemental_groups or []):
         _id_in_range(f"{path}.supplementalGroups[{i}]", gid, errors)
+    _validate_profiles(ctx, path, errors)
+
+
+_PROFILE_TYPES = ("Localhost", "RuntimeDefault", "Unconfined")
+
+
+def _validate_profiles(ctx: PodSecurityContext | SecurityContext, path: str, errors: list[FieldError]) -> None:
+    """seccompProfile and appArmorProfile, as the API server checks them."""
+    for field, profile in (("seccompProfile", ctx.seccomp_profile), ("appArmorProfile", ctx.app_armor_profile)):
+        if profile is None:
+            continue
+        where = f"{path}.{field}"
+        if not profile.type:
+            errors.append(required(f"{where}.type"))
+        elif profile.type not in _PROFILE_TYPES:
+            errors.append(not_supported(f"{where}.type", profile.type, _PROFILE_TYPES))
+        name = profile.localhost_profile
+        if profile.type == "Localhost":
+            if not name:
+                errors.append(required(f"{where}.localhostProfile", "must be set when type is Localhost"))
+            elif field == "seccompProfile":
+                errors.extend(_local_descending_path_errors(f"{where}.localhostProfile", name))
+            elif len(name) > 4095:
+                errors.append(too_long(f"{where}.localhostProfile", 4095))
+        elif name is not None:
+            errors.append(invalid(f"{where}.localhostProfile", name, "can only be set when type is Localhost"))
 
 
 def _id_in_range(path: str, value: int | None, errors: list[FieldError]) -> None:
@@ -682,6 +718,9 @@ def _validate_mounts(
 def _validate_security_context(ctx: SecurityContext, path: str, errors: list[FieldError]) -> None:
     for field, value in (("runAsUser", ctx.run_as_user), ("runAsGroup", ctx.run_as_group)):
         _id_in_range(f"{path}.{field}", value, errors)
+    if ctx.proc_mount is not None and ctx.proc_mount not in ("Default", "Unmasked"):
+        errors.append(not_supported(f"{path}.procMount", ctx.proc_mount, ("Default", "Unmasked")))
+    _validate_profiles(ctx, path, errors)
     if ctx.privileged and ctx.allow_privilege_escalation is False:
         errors.append(
             forbidden(

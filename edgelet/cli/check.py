@@ -48,6 +48,8 @@ class HostFacts:
     recursive_read_only: bool = True  # mount_setattr(2) exists (Linux >= 5.12): runc's `rro` works
     overlay_error: str | None = "not tried"  # None: a trial overlay mount worked; else why it failed
     cmdline_file: str = "/boot/firmware/cmdline.txt"
+    # The agent's bounding set as capability names; None when unknown. Privileged containers get exactly this.
+    bounding_capabilities: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -148,6 +150,22 @@ def check_read_only_mounts(f: HostFacts) -> CheckResult:
                        "a Linux 5.12 or later kernel")
 
 
+def check_capabilities(f: HostFacts) -> CheckResult:
+    """A reduced bounding set (a container runtime's default, a systemd CapabilityBoundingSet) limits privileged pods."""
+    from edgelet.ocispec.defaults import ALL_CAPABILITIES
+
+    name = "capabilities"
+    if f.bounding_capabilities is None:
+        return CheckResult(name, "WARN", "cannot read CapBnd from /proc/self/status")
+    missing = [c for c in ALL_CAPABILITIES if c not in f.bounding_capabilities]
+    if not missing:
+        return CheckResult(name, "OK", "full bounding set")
+    return CheckResult(name, "WARN", f"reduced bounding set, without {', '.join(missing)}: privileged containers "
+                       "run without these, and adding them to a container fails it",
+                       "run edgelet with every capability (not inside a container, or a systemd unit without "
+                       "CapabilityBoundingSet) if a pod needs them")
+
+
 def check_cni(f: HostFacts) -> CheckResult:
     if f.cni_plugins:
         return CheckResult("CNI plugins", "OK", f"{len(f.cni_plugins)} plugins ({', '.join(f.cni_plugins[:4])}...)")
@@ -168,7 +186,7 @@ def check_disk(f: HostFacts) -> CheckResult:
 
 CHECKS: tuple[Callable[[HostFacts], CheckResult], ...] = (
     check_root, check_runtime, check_conmon, check_pause, check_cgroups, check_memory_controller, check_overlay,
-    check_read_only_mounts, check_cni, check_disk,
+    check_read_only_mounts, check_capabilities, check_cni, check_disk,
 )
 
 
@@ -247,6 +265,7 @@ def gather_facts(*, runtime: str, conmon: str, pause_image: str | None, root_dir
     """Look at this machine once."""
     from edgelet.runtime.bundle import probe_recursive_read_only
     from edgelet.runtime.rootfs import probe_overlay
+    from edgelet.runtime.host import parse_cap_mask
 
     runtime_path = shutil.which(runtime)
     conmon_path = shutil.which(conmon)
@@ -259,6 +278,10 @@ def gather_facts(*, runtime: str, conmon: str, pause_image: str | None, root_dir
         except OSError:
             continue
     model = _read("/proc/device-tree/model") or _read("/sys/firmware/devicetree/base/model")
+    bounding = None
+    for line in _read("/proc/self/status").splitlines():
+        if line.startswith("CapBnd:"):
+            bounding = parse_cap_mask(int(line.split()[1], 16))
     return HostFacts(
         euid=os.geteuid(),
         runtime=runtime, runtime_path=runtime_path, runtime_version=_version(runtime_path),
@@ -278,6 +301,7 @@ def gather_facts(*, runtime: str, conmon: str, pause_image: str | None, root_dir
         cmdline_file="/boot/firmware/cmdline.txt" if Path("/boot/firmware").is_dir() else "/boot/cmdline.txt",
         recursive_read_only=probe_recursive_read_only(),
         overlay_error=probe_overlay() if os.geteuid() == 0 else "not tried",
+        bounding_capabilities=bounding,
     )
 
 

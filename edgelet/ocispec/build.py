@@ -16,6 +16,8 @@ from edgelet.cgroups import qos
 from edgelet.ocispec import defaults
 from edgelet.ocispec.env import EnvError, container_env, expand, merge_env, process_args
 from edgelet.api.quantity import QuantityError
+from edgelet.ocispec.apparmor import compute_apparmor
+from edgelet.ocispec.seccomp import compute_seccomp, resolve_seccomp
 from edgelet.ocispec.security import SecurityError, compute_capabilities, resolve_user
 
 if TYPE_CHECKING:
@@ -32,6 +34,18 @@ class Mount:
 
 
 @dataclass(frozen=True)
+class SeccompHost:
+    """What seccomp decisions need from the host and the settings."""
+
+    default_on: bool = True  # --seccomp-default: RuntimeDefault when a pod names no profile
+    arch: str = "amd64"  # Go's name of this host's architecture (seccomp.goarch(uname -m))
+    kernel_version: tuple[int, ...] | None = None  # for profiles' minKernel; None: assume new enough
+    profile_dir: str = ""  # <root-dir>/seccomp, for messages
+    # Localhost profile name -> its text, read by the caller for the names the pod uses; absent = missing.
+    localhost_profiles: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class SandboxContext:
     """Facts the caller gathered for a pod's pause sandbox."""
 
@@ -43,6 +57,7 @@ class SandboxContext:
     extra_mounts: tuple[Mount, ...] = ()
     # --- added compatibly (defaulted) ---
     min_oom_score_adj: int | None = None  # see ContainerContext.min_oom_score_adj
+    seccomp: SeccompHost = field(default_factory=SeccompHost)
 
 
 @dataclass(frozen=True)
@@ -76,6 +91,11 @@ class ContainerContext:
     # update /proc/self/oom_score_adj"), so pass /proc/self/oom_score_adj
     # there; None = no clamp. containerd's restrict_oom_score_adj does the same.
     min_oom_score_adj: int | None = None
+    seccomp: SeccompHost = field(default_factory=SeccompHost)
+    # The agent's own bounding set (CapBnd): privileged and "ALL" mean these; None = every capability.
+    bounding_capabilities: tuple[str, ...] | None = None
+    apparmor_enabled: bool = False  # /sys/module/apparmor/parameters/enabled is Y
+    apparmor_loaded: frozenset[str] = frozenset()  # names in /sys/kernel/security/apparmor/profiles
 
 
 def _mount_dict(m: Mount) -> dict:
@@ -166,6 +186,46 @@ def _pod_label(pod: "Pod", container: "Container | None" = None) -> str:
     return f"{label} container {container.name}" if container is not None else label
 
 
+def _seccomp(pod: "Pod", container: "Container | None", host: SeccompHost, caps) -> dict | None:
+    choice = compute_seccomp(pod, container, default_on=host.default_on)
+    return resolve_seccomp(
+        choice, localhost_profiles=host.localhost_profiles, profile_dir=host.profile_dir,
+        arch=host.arch, caps=list(caps), kernel=host.kernel_version,
+    )
+
+
+def seccomp_profile_names(pod: "Pod") -> set[str]:
+    """The Localhost seccomp profiles a pod names (pod and containers), for the caller to read."""
+    spec = pod.spec
+    names: set[str] = set()
+    if spec is None:
+        return names
+    contexts = [spec.security_context] + [c.security_context for c in [*(spec.init_containers or []), *spec.containers]]
+    for sc in contexts:
+        profile = sc.seccomp_profile if sc is not None else None
+        if profile is not None and profile.type == "Localhost" and profile.localhost_profile:
+            names.add(profile.localhost_profile)
+    return names
+
+
+def _is_unmasked(pod: "Pod", container: "Container") -> bool:
+    """procMount: Unmasked, which kubelet allows only in a user namespace (hostUsers: false).
+
+    Without one, an unmasked /proc gives the container the host's writable
+    /proc/sys (core_pattern is the classic escape), so it is refused here
+    too, whatever validation let through.
+    """
+    sc = container.security_context
+    if sc is None or sc.proc_mount in (None, "", "Default"):
+        return False
+    if sc.proc_mount != "Unmasked":
+        raise SecurityError(f"securityContext.procMount {sc.proc_mount!r} is not Default or Unmasked")
+    host_users = pod.spec.host_users if pod.spec is not None else None
+    if host_users is not False:
+        raise SecurityError("securityContext.procMount: Unmasked needs a user namespace (spec.hostUsers: false)")
+    raise SecurityError("spec.hostUsers: false: user namespaces are not supported by edgelet (see docs/kubelet-differences.md)")
+
+
 def build_container_spec(pod: "Pod", container: "Container", image: "ImageConfig", ctx: ContainerContext) -> dict:
     """config.json for one container of `pod`, joining the sandbox's namespaces given in ctx."""
     where = _pod_label(pod, container)
@@ -180,9 +240,14 @@ def build_container_spec(pod: "Pod", container: "Container", image: "ImageConfig
         args = [expand(a, lookup) for a in container.args or []]
         argv = process_args(command, args, image.entrypoint, image.cmd)
         user = resolve_user(pod, container, image.user, ctx.passwd, ctx.groups, ctx.group_members)
-        caps = compute_capabilities(container, defaults.DEFAULT_CAPABILITIES, ctx.all_capabilities)
+        caps = compute_capabilities(
+            container, defaults.DEFAULT_CAPABILITIES, ctx.all_capabilities, ctx.bounding_capabilities
+        )
         resources = qos.container_resources(container)
         oom = qos.oom_score_adj(pod, container, ctx.memory_capacity)
+        seccomp = _seccomp(pod, container, ctx.seccomp, caps)
+        apparmor = compute_apparmor(pod, container, enabled=ctx.apparmor_enabled, loaded=ctx.apparmor_loaded)
+        unmasked = _is_unmasked(pod, container)
     except (EnvError, SecurityError, QuantityError) as exc:
         raise SpecError(f"{where}: {exc}") from exc
 
@@ -212,6 +277,8 @@ def build_container_spec(pod: "Pod", container: "Container", image: "ImageConfig
         "noNewPrivileges": no_new_privs,
         "oomScoreAdj": _clamp_oom(oom, ctx.min_oom_score_adj),
     }
+    if apparmor.profile:
+        process["apparmorProfile"] = apparmor.profile
 
     namespaces = [{"type": "mount"}]
     host = _host_flags(pod)
@@ -236,7 +303,7 @@ def build_container_spec(pod: "Pod", container: "Container", image: "ImageConfig
             memory["swap"] = resources.memory_limit
         linux_resources["memory"] = memory
 
-    unmasked = privileged or (sc is not None and sc.proc_mount == "Unmasked")
+    unmasked = privileged or unmasked
     linux: dict = {
         "namespaces": namespaces,
         "cgroupsPath": ctx.cgroups_path,
@@ -249,6 +316,8 @@ def build_container_spec(pod: "Pod", container: "Container", image: "ImageConfig
         linux["sysctl"] = sysctls
     if privileged and ctx.host_devices:
         linux["devices"] = [dict(d) for d in ctx.host_devices]
+    if seccomp is not None:
+        linux["seccomp"] = seccomp
 
     spec: dict = {
         "ociVersion": defaults.OCI_VERSION,
@@ -278,6 +347,11 @@ def build_sandbox_spec(pod: "Pod", ctx: SandboxContext) -> dict:
     has_uts = not host["uts"]
     if not ctx.args:
         raise SpecError(f"{_pod_label(pod)}: no pause command given for the sandbox")
+    try:
+        # The pause process runs under the pod-level profile, as containerd's sandbox does.
+        seccomp = _seccomp(pod, None, ctx.seccomp, ())
+    except SecurityError as exc:
+        raise SpecError(f"{_pod_label(pod)}: {exc}") from exc
 
     linux: dict = {
         "namespaces": namespaces,
@@ -289,6 +363,8 @@ def build_sandbox_spec(pod: "Pod", ctx: SandboxContext) -> dict:
     sysctls = build_sysctls(pod)
     if sysctls:
         linux["sysctl"] = sysctls
+    if seccomp is not None:
+        linux["seccomp"] = seccomp
 
     spec: dict = {
         "ociVersion": defaults.OCI_VERSION,

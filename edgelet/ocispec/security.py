@@ -123,13 +123,23 @@ def _cap_name(name: str) -> str:
 
 
 def compute_capabilities(
-    container: "Container", default: Sequence[str], all_caps: Sequence[str]
+    container: "Container",
+    default: Sequence[str],
+    all_caps: Sequence[str],
+    bounding: Sequence[str] | None = None,
 ) -> list[str]:
-    """The bounding/effective/permitted set: privileged -> all; else default, then add/drop ("ALL" first)."""
+    """The bounding/effective/permitted set: privileged -> all; else default, then add/drop ("ALL" first).
+
+    `bounding` is what the agent itself may hand on (its CapBnd; None: every
+    capability). A privileged container or "ALL" gets the bounding set, and
+    the defaults are cut to it, because runc cannot give what the agent lacks
+    ("unable to apply caps"); naming a missing capability in `add` is an error.
+    """
+    have = list(all_caps) if bounding is None else [c for c in all_caps if c in set(bounding)]
     sc = container.security_context
     if sc is not None and sc.privileged:
-        return list(all_caps)
-    caps = list(default)
+        return have
+    caps = [c for c in default if c in have]
     if sc is None or sc.capabilities is None:
         return caps
     add = [c for c in sc.capabilities.add or []]
@@ -137,7 +147,7 @@ def compute_capabilities(
     # Like containerd: "ALL" in add, then "ALL" in drop, then the single
     # names, so add: [ALL], drop: [CHOWN] is everything but CHOWN.
     if any(c.upper() == "ALL" for c in add):
-        caps = list(all_caps)
+        caps = list(have)
     if any(c.upper() == "ALL" for c in drop):
         caps = []
     known = set(all_caps)
@@ -147,6 +157,10 @@ def compute_capabilities(
         name = _cap_name(raw)
         if name not in known:
             raise SecurityError(f"unknown capability {raw!r} in capabilities.add")
+        if name not in have:
+            raise SecurityError(
+                f"capability {raw!r} in capabilities.add is not in edgelet's own bounding set, so no container can have it"
+            )
         if name not in caps:
             caps.append(name)
     for raw in drop:

@@ -51,6 +51,11 @@ class RuntimePaths:
     def pods_dir(self) -> Path:
         return self.root_dir / "pods"
 
+    @property
+    def seccomp_dir(self) -> Path:
+        """Localhost seccomp profiles (kubelet's <root-dir>/seccomp): localhostProfile is relative to it."""
+        return self.root_dir / "seccomp"
+
     def pod_dir(self, uid: str) -> Path:
         return self.pods_dir / uid
 

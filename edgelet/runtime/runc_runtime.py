@@ -18,7 +18,7 @@ import shutil
 import signal
 import socket
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from edgelet.cgroups import CgroupError, detect
 from edgelet.logs import ensure_log_dir
@@ -35,7 +35,19 @@ from edgelet.container.errors import (
     StartContainerError,
     StopContainerError,
 )
-from edgelet.runtime.host import CGROUP_MOUNT, HostFacts, parse_group, parse_group_members, parse_passwd, probe_host_facts
+from edgelet.ocispec.apparmor import compute_apparmor
+from edgelet.ocispec.errors import SecurityError
+from edgelet.ocispec.seccomp import goarch
+from edgelet.runtime.host import (
+    CGROUP_MOUNT,
+    HostFacts,
+    host_devices,
+    loaded_apparmor_profiles,
+    parse_group,
+    parse_group_members,
+    parse_passwd,
+    probe_host_facts,
+)
 from edgelet.runtime.runc import Runc
 from edgelet.runtime.state import ExitInfo, Observed, build_pod_statuses
 from edgelet.runtime.sandbox import PauseSpec, pause_spec, sandbox_namespace_paths
@@ -132,10 +144,16 @@ class RuncRuntime:
         node_hostname: str | None = None,
         host_facts: HostFacts | None = None,
         runner: _exec.Runner = _exec.run,
+        seccomp_default: bool = True,
+        on_warning: "Callable[[Pod, str | None, str, str], None] | None" = None,
     ) -> None:
+        """`seccomp_default` is kubelet's --seccomp-default; `on_warning(pod, container, reason, message)`
+        hears what a container runs without although asked (an AppArmor default that is not loaded)."""
         # Every runc and conmon invocation goes through `runner`: unit tests script it.
         self._exec = runner
         self.paths = paths
+        self.seccomp_default = seccomp_default
+        self.on_warning = on_warning
         # conmon execs the runtime by path, without a PATH search.
         self.runtime_path = shutil.which(runtime_bin) or runtime_bin
         self.conmon_bin = shutil.which(conmon_bin) or conmon_bin
@@ -304,6 +322,7 @@ class RuncRuntime:
                 hostname=hostname,
                 annotations=annotations,
                 min_oom_score_adj=self.host.min_oom_score_adj,
+                seccomp=await asyncio.to_thread(self._seccomp_host, pod),
             )
             config = ocispec.build_sandbox_spec(pod, ctx)
             await asyncio.to_thread(bl.write_file, bundle / bl.CONFIG, json.dumps(config, indent=1))
@@ -334,6 +353,54 @@ class RuncRuntime:
         ensure_dir(bundle)
         (bundle / bl.ID_FILE).write_text(sid)
         ensure_log_dir(self.paths.log_dir, log_path.parent)
+
+    def _seccomp_host(self, pod: "Pod") -> ocispec.SeccompHost:
+        """The settings and host facts seccomp needs, with the text of every Localhost profile the pod names."""
+        profiles: dict[str, str] = {}
+        base = self.paths.seccomp_dir
+        for name in ocispec.seccomp_profile_names(pod):
+            path = base / name
+            # Names with '..' or a leading '/' are refused by the builder; never read outside the dir.
+            if name.startswith("/") or ".." in name.split("/"):
+                continue
+            try:
+                profiles[name] = path.read_text()
+            except FileNotFoundError:
+                continue  # the builder says it is missing, naming it
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ocispec.SpecError(f"pod {_full(pod)}: cannot read seccomp profile {str(path)!r}: {exc}") from exc
+        return ocispec.SeccompHost(
+            default_on=self.seccomp_default,
+            arch=goarch(self.host.machine) if self.host.machine else "amd64",
+            kernel_version=self.host.kernel_version,
+            profile_dir=str(base),
+            localhost_profiles=profiles,
+        )
+
+    def _security_facts(self, pod: "Pod", container: "Container") -> dict[str, Any]:
+        """ContainerContext fields read from the host now: seccomp profiles, AppArmor, /dev for privileged."""
+        sc = container.security_context
+        privileged = bool(sc is not None and sc.privileged)
+        facts: dict[str, Any] = {
+            "seccomp": self._seccomp_host(pod),
+            "bounding_capabilities": self.host.bounding_capabilities,
+            "apparmor_enabled": self.host.apparmor_enabled,
+        }
+        if self.host.apparmor_enabled:
+            facts["apparmor_loaded"] = loaded_apparmor_profiles()
+        if privileged:
+            facts["host_devices"] = host_devices()
+        return facts
+
+    def _warn_apparmor(self, pod: "Pod", container: "Container", ctx: ocispec.ContainerContext) -> None:
+        try:
+            decision = compute_apparmor(pod, container, enabled=ctx.apparmor_enabled, loaded=ctx.apparmor_loaded)
+        except SecurityError:
+            return  # the builder has already refused it
+        if decision.warning:
+            log.warning("AppArmor", pod=_full(pod), container=container.name, detail=decision.warning)
+            if self.on_warning is not None:
+                self.on_warning(pod, container.name, "AppArmorProfileNotApplied", decision.warning)
 
     async def stop_sandbox(self, sandbox_id: str) -> None:
         # The pause process holds nothing worth a grace period.
@@ -405,8 +472,10 @@ class RuncRuntime:
                 memory_capacity=self.host.memory_capacity,
                 swap_controller=self.host.swap_controller,
                 min_oom_score_adj=self.host.min_oom_score_adj,
+                **await asyncio.to_thread(self._security_facts, pod, container),
             )
             config = ocispec.build_container_spec(pod, container, image.config, ctx)
+            self._warn_apparmor(pod, container, ctx)
             await asyncio.to_thread(bl.write_file, bundle / bl.CONFIG, json.dumps(config, indent=1))
             await conmon.create(self._conmon_args(cid, f"k8s_{container.name}_{pod_name}_{ns}_{uid}_{attempt}",
                                                   bundle, log_path), runner=self._exec)

@@ -70,3 +70,65 @@ def test_state_bundles_and_logs_are_private_and_host_access_is_reported(agent):
     # Allowed, as kubelet allows it for static pods, but not silently: one warning for the pod.
     out = wait_for(lambda: (o := agent.cli("events")) and "HostAccess" in o and o, what="HostAccess event")
     assert "hostNetwork" in out
+
+
+def _confined(name: str, script: str, security: str = "", pod_extra: str = "") -> str:
+    return f"""apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+{pod_extra}  containers:
+  - name: app
+    image: {IMAGE}
+    command: ["sh", "-c", {script!r}]
+{security}"""
+
+
+def _row_status(agent, name: str) -> dict:
+    row = agent.pod(name)
+    return (row.get("pod") or {}).get("status") or {} if row else {}
+
+
+def test_default_seccomp_privileged_pods_and_refused_confinement_through_the_agent(agent):
+    agent.start()
+    agent.write_manifest("plain.yaml", _confined(
+        "plain", "grep Seccomp: /proc/self/status; unshare -U -r id; echo unshare=$?"))
+    agent.write_manifest("priv.yaml", _confined(
+        "priv", "grep Seccomp: /proc/self/status; ls /dev/loop-control /dev/autofs 2>&1; echo done",
+        "    securityContext:\n      privileged: true\n"))
+    agent.write_manifest("gone.yaml", _confined(
+        "gone", "true", "    securityContext:\n      seccompProfile:\n        type: Localhost\n"
+        "        localhostProfile: missing/profile.json\n"))
+    agent.write_manifest("userns.yaml", _confined(
+        "userns", "true", "    securityContext:\n      procMount: Unmasked\n", "  hostUsers: false\n"))
+    agent.write_manifest("unmasked.yaml", _confined("unmasked", "true", "    securityContext:\n      procMount: Unmasked\n"))
+    logs = agent.paths.log_dir
+
+    def log_of(name: str, last: str) -> str:
+        found = next(iter(logs.glob(f"pods/*_{name}-testnode_*/app/0.log")), None)
+        text = found.read_text() if found is not None else ""
+        return text if last in text else ""
+
+    plain = wait_for(lambda: log_of("plain", "unshare="), what="plain pod's output", timeout=60)
+    assert "Seccomp:\t2" in plain and "unshare=0" not in plain, plain
+    # Privileged starts even though this agent's bounding set may lack capabilities, and sees host devices.
+    priv = wait_for(lambda: log_of("priv", "done"), what="privileged pod's output", timeout=60)
+    assert "Seccomp:\t0" in priv, priv
+    host_devices = [p for p in ("/dev/loop-control", "/dev/autofs") if Path(p).exists()]
+    assert all("No such file or directory" not in line for line in priv.splitlines()
+               if any(p in line for p in host_devices)), priv
+
+    def waiting_reason(name: str):
+        statuses = _row_status(agent, name).get("containerStatuses") or []
+        return statuses and (statuses[0].get("state") or {}).get("waiting")
+
+    waiting = wait_for(lambda: waiting_reason("gone"), what="gone pod waiting", timeout=60)
+    assert waiting["reason"] == "CreateContainerConfigError" and "'missing/profile.json'" in waiting["message"]
+    rejected = wait_for(lambda: len(agent.snapshot()["rejected"]) >= 2 and agent.snapshot()["rejected"],
+                        what="two rejections")
+    messages = {Path(r["origin"]).name: r["message"] for r in rejected}
+    assert "spec.hostUsers" in messages["userns.yaml"], messages
+    assert "`hostUsers` must be false to use `Unmasked`" in messages["unmasked.yaml"], messages

@@ -109,6 +109,12 @@ VALID = [
                   "metadata.annotations": {"Example.com/Note": "x"}}, id="labels-annotations"),
     pytest.param({"spec.activeDeadlineSeconds": 1, "spec.terminationGracePeriodSeconds": 0,
                   "spec.securityContext": {"runAsUser": 0, "fsGroup": 2147483647}}, id="pod-numbers"),
+    pytest.param({"spec.securityContext": {"seccompProfile": {"type": "Localhost", "localhostProfile": "p/a.json"},
+                                           "appArmorProfile": {"type": "RuntimeDefault"}},
+                  "spec.containers.0.securityContext": {"seccompProfile": {"type": "Unconfined"},
+                                                        "appArmorProfile": {"type": "Localhost",
+                                                                            "localhostProfile": "k8s-x"},
+                                                        "procMount": "Default"}}, id="security-profiles"),
 ]
 
 
@@ -360,6 +366,29 @@ REJECTED = [
                   "inclusive",
                   f"{C0}.securityContext.allowPrivilegeEscalation: Forbidden: cannot set `allowPrivilegeEscalation` "
                   "to false and `privileged` to true"], id="container-security-context"),
+    # --- seccomp, AppArmor, procMount, user namespaces
+    pytest.param({"spec.securityContext": {"seccompProfile": {"type": "Localhost", "localhostProfile": "../x"}}},
+                 ['$.spec.securityContext.seccompProfile.localhostProfile: Invalid value: "../x": must not '
+                  "contain '..'"], id="seccomp-backstep"),
+    pytest.param({"spec.containers.0.securityContext": {"seccompProfile": {"type": "Localhost"}}},
+                 [f"{C0}.securityContext.seccompProfile.localhostProfile: Required value: must be set when type is "
+                  "Localhost"], id="seccomp-localhost-name"),
+    pytest.param({"spec.containers.0.securityContext": {"appArmorProfile": {"type": "Strict"}}},
+                 [f'{C0}.securityContext.appArmorProfile.type: Unsupported value: "Strict": supported values: '
+                  '"Localhost", "RuntimeDefault", "Unconfined"'], id="apparmor-type"),
+    pytest.param({"spec.containers.0.securityContext": {"appArmorProfile": {"type": "RuntimeDefault",
+                                                                            "localhostProfile": "x"}}},
+                 [f'{C0}.securityContext.appArmorProfile.localhostProfile: Invalid value: "x": can only be set when '
+                  "type is Localhost"], id="apparmor-name-without-localhost"),
+    pytest.param({"spec.containers.0.securityContext": {"procMount": "Unmasked"}},
+                 [f'{C0}.securityContext.procMount: Invalid value: "Unmasked": `hostUsers` must be false to use '
+                  "`Unmasked`"], id="unmasked-without-user-namespace"),
+    pytest.param({"spec.containers.0.securityContext": {"procMount": "Open"}},
+                 [f'{C0}.securityContext.procMount: Unsupported value: "Open": supported values: "Default", '
+                  '"Unmasked"'], id="procmount-value"),
+    pytest.param({"spec.hostUsers": False, "spec.containers.0.securityContext": {"procMount": "Unmasked"}},
+                 ["$.spec.hostUsers: Forbidden: user namespaces (hostUsers: false) are not supported by edgelet: its "
+                  "runtime (runc 1.1) cannot give the rootfs and volumes idmapped mounts"], id="host-users-false"),
 ]
 
 

@@ -8,6 +8,7 @@ import pytest
 
 from edgelet.cli import check
 from edgelet.cli.check import HostFacts
+from edgelet.ocispec.defaults import ALL_CAPABILITIES
 
 GOOD = HostFacts(
     euid=0, runtime="runc", runtime_path="/usr/sbin/runc", runtime_version="runc version 1.1.5+ds1",
@@ -16,7 +17,7 @@ GOOD = HostFacts(
     cgroup_v1_controllers=frozenset({"cpu", "cpuacct", "memory", "pids", "devices", "freezer", "cpuset"}),
     cgroup_v2_controllers=frozenset(), cgroup_enabled={"memory": True, "cpu": True},
     filesystems=frozenset({"ext4", "overlay", "tmpfs"}), cni_plugins=("bridge", "loopback"),
-    root_dir="/var/lib/edgelet", root_free_bytes=10 << 30,
+    root_dir="/var/lib/edgelet", root_free_bytes=10 << 30, bounding_capabilities=ALL_CAPABILITIES,
 )
 V2 = dataclasses.replace(GOOD, cgroup_v1_controllers=frozenset(),
                          cgroup_v2_controllers=frozenset({"cpu", "memory", "pids", "io", "cpuset"}))
@@ -54,6 +55,10 @@ def test_a_good_machine_passes_everything():
     ({"overlay_error": "No such device"}, "overlayfs", "WARN", "trial mount failed: No such device"),
     ({"recursive_read_only": False}, "recursive read-only mounts", "WARN", "5.12"),
     ({"cni_plugins": ()}, "CNI plugins", "WARN", "containernetworking-plugins"),
+    # Inside some containers and sandboxes the agent lacks CAP_SYS_RESOURCE: privileged pods get less.
+    ({"bounding_capabilities": tuple(c for c in ALL_CAPABILITIES if c != "CAP_SYS_RESOURCE")},
+     "capabilities", "WARN", "reduced bounding set, without CAP_SYS_RESOURCE"),
+    ({"bounding_capabilities": None}, "capabilities", "WARN", "cannot read CapBnd"),
     ({"root_free_bytes": 100 << 20}, "free space (/var/lib/edgelet)", "FAIL", "100 MiB free"),
     ({"root_free_bytes": None}, "free space (/var/lib/edgelet)", "FAIL", "cannot stat"),
 ])

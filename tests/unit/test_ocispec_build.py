@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from edgelet.api.types import (
+    AppArmorProfile,
     Capabilities,
     Container,
     EnvVar,
@@ -13,6 +14,7 @@ from edgelet.api.types import (
     PodSecurityContext,
     PodSpec,
     ResourceRequirements,
+    SeccompProfile,
     SecurityContext,
     Sysctl,
 )
@@ -21,6 +23,7 @@ from edgelet.ocispec.build import (
     ContainerContext,
     Mount,
     SandboxContext,
+    SeccompHost,
     SpecError,
     build_container_spec,
     build_sandbox_spec,
@@ -122,6 +125,24 @@ CASES: list[tuple[str, Pod, dict]] = [
         {},
     ),
     ("no cgroup mount", make_pod(), {"cgroup_mount": False, "min_oom_score_adj": 0}),
+    ("seccomp on arm64", make_pod(), {"seccomp": SeccompHost(arch="arm64", kernel_version=(6, 1))}),
+    ("seccomp off", make_pod(), {"seccomp": SeccompHost(default_on=False)}),
+    (
+        "seccomp Localhost",
+        make_pod(security_context=PodSecurityContext(seccomp_profile=SeccompProfile(type="Localhost", localhost_profile="p.json"))),
+        {"seccomp": SeccompHost(localhost_profiles={"p.json": '{"defaultAction": "SCMP_ACT_LOG", "syscalls": '
+                                                                '[{"names": ["mkdir"], "action": "SCMP_ACT_ERRNO", "errnoRet": 13}]}'})},
+    ),
+    (
+        "AppArmor runtime default",
+        make_pod(Container(name="app", security_context=SecurityContext(app_armor_profile=AppArmorProfile(type="RuntimeDefault")))),
+        {"apparmor_enabled": True, "apparmor_loaded": frozenset({"docker-default"})},
+    ),
+    (
+        "privileged within a reduced bounding set",
+        make_pod(Container(name="app", security_context=SecurityContext(privileged=True))),
+        {"bounding_capabilities": tuple(c for c in ALL_CAPABILITIES if c != "CAP_SYS_RESOURCE")},
+    ),
 ]
 
 
@@ -256,10 +277,48 @@ def test_only_args_uses_image_entrypoint():
     assert build(make_pod(c))["process"]["args"] == ["/bin/app", "--port", "80"]
 
 
+def test_seccomp_and_apparmor_land_in_the_spec():
+    plain = build(make_pod())
+    assert plain["linux"]["seccomp"]["defaultAction"] == "SCMP_ACT_ERRNO"
+    assert plain["linux"]["seccomp"]["architectures"][0] == "SCMP_ARCH_X86_64"
+    assert "apparmorProfile" not in plain["process"]
+    assert "seccomp" not in build(make_pod(), seccomp=SeccompHost(default_on=False))["linux"]
+    aa = build(make_pod(), apparmor_enabled=True, apparmor_loaded=frozenset({"cri-containerd.apparmor.d"}))
+    assert aa["process"]["apparmorProfile"] == "cri-containerd.apparmor.d"
+    sandbox = build_sandbox_spec(make_pod(), SandboxContext(rootfs="/p", args=("/pause",), cgroups_path="/k/s",
+                                                            hostname="web"))
+    assert sandbox["linux"]["seccomp"]["defaultAction"] == "SCMP_ACT_ERRNO"
+
+
+@pytest.mark.parametrize(
+    ("pod", "message"),
+    [
+        (make_pod(Container(name="app", security_context=SecurityContext(seccomp_profile=SeccompProfile(
+            type="Localhost", localhost_profile="gone.json")))),
+         "pod default/web container app: securityContext.seccompProfile: localhost seccomp profile 'gone.json' not found"),
+        (make_pod(Container(name="app", security_context=SecurityContext(proc_mount="Unmasked"))),
+         "procMount: Unmasked needs a user namespace (spec.hostUsers: false)"),
+        (make_pod(Container(name="app", security_context=SecurityContext(proc_mount="Unmasked")), host_users=False),
+         "spec.hostUsers: false: user namespaces are not supported by edgelet"),
+        (make_pod(Container(name="app", security_context=SecurityContext(app_armor_profile=AppArmorProfile(
+            type="Localhost", localhost_profile="k8s-x")))),
+         "AppArmor profile 'k8s-x' asked for, but AppArmor is not enabled on this host"),
+    ],
+    ids=["missing Localhost seccomp", "Unmasked without user namespace", "hostUsers false", "AppArmor Localhost"],
+)
+def test_security_refusals_name_pod_container_and_field(pod, message):
+    with pytest.raises(SpecError) as info:
+        build(pod)
+    assert message in str(info.value)
+
+
 def test_privileged():
     c = Container(name="app", security_context=SecurityContext(privileged=True))
     spec = build(make_pod(c))
     assert spec["process"]["capabilities"]["bounding"] == list(ALL_CAPABILITIES)
+    assert "seccomp" not in spec["linux"]
+    reduced = build(make_pod(c), bounding_capabilities=ALL_CAPABILITIES[:24])
+    assert reduced["process"]["capabilities"]["bounding"] == list(ALL_CAPABILITIES[:24])
     assert spec["linux"]["maskedPaths"] == [] and spec["linux"]["readonlyPaths"] == []
     assert spec["linux"]["resources"]["devices"] == [{"allow": True, "access": "rwm"}]
     sysfs = next(m for m in spec["mounts"] if m["destination"] == "/sys")
