@@ -334,7 +334,7 @@ class Settings:
     runtime: str = _opt("runc", _str(), "OCI runtime binary", metavar="PATH")
     conmon: str = _opt("conmon", _str(), "conmon binary", metavar="PATH")
     seccomp_default: bool = _opt(True, _bool, "kubelet's --seccomp-default, on by default: a container without "
-                                 "seccompProfile runs under the RuntimeDefault profile (TOML/env: false turns it off)")
+                                 "seccompProfile runs under the RuntimeDefault profile (--seccomp-default=false turns it off)")
     image_import_dir: Path | None = _opt(None, _path(optional=True),
                                          "image archives dropped here are imported (default: ROOT_DIR/images/import)",
                                          metavar="DIR")
