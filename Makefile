@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 APT_PACKAGES := runc conmon catatonit busybox-static skopeo umoci docker-registry \
 	containernetworking-plugins libcap-dev iproute2 python3-venv python3-dev gcc apache2-utils zstd \
-	openssl etcd-server
+	openssl etcd-server dbus-daemon
 RUN_DIR ?= $(CURDIR)/.run
 SAMPLE_IMAGE := build/images/busybox-1.36.oci.tar
 # Its own cgroup parent, so the demo never mixes with a kubelet's /kubepods.

@@ -134,6 +134,7 @@ class Agent:
         # never run by it: runonce exits once its pods run.
         eviction = _build_eviction(self)
         self.eviction = None if settings.runonce else eviction
+        self.node_shutdown = None if settings.runonce else _build_node_shutdown(self)
         self.api_server = None
         if self.metrics is not None:
             from edgelet.server.api import Api, ApiServer, ApiSources
@@ -215,6 +216,8 @@ class Agent:
                 tg.create_task(self.image_gc.run(), name="image-gc")
                 if self.eviction is not None:
                     tg.create_task(self.eviction.run(), name="eviction")
+                if self.node_shutdown is not None:
+                    tg.create_task(self.node_shutdown.run(), name="node-shutdown")
                 tg.create_task(trim_periodically(self.clock), name="memory-trim")
                 if self.mirror is not None:
                     tg.create_task(self._run_mirror(), name="mirror")
@@ -356,6 +359,40 @@ def _build_eviction(agent: "Agent"):
                            max_pod_grace=s.eviction_max_pod_grace_period)
 
 
+def _build_node_shutdown(agent: "Agent"):
+    """Graceful node shutdown over this agent's pods, or None when --shutdown-grace-period is 0."""
+    from edgelet.api.pod import spec
+    from edgelet.eviction.decide import pod_priority
+    from edgelet.sync.shutdown import MESSAGE, REASON, NodeShutdown
+
+    s = agent.settings
+    if s.shutdown_grace_period <= 0:
+        return None
+
+    def priorities() -> dict[str, int]:
+        return {uid: pod_priority(spec(p).priority_class_name, spec(p).priority)
+                for uid, p in agent.loop.desired().items()}
+
+    def stop(uid: str, cap: float) -> None:
+        pod = agent.loop.desired().get(uid)
+        own = spec(pod).termination_grace_period_seconds if pod is not None else None
+        agent.syncer.evict(uid, REASON, MESSAGE, min(float(30 if own is None else own), cap))
+        agent.loop.emit_probe_result(uid)
+
+    async def running(uid: str) -> bool:
+        rt = await agent.runtime.pod_status(uid)
+        return any(c.state in ("running", "created") for c in rt.containers) or \
+            any(sb.state in ("running", "created") for sb in rt.sandboxes)
+
+    def restart(uid: str) -> None:
+        agent.syncer.readmit(uid)
+        agent.loop.emit_probe_result(uid)
+
+    return NodeShutdown(clock=agent.clock, total=s.shutdown_grace_period,
+                        critical=s.shutdown_grace_period_critical_pods, priorities=priorities, stop=stop,
+                        running=running, restart=restart)
+
+
 def _build_mirror(agent: "Agent"):
     """The apiserver reporting of --kubeconfig; every import of it happens here, so standalone pays nothing."""
     from edgelet.mirror.client import KubeClient
@@ -480,14 +517,28 @@ async def _main(settings: "Settings", notifier: "Notifier | None" = None) -> int
     await asyncio.to_thread(remove_stale_unpack_dirs, agent.clock.now())
     task = asyncio.current_task()
     stopping = False
+    stopper: list[asyncio.Future] = []  # keeps the stopping task referenced
+
+    async def _stop_pods_then_exit(signame: str) -> None:
+        shutdown = agent.node_shutdown
+        # systemd SIGTERMs edgelet while it takes the system down: without logind's lock, this is the moment
+        # to stop the pods gracefully. A plain `systemctl stop edgelet` leaves them running.
+        if shutdown is not None and not shutdown.lock_held and signame == "SIGTERM":
+            from edgelet.sync.shutdown import system_is_stopping
+
+            if await system_is_stopping():
+                log.info("The system is shutting down: stopping pods", grace=shutdown.total)
+                _exit_if_stuck(shutdown.total + SHUTDOWN_TIMEOUT)
+                await shutdown.shutdown_pods()
+        log.info("Stopping edgelet; pods keep running", signal=signame)
+        _exit_if_stuck(SHUTDOWN_TIMEOUT)
+        task.cancel()
 
     def _stop(signame: str) -> None:
         nonlocal stopping
         if not stopping:
             stopping = True
-            log.info("Stopping edgelet; pods keep running", signal=signame)
-            _exit_if_stuck(SHUTDOWN_TIMEOUT)
-            task.cancel()
+            stopper.append(asyncio.ensure_future(_stop_pods_then_exit(signame)))
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, _stop, sig.name)

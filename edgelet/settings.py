@@ -363,6 +363,12 @@ class Settings:
     eviction_pressure_transition_period: float = _opt(
         300.0, _duration(), "how long a pressure condition stays after its signal recovered; evicted pods start "
         "again after it", metavar="DURATION")
+    shutdown_grace_period: float = _opt(
+        30.0, _duration(), "how long a node shutdown waits for pods to stop (logind's delay lock; 0: no graceful "
+        "node shutdown)", metavar="DURATION")
+    shutdown_grace_period_critical_pods: float = _opt(
+        10.0, _duration(), "the part of --shutdown-grace-period kept for critical pods, which stop last",
+        metavar="DURATION")
     eviction_monitoring_interval: float = _opt(10.0, _duration(positive=True), "how often the eviction manager "
                                                "observes the node (edgelet's; kubelet's is fixed at 10s)",
                                                metavar="DURATION")
@@ -526,6 +532,10 @@ def load_settings(
     if override is not None and not _DNS_SUBDOMAIN.fullmatch(override.lower()):
         raise SettingsError(f"hostname_override: {override!r} is not a valid node name (DNS-1123 subdomain)",
                             key="hostname_override")
+    total, critical = values.get("shutdown_grace_period", 30.0), values.get("shutdown_grace_period_critical_pods", 10.0)
+    if critical > total:
+        raise SettingsError(f"shutdown_grace_period_critical_pods ({format_duration(critical)}) must not exceed "
+                            f"shutdown_grace_period ({format_duration(total)})", key="shutdown_grace_period_critical_pods")
     high, low = values.get("image_gc_high_threshold", 85), values.get("image_gc_low_threshold", 80)
     if low > high:
         raise SettingsError(f"image_gc_low_threshold ({low}) must not exceed image_gc_high_threshold ({high})",

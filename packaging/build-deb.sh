@@ -80,6 +80,8 @@ else
 fi
 install -m 0644 "$HERE/edgelet.service" "$HERE/edgelet-runonce.service" "$root/lib/systemd/system/"
 install -m 0644 "$HERE/config.toml" "$root/etc/edgelet/config.toml"
+install -d -m 0755 "$root/usr/lib/systemd/logind.conf.d"
+install -m 0644 "$HERE/edgelet-logind.conf" "$root/usr/lib/systemd/logind.conf.d/90-edgelet.conf"
 install -m 0644 "$HERE/10-edgelet.conflist" "$root/usr/share/edgelet/10-edgelet.conflist"
 install -m 0644 "$REPO/README.md" "$root/usr/share/doc/edgelet/README.md"
 install -m 0644 "$HERE/README.md" "$root/usr/share/doc/edgelet/README.packaging.md"

@@ -120,6 +120,8 @@ eviction_minimum_reclaim = "memory.available=100Mi"
 eviction_max_pod_grace_period = 30
 eviction_pressure_transition_period = "1m"
 eviction_monitoring_interval = "5s"
+shutdown_grace_period = "1m"
+shutdown_grace_period_critical_pods = "20s"
 registries = { "docker.io" = { mirrors = ["https://m.example"] }, "10.0.0.9:5000" = { insecure = true } }
 enable_server = false
 healthz_port = 0
@@ -154,6 +156,7 @@ def test_toml_file_sets_every_key(tmp_path: Path) -> None:
         eviction_hard="memory.available<200Mi", eviction_soft="memory.available<1Gi",
         eviction_soft_grace_period="memory.available=1m", eviction_minimum_reclaim="memory.available=100Mi",
         eviction_max_pod_grace_period=30, eviction_pressure_transition_period=60.0, eviction_monitoring_interval=5.0,
+        shutdown_grace_period=60.0, shutdown_grace_period_critical_pods=20.0,
         registries=(("10.0.0.9:5000", RegistryHost(insecure=True)), ("docker.io", RegistryHost(mirrors=("https://m.example",)))),
         kubeconfig=Path("/etc/edgelet/kubeconfig"), register_node=False, node_labels=(("example.com/site", "lab"),),
         register_with_taints=(("edge", "true", "NoSchedule"), ("gpu", "", "NoExecute")), node_ip="10.0.0.5",

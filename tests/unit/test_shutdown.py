@@ -1,9 +1,11 @@
-"""A stop that cannot finish (a thread stuck for good) still ends the process, after SHUTDOWN_TIMEOUT."""
+"""Stopping: a stop that cannot finish still ends the process; graceful node shutdown's plan."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+
+import pytest
 
 
 def test_a_stuck_shutdown_exits_anyway() -> None:
@@ -19,3 +21,20 @@ _exit_if_stuck(0.2)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0
     assert "Shutdown is taking too long; exiting now" in out.stderr
+
+
+# --- graceful node shutdown (edgelet.sync.shutdown) ------------------------------------------------
+
+
+@pytest.mark.parametrize("priorities, total, critical, groups", [
+    ({}, 30, 10, []),
+    ({"a": 0, "b": 5}, 30, 10, [(("a", "b"), 20.0)]),
+    ({"a": 0, "c": 2_000_001_000}, 30, 10, [(("a",), 20.0), (("c",), 10.0)]),
+    ({"c": 2_000_000_000}, 30, 10, [(("c",), 10.0)]),
+    ({"a": 0}, 0, 0, []),  # 0: no graceful node shutdown
+    ({"a": 0, "c": 2_000_000_000}, 5, 9, [(("a",), 0.0), (("c",), 5.0)]),  # the critical share is capped
+])
+def test_node_shutdown_plan(priorities, total, critical, groups) -> None:
+    from edgelet.sync.shutdown import plan
+
+    assert [(g.uids, g.grace) for g in plan(priorities, total, critical)] == groups
