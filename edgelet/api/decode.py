@@ -22,6 +22,10 @@ _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 # A pod has hundreds of nodes; the cap stops alias bombs (`&a [*b, *b, ...]`),
 # which PyYAML builds as shared references that would expand exponentially.
 _MAX_NODES = 100_000
+# Deeper than any manifest needs (a Pod is about 12 levels deep). PyYAML's composer recurses in C once per
+# level: 30,000 nested `[` overflow the stack and kill the process (a segfault, not an exception), so the
+# depth is checked on the parser's event stream, which needs no recursion, before any node is composed.
+MAX_DEPTH = 100
 _PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _MSGSPEC_ERROR = re.compile(r"^(?P<msg>.*?)(?: - at (?:`(?P<key>key)` in )?`(?P<path>\$[^`]*)`)?$", re.S)
 _LIST_KINDS = ("PodList", "List")
@@ -106,7 +110,52 @@ def _load_documents(data: bytes, origin: str) -> list[tuple[int, int | None, Any
     return list(_load_yaml(data, origin))
 
 
+def _prescan(data: bytes, origin: str) -> None:
+    """Refuse, from the event stream alone, documents too deep to compose or too large once aliases expand.
+
+    Every alias counts as the size of what it names, so billion-laughs
+    aliases and `<<:` merge-key chains (whose merges copy, not share) are
+    refused after reading the bytes once, before any of it is built.
+    """
+    sizes: dict[str, int] = {}  # anchor -> values it stands for, expanded
+    stack: list[tuple[str | None, int]] = []  # open collections: (anchor, running count at their start)
+    index = -1
+    running = 0
+    for event in yaml.parse(data, Loader=_Loader):
+        if isinstance(event, yaml.DocumentStartEvent):
+            index, running = index + 1, 0
+            continue
+        if isinstance(event, yaml.CollectionStartEvent):
+            if len(stack) >= MAX_DEPTH:
+                line = event.start_mark.line + 1 if event.start_mark else None
+                raise ManifestDecodeError(f"document {index}: nested more than {MAX_DEPTH} levels deep",
+                                          origin=origin, document=index, line=line)
+            stack.append((event.anchor, running))
+            running += 1
+        elif isinstance(event, yaml.CollectionEndEvent):
+            anchor, start = stack.pop()
+            if anchor:
+                sizes[anchor] = running - start
+        elif isinstance(event, yaml.ScalarEvent):
+            running += 1
+            if event.anchor:
+                sizes[event.anchor] = 1
+        elif isinstance(event, yaml.AliasEvent):
+            running += sizes.get(event.anchor or "", 1)
+        else:
+            continue
+        if running > _MAX_NODES:
+            raise ManifestDecodeError(f"document {index}: more than {_MAX_NODES} values (aliases and merge keys "
+                                      "expanded)", origin=origin, document=index)
+
+
 def _load_yaml(data: bytes, origin: str) -> Iterator[tuple[int, int | None, Any]]:
+    try:
+        _prescan(data, origin)
+    except yaml.MarkedYAMLError as exc:
+        raise _yaml_error(exc, data, origin, 0) from exc
+    except yaml.YAMLError as exc:
+        raise ManifestDecodeError(f"invalid YAML: {exc}", origin=origin) from exc
     loader = _Loader(data)
     index = 0
     try:

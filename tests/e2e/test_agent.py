@@ -210,3 +210,20 @@ def test_runonce_success_and_failure(agent):
     res = agent.run_once("--runonce-timeout", "60s")
     assert res.returncode != 0
     assert "fails-testnode" in res.stdout
+
+
+def test_parser_bombs_are_rejected_files_and_the_agent_lives_on(agent):
+    agent.start()
+    agent.write_manifest("good.yaml", pod_yaml("good", "exec sleep 300"))
+    wait_for(lambda: (r := agent.pod("good")) and r["status"] == "Running", what="good pod runs")
+    merge = "a0: &a0 {k0: v, k1: v, k2: v, k3: v, k4: v, k5: v, k6: v, k7: v}\n" + "".join(
+        f"a{i}: &a{i} {{<<: [*a{i - 1}, *a{i - 1}], x{i}: {{<<: *a{i - 1}}}}}\n" for i in range(1, 12))
+    agent.write_manifest("deep.yaml", "- " * 30000 + "x\n")
+    agent.write_manifest("merge.yaml", merge)
+    rejected = wait_for(lambda: len(r := agent.snapshot()["rejected"]) == 2 and r, what="both rejections", timeout=60)
+    by_file = {r["origin"].rsplit("/", 1)[-1]: r["message"] for r in rejected}
+    assert "nested more than 100 levels deep" in by_file["deep.yaml"]
+    assert "aliases and merge keys expanded" in by_file["merge.yaml"]
+    assert agent.proc.poll() is None
+    assert agent.pod("good")["status"] == "Running"
+    assert all(c["status"] == "running" for c in agent.containers_of("good"))

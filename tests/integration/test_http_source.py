@@ -24,6 +24,11 @@ NODE = "node1"
 WAIT = 10.0  # upper bound of every wait; tests pass long before
 
 
+# 600 bytes whose `<<:` merges copy 2^11 times over: refused while parsing, not after building 400 MB.
+MERGE_BOMB = b"a0: &a0 {k0: v, k1: v, k2: v, k3: v, k4: v, k5: v, k6: v, k7: v}\n" + b"".join(
+    f"a{i}: &a{i} {{<<: [*a{i - 1}, *a{i - 1}], x{i}: {{<<: *a{i - 1}}}}}\n".encode() for i in range(1, 12))
+
+
 def pod_yaml(name: str, image: str = "busybox:1.36") -> str:
     return f"""apiVersion: v1
 kind: Pod
@@ -268,8 +273,11 @@ def _after_good(server: ManifestServer, tmp_path: Path, bad: dict[str, Any], **k
         ({"body": b"# nothing here\n---\n"}, "no manifest"),
         ({"body": b"x" * (MAX_BODY_BYTES + 1024 * 1024)}, "larger than the limit"),
         ({"body": b"x" * (MAX_BODY_BYTES + 1024 * 1024), "content_length": False}, "larger than the limit"),
+        ({"body": b"- " * 30000 + b"x\n"}, "nested more than 100 levels deep"),
+        ({"body": MERGE_BOMB}, "more than 100000 values (aliases and merge keys expanded)"),
     ],
-    ids=["500", "404", "garbage", "wrong-kind", "empty", "blank", "comments-only", "11MiB", "11MiB-streamed"],
+    ids=["500", "404", "garbage", "wrong-kind", "empty", "blank", "comments-only", "11MiB", "11MiB-streamed",
+         "deep-nesting", "merge-bomb"],
 )
 def test_bad_answers_keep_the_last_good_pods(server: ManifestServer, tmp_path: Path, bad: dict[str, Any],
                                              fragment: str) -> None:

@@ -243,6 +243,47 @@ def test_alias_bomb_is_rejected_quickly() -> None:
         parse_manifests(data, "bomb.yaml")
 
 
+@pytest.mark.parametrize("data", [
+    b"a: " + b"[" * 500 + b"]" * 500,  # flow style, under libyaml's own limit of 1000
+    b"- " * 30000 + b"x\n",  # block sequences on one line
+    b"a:\n" + b"".join(b"  " * i + b"b:\n" for i in range(1, 150)),
+])
+def test_nesting_is_bounded_before_anything_is_composed(data: bytes) -> None:
+    with pytest.raises(ManifestDecodeError, match="nested more than 100 levels deep"):
+        parse_manifests(data, "deep.yaml")
+
+
+def test_merge_key_bomb_is_refused_while_parsing() -> None:
+    import tracemalloc
+
+    data = b"a0: &a0 {k0: v, k1: v, k2: v, k3: v, k4: v, k5: v, k6: v, k7: v}\n" + b"".join(
+        f"a{i}: &a{i} {{<<: [*a{i - 1}, *a{i - 1}], x{i}: {{<<: *a{i - 1}}}}}\n".encode() for i in range(1, 12))
+    tracemalloc.start()
+    try:
+        with pytest.raises(ManifestDecodeError, match=r"more than 100000 values \(aliases and merge keys expanded\)"):
+            parse_manifests(data, "merge.yaml")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 5 << 20  # nothing was built: the bomb took the agent from 43 MB to 426 MB before
+
+
+def test_a_merge_within_the_limit_still_works() -> None:
+    data = b"""apiVersion: v1
+kind: Pod
+metadata: {name: merged}
+x-env: &env {name: A, value: "1"}
+spec:
+  containers:
+  - name: app
+    image: busybox
+    env:
+    - <<: *env
+"""
+    (pod,) = parse_manifests(data, "ok.yaml")
+    assert pod.spec.containers[0].env[0].value == "1"
+
+
 def test_deep_nesting_is_an_api_error() -> None:
     data = b"[" * 5000 + b"]" * 5000
     with pytest.raises(ApiError):
