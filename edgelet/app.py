@@ -159,6 +159,7 @@ class Agent:
                 clock=self.clock,
                 cache_dir=paths.root_dir / "sources",
                 ca_file=settings.manifest_url_ca,
+                header_file=settings.manifest_url_header_file,
             )
 
     async def _images_in_use(self) -> set[str]:

@@ -317,6 +317,9 @@ class Settings:
                                     metavar="URL")
     manifest_url_header: tuple[tuple[str, str], ...] = _opt(
         (), _headers, "HTTP headers for --manifest-url, comma-separated (TOML: a table or a list)", metavar="NAME:VALUE")
+    manifest_url_header_file: Path | None = _opt(
+        None, _path(optional=True), "file of `Name: value` lines sent as headers with --manifest-url, read at each "
+        "fetch (keeps tokens out of `ps`, which shows every flag to every local user)", metavar="FILE")
     http_check_frequency: float = _opt(20.0, _duration(positive=True), "poll period of --manifest-url",
                                        metavar="DURATION")
     manifest_url_ca: Path | None = _opt(None, _path(optional=True),

@@ -32,6 +32,7 @@ from urllib.parse import urlsplit, urlunsplit
 import msgspec
 
 from edgelet.api.annotations import ORIGIN
+from edgelet.errors import EdgeletError
 from edgelet.sources import ManifestError, SourceSnapshot, snapshot_key
 
 from edgelet.util.log import get_logger
@@ -66,6 +67,7 @@ MAX_BODY_BYTES = 10 * 1024 * 1024  # kubelet's maxConfigLength
 DEFAULT_TIMEOUT = 10.0  # kubelet's http source client timeout
 CACHE_FILE = "manifest-url.cache"
 # Failure logging: every one of the first few in a row, then every 10th or once a minute.
+MAX_REDIRECTS = 10  # Go's http client's limit, which kubelet's source uses
 LOG_FIRST_FAILURES = 3
 LOG_EVERY_NTH = 10
 LOG_INTERVAL = 60.0
@@ -153,6 +155,37 @@ class BodyProblem(ValueError):
     def __init__(self, message: str, pod: str | None = None) -> None:
         super().__init__(message)
         self.pod = pod
+
+
+class HeaderFileError(EdgeletError):
+    """The header file cannot be read or holds a line that is no `Name: value`."""
+
+
+def parse_header_lines(text: str) -> list[tuple[str, str]]:
+    """`Name: value` per line (blank lines and `#` comments skipped), as `curl -H @file` reads them."""
+    out = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        name, sep, value = line.partition(":")
+        name = name.strip()
+        if not sep or not name or any(c in name for c in " \t"):
+            raise ValueError(f"line {number}: expected `Name: value`")
+        out.append((name, value.strip()))
+    return out
+
+
+def redirect_refusal(current: "httpx.URL", target: "httpx.URL") -> str | None:
+    """Why a redirect from `current` to `target` is not followed, or None.
+
+    Go's client follows an https page to http; edgelet does not: the pods
+    would then travel where anyone on the path can read and change them.
+    """
+    if target.scheme not in ("http", "https"):
+        return f"redirect to a {target.scheme}: URL refused"
+    if current.scheme == "https" and target.scheme == "http":
+        return f"redirect from https to plain http refused ({redact_url(str(target))})"
+    return None
 
 
 def redact_url(url: str) -> str:
@@ -348,8 +381,12 @@ class HttpSource:
         cache_dir: Path,
         ca_file: Path | None = None,
         timeout: float = DEFAULT_TIMEOUT,
+        header_file: Path | None = None,
     ) -> None:
         self.url = url
+        # Header values kept out of argv (`ps` shows it to every local user): read at each fetch, so a
+        # rotated token needs no restart.
+        self.header_file = None if header_file is None else Path(header_file)
         self.node_name = node_name
         pairs = headers.items() if isinstance(headers, Mapping) else headers
         # A list of pairs, not a dict: kubelet sends a repeated header name once per value.
@@ -433,7 +470,7 @@ class HttpSource:
         return httpx.AsyncClient(
             verify=context,
             timeout=httpx.Timeout(self.timeout),
-            follow_redirects=True,  # as Go's http client does for kubelet
+            follow_redirects=False,  # followed by _fetch, which refuses downgrades and drops headers off-host
             headers={"User-Agent": f"edgelet/{__version__}"},
         )
 
@@ -446,18 +483,48 @@ class HttpSource:
                 self._client = await asyncio.to_thread(self._make_client)
             except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
                 return FetchFailed(f"cannot load CA bundle {self.ca_file or '(system default)'}: {exc}")
-        headers = list(self.headers) + list(self._state.conditional_headers().items())
+        try:
+            configured = list(self.headers) + await asyncio.to_thread(self._file_headers)
+        except HeaderFileError as exc:
+            return FetchFailed(str(exc))
+        headers = configured + list(self._state.conditional_headers().items())
         try:
             # httpx's timeout is per read; the overall deadline also bounds a server that trickles bytes.
             async with asyncio.timeout(self.timeout):
-                async with self._client.stream("GET", self.url, headers=headers) as response:
-                    return await self._read(response)
+                url = httpx.URL(self.url)
+                for _ in range(MAX_REDIRECTS + 1):
+                    async with self._client.stream("GET", url, headers=headers) as response:
+                        if not response.has_redirect_location:
+                            return await self._read(response)
+                        target = url.join(response.headers["location"])
+                    refused = redirect_refusal(url, target)
+                    if refused:
+                        return FetchFailed(refused)
+                    if (target.scheme, target.host, target.port) != (url.scheme, url.host, url.port):
+                        # Go drops only Authorization off-host; every configured header may be a secret
+                        # (X-Api-Key), and the validators belong to the first server.
+                        headers = []
+                    url = target
+                return FetchFailed(f"more than {MAX_REDIRECTS} redirects")
         except (TimeoutError, httpx.TimeoutException):
             return FetchFailed(f"timed out after {self.timeout:g}s")
         except httpx.HTTPError as exc:
             return FetchFailed(f"cannot fetch: {type(exc).__name__}: {exc}")
         except OSError as exc:  # ssl.SSLError included
             return FetchFailed(f"cannot fetch: {type(exc).__name__}: {exc}")
+
+    def _file_headers(self) -> list[tuple[str, str]]:
+        if self.header_file is None:
+            return []
+        try:
+            text = self.header_file.read_text()
+        except OSError as exc:
+            raise HeaderFileError(f"cannot read --manifest-url-header-file {self.header_file}: "
+                              f"{exc.strerror or exc}") from exc
+        try:
+            return parse_header_lines(text)
+        except ValueError as exc:
+            raise HeaderFileError(f"--manifest-url-header-file {self.header_file}: {exc}") from exc
 
     async def _read(self, response: "httpx.Response") -> Outcome:
         """The outcome of a response whose headers have arrived; the body is read up to the limit only."""

@@ -594,3 +594,79 @@ def test_run_emits_only_on_change(server: ManifestServer, tmp_path: Path) -> Non
         assert source._client is None  # run closed its client
 
     asyncio.run(main())
+
+
+# --- redirects and header secrets (issue 11.9) ------------------------------------------------------
+
+
+def test_an_https_url_redirected_to_plain_http_is_refused(tls_server: ManifestServer, tls_files: tuple[Path, Path],
+                                                          server: ManifestServer, tmp_path: Path) -> None:
+    server.set(pod_yaml("web"))
+    tls_server.set(status=302, headers={"Location": server.url})
+    (snap,) = scan(make_source(tls_server.url, tmp_path, ca_file=tls_files[0]))
+    assert snap.pods == () and "redirect from https to plain http refused" in only_error(snap)
+    assert server.request_count() == 0  # not even asked
+
+
+def test_a_redirect_to_a_file_url_is_refused(server: ManifestServer, tmp_path: Path) -> None:
+    server.set(status=301, headers={"Location": "file:///etc/kubernetes/manifests/x.yaml"})
+    (snap,) = scan(make_source(server.url, tmp_path))
+    assert "redirect to a file: URL refused" in only_error(snap)
+
+
+def test_configured_headers_stay_with_the_first_host(tmp_path: Path) -> None:
+    first, second = ManifestServer(), ManifestServer()
+    try:
+        second.set(pod_yaml("web"))
+        # Same address, another port: another origin.
+        first.set(status=307, headers={"Location": second.url})
+        (snap,) = scan(make_source(first.url, tmp_path, headers=[("X-Api-Key", "s3cret"),
+                                                                  ("Authorization", "Bearer t")]))
+        assert names(snap) == ["web-node1"]
+        assert first.requests[0]["X-Api-Key"] == "s3cret"
+        assert second.requests[0]["X-Api-Key"] is None and second.requests[0]["Authorization"] is None
+    finally:
+        first.stop()
+        second.stop()
+
+
+def test_a_same_host_redirect_keeps_the_headers(server: ManifestServer, tmp_path: Path) -> None:
+    source = make_source(server.url.replace("/pods.yaml", "/old.yaml"), tmp_path, headers=[("X-Api-Key", "k")])
+    # The test server answers every path alike; a redirect to itself on another path is what a move looks like.
+    server.set(status=302, headers={"Location": "/pods.yaml"})
+
+    async def main() -> list[SourceSnapshot]:
+        try:
+            first = await source.scan_once()
+            return [first]
+        finally:
+            await source.aclose()
+
+    (snap,) = asyncio.run(main())
+    assert "more than 10 redirects" in only_error(snap)  # it kept following with the header each time
+    assert all(r["X-Api-Key"] == "k" for r in server.requests)
+
+
+def test_headers_from_a_file_are_read_at_each_fetch(server: ManifestServer, tmp_path: Path) -> None:
+    header_file = tmp_path / "headers"
+    header_file.write_text("# the device's token\nX-Api-Key: one\n\nX-Site: lab\n")
+    source = make_source(server.url, tmp_path, header_file=header_file)
+    server.set(pod_yaml("web"))
+
+    async def main() -> list[SourceSnapshot]:
+        try:
+            out = [await source.scan_once()]
+            header_file.write_text("X-Api-Key: two\n")  # rotated: no restart needed
+            out.append(await source.scan_once())
+            header_file.write_text("no colon here\n")
+            out.append(await source.scan_once())
+            return out
+        finally:
+            await source.aclose()
+
+    ok, rotated, broken = asyncio.run(main())
+    assert ok.errors == () and rotated.errors == ()
+    assert [r["X-Api-Key"] for r in server.requests] == ["one", "two"]
+    assert server.requests[0]["X-Site"] == "lab"
+    assert f"--manifest-url-header-file {header_file}: line 1: expected `Name: value`" in only_error(broken)
+    assert broken.pods == ok.pods  # the last good pods stay

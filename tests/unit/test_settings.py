@@ -113,6 +113,7 @@ image_credential_file = "/auth.json"
 image_gc_high_threshold = 90
 image_gc_low_threshold = 70
 image_minimum_gc_age = "5m"
+manifest_url_header_file = "/etc/edgelet/url-headers"
 eviction_hard = "memory.available<200Mi"
 eviction_soft = "memory.available<1Gi"
 eviction_soft_grace_period = "memory.available=1m"
@@ -152,7 +153,7 @@ def test_toml_file_sets_every_key(tmp_path: Path) -> None:
         conmon="/usr/local/bin/conmon", image_import_dir=Path("/imp"), verbosity=3,
         enable_server=False, healthz_port=0, healthz_bind_address="0.0.0.0",
         image_credential_file=Path("/auth.json"), image_gc_high_threshold=90, image_gc_low_threshold=70,
-        image_minimum_gc_age=300.0,
+        image_minimum_gc_age=300.0, manifest_url_header_file=Path("/etc/edgelet/url-headers"),
         eviction_hard="memory.available<200Mi", eviction_soft="memory.available<1Gi",
         eviction_soft_grace_period="memory.available=1m", eviction_minimum_reclaim="memory.available=100Mi",
         eviction_max_pod_grace_period=30, eviction_pressure_transition_period=60.0, eviction_monitoring_interval=5.0,
