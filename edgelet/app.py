@@ -71,6 +71,7 @@ class Agent:
                 )
         self.runtime = RuncRuntime(
             paths, runtime_bin=settings.runtime, conmon_bin=settings.conmon, pause_image=pause, clock=self.clock,
+            pod_max_pids=settings.pod_max_pids,
             seccomp_default=settings.seccomp_default, on_warning=self._runtime_warning,
         )
         # The local API and its metrics (not for --runonce, which serves nobody).

@@ -366,6 +366,9 @@ class Settings:
     eviction_pressure_transition_period: float = _opt(
         300.0, _duration(), "how long a pressure condition stays after its signal recovered; evicted pods start "
         "again after it", metavar="DURATION")
+    pod_max_pids: int = _opt(
+        1024, _int(minimum=-1), "most processes a pod may run, on its cgroup and each container (kubelet's "
+        "default is unlimited; -1: unlimited): a fork bomb stays in its pod", metavar="N")
     shutdown_grace_period: float = _opt(
         30.0, _duration(), "how long a node shutdown waits for pods to stop (logind's delay lock; 0: no graceful "
         "node shutdown)", metavar="DURATION")

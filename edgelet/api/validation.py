@@ -122,6 +122,8 @@ _VOLUME_SOURCES = sorted(
 _PROBE_ACTIONS = (("exec", "exec"), ("http_get", "httpGet"), ("tcp_socket", "tcpSocket"), ("grpc", "grpc"))
 _LIFECYCLE_ACTIONS = (("exec", "exec"), ("http_get", "httpGet"), ("tcp_socket", "tcpSocket"), ("sleep", "sleep"))
 _STANDARD_CONTAINER_RESOURCES = ("cpu", "memory", "ephemeral-storage")
+# Pod-level resources (PodLevelResources) also take a pids limit: kubernetes/website's pod-level-pid-limit.yaml.
+_STANDARD_POD_RESOURCES = ("cpu", "memory", "ephemeral-storage", "pids")
 _HUGEPAGES_PREFIX = "hugepages-"
 
 
@@ -396,7 +398,7 @@ def _validate_spec(spec: PodSpec, errors: list[FieldError]) -> None:
         errors.append(forbidden("$.spec.hostUsers", "user namespaces (hostUsers: false) are not supported by "
                                 "edgelet: its runtime (runc 1.1) cannot give the rootfs and volumes idmapped mounts"))
     if spec.resources is not None:
-        _validate_resources(spec.resources, "$.spec.resources", errors)
+        _validate_resources(spec.resources, "$.spec.resources", errors, pod_level=True)
     for name, quantity in sorted((spec.overhead or {}).items()):
         _quantity_value(quantity, f"$.spec.overhead[{name}]", errors)
 
@@ -755,24 +757,29 @@ def _is_native_resource(name: str) -> bool:
     return "/" not in name or "kubernetes.io/" in name
 
 
-def _validate_resource_name(name: str, path: str, errors: list[FieldError]) -> bool:
+def _validate_resource_name(name: str, path: str, errors: list[FieldError], *, pod_level: bool = False) -> bool:
     messages = qualified_name_errors(name)
     errors.extend(invalid(path, name, m) for m in messages)
     if messages:
         return False
-    if "/" not in name and name not in _STANDARD_CONTAINER_RESOURCES and not name.startswith(_HUGEPAGES_PREFIX):
-        errors.append(invalid(path, name, "must be a standard resource for containers"))
+    standard = _STANDARD_POD_RESOURCES if pod_level else _STANDARD_CONTAINER_RESOURCES
+    if "/" not in name and name not in standard and not name.startswith(_HUGEPAGES_PREFIX):
+        errors.append(invalid(path, name, f"must be a standard resource for {'pods' if pod_level else 'containers'}"))
+        return False
+    if name == "pids" and path.endswith("]") and ".requests[" in path:
+        errors.append(invalid(path, name, "pids can only be limited, not requested"))
         return False
     return True
 
 
-def _validate_resources(resources: ResourceRequirements, path: str, errors: list[FieldError]) -> None:
+def _validate_resources(resources: ResourceRequirements, path: str, errors: list[FieldError], *,
+                        pod_level: bool = False) -> None:
     raw_limits = resources.limits or {}
     limits: dict[str, Fraction] = {}
     shown: dict[str, str] = {}
     for name, quantity in sorted(raw_limits.items()):
         qpath = f"{path}.limits[{name}]"
-        if not _validate_resource_name(name, qpath, errors):
+        if not _validate_resource_name(name, qpath, errors, pod_level=pod_level):
             continue
         value = _quantity_value(quantity, qpath, errors)
         if value is not None:
@@ -783,7 +790,7 @@ def _validate_resources(resources: ResourceRequirements, path: str, errors: list
         if name in raw_limits and name not in limits and quantity == raw_limits[name]:
             # Defaulting copied this bad limit into requests: its error is already reported.
             continue
-        if not _validate_resource_name(name, qpath, errors):
+        if not _validate_resource_name(name, qpath, errors, pod_level=pod_level):
             continue
         value = _quantity_value(quantity, qpath, errors)
         if value is None or name not in limits:

@@ -47,6 +47,7 @@ class PodResources:
     cpu_quota: int | None = None  # microseconds per period; None = unlimited
     cpu_period: int | None = None
     memory_limit: int | None = None  # bytes
+    pids_limit: int | None = None  # tasks; None = unlimited
 
 
 @dataclass(frozen=True)
@@ -160,8 +161,26 @@ def _pod_aggregate(pod: "Pod", per_container) -> tuple[ResourceList, bool, bool]
     return total, cpu_declared, memory_declared
 
 
-def pod_resources(pod: "Pod") -> PodResources:
+def pod_pids_limit(pod: "Pod", pod_max_pids: int) -> int | None:
+    """kubelet's --pod-max-pids (0 or less: none), lowered by a pod-level `spec.resources.limits.pids`."""
+    limits = []
+    if pod_max_pids > 0:
+        limits.append(pod_max_pids)
+    res = pod.spec.resources if pod.spec is not None else None
+    own = (res.limits or {}).get("pids") if res is not None else None
+    if own is not None:
+        limits.append(int(value(own)))
+    return min(limits) if limits else None
+
+
+def pod_resources(pod: "Pod", pod_max_pids: int = 0) -> PodResources:
     """The pod cgroup's settings, as kubelet's ResourceConfigForPod (CFS quota enforced, 100 ms period)."""
+    from dataclasses import replace
+
+    return replace(_pod_cpu_memory(pod), pids_limit=pod_pids_limit(pod, pod_max_pids))
+
+
+def _pod_cpu_memory(pod: "Pod") -> PodResources:
     requests, _, _ = _pod_aggregate(pod, container_requests)
     limits, cpu_limited, memory_limited = _pod_aggregate(pod, container_limits)
     qos = qos_class(pod)

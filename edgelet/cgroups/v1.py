@@ -142,6 +142,9 @@ class CgroupV1:
         memory = self.hierarchy("memory")
         if memory is not None and resources.memory_limit:
             write_value(memory / rel / "memory.limit_in_bytes", str(resources.memory_limit))
+        pids = self.hierarchy("pids")
+        if pids is not None and resources.pids_limit:
+            write_value(pids / rel / "pids.max", str(resources.pids_limit))
 
     def _fill_cpuset(self, hierarchy: Path, rel: str) -> None:
         # A new cpuset cgroup starts with empty cpus/mems and then refuses

@@ -69,6 +69,8 @@ class CgroupV2:
             write_value(target / "cpu.max", f"{quota} {period}")
         if resources.memory_limit:
             write_value(target / "memory.max", str(resources.memory_limit))
+        if resources.pids_limit:
+            write_value(target / "pids.max", str(resources.pids_limit))
 
     def remove_pod(self, path: str) -> None:
         """rmdir the pod cgroup and its children; absent is fine."""

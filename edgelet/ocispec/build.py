@@ -96,6 +96,7 @@ class ContainerContext:
     bounding_capabilities: tuple[str, ...] | None = None
     apparmor_enabled: bool = False  # /sys/module/apparmor/parameters/enabled is Y
     apparmor_loaded: frozenset[str] = frozenset()  # names in /sys/kernel/security/apparmor/profiles
+    pids_limit: int | None = None  # the pod's pids limit, also on each container (a fork bomb stops at either)
 
 
 def _mount_dict(m: Mount) -> dict:
@@ -302,6 +303,8 @@ def build_container_spec(pod: "Pod", container: "Container", image: "ImageConfig
             # As containerd: swap limit = memory limit, so the container never swaps.
             memory["swap"] = resources.memory_limit
         linux_resources["memory"] = memory
+    if ctx.pids_limit:
+        linux_resources["pids"] = {"limit": ctx.pids_limit}
 
     unmasked = privileged or unmasked
     linux: dict = {

@@ -20,7 +20,9 @@ import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
+from edgelet.api.qos import qos_class
 from edgelet.cgroups import CgroupError, detect
+from edgelet.cgroups import qos as cg_qos
 from edgelet.logs import ensure_log_dir
 from edgelet.ocispec import build as ocispec
 from edgelet.runtime import bundle as bl
@@ -144,6 +146,7 @@ class RuncRuntime:
         node_hostname: str | None = None,
         host_facts: HostFacts | None = None,
         runner: _exec.Runner = _exec.run,
+        pod_max_pids: int = 0,
         seccomp_default: bool = True,
         on_warning: "Callable[[Pod, str | None, str, str], None] | None" = None,
     ) -> None:
@@ -151,6 +154,8 @@ class RuncRuntime:
         hears what a container runs without although asked (an AppArmor default that is not loaded)."""
         # Every runc and conmon invocation goes through `runner`: unit tests script it.
         self._exec = runner
+        self.pod_max_pids = pod_max_pids
+        self._cgroup_writer: Any = None
         self.paths = paths
         self.seccomp_default = seccomp_default
         self.on_warning = on_warning
@@ -173,8 +178,35 @@ class RuncRuntime:
     def layout(self, uid: str) -> bl.PodLayout:
         return bl.PodLayout(self.paths.pod_dir(uid))
 
-    def pod_cgroup(self, uid: str) -> str:
-        return f"{self.paths.cgroup_root.rstrip('/')}/pod{uid}"
+    def pod_cgroups(self, uid: str) -> list[str]:
+        """Every place kubelet's cgroupfs layout may put the pod: `<root>/pod<uid>` (Guaranteed), then the
+        `burstable/` and `besteffort/` tiers."""
+        return [cg_qos.pod_cgroup_path(self.paths.cgroup_root, q, uid)  # type: ignore[arg-type]
+                for q in ("Guaranteed", "Burstable", "BestEffort")]
+
+    def pod_cgroup(self, uid: str, pod: "Pod | None" = None) -> str:
+        """The pod's cgroup: from its QoS class when the pod is known, else the one that exists."""
+        if pod is not None:
+            return cg_qos.pod_cgroup_path(self.paths.cgroup_root, qos_class(pod), uid)
+        candidates = self.pod_cgroups(uid)
+        try:
+            cgroups = self._cgroups()
+        except CgroupError:
+            return candidates[0]
+        return next((c for c in candidates if cgroups.exists(c)), candidates[0])
+
+    def _cgroups(self) -> Any:
+        if self._cgroup_writer is None:
+            self._cgroup_writer = detect(CGROUP_MOUNT)
+        return self._cgroup_writer
+
+    def _make_pod_cgroup(self, pod: "Pod", uid: str) -> None:
+        """kubelet's pod cgroup with the pod's totals (cpu, memory, pids) before anything runs in it."""
+        path = self.pod_cgroup(uid, pod)
+        try:
+            self._cgroups().create_pod(path, cg_qos.pod_resources(pod, self.pod_max_pids))
+        except CgroupError as exc:
+            raise SandboxError(f"pod {_full(pod)}: cannot set up its cgroup {path}: {exc}") from exc
 
     def _ensure_dirs(self) -> None:
         # Private: bundles and checkpoints hold pod specs with their env values.
@@ -318,7 +350,7 @@ class RuncRuntime:
             ctx = ocispec.SandboxContext(
                 rootfs=str(rootfs_dir),
                 args=pause.args,
-                cgroups_path=f"{self.pod_cgroup(uid)}/{sid}",
+                cgroups_path=f"{self.pod_cgroup(uid, pod)}/{sid}",
                 hostname=hostname,
                 annotations=annotations,
                 min_oom_score_adj=self.host.min_oom_score_adj,
@@ -326,6 +358,7 @@ class RuncRuntime:
             )
             config = ocispec.build_sandbox_spec(pod, ctx)
             await asyncio.to_thread(bl.write_file, bundle / bl.CONFIG, json.dumps(config, indent=1))
+            await asyncio.to_thread(self._make_pod_cgroup, pod, uid)
             pid = await conmon.create(self._conmon_args(sid, f"k8s_POD_{pod.metadata.name}_{pod.metadata.namespace}_{uid}_{attempt}",
                                                         bundle, log_path), runner=self._exec)
             await self.runc.start(sid)
@@ -461,7 +494,8 @@ class RuncRuntime:
             }
             ctx = ocispec.ContainerContext(
                 rootfs=str(rootfs_dir),
-                cgroups_path=f"{self.pod_cgroup(uid)}/{cid}",
+                cgroups_path=f"{self.pod_cgroup(uid, pod)}/{cid}",
+                pids_limit=cg_qos.pod_pids_limit(pod, self.pod_max_pids),
                 namespace_paths=sandbox_namespace_paths(pod, sandbox.pid),
                 hostname=bl.pod_hostname(pod, self.node_hostname),
                 annotations=annotations,
@@ -680,7 +714,8 @@ class RuncRuntime:
         except (RuntimeError_, OSError) as exc:
             errors.append(f"{layout.dir}: {exc}")
         try:
-            await asyncio.to_thread(remove_pod_cgroups, self.pod_cgroup(uid))
+            for path in self.pod_cgroups(uid):
+                await asyncio.to_thread(remove_pod_cgroups, path)
         except CgroupError as exc:
             errors.append(str(exc))
         if errors:

@@ -576,3 +576,27 @@ def test_decoding_and_static_validation_raise_only_api_errors(doc: dict[str, Any
     except ApiError:
         pass
     assert all(isinstance(path, str) for path in find_unknown_fields(doc))
+
+
+def test_a_pod_level_pids_limit_is_accepted_and_nothing_else_new() -> None:
+    from edgelet.api.decode import parse_manifests
+    from edgelet.api.static import make_static_pod
+    from edgelet.api.errors import ValidationError
+
+    def admit(resources: str) -> Pod:
+        text = f"""apiVersion: v1
+kind: Pod
+metadata: {{name: p}}
+spec:
+  resources: {resources}
+  containers: [{{name: a, image: busybox}}]
+"""
+        (pod,) = parse_manifests(text.encode(), "p.yaml")
+        return make_static_pod(pod, node_name="n", source="file", origin="p.yaml")
+
+    pod = admit("{limits: {pids: 100}}")
+    assert pod.spec.resources.limits == {"pids": 100}
+    with pytest.raises(ValidationError, match=r"resources.requests\[pids\].*pids can only be limited"):
+        admit("{limits: {pids: 100}, requests: {pids: 10}}")
+    with pytest.raises(ValidationError, match="must be a standard resource for pods"):
+        admit("{limits: {gpus: 1}}")

@@ -72,7 +72,9 @@ def test_v1_hierarchies_skip_symlinks_and_unified(v1_mount: Path):
 def test_v1_create_write_pids_remove(v1_mount: Path):
     cg = CgroupV1(v1_mount, rmdir=fake_rmdir)
     path = "/edgelet/burstable/podabc"
-    cg.create_pod(path, PodResources(cpu_shares=512, cpu_quota=50000, cpu_period=100000, memory_limit=2**27))
+    cg.create_pod(path, PodResources(cpu_shares=512, cpu_quota=50000, cpu_period=100000, memory_limit=2**27,
+                                     pids_limit=1024))
+    assert (v1_mount / "pids/edgelet/burstable/podabc/pids.max").read_text() == "1024"
     for name in V1_HIERARCHIES:
         assert (v1_mount / name / "edgelet/burstable/podabc").is_dir()
     pod_cpu = v1_mount / "cpu,cpuacct" / "edgelet/burstable/podabc"
@@ -156,8 +158,10 @@ def test_write_errors_carry_the_path(v1_mount: Path):
 def test_v2_create_write_pids_remove(v2_mount: Path):
     cg = CgroupV2(v2_mount, rmdir=fake_rmdir)
     path = "/kubepods/podabc"
-    cg.create_pod(path, PodResources(cpu_shares=1024, cpu_quota=200000, cpu_period=100000, memory_limit=2**30))
+    cg.create_pod(path, PodResources(cpu_shares=1024, cpu_quota=200000, cpu_period=100000, memory_limit=2**30,
+                                     pids_limit=64))
     pod = v2_mount / "kubepods/podabc"
+    assert (pod / "pids.max").read_text() == "64"
     enable = "+cpuset +cpu +io +memory +hugetlb +pids"
     assert (v2_mount / "cgroup.subtree_control").read_text() == enable
     assert (v2_mount / "kubepods/cgroup.subtree_control").read_text() == enable

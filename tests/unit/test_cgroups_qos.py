@@ -150,3 +150,19 @@ def test_pod_resources(p, expected):
 )
 def test_oom_score_adj(p, capacity, expected):
     assert oom_score_adj(p, p.spec.containers[0], capacity) == expected
+
+
+@pytest.mark.parametrize(("pod_level", "max_pids", "expected"), [
+    (None, 1024, 1024),  # --pod-max-pids for every pod
+    (None, 0, None),  # unlimited
+    (None, -1, None),
+    ({"limits": {"pids": "100"}}, 1024, 100),  # the pod's own limit, when lower
+    ({"limits": {"pids": 5000}}, 1024, 1024),  # never above the node's
+    ({"limits": {"pids": 300}}, -1, 300),
+])
+def test_pod_pids_limit(pod_level, max_pids, expected):
+    from edgelet.cgroups.qos import pod_pids_limit
+
+    p = pod(ctr(), pod_resources_=ResourceRequirements(**pod_level) if pod_level else None)
+    assert pod_pids_limit(p, max_pids) == expected
+    assert pod_resources(p, max_pids).pids_limit == expected
