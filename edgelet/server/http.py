@@ -27,7 +27,10 @@ log = get_logger(__name__)
 MAX_HEADER = 16 * 1024
 MAX_BODY = 64 * 1024
 IDLE_TIMEOUT = 60.0  # a keep-alive connection with no request for this long is closed
-MAX_CONNECTIONS = 64  # beyond this, new connections are closed at once (a device must not drown)
+# Once a request's first byte is in, all of it must be within this: a peer trickling a byte at a time
+# cannot hold a connection longer by being slow.
+REQUEST_TIMEOUT = 10.0
+MAX_CONNECTIONS = 64  # per listener; a full listener makes room by dropping its oldest connection still reading
 READ_SIZE = 64 * 1024
 JSON = "application/json"
 
@@ -62,10 +65,11 @@ class HttpServer:
     """Serves `handler` on any number of listeners; `close()` stops listening and drops open connections."""
 
     def __init__(self, handler: Handler, *, max_connections: int = MAX_CONNECTIONS,
-                 idle_timeout: float = IDLE_TIMEOUT) -> None:
+                 idle_timeout: float = IDLE_TIMEOUT, request_timeout: float = REQUEST_TIMEOUT) -> None:
         self._handler = handler
         self._max = max_connections
         self._idle = idle_timeout
+        self._request_timeout = request_timeout
         self._servers: list[asyncio.AbstractServer] = []
         self._connections: set[asyncio.Task] = set()
 
@@ -82,11 +86,14 @@ class HttpServer:
         except OSError as exc:
             sock.close()
             raise ServerError(f"cannot listen on {path}: {exc.strerror or exc}") from exc
-        self._servers.append(await asyncio.start_unix_server(self._on_connection, sock=sock))
+        listener = _Listener(str(path), self._max)
+        self._servers.append(await asyncio.start_unix_server(
+            lambda r, w: self._on_connection(r, w, None, listener), sock=sock))
 
     async def listen_tcp(self, host: str, port: int, handler: Handler | None = None) -> int:
         """Listen on TCP (optionally with its own handler); returns the port (useful with port 0)."""
-        cb = self._on_connection if handler is None else (lambda r, w: self._on_connection(r, w, handler))
+        listener = _Listener(f"{host}:{port}", self._max)
+        cb = (lambda r, w: self._on_connection(r, w, handler, listener))
         try:
             server = await asyncio.start_server(cb, host, port, reuse_address=True)
         except OSError as exc:
@@ -107,42 +114,81 @@ class HttpServer:
         self._servers.clear()
 
     async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                             handler: Handler | None = None) -> None:
+                             handler: Handler | None = None, listener: "_Listener | None" = None) -> None:
         task = asyncio.current_task()
-        if len(self._connections) >= self._max:
-            log.warning("Too many API connections; closing a new one", limit=self._max)
+        assert task is not None
+        listener = listener or _Listener("?", self._max)
+        if len(listener.connections) >= listener.limit and not listener.make_room():
+            log.warning("Too many API connections, all busy; closing a new one", listener=listener.name,
+                        limit=listener.limit)
             writer.close()
             return
+        conn = Connection(reader, writer, handler or self._handler, self._idle, self._request_timeout)
         self._connections.add(task)
+        listener.connections[task] = conn
         try:
-            await Connection(reader, writer, handler or self._handler, self._idle).serve()
+            await conn.serve()
         except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
             pass  # the client went away; nothing to tell anyone
         finally:
             self._connections.discard(task)
+            listener.connections.pop(task, None)
             writer.close()
             # Bounded: a peer that never reads again must not hold up the agent's stop.
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(writer.wait_closed(), 1.0)
 
 
+class _Listener:
+    """One listening socket's own connection limit: a flood on the TCP /healthz port never fills the
+    unix socket's, so root's `edgelet pods` always gets through."""
+
+    def __init__(self, name: str, limit: int) -> None:
+        self.name = name
+        self.limit = limit
+        self.connections: dict[asyncio.Task, "Connection"] = {}
+
+    def make_room(self) -> bool:
+        """Drop the connection that has waited longest without a complete request; False when every one is
+        being answered. Idle and trickling peers thus cannot keep a newcomer out."""
+        reading = [(c.since, t) for t, c in self.connections.items() if c.reading and not t.done()]
+        if not reading:
+            return False
+        _, oldest = min(reading, key=lambda x: x[0])
+        oldest.cancel()
+        self.connections.pop(oldest, None)
+        return True
+
+
 class Connection:
     """One client connection: requests served one at a time, as HTTP/1.1 without pipelining does."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, handler: Handler,
-                 idle_timeout: float) -> None:
+                 idle_timeout: float, request_timeout: float = REQUEST_TIMEOUT) -> None:
         self._reader = reader
         self._writer = writer
         self._handler = handler
         self._idle = idle_timeout
+        self._request_timeout = request_timeout
         self._conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER)
+        self._loop = asyncio.get_running_loop()
+        self.reading = True  # waiting for (the rest of) a request, not answering one
+        self.since = self._loop.time()  # when the current wait began
+        self._deadline: float | None = None  # the whole request is due by then, once its first byte is in
 
     async def _next_event(self) -> h11.Event | type[h11.NEED_DATA] | type[h11.PAUSED]:
         while True:
             event = self._conn.next_event()
             if event is not h11.NEED_DATA:
                 return event
-            data = await asyncio.wait_for(self._reader.read(READ_SIZE), self._idle)
+            now = self._loop.time()
+            wait = self._idle if self._deadline is None else self._deadline - now
+            if wait <= 0:
+                raise TimeoutError
+            async with asyncio.timeout(wait):
+                data = await self._reader.read(READ_SIZE)
+            if data and self._deadline is None:
+                self._deadline = self._loop.time() + self._request_timeout
             self._conn.receive_data(data)  # b"" is EOF
 
     async def _send(self, event: h11.Event) -> None:
@@ -177,9 +223,11 @@ class Connection:
                 await self._refuse(exc)
                 return
             except asyncio.TimeoutError:
-                return  # idle keep-alive connection
+                return  # idle keep-alive connection, or a request that did not arrive in time
+            self.reading = False
             response = await self._respond(request)
             await self._write_response(request, response)
+            self.reading, self.since, self._deadline = True, self._loop.time(), None
             if self._conn.our_state is h11.MUST_CLOSE or self._conn.their_state is h11.MUST_CLOSE:
                 return
             try:

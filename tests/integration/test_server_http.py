@@ -158,3 +158,59 @@ def test_api_server_tcp_serves_healthz_only_and_removes_its_socket(tmp_path):
     assert second.startswith(b"404") and b"only on the local socket" in second
     assert existed and not exists_after
     assert not os.path.exists(tmp_path / "edgelet.sock")
+
+
+FLOOD = """
+import socket, sys, time
+port, count = int(sys.argv[1]), int(sys.argv[2])
+conns = []
+for _ in range(count):
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(b"GET /healthz HTTP/1.1\\r\\nHo")
+    conns.append(s)
+print("flooding", flush=True)
+for _ in range(600):  # a byte now and then on every connection, until killed
+    for s in conns:
+        try:
+            s.sendall(b"x")
+        except OSError:
+            pass
+    time.sleep(0.5)
+"""
+
+
+@pytest.mark.privileged
+def test_a_local_flood_neither_locks_root_out_of_the_socket_nor_starves_healthz(tmp_path):
+    """70 trickling connections from uid 65534 (nobody): the socket answers root, /healthz answers too."""
+    import subprocess
+    import sys
+
+    sock = tmp_path / "t.sock"
+
+    async def main():
+        server = HttpServer(echo, max_connections=16, idle_timeout=60, request_timeout=3)
+        await server.listen_unix(sock)
+        port = await server.listen_tcp("127.0.0.1", 0)
+        # The system's python: nobody may not read the venv's; the script needs only the standard library.
+        python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.base_executable
+        flood = await asyncio.create_subprocess_exec(python, "-c", FLOOD, str(port), "70", user=65534, cwd="/",
+                                                     stdout=asyncio.subprocess.PIPE)
+        try:
+            assert (await asyncio.wait_for(flood.stdout.readline(), 30)).strip() == b"flooding"
+            answers = []
+            for i in range(5):
+                answers.append(await _raw(sock, f"GET /root{i} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode()))
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                await writer.drain()
+                answers.append(await asyncio.wait_for(reader.read(-1), 10))
+                writer.close()
+                await asyncio.sleep(0.5)
+            return answers
+        finally:
+            flood.kill()
+            await flood.wait()
+            await server.close()
+
+    answers = asyncio.run(main())
+    assert all(a.startswith(b"HTTP/1.1 200") for a in answers), answers
