@@ -11,7 +11,7 @@ SAMPLE_IMAGE := build/images/busybox-1.36.oci.tar
 # Its own cgroup parent, so the demo never mixes with a kubelet's /kubepods.
 DEMO_CGROUP := /edgelet-demo
 
-.PHONY: all deps venv run test test-fast lint images bench clean-run kube-apiserver
+.PHONY: all deps venv run test test-fast lint fuzz images bench clean-run kube-apiserver
 
 all: test
 
@@ -73,6 +73,12 @@ test: $(VENV)/.installed kube-apiserver lint
 lint: $(VENV)/.installed
 	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/mypy
+
+# The manifest fuzzer at length: EDGELET_FUZZ_EXAMPLES generated and mutated manifests of each kind
+# through decode, admission and build_oci_spec (`make test` runs 150 of each).
+FUZZ_EXAMPLES ?= 10000
+fuzz: $(VENV)/.installed
+	EDGELET_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -q -p no:cacheprovider tests/fuzz $(PYTEST_ARGS)
 
 # Pure and loopback tests only, no root needed.
 test-fast: $(VENV)/.installed

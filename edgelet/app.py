@@ -69,9 +69,13 @@ class Agent:
                     f"--pod-infra-container-image {settings.pod_infra_container_image}: not in the image store "
                     "(import it first)"
                 )
+        from edgelet.network.manager import PodNetwork
+
+        network = PodNetwork(settings.cni_conf_dir, [d for d in settings.cni_bin_dir.split(":") if d],
+                             paths.run_dir / "netns", paths.root_dir / "cni")
         self.runtime = RuncRuntime(
             paths, runtime_bin=settings.runtime, conmon_bin=settings.conmon, pause_image=pause, clock=self.clock,
-            pod_max_pids=settings.pod_max_pids,
+            pod_max_pids=settings.pod_max_pids, network=network,
             seccomp_default=settings.seccomp_default, on_warning=self._runtime_warning,
         )
         # The local API and its metrics (not for --runonce, which serves nobody).
@@ -199,6 +203,7 @@ class Agent:
                 await self.api_server.start()  # first, so `edgelet pods` reaches a starting agent
             await asyncio.to_thread(self.import_dir.scan)
             await self.pleg.relist()  # adopt what runs before the first config arrives
+            await self._release_stale_networks()
             log.info("edgelet started", node=self.settings.node_name,
                      manifests=str(self.settings.pod_manifest_path), adopted=len(self.pleg.uids()))
             trim()  # what importing and the image scan allocated only for a moment
@@ -231,6 +236,16 @@ class Agent:
             await self.workers.shutdown()
             self.publisher.flush()
             self.events.flush()
+
+    async def _release_stale_networks(self) -> None:
+        """What a crash or power cut left of pod networks (addresses, rules, namespaces) goes first."""
+        try:
+            released = await self.runtime.cleanup_networks()
+        except Exception as exc:  # noqa: BLE001 - never a reason not to start
+            log.warning("Cannot release stale pod networks", err=str(exc))
+            return
+        if released:
+            log.info("Released the networks of sandboxes that are gone", count=released)
 
     async def _run_mirror(self) -> None:
         """The apiserver reporting; it may fail on its own without taking a pod (or the agent) with it."""
@@ -282,6 +297,7 @@ class Agent:
         _small_executor()
         await asyncio.to_thread(self.import_dir.scan)
         await self.pleg.relist()
+        await self._release_stale_networks()
         self.loop.apply_snapshot(await self.file_source.scan_once())
         if self.http_source is not None:
             try:

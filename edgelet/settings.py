@@ -366,6 +366,11 @@ class Settings:
     eviction_pressure_transition_period: float = _opt(
         300.0, _duration(), "how long a pressure condition stays after its signal recovered; evicted pods start "
         "again after it", metavar="DURATION")
+    cni_conf_dir: Path = _opt(Path("/etc/cni/net.d"), _path(), "CNI network configs; the first in lexical order "
+                              "is the pods' network (none: pods without hostNetwork get loopback only)",
+                              metavar="DIR")
+    cni_bin_dir: str = _opt("/opt/cni/bin:/usr/lib/cni", _str(), "where CNI plugins are searched, colon-separated",
+                            metavar="DIRS")
     pod_max_pids: int = _opt(
         1024, _int(minimum=-1), "most processes a pod may run, on its cgroup and each container (kubelet's "
         "default is unlimited; -1: unlimited): a fork bomb stays in its pod", metavar="N")

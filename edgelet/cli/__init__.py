@@ -93,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                        "link state, queue")
     node.add_argument("-o", "--output", choices=("text", "json"), default="text")
     check = sub.add_parser("check", parents=[common], help="check that this machine can run edgelet")
-    for key in ("runtime", "conmon", "pod_infra_container_image"):
+    for key in ("runtime", "conmon", "pod_infra_container_image", "cni_conf_dir", "cni_bin_dir"):
         _add_setting(check, key)
     images = sub.add_parser("images", parents=[common], help="list the images in the local store")
     images_sub = images.add_subparsers(dest="images_command", metavar="SUBCOMMAND")

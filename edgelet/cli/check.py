@@ -47,6 +47,8 @@ class HostFacts:
     is_raspberry_pi: bool = False
     recursive_read_only: bool = True  # mount_setattr(2) exists (Linux >= 5.12): runc's `rro` works
     overlay_error: str | None = "not tried"  # None: a trial overlay mount worked; else why it failed
+    # The pods' network: (verdict, detail) from the CNI config and its plugins; None when not looked at.
+    cni_network: tuple[str, str] | None = None
     cmdline_file: str = "/boot/firmware/cmdline.txt"
     # The agent's bounding set as capability names; None when unknown. Privileged containers get exactly this.
     bounding_capabilities: tuple[str, ...] | None = None
@@ -167,6 +169,11 @@ def check_capabilities(f: HostFacts) -> CheckResult:
 
 
 def check_cni(f: HostFacts) -> CheckResult:
+    if f.cni_network is not None:
+        verdict, detail = f.cni_network
+        hint = "" if verdict == "OK" else ("apt-get install containernetworking-plugins, then install "
+                                           "/usr/share/edgelet/10-edgelet.conflist in the CNI conf dir")
+        return CheckResult("CNI network", verdict, detail, hint)  # type: ignore[arg-type]
     if f.cni_plugins:
         return CheckResult("CNI plugins", "OK", f"{len(f.cni_plugins)} plugins ({', '.join(f.cni_plugins[:4])}...)")
     return CheckResult("CNI plugins", "WARN", f"none in {' or '.join(CNI_DIRS)}: pods without hostNetwork get loopback only",
@@ -261,7 +268,25 @@ def _free_bytes(path: Path) -> int | None:
     return None
 
 
-def gather_facts(*, runtime: str, conmon: str, pause_image: str | None, root_dir: Path) -> HostFacts:
+def cni_network(conf_dir: Path, bin_dirs: list[str]) -> tuple[str, str]:
+    """(verdict, detail) of the pods' network: the conflist edgelet would use and whether its plugins exist."""
+    from edgelet.network import conf
+    from edgelet.network.errors import ConfigError
+
+    try:
+        cfg = conf.load(conf_dir)
+    except ConfigError as exc:
+        return "FAIL", str(exc)
+    if cfg is None:
+        return "WARN", f"no CNI config in {conf_dir}: pods without hostNetwork get loopback only"
+    missing = [t for t in cfg.plugin_types() if conf.find_plugin(t, bin_dirs) is None]
+    if missing:
+        return "FAIL", f"{cfg.path}: plugins not found in {':'.join(bin_dirs)}: {', '.join(missing)}"
+    return "OK", f"network {cfg.name} from {cfg.path}: {', '.join(cfg.plugin_types())}"
+
+
+def gather_facts(*, runtime: str, conmon: str, pause_image: str | None, root_dir: Path,
+                 cni_conf_dir: Path | None = None, cni_bin_dirs: list[str] | None = None) -> HostFacts:
     """Look at this machine once."""
     from edgelet.runtime.bundle import probe_recursive_read_only
     from edgelet.runtime.rootfs import probe_overlay
@@ -295,6 +320,7 @@ def gather_facts(*, runtime: str, conmon: str, pause_image: str | None, root_dir
         cgroup_enabled=parse_proc_cgroups(_read("/proc/cgroups")),
         filesystems=parse_filesystems(_read("/proc/filesystems")),
         cni_plugins=tuple(dict.fromkeys(cni)),
+        cni_network=cni_network(cni_conf_dir, cni_bin_dirs or list(CNI_DIRS)) if cni_conf_dir is not None else None,
         root_dir=str(root_dir),
         root_free_bytes=_free_bytes(root_dir),
         is_raspberry_pi="Raspberry Pi" in model,
@@ -307,7 +333,9 @@ def gather_facts(*, runtime: str, conmon: str, pause_image: str | None, root_dir
 
 def cmd_check(settings: Settings, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     facts = gather_facts(runtime=settings.runtime, conmon=settings.conmon,
-                         pause_image=settings.pod_infra_container_image, root_dir=settings.root_dir)
+                         pause_image=settings.pod_infra_container_image, root_dir=settings.root_dir,
+                         cni_conf_dir=settings.cni_conf_dir,
+                         cni_bin_dirs=[d for d in settings.cni_bin_dir.split(":") if d])
     results = run_checks(facts)
     print(format_results(results), file=out)
     return EXIT_FAILURE if failed(results) else EXIT_OK

@@ -33,6 +33,8 @@ class SandboxRecord:
     pid: int | None
     created_at: float
     host_network: bool = False
+    ips: tuple[str, ...] = ()  # from CNI, IPv4 first; empty with hostNetwork or without a CNI network
+    netns: str = ""  # the network namespace file containers join; "" when the pause process made its own
 
 
 @dataclass(frozen=True)

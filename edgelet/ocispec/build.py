@@ -58,6 +58,7 @@ class SandboxContext:
     # --- added compatibly (defaulted) ---
     min_oom_score_adj: int | None = None  # see ContainerContext.min_oom_score_adj
     seccomp: SeccompHost = field(default_factory=SeccompHost)
+    netns_path: str | None = None  # a network namespace CNI set up, joined instead of a new one
 
 
 @dataclass(frozen=True)
@@ -341,10 +342,13 @@ def build_container_spec(pod: "Pod", container: "Container", image: "ImageConfig
 def build_sandbox_spec(pod: "Pod", ctx: SandboxContext) -> dict:
     """config.json for the pod's pause process, which creates and holds the pod's namespaces."""
     host = _host_flags(pod)
-    namespaces = [{"type": "mount"}]
+    namespaces: list[dict[str, str]] = [{"type": "mount"}]
     for ns in ("network", "ipc", "uts"):
         if not host[ns]:
-            namespaces.append({"type": ns})
+            if ns == "network" and ctx.netns_path:
+                namespaces.append({"type": ns, "path": ctx.netns_path})
+            else:
+                namespaces.append({"type": ns})
     if not host["pid"]:
         namespaces.append({"type": "pid"})
     has_uts = not host["uts"]

@@ -50,6 +50,7 @@ from edgelet.runtime.host import (
     parse_passwd,
     probe_host_facts,
 )
+from edgelet.network.errors import NetworkError
 from edgelet.runtime.runc import Runc
 from edgelet.runtime.state import ExitInfo, Observed, build_pod_statuses
 from edgelet.runtime.sandbox import PauseSpec, pause_spec, sandbox_namespace_paths
@@ -68,6 +69,8 @@ from edgelet.runtime.layout import (
     ANN_POD_NAMESPACE,
     ANN_POD_UID,
     ANN_HOST_NETWORK,
+    ANN_NETNS,
+    ANN_POD_IPS,
     ANN_SANDBOX_ID,
     KIND_CONTAINER,
     KIND_SANDBOX,
@@ -79,6 +82,7 @@ from edgelet.util.log import get_logger
 
 if TYPE_CHECKING:
     from edgelet.api.types import Container, Pod
+    from edgelet.network.manager import Attached, PodNetwork
     from edgelet.images.types import ImageRecord
 
 log = get_logger("edgelet.runtime")
@@ -147,6 +151,7 @@ class RuncRuntime:
         host_facts: HostFacts | None = None,
         runner: _exec.Runner = _exec.run,
         pod_max_pids: int = 0,
+        network: "PodNetwork | None" = None,
         seccomp_default: bool = True,
         on_warning: "Callable[[Pod, str | None, str, str], None] | None" = None,
     ) -> None:
@@ -155,6 +160,7 @@ class RuncRuntime:
         # Every runc and conmon invocation goes through `runner`: unit tests script it.
         self._exec = runner
         self.pod_max_pids = pod_max_pids
+        self.network = network  # CNI; None: pods without hostNetwork get loopback only
         self._cgroup_writer: Any = None
         self.paths = paths
         self.seccomp_default = seccomp_default
@@ -290,7 +296,7 @@ class RuncRuntime:
             self._pause = pause_spec(self.paths.root_dir, self.catatonit_bin, self.pause_image)
         return self._pause
 
-    def _write_pod_files(self, pod: "Pod", layout: bl.PodLayout, hostname: str) -> None:
+    def _write_pod_files(self, pod: "Pod", layout: bl.PodLayout, hostname: str, pod_ips: Sequence[str] = ()) -> None:
         spec = pod.spec
         host_network = bool(spec is not None and spec.host_network)
         try:
@@ -307,7 +313,8 @@ class RuncRuntime:
             except OSError:
                 host_hosts = ""
         aliases = [(a.ip, tuple(a.hostnames or ())) for a in ((spec.host_aliases if spec else None) or [])]
-        hosts = bl.build_hosts_file(hostname, host_aliases=aliases, host_network=host_network, host_hosts=host_hosts)
+        hosts = bl.build_hosts_file(hostname, pod_ips=pod_ips, host_aliases=aliases, host_network=host_network,
+                                    host_hosts=host_hosts)
         # Bind-mounted into the containers, whose users (any uid) read them.
         bl.write_file(layout.hosts, hosts, 0o644)
         bl.write_file(layout.resolv_conf, resolv, 0o644)
@@ -335,6 +342,11 @@ class RuncRuntime:
             if rootfs_dir is None:
                 assert pause.image is not None
                 rootfs_dir = await asyncio.to_thread(rootfs.mount_rootfs, pause.image.layers, bundle)
+            attached = None
+            if not host_network:
+                attached = await self._attach_network(pod, sid)
+                if attached is not None and attached.ips:
+                    await asyncio.to_thread(self._write_pod_files, pod, layout, hostname, attached.ips)
             annotations = {
                 ANN_KIND: KIND_SANDBOX,
                 ANN_POD_UID: uid,
@@ -345,6 +357,9 @@ class RuncRuntime:
                 ANN_LOG_PATH: str(log_path),
                 ANN_HOST_NETWORK: "true" if host_network else "false",
             }
+            if attached is not None:
+                annotations[ANN_NETNS] = attached.netns
+                annotations[ANN_POD_IPS] = ",".join(attached.ips)
             if pause.image is not None:
                 annotations[ANN_IMAGE_ID] = pause.image.id
             ctx = ocispec.SandboxContext(
@@ -355,6 +370,7 @@ class RuncRuntime:
                 annotations=annotations,
                 min_oom_score_adj=self.host.min_oom_score_adj,
                 seccomp=await asyncio.to_thread(self._seccomp_host, pod),
+                netns_path=attached.netns if attached is not None else None,
             )
             config = ocispec.build_sandbox_spec(pod, ctx)
             await asyncio.to_thread(bl.write_file, bundle / bl.CONFIG, json.dumps(config, indent=1))
@@ -364,18 +380,44 @@ class RuncRuntime:
             await self.runc.start(sid)
             await asyncio.to_thread(bl.write_file, bundle / bl.STARTED_FILE, repr(self.clock.now()))
             done = True
-        except (RuntimeError_, OSError, ocispec.SpecError) as exc:
+        except (RuntimeError_, OSError, ocispec.SpecError, NetworkError) as exc:
             raise SandboxError(f"pod {_full(pod)}: cannot create the sandbox: {exc}") from exc
         finally:
             if not done:
                 # Whatever failed (or a cancellation), nothing half-made stays behind.
                 await asyncio.shield(self._undo(sid, bundle))
+                await asyncio.shield(self._detach_network(sid))
         self._bundles[sid] = bundle
         log.info("Sandbox started", pod=_full(pod), sandbox=sid[:12], pid=pid)
         return SandboxRecord(
             id=sid, pod_uid=uid, pod_name=pod.metadata.name or "", pod_namespace=pod.metadata.namespace or "",
             attempt=attempt, state="running", pid=pid, created_at=created, host_network=host_network,
+            ips=attached.ips if attached is not None else (), netns=attached.netns if attached is not None else "",
         )
+
+    async def _attach_network(self, pod: "Pod", sid: str) -> "Attached | None":
+        if self.network is None:
+            return None
+        attached = await self.network.setup(pod, sid)
+        if attached is None and self.on_warning is not None:
+            _, why = self.network.readiness()
+            self.on_warning(pod, None, "NetworkNotReady", f"{why}; the pod has loopback only")
+        return attached
+
+    async def _detach_network(self, sid: str) -> None:
+        if self.network is None:
+            return
+        try:
+            await self.network.teardown(sid)
+        except (NetworkError, OSError) as exc:
+            log.warning("Pod network teardown failed; the next start retries", sandbox=sid[:12], err=str(exc))
+
+    async def cleanup_networks(self) -> int:
+        """At start: release the network of every sandbox that no longer runs (a crash, a power cut)."""
+        if self.network is None:
+            return 0
+        live = {s.id for p in (await self.list_pods()).values() for s in p.sandboxes if s.state == "running"}
+        return await self.network.cleanup(live)
 
     def _prepare_sandbox_dirs(self, pod: "Pod", layout: bl.PodLayout, hostname: str, bundle: Path, sid: str,
                               log_path: Path) -> None:
@@ -438,6 +480,7 @@ class RuncRuntime:
     async def stop_sandbox(self, sandbox_id: str) -> None:
         # The pause process holds nothing worth a grace period.
         await self._kill_and_wait(sandbox_id, await self._bundle_of(sandbox_id))
+        await self._detach_network(sandbox_id)
 
     # ------------------------------------------------------------ containers
 
@@ -496,7 +539,7 @@ class RuncRuntime:
                 rootfs=str(rootfs_dir),
                 cgroups_path=f"{self.pod_cgroup(uid, pod)}/{cid}",
                 pids_limit=cg_qos.pod_pids_limit(pod, self.pod_max_pids),
-                namespace_paths=sandbox_namespace_paths(pod, sandbox.pid),
+                namespace_paths=sandbox_namespace_paths(pod, sandbox.pid, sandbox.netns),
                 hostname=bl.pod_hostname(pod, self.node_hostname),
                 annotations=annotations,
                 mounts=mounts,

@@ -67,9 +67,10 @@ def pause_spec(root_dir: Path, catatonit_bin: str, image: "ImageRecord | None") 
     return PauseSpec(None, args, image)
 
 
-def sandbox_namespace_paths(pod: "Pod", pause_pid: int) -> dict[str, str]:
+def sandbox_namespace_paths(pod: "Pod", pause_pid: int, netns: str = "") -> dict[str, str]:
     """The namespaces a container joins from its sandbox (pure): net and uts unless hostNetwork, ipc unless
-    hostIPC, pid only with shareProcessNamespace (and not hostPID)."""
+    hostIPC, pid only with shareProcessNamespace (and not hostPID). The network namespace is the CNI file
+    when there is one."""
     spec = pod.spec
     host_network = bool(spec is not None and spec.host_network)
     host_ipc = bool(spec is not None and spec.host_ipc)
@@ -78,7 +79,7 @@ def sandbox_namespace_paths(pod: "Pod", pause_pid: int) -> dict[str, str]:
     ns = f"/proc/{pause_pid}/ns"
     paths: dict[str, str] = {}
     if not host_network:
-        paths["network"] = f"{ns}/net"
+        paths["network"] = netns or f"{ns}/net"
         paths["uts"] = f"{ns}/uts"
     if not host_ipc:
         paths["ipc"] = f"{ns}/ipc"

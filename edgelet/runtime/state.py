@@ -20,6 +20,8 @@ from edgelet.runtime.layout import (
     ANN_CREATED,
     ANN_HASH,
     ANN_HOST_NETWORK,
+    ANN_NETNS,
+    ANN_POD_IPS,
     ANN_IMAGE,
     ANN_IMAGE_ID,
     ANN_KIND,
@@ -133,6 +135,7 @@ def build_record(o: Observed) -> SandboxRecord | ContainerRecord | None:
             id=o.id, pod_uid=uid, pod_name=ann.get(ANN_POD_NAME, ""), pod_namespace=ann.get(ANN_POD_NAMESPACE, ""),
             attempt=_int(ann.get(ANN_ATTEMPT)), state=state, pid=pid, created_at=created,
             host_network=ann.get(ANN_HOST_NETWORK) == "true",
+            ips=tuple(ip for ip in ann.get(ANN_POD_IPS, "").split(",") if ip), netns=ann.get(ANN_NETNS, ""),
         )
     started = o.started_at
     if started is None and state != "created" and runc_created is not None and o.runc is not None:

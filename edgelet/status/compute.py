@@ -360,8 +360,8 @@ def compute_pod_status(
     container without an entry has no such probe and is ready / started.
     `messages` maps a container id to its termination message (read by
     edgelet.runtime.termination). `host_ip` is the node's address: hostIP,
-    and podIP of a hostNetwork pod; edgelet has no CNI networking yet, so
-    other pods get no podIP. `previous`, the status published before,
+    and podIP of a hostNetwork pod; other pods get their sandbox's CNI
+    addresses (none without a CNI network). `previous`, the status published before,
     keeps lastTransitionTime, startTime and a terminal phase (the status
     manager never leaves Succeeded or Failed).
     """
@@ -404,14 +404,20 @@ def compute_pod_status(
         # The status manager stamps the first status; the oldest sandbox stands in for it after an agent restart.
         start_time = format_time(min((s.created_at for s in rt.sandboxes), default=now))
 
-    pod_ip = host_ip if (host_ip and pod.spec.host_network) else None
+    if pod.spec.host_network:
+        ips: tuple[str, ...] = (host_ip,) if host_ip else ()
+    else:
+        # The newest running sandbox's CNI addresses (kubelet's determinePodSandboxIPs).
+        live = [s for s in rt.sandboxes if s.state == "running"]
+        ips = live[0].ips if live else ()
+    pod_ip = ips[0] if ips else None
     return PodStatus(
         phase=phase,
         conditions=conditions,
         host_ip=host_ip or None,
         host_ips=[HostIP(ip=host_ip)] if host_ip else None,
         pod_ip=pod_ip,
-        pod_ips=[PodIP(ip=pod_ip)] if pod_ip else None,
+        pod_ips=[PodIP(ip=ip) for ip in ips] or None,
         init_container_statuses=init_statuses or None,
         container_statuses=statuses,
         qos_class=qos_class(pod),

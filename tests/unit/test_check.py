@@ -55,6 +55,10 @@ def test_a_good_machine_passes_everything():
     ({"overlay_error": "No such device"}, "overlayfs", "WARN", "trial mount failed: No such device"),
     ({"recursive_read_only": False}, "recursive read-only mounts", "WARN", "5.12"),
     ({"cni_plugins": ()}, "CNI plugins", "WARN", "containernetworking-plugins"),
+    ({"cni_network": ("WARN", "no CNI config in /etc/cni/net.d: pods without hostNetwork get loopback only")},
+     "CNI network", "WARN", "10-edgelet.conflist"),
+    ({"cni_network": ("FAIL", "/c/10.conflist: plugins not found in /opt/cni/bin: bridge")},
+     "CNI network", "FAIL", "containernetworking-plugins"),
     # Inside some containers and sandboxes the agent lacks CAP_SYS_RESOURCE: privileged pods get less.
     ({"bounding_capabilities": tuple(c for c in ALL_CAPABILITIES if c != "CAP_SYS_RESOURCE")},
      "capabilities", "WARN", "reduced bounding set, without CAP_SYS_RESOURCE"),

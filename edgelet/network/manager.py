@@ -1,0 +1,162 @@
+"""A pod's network from sandbox creation to teardown, and the clean-up of what a crash or power cut left.
+
+The runtime calls `setup` after creating the sandbox's network namespace
+file and before the pause process starts, `teardown` when the sandbox stops,
+and `cleanup` once at start with the sandboxes that still run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+from edgelet.api.quantity import QuantityError, value
+from edgelet.network import conf as netconf
+from edgelet.network import netns
+from edgelet.network.cache import Cache, Entry
+from edgelet.network.cni import CNI, Attachment
+from edgelet.network.errors import ConfigError, NetworkError
+from edgelet.network.result import pod_ips
+from edgelet.util.log import get_logger
+
+if TYPE_CHECKING:
+    from edgelet.api.types import Pod
+
+log = get_logger(__name__)
+
+INGRESS = "kubernetes.io/ingress-bandwidth"
+EGRESS = "kubernetes.io/egress-bandwidth"
+MAX_BURST = 2**31 - 1  # kubelet: no burst annotation, so no burst limit
+
+
+def runtime_config(pod: "Pod") -> dict[str, Any]:
+    """The CNI capabilities' runtimeConfig of a pod: portMappings from hostPorts, bandwidth from annotations."""
+    out: dict[str, Any] = {}
+    mappings = []
+    spec = pod.spec
+    for c in [*((spec.init_containers if spec else None) or []), *((spec.containers if spec else None) or [])]:
+        for p in c.ports or []:
+            if p.host_port:
+                m: dict[str, Any] = {"hostPort": p.host_port, "containerPort": p.container_port,
+                                     "protocol": (p.protocol or "TCP").lower()}
+                if p.host_ip:
+                    m["hostIP"] = p.host_ip
+                mappings.append(m)
+    if mappings:
+        out["portMappings"] = mappings
+    ann = (pod.metadata.annotations if pod.metadata else None) or {}
+    bandwidth: dict[str, int] = {}
+    for key, rate, burst in ((INGRESS, "ingressRate", "ingressBurst"), (EGRESS, "egressRate", "egressBurst")):
+        if key in ann:
+            try:
+                bandwidth[rate] = value(ann[key])
+                bandwidth[burst] = MAX_BURST
+            except QuantityError:
+                log.warning("Ignoring a bandwidth annotation that is no quantity", annotation=key, value=ann[key])
+    if bandwidth:
+        out["bandwidth"] = bandwidth
+    return out
+
+
+@dataclass(frozen=True)
+class Attached:
+    netns: str
+    ips: tuple[str, ...]
+
+
+class PodNetwork:
+    def __init__(self, conf_dir: Path, bin_dirs: Sequence[str], netns_dir: Path, cache_dir: Path) -> None:
+        self.conf_dir = conf_dir
+        self.bin_dirs = list(bin_dirs)
+        self.netns_dir = netns_dir
+        self.cache = Cache(cache_dir)
+        self.cni = CNI(self.bin_dirs)
+
+    def config(self) -> netconf.NetworkConfig | None:
+        """The network config, read afresh (a conflist dropped in later takes effect for new pods)."""
+        return netconf.load(self.conf_dir)
+
+    def readiness(self) -> tuple[bool, str]:
+        """(ready, why not): kubelet's NetworkReady runtime condition."""
+        try:
+            cfg = self.config()
+        except ConfigError as exc:
+            return False, str(exc)
+        if cfg is None:
+            return False, f"no CNI config in {self.conf_dir}: pods without hostNetwork get loopback only"
+        missing = [t for t in cfg.plugin_types() if netconf.find_plugin(t, self.bin_dirs) is None]
+        if missing:
+            return False, f"CNI plugins not found in {':'.join(self.bin_dirs)}: {', '.join(missing)}"
+        return True, ""
+
+    async def setup(self, pod: "Pod", sandbox_id: str) -> Attached | None:
+        """The pod's network namespace, attached by the plugin chain; None when no network is configured."""
+        cfg = await asyncio.to_thread(self.config)
+        if cfg is None:
+            return None
+        path = self.netns_dir / sandbox_id
+        meta = pod.metadata
+        assert meta is not None
+        att = Attachment(sandbox_id, str(path), meta.name or "", meta.namespace or "", meta.uid or "")
+        rc = runtime_config(pod)
+        entry = Entry(sandbox_id, str(path), att.ifname, att.pod_name, att.pod_namespace, att.pod_uid,
+                      dict(cfg.raw), rc, None)
+        await asyncio.to_thread(netns.create, path)
+        try:
+            # Saved before ADD: an agent killed during ADD still knows what to DEL at its next start.
+            await asyncio.to_thread(self.cache.write, entry)
+            result = await self.cni.add(cfg, att, rc)
+            await asyncio.to_thread(self.cache.write, Entry(**{**entry.__dict__, "result": result}))
+        except BaseException:
+            await asyncio.shield(self._release(entry))
+            raise
+        ips = pod_ips(result)
+        log.info("Pod network attached", pod=f"{att.pod_namespace}/{att.pod_name}", sandbox=sandbox_id[:12],
+                 ips=",".join(ips) or None, network=cfg.name)
+        return Attached(str(path), ips)
+
+    async def teardown(self, sandbox_id: str) -> None:
+        entry = await asyncio.to_thread(self.cache.read, sandbox_id)
+        if entry is not None:
+            await self._release(entry)
+        else:
+            await asyncio.to_thread(netns.remove, self.netns_dir / sandbox_id)
+
+    async def _release(self, entry: Entry) -> None:
+        """DEL with the cached config, then the namespace file and the cache entry; a failed DEL keeps the
+        entry so the next start tries again."""
+        namespace_gone = not netns.is_live(Path(entry.netns))
+        try:
+            cfg = netconf.parse(json.dumps(entry.config), f"cache of {entry.container_id[:12]}")
+            att = Attachment(entry.container_id, entry.netns, entry.pod_name, entry.pod_namespace, entry.pod_uid,
+                             entry.ifname)
+            await self.cni.delete(cfg, att, entry.runtime_config, entry.result)
+        except NetworkError as exc:
+            log.warning("CNI DEL failed; will retry at the next start", sandbox=entry.container_id[:12],
+                        err=str(exc))
+            await asyncio.to_thread(netns.remove, Path(entry.netns))
+            return
+        if namespace_gone:
+            from edgelet.network.iptables import remove_tagged
+
+            await remove_tagged(entry.container_id)
+        await asyncio.to_thread(netns.remove, Path(entry.netns))
+        await asyncio.to_thread(self.cache.remove, entry.container_id)
+
+    async def cleanup(self, live: set[str]) -> int:
+        """Tear down every cached attachment and namespace file whose sandbox no longer runs."""
+        count = 0
+        for entry in await asyncio.to_thread(self.cache.entries):
+            if entry.container_id not in live:
+                log.info("Releasing the network of a sandbox that is gone", sandbox=entry.container_id[:12],
+                         pod=f"{entry.pod_namespace}/{entry.pod_name}")
+                await self._release(entry)
+                count += 1
+        if self.netns_dir.is_dir():
+            for f in self.netns_dir.iterdir():
+                if f.name not in live and self.cache.read(f.name) is None:
+                    await asyncio.to_thread(netns.remove, f)
+        return count

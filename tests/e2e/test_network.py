@@ -1,0 +1,195 @@
+"""Pod networking through CNI on a real agent with Debian's real plugins (bridge, host-local, portmap, loopback).
+
+Each test gets a conf dir of its own, a bridge name and a /24 of its own, and
+host-local's dataDir in its temp dir; it never touches /etc/cni. Traffic goes
+only to the pods' addresses on that bridge and to its gateway address.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import secrets
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import IMAGE, wait_for
+
+PLUGINS = Path("/usr/lib/cni")
+pytestmark = [pytest.mark.privileged,
+              pytest.mark.skipif(not (PLUGINS / "bridge").exists(), reason="needs containernetworking-plugins")]
+
+
+def _sh(*argv: str) -> str:
+    return subprocess.run(argv, capture_output=True, text=True, check=False).stdout
+
+
+@pytest.fixture
+def network(tmp_path):
+    bridge = f"edl{secrets.token_hex(4)}"[:15]
+    subnet = f"10.{random.randint(150, 250)}.{random.randint(0, 255)}"
+    conf_dir = tmp_path / "cni"
+    conf_dir.mkdir()
+    ipam = tmp_path / "ipam"
+    conflist = {
+        "cniVersion": "1.0.0", "name": f"test-{bridge}",
+        "plugins": [
+            {"type": "bridge", "bridge": bridge, "isGateway": True, "ipMasq": True, "hairpinMode": True,
+             "ipam": {"type": "host-local", "dataDir": str(ipam),
+                      "ranges": [[{"subnet": f"{subnet}.0/24", "gateway": f"{subnet}.1"}]]}},
+            {"type": "portmap", "capabilities": {"portMappings": True}, "snat": True},
+            {"type": "loopback"},
+        ],
+    }
+    (conf_dir / "10-test.conflist").write_text(json.dumps(conflist))
+    yield {"conf_dir": conf_dir, "bridge": bridge, "gateway": f"{subnet}.1", "ipam": ipam, "subnet": subnet}
+    # Whatever a failed test left: the rules the plugins tagged with this network's name, and the bridge.
+    import asyncio
+
+    from edgelet.network.iptables import remove_tagged
+
+    asyncio.run(remove_tagged(conflist["name"], key="name"))
+    _sh("ip", "link", "del", bridge)
+
+
+def _pod(name: str, command: str, ports: str = "") -> str:
+    return f"""apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+spec:
+  terminationGracePeriodSeconds: 1
+  hostAliases:
+  - ip: 10.9.9.9
+    hostnames: [alias.example]
+  containers:
+  - name: app
+    image: {IMAGE}
+    command: ["sh", "-c", {command!r}]
+{ports}"""
+
+
+SERVER = _pod("server", "mkdir -p /www && echo hello-from-pod > /www/index.html && exec httpd -f -p 8080 -h /www",
+              "    ports:\n    - containerPort: 8080\n      hostPort: 18089\n")
+CLIENT = _pod("client", "exec sleep 3600")
+
+
+def _ctr(agent, pod: str) -> dict | None:
+    return next((c for c in agent.containers_of(pod) if c["annotations"].get("io.edgelet.kind") == "container"
+                 and c["status"] == "running"), None)
+
+
+def _exec(agent, pod: str, *argv: str) -> subprocess.CompletedProcess:
+    c = _ctr(agent, pod)
+    assert c is not None, f"{pod} has no running container"
+    return subprocess.run(["runc", "--root", str(agent.paths.runc_root), "exec", c["id"], *argv],
+                          capture_output=True, text=True, timeout=60)
+
+
+def _fetch(url: str) -> str:
+    """The body at `url` from the host, "" when it does not answer (yet)."""
+    try:
+        return subprocess.run(["wget", "-qO-", "-T", "5", url], capture_output=True, text=True, timeout=10).stdout
+    except subprocess.TimeoutExpired:
+        return ""
+
+
+def _pod_ip(agent, name: str) -> str | None:
+    row = agent.pod(name)
+    return ((row or {}).get("pod", {}).get("status") or {}).get("podIP")
+
+
+def _leftovers(agent, network) -> dict[str, object]:
+    ipam = network["ipam"]
+    return {
+        "veths": _sh("ip", "-o", "link", "show", "master", network["bridge"]).strip(),
+        "ipam": sorted(p.name for p in ipam.rglob("*") if p.is_file() and not p.name.startswith(("last_reserved",
+                                                                                                 "lock")))
+        if ipam.exists() else [],
+        "rules": [line for line in _sh("iptables-save", "-t", "nat").splitlines() if network["subnet"] in line],
+        "netns": sorted(os.listdir(agent.paths.run_dir / "netns")) if (agent.paths.run_dir / "netns").exists() else [],
+        "cache": sorted(os.listdir(agent.paths.root_dir / "cni")) if (agent.paths.root_dir / "cni").exists() else [],
+    }
+
+
+NOTHING = {"veths": "", "ipam": [], "rules": [], "netns": [], "cache": []}
+
+
+def test_pods_get_addresses_reach_each_other_and_a_host_port_and_leave_nothing(agent, network):
+    agent.start(f"--cni-conf-dir={network['conf_dir']}", f"--cni-bin-dir={PLUGINS}")
+    agent.write_manifest("server.yaml", SERVER)
+    agent.write_manifest("client.yaml", CLIENT)
+    for name in ("server", "client"):
+        wait_for(lambda n=name: _ctr(agent, n) and _pod_ip(agent, n), timeout=90, what=f"{name} to run with an IP")
+    ip = _pod_ip(agent, "server")
+    assert ip.startswith(network["subnet"] + ".")
+    assert f"{ip}\tserver-testnode" in _exec(agent, "server", "cat", "/etc/hosts").stdout
+    assert "10.9.9.9\talias.example" in _exec(agent, "server", "cat", "/etc/hosts").stdout
+    # Pod to pod by IP.
+    got = wait_for(lambda: (r := _exec(agent, "client", "wget", "-qO-", f"http://{ip}:8080/")) and
+                   "hello-from-pod" in r.stdout and r, timeout=30, what="client to reach server")
+    assert got.returncode == 0
+    # The host port, from the host, through the bridge's address.
+    out = wait_for(lambda: "hello-from-pod" in (b := _fetch(f"http://{network['gateway']}:18089/")) and b,
+                   timeout=60, what="the host port")
+    assert "hello-from-pod" in out
+    assert agent.pod("server")["pod"]["status"]["podIPs"] == [{"ip": ip}]
+    assert ip in agent.cli("pods", "-o", "wide")
+
+    for name in ("server", "client"):
+        (agent.manifests / f"{name}.yaml").unlink()
+    wait_for(lambda: not agent.containers_of("server") and not agent.containers_of("client"), timeout=60,
+             what="the pods to go")
+    wait_for(lambda: _leftovers(agent, network) == NOTHING, timeout=30, what="nothing left of the pods' network")
+
+
+def test_a_kill_and_a_power_cut_leak_nothing_and_the_pods_come_back_networked(agent, network):
+    agent.start(f"--cni-conf-dir={network['conf_dir']}", f"--cni-bin-dir={PLUGINS}")
+    agent.write_manifest("server.yaml", SERVER)
+    wait_for(lambda: _ctr(agent, "server") and _pod_ip(agent, "server"), timeout=90, what="server to run")
+    first_sandbox = json.loads((agent.paths.root_dir / "cni" / os.listdir(agent.paths.root_dir / "cni")[0])
+                               .read_text())["container_id"]
+
+    # A power cut: every process dies, the run dir (tmpfs) is gone with the namespaces; the root dir stays.
+    agent.proc.kill()
+    agent.proc.wait()
+    for c in agent.runc_list():
+        _sh("kill", "-9", str(c["pid"])) if c.get("pid") else None
+    _sh("pkill", "-9", "-f", f"conmon.*{agent.paths.runc_root}")
+    for f in (agent.paths.run_dir / "netns").iterdir():
+        _sh("umount", "-l", str(f))
+    for child in agent.paths.run_dir.iterdir():
+        if child.name != "agent.log":
+            shutil.rmtree(child, ignore_errors=True) if child.is_dir() else child.unlink()
+    shutil.rmtree(network["ipam"], ignore_errors=True)  # host-local's dataDir would be on tmpfs too
+
+    agent._log.close()
+    agent.start(f"--cni-conf-dir={network['conf_dir']}", f"--cni-bin-dir={PLUGINS}")
+    wait_for(lambda: "Releasing the network of a sandbox that is gone" in agent.log(), timeout=60,
+             what="the old sandbox's network to be released")
+    wait_for(lambda: _ctr(agent, "server") and _pod_ip(agent, "server"), timeout=120, what="server back")
+    ip = _pod_ip(agent, "server")
+    out = wait_for(lambda: _fetch(f"http://{ip}:8080/"), timeout=60, what="the new sandbox to answer")
+    assert "hello-from-pod" in out
+    # The old sandbox's rules are gone: only the new one's hostPort chain is left.
+    rules = "\n".join(_leftovers(agent, network)["rules"])
+    assert first_sandbox[:12] not in rules
+    (agent.manifests / "server.yaml").unlink()
+    wait_for(lambda: _leftovers(agent, network) == NOTHING, timeout=60, what="nothing left")
+
+
+def test_without_a_cni_config_pods_get_loopback_and_a_warning(agent, tmp_path):
+    empty = tmp_path / "no-cni"
+    empty.mkdir()
+    agent.start(f"--cni-conf-dir={empty}", f"--cni-bin-dir={PLUGINS}")
+    agent.write_manifest("client.yaml", CLIENT)
+    wait_for(lambda: _ctr(agent, "client") and agent.pod("client"), timeout=90, what="client to run")
+    assert _pod_ip(agent, "client") is None
+    events = json.loads(agent.cli("events", "-o", "json"))
+    assert any(e["reason"] == "NetworkNotReady" and "no CNI config" in e["message"] for e in events)
+    assert "lo" in _exec(agent, "client", "ip", "-o", "link").stdout
