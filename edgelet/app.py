@@ -75,7 +75,8 @@ class Agent:
                              paths.run_dir / "netns", paths.root_dir / "cni")
         self.runtime = RuncRuntime(
             paths, runtime_bin=settings.runtime, conmon_bin=settings.conmon, pause_image=pause, clock=self.clock,
-            pod_max_pids=settings.pod_max_pids, network=network,
+            pod_max_pids=settings.pod_max_pids, network=network, cluster_dns=settings.cluster_dns,
+            cluster_domain=settings.cluster_domain or "", allowed_unsafe_sysctls=settings.allowed_unsafe_sysctls,
             seccomp_default=settings.seccomp_default, on_warning=self._runtime_warning,
         )
         # The local API and its metrics (not for --runonce, which serves nobody).

@@ -269,6 +269,26 @@ def _items(raw: Any, from_toml: bool, what: str) -> list[str]:
     return [part.strip() for item in raw for part in item.split(",") if part.strip()]
 
 
+def _ip_list(raw: Any, from_toml: bool) -> tuple[str, ...]:
+    import ipaddress
+
+    out = []
+    for item in _items(raw, from_toml, "IP addresses, comma-separated"):
+        try:
+            out.append(str(ipaddress.ip_address(item)))
+        except ValueError:
+            raise ValueError(f"{item!r} is not an IP address") from None
+    return tuple(out)
+
+
+def _sysctl_patterns(raw: Any, from_toml: bool) -> tuple[str, ...]:
+    out = _items(raw, from_toml, "sysctl names or prefixes ending in *, comma-separated")
+    for item in out:
+        if "*" in item[:-1] or not re.fullmatch(r"[a-z0-9_./*-]+", item):
+            raise ValueError(f"{item!r} is not a sysctl name or a prefix ending in *")
+    return tuple(out)
+
+
 def _labels(raw: Any, from_toml: bool) -> tuple[tuple[str, str], ...]:
     """kubelet's --node-labels: `key=value` pairs, comma-separated; in TOML also a table."""
     pairs = list(raw.items()) if isinstance(raw, dict) and from_toml else \
@@ -371,6 +391,14 @@ class Settings:
                               metavar="DIR")
     cni_bin_dir: str = _opt("/opt/cni/bin:/usr/lib/cni", _str(), "where CNI plugins are searched, colon-separated",
                             metavar="DIRS")
+    cluster_dns: tuple[str, ...] = _opt((), _ip_list, "DNS server IPs for pods with dnsPolicy ClusterFirst "
+                                        "(none: those pods use the node's resolv.conf, with a MissingClusterDNS "
+                                        "event)", metavar="IPS")
+    cluster_domain: str | None = _opt(None, _str(optional=True), "the cluster's DNS domain, searched by "
+                                      "ClusterFirst pods and used by setHostnameAsFQDN", metavar="DOMAIN")
+    allowed_unsafe_sysctls: tuple[str, ...] = _opt(
+        (), _sysctl_patterns, "namespaced sysctls beyond kubelet's safe set that pods may set (names, or prefixes "
+        "ending in *)", metavar="PATTERNS")
     pod_max_pids: int = _opt(
         1024, _int(minimum=-1), "most processes a pod may run, on its cgroup and each container (kubelet's "
         "default is unlimited; -1: unlimited): a fork bomb stays in its pod", metavar="N")

@@ -59,6 +59,7 @@ class SandboxContext:
     min_oom_score_adj: int | None = None  # see ContainerContext.min_oom_score_adj
     seccomp: SeccompHost = field(default_factory=SeccompHost)
     netns_path: str | None = None  # a network namespace CNI set up, joined instead of a new one
+    allowed_unsafe_sysctls: tuple[str, ...] = ()  # --allowed-unsafe-sysctls
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,7 @@ class ContainerContext:
     apparmor_enabled: bool = False  # /sys/module/apparmor/parameters/enabled is Y
     apparmor_loaded: frozenset[str] = frozenset()  # names in /sys/kernel/security/apparmor/profiles
     pids_limit: int | None = None  # the pod's pids limit, also on each container (a fork bomb stops at either)
+    allowed_unsafe_sysctls: tuple[str, ...] = ()  # --allowed-unsafe-sysctls
 
 
 def _mount_dict(m: Mount) -> dict:
@@ -149,8 +151,25 @@ def _sysctl_namespace(name: str) -> str | None:
     return None
 
 
-def build_sysctls(pod: "Pod") -> dict[str, str]:
-    """Pod securityContext.sysctls, refusing those that would change the host's namespaces."""
+# kubelet's SafeSysctlAllowlist: namespaced and unable to hurt other pods or the node.
+SAFE_SYSCTLS = frozenset({
+    "kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range", "net.ipv4.tcp_syncookies", "net.ipv4.ping_group_range",
+    "net.ipv4.ip_unprivileged_port_start", "net.ipv4.ip_local_reserved_ports", "net.ipv4.tcp_keepalive_time",
+    "net.ipv4.tcp_fin_timeout", "net.ipv4.tcp_keepalive_intvl", "net.ipv4.tcp_keepalive_probes",
+    "net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem",
+})
+
+
+def sysctl_allowed(name: str, allowed_unsafe: tuple[str, ...]) -> bool:
+    """Safe, or matched by --allowed-unsafe-sysctls (a name, or a prefix ending in `*`)."""
+    if name in SAFE_SYSCTLS:
+        return True
+    return any(name == p or (p.endswith("*") and name.startswith(p[:-1])) for p in allowed_unsafe)
+
+
+def build_sysctls(pod: "Pod", allowed_unsafe: tuple[str, ...] = ()) -> dict[str, str]:
+    """Pod securityContext.sysctls, refusing those that would change the host's namespaces, and unsafe ones
+    not allowed by --allowed-unsafe-sysctls (kubelet's SysctlForbidden)."""
     spec = pod.spec
     psc = spec.security_context if spec is not None else None
     out: dict[str, str] = {}
@@ -163,6 +182,8 @@ def build_sysctls(pod: "Pod") -> dict[str, str]:
             raise SpecError(f"sysctl {s.name!r} is not allowed with hostNetwork")
         if ns == "ipc" and spec.host_ipc:
             raise SpecError(f"sysctl {s.name!r} is not allowed with hostIPC")
+        if not sysctl_allowed(name, allowed_unsafe):
+            raise SpecError(f"forbidden sysctl {s.name!r}: not in the safe set; allow it with --allowed-unsafe-sysctls")
         out[name] = s.value
     return out
 
@@ -315,7 +336,7 @@ def build_container_spec(pod: "Pod", container: "Container", image: "ImageConfig
         "maskedPaths": [] if unmasked else list(defaults.MASKED_PATHS),
         "readonlyPaths": [] if unmasked else list(defaults.READONLY_PATHS),
     }
-    sysctls = build_sysctls(pod)
+    sysctls = build_sysctls(pod, ctx.allowed_unsafe_sysctls)
     if sysctls:
         linux["sysctl"] = sysctls
     if privileged and ctx.host_devices:
@@ -367,7 +388,7 @@ def build_sandbox_spec(pod: "Pod", ctx: SandboxContext) -> dict:
         "maskedPaths": list(defaults.MASKED_PATHS),
         "readonlyPaths": list(defaults.READONLY_PATHS),
     }
-    sysctls = build_sysctls(pod)
+    sysctls = build_sysctls(pod, ctx.allowed_unsafe_sysctls)
     if sysctls:
         linux["sysctl"] = sysctls
     if seccomp is not None:

@@ -95,14 +95,28 @@ class PodLayout:
 # ---------------------------------------------------------------- pure builders
 
 
-def pod_hostname(pod: "Pod", node_hostname: str) -> str:
-    """The hostname a pod's containers see: the node's with hostNetwork, else spec.hostname or the pod name."""
+def pod_hostname(pod: "Pod", node_hostname: str, cluster_domain: str = "") -> str:
+    """The hostname a pod's containers see: the node's with hostNetwork, else spec.hostname or the pod name;
+    with setHostnameAsFQDN, a subdomain and a cluster domain, the pod's FQDN (at most 64 characters)."""
     spec = pod.spec
     if spec is not None and spec.host_network:
         return node_hostname
     name = (spec.hostname if spec is not None and spec.hostname else None) or (pod.metadata.name or "")
     # kubelet GeneratePodHostNameAndDomain: truncated to 63 chars, no trailing '-' or '.'.
-    return name[:63].rstrip("-.")
+    name = name[:63].rstrip("-.")
+    fqdn = pod_fqdn(pod, name, cluster_domain)
+    if fqdn and spec is not None and spec.set_hostname_as_fqdn:
+        return fqdn[:64]
+    return name
+
+
+def pod_fqdn(pod: "Pod", hostname: str, cluster_domain: str) -> str:
+    """`<hostname>.<subdomain>.<namespace>.svc.<domain>` when the pod has a subdomain and the node a domain."""
+    spec = pod.spec
+    if spec is None or not spec.subdomain or not cluster_domain:
+        return ""
+    ns = (pod.metadata.namespace if pod.metadata else None) or "default"
+    return f"{hostname.split('.')[0]}.{spec.subdomain}.{ns}.svc.{cluster_domain}"
 
 
 def build_hosts_file(
@@ -112,8 +126,9 @@ def build_hosts_file(
     host_aliases: Iterable[tuple[str, Sequence[str]]] = (),
     host_network: bool = False,
     host_hosts: str = "",
+    fqdn: str = "",
 ) -> str:
-    """The pod's /etc/hosts (kubelet managedHostsFileContent)."""
+    """The pod's /etc/hosts (kubelet managedHostsFileContent); with a subdomain, `<ip> <fqdn> <hostname>`."""
     if host_network:
         # kubelet: with hostNetwork the node's own /etc/hosts, plus the aliases.
         out = host_hosts if host_hosts.endswith("\n") or not host_hosts else host_hosts + "\n"
@@ -128,7 +143,8 @@ def build_hosts_file(
             "fe00::2\tip6-allrouters",
         ]
         if pod_ips:
-            lines += [f"{ip}\t{hostname}" for ip in pod_ips]
+            short = hostname.split(".")[0]
+            lines += [f"{ip}\t{fqdn}\t{short}" if fqdn else f"{ip}\t{hostname}" for ip in pod_ips]
         elif hostname:
             # edgelet: without a CNI-assigned IP, the hostname resolves to loopback (Debian's 127.0.1.1 convention).
             lines.append(f"127.0.1.1\t{hostname}")
@@ -166,20 +182,31 @@ def build_resolv_conf(
     nameservers: Sequence[str] = (),
     searches: Sequence[str] = (),
     options: Sequence[tuple[str, str | None]] = (),
+    cluster_dns: Sequence[str] = (),
+    cluster_domain: str = "",
+    namespace: str = "default",
 ) -> tuple[str, list[str]]:
     """(resolv.conf content, warnings) for a pod, after kubelet's dns.go GetPodDNS.
 
-    edgelet has no cluster DNS: ClusterFirst falls back to the host's resolv.conf
-    with a warning, as kubelet does when --cluster-dns is empty.
+    ClusterFirst (and ClusterFirstWithHostNet with hostNetwork) uses `cluster_dns`
+    and searches the cluster domain; without `cluster_dns` it falls back to the
+    node's resolv.conf with a warning, as kubelet does (its MissingClusterDNS event).
     """
     warnings: list[str] = []
     policy = dns_policy or "ClusterFirst"
     host_ns, host_search, host_opts = parse_resolv_conf(host_resolv)
+    cluster_first = (policy == "ClusterFirst" and not host_network) or policy == "ClusterFirstWithHostNet"
     if policy == "None":
         ns, search, opts = [], [], []
+    elif cluster_first and cluster_dns:
+        ns = list(cluster_dns)
+        domains = [f"{namespace}.svc.{cluster_domain}", f"svc.{cluster_domain}", cluster_domain] \
+            if cluster_domain else []
+        search = domains + [s for s in host_search if s not in domains]
+        opts = ["ndots:5"]
     else:
-        if policy == "ClusterFirst" and not host_network:
-            warnings.append("dnsPolicy ClusterFirst without cluster DNS: using the node's resolv.conf (Default)")
+        if cluster_first:
+            warnings.append(f"dnsPolicy {policy} without --cluster-dns: using the node's resolv.conf (Default)")
         ns, search, opts = list(host_ns), list(host_search), list(host_opts)
     # dnsConfig is merged on top (kubelet appendDNSConfig): nameservers and searches added, options overridden by name.
     for n in nameservers:
@@ -204,7 +231,8 @@ def build_resolv_conf(
     return "\n".join(lines) + "\n", warnings
 
 
-def pod_resolv_conf(pod: "Pod", host_resolv: str) -> tuple[str, list[str]]:
+def pod_resolv_conf(pod: "Pod", host_resolv: str, cluster_dns: Sequence[str] = (),
+                    cluster_domain: str = "") -> tuple[str, list[str]]:
     spec = pod.spec
     cfg = spec.dns_config if spec is not None else None
     return build_resolv_conf(
@@ -214,6 +242,8 @@ def pod_resolv_conf(pod: "Pod", host_resolv: str) -> tuple[str, list[str]]:
         nameservers=tuple((cfg.nameservers or []) if cfg else ()),
         searches=tuple((cfg.searches or []) if cfg else ()),
         options=tuple((o.name or "", o.value) for o in ((cfg.options or []) if cfg else ()) if o.name),
+        cluster_dns=cluster_dns, cluster_domain=cluster_domain,
+        namespace=(pod.metadata.namespace if pod.metadata else None) or "default",
     )
 
 

@@ -152,6 +152,9 @@ class RuncRuntime:
         runner: _exec.Runner = _exec.run,
         pod_max_pids: int = 0,
         network: "PodNetwork | None" = None,
+        cluster_dns: Sequence[str] = (),
+        cluster_domain: str = "",
+        allowed_unsafe_sysctls: tuple[str, ...] = (),
         seccomp_default: bool = True,
         on_warning: "Callable[[Pod, str | None, str, str], None] | None" = None,
     ) -> None:
@@ -161,6 +164,9 @@ class RuncRuntime:
         self._exec = runner
         self.pod_max_pids = pod_max_pids
         self.network = network  # CNI; None: pods without hostNetwork get loopback only
+        self.cluster_dns = tuple(cluster_dns)
+        self.cluster_domain = cluster_domain
+        self.allowed_unsafe_sysctls = allowed_unsafe_sysctls
         self._cgroup_writer: Any = None
         self.paths = paths
         self.seccomp_default = seccomp_default
@@ -303,9 +309,11 @@ class RuncRuntime:
             host_resolv = bl.HOST_RESOLV_CONF.read_text()
         except OSError:
             host_resolv = ""
-        resolv, warnings = bl.pod_resolv_conf(pod, host_resolv)
+        resolv, warnings = bl.pod_resolv_conf(pod, host_resolv, self.cluster_dns, self.cluster_domain)
         for w in warnings:
             log.warning("DNS configuration", pod=_full(pod), detail=w)
+            if "--cluster-dns" in w and self.on_warning is not None:
+                self.on_warning(pod, None, "MissingClusterDNS", w)
         host_hosts = ""
         if host_network:
             try:
@@ -314,7 +322,8 @@ class RuncRuntime:
                 host_hosts = ""
         aliases = [(a.ip, tuple(a.hostnames or ())) for a in ((spec.host_aliases if spec else None) or [])]
         hosts = bl.build_hosts_file(hostname, pod_ips=pod_ips, host_aliases=aliases, host_network=host_network,
-                                    host_hosts=host_hosts)
+                                    host_hosts=host_hosts,
+                                    fqdn=bl.pod_fqdn(pod, hostname, self.cluster_domain))
         # Bind-mounted into the containers, whose users (any uid) read them.
         bl.write_file(layout.hosts, hosts, 0o644)
         bl.write_file(layout.resolv_conf, resolv, 0o644)
@@ -331,7 +340,7 @@ class RuncRuntime:
         sid = _new_id()
         bundle = layout.sandbox_dir
         host_network = bool(pod.spec is not None and pod.spec.host_network)
-        hostname = bl.pod_hostname(pod, self.node_hostname)
+        hostname = bl.pod_hostname(pod, self.node_hostname, self.cluster_domain)
         created = self.clock.now()
         log_path = self.paths.pod_log_dir(pod.metadata.namespace, pod.metadata.name, uid) / "sandbox.log"
         done = False
@@ -371,6 +380,7 @@ class RuncRuntime:
                 min_oom_score_adj=self.host.min_oom_score_adj,
                 seccomp=await asyncio.to_thread(self._seccomp_host, pod),
                 netns_path=attached.netns if attached is not None else None,
+                allowed_unsafe_sysctls=self.allowed_unsafe_sysctls,
             )
             config = ocispec.build_sandbox_spec(pod, ctx)
             await asyncio.to_thread(bl.write_file, bundle / bl.CONFIG, json.dumps(config, indent=1))
@@ -539,8 +549,9 @@ class RuncRuntime:
                 rootfs=str(rootfs_dir),
                 cgroups_path=f"{self.pod_cgroup(uid, pod)}/{cid}",
                 pids_limit=cg_qos.pod_pids_limit(pod, self.pod_max_pids),
+                allowed_unsafe_sysctls=self.allowed_unsafe_sysctls,
                 namespace_paths=sandbox_namespace_paths(pod, sandbox.pid, sandbox.netns),
-                hostname=bl.pod_hostname(pod, self.node_hostname),
+                hostname=bl.pod_hostname(pod, self.node_hostname, self.cluster_domain),
                 annotations=annotations,
                 mounts=mounts,
                 passwd=passwd,

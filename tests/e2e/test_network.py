@@ -121,7 +121,8 @@ NOTHING = {"veths": "", "ipam": [], "rules": [], "netns": [], "cache": []}
 
 
 def test_pods_get_addresses_reach_each_other_and_a_host_port_and_leave_nothing(agent, network):
-    agent.start(f"--cni-conf-dir={network['conf_dir']}", f"--cni-bin-dir={PLUGINS}")
+    agent.start(f"--cni-conf-dir={network['conf_dir']}", f"--cni-bin-dir={PLUGINS}", "--cluster-dns=10.96.0.10",
+                "--cluster-domain=cluster.local")
     agent.write_manifest("server.yaml", SERVER)
     agent.write_manifest("client.yaml", CLIENT)
     for name in ("server", "client"):
@@ -130,6 +131,8 @@ def test_pods_get_addresses_reach_each_other_and_a_host_port_and_leave_nothing(a
     assert ip.startswith(network["subnet"] + ".")
     assert f"{ip}\tserver-testnode" in _exec(agent, "server", "cat", "/etc/hosts").stdout
     assert "10.9.9.9\talias.example" in _exec(agent, "server", "cat", "/etc/hosts").stdout
+    resolv = _exec(agent, "server", "cat", "/etc/resolv.conf").stdout
+    assert "nameserver 10.96.0.10" in resolv and "search default.svc.cluster.local svc.cluster.local" in resolv
     # Pod to pod by IP.
     got = wait_for(lambda: (r := _exec(agent, "client", "wget", "-qO-", f"http://{ip}:8080/")) and
                    "hello-from-pod" in r.stdout and r, timeout=30, what="client to reach server")
@@ -192,4 +195,5 @@ def test_without_a_cni_config_pods_get_loopback_and_a_warning(agent, tmp_path):
     assert _pod_ip(agent, "client") is None
     events = json.loads(agent.cli("events", "-o", "json"))
     assert any(e["reason"] == "NetworkNotReady" and "no CNI config" in e["message"] for e in events)
+    assert any(e["reason"] == "MissingClusterDNS" for e in events)  # ClusterFirst without --cluster-dns
     assert "lo" in _exec(agent, "client", "ip", "-o", "link").stdout

@@ -101,7 +101,7 @@ CASES: list[tuple[str, Pod, dict]] = [
     (
         "sysctls",
         make_pod(security_context=PodSecurityContext(sysctls=[Sysctl(name="net.ipv4.ip_forward", value="1"), Sysctl(name="kernel.shmmax", value="65536")])),
-        {},
+        {"allowed_unsafe_sysctls": ("net.ipv4.*", "kernel.shmmax")},
     ),
     (
         "caps add/drop",
@@ -159,7 +159,7 @@ SANDBOX_CASES = [
     ("plain", make_pod()),
     ("hostNetwork", make_pod(host_network=True)),
     ("hostIPC hostPID", make_pod(host_ipc=True, host_pid=True)),
-    ("sysctls", make_pod(security_context=PodSecurityContext(sysctls=[Sysctl(name="net.core.somaxconn", value="1024")]))),
+    ("sysctls", make_pod(security_context=PodSecurityContext(sysctls=[Sysctl(name="net.ipv4.tcp_syncookies", value="1")]))),
 ]
 
 
@@ -366,7 +366,25 @@ def test_mounts_override_defaults_and_order_parents_first():
 
 def test_sysctls_normalized():
     pod = make_pod(security_context=PodSecurityContext(sysctls=[Sysctl(name="net/ipv4/conf/eth0.100/rp_filter", value="0")]))
-    assert build(pod)["linux"]["sysctl"] == {"net.ipv4.conf.eth0/100.rp_filter": "0"}
+    assert build(pod, allowed_unsafe_sysctls=("net.ipv4.conf.*",))["linux"]["sysctl"] == \
+        {"net.ipv4.conf.eth0/100.rp_filter": "0"}
+
+
+@pytest.mark.parametrize(("name", "allowed", "ok"), [
+    ("net.ipv4.tcp_syncookies", (), True),  # kubelet's safe set
+    ("kernel.shm_rmid_forced", (), True),
+    ("net.core.somaxconn", (), False),
+    ("net.core.somaxconn", ("net.core.somaxconn",), True),
+    ("net.core.somaxconn", ("net.core.*",), True),
+    ("net.core.somaxconn", ("net.ipv4.*",), False),
+])
+def test_unsafe_sysctls_need_allowing(name, allowed, ok):
+    pod = make_pod(security_context=PodSecurityContext(sysctls=[Sysctl(name=name, value="1")]))
+    if ok:
+        assert build(pod, allowed_unsafe_sysctls=allowed)["linux"]["sysctl"] == {name: "1"}
+    else:
+        with pytest.raises(SpecError, match="forbidden sysctl .*allow it with --allowed-unsafe-sysctls"):
+            build(pod, allowed_unsafe_sysctls=allowed)
 
 
 @pytest.mark.parametrize(
@@ -402,7 +420,7 @@ def test_spec_error_names_pod_and_container():
 
 
 def test_builders_are_pure():
-    pod = make_pod(security_context=PodSecurityContext(sysctls=[Sysctl(name="net.ipv4.ip_forward", value="1")]))
+    pod = make_pod(security_context=PodSecurityContext(sysctls=[Sysctl(name="net.ipv4.tcp_syncookies", value="1")]))
     ctx = make_ctx(mounts=VOLUMES)
     a = build_container_spec(pod, pod.spec.containers[0], IMAGE, ctx)
     b = build_container_spec(pod, pod.spec.containers[0], IMAGE, ctx)

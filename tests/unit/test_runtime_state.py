@@ -212,6 +212,15 @@ HOST_RESOLV = "# generated\nnameserver 1.1.1.1\nnameserver 8.8.8.8\nsearch lan\n
      "nameserver 9.9.9.9\nsearch x.y\noptions ndots:5\n", 0),
     ("Default", False, {"nameservers": ["9.9.9.9"], "options": [("ndots", "5"), ("rotate", None)]},
      "nameserver 1.1.1.1\nnameserver 8.8.8.8\nnameserver 9.9.9.9\nsearch lan\noptions ndots:5 edns0 rotate\n", 0),
+    # --cluster-dns / --cluster-domain: kubelet's ClusterFirst.
+    ("ClusterFirst", False, {"cluster_dns": ["10.43.0.10"], "cluster_domain": "cluster.local", "namespace": "edge"},
+     "nameserver 10.43.0.10\nsearch edge.svc.cluster.local svc.cluster.local cluster.local lan\noptions ndots:5\n", 0),
+    ("ClusterFirst", True, {"cluster_dns": ["10.43.0.10"]},  # hostNetwork: Default
+     "nameserver 1.1.1.1\nnameserver 8.8.8.8\nsearch lan\noptions ndots:2 edns0\n", 0),
+    ("ClusterFirstWithHostNet", True, {"cluster_dns": ["10.43.0.10"], "cluster_domain": "c.l"},
+     "nameserver 10.43.0.10\nsearch default.svc.c.l svc.c.l c.l lan\noptions ndots:5\n", 0),
+    ("ClusterFirstWithHostNet", True, {},
+     "nameserver 1.1.1.1\nnameserver 8.8.8.8\nsearch lan\noptions ndots:2 edns0\n", 1),
 ])
 def test_resolv_conf(policy: str, host_network: bool, kw: dict, expected: str, warns: int) -> None:
     text, warnings = bl.build_resolv_conf(policy, host_network, HOST_RESOLV, **kw)
@@ -222,6 +231,15 @@ def test_pod_resolv_conf_reads_dns_config() -> None:
     pod = _pod(dns_policy="None", dns_config=PodDNSConfig(nameservers=["10.0.0.10"],
                                                           options=[PodDNSConfigOption(name="ndots", value="1")]))
     assert bl.pod_resolv_conf(pod, HOST_RESOLV)[0] == "nameserver 10.0.0.10\noptions ndots:1\n"
+
+
+def test_set_hostname_as_fqdn_and_the_hosts_entry() -> None:
+    pod = _pod(hostname="web", subdomain="svc1", set_hostname_as_fqdn=True)
+    assert bl.pod_hostname(pod, "node", "cluster.local") == "web.svc1.default.svc.cluster.local"
+    assert bl.pod_hostname(pod, "node", "") == "web"  # no domain: no FQDN
+    fqdn = bl.pod_fqdn(pod, "web", "cluster.local")
+    assert "10.1.0.5\tweb.svc1.default.svc.cluster.local\tweb\n" in bl.build_hosts_file(
+        "web", pod_ips=["10.1.0.5"], fqdn=fqdn)
 
 
 def test_host_aliases_reach_the_hosts_file_shape() -> None:
