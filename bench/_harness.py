@@ -62,7 +62,9 @@ class Bench:
             "--pod-manifest-path", str(self.manifests),
             "--root-dir", str(self.paths.root_dir), "--run-dir", str(self.paths.run_dir),
             "--log-dir", str(self.paths.log_dir), "--cgroup-root", self.paths.cgroup_root,
-            "--hostname-override", "bench", "--config", "/dev/null", "--healthz-port", "0", *extra,
+            "--hostname-override", "bench", "--config", "/dev/null", "--healthz-port", "0",
+            # Never the machine's /etc/cni: a bench that wants pod networking passes a conf dir of its own.
+            f"--cni-conf-dir={self.base / 'no-cni'}", *extra,
         ]
 
     def start_agent(self, *extra: str) -> subprocess.Popen:

@@ -23,14 +23,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _harness import Bench, machine, percentile, pod_manifest, wait_file  # noqa: E402
 
 
-def edgelet_latencies(b: Bench, n: int, out_dir: Path) -> list[float]:
-    b.start_agent()
+def edgelet_latencies(b: Bench, n: int, out_dir: Path, *extra: str, prefix: str = "p") -> list[float]:
+    b.start_agent(*extra)
     # Warm-up pod: the image import and the first sandbox build are one-time costs, not per-pod latency.
-    t0 = b.put_manifest("warmup.yaml", pod_manifest("warmup", "touch /out/warmup; exec sleep 3600", host_dir=str(out_dir)))
-    wait_file(out_dir / "warmup", timeout=60)
+    warm = f"{prefix}warmup"
+    t0 = b.put_manifest(f"{warm}.yaml", pod_manifest(warm, f"touch /out/{warm}; exec sleep 3600", host_dir=str(out_dir)))
+    wait_file(out_dir / warm, timeout=60)
     lat = []
     for i in range(n):
-        name = f"p{i}"
+        name = f"{prefix}{i}"
         t0 = b.put_manifest(f"{name}.yaml", pod_manifest(name, f"touch /out/{name}; exec sleep 3600", host_dir=str(out_dir)))
         t1 = wait_file(out_dir / name)
         lat.append(t1 - t0)
@@ -117,28 +118,83 @@ def baseline(b: Bench, n: int, out_dir: Path, *, conmon: bool) -> list[float]:
     return lat
 
 
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def cni_conf(base: Path) -> tuple[Path, str]:
+    """A bridge network of the bench's own (its bridge name is returned for removal)."""
+    import secrets
+
+    bridge = f"edb{secrets.token_hex(4)}"
+    conf = base / "cni"
+    conf.mkdir()
+    (conf / "10-bench.conflist").write_text(json.dumps({"cniVersion": "1.0.0", "name": f"bench-{bridge}", "plugins": [
+        {"type": "bridge", "bridge": bridge, "isGateway": True, "ipMasq": True,
+         "ipam": {"type": "host-local", "dataDir": str(base / "ipam"),
+                  "ranges": [[{"subnet": "10.231.77.0/24"}]]}},
+        {"type": "portmap", "capabilities": {"portMappings": True}}, {"type": "loopback"}]}))
+    return conf, bridge
+
+
+def stop_agent(b: Bench) -> None:
+    if b.proc is not None:
+        b.proc.terminate()
+        b.proc.wait(timeout=60)
+        b.proc = None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--pods", type=int, default=20)
+    ap.add_argument("--no-cni", action="store_true", help="skip the CNI bridge-networking pass")
     args = ap.parse_args()
     b = Bench("latency")
+    cni: list[float] = []
+    rss = {}
+    bridge = None
     try:
         out_dir = b.base / "out"
         out_dir.mkdir()
         os.chmod(out_dir, 0o777)
         ed = edgelet_latencies(b, args.pods, out_dir)
+        rss["loopback"] = rss_kib(b.proc.pid)
+        if not args.no_cni and Path("/usr/lib/cni/bridge").exists():
+            stop_agent(b)
+            conf, bridge = cni_conf(b.base)
+            cni = edgelet_latencies(b, args.pods, out_dir, f"--cni-conf-dir={conf}", "--cni-bin-dir=/usr/lib/cni",
+                                    prefix="n")
+            rss["cni"] = rss_kib(b.proc.pid)
         base = baseline(b, args.pods, out_dir, conmon=False)
         floor = baseline(b, args.pods, out_dir, conmon=True)
     finally:
         b.close()
+        if bridge:
+            import asyncio
+
+            from edgelet.network.iptables import remove_tagged
+
+            asyncio.run(remove_tagged(f"bench-{bridge}", key="name"))  # the pods' masquerade rules
+            subprocess.run(["ip", "link", "del", bridge], capture_output=True)
     print(f"machine: {machine()}")
     print(f"pods: {args.pods} (pause sandbox + 1 busybox container each, image present)")
-    for label, v in (("edgelet  rename->running", ed), ("raw runc create+start x2", base),
-                     ("conmon+runc by hand x2  ", floor)):
+    rows = [("edgelet  rename->running", ed)]
+    if cni:
+        rows.append(("edgelet with CNI bridge ", cni))
+    rows += [("raw runc create+start x2", base), ("conmon+runc by hand x2  ", floor)]
+    for label, v in rows:
         print(f"{label}: median {statistics.median(v)*1000:.1f} ms  p90 {percentile(v, 0.9)*1000:.1f} ms")
     print(f"ratio to raw runc (median): {statistics.median(ed)/statistics.median(base):.2f}x"
           f"  (p90): {percentile(ed, 0.9)/percentile(base, 0.9):.2f}x")
     print(f"ratio to conmon+runc by hand (median): {statistics.median(ed)/statistics.median(floor):.2f}x")
+    if cni:
+        print(f"CNI bridge networking, ratio to raw runc (median): {statistics.median(cni)/statistics.median(base):.2f}x;"
+              f" added per pod (median): {(statistics.median(cni) - statistics.median(ed))*1000:.1f} ms")
+        print(f"agent RSS after {args.pods} pods: {rss['loopback']/1024:.1f} MB loopback only; after {args.pods} more "
+              f"with CNI: {rss['cni']/1024:.1f} MB (a fresh agent that adopted the first {args.pods})")
 
 
 if __name__ == "__main__":
