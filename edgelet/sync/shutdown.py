@@ -97,6 +97,10 @@ class NodeShutdown:
         """Hold logind's delay lock and act on PrepareForShutdown; without logind, do nothing (SIGTERM path)."""
         if self.total <= 0:
             return
+        if self._logind_factory is None and not _system_bus_present():
+            # No bus, no logind: D-Bus code would only cost memory. SIGTERM during a shutdown still works.
+            log.info("No system bus: pods are stopped gracefully only on SIGTERM during a system shutdown")
+            return
         from edgelet.util.logind import Logind, LogindUnavailable, release
 
         factory = self._logind_factory or Logind
@@ -128,6 +132,15 @@ class NodeShutdown:
                      reason=str(exc))
         except asyncio.CancelledError:
             raise
+
+
+def _system_bus_present() -> bool:
+    import os
+
+    address = os.environ.get("DBUS_SYSTEM_BUS_ADDRESS", "unix:path=/run/dbus/system_bus_socket")
+    if not address.startswith("unix:path="):
+        return True  # an address we cannot check cheaply: let the connection say
+    return os.path.exists(address.split("=", 1)[1].split(",", 1)[0])
 
 
 async def system_is_stopping() -> bool:
