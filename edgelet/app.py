@@ -239,7 +239,8 @@ class Agent:
             self.events.flush()
 
     async def _release_stale_networks(self) -> None:
-        """What a crash or power cut left of pod networks (addresses, rules, namespaces) goes first."""
+        """What a crash or power cut left goes first: pod networks (addresses, rules, namespaces), and exit files
+        of containers a killed removal left behind."""
         try:
             released = await self.runtime.cleanup_networks()
         except Exception as exc:  # noqa: BLE001 - never a reason not to start
@@ -247,6 +248,13 @@ class Agent:
             return
         if released:
             log.info("Released the networks of sandboxes that are gone", count=released)
+        try:
+            swept = await self.runtime.remove_stray_files()
+        except Exception as exc:  # noqa: BLE001 - never a reason not to start
+            log.warning("Cannot sweep stray exit files", err=str(exc))
+            return
+        if swept:
+            log.info("Removed exit files and sockets of containers that are gone", count=swept)
 
     async def _run_mirror(self) -> None:
         """The apiserver reporting; it may fail on its own without taking a pod (or the agent) with it."""

@@ -58,6 +58,9 @@ class ContainerRecord:
     image_id: str = ""
     log_path: str = ""
     container_type: Literal["init", "regular"] = "regular"
+    # The pod's terminationGracePeriodSeconds when it was created: an orphan (a pod removed while the agent
+    # was down) is stopped with its own grace, as kubelet keeps it in the container's labels.
+    grace_period: float | None = None
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ ANN_IMAGE = "io.kubernetes.cri.image-name"
 ANN_IMAGE_ID = "io.edgelet.image-id"
 ANN_LOG_PATH = "io.edgelet.log-path"
 ANN_CREATED = "io.edgelet.created"  # wall time, seconds, as a decimal string
+ANN_GRACE = "io.kubernetes.pod.terminationGracePeriod"  # seconds, as kubelet's container label, for orphans
 ANN_POD_IPS = "io.edgelet.pod-ips"  # comma-separated, from CNI
 ANN_NETNS = "io.edgelet.netns"  # the network namespace file of the sandbox
 ANN_HOST_NETWORK = "io.edgelet.host-network"  # lets a rebuilt SandboxRecord say whether it holds the host's network

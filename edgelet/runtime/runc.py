@@ -10,6 +10,7 @@ from edgelet.runtime import _exec
 from edgelet.container.errors import ContainerNotFound, ExecError
 
 _NOT_FOUND = ("does not exist", "not exist", "no such file")
+LIST_ATTEMPTS = 5
 
 
 def _is_not_found(exc: ExecError) -> bool:
@@ -46,8 +47,19 @@ class Runc:
         return json.loads(out.stdout)
 
     async def list(self) -> list[dict[str, Any]]:
-        """Every container under the root, with annotations (`runc list --format json`)."""
-        out = await self._run("list", "--format", "json")
+        """Every container under the root, with annotations (`runc list --format json`).
+
+        runc 1.1 reads each container's state dir after listing the root; one
+        deleted in between fails the whole list (`stat .../<id>: no such file or
+        directory`). That is a race, not an error: list again.
+        """
+        for attempt in range(LIST_ATTEMPTS):
+            try:
+                out = await self._run("list", "--format", "json")
+                break
+            except ExecError as exc:
+                if attempt == LIST_ATTEMPTS - 1 or "no such file or directory" not in exc.stderr.lower():
+                    raise
         data = json.loads(out.stdout or b"null")
         return list(data or [])
 

@@ -68,6 +68,7 @@ from edgelet.runtime.layout import (
     ANN_POD_NAME,
     ANN_POD_NAMESPACE,
     ANN_POD_UID,
+    ANN_GRACE,
     ANN_HOST_NETWORK,
     ANN_NETNS,
     ANN_POD_IPS,
@@ -544,6 +545,7 @@ class RuncRuntime:
                 ANN_IMAGE_ID: image.id,
                 ANN_LOG_PATH: str(log_path),
                 ANN_CREATED: repr(self.clock.now()),
+                ANN_GRACE: str(_pod_grace(pod)),
             }
             ctx = ocispec.ContainerContext(
                 rootfs=str(rootfs_dir),
@@ -713,6 +715,11 @@ class RuncRuntime:
             conmon.kill_conmon(bundle)
 
     def _remove_files(self, cid: str, bundle: Path | None) -> None:
+        # Exit file and socket first: a kill in between then leaves a bundle, which every relist finds and
+        # the next sync removes, never an exit file nothing refers to.
+        for path in (self.paths.exit_dir / cid, self.paths.socket_dir / cid):
+            if os.path.lexists(path):
+                path.unlink()
         if bundle is not None and bundle.exists():
             try:
                 ann = json.loads((bundle / bl.CONFIG).read_text()).get("annotations") or {}
@@ -733,9 +740,25 @@ class RuncRuntime:
                     pass
                 else:
                     subpath.remove_container_sub_paths(bundle.parent.parent.parent, bundle.parent.name)
-        for path in (self.paths.exit_dir / cid, self.paths.socket_dir / cid):
-            if os.path.lexists(path):
-                path.unlink()
+
+    async def remove_stray_files(self) -> int:
+        """At start: exit files and conmon sockets of containers that neither runc nor any bundle knows
+        (left by a kill in the middle of a removal by an older edgelet)."""
+        observed = await self._observe()
+        known = {o.id for o in observed}
+
+        def sweep() -> int:
+            removed = 0
+            for d in (self.paths.exit_dir, self.paths.socket_dir):
+                for entry in (list(d.iterdir()) if d.is_dir() else []):
+                    if entry.name not in known and not entry.name.startswith("."):
+                        if entry.is_dir() and not entry.is_symlink():
+                            continue
+                        entry.unlink(missing_ok=True)
+                        removed += 1
+            return removed
+
+        return await asyncio.to_thread(sweep)
 
     async def _undo(self, cid: str, bundle: Path, link: Path | None = None) -> None:
         """Remove a half-made container: its conmon, runc state, mounts, bundle, log link (logs stay)."""
@@ -826,6 +849,11 @@ def remove_pod_cgroups(pod_cgroup: str, mount: Path = CGROUP_MOUNT) -> None:
     except CgroupError:
         return
     cgroups.remove_pod(pod_cgroup)
+
+
+def _pod_grace(pod: "Pod") -> int:
+    g = pod.spec.termination_grace_period_seconds if pod.spec is not None else None
+    return 30 if g is None else int(g)
 
 
 def _full(pod: "Pod | None") -> str:

@@ -19,6 +19,7 @@ from edgelet.runtime.layout import (
     ANN_CONTAINER_TYPE,
     ANN_CREATED,
     ANN_HASH,
+    ANN_GRACE,
     ANN_HOST_NETWORK,
     ANN_NETNS,
     ANN_POD_IPS,
@@ -120,6 +121,14 @@ def _int(text: str | None, default: int = 0) -> int:
         return default
 
 
+def _grace(text: str | None) -> float | None:
+    try:
+        value = float(text) if text else None
+    except ValueError:
+        return None
+    return value if value is not None and value >= 0 else None
+
+
 def build_record(o: Observed) -> SandboxRecord | ContainerRecord | None:
     """The typed record of one observed container; None when it is not edgelet's."""
     ann = o.annotations
@@ -148,6 +157,7 @@ def build_record(o: Observed) -> SandboxRecord | ContainerRecord | None:
         started_at=started if state != "created" else None, finished_at=finished, exit_code=code, reason=reason,
         image=ann.get(ANN_IMAGE, ""), image_id=ann.get(ANN_IMAGE_ID, ""), log_path=ann.get(ANN_LOG_PATH, ""),
         container_type="init" if ctype == "init" else "regular",
+        grace_period=_grace(ann.get(ANN_GRACE)),
     )
 
 

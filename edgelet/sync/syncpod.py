@@ -277,9 +277,11 @@ class Syncer:
                 and cid in self._probes.failures(pod.metadata.uid):
             # kubelet setTerminationGracePeriod: a liveness/startup kill uses the probe's grace when it has one.
             grace = self._probes.kill_grace(pod.metadata.uid, cid)
-        if grace is None:
-            grace = _grace(pod)
         record = await self._find(cid)
+        if grace is None:
+            # Without the pod (an orphan), the grace period it had, kept on the container.
+            grace = record.grace_period if pod is None and record is not None and record.grace_period is not None \
+                else _grace(pod)
         log.info("Killing container", pod=_full(pod), container=cid[:12], reason=why, grace=grace)
         if record is not None and pod is not None:
             ref = pod_ref(pod, record.name, init=record.container_type == "init")

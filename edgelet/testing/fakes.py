@@ -75,6 +75,8 @@ class FakeRuntime:
             name=container.name, attempt=attempt, spec_hash=container_hash(container), sandbox_id=sandbox.id,
             state="created", pid=None, created_at=self.clock.now() + next(_ids) * 1e-6, image=container.image,
             image_id=image.id, container_type=container_type,
+            grace_period=float(pod.spec.termination_grace_period_seconds)
+            if pod.spec.termination_grace_period_seconds is not None else 30.0,
         )
         return cid
 

@@ -159,3 +159,52 @@ def test_exec_sync_passes_the_exit_code_through(tmp_path: Path) -> None:
     runner = ScriptedRunc({"exec": lambda args: Completed(args, 7, b"out", b"err")})
     done = asyncio.run(_runtime(tmp_path, runner).exec_sync("c1", ["false"], timeout=None))
     assert (done.returncode, done.stdout, done.stderr) == (7, b"out", b"err")
+
+
+def test_runc_list_racing_a_delete_is_listed_again(tmp_path: Path) -> None:
+    """runc 1.1: a container deleted while `runc list` walks the root fails the whole list (issue 16)."""
+    answers = [Completed(("runc",), 1, b"", b"stat /run/edgelet/runc/abc: no such file or directory"),
+               _listing(_entry("c1", "running", **{ANN_KIND: KIND_CONTAINER, ANN_POD_UID: "u1",
+                                                   ANN_CONTAINER_NAME: "app"}))]
+    runner = ScriptedRunc({"list": lambda args: answers.pop(0)})
+    pods = asyncio.run(_runtime(tmp_path, runner).list_pods())
+    assert list(pods) == ["u1"] and runner.subcommands() == ["list", "list"]
+
+
+def test_another_runc_list_failure_is_not_hidden(tmp_path: Path) -> None:
+    runner = ScriptedRunc({"list": Completed(("runc",), 1, b"", b"permission denied")})
+    with pytest.raises(ExecError, match="permission denied"):
+        asyncio.run(_runtime(tmp_path, runner).list_pods())
+
+
+def test_removal_drops_the_exit_file_before_the_bundle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kill in the middle of a removal leaves a bundle (found and removed by the next sync), never an exit
+    file that nothing refers to (issue 16)."""
+    from edgelet.runtime import bundle as bl
+
+    rt = _runtime(tmp_path, ScriptedRunc({"list": _listing()}))
+    bundle = rt.paths.pods_dir / "u1" / "containers" / "app" / "0"
+    bundle.mkdir(parents=True)
+    (bundle / bl.CONFIG).write_text("{}")
+    (rt.paths.exit_dir / "c1").write_text("0")
+
+    class Killed(BaseException):
+        pass
+
+    def killed(path: Path) -> None:
+        raise Killed()
+
+    monkeypatch.setattr(bl, "remove_tree", killed)
+    with pytest.raises(Killed):
+        rt._remove_files("c1", bundle)
+    assert not (rt.paths.exit_dir / "c1").exists() and bundle.exists()
+
+
+def test_stray_exit_files_are_swept_at_start(tmp_path: Path) -> None:
+    runner = ScriptedRunc({"list": _listing(_entry("live", "running", **{
+        ANN_KIND: KIND_CONTAINER, ANN_POD_UID: "u1", ANN_CONTAINER_NAME: "app"}))})
+    rt = _runtime(tmp_path, runner)
+    for cid in ("live", "gone1", "gone2"):
+        (rt.paths.exit_dir / cid).write_text("0")
+    assert asyncio.run(rt.remove_stray_files()) == 2
+    assert sorted(p.name for p in rt.paths.exit_dir.iterdir()) == ["live"]

@@ -370,3 +370,13 @@ def test_sandbox_namespace_paths(spec: dict, expected: set[str]) -> None:
     assert set(paths) == expected
     assert all(p.startswith("/proc/42/ns/") for p in paths.values())
     assert paths.get("network", "/proc/42/ns/net") == "/proc/42/ns/net"
+
+
+def test_the_grace_period_kept_on_the_container_is_read_back() -> None:
+    from edgelet.runtime.layout import ANN_GRACE
+    from edgelet.runtime.state import build_record
+
+    base = {ANN_KIND: "container", ANN_POD_UID: "u1", ANN_CONTAINER_NAME: "app"}
+    assert build_record(Observed("c1", {**base, ANN_GRACE: "7"}, None)).grace_period == 7.0
+    assert build_record(Observed("c1", {**base, ANN_GRACE: "soon"}, None)).grace_period is None
+    assert build_record(Observed("c1", base, None)).grace_period is None  # made by an older edgelet

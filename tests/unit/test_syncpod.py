@@ -123,3 +123,16 @@ def test_terminate_stops_with_grace_and_removes_everything():
     assert stops and stops[0][2] == 30.0 and stops[0][3] == "SIGTERM"
     assert ("remove_pod", pod.metadata.uid) in h.rt.calls
     assert not h.rt.containers and not h.rt.sandboxes
+
+
+def test_an_orphan_is_stopped_with_its_own_grace_period_not_30_s():
+    """A pod removed while the agent was down: no pod object, only what the runtime kept (issue 16)."""
+    h = Harness()
+    raw = msgspec.convert({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "quick"},
+                           "spec": {"terminationGracePeriodSeconds": 3,
+                                    "containers": [{"name": "c", "image": IMAGE}]}}, Pod)
+    pod = make_static_pod(raw, node_name="node", source="file", origin="/m/quick.yaml")
+    h.sync(pod)
+    asyncio.run(h.syncer.terminate_pod(pod.metadata.uid, None))
+    stops = [c for c in h.rt.calls if c[0] == "stop_container"]
+    assert stops and stops[0][2] == 3.0
