@@ -62,6 +62,14 @@ class ContainerRecord:
     # was down) is stopped with its own grace, as kubelet keeps it in the container's labels.
     grace_period: float | None = None
 
+    @property
+    def never_started(self) -> bool:
+        """Created but never started: an agent killed between `runc create` and `runc start` leaves one
+        ("created", or "exited" with an unknown status once killed). Its run never happened: it is no
+        restart and no lastState."""
+        return self.started_at is None and (
+            self.state == "created" or (self.state == "exited" and self.reason == "ContainerStatusUnknown"))
+
 
 @dataclass(frozen=True)
 class PodRuntimeStatus:

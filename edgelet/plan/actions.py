@@ -113,8 +113,8 @@ def should_restart(rec: "ContainerRecord | None", restart_policy: str) -> bool:
         return True
     if rec.state == "running":
         return False
-    if rec.state in ("unknown", "created"):
-        return True
+    if rec.state in ("unknown", "created") or rec.never_started:
+        return True  # nothing ran yet: whatever the policy, it gets its one run
     if restart_policy == "Never":
         return False
     if restart_policy == "OnFailure" and rec.exit_code == 0:
@@ -156,7 +156,8 @@ class _Plan:
                 return None
         return ContainerToStart(
             name=container.name,
-            attempt=rec.attempt + 1 if rec is not None else 0,
+            # An instance that never started takes its attempt number back: nothing ran, nothing restarted.
+            attempt=(rec.attempt if rec.never_started else rec.attempt + 1) if rec is not None else 0,
             container_type=container_type,
         )
 
@@ -213,7 +214,7 @@ def compute_pod_actions(
                     continue  # a started sidecar counts as initialized
                 nxt = plan.try_start(c, "init")
                 return _actions(plan, next_init=nxt, remove=remove, **actions_base)
-            if rec is None or rec.state == "created":
+            if rec is None or rec.state == "created" or rec.never_started:
                 nxt = plan.try_start(c, "init")
                 return _actions(plan, next_init=nxt, remove=remove, **actions_base)
             if rec.state == "running":

@@ -112,7 +112,7 @@ def _container_status(
         state = ContainerState(waiting=ContainerStateWaiting(reason="PodInitializing" if has_init else "ContainerCreating"))
     else:
         state = _state(rec, messages)
-        previous = next((r for r in recs[1:] if r.state == "exited"), None)
+        previous = next((r for r in recs[1:] if r.state == "exited" and not r.never_started), None)
         if previous is not None:
             last = _terminated(previous, messages)
 

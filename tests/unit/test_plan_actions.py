@@ -231,11 +231,13 @@ CASES: list[tuple[str, PodMut | None, StatusMut | None, PodActions]] = [
         PodActions(sandbox_id=SB, containers_to_kill={"gone-0": "Container gone is not in the pod spec"}),
     ),
     (
-        "created container: killed and started again",
+        # An agent killed between `runc create` and `runc start`: the run never happened, so the attempt
+        # number is taken back (no restart counted).
+        "created container: killed and started again as the same attempt",
         None,
         lambda pod, s: set_container(drop(s, "foo1"), rec(pod, "foo1", "created")),
         PodActions(sandbox_id=SB, containers_to_kill={"foo1-0": 'Container foo1 is in "created" state, killing it before restart'},
-                   containers_to_start=(start("foo1", 1),)),
+                   containers_to_start=(start("foo1", 0),)),
     ),
     (
         "unknown container: killed and started again, even under Never",
@@ -364,9 +366,12 @@ INIT_CASES: list[tuple[str, str, Callable[[Pod], tuple[ContainerRecord, ...]], P
     ("init failed under Never: pod failed", "Never",
      lambda p: (rec(p, "init1", "exited"), rec(p, "init2", "exited", exit_code=1)),
      PodActions(sandbox_id=SB, pod_failed=True, pod_finished=True)),
-    ("init created: killed and started again", "Always", lambda p: (rec(p, "init1", "created"),),
+    ("init created: killed and started again as the same attempt", "Always", lambda p: (rec(p, "init1", "created"),),
      PodActions(sandbox_id=SB, containers_to_kill={"init1-0": 'Container init1 is in "created" state, killing it before restart'},
-                next_init_container=start("init1", 1, "init"))),
+                next_init_container=start("init1", 0, "init"))),
+    ("a never-started init killed into an unknown exit: same attempt, under Never too", "Never",
+     lambda p: (rec(p, "init1", "exited", exit_code=255, reason="ContainerStatusUnknown"),),
+     PodActions(sandbox_id=SB, next_init_container=start("init1", 0, "init"))),
     ("regular containers exist: initialized even without init records", "Always",
      lambda p: tuple(rec(p, c.name) for c in p.spec.containers), NO_ACTION),
 ]
@@ -542,3 +547,11 @@ def test_a_container_being_killed_is_not_removed() -> None:
     actions = compute_pod_actions(pod, status, Backoff(), NOW)
     assert "foo1-2" in actions.containers_to_kill
     assert actions.containers_to_remove == ("foo1-0",)
+
+
+def test_a_never_started_container_under_never_gets_its_one_run() -> None:
+    pod = base_pod("Never")
+    status = set_container(drop(base_status(pod), "foo1"),
+                           rec(pod, "foo1", "exited", exit_code=255, reason="ContainerStatusUnknown"))
+    actions = compute_pod_actions(pod, status, Backoff(), NOW)
+    assert actions.containers_to_start == (start("foo1", 0),)

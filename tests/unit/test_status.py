@@ -261,3 +261,29 @@ def test_summarize_terminated_without_reason(mutate: Callable, expected: str) ->
     c = status.container_statuses[0]  # type: ignore[index]
     c.state.terminated = mutate(c.state.terminated)  # type: ignore[union-attr]
     assert summarize(pod, status)[1] == expected
+
+
+def test_a_container_that_never_started_is_no_restart_and_no_last_state() -> None:
+    """An agent killed between `runc create` and `runc start` (issue 16): the next agent kills the created
+    instance (exit 255, unknown) and starts the same attempt; a Never pod shows restartCount 0."""
+    from edgelet.api.types import Container, ObjectMeta, Pod, PodSpec
+    from edgelet.container.types import ContainerRecord, PodRuntimeStatus, SandboxRecord
+    from edgelet.status.compute import compute_pod_status
+
+    pod = Pod(metadata=ObjectMeta(name="job", namespace="default", uid="u"),
+              spec=PodSpec(restart_policy="Never", containers=[Container(name="app", image="busybox")]))
+    sb = SandboxRecord(id="s", pod_uid="u", pod_name="job", pod_namespace="default", attempt=0, state="running",
+                       pid=1, created_at=1.0)
+    killed = ContainerRecord(id="old", pod_uid="u", pod_name="job", pod_namespace="default", name="app", attempt=0,
+                             spec_hash="h", sandbox_id="s", state="exited", pid=None, created_at=2.0, exit_code=255,
+                             reason="ContainerStatusUnknown", finished_at=3.0)
+    done = ContainerRecord(id="new", pod_uid="u", pod_name="job", pod_namespace="default", name="app", attempt=0,
+                           spec_hash="h", sandbox_id="s", state="exited", pid=None, created_at=4.0, started_at=4.5,
+                           finished_at=5.0, exit_code=0, reason="Completed")
+    status = compute_pod_status(pod, PodRuntimeStatus(uid="u", name="job", namespace="default", sandboxes=(sb,),
+                                                      containers=(killed, done)),
+                                waiting={}, pod_failed=False, now=10.0)
+    (cs,) = status.container_statuses
+    assert cs.restart_count == 0 and cs.state.terminated.exit_code == 0
+    assert cs.last_state.terminated is None
+    assert status.phase == "Succeeded"
