@@ -14,7 +14,7 @@ import sys
 from typing import Any, Sequence, TextIO
 
 from edgelet.cli.check import cmd_check
-from edgelet.cli.common import EXIT_FAILURE, EXIT_USAGE, PROG, is_expected_error
+from edgelet.cli.common import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, PROG, is_expected_error
 from edgelet.cli.events import cmd_events
 from edgelet.cli.images import cmd_images
 from edgelet.cli.logs import cmd_logs
@@ -79,7 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     describe.add_argument("name", metavar="NAME", help="pod name, with or without the -NODE suffix of static pods")
     describe.add_argument("-n", "--namespace", default=None, help="the pod's namespace (needed when ambiguous)")
     events = sub.add_parser("events", parents=[common], help="list recent events (kubelet-style, since boot)")
-    events.add_argument("--for", dest="for_pod", metavar="[NAMESPACE/]POD", help="only the events of this pod")
+    events.add_argument("--for", dest="for_pod", metavar="[NAMESPACE/]POD",
+                        help="only the events of this pod (with or without the -NODE suffix of static pods)")
+    _add_setting(events, "hostname_override")
     events.add_argument("-o", "--output", choices=("table", "json"), default="table")
     logs = sub.add_parser("logs", parents=[common], help="print a container's log (kubectl logs)")
     logs.add_argument("pod", metavar="POD", help="pod name, with or without the -NODE suffix of static pods")
@@ -147,6 +149,15 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # `edgelet pods | head -2`: the reader is gone, which is no error. Point stdout at /dev/null so the
+        # interpreter's final flush does not complain either.
+        if out is sys.stdout:
+            import os
+
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_OK
     except Exception as exc:
         if not is_expected_error(exc):
             raise

@@ -52,7 +52,9 @@ def cmd_events(settings: Settings, args: argparse.Namespace, out: TextIO, err: T
     events = snapshot.events
     if args.for_pod:
         ns, _, name = args.for_pod.rpartition("/")
-        events = [e for e in events if e.object.name == name and (not ns or e.object.namespace == ns)]
+        # A static pod is named <name>-<node>: the short name the manifest gives works too, as in describe.
+        names = {name, f"{name}-{settings.node_name}"}
+        events = [e for e in events if e.object.name in names and (not ns or e.object.namespace == ns)]
     if not is_agent_alive(snapshot.agent_pid):
         print(f"edgelet is not running (pid {snapshot.agent_pid}); events as of {format_time(snapshot.written_at)}",
               file=err)

@@ -31,6 +31,9 @@ class ManifestError:
     origin: str
     message: str
     pod: str | None = None  # "namespace/name" when it could be read
+    # The event reason: FailedValidation for a manifest that cannot be used, FailedToFetch when the URL
+    # could not be read at all.
+    reason: str = "FailedValidation"
 
 
 @dataclass(frozen=True)

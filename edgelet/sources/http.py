@@ -301,9 +301,9 @@ def _locate(exc: Any, index: int, body: bytes, count: int) -> str:
     return "; ".join(parts) or str(exc)
 
 
-def _error(url: str, reason: str, pod: str | None = None) -> ManifestError:
+def _error(url: str, reason: str, pod: str | None = None, *, kind: str = "FailedValidation") -> ManifestError:
     shown = redact_url(url)
-    return ManifestError(source=SOURCE, origin=shown, message=f"{shown}: {reason}", pod=pod)
+    return ManifestError(source=SOURCE, origin=shown, message=f"{shown}: {reason}", pod=pod, reason=kind)
 
 
 def apply_outcome(state: HttpSourceState, outcome: Outcome, *, url: str, node_name: str) -> HttpSourceState:
@@ -319,7 +319,7 @@ def apply_outcome(state: HttpSourceState, outcome: Outcome, *, url: str, node_na
     if isinstance(outcome, FetchFailed):
         if state.from_cache:
             return replace(state, error=None)
-        return replace(state, error=_error(url, outcome.reason))
+        return replace(state, error=_error(url, outcome.reason, kind="FailedToFetch"))
     digest = _digest(outcome.body)
     if digest == state.digest:
         return replace(state, error=None, from_cache=False, etag=outcome.etag, last_modified=outcome.last_modified)

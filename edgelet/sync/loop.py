@@ -133,16 +133,16 @@ class SyncLoop:
         current: set[tuple] = set()
         for errors in self.config.errors.values():
             for e in errors:
-                key = ("FailedValidation", e.source, e.origin, e.pod or "", e.message)
+                key = (e.reason, e.source, e.origin, e.pod or "", e.message)
                 current.add(key)
                 if key not in self._reported:
-                    self._events.warning(_object(e.pod, e.origin), "FailedValidation", f"{e.origin}: {e.message}")
+                    self._events.warning(_object(e.pod, e.origin), e.reason, _with_origin(e.origin, e.message))
         for r in self.config.rejected:
             key = (r.reason, r.source, r.origin, r.pod, r.message)
             current.add(key)
             if key not in self._reported:
                 log.debug("Pod rejected", pod=r.pod, origin=r.origin, reason=r.reason, err=r.message)
-                self._events.warning(_object(r.pod, r.origin), r.reason, f"{r.origin}: {r.message}")
+                self._events.warning(_object(r.pod, r.origin), r.reason, _with_origin(r.origin, r.message))
         for warnings in self._warnings.values():
             for w in warnings:
                 key = ("UnknownField", w.source, w.origin, w.message)
@@ -194,6 +194,11 @@ class SyncLoop:
             self.last_iteration = self._clock.monotonic()
             # The agent reports READY=1 to systemd on this (edgelet.app).
             self.first_sync_done.set()
+
+
+def _with_origin(origin: str, message: str) -> str:
+    """The message, led by its file or URL once (sources often name it already)."""
+    return message if message.startswith(origin) else f"{origin}: {message}"
 
 
 def _full(pod: "Pod") -> str:

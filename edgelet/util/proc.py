@@ -36,6 +36,15 @@ def popen(argv: Sequence[str], *, stdin: int | IO[bytes] | None = DEVNULL, stdou
     return subprocess.Popen(list(argv), stdin=stdin, stdout=stdout, stderr=stderr)
 
 
+def output(argv: Sequence[str], timeout: float = 10.0) -> str | None:
+    """What `argv` prints on stdout when it succeeds, else None (not installed, failed, too slow)."""
+    try:
+        done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
 def version_line(binary: str, timeout: float = 10.0) -> str | None:
     """The first line `<binary> --version` prints (runc, conmon, zstd...); None when it is not installed.
 

@@ -289,6 +289,14 @@ def test_bad_answers_keep_the_last_good_pods(server: ManifestServer, tmp_path: P
     assert after.errors[0].origin == server.url
 
 
+def test_fetch_failures_and_bad_bodies_have_their_own_event_reasons(server: ManifestServer, tmp_path: Path) -> None:
+    """A URL that cannot be read is FailedToFetch, not FailedValidation (issue 15)."""
+    _, failed = _after_good(server, tmp_path, {"status": 500, "body": b"oops"})
+    assert failed.errors[0].reason == "FailedToFetch"
+    _, bad = _after_good(server, tmp_path, {"body": b"{\"kind\": \"Deployment\", \"apiVersion\": \"apps/v1\"}"})
+    assert bad.errors[0].reason == "FailedValidation"
+
+
 def test_timeout_keeps_the_last_good_pods(server: ManifestServer, tmp_path: Path) -> None:
     good, after = _after_good(server, tmp_path, {"body": pod_yaml("other"), "delay": 3.0}, timeout=0.5)
     assert after.pods == good.pods

@@ -158,7 +158,10 @@ def test_version_reports_tools(tmp_path: Path) -> None:
     cfg.write_text(f'runtime = "{fake}"\nconmon = "{tmp_path / "absent-conmon"}"\n')
     rc, out, _ = run("version", "--config", str(cfg))
     assert rc == 0
-    assert out.splitlines() == ["edgelet 0.1.0 (commit dev)", "fakerunc: fakerunc version 9.9", "absent-conmon: not found"]
+    from edgelet.cli.version import source_commit
+
+    assert out.splitlines() == [f"edgelet 0.1.0 (commit {source_commit()})", "fakerunc: fakerunc version 9.9",
+                                "absent-conmon: not found"]
 
 
 # --- pods -----------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 from edgelet.api.types import ObjectMeta, Pod
@@ -85,3 +86,31 @@ def test_events_table_shows_repeat_count() -> None:
 def test_no_events_file_is_a_clear_error(tmp_path: Path, capsys) -> None:
     assert main(["events", "--run-dir", str(tmp_path / "none"), "--root-dir", str(tmp_path)]) == 1
     assert "No events at" in capsys.readouterr().err
+
+
+def test_events_for_a_static_pod_by_its_short_name(tmp_path: Path, capsys) -> None:
+    """`edgelet events --for hostroot` finds `hostroot-<node>`, as `describe pod hostroot` does (issue 15)."""
+    clock = FakeClock()
+    rec = EventRecorder(clock, events_path(tmp_path))
+    rec.normal(pod_ref(Pod(metadata=ObjectMeta(name="hostroot-node1", namespace="default", uid="u2"))), "Started",
+               "Started container: app")
+    rec.flush()
+    assert main(["events", "--run-dir", str(tmp_path), "--root-dir", str(tmp_path), "--hostname-override", "node1",
+                 "--for", "hostroot"]) == 0
+    assert "Started container: app" in capsys.readouterr().out
+
+
+def test_a_closed_pipe_ends_the_command_quietly(tmp_path: Path) -> None:
+    """`edgelet events | head -1`: the reader went away; exit 0, no `[Errno 32] Broken pipe` (issue 15)."""
+    clock = FakeClock()
+    rec = EventRecorder(clock, events_path(tmp_path))
+    rec.normal(pod_ref(_pod()), "Started", "Started container: app")
+    rec.flush()
+
+    class ClosedPipe(io.StringIO):
+        def write(self, s: str) -> int:
+            raise BrokenPipeError(32, "Broken pipe")
+
+    err = io.StringIO()
+    assert main(["events", "--run-dir", str(tmp_path), "--root-dir", str(tmp_path)], out=ClosedPipe(), err=err) == 0
+    assert "Broken pipe" not in err.getvalue() and "Errno" not in err.getvalue()

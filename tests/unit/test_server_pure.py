@@ -190,3 +190,10 @@ def test_histogram_buckets_are_cumulative_and_render_without_importing_until_scr
     assert 'edgelet_runtime_operations_total{operation_type="start_container"} 2.0' in body
     assert 'edgelet_pod_start_duration_seconds_bucket{le="+Inf"} 0.0' in body
     assert "prometheus_client" in sys.modules  # imported by the scrape, not before
+
+
+def test_event_messages_name_their_file_once() -> None:
+    from edgelet.sync.loop import _with_origin
+
+    assert _with_origin("/m/bad.yaml", "/m/bad.yaml: $.spec: Required value") == "/m/bad.yaml: $.spec: Required value"
+    assert _with_origin("/m/bad.yaml", "$.spec: Required value") == "/m/bad.yaml: $.spec: Required value"
