@@ -296,8 +296,16 @@ class Agent:
 
     async def _notify_ready(self, notifier: "Notifier") -> None:
         await self.loop.first_sync_done.wait()
-        if notifier.ready(f"syncing {len(self.loop.desired())} pods"):
+        if notifier.ready(pods_summary(self.publisher.entries())):
             log.info("Notified systemd: ready")
+        # `systemctl status edgelet` shows the pods as they are, not as they were at start.
+        shown = ""
+        while True:
+            await self.clock.sleep(STATUS_INTERVAL)
+            text = pods_summary(self.publisher.entries())
+            if text != shown:
+                notifier.status(text)
+                shown = text
 
     async def run_once(self, out: TextIO) -> int:
         """--runonce: read every source once, run the pods, wait until they run or completed, report."""
@@ -578,6 +586,34 @@ async def _main(settings: "Settings", notifier: "Notifier | None" = None) -> int
 
 
 SHUTDOWN_TIMEOUT = 15.0
+STATUS_INTERVAL = 5.0  # how often systemd's STATUS= line is brought up to date (sent only when it changed)
+
+
+def pods_summary(entries) -> str:
+    """systemd's STATUS= line: `3 pods: 2 running, 1 waiting (CrashLoopBackOff)`."""
+    running = waiting = failed = done = 0
+    reasons: set[str] = set()
+    for e in entries:
+        phase, status = e.row.phase, e.row.status
+        if phase == "Failed":
+            failed += 1
+        elif phase == "Succeeded":
+            done += 1
+        elif phase == "Running" and status == "Running":
+            running += 1
+        else:
+            waiting += 1
+            if status not in ("Running", "Pending", "ContainerCreating", "PodInitializing"):
+                reasons.add(status)
+    parts = [f"{running} running"]
+    if waiting:
+        parts.append(f"{waiting} waiting" + (f" ({', '.join(sorted(reasons))})" if reasons else ""))
+    if failed:
+        parts.append(f"{failed} failed")
+    if done:
+        parts.append(f"{done} completed")
+    total = running + waiting + failed + done
+    return f"{total} pod{'s' if total != 1 else ''}: " + ", ".join(parts)
 
 
 def _exit_if_stuck(timeout: float) -> None:

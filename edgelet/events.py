@@ -89,6 +89,20 @@ class EventRecorder:
         # Keyed by what makes two events "the same"; ordered by last occurrence.
         self._ring: OrderedDict[tuple, Event] = OrderedDict()
         self._dirty = asyncio.Event()
+        self._load()
+
+    def _load(self) -> None:
+        """The events an earlier agent wrote since boot (the run dir is tmpfs): a restart, or the service
+        taking over from --runonce, keeps them for `edgelet events`. A torn file is just not read."""
+        if self._path is None:
+            return
+        try:
+            earlier = read_events(self._path)
+        except (OSError, msgspec.DecodeError, ValueError) as exc:
+            log.warning("Cannot read the earlier events; starting without them", path=str(self._path), err=str(exc))
+            return
+        for e in (earlier.events if earlier is not None else [])[-self._capacity:]:
+            self._ring[(e.object, e.type, e.reason, e.message)] = e
 
     def record(self, obj: InvolvedObject, type: EventType, reason: str, message: str) -> Event:
         now = self._clock.now()

@@ -63,6 +63,10 @@ def test_ready_watchdog_and_stopping_reach_systemd(agent, notify_socket):
                         what="container env in its log")
     assert "NOTIFY_SOCKET" not in env_dump and "WATCHDOG_USEC" not in env_dump
 
+    # systemd's STATUS= follows the pods (it said "syncing 0 pods" for ever before, issue 15).
+    while not any("STATUS=1 pod: 1 running" in m for m in seen):
+        seen.append(sock.recv(4096).decode())
+
     # Pings keep coming while the agent runs.
     before = seen.count("WATCHDOG=1")
     while seen.count("WATCHDOG=1") < before + 2:

@@ -114,3 +114,17 @@ def test_a_closed_pipe_ends_the_command_quietly(tmp_path: Path) -> None:
     err = io.StringIO()
     assert main(["events", "--run-dir", str(tmp_path), "--root-dir", str(tmp_path)], out=ClosedPipe(), err=err) == 0
     assert "Broken pipe" not in err.getvalue() and "Errno" not in err.getvalue()
+
+
+def test_events_survive_an_agent_restart(tmp_path: Path) -> None:
+    """The boot's runonce, then the service: `edgelet events` still shows what runonce recorded (issue 15)."""
+    clock = FakeClock()
+    first = EventRecorder(clock, events_path(tmp_path))
+    first.normal(pod_ref(_pod()), "Started", "Started container: app")
+    first.flush()
+    second = EventRecorder(clock, events_path(tmp_path))
+    assert [e.reason for e in second.events()] == ["Started"]
+    second.normal(pod_ref(_pod()), "Started", "Started container: app")
+    assert second.events()[0].count == 2  # the same event again, counted on
+    events_path(tmp_path).write_text("{torn")
+    assert EventRecorder(clock, events_path(tmp_path)).events() == []

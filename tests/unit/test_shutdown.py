@@ -38,3 +38,18 @@ def test_node_shutdown_plan(priorities, total, critical, groups) -> None:
     from edgelet.sync.shutdown import plan
 
     assert [(g.uids, g.grace) for g in plan(priorities, total, critical)] == groups
+
+
+def test_the_systemd_status_line_summarizes_the_pods() -> None:
+    from types import SimpleNamespace
+
+    from edgelet.app import pods_summary
+
+    def entry(phase: str, status: str):
+        return SimpleNamespace(row=SimpleNamespace(phase=phase, status=status))
+
+    assert pods_summary([]) == "0 pods: 0 running"
+    assert pods_summary([entry("Running", "Running"), entry("Running", "CrashLoopBackOff"),
+                         entry("Pending", "ErrImagePull"), entry("Failed", "Error"), entry("Succeeded", "Completed"),
+                         entry("Pending", "ContainerCreating")]) == \
+        "6 pods: 1 running, 3 waiting (CrashLoopBackOff, ErrImagePull), 1 failed, 1 completed"
