@@ -58,7 +58,17 @@ class Agent:
         for d in (paths.root_dir, paths.run_dir):
             ensure_dir(d, tighten_from=d)
         ensure_dir(paths.log_dir, LOG_DIR_MODE)
+        from edgelet.state import remove_temp_files
+
+        # What a crash left half-written by write_atomic: never read, so removed before anything reads.
+        swept = remove_temp_files([paths.root_dir / "state", settings.images_dir, paths.root_dir / "sources",
+                                   paths.root_dir / "cni", paths.run_dir])
+        if swept:
+            log.info("Removed temp files a crash left behind", count=swept)
         self.images = ImageStore(settings.images_dir)
+        if self.images.corrupt_index is not None:
+            # Its records are gone: let the archives in the import dir be imported again.
+            (settings.images_dir / "imported.json").unlink(missing_ok=True)
         self.import_dir = ImportDir(settings.import_dir, self.images, settings.images_dir / "imported.json",
                                    clock=self.clock)
         pause = None

@@ -76,6 +76,25 @@ def write_atomic(path: Path, data: bytes, mode: int = PRIVATE_FILE) -> None:
         os.close(dir_fd)
 
 
+def remove_temp_files(directories: "list[Path]") -> int:
+    """At start: the temp files a crash left in the middle of `write_atomic` (`.<name>.XXXXXXXX`) and
+    `bundle.write_file` (`.<name>.tmp`) in `directories`; nothing else is touched."""
+    import re
+
+    pattern = re.compile(r"^\..+\.(tmp|[A-Za-z0-9_]{8})$")
+    removed = 0
+    for d in directories:
+        try:
+            entries = list(d.iterdir())
+        except OSError:
+            continue
+        for p in entries:
+            if pattern.match(p.name) and p.is_file() and not p.is_symlink():
+                p.unlink(missing_ok=True)
+                removed += 1
+    return removed
+
+
 async def flush_when_changed(changed: asyncio.Event, flush: Callable[[], None], interval: float,
                              clock: "Clock") -> None:
     """Run `flush` in a thread whenever `changed` is set, at most once every `interval` seconds.

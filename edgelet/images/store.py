@@ -148,6 +148,7 @@ class ImageStore:
         self._entries: dict[str, _Entry] = {}
         self._stamp: tuple[int, int, int] | None = None
         self._lock_held = False
+        self.corrupt_index: Path | None = None  # where an unreadable index was set aside at start
         try:
             for d in (self._blobs, self._layers, self._tmp):
                 d.mkdir(parents=True, exist_ok=True)
@@ -216,7 +217,18 @@ class ImageStore:
                 entries = {d["id"]: _Entry.from_json(d) for d in doc["images"]}
             except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
                 if force:
-                    raise StoreError(self._index, f"cannot read image records: {exc}") from exc
+                    # A torn or corrupt index (a power cut on a card that lies about fsync): set it aside and
+                    # start empty, rather than not start; blobs stay, and imports and pulls fill it again.
+                    aside = self._index.with_name(f"images.json.corrupt-{int(self._clock.now())}")
+                    log.error("Image records unreadable; set aside, starting with none", exc,
+                              path=str(self._index), moved_to=str(aside))
+                    try:
+                        os.replace(self._index, aside)
+                    except OSError as move_exc:
+                        raise StoreError(self._index, f"cannot read image records: {exc}") from move_exc
+                    self.corrupt_index = aside
+                    self._entries, self._stamp = {}, None
+                    return
                 # Already running: keep serving what we had rather than failing every lookup.
                 log.error("Cannot reload image records; keeping the previous ones", exc, path=str(self._index))
                 self._stamp = stamp

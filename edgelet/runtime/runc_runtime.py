@@ -437,7 +437,7 @@ class RuncRuntime:
         # kubelet mounts volumes before it creates the sandbox.
         bl.prepare_volumes(bl.plan_volumes(pod, layout))
         ensure_dir(bundle)
-        (bundle / bl.ID_FILE).write_text(sid)
+        bl.write_file(bundle / bl.ID_FILE, sid)
         ensure_log_dir(self.paths.log_dir, log_path.parent)
 
     def _seccomp_host(self, pod: "Pod") -> ocispec.SeccompHost:
@@ -590,7 +590,7 @@ class RuncRuntime:
         cid: str, log_path: Path, link: Path,
     ) -> tuple[tuple[ocispec.Mount, ...], Path, dict[str, tuple[int, int]], dict[str, int], dict[str, tuple[str, ...]]]:
         ensure_dir(bundle)
-        (bundle / bl.ID_FILE).write_text(cid)
+        bl.write_file(bundle / bl.ID_FILE, cid)
         (bundle / bl.TERMINATION_LOG).touch(mode=0o666)
         plans = bl.plan_volumes(pod, layout)
         bl.prepare_volumes(plans)

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from edgelet.testing.cleanup import kill_processes_mentioning, unmount_under
-from tests.e2e.conftest import wait_for
+from tests.e2e.conftest import IMAGE, wait_for
 from tests.e2e.test_agent import pod_yaml
 
 pytestmark = pytest.mark.privileged
@@ -48,3 +48,52 @@ def test_pods_come_back_after_a_power_cut(agent):
     assert not (agent.paths.root_dir / "pods" / job["uid"] / "containers" / "c0" / "1").exists(), "not run again"
     out = agent.cli("pods")
     assert "svc-testnode" in out and "job-testnode" in out
+
+
+# --- every file edgelet writes for itself, corrupted in turn (issue 16.2) ----------------------------
+
+CORRUPTIONS = [
+    ("state/pods.json", "root", b'{"pods": [{"name": "half'),
+    ("events.json", "run", b"\x00\x00garbage"),
+    ("images/images.json", "root", b'{"version": 1, "images": [{"id": '),
+    ("images/imported.json", "root", b"not json at all"),
+]
+
+
+@pytest.mark.parametrize("rel, base, data", CORRUPTIONS, ids=[c[0] for c in CORRUPTIONS])
+def test_a_corrupt_file_is_treated_as_absent_and_the_pods_keep_running(agent, rel, base, data):
+    manifest = f"""apiVersion: v1
+kind: Pod
+metadata:
+  name: steady
+spec:
+  hostNetwork: true
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: app
+    image: {IMAGE}
+    command: ["sh", "-c", "exec sleep 3600"]
+"""
+    agent.start()
+    agent.write_manifest("steady.yaml", manifest)
+    wait_for(lambda: (r := agent.pod("steady")) and r["status"] == "Running", timeout=90, what="steady runs")
+    wait_for(lambda: (agent.paths.root_dir / rel).exists() if base == "root" else
+             (agent.paths.run_dir / rel).exists(), timeout=30, what=f"{rel} written")
+    (before,) = [c["id"] for c in agent.containers_of("steady") if c["annotations"]["io.edgelet.kind"] == "container"]
+    assert agent.stop() == 0
+    target = (agent.paths.root_dir if base == "root" else agent.paths.run_dir) / rel
+    target.write_bytes(data)
+    leftover = target.with_name(f".{target.name}.abc123xy")  # a write_atomic a crash interrupted
+    leftover.write_bytes(b"partial")
+
+    agent.start()
+    wait_for(lambda: "edgelet started" in agent.log().split("Stopping edgelet")[-1], timeout=60, what="restart")
+    wait_for(lambda: (r := agent.pod("steady")) and r["status"] == "Running" and r["restarts"] == 0, timeout=90,
+             what="steady running on, as before")
+    (after,) = [c["id"] for c in agent.containers_of("steady") if c["annotations"]["io.edgelet.kind"] == "container"]
+    assert after == before  # adopted, not restarted
+    assert not leftover.exists()
+    if rel == "images/images.json":
+        # Set aside, and the import dir's archive imported again: the image is usable.
+        assert list((agent.paths.root_dir / "images").glob("images.json.corrupt-*"))
+        wait_for(lambda: "edgelet.local/busybox" in agent.cli("images"), timeout=60, what="image imported again")
