@@ -52,8 +52,12 @@ def ensure_dir(path: Path, mode: int = PRIVATE_DIR, *, tighten_from: Path | None
             os.chmod(d, st.st_mode & mode & 0o7777)
 
 
-def write_atomic(path: Path, data: bytes, mode: int = PRIVATE_FILE) -> None:
-    """Replace `path` with `data` so that a power cut leaves either the old or the new file, never a mix."""
+def write_atomic(path: Path, data: bytes, mode: int = PRIVATE_FILE, *, sync_dir: bool = True) -> None:
+    """Replace `path` with `data` so that a power cut leaves either the old or the new file, never a mix.
+
+    `sync_dir` False skips the directory's fsync, for files a crash may lose whole because the state is
+    rebuilt without them (bundle files on the container start path, where each fsync costs flash time).
+    """
     ensure_dir(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
@@ -69,6 +73,8 @@ def write_atomic(path: Path, data: bytes, mode: int = PRIVATE_FILE) -> None:
         except FileNotFoundError:
             pass
         raise
+    if not sync_dir:
+        return
     dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(dir_fd)

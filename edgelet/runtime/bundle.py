@@ -350,18 +350,9 @@ def quantity_bytes(q: str | int | float) -> int:
 def write_file(path: Path, content: str, mode: int = 0o600) -> None:
     """Write via a temp file, fsync and rename, so a reader (or a running container) never sees half a file,
     nor a power cut an empty one."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(content)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    from edgelet.state import write_atomic
+
+    write_atomic(path, content.encode(), mode, sync_dir=False)
 
 
 def _kind_of(path: Path) -> str:
