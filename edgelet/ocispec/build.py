@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from edgelet.ocispec.errors import SpecError
 from edgelet.cgroups import qos
 from edgelet.ocispec import defaults
-from edgelet.ocispec.env import EnvError, container_env, expand, merge_env, process_args
+from edgelet.ocispec.env import container_env, expand, merge_env, process_args
+from edgelet.ocispec.errors import EnvError, SecurityError
 from edgelet.api.quantity import QuantityError
 from edgelet.ocispec.apparmor import compute_apparmor
 from edgelet.ocispec.seccomp import compute_seccomp, resolve_seccomp
-from edgelet.ocispec.security import SecurityError, compute_capabilities, resolve_user
+from edgelet.ocispec.security import compute_capabilities, resolve_user
 
 if TYPE_CHECKING:
     from edgelet.api.types import Container, Pod
@@ -102,11 +103,11 @@ class ContainerContext:
     allowed_unsafe_sysctls: tuple[str, ...] = ()  # --allowed-unsafe-sysctls
 
 
-def _mount_dict(m: Mount) -> dict:
+def _mount_dict(m: Mount) -> dict[str, Any]:
     return {"destination": m.destination, "type": m.type, "source": m.source, "options": list(m.options)}
 
 
-def _merge_mounts(base: list[dict], extra: tuple[Mount, ...]) -> list[dict]:
+def _merge_mounts(base: list[dict[str, Any]], extra: tuple[Mount, ...]) -> list[dict[str, Any]]:
     """containerd's WithMounts: a given mount replaces the default at its destination; a given /dev drops /dev/*."""
     wanted = {m.destination.rstrip("/") or "/" for m in extra}
     kept = []
@@ -173,14 +174,16 @@ def build_sysctls(pod: "Pod", allowed_unsafe: tuple[str, ...] = ()) -> dict[str,
     spec = pod.spec
     psc = spec.security_context if spec is not None else None
     out: dict[str, str] = {}
+    host_network = bool(spec is not None and spec.host_network)
+    host_ipc = bool(spec is not None and spec.host_ipc)
     for s in (psc.sysctls if psc is not None else None) or []:
         name = _normalize_sysctl(s.name)
         ns = _sysctl_namespace(name)
         if ns is None:
             raise SpecError(f"sysctl {s.name!r} is not namespaced: setting it would change the host")
-        if ns == "network" and spec.host_network:
+        if ns == "network" and host_network:
             raise SpecError(f"sysctl {s.name!r} is not allowed with hostNetwork")
-        if ns == "ipc" and spec.host_ipc:
+        if ns == "ipc" and host_ipc:
             raise SpecError(f"sysctl {s.name!r} is not allowed with hostIPC")
         if not sysctl_allowed(name, allowed_unsafe):
             raise SpecError(f"forbidden sysctl {s.name!r}: not in the safe set; allow it with --allowed-unsafe-sysctls")
@@ -209,7 +212,8 @@ def _pod_label(pod: "Pod", container: "Container | None" = None) -> str:
     return f"{label} container {container.name}" if container is not None else label
 
 
-def _seccomp(pod: "Pod", container: "Container | None", host: SeccompHost, caps) -> dict | None:
+def _seccomp(pod: "Pod", container: "Container | None", host: SeccompHost,
+             caps: Sequence[str]) -> dict[str, Any] | None:
     choice = compute_seccomp(pod, container, default_on=host.default_on)
     return resolve_seccomp(
         choice, localhost_profiles=host.localhost_profiles, profile_dir=host.profile_dir,
@@ -249,7 +253,7 @@ def _is_unmasked(pod: "Pod", container: "Container") -> bool:
     raise SecurityError("spec.hostUsers: false: user namespaces are not supported by edgelet (see docs/kubelet-differences.md)")
 
 
-def build_container_spec(pod: "Pod", container: "Container", image: "ImageConfig", ctx: ContainerContext) -> dict:
+def build_container_spec(pod: "Pod", container: "Container", image: "ImageConfig", ctx: ContainerContext) -> dict[str, Any]:
     """config.json for one container of `pod`, joining the sandbox's namespaces given in ctx."""
     where = _pod_label(pod, container)
     sc = container.security_context
@@ -284,7 +288,7 @@ def build_container_spec(pod: "Pod", container: "Container", image: "ImageConfig
     # it only on that request, so unset means privilege escalation allowed.
     no_new_privs = sc is not None and sc.allow_privilege_escalation is False
 
-    process: dict = {
+    process: dict[str, Any] = {
         "terminal": bool(container.tty),
         "user": {"uid": user.uid, "gid": user.gid, "additionalGids": list(user.additional_gids)},
         "args": argv,
@@ -312,10 +316,10 @@ def build_container_spec(pod: "Pod", container: "Container", image: "ImageConfig
             namespaces.append({"type": ns})
     has_uts = any(n["type"] == "uts" for n in namespaces)
 
-    cpu: dict = {"shares": resources.cpu_shares, "period": resources.cpu_period}
+    cpu: dict[str, Any] = {"shares": resources.cpu_shares, "period": resources.cpu_period}
     if resources.cpu_quota:
         cpu["quota"] = resources.cpu_quota
-    linux_resources: dict = {
+    linux_resources: dict[str, Any] = {
         "devices": defaults.privileged_device_rules() if privileged else defaults.default_device_rules(),
         "cpu": cpu,
     }
@@ -329,7 +333,7 @@ def build_container_spec(pod: "Pod", container: "Container", image: "ImageConfig
         linux_resources["pids"] = {"limit": ctx.pids_limit}
 
     unmasked = privileged or unmasked
-    linux: dict = {
+    linux: dict[str, Any] = {
         "namespaces": namespaces,
         "cgroupsPath": ctx.cgroups_path,
         "resources": linux_resources,
@@ -344,7 +348,7 @@ def build_container_spec(pod: "Pod", container: "Container", image: "ImageConfig
     if seccomp is not None:
         linux["seccomp"] = seccomp
 
-    spec: dict = {
+    spec: dict[str, Any] = {
         "ociVersion": defaults.OCI_VERSION,
         "process": process,
         "root": {"path": ctx.rootfs, "readonly": bool(sc and sc.read_only_root_filesystem)},
@@ -360,7 +364,7 @@ def build_container_spec(pod: "Pod", container: "Container", image: "ImageConfig
     return spec
 
 
-def build_sandbox_spec(pod: "Pod", ctx: SandboxContext) -> dict:
+def build_sandbox_spec(pod: "Pod", ctx: SandboxContext) -> dict[str, Any]:
     """config.json for the pod's pause process, which creates and holds the pod's namespaces."""
     host = _host_flags(pod)
     namespaces: list[dict[str, str]] = [{"type": "mount"}]
@@ -381,7 +385,7 @@ def build_sandbox_spec(pod: "Pod", ctx: SandboxContext) -> dict:
     except SecurityError as exc:
         raise SpecError(f"{_pod_label(pod)}: {exc}") from exc
 
-    linux: dict = {
+    linux: dict[str, Any] = {
         "namespaces": namespaces,
         "cgroupsPath": ctx.cgroups_path,
         "resources": {"devices": defaults.default_device_rules()},
@@ -394,7 +398,7 @@ def build_sandbox_spec(pod: "Pod", ctx: SandboxContext) -> dict:
     if seccomp is not None:
         linux["seccomp"] = seccomp
 
-    spec: dict = {
+    spec: dict[str, Any] = {
         "ociVersion": defaults.OCI_VERSION,
         "process": {
             "terminal": False,

@@ -7,6 +7,8 @@ so a pod behaves here as it does under containerd.
 
 from __future__ import annotations
 
+from typing import Any
+
 OCI_VERSION = "1.0.2-dev"  # what runc 1.1.5 reports as its spec version
 
 DEFAULT_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -100,7 +102,7 @@ READONLY_PATHS: tuple[str, ...] = (
 )
 
 
-def default_mounts(*, privileged: bool = False, cgroup_mount: bool = True) -> list[dict]:
+def default_mounts(*, privileged: bool = False, cgroup_mount: bool = True) -> list[dict[str, Any]]:
     """containerd's default mounts without /run (the CRI plugin drops it), with the CRI /sys/fs/cgroup mount.
 
     Privileged containers get /sys and /sys/fs/cgroup read-write, as
@@ -142,8 +144,8 @@ def default_mounts(*, privileged: bool = False, cgroup_mount: bool = True) -> li
     return mounts
 
 
-def _allow(kind: str, major: int | None, minor: int | None, access: str = "rwm") -> dict:
-    rule: dict = {"allow": True, "type": kind, "access": access}
+def _allow(kind: str, major: int | None, minor: int | None, access: str = "rwm") -> dict[str, Any]:
+    rule: dict[str, Any] = {"allow": True, "type": kind, "access": access}
     if major is not None:
         rule["major"] = major
     if minor is not None:
@@ -151,7 +153,7 @@ def _allow(kind: str, major: int | None, minor: int | None, access: str = "rwm")
     return rule
 
 
-def default_device_rules() -> list[dict]:
+def default_device_rules() -> list[dict[str, Any]]:
     """Deny every device, then allow mknod and the standard char devices (runc's AllowedDevices)."""
     return [
         {"allow": False, "access": "rwm"},
@@ -169,5 +171,5 @@ def default_device_rules() -> list[dict]:
     ]
 
 
-def privileged_device_rules() -> list[dict]:
+def privileged_device_rules() -> list[dict[str, Any]]:
     return [{"allow": True, "access": "rwm"}]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+from fractions import Fraction
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
 
 from edgelet.ocispec.errors import EnvError
@@ -15,7 +16,7 @@ from edgelet.api.qos import container_limits, container_requests
 from edgelet.api.quantity import QuantityError, parse_quantity
 
 if TYPE_CHECKING:
-    from edgelet.api.types import Container, EnvVar, Pod
+    from edgelet.api.types import Container, EnvVar, Pod, ResourceFieldSelector
 
 
 def expand(text: str, mapping: Callable[[str], str | None]) -> str:
@@ -82,7 +83,8 @@ def _field_ref(pod: "Pod", path: str, pod_ips: Sequence[str], host_ips: Sequence
 
 
 def _resource_field_ref(
-    pod: "Pod", container: "Container", ref, node_allocatable: Mapping[str, str | int | float]
+    pod: "Pod", container: "Container", ref: "ResourceFieldSelector",
+    node_allocatable: Mapping[str, str | int | float]
 ) -> str:
     target = container
     if ref.container_name and ref.container_name != container.name:
@@ -96,24 +98,24 @@ def _resource_field_ref(
     if kind not in ("limits", "requests") or not resource:
         raise EnvError(f"unsupported resourceFieldRef resource {ref.resource!r}")
     values = container_limits(target) if kind == "limits" else container_requests(target)
-    amount = values.get(resource)
+    amount: Fraction | None = values.get(resource)
     if not amount and kind == "limits":
         # kubelet fills an unset limit with the node's allocatable amount.
         if resource not in node_allocatable:
             raise EnvError(f"resourceFieldRef {ref.resource!r} has no limit and node allocatable {resource} is unknown")
         amount = parse_quantity(node_allocatable[resource])
-    amount = amount or 0
+    total: Fraction = amount or Fraction(0)
     try:
         divisor = parse_quantity(ref.divisor) if ref.divisor not in (None, "") else None
     except QuantityError as exc:
         raise EnvError(f"resourceFieldRef divisor {ref.divisor!r}: {exc}") from exc
     if resource == "cpu":
         # convertResourceCPUToString: ceil(milliValue / divisor.milliValue), divisor default 1
-        milli = math.ceil(amount * 1000)
+        milli = math.ceil(total * 1000)
         div = math.ceil(divisor * 1000) if divisor else 1000
         return str(math.ceil(milli / div))
     div_value = math.ceil(divisor) if divisor else 1
-    return str(math.ceil(math.ceil(amount) / div_value))
+    return str(math.ceil(math.ceil(total) / div_value))
 
 
 def container_env(

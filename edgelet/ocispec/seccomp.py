@@ -104,7 +104,8 @@ def compute_seccomp(pod: "Pod", container: "Container | None", *, default_on: bo
 def default_profile() -> Mapping[str, Any]:
     """The bundled RuntimeDefault profile (seccomp_default.json), read once on first use."""
     text = resources.files("edgelet.ocispec").joinpath("seccomp_default.json").read_text()
-    return json.loads(text)
+    profile: Mapping[str, Any] = json.loads(text)
+    return profile
 
 
 def parse_profile(text: str, name: str) -> Mapping[str, Any]:
@@ -151,14 +152,14 @@ _PASSED_KEYS = ("defaultErrnoRet", "listenerPath", "listenerMetadata", "flags")
 
 def build_seccomp(
     profile: Mapping[str, Any], *, arch: str, caps: Sequence[str], kernel: tuple[int, ...] | None, name: str
-) -> dict:
+) -> dict[str, Any]:
     """The OCI `linux.seccomp` object for one container: the rules that apply to this arch, caps and kernel.
 
     `arch` is Go's name (goarch), `caps` the container's bounding set.
     """
     if profile.get("architectures") and profile.get("archMap"):
         raise SecurityError(f"seccomp profile {name!r}: use either architectures or archMap, not both")
-    out: dict = {"defaultAction": profile["defaultAction"]}
+    out: dict[str, Any] = {"defaultAction": profile["defaultAction"]}
     for key in _PASSED_KEYS:
         if profile.get(key) is not None:
             out[key] = profile[key]
@@ -182,7 +183,7 @@ def build_seccomp(
             raise SecurityError(f"seccomp profile {name!r}: a syscalls entry needs names and an action")
         if not _applies(rule, arch, caps, kernel):
             continue
-        call: dict = {"names": names, "action": rule["action"]}
+        call: dict[str, Any] = {"names": names, "action": rule["action"]}
         if rule.get("errnoRet") is not None:
             call["errnoRet"] = rule["errnoRet"]
         if rule.get("args"):
@@ -201,7 +202,7 @@ def resolve_seccomp(
     arch: str,
     caps: Sequence[str],
     kernel: tuple[int, ...] | None,
-) -> dict | None:
+) -> dict[str, Any] | None:
     """`linux.seccomp` for a choice, None for Unconfined; a missing or bad Localhost profile is a SecurityError.
 
     `localhost_profiles` maps the profile names the caller read from

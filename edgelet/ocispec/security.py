@@ -8,7 +8,7 @@ kubelet's verifyRunAsNonRoot and determineEffectiveSecurityContext.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from edgelet.ocispec.errors import SecurityError
 
@@ -28,7 +28,7 @@ def _pod_sc(pod: "Pod") -> "PodSecurityContext | None":
     return pod.spec.security_context if pod.spec is not None else None
 
 
-def _effective(container_sc: "SecurityContext | None", pod_sc: "PodSecurityContext | None", attr: str):
+def _effective(container_sc: "SecurityContext | None", pod_sc: "PodSecurityContext | None", attr: str) -> Any:
     """Container securityContext over pod securityContext, as kubelet merges them."""
     if container_sc is not None and getattr(container_sc, attr, None) is not None:
         return getattr(container_sc, attr)
@@ -112,8 +112,7 @@ def resolve_user(
         if psc.fs_group is not None:
             extra.append(int(psc.fs_group))
         extra.extend(int(g) for g in psc.supplemental_groups or [])
-    seen: set[int] = set()
-    additional = tuple(g for g in extra if not (g in seen or seen.add(g)))
+    additional = tuple(dict.fromkeys(extra))  # in order, each once
     return ResolvedUser(uid=uid, gid=gid, additional_gids=additional, username=username)
 
 
