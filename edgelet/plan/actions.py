@@ -27,9 +27,11 @@ The back-off is only read here; the syncer records a failure
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Mapping, TypedDict
 
-from edgelet.api.pod import is_sidecar
+from edgelet.api.pod import is_sidecar, meta
+from edgelet.api.pod import spec as pod_spec
+from edgelet.api.pod import uid as pod_uid
 from edgelet.plan import ContainerToStart, PodActions
 
 if TYPE_CHECKING:
@@ -70,8 +72,8 @@ def go_duration(seconds: float) -> str:
 
 def format_pod(pod: "Pod") -> str:
     """kubelet format.Pod: `name_namespace(uid)`."""
-    meta = pod.metadata
-    return f"{meta.name}_{meta.namespace}({meta.uid})"
+    m = meta(pod)
+    return f"{m.name}_{m.namespace}({m.uid})"
 
 
 def crash_loop_message(pod: "Pod", name: str, delay: float) -> str:
@@ -87,7 +89,7 @@ def sandbox_changed(pod: "Pod", status: "PodRuntimeStatus") -> tuple[bool, int, 
     ready = [s for s in status.sandboxes if s.state == "running"]
     if len(ready) > 1 or newest.state != "running":
         return True, newest.attempt + 1, newest.id
-    if newest.host_network != bool(pod.spec.host_network):
+    if newest.host_network != bool(pod_spec(pod).host_network):
         return True, newest.attempt + 1, None
     return False, newest.attempt, newest.id
 
@@ -130,7 +132,7 @@ class _Plan:
         self.status = status
         self.backoff = backoff
         self.now = now
-        self.uid = pod.metadata.uid
+        self.uid = pod_uid(pod)
         self.kill: dict[str, str] = {}
         self.start: list[ContainerToStart] = []
         self.waiting: dict[str, tuple[str, str]] = {}
@@ -181,7 +183,7 @@ def compute_pod_actions(
     """
     from edgelet.api.hash import container_hash
 
-    spec = pod.spec
+    spec = pod_spec(pod)
     policy = spec.restart_policy or "Always"
     inits = list(spec.init_containers or [])
     regular = list(spec.containers or [])
@@ -193,11 +195,11 @@ def compute_pod_actions(
 
     # Whatever runs but is no longer in the spec must go.
     names = {c.name for c in inits} | {c.name for c in regular}
-    for rec in status.containers:
-        if rec.name not in names and rec.state in ALIVE:
-            plan.kill[rec.id] = f"Container {rec.name} is not in the pod spec"
+    for extra in status.containers:
+        if extra.name not in names and extra.state in ALIVE:
+            plan.kill[extra.id] = f"Container {extra.name} is not in the pod spec"
 
-    actions_base = dict(sandbox_id=sandbox_id, sandbox_attempt=attempt)
+    actions_base: _Base = {"sandbox_id": sandbox_id, "sandbox_attempt": attempt}
     remove = _old_instances(status, plan.kill)
 
     # Initialization. edgelet follows kubelet's sidecar-aware rule: once any regular container
@@ -240,9 +242,9 @@ def compute_pod_actions(
                 plan.kill[rec.id] = f"Container {c.name} definition changed, will be restarted"
                 plan.start.append(ContainerToStart(c.name, rec.attempt + 1, "init"))
             continue
-        started = plan.try_start(c, "init")
-        if started is not None:
-            plan.start.append(started)
+        sidecar = plan.try_start(c, "init")
+        if sidecar is not None:
+            plan.start.append(sidecar)
 
     keep = 0
     pending = 0  # containers that will start once their back-off ends
@@ -251,11 +253,11 @@ def compute_pod_actions(
         rec = plan.latest(c.name)
         if rec is None or rec.state != "running":
             if should_restart(rec, policy):
-                started = plan.try_start(c, "regular")
-                if started is None:
+                nxt_start = plan.try_start(c, "regular")
+                if nxt_start is None:
                     pending += 1
                 else:
-                    plan.start.append(started)
+                    plan.start.append(nxt_start)
             continue
         restart = policy != "Never"
         if rec.spec_hash != container_hash(c):
@@ -311,19 +313,19 @@ def _recreate(
                 plan.kill[rec.id] = ALL_FINISHED
         return _actions(plan, sandbox_id=sandbox_id, sandbox_attempt=attempt, pod_finished=True)
 
-    base = dict(kill_pod=True, create_sandbox=True, sandbox_id=sandbox_id, sandbox_attempt=attempt)
+    base: _Base = {"sandbox_id": sandbox_id, "sandbox_attempt": attempt}
     # The old containers all go with the old sandbox (the syncer's kill step), so none is listed apart.
     if inits:
         # A new sandbox restarts initialization from the first init container.
         nxt = plan.try_start(inits[0], "init")
         plan.kill.clear()
-        return _actions(plan, next_init=nxt, **base)
+        return _actions(plan, next_init=nxt, kill_pod=True, create_sandbox=True, **base)
     for c in to_start:
         started = plan.try_start(c, "regular")
         if started is not None:
             plan.start.append(started)
     plan.kill.clear()
-    return _actions(plan, **base)
+    return _actions(plan, kill_pod=True, create_sandbox=True, **base)
 
 
 def _old_instances(status: "PodRuntimeStatus", killing: Mapping[str, str]) -> tuple[str, ...]:
@@ -349,6 +351,13 @@ def _old_instances(status: "PodRuntimeStatus", killing: Mapping[str, str]) -> tu
         older = [r for r in recs[1:] if r.state == "exited" and r.id not in killing]
         remove.extend(r.id for r in older[1:])
     return tuple(remove)
+
+
+class _Base(TypedDict):
+    """What every decision of one computation carries: the sandbox in use."""
+
+    sandbox_id: str | None
+    sandbox_attempt: int
 
 
 def _actions(
