@@ -23,6 +23,7 @@ from edgelet.api.types import (
     PodStatus,
 )
 from edgelet.api.pod import is_sidecar
+from edgelet.api.pod import spec as pod_spec
 from edgelet.plan.actions import sandbox_changed, should_restart
 
 if TYPE_CHECKING:
@@ -101,8 +102,8 @@ def _container_status(
     started: Mapping[str, bool],
     messages: Mapping[str, str],
 ) -> ContainerStatus:
-    policy = pod.spec.restart_policy or "Always"
-    has_init = bool(pod.spec.init_containers)
+    policy = pod_spec(pod).restart_policy or "Always"
+    has_init = bool(pod_spec(pod).init_containers)
     recs = _instances(rt, container.name)
     rec = recs[0] if recs else None
 
@@ -157,7 +158,7 @@ def _find(statuses: list[ContainerStatus], name: str) -> ContainerStatus | None:
 
 def _has_any_regular_started(pod: "Pod", statuses: list[ContainerStatus]) -> bool:
     """kubecontainer.HasAnyRegularContainerStarted."""
-    for c in pod.spec.containers or []:
+    for c in pod_spec(pod).containers or []:
         s = _find(statuses, c.name)
         if s is None or s.state is None:
             continue
@@ -170,7 +171,7 @@ def _has_any_regular_started(pod: "Pod", statuses: list[ContainerStatus]) -> boo
 
 def compute_phase(pod: "Pod", init_statuses: list[ContainerStatus], statuses: list[ContainerStatus]) -> str:
     """kubelet getPhase, line for line (static pods are never marked terminal by the kubelet itself)."""
-    spec = pod.spec
+    spec = pod_spec(pod)
     policy = spec.restart_policy or "Always"
     pending_restartable = pending_regular_init = failed_init = 0
     unknown = running = waiting = stopped = succeeded = 0
@@ -259,7 +260,7 @@ def _initialized_condition(pod: "Pod", all_statuses: list[ContainerStatus], phas
     """GeneratePodInitializedCondition."""
     unknown: list[str] = []
     incomplete: list[str] = []
-    for c in pod.spec.init_containers or []:
+    for c in pod_spec(pod).init_containers or []:
         s = _find(all_statuses, c.name)
         if s is None:
             unknown.append(c.name)
@@ -288,7 +289,7 @@ def _containers_ready_condition(pod: "Pod", all_statuses: list[ContainerStatus],
     """GenerateContainersReadyCondition (sidecars count like main containers)."""
     unknown: list[str] = []
     unready: list[str] = []
-    wanted = [c for c in pod.spec.init_containers or [] if is_sidecar(c)] + list(pod.spec.containers or [])
+    wanted = [c for c in pod_spec(pod).init_containers or [] if is_sidecar(c)] + list(pod_spec(pod).containers or [])
     for c in wanted:
         s = _find(all_statuses, c.name)
         if s is None:
@@ -315,7 +316,7 @@ def _ready_condition(pod: "Pod", containers_ready: PodCondition, conditions: lis
         return PodCondition(type=READY, status=containers_ready.status, reason=containers_ready.reason,
                             message=containers_ready.message)
     unready: list[str] = []
-    for gate in pod.spec.readiness_gates or []:
+    for gate in pod_spec(pod).readiness_gates or []:
         c = next((c for c in conditions if c.type == gate.condition_type), None)
         if c is None:
             unready.append(f'corresponding condition of pod readiness gate "{gate.condition_type}" does not exist.')
@@ -370,12 +371,12 @@ def compute_pod_status(
     probes = readiness or {}
     startup = started or {}
     msgs = messages or {}
-    inits = list(pod.spec.init_containers or [])
+    inits = list(pod_spec(pod).init_containers or [])
     kw = dict(waiting=waiting, readiness=probes, started=startup, messages=msgs)
     init_statuses = [_container_status(pod, c, rt, is_init=True, **kw) for c in inits]  # type: ignore[arg-type]
     statuses = [
         _container_status(pod, c, rt, is_init=False, **kw)  # type: ignore[arg-type]
-        for c in pod.spec.containers or []
+        for c in pod_spec(pod).containers or []
     ]
 
     phase = compute_phase(pod, init_statuses, statuses)
@@ -404,7 +405,7 @@ def compute_pod_status(
         # The status manager stamps the first status; the oldest sandbox stands in for it after an agent restart.
         start_time = format_time(min((s.created_at for s in rt.sandboxes), default=now))
 
-    if pod.spec.host_network:
+    if pod_spec(pod).host_network:
         ips: tuple[str, ...] = (host_ip,) if host_ip else ()
     else:
         # The newest running sandbox's CNI addresses (kubelet's determinePodSandboxIPs).
@@ -430,7 +431,7 @@ def compute_pod_status(
 
 def summarize(pod: "Pod", status: PodStatus) -> tuple[str, str, int]:
     """kubectl get pods' READY, STATUS and RESTARTS columns (kubectl printers.go printPod)."""
-    spec = pod.spec
+    spec = pod_spec(pod)
     restarts = 0
     sidecar_restarts = 0
     total = len(spec.containers or [])

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any, Callable
 import msgspec
 
 
+from edgelet.api.pod import meta
+from edgelet.api.pod import uid as pod_uid
 from edgelet.api.annotations import CONFIG_SOURCE, ORIGIN
 from edgelet.state import flush_when_changed, write_atomic
 from edgelet.status.snapshot import PodRow, PodsSnapshot, RejectedRow, snapshot_path
@@ -48,7 +50,7 @@ def node_ip() -> str:
 
 def pod_object(pod: "Pod", status: "PodStatus") -> dict[str, Any]:
     """The whole Pod as the API would return it (apiVersion, kind, metadata, spec, status), JSON-able."""
-    obj = msgspec.to_builtins(pod)
+    obj: dict[str, Any] = msgspec.to_builtins(pod)
     obj["apiVersion"] = "v1"
     obj["kind"] = "Pod"
     obj["status"] = msgspec.to_builtins(status)
@@ -89,7 +91,7 @@ class StatusPublisher:
     def update(self, pod: "Pod", rt: "PodRuntimeStatus", st: "PodSyncState") -> None:
         from edgelet.status.compute import compute_pod_status, summarize
 
-        prev = self._pods.get(pod.metadata.uid)
+        prev = self._pods.get(pod_uid(pod))
         if st.readmitted:
             prev = None  # an evicted pod that starts again is a new run, not a Failed pod forever
             st.readmitted = False
@@ -100,12 +102,12 @@ class StatusPublisher:
             messages=self._termination_messages(pod, rt), host_ip=self._host_ip,
         )
         ready, text, restarts = summarize(pod, status)
-        ann = pod.metadata.annotations or {}
+        ann = meta(pod).annotations or {}
         created = min((s.created_at for s in rt.sandboxes), default=self._clock.now())
         row = PodRow(
-            namespace=pod.metadata.namespace or "default",
-            name=pod.metadata.name,
-            uid=pod.metadata.uid,
+            namespace=meta(pod).namespace or "default",
+            name=meta(pod).name or "",
+            uid=pod_uid(pod),
             ready=ready,
             status=text,
             restarts=restarts,
@@ -116,12 +118,12 @@ class StatusPublisher:
             message="; ".join(f"{n}: {m}" for n, (_, m) in st.waiting.items() if m),
             pod=pod_object(pod, status),
         )
-        self._pods[pod.metadata.uid] = PodEntry(pod, status, row)
+        self._pods[pod_uid(pod)] = PodEntry(pod, status, row)
         self._dirty.set()
 
     def _termination_messages(self, pod: "Pod", rt: "PodRuntimeStatus") -> dict[str, str]:
         """Messages of the pod's exited containers, read once per container (an exited one writes no more)."""
-        known = self._messages.get(pod.metadata.uid, {})
+        known = self._messages.get(pod_uid(pod), {})
         fresh: dict[str, str] = {}
         for rec in rt.containers:
             if rec.state != "exited":
@@ -131,7 +133,7 @@ class StatusPublisher:
                 continue
             container = container_spec(pod, rec.name)
             fresh[rec.id] = self._read_message(container, rec) if container is not None else ""
-        self._messages[pod.metadata.uid] = fresh  # drops the ids of removed instances
+        self._messages[pod_uid(pod)] = fresh  # drops the ids of removed instances
         return fresh
 
     def remove(self, uid: str) -> None:
