@@ -12,7 +12,7 @@ import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Literal
+from typing import Callable, Literal, TextIO
 
 from edgelet.cli.common import EXIT_FAILURE, EXIT_OK
 from edgelet.settings import Settings

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Sequence, TextIO
 from urllib.parse import quote, urlencode
 
 from edgelet import logs
+from edgelet.api.pod import spec as pod_spec
 from edgelet.cli.common import EXIT_OK, CommandError
 
 if TYPE_CHECKING:
@@ -89,7 +90,7 @@ def print_logs(settings: "Settings", req: LogRequest, out: TextIO, err: TextIO) 
     full = resolve_pod([(p.metadata.namespace or "default", p.metadata.name, p.spec.node_name or "") for p in pods],
                        req.namespace, req.pod)
     pod = next(p for p in pods if p.metadata.name == full and (p.metadata.namespace or "default") == req.namespace)
-    names = [c.name for c in [*(pod.spec.init_containers or []), *(pod.spec.containers or [])]]
+    names = [c.name for c in [*(pod_spec(pod).init_containers or []), *(pod_spec(pod).containers or [])]]
     container = resolve_container(names, req.container, f"{req.namespace}/{full}")
     path = "/containerLogs/" + "/".join(quote(x, safe="") for x in (req.namespace, full, container)) + log_query(req)
     with client.stream(settings.run_dir, path) as chunks:

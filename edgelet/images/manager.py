@@ -19,6 +19,8 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Protocol
 
+from edgelet.api.pod import uid as pod_uid
+from edgelet.api.pod import meta
 from edgelet.events import EventRecorder, pod_ref
 from edgelet.images.errors import ImageError, ImageUnavailable
 from edgelet.images.reference import is_latest_or_untagged
@@ -81,7 +83,7 @@ class ImageManager:
             self._events.warning(ref, "ErrImageNeverPull", msg)
             raise ImageUnavailable("ErrImageNeverPull", msg)
 
-        key = (pod.metadata.uid, "image:" + container.name)
+        key = (pod_uid(pod), "image:" + container.name)
         now = self._clock.monotonic()
         if self._backoff.is_in_backoff(key, now):
             msg = f'Back-off pulling image "{image}"'
@@ -100,7 +102,7 @@ class ImageManager:
         except (ImageError, OSError) as exc:
             self._backoff.next(key, self._clock.monotonic())
             msg = f'Failed to pull image "{image}": {exc}'
-            log.warning("Failed to pull image", pod=f"{pod.metadata.namespace}/{pod.metadata.name}",
+            log.warning("Failed to pull image", pod=f"{meta(pod).namespace}/{meta(pod).name}",
                         container=container.name, image=image, err=str(exc))
             self._events.warning(ref, "Failed", msg)
             self._events.warning(ref, "Failed", "Error: ErrImagePull")

@@ -21,6 +21,9 @@ import random
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Awaitable, Callable, Protocol
 
+from edgelet.api.pod import uid as pod_uid
+from edgelet.api.pod import meta
+from edgelet.api.pod import spec as pod_spec
 from edgelet.events import EventRecorder, pod_ref
 from edgelet.probes.machine import (
     KINDS,
@@ -94,9 +97,9 @@ class ProbeManager:
 
     def sync_pod(self, pod: "Pod", rt: "PodRuntimeStatus") -> None:
         """Start the workers the pod's running containers need, stop those whose container is gone."""
-        uid = pod.metadata.uid
-        specs = {c.name: c for c in pod.spec.init_containers or [] if c.restart_policy == "Always"}
-        specs.update({c.name: c for c in pod.spec.containers or []})
+        uid = pod_uid(pod)
+        specs = {c.name: c for c in pod_spec(pod).init_containers or [] if c.restart_policy == "Always"}
+        specs.update({c.name: c for c in pod_spec(pod).containers or []})
         sandboxes = {s.id: s for s in rt.sandboxes}
         wanted: dict[WorkerKey, tuple["ContainerRecord", "Probe", ProbeTarget]] = {}
         for name, container in specs.items():
@@ -104,7 +107,7 @@ class ProbeManager:
             if rec is None or rec.state != "running":
                 continue
             sb = sandboxes.get(rec.sandbox_id)
-            host_network = sb.host_network if sb is not None else bool(pod.spec.host_network)
+            host_network = sb.host_network if sb is not None else bool(pod_spec(pod).host_network)
             target = target_for(rec.id, container, sb.pid if sb is not None else None, host_network)
             for kind, probe in probes_of(container):
                 wanted[(uid, name, kind)] = (rec, probe, target)
@@ -238,6 +241,6 @@ class ProbeManager:
             result = worker.machine.result
             self.results.set(kind, uid, name, worker.cid, result)
             self._apply(uid, name, kind, result)
-            log.info("Probe result changed", pod=f"{pod.metadata.namespace}/{pod.metadata.name}", container=name,
+            log.info("Probe result changed", pod=f"{meta(pod).namespace}/{meta(pod).name}", container=name,
                      probe=kind, result=result.value)
             self.on_change(uid)

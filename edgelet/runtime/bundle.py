@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Iterable, Literal, Mapping, Sequence
 
+from edgelet.api.pod import meta
+from edgelet.api.pod import spec as pod_spec
 from edgelet.ocispec.build import Mount
 from edgelet.container.errors import VolumeError
 
@@ -101,7 +103,7 @@ def pod_hostname(pod: "Pod", node_hostname: str, cluster_domain: str = "") -> st
     spec = pod.spec
     if spec is not None and spec.host_network:
         return node_hostname
-    name = (spec.hostname if spec is not None and spec.hostname else None) or (pod.metadata.name or "")
+    name = (spec.hostname if spec is not None and spec.hostname else None) or (meta(pod).name or "")
     # kubelet GeneratePodHostNameAndDomain: truncated to 63 chars, no trailing '-' or '.'.
     name = name[:63].rstrip("-.")
     fqdn = pod_fqdn(pod, name, cluster_domain)
@@ -115,7 +117,7 @@ def pod_fqdn(pod: "Pod", hostname: str, cluster_domain: str) -> str:
     spec = pod.spec
     if spec is None or not spec.subdomain or not cluster_domain:
         return ""
-    ns = (pod.metadata.namespace if pod.metadata else None) or "default"
+    ns = (meta(pod).namespace if pod.metadata else None) or "default"
     return f"{hostname.split('.')[0]}.{spec.subdomain}.{ns}.svc.{cluster_domain}"
 
 
@@ -243,7 +245,7 @@ def pod_resolv_conf(pod: "Pod", host_resolv: str, cluster_dns: Sequence[str] = (
         searches=tuple((cfg.searches or []) if cfg else ()),
         options=tuple((o.name or "", o.value) for o in ((cfg.options or []) if cfg else ()) if o.name),
         cluster_dns=cluster_dns, cluster_domain=cluster_domain,
-        namespace=(pod.metadata.namespace if pod.metadata else None) or "default",
+        namespace=(meta(pod).namespace if pod.metadata else None) or "default",
     )
 
 
@@ -302,7 +304,7 @@ class VolumePlan:
 def plan_volumes(pod: "Pod", layout: PodLayout) -> dict[str, VolumePlan]:
     """The volumes of a pod that edgelet can provide; raises VolumeError for any other kind."""
     plans: dict[str, VolumePlan] = {}
-    for vol in (pod.spec.volumes if pod.spec is not None else None) or []:
+    for vol in (pod_spec(pod).volumes if pod.spec is not None else None) or []:
         if vol.host_path is not None:
             plans[vol.name] = VolumePlan(vol.name, "hostPath", Path(vol.host_path.path),
                                          host_path_type=vol.host_path.type or "")

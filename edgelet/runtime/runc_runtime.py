@@ -20,6 +20,9 @@ import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
+from edgelet.api.pod import uid as pod_uid
+from edgelet.api.pod import meta
+from edgelet.api.pod import spec as pod_spec
 from edgelet.api.qos import qos_class
 from edgelet.cgroups import CgroupError, detect
 from edgelet.cgroups import qos as cg_qos
@@ -331,7 +334,7 @@ class RuncRuntime:
         bl.write_file(layout.hostname, hostname + "\n", 0o644)
 
     async def run_sandbox(self, pod: "Pod", attempt: int) -> SandboxRecord:
-        uid = pod.metadata.uid
+        uid = pod_uid(pod)
         layout = self.layout(uid)
         self._ensure_dirs()
         # A sandbox left in the bundle dir is replaced: a new sandbox means the old one is done.
@@ -340,10 +343,10 @@ class RuncRuntime:
             await self.remove_container(old)
         sid = _new_id()
         bundle = layout.sandbox_dir
-        host_network = bool(pod.spec is not None and pod.spec.host_network)
+        host_network = bool(pod.spec is not None and pod_spec(pod).host_network)
         hostname = bl.pod_hostname(pod, self.node_hostname, self.cluster_domain)
         created = self.clock.now()
-        log_path = self.paths.pod_log_dir(pod.metadata.namespace, pod.metadata.name, uid) / "sandbox.log"
+        log_path = self.paths.pod_log_dir(meta(pod).namespace, meta(pod).name, uid) / "sandbox.log"
         done = False
         try:
             pause = self._pause_spec()
@@ -360,8 +363,8 @@ class RuncRuntime:
             annotations = {
                 ANN_KIND: KIND_SANDBOX,
                 ANN_POD_UID: uid,
-                ANN_POD_NAME: pod.metadata.name or "",
-                ANN_POD_NAMESPACE: pod.metadata.namespace or "",
+                ANN_POD_NAME: meta(pod).name or "",
+                ANN_POD_NAMESPACE: meta(pod).namespace or "",
                 ANN_ATTEMPT: str(attempt),
                 ANN_CREATED: repr(created),
                 ANN_LOG_PATH: str(log_path),
@@ -386,7 +389,7 @@ class RuncRuntime:
             config = ocispec.build_sandbox_spec(pod, ctx)
             await asyncio.to_thread(bl.write_file, bundle / bl.CONFIG, json.dumps(config, indent=1))
             await asyncio.to_thread(self._make_pod_cgroup, pod, uid)
-            pid = await conmon.create(self._conmon_args(sid, f"k8s_POD_{pod.metadata.name}_{pod.metadata.namespace}_{uid}_{attempt}",
+            pid = await conmon.create(self._conmon_args(sid, f"k8s_POD_{meta(pod).name}_{meta(pod).namespace}_{uid}_{attempt}",
                                                         bundle, log_path), runner=self._exec)
             await self.runc.start(sid)
             await asyncio.to_thread(bl.write_file, bundle / bl.STARTED_FILE, repr(self.clock.now()))
@@ -401,7 +404,7 @@ class RuncRuntime:
         self._bundles[sid] = bundle
         log.info("Sandbox started", pod=_full(pod), sandbox=sid[:12], pid=pid)
         return SandboxRecord(
-            id=sid, pod_uid=uid, pod_name=pod.metadata.name or "", pod_namespace=pod.metadata.namespace or "",
+            id=sid, pod_uid=uid, pod_name=meta(pod).name or "", pod_namespace=meta(pod).namespace or "",
             attempt=attempt, state="running", pid=pid, created_at=created, host_network=host_network,
             ips=attached.ips if attached is not None else (), netns=attached.netns if attached is not None else "",
         )
@@ -512,8 +515,8 @@ class RuncRuntime:
     ) -> str:
         from edgelet.api.hash import container_hash
 
-        uid = pod.metadata.uid
-        ns, pod_name = pod.metadata.namespace or "", pod.metadata.name or ""
+        uid = pod_uid(pod)
+        ns, pod_name = meta(pod).namespace or "", meta(pod).name or ""
         if sandbox.pid is None or not conmon.is_alive(sandbox.pid):
             raise SandboxError(f"pod {_full(pod)}: sandbox {sandbox.id[:12]} is not running")
         layout = self.layout(uid)
@@ -852,11 +855,11 @@ def remove_pod_cgroups(pod_cgroup: str, mount: Path = CGROUP_MOUNT) -> None:
 
 
 def _pod_grace(pod: "Pod") -> int:
-    g = pod.spec.termination_grace_period_seconds if pod.spec is not None else None
+    g = pod_spec(pod).termination_grace_period_seconds if pod.spec is not None else None
     return 30 if g is None else int(g)
 
 
 def _full(pod: "Pod | None") -> str:
     if pod is None or pod.metadata is None:
         return ""
-    return f"{pod.metadata.namespace}/{pod.metadata.name}"
+    return f"{meta(pod).namespace}/{meta(pod).name}"

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import bisect
 from collections import Counter
+from edgelet.api.pod import uid as pod_uid
+from edgelet.api.pod import meta
 from edgelet.api.annotations import CONFIG_SEEN
 
 if TYPE_CHECKING:
@@ -148,14 +150,14 @@ class Metrics:
         """`publisher.update`, observing the pod start duration when a pod first runs."""
 
         def publish(pod: "Pod", *args: Any, **kwargs: Any) -> None:
-            uid = pod.metadata.uid
+            uid = pod_uid(pod)
             before = publisher.get(uid)
             publisher.update(pod, *args, **kwargs)
             after = publisher.get(uid)
             if after is None:
                 return
             if should_observe_start(before.status.phase if before is not None else None, after.status.phase):
-                seen = parse_seen((pod.metadata.annotations or {}).get(CONFIG_SEEN))
+                seen = parse_seen((meta(pod).annotations or {}).get(CONFIG_SEEN))
                 if seen is not None:
                     self.pod_start_duration.observe(max(0.0, self._clock.now() - seen))
 

@@ -6,6 +6,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable
 
+from edgelet.api.pod import meta
 from edgelet.events import EventRecorder, InvolvedObject
 from edgelet.podconfig import ConfigState, merge
 from edgelet.util.log import get_logger
@@ -202,7 +203,7 @@ def _with_origin(origin: str, message: str) -> str:
 
 
 def _full(pod: "Pod") -> str:
-    return f"{pod.metadata.namespace}/{pod.metadata.name}"
+    return f"{meta(pod).namespace}/{meta(pod).name}"
 
 
 def _object(pod: str | None, origin: str) -> InvolvedObject:

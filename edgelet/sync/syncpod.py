@@ -19,6 +19,9 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
+from edgelet.api.pod import uid as pod_uid
+from edgelet.api.pod import meta
+from edgelet.api.pod import spec as pod_spec
 from edgelet.status.syncstate import PodSyncState
 from edgelet.events import EventRecorder, pod_ref
 from edgelet.images.manager import ImageUnavailable
@@ -92,7 +95,7 @@ class Syncer:
         return self._state.setdefault(uid, PodSyncState())
 
     async def sync_pod(self, pod: "Pod") -> SyncResult:
-        uid = pod.metadata.uid
+        uid = pod_uid(pod)
         st = self.state(uid)
         now = self._clock.monotonic()
 
@@ -132,7 +135,7 @@ class Syncer:
             except Exception as exc:
                 log.error("Failed to create pod sandbox", exc, pod=_full(pod))
                 self._events.warning(pod_ref(pod), "FailedCreatePodSandBox", f"Failed to create pod sandbox: {exc}")
-                for c in pod.spec.containers:
+                for c in pod_spec(pod).containers:
                     st.waiting[c.name] = ("ContainerCreating", f"failed to create pod sandbox: {exc}")
                 self._publish(pod, await self._runtime.pod_status(uid), st)
                 return SyncResult(requeue_after=self._retry_delay(uid, "sandbox", now))
@@ -146,7 +149,7 @@ class Syncer:
         if to_start and sandbox is None:
             log.warning("No running sandbox to start containers in", pod=_full(pod))
         elif to_start:
-            specs = {c.name: c for c in [*(pod.spec.init_containers or []), *pod.spec.containers]}
+            specs = {c.name: c for c in [*(pod_spec(pod).init_containers or []), *pod_spec(pod).containers]}
             for item in to_start:
                 container = specs[item.name]
                 reason = await self._start_container(pod, container, sandbox, item.attempt, item.container_type)
@@ -202,7 +205,7 @@ class Syncer:
         self, pod: "Pod", container: "Container", sandbox: "SandboxRecord", attempt: int, ctype: str
     ) -> tuple[str, str] | None:
         """Image, create, start; returns a waiting (reason, message) on failure."""
-        uid = pod.metadata.uid
+        uid = pod_uid(pod)
         key = (uid, container.name)
         try:
             # Events and the image back-off (uid, "image:<name>") are the manager's; _next_wake sees the latter.
@@ -274,9 +277,9 @@ class Syncer:
         from, the grace period.
         """
         if pod is not None and self._probes is not None and grace is None \
-                and cid in self._probes.failures(pod.metadata.uid):
+                and cid in self._probes.failures(pod_uid(pod)):
             # kubelet setTerminationGracePeriod: a liveness/startup kill uses the probe's grace when it has one.
-            grace = self._probes.kill_grace(pod.metadata.uid, cid)
+            grace = self._probes.kill_grace(pod_uid(pod), cid)
         record = await self._find(cid)
         if grace is None:
             # Without the pod (an orphan), the grace period it had, kept on the container.
@@ -312,7 +315,7 @@ class Syncer:
         rt = await self._runtime.pod_status(record.pod_uid)
         sandbox = next((s for s in rt.sandboxes if s.id == record.sandbox_id), None)
         target = target_for(record.id, spec, sandbox.pid if sandbox is not None else None,
-                            sandbox.host_network if sandbox is not None else bool(pod.spec.host_network))
+                            sandbox.host_network if sandbox is not None else bool(pod_spec(pod).host_network))
         try:
             await asyncio.wait_for(
                 run_handler(spec.lifecycle.pre_stop, runtime=self._runtime, target=target, pod=pod, container=spec,
@@ -392,7 +395,7 @@ class Syncer:
             st.readmitted = True
 
     async def _sync_evicted(self, pod: "Pod", st: PodSyncState) -> SyncResult:
-        uid = pod.metadata.uid
+        uid = pod_uid(pod)
         rt = await self._runtime.pod_status(uid)
         live = any(c.state in ("running", "created") for c in rt.containers) or \
             any(s.state in ("running", "created") for s in rt.sandboxes)
@@ -426,12 +429,12 @@ class Syncer:
 
     def _record_backoffs(self, pod: "Pod", st: PodSyncState) -> None:
         """A BackOff event for each container held back, as kubelet emits one per sync that hits it."""
-        init_names = {c.name for c in pod.spec.init_containers or []}
+        init_names = {c.name for c in pod_spec(pod).init_containers or []}
         for name, (reason, _) in st.waiting.items():
             ref = pod_ref(pod, name, init=name in init_names)
             if reason == "CrashLoopBackOff":
                 self._events.warning(ref, "BackOff", f"Back-off restarting failed container {name} in pod "
-                                                     f"{pod.metadata.name}_{pod.metadata.namespace}({pod.metadata.uid})")
+                                                     f"{meta(pod).name}_{meta(pod).namespace}({pod_uid(pod)})")
             elif reason == "ImagePullBackOff":
                 self._events.normal(ref, "BackOff", f'Back-off pulling image "{_image_of(pod, name)}"')
 
@@ -451,7 +454,7 @@ class Syncer:
                 # kubelet resyncs a pod whose pull failed soon after, and the container then shows
                 # ImagePullBackOff for the rest of the back-off instead of ErrImagePull throughout.
                 delays.append(ERR_IMAGE_PULL_RESYNC)
-            for key in ((pod.metadata.uid, name), (pod.metadata.uid, "image:" + name)):
+            for key in ((pod_uid(pod), name), (pod_uid(pod), "image:" + name)):
                 rem = self._backoff.remaining(key, now)
                 if rem > 0:
                     delays.append(rem)
@@ -468,19 +471,19 @@ def _live_sandbox(rt: "PodRuntimeStatus", sandbox_id: str | None) -> "SandboxRec
 
 
 def _grace(pod: "Pod | None") -> float:
-    if pod is None or pod.spec is None or pod.spec.termination_grace_period_seconds is None:
+    if pod is None or pod.spec is None or pod_spec(pod).termination_grace_period_seconds is None:
         return DEFAULT_GRACE
-    return float(pod.spec.termination_grace_period_seconds)
+    return float(pod_spec(pod).termination_grace_period_seconds)
 
 
 def _full(pod: "Pod | None") -> str | None:
     if pod is None or pod.metadata is None:
         return None
-    return f"{pod.metadata.namespace}/{pod.metadata.name}"
+    return f"{meta(pod).namespace}/{meta(pod).name}"
 
 
 def _image_of(pod: "Pod", name: str) -> str:
-    for c in [*(pod.spec.init_containers or []), *pod.spec.containers]:
+    for c in [*(pod_spec(pod).init_containers or []), *pod_spec(pod).containers]:
         if c.name == name:
             return c.image or ""
     return ""

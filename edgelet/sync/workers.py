@@ -13,6 +13,8 @@ import asyncio
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
 
+from edgelet.api.pod import uid as pod_uid
+from edgelet.api.pod import meta
 from edgelet.util.clock import REAL_CLOCK, Clock
 from edgelet.util.log import get_logger
 
@@ -74,7 +76,7 @@ class PodWorkers:
         return set(self._workers)
 
     def sync(self, pod: "Pod") -> None:
-        uid = pod.metadata.uid
+        uid = pod_uid(pod)
         w = self._workers.get(uid)
         if w is not None and w.terminating:
             # kubelet: a terminating pod cannot be resurrected by an update to the same UID.
@@ -159,4 +161,4 @@ class PodWorkers:
 def _name(pod: "Pod | None") -> str | None:
     if pod is None or pod.metadata is None:
         return None
-    return f"{pod.metadata.namespace}/{pod.metadata.name}"
+    return f"{meta(pod).namespace}/{meta(pod).name}"
