@@ -577,6 +577,7 @@ async def _main(settings: "Settings", notifier: "Notifier | None" = None) -> int
                 await shutdown.shutdown_pods()
         log.info("Stopping edgelet; pods keep running", signal=signame)
         _exit_if_stuck(SHUTDOWN_TIMEOUT)
+        assert task is not None
         task.cancel()
 
     def _stop(signame: str) -> None:

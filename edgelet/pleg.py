@@ -17,6 +17,7 @@ from edgelet.util.log import get_logger
 
 if TYPE_CHECKING:
     from edgelet.container import Runtime
+    from edgelet.container.types import ContainerRecord, SandboxRecord
     from edgelet.util.clock import Clock
 
 log = get_logger(__name__)
@@ -109,7 +110,8 @@ def all_alive(last: Mapping[str, PodRuntimeStatus], exists: Callable[[str], bool
     period is left to the next full relist.
     """
     for status in last.values():
-        for rec in (*status.sandboxes, *status.containers):
+        recs: list["SandboxRecord | ContainerRecord"] = [*status.sandboxes, *status.containers]
+        for rec in recs:
             if rec.state == "running":
                 if rec.pid is None or not exists(f"/proc/{rec.pid}"):
                     return False

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Sequence, TextIO
 from urllib.parse import quote, urlencode
 
 from edgelet import logs
+from edgelet.api.pod import meta
 from edgelet.api.pod import spec as pod_spec
 from edgelet.cli.common import EXIT_OK, CommandError
 
@@ -87,9 +88,9 @@ def print_logs(settings: "Settings", req: LogRequest, out: TextIO, err: TextIO) 
     if live is None:
         return _print_from_files(settings, req, out)
     pods = msgspec.json.decode(live, type=PodList).items
-    full = resolve_pod([(p.metadata.namespace or "default", p.metadata.name, p.spec.node_name or "") for p in pods],
-                       req.namespace, req.pod)
-    pod = next(p for p in pods if p.metadata.name == full and (p.metadata.namespace or "default") == req.namespace)
+    full = resolve_pod([(meta(p).namespace or "default", meta(p).name or "", pod_spec(p).node_name or "")
+                        for p in pods], req.namespace, req.pod)
+    pod = next(p for p in pods if meta(p).name == full and (meta(p).namespace or "default") == req.namespace)
     names = [c.name for c in [*(pod_spec(pod).init_containers or []), *(pod_spec(pod).containers or [])]]
     container = resolve_container(names, req.container, f"{req.namespace}/{full}")
     path = "/containerLogs/" + "/".join(quote(x, safe="") for x in (req.namespace, full, container)) + log_query(req)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
+from edgelet.images.types import ByteSource
 from edgelet.images import zstd
 from edgelet.images.errors import ArchiveError, BlobError, DecompressError, ImageError, InvalidReference, PlatformNotFound
 from edgelet.images.reference import (
@@ -73,7 +74,7 @@ _MAX_NESTING = 4
 class BlobSink(Protocol):
     """Where blobs go: the image store's content store (a puller will write through the same methods)."""
 
-    def add_blob(self, src: BinaryIO, *, digest: str | None = None, size: int | None = None,
+    def add_blob(self, src: ByteSource, *, digest: str | None = None, size: int | None = None,
                  source: str = "") -> tuple[str, int]:
         """Copy `src` in, verifying `digest`/`size` when given; returns (digest, size)."""
         ...
@@ -393,7 +394,7 @@ def _docker_images(contents: _Contents, sink: BlobSink) -> list[ArchiveImage]:
             except InvalidReference as exc:
                 log.warning("Ignoring invalid RepoTag in archive", archive=str(archive), tag=tag, err=str(exc))
         images.append(ArchiveImage(names=tuple(dict.fromkeys(names)), manifest_digest=manifest_digest,
-                                   config_digest=config_digest, layer_digests=tuple(d["digest"] for d in layers)))
+                                   config_digest=config_digest, layer_digests=tuple(str(d["digest"]) for d in layers)))
     return images
 
 

@@ -118,10 +118,11 @@ def parse_reference(text: str, *, default_tag: bool = True) -> Reference:
         raise InvalidReference(text, "surrounding whitespace")
     if _ANCHORED_HEX64.fullmatch(text):
         raise InvalidReference(text, "a bare 64-character hex string is an image id, not a reference")
-    remainder, at, digest = text.partition("@")
+    remainder, at, found = text.partition("@")
+    digest: str | None = found
     if at:
         try:
-            validate_digest(digest)
+            validate_digest(found)
         except InvalidReference as exc:
             raise InvalidReference(text, exc.reason) from exc
     else:

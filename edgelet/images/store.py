@@ -16,6 +16,8 @@ methods `import_archive` uses. Methods are safe to call from several threads
 
 from __future__ import annotations
 
+import builtins
+
 import ctypes
 import ctypes.util
 import fcntl
@@ -28,8 +30,9 @@ import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, BinaryIO, Iterator
+from typing import Any, BinaryIO, Iterator, Sequence
 
+from edgelet.images.types import ByteSource
 from edgelet.images.archive import MAX_JSON, read_archive
 from edgelet.images.errors import BlobError, ImageNotFound, InvalidReference, StoreError, UnpackError
 from edgelet.images.reference import (
@@ -71,7 +74,8 @@ def parse_image_config(doc: Any) -> ImageConfig:
         value = cfg.get(key)
         return value if isinstance(value, str) else ""
 
-    labels = cfg.get("Labels") if isinstance(cfg.get("Labels"), dict) else {}
+    raw_labels = cfg.get("Labels")
+    labels: dict[str, Any] = raw_labels if isinstance(raw_labels, dict) else {}
     return ImageConfig(
         entrypoint=strings("Entrypoint"),
         cmd=strings("Cmd"),
@@ -303,7 +307,7 @@ class ImageStore:
         with self.open_blob(digest) as f:
             return f.read()
 
-    def add_blob(self, src: BinaryIO, *, digest: str | None = None, size: int | None = None,
+    def add_blob(self, src: ByteSource, *, digest: str | None = None, size: int | None = None,
                  source: str = "") -> tuple[str, int]:
         """Copy `src` into the store, hashing as it goes; with `digest`/`size`, a mismatch is a BlobError and
         nothing is kept. Returns (digest, size). A blob already present is not read again."""
@@ -413,8 +417,8 @@ class ImageStore:
 
     # ------------------------------------------------------------------ images
 
-    def commit_image(self, *, manifest_digest: str, config_digest: str, layer_digests: tuple[str, ...] | list[str],
-                     references: tuple[str, ...] | list[str], pinned: bool = False, source: str = "") -> ImageRecord:
+    def commit_image(self, *, manifest_digest: str, config_digest: str, layer_digests: Sequence[str],
+                     references: Sequence[str], pinned: bool = False, source: str = "") -> ImageRecord:
         """Unpack the layers of an image whose blobs are stored, and record it under `references`.
 
         A reference held by another image moves to this one (a re-tag), as docker does."""
@@ -465,7 +469,7 @@ class ImageStore:
             self._save(entries)
             return self._record(entry)
 
-    def import_archive(self, path: Path, *, pinned: bool = False) -> list[ImageRecord]:
+    def import_archive(self, path: Path, *, pinned: bool = False) -> "builtins.list[ImageRecord]":
         """Import every image of a docker-archive, OCI archive or OCI layout dir (see archive.py).
 
         Blobs the archive brought that no image ends up using are removed again."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,3 +39,9 @@ class ImageRecord:
     pinned: bool = False
     platform: str = "linux/amd64"
     extra: dict[str, str] = field(default_factory=dict)
+
+
+class ByteSource(Protocol):
+    """Anything blobs are read from: a file, a tar member, an HTTP body."""
+
+    def read(self, n: int = -1, /) -> bytes: ...

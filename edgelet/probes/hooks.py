@@ -24,8 +24,9 @@ if TYPE_CHECKING:
 
 
 def _format_pod(pod: "Pod") -> str:
-    meta = pod.metadata
-    return f"{meta.name}_{meta.namespace}({meta.uid})"
+    from edgelet.plan.actions import format_pod
+
+    return format_pod(pod)
 
 
 def _go_list(items: list[str]) -> str:

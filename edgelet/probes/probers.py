@@ -88,7 +88,7 @@ async def _open(target: ProbeTarget, host: str, port: int, timeout: float) -> so
         addr = host
     except OSError:
         infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-        addr = infos[0][4][0]
+        addr = str(infos[0][4][0])
     return await netns.connect(target.netns, addr, port, timeout)
 
 

@@ -221,8 +221,8 @@ def build_resolv_conf(
     for o in opts:
         k, _, v = o.partition(":")
         opt_map[k] = v or None
-    for k, v in options:
-        opt_map[k] = v
+    for name, value in options:
+        opt_map[name] = value
     lines = [f"nameserver {n}" for n in ns[:3]]
     if len(ns) > 3:
         warnings.append(f"more than 3 nameservers, kept {', '.join(ns[:3])}")

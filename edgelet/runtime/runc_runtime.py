@@ -54,6 +54,7 @@ from edgelet.runtime.host import (
     probe_host_facts,
 )
 from edgelet.network.errors import NetworkError
+from edgelet.ocispec.errors import SpecError
 from edgelet.runtime.runc import Runc
 from edgelet.runtime.state import ExitInfo, Observed, build_pod_statuses
 from edgelet.runtime.sandbox import PauseSpec, pause_spec, sandbox_namespace_paths
@@ -346,7 +347,7 @@ class RuncRuntime:
         host_network = bool(pod.spec is not None and pod_spec(pod).host_network)
         hostname = bl.pod_hostname(pod, self.node_hostname, self.cluster_domain)
         created = self.clock.now()
-        log_path = self.paths.pod_log_dir(meta(pod).namespace, meta(pod).name, uid) / "sandbox.log"
+        log_path = self.paths.pod_log_dir(meta(pod).namespace or "default", meta(pod).name or "", uid) / "sandbox.log"
         done = False
         try:
             pause = self._pause_spec()
@@ -394,7 +395,7 @@ class RuncRuntime:
             await self.runc.start(sid)
             await asyncio.to_thread(bl.write_file, bundle / bl.STARTED_FILE, repr(self.clock.now()))
             done = True
-        except (RuntimeError_, OSError, ocispec.SpecError, NetworkError) as exc:
+        except (RuntimeError_, OSError, SpecError, NetworkError) as exc:
             raise SandboxError(f"pod {_full(pod)}: cannot create the sandbox: {exc}") from exc
         finally:
             if not done:
@@ -457,7 +458,7 @@ class RuncRuntime:
             except FileNotFoundError:
                 continue  # the builder says it is missing, naming it
             except (OSError, UnicodeDecodeError) as exc:
-                raise ocispec.SpecError(f"pod {_full(pod)}: cannot read seccomp profile {str(path)!r}: {exc}") from exc
+                raise SpecError(f"pod {_full(pod)}: cannot read seccomp profile {str(path)!r}: {exc}") from exc
         return ocispec.SeccompHost(
             default_on=self.seccomp_default,
             arch=goarch(self.host.machine) if self.host.machine else "amd64",
@@ -573,7 +574,7 @@ class RuncRuntime:
             await conmon.create(self._conmon_args(cid, f"k8s_{container.name}_{pod_name}_{ns}_{uid}_{attempt}",
                                                   bundle, log_path), runner=self._exec)
             done = True
-        except ocispec.SpecError as exc:
+        except SpecError as exc:
             # The pod asks for what cannot be expressed: kubelet's CreateContainerConfigError, message unchanged.
             raise CreateContainerConfigError(str(exc)) from exc
         except CreateContainerError:

@@ -175,7 +175,7 @@ def build_pod_statuses(observed: Iterable[Observed]) -> dict[str, PodRuntimeStat
     for uid in sorted(set(sandboxes) | set(containers)):
         sbs = sorted(sandboxes.get(uid, []), key=lambda r: (-r.created_at, r.id))
         cs = sorted(containers.get(uid, []), key=lambda r: (-r.created_at, r.id))
-        named = [*sbs, *cs]
+        named: list[SandboxRecord | ContainerRecord] = [*sbs, *cs]
         name = next((r.pod_name for r in named if r.pod_name), "")
         ns = next((r.pod_namespace for r in named if r.pod_namespace), "")
         out[uid] = PodRuntimeStatus(uid=uid, name=name, namespace=ns, sandboxes=tuple(sbs), containers=tuple(cs))

@@ -17,6 +17,9 @@ from typing import TYPE_CHECKING, AsyncIterator, Callable
 import msgspec
 
 from edgelet import logs
+from edgelet.api.pod import meta
+from edgelet.api.pod import spec as pod_spec
+from edgelet.api.pod import uid as pod_uid
 from edgelet.server.health import check_health, render_health
 from edgelet.server.http import JSON, HttpServer, Request, Response, ServerError
 from edgelet.server.routes import PUBLIC_ENDPOINTS, HttpError, LogOptions, match_route, parse_log_options
@@ -106,7 +109,7 @@ class Api:
         from edgelet.api.types import ListMeta, PodList
 
         entries = sorted(self._s.publisher.entries(),
-                         key=lambda e: (e.pod.metadata.namespace or "", e.pod.metadata.name or ""))
+                         key=lambda e: (meta(e.pod).namespace or "", meta(e.pod).name or ""))
         items = [msgspec.structs.replace(e.pod, status=e.status) for e in entries]
         return _json(PodList(items=items, api_version="v1", kind="PodList", metadata=ListMeta()))
 
@@ -119,7 +122,7 @@ class Api:
 
     def _entry(self, namespace: str, pod: str) -> "PodEntry":
         for e in self._s.publisher.entries():
-            if (e.pod.metadata.namespace or "default") == namespace and e.pod.metadata.name == pod:
+            if (meta(e.pod).namespace or "default") == namespace and meta(e.pod).name == pod:
                 return e
         raise HttpError(404, f"pod {namespace}/{pod} not found")
 
@@ -134,11 +137,11 @@ class Api:
 
     async def container_logs(self, namespace: str, pod: str, container: str, opts: LogOptions) -> Response:
         entry = self._entry(namespace, pod)
-        spec = entry.pod.spec
+        spec = pod_spec(entry.pod)
         names = [c.name for c in [*(spec.init_containers or []), *(spec.containers or [])]]
         if container not in names:
             raise HttpError(404, f"container {container!r} not found in pod {namespace}/{pod}")
-        uid = entry.pod.metadata.uid
+        uid = pod_uid(entry.pod)
         container_dir = self._s.paths.pod_log_dir(namespace, pod, uid) / container
         try:
             path = logs.find_log_file(container_dir, previous=opts.previous)

@@ -254,9 +254,10 @@ class Connection:
 
     async def _write_response(self, request: Request, response: Response, *, close: bool = False) -> None:
         headers = [("Content-Type", response.content_type), *response.headers]
-        streaming = not isinstance(response.body, bytes)
-        if not streaming:
-            headers.append(("Content-Length", str(len(response.body))))
+        body = response.body
+        streaming = not isinstance(body, bytes)
+        if isinstance(body, bytes):
+            headers.append(("Content-Length", str(len(body))))
         if close or streaming:
             headers.append(("Connection", "close"))
         await self._send(h11.Response(status_code=response.status, headers=headers))
@@ -265,8 +266,8 @@ class Connection:
                 await response.body.aclose()  # type: ignore[union-attr]
         elif streaming:
             await self._stream(response.body)  # type: ignore[arg-type]
-        elif response.body:
-            await self._send(h11.Data(data=response.body))
+        elif isinstance(body, bytes) and body:
+            await self._send(h11.Data(data=body))
         await self._send(h11.EndOfMessage())
 
     async def _stream(self, body: AsyncIterator[bytes]) -> None:

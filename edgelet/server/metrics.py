@@ -117,10 +117,10 @@ class _Collector:
             ("edgelet_runtime_operations_errors", "Cumulative number of runtime operation errors by operation type",
              m.runtime_errors),
         ):
-            family = CounterMetricFamily(name, doc, labels=["operation_type"])
+            counter = CounterMetricFamily(name, doc, labels=["operation_type"])
             for op, n in sorted(counts.items()):
-                family.add_metric([op], n)
-            yield family
+                counter.add_metric([op], n)
+            yield counter
         if m.publisher is not None:
             pods, containers = count_running(e.status for e in m.publisher.entries())
             yield GaugeMetricFamily("edgelet_running_pods", "Number of pods that have a running container",

@@ -56,7 +56,7 @@ class SourceSnapshot:
 def snapshot_key(snapshot: SourceSnapshot) -> tuple[Any, ...]:
     """What makes two snapshots different for the consumer: pods by uid and content, and the errors."""
     return (
-        tuple((p.metadata.uid, msgspec.json.encode(p)) for p in snapshot.pods),
+        tuple((p.metadata.uid if p.metadata else None, msgspec.json.encode(p)) for p in snapshot.pods),
         snapshot.errors,
         snapshot.warnings,
     )

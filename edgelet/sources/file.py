@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping
 import msgspec
 from watchdog.events import FileSystemEventHandler
 
+from edgelet.api.types import ObjectMeta
 from edgelet.api.annotations import ORIGIN
-from edgelet.sources import ManifestError, SourceSnapshot, snapshot_key
+from edgelet.sources import ManifestError, SourceName, SourceSnapshot, snapshot_key
 from edgelet.util.log import get_logger
 from edgelet.util.watch import CHANGE_EVENTS, stop_watching
 
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 
 log = get_logger(__name__)
 
-SOURCE = "file"
+SOURCE: SourceName = "file"
 MAX_MANIFEST_BYTES = 10 * 1024 * 1024  # kubelet's maxConfigLength
 # Scans follow events at once; a file a writer still holds open is left as it was until
 # its close event (a `cp` or an editor is never read half-written).
@@ -107,7 +108,7 @@ def _read_manifest(path: Path) -> bytes:
 
 
 def _with_origin(pod: "Pod", origin: str) -> "Pod":
-    meta = pod.metadata
+    meta = pod.metadata or ObjectMeta()
     annotations = dict(meta.annotations or {})
     annotations[ORIGIN] = origin
     return msgspec.structs.replace(pod, metadata=msgspec.structs.replace(meta, annotations=annotations))

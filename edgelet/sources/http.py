@@ -33,7 +33,7 @@ import msgspec
 
 from edgelet.api.annotations import ORIGIN
 from edgelet.errors import EdgeletError
-from edgelet.sources import ManifestError, SourceSnapshot, snapshot_key
+from edgelet.sources import ManifestError, SourceName, SourceSnapshot, snapshot_key
 
 from edgelet.util.log import get_logger
 
@@ -62,7 +62,7 @@ __all__ = [
 
 log = get_logger(__name__)
 
-SOURCE = "http"
+SOURCE: SourceName = "http"
 MAX_BODY_BYTES = 10 * 1024 * 1024  # kubelet's maxConfigLength
 DEFAULT_TIMEOUT = 10.0  # kubelet's http source client timeout
 CACHE_FILE = "manifest-url.cache"

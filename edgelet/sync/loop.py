@@ -6,6 +6,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable
 
+from edgelet.api.pod import uid as pod_uid
 from edgelet.api.pod import meta
 from edgelet.events import EventRecorder, InvolvedObject
 from edgelet.podconfig import ConfigState, merge
@@ -117,7 +118,7 @@ class SyncLoop:
         self._warnings[snapshot.source] = snapshot.warnings
         self._record_problems()
         for ch in changes:
-            uid = ch.pod.metadata.uid
+            uid = pod_uid(ch.pod)
             if ch.op == "REMOVE":
                 log.info("Pod removed from config", pod=_full(ch.pod), uid=uid)
                 self._desired.pop(uid, None)
@@ -132,6 +133,7 @@ class SyncLoop:
     def _record_problems(self) -> None:
         """One event per manifest problem or rejected pod when it first appears (not on every rescan)."""
         current: set[tuple] = set()
+        key: tuple[str, ...]
         for errors in self.config.errors.values():
             for e in errors:
                 key = (e.reason, e.source, e.origin, e.pod or "", e.message)
@@ -139,7 +141,7 @@ class SyncLoop:
                 if key not in self._reported:
                     self._events.warning(_object(e.pod, e.origin), e.reason, _with_origin(e.origin, e.message))
         for r in self.config.rejected:
-            key = (r.reason, r.source, r.origin, r.pod, r.message)
+            key = (r.reason, r.source, r.origin, r.pod or "", r.message)
             current.add(key)
             if key not in self._reported:
                 log.debug("Pod rejected", pod=r.pod, origin=r.origin, reason=r.reason, err=r.message)

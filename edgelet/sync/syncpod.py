@@ -152,6 +152,7 @@ class Syncer:
             specs = {c.name: c for c in [*(pod_spec(pod).init_containers or []), *pod_spec(pod).containers]}
             for item in to_start:
                 container = specs[item.name]
+                assert sandbox is not None  # the branch above handles a pod without one
                 reason = await self._start_container(pod, container, sandbox, item.attempt, item.container_type)
                 if reason is not None:
                     st.waiting[item.name] = reason
@@ -256,6 +257,7 @@ class Syncer:
 
         target = target_for(cid, container, sandbox.pid, sandbox.host_network)
         try:
+            assert container.lifecycle is not None and container.lifecycle.post_start is not None
             await run_handler(container.lifecycle.post_start, runtime=self._runtime, target=target, pod=pod,
                               container=container, sleep=self._clock.sleep)
         except HookError as exc:
@@ -316,6 +318,7 @@ class Syncer:
         sandbox = next((s for s in rt.sandboxes if s.id == record.sandbox_id), None)
         target = target_for(record.id, spec, sandbox.pid if sandbox is not None else None,
                             sandbox.host_network if sandbox is not None else bool(pod_spec(pod).host_network))
+        assert spec.lifecycle is not None and spec.lifecycle.pre_stop is not None
         try:
             await asyncio.wait_for(
                 run_handler(spec.lifecycle.pre_stop, runtime=self._runtime, target=target, pod=pod, container=spec,
@@ -471,9 +474,8 @@ def _live_sandbox(rt: "PodRuntimeStatus", sandbox_id: str | None) -> "SandboxRec
 
 
 def _grace(pod: "Pod | None") -> float:
-    if pod is None or pod.spec is None or pod_spec(pod).termination_grace_period_seconds is None:
-        return DEFAULT_GRACE
-    return float(pod_spec(pod).termination_grace_period_seconds)
+    grace = pod.spec.termination_grace_period_seconds if pod is not None and pod.spec is not None else None
+    return DEFAULT_GRACE if grace is None else float(grace)
 
 
 def _full(pod: "Pod | None") -> str | None:

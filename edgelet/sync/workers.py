@@ -116,6 +116,7 @@ class PodWorkers:
             if work.kind == "terminate":
                 await self._terminate(uid, work.pod)
                 return
+            assert work.pod is not None  # only a terminate may come without its pod
             try:
                 result = await self._syncer.sync_pod(work.pod)
             except asyncio.CancelledError:
