@@ -268,14 +268,15 @@ class Agent:
 
     async def _run_mirror(self) -> None:
         """The apiserver reporting; it may fail on its own without taking a pod (or the agent) with it."""
-        from edgelet.runtime._exec import run
+        from edgelet.util.proc import version_line
 
         assert self.mirror is not None
-        try:
-            done = await run([self.settings.runtime, "--version"], check=False, timeout=10)
-            self._runtime_version = done.stdout.decode(errors="replace")
-        except Exception as exc:  # noqa: BLE001 - a missing version is no reason to not report
-            log.warning("Cannot read the OCI runtime's version", err=str(exc))
+        # The one version probe (util.proc), as `edgelet version` and `edgelet check` use.
+        line = await asyncio.to_thread(version_line, self.settings.runtime)
+        if line is None or line.startswith("error: "):
+            log.warning("Cannot read the OCI runtime's version", runtime=self.settings.runtime, err=line)
+        else:
+            self._runtime_version = line
         await self.mirror.run()
 
     def _node_facts(self):

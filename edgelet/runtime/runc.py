@@ -32,10 +32,6 @@ class Runc:
     async def _run(self, *args: str, timeout: float | None = None, check: bool = True) -> _exec.Completed:
         return await self._exec(self.argv(*args), timeout=timeout or self.timeout, check=check)
 
-    async def version(self) -> str:
-        out = await self._exec([self.binary, "--version"], timeout=self.timeout)
-        return out.stdout.decode().splitlines()[0].split()[-1] if out.stdout else ""
-
     async def state(self, container_id: str) -> dict[str, Any] | None:
         """runc's state of one container, None when runc does not know it."""
         try:
