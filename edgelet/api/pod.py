@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from edgelet.api.errors import ApiError
 
@@ -13,6 +13,32 @@ if TYPE_CHECKING:
 def is_sidecar(container: "Container") -> bool:
     """An init container with restartPolicy Always (kubelet IsRestartableInitContainer)."""
     return container.restart_policy == "Always"
+
+
+class ContainerInstance(Protocol):
+    """What a restart decision reads of a container's last instance (a runtime record, in practice)."""
+
+    @property
+    def state(self) -> str: ...
+    @property
+    def exit_code(self) -> int | None: ...
+    @property
+    def never_started(self) -> bool: ...
+
+
+def should_restart(rec: "ContainerInstance | None", restart_policy: str) -> bool:
+    """kubelet ShouldContainerBeRestarted for a container that is not running."""
+    if rec is None:
+        return True
+    if rec.state == "running":
+        return False
+    if rec.state in ("unknown", "created") or rec.never_started:
+        return True  # nothing ran yet: whatever the policy, it gets its one run
+    if restart_policy == "Never":
+        return False
+    if restart_policy == "OnFailure" and rec.exit_code == 0:
+        return False
+    return True
 
 
 def container_spec(pod: "Pod | None", name: str) -> "Container | None":

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Mapping, TypedDict
 
-from edgelet.api.pod import is_sidecar, meta
+from edgelet.api.pod import is_sidecar, meta, should_restart
 from edgelet.api.pod import spec as pod_spec
 from edgelet.api.pod import uid as pod_uid
 from edgelet.plan import ContainerToStart, PodActions
@@ -109,19 +109,6 @@ def _succeeded(rec: "ContainerRecord | None") -> bool:
     return rec is not None and rec.state == "exited" and rec.exit_code == 0
 
 
-def should_restart(rec: "ContainerRecord | None", restart_policy: str) -> bool:
-    """kubelet ShouldContainerBeRestarted for a container that is not running."""
-    if rec is None:
-        return True
-    if rec.state == "running":
-        return False
-    if rec.state in ("unknown", "created") or rec.never_started:
-        return True  # nothing ran yet: whatever the policy, it gets its one run
-    if restart_policy == "Never":
-        return False
-    if restart_policy == "OnFailure" and rec.exit_code == 0:
-        return False
-    return True
 
 
 class _Plan:

@@ -24,7 +24,8 @@ from edgelet.api.types import (
 )
 from edgelet.api.pod import is_sidecar
 from edgelet.api.pod import spec as pod_spec
-from edgelet.plan.actions import sandbox_changed, should_restart
+from edgelet.api.pod import should_restart
+from edgelet.plan.actions import sandbox_changed
 
 if TYPE_CHECKING:
     from edgelet.api.types import Container, Pod
