@@ -8,7 +8,7 @@ Hierarchy (all are ValueError, so callers may catch that instead)::
 
 `str(err)` is the message users see, already naming the document and field
 path (`$.spec.containers[0].ports[0].containerPort: expected int, got str`);
-the origin (file path or URL) is an attribute, because ManifestError carries
+the origin (file path or URL) is an attribute, because ManifestProblem carries
 it separately.
 """
 

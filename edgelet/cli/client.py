@@ -10,13 +10,15 @@ import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
+from edgelet.errors import EdgeletError
+
 if TYPE_CHECKING:
     import httpx
 
 TIMEOUT = 10.0
 
 
-class ApiError(Exception):
+class AgentError(EdgeletError):
     """The agent answered with an error; the message is the one of its Status body."""
 
     def __init__(self, status: int, message: str) -> None:
@@ -37,18 +39,18 @@ def _client(sock: Path, read_timeout: float | None = TIMEOUT) -> "httpx.Client":
                         timeout=httpx.Timeout(TIMEOUT, read=read_timeout))
 
 
-def _error(response: "httpx.Response") -> ApiError:
+def _error(response: "httpx.Response") -> AgentError:
     import msgspec
 
     try:
         message = msgspec.json.decode(response.read()).get("message") or response.reason_phrase
     except (msgspec.DecodeError, AttributeError):
         message = response.text.strip() or response.reason_phrase
-    return ApiError(response.status_code, message)
+    return AgentError(response.status_code, message)
 
 
 def get(run_dir: Path | str, path: str) -> bytes | None:
-    """The body of GET `path` from the agent; None when no agent listens (ApiError on an error status)."""
+    """The body of GET `path` from the agent; None when no agent listens (AgentError on an error status)."""
     import httpx
 
     sock = _socket(run_dir)
@@ -60,7 +62,7 @@ def get(run_dir: Path | str, path: str) -> bytes | None:
     except (httpx.ConnectError, FileNotFoundError):
         return None  # a stale socket of an agent that was killed
     except httpx.HTTPError as exc:
-        raise ApiError(0, f"request to the agent on {sock} failed: {exc}") from exc
+        raise AgentError(0, f"request to the agent on {sock} failed: {exc}") from exc
     if response.status_code >= 400:
         raise _error(response)
     return response.content

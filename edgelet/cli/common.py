@@ -85,11 +85,11 @@ def tool_version(binary: str) -> str:
 
 def from_agent(settings: Settings, path: str) -> bytes | None:
     """GET `path` from the agent's socket; None when no agent runs there."""
-    from edgelet.cli.client import ApiError, get
+    from edgelet.cli.client import AgentError, get
 
     try:
         return get(settings.run_dir, path)
-    except ApiError as exc:
+    except AgentError as exc:
         raise CommandError(f"edgelet API {path}: {exc}") from exc
 
 

@@ -78,7 +78,7 @@ def log_query(req: LogRequest) -> str:
 
 
 def print_logs(settings: "Settings", req: LogRequest, out: TextIO, err: TextIO) -> int:
-    """Write the log to `out`; raises LogCommandError (or the client's ApiError) when it cannot."""
+    """Write the log to `out`; raises LogCommandError (or the client's AgentError) when it cannot."""
     import msgspec
 
     from edgelet.cli import client

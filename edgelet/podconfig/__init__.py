@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Literal, Mapping
 
 if TYPE_CHECKING:
     from edgelet.api.types import Pod
-    from edgelet.sources import ManifestError, SourceName
+    from edgelet.sources import ManifestProblem, SourceName
 
 Op = Literal["REMOVE", "ADD", "UPDATE", "RECONCILE"]
 
@@ -35,7 +35,7 @@ class ConfigState:
 
     pods: Mapping["SourceName", Mapping[str, "Pod"]] = field(default_factory=dict)
     rejected: tuple[RejectedPod, ...] = ()
-    errors: Mapping["SourceName", tuple["ManifestError", ...]] = field(default_factory=dict)
+    errors: Mapping["SourceName", tuple["ManifestProblem", ...]] = field(default_factory=dict)
     seen_sources: frozenset[str] = frozenset()
     # The latest snapshot's pods of every source, rejected ones included, so that a merge of one
     # source can admit a pod of another whose name it frees (see merge.py).

@@ -20,7 +20,7 @@ SOURCE_ORDER: tuple[SourceName, ...] = ("file", "http")
 
 
 @dataclass(frozen=True)
-class ManifestError:
+class ManifestProblem:
     """A manifest (or one document/item in it) that could not be used.
 
     `origin` is the file path or URL; `message` already names the field path
@@ -47,10 +47,10 @@ class SourceSnapshot:
 
     source: SourceName
     pods: tuple["Pod", ...]
-    errors: tuple[ManifestError, ...] = field(default=())
+    errors: tuple[ManifestProblem, ...] = field(default=())
     # Accepted manifests with fields the Kubernetes types do not know (kubectl's
     # field validation Warn): the pods run, the typo is reported.
-    warnings: tuple[ManifestError, ...] = field(default=())
+    warnings: tuple[ManifestProblem, ...] = field(default=())
 
 
 def snapshot_key(snapshot: SourceSnapshot) -> tuple[Any, ...]:

@@ -21,7 +21,7 @@ from watchdog.events import FileSystemEventHandler
 
 from edgelet.api.types import ObjectMeta
 from edgelet.api.annotations import ORIGIN
-from edgelet.sources import ManifestError, SourceName, SourceSnapshot, snapshot_key
+from edgelet.sources import ManifestProblem, SourceName, SourceSnapshot, snapshot_key
 from edgelet.util.log import get_logger
 from edgelet.util.watch import CHANGE_EVENTS, stop_watching
 
@@ -43,11 +43,11 @@ class FileSourceState:
 
     files: Mapping[str, tuple["Pod", ...]] = field(default_factory=dict)
     missing: bool = False
-    warnings: tuple[ManifestError, ...] = ()
+    warnings: tuple[ManifestProblem, ...] = ()
     # Per valid file: its stat signature and unknown-field warnings, so an unchanged
     # file is not decoded again (a scan costs what changed, not what the directory holds).
     stats: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
-    file_warnings: Mapping[str, tuple[ManifestError, ...]] = field(default_factory=dict)
+    file_warnings: Mapping[str, tuple[ManifestProblem, ...]] = field(default_factory=dict)
 
 
 def _list_manifests(path: Path) -> list[Path] | None:
@@ -128,10 +128,10 @@ def _pods_of(path: Path, data: bytes, node_name: str) -> tuple[tuple["Pod", ...]
     return tuple(pods), warnings
 
 
-def _error(path: Path, reason: str, pod: str | None = None) -> ManifestError:
+def _error(path: Path, reason: str, pod: str | None = None) -> ManifestProblem:
     origin = str(path)
     message = reason if reason.startswith(origin) else f"{origin}: {reason}"
-    return ManifestError(source=SOURCE, origin=origin, message=message, pod=pod)
+    return ManifestProblem(source=SOURCE, origin=origin, message=message, pod=pod)
 
 
 def _signature(path: Path) -> tuple[int, ...] | None:
@@ -165,8 +165,8 @@ def scan_directory(
 
     files: dict[str, tuple[Pod, ...]] = {}
     stats: dict[str, tuple[int, ...]] = {}
-    file_warnings: dict[str, tuple[ManifestError, ...]] = {}
-    errors: list[ManifestError] = []
+    file_warnings: dict[str, tuple[ManifestProblem, ...]] = {}
+    errors: list[ManifestProblem] = []
     for file in candidates:
         key = str(file)
         if key in writing:

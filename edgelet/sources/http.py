@@ -33,7 +33,7 @@ import msgspec
 
 from edgelet.api.annotations import ORIGIN
 from edgelet.errors import EdgeletError
-from edgelet.sources import ManifestError, SourceName, SourceSnapshot, snapshot_key
+from edgelet.sources import ManifestProblem, SourceName, SourceSnapshot, snapshot_key
 
 from edgelet.util.log import get_logger
 
@@ -121,14 +121,14 @@ class HttpSourceState:
     digest: str | None = None  # sha256 of the last good body; None until there is one
     etag: str | None = None  # validators sent back with the next request
     last_modified: str | None = None
-    error: ManifestError | None = None
+    error: ManifestProblem | None = None
     # The last invalid body and its error: served again, it is not decoded again.
     bad_digest: str | None = None
-    bad_error: ManifestError | None = None
+    bad_error: ManifestProblem | None = None
     # The pods come from the on-disk copy and the URL has not answered since start: fetch
     # failures are then logged only, not reported, since being offline at boot is expected.
     from_cache: bool = False
-    warnings: tuple[ManifestError, ...] = ()  # unknown fields in the last good body
+    warnings: tuple[ManifestProblem, ...] = ()  # unknown fields in the last good body
 
     def snapshot(self) -> SourceSnapshot:
         return SourceSnapshot(source=SOURCE, pods=self.pods, errors=(self.error,) if self.error else (),
@@ -301,9 +301,9 @@ def _locate(exc: Any, index: int, body: bytes, count: int) -> str:
     return "; ".join(parts) or str(exc)
 
 
-def _error(url: str, reason: str, pod: str | None = None, *, kind: str = "FailedValidation") -> ManifestError:
+def _error(url: str, reason: str, pod: str | None = None, *, kind: str = "FailedValidation") -> ManifestProblem:
     shown = redact_url(url)
-    return ManifestError(source=SOURCE, origin=shown, message=f"{shown}: {reason}", pod=pod, reason=kind)
+    return ManifestProblem(source=SOURCE, origin=shown, message=f"{shown}: {reason}", pod=pod, reason=kind)
 
 
 def apply_outcome(state: HttpSourceState, outcome: Outcome, *, url: str, node_name: str) -> HttpSourceState:

@@ -11,7 +11,7 @@ from edgelet.api.annotations import CONFIG_SEEN
 from edgelet.api.types import Container, ObjectMeta, Pod, PodSpec, PodStatus
 from edgelet.podconfig import ConfigState, PodChange, merge
 from edgelet.podconfig.merge import format_seen, pods_differ_semantically
-from edgelet.sources import ManifestError, SourceSnapshot
+from edgelet.sources import ManifestProblem, SourceSnapshot
 
 NOW = 1_700_000_000.123456
 LATER = NOW + 60
@@ -141,7 +141,7 @@ def test_format_seen_is_go_rfc3339nano(now: float, text: str) -> None:
 
 
 def test_errors_and_seen_sources_are_recorded() -> None:
-    err = ManifestError(source="file", origin="/m/bad.yaml", message="$.spec: required")
+    err = ManifestProblem(source="file", origin="/m/bad.yaml", message="$.spec: required")
     state, _ = merge(ConfigState(), snap("file", A, errors=(err,)), NOW)
     assert state.errors == {"file": (err,)}
     assert state.seen_sources == {"file"}
