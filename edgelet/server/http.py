@@ -15,12 +15,15 @@ import socket
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, AsyncIterator, Awaitable, Callable
 
 import h11
 
 from edgelet.server.routes import HttpError, status_body
 from edgelet.util.log import get_logger
+
+if TYPE_CHECKING:
+    import ssl as ssl_
 
 log = get_logger(__name__)
 
@@ -29,6 +32,7 @@ MAX_BODY = 64 * 1024
 IDLE_TIMEOUT = 60.0  # a keep-alive connection with no request for this long is closed
 MAX_CONNECTIONS = 64  # beyond this, new connections are closed at once (a device must not drown)
 READ_SIZE = 64 * 1024
+TLS_HANDSHAKE_TIMEOUT = 10.0  # a peer that opens a TLS connection and stalls the handshake is dropped
 JSON = "application/json"
 
 
@@ -37,6 +41,7 @@ class Request:
     method: str
     target: str
     headers: tuple[tuple[str, str], ...] = ()
+    peer_cert: dict | None = None  # a verified TLS client certificate (ssl's getpeercert()), for authentication
 
 
 @dataclass
@@ -84,11 +89,13 @@ class HttpServer:
             raise ServerError(f"cannot listen on {path}: {exc.strerror or exc}") from exc
         self._servers.append(await asyncio.start_unix_server(self._on_connection, sock=sock))
 
-    async def listen_tcp(self, host: str, port: int, handler: Handler | None = None) -> int:
-        """Listen on TCP (optionally with its own handler); returns the port (useful with port 0)."""
+    async def listen_tcp(self, host: str, port: int, handler: Handler | None = None,
+                         ssl: "ssl_.SSLContext | None" = None) -> int:
+        """Listen on TCP (optionally with its own handler, optionally TLS); returns the port (useful with port 0)."""
         cb = self._on_connection if handler is None else (lambda r, w: self._on_connection(r, w, handler))
+        tls = {"ssl": ssl, "ssl_handshake_timeout": TLS_HANDSHAKE_TIMEOUT} if ssl is not None else {}
         try:
-            server = await asyncio.start_server(cb, host, port, reuse_address=True)
+            server = await asyncio.start_server(cb, host, port, reuse_address=True, **tls)
         except OSError as exc:
             raise ServerError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
         self._servers.append(server)
@@ -161,6 +168,7 @@ class Connection:
                 request = Request(
                     event.method.decode("ascii", "replace"), event.target.decode("ascii", "replace"),
                     tuple((k.decode("latin-1"), v.decode("latin-1")) for k, v in event.headers),
+                    self._writer.get_extra_info("peercert"),
                 )
                 body = 0
                 while not isinstance(ev := await self._next_event(), h11.EndOfMessage):
