@@ -21,7 +21,7 @@ from edgelet.mirror.errors import NodeLabelError
 
 MAX_PODS = 110  # kubelet's default --max-pods
 LEASE_NAMESPACE = "kube-node-lease"
-EDGELET_PORT = 10250  # daemonEndpoints.kubeletEndpoint: kubelet's port, although edgelet serves no TCP API there
+EDGELET_PORT = 10250  # daemonEndpoints.kubeletEndpoint: the node API's port (edgelet.server.nodeapi) unless bound elsewhere
 
 # NodeRestriction (plugin/pkg/admission/noderestriction, v1.20): labels in the kubernetes.io and k8s.io
 # namespaces a node may set on itself; any other label in those namespaces is refused.
