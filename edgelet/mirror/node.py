@@ -127,6 +127,12 @@ def build_node(f: NodeFacts) -> dict[str, Any]:
             "spec": spec}
 
 
+def node_resources(f: NodeFacts) -> dict[str, str]:
+    """The Node's capacity (allocatable is the same: nothing is reserved yet)."""
+    return {"cpu": str(f.cpus), "memory": f"{f.memory_bytes // 1024}Ki", "pods": str(MAX_PODS),
+            "ephemeral-storage": f"{f.ephemeral_bytes // 1024}Ki"}
+
+
 def build_node_status(f: NodeFacts, *, ready: bool, ready_message: str, now: float,
                       transitions: dict[str, float] | None = None) -> dict[str, Any]:
     """Node.status; `transitions` maps condition type to when it last changed (kept by the caller)."""
@@ -137,8 +143,7 @@ def build_node_status(f: NodeFacts, *, ready: bool, ready_message: str, now: flo
         return {"type": type_, "status": "True" if status else "False", "reason": reason, "message": message,
                 "lastHeartbeatTime": stamp, "lastTransitionTime": format_time(transitions.get(type_, now))}
 
-    resources = {"cpu": str(f.cpus), "memory": f"{f.memory_bytes // 1024}Ki", "pods": str(MAX_PODS),
-                 "ephemeral-storage": f"{f.ephemeral_bytes // 1024}Ki"}
+    resources = node_resources(f)
     return {
         "capacity": resources,
         "allocatable": dict(resources),

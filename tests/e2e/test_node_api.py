@@ -221,3 +221,13 @@ def test_endpoints(agent, pki, specs_dir):
         assert numbers == sorted(numbers) and numbers[0] > int(everything[-1].split("-")[1]) - 1
         assert c.get("/nope").status_code == 404
         assert c.post("/pods").status_code == 405
+
+    # The CLI shows the same figures through the local socket.
+    top = agent.cli("top").splitlines()
+    assert top[0].split() == ["NAMESPACE", "NAME", "CPU(cores)", "MEMORY(bytes)"]
+    assert re.fullmatch(r"default\s+talk-testnode\s+\d+m\s+\d+Mi", top[1]), top
+    containers = agent.cli("top", "containers").splitlines()
+    assert re.fullmatch(r"default\s+talk-testnode\s+main\s+\d+m\s+\d+Mi", containers[1]), containers
+    node = agent.cli("node")
+    for needle in ("Node:", "Capacity:", "Allocatable:", "Usage:", "pods:", "1 running", "Apiserver:"):
+        assert needle in node, node

@@ -226,3 +226,39 @@ def test_metrics_text_parses(fixture_host):
 
 def test_read_usage_missing_cgroup(tmp_path):
     assert read_usage("/nope", tmp_path) is None
+
+
+SUMMARY = {"node": {"cpu": {"usageNanoCores": 250_000_000}, "memory": {"workingSetBytes": 512 * 1024 * 1024},
+                    "fs": {"capacityBytes": 4 << 30, "usedBytes": 1 << 30}},
+           "pods": [{"podRef": {"name": "web-n1", "namespace": "default", "uid": "u"},
+                     "cpu": {"usageNanoCores": 12_500_000}, "memory": {"workingSetBytes": 35 * 1024 * 1024},
+                     "containers": [{"name": "b", "cpu": {}, "memory": {"workingSetBytes": 1 << 20}},
+                                    {"name": "a", "cpu": {"usageNanoCores": 3_000_000},
+                                     "memory": {"workingSetBytes": 34 << 20}}]},
+                    {"podRef": {"name": "agent-n1", "namespace": "kube-system", "uid": "v"}, "containers": []}]}
+
+
+def test_top_tables():
+    from edgelet.cli.top import container_rows, has_rates, pod_rows
+    from edgelet.util.table import format_table
+
+    assert format_table(pod_rows(SUMMARY)).splitlines() == [
+        "NAMESPACE     NAME       CPU(cores)   MEMORY(bytes)",
+        "default       web-n1     12m          35Mi",
+        "kube-system   agent-n1   -            -",
+    ]
+    assert format_table(container_rows(SUMMARY, "default")).splitlines() == [
+        "NAMESPACE   POD      NAME   CPU(cores)   MEMORY(bytes)",
+        "default     web-n1   a      3m           34Mi",
+        "default     web-n1   b      -            1Mi",
+    ]
+    assert not has_rates(SUMMARY) and has_rates({"pods": []})
+
+
+def test_node_usage_rows():
+    from edgelet.cli.node import usage_rows
+
+    rows = dict(usage_rows(SUMMARY, {"cpu": "2", "memory": "2Gi", "pods": "110"}))
+    assert rows["  cpu:"] == "250m (12%)" and rows["  memory:"] == "512Mi (25%)"
+    assert rows["  ephemeral-storage:"] == "1024Mi of 4096Mi (25%)" and rows["  pods:"] == "2 running"
+    assert "not running" in usage_rows(None, {})[0][1]
