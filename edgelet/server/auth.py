@@ -48,14 +48,14 @@ class Attributes:
     subresource: str
 
 
-def parse_token_file(text: str, source: str = "token file") -> dict[str, Identity]:
+def parse_token_file(text: str, source: str = "token file") -> dict[bytes, Identity]:
     """Static tokens, keyed by the SHA-256 of the token (lookups then compare digests, not secrets).
 
     Lines are CSV: `token,user,groups` with groups comma-separated inside
     quotes, or the apiserver's `--token-auth-file` form `token,user,uid,"groups"`.
     Blank lines and `#` comments are skipped.
     """
-    out: dict[str, Identity] = {}
+    out: dict[bytes, Identity] = {}
     for n, row in enumerate(csv.reader(io.StringIO(text)), 1):
         if not row or not "".join(row).strip() or row[0].lstrip().startswith("#"):
             continue
@@ -72,7 +72,7 @@ def parse_token_file(text: str, source: str = "token file") -> dict[str, Identit
     return out
 
 
-def load_token_file(path: Path) -> dict[str, Identity]:
+def load_token_file(path: Path) -> dict[bytes, Identity]:
     try:
         text = path.read_text()
     except OSError as exc:

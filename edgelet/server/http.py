@@ -93,9 +93,9 @@ class HttpServer:
                          ssl: "ssl_.SSLContext | None" = None) -> int:
         """Listen on TCP (optionally with its own handler, optionally TLS); returns the port (useful with port 0)."""
         cb = self._on_connection if handler is None else (lambda r, w: self._on_connection(r, w, handler))
-        tls = {"ssl": ssl, "ssl_handshake_timeout": TLS_HANDSHAKE_TIMEOUT} if ssl is not None else {}
         try:
-            server = await asyncio.start_server(cb, host, port, reuse_address=True, **tls)
+            server = await asyncio.start_server(cb, host, port, reuse_address=True, ssl=ssl,
+                                                ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT if ssl else None)
         except OSError as exc:
             raise ServerError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
         self._servers.append(server)
