@@ -152,15 +152,22 @@ class Agent:
         self.eviction = None if settings.runonce else eviction
         self.node_shutdown = None if settings.runonce else _build_node_shutdown(self)
         self.api_server = None
+        self.node_api = None
         if self.metrics is not None:
             from edgelet.server.api import Api, ApiServer, ApiSources
+            from edgelet.stats.collector import StatsCollector
 
             self.metrics.watch_publisher(self.publisher)
+            self.stats = StatsCollector(paths, self.pleg.pods, self.clock, node_name=settings.node_name,
+                                        pod_cgroup=self.runtime.pod_cgroup,
+                                        images_dir=settings.images_dir)
             api = Api(ApiSources(
                 publisher=self.publisher, events=self.events, paths=paths, clock=self.clock, metrics=self.metrics,
                 last_sync_iteration=lambda: self.loop.last_iteration, last_relist=lambda: self.pleg.last_relist,
-                node_state=self.mirror.snapshot if self.mirror is not None else None,
+                node_state=self.mirror.snapshot if self.mirror is not None else None, stats=self.stats,
             ))
+            if settings.node_api_enabled:
+                self.node_api = _NodeApiPlan(self, api)
             self.api_server = ApiServer(api, paths.run_dir, healthz_port=settings.healthz_port,
                                         healthz_bind_address=settings.healthz_bind_address)
         self.http_source = None
@@ -212,6 +219,7 @@ class Agent:
         try:
             if self.api_server is not None:
                 await self.api_server.start()  # first, so `edgelet pods` reaches a starting agent
+            node_api = await self.node_api.start() if self.node_api is not None else None
             await asyncio.to_thread(self.import_dir.scan)
             await self.pleg.relist()  # adopt what runs before the first config arrives
             await self._release_stale_networks()
@@ -223,6 +231,8 @@ class Agent:
                 tg.create_task(self.loop.run(), name="syncloop")
                 if self.api_server is not None:
                     tg.create_task(self.api_server.run(), name="api")
+                if node_api is not None:
+                    tg.create_task(node_api.run(), name="node-api")
                 tg.create_task(self.pleg.run(self.loop.emit_lifecycle), name="pleg")
                 tg.create_task(self.probes.run(), name="probes")
                 tg.create_task(self.publisher.run(), name="status")
@@ -295,7 +305,9 @@ class Agent:
                                                    taints=self._taints)
         images = tuple((tuple(r.references) + (r.id,), r.size) for r in self.images.list())
         pressure = self.eviction.conditions if self.eviction is not None else frozenset()
-        return dataclasses.replace(self._base_facts, images=images, pressure=pressure)
+        port = self.node_api.port if self.node_api is not None else None
+        return dataclasses.replace(self._base_facts, images=images, pressure=pressure,
+                                   **({"port": port} if port is not None else {}))
 
     def _is_ready(self) -> tuple[bool, str]:
         last = self.loop.last_iteration
@@ -464,6 +476,52 @@ def _build_mirror(agent: "Agent"):
         lease_duration=s.node_lease_duration_seconds, lease_renew_interval=s.node_lease_renew_interval)
     log.info("Reporting to the apiserver", server=cfg.server, node=s.node_name)
     return mirror
+
+
+class _NodeApiPlan:
+    """The node API of this agent, checked at construction and opened at start (a self-signed pair may be made)."""
+
+    def __init__(self, agent: "Agent", api) -> None:
+        from edgelet.server.auth import parse_grant
+
+        s = agent.settings
+        try:
+            for g in s.node_api_grants:
+                parse_grant(g)
+        except ValueError as exc:
+            raise ConfigurationError(f"--node-api-grants: {exc}") from exc
+        self._agent = agent
+        self._api = api
+        self.server = None
+
+    @property
+    def port(self) -> int | None:
+        """The port to advertise: the bound one, else the configured one."""
+        if self.server is not None and self.server.port is not None:
+            return self.server.port
+        s = self._agent.settings
+        return s.port if s.port else None
+
+    async def start(self):
+        from edgelet.server.auth import AuthConfigError
+        from edgelet.server.nodeapi import DEFAULT_PORT, NodeApi, NodeApiServer, build_config
+        from edgelet.server.tls import TlsError
+
+        a, s = self._agent, self._agent.settings
+        try:
+            config = await build_config(
+                node_name=s.node_name, root_dir=s.root_dir,
+                addresses=[x for x in (s.node_ip or a.publisher.host_ip, s.address) if x],
+                cert=s.tls_cert_file, key=s.tls_private_key_file, client_ca=s.client_ca_file,
+                token_file=s.api_token_file, grants=s.node_api_grants)
+        except (TlsError, AuthConfigError) as exc:
+            raise ConfigurationError(str(exc)) from exc
+        handler = NodeApi(self._api, config, stats=a.stats, runtime_pods=a.pleg.pods, metrics=a.metrics,
+                          cgroup_root=s.cgroup_root)
+        self.server = NodeApiServer(handler, config, s.address or "0.0.0.0",
+                                    DEFAULT_PORT if s.port is None else s.port)
+        await self.server.start()
+        return self.server
 
 
 def _small_executor() -> None:

@@ -146,6 +146,10 @@ class Pleg:
         """Pod UIDs the runtime held at the last relist."""
         return set(self._last)
 
+    def pods(self) -> Mapping[str, PodRuntimeStatus]:
+        """What the runtime held at the last relist (stats read it instead of listing runc again)."""
+        return self._last
+
     def kick(self) -> None:
         self._kick.set()
 

@@ -418,6 +418,23 @@ class Settings:
                                             "turns it off, and /healthz with it)")
     healthz_port: int = _opt(10248, _port, "port of the /healthz listener (0 disables it)", metavar="PORT")
     healthz_bind_address: str = _opt("127.0.0.1", _str(), "address of the /healthz listener", metavar="ADDRESS")
+    port: int | None = _opt(None, _port, "port of the node API (TLS, authenticated; kubelet's 10250): setting it "
+                             "or --address turns the API on, --kubeconfig does too (default: off)", metavar="PORT")
+    address: str | None = _opt(None, _str(optional=True), "address the node API listens on (default: 0.0.0.0 when "
+                               "the API is on)", metavar="ADDRESS")
+    tls_cert_file: Path | None = _opt(None, _path(optional=True), "the node API's serving certificate (default: "
+                                      "a self-signed one made once under ROOT_DIR/pki)", metavar="FILE")
+    tls_private_key_file: Path | None = _opt(None, _path(optional=True), "the key of --tls-cert-file",
+                                             metavar="FILE")
+    client_ca_file: Path | None = _opt(None, _path(optional=True), "CA bundle the node API verifies client "
+                                       "certificates against (CN is the user, O the groups)", metavar="FILE")
+    api_token_file: Path | None = _opt(None, _path(optional=True), "static bearer tokens of the node API, CSV: "
+                                       "token,user,\"group1,group2\"", metavar="FILE")
+    node_api_grants: tuple[str, ...] = _opt(
+        (), lambda raw, from_toml: tuple(_items(raw, from_toml, "grants")),
+        "who may read what on the node API besides the group system:masters (everything): "
+        "user:NAME=SUB/SUB or group:NAME=SUB/SUB, SUB one of proxy, pods, log, stats, metrics, healthz or *",
+        metavar="GRANTS")
     kubeconfig: Path | None = _opt(None, _path(optional=True), "kubeconfig of this node's apiserver identity: "
                                    "register the Node, renew its Lease and mirror the static pods (default: "
                                    "standalone, no apiserver)", metavar="FILE")
@@ -449,6 +466,11 @@ class Settings:
     def node_name(self) -> str:
         """kubelet's GetHostname: the override or the machine's hostname, trimmed and lowercased."""
         return (self.hostname_override or socket.gethostname()).strip().lower()
+
+    @property
+    def node_api_enabled(self) -> bool:
+        """kubelet serves its port whenever it runs; edgelet only when asked, or when it joins a cluster."""
+        return self.port is not None or self.address is not None or self.kubeconfig is not None
 
     @property
     def images_dir(self) -> Path:

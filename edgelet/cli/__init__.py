@@ -1,6 +1,6 @@
 """The command line: kubelet-named flags for the agent, the parser of every subcommand, and `main`.
 
-Each command group has its own module (pods, events, node, images, logs,
+Each command group has its own module (pods, events, node, top, images, logs,
 check, version); `common` holds what they share. This package is the only
 place that turns errors into exit statuses: 2 for a usage
 or configuration error, 1 for anything else that went wrong in an expected
@@ -20,6 +20,7 @@ from edgelet.cli.images import cmd_images
 from edgelet.cli.logs import cmd_logs
 from edgelet.cli.node import cmd_node
 from edgelet.cli.pods import cmd_describe, cmd_pods
+from edgelet.cli.top import cmd_top
 from edgelet.cli.version import cmd_version
 from edgelet.settings import KEYS, Settings, SettingsError, format_duration, load_settings
 
@@ -91,9 +92,12 @@ def build_parser() -> argparse.ArgumentParser:
     logs.add_argument("--tail", type=int, default=None, metavar="N", help="only the last N lines")
     logs.add_argument("-p", "--previous", action="store_true", help="the previous (terminated) instance")
     logs.add_argument("--timestamps", action="store_true", help="prefix each line with its time")
-    node = sub.add_parser("node", parents=[common], help="show the apiserver link: Node registration, lease, "
-                                                       "link state, queue")
+    node = sub.add_parser("node", parents=[common], help="show the node's capacity, allocatable and usage, and the "
+                                                       "apiserver link: Node registration, lease, link state, queue")
     node.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    top = sub.add_parser("top", parents=[common], help="CPU and memory of the running pods (kubectl top)")
+    top.add_argument("what", nargs="?", choices=("pods", "pod", "po", "containers"), default="pods")
+    top.add_argument("-n", "--namespace", default=None, help="only pods of this namespace")
     check = sub.add_parser("check", parents=[common], help="check that this machine can run edgelet")
     for key in ("runtime", "conmon", "pod_infra_container_image", "cni_conf_dir", "cni_bin_dir"):
         _add_setting(check, key)
@@ -115,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 COMMANDS = {"version": cmd_version, "node": cmd_node, "pods": cmd_pods, "describe": cmd_describe, "events": cmd_events, "images": cmd_images, "logs": cmd_logs,
-            "check": cmd_check}
+            "check": cmd_check, "top": cmd_top}
 
 
 def settings_from_args(args: argparse.Namespace, env: Any = None) -> Settings:

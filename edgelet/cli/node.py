@@ -1,47 +1,100 @@
-"""`edgelet node`: the running agent's apiserver link."""
+"""`edgelet node`: the node's capacity, allocatable and usage, and the running agent's apiserver link."""
 
 from __future__ import annotations
 
 import argparse
-from typing import TextIO
+from typing import Any, TextIO
 
 from edgelet.cli import common
 from edgelet.cli.common import EXIT_FAILURE, EXIT_OK, CommandError, format_age, format_time
 from edgelet.settings import Settings
 
 
+def capacity(settings: Settings) -> dict[str, str]:
+    """What the Node advertises as capacity (the same probe as the apiserver link's)."""
+    from edgelet.mirror.node import host_facts, node_resources
+
+    facts = host_facts(settings.node_name, root_dir=settings.root_dir, runtime_version="", edgelet_version="",
+                       node_ip="")
+    return node_resources(facts)
+
+
+def usage_rows(summary: dict[str, Any] | None, cap: dict[str, str]) -> list[tuple[str, str]]:
+    """CPU (millicores, share of the cores), memory working set, the root dir's filesystem and running pods."""
+    from edgelet.api.quantity import parse_quantity
+    from edgelet.cli.top import format_cpu, format_memory
+
+    if summary is None:
+        return [("Usage:", "- (edgelet is not running; usage is measured by the running agent)")]
+    node = summary.get("node", {})
+    cores = float(parse_quantity(cap["cpu"]))
+    mem_total = float(parse_quantity(cap["memory"]))
+    nano = (node.get("cpu") or {}).get("usageNanoCores")
+    ws = (node.get("memory") or {}).get("workingSetBytes")
+    fs = node.get("fs") or {}
+    rows = [("  cpu:", format_cpu(nano) + ("" if nano is None else f" ({nano / 1e9 / cores:.0%})")),
+            ("  memory:", format_memory(ws) + ("" if ws is None or not mem_total else f" ({ws / mem_total:.0%})"))]
+    if fs.get("capacityBytes"):
+        rows.append(("  ephemeral-storage:", f"{format_memory(fs.get('usedBytes'))} of "
+                                             f"{format_memory(fs['capacityBytes'])} ({fs['usedBytes'] / fs['capacityBytes']:.0%})"))
+    rows.append(("  pods:", f"{len(summary.get('pods', []))} running"))
+    return [("Usage:", ""), *rows]
+
+
+def _resources(title: str, res: dict[str, str]) -> list[tuple[str, str]]:
+    return [(title, ""), *((f"  {k}:", v) for k, v in res.items())]
+
+
 def cmd_node(settings: Settings, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    """The apiserver link of the running agent: registration, last lease renewal, link state, queue depth."""
+    """Capacity, allocatable and usage of this node; with --kubeconfig also the apiserver link's state."""
     import json
 
+    from edgelet.cli.top import fetch_summary
+
+    state: dict[str, Any] | None = None
     try:
         body = common.from_agent(settings, "/node")
     except CommandError as exc:
-        if "404" in str(exc) or "no apiserver" in str(exc):
-            print("This agent reports to no apiserver (start it with --kubeconfig).", file=out)
-            return EXIT_OK
-        raise
-    if body is None:
-        print("edgelet is not running (the apiserver link exists only while it runs).", file=err)
-        return EXIT_FAILURE
-    state = json.loads(body)
+        if "404" not in str(exc) and "no apiserver" not in str(exc):
+            raise
+        body = None
+        running = True
+    else:
+        running = body is not None
+    if body is not None:
+        state = json.loads(body)
+    summary = fetch_summary(settings) if running else None
+    cap = capacity(settings)
+    allocatable = dict(cap)  # no --system-reserved / --kube-reserved yet: everything is allocatable
     if args.output == "json":
-        print(json.dumps(state, indent=2), file=out)
-        return EXIT_OK
-    now = common.clock.now()
+        usage = None if summary is None else {"cpuNanoCores": (summary["node"].get("cpu") or {}).get("usageNanoCores"),
+                                              "memoryWorkingSetBytes": (summary["node"].get("memory") or {}).get(
+                                                  "workingSetBytes"), "pods": len(summary.get("pods", []))}
+        print(json.dumps({**(state or {}), "capacity": cap, "allocatable": allocatable, "usage": usage}, indent=2),
+              file=out)
+        return EXIT_OK if running else EXIT_FAILURE
+    rows: list[tuple[str, str]] = [("Node:", settings.node_name)]
+    rows += _resources("Capacity:", cap) + _resources("Allocatable:", allocatable) + usage_rows(summary, cap)
+    if state is not None:
+        now = common.clock.now()
 
-    def ago(ts: float | None) -> str:
-        return "never" if ts is None else f"{format_age(now - ts)} ago ({format_time(ts)})"
+        def ago(ts: float | None) -> str:
+            return "never" if ts is None else f"{format_age(now - ts)} ago ({format_time(ts)})"
 
-    link = state["link"] + (f" ({state['last_error']})" if state.get("last_error") else "")
-    rows = [("Node:", state["node"]), ("Server:", state["server"]),
-            ("Registered:", f"yes (uid {state['node_uid']})" if state["registered"] else "no"),
-            ("Link:", link), ("Last lease renewal:", ago(state.get("last_lease_renewal"))),
-            ("Last node status:", ago(state.get("last_status_update"))),
-            ("Last full resync:", ago(state.get("last_resync")) + f", {state['resyncs']} in all"),
-            ("Mirror pods:", str(state["mirror_pods"])), ("Queue depth:", str(state["queue_depth"])),
-            ("Requests sent:", str(state["requests"]))]
+        link = state["link"] + (f" ({state['last_error']})" if state.get("last_error") else "")
+        rows += [("Server:", state["server"]),
+                 ("Registered:", f"yes (uid {state['node_uid']})" if state["registered"] else "no"),
+                 ("Link:", link), ("Last lease renewal:", ago(state.get("last_lease_renewal"))),
+                 ("Last node status:", ago(state.get("last_status_update"))),
+                 ("Last full resync:", ago(state.get("last_resync")) + f", {state['resyncs']} in all"),
+                 ("Mirror pods:", str(state["mirror_pods"])), ("Queue depth:", str(state["queue_depth"])),
+                 ("Requests sent:", str(state["requests"]))]
+    elif running:
+        rows.append(("Apiserver:", "none (standalone; --kubeconfig reports to one)"))
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
-        print(f"{k.ljust(width)} {v}", file=out)
+        print(f"{k.ljust(width)} {v}".rstrip(), file=out)
+    if not running:
+        print("edgelet is not running (usage and the apiserver link exist only while it runs).", file=err)
+        return EXIT_FAILURE
     return EXIT_OK

@@ -21,7 +21,7 @@ from edgelet.mirror.errors import NodeLabelError
 
 MAX_PODS = 110  # kubelet's default --max-pods
 LEASE_NAMESPACE = "kube-node-lease"
-EDGELET_PORT = 10250  # daemonEndpoints.kubeletEndpoint: kubelet's port, although edgelet serves no TCP API there
+EDGELET_PORT = 10250  # daemonEndpoints.kubeletEndpoint: the node API's port (edgelet.server.nodeapi) unless bound elsewhere
 
 # NodeRestriction (plugin/pkg/admission/noderestriction, v1.20): labels in the kubernetes.io and k8s.io
 # namespaces a node may set on itself; any other label in those namespaces is refused.
@@ -128,6 +128,12 @@ def build_node(f: NodeFacts) -> dict[str, Any]:
             "spec": spec}
 
 
+def node_resources(f: NodeFacts) -> dict[str, str]:
+    """The Node's capacity (allocatable is the same: nothing is reserved yet)."""
+    return {"cpu": str(f.cpus), "memory": f"{f.memory_bytes // 1024}Ki", "pods": str(MAX_PODS),
+            "ephemeral-storage": f"{f.ephemeral_bytes // 1024}Ki"}
+
+
 def build_node_status(f: NodeFacts, *, ready: bool, ready_message: str, now: float,
                       transitions: dict[str, float] | None = None) -> dict[str, Any]:
     """Node.status; `transitions` maps condition type to when it last changed (kept by the caller)."""
@@ -138,8 +144,7 @@ def build_node_status(f: NodeFacts, *, ready: bool, ready_message: str, now: flo
         return {"type": type_, "status": "True" if status else "False", "reason": reason, "message": message,
                 "lastHeartbeatTime": stamp, "lastTransitionTime": format_time(transitions.get(type_, now))}
 
-    resources = {"cpu": str(f.cpus), "memory": f"{f.memory_bytes // 1024}Ki", "pods": str(MAX_PODS),
-                 "ephemeral-storage": f"{f.ephemeral_bytes // 1024}Ki"}
+    resources = node_resources(f)
     return {
         "capacity": resources,
         "allocatable": dict(resources),

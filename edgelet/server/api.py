@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from edgelet.events import EventRecorder
     from edgelet.runtime.layout import RuntimePaths
     from edgelet.server.metrics import Metrics
+    from edgelet.stats.collector import StatsCollector
     from edgelet.status.publisher import PodEntry, StatusPublisher
     from edgelet.util.clock import Clock
 
@@ -55,6 +56,7 @@ class ApiSources:
     last_relist: Callable[[], float | None]
     metrics: "Metrics | None" = None
     node_state: Callable[[], object] | None = None  # the apiserver link (edgelet.mirror), with --kubeconfig
+    stats: "StatsCollector | None" = None
 
 
 def _json(value: object) -> Response:
@@ -95,6 +97,8 @@ class Api:
             if self._s.node_state is None:
                 raise HttpError(404, "no apiserver is configured (--kubeconfig)")
             return _json(self._s.node_state())
+        if route.endpoint == "stats_summary":
+            return await self.stats_summary()
         p = route.params
         return await self.container_logs(p["namespace"], p["pod"], p["container"], parse_log_options(route.query))
 
@@ -112,6 +116,15 @@ class Api:
                          key=lambda e: (meta(e.pod).namespace or "", meta(e.pod).name or ""))
         items = [msgspec.structs.replace(e.pod, status=e.status) for e in entries]
         return _json(PodList(items=items, api_version="v1", kind="PodList", metadata=ListMeta()))
+
+    async def stats_summary(self) -> Response:
+        """kubelet's Summary API: node, pod and container usage (edgelet.stats)."""
+        if self._s.stats is None:
+            raise HttpError(404, "stats are not enabled")
+        from edgelet.stats.summary import summary
+
+        snap = await asyncio.to_thread(self._s.stats.snapshot)
+        return _json(summary(snap))
 
     def metrics(self) -> Response:
         if self._s.metrics is None:
@@ -148,20 +161,24 @@ class Api:
         except logs.LogNotFoundError:
             which = "previous terminated container" if opts.previous else "container"
             raise HttpError(400, f"{which} {container!r} in pod {namespace}/{pod} has no log yet") from None
+        since = opts.since_seconds
         try:
             data, offset = await asyncio.to_thread(logs.read_log, path, tail=opts.tail_lines,
-                                                   timestamps=opts.timestamps)
+                                                   timestamps=opts.timestamps or since is not None)
         except OSError as exc:
             raise HttpError(500, f"cannot read {path}: {exc.strerror or exc}") from exc
+        if since is not None:
+            data = since_filter(data, self._s.clock.now() - since, keep_timestamps=opts.timestamps)
         if not opts.follow or opts.previous:
-            return Response(200, data)
+            return Response(200, data if opts.limit_bytes is None else data[:opts.limit_bytes])
         attempt = int(path.stem)
 
         def finished() -> bool:
             return self._instance_finished(uid, container, attempt, container_dir)
 
-        return Response(200, _prepend(data, logs.follow_log(path, offset, finished, timestamps=opts.timestamps,
-                                                            poll=self._poll, clock=self._s.clock)))
+        body = _prepend(data, logs.follow_log(path, offset, finished, timestamps=opts.timestamps,
+                                              poll=self._poll, clock=self._s.clock))
+        return Response(200, body if opts.limit_bytes is None else _limit(body, opts.limit_bytes))
 
 
 def is_instance_finished(cs: "ContainerStatus", attempt: int) -> bool:
@@ -179,6 +196,55 @@ def is_instance_finished(cs: "ContainerStatus", attempt: int) -> bool:
     if state.terminated is not None:
         return True
     return cs.last_state is not None and cs.last_state.terminated is not None
+
+
+def _rfc3339_seconds(stamp: bytes) -> float | None:
+    """A CRI log timestamp (RFC3339Nano, `Z` or an offset) as epoch seconds; None when unreadable."""
+    from datetime import datetime
+
+    text = stamp.decode("ascii", "replace")
+    head, dot, rest = text.partition(".")
+    frac, zone = "", rest
+    if dot:
+        i = 0
+        while i < len(rest) and rest[i].isdigit():
+            i += 1
+        frac, zone = rest[:i], rest[i:]
+    else:
+        head, zone = text[:19], text[19:]
+    try:
+        base = datetime.fromisoformat(head + ("+00:00" if zone in ("Z", "") else zone)).timestamp()
+    except ValueError:
+        return None
+    return base + (float("0." + frac) if frac else 0.0)
+
+
+def since_filter(data: bytes, cutoff: float, *, keep_timestamps: bool) -> bytes:
+    """Lines (each prefixed with its CRI timestamp) written at or after `cutoff`; the prefix kept only if asked.
+
+    A line whose time cannot be read is kept (it is shown rather than lost).
+    """
+    out = []
+    for line in data.splitlines(keepends=True):
+        stamp, sep, rest = line.partition(b" ")
+        when = _rfc3339_seconds(stamp) if sep else None
+        if when is not None and when < cutoff:
+            continue
+        out.append(line if keep_timestamps or when is None else rest)
+    return b"".join(out)
+
+
+async def _limit(body: AsyncIterator[bytes], limit: int) -> AsyncIterator[bytes]:
+    """At most `limit` bytes of `body` (kubectl logs --limit-bytes), then the stream ends."""
+    left = limit
+    try:
+        async for chunk in body:
+            yield chunk[:left]
+            left -= len(chunk)
+            if left <= 0:
+                return
+    finally:
+        await body.aclose()  # type: ignore[attr-defined]
 
 
 async def _prepend(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:

@@ -15,12 +15,15 @@ import socket
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, AsyncIterator, Awaitable, Callable
 
 import h11
 
 from edgelet.server.routes import HttpError, status_body
 from edgelet.util.log import get_logger
+
+if TYPE_CHECKING:
+    import ssl as ssl_
 
 log = get_logger(__name__)
 
@@ -32,6 +35,7 @@ IDLE_TIMEOUT = 60.0  # a keep-alive connection with no request for this long is 
 REQUEST_TIMEOUT = 10.0
 MAX_CONNECTIONS = 64  # per listener; a full listener makes room by dropping its oldest connection still reading
 READ_SIZE = 64 * 1024
+TLS_HANDSHAKE_TIMEOUT = 10.0  # a peer that opens a TLS connection and stalls the handshake is dropped
 JSON = "application/json"
 
 
@@ -40,6 +44,7 @@ class Request:
     method: str
     target: str
     headers: tuple[tuple[str, str], ...] = ()
+    peer_cert: dict | None = None  # a verified TLS client certificate (ssl's getpeercert()), for authentication
 
 
 @dataclass
@@ -90,12 +95,14 @@ class HttpServer:
         self._servers.append(await asyncio.start_unix_server(
             lambda r, w: self._on_connection(r, w, None, listener), sock=sock))
 
-    async def listen_tcp(self, host: str, port: int, handler: Handler | None = None) -> int:
-        """Listen on TCP (optionally with its own handler); returns the port (useful with port 0)."""
+    async def listen_tcp(self, host: str, port: int, handler: Handler | None = None,
+                         ssl: "ssl_.SSLContext | None" = None) -> int:
+        """Listen on TCP (optionally with its own handler, optionally TLS); returns the port (useful with port 0)."""
         listener = _Listener(f"{host}:{port}", self._max)
         cb = (lambda r, w: self._on_connection(r, w, handler, listener))
         try:
-            server = await asyncio.start_server(cb, host, port, reuse_address=True)
+            server = await asyncio.start_server(cb, host, port, reuse_address=True, ssl=ssl,
+                                                ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT if ssl else None)
         except OSError as exc:
             raise ServerError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
         self._servers.append(server)
@@ -207,6 +214,7 @@ class Connection:
                 request = Request(
                     event.method.decode("ascii", "replace"), event.target.decode("ascii", "replace"),
                     tuple((k.decode("latin-1"), v.decode("latin-1")) for k, v in event.headers),
+                    self._writer.get_extra_info("peercert"),
                 )
                 body = 0
                 while not isinstance(ev := await self._next_event(), h11.EndOfMessage):

@@ -98,23 +98,24 @@ class _Histogram:
 class _Collector:
     """Yields every edgelet metric family from the counts above (prometheus_client's collector protocol)."""
 
-    def __init__(self, metrics: "Metrics") -> None:
+    def __init__(self, metrics: "Metrics", prefix: str = "edgelet") -> None:
         self._m = metrics
+        self._p = prefix
 
     def collect(self) -> Iterable[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
         m = self._m
         hist = HistogramMetricFamily(
-            "edgelet_pod_start_duration_seconds",
+            f"{self._p}_pod_start_duration_seconds",
             "Duration in seconds from edgelet seeing a pod for the first time to the pod starting to run",
         )
         hist.add_metric([], m.pod_start_duration.cumulative(), m.pod_start_duration.sum)
         yield hist
         for name, doc, counts in (
-            ("edgelet_runtime_operations", "Cumulative number of runtime operations by operation type",
+            (f"{self._p}_runtime_operations", "Cumulative number of runtime operations by operation type",
              m.runtime_operations),
-            ("edgelet_runtime_operations_errors", "Cumulative number of runtime operation errors by operation type",
+            (f"{self._p}_runtime_operations_errors", "Cumulative number of runtime operation errors by operation type",
              m.runtime_errors),
         ):
             counter = CounterMetricFamily(name, doc, labels=["operation_type"])
@@ -123,9 +124,9 @@ class _Collector:
             yield counter
         if m.publisher is not None:
             pods, containers = count_running(e.status for e in m.publisher.entries())
-            yield GaugeMetricFamily("edgelet_running_pods", "Number of pods that have a running container",
+            yield GaugeMetricFamily(f"{self._p}_running_pods", "Number of pods that have a running container",
                                     value=pods)
-            family = GaugeMetricFamily("edgelet_running_containers", "Number of containers currently running",
+            family = GaugeMetricFamily(f"{self._p}_running_containers", "Number of containers currently running",
                                        labels=["container_state"])
             for state, n in sorted(containers.items()):
                 family.add_metric([state], n)
@@ -141,7 +142,7 @@ class Metrics:
         self.runtime_operations: Counter[str] = Counter()
         self.runtime_errors: Counter[str] = Counter()
         self.publisher: "StatusPublisher | None" = None
-        self._registry: Any = None
+        self._registries: dict[str, Any] = {}
 
     def watch_publisher(self, publisher: "StatusPublisher") -> None:
         self.publisher = publisher
@@ -163,14 +164,16 @@ class Metrics:
 
         return publish
 
-    def render(self) -> bytes:
+    def render(self, prefix: str = "edgelet") -> bytes:
+        """The text exposition; the node API asks for `kubelet` names, which kubelet's dashboards and alerts use."""
         from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 
-        if self._registry is None:
-            self._registry = CollectorRegistry(auto_describe=True)
-            ProcessCollector(registry=self._registry)
-            self._registry.register(_Collector(self))
-        return generate_latest(self._registry)
+        registry = self._registries.get(prefix)
+        if registry is None:
+            registry = self._registries[prefix] = CollectorRegistry(auto_describe=True)
+            ProcessCollector(registry=registry)
+            registry.register(_Collector(self, prefix))
+        return generate_latest(registry)
 
 
 class InstrumentedRuntime:

@@ -13,10 +13,10 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import msgspec
 
 # Endpoints and the methods they answer; HEAD is GET without the body.
-ENDPOINTS = ("healthz", "pods", "pods_table", "events", "metrics", "node", "container_logs")
+ENDPOINTS = ("healthz", "pods", "pods_table", "events", "metrics", "node", "container_logs", "stats_summary")
 # What the TCP healthz listener may serve: nothing with pod data leaves the unix socket.
 PUBLIC_ENDPOINTS = frozenset({"healthz"})
-_REASONS = {400: "BadRequest", 403: "Forbidden", 404: "NotFound", 405: "MethodNotAllowed",
+_REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 429: "TooManyRequests", 404: "NotFound", 405: "MethodNotAllowed",
             500: "InternalError", 503: "ServiceUnavailable"}
 
 
@@ -58,6 +58,8 @@ class LogOptions:
     follow: bool = False
     previous: bool = False
     timestamps: bool = False
+    since_seconds: int | None = None
+    limit_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,8 @@ def match_route(method: str, target: str) -> Route:
         route = Route("metrics", query=query)
     elif segs == ["node"]:
         route = Route("node", query=query)
+    elif segs == ["stats", "summary"]:
+        route = Route("stats_summary", query=query)
     elif segs[:1] == ["containerLogs"]:
         if len(segs) != 4 or not all(segs[1:]):
             raise HttpError(400, "expected /containerLogs/{namespace}/{pod}/{container}")
@@ -116,19 +120,26 @@ def _bool_param(query: dict[str, str], name: str) -> bool:
     raise HttpError(400, f"{name}: expected true or false, got {value!r}")
 
 
+def _int_param(query: dict[str, str], name: str, minimum: int) -> int | None:
+    raw = query.get(name)
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise HttpError(400, f"{name}: expected an integer, got {raw!r}") from None
+    if value < minimum:
+        raise HttpError(400, f"{name}: must be {'zero or more' if minimum == 0 else f'at least {minimum}'}, "
+                             f"got {value}")
+    return value
+
+
 def parse_log_options(query: dict[str, str]) -> LogOptions:
-    """tailLines, follow, previous and timestamps; a bad value is a 400 naming the parameter."""
-    tail = query.get("tailLines")
-    tail_lines = None
-    if tail is not None:
-        try:
-            tail_lines = int(tail)
-        except ValueError:
-            raise HttpError(400, f"tailLines: expected an integer, got {tail!r}") from None
-        if tail_lines < 0:
-            raise HttpError(400, f"tailLines: must be zero or more, got {tail_lines}")
+    """tailLines, follow, previous, timestamps, sinceSeconds and limitBytes; a bad value is a 400 naming it."""
     return LogOptions(
-        tail_lines=tail_lines,
+        tail_lines=_int_param(query, "tailLines", 0),
+        since_seconds=_int_param(query, "sinceSeconds", 1),
+        limit_bytes=_int_param(query, "limitBytes", 1),
         follow=_bool_param(query, "follow"),
         previous=_bool_param(query, "previous"),
         timestamps=_bool_param(query, "timestamps"),

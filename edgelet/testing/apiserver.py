@@ -125,6 +125,8 @@ class ApiServer:
                      f"--kubelet-client-certificate={pki / 'kubelet-client.crt'}",
                      f"--kubelet-client-key={pki / 'kubelet-client.key'}",
                      f"--kubelet-certificate-authority={pki / 'ca.crt'}",
+                     # Reach a node at its InternalIP (tests advertise 127.0.0.1), never by resolving its name.
+                     "--kubelet-preferred-address-types=InternalIP",
                      "--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction",
                      "--allow-privileged=true",
                      "--service-account-issuer=https://kubernetes.default.svc",
@@ -207,6 +209,14 @@ class ApiServer:
             "contexts": [{"name": "node", "context": {"cluster": "test", "user": node}}],
         }))
         return path
+
+    def kubelet_serving_cert(self, node: str) -> tuple[Path, Path]:
+        """A serving pair for `node`'s node API signed by the cluster CA (the apiserver verifies it, as
+        --kubelet-certificate-authority asks), valid for 127.0.0.1; the CA also signs the apiserver's kubelet
+        client certificate (O=system:masters), so a node trusting `ca_file` lets the apiserver in."""
+        pki = self.base / "pki"
+        return make_cert(pki, f"kubelet-serving-{node}", (pki / "ca.crt", pki / "ca.key"), f"/CN=system:node:{node}",
+                         sans=f"IP:127.0.0.1,DNS:{node}", server=True)
 
     def kubectl(self, *args: str, token: str = ADMIN_TOKEN) -> str:
         cfg = self.kubeconfig(self.base / f"kubeconfig-{abs(hash(token))}", token=token)

@@ -14,14 +14,14 @@ import signal
 
 import pytest
 
-from edgelet.testing.apiserver import ApiServer, kube_bin_dir
+from edgelet.testing.apiserver import ADMIN_TOKEN, ApiServer, kube_bin_dir
 from tests.e2e.conftest import IMAGE, wait_for
 
 pytestmark = [pytest.mark.privileged, pytest.mark.apiserver]
 
 NODE = "testnode"
 FAST = ("--node-lease-renew-interval", "1s", "--node-status-update-frequency", "1s",
-        "--node-status-report-frequency", "3s")
+        "--node-status-report-frequency", "3s", "--address", "127.0.0.1", "--port", "0")
 
 
 def pod_yaml(name: str, command: str = "sleep 3600", *, label: str = "a") -> str:
@@ -270,3 +270,41 @@ def test_a_missing_kubeconfig_stops_the_start_naming_it(agent, tmp_path):
     agent.proc = None
     agent._log.close()
     assert f"{tmp_path / 'absent'}: cannot read" in agent.log()
+
+
+def test_kubectl_logs_of_a_mirror_pod_reaches_the_node_api(agent, cluster):
+    """The apiserver connects to the advertised InternalIP and port with its kubelet client certificate
+    (O=system:masters, signed by the cluster CA that edgelet trusts) and verifies edgelet's serving certificate."""
+    import re
+
+    import subprocess
+
+    crt, key = cluster.kubelet_serving_cert(NODE)
+    agent.write_manifest("talk.yaml", pod_yaml("talk", "i=0; while true; do echo hello-$i; i=$((i+1)); sleep 0.5; done"))
+    start_agent(agent, cluster, "--node-ip", "127.0.0.1", "--client-ca-file", str(cluster.ca_file),
+                "--tls-cert-file", str(crt), "--tls-private-key-file", str(key))
+    port = int(wait_for(lambda: re.search(r"Node API listening.*?port=(\d+)", agent.log()), what="node API")[1])
+    node = wait_for(lambda: (n := cluster.get(f"/api/v1/nodes/{NODE}")) and
+                    n["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"] == port and n,
+                    timeout=60, what="the Node advertising the node API's port")
+    assert {"type": "InternalIP", "address": "127.0.0.1"} in node["status"]["addresses"]
+    wait_for(lambda: (p := mirror(cluster, "talk")) and p.get("status", {}).get("phase") == "Running",
+             timeout=60, what="the mirror pod Running")
+    out = wait_for(lambda: (o := cluster.kubectl("logs", f"talk-{NODE}", "--tail", "3")) and "hello-2" in
+                   cluster.kubectl("logs", f"talk-{NODE}") and o, timeout=60, what="kubectl logs")
+    lines = out.splitlines()
+    assert len(lines) == 3 and all(re.fullmatch(r"hello-\d+", x) for x in lines), out
+    # kubectl logs -f streams through the apiserver as the container writes.
+    cfg = cluster.kubeconfig(cluster.base / "kubeconfig-follow", token=ADMIN_TOKEN)
+    follow = subprocess.Popen([str(cluster.bin_dir / "kubectl"), f"--kubeconfig={cfg}", "logs", "-f",
+                               f"talk-{NODE}", "--tail", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        seen = [follow.stdout.readline().decode().strip() for _ in range(3)]
+        numbers = [int(x.split("-")[1]) for x in seen]
+        assert numbers == sorted(numbers) and len(set(numbers)) == 3, seen
+    finally:
+        follow.kill()
+        follow.wait()
+        follow.stdout.close()
+        follow.stderr.close()
+    assert agent.stop() == 0

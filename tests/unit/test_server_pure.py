@@ -23,6 +23,7 @@ from edgelet.server.routes import HttpError, LogOptions, match_route, parse_log_
     ("GET", "/events", "events", {}),
     ("GET", "/metrics", "metrics", {}),
     ("GET", "/node", "node", {}),
+    ("GET", "/stats/summary", "stats_summary", {}),
     ("GET", "/containerLogs/default/web-n1/app", "container_logs",
      {"namespace": "default", "pod": "web-n1", "container": "app"}),
     ("GET", "/containerLogs/kube-system/a%20b/c?tailLines=3", "container_logs",
@@ -36,7 +37,7 @@ def test_match_route(method, target, endpoint, params):
 
 @pytest.mark.parametrize("method, target, status, text", [
     ("GET", "/", 404, "could not find"),
-    ("GET", "/stats/summary", 404, "/stats/summary"),
+    ("GET", "/spec/", 404, "/spec/"),
     ("GET", "/containerLogs/default/pod", 400, "{namespace}/{pod}/{container}"),
     ("GET", "/containerLogs/default/pod/c/extra", 400, "{namespace}/{pod}/{container}"),
     # An encoded slash stays inside its segment: it cannot reach another path.

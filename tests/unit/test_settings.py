@@ -133,6 +133,13 @@ registries = { "docker.io" = { mirrors = ["https://m.example"] }, "10.0.0.9:5000
 enable_server = false
 healthz_port = 0
 healthz_bind_address = "0.0.0.0"
+port = 10250
+address = "10.0.0.5"
+tls_cert_file = "/pki/tls.crt"
+tls_private_key_file = "/pki/tls.key"
+client_ca_file = "/pki/ca.crt"
+api_token_file = "/pki/tokens.csv"
+node_api_grants = ["group:monitoring=stats/metrics", "user:alice=*"]
 kubeconfig = "/etc/edgelet/kubeconfig"
 register_node = false
 node_labels = { "example.com/site" = "lab" }
@@ -157,7 +164,10 @@ def test_toml_file_sets_every_key(tmp_path: Path) -> None:
         root_dir=Path("/r"), run_dir=Path("/run/e"), log_dir=Path("/l"), hostname_override="node1",
         pod_infra_container_image="local/pause:1", cgroup_root="/edge", runtime="/usr/bin/crun",
         conmon="/usr/local/bin/conmon", image_import_dir=Path("/imp"), verbosity=3,
-        enable_server=False, healthz_port=0, healthz_bind_address="0.0.0.0",
+        enable_server=False, healthz_port=0, healthz_bind_address="0.0.0.0", port=10250, address="10.0.0.5",
+        tls_cert_file=Path("/pki/tls.crt"), tls_private_key_file=Path("/pki/tls.key"),
+        client_ca_file=Path("/pki/ca.crt"), api_token_file=Path("/pki/tokens.csv"),
+        node_api_grants=("group:monitoring=stats/metrics", "user:alice=*"),
         image_credential_file=Path("/auth.json"), image_gc_high_threshold=90, image_gc_low_threshold=70,
         image_minimum_gc_age=300.0, manifest_url_header_file=Path("/etc/edgelet/url-headers"),
         eviction_hard="memory.available<200Mi", eviction_soft="memory.available<1Gi",
