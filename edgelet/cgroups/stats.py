@@ -112,6 +112,27 @@ def is_v2(mount: Path = CGROUP_MOUNT) -> bool:
     return (mount / "cgroup.controllers").exists()
 
 
+def parse_oom_kills(text: str | None) -> int | None:
+    """The `oom_kill` count of v1 memory.oom_control or v2 memory.events; None when the file or the line is absent
+    (v1 kernels before 4.13 have no counter)."""
+    if text is None:
+        return None
+    return parse_flat_keyed(text).get("oom_kill")
+
+
+def read_oom_kills(path: str, mount: Path = CGROUP_MOUNT) -> int | None:
+    """How many processes the kernel's OOM killer took from cgroup `path`; None when the cgroup or counter is gone.
+
+    The counter is the victim's own cgroup's (v1 counts only there; v2's memory.events also counts those of
+    descendants), so a container's own cgroup tells whether one of its processes was killed, whichever
+    limit (the container's or the pod's) ran out.
+    """
+    rel = path.strip("/")
+    if is_v2(mount):
+        return parse_oom_kills(_read(mount / rel / "memory.events"))
+    return parse_oom_kills(_read(_v1_hierarchy(mount, "memory") / rel / "memory.oom_control"))
+
+
 def read_usage(path: str, mount: Path = CGROUP_MOUNT) -> CgroupUsage | None:
     """The usage of cgroup `path` (absolute within each hierarchy, e.g. /kubepods/pod<uid>); None when it does not exist."""
     rel = path.strip("/")

@@ -26,6 +26,7 @@ from edgelet.api.pod import spec as pod_spec
 from edgelet.api.qos import qos_class
 from edgelet.cgroups import CgroupError, detect
 from edgelet.cgroups import qos as cg_qos
+from edgelet.cgroups.stats import read_oom_kills
 from edgelet.logs import ensure_log_dir
 from edgelet.ocispec import build as ocispec
 from edgelet.runtime import bundle as bl
@@ -173,6 +174,7 @@ class RuncRuntime:
         self.cluster_domain = cluster_domain
         self.allowed_unsafe_sysctls = allowed_unsafe_sysctls
         self._cgroup_writer: Any = None
+        self._oom_checked: set[str] = set()  # exited containers whose OOM counter was read
         self.paths = paths
         self.seccomp_default = seccomp_default
         self.on_warning = on_warning
@@ -240,10 +242,36 @@ class RuncRuntime:
             exit_info = _read_exit(bundle / bl.EXIT_FILE, self.clock.now())
         started = _read_float(bundle / bl.STARTED_FILE) if bundle is not None else None
         oom = bundle is not None and (bundle / bl.OOM_FILE).exists()
+        if exit_info is not None and bundle is not None and not oom and cid not in self._oom_checked:
+            oom = self._record_oom_kills(cid, ann, bundle)
         alive = False
         if bundle is not None and exit_info is None and (entry or {}).get("status") == "stopped":
             alive = conmon.is_alive(conmon.conmon_pid(bundle))
         return Observed(cid, dict(ann), entry, exit_info, started, oom, alive)
+
+    def _record_oom_kills(self, cid: str, ann: Mapping[str, str], bundle: Path) -> bool:
+        """Whether the kernel OOM-killed a process of the exited container, from its cgroup's counter.
+
+        Read once per exit, while runc still keeps the container's cgroup; a kill is recorded as the
+        bundle's `oom` marker (the file conmon writes when it catches the event itself), so the reason
+        outlives the cgroup and an agent restart, and nothing is written when there was none.
+        """
+        self._oom_checked.add(cid)
+        uid = ann.get(ANN_POD_UID, "")
+        if not uid:
+            return False
+        kills = None
+        for pod_cgroup in self.pod_cgroups(uid):
+            kills = read_oom_kills(f"{pod_cgroup}/{cid}", CGROUP_MOUNT)
+            if kills is not None:
+                break
+        if not kills:
+            return False
+        try:
+            (bundle / bl.OOM_FILE).touch()
+        except OSError as exc:
+            log.warning("cannot record the OOM kill", container=cid, error=str(exc))
+        return True
 
     def _scan_disk(self, entries: Mapping[str, Mapping[str, Any]], uid: str | None) -> list[Observed]:
         """Observe every runc container plus the bundles on disk runc no longer knows (blocking I/O)."""

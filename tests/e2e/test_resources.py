@@ -89,3 +89,41 @@ def test_a_fork_bomb_stays_inside_its_pod(agent):
     assert out.stdout.strip() == "alive", out.stderr
     (Path(agent.manifests) / "bomb.yaml").unlink()
     wait_for(lambda: not (CGROUP / "pids" / bomb).exists(), timeout=90, what="the bomb's pod to be removed")
+
+
+def _status(agent, name: str) -> dict | None:
+    row = agent.pod(name)
+    return (row.get("pod") or {}).get("status") if row else None
+
+
+def test_a_memory_hog_is_oom_killed_with_137(agent):
+    agent.start()
+    # dd's 64 MiB buffer is touched as it reads /dev/zero: the container's 32 MiB limit kills it.
+    agent.write_manifest("hog.yaml", f"""apiVersion: v1
+kind: Pod
+metadata:
+  name: hog
+spec:
+  hostNetwork: true
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: app
+    image: {IMAGE}
+    command: ["dd", "if=/dev/zero", "of=/dev/null", "bs=64M", "count=1"]
+    resources:
+      limits: {{memory: 32Mi}}
+""")
+    status = wait_for(lambda: (s := _status(agent, "hog")) and s.get("phase") == "Failed" and s,
+                      timeout=90, what="the hog to fail")
+    (cs,) = status["containerStatuses"]
+    terminated = cs["state"]["terminated"]
+    assert (terminated["exitCode"], terminated["reason"]) == (137, "OOMKilled"), terminated
+    # A memory limit without a cpu one is Burstable; the pod cgroup carries the pod's summed limit, and the
+    # container's own cgroup the kill that its counter reported.
+    root = agent.paths.cgroup_root.strip("/")
+    pod = CGROUP / "memory" / root / "burstable" / f"pod{_uid(agent, 'hog')}"
+    assert (pod / "memory.limit_in_bytes").read_text().strip() == str(32 << 20)
+    (ctr,) = [c for c in agent.containers_of("hog") if c["annotations"]["io.edgelet.kind"] == "container"]
+    assert "oom_kill 1" in (pod / ctr["id"] / "memory.oom_control").read_text()
+    assert (Path(ctr["bundle"]) / "oom").exists()

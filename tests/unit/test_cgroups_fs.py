@@ -9,6 +9,7 @@ import pytest
 
 from edgelet.cgroups import CgroupBusyError, CgroupError, CgroupV1, CgroupV2, detect
 from edgelet.cgroups.qos import PodResources
+from edgelet.cgroups.stats import parse_oom_kills, read_oom_kills
 
 V1_HIERARCHIES = ("blkio", "cpu,cpuacct", "cpuset", "devices", "freezer", "memory", "pids", "systemd")
 
@@ -203,3 +204,24 @@ def test_v1_removal_includes_the_hybrid_unified_dir_and_tries_every_hierarchy(v1
     assert not (v1_mount / "unified/k/podu").exists(), "the busy memory dir did not stop the others"
     assert not (v1_mount / "pids/k/podu").exists()
     assert busy.exists()
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("oom_kill_disable 0\nunder_oom 0\noom_kill 2\n", 2),  # v1 memory.oom_control
+    ("low 0\nhigh 0\nmax 7\noom 1\noom_kill 1\noom_group_kill 0\n", 1),  # v2 memory.events
+    ("oom_kill_disable 0\nunder_oom 0\n", None),  # v1 before 4.13: no counter
+    (None, None),
+])
+def test_parse_oom_kills(text, expected):
+    assert parse_oom_kills(text) == expected
+
+
+def test_read_oom_kills_on_both_layouts(v1_mount: Path, v2_mount: Path):
+    ctr = v1_mount / "memory" / "kubepods" / "burstable" / "podx" / "c1"
+    ctr.mkdir(parents=True)
+    (ctr / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 1\n")
+    assert read_oom_kills("/kubepods/burstable/podx/c1", v1_mount) == 1
+    assert read_oom_kills("/kubepods/burstable/podx/gone", v1_mount) is None
+    (v2_mount / "kubepods" / "podx" / "c1").mkdir(parents=True)
+    (v2_mount / "kubepods" / "podx" / "c1" / "memory.events").write_text("oom 0\noom_kill 0\n")
+    assert read_oom_kills("/kubepods/podx/c1", v2_mount) == 0
