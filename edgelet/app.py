@@ -17,6 +17,8 @@ from edgelet.errors import EdgeletError
 
 if TYPE_CHECKING:
     from edgelet.api.types import Pod
+    from edgelet.cgroups.controllers import Admission
+    from edgelet.cgroups.qos import PodResources
     from edgelet.sdnotify import Notifier
     from edgelet.settings import Settings
     from edgelet.sync.workers import SyncResult
@@ -85,7 +87,9 @@ class Agent:
                              paths.run_dir / "netns", paths.root_dir / "cni")
         self.runtime = RuncRuntime(
             paths, runtime_bin=settings.runtime, conmon_bin=settings.conmon, pause_image=pause, clock=self.clock,
-            pod_max_pids=settings.pod_max_pids, network=network, cluster_dns=settings.cluster_dns,
+            pod_max_pids=settings.pod_max_pids, node_cgroup=_node_cgroup(settings),
+            allow_missing_controllers=settings.allow_missing_cgroup_controllers,
+            network=network, cluster_dns=settings.cluster_dns,
             cluster_domain=settings.cluster_domain or "", allowed_unsafe_sysctls=settings.allowed_unsafe_sysctls,
             seccomp_default=settings.seccomp_default, on_warning=self._runtime_warning,
         )
@@ -124,7 +128,7 @@ class Agent:
         self.syncer = Syncer(self.runtime, self.image_manager, self.backoff, self.clock,  # type: ignore[arg-type]
                              publish=self.publisher.update if self.metrics is None
                              else self.metrics.observing_publish(self.publisher), events=self.events,
-                             probes=self.probes)
+                             probes=self.probes, admit=self._admit)
         self.workers = PodWorkers(self.syncer, clock=self.clock)
         self.loop = SyncLoop(
             workers=self.workers,
@@ -184,6 +188,10 @@ class Agent:
                 ca_file=settings.manifest_url_ca,
                 header_file=settings.manifest_url_header_file,
             )
+
+    def _admit(self, pod: "Pod") -> "Admission | None":
+        """The runtime's word on whether the pod's limits can be applied here (cgroup controllers)."""
+        return self.runtime.admit(pod)
 
     async def _images_in_use(self) -> set[str]:
         """The image references of every container the runtime holds (image GC keeps those)."""
@@ -542,6 +550,17 @@ class RunonceVerdict:
         return f"RunonceVerdict(failed={self.failed}, pending={self.pending})"
 
 
+def _node_cgroup(settings: "Settings") -> "PodResources | None":
+    """The root pods cgroup's caps when --enforce-node-allocatable includes pods: capacity less the reservations."""
+    if "pods" not in settings.enforce_node_allocatable:
+        return None
+    from edgelet.cgroups.allocatable import node_allocatable, parse_reserved, pods_cgroup_resources, read_capacity
+
+    allocatable = node_allocatable(read_capacity(), parse_reserved(settings.system_reserved),
+                                   parse_reserved(settings.kube_reserved))
+    return pods_cgroup_resources(allocatable)
+
+
 def runonce_verdict(desired: dict, publisher) -> RunonceVerdict:
     """A pod is done when it Succeeded, or every regular container runs; Failed is final."""
     failed, pending = [], []
@@ -575,6 +594,10 @@ def print_runonce_summary(publisher, config, out: TextIO) -> None:
         r = e.row
         rows.append((r.namespace, r.name, r.ready, r.status, str(r.restarts), r.message[:80]))
     print(format_table(rows), file=out)
+    # The table cuts messages; a pod that failed as a whole (refused, evicted) gets its reason and fix in full.
+    for e in sorted(publisher.entries(), key=lambda e: (e.row.namespace, e.row.name)):
+        if e.status.phase == "Failed" and e.status.reason:
+            print(f"failed: {e.row.namespace}/{e.row.name}: {e.status.reason}: {e.status.message or ''}", file=out)
     problems = list(config.rejected) + [e for errs in config.errors.values() for e in errs]
     for p in problems:
         print(f"rejected: {getattr(p, 'origin', '')}: {p.message}", file=out)

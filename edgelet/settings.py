@@ -289,6 +289,37 @@ def _sysctl_patterns(raw: Any, from_toml: bool) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _reserved(raw: Any, from_toml: bool) -> tuple[tuple[str, str], ...]:
+    """kubelet's --system-reserved / --kube-reserved: `cpu=500m,memory=256Mi,pid=100`; in TOML also a table."""
+    from edgelet.cgroups.allocatable import parse_reserved
+
+    if isinstance(raw, dict) and from_toml:
+        pairs = [(str(k).strip(), str(v).strip()) for k, v in raw.items()]
+    else:
+        pairs = []
+        for item in _items(raw, from_toml, "name=quantity pairs"):
+            name, sep, amount = item.partition("=")
+            if not sep or not amount.strip():
+                raise ValueError(f"malformed reservation {item!r}, expected name=quantity such as memory=256Mi")
+            pairs.append((name.strip(), amount.strip()))
+    parse_reserved(pairs)  # raises ValueError naming the bad pair
+    return tuple(pairs)
+
+
+def _enforce(raw: Any, from_toml: bool) -> tuple[str, ...]:
+    """kubelet's --enforce-node-allocatable: `pods` or `none` (the system-reserved and kube-reserved cgroups
+    it also accepts need --system-reserved-cgroup / --kube-reserved-cgroup, which edgelet has not)."""
+    from edgelet.cgroups.allocatable import ENFORCEABLE
+
+    out = tuple(_items(raw, from_toml, "pods or none"))
+    for item in out:
+        if item not in ENFORCEABLE:
+            raise ValueError(f"{item!r}: edgelet enforces allocatable on pods only (pods or none)")
+    if "none" in out and len(out) > 1:
+        raise ValueError("none cannot be combined with other values")
+    return out
+
+
 def _labels(raw: Any, from_toml: bool) -> tuple[tuple[str, str], ...]:
     """kubelet's --node-labels: `key=value` pairs, comma-separated; in TOML also a table."""
     pairs = list(raw.items()) if isinstance(raw, dict) and from_toml else \
@@ -402,6 +433,18 @@ class Settings:
     pod_max_pids: int = _opt(
         1024, _int(minimum=-1), "most processes a pod may run, on its cgroup and each container (kubelet's "
         "default is unlimited; -1: unlimited): a fork bomb stays in its pod", metavar="N")
+    system_reserved: tuple[tuple[str, str], ...] = _opt(
+        (), _reserved, "resources kept for the OS, name=quantity comma-separated (cpu, memory, pid, "
+        "ephemeral-storage): taken off the node's allocatable", metavar="RESOURCES")
+    kube_reserved: tuple[tuple[str, str], ...] = _opt(
+        (), _reserved, "resources kept for edgelet, runc and conmon, as --system-reserved", metavar="RESOURCES")
+    enforce_node_allocatable: tuple[str, ...] = _opt(
+        ("pods",), _enforce, "pods: cap the whole pod tree (the cgroup root) at the node's allocatable cpu shares, "
+        "memory and pids; none: only report allocatable", metavar="LEVELS")
+    allow_missing_cgroup_controllers: bool = _opt(
+        False, _bool, "run pods whose limits need a cgroup controller the kernel lacks (the memory one on "
+        "Raspberry Pi OS without cgroup_enable=memory) without those limits, with a warning event; without it "
+        "such pods fail at once with the fix in their reason")
     shutdown_grace_period: float = _opt(
         30.0, _duration(), "how long a node shutdown waits for pods to stop (logind's delay lock; 0: no graceful "
         "node shutdown)", metavar="DURATION")

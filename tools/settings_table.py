@@ -19,6 +19,8 @@ def _default(spec) -> str:
         return "-"
     if spec.metavar == "DURATION":
         return f"`{format_duration(value)}`"
+    if isinstance(value, tuple) and all(isinstance(v, str) for v in value):
+        return f"`{','.join(value)}`"
     if isinstance(value, bool):
         return f"`{str(value).lower()}`"
     return f"`{value}`"

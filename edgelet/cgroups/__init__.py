@@ -23,7 +23,8 @@ __all__ = [
 
 
 def detect(mount: Path = Path("/sys/fs/cgroup"), **options: Any) -> CgroupV1 | CgroupV2:
-    """v2 when `mount` itself is a unified hierarchy, v1 when a v1 `memory` hierarchy is mounted under it.
+    """v2 when `mount` itself is a unified hierarchy, v1 when any v1 hierarchy is mounted under it (a kernel
+    without the memory controller still has the others).
 
     `options` go to the writer (remove_attempts, remove_interval, ...).
     """
@@ -31,6 +32,6 @@ def detect(mount: Path = Path("/sys/fs/cgroup"), **options: Any) -> CgroupV1 | C
     if (mount / "cgroup.controllers").exists():
         return CgroupV2(mount, **options)
     v1 = CgroupV1(mount, **options)
-    if v1.hierarchy("memory") is not None:
+    if v1.hierarchies():
         return v1
-    raise CgroupError("no cgroup v2 mount and no v1 memory hierarchy", mount)
+    raise CgroupError("no cgroup v2 mount and no v1 hierarchy", mount)

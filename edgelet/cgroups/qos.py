@@ -64,11 +64,15 @@ def pod_cgroup_name(uid: str) -> str:
     return f"pod{uid}"
 
 
+def qos_cgroup_path(cgroup_root: str, qos: QOSClass) -> str:
+    """The QoS tier's cgroup: the root itself for Guaranteed, `burstable/` and `besteffort/` below it."""
+    root = "/" + cgroup_root.strip("/") if cgroup_root.strip("/") else ""
+    return {"Guaranteed": root, "Burstable": f"{root}/burstable", "BestEffort": f"{root}/besteffort"}[qos]
+
+
 def pod_cgroup_path(cgroup_root: str, qos: QOSClass, uid: str) -> str:
     """The pod's cgroup, relative to each hierarchy: Guaranteed directly under the root, others under their QoS dir."""
-    root = "/" + cgroup_root.strip("/") if cgroup_root.strip("/") else ""
-    parent = {"Guaranteed": root, "Burstable": f"{root}/burstable", "BestEffort": f"{root}/besteffort"}[qos]
-    return f"{parent}/{pod_cgroup_name(uid)}"
+    return f"{qos_cgroup_path(cgroup_root, qos)}/{pod_cgroup_name(uid)}"
 
 
 def milli_cpu_to_shares(milli_cpu: int) -> int:

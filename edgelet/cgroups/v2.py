@@ -61,15 +61,17 @@ class CgroupV2:
             for part in ["", *rel.split("/")]:
                 current = current / part if part else current
                 write_value(current / "cgroup.subtree_control", enable)
-        if resources.cpu_shares is not None:
+        # A controller the kernel does not offer has no files here: its limits are left out (the caller
+        # decided whether a pod may run without them, see cgroups.controllers).
+        if "cpu" in controllers and resources.cpu_shares is not None:
             write_value(target / "cpu.weight", str(shares_to_weight(resources.cpu_shares)))
-        if resources.cpu_quota is not None:
+        if "cpu" in controllers and resources.cpu_quota is not None:
             period = resources.cpu_period or 100000
             quota = str(resources.cpu_quota) if resources.cpu_quota > 0 else "max"
             write_value(target / "cpu.max", f"{quota} {period}")
-        if resources.memory_limit:
+        if "memory" in controllers and resources.memory_limit:
             write_value(target / "memory.max", str(resources.memory_limit))
-        if resources.pids_limit:
+        if "pids" in controllers and resources.pids_limit:
             write_value(target / "pids.max", str(resources.pids_limit))
 
     def remove_pod(self, path: str) -> None:

@@ -101,6 +101,9 @@ class ContainerContext:
     apparmor_loaded: frozenset[str] = frozenset()  # names in /sys/kernel/security/apparmor/profiles
     pids_limit: int | None = None  # the pod's pids limit, also on each container (a fork bomb stops at either)
     allowed_unsafe_sysctls: tuple[str, ...] = ()  # --allowed-unsafe-sysctls
+    # Controllers the host lacks whose limits are left out (--allow-missing-cgroup-controllers): runc
+    # would refuse the whole container over a limit it cannot write.
+    without_controllers: frozenset[str] = frozenset()
 
 
 def _mount_dict(m: Mount) -> dict[str, Any]:
@@ -321,15 +324,16 @@ def build_container_spec(pod: "Pod", container: "Container", image: "ImageConfig
         cpu["quota"] = resources.cpu_quota
     linux_resources: dict[str, Any] = {
         "devices": defaults.privileged_device_rules() if privileged else defaults.default_device_rules(),
-        "cpu": cpu,
     }
-    if resources.memory_limit:
+    if "cpu" not in ctx.without_controllers:
+        linux_resources["cpu"] = cpu
+    if resources.memory_limit and "memory" not in ctx.without_controllers:
         memory = {"limit": resources.memory_limit}
         if ctx.swap_controller:
             # As containerd: swap limit = memory limit, so the container never swaps.
             memory["swap"] = resources.memory_limit
         linux_resources["memory"] = memory
-    if ctx.pids_limit:
+    if ctx.pids_limit and "pids" not in ctx.without_controllers:
         linux_resources["pids"] = {"limit": ctx.pids_limit}
 
     unmasked = privileged or unmasked

@@ -26,7 +26,11 @@ from edgelet.api.pod import spec as pod_spec
 from edgelet.api.qos import qos_class
 from edgelet.cgroups import CgroupError, detect
 from edgelet.cgroups import qos as cg_qos
-from edgelet.cgroups.stats import read_oom_kills
+from edgelet.cgroups.allocatable import BESTEFFORT_TIER, BURSTABLE_TIER
+from edgelet.cgroups.controllers import LIMIT_CONTROLLERS, Admission, available_controllers, needed_controllers
+from edgelet.cgroups.controllers import admit as admit_controllers
+from edgelet.cgroups.qos import PodResources
+from edgelet.cgroups.stats import is_v2, read_oom_kills
 from edgelet.logs import ensure_log_dir
 from edgelet.ocispec import build as ocispec
 from edgelet.runtime import bundle as bl
@@ -157,6 +161,9 @@ class RuncRuntime:
         host_facts: HostFacts | None = None,
         runner: _exec.Runner = _exec.run,
         pod_max_pids: int = 0,
+        node_cgroup: PodResources | None = None,
+        allow_missing_controllers: bool = False,
+        cgroup_controllers: frozenset[str] | None = None,
         network: "PodNetwork | None" = None,
         cluster_dns: Sequence[str] = (),
         cluster_domain: str = "",
@@ -174,6 +181,11 @@ class RuncRuntime:
         self.cluster_domain = cluster_domain
         self.allowed_unsafe_sysctls = allowed_unsafe_sysctls
         self._cgroup_writer: Any = None
+        # The root pods cgroup's limits (node allocatable, --enforce-node-allocatable=pods); None: none written.
+        self.node_cgroup = node_cgroup
+        self._node_cgroup_ready = False
+        self.allow_missing_controllers = allow_missing_controllers
+        self._controllers = cgroup_controllers  # None: read from the host at first use
         self._oom_checked: set[str] = set()  # exited containers whose OOM counter was read
         self.paths = paths
         self.seccomp_default = seccomp_default
@@ -219,10 +231,38 @@ class RuncRuntime:
             self._cgroup_writer = detect(CGROUP_MOUNT)
         return self._cgroup_writer
 
+    def cgroup_controllers(self) -> frozenset[str]:
+        """The controllers pod cgroups can use here, read once (the kernel's set does not change while it runs)."""
+        if self._controllers is None:
+            self._controllers = available_controllers(CGROUP_MOUNT)
+        return self._controllers
+
+    def admit(self, pod: "Pod") -> Admission | None:
+        """Whether the pod's limits can be applied here: None, a refusal with the fix, or a warning that it runs
+        without some (--allow-missing-cgroup-controllers)."""
+        return admit_controllers(
+            needed_controllers(pod, cg_qos.pod_pids_limit(pod, self.pod_max_pids)), self.cgroup_controllers(),
+            allow_missing=self.allow_missing_controllers, v2=is_v2(CGROUP_MOUNT), cmdline_file=_cmdline_file())
+
+    def _without_controllers(self) -> frozenset[str]:
+        return frozenset(LIMIT_CONTROLLERS) - self.cgroup_controllers()
+
+    def _make_node_cgroups(self) -> None:
+        """The root pods cgroup with the node allocatable caps, and the burstable/besteffort tiers, once per run."""
+        root = self.paths.cgroup_root
+        if self._node_cgroup_ready or not root.strip("/"):
+            return
+        writer = self._cgroups()
+        writer.create_pod(root, self.node_cgroup or PodResources())
+        for qos, tier in (("Burstable", BURSTABLE_TIER), ("BestEffort", BESTEFFORT_TIER)):
+            writer.create_pod(cg_qos.qos_cgroup_path(root, qos), tier)  # type: ignore[arg-type]
+        self._node_cgroup_ready = True
+
     def _make_pod_cgroup(self, pod: "Pod", uid: str) -> None:
         """kubelet's pod cgroup with the pod's totals (cpu, memory, pids) before anything runs in it."""
         path = self.pod_cgroup(uid, pod)
         try:
+            self._make_node_cgroups()
             self._cgroups().create_pod(path, cg_qos.pod_resources(pod, self.pod_max_pids))
         except CgroupError as exc:
             raise SandboxError(f"pod {_full(pod)}: cannot set up its cgroup {path}: {exc}") from exc
@@ -583,6 +623,7 @@ class RuncRuntime:
                 rootfs=str(rootfs_dir),
                 cgroups_path=f"{self.pod_cgroup(uid, pod)}/{cid}",
                 pids_limit=cg_qos.pod_pids_limit(pod, self.pod_max_pids),
+                without_controllers=self._without_controllers(),
                 allowed_unsafe_sysctls=self.allowed_unsafe_sysctls,
                 namespace_paths=sandbox_namespace_paths(pod, sandbox.pid, sandbox.netns),
                 hostname=bl.pod_hostname(pod, self.node_hostname, self.cluster_domain),
@@ -867,6 +908,11 @@ def _unmount_bundle(bundle: Path) -> None:
         except NotImplementedError:
             pass
         bl.unmount_all_under(bundle)
+
+
+def _cmdline_file() -> str:
+    """Where this board's kernel command line is edited (Raspberry Pi OS moved it under /boot/firmware)."""
+    return "/boot/firmware/cmdline.txt" if Path("/boot/firmware").is_dir() else "/boot/cmdline.txt"
 
 
 def remove_pod_cgroups(pod_cgroup: str, mount: Path = CGROUP_MOUNT) -> None:

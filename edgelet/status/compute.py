@@ -351,6 +351,7 @@ def compute_pod_status(
     messages: Mapping[str, str] | None = None,
     host_ip: str | None = None,
     evicted: tuple[str, str] | None = None,
+    rejected: tuple[str, str] | None = None,
 ) -> PodStatus:
     """The pod's status as kubelet would publish it (generateAPIPodStatus plus the status manager).
 
@@ -365,9 +366,18 @@ def compute_pod_status(
     and podIP of a hostNetwork pod; other pods get their sandbox's CNI
     addresses (none without a CNI network). `previous`, the status published before,
     keeps lastTransitionTime, startTime and a terminal phase (the status
-    manager never leaves Succeeded or Failed).
+    manager never leaves Succeeded or Failed). `rejected` (reason, message) is
+    a pod refused before it ran: kubelet's rejectPod status, Failed with the
+    reason and "Pod was rejected: " and no container statuses, so kubectl's
+    STATUS column shows the reason.
     """
     from edgelet.api.qos import qos_class
+
+    if rejected is not None:
+        return PodStatus(phase="Failed", reason=rejected[0], message=f"Pod was rejected: {rejected[1]}",
+                         host_ip=host_ip or None, host_ips=[HostIP(ip=host_ip)] if host_ip else None,
+                         qos_class=qos_class(pod),
+                         start_time=previous.start_time if previous is not None else format_time(now))
 
     probes = readiness or {}
     startup = started or {}

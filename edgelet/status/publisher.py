@@ -97,6 +97,7 @@ class StatusPublisher:
             st.readmitted = False
         status = compute_pod_status(
             pod, rt, waiting=st.waiting, pod_failed=st.pod_failed, now=self._clock.now(), evicted=st.evicted,
+            rejected=st.refused,
             previous=prev.status if prev is not None else None,
             readiness=st.ready, started=st.started,  # probe verdicts (edgelet.probes.manager)
             messages=self._termination_messages(pod, rt), host_ip=self._host_ip,
@@ -115,7 +116,9 @@ class StatusPublisher:
             source=ann.get(CONFIG_SOURCE, ""),
             origin=ann.get(ORIGIN, ""),
             phase=status.phase or "Pending",
-            message="; ".join(f"{n}: {m}" for n, (_, m) in st.waiting.items() if m),
+            # A pod failed as a whole (evicted, refused) says why in its own message.
+            message="; ".join(f"{n}: {m}" for n, (_, m) in st.waiting.items() if m)
+            or (status.message or "" if status.reason and status.phase == "Failed" else ""),
             pod=pod_object(pod, status),
         )
         self._pods[pod_uid(pod)] = PodEntry(pod, status, row)

@@ -22,3 +22,7 @@ class PodSyncState:
     evicted: tuple[str, str] | None = None
     evict_grace: float | None = None  # the grace period of the eviction's kill (None: the pod's own)
     readmitted: bool = False
+    # Refused before it ran: its limits need cgroup controllers the kernel lacks. (reason, message); final for
+    # this pod (a changed manifest is a new pod).
+    refused: tuple[str, str] | None = None
+    admitted: bool = False  # the admission check passed (or warned) once; not repeated

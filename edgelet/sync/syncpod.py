@@ -34,6 +34,7 @@ from edgelet.util.log import get_logger
 
 if TYPE_CHECKING:
     from edgelet.api.types import Container, Pod
+    from edgelet.cgroups.controllers import Admission
     from edgelet.images.manager import ImageManager
     from edgelet.images.store import ImageStore
     from edgelet.images.types import ImageRecord
@@ -80,8 +81,11 @@ class Syncer:
         forget: Callable[[str], None] = lambda uid: None,
         events: EventRecorder | None = None,
         probes: "ProbeManager | None" = None,
+        admit: "Callable[[Pod], Admission | None] | None" = None,
     ) -> None:
         self._runtime = runtime
+        # Whether the pod's limits can be applied on this host (the runtime's cgroup controllers); None: always.
+        self._admit = admit
         self._probes = probes  # runs the probes; its liveness/startup failures restart containers
         self._images = images
         self._backoff = backoff
@@ -102,8 +106,19 @@ class Syncer:
         if not st.host_access_warned:
             self._warn_host_access(pod)
             st.host_access_warned = True
+        if not st.admitted and self._admit is not None:
+            verdict = self._admit(pod)
+            if verdict is not None and verdict.refused:
+                if st.refused is None:
+                    self._events.warning(pod_ref(pod), verdict.reason, verdict.message)
+                    log.warning("Pod refused", pod=_full(pod), reason=verdict.reason, message=verdict.message)
+                st.refused = (verdict.reason, verdict.message)
+                return await self._sync_held(pod, st, st.refused, None)
+            if verdict is not None:
+                self._events.warning(pod_ref(pod), verdict.reason, verdict.message)
+            st.admitted = True
         if st.evicted is not None:
-            return await self._sync_evicted(pod, st)
+            return await self._sync_held(pod, st, st.evicted, st.evict_grace)
 
         # 1. Compute.
         rt = await self._runtime.pod_status(uid)
@@ -397,15 +412,15 @@ class Syncer:
             st.evicted = None
             st.readmitted = True
 
-    async def _sync_evicted(self, pod: "Pod", st: PodSyncState) -> SyncResult:
+    async def _sync_held(self, pod: "Pod", st: PodSyncState, why: tuple[str, str], grace: float | None) -> SyncResult:
+        """Keep a pod stopped (evicted, or refused before it ran): kill what runs, publish it Failed with `why`."""
         uid = pod_uid(pod)
         rt = await self._runtime.pod_status(uid)
         live = any(c.state in ("running", "created") for c in rt.containers) or \
             any(s.state in ("running", "created") for s in rt.sandboxes)
         if live:
-            assert st.evicted is not None
-            self._events.warning(pod_ref(pod), st.evicted[0], st.evicted[1])
-            await self._kill_all(pod, rt, reason="evicted", grace=st.evict_grace)
+            self._events.warning(pod_ref(pod), why[0], why[1])
+            await self._kill_all(pod, rt, reason="evicted" if st.evicted is not None else "refused", grace=grace)
             rt = await self._runtime.pod_status(uid)
         st.waiting = {}
         self._publish(pod, rt, st)

@@ -79,10 +79,11 @@ class AgentProc:
             *extra,
         ]
 
-    def start(self, *extra: str, env: dict[str, str] | None = None) -> None:
-        """Start the agent; `env` adds to (or overrides) this process's environment."""
+    def start(self, *extra: str, env: dict[str, str] | None = None, wrapper: tuple[str, ...] = ()) -> None:
+        """Start the agent; `env` adds to (or overrides) this process's environment; `wrapper` is a command
+        that execs the agent's argv given after it (unshare, say)."""
         self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(self.argv(*extra), stdout=self._log, stderr=subprocess.STDOUT,
+        self.proc = subprocess.Popen([*wrapper, *self.argv(*extra)], stdout=self._log, stderr=subprocess.STDOUT,
                                      env={**os.environ, **env} if env else None)
 
     def run_once(self, *extra: str, timeout: float = 120) -> subprocess.CompletedProcess:

@@ -3,6 +3,8 @@ fork bomb held inside its pod by the pids limit while the agent and another pod 
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -127,3 +129,67 @@ spec:
     (ctr,) = [c for c in agent.containers_of("hog") if c["annotations"]["io.edgelet.kind"] == "container"]
     assert "oom_kill 1" in (pod / ctr["id"] / "memory.oom_control").read_text()
     assert (Path(ctr["bundle"]) / "oom").exists()
+
+
+def test_reservations_cap_the_whole_pod_tree(agent):
+    agent.start("--system-reserved=memory=1Gi,pid=1000", "--kube-reserved=cpu=500m,memory=256Mi")
+    agent.write_manifest("b.yaml", _pod("besteffort", "exec sleep 3600"))
+    wait_for(lambda: _running(agent, "besteffort"), timeout=90, what="the pod to run")
+    root = agent.paths.cgroup_root.strip("/")
+    mem_total = next(int(line.split()[1]) * 1024 for line in Path("/proc/meminfo").read_text().splitlines()
+                     if line.startswith("MemTotal:"))
+    pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
+    cpus = os.cpu_count() or 1
+    # kubelet's node allocatable on the root pods cgroup: capacity less both reservations, read back from the kernel.
+    assert int((CGROUP / "memory" / root / "memory.limit_in_bytes").read_text()) == \
+        (mem_total - (1 << 30) - (256 << 20)) // 4096 * 4096
+    assert int((CGROUP / "pids" / root / "pids.max").read_text()) == pid_max - 1000
+    assert int((CGROUP / "cpu" / root / "cpu.shares").read_text()) == (cpus * 1000 - 500) * 1024 // 1000
+    assert (CGROUP / "cpu" / root / "besteffort" / "cpu.shares").read_text().strip() == "2"
+    # The pod sits below the capped root.
+    assert (CGROUP / "memory" / root / "besteffort" / f"pod{_uid(agent, 'besteffort')}").is_dir()
+
+
+def _without_memory_controller(agent) -> list[str]:
+    """The agent's argv in a mount namespace of its own where the v1 memory hierarchy is unmounted: what a
+    kernel without the memory controller looks like to edgelet, runc and conmon (the host keeps its own)."""
+    return ["unshare", "-m", "--propagation", "private", "sh", "-c",
+            'umount -l /sys/fs/cgroup/memory && exec "$@"', "sh"]
+
+
+def test_a_pod_needing_a_missing_controller_fails_at_once_with_the_fix(agent):
+    manifest = _pod("limited", "exec sleep 3600", "    resources:\n      limits: {memory: 64Mi}\n")
+    agent.write_manifest("limited.yaml", manifest)
+    agent.write_manifest("free.yaml", _pod("free", "exec sleep 3600"))
+    out = subprocess.run([*_without_memory_controller(agent), *agent.argv("--runonce", "--runonce-timeout=60s")],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1, out.stdout + out.stderr
+    line = next((line for line in out.stdout.splitlines() if "limited-testnode" in line), "")
+    assert "CgroupControllersMissing" in line, out.stdout + out.stderr[-3000:]
+    assert "memory" in line
+    failed = next(line for line in out.stdout.splitlines() if line.startswith("failed: default/limited-testnode"))
+    assert "cgroup_enable=memory cgroup_memory=1" in failed  # the summary carries the fix
+    assert "RunContainerError" not in out.stdout and "runc" not in line
+    status = agent.pod("limited")["pod"]["status"]
+    assert (status["phase"], status["reason"]) == ("Failed", "CgroupControllersMissing")
+    assert "cgroup_enable=memory cgroup_memory=1" in status["message"]
+    assert "--allow-missing-cgroup-controllers" in status["message"]
+    assert not agent.containers_of("limited")  # refused before any runc create
+    # A pod whose limits the kernel can apply still runs.
+    assert _running(agent, "free")
+    events = json.loads((agent.paths.run_dir / "events.json").read_text())
+    assert any(e.get("reason") == "CgroupControllersMissing" for e in (events if isinstance(events, list)
+                                                                        else events.get("events", [])))
+
+
+def test_allow_missing_controllers_runs_the_pod_without_those_limits_and_warns(agent):
+    agent.write_manifest("limited.yaml", _pod("limited", "exec sleep 3600",
+                                              "    resources:\n      limits: {memory: 64Mi}\n"))
+    agent.start("--allow-missing-cgroup-controllers", wrapper=tuple(_without_memory_controller(agent)))
+    wait_for(lambda: _running(agent, "limited"), timeout=90, what="the pod to run without its memory limit")
+    (ctr,) = [c for c in agent.containers_of("limited") if c["annotations"]["io.edgelet.kind"] == "container"]
+    spec = json.loads((Path(ctr["bundle"]) / "config.json").read_text())
+    assert "memory" not in spec["linux"]["resources"] and spec["linux"]["resources"]["pids"]["limit"] == 1024
+    text = wait_for(lambda: (t := agent.cli("events")) and "CgroupControllersMissing" in t and t, timeout=30,
+                    what="the warning event")
+    assert "running without memory limits" in text

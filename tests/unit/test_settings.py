@@ -123,6 +123,10 @@ eviction_pressure_transition_period = "1m"
 eviction_monitoring_interval = "5s"
 shutdown_grace_period = "1m"
 pod_max_pids = 4096
+system_reserved = { cpu = "500m", memory = "256Mi" }
+kube_reserved = ["memory=128Mi", "pid=100"]
+enforce_node_allocatable = ["none"]
+allow_missing_cgroup_controllers = true
 cni_conf_dir = "/etc/edgelet/cni"
 cni_bin_dir = "/usr/lib/cni"
 cluster_dns = ["10.43.0.10"]
@@ -173,7 +177,9 @@ def test_toml_file_sets_every_key(tmp_path: Path) -> None:
         eviction_hard="memory.available<200Mi", eviction_soft="memory.available<1Gi",
         eviction_soft_grace_period="memory.available=1m", eviction_minimum_reclaim="memory.available=100Mi",
         eviction_max_pod_grace_period=30, eviction_pressure_transition_period=60.0, eviction_monitoring_interval=5.0,
-        shutdown_grace_period=60.0, pod_max_pids=4096, cni_conf_dir=Path("/etc/edgelet/cni"),
+        shutdown_grace_period=60.0, pod_max_pids=4096,
+        system_reserved=(("cpu", "500m"), ("memory", "256Mi")), kube_reserved=(("memory", "128Mi"), ("pid", "100")),
+        enforce_node_allocatable=("none",), allow_missing_cgroup_controllers=True, cni_conf_dir=Path("/etc/edgelet/cni"),
         cni_bin_dir="/usr/lib/cni", cluster_dns=("10.43.0.10",), cluster_domain="cluster.local",
         allowed_unsafe_sysctls=("net.core.somaxconn", "kernel.msg*"), shutdown_grace_period_critical_pods=20.0,
         registries=(("10.0.0.9:5000", RegistryHost(insecure=True)), ("docker.io", RegistryHost(mirrors=("https://m.example",)))),
@@ -184,6 +190,19 @@ def test_toml_file_sets_every_key(tmp_path: Path) -> None:
     )
     # The test's TOML covers every key, so a key added later without a test fails here.
     assert set(KEYS) == {line.split("=")[0].strip() for line in FULL_TOML.strip().splitlines()}
+
+
+@pytest.mark.parametrize("key, raw, error", [
+    ("system_reserved", "gpu=1", "unknown resource 'gpu'"),
+    ("system_reserved", "memory", "expected name=quantity"),
+    ("kube_reserved", "memory=lots", "memory=lots"),
+    ("kube_reserved", "cpu=-1", "must not be negative"),
+    ("enforce_node_allocatable", "system-reserved", "pods only"),
+    ("enforce_node_allocatable", "pods,none", "cannot be combined"),
+])
+def test_reservations_and_enforcement_are_checked(key: str, raw: str, error: str) -> None:
+    with pytest.raises(SettingsError, match=error):
+        load({key: raw})
 
 
 def test_precedence_defaults_file_env_flags(tmp_path: Path) -> None:

@@ -136,3 +136,33 @@ def test_an_orphan_is_stopped_with_its_own_grace_period_not_30_s():
     asyncio.run(h.syncer.terminate_pod(pod.metadata.uid, None))
     stops = [c for c in h.rt.calls if c[0] == "stop_container"]
     assert stops and stops[0][2] == 3.0
+
+
+def test_a_pod_the_host_cannot_limit_is_refused_at_once_and_published_failed(tmp_path):
+    from edgelet.cgroups.controllers import Admission
+    from edgelet.events import EventRecorder
+    from edgelet.status.publisher import StatusPublisher
+
+    clock = FakeClock()
+    rt = FakeRuntime(clock)
+    publisher = StatusPublisher(tmp_path, "node", clock)
+    events = EventRecorder(clock)
+    verdicts = {"refused": Admission(True, ("memory",), "CgroupControllersMissing", "needs memory: add cgroup_enable"),
+                "warned": Admission(False, ("memory",), "CgroupControllersMissing", "running without memory limits")}
+    syncer = Syncer(rt, FakeImageStore(), Backoff(), clock, publish=publisher.update, events=events,
+                    admit=lambda pod: verdicts.get(pod.metadata.name.split("-")[0]))
+    refused, warned = make_pod("refused"), make_pod("warned")
+    for _ in range(3):
+        asyncio.run(syncer.sync_pod(refused))
+        asyncio.run(syncer.sync_pod(warned))
+    # Refused: no sandbox, no container, Failed with the reason and its fix; one event, however often it syncs.
+    assert not rt.running(refused.metadata.uid) and not any(c[1] == refused for c in rt.calls)
+    status = publisher.get(refused.metadata.uid).status
+    assert (status.phase, status.reason, status.message) == ("Failed", "CgroupControllersMissing",
+                                                             "Pod was rejected: needs memory: add cgroup_enable")
+    assert publisher.get(refused.metadata.uid).row.status == "CgroupControllersMissing"  # kubectl's STATUS column
+    # Warned: runs, with one warning event.
+    assert len(rt.running(warned.metadata.uid)) == 1
+    reasons = [(e.object.name, e.reason) for e in events.snapshot().events]
+    assert reasons.count((refused.metadata.name, "CgroupControllersMissing")) == 1
+    assert reasons.count((warned.metadata.name, "CgroupControllersMissing")) == 1
