@@ -302,6 +302,7 @@ class Agent:
         import dataclasses
 
         from edgelet import __version__
+        from edgelet.cgroups.allocatable import total_reserved
         from edgelet.mirror.node import host_facts, parse_runc_version
 
         if self._base_facts is None:
@@ -310,7 +311,8 @@ class Agent:
                 runtime_version=parse_runc_version(getattr(self, "_runtime_version", "")),
                 edgelet_version=__version__, node_ip=self.settings.node_ip or self.publisher.host_ip)
             self._base_facts = dataclasses.replace(self._base_facts, labels=self.settings.node_labels,
-                                                   taints=self._taints)
+                                                   taints=self._taints, reserved=tuple(sorted(total_reserved(
+                                                       self.settings.system_reserved, self.settings.kube_reserved).items())))
         images = tuple((tuple(r.references) + (r.id,), r.size) for r in self.images.list())
         pressure = self.eviction.conditions if self.eviction is not None else frozenset()
         port = self.node_api.port if self.node_api is not None else None
@@ -554,10 +556,9 @@ def _node_cgroup(settings: "Settings") -> "PodResources | None":
     """The root pods cgroup's caps when --enforce-node-allocatable includes pods: capacity less the reservations."""
     if "pods" not in settings.enforce_node_allocatable:
         return None
-    from edgelet.cgroups.allocatable import node_allocatable, parse_reserved, pods_cgroup_resources, read_capacity
+    from edgelet.cgroups.allocatable import node_allocatable, pods_cgroup_resources, read_capacity, total_reserved
 
-    allocatable = node_allocatable(read_capacity(), parse_reserved(settings.system_reserved),
-                                   parse_reserved(settings.kube_reserved))
+    allocatable = node_allocatable(read_capacity(), total_reserved(settings.system_reserved, settings.kube_reserved))
     return pods_cgroup_resources(allocatable)
 
 

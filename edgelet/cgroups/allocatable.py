@@ -38,6 +38,15 @@ def parse_reserved(pairs: Iterable[tuple[str, str]]) -> dict[str, int]:
     return out
 
 
+def total_reserved(*reservations: Iterable[tuple[str, str]]) -> dict[str, int]:
+    """--system-reserved and --kube-reserved (as settings keep them) added up, as parse_reserved's numbers."""
+    total: dict[str, int] = {}
+    for pairs in reservations:
+        for name, amount in parse_reserved(pairs).items():
+            total[name] = total.get(name, 0) + amount
+    return total
+
+
 def node_allocatable(capacity: Mapping[str, int], *reserved: Mapping[str, int]) -> dict[str, int]:
     """Capacity less every reservation, never below zero (kubelet's GetNodeAllocatableAbsolute)."""
     out = dict(capacity)

@@ -10,13 +10,18 @@ from edgelet.cli.common import EXIT_FAILURE, EXIT_OK, CommandError, format_age, 
 from edgelet.settings import Settings
 
 
-def capacity(settings: Settings) -> dict[str, str]:
-    """What the Node advertises as capacity (the same probe as the apiserver link's)."""
-    from edgelet.mirror.node import host_facts, node_resources
+def capacity(settings: Settings) -> tuple[dict[str, str], dict[str, str]]:
+    """What the Node advertises as capacity and allocatable (the same probe as the apiserver link's)."""
+    import dataclasses
+
+    from edgelet.cgroups.allocatable import total_reserved
+    from edgelet.mirror.node import host_facts, node_allocatable, node_resources
 
     facts = host_facts(settings.node_name, root_dir=settings.root_dir, runtime_version="", edgelet_version="",
                        node_ip="")
-    return node_resources(facts)
+    total = total_reserved(settings.system_reserved, settings.kube_reserved)
+    facts = dataclasses.replace(facts, reserved=tuple(sorted(total.items())))
+    return node_resources(facts), node_allocatable(facts)
 
 
 def usage_rows(summary: dict[str, Any] | None, cap: dict[str, str]) -> list[tuple[str, str]]:
@@ -64,8 +69,7 @@ def cmd_node(settings: Settings, args: argparse.Namespace, out: TextIO, err: Tex
     if body is not None:
         state = json.loads(body)
     summary = fetch_summary(settings) if running else None
-    cap = capacity(settings)
-    allocatable = dict(cap)  # no --system-reserved / --kube-reserved yet: everything is allocatable
+    cap, allocatable = capacity(settings)
     if args.output == "json":
         usage = None if summary is None else {"cpuNanoCores": (summary["node"].get("cpu") or {}).get("usageNanoCores"),
                                               "memoryWorkingSetBytes": (summary["node"].get("memory") or {}).get(

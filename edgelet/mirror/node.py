@@ -100,6 +100,8 @@ class NodeFacts:
     labels: tuple[tuple[str, str], ...] = field(default=())
     taints: tuple[Taint, ...] = ()
     port: int = EDGELET_PORT
+    # --system-reserved plus --kube-reserved, summed: cpu in millicores, memory and ephemeral-storage in bytes.
+    reserved: tuple[tuple[str, int], ...] = ()
 
 
 def format_time(ts: float) -> str:
@@ -129,9 +131,20 @@ def build_node(f: NodeFacts) -> dict[str, Any]:
 
 
 def node_resources(f: NodeFacts) -> dict[str, str]:
-    """The Node's capacity (allocatable is the same: nothing is reserved yet)."""
+    """The Node's capacity."""
     return {"cpu": str(f.cpus), "memory": f"{f.memory_bytes // 1024}Ki", "pods": str(MAX_PODS),
             "ephemeral-storage": f"{f.ephemeral_bytes // 1024}Ki"}
+
+
+def node_allocatable(f: NodeFacts) -> dict[str, str]:
+    """Capacity less --system-reserved and --kube-reserved (kubelet also takes the hard eviction thresholds
+    off; edgelet does not, see docs/kubelet-differences.md)."""
+    reserved = dict(f.reserved)
+    cpu = max(0, f.cpus * 1000 - reserved.get("cpu", 0))
+    memory = max(0, f.memory_bytes - reserved.get("memory", 0))
+    disk = max(0, f.ephemeral_bytes - reserved.get("ephemeral-storage", 0))
+    return {"cpu": str(cpu // 1000) if cpu % 1000 == 0 else f"{cpu}m", "memory": f"{memory // 1024}Ki",
+            "pods": str(MAX_PODS), "ephemeral-storage": f"{disk // 1024}Ki"}
 
 
 def build_node_status(f: NodeFacts, *, ready: bool, ready_message: str, now: float,
@@ -144,10 +157,9 @@ def build_node_status(f: NodeFacts, *, ready: bool, ready_message: str, now: flo
         return {"type": type_, "status": "True" if status else "False", "reason": reason, "message": message,
                 "lastHeartbeatTime": stamp, "lastTransitionTime": format_time(transitions.get(type_, now))}
 
-    resources = node_resources(f)
     return {
-        "capacity": resources,
-        "allocatable": dict(resources),
+        "capacity": node_resources(f),
+        "allocatable": node_allocatable(f),
         "conditions": [
             condition("MemoryPressure", True, "KubeletHasInsufficientMemory", "edgelet has insufficient memory available")
             if "MemoryPressure" in f.pressure else

@@ -137,3 +137,18 @@ def test_pressure_conditions_come_from_the_eviction_manager() -> None:
     conds = {c["type"]: c for c in build_node_status(facts, ready=True, ready_message="ok", now=1.0)["conditions"]}
     assert (conds["DiskPressure"]["status"], conds["DiskPressure"]["reason"]) == ("True", "KubeletHasDiskPressure")
     assert (conds["MemoryPressure"]["status"], conds["PIDPressure"]["status"]) == ("False", "False")
+
+
+def test_allocatable_is_capacity_less_the_reservations() -> None:
+    from edgelet.mirror.node import build_node_status
+
+    f = NodeFacts(name="n", cpus=4, memory_bytes=4 << 30, ephemeral_bytes=100 << 30,
+                  reserved=(("cpu", 500), ("ephemeral-storage", 10 << 30), ("memory", 768 << 20)))
+    status = build_node_status(f, ready=True, ready_message="", now=0.0)
+    assert status["capacity"] == {"cpu": "4", "memory": f"{4 << 20}Ki", "pods": "110",
+                                  "ephemeral-storage": f"{100 << 20}Ki"}
+    assert status["allocatable"] == {"cpu": "3500m", "memory": f"{(4096 - 768) << 10}Ki", "pods": "110",
+                                     "ephemeral-storage": f"{90 << 20}Ki"}
+    # Nothing reserved: allocatable is the capacity.
+    plain = build_node_status(NodeFacts(name="n", cpus=2, memory_bytes=1 << 30), ready=True, ready_message="", now=0.0)
+    assert plain["allocatable"] == plain["capacity"]
