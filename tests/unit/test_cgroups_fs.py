@@ -225,3 +225,13 @@ def test_read_oom_kills_on_both_layouts(v1_mount: Path, v2_mount: Path):
     (v2_mount / "kubepods" / "podx" / "c1").mkdir(parents=True)
     (v2_mount / "kubepods" / "podx" / "c1" / "memory.events").write_text("oom 0\noom_kill 0\n")
     assert read_oom_kills("/kubepods/podx/c1", v2_mount) == 0
+
+
+def test_v2_without_memory_leaves_the_memory_limit_out(v2_mount: Path):
+    # Raspberry Pi OS without cgroup_enable=memory: the unified hierarchy offers no memory controller.
+    (v2_mount / "cgroup.controllers").write_text("cpuset cpu io pids\n")
+    CgroupV2(v2_mount).create_pod("/kubepods/podu", PodResources(cpu_shares=1024, memory_limit=1 << 20, pids_limit=9))
+    pod = v2_mount / "kubepods" / "podu"
+    assert (pod / "cpu.weight").read_text() == "39" and (pod / "pids.max").read_text() == "9"
+    assert not (pod / "memory.max").exists()
+    assert (v2_mount / "kubepods" / "cgroup.subtree_control").read_text() == "+cpuset +cpu +io +pids"
