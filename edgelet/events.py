@@ -89,6 +89,7 @@ class EventRecorder:
         # Keyed by what makes two events "the same"; ordered by last occurrence.
         self._ring: OrderedDict[tuple, Event] = OrderedDict()
         self._dirty = asyncio.Event()
+        self._last_written: bytes | None = None  # the ring's content last written, stamp left out
         self._load()
 
     def _load(self) -> None:
@@ -145,10 +146,17 @@ class EventRecorder:
             return
         from edgelet.state import write_atomic
 
+        snap = self.snapshot()
+        # Only a changed ring is written (the stamp alone would make every write differ): flash wear.
+        content = msgspec.json.encode(msgspec.structs.replace(snap, written_at=0.0))
+        if content == self._last_written:
+            return
         try:
-            write_atomic(self._path, msgspec.json.encode(self.snapshot()))
+            write_atomic(self._path, msgspec.json.encode(snap))
         except OSError as exc:
             log.error("Failed to write events", exc, path=str(self._path))
+            return
+        self._last_written = content
 
     async def run(self) -> None:
         """Write the events file at most every `interval` while events arrive."""

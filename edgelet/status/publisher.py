@@ -174,11 +174,22 @@ class StatusPublisher:
         )
 
     def flush(self) -> None:
-        data = msgspec.json.encode(self.snapshot())
+        """Write the checkpoint when its content changed; a sync that changed nothing writes nothing.
+
+        Every sync marks the table dirty, and the stamp alone would make each write differ: on an SD
+        card a rewrite of unchanged state every few seconds is wear for nothing (issue 13.7). The
+        stamp so says when the pods last changed.
+        """
+        snap = self.snapshot()
+        content = msgspec.json.encode(msgspec.structs.replace(snap, written_at=0.0))
+        if content == self._last_written:
+            return
         try:
-            write_atomic(self._path, data)
+            write_atomic(self._path, msgspec.json.encode(snap))
         except OSError as exc:
             log.error("Failed to write pods checkpoint", exc, path=str(self._path))
+            return
+        self._last_written = content
 
     async def run(self) -> None:
         """Write the checkpoint at most every `interval` while statuses change."""

@@ -128,3 +128,18 @@ def test_events_survive_an_agent_restart(tmp_path: Path) -> None:
     assert second.events()[0].count == 2  # the same event again, counted on
     events_path(tmp_path).write_text("{torn")
     assert EventRecorder(clock, events_path(tmp_path)).events() == []
+
+
+def test_an_unchanged_ring_is_not_written_again(tmp_path: Path) -> None:
+    clock = FakeClock()
+    path = events_path(tmp_path)
+    rec = EventRecorder(clock, path)
+    rec.normal(pod_ref(_pod()), "Started", "Started container: app")
+    rec.flush()
+    first = path.stat().st_ino
+    clock.advance(60)
+    rec.flush()  # nothing happened: the same inode (write_atomic would have replaced it)
+    assert path.stat().st_ino == first
+    rec.normal(pod_ref(_pod()), "Killing", "Stopping container app")
+    rec.flush()
+    assert path.stat().st_ino != first

@@ -166,3 +166,23 @@ def test_a_pod_the_host_cannot_limit_is_refused_at_once_and_published_failed(tmp
     reasons = [(e.object.name, e.reason) for e in events.snapshot().events]
     assert reasons.count((refused.metadata.name, "CgroupControllersMissing")) == 1
     assert reasons.count((warned.metadata.name, "CgroupControllersMissing")) == 1
+
+
+def test_the_pods_checkpoint_is_written_only_when_it_changed(tmp_path):
+    from edgelet.status.publisher import StatusPublisher
+    from edgelet.status.snapshot import snapshot_path
+
+    clock = FakeClock()
+    rt = FakeRuntime(clock)
+    publisher = StatusPublisher(tmp_path, "node", clock, host_ip="10.0.0.1")
+    syncer = Syncer(rt, FakeImageStore(), Backoff(), clock, publish=publisher.update)
+    pod = make_pod("web")
+    asyncio.run(syncer.sync_pod(pod))
+    publisher.flush()
+    path = snapshot_path(tmp_path)
+    first = path.stat().st_ino
+    for _ in range(5):  # idle resyncs: every one publishes, none changes anything
+        clock.advance(10)
+        asyncio.run(syncer.sync_pod(pod))
+        publisher.flush()
+    assert path.stat().st_ino == first
