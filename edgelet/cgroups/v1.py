@@ -1,8 +1,11 @@
-"""Pod cgroups on cgroup v1: one directory per hierarchy, written with plain file I/O.
+"""Pod cgroups on cgroup v1: one directory per hierarchy; cpu and memory limits through cgroupspy's controllers.
 
-Plain writes rather than cgroupspy: the three files we touch do not need its
-tree model, and taking the mount as a parameter lets a temp dir stand in for
-/sys/fs/cgroup in tests.
+cgroupspy's `Tree` walks the whole hierarchy when built, which on a board
+with many cgroups costs more than the pod cgroup itself: the node chain of
+the one cgroup is built directly instead, and its controllers (CpuController,
+MemoryController) write the files. cgroupspy has no pids controller, so
+pids.max (and the cpuset copy-down) are plain writes. The mount is a
+parameter, so a temp dir stands in for /sys/fs/cgroup in tests.
 """
 
 from __future__ import annotations
@@ -12,6 +15,9 @@ import os
 import time
 from pathlib import Path
 from typing import Callable
+
+from cgroupspy.controllers import CpuController, MemoryController
+from cgroupspy.nodes import Node
 
 from edgelet.cgroups.errors import CgroupBusyError, CgroupError
 from edgelet.cgroups.qos import PodResources
@@ -29,6 +35,24 @@ def write_value(file: Path, text: str) -> None:
         file.write_text(text)
     except OSError as exc:
         raise CgroupError(f"cannot write {text!r} ({exc.strerror})", file) from exc
+
+
+def cgroup_node(hierarchy: Path, rel: str) -> Node:
+    """cgroupspy's node for cgroup `rel` of one hierarchy, without walking the hierarchy (see the module doc)."""
+    node = Node(str(hierarchy))
+    for part in rel.split("/"):
+        node = Node(part, parent=node)
+    return node
+
+
+def set_value(controller: CpuController | MemoryController, name: str, value: int) -> None:
+    """Set one of cgroupspy's controller files, the failure carrying the file's path."""
+    try:
+        setattr(controller, name, value)
+    except OSError as exc:
+        interface = controller.get_interface(name)
+        raise CgroupError(f"cannot write {value!r} ({exc.strerror})",
+                          controller.filepath(interface.filename).decode()) from exc
 
 
 def read_pids(directory: Path) -> set[int]:
@@ -132,16 +156,17 @@ class CgroupV1:
             self._fill_cpuset(cpuset, rel)
         cpu = self.hierarchy("cpu")
         if cpu is not None:
+            ctl = CpuController(cgroup_node(cpu, rel))
             if resources.cpu_shares is not None:
-                write_value(cpu / rel / "cpu.shares", str(resources.cpu_shares))
+                set_value(ctl, "shares", resources.cpu_shares)
             if resources.cpu_quota is not None:
                 # The period goes first: the kernel checks quota against it.
                 if resources.cpu_period is not None:
-                    write_value(cpu / rel / "cpu.cfs_period_us", str(resources.cpu_period))
-                write_value(cpu / rel / "cpu.cfs_quota_us", str(resources.cpu_quota if resources.cpu_quota > 0 else -1))
+                    set_value(ctl, "cfs_period_us", resources.cpu_period)
+                set_value(ctl, "cfs_quota_us", resources.cpu_quota if resources.cpu_quota > 0 else -1)
         memory = self.hierarchy("memory")
         if memory is not None and resources.memory_limit:
-            write_value(memory / rel / "memory.limit_in_bytes", str(resources.memory_limit))
+            set_value(MemoryController(cgroup_node(memory, rel)), "limit_in_bytes", resources.memory_limit)
         pids = self.hierarchy("pids")
         if pids is not None and resources.pids_limit:
             write_value(pids / rel / "pids.max", str(resources.pids_limit))
