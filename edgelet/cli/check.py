@@ -128,6 +128,8 @@ def check_memory_controller(f: HostFacts) -> CheckResult:
     hint = (f"add `cgroup_enable=memory cgroup_memory=1` to {f.cmdline_file} (one line) and reboot"
             if f.is_raspberry_pi or enabled is False
             else "enable the memory cgroup controller (kernel command line `cgroup_enable=memory cgroup_memory=1`)")
+    # Until then pods with memory limits are refused with this fix; the flag runs them without the limits.
+    hint += " (or start edgelet with --allow-missing-cgroup-controllers to run pods without memory limits)"
     return CheckResult("memory cgroup", "FAIL", "disabled" if enabled is False else "not mounted", hint)
 
 

@@ -49,6 +49,7 @@ def test_a_good_machine_passes_everything():
      "memory cgroup", "FAIL", "add `cgroup_enable=memory cgroup_memory=1` to /boot/firmware/cmdline.txt"),
     ({"cgroup_enabled": {"memory": False}, "cmdline_file": "/boot/cmdline.txt"},
      "memory cgroup", "FAIL", "/boot/cmdline.txt"),
+    ({"cgroup_enabled": {"memory": False}}, "memory cgroup", "FAIL", "--allow-missing-cgroup-controllers"),
     ({"filesystems": frozenset({"ext4"})}, "overlayfs", "WARN", "modprobe overlay"),
     # A fresh boot: not listed yet (the module loads on first mount), but a trial mount worked.
     ({"filesystems": frozenset({"ext4"}), "overlay_error": None}, "overlayfs", "OK", "trial mount worked"),
