@@ -65,9 +65,9 @@ def main() -> None:
     print(f"machine: {machine()}")
     print(f"{n} running pods, `edgelet top pods` listed {rows}")
     print(f"edgelet top pods, first call (samples twice, {1.2:g} s apart): {first:.0f} ms")
-    print(f"edgelet top pods, later calls: median {percentile(top, 50):.0f} ms, p90 {percentile(top, 90):.0f} ms"
+    print(f"edgelet top pods, later calls: median {percentile(top, 0.5):.0f} ms, p90 {percentile(top, 0.9):.0f} ms"
           f"  (of {len(top)})")
-    print(f"baseline edgelet pods:          median {percentile(pods, 50):.0f} ms, p90 {percentile(pods, 90):.0f} ms")
+    print(f"baseline edgelet pods:          median {percentile(pods, 0.5):.0f} ms, p90 {percentile(pods, 0.9):.0f} ms")
 
 
 if __name__ == "__main__":
