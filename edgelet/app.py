@@ -303,16 +303,16 @@ class Agent:
 
         from edgelet import __version__
         from edgelet.cgroups.allocatable import total_reserved
-        from edgelet.mirror.node import host_facts, parse_runc_version
+        from edgelet.mirror.node import host_facts, parse_runc_version, with_reservations
 
         if self._base_facts is None:
             self._base_facts = host_facts(
                 self.settings.node_name, root_dir=self.paths.root_dir,
                 runtime_version=parse_runc_version(getattr(self, "_runtime_version", "")),
                 edgelet_version=__version__, node_ip=self.settings.node_ip or self.publisher.host_ip)
-            self._base_facts = dataclasses.replace(self._base_facts, labels=self.settings.node_labels,
-                                                   taints=self._taints, reserved=tuple(sorted(total_reserved(
-                                                       self.settings.system_reserved, self.settings.kube_reserved).items())))
+            self._base_facts = with_reservations(
+                dataclasses.replace(self._base_facts, labels=self.settings.node_labels, taints=self._taints),
+                total_reserved(self.settings.system_reserved, self.settings.kube_reserved), self.settings.eviction_hard)
         images = tuple((tuple(r.references) + (r.id,), r.size) for r in self.images.list())
         pressure = self.eviction.conditions if self.eviction is not None else frozenset()
         port = self.node_api.port if self.node_api is not None else None

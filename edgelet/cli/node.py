@@ -12,15 +12,13 @@ from edgelet.settings import Settings
 
 def capacity(settings: Settings) -> tuple[dict[str, str], dict[str, str]]:
     """What the Node advertises as capacity and allocatable (the same probe as the apiserver link's)."""
-    import dataclasses
-
     from edgelet.cgroups.allocatable import total_reserved
-    from edgelet.mirror.node import host_facts, node_allocatable, node_resources
+    from edgelet.mirror.node import host_facts, node_allocatable, node_resources, with_reservations
 
     facts = host_facts(settings.node_name, root_dir=settings.root_dir, runtime_version="", edgelet_version="",
                        node_ip="")
-    total = total_reserved(settings.system_reserved, settings.kube_reserved)
-    facts = dataclasses.replace(facts, reserved=tuple(sorted(total.items())))
+    facts = with_reservations(facts, total_reserved(settings.system_reserved, settings.kube_reserved),
+                              settings.eviction_hard)
     return node_resources(facts), node_allocatable(facts)
 
 

@@ -100,7 +100,7 @@ class NodeFacts:
     labels: tuple[tuple[str, str], ...] = field(default=())
     taints: tuple[Taint, ...] = ()
     port: int = EDGELET_PORT
-    # --system-reserved plus --kube-reserved, summed: cpu in millicores, memory and ephemeral-storage in bytes.
+    # What allocatable leaves out (with_reservations): cpu in millicores, memory and ephemeral-storage in bytes.
     reserved: tuple[tuple[str, int], ...] = ()
 
 
@@ -136,9 +136,26 @@ def node_resources(f: NodeFacts) -> dict[str, str]:
             "ephemeral-storage": f"{f.ephemeral_bytes // 1024}Ki"}
 
 
+def with_reservations(f: NodeFacts, reserved: dict[str, int], eviction_hard: str | None) -> NodeFacts:
+    """`f` with what allocatable leaves out: the reservations (cpu millicores, bytes) plus, as kubelet's
+    node status, the hard eviction thresholds of memory.available and nodefs.available (a percentage is
+    of the node's memory or of the root dir's filesystem)."""
+    import dataclasses
+
+    from edgelet.eviction.thresholds import MEMORY, NODEFS, parse_thresholds
+
+    total = dict(reserved)
+    thresholds = parse_thresholds(eviction_hard or "")
+    for signal, resource, capacity in ((MEMORY, "memory", f.memory_bytes), (NODEFS, "ephemeral-storage",
+                                                                              f.ephemeral_bytes)):
+        if signal in thresholds:
+            total[resource] = total.get(resource, 0) + thresholds[signal].value.of(capacity)
+    return dataclasses.replace(f, reserved=tuple(sorted(total.items())))
+
+
 def node_allocatable(f: NodeFacts) -> dict[str, str]:
-    """Capacity less --system-reserved and --kube-reserved (kubelet also takes the hard eviction thresholds
-    off; edgelet does not, see docs/kubelet-differences.md)."""
+    """Capacity less `f.reserved` (--system-reserved, --kube-reserved and the hard eviction thresholds, see
+    with_reservations): kubelet's Node allocatable."""
     reserved = dict(f.reserved)
     cpu = max(0, f.cpus * 1000 - reserved.get("cpu", 0))
     memory = max(0, f.memory_bytes - reserved.get("memory", 0))

@@ -152,3 +152,14 @@ def test_allocatable_is_capacity_less_the_reservations() -> None:
     # Nothing reserved: allocatable is the capacity.
     plain = build_node_status(NodeFacts(name="n", cpus=2, memory_bytes=1 << 30), ready=True, ready_message="", now=0.0)
     assert plain["allocatable"] == plain["capacity"]
+
+
+def test_allocatable_leaves_out_the_hard_eviction_thresholds_as_kubelet() -> None:
+    from edgelet.mirror.node import node_allocatable, with_reservations
+
+    f = NodeFacts(name="n", cpus=2, memory_bytes=4 << 30, ephemeral_bytes=100 << 30)
+    f = with_reservations(f, {"memory": 256 << 20}, "memory.available<100Mi,nodefs.available<10%,pid.available<5%")
+    assert dict(f.reserved) == {"memory": 356 << 20, "ephemeral-storage": 10 << 30}
+    assert node_allocatable(f)["memory"] == f"{(4096 - 356) << 10}Ki"
+    assert node_allocatable(f)["ephemeral-storage"] == f"{90 << 20}Ki"
+    assert with_reservations(f, {}, "").reserved == ()
