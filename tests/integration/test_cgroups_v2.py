@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import secrets
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -47,7 +48,7 @@ def v2_root(tmp_path: Path):
 
 
 def test_the_v2_writer_builds_the_pod_tree_on_a_real_unified_hierarchy(v2_root: Path):
-    cg = detect(v2_root)
+    cg = detect(v2_root, remove_attempts=1500, remove_interval=0.02)  # a killed task leaves slowly on a busy machine
     assert isinstance(cg, CgroupV2)
     free = available_controllers(v2_root)
     assert free == frozenset((v2_root / "cgroup.controllers").read_text().split())
@@ -71,13 +72,21 @@ def test_the_v2_writer_builds_the_pod_tree_on_a_real_unified_hierarchy(v2_root: 
         assert enabled == {c for c in ("cpuset", "cpu", "io", "memory", "hugetlb", "pids") if c in free}
 
     # A real process inside: seen by pids(), its CPU time read back from cpu.stat (a core file on v2).
-    proc = subprocess.Popen(["sh", "-c", "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; sleep 60"])
+    # It spins only once inside (a line on stdin lets it go), so the CPU time is charged to the new cgroup.
+    proc = subprocess.Popen(["sh", "-c", "read go; i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; sleep 60"],
+                            stdin=subprocess.PIPE)
     try:
         ctr = target / "c1"
         ctr.mkdir()
         (ctr / "cgroup.procs").write_text(str(proc.pid))
         assert cg.pids(pod) == {proc.pid}
-        usage = read_usage(f"{pod}/c1", v2_root)
+        assert proc.stdin is not None
+        proc.stdin.write(b"go\n")
+        proc.stdin.close()
+        deadline = time.monotonic() + 60
+        while (usage := read_usage(f"{pod}/c1", v2_root)) is not None and not usage.cpu_ns and \
+                time.monotonic() < deadline:
+            time.sleep(0.1)
         assert usage is not None and usage.cpu_ns is not None and usage.cpu_ns > 0
         # No memory controller: no OOM counter to read, and no guess either.
         if "memory" not in free:
