@@ -161,8 +161,8 @@ def test_a_pod_needing_a_missing_controller_fails_at_once_with_the_fix(agent):
     manifest = _pod("limited", "exec sleep 3600", "    resources:\n      limits: {memory: 64Mi}\n")
     agent.write_manifest("limited.yaml", manifest)
     agent.write_manifest("free.yaml", _pod("free", "exec sleep 3600"))
-    out = subprocess.run([*_without_memory_controller(agent), *agent.argv("--runonce", "--runonce-timeout=60s")],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run([*_without_memory_controller(agent), *agent.argv("--runonce", "--runonce-timeout=150s")],
+                         capture_output=True, text=True, timeout=240)
     assert out.returncode == 1, out.stdout + out.stderr
     line = next((line for line in out.stdout.splitlines() if "limited-testnode" in line), "")
     assert "CgroupControllersMissing" in line, out.stdout + out.stderr[-3000:]
