@@ -40,6 +40,7 @@ class Agent:
         from edgelet.images.store import ImageStore
         from edgelet.pleg import Pleg
         from edgelet.runtime.runc_runtime import RuncRuntime
+        from edgelet.runtime.logrotation import LogRotator, backstop_size
         from edgelet.sources.file import FileSource
         from edgelet.status.publisher import StatusPublisher
         from edgelet.sync.loop import SyncLoop
@@ -88,7 +89,11 @@ class Agent:
             pod_max_pids=settings.pod_max_pids, network=network, cluster_dns=settings.cluster_dns,
             cluster_domain=settings.cluster_domain or "", allowed_unsafe_sysctls=settings.allowed_unsafe_sysctls,
             seccomp_default=settings.seccomp_default, on_warning=self._runtime_warning,
+            log_size_max=backstop_size(settings.container_log_max_size),
         )
+        self.log_rotator = LogRotator(paths, self.clock, max_size=settings.container_log_max_size,
+                                      max_files=settings.container_log_max_files,
+                                      interval=settings.container_log_monitor_interval)
         # The local API and its metrics (not for --runonce, which serves nobody).
         self.metrics = None
         if settings.enable_server and not settings.runonce:
@@ -242,6 +247,7 @@ class Agent:
                     tg.create_task(self.http_source.run(self.loop.emit_config), name="source-http")
                 tg.create_task(self.import_dir.run(self.loop.resync_all), name="image-import")
                 tg.create_task(self.image_gc.run(), name="image-gc")
+                tg.create_task(self.log_rotator.run(), name="log-rotation")
                 if self.eviction is not None:
                     tg.create_task(self.eviction.run(), name="eviction")
                 if self.node_shutdown is not None:

@@ -115,7 +115,8 @@ def container_attempts(container_dir: Path) -> list[int]:
         names = os.listdir(container_dir)
     except FileNotFoundError:
         return []
-    return [int(m.group(1)) for n in names if (m := _ATTEMPT_FILE.fullmatch(n))]
+    # A rotated file counts too: between a rotation's rename and conmon's reopen there is no `<n>.log`.
+    return [int(m.group(1)) for n in names if (m := _ATTEMPT_FILE.fullmatch(n) or _ROTATED_FILE.fullmatch(n))]
 
 
 def find_log_file(container_dir: Path, *, previous: bool = False) -> Path:

@@ -30,6 +30,7 @@ from edgelet.logs import ensure_log_dir
 from edgelet.ocispec import build as ocispec
 from edgelet.runtime import bundle as bl
 from edgelet.runtime import _exec, conmon, rootfs, subpath
+from edgelet.runtime.logrotation import remove_logs
 from edgelet.container.errors import (
     CreateContainerConfigError,
     CreateContainerError,
@@ -162,11 +163,14 @@ class RuncRuntime:
         allowed_unsafe_sysctls: tuple[str, ...] = (),
         seccomp_default: bool = True,
         on_warning: "Callable[[Pod, str | None, str, str], None] | None" = None,
+        log_size_max: int | None = None,
     ) -> None:
         """`seccomp_default` is kubelet's --seccomp-default; `on_warning(pod, container, reason, message)`
         hears what a container runs without although asked (an AppArmor default that is not loaded)."""
         # Every runc and conmon invocation goes through `runner`: unit tests script it.
         self._exec = runner
+        # conmon's own cut (--log-size-max), the backstop when rotation falls behind or edgelet is down.
+        self.log_size_max = log_size_max
         self.pod_max_pids = pod_max_pids
         self.network = network  # CNI; None: pods without hostNetwork get loopback only
         self.cluster_dns = tuple(cluster_dns)
@@ -187,6 +191,7 @@ class RuncRuntime:
         self.host = host_facts or probe_host_facts()
         self._pause: PauseSpec | None = None
         self._bundles: dict[str, Path] = {}  # container id -> bundle dir, refreshed by every observation
+        self._released: set[str] = set()  # exited containers whose runc state and rootfs mount are gone
         # The exit dir must exist before anything watches it (PLEG's inotify).
         self._ensure_dirs()
 
@@ -503,6 +508,7 @@ class RuncRuntime:
         return conmon.ConmonArgs(
             conmon=self.conmon_bin, runtime=self.runtime_path, runtime_root=self.paths.runc_root, container_id=cid,
             name=name, bundle=bundle, log_path=log_path, exit_dir=self.paths.exit_dir, socket_dir=self.paths.socket_dir,
+            log_size_max=self.log_size_max,
         )
 
     async def create_container(
@@ -707,8 +713,33 @@ class RuncRuntime:
         if bundle is not None:
             # Let conmon record the exit of a force-deleted process before its exit file is removed.
             await self._wait_monitor_gone(bundle)
+        log_path = await asyncio.to_thread(_container_log_path, bundle)
         await asyncio.to_thread(self._remove_files, container_id, bundle)
+        if log_path is not None:
+            # Container GC: a removed instance's log goes with it, rotated files too (kubelet removes
+            # the log with the container). A sandbox's log is shared by its successors and stays.
+            await asyncio.to_thread(remove_logs, log_path)
+        self._released.discard(container_id)
         self._bundles.pop(container_id, None)
+
+    async def release_container(self, container_id: str) -> None:
+        """Free what an exited container no longer needs: its runc state and cgroup (`runc delete`) and
+        its overlay mount, as containerd's shim does when a task exits. The bundle (its record: exit code,
+        annotations, termination message), the writable layer and the log stay until it is removed."""
+        if container_id in self._released:
+            return
+        bundle = await self._bundle_of(container_id)
+        if bundle is None or not await self._has_exited(container_id, bundle):
+            return
+        if conmon.is_alive(conmon.conmon_pid(bundle)):
+            return  # conmon still drains the last output; the next sync releases it
+        try:
+            if await self.runc.state(container_id) is not None:
+                await self.runc.delete(container_id, force=True)
+            await asyncio.to_thread(rootfs.release_rootfs, bundle)
+        except (RuntimeError_, OSError) as exc:
+            raise RuntimeError_(f"container {container_id[:12]}: cannot release its resources: {exc}") from exc
+        self._released.add(container_id)
 
     async def _wait_monitor_gone(self, bundle: Path, timeout: float = 5.0) -> None:
         deadline = self.clock.monotonic() + timeout
@@ -795,6 +826,11 @@ class RuncRuntime:
         except (RuntimeError_, OSError) as exc:
             errors.append(f"{layout.dir}: {exc}")
         try:
+            # kubelet removes a removed pod's logs: its log dir and the links under containers/.
+            await asyncio.to_thread(remove_pod_logs, self.paths.log_dir, uid)
+        except OSError as exc:
+            errors.append(f"logs: {exc}")
+        try:
             for path in self.pod_cgroups(uid):
                 await asyncio.to_thread(remove_pod_cgroups, path)
         except CgroupError as exc:
@@ -823,6 +859,32 @@ def _kill_pid_file(pid_file: Path) -> None:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+def _container_log_path(bundle: Path | None) -> Path | None:
+    """The log path a container's bundle names (None for a sandbox, or when unreadable)."""
+    if bundle is None:
+        return None
+    try:
+        ann = json.loads((bundle / bl.CONFIG).read_text()).get("annotations") or {}
+    except (OSError, ValueError):
+        return None
+    path = ann.get(ANN_LOG_PATH)
+    return Path(path) if ann.get(ANN_KIND) == KIND_CONTAINER and path else None
+
+
+def remove_pod_logs(log_dir: Path, uid: str) -> None:
+    """Remove the log dirs of pod `uid` (`pods/<ns>_<name>_<uid>`) and every link under `containers/` into
+    them, dangling ones included."""
+    pods = log_dir / "pods"
+    dirs = [d for d in (pods.glob(f"*_{uid}") if pods.is_dir() else []) if d.name.rsplit("_", 1)[-1] == uid]
+    links = log_dir / "containers"
+    for entry in (list(links.iterdir()) if links.is_dir() else []):
+        # A link points at pods/<ns>_<name>_<uid>/<container>/<n>.log.
+        if entry.is_symlink() and Path(os.readlink(entry)).parent.parent.name.rsplit("_", 1)[-1] == uid:
+            entry.unlink(missing_ok=True)
+    for d in dirs:
+        shutil.rmtree(d)
 
 
 def _bundle_id(bundle: Path) -> str | None:
