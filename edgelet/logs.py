@@ -323,22 +323,42 @@ class LogCursor:
         mine = os.fstat(self._f.fileno())
         return (mine.st_dev, mine.st_ino) != (st.st_dev, st.st_ino)
 
+    def _successors(self) -> list[Path]:
+        """The files written after ours, oldest first, ending with the current one.
+
+        A follower that fell more than one rotation behind finds the files in
+        between among the rotated ones (by its file's inode, while that is
+        still a plain file); when its file can no longer be found (already
+        compressed or removed) it continues at the current file.
+        """
+        files = instance_files(self.path)
+        if self._f is not None:
+            mine = os.fstat(self._f.fileno())
+            for i, f in enumerate(files[:-1]):
+                if not f.name.endswith(GZ_SUFFIX) and _same_file(f, mine):
+                    return files[i + 1:]
+        return files[-1:]
+
     def read_new(self) -> bytes:
         """Decoded content written since the last call (b"" when there is none yet)."""
         data = self._read() if self._f is not None else b""
         if not data:
             if not self._moved():
                 return b""
-            # conmon writes nothing more to our file once the path has moved on: its last words first.
-            data = self._read() if self._f is not None else b""
+            # conmon writes nothing more to our file once the path has moved on: its last words first,
+            # then whole any rotated file that came between, then on to the current one.
+            parts = [self._read() if self._f is not None else b""]
+            successors = self._successors()
             try:
                 f = open(self.path, "rb")
             except FileNotFoundError:
-                f = None  # rotated again already; the next call finds the newest
+                f = None  # rotated again already; the next call looks again, from our file
             if f is not None:
+                parts += [read_file_bytes(between) for between in successors[:-1]]
                 self.close()
                 self._f = f
-                data += self._read()
+                parts.append(self._read())
+            data = b"".join(parts)
             if not data:
                 return b""
         complete, self._rest = split_complete(self._rest + data)

@@ -163,21 +163,23 @@ class Api:
             raise HttpError(400, f"{which} {container!r} in pod {namespace}/{pod} has no log yet") from None
         since = opts.since_seconds
         try:
-            data, offset = await asyncio.to_thread(logs.read_log, path, tail=opts.tail_lines,
+            # Across the instance's rotated files; the cursor follows on across later rotations.
+            data, cursor = await asyncio.to_thread(logs.open_log, path, tail=opts.tail_lines,
                                                    timestamps=opts.timestamps or since is not None)
         except OSError as exc:
             raise HttpError(500, f"cannot read {path}: {exc.strerror or exc}") from exc
         if since is not None:
             data = since_filter(data, self._s.clock.now() - since, keep_timestamps=opts.timestamps)
         if not opts.follow or opts.previous:
+            cursor.close()
             return Response(200, data if opts.limit_bytes is None else data[:opts.limit_bytes])
+        cursor.timestamps = opts.timestamps
         attempt = int(path.stem)
 
         def finished() -> bool:
             return self._instance_finished(uid, container, attempt, container_dir)
 
-        body = _prepend(data, logs.follow_log(path, offset, finished, timestamps=opts.timestamps,
-                                              poll=self._poll, clock=self._s.clock))
+        body = _prepend(data, logs.follow_cursor(cursor, finished, poll=self._poll, clock=self._s.clock))
         return Response(200, body if opts.limit_bytes is None else _limit(body, opts.limit_bytes))
 
 
