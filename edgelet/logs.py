@@ -116,7 +116,7 @@ def container_attempts(container_dir: Path) -> list[int]:
     except FileNotFoundError:
         return []
     # A rotated file counts too: between a rotation's rename and conmon's reopen there is no `<n>.log`.
-    return [int(m.group(1)) for n in names if (m := _ATTEMPT_FILE.fullmatch(n) or _ROTATED_FILE.fullmatch(n))]
+    return sorted({int(m.group(1)) for n in names if (m := _ATTEMPT_FILE.fullmatch(n) or _ROTATED_FILE.fullmatch(n))})
 
 
 def find_log_file(container_dir: Path, *, previous: bool = False) -> Path:
