@@ -224,7 +224,10 @@ def instance_files(current: Path) -> list[Path]:
     """Every file of one container instance, oldest first: its rotated files, then `current` when it
     exists. The current file's own hard link under a rotated name (see runtime.logrotation) is left
     out: it is the same bytes."""
-    attempt = int(current.name.split(".", 1)[0])
+    m = _ATTEMPT_FILE.fullmatch(current.name)
+    if m is None:
+        return [current] if current.exists() else []  # not one of conmon's instance files: no rotation
+    attempt = int(m.group(1))
     try:
         names = os.listdir(current.parent)
     except FileNotFoundError:
