@@ -133,24 +133,8 @@ def tail_offset(path: Path, lines: int | None) -> int:
 
     An unfinished last line does not count: it is not a line to show yet.
     """
-    if lines is None:
-        return 0
-    # The first newline found from the end closes the last complete line; the
-    # one `lines` further back closes the line before the wanted ones.
-    needed = max(lines, 0) + 1
     with open(path, "rb") as f:
-        pos = f.seek(0, os.SEEK_END)
-        while pos > 0:
-            start = max(0, pos - _TAIL_BLOCK)
-            f.seek(start)
-            block = f.read(pos - start)
-            i = len(block)
-            while (i := block.rfind(b"\n", 0, i)) >= 0:
-                needed -= 1
-                if needed == 0:
-                    return start + i + 1
-            pos = start
-    return 0
+        return tail_offset_fd(f, lines)
 
 
 def rotated_stamp(name: str, attempt: int) -> str | None:
@@ -306,6 +290,16 @@ class LogCursor:
             self._f.close()
             self._f = None
 
+    def __enter__(self) -> "LogCursor":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def offset_in_current(self) -> int:
+        """Where the cursor is in the file now at the path (0 when it is on an older file, or none)."""
+        return self._f.tell() if self._f is not None and not self._moved() else 0
+
     def _read(self) -> bytes:
         assert self._f is not None
         chunks = []
@@ -342,6 +336,21 @@ class LogCursor:
                     return files[i + 1:]
         return files[-1:]
 
+    def _open_successors(self) -> tuple[IO[bytes], list[Path]] | None:
+        """The current file, opened, and the rotated files between ours and it; None when the path is
+        missing or keeps moving (the next call looks again, from our file)."""
+        for _ in range(3):
+            try:
+                f = open(self.path, "rb")
+            except FileNotFoundError:
+                return None
+            successors = self._successors()
+            # Listed after opening: when no rotation came in between, the list ends with our open file.
+            if successors and _same_file(successors[-1], os.fstat(f.fileno())):
+                return f, successors[:-1]
+            f.close()
+        return None
+
     def read_new(self) -> bytes:
         """Decoded content written since the last call (b"" when there is none yet)."""
         data = self._read() if self._f is not None else b""
@@ -351,13 +360,10 @@ class LogCursor:
             # conmon writes nothing more to our file once the path has moved on: its last words first,
             # then whole any rotated file that came between, then on to the current one.
             parts = [self._read() if self._f is not None else b""]
-            successors = self._successors()
-            try:
-                f = open(self.path, "rb")
-            except FileNotFoundError:
-                f = None  # rotated again already; the next call looks again, from our file
-            if f is not None:
-                parts += [read_file_bytes(between) for between in successors[:-1]]
+            found = self._open_successors()
+            if found is not None:
+                f, between = found
+                parts += [read_file_bytes(p) for p in between]
                 self.close()
                 self._f = f
                 parts.append(self._read())
@@ -421,6 +427,8 @@ def tail_offset_fd(f: IO[bytes], lines: int | None) -> int:
     """`tail_offset` on an open file."""
     if lines is None:
         return 0
+    # The first newline found from the end closes the last complete line; the
+    # one `lines` further back closes the line before the wanted ones.
     needed = max(lines, 0) + 1
     pos = f.seek(0, os.SEEK_END)
     while pos > 0:
@@ -440,10 +448,8 @@ def read_log(path: Path, *, tail: int | None = None, timestamps: bool = False) -
     """The decoded content of an instance's log across its rotated files (the last `tail` lines), and
     the offset in `path` where reading stopped."""
     data, cursor = open_log(path, tail=tail, timestamps=timestamps)
-    try:
-        offset = cursor._f.tell() if cursor._f is not None and cursor.path == path else 0
-    finally:
-        cursor.close()
+    with cursor:
+        offset = cursor.offset_in_current()
     return data, offset
 
 

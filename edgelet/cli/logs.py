@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import time
-from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence, TextIO
@@ -149,7 +148,7 @@ def _print_from_files(settings: "Settings", req: LogRequest, out: TextIO) -> int
         raise LogCommandError(str(exc)) from exc
     tail = req.tail if req.tail is not None and req.tail >= 0 else None
     data, cursor = logs.open_log(path, tail=tail, timestamps=req.timestamps)
-    with closing(cursor):
+    with cursor:
         _write(out, data)
         if not req.follow or req.previous:
             return EXIT_OK
