@@ -51,8 +51,8 @@ def cli_argv(agent, *args: str) -> list[str]:
 def test_logs_follow_across_rotations_misses_and_repeats_nothing_and_pod_removal_takes_the_logs(agent):
     agent.start(*ROTATION)
     count = 1500
-    # Waits for the test to start following, then about 9 kB/s of numbered lines against 8 KiB files.
-    script = ("while [ ! -f /data/go ]; do sleep 0.1; done; i=0; "
+    # Says it is there and waits until the test follows, then about 9 kB/s of numbered lines against 8 KiB files.
+    script = ("echo ready; while [ ! -f /data/go ]; do sleep 0.1; done; i=0; "
               f"while [ $i -lt {count} ]; do echo line-$i; i=$((i+1)); [ $((i % 10)) -eq 0 ] && sleep 0.05; done; "
               "echo done; exec sleep 3600")
     agent.write_manifest("steady.yaml", pod_yaml("steady", script))
@@ -61,7 +61,8 @@ def test_logs_follow_across_rotations_misses_and_repeats_nothing_and_pod_removal
                             stderr=subprocess.PIPE)
     try:
         uid = agent.pod("steady")["uid"]
-        wait_for(lambda: (agent.paths.pod_dir(uid) / "volumes").is_dir(), what="the pod's volumes")
+        # The follower is connected once it shows the first line: only then do the numbered lines start.
+        assert proc.stdout.readline() == b"ready\n"
         (agent.paths.pod_dir(uid) / "volumes" / "shared" / "go").touch()
         seen = []
         while (line := proc.stdout.readline()) != b"done\n":
