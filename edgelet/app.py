@@ -165,6 +165,7 @@ class Agent:
                 publisher=self.publisher, events=self.events, paths=paths, clock=self.clock, metrics=self.metrics,
                 last_sync_iteration=lambda: self.loop.last_iteration, last_relist=lambda: self.pleg.last_relist,
                 node_state=self.mirror.snapshot if self.mirror is not None else None, stats=self.stats,
+                start_exec=self.runtime.start_exec,
             ))
             if settings.node_api_enabled:
                 self.node_api = _NodeApiPlan(self, api)

@@ -55,6 +55,7 @@ from edgelet.runtime.host import (
 )
 from edgelet.network.errors import NetworkError
 from edgelet.ocispec.errors import SpecError
+from edgelet.runtime.execsession import ExecSession, ExecSessionError, build_exec_process
 from edgelet.runtime.runc import Runc
 from edgelet.runtime.state import ExitInfo, Observed, build_pod_statuses
 from edgelet.runtime.sandbox import PauseSpec, pause_spec, sandbox_namespace_paths
@@ -655,6 +656,40 @@ class RuncRuntime:
             raise
         finally:
             pid_file.unlink(missing_ok=True)
+
+    async def start_exec(self, container_id: str, argv: Sequence[str], *, tty: bool, stdin: int, stdout: int,
+                         stderr: int) -> ExecSession:
+        """Start `argv` in the running container with its own process spec (`edgelet exec`), on the given
+        descriptors; the caller waits for, signals or kills the returned session. ExecSessionError when the
+        container is not running or has no bundle."""
+        state = await self.runc.state(container_id)
+        status = (state or {}).get("status", "unknown to runc")
+        if status != "running":
+            raise ExecSessionError(f"container {container_id[:12]} is not running ({status})")
+        bundle = await self._bundle_of(container_id)
+        if bundle is None:
+            raise ExecSessionError(f"container {container_id[:12]} has no bundle")
+        try:
+            config = json.loads((bundle / "config.json").read_bytes())
+            spec = build_exec_process(config["process"], argv, tty=tty)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ExecSessionError(f"cannot read the process spec of container {container_id[:12]} in "
+                                   f"{bundle}: {exc}") from exc
+        exec_dir = self.paths.run_dir / "exec"
+        exec_dir.mkdir(parents=True, exist_ok=True)
+        name = f"{container_id[:12]}-{secrets.token_hex(6)}"
+        pid_file, process_file = exec_dir / f"{name}.pid", exec_dir / f"{name}.process.json"
+        # 0600 from the start: the spec holds the container's environment.
+        fd = os.open(process_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(spec, f)
+        cmd = self.runc.argv("exec", "--process", str(process_file), "--pid-file", str(pid_file), container_id)
+        try:
+            process = await _exec.start(cmd, stdin=stdin, stdout=stdout, stderr=stderr)
+        except ExecError:
+            process_file.unlink(missing_ok=True)
+            raise
+        return ExecSession(process, pid_file, process_file)
 
     async def _kill_and_wait(self, cid: str, bundle: Path | None) -> None:
         if await self._has_exited(cid, bundle):
