@@ -75,7 +75,7 @@ def decode_message(line: bytes) -> Message:
         raise ProtocolError(f"bad message: {line[:80]!r}")
     (key, value), = raw.items()
     if key in ("signal", "exit") and isinstance(value, int) and not isinstance(value, bool):
-        return Message(**{key: value})
+        return Message(signal=value) if key == "signal" else Message(exit=value)
     if key == "error" and isinstance(value, str):
         return Message(error=value)
     raise ProtocolError(f"bad message: {line[:80]!r}")
@@ -97,8 +97,13 @@ class LineBuffer:
 
 async def _readable(sock: socket.socket) -> None:
     loop = asyncio.get_running_loop()
-    ready = loop.create_future()
-    loop.add_reader(sock.fileno(), lambda: ready.done() or ready.set_result(None))
+    ready: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_reader(sock.fileno(), wake)
     try:
         await ready
     finally:

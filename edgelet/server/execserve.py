@@ -12,7 +12,7 @@ import contextlib
 import os
 import socket
 import subprocess
-from typing import TYPE_CHECKING, Awaitable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Awaitable, Protocol, Sequence
 
 from edgelet.errors import EdgeletError
 from edgelet.server import execproto as proto
@@ -103,8 +103,9 @@ async def _relay(sock: socket.socket, session: "ExecSession", waiter: "asyncio.F
     for line in pending:
         _apply(session, line)
     while True:
-        reader = asyncio.ensure_future(loop.sock_recv(sock, 4096))
-        done, _ = await asyncio.wait({reader, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        reader: asyncio.Future[bytes] = asyncio.ensure_future(loop.sock_recv(sock, 4096))
+        futures: list[asyncio.Future[Any]] = [reader, waiter]
+        done, _ = await asyncio.wait(futures, return_when=asyncio.FIRST_COMPLETED)
         if waiter in done:
             reader.cancel()
             await asyncio.gather(reader, return_exceptions=True)

@@ -274,6 +274,7 @@ class Connection:
     async def _upgrade(self, upgrade: Upgrade) -> None:
         assert upgrade.run is not None
         transport = self._writer.transport
+        assert isinstance(transport, asyncio.ReadTransport)
         transport.pause_reading()  # from here on the socket is `run`'s (see Upgrade)
         await self._send(h11.InformationalResponse(
             status_code=101, headers=[("Upgrade", upgrade.protocol), ("Connection", "Upgrade"), *upgrade.headers]))
