@@ -15,7 +15,7 @@ import socket
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, AsyncIterator, Awaitable, Callable, cast
 
 import h11
 
@@ -273,8 +273,8 @@ class Connection:
 
     async def _upgrade(self, upgrade: Upgrade) -> None:
         assert upgrade.run is not None
-        transport = self._writer.transport
-        assert isinstance(transport, asyncio.ReadTransport)
+        # A read transport (uvloop's too, though it does not subclass asyncio.ReadTransport).
+        transport = cast(asyncio.ReadTransport, self._writer.transport)
         transport.pause_reading()  # from here on the socket is `run`'s (see Upgrade)
         await self._send(h11.InformationalResponse(
             status_code=101, headers=[("Upgrade", upgrade.protocol), ("Connection", "Upgrade"), *upgrade.headers]))
