@@ -92,6 +92,7 @@ if TYPE_CHECKING:
     from edgelet.images.types import ImageRecord
 
 log = get_logger("edgelet.runtime")
+MONITOR_CGROUP = "conmon"  # the leaf under each pod cgroup holding the pod's conmons
 
 MIN_STOP_GRACE = 2.0  # kubelet: at least 2 s between the stop signal and SIGKILL
 KILL_WAIT = 10.0  # how long SIGKILL may take to show up as an exit file
@@ -225,6 +226,27 @@ class RuncRuntime:
             self._cgroups().create_pod(path, cg_qos.pod_resources(pod, self.pod_max_pids))
         except CgroupError as exc:
             raise SandboxError(f"pod {_full(pod)}: cannot set up its cgroup {path}: {exc}") from exc
+
+    def monitor_cgroup(self, uid: str, pod: "Pod | None" = None) -> str:
+        """Where the pod's conmons live: a leaf `conmon` under the pod's cgroup (CRI-O's conmon_cgroup="pod").
+
+        Started by edgelet, a conmon would stay in the cgroup of the systemd
+        unit that ran edgelet: `edgelet-runonce.service` would keep the
+        conmons of the boot's pods ("remains running after unit stopped"),
+        `edgelet.service` those of every pod it started. In the pod's cgroup
+        they belong to no unit, are charged to their pod, and go with it.
+        """
+        return self.pod_cgroup(uid, pod) + "/" + MONITOR_CGROUP
+
+    def _move_monitor(self, bundle: Path, uid: str, pod: "Pod") -> None:
+        pid = conmon.conmon_pid(bundle)
+        if pid is None:
+            return
+        try:
+            self._cgroups().add_process(self.monitor_cgroup(uid, pod), pid)
+        except CgroupError as exc:
+            # The container runs either way; only where its monitor is accounted differs.
+            log.warning("Cannot move conmon into the pod's cgroup", exc, pod=_full(pod), pid=pid)
 
     def _ensure_dirs(self) -> None:
         # Private: bundles and checkpoints hold pod specs with their env values.
@@ -393,6 +415,7 @@ class RuncRuntime:
             await asyncio.to_thread(self._make_pod_cgroup, pod, uid)
             pid = await conmon.create(self._conmon_args(sid, f"k8s_POD_{meta(pod).name}_{meta(pod).namespace}_{uid}_{attempt}",
                                                         bundle, log_path), runner=self._exec)
+            await asyncio.to_thread(self._move_monitor, bundle, uid, pod)
             await self.runc.start(sid)
             await asyncio.to_thread(bl.write_file, bundle / bl.STARTED_FILE, repr(self.clock.now()))
             done = True
@@ -574,6 +597,7 @@ class RuncRuntime:
             await asyncio.to_thread(bl.write_file, bundle / bl.CONFIG, json.dumps(config, indent=1))
             await conmon.create(self._conmon_args(cid, f"k8s_{container.name}_{pod_name}_{ns}_{uid}_{attempt}",
                                                   bundle, log_path), runner=self._exec)
+            await asyncio.to_thread(self._move_monitor, bundle, uid, pod)
             done = True
         except SpecError as exc:
             # The pod asks for what cannot be expressed: kubelet's CreateContainerConfigError, message unchanged.
