@@ -114,6 +114,7 @@ class Agent:
                              clock=self.clock)
         self.image_manager = ImageManager(self.images, self.puller, events=self.events, backoff=self.backoff,
                                           clock=self.clock)
+        self.publisher.pull_progress = self.puller.progress  # `pods -o wide` and `describe pod` show pulls
         from edgelet.images.gc import ImageGC
 
         self.image_gc = ImageGC(self.images, self._images_in_use, self.clock, high=settings.image_gc_high_threshold,
