@@ -246,7 +246,7 @@ class RuncRuntime:
             self._cgroups().add_process(self.monitor_cgroup(uid, pod), pid)
         except CgroupError as exc:
             # The container runs either way; only where its monitor is accounted differs.
-            log.warning("Cannot move conmon into the pod's cgroup", exc, pod=_full(pod), pid=pid)
+            log.warning("Cannot move conmon into the pod's cgroup", pod=_full(pod), pid=pid, err=str(exc))
 
     def _ensure_dirs(self) -> None:
         # Private: bundles and checkpoints hold pod specs with their env values.
