@@ -1,7 +1,8 @@
 """`edgelet exec [-i] [-t] POD [-c CONTAINER] -- CMD...`: a command in a running container, through the agent.
 
-The CLI runs no runc itself: it asks the agent over the local socket
-(edgelet.server.execproto) and hands over its own stdin, stdout and stderr,
+The CLI runs no runc itself: in one request over the local socket
+(edgelet.server.execproto; the agent resolves the pod's short name and the
+default container) it hands over its own stdin, stdout and stderr,
 on which the agent starts `runc exec` with the container's process spec.
 The CLI then only forwards signals (SIGWINCH as a resize) and waits for the
 exit code, which becomes its own.
@@ -16,9 +17,9 @@ import socket
 import sys
 from types import FrameType
 from typing import TYPE_CHECKING, Sequence, TextIO
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
-from edgelet.cli.common import EXIT_USAGE, PROG, CommandError, from_agent
+from edgelet.cli.common import EXIT_USAGE, PROG, CommandError
 
 if TYPE_CHECKING:
     from edgelet.server.execproto import Hello
@@ -51,22 +52,9 @@ def decide_tty(want_tty: bool, want_stdin: bool, stdin_is_tty: bool) -> tuple[bo
     return True, None
 
 
-def pick_container(names: Sequence[str], requested: str | None, pod: str) -> tuple[str, str | None]:
-    """The container to run in, and a note when one was chosen for the user (kubectl defaults to the first)."""
-    if requested is not None:
-        if requested not in names:
-            raise ExecCommandError(f"container {requested!r} not found in pod {pod} (it has: {', '.join(names)})")
-        return requested, None
-    if not names:
-        raise ExecCommandError(f"pod {pod} has no containers")
-    if len(names) == 1:
-        return names[0], None
-    return names[0], f'Defaulted container "{names[0]}" out of: {", ".join(names)}'
-
-
-def _upgrade(sock: socket.socket, target: str) -> bytes:
-    """Send the Upgrade request; the bytes already read past the 101, or ExecCommandError with the agent's
-    message."""
+def _upgrade(sock: socket.socket, target: str) -> tuple[bytes, dict[str, str]]:
+    """Send the Upgrade request; the bytes already read past the 101 and its headers, or ExecCommandError
+    with the agent's message."""
     import h11
     import msgspec
 
@@ -83,7 +71,8 @@ def _upgrade(sock: socket.socket, target: str) -> bytes:
             conn.receive_data(sock.recv(65536))
             continue
         if isinstance(event, h11.InformationalResponse) and event.status_code == 101:
-            return conn.trailing_data[0]
+            headers = {k.decode("latin-1").lower(): v.decode("utf-8", "replace") for k, v in event.headers}
+            return conn.trailing_data[0], headers
         if isinstance(event, h11.Response):
             status = event.status_code
         elif isinstance(event, h11.Data):
@@ -97,8 +86,10 @@ def _upgrade(sock: socket.socket, target: str) -> bytes:
     raise ExecCommandError(message)
 
 
-def run_session(sock_path: str, target: str, hello: "Hello", fds: Sequence[int] = (0, 1, 2)) -> int:
-    """Run one exec session (see edgelet.server.execproto); returns the command's exit code."""
+def run_session(sock_path: str, target: str, hello: "Hello", fds: Sequence[int] = (0, 1, 2),
+                err: TextIO | None = None) -> int:
+    """Run one exec session (see edgelet.server.execproto); returns the command's exit code. The agent's
+    note (a defaulted container) goes to `err`."""
     import termios
 
     from edgelet.server import execproto as proto
@@ -106,13 +97,20 @@ def run_session(sock_path: str, target: str, hello: "Hello", fds: Sequence[int] 
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(sock_path)
+    except (FileNotFoundError, ConnectionRefusedError) as exc:
+        sock.close()
+        raise ExecCommandError(f"edgelet is not running (no agent on {sock_path}): exec needs the agent") from exc
     except OSError as exc:
         sock.close()
         raise ExecCommandError(f"cannot reach the agent on {sock_path}: {exc.strerror or exc}") from exc
     saved = None
     previous: dict[int, object] = {}
     try:
-        leftover = _upgrade(sock, target)
+        leftover, headers = _upgrade(sock, target)
+        note = headers.get(proto.NOTE_HEADER.lower())
+        if note and err is not None:
+            print(note, file=err)
+            err.flush()
         if hello.tty:
             saved = termios.tcgetattr(fds[0])  # runc restores the terminal itself; this is for when it cannot
 
@@ -150,39 +148,24 @@ def run_session(sock_path: str, target: str, hello: "Hello", fds: Sequence[int] 
         sock.close()
 
 
-def cmd_exec(settings: "Settings", args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    import msgspec
+def exec_target(pod: str, namespace: str | None, container: str | None) -> str:
+    """The request path: the pod as typed, namespace and container only when given (the agent resolves)."""
+    query = {k: v for k, v in (("namespace", namespace), ("container", container)) if v}
+    return f"/exec/{quote(pod, safe='')}" + (f"?{urlencode(query)}" if query else "")
 
-    from edgelet.cli.describe import find_pods
+
+def cmd_exec(settings: "Settings", args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from edgelet.server.api import socket_path
     from edgelet.server.execproto import Hello
-    from edgelet.status.snapshot import PodsSnapshot
 
     command = command_of(args.command_argv)
     if not command:
         print(f"{PROG}: exec: no command given (edgelet exec POD [-c CONTAINER] -- COMMAND [ARG...])", file=err)
         return EXIT_USAGE
-    data = from_agent(settings, "/pods/table")
-    if data is None:
-        raise ExecCommandError(f"edgelet is not running (no agent on {socket_path(settings.run_dir)}): "
-                               "exec needs the agent")
-    snapshot = msgspec.json.decode(data, type=PodsSnapshot)
-    found = find_pods(snapshot, args.pod, args.namespace)
-    if not found:
-        raise ExecCommandError(f'pods "{args.pod}" not found')
-    if len(found) > 1:
-        spaces = ", ".join(sorted(r.namespace for r in found))
-        raise ExecCommandError(f'pods "{args.pod}" exist in several namespaces ({spaces}): name one with -n')
-    row = found[0]
-    spec = (row.pod or {}).get("spec") or {}
-    names = [c["name"] for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]]
-    container, note = pick_container(names, args.container, f"{row.namespace}/{row.name}")
-    if note:
-        print(note, file=err)
     tty, warning = decide_tty(args.tty, args.stdin, os.isatty(0))
     if warning:
         print(warning, file=err)
     for stream in (out, err, sys.stdout, sys.stderr):
         stream.flush()  # the command writes to the same descriptors next
-    target = "/exec/" + "/".join(quote(x, safe="") for x in (row.namespace, row.name, container))
-    return run_session(str(socket_path(settings.run_dir)), target, Hello(command=command, tty=tty, stdin=args.stdin))
+    return run_session(str(socket_path(settings.run_dir)), exec_target(args.pod, args.namespace, args.container),
+                       Hello(command=command, tty=tty, stdin=args.stdin), err=err)

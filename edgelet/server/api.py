@@ -103,7 +103,8 @@ class Api:
             return await self.stats_summary()
         p = route.params
         if route.endpoint == "exec":
-            return self.exec(request, p["namespace"], p["pod"], p["container"])
+            return self.exec(request, p["pod"], route.query.get("namespace") or None,
+                             route.query.get("container") or None)
         return await self.container_logs(p["namespace"], p["pod"], p["container"], parse_log_options(route.query))
 
     def healthz(self, *, verbose: bool = False) -> Response:
@@ -137,10 +138,14 @@ class Api:
 
         return Response(200, self._s.metrics.render(), CONTENT_TYPE)
 
-    def exec(self, request: Request, namespace: str, pod: str, container: str) -> Upgrade:
-        """`edgelet exec`: switch to the exec protocol (edgelet.server.execproto) for a running container."""
+    def exec(self, request: Request, pod: str, namespace: str | None, container: str | None) -> Upgrade:
+        """`edgelet exec`: switch to the exec protocol (edgelet.server.execproto) for a running container.
+
+        The pod is named as a user types it (a static pod without its node suffix, any namespace when
+        unique), the container defaults to the first: one request, so the CLI needs no pods table first.
+        """
         from edgelet.server import execproto
-        from edgelet.server.execserve import running_container_id, serve_session
+        from edgelet.server.execserve import pick_container, pick_pod, running_container_id, serve_session
 
         start = self._s.start_exec
         if start is None:
@@ -148,15 +153,17 @@ class Api:
         headers = {k.lower(): v for k, v in request.headers}
         if headers.get("upgrade", "").lower() != execproto.UPGRADE:
             raise HttpError(400, f"exec needs `Upgrade: {execproto.UPGRADE}` (use `edgelet exec`)")
-        entry = self._entry(namespace, pod)
+        entries = [(meta(e.pod).namespace or "default", meta(e.pod).name or "", e)
+                   for e in self._s.publisher.entries()]
+        entry = pick_pod(entries, pod, namespace, self._s.publisher.node_name)
+        ns, name = meta(entry.pod).namespace or "default", meta(entry.pod).name or ""
         spec = pod_spec(entry.pod)
         names = [c.name for c in [*(spec.init_containers or []), *(spec.containers or [])]]
-        if container not in names:
-            raise HttpError(404, f"container {container!r} not found in pod {namespace}/{pod} "
-                                 f"(it has: {', '.join(names)})")
-        cid = running_container_id(entry.status, container, f"{namespace}/{pod}")
-        what = f"{namespace}/{pod}/{container}"
-        return Upgrade(101, protocol=execproto.UPGRADE,
+        chosen, note = pick_container(names, container, f"{ns}/{name}")
+        cid = running_container_id(entry.status, chosen, f"{ns}/{name}")
+        what = f"{ns}/{name}/{chosen}"
+        extra = [(execproto.CONTAINER_HEADER, chosen)] + ([(execproto.NOTE_HEADER, note)] if note else [])
+        return Upgrade(101, headers=extra, protocol=execproto.UPGRADE,
                        run=lambda sock: serve_session(sock, cid, start, what))
 
     def _entry(self, namespace: str, pod: str) -> "PodEntry":

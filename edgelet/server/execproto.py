@@ -1,8 +1,11 @@
 """The `edgelet exec` protocol on the local socket: an HTTP Upgrade, then the client's descriptors and JSON lines.
 
-1. The client sends `POST /exec/{namespace}/{pod}/{container}` with
-   `Upgrade: edgelet-exec/1`; the agent answers an error Status (404 no such
-   pod or container, 409 not running) or `101 Switching Protocols`.
+1. The client sends `POST /exec/{pod}?namespace=NS&container=C` (both
+   optional: a static pod's short name, the only namespace that has it, the
+   first container) with `Upgrade: edgelet-exec/1`; the agent answers an
+   error Status (404 no such pod or container, 409 ambiguous or not
+   running) or `101 Switching Protocols` naming the container it chose (and
+   a note when it defaulted one) in headers.
 2. The client sends one hello line, `{"command": [...], "tty": bool,
    "stdin": bool}`, carrying its stdin, stdout and stderr as SCM_RIGHTS: the
    agent starts `runc exec` on them, so no byte of the session passes through
@@ -27,6 +30,8 @@ from dataclasses import dataclass
 import msgspec
 
 UPGRADE = "edgelet-exec/1"
+CONTAINER_HEADER = "X-Edgelet-Container"  # on the 101: the container the agent chose
+NOTE_HEADER = "X-Edgelet-Note"  # on the 101: what to tell the user (the defaulted container)
 MAX_LINE = 64 * 1024  # a hello with a long command still fits; anything longer is refused
 FDS = 3  # stdin, stdout, stderr
 

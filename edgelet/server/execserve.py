@@ -12,7 +12,7 @@ import contextlib
 import os
 import socket
 import subprocess
-from typing import TYPE_CHECKING, Any, Awaitable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Awaitable, Protocol, Sequence, TypeVar
 
 from edgelet.errors import EdgeletError
 from edgelet.server import execproto as proto
@@ -32,6 +32,35 @@ CONTAINER_ID_SCHEME = "runc://"
 class StartExec(Protocol):
     def __call__(self, container_id: str, argv: Sequence[str], *, tty: bool, stdin: int, stdout: int,
                  stderr: int) -> Awaitable["ExecSession"]: ...
+
+
+E = TypeVar("E")
+
+
+def pick_pod(pods: Sequence[tuple[str, str, E]], name: str, namespace: str | None, node: str) -> E:
+    """The pod a user means among (namespace, name, item): `name` or `name-<node>` (a static pod's short
+    name), in `namespace` or, when none is given, the only namespace that has it; HttpError otherwise."""
+    wanted = {name, f"{name}-{node}"}
+    found = [(ns, item) for ns, n, item in pods if n in wanted and (namespace is None or ns == namespace)]
+    if not found:
+        raise HttpError(404, f'pods "{name}" not found')
+    if len(found) > 1:
+        spaces = ", ".join(sorted(ns for ns, _ in found))
+        raise HttpError(409, f'pods "{name}" exist in several namespaces ({spaces}): name one with -n')
+    return found[0][1]
+
+
+def pick_container(names: Sequence[str], requested: str | None, pod: str) -> tuple[str, str | None]:
+    """The container to run in, and a note when one was chosen for the user (kubectl defaults to the first)."""
+    if requested is not None:
+        if requested not in names:
+            raise HttpError(404, f"container {requested!r} not found in pod {pod} (it has: {', '.join(names)})")
+        return requested, None
+    if not names:
+        raise HttpError(404, f"pod {pod} has no containers")
+    if len(names) == 1:
+        return names[0], None
+    return names[0], f'Defaulted container "{names[0]}" out of: {", ".join(names)}'
 
 
 def running_container_id(status: "PodStatus", container: str, pod: str) -> str:

@@ -103,11 +103,11 @@ def match_route(method: str, target: str) -> Route:
             raise HttpError(400, "expected /containerLogs/{namespace}/{pod}/{container}")
         route = Route("container_logs", {"namespace": segs[1], "pod": segs[2], "container": segs[3]}, query)
     elif segs[:1] == ["exec"]:
-        if len(segs) != 4 or not all(segs[1:]):
-            raise HttpError(400, "expected /exec/{namespace}/{pod}/{container}")
+        if len(segs) != 2 or not segs[1]:
+            raise HttpError(400, "expected /exec/{pod}[?namespace=NS&container=C]")
         if method != "POST":
             raise HttpError(405, f"method {method} is not allowed on {parts.path}", headers=(("Allow", "POST"),))
-        return Route("exec", {"namespace": segs[1], "pod": segs[2], "container": segs[3]}, query)
+        return Route("exec", {"pod": segs[1]}, query)
     if route is None:
         raise HttpError(404, f"the server could not find the requested resource: {parts.path or '/'}")
     if method not in ("GET", "HEAD"):

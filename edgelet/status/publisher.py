@@ -98,6 +98,10 @@ class StatusPublisher:
         self.pull_progress: "Callable[[str], PullShown | None] | None" = None
 
     @property
+    def node_name(self) -> str:
+        return self._node
+
+    @property
     def host_ip(self) -> str:
         return self._host_ip
 

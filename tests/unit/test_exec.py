@@ -6,10 +6,10 @@ import pytest
 
 from edgelet.api.types import ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting
 from edgelet.api.types import ContainerStatus, PodStatus
-from edgelet.cli.exec import ExecCommandError, command_of, decide_tty, pick_container
+from edgelet.cli.exec import command_of, decide_tty, exec_target
 from edgelet.runtime.execsession import ExecSessionError, build_exec_process
 from edgelet.server import execproto as proto
-from edgelet.server.execserve import running_container_id
+from edgelet.server.execserve import pick_container, pick_pod, running_container_id
 from edgelet.server.routes import HttpError, match_route
 
 PROCESS = {
@@ -75,14 +75,42 @@ def test_line_buffer_splits_and_bounds():
 
 
 def test_exec_route_is_post_only():
-    route = match_route("POST", "/exec/default/web-node/main")
-    assert route.endpoint == "exec" and route.params == {"namespace": "default", "pod": "web-node", "container": "main"}
+    route = match_route("POST", "/exec/web?namespace=default&container=main")
+    assert route.endpoint == "exec" and route.params == {"pod": "web"}
+    assert route.query == {"namespace": "default", "container": "main"}
     with pytest.raises(HttpError) as err:
-        match_route("GET", "/exec/default/web-node/main")
+        match_route("GET", "/exec/web")
     assert err.value.status == 405
     with pytest.raises(HttpError) as err:
-        match_route("POST", "/exec/default/web-node")
+        match_route("POST", "/exec/default/web/main")
     assert err.value.status == 400
+
+
+@pytest.mark.parametrize("pod, namespace, container, target", [
+    ("web", None, None, "/exec/web"),
+    ("web", "kube-system", None, "/exec/web?namespace=kube-system"),
+    ("a/b", None, "c d", "/exec/a%2Fb?container=c+d"),
+])
+def test_exec_target(pod, namespace, container, target):
+    assert exec_target(pod, namespace, container) == target
+
+
+PODS = [("default", "web-node", 1), ("default", "db", 2), ("other", "db", 3), ("other", "web", 4)]
+
+
+@pytest.mark.parametrize("name, namespace, expected", [
+    ("web", "default", 1), ("web-node", None, 1), ("web", "other", 4),
+    ("web", None, 'pods "web" exist in several namespaces (default, other): name one with -n'), ("db", "default", 2), ("db", "other", 3),
+    ("ghost", None, 'pods "ghost" not found'), ("db", "third", 'pods "db" not found'),
+    ("db", None, 'pods "db" exist in several namespaces (default, other): name one with -n'),
+])
+def test_pick_pod(name, namespace, expected):
+    if isinstance(expected, int):
+        assert pick_pod(PODS, name, namespace, "node") == expected
+        return
+    with pytest.raises(HttpError) as err:
+        pick_pod(PODS, name, namespace, "node")
+    assert err.value.message == expected
 
 
 def _status(state: ContainerState, name: str = "main") -> PodStatus:
@@ -120,6 +148,6 @@ def test_pick_container_and_command():
     assert pick_container(["main"], None, "default/p") == ("main", None)
     assert pick_container(["a", "b"], None, "default/p") == ("a", 'Defaulted container "a" out of: a, b')
     assert pick_container(["a", "b"], "b", "default/p") == ("b", None)
-    with pytest.raises(ExecCommandError, match="container 'c' not found in pod default/p"):
+    with pytest.raises(HttpError, match="container 'c' not found in pod default/p"):
         pick_container(["a", "b"], "c", "default/p")
     assert command_of(["--", "sh", "--"]) == ["sh", "--"] and command_of(["ls"]) == ["ls"]
