@@ -151,3 +151,14 @@ def test_pick_container_and_command():
     with pytest.raises(HttpError, match="container 'c' not found in pod default/p"):
         pick_container(["a", "b"], "c", "default/p")
     assert command_of(["--", "sh", "--"]) == ["sh", "--"] and command_of(["ls"]) == ["ls"]
+
+
+@pytest.mark.parametrize("method, target", [("POST", "/exec/default/p/c?command=true"), ("GET", "/exec/p"),
+                                            ("POST", "/exec/p")])
+def test_the_node_api_serves_no_exec(method, target):
+    """kubectl exec needs SPDY (docs/kubelet-differences.md): exec stays on the local socket only."""
+    from edgelet.server.nodeapi import match_node_route
+
+    with pytest.raises(HttpError) as err:
+        match_node_route(method, target)
+    assert err.value.status == 404
