@@ -178,3 +178,25 @@ def test_exec_with_tty_and_resize(shell):
         if term.proc.poll() is None:
             term.proc.kill()
             term.proc.wait()
+
+
+def test_signals_are_forwarded_and_a_vanished_client_kills_its_command(shell):
+    # SIGINT to the CLI reaches the command (no TTY: the terminal would send ^C as a byte instead).
+    with subprocess.Popen(exec_argv(shell, "shell", "-c", "main", "--", "sh", "-c",
+                                    'trap "exit 42" INT; echo ready; while :; do sleep 0.1; done'),
+                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE) as proc:
+        try:
+            assert proc.stdout.readline() == b"ready\n"
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(timeout=60) == 42
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    # A client killed outright: the agent kills its command in the container.
+    with subprocess.Popen(exec_argv(shell, "shell", "-c", "main", "--", "sh", "-c", "echo ready; exec sleep 1234"),
+                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE) as proc:
+        assert proc.stdout.readline() == b"ready\n"
+        assert b"sleep 1234" in run_exec(shell, "shell", "-c", "main", "--", "ps").stdout
+        proc.kill()
+    wait_for(lambda: b"sleep 1234" not in run_exec(shell, "shell", "-c", "main", "--", "ps").stdout, timeout=60,
+             what="the orphaned command killed")
