@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Protocol, Sequence, TypeVar
 from edgelet.errors import EdgeletError
 from edgelet.server import execproto as proto
 from edgelet.server.routes import HttpError
+from edgelet.status.compute import CONTAINER_ID_SCHEME
 from edgelet.util.log import get_logger
 
 if TYPE_CHECKING:
@@ -26,7 +27,6 @@ if TYPE_CHECKING:
 log = get_logger(__name__)
 
 HELLO_TIMEOUT = 10.0  # an upgraded connection that sends no hello within this is dropped
-CONTAINER_ID_SCHEME = "runc://"
 
 
 class StartExec(Protocol):
