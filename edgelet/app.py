@@ -119,6 +119,7 @@ class Agent:
                              clock=self.clock)
         self.image_manager = ImageManager(self.images, self.puller, events=self.events, backoff=self.backoff,
                                           clock=self.clock)
+        self.publisher.pull_progress = self.puller.progress  # `pods -o wide` and `describe pod` show pulls
         from edgelet.images.gc import ImageGC
 
         self.image_gc = ImageGC(self.images, self._images_in_use, self.clock, high=settings.image_gc_high_threshold,
@@ -170,6 +171,7 @@ class Agent:
                 publisher=self.publisher, events=self.events, paths=paths, clock=self.clock, metrics=self.metrics,
                 last_sync_iteration=lambda: self.loop.last_iteration, last_relist=lambda: self.pleg.last_relist,
                 node_state=self.mirror.snapshot if self.mirror is not None else None, stats=self.stats,
+                start_exec=self.runtime.start_exec,
             ))
             if settings.node_api_enabled:
                 self.node_api = _NodeApiPlan(self, api)

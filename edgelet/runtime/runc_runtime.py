@@ -56,6 +56,7 @@ from edgelet.runtime.host import (
 )
 from edgelet.network.errors import NetworkError
 from edgelet.ocispec.errors import SpecError
+from edgelet.runtime.execsession import ExecSession, ExecSessionError, build_exec_process
 from edgelet.runtime.runc import Runc
 from edgelet.runtime.state import ExitInfo, Observed, build_pod_statuses
 from edgelet.runtime.sandbox import PauseSpec, pause_spec, sandbox_namespace_paths
@@ -92,6 +93,7 @@ if TYPE_CHECKING:
     from edgelet.images.types import ImageRecord
 
 log = get_logger("edgelet.runtime")
+MONITOR_CGROUP = "conmon"  # the leaf under each pod cgroup holding the pod's conmons
 
 MIN_STOP_GRACE = 2.0  # kubelet: at least 2 s between the stop signal and SIGKILL
 KILL_WAIT = 10.0  # how long SIGKILL may take to show up as an exit file
@@ -229,6 +231,27 @@ class RuncRuntime:
             self._cgroups().create_pod(path, cg_qos.pod_resources(pod, self.pod_max_pids))
         except CgroupError as exc:
             raise SandboxError(f"pod {_full(pod)}: cannot set up its cgroup {path}: {exc}") from exc
+
+    def monitor_cgroup(self, uid: str, pod: "Pod | None" = None) -> str:
+        """Where the pod's conmons live: a leaf `conmon` under the pod's cgroup (CRI-O's conmon_cgroup="pod").
+
+        Started by edgelet, a conmon would stay in the cgroup of the systemd
+        unit that ran edgelet: `edgelet-runonce.service` would keep the
+        conmons of the boot's pods ("remains running after unit stopped"),
+        `edgelet.service` those of every pod it started. In the pod's cgroup
+        they belong to no unit, are charged to their pod, and go with it.
+        """
+        return self.pod_cgroup(uid, pod) + "/" + MONITOR_CGROUP
+
+    def _move_monitor(self, bundle: Path, uid: str, pod: "Pod") -> None:
+        pid = conmon.conmon_pid(bundle)
+        if pid is None:
+            return
+        try:
+            self._cgroups().add_process(self.monitor_cgroup(uid, pod), pid)
+        except CgroupError as exc:
+            # The container runs either way; only where its monitor is accounted differs.
+            log.warning("Cannot move conmon into the pod's cgroup", pod=_full(pod), pid=pid, err=str(exc))
 
     def _ensure_dirs(self) -> None:
         # Private: bundles and checkpoints hold pod specs with their env values.
@@ -397,6 +420,7 @@ class RuncRuntime:
             await asyncio.to_thread(self._make_pod_cgroup, pod, uid)
             pid = await conmon.create(self._conmon_args(sid, f"k8s_POD_{meta(pod).name}_{meta(pod).namespace}_{uid}_{attempt}",
                                                         bundle, log_path), runner=self._exec)
+            await asyncio.to_thread(self._move_monitor, bundle, uid, pod)
             await self.runc.start(sid)
             await asyncio.to_thread(bl.write_file, bundle / bl.STARTED_FILE, repr(self.clock.now()))
             done = True
@@ -579,6 +603,7 @@ class RuncRuntime:
             await asyncio.to_thread(bl.write_file, bundle / bl.CONFIG, json.dumps(config, indent=1))
             await conmon.create(self._conmon_args(cid, f"k8s_{container.name}_{pod_name}_{ns}_{uid}_{attempt}",
                                                   bundle, log_path), runner=self._exec)
+            await asyncio.to_thread(self._move_monitor, bundle, uid, pod)
             done = True
         except SpecError as exc:
             # The pod asks for what cannot be expressed: kubelet's CreateContainerConfigError, message unchanged.
@@ -661,6 +686,40 @@ class RuncRuntime:
             raise
         finally:
             pid_file.unlink(missing_ok=True)
+
+    async def start_exec(self, container_id: str, argv: Sequence[str], *, tty: bool, stdin: int, stdout: int,
+                         stderr: int) -> ExecSession:
+        """Start `argv` in the running container with its own process spec (`edgelet exec`), on the given
+        descriptors; the caller waits for, signals or kills the returned session. ExecSessionError when the
+        container is not running or has no bundle."""
+        state = await self.runc.state(container_id)
+        status = (state or {}).get("status", "unknown to runc")
+        if status != "running":
+            raise ExecSessionError(f"container {container_id[:12]} is not running ({status})")
+        bundle = await self._bundle_of(container_id)
+        if bundle is None:
+            raise ExecSessionError(f"container {container_id[:12]} has no bundle")
+        try:
+            config = json.loads((bundle / "config.json").read_bytes())
+            spec = build_exec_process(config["process"], argv, tty=tty)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ExecSessionError(f"cannot read the process spec of container {container_id[:12]} in "
+                                   f"{bundle}: {exc}") from exc
+        exec_dir = self.paths.run_dir / "exec"
+        exec_dir.mkdir(parents=True, exist_ok=True)
+        name = f"{container_id[:12]}-{secrets.token_hex(6)}"
+        pid_file, process_file = exec_dir / f"{name}.pid", exec_dir / f"{name}.process.json"
+        # 0600 from the start: the spec holds the container's environment.
+        fd = os.open(process_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(spec, f)
+        cmd = self.runc.argv("exec", "--process", str(process_file), "--pid-file", str(pid_file), container_id)
+        try:
+            process = await _exec.start(cmd, stdin=stdin, stdout=stdout, stderr=stderr)
+        except ExecError:
+            process_file.unlink(missing_ok=True)
+            raise
+        return ExecSession(process, pid_file, process_file)
 
     async def _kill_and_wait(self, cid: str, bundle: Path | None) -> None:
         if await self._has_exited(cid, bundle):

@@ -21,7 +21,7 @@ from edgelet.api.pod import meta
 from edgelet.api.pod import spec as pod_spec
 from edgelet.api.pod import uid as pod_uid
 from edgelet.server.health import check_health, render_health
-from edgelet.server.http import JSON, HttpServer, Request, Response, ServerError
+from edgelet.server.http import JSON, HttpServer, Request, Response, ServerError, Upgrade
 from edgelet.server.routes import PUBLIC_ENDPOINTS, HttpError, LogOptions, match_route, parse_log_options
 from edgelet.util.log import get_logger
 
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from edgelet.api.types import ContainerStatus
     from edgelet.events import EventRecorder
     from edgelet.runtime.layout import RuntimePaths
+    from edgelet.server.execserve import StartExec
     from edgelet.server.metrics import Metrics
     from edgelet.stats.collector import StatsCollector
     from edgelet.status.publisher import PodEntry, StatusPublisher
@@ -57,6 +58,7 @@ class ApiSources:
     metrics: "Metrics | None" = None
     node_state: Callable[[], object] | None = None  # the apiserver link (edgelet.mirror), with --kubeconfig
     stats: "StatsCollector | None" = None
+    start_exec: "StartExec | None" = None  # the runtime's interactive exec, for `edgelet exec`
 
 
 def _json(value: object) -> Response:
@@ -100,6 +102,9 @@ class Api:
         if route.endpoint == "stats_summary":
             return await self.stats_summary()
         p = route.params
+        if route.endpoint == "exec":
+            return self.exec(request, p["pod"], route.query.get("namespace") or None,
+                             route.query.get("container") or None)
         return await self.container_logs(p["namespace"], p["pod"], p["container"], parse_log_options(route.query))
 
     def healthz(self, *, verbose: bool = False) -> Response:
@@ -132,6 +137,34 @@ class Api:
         from edgelet.server.metrics import CONTENT_TYPE
 
         return Response(200, self._s.metrics.render(), CONTENT_TYPE)
+
+    def exec(self, request: Request, pod: str, namespace: str | None, container: str | None) -> Upgrade:
+        """`edgelet exec`: switch to the exec protocol (edgelet.server.execproto) for a running container.
+
+        The pod is named as a user types it (a static pod without its node suffix, any namespace when
+        unique), the container defaults to the first: one request, so the CLI needs no pods table first.
+        """
+        from edgelet.server import execproto
+        from edgelet.server.execserve import pick_container, pick_pod, running_container_id, serve_session
+
+        start = self._s.start_exec
+        if start is None:
+            raise HttpError(404, "exec is not available in this agent")
+        headers = {k.lower(): v for k, v in request.headers}
+        if headers.get("upgrade", "").lower() != execproto.UPGRADE:
+            raise HttpError(400, f"exec needs `Upgrade: {execproto.UPGRADE}` (use `edgelet exec`)")
+        entries = [(meta(e.pod).namespace or "default", meta(e.pod).name or "", e)
+                   for e in self._s.publisher.entries()]
+        entry = pick_pod(entries, pod, namespace, self._s.publisher.node_name)
+        ns, name = meta(entry.pod).namespace or "default", meta(entry.pod).name or ""
+        spec = pod_spec(entry.pod)
+        names = [c.name for c in [*(spec.init_containers or []), *(spec.containers or [])]]
+        chosen, note = pick_container(names, container, f"{ns}/{name}")
+        cid = running_container_id(entry.status, chosen, f"{ns}/{name}")
+        what = f"{ns}/{name}/{chosen}"
+        extra = [(execproto.CONTAINER_HEADER, chosen)] + ([(execproto.NOTE_HEADER, note)] if note else [])
+        return Upgrade(101, headers=extra, protocol=execproto.UPGRADE,
+                       run=lambda sock: serve_session(sock, cid, start, what))
 
     def _entry(self, namespace: str, pod: str) -> "PodEntry":
         for e in self._s.publisher.entries():

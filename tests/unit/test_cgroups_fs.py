@@ -203,3 +203,16 @@ def test_v1_removal_includes_the_hybrid_unified_dir_and_tries_every_hierarchy(v1
     assert not (v1_mount / "unified/k/podu").exists(), "the busy memory dir did not stop the others"
     assert not (v1_mount / "pids/k/podu").exists()
     assert busy.exists()
+
+
+def test_add_process_places_a_pid_in_every_hierarchy_and_the_hybrid_unified_one(v1_mount: Path):
+    CgroupV1(v1_mount).add_process("/kubepods/besteffort/podu1/conmon", 4242)
+    for name in (*V1_HIERARCHIES, "unified"):
+        assert (v1_mount / name / "kubepods/besteffort/podu1/conmon/cgroup.procs").read_text() == "4242"
+    # A new cpuset cgroup gets its parent's cpus and mems, or it would refuse the pid.
+    assert (v1_mount / "cpuset" / "kubepods/besteffort/podu1/conmon/cpuset.cpus").read_text() == "0-3"
+
+
+def test_v2_add_process(v2_mount: Path):
+    CgroupV2(v2_mount).add_process("/kubepods/podu1/conmon", 7)
+    assert (v2_mount / "kubepods/podu1/conmon/cgroup.procs").read_text() == "7"
