@@ -42,6 +42,7 @@ class Agent:
         from edgelet.images.store import ImageStore
         from edgelet.pleg import Pleg
         from edgelet.runtime.runc_runtime import RuncRuntime
+        from edgelet.runtime.logrotation import LogRotator, backstop_size
         from edgelet.sources.file import FileSource
         from edgelet.status.publisher import StatusPublisher
         from edgelet.sync.loop import SyncLoop
@@ -92,7 +93,11 @@ class Agent:
             network=network, cluster_dns=settings.cluster_dns,
             cluster_domain=settings.cluster_domain or "", allowed_unsafe_sysctls=settings.allowed_unsafe_sysctls,
             seccomp_default=settings.seccomp_default, on_warning=self._runtime_warning,
+            log_size_max=backstop_size(settings.container_log_max_size),
         )
+        self.log_rotator = LogRotator(paths, self.clock, max_size=settings.container_log_max_size,
+                                      max_files=settings.container_log_max_files,
+                                      interval=settings.container_log_monitor_interval)
         # The local API and its metrics (not for --runonce, which serves nobody).
         self.metrics = None
         if settings.enable_server and not settings.runonce:
@@ -118,6 +123,7 @@ class Agent:
                              clock=self.clock)
         self.image_manager = ImageManager(self.images, self.puller, events=self.events, backoff=self.backoff,
                                           clock=self.clock)
+        self.publisher.pull_progress = self.puller.progress  # `pods -o wide` and `describe pod` show pulls
         from edgelet.images.gc import ImageGC
 
         self.image_gc = ImageGC(self.images, self._images_in_use, self.clock, high=settings.image_gc_high_threshold,
@@ -169,6 +175,7 @@ class Agent:
                 publisher=self.publisher, events=self.events, paths=paths, clock=self.clock, metrics=self.metrics,
                 last_sync_iteration=lambda: self.loop.last_iteration, last_relist=lambda: self.pleg.last_relist,
                 node_state=self.mirror.snapshot if self.mirror is not None else None, stats=self.stats,
+                start_exec=self.runtime.start_exec,
             ))
             if settings.node_api_enabled:
                 self.node_api = _NodeApiPlan(self, api)
@@ -250,6 +257,7 @@ class Agent:
                     tg.create_task(self.http_source.run(self.loop.emit_config), name="source-http")
                 tg.create_task(self.import_dir.run(self.loop.resync_all), name="image-import")
                 tg.create_task(self.image_gc.run(), name="image-gc")
+                tg.create_task(self.log_rotator.run(), name="log-rotation")
                 if self.eviction is not None:
                     tg.create_task(self.eviction.run(), name="eviction")
                 if self.node_shutdown is not None:

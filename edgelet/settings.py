@@ -232,6 +232,26 @@ def _headers(raw: Any, from_toml: bool) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
+def _size(raw: Any, from_toml: bool) -> int:
+    """A size in bytes: a Kubernetes quantity (`10Mi`, `500Ki`, `1G`) or, in TOML, a plain integer."""
+    from edgelet.api.quantity import QuantityError, value
+
+    if isinstance(raw, bool):
+        raise ValueError(f"expected a size such as 10Mi, got {raw!r}")
+    if isinstance(raw, int) and from_toml:
+        size = raw
+    elif isinstance(raw, str):
+        try:
+            size = value(raw.strip())
+        except QuantityError as exc:
+            raise ValueError(f"expected a size such as 10Mi, got {raw!r}") from exc
+    else:
+        raise ValueError(f"expected a size such as 10Mi, got {raw!r}")
+    if size <= 0:
+        raise ValueError(f"must be positive, got {raw!r}")
+    return size
+
+
 def _percent(raw: Any, from_toml: bool) -> int:
     value = _int(minimum=0)(raw, from_toml)
     if value > 100:
@@ -400,6 +420,14 @@ class Settings:
     image_gc_low_threshold: int = _opt(80, _percent, "disk usage percent image GC frees down to", metavar="PERCENT")
     image_minimum_gc_age: float = _opt(120.0, _duration(), "minimum age of an unused image before GC may remove it",
                                        metavar="DURATION")
+    container_log_max_size: int = _opt(10 * 1024 * 1024, _size, "a container's log is rotated once it reaches "
+                                       "this size (conmon cuts it at twice this size if rotation falls behind)",
+                                       metavar="SIZE")
+    container_log_max_files: int = _opt(5, _int(minimum=2), "log files kept per container instance, the current "
+                                        "one included (all but the two newest gzipped)", metavar="N")
+    container_log_monitor_interval: float = _opt(10.0, _duration(positive=True), "how often container logs are "
+                                                 "checked for rotation (a fast-growing log sooner)",
+                                                 metavar="DURATION")
     eviction_hard: str | None = _opt(
         EVICTION_HARD_DEFAULT, _str(optional=True), "hard eviction thresholds, SIGNAL<QUANTITY or SIGNAL<PERCENT%, "
         "comma-separated (signals: memory.available, nodefs.available, nodefs.inodesFree, imagefs.available, "

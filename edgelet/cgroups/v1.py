@@ -188,6 +188,23 @@ class CgroupV1:
                 if inherited:
                     write_value(own, inherited)
 
+    def add_process(self, path: str, pid: int) -> None:
+        """Move `pid` into the cgroup `path` (made when missing) in every hierarchy, and in the cgroup2
+        `unified` mount of a hybrid host, where systemd tracks its units' processes."""
+        rel = relative_path(path)
+        targets = list(self.hierarchies())
+        unified = self.mount / "unified"
+        if (unified / "cgroup.controllers").exists():
+            targets.append(unified)
+        for h in targets:
+            try:
+                (h / rel).mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise CgroupError(f"cannot create ({exc.strerror})", h / rel) from exc
+            if "cpuset" in h.name.split(","):
+                self._fill_cpuset(h, rel)
+            write_value(h / rel / "cgroup.procs", str(pid))
+
     def remove_pod(self, path: str) -> None:
         """rmdir the pod cgroup and whatever runc left below it, in every hierarchy; absent is fine.
 

@@ -74,6 +74,15 @@ class CgroupV2:
         if "pids" in controllers and resources.pids_limit:
             write_value(target / "pids.max", str(resources.pids_limit))
 
+    def add_process(self, path: str, pid: int) -> None:
+        """Move `pid` into the cgroup `path` (made when missing; a leaf, as v2 wants processes only in leaves)."""
+        target = self.mount / relative_path(path)
+        try:
+            target.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CgroupError(f"cannot create ({exc.strerror})", target) from exc
+        write_value(target / "cgroup.procs", str(pid))
+
     def remove_pod(self, path: str) -> None:
         """rmdir the pod cgroup and its children; absent is fine."""
         rel = relative_path(path)

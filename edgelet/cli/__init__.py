@@ -1,7 +1,7 @@
 """The command line: kubelet-named flags for the agent, the parser of every subcommand, and `main`.
 
 Each command group has its own module (pods, events, node, top, images, logs,
-check, version); `common` holds what they share. This package is the only
+exec, check, version); `common` holds what they share. This package is the only
 place that turns errors into exit statuses: 2 for a usage
 or configuration error, 1 for anything else that went wrong in an expected
 way (a one-line message on stderr, no traceback).
@@ -16,6 +16,7 @@ from typing import Any, Sequence, TextIO
 from edgelet.cli.check import cmd_check
 from edgelet.cli.common import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, PROG, is_expected_error
 from edgelet.cli.events import cmd_events
+from edgelet.cli.exec import cmd_exec
 from edgelet.cli.images import cmd_images
 from edgelet.cli.logs import cmd_logs
 from edgelet.cli.node import cmd_node
@@ -98,6 +99,14 @@ def build_parser() -> argparse.ArgumentParser:
     top = sub.add_parser("top", parents=[common], help="CPU and memory of the running pods (kubectl top)")
     top.add_argument("what", nargs="?", choices=("pods", "pod", "po", "containers"), default="pods")
     top.add_argument("-n", "--namespace", default=None, help="only pods of this namespace")
+    exe = sub.add_parser("exec", parents=[common], help="run a command in a running container (kubectl exec)",
+                         usage=f"{PROG} exec [-i] [-t] POD [-c CONTAINER] [-n NAMESPACE] -- COMMAND [ARG...]")
+    exe.add_argument("pod", metavar="POD", help="pod name, with or without the -NODE suffix of static pods")
+    exe.add_argument("command_argv", nargs="*", metavar="COMMAND", help="the command and its arguments, after --")
+    exe.add_argument("-c", "--container", default=None, help="container name (default: the pod's first)")
+    exe.add_argument("-n", "--namespace", default=None, help="the pod's namespace (needed when ambiguous)")
+    exe.add_argument("-i", "--stdin", action="store_true", help="pass stdin to the command")
+    exe.add_argument("-t", "--tty", action="store_true", help="run the command in a terminal (with -i)")
     check = sub.add_parser("check", parents=[common], help="check that this machine can run edgelet")
     for key in ("runtime", "conmon", "pod_infra_container_image", "cni_conf_dir", "cni_bin_dir"):
         _add_setting(check, key)
@@ -119,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 COMMANDS = {"version": cmd_version, "node": cmd_node, "pods": cmd_pods, "describe": cmd_describe, "events": cmd_events, "images": cmd_images, "logs": cmd_logs,
-            "check": cmd_check, "top": cmd_top}
+            "exec": cmd_exec, "check": cmd_check, "top": cmd_top}
 
 
 def settings_from_args(args: argparse.Namespace, env: Any = None) -> Settings:
@@ -133,8 +142,16 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
     out = sys.stdout if out is None else out
     err = sys.stderr if err is None else err
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    tail = None
+    if "--" in argv and "exec" in argv[:argv.index("--")]:
+        # `exec POD -c C -- CMD -x`: options may follow POD, so argparse alone cannot tell where CMD begins.
+        cut = argv.index("--")
+        argv, tail = argv[:cut], argv[cut + 1:]
     try:
         args = parser.parse_args(argv)
+        if tail is not None:
+            args.command_argv = [*args.command_argv, *tail]
     except SystemExit as exc:  # argparse has printed the usage error (or --help)
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     try:

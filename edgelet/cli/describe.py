@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 if TYPE_CHECKING:
     from edgelet.events import Event
@@ -246,7 +246,8 @@ def _ports(ports: list[dict[str, Any]], key: str) -> str:
     return ",".join(f"{p.get(key)}/{p.get('protocol') or 'TCP'}" for p in ports if p.get(key))
 
 
-def _containers(w: _Writer, title: str, containers: list[dict], statuses: list[dict], pod_ip: str) -> None:
+def _containers(w: _Writer, title: str, containers: list[dict], statuses: list[dict], pod_ip: str,
+                pulls: Mapping[str, Sequence[int]] | None = None) -> None:
     w.w(0, f"{title}:\n")
     by_name = {s.get("name"): s for s in statuses}
     for c in containers:
@@ -269,6 +270,11 @@ def _containers(w: _Writer, title: str, containers: list[dict], statuses: list[d
                         w.w(3, f"{line}\n")
         if status is not None:
             _state(w, "State", status.get("state"))
+            pull = (pulls or {}).get(c.get("image") or "")
+            if pull is not None and "waiting" in (status.get("state") or {"waiting": {}}):
+                from edgelet.cli.progress import pull_text
+
+                w.w(3, f"Pulling:\t{pull_text(pull[0], pull[1])}\n")
             last = status.get("lastState") or {}
             if last.get("terminated"):
                 _state(w, "Last State", last)
@@ -373,8 +379,10 @@ def _events(w: _Writer, events: Sequence["Event"], now: float) -> None:
         w.w(1, f"{e.type}\t{e.reason}\t{age}\tkubelet\t{e.message.strip()}\n")
 
 
-def describe_pod(pod: dict[str, Any], events: Sequence["Event"], now: float) -> str:
-    """`kubectl describe pod` of one Pod object (as the snapshot holds it) and its events."""
+def describe_pod(pod: dict[str, Any], events: Sequence["Event"], now: float,
+                 pulls: Mapping[str, Sequence[int]] | None = None) -> str:
+    """`kubectl describe pod` of one Pod object (as the snapshot holds it) and its events; a container waiting
+    for a pull under way (`pulls`: image -> [done, total]) shows how far it is."""
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
     status = pod.get("status") or {}
@@ -414,8 +422,9 @@ def describe_pod(pod: dict[str, Any], events: Sequence["Event"], now: float) -> 
         for ip in ips:
             w.w(1, f"IP:\t{ip.get('ip')}\n")
     if spec.get("initContainers"):
-        _containers(w, "Init Containers", spec["initContainers"], status.get("initContainerStatuses") or [], pod_ip)
-    _containers(w, "Containers", spec.get("containers") or [], status.get("containerStatuses") or [], pod_ip)
+        _containers(w, "Init Containers", spec["initContainers"], status.get("initContainerStatuses") or [], pod_ip,
+                    pulls)
+    _containers(w, "Containers", spec.get("containers") or [], status.get("containerStatuses") or [], pod_ip, pulls)
     gates = spec.get("readinessGates") or []
     conditions = status.get("conditions") or []
     if gates:

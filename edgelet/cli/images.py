@@ -16,6 +16,7 @@ from edgelet.cli.common import (
     format_table,
     is_expected_error,
 )
+from edgelet.cli.progress import with_progress
 from edgelet.settings import Settings
 
 if TYPE_CHECKING:
@@ -32,6 +33,11 @@ def images_table(records: Sequence["ImageRecord"], now: float) -> str:
         for ref in r.references or ("<none>",):
             rows.append([ref, r.digest, format_size(r.size), "true" if r.pinned else "false", used])
     return format_table(rows)
+
+
+def _is_tty(out: TextIO) -> bool:
+    isatty = getattr(out, "isatty", None)
+    return bool(isatty is not None and isatty())
 
 
 def image_store(settings: Settings) -> Any:
@@ -65,7 +71,8 @@ def cmd_images_change(settings: Settings, args: argparse.Namespace, out: TextIO,
         puller = Puller(store, registries=dict(settings.registries),
                         credentials=load_credentials(credential_paths(settings.image_credential_file)))
         started = common.clock.monotonic()
-        r = puller.pull_sync(args.reference)
+        r = with_progress(lambda progress: puller.pull_sync(args.reference, progress=progress), out,
+                          tty=_is_tty(out))
         print(f"Pulled {', '.join(r.references)} ({r.digest}, {format_size(r.size)}) in "
               f"{common.clock.monotonic() - started:.1f}s", file=out)
         return EXIT_OK
@@ -95,7 +102,8 @@ def cmd_images_import(settings: Settings, args: argparse.Namespace, out: TextIO,
     for name in args.files:
         path = Path(name)
         try:
-            records = store.import_archive(path)
+            records = with_progress(lambda progress: store.import_archive(path, progress=progress), out,
+                                    tty=_is_tty(out))
         except Exception as exc:  # noqa: BLE001 - reported per file, then the others are still imported
             if not is_expected_error(exc):
                 raise

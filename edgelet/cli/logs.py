@@ -147,20 +147,17 @@ def _print_from_files(settings: "Settings", req: LogRequest, out: TextIO) -> int
     except logs.LogNotFoundError as exc:
         raise LogCommandError(str(exc)) from exc
     tail = req.tail if req.tail is not None and req.tail >= 0 else None
-    data, offset = logs.read_log(path, tail=tail, timestamps=req.timestamps)
-    _write(out, data)
-    if not req.follow or req.previous:
-        return EXIT_OK
-    rest = b""
-    with open(path, "rb") as f:
-        f.seek(offset)
-        while True:
-            chunk = f.read(1 << 16)
-            if not chunk:
+    data, cursor = logs.open_log(path, tail=tail, timestamps=req.timestamps)
+    with cursor:
+        _write(out, data)
+        if not req.follow or req.previous:
+            return EXIT_OK
+        while True:  # across rotations, until interrupted
+            chunk = cursor.read_new()
+            if chunk:
+                _write(out, chunk)
+            else:
                 time.sleep(logs.FOLLOW_POLL)
-                continue
-            complete, rest = logs.split_complete(rest + chunk)
-            _write(out, logs.decode_cri(complete, timestamps=req.timestamps))
 
 
 def cmd_logs(settings: "Settings", args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

@@ -20,7 +20,20 @@ from edgelet.cli.common import (
 from edgelet.settings import Settings
 
 if TYPE_CHECKING:
-    from edgelet.status.snapshot import PodsSnapshot
+    from edgelet.status.snapshot import PodRow, PodsSnapshot
+
+
+def pod_images(row: "PodRow") -> list[str]:
+    spec = (row.pod or {}).get("spec") or {}
+    return [c.get("image") or "" for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]]
+
+
+def pulls_message(row: "PodRow", pulls: dict[str, list[int]]) -> str:
+    """The pulls under way for `row`'s images: `pulling IMAGE: 12.3MB of 53.5MB (23%)`."""
+    from edgelet.cli.progress import pull_text
+
+    shown = dict.fromkeys(i for i in pod_images(row) if i in pulls)
+    return "; ".join(f"pulling {i}: {pull_text(*pulls[i])}" for i in shown)
 
 
 def pods_table(snapshot: "PodsSnapshot", now: float, *, wide: bool = False) -> str:
@@ -39,7 +52,7 @@ def pods_table(snapshot: "PodsSnapshot", now: float, *, wide: bool = False) -> s
             row += wide_columns(p)
         row.append(p.source)
         if wide:
-            row += [p.uid, p.origin, p.message]
+            row += [p.uid, p.origin, "; ".join(m for m in (pulls_message(p, snapshot.pulls), p.message) if m)]
         rows.append(row)
     return format_table(rows)
 
@@ -132,5 +145,5 @@ def cmd_describe(settings: Settings, args: argparse.Namespace, out: TextIO, err:
               if e.object.name == row.name and e.object.namespace == row.namespace
               and (not e.object.uid or e.object.uid == row.uid)]
     (obj,) = describe.pod_objects([row])
-    out.write(describe.describe_pod(obj, events, common.clock.now()))
+    out.write(describe.describe_pod(obj, events, common.clock.now(), snapshot.pulls))
     return EXIT_OK

@@ -63,7 +63,13 @@ class Runtime(Protocol):
         ...
 
     async def remove_container(self, container_id: str) -> None:
-        """`runc delete`, unmount rootfs, remove bundle and exit file (logs stay)."""
+        """`runc delete`, unmount rootfs, remove bundle and exit file, and a container's log files (kubelet's
+        container GC removes the log with the container; a sandbox's log stays for its successors)."""
+        ...
+
+    async def release_container(self, container_id: str) -> None:
+        """Free what an exited container no longer needs (runc state, cgroup, rootfs mount), keeping its
+        record for status, its writable layer and its log; idempotent, nothing for a running one."""
         ...
 
     async def remove_pod(self, uid: str) -> None:

@@ -54,6 +54,7 @@ from edgelet.images.reference import (
     sha256_digest,
     validate_digest,
 )
+from edgelet.images.progress import Progress, ProgressSnapshot
 from edgelet.images.registries import Endpoint, RegistryHost, registry_endpoints
 from edgelet.images import zstd as zstd_reader
 from edgelet.util.clock import REAL_CLOCK, Clock
@@ -318,6 +319,7 @@ class Puller:
         self.timeout = timeout
         self._transport = transport
         self._inflight: dict[str, asyncio.Future[ImageRecord]] = {}
+        self._progress: dict[str, Progress] = {}  # the references of pulls under way, as pods name them
 
     @property
     def busy(self) -> bool:
@@ -329,19 +331,31 @@ class Puller:
         key = str(parse_reference(ref))
         fut = self._inflight.get(key)
         if fut is None:
-            fut = asyncio.ensure_future(asyncio.to_thread(self.pull_sync, key))
+            progress = Progress(self._clock)
+            fut = asyncio.ensure_future(asyncio.to_thread(self.pull_sync, key, progress=progress))
             self._inflight[key] = fut
+            self._progress[key] = progress
 
             def _done(f: "asyncio.Future[ImageRecord]") -> None:
                 self._inflight.pop(key, None)
+                self._progress.pop(key, None)
                 if not f.cancelled():
                     f.exception()  # retrieved here so a pull nobody waits for any more does not warn
 
             fut.add_done_callback(_done)
         return await asyncio.shield(fut)
 
-    def pull_sync(self, ref: str) -> "ImageRecord":
-        """Pull `ref` (blocking). Raises PullError, ManifestError, BlobError, UnpackError, StoreError."""
+    def progress(self, ref: str) -> ProgressSnapshot | None:
+        """How far the pull of `ref` under way is (None when none is)."""
+        try:
+            p = self._progress.get(str(parse_reference(ref)))
+        except InvalidReference:
+            return None
+        return p.snapshot() if p is not None else None
+
+    def pull_sync(self, ref: str, progress: Progress | None = None) -> "ImageRecord":
+        """Pull `ref` (blocking), counting the blobs' bytes into `progress`.
+        Raises PullError, ManifestError, BlobError, UnpackError, StoreError."""
         try:
             parsed = parse_reference(ref)
         except InvalidReference:
@@ -351,7 +365,7 @@ class Puller:
         for ep in endpoints:
             try:
                 with self.store.pulling():  # its blobs are nobody's until it commits: no sweep meanwhile
-                    return self._pull_from(ep, parsed)
+                    return self._pull_from(ep, parsed, progress)
             except ManifestError:
                 raise  # the image itself is unusable: another mirror would serve the same
             except (PullError, BlobError) as exc:
@@ -363,7 +377,7 @@ class Puller:
             raise errors[0]
         raise PullError(str(parsed), "; ".join(str(e) for e in errors))
 
-    def _pull_from(self, ep: Endpoint, ref: Reference) -> "ImageRecord":
+    def _pull_from(self, ep: Endpoint, ref: Reference, progress: Progress | None = None) -> "ImageRecord":
         import httpx  # on first use: an agent that never pulls does not pay its 3.7 MB
         started = self._clock.monotonic()
         session = _Session(ep, ref, self.credentials.get(ref.domain), timeout=self.timeout,
@@ -378,11 +392,14 @@ class Puller:
                                 source=session.url("manifests", manifest.digest))
             wanted = [config, *[la for la in layers]]
             missing = list({d["digest"]: d for d in wanted if not self.store.has_blob(d["digest"])}.values())
+            if missing and progress is not None:
+                for d in missing:  # every size is known from the manifest: the total is right from the start
+                    progress.begin(d["digest"], d["size"])
             if missing:
                 with ThreadPoolExecutor(max_workers=min(self.max_parallel, len(missing)),
                                         thread_name_prefix="pull") as pool:
                     # list() re-raises the first failure; the pool waits for the others first.
-                    list(pool.map(lambda d: self._fetch_blob(session, d), missing))
+                    list(pool.map(lambda d: self._fetch_blob(session, d, progress), missing))
             for d in wanted:  # present before the pull: still the size the manifest says?
                 if self.store.blob_size(d["digest"]) != d["size"]:
                     raise BlobError(d["digest"], f"stored blob is {self.store.blob_size(d['digest'])} bytes, the "
@@ -428,14 +445,15 @@ class Puller:
             target = want_digest
         raise ManifestError(str(ref), "indexes nested too deeply")
 
-    def _fetch_blob(self, session: _Session, desc: Mapping[str, Any]) -> None:
+    def _fetch_blob(self, session: _Session, desc: Mapping[str, Any], progress: Progress | None = None) -> None:
         digest, size = desc["digest"], desc["size"]
         resp, url = session.blob(digest)
         try:
             length = resp.headers.get("content-length")
             if length is not None and length.isdigit() and int(length) != size:
                 raise BlobError(digest, f"registry sends {length} bytes, the manifest says {size}", source=url)
-            self.store.add_blob(_StreamReader(_raw_chunks(resp, _CHUNK)), digest=digest, size=size, source=url)
+            self.store.add_blob(_StreamReader(_raw_chunks(resp, _CHUNK)), digest=digest, size=size, source=url,
+                                progress=progress)
         finally:
             resp.close()
 

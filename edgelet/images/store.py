@@ -35,6 +35,7 @@ from typing import Any, BinaryIO, Iterator, Sequence
 from edgelet.images.types import ByteSource
 from edgelet.images.archive import MAX_JSON, read_archive
 from edgelet.images.errors import BlobError, ImageNotFound, InvalidReference, StoreError, UnpackError
+from edgelet.images.progress import Progress
 from edgelet.images.reference import (
     Reference,
     chain_ids,
@@ -308,9 +309,11 @@ class ImageStore:
             return f.read()
 
     def add_blob(self, src: ByteSource, *, digest: str | None = None, size: int | None = None,
-                 source: str = "") -> tuple[str, int]:
+                 source: str = "", progress: "Progress | None" = None) -> tuple[str, int]:
         """Copy `src` into the store, hashing as it goes; with `digest`/`size`, a mismatch is a BlobError and
-        nothing is kept. Returns (digest, size). A blob already present is not read again."""
+        nothing is kept. Returns (digest, size). A blob already present is not read again. `progress`
+        counts the bytes as they come, under the digest (or the source when the digest is not known yet)."""
+        key = digest or source or "blob"
         if digest is not None:
             try:
                 final = self.blob_path(digest)
@@ -330,12 +333,16 @@ class ImageStore:
         except OSError as exc:
             raise StoreError(self._tmp, f"cannot create a temp file: {exc.strerror}") from exc
         try:
+            if progress is not None:
+                progress.begin(key, size)
             with os.fdopen(fd, "wb") as out:
                 while True:
                     chunk = src.read(_CHUNK)
                     if not chunk:
                         break
                     written += len(chunk)
+                    if progress is not None:
+                        progress.advance(key, len(chunk))
                     if size is not None and written > size:
                         raise BlobError(digest or "unknown", f"longer than the {size} bytes expected",
                                         source=source or None)
@@ -353,6 +360,8 @@ class ImageStore:
                 raise BlobError(digest, f"content has digest {actual}", source=source or None)
             os.chmod(tmp, 0o444)
             os.replace(tmp, self._blobs / _hex(actual))
+            if progress is not None:
+                progress.finish(key)
         except BaseException:
             try:
                 os.unlink(tmp)
@@ -469,16 +478,18 @@ class ImageStore:
             self._save(entries)
             return self._record(entry)
 
-    def import_archive(self, path: Path, *, pinned: bool = False) -> "builtins.list[ImageRecord]":
+    def import_archive(self, path: Path, *, pinned: bool = False,
+                       progress: "Progress | None" = None) -> "builtins.list[ImageRecord]":
         """Import every image of a docker-archive, OCI archive or OCI layout dir (see archive.py).
 
-        Blobs the archive brought that no image ends up using are removed again."""
+        Blobs the archive brought that no image ends up using are removed again. `progress` counts the
+        bytes of each file read from the archive into the store."""
         path = Path(path)
         with self._locked():
             self._reload()
             before = set(self._stored_blobs())
             try:
-                images = read_archive(path, self)
+                images = read_archive(path, self if progress is None else _CountingSink(self, progress))
                 records = [self.commit_image(manifest_digest=im.manifest_digest, config_digest=im.config_digest,
                                              layer_digests=im.layer_digests, references=im.names, pinned=pinned,
                                              source=str(path))
@@ -595,6 +606,30 @@ class ImageStore:
             if got:
                 for leftover in self._tmp.iterdir():
                     _remove_tree(leftover)
+
+
+class _CountingSink:
+    """The store as an archive's BlobSink, counting what each add_blob reads into `progress`."""
+
+    def __init__(self, store: ImageStore, progress: "Progress") -> None:
+        self._store = store
+        self._progress = progress
+
+    def add_blob(self, src: ByteSource, *, digest: str | None = None, size: int | None = None,
+                 source: str = "") -> tuple[str, int]:
+        return self._store.add_blob(src, digest=digest, size=size, source=source, progress=self._progress)
+
+    def has_blob(self, digest: str) -> bool:
+        return self._store.has_blob(digest)
+
+    def blob_size(self, digest: str) -> int:
+        return self._store.blob_size(digest)
+
+    def read_blob(self, digest: str, limit: int) -> bytes:
+        return self._store.read_blob(digest, limit)
+
+    def open_blob(self, digest: str) -> BinaryIO:
+        return self._store.open_blob(digest)
 
 
 @contextmanager

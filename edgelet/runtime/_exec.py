@@ -71,6 +71,16 @@ async def run(
     return done
 
 
+async def start(argv: Sequence[str], *, stdin: int, stdout: int, stderr: int) -> asyncio.subprocess.Process:
+    """Start `argv` on the given descriptors and return at once (an interactive `runc exec`: the caller waits,
+    signals and kills it); ExecError when it cannot start."""
+    argv = tuple(str(a) for a in argv)
+    try:
+        return await proc_.spawn(argv, stdin=stdin, stdout=stdout, stderr=stderr)
+    except OSError as exc:
+        raise ExecError(argv, None, message=f"cannot start: {exc}") from exc
+
+
 async def _run_daemonizing(argv, *, timeout, check, env, cwd, pass_fds) -> Completed:
     with tempfile.TemporaryFile() as out:
         try:

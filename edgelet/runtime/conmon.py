@@ -8,11 +8,19 @@ It then holds the container's stdio, writes the CRI-format log
 (`k8s-file`), and on exit writes the exit code (128+signal when killed by a
 signal) to `<exit-dir>/<id>` and to `<persist-dir>/exit`; an OOM kill leaves
 a file `oom` in the persist dir.
+
+While it runs, conmon reads control messages from the FIFO `ctl` in the
+bundle dir, one line each, `<type> <height> <width>`; type 2 makes it reopen
+its log file (it creates `<log>.tmp` and renames it over the log path), as
+CRI-O's ReopenContainerLog asks after renaming the log away. With
+`--log-size-max` conmon does the same by itself whenever it has written that
+many bytes since its last own cut, dropping what the file held.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
 import signal
@@ -24,6 +32,8 @@ from edgelet.container.errors import CreateContainerError, ExecError, stderr_tai
 
 PIDFILE = "pidfile"
 CONMON_PIDFILE = "conmon.pid"
+CONTROL_FIFO = "ctl"
+REOPEN_LOG_MESSAGE = b"2 0 0\n"  # conmon's REOPEN_LOGS_EVENT; height and width are unused but required
 
 
 @dataclass(frozen=True)
@@ -73,6 +83,27 @@ def parse_sync_message(line: bytes) -> tuple[int, str]:
     if not isinstance(doc, dict) or not isinstance(doc.get("data"), int):
         raise ValueError(f"unexpected conmon sync message: {line[:200]!r}")
     return doc["data"], str(doc.get("message", ""))
+
+
+def open_control(bundle: Path) -> int | None:
+    """A write end of conmon's control FIFO, or None when no conmon reads it (exited, or never made it).
+
+    Non-blocking: opening a FIFO nobody reads fails at once (ENXIO) instead of
+    waiting, which is also how a live conmon is told from a dead one.
+    """
+    try:
+        return os.open(bundle / CONTROL_FIFO, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            return None
+        raise
+
+
+def request_log_reopen(fd: int) -> None:
+    """Ask the conmon behind `fd` (from open_control) to reopen its log file (one atomic FIFO write)."""
+    os.write(fd, REOPEN_LOG_MESSAGE)
 
 
 def read_pidfile(path: Path) -> int | None:

@@ -269,6 +269,22 @@ def mount_rootfs(layers: Sequence[Path], container_dir: Path) -> Path:
     return rootfs
 
 
+def release_rootfs(container_dir: Path) -> None:
+    """Unmount an exited container's overlay and keep its writable layer (upper/) for the record, as
+    containerd unmounts a task's rootfs on exit and keeps the snapshot until the container is removed.
+    Nothing to do for a copied rootfs or one already unmounted."""
+    rootfs = Path(container_dir) / ROOTFS
+    if not (rootfs.is_dir() and is_mountpoint(rootfs)):
+        return
+    try:
+        _umount(str(rootfs))
+    except OSError as exc:
+        if exc.errno == errno.EBUSY:
+            _umount(str(rootfs), MNT_DETACH)
+        elif exc.errno != errno.EINVAL:
+            raise RootfsError(container_dir, f"cannot unmount: {exc}", exc.errno or 0) from exc
+
+
 def unmount_rootfs(container_dir: Path) -> None:
     """Undo `mount_rootfs` (no error when nothing is mounted) and remove upper/work dirs."""
     container_dir = Path(container_dir)

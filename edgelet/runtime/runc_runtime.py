@@ -35,6 +35,7 @@ from edgelet.logs import ensure_log_dir
 from edgelet.ocispec import build as ocispec
 from edgelet.runtime import bundle as bl
 from edgelet.runtime import _exec, conmon, rootfs, subpath
+from edgelet.runtime.logrotation import remove_logs
 from edgelet.container.errors import (
     CreateContainerConfigError,
     CreateContainerError,
@@ -60,6 +61,7 @@ from edgelet.runtime.host import (
 )
 from edgelet.network.errors import NetworkError
 from edgelet.ocispec.errors import SpecError
+from edgelet.runtime.execsession import ExecSession, ExecSessionError, build_exec_process
 from edgelet.runtime.runc import Runc
 from edgelet.runtime.state import ExitInfo, Observed, build_pod_statuses
 from edgelet.runtime.sandbox import PauseSpec, pause_spec, sandbox_namespace_paths
@@ -96,6 +98,7 @@ if TYPE_CHECKING:
     from edgelet.images.types import ImageRecord
 
 log = get_logger("edgelet.runtime")
+MONITOR_CGROUP = "conmon"  # the leaf under each pod cgroup holding the pod's conmons
 
 MIN_STOP_GRACE = 2.0  # kubelet: at least 2 s between the stop signal and SIGKILL
 KILL_WAIT = 10.0  # how long SIGKILL may take to show up as an exit file
@@ -170,11 +173,14 @@ class RuncRuntime:
         allowed_unsafe_sysctls: tuple[str, ...] = (),
         seccomp_default: bool = True,
         on_warning: "Callable[[Pod, str | None, str, str], None] | None" = None,
+        log_size_max: int | None = None,
     ) -> None:
         """`seccomp_default` is kubelet's --seccomp-default; `on_warning(pod, container, reason, message)`
         hears what a container runs without although asked (an AppArmor default that is not loaded)."""
         # Every runc and conmon invocation goes through `runner`: unit tests script it.
         self._exec = runner
+        # conmon's own cut (--log-size-max), the backstop when rotation falls behind or edgelet is down.
+        self.log_size_max = log_size_max
         self.pod_max_pids = pod_max_pids
         self.network = network  # CNI; None: pods without hostNetwork get loopback only
         self.cluster_dns = tuple(cluster_dns)
@@ -201,6 +207,7 @@ class RuncRuntime:
         self.host = host_facts or probe_host_facts()
         self._pause: PauseSpec | None = None
         self._bundles: dict[str, Path] = {}  # container id -> bundle dir, refreshed by every observation
+        self._released: set[str] = set()  # exited containers whose runc state and rootfs mount are gone
         # The exit dir must exist before anything watches it (PLEG's inotify).
         self._ensure_dirs()
 
@@ -266,6 +273,27 @@ class RuncRuntime:
             self._cgroups().create_pod(path, cg_qos.pod_resources(pod, self.pod_max_pids))
         except CgroupError as exc:
             raise SandboxError(f"pod {_full(pod)}: cannot set up its cgroup {path}: {exc}") from exc
+
+    def monitor_cgroup(self, uid: str, pod: "Pod | None" = None) -> str:
+        """Where the pod's conmons live: a leaf `conmon` under the pod's cgroup (CRI-O's conmon_cgroup="pod").
+
+        Started by edgelet, a conmon would stay in the cgroup of the systemd
+        unit that ran edgelet: `edgelet-runonce.service` would keep the
+        conmons of the boot's pods ("remains running after unit stopped"),
+        `edgelet.service` those of every pod it started. In the pod's cgroup
+        they belong to no unit, are charged to their pod, and go with it.
+        """
+        return self.pod_cgroup(uid, pod) + "/" + MONITOR_CGROUP
+
+    def _move_monitor(self, bundle: Path, uid: str, pod: "Pod") -> None:
+        pid = conmon.conmon_pid(bundle)
+        if pid is None:
+            return
+        try:
+            self._cgroups().add_process(self.monitor_cgroup(uid, pod), pid)
+        except CgroupError as exc:
+            # The container runs either way; only where its monitor is accounted differs.
+            log.warning("Cannot move conmon into the pod's cgroup", pod=_full(pod), pid=pid, err=str(exc))
 
     def _ensure_dirs(self) -> None:
         # Private: bundles and checkpoints hold pod specs with their env values.
@@ -460,6 +488,7 @@ class RuncRuntime:
             await asyncio.to_thread(self._make_pod_cgroup, pod, uid)
             pid = await conmon.create(self._conmon_args(sid, f"k8s_POD_{meta(pod).name}_{meta(pod).namespace}_{uid}_{attempt}",
                                                         bundle, log_path), runner=self._exec)
+            await asyncio.to_thread(self._move_monitor, bundle, uid, pod)
             await self.runc.start(sid)
             await asyncio.to_thread(bl.write_file, bundle / bl.STARTED_FILE, repr(self.clock.now()))
             done = True
@@ -571,6 +600,7 @@ class RuncRuntime:
         return conmon.ConmonArgs(
             conmon=self.conmon_bin, runtime=self.runtime_path, runtime_root=self.paths.runc_root, container_id=cid,
             name=name, bundle=bundle, log_path=log_path, exit_dir=self.paths.exit_dir, socket_dir=self.paths.socket_dir,
+            log_size_max=self.log_size_max,
         )
 
     async def create_container(
@@ -642,6 +672,7 @@ class RuncRuntime:
             await asyncio.to_thread(bl.write_file, bundle / bl.CONFIG, json.dumps(config, indent=1))
             await conmon.create(self._conmon_args(cid, f"k8s_{container.name}_{pod_name}_{ns}_{uid}_{attempt}",
                                                   bundle, log_path), runner=self._exec)
+            await asyncio.to_thread(self._move_monitor, bundle, uid, pod)
             done = True
         except SpecError as exc:
             # The pod asks for what cannot be expressed: kubelet's CreateContainerConfigError, message unchanged.
@@ -725,6 +756,40 @@ class RuncRuntime:
         finally:
             pid_file.unlink(missing_ok=True)
 
+    async def start_exec(self, container_id: str, argv: Sequence[str], *, tty: bool, stdin: int, stdout: int,
+                         stderr: int) -> ExecSession:
+        """Start `argv` in the running container with its own process spec (`edgelet exec`), on the given
+        descriptors; the caller waits for, signals or kills the returned session. ExecSessionError when the
+        container is not running or has no bundle."""
+        state = await self.runc.state(container_id)
+        status = (state or {}).get("status", "unknown to runc")
+        if status != "running":
+            raise ExecSessionError(f"container {container_id[:12]} is not running ({status})")
+        bundle = await self._bundle_of(container_id)
+        if bundle is None:
+            raise ExecSessionError(f"container {container_id[:12]} has no bundle")
+        try:
+            config = json.loads((bundle / "config.json").read_bytes())
+            spec = build_exec_process(config["process"], argv, tty=tty)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ExecSessionError(f"cannot read the process spec of container {container_id[:12]} in "
+                                   f"{bundle}: {exc}") from exc
+        exec_dir = self.paths.run_dir / "exec"
+        exec_dir.mkdir(parents=True, exist_ok=True)
+        name = f"{container_id[:12]}-{secrets.token_hex(6)}"
+        pid_file, process_file = exec_dir / f"{name}.pid", exec_dir / f"{name}.process.json"
+        # 0600 from the start: the spec holds the container's environment.
+        fd = os.open(process_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(spec, f)
+        cmd = self.runc.argv("exec", "--process", str(process_file), "--pid-file", str(pid_file), container_id)
+        try:
+            process = await _exec.start(cmd, stdin=stdin, stdout=stdout, stderr=stderr)
+        except ExecError:
+            process_file.unlink(missing_ok=True)
+            raise
+        return ExecSession(process, pid_file, process_file)
+
     async def _kill_and_wait(self, cid: str, bundle: Path | None) -> None:
         if await self._has_exited(cid, bundle):
             return
@@ -776,8 +841,33 @@ class RuncRuntime:
         if bundle is not None:
             # Let conmon record the exit of a force-deleted process before its exit file is removed.
             await self._wait_monitor_gone(bundle)
+        log_path = await asyncio.to_thread(_container_log_path, bundle)
         await asyncio.to_thread(self._remove_files, container_id, bundle)
+        if log_path is not None:
+            # Container GC: a removed instance's log goes with it, rotated files too (kubelet removes
+            # the log with the container). A sandbox's log is shared by its successors and stays.
+            await asyncio.to_thread(remove_logs, log_path)
+        self._released.discard(container_id)
         self._bundles.pop(container_id, None)
+
+    async def release_container(self, container_id: str) -> None:
+        """Free what an exited container no longer needs: its runc state and cgroup (`runc delete`) and
+        its overlay mount, as containerd's shim does when a task exits. The bundle (its record: exit code,
+        annotations, termination message), the writable layer and the log stay until it is removed."""
+        if container_id in self._released:
+            return
+        bundle = await self._bundle_of(container_id)
+        if bundle is None or not await self._has_exited(container_id, bundle):
+            return
+        if conmon.is_alive(conmon.conmon_pid(bundle)):
+            return  # conmon still drains the last output; the next sync releases it
+        try:
+            if await self.runc.state(container_id) is not None:
+                await self.runc.delete(container_id, force=True)
+            await asyncio.to_thread(rootfs.release_rootfs, bundle)
+        except (RuntimeError_, OSError) as exc:
+            raise RuntimeError_(f"container {container_id[:12]}: cannot release its resources: {exc}") from exc
+        self._released.add(container_id)
 
     async def _wait_monitor_gone(self, bundle: Path, timeout: float = 5.0) -> None:
         deadline = self.clock.monotonic() + timeout
@@ -864,6 +954,11 @@ class RuncRuntime:
         except (RuntimeError_, OSError) as exc:
             errors.append(f"{layout.dir}: {exc}")
         try:
+            # kubelet removes a removed pod's logs: its log dir and the links under containers/.
+            await asyncio.to_thread(remove_pod_logs, self.paths.log_dir, uid)
+        except OSError as exc:
+            errors.append(f"logs: {exc}")
+        try:
             for path in self.pod_cgroups(uid):
                 await asyncio.to_thread(remove_pod_cgroups, path)
         except CgroupError as exc:
@@ -892,6 +987,32 @@ def _kill_pid_file(pid_file: Path) -> None:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+def _container_log_path(bundle: Path | None) -> Path | None:
+    """The log path a container's bundle names (None for a sandbox, or when unreadable)."""
+    if bundle is None:
+        return None
+    try:
+        ann = json.loads((bundle / bl.CONFIG).read_text()).get("annotations") or {}
+    except (OSError, ValueError):
+        return None
+    path = ann.get(ANN_LOG_PATH)
+    return Path(path) if ann.get(ANN_KIND) == KIND_CONTAINER and path else None
+
+
+def remove_pod_logs(log_dir: Path, uid: str) -> None:
+    """Remove the log dirs of pod `uid` (`pods/<ns>_<name>_<uid>`) and every link under `containers/` into
+    them, dangling ones included."""
+    pods = log_dir / "pods"
+    dirs = [d for d in (pods.glob(f"*_{uid}") if pods.is_dir() else []) if d.name.rsplit("_", 1)[-1] == uid]
+    links = log_dir / "containers"
+    for entry in (list(links.iterdir()) if links.is_dir() else []):
+        # A link points at pods/<ns>_<name>_<uid>/<container>/<n>.log.
+        if entry.is_symlink() and Path(os.readlink(entry)).parent.parent.name.rsplit("_", 1)[-1] == uid:
+            entry.unlink(missing_ok=True)
+    for d in dirs:
+        shutil.rmtree(d)
 
 
 def _bundle_id(bundle: Path) -> str | None:

@@ -21,7 +21,7 @@ from edgelet.api.pod import meta
 from edgelet.api.pod import spec as pod_spec
 from edgelet.api.pod import uid as pod_uid
 from edgelet.server.health import check_health, render_health
-from edgelet.server.http import JSON, HttpServer, Request, Response, ServerError
+from edgelet.server.http import JSON, HttpServer, Request, Response, ServerError, Upgrade
 from edgelet.server.routes import PUBLIC_ENDPOINTS, HttpError, LogOptions, match_route, parse_log_options
 from edgelet.util.log import get_logger
 
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from edgelet.api.types import ContainerStatus
     from edgelet.events import EventRecorder
     from edgelet.runtime.layout import RuntimePaths
+    from edgelet.server.execserve import StartExec
     from edgelet.server.metrics import Metrics
     from edgelet.stats.collector import StatsCollector
     from edgelet.status.publisher import PodEntry, StatusPublisher
@@ -57,6 +58,7 @@ class ApiSources:
     metrics: "Metrics | None" = None
     node_state: Callable[[], object] | None = None  # the apiserver link (edgelet.mirror), with --kubeconfig
     stats: "StatsCollector | None" = None
+    start_exec: "StartExec | None" = None  # the runtime's interactive exec, for `edgelet exec`
 
 
 def _json(value: object) -> Response:
@@ -100,6 +102,9 @@ class Api:
         if route.endpoint == "stats_summary":
             return await self.stats_summary()
         p = route.params
+        if route.endpoint == "exec":
+            return self.exec(request, p["pod"], route.query.get("namespace") or None,
+                             route.query.get("container") or None)
         return await self.container_logs(p["namespace"], p["pod"], p["container"], parse_log_options(route.query))
 
     def healthz(self, *, verbose: bool = False) -> Response:
@@ -133,6 +138,34 @@ class Api:
 
         return Response(200, self._s.metrics.render(), CONTENT_TYPE)
 
+    def exec(self, request: Request, pod: str, namespace: str | None, container: str | None) -> Upgrade:
+        """`edgelet exec`: switch to the exec protocol (edgelet.server.execproto) for a running container.
+
+        The pod is named as a user types it (a static pod without its node suffix, any namespace when
+        unique), the container defaults to the first: one request, so the CLI needs no pods table first.
+        """
+        from edgelet.server import execproto
+        from edgelet.server.execserve import pick_container, pick_pod, running_container_id, serve_session
+
+        start = self._s.start_exec
+        if start is None:
+            raise HttpError(404, "exec is not available in this agent")
+        headers = {k.lower(): v for k, v in request.headers}
+        if headers.get("upgrade", "").lower() != execproto.UPGRADE:
+            raise HttpError(400, f"exec needs `Upgrade: {execproto.UPGRADE}` (use `edgelet exec`)")
+        entries = [(meta(e.pod).namespace or "default", meta(e.pod).name or "", e)
+                   for e in self._s.publisher.entries()]
+        entry = pick_pod(entries, pod, namespace, self._s.publisher.node_name)
+        ns, name = meta(entry.pod).namespace or "default", meta(entry.pod).name or ""
+        spec = pod_spec(entry.pod)
+        names = [c.name for c in [*(spec.init_containers or []), *(spec.containers or [])]]
+        chosen, note = pick_container(names, container, f"{ns}/{name}")
+        cid = running_container_id(entry.status, chosen, f"{ns}/{name}")
+        what = f"{ns}/{name}/{chosen}"
+        extra = [(execproto.CONTAINER_HEADER, chosen)] + ([(execproto.NOTE_HEADER, note)] if note else [])
+        return Upgrade(101, headers=extra, protocol=execproto.UPGRADE,
+                       run=lambda sock: serve_session(sock, cid, start, what))
+
     def _entry(self, namespace: str, pod: str) -> "PodEntry":
         for e in self._s.publisher.entries():
             if (meta(e.pod).namespace or "default") == namespace and meta(e.pod).name == pod:
@@ -163,21 +196,23 @@ class Api:
             raise HttpError(400, f"{which} {container!r} in pod {namespace}/{pod} has no log yet") from None
         since = opts.since_seconds
         try:
-            data, offset = await asyncio.to_thread(logs.read_log, path, tail=opts.tail_lines,
+            # Across the instance's rotated files; the cursor follows on across later rotations.
+            data, cursor = await asyncio.to_thread(logs.open_log, path, tail=opts.tail_lines,
                                                    timestamps=opts.timestamps or since is not None)
         except OSError as exc:
             raise HttpError(500, f"cannot read {path}: {exc.strerror or exc}") from exc
         if since is not None:
             data = since_filter(data, self._s.clock.now() - since, keep_timestamps=opts.timestamps)
         if not opts.follow or opts.previous:
+            cursor.close()
             return Response(200, data if opts.limit_bytes is None else data[:opts.limit_bytes])
+        cursor.timestamps = opts.timestamps
         attempt = int(path.stem)
 
         def finished() -> bool:
             return self._instance_finished(uid, container, attempt, container_dir)
 
-        body = _prepend(data, logs.follow_log(path, offset, finished, timestamps=opts.timestamps,
-                                              poll=self._poll, clock=self._s.clock))
+        body = _prepend(data, logs.follow_cursor(cursor, finished, poll=self._poll, clock=self._s.clock))
         return Response(200, body if opts.limit_bytes is None else _limit(body, opts.limit_bytes))
 
 

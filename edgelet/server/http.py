@@ -15,7 +15,7 @@ import socket
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, AsyncIterator, Awaitable, Callable, cast
 
 import h11
 
@@ -53,6 +53,20 @@ class Response:
     body: bytes | AsyncIterator[bytes] = b""
     content_type: str = "text/plain; charset=utf-8"
     headers: list[tuple[str, str]] = field(default_factory=list)
+
+
+@dataclass
+class Upgrade(Response):
+    """Switch the connection to `protocol` (101 Switching Protocols) and hand its socket to `run`.
+
+    The socket is a non-blocking duplicate of the connection's, read by no
+    one else once the switch is made (the transport stops reading before the
+    101 goes out, so bytes and descriptors the client sends next reach `run`
+    untouched); the connection closes when `run` returns.
+    """
+
+    protocol: str = ""
+    run: Callable[[socket.socket], Awaitable[None]] | None = None
 
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -234,6 +248,9 @@ class Connection:
                 return  # idle keep-alive connection, or a request that did not arrive in time
             self.reading = False
             response = await self._respond(request)
+            if isinstance(response, Upgrade):
+                await self._upgrade(response)
+                return
             await self._write_response(request, response)
             self.reading, self.since, self._deadline = True, self._loop.time(), None
             if self._conn.our_state is h11.MUST_CLOSE or self._conn.their_state is h11.MUST_CLOSE:
@@ -253,6 +270,21 @@ class Connection:
         except Exception as exc:
             log.error("API request failed", exc, method=request.method, target=request.target)
             return error_response(HttpError(500, f"internal error: {type(exc).__name__}: {exc}"))
+
+    async def _upgrade(self, upgrade: Upgrade) -> None:
+        assert upgrade.run is not None
+        # A read transport (uvloop's too, though it does not subclass asyncio.ReadTransport).
+        transport = cast(asyncio.ReadTransport, self._writer.transport)
+        transport.pause_reading()  # from here on the socket is `run`'s (see Upgrade)
+        await self._send(h11.InformationalResponse(
+            status_code=101, headers=[("Upgrade", upgrade.protocol), ("Connection", "Upgrade"), *upgrade.headers]))
+        raw = self._writer.get_extra_info("socket")
+        sock = socket.socket(fileno=os.dup(raw.fileno()))
+        sock.setblocking(False)
+        try:
+            await upgrade.run(sock)
+        finally:
+            sock.close()
 
     async def _refuse(self, err: HttpError) -> None:
         if self._conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):

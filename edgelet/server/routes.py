@@ -13,10 +13,11 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import msgspec
 
 # Endpoints and the methods they answer; HEAD is GET without the body.
-ENDPOINTS = ("healthz", "pods", "pods_table", "events", "metrics", "node", "container_logs", "stats_summary")
+ENDPOINTS = ("healthz", "pods", "pods_table", "events", "metrics", "node", "container_logs", "stats_summary", "exec")
 # What the TCP healthz listener may serve: nothing with pod data leaves the unix socket.
 PUBLIC_ENDPOINTS = frozenset({"healthz"})
-_REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 429: "TooManyRequests", 404: "NotFound", 405: "MethodNotAllowed",
+_REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 429: "TooManyRequests", 404: "NotFound",
+            405: "MethodNotAllowed", 409: "Conflict",
             500: "InternalError", 503: "ServiceUnavailable"}
 
 
@@ -101,6 +102,12 @@ def match_route(method: str, target: str) -> Route:
         if len(segs) != 4 or not all(segs[1:]):
             raise HttpError(400, "expected /containerLogs/{namespace}/{pod}/{container}")
         route = Route("container_logs", {"namespace": segs[1], "pod": segs[2], "container": segs[3]}, query)
+    elif segs[:1] == ["exec"]:
+        if len(segs) != 2 or not segs[1]:
+            raise HttpError(400, "expected /exec/{pod}[?namespace=NS&container=C]")
+        if method != "POST":
+            raise HttpError(405, f"method {method} is not allowed on {parts.path}", headers=(("Allow", "POST"),))
+        return Route("exec", {"pod": segs[1]}, query)
     if route is None:
         raise HttpError(404, f"the server could not find the requested resource: {parts.path or '/'}")
     if method not in ("GET", "HEAD"):

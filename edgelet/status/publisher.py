@@ -7,7 +7,7 @@ import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import msgspec
 
@@ -20,6 +20,17 @@ from edgelet.status.snapshot import PodRow, PodsSnapshot, RejectedRow, snapshot_
 from edgelet.util.log import get_logger
 
 from edgelet.api.pod import container_spec
+from edgelet.api.pod import spec as pod_spec
+
+class PullShown(Protocol):
+    """What the table shows of a pull under way (the images package's ProgressSnapshot has it)."""
+
+    @property
+    def done(self) -> int: ...
+
+    @property
+    def total(self) -> int: ...
+
 
 if TYPE_CHECKING:
     from edgelet.api.types import Container, Pod, PodStatus
@@ -83,6 +94,12 @@ class StatusPublisher:
         self._rejected: list[RejectedRow] = []
         self._dirty = asyncio.Event()
         self._last_written: bytes | None = None
+        # The puller's progress of an image's pull under way (set by the app when pulls are possible).
+        self.pull_progress: "Callable[[str], PullShown | None] | None" = None
+
+    @property
+    def node_name(self) -> str:
+        return self._node
 
     @property
     def host_ip(self) -> str:
@@ -164,14 +181,28 @@ class StatusPublisher:
     def entries(self) -> list[PodEntry]:
         return list(self._pods.values())
 
-    def snapshot(self) -> PodsSnapshot:
+    def snapshot(self, *, live: bool = True) -> PodsSnapshot:
+        """The pods table; `live` adds the pulls under way (the checkpoint leaves them out: they change by
+        the byte and mean nothing once the agent is gone)."""
         return PodsSnapshot(
             written_at=self._clock.now(),
             agent_pid=os.getpid(),
             node_name=self._node,
             pods=sorted((e.row for e in self._pods.values()), key=lambda r: (r.namespace, r.name)),
             rejected=list(self._rejected),
+            pulls=self._pulls() if live else {},
         )
+
+    def _pulls(self) -> dict[str, list[int]]:
+        if self.pull_progress is None:
+            return {}
+        out: dict[str, list[int]] = {}
+        for e in self._pods.values():
+            spec = pod_spec(e.pod)
+            for c in [*(spec.init_containers or []), *(spec.containers or [])]:
+                if c.image and c.image not in out and (p := self.pull_progress(c.image)) is not None:
+                    out[c.image] = [p.done, p.total]
+        return out
 
     def flush(self) -> None:
         """Write the checkpoint when its content changed; a sync that changed nothing writes nothing.
@@ -180,7 +211,7 @@ class StatusPublisher:
         card a rewrite of unchanged state every few seconds is wear for nothing (issue 13.7). The
         stamp so says when the pods last changed.
         """
-        snap = self.snapshot()
+        snap = self.snapshot(live=False)
         content = msgspec.json.encode(msgspec.structs.replace(snap, written_at=0.0))
         if content == self._last_written:
             return

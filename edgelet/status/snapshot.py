@@ -39,6 +39,9 @@ class PodsSnapshot(msgspec.Struct, kw_only=True):
     node_name: str
     pods: list[PodRow] = []
     rejected: list[RejectedRow] = []
+    # Pulls under way for pods: image (as pods name it) -> [bytes done, bytes total], for `pods -o wide` and
+    # `describe pod`; only in the live table, never in the checkpoint.
+    pulls: dict[str, list[int]] = {}
 
 
 def snapshot_path(root_dir: Path | str) -> Path:

@@ -195,6 +195,17 @@ class Syncer:
                 raise
             except Exception as exc:
                 log.warning("Failed to remove old container", pod=_full(pod), container=cid, err=str(exc))
+        # An exited instance that stays (the current one, or the lastState) keeps its record but not its
+        # runc state, cgroup and rootfs mount, as containerd deletes a task when it exits.
+        for rec in rt.containers:
+            if rec.state == "exited" and rec.id not in garbage:
+                try:
+                    await self._runtime.release_container(rec.id)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    log.warning("Failed to release an exited container", pod=_full(pod), container=rec.id[:12],
+                                err=str(exc))
 
         # 8. Status (probe workers follow the containers that now run, and fill st.ready/started).
         # A sync that changed nothing reuses what it read in step 1: a resync of a healthy pod

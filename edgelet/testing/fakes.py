@@ -36,6 +36,7 @@ class FakeRuntime:
         self.sandboxes: dict[str, SandboxRecord] = {}
         self.containers: dict[str, ContainerRecord] = {}
         self.calls: list[tuple] = []
+        self.released: list[str] = []
         self.fail_create: set[str] = set()  # container names whose create fails
 
     async def list_pods(self) -> dict[str, PodRuntimeStatus]:
@@ -101,6 +102,10 @@ class FakeRuntime:
         self.calls.append(("remove_container", container_id))
         self.containers.pop(container_id, None)
         self.sandboxes.pop(container_id, None)
+
+    async def release_container(self, container_id: str) -> None:
+        # Kept apart from `calls`: every sync releases exited containers, and tests assert on the rest.
+        self.released.append(container_id)
 
     async def remove_pod(self, uid: str) -> None:
         self.calls.append(("remove_pod", uid))

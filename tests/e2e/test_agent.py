@@ -69,7 +69,9 @@ def test_manifest_runs_logs_and_is_cleaned_on_delete(agent):
     wait_for(lambda: not agent.paths.pod_dir(uid).exists(), what="pod dir removed")
     assert not mounts_under(agent.paths.root_dir.parent)
     assert not [p for p in cgroup_dirs(agent.paths.cgroup_root) if uid in p.name]
-    assert log_file.exists(), "logs stay until the pod log dir is garbage-collected"
+    # kubelet removes a removed pod's logs: its log dir and the links under containers/.
+    wait_for(lambda: not log_file.parent.parent.exists(), what="the pod's log dir removed")
+    assert not list((agent.paths.log_dir / "containers").glob("hello-testnode_default_c0-*.log"))
 
 
 def test_edit_replaces_pod(agent):

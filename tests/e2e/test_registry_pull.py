@@ -58,3 +58,91 @@ def test_pull_on_demand_and_dead_registry_backs_off(agent, tmp_path):
                  what="a pod with an imported image Running meanwhile")
     finally:
         reg.stop()
+
+
+class HalfwayProxy:
+    """A loopback proxy in front of the registry that sends half of every large blob, then holds the rest
+    until `release()`: the agent's pull is then under way for as long as the test looks at it."""
+
+    def __init__(self, upstream: str) -> None:
+        import http.server
+        import threading
+        import urllib.request
+
+        self.gate = threading.Event()
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:
+                pass
+
+            def do_HEAD(self) -> None:
+                self.do_GET(body=False)
+
+            def do_GET(self, body: bool = True) -> None:
+                req = urllib.request.Request(f"http://{upstream}{self.path}", method=self.command,
+                                             headers={k: v for k, v in self.headers.items() if k.lower() != "host"})
+                try:
+                    resp = urllib.request.urlopen(req, timeout=30)
+                except urllib.error.HTTPError as err:
+                    resp = err
+                data = resp.read() if body else b""
+                self.send_response(resp.status)
+                for k, v in resp.headers.items():
+                    if k.lower() not in ("connection", "transfer-encoding", "date", "server"):
+                        self.send_header(k, v)
+                self.end_headers()
+                try:
+                    if "/blobs/" in self.path and len(data) > 1 << 20:
+                        self.wfile.write(data[:len(data) // 2])
+                        self.wfile.flush()
+                        proxy.gate.wait(60)
+                        data = data[len(data) // 2:]
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the puller gave up on a held blob (its read timeout) and will ask again
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.host = f"127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def release(self) -> None:
+        self.gate.set()
+
+    def close(self) -> None:
+        self.gate.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_pull_under_way_shows_in_describe_and_wide(agent, tmp_path):
+    from tests.integration.registry import big_file_layer
+
+    reg = Registry(tmp_path / "reg")
+    reg.start()
+    proxy = HalfwayProxy(reg.host)
+    try:
+        lay = Layout(tmp_path / "lay")
+        lay.tag(lay.image([(busybox_tar(), True), (big_file_layer("data/blob", 4 << 20), True)]))
+        reg.push_layout(lay.dir, "test/big:1")
+        agent.start()
+        image = f"{proxy.host}/test/big:1"
+        agent.write_manifest("slow.yaml", pod_yaml("slow", image))
+        # Held at half a layer; should the puller's 30 s read timeout strike first on a loaded machine, the
+        # retry is held again, so the pull shows for as long as the test looks.
+        described = wait_for(lambda: (t := agent.cli("describe", "pod", "slow")) and "Pulling:" in t and t,
+                             timeout=180, what="describe pod showing the pull")
+        line = next(x for x in described.splitlines() if "Pulling:" in x)
+        assert " of " in line and "%)" in line  # e.g. "Pulling:  2.1MB of 5.3MB (40%)"
+        wide = agent.cli("pods", "-o", "wide")
+        assert f"pulling {image}: " in wide
+        proxy.release()
+        wait_for(lambda: (r := agent.pod("slow")) and r["status"] == "Running" and r, timeout=90,
+                 what="the pod Running once the pull is done")
+        assert "Pulling:" not in agent.cli("describe", "pod", "slow")
+        events = agent.cli("events", "--for", "slow-testnode")
+        assert "Pulled" in events and "Image size:" in events
+    finally:
+        proxy.close()
+        reg.stop()

@@ -63,6 +63,15 @@ def test_pods_land_in_their_qos_cgroup_with_their_limits(agent):
     # The containers are inside their pod's cgroup.
     (ctr,) = [c for c in agent.containers_of("besteffort") if c["annotations"]["io.edgelet.kind"] == "container"]
     assert (CGROUP / "pids" / besteffort / ctr["id"]).is_dir()
+    # Their conmons too, in a `conmon` leaf (in every hierarchy, systemd's included): not in the cgroup of
+    # the unit that started edgelet, so a runonce unit keeps none behind.
+    for pod, uid in ((guaranteed, g), (besteffort, b)):
+        pids = [int((bundle / "conmon.pid").read_text()) for bundle in
+                (agent.paths.root_dir / "pods" / uid).rglob("*") if (bundle / "conmon.pid").is_file()]
+        assert len(pids) == 2  # the sandbox's and the container's
+        for pid in pids:
+            placed = dict(line.split(":", 2)[1:] for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines())
+            assert placed["memory"] == placed["name=systemd"] == f"/{pod}/conmon", placed
     (Path(agent.manifests) / "g.yaml").unlink()
     (Path(agent.manifests) / "b.yaml").unlink()
     wait_for(lambda: not (CGROUP / "pids" / guaranteed).exists() and not (CGROUP / "pids" / besteffort).exists(),

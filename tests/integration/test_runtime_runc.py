@@ -184,7 +184,7 @@ async def test_exit_codes_come_from_conmon(rt: RuncRuntime, busybox) -> None:
     names = [(c.name, c.attempt) for c in (await rt.pod_status(uid)).containers]
     assert ("nine", 0) not in names and ("nine", 1) in names
     assert not (rt.paths.exit_dir / nine).exists()
-    assert Path(killed.log_path).exists()  # logs stay
+    assert not Path(killed.log_path).exists()  # container GC: the log goes with the container, as in kubelet
     await rt.remove_pod(uid)
     _assert_pod_gone(rt, uid)
 

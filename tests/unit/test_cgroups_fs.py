@@ -235,3 +235,16 @@ def test_v2_without_memory_leaves_the_memory_limit_out(v2_mount: Path):
     assert (pod / "cpu.weight").read_text() == "39" and (pod / "pids.max").read_text() == "9"
     assert not (pod / "memory.max").exists()
     assert (v2_mount / "kubepods" / "cgroup.subtree_control").read_text() == "+cpuset +cpu +io +pids"
+
+
+def test_add_process_places_a_pid_in_every_hierarchy_and_the_hybrid_unified_one(v1_mount: Path):
+    CgroupV1(v1_mount).add_process("/kubepods/besteffort/podu1/conmon", 4242)
+    for name in (*V1_HIERARCHIES, "unified"):
+        assert (v1_mount / name / "kubepods/besteffort/podu1/conmon/cgroup.procs").read_text() == "4242"
+    # A new cpuset cgroup gets its parent's cpus and mems, or it would refuse the pid.
+    assert (v1_mount / "cpuset" / "kubepods/besteffort/podu1/conmon/cpuset.cpus").read_text() == "0-3"
+
+
+def test_v2_add_process(v2_mount: Path):
+    CgroupV2(v2_mount).add_process("/kubepods/podu1/conmon", 7)
+    assert (v2_mount / "kubepods/podu1/conmon/cgroup.procs").read_text() == "7"

@@ -303,7 +303,7 @@ class FakeStore:
     def list(self) -> list[ImageRecord]:
         return list(self.records)
 
-    def import_archive(self, path: Path, *, pinned: bool = False) -> list[ImageRecord]:
+    def import_archive(self, path: Path, *, pinned: bool = False, progress: object = None) -> list[ImageRecord]:
         if path.name == "bad.tar":
             raise ArchiveError(path, "not a tar archive")
         self.imported.append(path)

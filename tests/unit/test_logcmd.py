@@ -59,3 +59,29 @@ def test_parser_knows_logs_and_check():
         ("logs", True, 3, True, "kube-system", "web", "app")
     args = build_parser().parse_args(["check", "--runtime", "crun"])
     assert args.command == "check" and args.runtime == "crun"
+
+
+def test_logs_with_the_agent_down_read_across_rotated_files(tmp_path):
+    import gzip
+    import io
+
+    from edgelet.cli.logs import print_logs
+    from edgelet.settings import load_settings
+
+    settings = load_settings({"root_dir": str(tmp_path / "root"), "run_dir": str(tmp_path / "run"),
+                              "log_dir": str(tmp_path / "log")}, env={}, default_config=tmp_path / "none.toml")
+    d = tmp_path / "log" / "pods" / "default_web_uid1" / "app"
+    d.mkdir(parents=True)
+    t = b"2024-05-01T10:00:00.000000000Z stdout F "
+    (d / "0.log").write_bytes(t + b"zero\n")
+    (d / "1.log.20240501-100000.000000.gz").write_bytes(gzip.compress(t + b"a\n" + t + b"b\n"))
+    (d / "1.log.20240501-100001.000000").write_bytes(t + b"c\n")
+    (d / "1.log").write_bytes(t + b"d\n")
+    out = io.StringIO()
+    print_logs(settings, LogRequest(namespace="default", pod="web", container=None, follow=False, tail=3,
+                                    previous=False, timestamps=False), out, io.StringIO())
+    assert out.getvalue() == "b\nc\nd\n"
+    out = io.StringIO()
+    print_logs(settings, LogRequest(namespace="default", pod="web", container=None, follow=False, tail=None,
+                                    previous=True, timestamps=False), out, io.StringIO())
+    assert out.getvalue() == "zero\n"

@@ -114,6 +114,9 @@ image_gc_high_threshold = 90
 image_gc_low_threshold = 70
 image_minimum_gc_age = "5m"
 manifest_url_header_file = "/etc/edgelet/url-headers"
+container_log_max_size = "2Mi"
+container_log_max_files = 3
+container_log_monitor_interval = "2s"
 eviction_hard = "memory.available<200Mi"
 eviction_soft = "memory.available<1Gi"
 eviction_soft_grace_period = "memory.available=1m"
@@ -174,6 +177,7 @@ def test_toml_file_sets_every_key(tmp_path: Path) -> None:
         node_api_grants=("group:monitoring=stats/metrics", "user:alice=*"),
         image_credential_file=Path("/auth.json"), image_gc_high_threshold=90, image_gc_low_threshold=70,
         image_minimum_gc_age=300.0, manifest_url_header_file=Path("/etc/edgelet/url-headers"),
+        container_log_max_size=2 * 1024 * 1024, container_log_max_files=3, container_log_monitor_interval=2.0,
         eviction_hard="memory.available<200Mi", eviction_soft="memory.available<1Gi",
         eviction_soft_grace_period="memory.available=1m", eviction_minimum_reclaim="memory.available=100Mi",
         eviction_max_pod_grace_period=30, eviction_pressure_transition_period=60.0, eviction_monitoring_interval=5.0,
@@ -358,3 +362,24 @@ def test_healthz_port_must_be_a_port(raw: str, error: str) -> None:
 def test_node_flags_are_checked(key: str, raw: str, message: str) -> None:
     with pytest.raises(SettingsError, match=message):
         load_settings({key: raw}, env={}, default_config=Path("/nonexistent"))
+
+
+@pytest.mark.parametrize("raw, expected", [
+    ("10Mi", 10 * 1024 * 1024),
+    ("500Ki", 500 * 1024),
+    ("1G", 10**9),
+    ("4096", 4096),
+])
+def test_container_log_max_size_takes_quantities(raw, expected):
+    assert load({"container_log_max_size": raw}, default_config=Path("/nonexistent")).container_log_max_size == expected
+
+
+@pytest.mark.parametrize("key, raw", [
+    ("container_log_max_size", "0"),
+    ("container_log_max_size", "ten"),
+    ("container_log_max_files", "1"),
+    ("container_log_monitor_interval", "0s"),
+])
+def test_container_log_settings_refuse_what_cannot_rotate(key, raw):
+    with pytest.raises(SettingsError):
+        load({key: raw}, default_config=Path("/nonexistent"))

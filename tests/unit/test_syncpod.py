@@ -186,3 +186,26 @@ def test_the_pods_checkpoint_is_written_only_when_it_changed(tmp_path):
         asyncio.run(syncer.sync_pod(pod))
         publisher.flush()
     assert path.stat().st_ino == first
+
+
+def test_gc_removes_older_exited_instances_and_releases_the_ones_that_stay():
+    h = Harness()
+    pod = make_pod("gc")
+    h.sync(pod)
+    ids = []
+    for _ in range(3):
+        (c,) = h.rt.running()
+        ids.append(c.id)
+        h.rt.exit(c.id, 1)
+        res = h.sync(pod)
+        if res.requeue_after:
+            h.clock.advance(res.requeue_after)
+            h.sync(pod)
+    h.rt.released.clear()
+    h.sync(pod)
+    # The oldest exited instances are gone; the lastState stays, asked to give back what it holds.
+    assert ("remove_container", ids[0]) in h.rt.calls and ("remove_container", ids[1]) in h.rt.calls
+    assert ("remove_container", ids[2]) not in h.rt.calls
+    assert set(h.rt.released) == {ids[2]}
+    names = sorted(c.attempt for c in h.rt.containers.values())
+    assert names == [2, 3]

@@ -1,0 +1,98 @@
+"""Interactive `runc exec` sessions (`edgelet exec`): the container's own process spec with the user's command,
+run with the client's stdio, signalled and reaped by the agent.
+
+The process spec is the `process` section of the container's bundle
+`config.json` (env, user, cwd, capabilities, rlimits, apparmor profile,
+no_new_privileges, oom score), given to `runc exec --process`, so what runs
+is confined exactly as the container is; runc applies the container's
+seccomp filter and namespaces itself. With a terminal, runc makes the pty,
+relays it to the stdio it was given (the client's terminal, passed over the
+local socket) and resizes it from that terminal on SIGWINCH.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import os
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from edgelet.container.errors import RuntimeError_
+
+# Signals a client may forward to its command: what a terminal user sends, never SIGKILL/SIGSTOP of runc itself.
+FORWARDABLE = frozenset({signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGWINCH,
+                         signal.SIGUSR1, signal.SIGUSR2})
+KILL_WAIT = 10.0  # after SIGKILL of the command, runc exec is due to exit within this
+
+
+class ExecSessionError(RuntimeError_):
+    """An exec session could not start: no bundle, no process spec, runc missing."""
+
+
+def build_exec_process(process: Mapping[str, Any], argv: Sequence[str], *, tty: bool) -> dict[str, Any]:
+    """The container's process spec running `argv` instead, with a terminal when asked (TERM=xterm unless set,
+    as containerd's exec does); everything else is the container's."""
+    if not argv:
+        raise ExecSessionError("no command to run")
+    spec = copy.deepcopy(dict(process))
+    spec["args"] = [str(a) for a in argv]
+    spec["terminal"] = tty
+    spec.pop("consoleSize", None)  # runc sizes the pty from the client's terminal
+    if tty:
+        env = list(spec.get("env") or [])
+        if not any(e.startswith("TERM=") for e in env):
+            env.append("TERM=xterm")
+        spec["env"] = env
+    return spec
+
+
+@dataclass
+class ExecSession:
+    """A running `runc exec`: its pid (runc's), the pid file naming the command inside the container."""
+
+    process: asyncio.subprocess.Process
+    pid_file: Path
+    process_file: Path
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def signal(self, signum: int) -> None:
+        """Send `signum` to runc, which forwards it to the command (or resizes the pty on SIGWINCH)."""
+        if signum not in FORWARDABLE:
+            raise ExecSessionError(f"signal {signum} may not be forwarded")
+        with contextlib.suppress(ProcessLookupError):
+            self.process.send_signal(signum)
+
+    async def wait(self) -> int:
+        """The command's exit code as runc reports it (128+N when killed by signal N)."""
+        code = await self.process.wait()
+        self._cleanup()  # not on cancellation: `kill` still needs the pid file
+        return code
+
+    async def kill(self) -> None:
+        """The client went away: SIGKILL the command in the container (killing runc alone would leave it
+        running), then runc, and reap."""
+        try:
+            pid = int(self.pid_file.read_text().strip())
+            os.kill(pid, signal.SIGKILL)
+        except (OSError, ValueError):
+            pass
+        try:
+            async with asyncio.timeout(KILL_WAIT):
+                await self.process.wait()
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                self.process.kill()
+            await self.process.wait()
+        finally:
+            self._cleanup()
+
+    def _cleanup(self) -> None:
+        self.pid_file.unlink(missing_ok=True)
+        self.process_file.unlink(missing_ok=True)

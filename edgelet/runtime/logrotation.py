@@ -1,0 +1,216 @@
+"""Container log rotation as kubelet does it: rename the log, ask conmon to reopen it, gzip and prune older files.
+
+Every `--container-log-monitor-interval` (sooner for a log growing fast, see
+`logs.next_check_delay`) each instance's log is looked at; a log of
+`--container-log-max-size` or more whose conmon still runs is renamed to
+`<n>.log.<stamp>` and conmon is told through its control FIFO to reopen the
+path (never copy-truncate, which loses what is written during the copy). At
+most `--container-log-max-files` files stay per instance; all rotated files
+but the newest are gzipped. What to do is decided by `logs.plan_rotation`
+(pure); this module only carries it out.
+
+The backstop is conmon's own `--log-size-max` (twice the rotation size):
+when rotation falls behind (a flood between two checks, edgelet stopped)
+conmon cuts the file by itself. conmon counts bytes since its last own cut,
+not since the file was reopened, so that cut would fall at arbitrary points
+of a file rotation already restarted and drop what it held. To keep that
+from losing lines, the current file of a live log always has a second name,
+a hard link under the rotated name it will get: conmon's cut then only
+removes one of two names, and the bytes stay as a rotated file. Rotating
+such a file is removing its current name. Readers skip the link
+(`logs.instance_files`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import gzip
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from edgelet import logs
+from edgelet.runtime import conmon
+from edgelet.runtime.bundle import PodLayout
+from edgelet.runtime.layout import RuntimePaths
+from edgelet.util.clock import Clock
+from edgelet.util.log import get_logger
+
+log = get_logger("edgelet.logrotation")
+
+COMPRESS_LEVEL = 1  # cheap on a Pi's CPU; CRI text logs still shrink several times
+MIN_CHECK_DELAY = 0.5  # seconds: how soon a flooding log is looked at again
+_COMPRESS_TMP = logs.GZ_SUFFIX + logs.TMP_SUFFIX
+
+
+def backstop_size(max_size: int) -> int:
+    """conmon's --log-size-max for a rotation size: room for one rotation to be late by a whole file."""
+    return 2 * max_size
+
+
+@dataclass
+class _Seen:
+    size: int
+    at: float  # monotonic
+
+
+class LogRotator:
+    """Rotates every container's log under `paths.log_dir`; `run()` under the app's TaskGroup."""
+
+    def __init__(self, paths: RuntimePaths, clock: Clock, *, max_size: int, max_files: int, interval: float,
+                 min_delay: float = MIN_CHECK_DELAY) -> None:
+        self.paths = paths
+        self.clock = clock
+        self.max_size = max_size
+        self.max_files = max_files
+        self.interval = interval
+        self.min_delay = min(min_delay, interval)
+        self.rotations = 0  # counters for logs and the bench
+        self.compressed_bytes = 0
+        self._seen: dict[Path, _Seen] = {}
+        self._errors: dict[Path, str] = {}
+
+    async def run(self) -> None:
+        """Check all logs, then again after the shortest delay any log asked for; errors never stop it."""
+        while True:
+            delay = await asyncio.to_thread(self.check_all)
+            await self.clock.sleep(delay)
+
+    def check_all(self) -> float:
+        """One pass over every instance's log; returns the seconds until the next pass is due."""
+        delay = self.interval
+        seen: set[Path] = set()
+        for current in self._current_logs():
+            seen.add(current)
+            try:
+                delay = min(delay, self.check(current))
+                self._errors.pop(current, None)
+            except OSError as exc:
+                # Logged once per distinct error, not every pass: a read-only disk would flood the journal.
+                if self._errors.get(current) != str(exc):
+                    log.warning("Log rotation failed", path=str(current), err=str(exc))
+                    self._errors[current] = str(exc)
+        for gone in set(self._seen) - seen:
+            del self._seen[gone]
+        return delay
+
+    def _current_logs(self) -> list[Path]:
+        """`<log_dir>/pods/<pod>/<container>/<n>.log` of every instance that has one (or rotated files)."""
+        found: list[Path] = []
+        pods = self.paths.log_dir / "pods"
+        for pod_dir in _subdirs(pods):
+            for container_dir in _subdirs(pod_dir):
+                for attempt in set(logs.container_attempts(container_dir)):
+                    found.append(container_dir / f"{attempt}.log")
+        return found
+
+    def _bundle(self, current: Path) -> Path:
+        """The bundle of the container writing `current` (the pod log dir is `<ns>_<name>_<uid>`)."""
+        uid = current.parent.parent.name.rsplit("_", 1)[-1]
+        attempt = int(current.name.split(".", 1)[0])
+        return PodLayout(self.paths.pod_dir(uid)).container_dir(current.parent.name, attempt)
+
+    def check(self, current: Path) -> float:
+        """Carry out `plan_rotation` for one instance; returns when it wants to be looked at again."""
+        directory = current.parent
+        attempt = int(current.name.split(".", 1)[0])
+        names = os.listdir(directory)
+        for name in names:
+            if name.startswith(f"{attempt}.log.") and name.endswith(_COMPRESS_TMP):
+                (directory / name).unlink(missing_ok=True)  # a compression a crash interrupted
+        rotated = logs.rotated_names(names, attempt)
+        try:
+            st = current.stat()
+        except FileNotFoundError:
+            return self.min_delay  # between a rename and conmon's reopen: look again soon
+        link = next((n for n in rotated if not n.endswith(logs.GZ_SUFFIX) and _same(directory / n, st)), None)
+        others = [n for n in rotated if n != link]
+        fd = conmon.open_control(self._bundle(current))
+        try:
+            plan = logs.plan_rotation(st.st_size, others, max_size=self.max_size, max_files=self.max_files,
+                                      live=fd is not None)
+            for name in plan.remove:
+                (directory / name).unlink(missing_ok=True)
+            for name in plan.compress:
+                self._compress(directory / name)
+            if fd is None:
+                return self.interval
+            if plan.rotate:
+                if link is None:
+                    os.rename(current, directory / logs.rotated_name(attempt, names, self.clock.now()))
+                else:
+                    current.unlink()  # its bytes stay under the link's name
+                conmon.request_log_reopen(fd)
+                self.rotations += 1
+                self._seen.pop(current, None)
+                return self.min_delay  # soon: the new file needs its link
+            if link is None:
+                os.link(current, directory / logs.rotated_name(attempt, names, self.clock.now()))
+        finally:
+            if fd is not None:
+                os.close(fd)
+        return self._delay(current, st.st_size)
+
+    def _delay(self, current: Path, size: int) -> float:
+        now = self.clock.monotonic()
+        before = self._seen.get(current)
+        self._seen[current] = _Seen(size, now)
+        if before is None or now <= before.at:
+            return self.min_delay if size >= self.max_size // 2 else self.interval
+        # A smaller file than last time was cut by conmon meanwhile: all of it is new.
+        grown = size - before.size if size >= before.size else size
+        return logs.next_check_delay(size, grown / (now - before.at), max_size=self.max_size,
+                                     interval=self.interval, min_delay=self.min_delay)
+
+    def _compress(self, path: Path) -> None:
+        """gzip `path` to `path.gz` (through a temp file, so a crash leaves either whole) and remove it."""
+        tmp = path.with_name(path.name + _COMPRESS_TMP)
+        target = path.with_name(path.name + logs.GZ_SUFFIX)
+        try:
+            src = open(path, "rb")
+        except FileNotFoundError:
+            return
+        with src:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o640)
+            with os.fdopen(fd, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw,
+                                                            compresslevel=COMPRESS_LEVEL, mtime=0) as gz:
+                shutil.copyfileobj(src, gz, 1 << 20)
+            self.compressed_bytes += src.tell()
+        os.rename(tmp, target)
+        path.unlink(missing_ok=True)
+
+
+def _same(path: Path, st: os.stat_result) -> bool:
+    try:
+        other = path.stat()
+    except FileNotFoundError:
+        return False
+    return (other.st_dev, other.st_ino) == (st.st_dev, st.st_ino)
+
+
+def _subdirs(path: Path) -> list[Path]:
+    try:
+        with os.scandir(path) as it:
+            return [Path(e.path) for e in it if e.is_dir(follow_symlinks=False)]
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        if exc.errno == errno.ENOTDIR:
+            return []
+        raise
+
+
+def remove_logs(current: Path) -> None:
+    """Remove every file of one container instance's log: the current file and its rotated files."""
+    try:
+        names = os.listdir(current.parent)
+    except FileNotFoundError:
+        return
+    attempt = int(current.name.split(".", 1)[0])
+    for name in names:
+        if name == current.name or name.startswith(f"{attempt}.log.") and (
+                logs.rotated_stamp(name.removesuffix(_COMPRESS_TMP), attempt) is not None
+                or name == f"{attempt}.log{logs.TMP_SUFFIX}"):
+            (current.parent / name).unlink(missing_ok=True)

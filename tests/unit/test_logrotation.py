@@ -1,0 +1,288 @@
+"""Log rotation: the pure decisions (tables), reading across rotated files, following across a rotation,
+and the rotator against a conmon stand-in (a FIFO the test reads) on a temp dir."""
+
+from __future__ import annotations
+
+import gzip
+import os
+from pathlib import Path
+
+import pytest
+
+from edgelet import logs
+from edgelet.runtime import conmon
+from edgelet.runtime.layout import RuntimePaths
+from edgelet.runtime.logrotation import LogRotator, backstop_size, remove_logs
+from edgelet.util.clock import FakeClock
+
+T = "2024-05-01T10:00:00.000000000Z"
+R = [f"0.log.20240501-10000{i}.000000" for i in range(6)]  # rotated names, oldest first
+
+
+def lines(start: int, stop: int) -> bytes:
+    return b"".join(f"{T} stdout F line-{i}\n".encode() for i in range(start, stop))
+
+
+def shown(start: int, stop: int) -> bytes:
+    return b"".join(f"line-{i}\n".encode() for i in range(start, stop))
+
+
+# ---------------------------------------------------------------- decisions
+
+
+@pytest.mark.parametrize("size, rotated, max_files, live, expected", [
+    # Small: nothing to do.
+    (10, [], 5, True, logs.RotationPlan()),
+    # Big and live: rotate; nothing older to compress yet.
+    (100, [], 5, True, logs.RotationPlan(rotate=True)),
+    # Big but nobody writes it (conmon gone): kubelet rotates running containers only.
+    (100, [], 5, False, logs.RotationPlan()),
+    # Rotating makes the newest rotated file the second newest: it is compressed.
+    (100, [R[0]], 5, True, logs.RotationPlan(compress=(R[0],), rotate=True)),
+    # Not rotating: the newest rotated file stays plain.
+    (10, [R[0], R[1]], 5, True, logs.RotationPlan(compress=(R[0],))),
+    (10, [R[0] + ".gz", R[1]], 5, True, logs.RotationPlan()),
+    # Room for the rotated file to come: max_files counts the current file.
+    (100, [R[0] + ".gz", R[1] + ".gz", R[2] + ".gz", R[3]], 5, True,
+     logs.RotationPlan(remove=(R[0] + ".gz",), compress=(R[3],), rotate=True)),
+    (100, [R[i] + ".gz" for i in range(5)] + [R[5]], 3, True,
+     logs.RotationPlan(remove=tuple(R[i] + ".gz" for i in range(5)), compress=(R[5],), rotate=True)),
+    # Not rotating keeps max_files - 1 rotated files (a conmon cut may have added one).
+    (10, [R[0] + ".gz", R[1] + ".gz", R[2]], 3, True, logs.RotationPlan(remove=(R[0] + ".gz",))),
+    # An exited instance is pruned and compressed all the same.
+    (10, [R[0], R[1], R[2]], 3, False, logs.RotationPlan(remove=(R[0],), compress=(R[1],))),
+    # An interrupted compression: the plain twin goes, the archive counts.
+    (10, [R[0], R[0] + ".gz", R[1]], 5, True, logs.RotationPlan(remove=(R[0],))),
+])
+def test_plan_rotation(size, rotated, max_files, live, expected):
+    assert logs.plan_rotation(size, rotated, max_size=100, max_files=max_files, live=live) == expected
+
+
+@pytest.mark.parametrize("max_files", range(2, 8))
+def test_plan_rotation_never_keeps_more_than_max_files(max_files):
+    rotated: list[str] = []
+    for i in range(30):
+        plan = logs.plan_rotation(100, rotated, max_size=100, max_files=max_files, live=True)
+        rotated = [n for n in rotated if n not in plan.remove]
+        rotated = [n + ".gz" if n in plan.compress else n for n in rotated]
+        rotated.append(logs.rotated_name(0, rotated, 1_700_000_000 + i))
+        assert len(rotated) + 1 <= max_files
+        assert all(n.endswith(".gz") for n in rotated[:-1]) and not rotated[-1].endswith(".gz")
+
+
+@pytest.mark.parametrize("existing, now, expected", [
+    ([], 1714557600.25, "3.log.20240501-100000.250000"),
+    # The clock stepped back (or two rotations within a microsecond): still newer than the newest.
+    (["3.log.20240501-100000.250000.gz"], 1714557000.0, "3.log.20240501-100000.250001"),
+    (["3.log.20240501-100000.250000"], 1714557600.25, "3.log.20240501-100000.250001"),
+    # Another instance's names do not matter.
+    (["2.log.20990101-000000.000000"], 1714557600.0, "3.log.20240501-100000.000000"),
+])
+def test_rotated_name_sorts_by_age(existing, now, expected):
+    assert logs.rotated_name(3, existing, now) == expected
+
+
+@pytest.mark.parametrize("size, rate, expected", [
+    (0, 0.0, 10.0),  # quiet: once per interval
+    (0, 10.0, 10.0),  # slow: would take 10 s to fill, capped at the interval
+    (50, 100.0, 0.5),  # due in half a second
+    (0, 1e9, 0.25),  # a flood: as often as allowed
+    (150, 100.0, 0.25),  # already over (conmon's cut is the backstop)
+])
+def test_next_check_delay(size, rate, expected):
+    assert logs.next_check_delay(size, rate, max_size=100, interval=10.0, min_delay=0.25) == expected
+
+
+def test_backstop_leaves_room_for_one_late_rotation():
+    assert backstop_size(10 * 1024 * 1024) == 20 * 1024 * 1024
+
+
+# ---------------------------------------------------------------- reading across rotated files
+
+
+def _instance(tmp_path: Path) -> Path:
+    d = tmp_path / "pods" / "default_web_uid1" / "app"
+    d.mkdir(parents=True)
+    (d / (R[0] + ".gz")).write_bytes(gzip.compress(lines(0, 10)))
+    (d / R[1]).write_bytes(lines(10, 20))
+    current = d / "0.log"
+    current.write_bytes(lines(20, 25) + f"{T} stdout P unfin".encode())
+    os.link(current, d / R[2])  # the current file's own second name: not a separate file
+    (d / "1.log").write_bytes(lines(100, 101))  # another instance
+    return current
+
+
+@pytest.mark.parametrize("tail, expected", [
+    (None, shown(0, 25)),
+    (3, shown(22, 25)),
+    (5, shown(20, 25)),
+    (7, shown(18, 25)),
+    (15, shown(10, 25)),
+    (22, shown(3, 25)),
+    (100, shown(0, 25)),
+    (0, b""),
+])
+def test_open_log_reads_across_rotated_files(tmp_path, tail, expected):
+    current = _instance(tmp_path)
+    data, cursor = logs.open_log(current, tail=tail)
+    cursor.close()
+    assert data == expected
+    assert logs.read_log(current, tail=tail)[0] == expected
+
+
+def test_instance_files_skip_the_current_files_link_and_other_instances(tmp_path):
+    current = _instance(tmp_path)
+    assert [p.name for p in logs.instance_files(current)] == [R[0] + ".gz", R[1], "0.log"]
+    assert sorted(logs.container_attempts(current.parent)) == [0, 1]
+
+
+def test_attempts_count_while_the_current_file_is_renamed_away(tmp_path):
+    current = _instance(tmp_path)
+    current.unlink()  # a rotation between its rename and conmon's reopen
+    assert logs.find_log_file(current.parent) == current.parent / "1.log"
+    assert logs.find_log_file(current.parent, previous=True) == current
+    # The newest rotated file is the one still being written: it is read and followed.
+    data, cursor = logs.open_log(current, tail=2)
+    assert data == shown(23, 25)
+    with open(tmp_path / "pods" / "default_web_uid1" / "app" / R[2], "ab") as w:
+        w.write(b"ished\n" + f"{T} stdout F !\n".encode())  # the raw line completed, a partial entry ended
+    assert cursor.read_new() == b"unfinished!\n"
+    cursor.close()
+
+
+class _Conmon:
+    """What conmon does to its log: appends to the file it has open; on reopen, starts a new file at the path."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.f = open(path, "ab", buffering=0)
+        self.n = 0
+
+    def write(self, count: int) -> None:
+        self.f.write(lines(self.n, self.n + count))
+        self.n += count
+
+    def reopen(self) -> None:
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        self.f.close()
+        self.f = open(tmp, "wb", buffering=0)
+        os.rename(tmp, self.path)
+
+
+def test_follow_across_rotations_misses_and_repeats_nothing(tmp_path):
+    d = tmp_path / "c"
+    d.mkdir()
+    current = d / "0.log"
+    w = _Conmon(current)
+    w.write(5)
+    data, cursor = logs.open_log(current)
+    got = [data]
+    stamps = iter(range(1_700_000_000, 1_800_000_000))
+    for step in range(12):
+        w.write(3)
+        if step % 2:
+            got.append(cursor.read_new())
+        # Rename away, write more to the renamed file, then reopen: as a rotation with conmon.
+        os.rename(current, d / logs.rotated_name(0, os.listdir(d), next(stamps)))
+        w.write(2)
+        if step % 3 == 0:
+            got.append(cursor.read_new())  # between the rename and the reopen
+        w.reopen()
+        w.write(1)
+        if step % 4 == 0:
+            # Read only every fourth round: a follower several rotations behind reads the files between.
+            got.append(cursor.read_new())
+    w.write(4)
+    while chunk := cursor.read_new():
+        got.append(chunk)
+    cursor.close()
+    w.f.close()
+    assert b"".join(got) == shown(0, w.n)
+
+
+# ---------------------------------------------------------------- the rotator against a FIFO stand-in
+
+
+@pytest.fixture
+def setup(tmp_path):
+    paths = RuntimePaths(root_dir=tmp_path / "root", run_dir=tmp_path / "run", log_dir=tmp_path / "log")
+    log_dir = paths.log_dir / "pods" / "default_web_uid1" / "app"
+    log_dir.mkdir(parents=True)
+    bundle = paths.pod_dir("uid1") / "containers" / "app" / "0"
+    bundle.mkdir(parents=True)
+    fifo = bundle / conmon.CONTROL_FIFO
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    clock = FakeClock(1_714_557_600.0)
+    rotator = LogRotator(paths, clock, max_size=1000, max_files=3, interval=10.0)
+    yield rotator, log_dir / "0.log", reader, clock
+    os.close(reader)
+
+
+def _names(d: Path) -> list[str]:
+    return sorted(os.listdir(d))
+
+
+def test_rotator_links_renames_reopens_compresses_and_prunes(setup):
+    rotator, current, reader, clock = setup
+    w = _Conmon(current)
+    w.write(2)
+    rotator.check_all()
+    # A live log gets its second name at once, so conmon's own cut cannot lose it.
+    (link,) = [n for n in _names(current.parent) if n != "0.log"]
+    assert os.stat(current.parent / link).st_ino == os.stat(current).st_ino
+    for round_ in range(4):
+        w.write(30)  # > max_size
+        clock.advance(1)
+        rotator.check_all()
+        assert os.read(reader, 100) == conmon.REOPEN_LOG_MESSAGE
+        assert not current.exists()  # renamed away: conmon makes the new one
+        w.reopen()
+        w.write(1)
+        clock.advance(1)
+        rotator.check_all()  # links the new current file
+    names = _names(current.parent)
+    rotated = [n for n in names if n != "0.log"]
+    # At most 3 files of the instance besides the current file's own link; the older rotated ones gzipped.
+    assert len(logs.instance_files(current)) == 3
+    assert sum(n.endswith(".gz") for n in rotated) == 1
+    assert rotator.rotations == 4
+    # What is left reads back in order, the oldest lines pruned.
+    data, cursor = logs.open_log(current)
+    cursor.close()
+    w.f.close()
+    assert data.endswith(shown(w.n - 32, w.n)) and data == shown(w.n - data.count(b"\n"), w.n)
+
+
+def test_rotator_leaves_a_log_without_a_live_conmon(setup):
+    rotator, current, reader, _ = setup
+    (rotator._bundle(current) / conmon.CONTROL_FIFO).unlink()  # conmon gone with its bundle's FIFO
+    current.write_bytes(lines(0, 100))
+    rotator.check_all()
+    assert _names(current.parent) == ["0.log"]
+
+
+def test_open_control_tells_a_fifo_nobody_reads(tmp_path):
+    os.mkfifo(tmp_path / conmon.CONTROL_FIFO)
+    assert conmon.open_control(tmp_path) is None  # ENXIO at once, never blocking
+    assert conmon.open_control(tmp_path / "missing") is None
+
+
+def test_a_conmon_cut_keeps_the_bytes_under_the_link(setup):
+    rotator, current, reader, _ = setup
+    w = _Conmon(current)
+    w.write(3)
+    rotator.check_all()
+    w.reopen()  # conmon's own --log-size-max cut: a new file renamed over the path
+    w.write(2)
+    data, cursor = logs.open_log(current)
+    cursor.close()
+    w.f.close()
+    assert data == shown(0, 5)
+
+
+def test_remove_logs_takes_every_file_of_the_instance_only(tmp_path):
+    current = _instance(tmp_path)
+    (current.parent / (R[3] + ".gz.tmp")).write_bytes(b"")
+    remove_logs(current)
+    assert _names(current.parent) == ["1.log"]
