@@ -119,6 +119,9 @@ def main() -> None:
         after = {pid: io(pid) for pid in pids}
         log1 = log.stat().st_size
         changed = changed_files([b.paths.root_dir, b.paths.run_dir, b.paths.log_dir], t0)
+        if proc.poll() is not None or n < args.pods:
+            raise SystemExit(f"the agent exited ({proc.poll()}) or ran {n} of {args.pods} pods; its log ends:\n"
+                             + "\n".join(log.read_text(errors="replace").splitlines()[-30:]))
     finally:
         b.close()
 
