@@ -197,3 +197,50 @@ def test_without_a_cni_config_pods_get_loopback_and_a_warning(agent, tmp_path):
     assert any(e["reason"] == "NetworkNotReady" and "no CNI config" in e["message"] for e in events)
     assert any(e["reason"] == "MissingClusterDNS" for e in events)  # ClusterFirst without --cluster-dns
     assert "lo" in _exec(agent, "client", "ip", "-o", "link").stdout
+
+
+def _sandbox(agent, pod: str) -> str | None:
+    return next((c["id"] for c in agent.containers_of(pod) if c["annotations"].get("io.edgelet.kind") == "sandbox"
+                 and c["status"] == "running"), None)
+
+
+def test_a_broken_pod_network_fails_its_check_and_the_pod_gets_a_new_one(agent, network):
+    """Housekeeping CHECKs every pod's network with the real plugins: a healthy one is left alone, one whose
+    address went (as after an admin's mistake) gets a new sandbox and a working network."""
+    agent.start(f"--cni-conf-dir={network['conf_dir']}", f"--cni-bin-dir={PLUGINS}", "--cni-check-period=1s")
+    agent.write_manifest("server.yaml", SERVER)
+    agent.write_manifest("client.yaml", CLIENT)
+    for name in ("server", "client"):
+        wait_for(lambda n=name: _ctr(agent, n) and _pod_ip(agent, n), timeout=90, what=f"{name} to run with an IP")
+    broken, healthy = _sandbox(agent, "server"), _sandbox(agent, "client")
+    # Healthy networks pass their checks, the server's hostPort chain too (portmap 1.1.1's false IPv6 failure).
+    wait_for(lambda: agent.log().count("Checked pod networks checked=2 failed=0") >= 3, timeout=60,
+             what="three clean checks of both pods")
+    assert not [e for e in json.loads(agent.cli("events", "-o", "json")) if e["reason"] == "SandboxChanged"]
+    netns = agent.paths.run_dir / "netns" / broken
+    assert _sh("nsenter", f"--net={netns}", "ip", "-o", "addr", "show", "dev", "eth0").count("inet ") == 1
+    subprocess.run(["nsenter", f"--net={netns}", "ip", "addr", "flush", "dev", "eth0"], check=True)
+
+    events = wait_for(lambda: [e for e in json.loads(agent.cli("events", "-o", "json"))
+                               if e["reason"] == "SandboxChanged"], timeout=60, what="the failed check reported")
+    assert events[0]["object"]["name"] == "server-testnode"
+    assert "CNI plugin bridge CHECK failed" in events[0]["message"]
+    new = wait_for(lambda: (s := _sandbox(agent, "server")) and s != broken and _ctr(agent, "server") and s,
+                   timeout=120, what="the server in a new sandbox")
+    ip = next(c["annotations"]["io.edgelet.pod-ips"] for c in agent.containers_of("server") if c["id"] == new)
+    wait_for(lambda: _pod_ip(agent, "server") == ip, timeout=60, what="the status to show the new address")
+    out = wait_for(lambda: (r := _exec(agent, "client", "wget", "-qO-", f"http://{ip}:8080/"))
+                   and "hello-from-pod" in r.stdout and r.stdout, timeout=60, what="the new network to answer")
+    assert "hello-from-pod" in out
+    # The healthy pod lived through every check untouched, and so far only the broken one was reported.
+    assert _sandbox(agent, "client") == healthy
+    assert all(e["object"]["name"] == "server-testnode" for e in json.loads(agent.cli("events", "-o", "json"))
+               if e["reason"] == "SandboxChanged")
+    for name in ("server", "client"):
+        (agent.manifests / f"{name}.yaml").unlink()
+    wait_for(lambda: not agent.containers_of("server") and not agent.containers_of("client"), timeout=60,
+             what="the pods to go")
+    try:
+        wait_for(lambda: _leftovers(agent, network) == NOTHING, timeout=30, what="nothing left of the pods' network")
+    except AssertionError:
+        raise AssertionError(f"left: {_leftovers(agent, network)}\n{agent.log()[-3000:]}") from None
