@@ -143,12 +143,16 @@ class CNI:
 
 
 def false_check_failure(exc: PluginError, result: Mapping[str, Any]) -> bool:
-    """A CHECK failure known to be the plugin's bug, not a broken network (pure).
+    """A CHECK failure that is the plugin's bug, not a broken network (pure); taken at its word, every such
+    pod would get a new sandbox at every check.
 
-    portmap before 1.2 (Debian bookworm ships 1.1.1) looks for ip6tables chains it never made for a pod
-    with IPv4 addresses only ("could not check ipv6 dnat": containernetworking/plugins#819); taken at its
-    word, every pod with a hostPort would get a new sandbox at every check.
+    - No CNI error document (`code` None): the plugin crashed instead of answering. Debian bookworm's
+      bandwidth 1.1.1 panics on CHECK for a pod that asked no bandwidth limit.
+    - portmap before 1.2 (bookworm ships 1.1.1) looks for ip6tables chains it never made for a pod with
+      IPv4 addresses only ("could not check ipv6 dnat": containernetworking/plugins#819).
     """
+    if exc.code is None:
+        return True
     if exc.plugin != "portmap" or "ipv6" not in str(exc).lower():
         return False
     return not any(":" in str(ip.get("address", "")) for ip in result.get("ips") or [])
