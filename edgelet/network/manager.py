@@ -30,6 +30,9 @@ log = get_logger(__name__)
 INGRESS = "kubernetes.io/ingress-bandwidth"
 EGRESS = "kubernetes.io/egress-bandwidth"
 MAX_BURST = 2**31 - 1  # kubelet: no burst annotation, so no burst limit
+# New sandboxes of one pod whose first CHECK failed, after which its CHECK failures are taken for a plugin's
+# bug (a new sandbox does not fare better) rather than re-creating the pod every period.
+MAX_FRESH_FAILURES = 2
 
 
 def runtime_config(pod: "Pod") -> dict[str, Any]:
@@ -74,6 +77,9 @@ class PodNetwork:
         self.netns_dir = netns_dir
         self.cache = Cache(cache_dir)
         self.cni = CNI(self.bin_dirs)
+        self._passed: set[str] = set()  # sandboxes whose network passed a CHECK at least once
+        self._fresh_failures: dict[str, int] = {}  # pod uid -> new sandboxes in a row that failed at once
+        self._ignored: set[str] = set()  # sandboxes whose failure was said to be ignored (said once)
 
     def config(self) -> netconf.NetworkConfig | None:
         """The network config, read afresh (a conflist dropped in later takes effect for new pods)."""
@@ -199,13 +205,28 @@ class PodNetwork:
                 continue
             att = Attachment(entry.container_id, entry.netns, entry.pod_name, entry.pod_namespace, entry.pod_uid,
                              entry.ifname)
+            sid, uid = entry.container_id, entry.pod_uid
             try:
                 await self.cni.check(cfg, att, entry.runtime_config, entry.result)
             except PluginError as exc:
                 if exc.code is None:  # no answer in time, or no error document: no verdict on the network
-                    log.warning("CNI CHECK gave no answer", sandbox=entry.container_id[:12], err=str(exc))
+                    log.warning("CNI CHECK gave no answer", sandbox=sid[:12], err=str(exc))
                     continue
-                failed[entry.container_id] = str(exc)
+                if sid in self._passed:
+                    failed[sid] = str(exc)  # it worked and broke: the network, not the plugin
+                elif self._fresh_failures.get(uid, 0) < MAX_FRESH_FAILURES:
+                    self._fresh_failures[uid] = self._fresh_failures.get(uid, 0) + 1
+                    failed[sid] = str(exc)
+                elif sid not in self._ignored:
+                    self._ignored.add(sid)
+                    log.warning("CNI CHECK fails on every new sandbox of this pod; taking it for the plugin's bug "
+                                "and leaving the pod alone", pod=f"{entry.pod_namespace}/{entry.pod_name}",
+                                sandbox=sid[:12], err=str(exc))
+            else:
+                self._passed.add(sid)
+                self._fresh_failures.pop(uid, None)
             checked += 1
+        self._passed &= live
+        self._ignored &= live
         log.debug("Checked pod networks", checked=checked, failed=len(failed))
         return failed

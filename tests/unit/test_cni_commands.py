@@ -180,3 +180,31 @@ def test_check_goes_on_past_portmaps_ipv6_false_failure(tmp_path: Path, plugins:
     net = _network(tmp_path, plugins, "1.0.0")
     assert asyncio.run(net.check({"v4"})) == {}
     assert [p for p, c, _, _ in _calls(plugins) if c == "CHECK"] == ["alpha", "portmap", "beta"]
+
+
+def test_a_pod_whose_new_sandboxes_keep_failing_check_is_left_alone(tmp_path: Path, plugins: Path) -> None:
+    """A CHECK that fails on every fresh attachment is a plugin's bug, not a broken network: after two new
+    sandboxes failed their first check, the pod is not re-created again (a restart loop every period)."""
+    net = _network(tmp_path, plugins, "1.0.0")
+    cache = Cache(tmp_path / "cache")
+    result = {"ips": [{"address": "10.99.0.7/24"}]}
+
+    def sandbox(sid: str, uid: str = "u-pod") -> None:
+        cache.write(Entry(sid, f"/run/netns/{sid}", "eth0", "p", "default", uid, _conf("1.0.0"), {}, result))
+        (plugins / f"fail-CHECK-{sid}").write_text("11")
+
+    sandbox("s1")
+    assert set(asyncio.run(net.check({"s1"}))) == {"s1"}
+    cache.remove("s1")
+    sandbox("s2")
+    assert set(asyncio.run(net.check({"s2"}))) == {"s2"}
+    cache.remove("s2")
+    sandbox("s3")
+    assert asyncio.run(net.check({"s3"})) == {}  # the third fresh sandbox failing: the plugin, not the network
+    assert asyncio.run(net.check({"s3"})) == {}
+
+    # Another pod is judged on its own, and a sandbox that once passed is trusted when it fails later.
+    cache.write(Entry("t1", "/run/netns/t1", "eth0", "q", "default", "u-other", _conf("1.0.0"), {}, result))
+    assert asyncio.run(net.check({"t1"})) == {}
+    (plugins / "fail-CHECK-t1").write_text("11")
+    assert set(asyncio.run(net.check({"t1"}))) == {"t1"}
