@@ -263,6 +263,8 @@ class Agent:
                 if self.node_shutdown is not None:
                     tg.create_task(self.node_shutdown.run(), name="node-shutdown")
                 tg.create_task(trim_periodically(self.clock), name="memory-trim")
+                if self.settings.cni_check_period > 0:
+                    tg.create_task(self._check_networks(), name="cni-check")
                 if self.mirror is not None:
                     tg.create_task(self._run_mirror(), name="mirror")
         finally:
@@ -291,6 +293,30 @@ class Agent:
             return
         if swept:
             log.info("Removed exit files and sockets of containers that are gone", count=swept)
+
+    async def _check_networks(self) -> None:
+        """Housekeeping of pod networks: CNI CHECK every running sandbox each `cni_check_period`; a pod whose
+        network is broken is told so and synced, and its sync replaces the sandbox (kubelet's answer to a
+        sandbox that is not ready)."""
+        from edgelet.events import pod_ref
+
+        while True:
+            await self.clock.sleep(self.settings.cni_check_period)
+            try:
+                broken = await self.runtime.check_networks()
+            except Exception as exc:  # noqa: BLE001 - a failed check is no reason to stop the agent
+                log.warning("Cannot check pod networks", err=str(exc))
+                continue
+            if not broken:
+                continue
+            desired = self.loop.desired()
+            for uid, why in broken.items():
+                log.warning("Pod network check failed; the sandbox will be re-created", uid=uid, err=why)
+                pod = desired.get(uid)
+                if pod is not None:
+                    self.events.warning(pod_ref(pod, None), "SandboxChanged",
+                                        f"Pod sandbox network check failed ({why}); it will be killed and re-created.")
+            self.loop.emit_lifecycle(broken)
 
     async def _run_mirror(self) -> None:
         """The apiserver reporting; it may fail on its own without taking a pod (or the agent) with it."""

@@ -9,15 +9,31 @@ edgelet means to raise and lets programming errors through::
     EdgeletError
     ├── api.errors.ApiError                manifests: decoding, validation, quantities (also ValueError)
     ├── container.errors.RuntimeError_     the container runtime: exec, sandbox, create/start/stop, volumes
+    │                                      (runtime.rootfs.RootfsError below it is also an OSError)
     ├── images.errors.ImageError           references, store, archives, pulls, credentials, unpacking
     ├── ocispec.errors.SpecError           a pod that cannot be expressed as an OCI spec
     │                                      (CreateContainerConfigError at the runtime boundary)
+    ├── network.errors.NetworkError        CNI: the conflist, a plugin's failure
     ├── cgroups.errors.CgroupError         cgroup files cannot be written or removed
     ├── probes.errors.ProbeError           probes and lifecycle hooks
+    ├── eviction.errors.EvictionConfigError  an eviction threshold or grace period that cannot be parsed
+    ├── mirror.errors.MirrorError          the apiserver link: kubeconfig, labels, unreachable, refusals
+    ├── sources.http.BodyProblem           a fetched manifest body that cannot be used (also ValueError)
+    ├── sources.http.HeaderFileError       --manifest-url-header-file cannot be read or parsed
+    ├── logs.LogNotFoundError              no log file for a container instance
     ├── settings.SettingsError             configuration file, environment or flags
-    ├── server.errors.ServerError          the local API server cannot listen
+    ├── app.ConfigurationError             the settings ask for what this machine does not have
+    ├── server.http.ServerError            an API listener cannot be opened
+    ├── server.routes.HttpError            a request the API refuses (rendered as a v1 Status)
+    ├── server.auth.AuthConfigError        the node API's token file or grants cannot be used
+    ├── server.tls.TlsError                the node API's certificate, key or CA cannot be loaded or made
     ├── sdnotify.NotifyError               systemd notification socket
-    └── cli.CommandError                   a command-line request that cannot be carried out
+    ├── util.logind.LogindUnavailable      no logind on the system bus (shutdown falls back to SIGTERM)
+    ├── cli.client.AgentError              the agent answered a CLI request with an error
+    └── cli.common.CommandError            a command-line request that cannot be carried out
+
+Every package with an `errors.py` draws its own part of the tree there;
+`tests/unit/test_errors_tree.py` keeps this map and those trees true.
 
 Errors carry their context (pod, container, path, command, stderr tail) as
 attributes and in `str()`, and are raised `from` their cause.

@@ -450,6 +450,9 @@ class Settings:
                               metavar="DIR")
     cni_bin_dir: str = _opt("/opt/cni/bin:/usr/lib/cni", _str(), "where CNI plugins are searched, colon-separated",
                             metavar="DIRS")
+    cni_check_period: float = _opt(60.0, _duration(), "how often the network of every running pod is verified "
+                                   "(CNI CHECK); a pod whose check fails gets a new sandbox (0: never)",
+                                   metavar="DURATION")
     cluster_dns: tuple[str, ...] = _opt((), _ip_list, "DNS server IPs for pods with dnsPolicy ClusterFirst "
                                         "(none: those pods use the node's resolv.conf, with a MissingClusterDNS "
                                         "event)", metavar="IPS")

@@ -35,6 +35,7 @@ class SandboxRecord:
     host_network: bool = False
     ips: tuple[str, ...] = ()  # from CNI, IPv4 first; empty with hostNetwork or without a CNI network
     netns: str = ""  # the network namespace file containers join; "" when the pause process made its own
+    network_ready: bool = True  # False once a CNI CHECK of its attachment failed: the sandbox is replaced
 
 
 @dataclass(frozen=True)

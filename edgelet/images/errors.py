@@ -8,6 +8,7 @@ Hierarchy::
     ├── ArchiveError                an archive is malformed: missing/oversized JSON, bad structure
     │   └── PlatformNotFound        no manifest for this machine's os/architecture
     ├── BlobError                   a blob is missing, or its digest or size does not match
+    ├── DecompressError             the zstd reader is missing or failed (the caller names the layer or archive)
     ├── UnpackError                 a layer tar could not be applied
     │   ├── UnsafeLayerError        a member would write outside the root or through a symlink
     │   └── LayerTooLarge           the uncompressed layer does not fit (a decompression bomb, a full disk)

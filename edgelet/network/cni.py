@@ -1,4 +1,5 @@
-"""Runs a network's plugin chain: ADD in order threading prevResult, DEL in reverse, CHECK in order (libcni).
+"""Runs a network's plugin chain: ADD in order threading prevResult, DEL in reverse, CHECK in order; 1.1.0's
+STATUS and GC in order, network-wide (libcni).
 
 Every plugin runs through `edgelet.util.proc` with a timeout; a failure names
 the plugin, the command and the plugin's own error message.
@@ -42,16 +43,18 @@ class CNI:
         self.bin_dirs = list(bin_dirs)
         self.timeout = timeout
 
-    async def _exec(self, plugin: Mapping[str, Any], command: str, att: Attachment, stdin: bytes) -> bytes:
+    async def _exec(self, plugin: Mapping[str, Any], command: str, att: Attachment | None, stdin: bytes) -> bytes:
         name = str(plugin["type"])
         path = find_plugin(name, self.bin_dirs)
         if path is None:
             raise PluginError(name, command, f"not found in {':'.join(self.bin_dirs)}")
         env = {
             "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
-            "CNI_COMMAND": command, "CNI_CONTAINERID": att.container_id, "CNI_NETNS": att.netns,
-            "CNI_IFNAME": att.ifname, "CNI_PATH": ":".join(self.bin_dirs), "CNI_ARGS": att.args(),
+            "CNI_COMMAND": command, "CNI_PATH": ":".join(self.bin_dirs),
         }
+        if att is not None:  # STATUS and GC are about the network, not one attachment
+            env.update({"CNI_CONTAINERID": att.container_id, "CNI_NETNS": att.netns, "CNI_IFNAME": att.ifname,
+                        "CNI_ARGS": att.args()})
         try:
             p = await proc.spawn([path], stdin=proc.PIPE, env=env)
         except OSError as exc:
@@ -103,7 +106,60 @@ class CNI:
 
     async def check(self, config: NetworkConfig, att: Attachment, runtime_config: Mapping[str, Any],
                     prev_result: Mapping[str, Any]) -> None:
-        if config.cni_version in ("0.3.0", "0.3.1"):
-            return  # CHECK came with 0.4.0
+        """CHECK in order, stopping at the first failure; nothing before 0.4.0, which had no CHECK."""
+        if not supports(config, "0.4.0"):
+            return
         for plugin in config.plugins:
-            await self._exec(plugin, "CHECK", att, plugin_stdin(config, plugin, prev_result, runtime_config))
+            try:
+                await self._exec(plugin, "CHECK", att, plugin_stdin(config, plugin, prev_result, runtime_config))
+            except PluginError as exc:
+                if not false_check_failure(exc, prev_result):
+                    raise
+
+    async def status(self, config: NetworkConfig) -> None:
+        """STATUS in order: raises the first plugin's refusal (code 50: not available, 51: cannot add now).
+        Networks before 1.1.0 have no STATUS and are taken as ready, as libcni does."""
+        if not supports(config, "1.1.0"):
+            return
+        for plugin in config.plugins:
+            await self._exec(plugin, "STATUS", None, plugin_stdin(config, plugin, None, {}))
+
+    async def gc(self, config: NetworkConfig, valid: Sequence[tuple[str, str]]) -> None:
+        """GC with the attachments still in use ((container id, ifname)); every plugin is asked, then the
+        first failure is raised. Nothing before 1.1.0."""
+        if not supports(config, "1.1.0"):
+            return
+        attachments = [{"containerID": cid, "ifname": ifname} for cid, ifname in valid]
+        first: PluginError | None = None
+        for plugin in config.plugins:
+            doc = json.loads(plugin_stdin(config, plugin, None, {}))
+            doc["cni.dev/valid-attachments"] = attachments
+            try:
+                await self._exec(plugin, "GC", None, json.dumps(doc).encode())
+            except PluginError as exc:
+                first = first or exc
+        if first is not None:
+            raise first
+
+
+def false_check_failure(exc: PluginError, result: Mapping[str, Any]) -> bool:
+    """A CHECK failure that is the plugin's bug, not a broken network (pure); taken at its word, every such
+    pod would get a new sandbox at every check.
+
+    - No CNI error document (`code` None): the plugin crashed instead of answering. Debian bookworm's
+      bandwidth 1.1.1 panics on CHECK for a pod that asked no bandwidth limit.
+    - portmap before 1.2 (bookworm ships 1.1.1) looks for ip6tables chains it never made for a pod with
+      IPv4 addresses only ("could not check ipv6 dnat": containernetworking/plugins#819).
+    """
+    if exc.code is None:
+        return True
+    if exc.plugin != "portmap" or "ipv6" not in str(exc).lower():
+        return False
+    return not any(":" in str(ip.get("address", "")) for ip in result.get("ips") or [])
+
+
+def supports(config: NetworkConfig, version: str) -> bool:
+    """Whether the network's cniVersion is at least `version` (both dotted numbers)."""
+    def key(v: str) -> tuple[int, ...]:
+        return tuple(int(x) for x in v.split("."))
+    return key(config.cni_version) >= key(version)

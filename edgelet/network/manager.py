@@ -18,7 +18,7 @@ from edgelet.network import conf as netconf
 from edgelet.network import netns
 from edgelet.network.cache import Cache, Entry
 from edgelet.network.cni import CNI, Attachment
-from edgelet.network.errors import ConfigError, NetworkError
+from edgelet.network.errors import ConfigError, NetworkError, PluginError
 from edgelet.network.result import pod_ips
 from edgelet.util.log import get_logger
 
@@ -30,6 +30,9 @@ log = get_logger(__name__)
 INGRESS = "kubernetes.io/ingress-bandwidth"
 EGRESS = "kubernetes.io/egress-bandwidth"
 MAX_BURST = 2**31 - 1  # kubelet: no burst annotation, so no burst limit
+# New sandboxes of one pod whose first CHECK failed, after which its CHECK failures are taken for a plugin's
+# bug (a new sandbox does not fare better) rather than re-creating the pod every period.
+MAX_FRESH_FAILURES = 2
 
 
 def runtime_config(pod: "Pod") -> dict[str, Any]:
@@ -74,6 +77,9 @@ class PodNetwork:
         self.netns_dir = netns_dir
         self.cache = Cache(cache_dir)
         self.cni = CNI(self.bin_dirs)
+        self._passed: set[str] = set()  # sandboxes whose network passed a CHECK at least once
+        self._fresh_failures: dict[str, int] = {}  # pod uid -> new sandboxes in a row that failed at once
+        self._ignored: set[str] = set()  # sandboxes whose failure was said to be ignored (said once)
 
     def config(self) -> netconf.NetworkConfig | None:
         """The network config, read afresh (a conflist dropped in later takes effect for new pods)."""
@@ -97,6 +103,9 @@ class PodNetwork:
         cfg = await asyncio.to_thread(self.config)
         if cfg is None:
             return None
+        # A 1.1.0 network's plugins say whether they can add now (kubelet's NetworkReady); a refusal fails
+        # the sandbox, which is tried again with back-off, before anything exists to release.
+        await self.cni.status(cfg)
         path = self.netns_dir / sandbox_id
         meta = pod.metadata
         assert meta is not None
@@ -118,17 +127,20 @@ class PodNetwork:
                  ips=",".join(ips) or None, network=cfg.name)
         return Attached(str(path), ips)
 
-    async def teardown(self, sandbox_id: str) -> None:
+    async def teardown(self, sandbox_id: str, *, broken: bool = False) -> None:
+        """DEL the sandbox's attachment; `broken` when its CHECK failed, so the plugins may not find inside
+        the namespace what they made (the addresses whose masquerade rules bridge deletes): the rules
+        tagged with its id are removed as after a lost namespace."""
         entry = await asyncio.to_thread(self.cache.read, sandbox_id)
         if entry is not None:
-            await self._release(entry)
+            await self._release(entry, broken=broken)
         else:
             await asyncio.to_thread(netns.remove, self.netns_dir / sandbox_id)
 
-    async def _release(self, entry: Entry) -> None:
+    async def _release(self, entry: Entry, *, broken: bool = False) -> None:
         """DEL with the cached config, then the namespace file and the cache entry; a failed DEL keeps the
         entry so the next start tries again."""
-        namespace_gone = not netns.is_live(Path(entry.netns))
+        namespace_gone = broken or not netns.is_live(Path(entry.netns))
         try:
             cfg = netconf.parse(json.dumps(entry.config), f"cache of {entry.container_id[:12]}")
             att = Attachment(entry.container_id, entry.netns, entry.pod_name, entry.pod_namespace, entry.pod_uid,
@@ -147,16 +159,74 @@ class PodNetwork:
         await asyncio.to_thread(self.cache.remove, entry.container_id)
 
     async def cleanup(self, live: set[str]) -> int:
-        """Tear down every cached attachment and namespace file whose sandbox no longer runs."""
+        """Tear down every cached attachment and namespace file whose sandbox no longer runs; then, on a 1.1.0
+        network, GC with the attachments still in use, for what no cache entry remembers."""
         count = 0
+        kept: list[tuple[str, str]] = []
         for entry in await asyncio.to_thread(self.cache.entries):
             if entry.container_id not in live:
                 log.info("Releasing the network of a sandbox that is gone", sandbox=entry.container_id[:12],
                          pod=f"{entry.pod_namespace}/{entry.pod_name}")
                 await self._release(entry)
                 count += 1
+            else:
+                kept.append((entry.container_id, entry.ifname))
         if self.netns_dir.is_dir():
             for f in self.netns_dir.iterdir():
                 if f.name not in live and self.cache.read(f.name) is None:
                     await asyncio.to_thread(netns.remove, f)
+        try:
+            cfg = await asyncio.to_thread(self.config)
+            if cfg is not None:
+                await self.cni.gc(cfg, kept)
+        except NetworkError as exc:
+            log.warning("CNI GC failed", err=str(exc))
         return count
+
+    async def check(self, live: set[str]) -> dict[str, str]:
+        """CHECK the attachment of every running sandbox (housekeeping): {sandbox id: why} for those whose
+        network is broken (a bridge, veth, address or rule gone).
+
+        Only a plugin's own error document counts: an attachment whose ADD never finished, whose network
+        predates CHECK, or whose plugins cannot be found (a new sandbox would not fare better) gets no
+        verdict, and neither does a plugin that does not answer in time or crashes (`cni.false_check_failure`).
+        """
+        failed: dict[str, str] = {}
+        checked = 0
+        for entry in await asyncio.to_thread(self.cache.entries):
+            if entry.container_id not in live or entry.result is None:
+                continue
+            try:
+                cfg = netconf.parse(json.dumps(entry.config), f"cache of {entry.container_id[:12]}")
+            except ConfigError as exc:
+                log.warning("Cannot CHECK a pod network", sandbox=entry.container_id[:12], err=str(exc))
+                continue
+            if any(netconf.find_plugin(t, self.bin_dirs) is None for t in cfg.plugin_types()):
+                continue
+            att = Attachment(entry.container_id, entry.netns, entry.pod_name, entry.pod_namespace, entry.pod_uid,
+                             entry.ifname)
+            sid, uid = entry.container_id, entry.pod_uid
+            try:
+                await self.cni.check(cfg, att, entry.runtime_config, entry.result)
+            except PluginError as exc:
+                if exc.code is None:  # no answer in time, or no error document: no verdict on the network
+                    log.warning("CNI CHECK gave no answer", sandbox=sid[:12], err=str(exc))
+                    continue
+                if sid in self._passed:
+                    failed[sid] = str(exc)  # it worked and broke: the network, not the plugin
+                elif self._fresh_failures.get(uid, 0) < MAX_FRESH_FAILURES:
+                    self._fresh_failures[uid] = self._fresh_failures.get(uid, 0) + 1
+                    failed[sid] = str(exc)
+                elif sid not in self._ignored:
+                    self._ignored.add(sid)
+                    log.warning("CNI CHECK fails on every new sandbox of this pod; taking it for the plugin's bug "
+                                "and leaving the pod alone", pod=f"{entry.pod_namespace}/{entry.pod_name}",
+                                sandbox=sid[:12], err=str(exc))
+            else:
+                self._passed.add(sid)
+                self._fresh_failures.pop(uid, None)
+            checked += 1
+        self._passed &= live
+        self._ignored &= live
+        log.debug("Checked pod networks", checked=checked, failed=len(failed))
+        return failed

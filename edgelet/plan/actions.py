@@ -87,7 +87,7 @@ def sandbox_changed(pod: "Pod", status: "PodRuntimeStatus") -> tuple[bool, int, 
         return True, 0, None
     newest = _newest_sandbox(status)
     ready = [s for s in status.sandboxes if s.state == "running"]
-    if len(ready) > 1 or newest.state != "running":
+    if len(ready) > 1 or newest.state != "running" or not newest.network_ready:
         return True, newest.attempt + 1, newest.id
     if newest.host_network != bool(pod_spec(pod).host_network):
         return True, newest.attempt + 1, None

@@ -4,7 +4,8 @@ Hierarchy::
 
     ProbeError        a probe or hook could not be carried out
     ├── NetnsError    the pod's network namespace cannot be entered (pod gone, no privilege)
-    └── HookError     a postStart/preStop handler failed; the message is kubelet's
+    ├── HookError     a postStart/preStop handler failed; the message is kubelet's
+    └── probers.TooManyRedirects  an httpGet probe was redirected more than 10 times (a probe failure)
 """
 
 from __future__ import annotations

@@ -254,7 +254,7 @@ REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})  # the ones Go's http.C
 MAX_REDIRECTS = 10
 
 
-class TooManyRedirects(Exception):
+class TooManyRedirects(ProbeError):
     """Go's "stopped after 10 redirects"; `url` is the request whose response was the redirect too many."""
 
     def __init__(self, url: str) -> None:
@@ -318,12 +318,12 @@ async def http_probe(action: "HTTPGetAction", target: ProbeTarget, timeout: floa
     try:
         async with asyncio.timeout(timeout):
             response = await chain()
+    except TooManyRedirects as exc:  # before ProbeError, its base: a failure of the probe, not of the prober
+        return Outcome(Result.FAILURE, f'Get "{exc.url}": {exc}')
     except netns.NetnsError as exc:
         return Outcome(Result.UNKNOWN, str(exc), error=True)
     except ProbeError as exc:
         return Outcome(Result.UNKNOWN, str(exc), error=True)
-    except TooManyRedirects as exc:
-        return Outcome(Result.FAILURE, f'Get "{exc.url}": {exc}')
     except (asyncio.TimeoutError, TimeoutError):
         return Outcome(Result.FAILURE,
                        f'Get "{current.url}": context deadline exceeded (Client.Timeout exceeded while awaiting headers)')

@@ -23,6 +23,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Sequence
 
+from edgelet.container.errors import RuntimeError_
 from edgelet.util.log import get_logger
 
 log = get_logger(__name__)
@@ -42,7 +43,7 @@ _warn_lock = threading.Lock()
 _libc: Any = None
 
 
-class RootfsError(OSError):
+class RootfsError(RuntimeError_, OSError):
     """Mounting or removing a container rootfs failed; names the directory and the reason."""
 
     def __init__(self, path: Path | str, reason: str, err: int = 0) -> None:

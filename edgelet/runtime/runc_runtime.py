@@ -11,6 +11,7 @@ earlier edgelet started.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import secrets
@@ -208,6 +209,8 @@ class RuncRuntime:
         self._pause: PauseSpec | None = None
         self._bundles: dict[str, Path] = {}  # container id -> bundle dir, refreshed by every observation
         self._released: set[str] = set()  # exited containers whose runc state and rootfs mount are gone
+        # Sandboxes whose network failed a CNI CHECK: reported not ready, so their pod gets a new one.
+        self._network_broken: set[str] = set()
         # The exit dir must exist before anything watches it (PLEG's inotify).
         self._ensure_dirs()
 
@@ -380,7 +383,18 @@ class RuncRuntime:
         return await asyncio.to_thread(self._scan_disk, entries, uid)
 
     async def list_pods(self) -> dict[str, PodRuntimeStatus]:
-        return build_pod_statuses(await self._observe())
+        return self._mark_networks(build_pod_statuses(await self._observe()))
+
+    def _mark_networks(self, statuses: dict[str, PodRuntimeStatus]) -> dict[str, PodRuntimeStatus]:
+        if not self._network_broken:
+            return statuses
+        out = {}
+        for uid, st in statuses.items():
+            if any(s.id in self._network_broken for s in st.sandboxes):
+                st = dataclasses.replace(st, sandboxes=tuple(
+                    dataclasses.replace(s, network_ready=s.id not in self._network_broken) for s in st.sandboxes))
+            out[uid] = st
+        return out
 
     async def pod_status(self, uid: str) -> PodRuntimeStatus:
         # Every sandbox and container of a pod has its bundle under the pod's dir: without
@@ -388,7 +402,7 @@ class RuncRuntime:
         known = any(uid in bundle.parts for bundle in self._bundles.values())  # seen by an earlier relist
         if not known and not await asyncio.to_thread(self.paths.pod_dir(uid).is_dir):
             return PodRuntimeStatus(uid=uid)
-        return build_pod_statuses(await self._observe(uid)).get(uid, PodRuntimeStatus(uid=uid))
+        return self._mark_networks(build_pod_statuses(await self._observe(uid))).get(uid, PodRuntimeStatus(uid=uid))
 
     async def _bundle_of(self, cid: str) -> Path | None:
         if cid in self._bundles and self._bundles[cid].exists():
@@ -520,9 +534,22 @@ class RuncRuntime:
         if self.network is None:
             return
         try:
-            await self.network.teardown(sid)
+            await self.network.teardown(sid, broken=sid in self._network_broken)
+            self._network_broken.discard(sid)
         except (NetworkError, OSError) as exc:
             log.warning("Pod network teardown failed; the next start retries", sandbox=sid[:12], err=str(exc))
+
+    async def check_networks(self) -> dict[str, str]:
+        """Housekeeping: CNI CHECK of every running sandbox's network; {pod uid: why} for the pods whose
+        sandbox network is broken. Those sandboxes are reported not ready from now on (their pods get a new
+        sandbox with a new network at their next sync)."""
+        if self.network is None:
+            return {}
+        running = {s.id: uid for uid, p in (await self.list_pods()).items() for s in p.sandboxes
+                   if s.state == "running"}
+        failed = await self.network.check(set(running) - self._network_broken)
+        self._network_broken = {sid for sid in self._network_broken if sid in running} | set(failed)
+        return {running[sid]: why for sid, why in failed.items()}
 
     async def cleanup_networks(self) -> int:
         """At start: release the network of every sandbox that no longer runs (a crash, a power cut)."""

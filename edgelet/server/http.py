@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, AsyncIterator, Awaitable, Callable, cast
 
 import h11
 
+from edgelet.errors import EdgeletError
 from edgelet.server.routes import HttpError, status_body
 from edgelet.util.log import get_logger
 
@@ -76,7 +77,7 @@ def error_response(err: HttpError) -> Response:
     return Response(err.status, status_body(err), JSON, list(err.headers))
 
 
-class ServerError(Exception):
+class ServerError(EdgeletError):
     """A listener could not be opened (address in use, another edgelet on the socket, ...)."""
 
 

@@ -12,6 +12,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import msgspec
 
+from edgelet.errors import EdgeletError
+
 # Endpoints and the methods they answer; HEAD is GET without the body.
 ENDPOINTS = ("healthz", "pods", "pods_table", "events", "metrics", "node", "container_logs", "stats_summary", "exec")
 # What the TCP healthz listener may serve: nothing with pod data leaves the unix socket.
@@ -21,7 +23,7 @@ _REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 429: "TooM
             500: "InternalError", 503: "ServiceUnavailable"}
 
 
-class HttpError(Exception):
+class HttpError(EdgeletError):
     """A request the API refuses; `status` is the HTTP code, the message goes into the Status body."""
 
     def __init__(self, status: int, message: str, *, headers: tuple[tuple[str, str], ...] = ()) -> None:

@@ -149,7 +149,7 @@ class HttpSourceState:
 # --- pure decisions -----------------------------------------------------------------
 
 
-class BodyProblem(ValueError):
+class BodyProblem(EdgeletError, ValueError):
     """A fetched body that cannot be used; the message is the reason, `pod` the pod it names if any."""
 
     def __init__(self, message: str, pod: str | None = None) -> None:

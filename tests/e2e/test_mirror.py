@@ -90,6 +90,17 @@ def start_agent(agent, api: ApiServer, *extra: str, token: str | None = None, ce
     agent.start("--kubeconfig", str(cfg), *FAST, *extra)
 
 
+def healthz(agent) -> tuple[int, str]:
+    import httpx
+
+    from edgelet.server.api import socket_path
+
+    with httpx.Client(transport=httpx.HTTPTransport(uds=str(socket_path(agent.paths.run_dir))),
+                      base_url="http://edgelet", timeout=10) as c:
+        r = c.get("/healthz")
+        return r.status_code, r.text
+
+
 def node_state(agent) -> dict:
     return json.loads(agent.cli("node", "-o", "json"))
 
@@ -189,6 +200,8 @@ def test_outage_queues_then_resyncs_with_counts_right(agent, cluster):
     wait_for(lambda: (r := agent.pod("web")) and r["restarts"] == 1 and r["status"] == "Running", timeout=60,
              what="the local restart")
     assert node_state(agent)["queue_depth"] >= 1
+    # The agent is healthy without its apiserver: /healthz is about the pods' loop, never the link.
+    assert healthz(agent) == (200, "ok")
     cluster.start()
     m = wait_for(lambda: (p := mirror(cluster, "web")) and p["status"]["containerStatuses"][0]["restartCount"] == 1
                  and p, timeout=90, what="the restart count in the cluster")

@@ -197,3 +197,108 @@ def test_without_a_cni_config_pods_get_loopback_and_a_warning(agent, tmp_path):
     assert any(e["reason"] == "NetworkNotReady" and "no CNI config" in e["message"] for e in events)
     assert any(e["reason"] == "MissingClusterDNS" for e in events)  # ClusterFirst without --cluster-dns
     assert "lo" in _exec(agent, "client", "ip", "-o", "link").stdout
+
+
+def _sandbox(agent, pod: str) -> str | None:
+    return next((c["id"] for c in agent.containers_of(pod) if c["annotations"].get("io.edgelet.kind") == "sandbox"
+                 and c["status"] == "running"), None)
+
+
+def test_a_broken_pod_network_fails_its_check_and_the_pod_gets_a_new_one(agent, network):
+    """Housekeeping CHECKs every pod's network with the real plugins: a healthy one is left alone, one whose
+    address went (as after an admin's mistake) gets a new sandbox and a working network."""
+    agent.start(f"--cni-conf-dir={network['conf_dir']}", f"--cni-bin-dir={PLUGINS}", "--cni-check-period=1s")
+    agent.write_manifest("server.yaml", SERVER)
+    agent.write_manifest("client.yaml", CLIENT)
+    for name in ("server", "client"):
+        wait_for(lambda n=name: _ctr(agent, n) and _pod_ip(agent, n), timeout=90, what=f"{name} to run with an IP")
+    broken, healthy = _sandbox(agent, "server"), _sandbox(agent, "client")
+    # Healthy networks pass their checks, the server's hostPort chain too (portmap 1.1.1's false IPv6 failure).
+    wait_for(lambda: agent.log().count("Checked pod networks checked=2 failed=0") >= 3, timeout=60,
+             what="three clean checks of both pods")
+    assert not [e for e in json.loads(agent.cli("events", "-o", "json")) if e["reason"] == "SandboxChanged"]
+    netns = agent.paths.run_dir / "netns" / broken
+    assert _sh("nsenter", f"--net={netns}", "ip", "-o", "addr", "show", "dev", "eth0").count("inet ") == 1
+    subprocess.run(["nsenter", f"--net={netns}", "ip", "addr", "flush", "dev", "eth0"], check=True)
+
+    events = wait_for(lambda: [e for e in json.loads(agent.cli("events", "-o", "json"))
+                               if e["reason"] == "SandboxChanged"], timeout=60, what="the failed check reported")
+    assert events[0]["object"]["name"] == "server-testnode"
+    assert "CNI plugin bridge CHECK failed" in events[0]["message"]
+    new = wait_for(lambda: (s := _sandbox(agent, "server")) and s != broken and _ctr(agent, "server") and s,
+                   timeout=120, what="the server in a new sandbox")
+    ip = next(c["annotations"]["io.edgelet.pod-ips"] for c in agent.containers_of("server") if c["id"] == new)
+    wait_for(lambda: _pod_ip(agent, "server") == ip, timeout=60, what="the status to show the new address")
+    out = wait_for(lambda: (r := _exec(agent, "client", "wget", "-qO-", f"http://{ip}:8080/"))
+                   and "hello-from-pod" in r.stdout and r.stdout, timeout=60, what="the new network to answer")
+    assert "hello-from-pod" in out
+    # The healthy pod lived through every check untouched, and so far only the broken one was reported.
+    assert _sandbox(agent, "client") == healthy
+    assert all(e["object"]["name"] == "server-testnode" for e in json.loads(agent.cli("events", "-o", "json"))
+               if e["reason"] == "SandboxChanged")
+    for name in ("server", "client"):
+        (agent.manifests / f"{name}.yaml").unlink()
+    wait_for(lambda: not agent.containers_of("server") and not agent.containers_of("client"), timeout=60,
+             what="the pods to go")
+    try:
+        wait_for(lambda: _leftovers(agent, network) == NOTHING, timeout=30, what="nothing left of the pods' network")
+    except AssertionError:
+        raise AssertionError(f"left: {_leftovers(agent, network)}\n{agent.log()[-3000:]}") from None
+
+
+STALL = """#!/bin/sh
+# The chain's last plugin: on its first ADD it tells the test and waits to be killed with the agent.
+in=$(cat)
+dir=$(dirname "$0")
+if [ "$CNI_COMMAND" = ADD ] && [ -e "$dir/stall-once" ]; then
+  rm -f "$dir/stall-once"
+  echo "$CNI_CONTAINERID" > "$dir/stalled"
+  echo $$ > "$dir/stall.pid"
+  exec sleep 600
+fi
+if [ "$CNI_COMMAND" = ADD ] || [ "$CNI_COMMAND" = CHECK ]; then
+  printf '%s' "$in" | sed -n 's/.*"prevResult": *\\({.*}\\)}$/\\1/p'
+fi
+exit 0
+"""
+
+
+def test_a_sigkill_between_add_and_the_container_start_leaks_nothing(agent, network, tmp_path):
+    """The agent dies inside the plugin chain: bridge and host-local have made a veth, an address and
+    masquerade rules, no result is saved and no container runs. The next start DELs it from the cache
+    entry written before ADD (without a prevResult) and the pod comes up networked."""
+    bin_dir = tmp_path / "cni-bin"
+    bin_dir.mkdir()
+    (bin_dir / "stall").write_text(STALL)
+    (bin_dir / "stall").chmod(0o755)
+    (bin_dir / "stall-once").touch()
+    conf = json.loads((network["conf_dir"] / "10-test.conflist").read_text())
+    conf["plugins"].append({"type": "stall"})
+    (network["conf_dir"] / "10-test.conflist").write_text(json.dumps(conf))
+    flags = (f"--cni-conf-dir={network['conf_dir']}", f"--cni-bin-dir={bin_dir}:{PLUGINS}")
+    agent.start(*flags)
+    agent.write_manifest("server.yaml", SERVER)
+    sandbox = wait_for(lambda: (bin_dir / "stalled").read_text().strip(), timeout=90, what="ADD to reach the stall")
+    assert network["bridge"] and _sh("ip", "-o", "link", "show", "master", network["bridge"]).strip(), "no veth yet"
+    assert [r for r in _leftovers(agent, network)["rules"] if sandbox in r], "no masquerade rules yet"
+    cached = json.loads((agent.paths.root_dir / "cni" / f"{sandbox}.json").read_text())
+    assert cached["result"] is None  # written before ADD, never completed
+
+    agent.proc.send_signal(signal.SIGKILL)
+    agent.proc.wait()
+    os.kill(int((bin_dir / "stall.pid").read_text()), signal.SIGKILL)  # the plugin the agent left behind
+    assert not agent.containers_of("server")  # no container ever ran
+
+    agent._log.close()
+    agent.start(*flags)
+    wait_for(lambda: "Releasing the network of a sandbox that is gone" in agent.log(), timeout=60,
+             what="the killed ADD to be released")
+    wait_for(lambda: _ctr(agent, "server") and _pod_ip(agent, "server"), timeout=120, what="server back")
+    ip = _pod_ip(agent, "server")
+    out = wait_for(lambda: _fetch(f"http://{ip}:8080/"), timeout=60, what="the pod to answer")
+    assert "hello-from-pod" in out
+    left = _leftovers(agent, network)
+    assert not [r for r in left["rules"] if sandbox in r] and sandbox not in left["netns"]
+    assert f"{sandbox}.json" not in left["cache"] and len(left["ipam"]) == 1  # the new sandbox's address only
+    (agent.manifests / "server.yaml").unlink()
+    wait_for(lambda: _leftovers(agent, network) == NOTHING, timeout=60, what="nothing left")

@@ -211,6 +211,14 @@ CASES: list[tuple[str, PodMut | None, StatusMut | None, PodActions]] = [
         PodActions(kill_pod=True, create_sandbox=True, sandbox_attempt=1, containers_to_start=RESTART_ALL),
     ),
     (
+        # A CNI CHECK in housekeeping failed (the bridge or veth went): kubelet's answer to a sandbox that is
+        # not ready, a new sandbox with a new network.
+        "the sandbox's network failed its check: recreate",
+        None,
+        lambda pod, s: replace(s, sandboxes=(replace(sandbox(), network_ready=False),)),
+        PodActions(kill_pod=True, create_sandbox=True, sandbox_attempt=1, sandbox_id=SB, containers_to_start=RESTART_ALL),
+    ),
+    (
         "spec hash changed: kill and restart that container",
         _change_image,
         None,

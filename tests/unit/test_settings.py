@@ -132,6 +132,7 @@ enforce_node_allocatable = ["none"]
 allow_missing_cgroup_controllers = true
 cni_conf_dir = "/etc/edgelet/cni"
 cni_bin_dir = "/usr/lib/cni"
+cni_check_period = "5m"
 cluster_dns = ["10.43.0.10"]
 cluster_domain = "cluster.local"
 allowed_unsafe_sysctls = ["net.core.somaxconn", "kernel.msg*"]
@@ -184,7 +185,7 @@ def test_toml_file_sets_every_key(tmp_path: Path) -> None:
         shutdown_grace_period=60.0, pod_max_pids=4096,
         system_reserved=(("cpu", "500m"), ("memory", "256Mi")), kube_reserved=(("memory", "128Mi"), ("pid", "100")),
         enforce_node_allocatable=("none",), allow_missing_cgroup_controllers=True, cni_conf_dir=Path("/etc/edgelet/cni"),
-        cni_bin_dir="/usr/lib/cni", cluster_dns=("10.43.0.10",), cluster_domain="cluster.local",
+        cni_bin_dir="/usr/lib/cni", cni_check_period=300.0, cluster_dns=("10.43.0.10",), cluster_domain="cluster.local",
         allowed_unsafe_sysctls=("net.core.somaxconn", "kernel.msg*"), shutdown_grace_period_critical_pods=20.0,
         registries=(("10.0.0.9:5000", RegistryHost(insecure=True)), ("docker.io", RegistryHost(mirrors=("https://m.example",)))),
         kubeconfig=Path("/etc/edgelet/kubeconfig"), register_node=False, node_labels=(("example.com/site", "lab"),),

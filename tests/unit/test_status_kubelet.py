@@ -237,6 +237,23 @@ def test_host_and_pod_ips(host_network: bool, pod_ip: str | None) -> None:
     assert [p.ip for p in status.pod_ips or []] == ([pod_ip] if pod_ip else [])
 
 
+def test_dual_stack_pod_ips_from_cni_reach_the_status() -> None:
+    """IPv4 and IPv6 from a dual-stack CNI result: podIP is the IPv4 one, podIPs has both, as kubelet."""
+    from dataclasses import replace
+
+    from edgelet.network.result import pod_ips
+
+    ips = pod_ips({"ips": [{"address": "fd00:89::5/64"}, {"address": "10.89.0.5/16"}]})
+    runtime = rt(rec(A), rec(B))
+    runtime = replace(runtime, sandboxes=(replace(runtime.sandboxes[0], ips=ips),))
+    status = compute_pod_status(pod_of("Always"), runtime, waiting={}, pod_failed=False, now=NOW, host_ip="192.0.2.7")
+    assert status.pod_ip == "10.89.0.5"
+    assert [p.ip for p in status.pod_ips or []] == ["10.89.0.5", "fd00:89::5"]
+    from edgelet.runtime.bundle import build_hosts_file
+
+    assert build_hosts_file("p", pod_ips=list(ips)).endswith("10.89.0.5\tp\nfd00:89::5\tp\n")
+
+
 def test_qos_class() -> None:
     pod = pod_of("Always")
     assert compute_pod_status(pod, rt(), waiting={}, pod_failed=False, now=NOW).qos_class == "BestEffort"
