@@ -9,7 +9,7 @@ import signal
 import sys
 from typing import TYPE_CHECKING, TextIO
 
-from edgelet.util.clock import RealClock
+from edgelet.util.clock import clock_from_environ
 from edgelet.util.log import configure, get_logger
 from edgelet.util.memory import limit_arenas, trim, trim_periodically
 from edgelet.util.table import format_table
@@ -48,7 +48,7 @@ class Agent:
         from edgelet.util.backoff import Backoff
 
         self.settings = settings
-        self.clock = RealClock()
+        self.clock = clock_from_environ(os.environ)
         paths = settings.runtime_paths()
         self.paths = paths
         from edgelet.logs import LOG_DIR_MODE

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from edgelet.util.clock import Clock
+from edgelet.util.crashpoint import crash_point
 
 
 PRIVATE_DIR = 0o700
@@ -66,6 +67,7 @@ def write_atomic(path: Path, data: bytes, mode: int = PRIVATE_FILE, *, sync_dir:
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, mode)
+        crash_point("checkpoint.write")
         os.replace(tmp, path)
     except BaseException:
         try:

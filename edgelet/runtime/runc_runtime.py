@@ -58,6 +58,7 @@ from edgelet.ocispec.errors import SpecError
 from edgelet.runtime.runc import Runc
 from edgelet.runtime.state import ExitInfo, Observed, build_pod_statuses
 from edgelet.runtime.sandbox import PauseSpec, pause_spec, sandbox_namespace_paths
+from edgelet.util.crashpoint import crash_point
 from edgelet.container.types import PodRuntimeStatus, SandboxRecord
 from edgelet.runtime.layout import (
     ANN_ATTEMPT,
@@ -392,6 +393,7 @@ class RuncRuntime:
             await asyncio.to_thread(self._make_pod_cgroup, pod, uid)
             pid = await conmon.create(self._conmon_args(sid, f"k8s_POD_{meta(pod).name}_{meta(pod).namespace}_{uid}_{attempt}",
                                                         bundle, log_path), runner=self._exec)
+            crash_point("sandbox.create")
             await self.runc.start(sid)
             await asyncio.to_thread(bl.write_file, bundle / bl.STARTED_FILE, repr(self.clock.now()))
             done = True
@@ -573,6 +575,7 @@ class RuncRuntime:
             await asyncio.to_thread(bl.write_file, bundle / bl.CONFIG, json.dumps(config, indent=1))
             await conmon.create(self._conmon_args(cid, f"k8s_{container.name}_{pod_name}_{ns}_{uid}_{attempt}",
                                                   bundle, log_path), runner=self._exec)
+            crash_point("container.create")
             done = True
         except SpecError as exc:
             # The pod asks for what cannot be expressed: kubelet's CreateContainerConfigError, message unchanged.
@@ -631,6 +634,7 @@ class RuncRuntime:
                 return
             log.warning("Stop signal failed, killing", container=container_id[:12], signal=signal)
         else:
+            crash_point("container.stop")
             if await self._wait_exit(container_id, bundle, max(grace, MIN_STOP_GRACE)):
                 return
             log.info("Grace period over, killing", container=container_id[:12], grace=grace)
@@ -704,6 +708,7 @@ class RuncRuntime:
             # A container runc cannot delete while processes linger: kill everything, then retry once.
             await self._kill_and_wait(container_id, bundle)
             await self.runc.delete(container_id, force=True)
+        crash_point("container.remove")
         if bundle is not None:
             # Let conmon record the exit of a force-deleted process before its exit file is removed.
             await self._wait_monitor_gone(bundle)
