@@ -253,7 +253,7 @@ class Campaign:
         point = self.rng.choice(POINTS) if use_point else None
         count = 1
         if point == "checkpoint.write":
-            count = self.rng.randint(1, 25)
+            count = self.rng.randint(1, 8)
         elif point == "image.unpack":
             count = self.rng.randint(1, 10)
         self.start(f"{point}:{count}" if point else None)
@@ -282,6 +282,9 @@ class Campaign:
         else:
             self.report.timing_kills += 1
             how = "killed at a random time" + (f" ({point} not reached)" if point else "")
+            if point and os.environ.get("EDGELET_CHAOS_VERBOSE"):
+                for line in self.agent.log().splitlines()[-15:]:
+                    self.say(f"    | {line[:300]}")
         self.say(f"  kill {self.report.kills}: {'; '.join(what)}; {how}")
 
     def round(self) -> None:
@@ -394,7 +397,9 @@ class Campaign:
         tag = f"round {self.report.rounds}"
         if off:
             self.report.violations.append(f"{tag}: did not converge in {self.settle_timeout:.0f} s: {off}")
-            self.say(f"  not converged: {off}")
+            self.say(f"  not converged: {off}; the agent's last lines:")
+            for line in self.agent.log().splitlines()[-25:]:
+                self.say(f"    | {line[:300]}")
         for ref in [r for r in self.images_dropped if r in self._store_text()]:
             self.images_dropped.remove(ref)
             self.images_ready.append(ref)
@@ -506,13 +511,13 @@ class Campaign:
         for cg in _pod_cgroups(p.cgroup_root):
             if cg.name.removeprefix("pod") not in uids:
                 out.append(f"cgroup {cg}")
-            for child in cg.iterdir():
+            for child in _ls(cg):
                 if child.is_dir() and child.name not in ids:
                     out.append(f"cgroup {child}")
         pods_dir = p.root_dir / "pods"
-        for d in (pods_dir.iterdir() if pods_dir.is_dir() else []):
+        for d in _ls(pods_dir):
             if d.name not in uids:
-                out.append(f"pod dir {d.name} ({sorted(x.name for x in d.iterdir())})")
+                out.append(f"pod dir {d.name} ({sorted(x.name for x in _ls(d))})")
                 continue
             for idf in d.glob("containers/*/*/id"):
                 if _read(idf) not in ids:
@@ -520,16 +525,16 @@ class Campaign:
             if (d / "sandbox" / "id").exists() and _read(d / "sandbox" / "id") not in ids:
                 out.append(f"sandbox bundle of {d.name} without runc state")
         for sub in ("exits", "socks"):
-            for f in (p.run_dir / sub).iterdir() if (p.run_dir / sub).is_dir() else []:
+            for f in _ls(p.run_dir / sub):
                 if f.name not in ids and not f.name.startswith("."):
                     out.append(f"{sub}/{f.name[:12]}")
         netns_dir = p.run_dir / "netns"
-        netns = sorted(os.listdir(netns_dir)) if netns_dir.is_dir() else []
+        netns = sorted(x.name for x in _ls(netns_dir))
         for n in netns:
             if sandboxes is None or n not in sandboxes:
                 out.append(f"netns {n[:12]}")
         cache = p.root_dir / "cni"
-        for f in (cache.iterdir() if cache.is_dir() else []):
+        for f in _ls(cache):
             if not f.name.startswith(".") and (sandboxes is None or f.name.split(".")[0] not in sandboxes):
                 out.append(f"cni cache {f.name[:24]}")
         veths = [line for line in _sh("ip", "-o", "link", "show", "master", self.net["bridge"]).splitlines() if line]
@@ -541,6 +546,14 @@ class Campaign:
         if len(leases) > len(netns):
             out.append(f"{len(leases)} host-local leases for {len(netns)} netns")
         return out
+
+
+def _ls(path: Path) -> list[Path]:
+    """A directory's entries, none when it is gone (the agent removes things while the checks look)."""
+    try:
+        return list(path.iterdir())
+    except OSError:
+        return []
 
 
 def _read(path: Path) -> str | None:
@@ -580,6 +593,5 @@ def _pod_cgroups(cgroup_root: str) -> list[Path]:
         if not top.is_dir():
             continue
         for d in [top, top / "burstable", top / "besteffort"]:
-            if d.is_dir():
-                found += [c for c in d.iterdir() if c.is_dir() and c.name.startswith("pod")]
+            found += [c for c in _ls(d) if c.is_dir() and c.name.startswith("pod")]
     return found

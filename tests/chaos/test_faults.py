@@ -21,7 +21,7 @@ from tests.chaos.conftest import PLUGINS
 from tests.chaos.harness import Campaign, Wanted, _conmons
 from tests.e2e.conftest import IMAGE, wait_for
 
-pytestmark = [pytest.mark.privileged, pytest.mark.chaos,
+pytestmark = [pytest.mark.privileged, pytest.mark.chaos, pytest.mark.timeout(900),
               pytest.mark.skipif(not (PLUGINS / "bridge").exists(), reason="needs containernetworking-plugins")]
 
 
@@ -129,7 +129,6 @@ def test_a_runtime_failing_a_fraction_of_calls_converges_and_leaks_nothing(agent
     wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
     c = _campaign(agent, network, busybox_archive, seed=7)
     c.extra_args = [f"--runtime={wrapper}"]
-    c.settle_timeout = 240
     for kind in ("svc", "init", "ok", "fail", "retry"):
         c.add(kind)
     c.start()
