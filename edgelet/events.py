@@ -140,15 +140,18 @@ class EventRecorder:
     def snapshot(self) -> EventsSnapshot:
         return EventsSnapshot(written_at=self._clock.now(), agent_pid=os.getpid(), events=self.events())
 
-    def flush(self) -> None:
+    def flush(self) -> bool:
+        """Write the ring; False when it could not be written (the caller tries again)."""
         if self._path is None:
-            return
+            return True
         from edgelet.state import write_atomic
 
         try:
             write_atomic(self._path, msgspec.json.encode(self.snapshot()))
         except OSError as exc:
             log.error("Failed to write events", exc, path=str(self._path))
+            return False
+        return True
 
     async def run(self) -> None:
         """Write the events file at most every `interval` while events arrive."""

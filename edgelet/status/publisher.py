@@ -170,12 +170,15 @@ class StatusPublisher:
             rejected=list(self._rejected),
         )
 
-    def flush(self) -> None:
+    def flush(self) -> bool:
+        """Write the checkpoint; False when it could not be written (the caller tries again)."""
         data = msgspec.json.encode(self.snapshot())
         try:
             write_atomic(self._path, data)
         except OSError as exc:
             log.error("Failed to write pods checkpoint", exc, path=str(self._path))
+            return False
+        return True
 
     async def run(self) -> None:
         """Write the checkpoint at most every `interval` while statuses change."""
