@@ -4,7 +4,8 @@ As k3s's agent/images: `.tar`, `.tar.gz`/`.tgz`, `.tar.zst` (and `.tar.bz2`/`.ta
 or OCI archive; the compression is detected from the content, not the name. Images imported from
 here are pinned: image GC never removes them. Each archive is imported once: the cache (`imported.json`)
 keeps its size, mtime and sha256; a file whose size and mtime are unchanged is skipped unread, and one
-whose content hashes as before (copied again, touched) is skipped without an import.
+whose content hashes as before (copied again, touched) is skipped without an import, unless that
+import failed (a full disk): touching the archive then tries it again.
 """
 
 from __future__ import annotations
@@ -90,8 +91,8 @@ class ImportDir:
                 continue
             entry = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "digest": digest}
             changed = True
-            if isinstance(cached, dict) and cached.get("digest") == digest:
-                self._seen[path.name] = {**cached, **entry}  # same content (copied again, touched)
+            if isinstance(cached, dict) and cached.get("digest") == digest and "error" not in cached:
+                self._seen[path.name] = {**cached, **entry}  # same content (copied again, touched), imported
                 continue
             try:
                 records = self._store.import_archive(path, pinned=True)
