@@ -155,6 +155,7 @@ class Campaign:
         self.base_archive = base_archive
         self.extra_args: list[str] = []  # more agent flags (the fault tests' runtime wrapper)
         self.env: dict[str, str] = {}    # more agent environment (the fault tests' clock offset)
+        self.test_mounts: set[str] = set()  # mounts the test made itself (relative to the temp dir)
         self.archive_dir = agent.paths.root_dir.parent / "archives"
         self.archive_dir.mkdir(exist_ok=True)
 
@@ -505,7 +506,8 @@ class Campaign:
             rel = mp[len(base) + 1:]
             m = re.match(r"root/pods/([0-9a-f-]+)/", rel + "/")
             n = re.match(r"run/netns/([0-9a-f]+)$", rel)
-            if (m and m.group(1) in uids) or (n and sandboxes is not None and n.group(1) in sandboxes):
+            if (m and m.group(1) in uids) or (n and sandboxes is not None and n.group(1) in sandboxes) \
+                    or rel in self.test_mounts:
                 continue
             out.append(f"mount {rel}")
         for cg in _pod_cgroups(p.cgroup_root):
