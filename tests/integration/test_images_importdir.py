@@ -163,3 +163,27 @@ def test_an_archive_whose_import_failed_is_tried_again_once_touched(tmp_path: Pa
     assert ImportDir(imp, store, cache).scan() == 1 and store.imports == 2
     entry = json.loads(cache.read_text())["bb.tar"]
     assert "error" not in entry and entry["images"]
+
+
+def test_touching_an_archive_wakes_the_import_dir(tmp_path: Path, tarball: Path) -> None:
+    """A touch (only the inode's times change) must reach the watcher, or the retry above waits for a restart."""
+    imp = tmp_path / "import"
+    imp.mkdir()
+    shutil.copy(tarball, imp / "bb.tar")
+    store = FailingOnceStore(tmp_path / "s", clock=FakeClock())
+    d = ImportDir(imp, store, tmp_path / "s" / "imported.json", clock=FakeClock())
+    assert d.scan() == 0  # the failed first import
+
+    async def main() -> None:
+        imported = asyncio.Event()
+        task = asyncio.create_task(d.run(imported.set))
+        await asyncio.sleep(0)  # the watch is in place once run() waits
+        os.utime(imp / "bb.tar", ns=(1, 1))
+        try:
+            await asyncio.wait_for(imported.wait(), 30)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(main())
+    assert store.imports == 2 and store.get("edgelet.local/imp:1") is not None
