@@ -111,10 +111,11 @@ class ImportDir:
 
     async def run(self, on_imported: Callable[[], None]) -> None:
         """Watch the directory (inotify) and import what lands there."""
-        from edgelet.util.watch import stop_watching, watch_directory
+        from edgelet.util.watch import CHANGE_EVENTS, stop_watching, watch_directory
 
         kick = self._kick
-        observer = watch_directory(self._dir, kick)
+        # A touch too: it is how a user asks for an archive whose import failed to be tried again.
+        observer = watch_directory(self._dir, kick, CHANGE_EVENTS | {"attrib"})
         try:
             while True:
                 await kick.wait()
