@@ -221,7 +221,7 @@ class Agent:
                 await self.api_server.start()  # first, so `edgelet pods` reaches a starting agent
             node_api = await self.node_api.start() if self.node_api is not None else None
             await asyncio.to_thread(self.import_dir.scan)
-            await self.pleg.relist()  # adopt what runs before the first config arrives
+            await self.pleg.adopt()  # adopt what runs before the first config arrives
             await self._release_stale_networks()
             log.info("edgelet started", node=self.settings.node_name,
                      manifests=str(self.settings.pod_manifest_path), adopted=len(self.pleg.uids()))
