@@ -336,7 +336,7 @@ class Agent:
         deadline = self.clock.monotonic() + timeout
         _small_executor()
         await asyncio.to_thread(self.import_dir.scan)
-        await self.pleg.relist()
+        await self.pleg.adopt()
         await self._release_stale_networks()
         self.loop.apply_snapshot(await self.file_source.scan_once())
         if self.http_source is not None:
