@@ -208,3 +208,19 @@ def test_stray_exit_files_are_swept_at_start(tmp_path: Path) -> None:
         (rt.paths.exit_dir / cid).write_text("0")
     assert asyncio.run(rt.remove_stray_files()) == 2
     assert sorted(p.name for p in rt.paths.exit_dir.iterdir()) == ["live"]
+
+
+def test_a_pod_dir_whose_bundles_are_all_gone_is_still_listed_so_it_is_removed(tmp_path: Path) -> None:
+    """Found by the chaos harness (issue 16): a kill after a pod's last bundle was removed and before its
+    directory was left `pods/<uid>/` (hostname, etc-hosts, volumes) and its cgroup for good, because the
+    runtime only knew pods through runc state or bundles, so the pod never came back as an orphan."""
+    runner = ScriptedRunc({"list": _listing()})
+    rt = _runtime(tmp_path, runner)
+    leftover = rt.paths.pods_dir / "u-left"
+    (leftover / "containers").mkdir(parents=True)
+    (leftover / "volumes").mkdir()
+    (leftover / "hostname").write_text("x\n")
+    pods = asyncio.run(rt.list_pods())
+    assert "u-left" in pods and not pods["u-left"].sandboxes and not pods["u-left"].containers
+    asyncio.run(rt.remove_pod("u-left"))
+    assert not leftover.exists()
