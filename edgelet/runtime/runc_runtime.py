@@ -285,7 +285,14 @@ class RuncRuntime:
         return await asyncio.to_thread(self._scan_disk, entries, uid)
 
     async def list_pods(self) -> dict[str, PodRuntimeStatus]:
-        return build_pod_statuses(await self._observe())
+        observed = await self._observe()
+        return build_pod_statuses(observed, await asyncio.to_thread(self._pod_dir_uids))
+
+    def _pod_dir_uids(self) -> list[str]:
+        try:
+            return [d.name for d in self.paths.pods_dir.iterdir() if d.is_dir()]
+        except FileNotFoundError:
+            return []
 
     async def pod_status(self, uid: str) -> PodRuntimeStatus:
         # Every sandbox and container of a pod has its bundle under the pod's dir: without
