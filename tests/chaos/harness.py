@@ -333,7 +333,15 @@ class Campaign:
         return {r["name"].removesuffix(f"-{NODE}"): r for r in snap.get("pods", [])}
 
     def _runc(self) -> list[dict]:
-        return self.agent.runc_list()
+        """`runc list`, tried again when it fails: runc 1.1.5's list races a concurrent delete, and an empty
+        answer would hide every container from the checks."""
+        for _ in range(20):
+            out = subprocess.run(["runc", "--root", str(self.agent.paths.runc_root), "list", "--format", "json"],
+                                 capture_output=True, text=True)
+            if out.returncode == 0:
+                return json.loads(out.stdout or "null") or []
+            time.sleep(0.1)
+        raise AssertionError(f"runc list keeps failing: {out.stderr}")
 
     def converged(self) -> list[str]:
         """What still differs from the manifests (empty when settled)."""
@@ -404,9 +412,16 @@ class Campaign:
         for ref in [r for r in self.images_dropped if r in self._store_text()]:
             self.images_dropped.remove(ref)
             self.images_ready.append(ref)
-        # pods.json is written every 0.5 s at most: let the last change land, then compare with runc.
-        time.sleep(1.0)
-        for v in self.check_invariants():
+        # pods.json is written every 0.5 s at most, and a removal runs in steps: a violation counts only if
+        # it is still there after a few seconds, with the node still converged.
+        violations: list[str] = []
+        for _ in range(4):
+            time.sleep(1.0)
+            violations = self.converged() + self.check_invariants()
+            if not violations:
+                break
+            time.sleep(2.0)
+        for v in violations:
             self.report.violations.append(f"{tag}: {v}")
             self.say(f"  VIOLATION {v}")
 
