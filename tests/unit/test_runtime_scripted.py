@@ -224,3 +224,32 @@ def test_a_pod_dir_whose_bundles_are_all_gone_is_still_listed_so_it_is_removed(t
     assert "u-left" in pods and not pods["u-left"].sandboxes and not pods["u-left"].containers
     asyncio.run(rt.remove_pod("u-left"))
     assert not leftover.exists()
+
+
+def test_a_pod_whose_container_removal_failed_keeps_its_bundles_for_the_retry(tmp_path: Path) -> None:
+    """Found by the chaos harness's flaky runtime (issue 16): when one container's `runc delete` failed,
+    remove_pod still removed the pod dir, and with it the only record of the container: its exit file and
+    conmon socket then stayed in the run dir, known to nothing, until the next agent start."""
+    calls = {"delete": 0}
+
+    def delete(args: tuple[str, ...]) -> Completed:
+        calls["delete"] += 1
+        return Completed(args, 1 if calls["delete"] <= 2 else 0, b"", b"injected failure")
+
+    runner = ScriptedRunc({"list": _listing(), "delete": delete, "state": Completed(("runc", "state"), 1, b"",
+                                                                                      b"container does not exist")})
+    rt = _runtime(tmp_path, runner)
+    bundle = rt.paths.pods_dir / "u1" / "containers" / "app" / "0"
+    bundle.mkdir(parents=True)
+    (bundle / "id").write_text("c1")
+    (bundle / "config.json").write_text(json.dumps({"annotations": {
+        ANN_KIND: KIND_CONTAINER, ANN_POD_UID: "u1", ANN_CONTAINER_NAME: "app"}}))
+    (rt.paths.exit_dir / "c1").write_text("0")
+    from edgelet.container.errors import RuntimeError_
+
+    with pytest.raises(RuntimeError_):
+        asyncio.run(rt.remove_pod("u1"))
+    assert (bundle / "id").exists(), "the bundle stays while its container could not be removed"
+    asyncio.run(rt.remove_pod("u1"))  # the retry, with runc working again
+    assert not (rt.paths.pods_dir / "u1").exists()
+    assert not (rt.paths.exit_dir / "c1").exists()
