@@ -801,6 +801,10 @@ class RuncRuntime:
                 await self.remove_container(o.id)
             except (RuntimeError_, OSError) as exc:
                 errors.append(f"{o.id[:12]}: {exc}")
+        if errors:
+            # The bundles are the only record of what is left (exit files, sockets, runc state): the pod dir
+            # goes only once every container is gone, and the termination's retry finds them again.
+            raise RuntimeError_(f"pod {uid}: removal incomplete: {'; '.join(errors)}")
         layout = self.layout(uid)
         try:
             await asyncio.to_thread(self._remove_pod_dir, layout)
