@@ -11,7 +11,7 @@ SAMPLE_IMAGE := build/images/busybox-1.36.oci.tar
 # Its own cgroup parent, so the demo never mixes with a kubelet's /kubepods.
 DEMO_CGROUP := /edgelet-demo
 
-.PHONY: all deps venv run test test-fast lint fuzz images bench clean-run kube-apiserver
+.PHONY: all deps venv run test test-fast lint fuzz chaos chaos-quick images bench clean-run kube-apiserver
 
 all: test
 
@@ -80,6 +80,21 @@ lint: $(VENV)/.installed
 FUZZ_EXAMPLES ?= 10000
 fuzz: $(VENV)/.installed
 	EDGELET_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -q -p no:cacheprovider --timeout=0 tests/fuzz $(PYTEST_ARGS)
+
+# The chaos campaign (tests/chaos): seeded manifest churn under an agent SIGKILLed at random points and at
+# its crash points, invariants checked after every round; then the fault tests (conmon killed, a failing
+# runc, a full disk, clock jumps). `make test` runs the quick one (CHAOS_QUICK_KILLS, seed 16) with the
+# rest of the suite; `make chaos` runs CHAOS_KILLS. Each prints rounds, kills and invariant violations.
+CHAOS_KILLS ?= 200
+CHAOS_QUICK_KILLS ?= 20
+CHAOS_SEED ?= 16
+chaos: $(VENV)/.installed
+	EDGELET_CHAOS_KILLS=$(CHAOS_KILLS) EDGELET_CHAOS_SEED=$(CHAOS_SEED) $(PY) -m pytest -q -s -p no:cacheprovider \
+		tests/chaos $(PYTEST_ARGS)
+
+chaos-quick: $(VENV)/.installed
+	EDGELET_CHAOS_KILLS=$(CHAOS_QUICK_KILLS) EDGELET_CHAOS_SEED=$(CHAOS_SEED) $(PY) -m pytest -q -s \
+		-p no:cacheprovider tests/chaos $(PYTEST_ARGS)
 
 # Pure and loopback tests only, no root needed.
 test-fast: $(VENV)/.installed

@@ -9,7 +9,7 @@ import signal
 import sys
 from typing import TYPE_CHECKING, TextIO
 
-from edgelet.util.clock import RealClock
+from edgelet.util.clock import clock_from_environ
 from edgelet.util.log import configure, get_logger
 from edgelet.util.memory import limit_arenas, trim, trim_periodically
 from edgelet.util.table import format_table
@@ -51,7 +51,7 @@ class Agent:
         from edgelet.util.backoff import Backoff
 
         self.settings = settings
-        self.clock = RealClock()
+        self.clock = clock_from_environ(os.environ)
         paths = settings.runtime_paths()
         self.paths = paths
         from edgelet.logs import LOG_DIR_MODE
@@ -236,7 +236,7 @@ class Agent:
                 await self.api_server.start()  # first, so `edgelet pods` reaches a starting agent
             node_api = await self.node_api.start() if self.node_api is not None else None
             await asyncio.to_thread(self.import_dir.scan)
-            await self.pleg.relist()  # adopt what runs before the first config arrives
+            await self.pleg.adopt()  # adopt what runs before the first config arrives
             await self._release_stale_networks()
             log.info("edgelet started", node=self.settings.node_name,
                      manifests=str(self.settings.pod_manifest_path), adopted=len(self.pleg.uids()))
@@ -380,7 +380,7 @@ class Agent:
         deadline = self.clock.monotonic() + timeout
         _small_executor()
         await asyncio.to_thread(self.import_dir.scan)
-        await self.pleg.relist()
+        await self.pleg.adopt()
         await self._release_stale_networks()
         self.loop.apply_snapshot(await self.file_source.scan_once())
         if self.http_source is not None:

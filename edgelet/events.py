@@ -141,22 +141,24 @@ class EventRecorder:
     def snapshot(self) -> EventsSnapshot:
         return EventsSnapshot(written_at=self._clock.now(), agent_pid=os.getpid(), events=self.events())
 
-    def flush(self) -> None:
+    def flush(self) -> bool:
+        """Write the ring; False when it could not be written (the caller tries again)."""
         if self._path is None:
-            return
+            return True
         from edgelet.state import write_atomic
 
         snap = self.snapshot()
         # Only a changed ring is written (the stamp alone would make every write differ): flash wear.
         content = msgspec.json.encode(msgspec.structs.replace(snap, written_at=0.0))
         if content == self._last_written:
-            return
+            return True
         try:
             write_atomic(self._path, msgspec.json.encode(snap))
         except OSError as exc:
             log.error("Failed to write events", exc, path=str(self._path))
-            return
+            return False
         self._last_written = content
+        return True
 
     async def run(self) -> None:
         """Write the events file at most every `interval` while events arrive."""

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Literal, Mapping
 
+from edgelet.container.errors import RuntimeError_
 from edgelet.container.types import ContainerState, PodRuntimeStatus
+from edgelet.util.clock import REAL_CLOCK
 from edgelet.util.log import get_logger
 
 if TYPE_CHECKING:
@@ -21,6 +23,9 @@ if TYPE_CHECKING:
     from edgelet.util.clock import Clock
 
 log = get_logger(__name__)
+
+ADOPT_ATTEMPTS = 5  # relists tried at start before the start fails (about 3 s in all)
+ADOPT_FIRST_DELAY = 0.2
 
 EventType = Literal["ContainerStarted", "ContainerDied", "ContainerRemoved", "PodSync", "ContainerChanged"]
 
@@ -161,6 +166,21 @@ class Pleg:
         if self._clock is not None:
             self.last_relist = self._clock.monotonic()
         return events
+
+    async def adopt(self) -> None:
+        """The first relist, at start: a runtime failing for a moment (a `runc list` racing a delete, a busy
+        board) is tried again with a doubling delay, ADOPT_ATTEMPTS times in all, before the start fails."""
+        delay = ADOPT_FIRST_DELAY
+        for attempt in range(1, ADOPT_ATTEMPTS + 1):
+            try:
+                await self.relist()
+                return
+            except (RuntimeError_, OSError) as exc:
+                if attempt == ADOPT_ATTEMPTS:
+                    raise
+                log.warning("Relist at start failed; trying again", err=str(exc), attempt=attempt)
+            await (self._clock or REAL_CLOCK).sleep(delay)
+            delay *= 2
 
     async def run(self, emit: Callable[[set[str]], None]) -> None:
         from edgelet.util.watch import stop_watching, watch_directory

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from edgelet.util.clock import Clock
+from edgelet.util.crashpoint import crash_point
 
 
 PRIVATE_DIR = 0o700
@@ -66,6 +67,7 @@ def write_atomic(path: Path, data: bytes, mode: int = PRIVATE_FILE, *, sync_dir:
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, mode)
+        crash_point("checkpoint.write")
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -101,15 +103,24 @@ def remove_temp_files(directories: "list[Path]") -> int:
     return removed
 
 
-async def flush_when_changed(changed: asyncio.Event, flush: Callable[[], None], interval: float,
-                             clock: "Clock") -> None:
+async def flush_when_changed(changed: asyncio.Event, flush: Callable[[], bool], interval: float,
+                             clock: "Clock", max_retry: float = 30.0) -> None:
     """Run `flush` in a thread whenever `changed` is set, at most once every `interval` seconds.
 
     A burst of changes (twenty pods starting) becomes a few writes, not one
     fsync per change: flash storage on a small board wears and stalls.
+    `flush` returns False when the write failed (a full disk): it is tried
+    again after a doubling delay (up to `max_retry`) even if nothing else
+    changes, or the file would stay stale once there is room again.
     """
+    retry = interval
     while True:
         await changed.wait()
         changed.clear()
-        await asyncio.to_thread(flush)
-        await clock.sleep(interval)
+        if await asyncio.to_thread(flush):
+            retry = interval
+            await clock.sleep(interval)
+            continue
+        changed.set()
+        await clock.sleep(retry)
+        retry = min(retry * 2, max_retry)

@@ -4,7 +4,8 @@ As k3s's agent/images: `.tar`, `.tar.gz`/`.tgz`, `.tar.zst` (and `.tar.bz2`/`.ta
 or OCI archive; the compression is detected from the content, not the name. Images imported from
 here are pinned: image GC never removes them. Each archive is imported once: the cache (`imported.json`)
 keeps its size, mtime and sha256; a file whose size and mtime are unchanged is skipped unread, and one
-whose content hashes as before (copied again, touched) is skipped without an import.
+whose content hashes as before (copied again, touched) is skipped without an import, unless that
+import failed (a full disk): touching the archive then tries it again.
 """
 
 from __future__ import annotations
@@ -90,8 +91,8 @@ class ImportDir:
                 continue
             entry = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "digest": digest}
             changed = True
-            if isinstance(cached, dict) and cached.get("digest") == digest:
-                self._seen[path.name] = {**cached, **entry}  # same content (copied again, touched)
+            if isinstance(cached, dict) and cached.get("digest") == digest and "error" not in cached:
+                self._seen[path.name] = {**cached, **entry}  # same content (copied again, touched), imported
                 continue
             try:
                 records = self._store.import_archive(path, pinned=True)
@@ -110,10 +111,11 @@ class ImportDir:
 
     async def run(self, on_imported: Callable[[], None]) -> None:
         """Watch the directory (inotify) and import what lands there."""
-        from edgelet.util.watch import stop_watching, watch_directory
+        from edgelet.util.watch import CHANGE_EVENTS, stop_watching, watch_directory
 
         kick = self._kick
-        observer = watch_directory(self._dir, kick)
+        # A touch too: it is how a user asks for an archive whose import failed to be tried again.
+        observer = watch_directory(self._dir, kick, CHANGE_EVENTS | {"attrib"})
         try:
             while True:
                 await kick.wait()

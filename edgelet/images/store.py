@@ -47,6 +47,7 @@ from edgelet.images.types import ImageConfig, ImageRecord
 from edgelet.images.unpack import LayerTooLarge, unpack_layer_file
 from edgelet.state import write_atomic
 from edgelet.util.clock import Clock, RealClock
+from edgelet.util.crashpoint import crash_point
 from edgelet.util.log import get_logger
 
 log = get_logger(__name__)
@@ -475,6 +476,7 @@ class ImageStore:
                 last_used=old.last_used if old else 0.0,
             )
             entries[config_digest] = entry
+            crash_point("image.import")
             self._save(entries)
             return self._record(entry)
 

@@ -33,6 +33,7 @@ from typing import BinaryIO, Iterator
 
 from edgelet.images import zstd
 from edgelet.images.errors import DecompressError, LayerTooLarge, UnpackError, UnsafeLayerError
+from edgelet.util.crashpoint import crash_point
 from edgelet.util.log import get_logger
 
 log = get_logger(__name__)
@@ -416,6 +417,7 @@ def _apply_stream(stream: BinaryIO, dest: Path, label: str, is_root: bool, max_s
             for member in _members(tar):
                 current = member.name
                 applier.apply(tar, member)
+                crash_point("image.unpack")
         current = None
         reader.drain()
         applier.finish_dirs()

@@ -20,6 +20,7 @@ from edgelet.network.cache import Cache, Entry
 from edgelet.network.cni import CNI, Attachment
 from edgelet.network.errors import ConfigError, NetworkError, PluginError
 from edgelet.network.result import pod_ips
+from edgelet.util.crashpoint import crash_point
 from edgelet.util.log import get_logger
 
 if TYPE_CHECKING:
@@ -118,6 +119,7 @@ class PodNetwork:
             # Saved before ADD: an agent killed during ADD still knows what to DEL at its next start.
             await asyncio.to_thread(self.cache.write, entry)
             result = await self.cni.add(cfg, att, rc)
+            crash_point("cni.add")
             await asyncio.to_thread(self.cache.write, Entry(**{**entry.__dict__, "result": result}))
         except BaseException:
             await asyncio.shield(self._release(entry))

@@ -66,6 +66,7 @@ from edgelet.runtime.execsession import ExecSession, ExecSessionError, build_exe
 from edgelet.runtime.runc import Runc
 from edgelet.runtime.state import ExitInfo, Observed, build_pod_statuses
 from edgelet.runtime.sandbox import PauseSpec, pause_spec, sandbox_namespace_paths
+from edgelet.util.crashpoint import crash_point
 from edgelet.container.types import PodRuntimeStatus, SandboxRecord
 from edgelet.runtime.layout import (
     ANN_ATTEMPT,
@@ -383,7 +384,8 @@ class RuncRuntime:
         return await asyncio.to_thread(self._scan_disk, entries, uid)
 
     async def list_pods(self) -> dict[str, PodRuntimeStatus]:
-        return self._mark_networks(build_pod_statuses(await self._observe()))
+        observed = await self._observe()
+        return self._mark_networks(build_pod_statuses(observed, await asyncio.to_thread(self._pod_dir_uids)))
 
     def _mark_networks(self, statuses: dict[str, PodRuntimeStatus]) -> dict[str, PodRuntimeStatus]:
         if not self._network_broken:
@@ -395,6 +397,12 @@ class RuncRuntime:
                     dataclasses.replace(s, network_ready=s.id not in self._network_broken) for s in st.sandboxes))
             out[uid] = st
         return out
+
+    def _pod_dir_uids(self) -> list[str]:
+        try:
+            return [d.name for d in self.paths.pods_dir.iterdir() if d.is_dir()]
+        except FileNotFoundError:
+            return []
 
     async def pod_status(self, uid: str) -> PodRuntimeStatus:
         # Every sandbox and container of a pod has its bundle under the pod's dir: without
@@ -503,6 +511,7 @@ class RuncRuntime:
             pid = await conmon.create(self._conmon_args(sid, f"k8s_POD_{meta(pod).name}_{meta(pod).namespace}_{uid}_{attempt}",
                                                         bundle, log_path), runner=self._exec)
             await asyncio.to_thread(self._move_monitor, bundle, uid, pod)
+            crash_point("sandbox.create")
             await self.runc.start(sid)
             await asyncio.to_thread(bl.write_file, bundle / bl.STARTED_FILE, repr(self.clock.now()))
             done = True
@@ -700,6 +709,7 @@ class RuncRuntime:
             await conmon.create(self._conmon_args(cid, f"k8s_{container.name}_{pod_name}_{ns}_{uid}_{attempt}",
                                                   bundle, log_path), runner=self._exec)
             await asyncio.to_thread(self._move_monitor, bundle, uid, pod)
+            crash_point("container.create")
             done = True
         except SpecError as exc:
             # The pod asks for what cannot be expressed: kubelet's CreateContainerConfigError, message unchanged.
@@ -758,6 +768,7 @@ class RuncRuntime:
                 return
             log.warning("Stop signal failed, killing", container=container_id[:12], signal=signal)
         else:
+            crash_point("container.stop")
             if await self._wait_exit(container_id, bundle, max(grace, MIN_STOP_GRACE)):
                 return
             log.info("Grace period over, killing", container=container_id[:12], grace=grace)
@@ -865,6 +876,7 @@ class RuncRuntime:
             # A container runc cannot delete while processes linger: kill everything, then retry once.
             await self._kill_and_wait(container_id, bundle)
             await self.runc.delete(container_id, force=True)
+        crash_point("container.remove")
         if bundle is not None:
             # Let conmon record the exit of a force-deleted process before its exit file is removed.
             await self._wait_monitor_gone(bundle)
@@ -975,6 +987,10 @@ class RuncRuntime:
                 await self.remove_container(o.id)
             except (RuntimeError_, OSError) as exc:
                 errors.append(f"{o.id[:12]}: {exc}")
+        if errors:
+            # The bundles are the only record of what is left (exit files, sockets, runc state): the pod dir
+            # goes only once every container is gone, and the termination's retry finds them again.
+            raise RuntimeError_(f"pod {uid}: removal incomplete: {'; '.join(errors)}")
         layout = self.layout(uid)
         try:
             await asyncio.to_thread(self._remove_pod_dir, layout)

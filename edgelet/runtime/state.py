@@ -161,8 +161,11 @@ def build_record(o: Observed) -> SandboxRecord | ContainerRecord | None:
     )
 
 
-def build_pod_statuses(observed: Iterable[Observed]) -> dict[str, PodRuntimeStatus]:
-    """Group observed containers into per-pod statuses, newest first."""
+def build_pod_statuses(observed: Iterable[Observed], pod_dirs: Iterable[str] = ()) -> dict[str, PodRuntimeStatus]:
+    """Group observed containers into per-pod statuses, newest first.
+
+    `pod_dirs` are the uids with a pod directory: one whose sandbox and containers are all gone (a kill
+    in the middle of its removal) is still a pod, with nothing in it, so that it is removed as an orphan."""
     sandboxes: dict[str, list[SandboxRecord]] = {}
     containers: dict[str, list[ContainerRecord]] = {}
     for o in observed:
@@ -179,4 +182,6 @@ def build_pod_statuses(observed: Iterable[Observed]) -> dict[str, PodRuntimeStat
         name = next((r.pod_name for r in named if r.pod_name), "")
         ns = next((r.pod_namespace for r in named if r.pod_namespace), "")
         out[uid] = PodRuntimeStatus(uid=uid, name=name, namespace=ns, sandboxes=tuple(sbs), containers=tuple(cs))
+    for uid in sorted(set(pod_dirs) - set(out)):
+        out[uid] = PodRuntimeStatus(uid=uid)
     return out

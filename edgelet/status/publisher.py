@@ -204,23 +204,24 @@ class StatusPublisher:
                     out[c.image] = [p.done, p.total]
         return out
 
-    def flush(self) -> None:
+    def flush(self) -> bool:
         """Write the checkpoint when its content changed; a sync that changed nothing writes nothing.
 
         Every sync marks the table dirty, and the stamp alone would make each write differ: on an SD
         card a rewrite of unchanged state every few seconds is wear for nothing (issue 13.7). The
-        stamp so says when the pods last changed.
+        stamp so says when the pods last changed. False when it could not be written (the caller tries again).
         """
         snap = self.snapshot(live=False)
         content = msgspec.json.encode(msgspec.structs.replace(snap, written_at=0.0))
         if content == self._last_written:
-            return
+            return True
         try:
             write_atomic(self._path, msgspec.json.encode(snap))
         except OSError as exc:
             log.error("Failed to write pods checkpoint", exc, path=str(self._path))
-            return
+            return False
         self._last_written = content
+        return True
 
     async def run(self) -> None:
         """Write the checkpoint at most every `interval` while statuses change."""

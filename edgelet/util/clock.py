@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Protocol
+from typing import Mapping, Protocol
 
 
 class Clock(Protocol):
@@ -56,3 +56,37 @@ class FakeClock:
     async def sleep(self, seconds: float) -> None:
         self.advance(max(0.0, seconds))
         await asyncio.sleep(0)
+
+
+# Test-only: names a file holding seconds to add to wall time, so a chaos test can make the wall clock jump
+# (as NTP or an RTC-less board's first sync does) under a running agent. Never set outside tests.
+OFFSET_ENV = "EDGELET_TEST_CLOCK_OFFSET_FILE"
+
+
+class OffsetClock(RealClock):
+    """Wall time shifted by the number in a file, re-read at most every `reread` monotonic seconds.
+
+    The monotonic clock is the real one: a wall-clock jump never moves it, on a device as here."""
+
+    def __init__(self, path: str, reread: float = 0.5) -> None:
+        self._path = path
+        self._reread = reread
+        self._offset = 0.0
+        self._read_at = -reread
+
+    def now(self) -> float:
+        mono = time.monotonic()
+        if mono - self._read_at >= self._reread:
+            self._read_at = mono
+            try:
+                with open(self._path) as f:
+                    self._offset = float(f.read().strip() or 0)
+            except (OSError, ValueError):
+                pass  # a test rewriting the file: keep the last offset
+        return time.time() + self._offset
+
+
+def clock_from_environ(environ: Mapping[str, str]) -> Clock:
+    """The agent's clock: the real one, or an OffsetClock when a test set OFFSET_ENV."""
+    path = environ.get(OFFSET_ENV)
+    return OffsetClock(path) if path else RealClock()

@@ -16,10 +16,10 @@ from typing import Any
 CHANGE_EVENTS = frozenset({"created", "deleted", "modified", "moved", "closed"})
 
 
-def watch_directory(directory: Path, wake: asyncio.Event) -> Any:
+def watch_directory(directory: Path, wake: asyncio.Event, events: frozenset[str] = CHANGE_EVENTS) -> Any:
     """Start an observer that sets `wake` (on the running loop) on every change in `directory`; returns it.
 
-    Stop it with `stop_watching`.
+    `events` are watchdog's event types that count (add "attrib" to see a touch). Stop it with `stop_watching`.
     """
     from watchdog.events import FileSystemEventHandler
     from watchdog.observers import Observer
@@ -28,7 +28,7 @@ def watch_directory(directory: Path, wake: asyncio.Event) -> Any:
 
     class _Handler(FileSystemEventHandler):
         def on_any_event(self, event: Any) -> None:
-            if event.event_type in CHANGE_EVENTS:
+            if event.event_type in events:
                 loop.call_soon_threadsafe(wake.set)
 
     directory.mkdir(parents=True, exist_ok=True)

@@ -136,3 +136,54 @@ def test_gc_thresholds_on_a_small_tmpfs(tmp_path: Path, tarball: Path) -> None:
         assert os.listdir(mnt / "images" / "tmp") == []
     finally:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+class FailingOnceStore(CountingStore):
+    """Fails its first import as a full disk would (ENOSPC while unpacking)."""
+
+    def import_archive(self, path, *, pinned=False):
+        self.imports += 1
+        if self.imports == 1:
+            raise OSError(28, "No space left on device")
+        return ImageStore.import_archive(self, path, pinned=pinned)
+
+
+def test_an_archive_whose_import_failed_is_tried_again_once_touched(tmp_path: Path, tarball: Path) -> None:
+    """Found by the chaos harness (issue 16): after a full disk, touching or copying the same archive again
+    never imported it, because the digest matched the failed attempt's cache entry."""
+    imp = tmp_path / "import"
+    imp.mkdir()
+    shutil.copy(tarball, imp / "bb.tar")
+    store = FailingOnceStore(tmp_path / "s", clock=FakeClock())
+    cache = tmp_path / "s" / "imported.json"
+    assert ImportDir(imp, store, cache).scan() == 0 and store.imports == 1
+    assert "No space" in json.loads(cache.read_text())["bb.tar"]["error"]
+    assert ImportDir(imp, store, cache).scan() == 0 and store.imports == 1  # unchanged: not retried in a loop
+    os.utime(imp / "bb.tar", ns=(1, 1))  # room again, and the user touches the archive
+    assert ImportDir(imp, store, cache).scan() == 1 and store.imports == 2
+    entry = json.loads(cache.read_text())["bb.tar"]
+    assert "error" not in entry and entry["images"]
+
+
+def test_touching_an_archive_wakes_the_import_dir(tmp_path: Path, tarball: Path) -> None:
+    """A touch (only the inode's times change) must reach the watcher, or the retry above waits for a restart."""
+    imp = tmp_path / "import"
+    imp.mkdir()
+    shutil.copy(tarball, imp / "bb.tar")
+    store = FailingOnceStore(tmp_path / "s", clock=FakeClock())
+    d = ImportDir(imp, store, tmp_path / "s" / "imported.json", clock=FakeClock())
+    assert d.scan() == 0  # the failed first import
+
+    async def main() -> None:
+        imported = asyncio.Event()
+        task = asyncio.create_task(d.run(imported.set))
+        await asyncio.sleep(0)  # the watch is in place once run() waits
+        os.utime(imp / "bb.tar", ns=(1, 1))
+        try:
+            await asyncio.wait_for(imported.wait(), 30)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(main())
+    assert store.imports == 2 and store.get("edgelet.local/imp:1") is not None

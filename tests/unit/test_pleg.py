@@ -113,3 +113,45 @@ def test_all_alive_checks_running_processes(records, alive, expected):
         cs = tuple(r for r in group if isinstance(r, ContainerRecord))
         last["u1"] = pod(sandboxes=sbs, containers=cs)
     assert all_alive(last, exists=lambda path: int(path.rsplit("/", 1)[1]) in alive) is expected
+
+
+class _FlakyRuntime:
+    """A runtime whose `runc list` fails the first `failures` times (found by the chaos harness: one failed
+    list at start made the agent exit 1, issue 16)."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.calls = 0
+
+    async def list_pods(self):
+        from edgelet.container.errors import ExecError
+
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise ExecError(["runc", "list"], 1, "injected")
+        return {}
+
+
+def test_adoption_at_start_retries_a_failed_relist(tmp_path):
+    import asyncio
+
+    from edgelet.pleg import Pleg
+    from edgelet.util.clock import FakeClock
+
+    rt = _FlakyRuntime(failures=2)
+    pleg = Pleg(rt, tmp_path, clock=FakeClock())
+    asyncio.run(pleg.adopt())
+    assert rt.calls == 3 and pleg.relisted.is_set()
+
+
+def test_adoption_gives_up_when_the_runtime_keeps_failing(tmp_path):
+    import asyncio
+
+    from edgelet.container.errors import ExecError
+    from edgelet.pleg import ADOPT_ATTEMPTS, Pleg
+    from edgelet.util.clock import FakeClock
+
+    rt = _FlakyRuntime(failures=1000)
+    with pytest.raises(ExecError):
+        asyncio.run(Pleg(rt, tmp_path, clock=FakeClock()).adopt())
+    assert rt.calls == ADOPT_ATTEMPTS

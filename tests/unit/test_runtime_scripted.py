@@ -208,3 +208,48 @@ def test_stray_exit_files_are_swept_at_start(tmp_path: Path) -> None:
         (rt.paths.exit_dir / cid).write_text("0")
     assert asyncio.run(rt.remove_stray_files()) == 2
     assert sorted(p.name for p in rt.paths.exit_dir.iterdir()) == ["live"]
+
+
+def test_a_pod_dir_whose_bundles_are_all_gone_is_still_listed_so_it_is_removed(tmp_path: Path) -> None:
+    """Found by the chaos harness (issue 16): a kill after a pod's last bundle was removed and before its
+    directory was left `pods/<uid>/` (hostname, etc-hosts, volumes) and its cgroup for good, because the
+    runtime only knew pods through runc state or bundles, so the pod never came back as an orphan."""
+    runner = ScriptedRunc({"list": _listing()})
+    rt = _runtime(tmp_path, runner)
+    leftover = rt.paths.pods_dir / "u-left"
+    (leftover / "containers").mkdir(parents=True)
+    (leftover / "volumes").mkdir()
+    (leftover / "hostname").write_text("x\n")
+    pods = asyncio.run(rt.list_pods())
+    assert "u-left" in pods and not pods["u-left"].sandboxes and not pods["u-left"].containers
+    asyncio.run(rt.remove_pod("u-left"))
+    assert not leftover.exists()
+
+
+def test_a_pod_whose_container_removal_failed_keeps_its_bundles_for_the_retry(tmp_path: Path) -> None:
+    """Found by the chaos harness's flaky runtime (issue 16): when one container's `runc delete` failed,
+    remove_pod still removed the pod dir, and with it the only record of the container: its exit file and
+    conmon socket then stayed in the run dir, known to nothing, until the next agent start."""
+    calls = {"delete": 0}
+
+    def delete(args: tuple[str, ...]) -> Completed:
+        calls["delete"] += 1
+        return Completed(args, 1 if calls["delete"] <= 2 else 0, b"", b"injected failure")
+
+    runner = ScriptedRunc({"list": _listing(), "delete": delete, "state": Completed(("runc", "state"), 1, b"",
+                                                                                      b"container does not exist")})
+    rt = _runtime(tmp_path, runner)
+    bundle = rt.paths.pods_dir / "u1" / "containers" / "app" / "0"
+    bundle.mkdir(parents=True)
+    (bundle / "id").write_text("c1")
+    (bundle / "config.json").write_text(json.dumps({"annotations": {
+        ANN_KIND: KIND_CONTAINER, ANN_POD_UID: "u1", ANN_CONTAINER_NAME: "app"}}))
+    (rt.paths.exit_dir / "c1").write_text("0")
+    from edgelet.container.errors import RuntimeError_
+
+    with pytest.raises(RuntimeError_):
+        asyncio.run(rt.remove_pod("u1"))
+    assert (bundle / "id").exists(), "the bundle stays while its container could not be removed"
+    asyncio.run(rt.remove_pod("u1"))  # the retry, with runc working again
+    assert not (rt.paths.pods_dir / "u1").exists()
+    assert not (rt.paths.exit_dir / "c1").exists()

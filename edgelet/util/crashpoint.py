@@ -1,0 +1,58 @@
+"""Named crash points for the chaos tests: the process SIGKILLs itself where a test asked, and nowhere otherwise.
+
+`EDGELET_TEST_CRASH_AT=<point>[:<n>][,<point>[:<n>]...]` arms points: the
+n-th time (default the first) the process passes `crash_point(<point>)` it
+kills itself with SIGKILL, as a power cut or the OOM killer would, in the
+middle of whatever it was doing. Unset (always, outside the chaos tests) the
+armed table is empty and `crash_point` is a dictionary truth test: nothing is
+parsed, counted or looked up.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+ENV = "EDGELET_TEST_CRASH_AT"
+
+# The points the product passes, so that a test naming another one is told (see `parse`).
+POINTS = frozenset({
+    "image.import",      # an archive's blobs are in the store, its index record is not yet written
+    "image.unpack",      # between two members of a layer's tar
+    "sandbox.create",    # the pause container is created under conmon, not yet started
+    "cni.add",           # the plugin chain has attached the pod, its result is not yet cached
+    "container.create",  # a container is created under conmon, not yet started
+    "container.stop",    # the stop signal is sent, the exit not yet seen
+    "container.remove",  # runc state is deleted, the exit file and bundle are not yet removed
+    "checkpoint.write",  # write_atomic's temp file is written and synced, not yet renamed over the file
+})
+
+
+def parse(text: str) -> dict[str, int]:
+    """`point[:n],...` -> {point: n}; an unknown point or a count below 1 is a ValueError (a test's typo)."""
+    armed: dict[str, int] = {}
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        name, _, count = item.partition(":")
+        if name not in POINTS:
+            raise ValueError(f"{ENV}: unknown crash point {name!r} (known: {', '.join(sorted(POINTS))})")
+        n = int(count) if count else 1
+        if n < 1:
+            raise ValueError(f"{ENV}: {item!r}: the count must be at least 1")
+        armed[name] = n
+    return armed
+
+
+_armed: dict[str, int] = parse(os.environ.get(ENV, "")) if os.environ.get(ENV) else {}
+
+
+def crash_point(name: str) -> None:
+    """Die here by SIGKILL if a chaos test armed `name` and this is its n-th passage."""
+    if not _armed:
+        return
+    left = _armed.get(name)
+    if left is None:
+        return
+    if left > 1:
+        _armed[name] = left - 1
+        return
+    os.kill(os.getpid(), signal.SIGKILL)
