@@ -233,17 +233,21 @@ def main() -> None:
     ap.add_argument("--only", default="cold,steady,churn,boot")
     args = ap.parse_args()
     phases = set(args.only.split(","))
-    lines = []
+    print(f"machine: {machine()}; load average at the start {os.getloadavg()[0]:.1f}", flush=True)
     if "cold" in phases:
-        lines += cold(args.pods)
+        report(cold(args.pods))
     if phases & {"steady", "churn"}:
-        lines += steady_and_churn(args.pods, args.steady, args.churn, args.churn_width,
-                                  args.churn if args.churn_raw is None else args.churn_raw, phases)
+        report(steady_and_churn(args.pods, args.steady, args.churn, args.churn_width,
+                                args.churn if args.churn_raw is None else args.churn_raw, phases))
     if "boot" in phases:
-        lines += boot(args.boot_pods, args.boot_repeat)
-    print(f"machine: {machine()}; load average at the end {os.getloadavg()[0]:.1f}")
+        report(boot(args.boot_pods, args.boot_repeat))
+    print(f"load average at the end {os.getloadavg()[0]:.1f}")
+
+
+def report(lines: list[str]) -> None:
+    """Print a phase's lines as soon as it is done (a long run that is cut short keeps them)."""
     for line in lines:
-        print(line)
+        print(line, flush=True)
 
 
 if __name__ == "__main__":
