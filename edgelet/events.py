@@ -140,21 +140,27 @@ class EventRecorder:
     def snapshot(self) -> EventsSnapshot:
         return EventsSnapshot(written_at=self._clock.now(), agent_pid=os.getpid(), events=self.events())
 
-    def flush(self) -> None:
+    def encode(self) -> bytes:
+        return msgspec.json.encode(self.snapshot())
+
+    def write(self, data: bytes) -> None:
         if self._path is None:
             return
         from edgelet.state import write_atomic
 
         try:
-            write_atomic(self._path, msgspec.json.encode(self.snapshot()))
+            write_atomic(self._path, data)
         except OSError as exc:
             log.error("Failed to write events", exc, path=str(self._path))
+
+    def flush(self) -> None:
+        self.write(self.encode())
 
     async def run(self) -> None:
         """Write the events file at most every `interval` while events arrive."""
         from edgelet.state import flush_when_changed
 
-        await flush_when_changed(self._dirty, self.flush, self._interval, self._clock)
+        await flush_when_changed(self._dirty, self.encode, self.write, self._interval, self._clock)
 
 
 def read_events(path: Path) -> EventsSnapshot | None:

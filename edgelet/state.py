@@ -101,15 +101,19 @@ def remove_temp_files(directories: "list[Path]") -> int:
     return removed
 
 
-async def flush_when_changed(changed: asyncio.Event, flush: Callable[[], None], interval: float,
-                             clock: "Clock") -> None:
-    """Run `flush` in a thread whenever `changed` is set, at most once every `interval` seconds.
+async def flush_when_changed(changed: asyncio.Event, encode: Callable[[], bytes], write: Callable[[bytes], None],
+                             interval: float, clock: "Clock") -> None:
+    """Whenever `changed` is set, at most once every `interval` seconds: `encode` on the loop, `write` the
+    bytes in a thread.
 
     A burst of changes (twenty pods starting) becomes a few writes, not one
-    fsync per change: flash storage on a small board wears and stalls.
+    fsync per change: flash storage on a small board wears and stalls. The
+    encoding stays on the loop because it walks tables the loop keeps changing
+    (a snapshot taken in a thread died of "OrderedDict mutated during
+    iteration" under pod churn, and took the agent down).
     """
     while True:
         await changed.wait()
         changed.clear()
-        await asyncio.to_thread(flush)
+        await asyncio.to_thread(write, encode())
         await clock.sleep(interval)

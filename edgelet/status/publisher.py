@@ -170,13 +170,18 @@ class StatusPublisher:
             rejected=list(self._rejected),
         )
 
-    def flush(self) -> None:
-        data = msgspec.json.encode(self.snapshot())
+    def encode(self) -> bytes:
+        return msgspec.json.encode(self.snapshot())
+
+    def write(self, data: bytes) -> None:
         try:
             write_atomic(self._path, data)
         except OSError as exc:
             log.error("Failed to write pods checkpoint", exc, path=str(self._path))
 
+    def flush(self) -> None:
+        self.write(self.encode())
+
     async def run(self) -> None:
-        """Write the checkpoint at most every `interval` while statuses change."""
-        await flush_when_changed(self._dirty, self.flush, self._interval, self._clock)
+        """Write the checkpoint at most every `interval` while statuses change (encoded on the loop)."""
+        await flush_when_changed(self._dirty, self.encode, self.write, self._interval, self._clock)

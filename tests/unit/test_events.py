@@ -128,3 +128,41 @@ def test_events_survive_an_agent_restart(tmp_path: Path) -> None:
     assert second.events()[0].count == 2  # the same event again, counted on
     events_path(tmp_path).write_text("{torn")
     assert EventRecorder(clock, events_path(tmp_path)).events() == []
+
+
+def test_flush_encodes_on_the_loop_and_writes_in_a_thread(tmp_path: Path) -> None:
+    # Encoding walks the ring the loop keeps changing: done in the writer thread it raced pod churn
+    # ("OrderedDict mutated during iteration") and the agent died.
+    import asyncio
+    import threading
+
+    from edgelet.util.clock import RealClock
+
+    threads: dict[str, int] = {}
+
+    async def go() -> bytes:
+        loop = asyncio.get_running_loop()
+        rec = EventRecorder(FakeClock(), path=tmp_path / "events.json")
+        written = asyncio.Event()
+
+        def encode() -> bytes:
+            threads["encode"] = threading.get_ident()
+            return rec.encode()
+
+        def write(data: bytes) -> None:
+            threads["write"] = threading.get_ident()
+            rec.write(data)
+            loop.call_soon_threadsafe(written.set)
+
+        from edgelet.state import flush_when_changed
+
+        task = asyncio.create_task(flush_when_changed(rec._dirty, encode, write, 0.01, RealClock()))
+        rec.warning(pod_ref(_pod()), "BackOff", "x")
+        await asyncio.wait_for(written.wait(), 60)
+        task.cancel()
+        return (tmp_path / "events.json").read_bytes()
+
+    main_thread = threading.get_ident()
+    data = asyncio.run(go())
+    assert threads["encode"] == main_thread != threads["write"]
+    assert b"BackOff" in data
