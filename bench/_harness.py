@@ -128,11 +128,15 @@ def wait_file(path: Path, timeout: float = 30.0, interval: float = 0.001) -> flo
     raise TimeoutError(f"{path} did not appear within {timeout}s")
 
 
-def wait_files(directory: Path, names: set[str], timeout: float = 300.0, interval: float = 0.01) -> dict[str, float]:
-    """Poll `directory` until every name in `names` exists; returns the monotonic time each was first seen."""
+def wait_files(directory: Path, names: set[str], timeout: float = 300.0, interval: float = 0.01,
+               agent: subprocess.Popen | None = None) -> dict[str, float]:
+    """Poll `directory` until every name in `names` exists; returns the monotonic time each was first seen.
+    With `agent`, fails at once if that process has exited."""
     seen: dict[str, float] = {}
     deadline = time.monotonic() + timeout
     while len(seen) < len(names):
+        if agent is not None and agent.poll() is not None:
+            raise RuntimeError(f"the agent exited ({agent.returncode}) with {len(names) - len(seen)} files missing")
         if time.monotonic() > deadline:
             raise TimeoutError(f"{len(names) - len(seen)} of {len(names)} files did not appear within {timeout}s")
         now = time.monotonic()

@@ -95,7 +95,7 @@ def cold(n: int) -> list[str]:
         put_pods(b, names)
         t0 = time.monotonic()
         b.start_agent()
-        seen = wait_files(out_dir(b), set(names), timeout=600)
+        seen = wait_files(out_dir(b), set(names), timeout=600, agent=b.proc)
         t_daemon = max(seen.values()) - t0
         rss = memory_mb(b.proc.pid)[0]
         stop_containers(b)
@@ -123,7 +123,7 @@ def steady_and_churn(n: int, steady: float, churn: int, width: int, churn_raw: i
     try:
         put_pods(b, names)
         b.start_agent()
-        wait_files(out_dir(b), set(names), timeout=600)
+        wait_files(out_dir(b), set(names), timeout=600, agent=b.proc)
         pid = b.proc.pid
         time.sleep(10)  # the first relists and status writes after the burst
         if "steady" in phases:
@@ -159,7 +159,7 @@ def churn_run(b: Bench, names: list[str], count: int, width: int, count_raw: int
         for name in wave:
             starts[f"{name}.{gen}"] = b.put_manifest(
                 f"{name}.yaml", pod_manifest(name, COMMAND.format(name=f"{name}.{gen}"), host_dir=str(out_dir(b))))
-        seen = wait_files(out_dir(b), set(starts), timeout=300)
+        seen = wait_files(out_dir(b), set(starts), timeout=300, agent=b.proc)
         lat += [seen[k] - starts[k] for k in starts]
     elapsed = time.monotonic() - t_start
     time.sleep(10)  # the old pods' clean-up finishes
