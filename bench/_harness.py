@@ -30,7 +30,9 @@ def machine() -> str:
                 break
     except OSError:
         pass
-    return f"{platform.machine()}, {os.cpu_count()} cores, {cpu}, kernel {platform.release()}"
+    # The load says how far the figures can be trusted: the machine may be shared with other work.
+    return (f"{platform.machine()}, {os.cpu_count()} cores, {cpu}, kernel {platform.release()},"
+            f" load average {os.getloadavg()[0]:.1f}")
 
 
 class Bench:

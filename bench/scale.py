@@ -233,7 +233,7 @@ def main() -> None:
     ap.add_argument("--only", default="cold,steady,churn,boot")
     args = ap.parse_args()
     phases = set(args.only.split(","))
-    print(f"machine: {machine()}; load average at the start {os.getloadavg()[0]:.1f}", flush=True)
+    print(f"machine: {machine()} (at the start)", flush=True)
     if "cold" in phases:
         report(cold(args.pods))
     if phases & {"steady", "churn"}:
