@@ -84,6 +84,9 @@ class Bench:
 
     def close(self) -> None:
         if self.proc is not None:
+            if self.proc.poll() is not None:  # it died on its own: show why before the log goes
+                log = (self.base / "agent.log").read_text(errors="replace").splitlines()
+                print(f"agent exited with {self.proc.returncode}; its log ends:", *log[-80:], sep="\n", file=sys.stderr)
             self.proc.kill()
             self.proc.wait()
         cleanup_all(self.base, self.paths.runc_root, self.paths.cgroup_root)

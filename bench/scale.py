@@ -121,9 +121,9 @@ def sample(pid: int) -> tuple[float, float, float]:
     return time.monotonic(), memory_mb(pid)[0], own + children
 
 
-def steady_and_churn(n: int, steady: float, churn: int, width: int, churn_raw: int, phases: set[str]) -> list[str]:
+def steady_and_churn(n: int, steady: float, churn: int, width: int, churn_raw: int, phases: set[str]) -> None:
+    """Both on one agent with n pods; each phase's lines are printed as it ends."""
     names = [f"p{i}" for i in range(n)]
-    lines = []
     b = Bench("scale-steady")
     try:
         put_pods(b, names)
@@ -140,15 +140,14 @@ def steady_and_churn(n: int, steady: float, churn: int, width: int, churn_raw: i
             t1, r1, c1 = samples[-1]
             rmax = max(s[1] for s in samples)
             half = samples[len(samples) // 2]
-            lines.append(
+            report([
                 f"steady state, {n} pods, {t1 - t0:.0f} s: agent RSS {r0:.1f} MB at start, {half[1]:.1f} MB midway,"
                 f" {r1:.1f} MB at end (max {rmax:.1f} MB); CPU {c1 - c0:.2f} s = {100 * (c1 - c0) / (t1 - t0):.2f} %"
-                f" of one core (agent and its runc children)")
+                f" of one core (agent and its runc children)"])
         if "churn" in phases:
-            lines += churn_run(b, names, churn, min(width, n), churn_raw)
+            report(churn_run(b, names, churn, min(width, n), churn_raw))
     finally:
         b.close()
-    return lines
 
 
 def churn_run(b: Bench, names: list[str], count: int, width: int, count_raw: int) -> list[str]:
@@ -249,8 +248,8 @@ def main() -> None:
     if "cold" in phases:
         report(cold(args.pods))
     if phases & {"steady", "churn"}:
-        report(steady_and_churn(args.pods, args.steady, args.churn, args.churn_width,
-                                args.churn if args.churn_raw is None else args.churn_raw, phases))
+        steady_and_churn(args.pods, args.steady, args.churn, args.churn_width,
+                         args.churn if args.churn_raw is None else args.churn_raw, phases)
     if "boot" in phases:
         report(boot(args.boot_pods, args.boot_repeat))
     print(f"load average at the end {os.getloadavg()[0]:.1f}")

@@ -13,6 +13,7 @@ entries; `edgelet events` reads the copy the agent writes under the run dir
 from __future__ import annotations
 
 import asyncio
+import threading
 import os
 from collections import OrderedDict
 from pathlib import Path
@@ -88,7 +89,11 @@ class EventRecorder:
         self._interval = interval
         # Keyed by what makes two events "the same"; ordered by last occurrence.
         self._ring: OrderedDict[tuple, Event] = OrderedDict()
+        # Events are also recorded from worker threads (the runtime's warnings while it writes a pod's
+        # files), while the loop encodes the ring: unguarded, that killed the agent under pod churn.
+        self._lock = threading.Lock()
         self._dirty = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._load()
 
     def _load(self) -> None:
@@ -107,16 +112,17 @@ class EventRecorder:
     def record(self, obj: InvolvedObject, type: EventType, reason: str, message: str) -> Event:
         now = self._clock.now()
         key = (obj, type, reason, message)
-        event = self._ring.pop(key, None)
-        if event is None:
-            event = Event(type=type, reason=reason, message=message, object=obj, first_timestamp=now,
-                          last_timestamp=now)
-        else:
-            event.count += 1
-            event.last_timestamp = now
-        self._ring[key] = event
-        while len(self._ring) > self._capacity:
-            self._ring.popitem(last=False)
+        with self._lock:
+            event = self._ring.pop(key, None)
+            if event is None:
+                event = Event(type=type, reason=reason, message=message, object=obj, first_timestamp=now,
+                              last_timestamp=now)
+            else:
+                event.count += 1
+                event.last_timestamp = now
+            self._ring[key] = event
+            while len(self._ring) > self._capacity:
+                self._ring.popitem(last=False)
         what = f"{obj.namespace}/{obj.name}" if obj.namespace else obj.name or obj.kind
         fields = {"type": type, "reason": reason, "object": what, "field": obj.field_path or None,
                   "count": event.count, "message": message}
@@ -124,8 +130,18 @@ class EventRecorder:
             log.warning("Event", **fields)
         else:
             log.info("Event", **fields)
-        self._dirty.set()
+        self._mark_dirty()
         return event
+
+    def _mark_dirty(self) -> None:
+        """asyncio.Event is the loop's alone: from a worker thread, ask the loop to set it."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # not on a loop: a worker thread (or no loop yet)
+            if self._loop is not None and not self._loop.is_closed():
+                self._loop.call_soon_threadsafe(self._dirty.set)
+                return
+        self._dirty.set()
 
     def normal(self, obj: InvolvedObject, reason: str, message: str) -> Event:
         return self.record(obj, "Normal", reason, message)
@@ -135,7 +151,8 @@ class EventRecorder:
 
     def events(self, uid: str | None = None) -> list[Event]:
         """Oldest first (by last occurrence), optionally only those about the pod `uid`."""
-        return [e for e in self._ring.values() if uid is None or e.object.uid == uid]
+        with self._lock:
+            return [e for e in self._ring.values() if uid is None or e.object.uid == uid]
 
     def snapshot(self) -> EventsSnapshot:
         return EventsSnapshot(written_at=self._clock.now(), agent_pid=os.getpid(), events=self.events())
@@ -160,6 +177,7 @@ class EventRecorder:
         """Write the events file at most every `interval` while events arrive."""
         from edgelet.state import flush_when_changed
 
+        self._loop = asyncio.get_running_loop()
         await flush_when_changed(self._dirty, self.encode, self.write, self._interval, self._clock)
 
 
