@@ -12,6 +12,7 @@ from edgelet.container.errors import ContainerNotFound, ExecError
 
 _NOT_FOUND = ("does not exist", "not exist", "no such file")
 LIST_ATTEMPTS = 5
+Listing = list[dict[str, Any]]  # `runc list --format json` (named here: inside Runc, `list` is the method)
 
 
 def _is_not_found(exc: ExecError) -> bool:
@@ -29,7 +30,7 @@ class Runc:
         # `list` is shared by concurrent callers (see there): lists started so far, and the last one done.
         self._list_lock: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
         self._lists_started = 0
-        self._last_list: tuple[int, list[dict[str, Any]]] = (0, [])
+        self._last_list: tuple[int, Listing] = (0, [])
 
     def argv(self, *args: str) -> list[str]:
         return [self.binary, "--root", str(self.root), *args]
@@ -72,7 +73,7 @@ class Runc:
             self._last_list = (seq, entries)
             return [dict(e) for e in entries]
 
-    async def _list_now(self) -> list[dict[str, Any]]:
+    async def _list_now(self) -> Listing:
         """runc 1.1 reads each container's state dir after listing the root; one
         deleted in between fails the whole list (`stat .../<id>: no such file or
         directory`). That is a race, not an error: list again.
