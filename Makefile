@@ -107,6 +107,7 @@ bench: $(VENV)/.installed
 	$(PY) bench/url_latency.py
 	$(PY) bench/server.py
 	$(PY) bench/probes.py
+	$(PY) bench/scale.py
 
 # --- packaging: frozen binary and .deb (see packaging/README.md) -------------
 # `make binary`: dist/edgelet, one file to copy to a device by hand.

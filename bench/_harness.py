@@ -30,7 +30,9 @@ def machine() -> str:
                 break
     except OSError:
         pass
-    return f"{platform.machine()}, {os.cpu_count()} cores, {cpu}, kernel {platform.release()}"
+    # The load says how far the figures can be trusted: the machine may be shared with other work.
+    return (f"{platform.machine()}, {os.cpu_count()} cores, {cpu}, kernel {platform.release()},"
+            f" load average {os.getloadavg()[0]:.1f}")
 
 
 class Bench:
@@ -82,6 +84,9 @@ class Bench:
 
     def close(self) -> None:
         if self.proc is not None:
+            if self.proc.poll() is not None:  # it died on its own: show why before the log goes
+                log = (self.base / "agent.log").read_text(errors="replace").splitlines()
+                print(f"agent exited with {self.proc.returncode}; its log ends:", *log[-80:], sep="\n", file=sys.stderr)
             self.proc.kill()
             self.proc.wait()
         cleanup_all(self.base, self.paths.runc_root, self.paths.cgroup_root)
@@ -126,3 +131,187 @@ def wait_file(path: Path, timeout: float = 30.0, interval: float = 0.001) -> flo
             return time.monotonic()
         time.sleep(interval)
     raise TimeoutError(f"{path} did not appear within {timeout}s")
+
+
+def wait_files(directory: Path, names: set[str], timeout: float = 300.0, interval: float = 0.01,
+               agent: subprocess.Popen | None = None) -> dict[str, float]:
+    """Poll `directory` until every name in `names` exists; returns the monotonic time each was first seen.
+    With `agent`, fails at once if that process has exited."""
+    seen: dict[str, float] = {}
+    deadline = time.monotonic() + timeout
+    while len(seen) < len(names):
+        if agent is not None and agent.poll() is not None:
+            raise RuntimeError(f"the agent exited ({agent.returncode}) with {len(names) - len(seen)} files missing")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{len(names) - len(seen)} of {len(names)} files did not appear within {timeout}s")
+        now = time.monotonic()
+        for n in names.intersection(os.listdir(directory)).difference(seen):
+            seen[n] = now
+        time.sleep(interval)
+    return seen
+
+
+def drop_caches() -> None:
+    """Empty the page cache, as after a boot (`sync; echo 3 > /proc/sys/vm/drop_caches`)."""
+    os.sync()
+    Path("/proc/sys/vm/drop_caches").write_text("3\n")
+
+
+def memory_mb(pid: int) -> tuple[float, float]:
+    """VmRSS and PSS of one process, in MB."""
+    rss = pss = 0.0
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            rss = int(line.split()[1]) / 1024
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        if line.startswith("Pss:"):
+            pss = int(line.split()[1]) / 1024
+    return rss, pss
+
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_split(pid: int) -> tuple[float, float]:
+    """User+system seconds of the process itself, and of the children it has waited for (runc, ...)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    utime, stime, cutime, cstime = (int(x) for x in fields[11:15])
+    return (utime + stime) / CLK_TCK, (cutime + cstime) / CLK_TCK
+
+
+def stop_containers(b: Bench) -> None:
+    """Kill the agent and every container and conmon of the bench, unmount their rootfs and empty the run dir,
+    as a reboot does; the root dir (images, bundles, pod dirs) stays."""
+    from edgelet.testing.cleanup import kill_processes_mentioning, remove_cgroups, runc_containers, unmount_under
+
+    if b.proc is not None:
+        b.proc.kill()
+        b.proc.wait()
+        b.proc = None
+    root = b.paths.runc_root
+    for cid in runc_containers(root):
+        subprocess.run(["runc", "--root", str(root), "kill", cid, "KILL"], capture_output=True)
+    kill_processes_mentioning(str(b.base))
+    for cid in runc_containers(root):
+        subprocess.run(["runc", "--root", str(root), "delete", "-f", cid], capture_output=True)
+    unmount_under(b.base)
+    remove_cgroups(b.paths.cgroup_root)
+    shutil.rmtree(b.paths.run_dir, ignore_errors=True)
+    b.paths.run_dir.mkdir()
+
+
+NS_FILE = {"network": "net", "mount": "mnt"}
+
+
+class RawRunc:
+    """Edgelet's own bundles (pause sandbox + one container) re-run by hand, the baseline of every bench:
+    `runc create` + `runc start` of each, or with `conmon=True` through conmon as edgelet does (the floor of
+    any conmon-based agent). The bundles are copied from a pod edgelet made in the same run, so the baseline
+    runs exactly the containers edgelet ran; pair `i` runs `sh -c command` with `/out` mounted as edgelet's did."""
+
+    def __init__(self, b: Bench, tag: str, *, conmon: bool = False) -> None:
+        import json
+
+        from edgelet.images.store import ImageStore
+
+        self.b, self.tag, self.conmon = b, tag, conmon
+        pod_dirs = [p for p in (b.paths.root_dir / "pods").iterdir() if (p / "sandbox" / "config.json").exists()]
+        pod_dir = sorted(pod_dirs)[0]
+        self.sandbox_cfg = json.loads((pod_dir / "sandbox" / "config.json").read_text())
+        self.cont_cfg = json.loads(sorted(pod_dir.glob("containers/*/*/config.json"))[0].read_text())
+        self.layers = ImageStore(b.paths.root_dir / "images").get(IMAGE).layers
+        self.root = b.base / f"baseline-{tag}"
+        self.runc = ["runc", "--root", str(self.root)]
+        # A file, not a pipe: the container's process inherits runc's stdio and would hold a pipe open forever.
+        self.errors = open(b.base / f"baseline-{tag}.err", "ab")
+        self.runc_path = shutil.which("runc") or "runc"
+        self.conmon_path = shutil.which("conmon") or "conmon"
+        self.exits = b.base / f"exits-{tag}"
+        self.socks = b.base / f"socks-{tag}"
+        self.exits.mkdir(exist_ok=True)
+        self.socks.mkdir(exist_ok=True)
+        self.prepared: dict[int, tuple[Path, str]] = {}
+        self.running: set[int] = set()
+
+    def _dir(self, i: int) -> Path:
+        return self.b.base / f"baseline-{self.tag}-bundles" / str(i)
+
+    def prepare(self, i: int, command: str) -> None:
+        """Write pair i's two bundles and mount its container's overlay rootfs (what edgelet does before create)."""
+        import json
+
+        from edgelet.runtime.rootfs import mount_rootfs
+
+        work = self._dir(i)
+        sb, ct = work / "sandbox", work / "ctr"
+        sb.mkdir(parents=True)
+        ct.mkdir(parents=True)
+        scfg = json.loads(json.dumps(self.sandbox_cfg))
+        scfg["linux"]["cgroupsPath"] = f"{self.b.paths.cgroup_root}/{self.tag}{i}/sandbox"
+        scfg["annotations"] = {}
+        (sb / "config.json").write_text(json.dumps(scfg))
+        ccfg = json.loads(json.dumps(self.cont_cfg))
+        ccfg["root"]["path"] = str(mount_rootfs(self.layers, ct))
+        ccfg["linux"]["cgroupsPath"] = f"{self.b.paths.cgroup_root}/{self.tag}{i}/ctr"
+        ccfg["process"]["args"] = ["sh", "-c", command]
+        ccfg["process"]["terminal"] = False
+        ccfg["annotations"] = {}
+        self.prepared[i] = (ct, json.dumps(ccfg))
+
+    def _create(self, cid: str, bundle: Path) -> None:
+        if not self.conmon:
+            subprocess.run([*self.runc, "create", "--bundle", str(bundle), cid], check=True,
+                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.errors)
+            return
+        import asyncio
+
+        from edgelet.runtime import conmon as cm
+
+        args = cm.ConmonArgs(conmon=self.conmon_path, runtime=self.runc_path, runtime_root=self.root,
+                             container_id=cid, name=cid, bundle=bundle, log_path=Path("/dev/null"),
+                             exit_dir=self.exits, socket_dir=self.socks)
+        asyncio.run(cm.create(args))
+
+    def start(self, i: int) -> None:
+        """Create and start the sandbox, point the container's namespaces at it, create and start the container."""
+        import json
+
+        ct, ctext = self.prepared[i]
+        self._create(f"bs{i}", self._dir(i) / "sandbox")
+        self.running.add(i)
+        subprocess.run([*self.runc, "start", f"bs{i}"], check=True)
+        pid = json.loads(subprocess.run([*self.runc, "state", f"bs{i}"], capture_output=True, check=True).stdout)["pid"]
+        ccfg = json.loads(ctext)
+        for ns in ccfg["linux"]["namespaces"]:
+            if "path" in ns:
+                ns["path"] = f"/proc/{pid}/ns/{NS_FILE.get(ns['type'], ns['type'])}"
+        (ct / "config.json").write_text(json.dumps(ccfg))
+        self._create(f"bc{i}", ct)
+        subprocess.run([*self.runc, "start", f"bc{i}"], check=True)
+
+    def remove(self, i: int, *, signal: str = "KILL") -> None:
+        """Stop pair i (the container by `signal`, waiting for it to exit), delete both and unmount the rootfs."""
+        import json
+
+        from edgelet.runtime.rootfs import unmount_rootfs
+
+        if i in self.running:
+            subprocess.run([*self.runc, "kill", f"bc{i}", signal], capture_output=True)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                st = subprocess.run([*self.runc, "state", f"bc{i}"], capture_output=True)
+                if st.returncode or json.loads(st.stdout)["status"] == "stopped":
+                    break
+                time.sleep(0.005)
+            for cid in (f"bc{i}", f"bs{i}"):
+                subprocess.run([*self.runc, "delete", "--force", cid], capture_output=True)
+            self.running.discard(i)
+        if i in self.prepared:
+            unmount_rootfs(self.prepared.pop(i)[0])
+            shutil.rmtree(self._dir(i), ignore_errors=True)
+
+    def close(self) -> None:
+        for i in sorted(set(self.prepared) | self.running):
+            self.remove(i)
+        shutil.rmtree(self.root, ignore_errors=True)
+        self.errors.close()

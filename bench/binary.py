@@ -28,7 +28,7 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import REPO, Bench, machine, pod_manifest  # noqa: E402
+from _harness import REPO, Bench, drop_caches, machine, pod_manifest  # noqa: E402
 
 ONEFILE = REPO / "dist" / "edgelet"
 ONEDIR = REPO / "dist" / "onedir" / "edgelet" / "edgelet"
@@ -56,11 +56,6 @@ def variants() -> dict[str, list[str]]:
     if ONEDIR.exists():
         found["one-dir"] = [str(ONEDIR)]
     return found
-
-
-def drop_caches() -> None:
-    os.sync()
-    Path("/proc/sys/vm/drop_caches").write_text("3\n")
 
 
 def tree_size(path: Path) -> int:

@@ -7,38 +7,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import Bench, machine, pod_manifest  # noqa: E402
-
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def memory(pid: int) -> tuple[float, float]:
-    rss = pss = 0.0
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            rss = int(line.split()[1]) / 1024
-    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-        if line.startswith("Pss:"):
-            pss = int(line.split()[1]) / 1024
-    return rss, pss
-
-
-def cpu_split(pid: int) -> tuple[float, float]:
-    """User+system time of the agent itself, and of the children it has waited for (runc list, ...)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    utime, stime, cutime, cstime = (int(x) for x in fields[11:15])
-    return (utime + stime) / CLK_TCK, (cutime + cstime) / CLK_TCK
-
-
-def cpu_seconds(pid: int) -> float:
-    return sum(cpu_split(pid))
-
+from _harness import Bench, cpu_split, machine, pod_manifest  # noqa: E402
+from _harness import memory_mb as memory  # noqa: E402
 
 def running_pods(b: Bench) -> int:
     try:

@@ -78,13 +78,7 @@ def main() -> int:
         from edgelet.probes.probers import exec_probe, http_probe, target_for, tcp_probe
         from edgelet.api.types import TCPSocketAction
 
-        loop = asyncio.new_event_loop()
-        try:
-            import uvloop
-
-            loop = uvloop.new_event_loop()
-        except ImportError:
-            pass
+        loop = asyncio.new_event_loop()  # the agent's own loop: asyncio's, as in edgelet.app
         rt, pod, container, sandbox, cid = loop.run_until_complete(setup(b))
         target = target_for(cid, container, sandbox.pid, host_network=False)
 

@@ -19,6 +19,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from edgelet.util import openssl  # noqa: E402
+
+# As in the agent: layer digests by hashlib's own sha256, OpenSSL loaded only for TLS (none here).
+openssl.defer()
+
 from _harness import machine  # noqa: E402  (also puts the repo on sys.path)
 
 from edgelet.images.puller import Puller  # noqa: E402

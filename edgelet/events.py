@@ -13,6 +13,7 @@ entries; `edgelet events` reads the copy the agent writes under the run dir
 from __future__ import annotations
 
 import asyncio
+import threading
 import os
 from collections import OrderedDict
 from pathlib import Path
@@ -88,8 +89,13 @@ class EventRecorder:
         self._interval = interval
         # Keyed by what makes two events "the same"; ordered by last occurrence.
         self._ring: OrderedDict[tuple, Event] = OrderedDict()
+        # Events are also recorded from worker threads (the runtime's warnings while it writes a pod's
+        # files), while the loop encodes the ring: unguarded, that killed the agent under pod churn.
+        self._lock = threading.Lock()
         self._dirty = asyncio.Event()
         self._last_written: bytes | None = None  # the ring's content last written, stamp left out
+        self._pending: bytes | None = None  # what the write under way will have written
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._load()
 
     def _load(self) -> None:
@@ -108,16 +114,17 @@ class EventRecorder:
     def record(self, obj: InvolvedObject, type: EventType, reason: str, message: str) -> Event:
         now = self._clock.now()
         key = (obj, type, reason, message)
-        event = self._ring.pop(key, None)
-        if event is None:
-            event = Event(type=type, reason=reason, message=message, object=obj, first_timestamp=now,
-                          last_timestamp=now)
-        else:
-            event.count += 1
-            event.last_timestamp = now
-        self._ring[key] = event
-        while len(self._ring) > self._capacity:
-            self._ring.popitem(last=False)
+        with self._lock:
+            event = self._ring.pop(key, None)
+            if event is None:
+                event = Event(type=type, reason=reason, message=message, object=obj, first_timestamp=now,
+                              last_timestamp=now)
+            else:
+                event.count += 1
+                event.last_timestamp = now
+            self._ring[key] = event
+            while len(self._ring) > self._capacity:
+                self._ring.popitem(last=False)
         what = f"{obj.namespace}/{obj.name}" if obj.namespace else obj.name or obj.kind
         fields = {"type": type, "reason": reason, "object": what, "field": obj.field_path or None,
                   "count": event.count, "message": message}
@@ -125,8 +132,18 @@ class EventRecorder:
             log.warning("Event", **fields)
         else:
             log.info("Event", **fields)
-        self._dirty.set()
+        self._mark_dirty()
         return event
+
+    def _mark_dirty(self) -> None:
+        """asyncio.Event is the loop's alone: from a worker thread, ask the loop to set it."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # not on a loop: a worker thread (or no loop yet)
+            if self._loop is not None and not self._loop.is_closed():
+                self._loop.call_soon_threadsafe(self._dirty.set)
+                return
+        self._dirty.set()
 
     def normal(self, obj: InvolvedObject, reason: str, message: str) -> Event:
         return self.record(obj, "Normal", reason, message)
@@ -136,35 +153,47 @@ class EventRecorder:
 
     def events(self, uid: str | None = None) -> list[Event]:
         """Oldest first (by last occurrence), optionally only those about the pod `uid`."""
-        return [e for e in self._ring.values() if uid is None or e.object.uid == uid]
+        with self._lock:
+            return [e for e in self._ring.values() if uid is None or e.object.uid == uid]
 
     def snapshot(self) -> EventsSnapshot:
         return EventsSnapshot(written_at=self._clock.now(), agent_pid=os.getpid(), events=self.events())
 
-    def flush(self) -> bool:
-        """Write the ring; False when it could not be written (the caller tries again)."""
+    def encode(self) -> bytes | None:
+        """The events file's bytes, taken on the loop; None when the ring is what was last written (the
+        stamp alone would make every write differ: flash wear)."""
         if self._path is None:
-            return True
-        from edgelet.state import write_atomic
-
+            return None
         snap = self.snapshot()
-        # Only a changed ring is written (the stamp alone would make every write differ): flash wear.
         content = msgspec.json.encode(msgspec.structs.replace(snap, written_at=0.0))
         if content == self._last_written:
-            return True
+            return None
+        self._pending = content
+        return msgspec.json.encode(snap)
+
+    def write(self, data: bytes) -> bool:
+        """Write what `encode` gave (in a thread); False when it could not be written (the caller tries again)."""
+        from edgelet.state import write_atomic
+
+        assert self._path is not None
         try:
-            write_atomic(self._path, msgspec.json.encode(snap))
+            write_atomic(self._path, data)
         except OSError as exc:
             log.error("Failed to write events", exc, path=str(self._path))
             return False
-        self._last_written = content
+        self._last_written = self._pending
         return True
+
+    def flush(self) -> bool:
+        data = self.encode()
+        return True if data is None else self.write(data)
 
     async def run(self) -> None:
         """Write the events file at most every `interval` while events arrive."""
         from edgelet.state import flush_when_changed
 
-        await flush_when_changed(self._dirty, self.flush, self._interval, self._clock)
+        self._loop = asyncio.get_running_loop()
+        await flush_when_changed(self._dirty, self.encode, self.write, self._interval, self._clock)
 
 
 def read_events(path: Path) -> EventsSnapshot | None:

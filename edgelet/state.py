@@ -103,21 +103,28 @@ def remove_temp_files(directories: "list[Path]") -> int:
     return removed
 
 
-async def flush_when_changed(changed: asyncio.Event, flush: Callable[[], bool], interval: float,
-                             clock: "Clock", max_retry: float = 30.0) -> None:
-    """Run `flush` in a thread whenever `changed` is set, at most once every `interval` seconds.
+async def flush_when_changed(changed: asyncio.Event, encode: Callable[[], bytes | None],
+                             write: Callable[[bytes], bool], interval: float, clock: "Clock",
+                             max_retry: float = 30.0) -> None:
+    """Whenever `changed` is set, at most once every `interval` seconds: `encode` on the loop, `write` the
+    bytes in a thread.
 
     A burst of changes (twenty pods starting) becomes a few writes, not one
-    fsync per change: flash storage on a small board wears and stalls.
-    `flush` returns False when the write failed (a full disk): it is tried
-    again after a doubling delay (up to `max_retry`) even if nothing else
-    changes, or the file would stay stale once there is room again.
+    fsync per change: flash storage on a small board wears and stalls. The
+    encoding stays on the loop because it walks tables the loop keeps changing
+    (a snapshot taken in a thread died of "OrderedDict mutated during
+    iteration" under pod churn, and took the agent down). `encode` returns
+    None when nothing changed since the last write. `write` returns False
+    when the write failed (a full disk): it is tried again after a doubling
+    delay (up to `max_retry`) even if nothing else changes, or the file would
+    stay stale once there is room again.
     """
     retry = interval
     while True:
         await changed.wait()
         changed.clear()
-        if await asyncio.to_thread(flush):
+        data = encode()
+        if data is None or await asyncio.to_thread(write, data):
             retry = interval
             await clock.sleep(interval)
             continue

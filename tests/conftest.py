@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+# Before any test imports edgelet.cli: the test process has OpenSSL as usual, whatever order tests run in
+# (edgelet.util.openssl.defer() is for the agent's own process; tests/integration/test_openssl_deferred.py
+# checks it in fresh interpreters).
+import asyncio  # noqa: F401
+import hashlib  # noqa: F401
 import os
 import shutil
 import uuid

@@ -13,17 +13,13 @@ import argparse
 import sys
 from typing import Any, Sequence, TextIO
 
-from edgelet.cli.check import cmd_check
-from edgelet.cli.common import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, PROG, is_expected_error
-from edgelet.cli.events import cmd_events
-from edgelet.cli.exec import cmd_exec
-from edgelet.cli.images import cmd_images
-from edgelet.cli.logs import cmd_logs
-from edgelet.cli.node import cmd_node
-from edgelet.cli.pods import cmd_describe, cmd_pods
-from edgelet.cli.top import cmd_top
-from edgelet.cli.version import cmd_version
-from edgelet.settings import KEYS, Settings, SettingsError, format_duration, load_settings
+from edgelet.util import openssl
+
+# First, before anything imports asyncio: an agent that never speaks TLS never maps OpenSSL.
+openssl.defer()
+
+from edgelet.cli.common import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, PROG, is_expected_error  # noqa: E402
+from edgelet.settings import KEYS, Settings, SettingsError, format_duration, load_settings  # noqa: E402
 
 # Keys every subcommand accepts, so it works on a non-default installation.
 SUBCOMMAND_KEYS = ("root_dir", "run_dir", "log_dir")
@@ -127,8 +123,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-COMMANDS = {"version": cmd_version, "node": cmd_node, "pods": cmd_pods, "describe": cmd_describe, "events": cmd_events, "images": cmd_images, "logs": cmd_logs,
-            "exec": cmd_exec, "check": cmd_check, "top": cmd_top}
+# Each command's module, imported only when that command runs: the agent (no command) never loads them.
+COMMANDS = {"version": "version", "node": "node", "pods": "pods", "describe": "pods", "events": "events",
+            "images": "images", "logs": "logs", "exec": "exec", "check": "check", "top": "top"}
+
+
+def command(name: str) -> Any:
+    """The function that runs subcommand `name` (cmd_<name> in its module)."""
+    import importlib
+
+    return getattr(importlib.import_module(f"edgelet.cli.{COMMANDS[name]}"), f"cmd_{name}")
 
 
 def settings_from_args(args: argparse.Namespace, env: Any = None) -> Settings:
@@ -164,7 +168,7 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
             from edgelet.app import run_agent  # imported here so the subcommands stay cheap
 
             return run_agent(settings)
-        return COMMANDS[args.command](settings, args, out, err)
+        return command(args.command)(settings, args, out, err)
     except SettingsError as exc:
         print(f"{PROG}: {exc}", file=err)
         return EXIT_USAGE

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import ssl
 from typing import TYPE_CHECKING, Awaitable, Callable
 
 from edgelet.probes.errors import HookError, ProbeError
@@ -62,7 +61,7 @@ async def run_handler(
     if handler.http_get is not None:
         try:
             await http_get(handler.http_get, target, None)
-        except (ProbeError, OSError, ssl.SSLError, asyncio.TimeoutError) as exc:
+        except (ProbeError, OSError, asyncio.TimeoutError) as exc:  # OSError includes ssl.SSLError
             raise HookError(f"HTTP lifecycle hook ({handler.http_get.path or '/'}) {where} failed - error: {exc}") from exc
         return
     if handler.sleep is not None:

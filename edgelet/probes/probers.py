@@ -22,7 +22,6 @@ import asyncio
 import json
 import os
 import socket
-import ssl
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, Sequence
 from urllib.parse import urljoin, urlsplit
@@ -34,6 +33,8 @@ from edgelet.probes.target import DEFAULT_HOST, USER_AGENT, Outcome, ProbeTarget
 from edgelet.container.errors import ExecError, ExecTimeout
 
 if TYPE_CHECKING:
+    import ssl
+
     from edgelet.api.types import Container, HTTPGetAction, Probe, TCPSocketAction
     from edgelet.container.types import Completed
 
@@ -121,12 +122,14 @@ async def tcp_probe(action: "TCPSocketAction", target: ProbeTarget, timeout: flo
 
 # ------------------------------------------------------------------ http
 
-_insecure: ssl.SSLContext | None = None
+_insecure: "ssl.SSLContext | None" = None
 
 
-def _insecure_context() -> ssl.SSLContext:
+def _insecure_context() -> "ssl.SSLContext":
     global _insecure
     if _insecure is None:
+        import ssl  # only for an https probe: an agent without one never loads OpenSSL (util/openssl.py)
+
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE  # kubelet: probes skip TLS verification
@@ -236,7 +239,7 @@ async def send(req: HttpRequest, target: ProbeTarget, timeout: float | None) -> 
             writer.close()
             try:
                 await writer.wait_closed()
-            except (OSError, ssl.SSLError):
+            except OSError:  # ssl.SSLError included
                 pass
 
     if timeout is None:
@@ -327,7 +330,7 @@ async def http_probe(action: "HTTPGetAction", target: ProbeTarget, timeout: floa
     except (asyncio.TimeoutError, TimeoutError):
         return Outcome(Result.FAILURE,
                        f'Get "{current.url}": context deadline exceeded (Client.Timeout exceeded while awaiting headers)')
-    except (OSError, ssl.SSLError) as exc:
+    except OSError as exc:  # ssl.SSLError included
         return Outcome(Result.FAILURE, f'Get "{current.url}": {_dial_error(current.host, current.port, exc)}')
     body = response.body.decode(errors="replace")
     if 300 <= response.status < 400:

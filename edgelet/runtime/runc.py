@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any, Sequence
@@ -11,6 +12,7 @@ from edgelet.container.errors import ContainerNotFound, ExecError
 
 _NOT_FOUND = ("does not exist", "not exist", "no such file")
 LIST_ATTEMPTS = 5
+Listing = list[dict[str, Any]]  # `runc list --format json` (named here: inside Runc, `list` is the method)
 
 
 def _is_not_found(exc: ExecError) -> bool:
@@ -25,6 +27,10 @@ class Runc:
         self.binary = binary
         self.root = Path(root)
         self.timeout = timeout
+        # `list` is shared by concurrent callers (see there): lists started so far, and the last one done.
+        self._list_lock: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
+        self._lists_started = 0
+        self._last_list: tuple[int, Listing] = (0, [])
 
     def argv(self, *args: str) -> list[str]:
         return [self.binary, "--root", str(self.root), *args]
@@ -45,7 +51,30 @@ class Runc:
     async def list(self) -> list[dict[str, Any]]:
         """Every container under the root, with annotations (`runc list --format json`).
 
-        runc 1.1 reads each container's state dir after listing the root; one
+        Concurrent callers share the work: one list runs at a time, and a caller
+        takes the result of any list that *started after it asked* (so it never
+        sees an older state than a call of its own would), running one itself
+        only when none has. `runc list` reads every container's state, so with
+        100 pods syncing at once (a boot, --runonce) each sync listing on its
+        own made the syncs quadratic in the number of containers; now they
+        share at most two lists each.
+        """
+        asked = self._lists_started
+        loop = asyncio.get_running_loop()
+        if self._list_lock is None or self._list_lock[0] is not loop:  # a lock belongs to one loop
+            self._list_lock = (loop, asyncio.Lock())
+        async with self._list_lock[1]:
+            seq, entries = self._last_list
+            if seq > asked:
+                return [dict(e) for e in entries]
+            self._lists_started += 1
+            seq = self._lists_started
+            entries = await self._list_now()
+            self._last_list = (seq, entries)
+            return [dict(e) for e in entries]
+
+    async def _list_now(self) -> Listing:
+        """runc 1.1 reads each container's state dir after listing the root; one
         deleted in between fails the whole list (`stat .../<id>: no such file or
         directory`). That is a race, not an error: list again.
         """

@@ -94,6 +94,7 @@ class StatusPublisher:
         self._rejected: list[RejectedRow] = []
         self._dirty = asyncio.Event()
         self._last_written: bytes | None = None
+        self._pending: bytes | None = None  # what the write under way will have written
         # The puller's progress of an image's pull under way (set by the app when pulls are possible).
         self.pull_progress: "Callable[[str], PullShown | None] | None" = None
 
@@ -204,25 +205,34 @@ class StatusPublisher:
                     out[c.image] = [p.done, p.total]
         return out
 
-    def flush(self) -> bool:
-        """Write the checkpoint when its content changed; a sync that changed nothing writes nothing.
+    def encode(self) -> bytes | None:
+        """The checkpoint's bytes, taken on the loop; None when its content is what was last written.
 
         Every sync marks the table dirty, and the stamp alone would make each write differ: on an SD
         card a rewrite of unchanged state every few seconds is wear for nothing (issue 13.7). The
-        stamp so says when the pods last changed. False when it could not be written (the caller tries again).
+        stamp so says when the pods last changed.
         """
         snap = self.snapshot(live=False)
         content = msgspec.json.encode(msgspec.structs.replace(snap, written_at=0.0))
         if content == self._last_written:
-            return True
+            return None
+        self._pending = content
+        return msgspec.json.encode(snap)
+
+    def write(self, data: bytes) -> bool:
+        """Write what `encode` gave (in a thread); False when it could not be written (the caller tries again)."""
         try:
-            write_atomic(self._path, msgspec.json.encode(snap))
+            write_atomic(self._path, data)
         except OSError as exc:
             log.error("Failed to write pods checkpoint", exc, path=str(self._path))
             return False
-        self._last_written = content
+        self._last_written = self._pending
         return True
 
+    def flush(self) -> bool:
+        data = self.encode()
+        return True if data is None else self.write(data)
+
     async def run(self) -> None:
-        """Write the checkpoint at most every `interval` while statuses change."""
-        await flush_when_changed(self._dirty, self.flush, self._interval, self._clock)
+        """Write the checkpoint at most every `interval` while statuses change (encoded on the loop)."""
+        await flush_when_changed(self._dirty, self.encode, self.write, self._interval, self._clock)

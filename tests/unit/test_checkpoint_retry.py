@@ -32,14 +32,14 @@ def test_a_failed_flush_is_retried_without_a_new_change():
     outcomes = [False, False, True]
     calls: list[bool] = []
 
-    def flush() -> bool:
+    def flush(_data: bytes) -> bool:
         ok = outcomes[len(calls)] if len(calls) < len(outcomes) else True
         calls.append(ok)
         return ok
 
     async def go() -> None:
         changed.set()  # one change, then none
-        await flush_when_changed(changed, flush, 0.5, FakeClock())
+        await flush_when_changed(changed, lambda: b"state", flush, 0.5, FakeClock())
 
     _run_until(lambda: len(calls) >= 3, go)
     assert calls[:3] == [False, False, True]
@@ -49,13 +49,13 @@ def test_a_successful_flush_is_not_repeated():
     changed = asyncio.Event()
     calls: list[bool] = []
 
-    def flush() -> bool:
+    def flush(_data: bytes) -> bool:
         calls.append(True)
         return True
 
     async def go() -> None:
         changed.set()
-        await flush_when_changed(changed, flush, 0.5, FakeClock())
+        await flush_when_changed(changed, lambda: b"state", flush, 0.5, FakeClock())
 
     _run_until(lambda: len(calls) >= 2, go, timeout=0.5)
     assert calls == [True]
@@ -71,3 +71,19 @@ def test_publisher_and_events_say_whether_the_write_went_through(tmp_path):
     blocked.write_text("")  # a file where the state dir should be: every write fails
     assert StatusPublisher(blocked, "node", clock, host_ip="10.0.0.1").flush() is False
     assert EventRecorder(clock, blocked / "events.json").flush() is False
+
+
+def test_an_unchanged_state_is_not_written():
+    changed = asyncio.Event()
+    calls: list[bytes] = []
+
+    def write(data: bytes) -> bool:
+        calls.append(data)
+        return True
+
+    async def go() -> None:
+        changed.set()
+        await flush_when_changed(changed, lambda: None, write, 0.5, FakeClock())
+
+    _run_until(lambda: bool(calls), go, timeout=0.5)
+    assert calls == []

@@ -143,3 +143,86 @@ def test_an_unchanged_ring_is_not_written_again(tmp_path: Path) -> None:
     rec.normal(pod_ref(_pod()), "Killing", "Stopping container app")
     rec.flush()
     assert path.stat().st_ino != first
+
+
+def test_flush_encodes_on_the_loop_and_writes_in_a_thread(tmp_path: Path) -> None:
+    # Encoding walks the ring the loop keeps changing: done in the writer thread it raced pod churn
+    # ("OrderedDict mutated during iteration") and the agent died.
+    import asyncio
+    import threading
+
+    from edgelet.util.clock import RealClock
+
+    threads: dict[str, int] = {}
+
+    async def go() -> bytes:
+        loop = asyncio.get_running_loop()
+        rec = EventRecorder(FakeClock(), path=tmp_path / "events.json")
+        written = asyncio.Event()
+
+        def encode() -> bytes | None:
+            threads["encode"] = threading.get_ident()
+            return rec.encode()
+
+        def write(data: bytes) -> bool:
+            threads["write"] = threading.get_ident()
+            ok = rec.write(data)
+            loop.call_soon_threadsafe(written.set)
+            return ok
+
+        from edgelet.state import flush_when_changed
+
+        task = asyncio.create_task(flush_when_changed(rec._dirty, encode, write, 0.01, RealClock()))
+        rec.warning(pod_ref(_pod()), "BackOff", "x")
+        await asyncio.wait_for(written.wait(), 60)
+        task.cancel()
+        return (tmp_path / "events.json").read_bytes()
+
+    main_thread = threading.get_ident()
+    data = asyncio.run(go())
+    assert threads["encode"] == main_thread != threads["write"]
+    assert b"BackOff" in data
+
+
+def test_events_recorded_from_worker_threads_while_the_loop_encodes(tmp_path: Path) -> None:
+    # The runtime warns (MissingClusterDNS, NetworkNotReady) from the thread that writes a pod's files while
+    # the loop encodes the ring for events.json: unguarded, "OrderedDict mutated during iteration" killed
+    # the agent under pod churn. Here threads record while the loop encodes, and their records reach the file.
+    import asyncio
+    import threading
+
+    import sys
+
+    async def go() -> bytes:
+        rec = EventRecorder(FakeClock(), path=tmp_path / "events.json", capacity=3000, interval=0.0)
+        task = asyncio.create_task(rec.run())
+        await asyncio.sleep(0)  # run() has noted its loop
+
+        def burst(n: int) -> None:
+            for i in range(2000):
+                rec.warning(pod_ref(_pod(f"p{n}", f"u{n}")), "MissingClusterDNS", f"m{i}")
+
+        threads = [threading.Thread(target=burst, args=(n,)) for n in range(3)]
+        for t in threads:
+            t.start()
+        while any(t.is_alive() for t in threads):
+            rec.encode()  # what flush does on the loop
+            await asyncio.sleep(0)
+        for t in threads:
+            t.join()
+        rec.warning(pod_ref(_pod("last", "ul")), "Done", "end")  # from the loop, after the threads
+        for _ in range(600):
+            data = (tmp_path / "events.json").read_bytes() if (tmp_path / "events.json").exists() else b""
+            if b'"Done"' in data:
+                break
+            await asyncio.sleep(0.05)
+        task.cancel()
+        return data
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible: the race shows at once without the lock
+    try:
+        data = asyncio.run(go())
+    finally:
+        sys.setswitchinterval(interval)
+    assert b'"Done"' in data and b"MissingClusterDNS" in data

@@ -253,3 +253,34 @@ def test_a_pod_whose_container_removal_failed_keeps_its_bundles_for_the_retry(tm
     asyncio.run(rt.remove_pod("u1"))  # the retry, with runc working again
     assert not (rt.paths.pods_dir / "u1").exists()
     assert not (rt.paths.exit_dir / "c1").exists()
+
+
+def test_concurrent_lists_share_calls_but_never_an_older_one() -> None:
+    # 100 pods syncing at once each listed every container: quadratic. Callers now share a list, but only
+    # one that started after they asked, so no caller sees a state older than its own call would.
+    from edgelet.runtime.runc import Runc
+
+    release = asyncio.Event()
+    calls: list[int] = []
+
+    async def runner(argv: Sequence[str], **_kw: Any) -> Completed:
+        calls.append(len(calls) + 1)
+        n = len(calls)
+        if n == 1:
+            await release.wait()
+        return _listing(_entry(f"c{n}", "running"))
+
+    async def go() -> list[list[str]]:
+        runc = Runc("/usr/sbin/runc", Path("/run/x"), runner=runner)
+        first = asyncio.create_task(runc.list())
+        await asyncio.sleep(0)  # the first list is running (and blocked)
+        later = [asyncio.create_task(runc.list()) for _ in range(4)]
+        await asyncio.sleep(0)
+        release.set()
+        results = [await first, *[await t for t in later]]
+        results.append(await runc.list())  # asked after every list so far ended: a list of its own
+        return [[e["id"] for e in r] for r in results]
+
+    ids = asyncio.run(go())
+    assert ids == [["c1"], ["c2"], ["c2"], ["c2"], ["c2"], ["c3"]]
+    assert calls == [1, 2, 3]
