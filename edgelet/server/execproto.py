@@ -29,6 +29,8 @@ from dataclasses import dataclass
 
 import msgspec
 
+from edgelet.errors import EdgeletError
+
 UPGRADE = "edgelet-exec/1"
 CONTAINER_HEADER = "X-Edgelet-Container"  # on the 101: the container the agent chose
 NOTE_HEADER = "X-Edgelet-Note"  # on the 101: what to tell the user (the defaulted container)
@@ -36,7 +38,7 @@ MAX_LINE = 64 * 1024  # a hello with a long command still fits; anything longer 
 FDS = 3  # stdin, stdout, stderr
 
 
-class ProtocolError(Exception):
+class ProtocolError(EdgeletError):
     """The peer broke the protocol: a line too long or not JSON, a hello without its descriptors."""
 
 
