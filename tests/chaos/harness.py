@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from edgelet.runtime.runc_runtime import MONITOR_CGROUP
 from edgelet.testing.images import build_busybox_image
 from edgelet.util.crashpoint import ENV as CRASH_ENV
 from tests.e2e.conftest import IMAGE, AgentProc
@@ -529,7 +530,8 @@ class Campaign:
             if cg.name.removeprefix("pod") not in uids:
                 out.append(f"cgroup {cg}")
             for child in _ls(cg):
-                if child.is_dir() and child.name not in ids:
+                # A live pod's conmons sit in its MONITOR_CGROUP leaf (it goes with the pod's cgroup).
+                if child.is_dir() and child.name not in ids and child.name != MONITOR_CGROUP:
                     out.append(f"cgroup {child}")
         pods_dir = p.root_dir / "pods"
         for d in _ls(pods_dir):
