@@ -904,6 +904,8 @@ class RuncRuntime:
             if await self.runc.state(container_id) is not None:
                 await self.runc.delete(container_id, force=True)
             await asyncio.to_thread(rootfs.release_rootfs, bundle)
+            # conmon is gone, so its socket entry serves nothing; the exit file stays: it is the record.
+            await asyncio.to_thread((self.paths.socket_dir / container_id).unlink, missing_ok=True)
         except (RuntimeError_, OSError) as exc:
             raise RuntimeError_(f"container {container_id[:12]}: cannot release its resources: {exc}") from exc
         self._released.add(container_id)

@@ -48,6 +48,9 @@ log = get_logger(__name__)
 
 DEFAULT_GRACE = 30.0
 ERR_IMAGE_PULL_RESYNC = 1.0
+# A release (or removal) of an exited container that failed is tried again this soon, not at the next event:
+# a settled pod may see none for a long time, and its runc state and mount would stay meanwhile.
+CLEANUP_RETRY = 5.0
 # Waiting reasons of a start that failed before runc was asked for anything.
 _NO_CONTAINER_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName"})
 
@@ -188,12 +191,14 @@ class Syncer:
         if sandbox is not None:
             garbage += [s.id for s in rt.sandboxes if s.id != sandbox.id and s.state not in ("running", "created")
                         and not any(c.sandbox_id == s.id for c in rt.containers if c.id not in garbage)]
+        cleanup_failed = False
         for cid in garbage:
             try:
                 await self._runtime.remove_container(cid)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
+                cleanup_failed = True
                 log.warning("Failed to remove old container", pod=_full(pod), container=cid, err=str(exc))
         # An exited instance that stays (the current one, or the lastState) keeps its record but not its
         # runc state, cgroup and rootfs mount, as containerd deletes a task when it exits.
@@ -204,6 +209,7 @@ class Syncer:
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:
+                    cleanup_failed = True
                     log.warning("Failed to release an exited container", pod=_full(pod), container=rec.id[:12],
                                 err=str(exc))
 
@@ -218,7 +224,10 @@ class Syncer:
         if self._probes is not None:
             self._probes.sync_pod(pod, rt)
         self._publish(pod, rt, st)
-        return SyncResult(requeue_after=self._next_wake(pod, st, now), changed=changed)
+        wake = self._next_wake(pod, st, now)
+        if cleanup_failed:
+            wake = CLEANUP_RETRY if wake is None else min(wake, CLEANUP_RETRY)
+        return SyncResult(requeue_after=wake, changed=changed)
 
     def _warn_host_access(self, pod: "Pod") -> None:
         """kubelet runs static pods with host namespaces or a writable host `/` without a word; edgelet says so."""

@@ -534,18 +534,26 @@ class Campaign:
                 if child.is_dir() and child.name not in ids and child.name != MONITOR_CGROUP:
                     out.append(f"cgroup {child}")
         pods_dir = p.root_dir / "pods"
+        released: set[str] = set()
         for d in _ls(pods_dir):
             if d.name not in uids:
                 out.append(f"pod dir {d.name} ({sorted(x.name for x in _ls(d))})")
                 continue
             for idf in d.glob("containers/*/*/id"):
-                if _read(idf) not in ids:
-                    out.append(f"bundle {idf.parent.relative_to(pods_dir)} without runc state")
+                cid = _read(idf)
+                if cid in ids:
+                    continue
+                if (p.run_dir / "exits" / cid).exists():
+                    # Exited and released from runc (as containerd's shim does): its bundle and exit file
+                    # stay as the record of the last instance; only its sockets and mount must be gone.
+                    released.add(cid)
+                    continue
+                out.append(f"bundle {idf.parent.relative_to(pods_dir)} without runc state")
             if (d / "sandbox" / "id").exists() and _read(d / "sandbox" / "id") not in ids:
                 out.append(f"sandbox bundle of {d.name} without runc state")
         for sub in ("exits", "socks"):
             for f in _ls(p.run_dir / sub):
-                if f.name not in ids and not f.name.startswith("."):
+                if f.name not in ids and not f.name.startswith(".") and not (sub == "exits" and f.name in released):
                     out.append(f"{sub}/{f.name[:12]}")
         netns_dir = p.run_dir / "netns"
         netns = sorted(x.name for x in _ls(netns_dir))

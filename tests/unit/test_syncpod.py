@@ -209,3 +209,22 @@ def test_gc_removes_older_exited_instances_and_releases_the_ones_that_stay():
     assert set(h.rt.released) == {ids[2]}
     names = sorted(c.attempt for c in h.rt.containers.values())
     assert names == [2, 3]
+
+
+def test_a_failed_release_of_an_exited_container_asks_for_a_resync_soon():
+    """Found by the chaos harness's flaky runtime: a `runc delete` that failed left the release undone until the
+    pod's next event, which a settled pod may not see for a long time (its runc state and socket stayed)."""
+    from edgelet.sync.syncpod import CLEANUP_RETRY
+
+    h = Harness()
+    pod = make_pod("rel", restart="Never")
+    h.sync(pod)
+    (c,) = h.rt.running()
+    h.rt.exit(c.id, 0)
+
+    async def failing_release(container_id: str) -> None:
+        raise RuntimeError(f"container {container_id[:12]}: cannot release its resources: injected")
+
+    h.rt.release_container = failing_release  # type: ignore[method-assign]
+    res = h.sync(pod)
+    assert res.requeue_after is not None and res.requeue_after <= CLEANUP_RETRY
