@@ -93,8 +93,9 @@ class EventRecorder:
         # files), while the loop encodes the ring: unguarded, that killed the agent under pod churn.
         self._lock = threading.Lock()
         self._dirty = asyncio.Event()
-        self._last_written: bytes | None = None  # the ring's content last written, stamp left out
-        self._pending: bytes | None = None  # what the write under way will have written
+        from edgelet.state import StampedWriter
+
+        self._file = StampedWriter(path, "events") if path is not None else None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._load()
 
@@ -160,29 +161,13 @@ class EventRecorder:
         return EventsSnapshot(written_at=self._clock.now(), agent_pid=os.getpid(), events=self.events())
 
     def encode(self) -> bytes | None:
-        """The events file's bytes, taken on the loop; None when the ring is what was last written (the
-        stamp alone would make every write differ: flash wear)."""
-        if self._path is None:
-            return None
-        snap = self.snapshot()
-        content = msgspec.json.encode(msgspec.structs.replace(snap, written_at=0.0))
-        if content == self._last_written:
-            return None
-        self._pending = content
-        return msgspec.json.encode(snap)
+        """The events file's bytes, taken on the loop; None when the ring is what was last written."""
+        return None if self._file is None else self._file.encode(self.snapshot())
 
     def write(self, data: bytes) -> bool:
         """Write what `encode` gave (in a thread); False when it could not be written (the caller tries again)."""
-        from edgelet.state import write_atomic
-
-        assert self._path is not None
-        try:
-            write_atomic(self._path, data)
-        except OSError as exc:
-            log.error("Failed to write events", exc, path=str(self._path))
-            return False
-        self._last_written = self._pending
-        return True
+        assert self._file is not None
+        return self._file.write(data)
 
     def flush(self) -> bool:
         data = self.encode()

@@ -14,8 +14,13 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+import msgspec
+
 from edgelet.util.clock import Clock
 from edgelet.util.crashpoint import crash_point
+from edgelet.util.log import get_logger
+
+_log = get_logger(__name__)
 
 
 PRIVATE_DIR = 0o700
@@ -101,6 +106,40 @@ def remove_temp_files(directories: "list[Path]") -> int:
                 p.unlink(missing_ok=True)
                 removed += 1
     return removed
+
+
+class StampedWriter:
+    """Writes a msgspec snapshot with a `written_at` stamp to `path` (write_atomic), only when its content,
+    the stamp left out, differs from the last write that went through.
+
+    The stamp alone would make every write differ: a rewrite of unchanged state every few seconds is wear
+    for nothing on an SD card (issue 13.7). `encode` runs on the loop (it walks tables the loop changes),
+    `write` in a thread; one write is under way at a time (flush_when_changed).
+    """
+
+    def __init__(self, path: Path, what: str) -> None:
+        self.path = path
+        self._what = what  # for the error message: "events", "pods checkpoint"
+        self._last: bytes | None = None  # the content last written, stamp left out
+        self._pending: bytes | None = None  # what the write under way will have written
+
+    def encode(self, snapshot: msgspec.Struct) -> bytes | None:
+        """The file's bytes; None when the content is what was last written."""
+        content = msgspec.json.encode(msgspec.structs.replace(snapshot, written_at=0.0))
+        if content == self._last:
+            return None
+        self._pending = content
+        return msgspec.json.encode(snapshot)
+
+    def write(self, data: bytes) -> bool:
+        """Write what `encode` gave; False when it could not be written (the caller tries again)."""
+        try:
+            write_atomic(self.path, data)
+        except OSError as exc:
+            _log.error(f"Failed to write {self._what}", exc, path=str(self.path))
+            return False
+        self._last = self._pending
+        return True
 
 
 async def flush_when_changed(changed: asyncio.Event, encode: Callable[[], bytes | None],

@@ -15,7 +15,7 @@ import msgspec
 from edgelet.api.pod import meta
 from edgelet.api.pod import uid as pod_uid
 from edgelet.api.annotations import CONFIG_SOURCE, ORIGIN
-from edgelet.state import flush_when_changed, write_atomic
+from edgelet.state import StampedWriter, flush_when_changed
 from edgelet.status.snapshot import PodRow, PodsSnapshot, RejectedRow, snapshot_path
 from edgelet.util.log import get_logger
 
@@ -93,8 +93,7 @@ class StatusPublisher:
         self._pods: dict[str, PodEntry] = {}
         self._rejected: list[RejectedRow] = []
         self._dirty = asyncio.Event()
-        self._last_written: bytes | None = None
-        self._pending: bytes | None = None  # what the write under way will have written
+        self._file = StampedWriter(self._path, "pods checkpoint")
         # The puller's progress of an image's pull under way (set by the app when pulls are possible).
         self.pull_progress: "Callable[[str], PullShown | None] | None" = None
 
@@ -208,26 +207,14 @@ class StatusPublisher:
     def encode(self) -> bytes | None:
         """The checkpoint's bytes, taken on the loop; None when its content is what was last written.
 
-        Every sync marks the table dirty, and the stamp alone would make each write differ: on an SD
-        card a rewrite of unchanged state every few seconds is wear for nothing (issue 13.7). The
-        stamp so says when the pods last changed.
+        Every sync marks the table dirty; only a changed table is written, so the stamp says when the
+        pods last changed.
         """
-        snap = self.snapshot(live=False)
-        content = msgspec.json.encode(msgspec.structs.replace(snap, written_at=0.0))
-        if content == self._last_written:
-            return None
-        self._pending = content
-        return msgspec.json.encode(snap)
+        return self._file.encode(self.snapshot(live=False))
 
     def write(self, data: bytes) -> bool:
         """Write what `encode` gave (in a thread); False when it could not be written (the caller tries again)."""
-        try:
-            write_atomic(self._path, data)
-        except OSError as exc:
-            log.error("Failed to write pods checkpoint", exc, path=str(self._path))
-            return False
-        self._last_written = self._pending
-        return True
+        return self._file.write(data)
 
     def flush(self) -> bool:
         data = self.encode()
