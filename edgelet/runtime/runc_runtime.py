@@ -880,6 +880,11 @@ class RuncRuntime:
         if bundle is not None:
             # Let conmon record the exit of a force-deleted process before its exit file is removed.
             await self._wait_monitor_gone(bundle)
+        ann = await asyncio.to_thread(_bundle_annotations, bundle)
+        if ann.get(ANN_KIND) == KIND_SANDBOX:
+            # A sandbox that died without stop_sandbox (a kill between its death and the DEL, a pause process
+            # killed from outside) still holds its network: its bundle is the last thing that remembers it.
+            await self._detach_network(container_id)
         log_path = await asyncio.to_thread(_container_log_path, bundle)
         await asyncio.to_thread(self._remove_files, container_id, bundle)
         if log_path is not None:
@@ -1034,14 +1039,19 @@ def _kill_pid_file(pid_file: Path) -> None:
         pass
 
 
+def _bundle_annotations(bundle: Path | None) -> dict[str, str]:
+    """The annotations a bundle's config.json holds ({} without a bundle, or when unreadable)."""
+    if bundle is None:
+        return {}
+    try:
+        return json.loads((bundle / bl.CONFIG).read_text()).get("annotations") or {}
+    except (OSError, ValueError):
+        return {}
+
+
 def _container_log_path(bundle: Path | None) -> Path | None:
     """The log path a container's bundle names (None for a sandbox, or when unreadable)."""
-    if bundle is None:
-        return None
-    try:
-        ann = json.loads((bundle / bl.CONFIG).read_text()).get("annotations") or {}
-    except (OSError, ValueError):
-        return None
+    ann = _bundle_annotations(bundle)
     path = ann.get(ANN_LOG_PATH)
     return Path(path) if ann.get(ANN_KIND) == KIND_CONTAINER and path else None
 

@@ -186,6 +186,29 @@ def test_a_kill_and_a_power_cut_leak_nothing_and_the_pods_come_back_networked(ag
     wait_for(lambda: _leftovers(agent, network) == NOTHING, timeout=60, what="nothing left")
 
 
+def test_a_sandbox_killed_from_outside_gives_back_its_network(agent, network):
+    """The pause process dies without the agent stopping it (OOM killer, an operator's kill): the pod gets a
+    new sandbox, and the dead one's removal releases its address, veth, namespace file and cache entry
+    then, not at the agent's next start."""
+    agent.start(f"--cni-conf-dir={network['conf_dir']}", f"--cni-bin-dir={PLUGINS}")
+    agent.write_manifest("client.yaml", CLIENT)
+    wait_for(lambda: _ctr(agent, "client") and _pod_ip(agent, "client"), timeout=90, what="client to run")
+    old = next(c for c in agent.containers_of("client") if c["annotations"].get("io.edgelet.kind") == "sandbox")
+    os.kill(old["pid"], signal.SIGKILL)
+
+    def replaced() -> bool:
+        sandboxes = [c for c in agent.containers_of("client") if c["annotations"].get("io.edgelet.kind") == "sandbox"]
+        return bool(sandboxes) and all(c["id"] != old["id"] for c in sandboxes) and bool(_ctr(agent, "client"))
+
+    wait_for(replaced, timeout=120, what="a new sandbox, and the dead one removed")
+    left = wait_for(lambda: (f"{old['id']}.json" not in (lo := _leftovers(agent, network))["cache"]) and lo,
+                    timeout=30, what="the dead sandbox's cache entry to go")
+    assert old["id"] not in left["netns"] and len(left["ipam"]) == 1  # the new sandbox's address only
+    assert not [r for r in left["rules"] if old["id"] in r]
+    (agent.manifests / "client.yaml").unlink()
+    wait_for(lambda: _leftovers(agent, network) == NOTHING, timeout=60, what="nothing left")
+
+
 def test_without_a_cni_config_pods_get_loopback_and_a_warning(agent, tmp_path):
     empty = tmp_path / "no-cni"
     empty.mkdir()
