@@ -998,11 +998,8 @@ class RuncRuntime:
             # The bundles are the only record of what is left (exit files, sockets, runc state): the pod dir
             # goes only once every container is gone, and the termination's retry finds them again.
             raise RuntimeError_(f"pod {uid}: removal incomplete: {'; '.join(errors)}")
-        layout = self.layout(uid)
-        try:
-            await asyncio.to_thread(self._remove_pod_dir, layout)
-        except (RuntimeError_, OSError) as exc:
-            errors.append(f"{layout.dir}: {exc}")
+        # The pod dir goes last: it is what makes a pod whose removal a kill interrupted an orphan for the next
+        # agent, which finishes the removal; gone first, it would leave the logs and cgroups to nobody.
         try:
             # kubelet removes a removed pod's logs: its log dir and the links under containers/.
             await asyncio.to_thread(remove_pod_logs, self.paths.log_dir, uid)
@@ -1013,6 +1010,13 @@ class RuncRuntime:
                 await asyncio.to_thread(remove_pod_cgroups, path)
         except CgroupError as exc:
             errors.append(str(exc))
+        crash_point("pod.remove")
+        if not errors:
+            layout = self.layout(uid)
+            try:
+                await asyncio.to_thread(self._remove_pod_dir, layout)
+            except (RuntimeError_, OSError) as exc:
+                errors.append(f"{layout.dir}: {exc}")
         if errors:
             raise RuntimeError_(f"pod {uid}: removal incomplete: {'; '.join(errors)}")
         log.info("Pod removed from the runtime", uid=uid)

@@ -24,6 +24,7 @@ POINTS = frozenset({
     "container.create",  # a container is created under conmon, not yet started
     "container.stop",    # the stop signal is sent, the exit not yet seen
     "container.remove",  # runc state is deleted, the exit file and bundle are not yet removed
+    "pod.remove",  # a removed pod's containers, logs and cgroups are gone, its pod dir is not yet
     "checkpoint.write",  # write_atomic's temp file is written and synced, not yet renamed over the file
 })
 

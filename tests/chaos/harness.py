@@ -33,7 +33,7 @@ MAX_PODS = 8
 
 # Crash points and the change that makes the agent pass each (see `_provoke`).
 POINTS = ("image.import", "image.unpack", "sandbox.create", "cni.add", "container.create", "container.stop",
-          "container.remove", "checkpoint.write")
+          "container.remove", "pod.remove", "checkpoint.write")
 
 
 @dataclass(frozen=True)
@@ -239,6 +239,8 @@ class Campaign:
         """A change that makes the agent pass `point` soon."""
         if point in ("image.import", "image.unpack"):
             return self.drop_archive()
+        if point == "pod.remove" and self.wanted:
+            return self.remove()
         if point in ("container.stop", "container.remove") and self.wanted:
             running = [n for n, w in self.wanted.items() if KINDS[w.kind].phase == "Running"]
             name = self.rng.choice(running or sorted(self.wanted))

@@ -239,6 +239,30 @@ def test_a_disk_full_during_a_checkpoint_write_keeps_the_old_checkpoint_and_the_
     c.kill()
 
 
+# --- a kill in the middle of a pod's removal ------------------------------------------------------------
+
+
+def test_a_kill_in_the_middle_of_a_pods_removal_leaves_nothing_once_the_next_agent_runs(agent, network,
+                                                                                        busybox_archive):
+    """Killed after the pod's containers, logs and cgroups went but before its dir: the dir makes the pod an
+    orphan for the next agent, which finishes the removal (gone first, it left the cgroups to nobody)."""
+    c = _campaign(agent, network, busybox_archive)
+    c.add("svc")
+    name = c.add("init").removeprefix("add ")
+    c.start()
+    _settle(c)
+    c.kill()
+    c.start("pod.remove:1")
+    c.remove(name)
+    wait_for(lambda: agent.proc.poll() is not None, timeout=90, what="the agent to die at pod.remove")
+    assert agent.proc.returncode == -signal.SIGKILL, agent.log()[-2000:]
+    c.kill()
+    c.start()
+    _settle(c)
+    _finish(c)
+    c.kill()
+
+
 # --- the wall clock jumping ------------------------------------------------------------------------
 
 
