@@ -467,8 +467,17 @@ class Campaign:
             elif kind.phase != "Running" and running:
                 out.append(f"{name}: completed but {running} still run")
             out += self._check_statuses(name, kind, row)
-        out += self.leftovers(uids, ids, sandboxes)
-        return out
+        # `runc list` and the scan that follows are no snapshot: a container created meanwhile has its conmon,
+        # cgroup, bundle and socket before runc writes its state. What a later `runc list` shows was no leftover.
+        left = self.leftovers(uids, ids, sandboxes)
+        for _ in range(3):
+            if not left:
+                break
+            later = self._runc()
+            ids |= {c["id"] for c in later}
+            sandboxes |= {c["id"] for c in later if (c.get("annotations") or {}).get("io.edgelet.kind") == "sandbox"}
+            left = self.leftovers(uids, ids, sandboxes)
+        return out + left
 
     def _exit_code_of(self, uid: str, cid: str) -> int | None:
         path = self.agent.paths.run_dir / "exits" / cid
