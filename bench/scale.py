@@ -19,6 +19,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -76,12 +77,27 @@ def raw_pairs(b: Bench, tag: str, n: int) -> float:
 
 
 def runonce(b: Bench) -> float:
-    t0 = time.monotonic()
-    res = subprocess.run(b.argv("--runonce", "--runonce-timeout", "10m"), capture_output=True, text=True)
-    took = time.monotonic() - t0
-    if res.returncode:
-        raise SystemExit(f"--runonce failed ({res.returncode}):\n{res.stdout}\n{res.stderr}")
-    return took
+    return runonce_timed(b)[1]
+
+
+def runonce_timed(b: Bench, names: set[str] | None = None) -> tuple[float | None, float]:
+    """Run `--runonce`: (seconds until every container of `names` has run its command, seconds until it
+    exited). The first is what the raw baseline measures; the exit comes after kubelet's runOnce check, which
+    judges the pods a retry delay (1 s) after their sync, so a container that dies at once is not seen running."""
+    # Its output goes to a file: a pipe nobody reads while the files are polled could fill and stall it.
+    with tempfile.TemporaryFile("w+") as out:
+        t0 = time.monotonic()
+        proc = subprocess.Popen(b.argv("--runonce", "--runonce-timeout", "10m"), stdout=out, stderr=out, text=True)
+        running = None
+        if names:
+            seen = wait_files(out_dir(b), names, timeout=600)
+            running = max(seen.values()) - t0
+        proc.wait()
+        took = time.monotonic() - t0
+        if proc.returncode:
+            out.seek(0)
+            raise SystemExit(f"--runonce failed ({proc.returncode}):\n{out.read()[-5000:]}")
+    return running, took
 
 
 def cold(n: int) -> list[str]:
@@ -201,6 +217,7 @@ def boot(n: int, repeat: int) -> list[str]:
     names = [f"p{i}" for i in range(n)]
     b = Bench("scale-boot")
     ed: list[float] = []
+    exits: list[float] = []
     raw: list[float] = []
     imports: list[float] = []
     try:
@@ -215,18 +232,22 @@ def boot(n: int, repeat: int) -> list[str]:
             subprocess.run([sys.executable, "-c", IMPORTS], check=True, cwd=b.base)
             imports.append(time.monotonic() - t0)
             drop_caches()
-            ed.append(runonce(b))
-            wait_files(out_dir(b), set(names), timeout=60)
+            running, took = runonce_timed(b, set(names))
+            assert running is not None
+            ed.append(running)
+            exits.append(took)
             stop_containers(b)
             drop_caches()
             raw.append(raw_pairs(b, f"raw{r}x", n))
     finally:
         b.close()
-    e, w = statistics.median(ed), statistics.median(raw)
+    e, w, x = statistics.median(ed), statistics.median(raw), statistics.median(exits)
     return [
         f"boot, {n} pods by --runonce from a cold page cache (root dir kept, run dir empty), median of {repeat}:"
-        f" {e:.2f} s (runs: {', '.join(f'{x:.2f}' for x in ed)}); raw runc, same pairs one by one, cold cache:"
-        f" {w:.2f} s (runs: {', '.join(f'{x:.2f}' for x in raw)})  ({e / w:.2f}x)",
+        f" every container running after {e:.2f} s (runs: {', '.join(f'{v:.2f}' for v in ed)}); raw runc, same"
+        f" pairs one by one, cold cache: {w:.2f} s (runs: {', '.join(f'{v:.2f}' for v in raw)})  ({e / w:.2f}x)",
+        f"  --runonce exits after {x:.2f} s (runs: {', '.join(f'{v:.2f}' for v in exits)}): kubelet's runOnce"
+        f" judges the pods 1 s after their sync  ({x / w:.2f}x of raw)",
         f"  of which the interpreter starting and importing what --runonce imports, cold cache, median:"
         f" {statistics.median(imports):.2f} s",
     ]
