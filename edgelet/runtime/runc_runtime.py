@@ -68,6 +68,7 @@ from edgelet.runtime.state import ExitInfo, Observed, build_pod_statuses
 from edgelet.runtime.sandbox import PauseSpec, pause_spec, sandbox_namespace_paths
 from edgelet.util.crashpoint import crash_point
 from edgelet.container.types import PodRuntimeStatus, SandboxRecord
+from edgelet.runtime.termination import termination_annotations
 from edgelet.runtime.layout import (
     ANN_ATTEMPT,
     ANN_CONTAINER_NAME,
@@ -684,6 +685,8 @@ class RuncRuntime:
                 ANN_LOG_PATH: str(log_path),
                 ANN_CREATED: repr(self.clock.now()),
                 ANN_GRACE: str(_pod_grace(pod)),
+                # kubelet reads the message by what the container's annotations say, not by today's spec.
+                **termination_annotations(container),
             }
             ctx = ocispec.ContainerContext(
                 rootfs=str(rootfs_dir),

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from edgelet.logs import read_log
 from edgelet.runtime.bundle import DEFAULT_TERMINATION_MESSAGE_PATH, TERMINATION_LOG, PodLayout
+from edgelet.runtime.layout import ANN_TERMINATION_MESSAGE_FILE, ANN_TERMINATION_MESSAGE_POLICY
 from edgelet.util.log import get_logger
 
 if TYPE_CHECKING:
@@ -29,6 +30,19 @@ log = get_logger(__name__)
 MAX_MESSAGE_BYTES = 4096  # kubecontainer.MaxContainerTerminationMessageLength
 MAX_LOG_BYTES = 2048  # kubecontainer.MaxContainerTerminationMessageLogLength
 MAX_LOG_LINES = 80  # kubecontainer.MaxContainerTerminationMessageLogLines
+
+DEFAULT_POLICY = "File"  # kubelet's default for terminationMessagePolicy
+
+
+def termination_annotations(container: "Container") -> dict[str, str]:
+    """What `create_container` records in the bundle for the read after the exit: the policy, and whether
+    the runtime's own file is read (not when terminationMessagePath is empty, as kubelet; not when a volume
+    is mounted there, since then the container never wrote to the bundle's file)."""
+    reads_file = bool(container.termination_message_path) and not _mounted_by_volume(container)
+    return {
+        ANN_TERMINATION_MESSAGE_POLICY: container.termination_message_policy or DEFAULT_POLICY,
+        ANN_TERMINATION_MESSAGE_FILE: "true" if reads_file else "false",
+    }
 
 
 def termination_log_file(pods_dir: Path, rec: "ContainerRecord") -> Path:
