@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 import os
 import signal
 import sys
@@ -108,10 +107,7 @@ class Agent:
         from edgelet.events import EventRecorder, events_path
 
         self.events = EventRecorder(self.clock, events_path(paths.run_dir))
-        from edgelet.runtime.termination import termination_message
-
-        self.publisher = StatusPublisher(paths.root_dir, settings.node_name, self.clock,
-                                         read_message=functools.partial(termination_message, paths.pods_dir))
+        self.publisher = StatusPublisher(paths.root_dir, settings.node_name, self.clock)
         self.pleg = Pleg(self.runtime, paths.exit_dir, clock=self.clock)
         self.backoff = Backoff()
         from edgelet.images.auth import credential_paths, load_credentials

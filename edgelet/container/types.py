@@ -62,6 +62,9 @@ class ContainerRecord:
     # The pod's terminationGracePeriodSeconds when it was created: an orphan (a pod removed while the agent
     # was down) is stopped with its own grace, as kubelet keeps it in the container's labels.
     grace_period: float | None = None
+    # kubelet's terminationMessage of an exited instance, read by the runtime ("" while it runs, or when
+    # it left none): the terminationMessagePath file, or its log's tail with FallbackToLogsOnError.
+    termination_message: str = ""
 
     @property
     def never_started(self) -> bool:

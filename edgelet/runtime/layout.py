@@ -24,6 +24,10 @@ ANN_GRACE = "io.kubernetes.pod.terminationGracePeriod"  # seconds, as kubelet's 
 ANN_POD_IPS = "io.edgelet.pod-ips"  # comma-separated, from CNI
 ANN_NETNS = "io.edgelet.netns"  # the network namespace file of the sandbox
 ANN_HOST_NETWORK = "io.edgelet.host-network"  # lets a rebuilt SandboxRecord say whether it holds the host's network
+# What reading an exited container's termination message needs, fixed when it is created as kubelet keeps
+# it in the container's annotations: a bundle without them (an older edgelet's) reads as "File" and "true".
+ANN_TERMINATION_MESSAGE_POLICY = "io.kubernetes.container.terminationMessagePolicy"  # File | FallbackToLogsOnError
+ANN_TERMINATION_MESSAGE_FILE = "io.edgelet.termination-message-file"  # "true" | "false": read the bundle's file
 
 KIND_SANDBOX = "sandbox"  # values of ANN_KIND
 KIND_CONTAINER = "container"

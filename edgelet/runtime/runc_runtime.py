@@ -64,10 +64,11 @@ from edgelet.network.errors import NetworkError
 from edgelet.ocispec.errors import SpecError
 from edgelet.runtime.execsession import ExecSession, ExecSessionError, build_exec_process
 from edgelet.runtime.runc import Runc
-from edgelet.runtime.state import ExitInfo, Observed, build_pod_statuses
+from edgelet.runtime.state import ExitInfo, Observed, build_pod_statuses, build_record, judge_state
 from edgelet.runtime.sandbox import PauseSpec, pause_spec, sandbox_namespace_paths
 from edgelet.util.crashpoint import crash_point
-from edgelet.container.types import PodRuntimeStatus, SandboxRecord
+from edgelet.container.types import ContainerRecord, PodRuntimeStatus, SandboxRecord
+from edgelet.runtime.termination import termination_annotations, termination_message
 from edgelet.runtime.layout import (
     ANN_ATTEMPT,
     ANN_CONTAINER_NAME,
@@ -210,6 +211,10 @@ class RuncRuntime:
         self._pause: PauseSpec | None = None
         self._bundles: dict[str, Path] = {}  # container id -> bundle dir, refreshed by every observation
         self._released: set[str] = set()  # exited containers whose runc state and rootfs mount are gone
+        # Termination messages of exited containers by id: read once conmon recorded the exit, since an exited
+        # container's files no longer change; an entry goes with its container (remove_container, or a relist
+        # that misses it).
+        self._messages: dict[str, str] = {}
         # Sandboxes whose network failed a CNI CHECK: reported not ready, so their pod gets a new one.
         self._network_broken: set[str] = set()
         # The exit dir must exist before anything watches it (PLEG's inotify).
@@ -319,7 +324,27 @@ class RuncRuntime:
         alive = False
         if bundle is not None and exit_info is None and (entry or {}).get("status") == "stopped":
             alive = conmon.is_alive(conmon.conmon_pid(bundle))
-        return Observed(cid, dict(ann), entry, exit_info, started, oom, alive)
+        return self._with_message(Observed(cid, dict(ann), entry, exit_info, started, oom, alive), bundle)
+
+    def _with_message(self, o: Observed, bundle: Path | None) -> Observed:
+        """`o` with its termination message once it exited (blocking I/O: kubelet's runtime reads it in
+        getContainerStatus), from the cache when it was read after a recorded exit."""
+        message = self._messages.get(o.id)
+        if message is None:
+            # Judged first, so that a relist builds no second record of every running container.
+            if o.annotations.get(ANN_KIND) != KIND_CONTAINER or judge_state(o)[0] != "exited":
+                return o
+            rec = build_record(o)
+            if not isinstance(rec, ContainerRecord):
+                return o
+            if bundle is None:
+                bundle = self.layout(rec.pod_uid).container_dir(rec.name, rec.attempt)
+            message = termination_message(bundle, o.annotations, rec)
+            if o.exit is not None and o.exit.code is not None:
+                # Only an exit conmon recorded is final (it writes the exit file once the log is drained). An
+                # exit judged unknown may be a container created after `runc list` began, still running.
+                self._messages[o.id] = message
+        return dataclasses.replace(o, termination_message=message)
 
     def _record_oom_kills(self, cid: str, ann: Mapping[str, str], bundle: Path) -> bool:
         """Whether the kernel OOM-killed a process of the exited container, from its cgroup's counter.
@@ -377,6 +402,11 @@ class RuncRuntime:
                     continue
                 self._bundles[cid] = b
                 observed.append(self._observe_bundle(cid, ann, None, b))
+        if uid is None:
+            # A container gone without remove_container (its bundle removed by hand) takes its message along.
+            seen = {o.id for o in observed}
+            for cid in [c for c in list(self._messages) if c not in seen]:
+                self._messages.pop(cid, None)
         return observed
 
     async def _observe(self, uid: str | None = None) -> list[Observed]:
@@ -684,6 +714,8 @@ class RuncRuntime:
                 ANN_LOG_PATH: str(log_path),
                 ANN_CREATED: repr(self.clock.now()),
                 ANN_GRACE: str(_pod_grace(pod)),
+                # kubelet reads the message by what the container's annotations say, not by today's spec.
+                **termination_annotations(container),
             }
             ctx = ocispec.ContainerContext(
                 rootfs=str(rootfs_dir),
@@ -893,6 +925,7 @@ class RuncRuntime:
             await asyncio.to_thread(remove_logs, log_path)
         self._released.discard(container_id)
         self._bundles.pop(container_id, None)
+        self._messages.pop(container_id, None)
 
     async def release_container(self, container_id: str) -> None:
         """Free what an exited container no longer needs: its runc state and cgroup (`runc delete`) and

@@ -55,6 +55,7 @@ class Observed:
     started_at: float | None = None  # from the bundle's `started` file
     oom: bool = False
     monitor_alive: bool = False  # conmon still runs (its exit file may be on the way)
+    termination_message: str = ""  # read by the runtime once the container exited (edgelet.runtime.termination)
 
 
 def parse_runc_time(text: str | None) -> float | None:
@@ -158,6 +159,7 @@ def build_record(o: Observed) -> SandboxRecord | ContainerRecord | None:
         image=ann.get(ANN_IMAGE, ""), image_id=ann.get(ANN_IMAGE_ID, ""), log_path=ann.get(ANN_LOG_PATH, ""),
         container_type="init" if ctype == "init" else "regular",
         grace_period=_grace(ann.get(ANN_GRACE)),
+        termination_message=o.termination_message if state == "exited" else "",
     )
 
 

@@ -4,20 +4,24 @@ The runtime bind-mounts `<bundle>/termination-log` at the container's
 terminationMessagePath; after the container exited, kubelet reads the last
 4 KiB of that file. With `FallbackToLogsOnError`, a container that failed
 (exit code not 0) and wrote nothing there gets the tail of its log instead:
-the last 80 lines, at most 2 KiB. Reading is blocking I/O; the status
-publisher calls this through the function app.py hands it, and caches the
-result per container id, since an exited container's files no
-longer change.
+the last 80 lines, at most 2 KiB. As kubelet keeps the path and the policy in
+the container's annotations, `create_container` records what the read needs
+in the bundle's (`termination_annotations`), so reading takes no pod spec:
+RuncRuntime reads an exited container's message while it observes its
+bundle (blocking I/O, in its observation thread), caches it per container
+id once conmon recorded the exit, since an exited container's files no
+longer change, and puts it in the container's record.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Mapping
 
 from edgelet.logs import read_log
-from edgelet.runtime.bundle import DEFAULT_TERMINATION_MESSAGE_PATH, TERMINATION_LOG, PodLayout
+from edgelet.runtime.bundle import DEFAULT_TERMINATION_MESSAGE_PATH, TERMINATION_LOG
+from edgelet.runtime.layout import ANN_TERMINATION_MESSAGE_FILE, ANN_TERMINATION_MESSAGE_POLICY
 from edgelet.util.log import get_logger
 
 if TYPE_CHECKING:
@@ -30,10 +34,33 @@ MAX_MESSAGE_BYTES = 4096  # kubecontainer.MaxContainerTerminationMessageLength
 MAX_LOG_BYTES = 2048  # kubecontainer.MaxContainerTerminationMessageLogLength
 MAX_LOG_LINES = 80  # kubecontainer.MaxContainerTerminationMessageLogLines
 
+DEFAULT_POLICY = "File"  # kubelet's default for terminationMessagePolicy
 
-def termination_log_file(pods_dir: Path, rec: "ContainerRecord") -> Path:
-    """Where the runtime keeps the instance's termination-log file (`<root>/pods/<uid>/containers/<name>/<n>/`)."""
-    return PodLayout(pods_dir / rec.pod_uid).container_dir(rec.name, rec.attempt) / TERMINATION_LOG
+
+def termination_annotations(container: "Container") -> dict[str, str]:
+    """What `create_container` records in the bundle for the read after the exit: the policy, and whether
+    the runtime's own file is read (not when terminationMessagePath is empty, as kubelet; not when a volume
+    is mounted there, since then the container never wrote to the bundle's file)."""
+    reads_file = bool(container.termination_message_path) and not _mounted_by_volume(container)
+    return {
+        ANN_TERMINATION_MESSAGE_POLICY: container.termination_message_policy or DEFAULT_POLICY,
+        ANN_TERMINATION_MESSAGE_FILE: "true" if reads_file else "false",
+    }
+
+
+def _mounted_by_volume(container: "Container") -> bool:
+    tpath = (container.termination_message_path or DEFAULT_TERMINATION_MESSAGE_PATH).rstrip("/")
+    return any(vm.mount_path.rstrip("/") == tpath for vm in container.volume_mounts or [])
+
+
+def should_read_file(annotations: Mapping[str, str]) -> bool:
+    # An older edgelet's bundle has no such annotation: read the file, as for a defaulted pod.
+    return annotations.get(ANN_TERMINATION_MESSAGE_FILE, "true") != "false"
+
+
+def wants_log_fallback(annotations: Mapping[str, str], rec: "ContainerRecord") -> bool:
+    return (annotations.get(ANN_TERMINATION_MESSAGE_POLICY, DEFAULT_POLICY) == "FallbackToLogsOnError"
+            and rec.exit_code not in (None, 0) and rec.reason != "ContainerCannotRun")
 
 
 def read_at_most(path: Path, limit: int) -> bytes:
@@ -46,23 +73,13 @@ def read_at_most(path: Path, limit: int) -> bytes:
         return f.read(limit)
 
 
-def wants_log_fallback(container: "Container", rec: "ContainerRecord") -> bool:
-    return (container.termination_message_policy == "FallbackToLogsOnError"
-            and rec.exit_code not in (None, 0) and rec.reason != "ContainerCannotRun")
-
-
-def _mounted_by_volume(container: "Container") -> bool:
-    tpath = (container.termination_message_path or DEFAULT_TERMINATION_MESSAGE_PATH).rstrip("/")
-    return any(vm.mount_path.rstrip("/") == tpath for vm in container.volume_mounts or [])
-
-
-def termination_message(pods_dir: Path, container: "Container", rec: "ContainerRecord") -> str:
-    """The message of an exited container instance ("" when there is none)."""
-    fallback = wants_log_fallback(container, rec)
+def termination_message(bundle: Path, annotations: Mapping[str, str], rec: "ContainerRecord") -> str:
+    """The message of the exited container instance whose bundle is `bundle` ("" when there is none)."""
+    fallback = wants_log_fallback(annotations, rec)
     text = ""
     check_logs = fallback
-    if container.termination_message_path and not _mounted_by_volume(container):
-        path = termination_log_file(pods_dir, rec)
+    if should_read_file(annotations):
+        path = bundle / TERMINATION_LOG
         try:
             data = read_at_most(path, MAX_MESSAGE_BYTES)
         except FileNotFoundError:

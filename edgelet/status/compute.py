@@ -51,7 +51,7 @@ def _exit_code(rec: "ContainerRecord") -> int:
     return rec.exit_code if rec.exit_code is not None else 255
 
 
-def _terminated(rec: "ContainerRecord", messages: Mapping[str, str]) -> ContainerState:
+def _terminated(rec: "ContainerRecord") -> ContainerState:
     code = _exit_code(rec)
     reason = rec.reason or ("Completed" if code == 0 else "Error")
     # `signal` stays unset, as kubelet leaves it: CRI reports no signal, only 128+n in the exit code.
@@ -59,7 +59,7 @@ def _terminated(rec: "ContainerRecord", messages: Mapping[str, str]) -> Containe
         terminated=ContainerStateTerminated(
             exit_code=code,
             reason=reason,
-            message=messages.get(rec.id) or None,
+            message=rec.termination_message or None,
             started_at=format_time(rec.started_at) if rec.started_at is not None else None,
             finished_at=format_time(rec.finished_at) if rec.finished_at is not None else None,
             container_id=CONTAINER_ID_SCHEME + rec.id,
@@ -67,12 +67,12 @@ def _terminated(rec: "ContainerRecord", messages: Mapping[str, str]) -> Containe
     )
 
 
-def _state(rec: "ContainerRecord", messages: Mapping[str, str]) -> ContainerState:
+def _state(rec: "ContainerRecord") -> ContainerState:
     if rec.state == "running":
         started = rec.started_at if rec.started_at is not None else rec.created_at
         return ContainerState(running=ContainerStateRunning(started_at=format_time(started)))
     if rec.state == "exited":
-        return _terminated(rec, messages)
+        return _terminated(rec)
     if rec.state == "created":
         # kubelet leaves the reason empty for a created container; edgelet names it, since it
         # only lasts between `runc create` and `runc start`.
@@ -101,7 +101,6 @@ def _container_status(
     waiting: Mapping[str, tuple[str, str]],
     readiness: Mapping[str, bool],
     started: Mapping[str, bool],
-    messages: Mapping[str, str],
 ) -> ContainerStatus:
     policy = pod_spec(pod).restart_policy or "Always"
     has_init = bool(pod_spec(pod).init_containers)
@@ -113,10 +112,10 @@ def _container_status(
         # kubelet: every container of a pod with init containers waits in PodInitializing until created.
         state = ContainerState(waiting=ContainerStateWaiting(reason="PodInitializing" if has_init else "ContainerCreating"))
     else:
-        state = _state(rec, messages)
+        state = _state(rec)
         previous = next((r for r in recs[1:] if r.state == "exited" and not r.never_started), None)
         if previous is not None:
-            last = _terminated(previous, messages)
+            last = _terminated(previous)
 
     override = waiting.get(container.name)
     if override is not None and (rec is None or rec.state != "running"):
@@ -348,7 +347,6 @@ def compute_pod_status(
     previous: "PodStatus | None" = None,
     readiness: Mapping[str, bool] | None = None,
     started: Mapping[str, bool] | None = None,
-    messages: Mapping[str, str] | None = None,
     host_ip: str | None = None,
     evicted: tuple[str, str] | None = None,
     rejected: tuple[str, str] | None = None,
@@ -361,8 +359,8 @@ def compute_pod_status(
     Never). `readiness` and `started` map a container name to its readiness
     and startup probe verdicts (PodSyncState.ready/started); a running
     container without an entry has no such probe and is ready / started.
-    `messages` maps a container id to its termination message (read by
-    edgelet.runtime.termination). `host_ip` is the node's address: hostIP,
+    A terminated state's message is the record's termination message, which
+    the runtime read. `host_ip` is the node's address: hostIP,
     and podIP of a hostNetwork pod; other pods get their sandbox's CNI
     addresses (none without a CNI network). `previous`, the status published before,
     keeps lastTransitionTime, startTime and a terminal phase (the status
@@ -381,9 +379,8 @@ def compute_pod_status(
 
     probes = readiness or {}
     startup = started or {}
-    msgs = messages or {}
     inits = list(pod_spec(pod).init_containers or [])
-    kw = dict(waiting=waiting, readiness=probes, started=startup, messages=msgs)
+    kw = dict(waiting=waiting, readiness=probes, started=startup)
     init_statuses = [_container_status(pod, c, rt, is_init=True, **kw) for c in inits]  # type: ignore[arg-type]
     statuses = [
         _container_status(pod, c, rt, is_init=False, **kw)  # type: ignore[arg-type]

@@ -19,7 +19,6 @@ from edgelet.state import StampedWriter, flush_when_changed
 from edgelet.status.snapshot import PodRow, PodsSnapshot, RejectedRow, snapshot_path
 from edgelet.util.log import get_logger
 
-from edgelet.api.pod import container_spec
 from edgelet.api.pod import spec as pod_spec
 
 class PullShown(Protocol):
@@ -33,8 +32,7 @@ class PullShown(Protocol):
 
 
 if TYPE_CHECKING:
-    from edgelet.api.types import Container, Pod, PodStatus
-    from edgelet.container.types import ContainerRecord
+    from edgelet.api.types import Pod, PodStatus
     from edgelet.podconfig import ConfigState
     from edgelet.container.types import PodRuntimeStatus
     from edgelet.status.syncstate import PodSyncState
@@ -80,13 +78,9 @@ class StatusPublisher:
 
     def __init__(
         self, root_dir: Path, node_name: str, clock: "Clock", interval: float = 0.5, host_ip: str | None = None,
-        read_message: "Callable[[Container, ContainerRecord], str]" = lambda container, rec: "",
     ) -> None:
         self._path = snapshot_path(root_dir)
-        # The runtime reads an exited container's termination message (its files are the runtime's business).
-        self._read_message = read_message
         self._host_ip = host_ip if host_ip is not None else node_ip()
-        self._messages: dict[str, dict[str, str]] = {}  # pod uid -> container id -> termination message
         self._node = node_name
         self._clock = clock
         self._interval = interval
@@ -117,7 +111,7 @@ class StatusPublisher:
             rejected=st.refused,
             previous=prev.status if prev is not None else None,
             readiness=st.ready, started=st.started,  # probe verdicts (edgelet.probes.manager)
-            messages=self._termination_messages(pod, rt), host_ip=self._host_ip,
+            host_ip=self._host_ip,
         )
         ready, text, restarts = summarize(pod, status)
         ann = meta(pod).annotations or {}
@@ -141,23 +135,7 @@ class StatusPublisher:
         self._pods[pod_uid(pod)] = PodEntry(pod, status, row)
         self._dirty.set()
 
-    def _termination_messages(self, pod: "Pod", rt: "PodRuntimeStatus") -> dict[str, str]:
-        """Messages of the pod's exited containers, read once per container (an exited one writes no more)."""
-        known = self._messages.get(pod_uid(pod), {})
-        fresh: dict[str, str] = {}
-        for rec in rt.containers:
-            if rec.state != "exited":
-                continue
-            if rec.id in known:
-                fresh[rec.id] = known[rec.id]
-                continue
-            container = container_spec(pod, rec.name)
-            fresh[rec.id] = self._read_message(container, rec) if container is not None else ""
-        self._messages[pod_uid(pod)] = fresh  # drops the ids of removed instances
-        return fresh
-
     def remove(self, uid: str) -> None:
-        self._messages.pop(uid, None)
         if self._pods.pop(uid, None) is not None:
             self._dirty.set()
 

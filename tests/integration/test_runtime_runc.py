@@ -190,6 +190,27 @@ async def test_exit_codes_come_from_conmon(rt: RuncRuntime, busybox) -> None:
 
 
 @aio
+async def test_an_exited_containers_record_carries_its_termination_message(rt: RuncRuntime, busybox) -> None:
+    pod = _pod("msg", [_c("file", "sh", "-c", "printf 'bye now' > /dev/termination-log; exit 3"),
+                       _c("logs", "sh", "-c", "echo from-the-log; exit 4",
+                          termination_message_policy="FallbackToLogsOnError"),
+                       _c("ok", "true")])
+    uid = pod.metadata.uid
+    sandbox, _ = await _run(rt, pod, busybox, pod.spec.containers[0])
+    for c in pod.spec.containers[1:]:
+        await _run(rt, pod, busybox, c, sandbox=sandbox)
+    expected = {"file": "bye now", "logs": "from-the-log\n", "ok": ""}
+    assert {n: (await _wait_exited(rt, uid, n)).termination_message for n in expected} == expected
+    # Released (runc state and rootfs gone) and read by a new agent: the bundle alone gives the message.
+    for c in (await rt.pod_status(uid)).containers:
+        await rt.release_container(c.id)
+    fresh = await RuncRuntime(rt.paths).pod_status(uid)
+    assert {c.name: c.termination_message for c in fresh.containers} == expected
+    await rt.remove_pod(uid)
+    _assert_pod_gone(rt, uid)
+
+
+@aio
 async def test_stop_kills_a_process_ignoring_sigterm_after_the_grace(rt: RuncRuntime, busybox) -> None:
     pod = _pod("stubborn", [_c("app", "sh", "-c", "trap '' TERM; echo ready; while true; do sleep 1; done")])
     uid = pod.metadata.uid

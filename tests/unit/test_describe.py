@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import msgspec
@@ -94,10 +95,9 @@ def _status(pod: Pod):
         uid=uid, sandboxes=(SandboxRecord(id="sb", pod_uid=uid, pod_name="web-node1", pod_namespace="default",
                                           attempt=0, state="running", pid=1, created_at=T0),),
         containers=(rec("setup", "exited", 0, 0, "init"), rec("app", "running", 1, None, "regular"),
-                    rec("app", "exited", 0, 1, "regular")),
+                    replace(rec("app", "exited", 0, 1, "regular"), termination_message="boom")),
     )
-    return compute_pod_status(pod, rt, waiting={}, pod_failed=False, now=T0 + 10, host_ip="192.0.2.7",
-                              messages={"app0app0app0app0": "boom"})
+    return compute_pod_status(pod, rt, waiting={}, pod_failed=False, now=T0 + 10, host_ip="192.0.2.7")
 
 
 def _events(pod: Pod) -> list[Event]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -18,8 +19,10 @@ import pytest
 from edgelet.container.errors import ExecError, ExecTimeout, StartContainerError
 from edgelet.container.types import Completed
 from edgelet.runtime.host import HostFacts
-from edgelet.runtime.layout import ANN_CONTAINER_NAME, ANN_KIND, ANN_POD_NAME, ANN_POD_NAMESPACE, ANN_POD_UID, \
-    KIND_CONTAINER, KIND_SANDBOX, RuntimePaths
+from edgelet.runtime.bundle import TERMINATION_LOG
+from edgelet.runtime.layout import ANN_CONTAINER_NAME, ANN_KIND, ANN_LOG_PATH, ANN_POD_NAME, ANN_POD_NAMESPACE, \
+    ANN_POD_UID, ANN_TERMINATION_MESSAGE_FILE, ANN_TERMINATION_MESSAGE_POLICY, KIND_CONTAINER, KIND_SANDBOX, \
+    RuntimePaths
 from edgelet.runtime.runc_runtime import RuncRuntime
 from edgelet.util.clock import FakeClock
 
@@ -105,6 +108,85 @@ def test_the_exit_file_gives_the_exit_code(tmp_path: Path) -> None:
     (rt.paths.exit_dir / "c1").write_text("3")
     (c,) = asyncio.run(rt.list_pods())["u1"].containers
     assert (c.state, c.exit_code, c.reason) == ("exited", 3, "Error")
+
+
+def _container_bundle(rt: RuncRuntime, name: str, cid: str, message: bytes, exit_code: int | None,
+                      **ann: str) -> tuple[Path, dict[str, str]]:
+    """A container's bundle as create_container leaves it: config.json with `ann`, the termination-log file
+    holding `message`, a log of 20 lines, and conmon's exit file when `exit_code` is set."""
+    bundle = rt.paths.pods_dir / "u1" / "containers" / name / "0"
+    bundle.mkdir(parents=True)
+    (bundle / "id").write_text(cid)
+    (bundle / TERMINATION_LOG).write_bytes(message)
+    log = rt.paths.log_dir / "pods" / "default_web_u1" / name / "0.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("".join(f"2026-11-24T10:00:0{i % 10}.000000000Z stderr F line {i}\n" for i in range(1, 21)))
+    annotations = {ANN_KIND: KIND_CONTAINER, ANN_POD_UID: "u1", ANN_CONTAINER_NAME: name, ANN_LOG_PATH: str(log),
+                   **ann}
+    (bundle / "config.json").write_text(json.dumps({"annotations": annotations}))
+    if exit_code is not None:
+        (rt.paths.exit_dir / cid).write_text(str(exit_code))
+    return bundle, annotations
+
+
+def test_an_exited_containers_record_carries_its_termination_message(tmp_path: Path) -> None:
+    """The runtime fills the message in, as kubelet's getContainerStatus does: from the file, from the log
+    with FallbackToLogsOnError, and from the file for a bundle of an older edgelet without the annotations."""
+    entries: list[dict[str, Any]] = []
+
+    def delete(args: tuple[str, ...]) -> Completed:
+        entries[:] = [e for e in entries if e["id"] != args[-1]]
+        return Completed(args, 0, b"", b"")
+
+    rt = _runtime(tmp_path, ScriptedRunc({"list": lambda args: _listing(*entries), "delete": delete}))
+    file_policy = {ANN_TERMINATION_MESSAGE_POLICY: "File", ANN_TERMINATION_MESSAGE_FILE: "true"}
+    fallback = {ANN_TERMINATION_MESSAGE_POLICY: "FallbackToLogsOnError", ANN_TERMINATION_MESSAGE_FILE: "true"}
+    b_file, a_file = _container_bundle(rt, "file", "c-file", b"bye now", 3, **file_policy)
+    _, a_logs = _container_bundle(rt, "logs", "c-logs", b"", 1, **fallback)
+    _, a_run = _container_bundle(rt, "run", "c-run", b"not yet", None, **fallback)
+    # Left by an older edgelet and unknown to runc since a reboot cleared /run: only its bundle is left.
+    _container_bundle(rt, "old", "c-old", b"from an old bundle", 2)
+    entries += [{**_entry("c-file", "stopped", **a_file), "bundle": str(b_file)},
+                _entry("c-logs", "stopped", **a_logs),  # no bundle from runc: the layout's path is read
+                _entry("c-run", "running", **a_run)]
+
+    def messages() -> dict[str, tuple[str, str]]:
+        return {c.name: (c.state, c.termination_message) for c in asyncio.run(rt.list_pods())["u1"].containers}
+
+    assert messages() == {
+        "file": ("exited", "bye now"),
+        "logs": ("exited", "".join(f"line {i}\n" for i in range(1, 21))),
+        "run": ("running", ""),  # only an exited container has a message
+        "old": ("exited", "from an old bundle"),
+    }
+    # Read once: an exited container writes no more, so a relist reads nothing again.
+    (b_file / TERMINATION_LOG).write_bytes(b"changed")
+    assert messages()["file"] == ("exited", "bye now")
+    # The cached message goes with its container, whether removed by the runtime or from under it.
+    asyncio.run(rt.remove_container("c-file"))
+    assert "c-file" not in rt._messages
+    shutil.rmtree(rt.paths.pods_dir / "u1" / "containers" / "old")
+    assert set(messages()) == {"logs", "run"}
+    assert set(rt._messages) == {"c-logs"}
+
+
+def test_a_message_read_before_the_exit_is_recorded_is_read_again(tmp_path: Path) -> None:
+    """A bundle made after `runc list` began reads as an unknown exit until the next relist: what its files
+    held then is no final message (found by the e2e test: the log fallback came out empty)."""
+    entries: list[dict[str, Any]] = []
+    rt = _runtime(tmp_path, ScriptedRunc({"list": lambda args: _listing(*entries)}))
+    bundle, ann = _container_bundle(rt, "late", "c-late", b"", None, **{
+        ANN_TERMINATION_MESSAGE_POLICY: "File", ANN_TERMINATION_MESSAGE_FILE: "true"})
+
+    def late() -> tuple[str, int | None, str]:
+        (c,) = asyncio.run(rt.list_pods())["u1"].containers
+        return c.state, c.exit_code, c.termination_message
+
+    assert late() == ("exited", 255, "")
+    entries.append({**_entry("c-late", "stopped", **ann), "bundle": str(bundle)})
+    (bundle / TERMINATION_LOG).write_bytes(b"done")
+    (rt.paths.exit_dir / "c-late").write_text("1")
+    assert late() == ("exited", 1, "done")
 
 
 def test_stop_sends_the_signal_then_kills_every_process_when_the_grace_period_is_spent(tmp_path: Path) -> None:

@@ -380,3 +380,18 @@ def test_the_grace_period_kept_on_the_container_is_read_back() -> None:
     assert build_record(Observed("c1", {**base, ANN_GRACE: "7"}, None)).grace_period == 7.0
     assert build_record(Observed("c1", {**base, ANN_GRACE: "soon"}, None)).grace_period is None
     assert build_record(Observed("c1", base, None)).grace_period is None  # made by an older edgelet
+
+
+@pytest.mark.parametrize(("runc", "exit", "expected"), [
+    (_runc("c1", "stopped"), ExitInfo(1, 50.0), "bye"),
+    (None, None, "bye"),  # exited with an unknown status: it ran, and may have written one
+    (_runc("c1", "running", 7), None, ""),  # only an exited container has a message
+    (_runc("c1", "created", 7), None, ""),
+    (_runc("c1", "stopped"), None, ""),  # conmon still writing the exit file: still running
+])
+def test_the_record_carries_the_observed_termination_message_once_exited(runc: dict | None, exit: ExitInfo | None,
+                                                                         expected: str) -> None:
+    from edgelet.runtime.state import build_record
+
+    o = Observed("c1", _ann(), runc, exit, monitor_alive=True, termination_message="bye")
+    assert build_record(o).termination_message == expected  # type: ignore[union-attr]

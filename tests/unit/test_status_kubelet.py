@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
 import msgspec
 import pytest
@@ -20,11 +19,9 @@ from edgelet.api.types import (
     PodReadinessGate,
     PodSpec,
     ResourceRequirements,
-    VolumeMount,
 )
 from edgelet.container.types import ContainerRecord, PodRuntimeStatus, SandboxRecord
 from edgelet.status.compute import compute_phase, compute_pod_status, format_time, summarize
-from edgelet.runtime.termination import MAX_LOG_BYTES, MAX_MESSAGE_BYTES, termination_log_file, termination_message
 
 NOW = 1_700_000_100.0
 T0 = 1_700_000_000.0
@@ -263,10 +260,11 @@ def test_qos_class() -> None:
 
 
 def test_termination_messages_in_state_and_last_state() -> None:
+    # The runtime read them into the records (edgelet.runtime.termination); status only carries them.
     pod = pod_of("Always")
-    records = (rec(A, "exited", attempt=1, code=2), rec(A, "exited", attempt=0, code=1), rec(B))
-    status = compute_pod_status(pod, rt(*records), waiting={}, pod_failed=False, now=NOW,
-                                messages={f"{A}-1": "second", f"{A}-0": "first"})
+    records = (replace(rec(A, "exited", attempt=1, code=2), termination_message="second"),
+               replace(rec(A, "exited", attempt=0, code=1), termination_message="first"), rec(B))
+    status = compute_pod_status(pod, rt(*records), waiting={}, pod_failed=False, now=NOW)
     a = status.container_statuses[0]  # type: ignore[index]
     assert a.state.terminated.message == "second"  # type: ignore[union-attr]
     assert a.last_state.terminated.message == "first"  # type: ignore[union-attr]
@@ -274,62 +272,3 @@ def test_termination_messages_in_state_and_last_state() -> None:
     encoded = msgspec.json.decode(msgspec.json.encode(status))
     assert encoded["containerStatuses"][1]["lastState"] == {}
 
-
-# --- termination messages from files (kubelet getTerminationMessage / readLastStringFromContainerLogs) ---
-
-def _exited(tmp_path: Path, code: int, log_lines: list[str] | None = None) -> ContainerRecord:
-    log = tmp_path / "logs" / "c.log"
-    if log_lines is not None:
-        log.parent.mkdir(parents=True, exist_ok=True)
-        log.write_text("".join(f"2024-01-01T00:00:00.000000000Z stderr F {line}\n" for line in log_lines))
-    return replace(rec("c", "exited", code=code), log_path=str(log))
-
-
-def _container(policy: str = "File", path: str = "/dev/termination-log") -> Container:
-    return Container(name="c", image="busybox", termination_message_path=path, termination_message_policy=policy)
-
-
-def _write_message(tmp_path: Path, r: ContainerRecord, data: bytes) -> None:
-    f = termination_log_file(tmp_path / "pods", r)
-    f.parent.mkdir(parents=True, exist_ok=True)
-    f.write_bytes(data)
-
-
-def test_message_file_is_read_and_capped_to_its_last_4_kib(tmp_path: Path) -> None:
-    r = _exited(tmp_path, 0)
-    _write_message(tmp_path, r, b"x" * 10 + b"y" * MAX_MESSAGE_BYTES)
-    assert termination_message(tmp_path / "pods", _container(), r) == "y" * MAX_MESSAGE_BYTES
-
-
-@pytest.mark.parametrize(
-    ("policy", "code", "file_data", "expected"),
-    [
-        ("File", 1, None, ""),
-        ("File", 1, b"", ""),
-        ("FallbackToLogsOnError", 1, b"", "line 19\nline 20\n"),  # tail of the log
-        ("FallbackToLogsOnError", 1, None, "line 19\nline 20\n"),
-        ("FallbackToLogsOnError", 1, b"from file", "from file"),  # the file wins when it says something
-        ("FallbackToLogsOnError", 0, b"", ""),  # success: no fallback
-    ],
-)
-def test_fallback_to_logs_on_error(tmp_path: Path, policy: str, code: int, file_data: bytes | None,
-                                   expected: str) -> None:
-    r = _exited(tmp_path, code, [f"line {i}" for i in range(1, 21)])
-    if file_data is not None:
-        _write_message(tmp_path, r, file_data)
-    got = termination_message(tmp_path / "pods", _container(policy), r)
-    assert got.endswith(expected) and (expected or got == "")
-
-
-def test_log_fallback_is_capped_to_80_lines_and_2_kib(tmp_path: Path) -> None:
-    r = _exited(tmp_path, 1, [f"{i:03d}" + "z" * 40 for i in range(200)])
-    got = termination_message(tmp_path / "pods", _container("FallbackToLogsOnError"), r)
-    assert got.startswith("120") and len(got.encode()) == MAX_LOG_BYTES
-
-
-def test_message_path_mounted_by_a_volume_is_not_the_runtime_file(tmp_path: Path) -> None:
-    r = _exited(tmp_path, 1)
-    _write_message(tmp_path, r, b"hidden")
-    c = _container(path="/data/msg")
-    c.volume_mounts = [VolumeMount(name="v", mount_path="/data/msg")]
-    assert termination_message(tmp_path / "pods", c, r) == ""
