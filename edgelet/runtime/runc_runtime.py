@@ -322,7 +322,7 @@ class RuncRuntime:
         if exit_info is not None and bundle is not None and not oom and cid not in self._oom_checked:
             oom = self._record_oom_kills(cid, ann, bundle)
         alive = False
-        if bundle is not None and exit_info is None and (entry or {}).get("status") == "stopped":
+        if bundle is not None and exit_info is None and (entry is None or entry.get("status") == "stopped"):
             alive = conmon.is_alive(conmon.conmon_pid(bundle))
         return self._with_message(Observed(cid, dict(ann), entry, exit_info, started, oom, alive), bundle)
 

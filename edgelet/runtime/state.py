@@ -104,6 +104,10 @@ def judge_state(o: Observed) -> tuple[ContainerState, int | None, int | None, st
     if status == "stopped" and o.monitor_alive:
         # The process is gone but conmon has not written the exit file yet: not a lost exit, just early.
         return "running", None, None, "", None
+    if o.runc is None and o.monitor_alive:
+        # A bundle created after `runc list` began: conmon runs `runc create`, which has not written its
+        # state yet. Judged exited, it would show as a lost exit (255) until the next relist.
+        return "created", None, None, "", None
     # runc says stopped with no exit recorded, or a bundle runc no longer knows (e.g. /run cleared by a reboot).
     return "exited", None, UNKNOWN_EXIT_CODE, "ContainerStatusUnknown", o.exit.at if o.exit else None
 

@@ -100,6 +100,8 @@ def _runc(cid: str, status: str, pid: int = 0, created: str = "2024-01-02T03:04:
     (Observed("c", {}, _runc("c", "stopped"), None), ("exited", None, 255, "ContainerStatusUnknown", None)),
     # A bundle runc does not know (after a reboot).
     (Observed("c", {}, None, None), ("exited", None, 255, "ContainerStatusUnknown", None)),
+    # A bundle created after `runc list` began: conmon runs `runc create`, no state yet.
+    (Observed("c", {}, None, None, monitor_alive=True), ("created", None, None, "", None)),
     (Observed("c", {}, None, ExitInfo(0, 53.0)), ("exited", None, 0, "Completed", 53.0)),
     (Observed("c", {}, _runc("c", "stopped"), ExitInfo(None, 54.0)),
      ("exited", None, 255, "ContainerStatusUnknown", 54.0)),
@@ -384,7 +386,7 @@ def test_the_grace_period_kept_on_the_container_is_read_back() -> None:
 
 @pytest.mark.parametrize(("runc", "exit", "expected"), [
     (_runc("c1", "stopped"), ExitInfo(1, 50.0), "bye"),
-    (None, None, "bye"),  # exited with an unknown status: it ran, and may have written one
+    (None, None, "bye"),  # exited with an unknown status (conmon gone): it ran, and may have written one
     (_runc("c1", "running", 7), None, ""),  # only an exited container has a message
     (_runc("c1", "created", 7), None, ""),
     (_runc("c1", "stopped"), None, ""),  # conmon still writing the exit file: still running
@@ -393,5 +395,6 @@ def test_the_record_carries_the_observed_termination_message_once_exited(runc: d
                                                                          expected: str) -> None:
     from edgelet.runtime.state import build_record
 
-    o = Observed("c1", _ann(), runc, exit, monitor_alive=True, termination_message="bye")
+    # conmon alive only beside runc state: without it, a live conmon means a container still being created.
+    o = Observed("c1", _ann(), runc, exit, monitor_alive=runc is not None, termination_message="bye")
     assert build_record(o).termination_message == expected  # type: ignore[union-attr]
