@@ -437,14 +437,16 @@ class RuncRuntime:
     async def pod_status(self, uid: str) -> PodRuntimeStatus:
         # Every sandbox and container of a pod has its bundle under the pod's dir: without
         # that dir there is nothing to ask runc about (a new pod's first sync skips `runc list`).
-        known = any(uid in bundle.parts for bundle in self._bundles.values())  # seen by an earlier relist
+        # A copy: observation threads add to the map while this runs on the loop (list() copies under the GIL).
+        known = any(uid in bundle.parts for bundle in list(self._bundles.values()))  # seen by an earlier relist
         if not known and not await asyncio.to_thread(self.paths.pod_dir(uid).is_dir):
             return PodRuntimeStatus(uid=uid)
         return self._mark_networks(build_pod_statuses(await self._observe(uid))).get(uid, PodRuntimeStatus(uid=uid))
 
     async def _bundle_of(self, cid: str) -> Path | None:
-        if cid in self._bundles and self._bundles[cid].exists():
-            return self._bundles[cid]
+        known = self._bundles.get(cid)
+        if known is not None and known.exists():
+            return known
         await self._observe()
         return self._bundles.get(cid)
 
