@@ -403,10 +403,13 @@ class RuncRuntime:
                 self._bundles[cid] = b
                 observed.append(self._observe_bundle(cid, ann, None, b))
         if uid is None:
-            # A container gone without remove_container (its bundle removed by hand) takes its message along.
+            # A container gone without remove_container (its bundle removed by hand) takes its message and its
+            # OOM check along: over a year of restarts, what is kept per container id must not only grow.
             seen = {o.id for o in observed}
             for cid in [c for c in list(self._messages) if c not in seen]:
                 self._messages.pop(cid, None)
+            for cid in [c for c in list(self._oom_checked) if c not in seen]:
+                self._oom_checked.discard(cid)
         return observed
 
     async def _observe(self, uid: str | None = None) -> list[Observed]:
@@ -926,6 +929,7 @@ class RuncRuntime:
             # the log with the container). A sandbox's log is shared by its successors and stays.
             await asyncio.to_thread(remove_logs, log_path)
         self._released.discard(container_id)
+        self._oom_checked.discard(container_id)
         self._bundles.pop(container_id, None)
         self._messages.pop(container_id, None)
 
