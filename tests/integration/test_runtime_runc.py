@@ -313,3 +313,46 @@ def test_overlay_is_probed_by_a_trial_mount_that_leaves_nothing_behind() -> None
     assert probe_overlay() is None  # overlayfs works on the test machines
     assert Path("/proc/self/mountinfo").read_text().count("edgelet-overlay-probe-") == before
     assert not [p for p in glob.glob(os.path.join(tempfile.gettempdir(), "edgelet-overlay-probe-*"))]
+
+
+@aio
+async def test_a_starts_bundle_files_reach_storage_after_it_and_a_torn_bundle_is_not_reused(
+        rt: RuncRuntime, busybox, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The files a start writes are fsynced once it is done, off its path; a bundle a power cut left without
+    its id (those files never reached storage) is cleared before its instance is created again, so the new
+    container does not get the old one's writable layer."""
+    from edgelet.runtime import runc_runtime
+
+    synced: list[Path] = []
+    real = runc_runtime.sync_files
+
+    def record(paths):
+        synced.extend(paths)
+        real(paths)
+
+    monkeypatch.setattr(runc_runtime, "sync_files", record)
+    pod = _pod("durable", [_c("app", "sh", "-c", "test ! -e /left-by-the-old-one")])
+    uid = pod.metadata.uid
+    sandbox, cid = await _run(rt, pod, busybox, pod.spec.containers[0])
+    await asyncio.gather(*rt._syncs)
+    layout = rt.layout(uid)
+    sandbox_dir, app = layout.sandbox_dir, layout.container_dir("app", 0)
+    assert {p.relative_to(layout.dir) for p in synced} == {
+        Path(n) for n in ("etc-hosts", "resolv.conf", "hostname")} | {
+        (d / f).relative_to(layout.dir) for d in (sandbox_dir, app) for f in ("id", "config.json", "started")}
+    c = await _wait_exited(rt, uid, "app")
+    assert c.exit_code == 0
+    # A power cut right after attempt 1 was created: its id and config never reached storage, its layer did.
+    torn = layout.container_dir("app", 1)
+    (torn / "upper").mkdir(parents=True)
+    (torn / "upper" / "left-by-the-old-one").write_text("old")
+    (torn / "id").write_text("")
+    await _run(rt, pod, busybox, pod.spec.containers[0], attempt=1, sandbox=sandbox)
+    for _ in range(100):
+        c = (await rt.pod_status(uid)).latest("app")
+        if c is not None and c.attempt == 1 and c.state == "exited":
+            break
+        await asyncio.sleep(0.05)
+    assert (c.attempt, c.state, c.exit_code) == (1, "exited", 0), Path(c.log_path).read_text()
+    await rt.remove_pod(uid)
+    _assert_pod_gone(rt, uid)
