@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
@@ -58,14 +58,11 @@ def ensure_dir(path: Path, mode: int = PRIVATE_DIR, *, tighten_from: Path | None
             os.chmod(d, st.st_mode & mode & 0o7777)
 
 
-def write_atomic(path: Path, data: bytes, mode: int = PRIVATE_FILE, *, sync_dir: bool = True,
-                 sync: bool = True) -> None:
+def write_atomic(path: Path, data: bytes, mode: int = PRIVATE_FILE, *, sync_dir: bool = True) -> None:
     """Replace `path` with `data` so that a power cut leaves either the old or the new file, never a mix.
 
     `sync_dir` False skips the directory's fsync, for files a crash may lose whole because the state is
-    rebuilt without them. `sync` False skips the file's fsync too, for the caller to `sync_files` later, off
-    a latency-critical path (bundle files on the container start path): readers still never see half a
-    file, but a power cut before that sync may leave it empty.
+    rebuilt without them (bundle files on the container start path, where each fsync costs flash time).
     """
     ensure_dir(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
@@ -73,8 +70,7 @@ def write_atomic(path: Path, data: bytes, mode: int = PRIVATE_FILE, *, sync_dir:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
-            if sync:
-                os.fsync(f.fileno())
+            os.fsync(f.fileno())
         os.chmod(tmp, mode)
         crash_point("checkpoint.write")
         os.replace(tmp, path)
@@ -84,26 +80,13 @@ def write_atomic(path: Path, data: bytes, mode: int = PRIVATE_FILE, *, sync_dir:
         except FileNotFoundError:
             pass
         raise
-    if not sync or not sync_dir:
+    if not sync_dir:
         return
     dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
-
-
-def sync_files(paths: Iterable[Path]) -> None:
-    """fsync files written with `write_atomic(..., sync=False)`; one removed meanwhile needs nothing."""
-    for path in paths:
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-        except FileNotFoundError:
-            continue
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 def remove_temp_files(directories: "list[Path]") -> int:

@@ -349,15 +349,12 @@ def quantity_bytes(q: str | int | float) -> int:
 # ---------------------------------------------------------------- side effects
 
 
-def write_file(path: Path, content: str, mode: int = 0o600, *, unsynced: list[Path] | None = None) -> None:
+def write_file(path: Path, content: str, mode: int = 0o600) -> None:
     """Write via a temp file, fsync and rename, so a reader (or a running container) never sees half a file,
-    nor a power cut an empty one. With `unsynced`, the fsync is left to the caller, who gets the path
-    appended there (`state.sync_files` once the container runs, off the start path)."""
+    nor a power cut an empty one."""
     from edgelet.state import write_atomic
 
-    write_atomic(path, content.encode(), mode, sync_dir=False, sync=unsynced is None)
-    if unsynced is not None:
-        unsynced.append(path)
+    write_atomic(path, content.encode(), mode, sync_dir=False)
 
 
 def _kind_of(path: Path) -> str:

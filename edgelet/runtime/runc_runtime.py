@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import json
 import os
 import secrets
@@ -92,7 +91,7 @@ from edgelet.runtime.layout import (
     KIND_SANDBOX,
     RuntimePaths,
 )
-from edgelet.state import ensure_dir, sync_files
+from edgelet.state import ensure_dir
 from edgelet.util.clock import Clock, RealClock
 from edgelet.util.log import get_logger
 
@@ -216,7 +215,6 @@ class RuncRuntime:
         # container's files no longer change; an entry goes with its container (remove_container, or a relist
         # that misses it).
         self._messages: dict[str, str] = {}
-        self._syncs: set[asyncio.Task[None]] = set()  # fsyncs of bundle files, off the start path
         # Sandboxes whose network failed a CNI CHECK: reported not ready, so their pod gets a new one.
         self._network_broken: set[str] = set()
         # The exit dir must exist before anything watches it (PLEG's inotify).
@@ -312,22 +310,6 @@ class RuncRuntime:
             ensure_dir(d, tighten_from=d)
         for d in (self.paths.runc_root, self.paths.exit_dir, self.paths.socket_dir, self.paths.pods_dir):
             ensure_dir(d, tighten_from=d)
-
-    def _sync_later(self, paths: list[Path]) -> None:
-        """fsync, off the start path, the bundle files a start wrote without it (each fsync is milliseconds of
-        flash time, a pod start wrote a dozen). Readers never saw half a file; a power cut in the moments
-        before this runs may lose the instance's record (its restart count, lastState), never a workload."""
-        if not paths:
-            return
-        task = asyncio.get_running_loop().create_task(self._sync_files(list(paths)))
-        self._syncs.add(task)  # a reference, so the task is not collected while it runs
-        task.add_done_callback(self._syncs.discard)
-
-    async def _sync_files(self, paths: list[Path]) -> None:
-        try:
-            await asyncio.to_thread(sync_files, paths)
-        except OSError as exc:
-            log.warning("Cannot flush bundle files to storage", path=str(paths[0].parent), err=str(exc))
 
     # ------------------------------------------------------------ observation
 
@@ -478,8 +460,7 @@ class RuncRuntime:
             self._pause = pause_spec(self.paths.root_dir, self.catatonit_bin, self.pause_image)
         return self._pause
 
-    def _write_pod_files(self, pod: "Pod", layout: bl.PodLayout, hostname: str, pod_ips: Sequence[str] = (), *,
-                         unsynced: list[Path] | None = None) -> None:
+    def _write_pod_files(self, pod: "Pod", layout: bl.PodLayout, hostname: str, pod_ips: Sequence[str] = ()) -> None:
         spec = pod.spec
         host_network = bool(spec is not None and spec.host_network)
         try:
@@ -502,9 +483,9 @@ class RuncRuntime:
                                     host_hosts=host_hosts,
                                     fqdn=bl.pod_fqdn(pod, hostname, self.cluster_domain))
         # Bind-mounted into the containers, whose users (any uid) read them.
-        bl.write_file(layout.hosts, hosts, 0o644, unsynced=unsynced)
-        bl.write_file(layout.resolv_conf, resolv, 0o644, unsynced=unsynced)
-        bl.write_file(layout.hostname, hostname + "\n", 0o644, unsynced=unsynced)
+        bl.write_file(layout.hosts, hosts, 0o644)
+        bl.write_file(layout.resolv_conf, resolv, 0o644)
+        bl.write_file(layout.hostname, hostname + "\n", 0o644)
 
     async def run_sandbox(self, pod: "Pod", attempt: int) -> SandboxRecord:
         uid = pod_uid(pod)
@@ -521,11 +502,9 @@ class RuncRuntime:
         created = self.clock.now()
         log_path = self.paths.pod_log_dir(meta(pod).namespace or "default", meta(pod).name or "", uid) / "sandbox.log"
         done = False
-        unsynced: list[Path] = []  # fsynced once the sandbox runs (`_sync_later`)
         try:
             pause = self._pause_spec()
-            await asyncio.to_thread(self._prepare_sandbox_dirs, pod, layout, hostname, bundle, sid, log_path,
-                                    unsynced)
+            await asyncio.to_thread(self._prepare_sandbox_dirs, pod, layout, hostname, bundle, sid, log_path)
             rootfs_dir = pause.rootfs
             if rootfs_dir is None:
                 assert pause.image is not None
@@ -534,8 +513,7 @@ class RuncRuntime:
             if not host_network:
                 attached = await self._attach_network(pod, sid)
                 if attached is not None and attached.ips:
-                    await asyncio.to_thread(functools.partial(self._write_pod_files, pod, layout, hostname,
-                                                              attached.ips, unsynced=unsynced))
+                    await asyncio.to_thread(self._write_pod_files, pod, layout, hostname, attached.ips)
             annotations = {
                 ANN_KIND: KIND_SANDBOX,
                 ANN_POD_UID: uid,
@@ -563,16 +541,14 @@ class RuncRuntime:
                 allowed_unsafe_sysctls=self.allowed_unsafe_sysctls,
             )
             config = ocispec.build_sandbox_spec(pod, ctx)
-            await asyncio.to_thread(functools.partial(bl.write_file, bundle / bl.CONFIG, json.dumps(config, indent=1),
-                                                      unsynced=unsynced))
+            await asyncio.to_thread(bl.write_file, bundle / bl.CONFIG, json.dumps(config, indent=1))
             await asyncio.to_thread(self._make_pod_cgroup, pod, uid)
             pid = await conmon.create(self._conmon_args(sid, f"k8s_POD_{meta(pod).name}_{meta(pod).namespace}_{uid}_{attempt}",
                                                         bundle, log_path), runner=self._exec)
             await asyncio.to_thread(self._move_monitor, bundle, uid, pod)
             crash_point("sandbox.create")
             await self.runc.start(sid)
-            await asyncio.to_thread(functools.partial(bl.write_file, bundle / bl.STARTED_FILE, repr(self.clock.now()),
-                                                      unsynced=unsynced))
+            await asyncio.to_thread(bl.write_file, bundle / bl.STARTED_FILE, repr(self.clock.now()))
             done = True
         except (RuntimeError_, OSError, SpecError, NetworkError) as exc:
             raise SandboxError(f"pod {_full(pod)}: cannot create the sandbox: {exc}") from exc
@@ -582,7 +558,6 @@ class RuncRuntime:
                 await asyncio.shield(self._undo(sid, bundle))
                 await asyncio.shield(self._detach_network(sid))
         self._bundles[sid] = bundle
-        self._sync_later(unsynced)
         log.info("Sandbox started", pod=_full(pod), sandbox=sid[:12], pid=pid)
         return SandboxRecord(
             id=sid, pod_uid=uid, pod_name=meta(pod).name or "", pod_namespace=meta(pod).namespace or "",
@@ -628,13 +603,13 @@ class RuncRuntime:
         return await self.network.cleanup(live)
 
     def _prepare_sandbox_dirs(self, pod: "Pod", layout: bl.PodLayout, hostname: str, bundle: Path, sid: str,
-                              log_path: Path, unsynced: list[Path]) -> None:
+                              log_path: Path) -> None:
         ensure_dir(layout.dir)
-        self._write_pod_files(pod, layout, hostname, unsynced=unsynced)
+        self._write_pod_files(pod, layout, hostname)
         # kubelet mounts volumes before it creates the sandbox.
         bl.prepare_volumes(bl.plan_volumes(pod, layout))
         ensure_dir(bundle)
-        bl.write_file(bundle / bl.ID_FILE, sid, unsynced=unsynced)
+        bl.write_file(bundle / bl.ID_FILE, sid)
         ensure_log_dir(self.paths.log_dir, log_path.parent)
 
     def _seccomp_host(self, pod: "Pod") -> ocispec.SeccompHost:
@@ -721,18 +696,13 @@ class RuncRuntime:
         old = await asyncio.to_thread(_bundle_id, bundle)
         if old:
             await self.remove_container(old)
-        elif await asyncio.to_thread(bundle.exists):
-            # One without an id (a power cut before its files reached storage) names no container to remove,
-            # but its writable layer must not become the new instance's.
-            await asyncio.to_thread(_remove_stale_bundle, bundle)
         cid = _new_id()
         log_path = self.paths.container_log_path(ns, pod_name, uid, container.name, attempt)
         link = self.paths.container_log_link(ns, pod_name, container.name, cid)
         done = False
-        unsynced: list[Path] = []  # fsynced once the container is created (`_sync_later`)
         try:
             mounts, rootfs_dir, passwd, groups, members = await asyncio.to_thread(
-                self._prepare_container_dirs, pod, container, image, layout, bundle, cid, log_path, link, unsynced
+                self._prepare_container_dirs, pod, container, image, layout, bundle, cid, log_path, link
             )
             annotations = {
                 ANN_KIND: KIND_CONTAINER,
@@ -772,8 +742,7 @@ class RuncRuntime:
             )
             config = ocispec.build_container_spec(pod, container, image.config, ctx)
             self._warn_apparmor(pod, container, ctx)
-            await asyncio.to_thread(functools.partial(bl.write_file, bundle / bl.CONFIG, json.dumps(config, indent=1),
-                                                      unsynced=unsynced))
+            await asyncio.to_thread(bl.write_file, bundle / bl.CONFIG, json.dumps(config, indent=1))
             await conmon.create(self._conmon_args(cid, f"k8s_{container.name}_{pod_name}_{ns}_{uid}_{attempt}",
                                                   bundle, log_path), runner=self._exec)
             await asyncio.to_thread(self._move_monitor, bundle, uid, pod)
@@ -791,16 +760,15 @@ class RuncRuntime:
                 # Whatever failed (or a cancellation), nothing half-made stays behind.
                 await asyncio.shield(self._undo(cid, bundle, link))
         self._bundles[cid] = bundle
-        self._sync_later(unsynced)
         log.info("Container created", pod=_full(pod), container=container.name, id=cid[:12], attempt=attempt)
         return cid
 
     def _prepare_container_dirs(
         self, pod: "Pod", container: "Container", image: "ImageRecord", layout: bl.PodLayout, bundle: Path,
-        cid: str, log_path: Path, link: Path, unsynced: list[Path],
+        cid: str, log_path: Path, link: Path,
     ) -> tuple[tuple[ocispec.Mount, ...], Path, dict[str, tuple[int, int]], dict[str, int], dict[str, tuple[str, ...]]]:
         ensure_dir(bundle)
-        bl.write_file(bundle / bl.ID_FILE, cid, unsynced=unsynced)
+        bl.write_file(bundle / bl.ID_FILE, cid)
         (bundle / bl.TERMINATION_LOG).touch(mode=0o666)
         plans = bl.plan_volumes(pod, layout)
         bl.prepare_volumes(plans)
@@ -824,10 +792,7 @@ class RuncRuntime:
         except RuntimeError_ as exc:
             raise StartContainerError(f"container {container_id[:12]}: {exc}") from exc
         if bundle is not None:
-            unsynced: list[Path] = []
-            await asyncio.to_thread(functools.partial(bl.write_file, bundle / bl.STARTED_FILE, repr(self.clock.now()),
-                                                      unsynced=unsynced))
-            self._sync_later(unsynced)
+            await asyncio.to_thread(bl.write_file, bundle / bl.STARTED_FILE, repr(self.clock.now()))
 
     async def stop_container(self, container_id: str, grace: float, signal: str = "SIGTERM") -> None:
         bundle = await self._bundle_of(container_id)
@@ -1153,11 +1118,6 @@ def _bundle_id(bundle: Path) -> str | None:
         return (bundle / bl.ID_FILE).read_text().strip() or None
     except FileNotFoundError:
         return None
-
-
-def _remove_stale_bundle(bundle: Path) -> None:
-    _unmount_bundle(bundle)
-    bl.remove_tree(bundle)
 
 
 def _unmount_bundle(bundle: Path) -> None:
