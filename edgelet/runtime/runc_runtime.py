@@ -696,6 +696,10 @@ class RuncRuntime:
         old = await asyncio.to_thread(_bundle_id, bundle)
         if old:
             await self.remove_container(old)
+        elif await asyncio.to_thread(bundle.exists):
+            # One without an id (a power cut before its directory entries reached storage) names no container
+            # to remove, but its writable layer must not become the new instance's.
+            await asyncio.to_thread(_remove_stale_bundle, bundle)
         cid = _new_id()
         log_path = self.paths.container_log_path(ns, pod_name, uid, container.name, attempt)
         link = self.paths.container_log_link(ns, pod_name, container.name, cid)
@@ -1118,6 +1122,11 @@ def _bundle_id(bundle: Path) -> str | None:
         return (bundle / bl.ID_FILE).read_text().strip() or None
     except FileNotFoundError:
         return None
+
+
+def _remove_stale_bundle(bundle: Path) -> None:
+    _unmount_bundle(bundle)
+    bl.remove_tree(bundle)
 
 
 def _unmount_bundle(bundle: Path) -> None:

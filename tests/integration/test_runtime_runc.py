@@ -313,3 +313,22 @@ def test_overlay_is_probed_by_a_trial_mount_that_leaves_nothing_behind() -> None
     assert probe_overlay() is None  # overlayfs works on the test machines
     assert Path("/proc/self/mountinfo").read_text().count("edgelet-overlay-probe-") == before
     assert not [p for p in glob.glob(os.path.join(tempfile.gettempdir(), "edgelet-overlay-probe-*"))]
+
+
+@aio
+async def test_a_bundle_left_without_its_id_is_cleared_before_its_instance_is_made_again(
+        rt: RuncRuntime, busybox) -> None:
+    """A power cut can leave an instance's bundle dir without its id file (only the files are fsynced, not the
+    directory entries): it names no container to remove, but the new container must not get its old
+    writable layer."""
+    pod = _pod("torn", [_c("app", "sh", "-c", "test ! -e /left-by-the-old-one")])
+    uid = pod.metadata.uid
+    sandbox = await rt.run_sandbox(pod, 0)
+    torn = rt.layout(uid).container_dir("app", 0)
+    (torn / "upper").mkdir(parents=True)
+    (torn / "upper" / "left-by-the-old-one").write_text("old")
+    await _run(rt, pod, busybox, pod.spec.containers[0], sandbox=sandbox)
+    c = await _wait_exited(rt, uid, "app")
+    assert (c.attempt, c.exit_code) == (0, 0), Path(c.log_path).read_text()
+    await rt.remove_pod(uid)
+    _assert_pod_gone(rt, uid)
