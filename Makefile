@@ -102,6 +102,7 @@ test-fast: $(VENV)/.installed
 
 bench: $(VENV)/.installed
 	$(PY) bench/start_latency.py
+	$(PY) bench/start_path.py
 	$(PY) bench/footprint.py
 	$(PY) bench/runonce.py
 	$(PY) bench/url_latency.py
