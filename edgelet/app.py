@@ -288,7 +288,7 @@ class Agent:
             log.warning("Cannot sweep stray exit files", err=str(exc))
             return
         if swept:
-            log.info("Removed exit files and sockets of containers that are gone", count=swept)
+            log.info("Removed the exit files, sockets and exec scratch of what is gone", count=swept)
 
     async def _check_networks(self) -> None:
         """Housekeeping of pod networks: CNI CHECK every running sandbox each `cni_check_period`; a pod whose

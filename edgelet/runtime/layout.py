@@ -51,6 +51,11 @@ class RuntimePaths:
         return self.run_dir / "exits"
 
     @property
+    def exec_dir(self) -> Path:
+        """Scratch of exec sessions: runc's pid files and process specs (which hold the container's env)."""
+        return self.run_dir / "exec"
+
+    @property
     def socket_dir(self) -> Path:
         return self.run_dir / "socks"
 

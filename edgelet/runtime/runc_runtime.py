@@ -215,6 +215,8 @@ class RuncRuntime:
         # container's files no longer change; an entry goes with its container (remove_container, or a relist
         # that misses it).
         self._messages: dict[str, str] = {}
+        # Names this agent's exec scratch files, so the start sweep tells an earlier agent's apart.
+        self._exec_prefix = secrets.token_hex(4)
         # Sandboxes whose network failed a CNI CHECK: reported not ready, so their pod gets a new one.
         self._network_broken: set[str] = set()
         # The exit dir must exist before anything watches it (PLEG's inotify).
@@ -823,9 +825,9 @@ class RuncRuntime:
         cancellation) the command itself is SIGKILLed through runc's pid file, as
         containerd's ExecSync does.
         """
-        exec_dir = self.paths.run_dir / "exec"
+        exec_dir = self.paths.exec_dir
         exec_dir.mkdir(parents=True, exist_ok=True)
-        pid_file = exec_dir / f"{container_id[:12]}-{secrets.token_hex(6)}.pid"
+        pid_file = exec_dir / f"{self._exec_prefix}-{container_id[:12]}-{secrets.token_hex(6)}.pid"
         cmd = self.runc.argv("exec", "--pid-file", str(pid_file), container_id, *argv)
         try:
             return await self._exec(cmd, timeout=timeout, check=False)
@@ -853,9 +855,9 @@ class RuncRuntime:
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise ExecSessionError(f"cannot read the process spec of container {container_id[:12]} in "
                                    f"{bundle}: {exc}") from exc
-        exec_dir = self.paths.run_dir / "exec"
+        exec_dir = self.paths.exec_dir
         exec_dir.mkdir(parents=True, exist_ok=True)
-        name = f"{container_id[:12]}-{secrets.token_hex(6)}"
+        name = f"{self._exec_prefix}-{container_id[:12]}-{secrets.token_hex(6)}"
         pid_file, process_file = exec_dir / f"{name}.pid", exec_dir / f"{name}.process.json"
         # 0600 from the start: the spec holds the container's environment.
         fd = os.open(process_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -995,7 +997,8 @@ class RuncRuntime:
 
     async def remove_stray_files(self) -> int:
         """At start: exit files and conmon sockets of containers that neither runc nor any bundle knows
-        (left by a kill in the middle of a removal by an older edgelet)."""
+        (left by a kill in the middle of a removal by an older edgelet), and the exec scratch of an agent
+        killed during an exec (its process spec holds the container's environment)."""
         observed = await self._observe()
         known = {o.id for o in observed}
 
@@ -1008,6 +1011,12 @@ class RuncRuntime:
                             continue
                         entry.unlink(missing_ok=True)
                         removed += 1
+            d = self.paths.exec_dir
+            for entry in (list(d.iterdir()) if d.is_dir() else []):
+                # This agent's own sessions (the API serves before this sweep) carry its prefix.
+                if not entry.name.startswith(f"{self._exec_prefix}-") and entry.is_file():
+                    entry.unlink(missing_ok=True)
+                    removed += 1
             return removed
 
         return await asyncio.to_thread(sweep)
