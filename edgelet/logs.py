@@ -204,10 +204,16 @@ def next_check_delay(size: int, rate: float, *, max_size: int, interval: float, 
     return min(max((max_size - size) / rate, min_delay), interval)
 
 
+def spare_path(current: Path) -> Path:
+    """`<n>.log.tmp`: the file conmon opens (and renames to `current`) when it reopens the log, made ahead
+    with its rotated name by the rotator (see runtime.logrotation)."""
+    return current.with_name(current.name + TMP_SUFFIX)
+
+
 def instance_files(current: Path) -> list[Path]:
     """Every file of one container instance, oldest first: its rotated files, then `current` when it
-    exists. The current file's own hard link under a rotated name (see runtime.logrotation) is left
-    out: it is the same bytes."""
+    exists. The current file's own hard link under a rotated name and the spare's (see
+    runtime.logrotation) are left out: the same bytes, and none yet."""
     m = _ATTEMPT_FILE.fullmatch(current.name)
     if m is None:
         return [current] if current.exists() else []  # not one of conmon's instance files: no rotation
@@ -220,13 +226,17 @@ def instance_files(current: Path) -> list[Path]:
         st = current.stat()
     except FileNotFoundError:
         st = None
+    try:
+        spare = spare_path(current).stat() if spare_path(current).name in names else None
+    except FileNotFoundError:
+        spare = None
     files = []
     for name in rotated_names(names, attempt):
         path = current.parent / name
         if name.endswith(GZ_SUFFIX):
             if name[:-len(GZ_SUFFIX)] in names:
                 continue  # an interrupted compression: the plain file is complete
-        elif st is not None and _same_file(path, st):
+        elif (st is not None and _same_file(path, st)) or (spare is not None and _same_file(path, spare)):
             continue
         files.append(path)
     if st is not None:

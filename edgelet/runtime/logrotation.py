@@ -17,8 +17,13 @@ of a file rotation already restarted and drop what it held. To keep that
 from losing lines, the current file of a live log always has a second name,
 a hard link under the rotated name it will get: conmon's cut then only
 removes one of two names, and the bytes stay as a rotated file. Rotating
-such a file is removing its current name. Readers skip the link
-(`logs.instance_files`).
+such a file is removing its current name. And because conmon's count runs
+on across a reopen, its cut can come right after one, before a check could
+name the new file: so the next file is made ahead. conmon reopens by opening
+`<n>.log.tmp` and renaming it over the path; the rotator keeps that file
+ready, empty and already under its rotated name (the newest), so the file
+conmon writes next has its second name from its first byte. Readers skip
+both links (`logs.instance_files`).
 """
 
 from __future__ import annotations
@@ -121,12 +126,14 @@ class LogRotator:
             if name.startswith(f"{attempt}.log.") and name.endswith(_COMPRESS_TMP):
                 (directory / name).unlink(missing_ok=True)  # a compression a crash interrupted
         rotated = logs.rotated_names(names, attempt)
+        spare = logs.spare_path(current)
+        spare_link = _link_of(directory, rotated, spare)
         try:
             st = current.stat()
         except FileNotFoundError:
             return self.min_delay  # between a rename and conmon's reopen: look again soon
         link = next((n for n in rotated if not n.endswith(logs.GZ_SUFFIX) and _same(directory / n, st)), None)
-        others = [n for n in rotated if n != link]
+        others = [n for n in rotated if n not in (link, spare_link)]
         fd = conmon.open_control(self._bundle(current))
         try:
             plan = logs.plan_rotation(st.st_size, others, max_size=self.max_size, max_files=self.max_files,
@@ -136,22 +143,55 @@ class LogRotator:
             for name in plan.compress:
                 self._compress(directory / name)
             if fd is None:
+                # No conmon, no reopen: nothing will take the spare.
+                for path in (spare, directory / spare_link if spare_link else None):
+                    if path is not None:
+                        path.unlink(missing_ok=True)
                 return self.interval
             if plan.rotate:
                 if link is None:
-                    os.rename(current, directory / logs.rotated_name(attempt, names, self.clock.now()))
+                    rotated_to = logs.rotated_name(attempt, names, self.clock.now())
+                    os.rename(current, directory / rotated_to)
+                    names.append(rotated_to)
                 else:
                     current.unlink()  # its bytes stay under the link's name
+                self._ensure_spare(spare, spare_link, attempt, names)  # what conmon opens next
                 conmon.request_log_reopen(fd)
                 self.rotations += 1
                 self._seen.pop(current, None)
-                return self.min_delay  # soon: the new file needs its link
+                return self.min_delay  # soon: a reopen that found no spare leaves a file without its link
             if link is None:
-                os.link(current, directory / logs.rotated_name(attempt, names, self.clock.now()))
+                linked_to = logs.rotated_name(attempt, names, self.clock.now())
+                os.link(current, directory / linked_to)
+                names.append(linked_to)
+            self._ensure_spare(spare, spare_link, attempt, names)  # for conmon's cut, which may come any time
         finally:
             if fd is not None:
                 os.close(fd)
         return self._delay(current, st.st_size)
+
+    def _ensure_spare(self, spare: Path, spare_link: str | None, attempt: int, names: list[str]) -> None:
+        """Make `<n>.log.tmp`, empty, under the newest rotated name, unless it is there: conmon's next
+        reopen (ours or its cut) then writes a file that already has its second name."""
+        directory = spare.parent
+        rotated = logs.rotated_names(names, attempt)  # oldest first
+        newest = rotated[-1] if rotated else None
+        if spare_link is not None and spare_link == newest and spare.exists():
+            return
+        if not spare.exists():
+            try:
+                os.close(os.open(spare, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o640))
+            except FileExistsError:
+                pass  # conmon made it for a reopen of its own this very moment; it renames it next
+        # Named after every other file, or readers would put what conmon writes to it before older lines.
+        name = logs.rotated_name(attempt, names, self.clock.now())
+        try:
+            os.link(spare, directory / name)
+        except FileNotFoundError:
+            return  # conmon took it already (renamed it over the path): the next check names it
+        names.append(name)
+        if spare_link is not None:
+            (directory / spare_link).unlink(missing_ok=True)
 
     def _delay(self, current: Path, size: int) -> float:
         now = self.clock.monotonic()
@@ -180,6 +220,15 @@ class LogRotator:
             self.compressed_bytes += src.tell()
         os.rename(tmp, target)
         path.unlink(missing_ok=True)
+
+
+def _link_of(directory: Path, rotated: list[str], spare: Path) -> str | None:
+    """The rotated name the spare has, if it exists and has one."""
+    try:
+        st = spare.stat()
+    except FileNotFoundError:
+        return None
+    return next((n for n in rotated if not n.endswith(logs.GZ_SUFFIX) and _same(directory / n, st)), None)
 
 
 def _same(path: Path, st: os.stat_result) -> bool:

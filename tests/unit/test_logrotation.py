@@ -228,9 +228,12 @@ def test_rotator_links_renames_reopens_compresses_and_prunes(setup):
     w = _Conmon(current)
     w.write(2)
     rotator.check_all()
-    # A live log gets its second name at once, so conmon's own cut cannot lose it.
-    (link,) = [n for n in _names(current.parent) if n != "0.log"]
+    # A live log gets its second name at once, so conmon's own cut cannot lose it; and the file conmon
+    # opens at its next reopen is there already, empty, under the newest rotated name.
+    spare = current.with_name("0.log.tmp")
+    (link, spare_link) = [n for n in _names(current.parent) if n not in ("0.log", "0.log.tmp")]
     assert os.stat(current.parent / link).st_ino == os.stat(current).st_ino
+    assert os.stat(current.parent / spare_link).st_ino == os.stat(spare).st_ino and spare.stat().st_size == 0
     for round_ in range(4):
         w.write(30)  # > max_size
         clock.advance(1)
@@ -238,11 +241,13 @@ def test_rotator_links_renames_reopens_compresses_and_prunes(setup):
         assert os.read(reader, 100) == conmon.REOPEN_LOG_MESSAGE
         assert not current.exists()  # renamed away: conmon makes the new one
         w.reopen()
+        assert current.stat().st_nlink == 2  # named twice from its first byte, before any check
         w.write(1)
         clock.advance(1)
-        rotator.check_all()  # links the new current file
+        rotator.check_all()  # makes the next spare
+        assert spare.exists()
     names = _names(current.parent)
-    rotated = [n for n in names if n != "0.log"]
+    rotated = [n for n in names if n not in ("0.log", "0.log.tmp") and n != _name_of(spare)]
     # At most 3 files of the instance besides the current file's own link; the older rotated ones gzipped.
     assert len(logs.instance_files(current)) == 3
     assert sum(n.endswith(".gz") for n in rotated) == 1
@@ -252,6 +257,48 @@ def test_rotator_links_renames_reopens_compresses_and_prunes(setup):
     cursor.close()
     w.f.close()
     assert data.endswith(shown(w.n - 32, w.n)) and data == shown(w.n - data.count(b"\n"), w.n)
+
+
+def _name_of(spare: Path) -> str:
+    """The rotated name the spare is linked under."""
+    st = spare.stat()
+    return next(n for n in _names(spare.parent) if n != spare.name and os.stat(spare.parent / n).st_ino == st.st_ino)
+
+
+def test_conmons_cut_right_after_a_rotation_loses_nothing(setup):
+    """conmon's count of bytes runs on across our reopen, so its own cut can follow it before any check:
+    the file it then cuts away was the spare, which had its rotated name already (without it, the lines
+    written between the two reopens were lost: seen as ten missing lines in the e2e follow test)."""
+    rotator, current, reader, clock = setup
+    w = _Conmon(current)
+    w.write(30)
+    rotator.check_all()  # links it and makes the spare
+    clock.advance(1)
+    rotator.check_all()  # rotates: asks conmon to reopen
+    assert os.read(reader, 100) == conmon.REOPEN_LOG_MESSAGE
+    w.reopen()   # our reopen: conmon takes the spare
+    w.write(2)
+    w.reopen()   # its own cut, at once
+    w.write(1)
+    data, cursor = logs.open_log(current)
+    cursor.close()
+    w.f.close()
+    assert data.endswith(shown(30, 33))
+
+
+def test_an_exited_instance_keeps_no_spare(setup):
+    rotator, current, reader, _ = setup
+    w = _Conmon(current)
+    w.write(2)
+    rotator.check_all()
+    assert current.with_name("0.log.tmp").exists()
+    (rotator._bundle(current) / conmon.CONTROL_FIFO).unlink()  # conmon gone: no reopen will take it
+    rotator.check_all()
+    w.f.close()
+    assert len(_names(current.parent)) == 2  # the log and its link
+    data, cursor = logs.open_log(current)
+    cursor.close()
+    assert data == shown(0, 2)
 
 
 def test_rotator_leaves_a_log_without_a_live_conmon(setup):
