@@ -47,7 +47,8 @@ def test_the_checks_see_each_kind_of_leftover(agent, network, busybox_archive):
     (p.root_dir / "cni" / f"{stray}.json").write_text("{}")
     (p.run_dir / "netns").mkdir(exist_ok=True)
     (p.run_dir / "netns" / stray).touch()
-    found = "\n".join(campaign.check_invariants())
+    # One look, as the agent cleans some of them up (a pod dir is an orphan to it) while a confirming one waits.
+    found = "\n".join(campaign.check_invariants(confirm=False))
     for what in ("exits/ffffffffffff", "pod dir 0", f"cni cache {stray[:24]}", f"netns {stray[:12]}"):
         assert what in found, (what, found)
     for f in (p.run_dir / "exits" / stray, p.root_dir / "cni" / f"{stray}.json", p.run_dir / "netns" / stray):
