@@ -226,17 +226,14 @@ def instance_files(current: Path) -> list[Path]:
         st = current.stat()
     except FileNotFoundError:
         st = None
-    try:
-        spare = spare_path(current).stat() if spare_path(current).name in names else None
-    except FileNotFoundError:
-        spare = None
+    spare = stat_or_none(spare_path(current)) if spare_path(current).name in names else None
     files = []
     for name in rotated_names(names, attempt):
         path = current.parent / name
         if name.endswith(GZ_SUFFIX):
             if name[:-len(GZ_SUFFIX)] in names:
                 continue  # an interrupted compression: the plain file is complete
-        elif (st is not None and _same_file(path, st)) or (spare is not None and _same_file(path, spare)):
+        elif (st is not None and same_file(path, st)) or (spare is not None and same_file(path, spare)):
             continue
         files.append(path)
     if st is not None:
@@ -244,12 +241,24 @@ def instance_files(current: Path) -> list[Path]:
     return files
 
 
-def _same_file(path: Path, st: os.stat_result) -> bool:
+def same_file(path: Path, st: os.stat_result) -> bool:
+    other = stat_or_none(path)
+    return other is not None and (other.st_dev, other.st_ino) == (st.st_dev, st.st_ino)
+
+
+def stat_or_none(path: Path) -> os.stat_result | None:
     try:
-        other = path.stat()
+        return path.stat()
     except FileNotFoundError:
-        return False
-    return (other.st_dev, other.st_ino) == (st.st_dev, st.st_ino)
+        return None
+
+
+def link_name(directory: Path, rotated: Iterable[str], st: os.stat_result | None) -> str | None:
+    """The plain rotated name in `directory` that is a second name of the file `st` describes (the current
+    file's link, the spare's), None without one."""
+    if st is None:
+        return None
+    return next((n for n in rotated if not n.endswith(GZ_SUFFIX) and same_file(directory / n, st)), None)
 
 
 def read_file_bytes(path: Path) -> bytes:
@@ -342,7 +351,7 @@ class LogCursor:
         if self._f is not None:
             mine = os.fstat(self._f.fileno())
             for i, f in enumerate(files[:-1]):
-                if not f.name.endswith(GZ_SUFFIX) and _same_file(f, mine):
+                if not f.name.endswith(GZ_SUFFIX) and same_file(f, mine):
                     return files[i + 1:]
         return files[-1:]
 
@@ -356,7 +365,7 @@ class LogCursor:
                 return None
             successors = self._successors()
             # Listed after opening: when no rotation came in between, the list ends with our open file.
-            if successors and _same_file(successors[-1], os.fstat(f.fileno())):
+            if successors and same_file(successors[-1], os.fstat(f.fileno())):
                 return f, successors[:-1]
             f.close()
         return None

@@ -127,12 +127,11 @@ class LogRotator:
                 (directory / name).unlink(missing_ok=True)  # a compression a crash interrupted
         rotated = logs.rotated_names(names, attempt)
         spare = logs.spare_path(current)
-        spare_link = _link_of(directory, rotated, spare)
-        try:
-            st = current.stat()
-        except FileNotFoundError:
+        spare_link = logs.link_name(directory, rotated, logs.stat_or_none(spare))
+        st = logs.stat_or_none(current)
+        if st is None:
             return self.min_delay  # between a rename and conmon's reopen: look again soon
-        link = next((n for n in rotated if not n.endswith(logs.GZ_SUFFIX) and _same(directory / n, st)), None)
+        link = logs.link_name(directory, rotated, st)
         others = [n for n in rotated if n not in (link, spare_link)]
         fd = conmon.open_control(self._bundle(current))
         try:
@@ -144,9 +143,9 @@ class LogRotator:
                 self._compress(directory / name)
             if fd is None:
                 # No conmon, no reopen: nothing will take the spare.
-                for path in (spare, directory / spare_link if spare_link else None):
-                    if path is not None:
-                        path.unlink(missing_ok=True)
+                spare.unlink(missing_ok=True)
+                if spare_link is not None:
+                    (directory / spare_link).unlink(missing_ok=True)
                 return self.interval
             if plan.rotate:
                 if link is None:
@@ -220,23 +219,6 @@ class LogRotator:
             self.compressed_bytes += src.tell()
         os.rename(tmp, target)
         path.unlink(missing_ok=True)
-
-
-def _link_of(directory: Path, rotated: list[str], spare: Path) -> str | None:
-    """The rotated name the spare has, if it exists and has one."""
-    try:
-        st = spare.stat()
-    except FileNotFoundError:
-        return None
-    return next((n for n in rotated if not n.endswith(logs.GZ_SUFFIX) and _same(directory / n, st)), None)
-
-
-def _same(path: Path, st: os.stat_result) -> bool:
-    try:
-        other = path.stat()
-    except FileNotFoundError:
-        return False
-    return (other.st_dev, other.st_ino) == (st.st_dev, st.st_ino)
 
 
 def _subdirs(path: Path) -> list[Path]:
