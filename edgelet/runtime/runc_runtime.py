@@ -928,8 +928,8 @@ class RuncRuntime:
             # A sandbox that died without stop_sandbox (a kill between its death and the DEL, a pause process
             # killed from outside) still holds its network: its bundle is the last thing that remembers it.
             await self._detach_network(container_id)
-        log_path = await asyncio.to_thread(_container_log_path, bundle)
-        await asyncio.to_thread(self._remove_files, container_id, bundle)
+        log_path = _container_log_path(ann)
+        await asyncio.to_thread(self._remove_files, container_id, bundle, ann)
         if log_path is not None:
             # Container GC: a removed instance's log goes with it, rotated files too (kubelet removes
             # the log with the container). A sandbox's log is shared by its successors and stays.
@@ -968,17 +968,16 @@ class RuncRuntime:
         if pid and conmon.is_alive(pid):
             conmon.kill_conmon(bundle)
 
-    def _remove_files(self, cid: str, bundle: Path | None) -> None:
+    def _remove_files(self, cid: str, bundle: Path | None, ann: Mapping[str, str] | None = None) -> None:
+        """`ann`: the bundle's annotations, when the caller has read them already."""
         # Exit file and socket first: a kill in between then leaves a bundle, which every relist finds and
         # the next sync removes, never an exit file nothing refers to.
         for path in (self.paths.exit_dir / cid, self.paths.socket_dir / cid):
             if os.path.lexists(path):
                 path.unlink()
         if bundle is not None and bundle.exists():
-            try:
-                ann = json.loads((bundle / bl.CONFIG).read_text()).get("annotations") or {}
-            except (OSError, ValueError):
-                ann = {}
+            if ann is None:
+                ann = _bundle_annotations(bundle)
             if ann.get(ANN_KIND) == KIND_CONTAINER:
                 link = self.paths.container_log_link(ann.get(ANN_POD_NAMESPACE, ""), ann.get(ANN_POD_NAME, ""),
                                                      ann.get(ANN_CONTAINER_NAME, ""), cid)
@@ -1105,9 +1104,8 @@ def _bundle_annotations(bundle: Path | None) -> dict[str, str]:
         return {}
 
 
-def _container_log_path(bundle: Path | None) -> Path | None:
-    """The log path a container's bundle names (None for a sandbox, or when unreadable)."""
-    ann = _bundle_annotations(bundle)
+def _container_log_path(ann: Mapping[str, str]) -> Path | None:
+    """The log path a container's bundle annotations name (None for a sandbox's)."""
     path = ann.get(ANN_LOG_PATH)
     return Path(path) if ann.get(ANN_KIND) == KIND_CONTAINER and path else None
 
