@@ -27,17 +27,6 @@ CRI_LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+(Z|[+-]\d\d:\d\d) (s
 # ---------------------------------------------------------------- fixtures
 
 
-@pytest.fixture(scope="module")
-def busybox(tmp_path_factory: pytest.TempPathFactory):
-    from edgelet.images.store import ImageStore
-    from edgelet.testing.images import build_busybox_image
-
-    base = tmp_path_factory.mktemp("images")
-    archive = build_busybox_image(base / "bb.tar", name="edgelet.local/busybox:1.36")
-    (record,) = ImageStore(base / "store").import_archive(archive)
-    return record
-
-
 def _pod(name: str, containers: list[Container], **spec) -> Pod:
     return Pod(
         api_version="v1", kind="Pod",

@@ -32,17 +32,6 @@ from edgelet.testing.ocischema import validate_runtime_config
 pytestmark = pytest.mark.privileged
 
 
-@pytest.fixture(scope="module")
-def busybox(tmp_path_factory: pytest.TempPathFactory):
-    from edgelet.images.store import ImageStore
-    from edgelet.testing.images import build_busybox_image
-
-    base = tmp_path_factory.mktemp("images")
-    archive = build_busybox_image(base / "bb.tar", name="edgelet.local/busybox:1.36")
-    (record,) = ImageStore(base / "store").import_archive(archive)
-    return record
-
-
 def aio(fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):

@@ -1,0 +1,17 @@
+"""Fixtures shared by the integration tests: the busybox image record the runtime tests run containers from."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def busybox(tmp_path_factory: pytest.TempPathFactory):
+    """`edgelet.local/busybox:1.36`, built locally and imported into a store of the module's own."""
+    from edgelet.images.store import ImageStore
+    from edgelet.testing.images import build_busybox_image
+
+    base = tmp_path_factory.mktemp("images")
+    archive = build_busybox_image(base / "bb.tar", name="edgelet.local/busybox:1.36")
+    (record,) = ImageStore(base / "store").import_archive(archive)
+    return record
