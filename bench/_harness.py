@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import shutil
@@ -115,6 +116,15 @@ spec:
     image: {IMAGE}
     command: ["sh", "-c", {command!r}]{mount}{vol}
 """
+
+
+def running_pods(b: Bench) -> int:
+    """Pods the agent's pods checkpoint shows Running (0 before it has written one)."""
+    try:
+        snap = json.loads((b.paths.root_dir / "state" / "pods.json").read_text())
+    except (OSError, ValueError):
+        return 0
+    return sum(1 for r in snap["pods"] if r["status"] == "Running")
 
 
 def percentile(values: list[float], p: float) -> float:

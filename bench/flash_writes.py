@@ -17,14 +17,13 @@ disk (not tmpfs), as /var/lib/edgelet is on a device.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import Bench, machine, pod_manifest  # noqa: E402
+from _harness import Bench, machine, pod_manifest, running_pods  # noqa: E402
 
 
 def io(pid: int) -> dict[str, int]:
@@ -51,14 +50,6 @@ def conmons(base: Path) -> list[int]:
         if argv and argv[0].endswith(b"conmon") and any(str(base).encode() in a for a in argv):
             found.append(int(entry.name))
     return found
-
-
-def running_pods(b: Bench) -> int:
-    try:
-        snap = json.loads((b.paths.root_dir / "state" / "pods.json").read_text())
-    except (OSError, ValueError):
-        return 0
-    return sum(1 for r in snap["pods"] if r["status"] == "Running")
 
 
 def changed_files(dirs: list[Path], since: float) -> list[tuple[str, int]]:

@@ -6,21 +6,13 @@ Run as root: `.venv/bin/python bench/footprint.py [--pods 20] [--idle 60]`.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import Bench, cpu_split, machine, pod_manifest  # noqa: E402
+from _harness import Bench, cpu_split, machine, pod_manifest, running_pods  # noqa: E402
 from _harness import memory_mb as memory  # noqa: E402
-
-def running_pods(b: Bench) -> int:
-    try:
-        snap = json.loads((b.paths.root_dir / "state" / "pods.json").read_text())
-    except (OSError, ValueError):
-        return 0
-    return sum(1 for r in snap["pods"] if r["status"] == "Running")
 
 
 def main() -> None:

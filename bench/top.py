@@ -8,22 +8,13 @@ Run as root: `.venv/bin/python bench/top.py [--pods 20] [--runs 15]`.
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import Bench, machine, percentile, pod_manifest  # noqa: E402
-
-
-def running_pods(b: Bench) -> int:
-    try:
-        snap = json.loads((b.paths.root_dir / "state" / "pods.json").read_text())
-    except (OSError, ValueError):
-        return 0
-    return sum(1 for r in snap["pods"] if r["status"] == "Running")
+from _harness import Bench, machine, percentile, pod_manifest, running_pods  # noqa: E402
 
 
 def timed(b: Bench, *args: str) -> tuple[float, str]:
