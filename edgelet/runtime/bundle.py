@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Iterable, Literal, Mapping, Sequence
 
+from edgelet.api.defaults import DEFAULT_TERMINATION_MESSAGE_PATH
 from edgelet.api.pod import meta
 from edgelet.api.pod import spec as pod_spec
 from edgelet.ocispec.build import Mount
@@ -43,7 +44,6 @@ EXIT_FILE = "exit"  # conmon's persist-dir exit code
 OOM_FILE = "oom"  # conmon's persist-dir OOM marker
 TERMINATION_LOG = "termination-log"
 
-DEFAULT_TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 HOST_RESOLV_CONF = Path("/etc/resolv.conf")
 HOST_HOSTS = Path("/etc/hosts")
 
@@ -529,10 +529,18 @@ def container_mounts(
     for dest, src in files:
         if dest not in taken:
             mounts.append(Mount(destination=dest, source=str(src), options=("rbind", "rprivate", "rw")))
-    tpath = container.termination_message_path or DEFAULT_TERMINATION_MESSAGE_PATH
-    if tpath.rstrip("/") not in taken:
+    tpath = termination_log_path(container)
+    if tpath is not None:
         mounts.append(Mount(destination=tpath, source=str(bundle / TERMINATION_LOG), options=("rbind", "rprivate", "rw")))
     return tuple(mounts)
+
+
+def termination_log_path(container: "Container") -> str | None:
+    """Where the bundle's termination-log file is mounted in the container: its terminationMessagePath,
+    None when a volume is mounted there (the volume wins; nothing is then read from the file)."""
+    tpath = container.termination_message_path or DEFAULT_TERMINATION_MESSAGE_PATH
+    taken = {vm.mount_path.rstrip("/") for vm in container.volume_mounts or []}
+    return None if tpath.rstrip("/") in taken else tpath
 
 
 def _pod_label(pod: "Pod") -> str:

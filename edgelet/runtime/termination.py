@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
 from edgelet.logs import read_log
-from edgelet.runtime.bundle import DEFAULT_TERMINATION_MESSAGE_PATH, TERMINATION_LOG
+from edgelet.runtime.bundle import TERMINATION_LOG, termination_log_path
 from edgelet.runtime.layout import ANN_TERMINATION_MESSAGE_FILE, ANN_TERMINATION_MESSAGE_POLICY
 from edgelet.util.log import get_logger
 
@@ -41,16 +41,11 @@ def termination_annotations(container: "Container") -> dict[str, str]:
     """What `create_container` records in the bundle for the read after the exit: the policy, and whether
     the runtime's own file is read (not when terminationMessagePath is empty, as kubelet; not when a volume
     is mounted there, since then the container never wrote to the bundle's file)."""
-    reads_file = bool(container.termination_message_path) and not _mounted_by_volume(container)
+    reads_file = bool(container.termination_message_path) and termination_log_path(container) is not None
     return {
         ANN_TERMINATION_MESSAGE_POLICY: container.termination_message_policy or DEFAULT_POLICY,
         ANN_TERMINATION_MESSAGE_FILE: "true" if reads_file else "false",
     }
-
-
-def _mounted_by_volume(container: "Container") -> bool:
-    tpath = (container.termination_message_path or DEFAULT_TERMINATION_MESSAGE_PATH).rstrip("/")
-    return any(vm.mount_path.rstrip("/") == tpath for vm in container.volume_mounts or [])
 
 
 def should_read_file(annotations: Mapping[str, str]) -> bool:
