@@ -448,7 +448,7 @@ class Campaign:
         runc = self._runc()
         uids = {rows[n]["uid"] for n in self.wanted if n in rows}
         ids = {c["id"] for c in runc}
-        sandboxes = {c["id"] for c in runc if (c.get("annotations") or {}).get("io.edgelet.kind") == "sandbox"}
+        sandboxes = _sandbox_ids(runc)
         # Exactly once, with the right containers.
         for name, w in self.wanted.items():
             row = rows.get(name)
@@ -476,7 +476,7 @@ class Campaign:
                 break
             later = self._runc()
             ids |= {c["id"] for c in later}
-            sandboxes |= {c["id"] for c in later if (c.get("annotations") or {}).get("io.edgelet.kind") == "sandbox"}
+            sandboxes |= _sandbox_ids(later)
             left = self.leftovers(uids, ids, sandboxes)
         return out + left
 
@@ -585,6 +585,10 @@ class Campaign:
         if len(leases) > len(netns):
             out.append(f"{len(leases)} host-local leases for {len(netns)} netns")
         return out
+
+
+def _sandbox_ids(runc: list[dict]) -> set[str]:
+    return {c["id"] for c in runc if (c.get("annotations") or {}).get("io.edgelet.kind") == "sandbox"}
 
 
 def _ls(path: Path) -> list[Path]:
