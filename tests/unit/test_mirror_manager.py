@@ -59,17 +59,21 @@ class NoPods:
         return []
 
 
+def _manager(api: "FakeApi", clock: "JumpyClock") -> MirrorManager:
+    """A manager renewing its lease every 10 s against `api`, everything else rare."""
+    api.clock = clock
+    client = KubeClient(ClientConfig(server="https://api"), version="t", transport=httpx.MockTransport(api.handle))
+    return MirrorManager(client, node="n1", server="https://api", facts=lambda: NodeFacts(name="n1"),
+                         publisher=NoPods(), events=EventRecorder(clock), clock=clock,  # type: ignore[arg-type]
+                         is_ready=lambda: (True, "ok"), lease_renew_interval=10.0, status_frequency=3600,
+                         report_frequency=3600, batch_interval=0.001)
+
+
 def test_lease_cadence_follows_the_monotonic_clock_through_a_wall_clock_jump():
     async def scenario() -> tuple[FakeApi, JumpyClock]:
         clock = JumpyClock(start=1_800_000_000.0)
         api = FakeApi()
-        api.clock = clock
-        client = KubeClient(ClientConfig(server="https://api"), version="t",
-                            transport=httpx.MockTransport(api.handle))
-        mgr = MirrorManager(client, node="n1", server="https://api", facts=lambda: NodeFacts(name="n1"),
-                            publisher=NoPods(), events=EventRecorder(clock), clock=clock,  # type: ignore[arg-type]
-                            is_ready=lambda: (True, "ok"), lease_renew_interval=10.0, status_frequency=3600,
-                            report_frequency=3600, batch_interval=0.001)
+        mgr = _manager(api, clock)
         task = asyncio.create_task(mgr.run())
         while len(api.renewals) < 5:
             await asyncio.sleep(0.001)
@@ -122,13 +126,7 @@ def test_a_lease_conflict_is_resolved_by_reading_it_again():
     async def scenario() -> ConflictingApi:
         clock = JumpyClock(start=1_800_000_000.0)
         api = ConflictingApi()
-        api.clock = clock
-        client = KubeClient(ClientConfig(server="https://api"), version="t",
-                            transport=httpx.MockTransport(api.handle))
-        mgr = MirrorManager(client, node="n1", server="https://api", facts=lambda: NodeFacts(name="n1"),
-                            publisher=NoPods(), events=EventRecorder(clock), clock=clock,  # type: ignore[arg-type]
-                            is_ready=lambda: (True, "ok"), lease_renew_interval=10.0, status_frequency=3600,
-                            report_frequency=3600, batch_interval=0.001)
+        mgr = _manager(api, clock)
         task = asyncio.create_task(mgr.run())
         while len(api.puts) < 3:
             await asyncio.sleep(0.001)
