@@ -25,6 +25,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _harness import Bench, machine, pod_manifest, running_pods  # noqa: E402
 
+from edgelet.testing.cleanup import conmon_processes  # noqa: E402
+
 
 def io(pid: int) -> dict[str, int]:
     out = {}
@@ -39,17 +41,7 @@ def io(pid: int) -> dict[str, int]:
 
 def conmons(base: Path) -> list[int]:
     """conmon processes of this bench's pods (their command lines name the bench's dirs)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if argv and argv[0].endswith(b"conmon") and any(str(base).encode() in a for a in argv):
-            found.append(int(entry.name))
-    return found
+    return [pid for pid, argv in conmon_processes() if any(str(base) in a for a in argv)]
 
 
 def changed_files(dirs: list[Path], since: float) -> list[tuple[str, int]]:

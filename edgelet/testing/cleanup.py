@@ -12,6 +12,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Iterator
 
 CGROUP_MOUNT = Path("/sys/fs/cgroup")
 
@@ -23,19 +24,30 @@ def runc_containers(runc_root: Path, runtime: str = "runc") -> list[str]:
     return [line.strip() for line in out.stdout.splitlines() if line.strip()]
 
 
+def processes() -> Iterator[tuple[int, list[str]]]:
+    """(pid, argv) of every process whose command line can still be read."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        yield int(entry.name), cmdline.decode(errors="replace").split("\0")
+
+
+def conmon_processes() -> list[tuple[int, list[str]]]:
+    """(pid, argv) of every conmon on the host; callers pick theirs by an argument naming their dirs."""
+    return [(pid, argv) for pid, argv in processes() if argv[0].endswith("conmon")]
+
+
 def kill_processes_mentioning(text: str) -> None:
     """SIGKILL every process whose command line contains `text` (a unique temp path)."""
     me = os.getpid()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == me:
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if text in cmdline:
+    for pid, argv in processes():
+        if pid != me and text in " ".join(argv):
             try:
-                os.kill(int(entry.name), signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
 

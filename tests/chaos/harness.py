@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 from edgelet.runtime.runc_runtime import MONITOR_CGROUP
+from edgelet.testing.cleanup import conmon_processes
 from edgelet.testing.images import build_busybox_image
 from edgelet.util.crashpoint import ENV as CRASH_ENV
 from tests.e2e.conftest import IMAGE, AgentProc
@@ -607,20 +608,9 @@ def _read(path: Path) -> str | None:
 
 
 def _conmons(runc_root: str) -> list[tuple[int, str]]:
-    out = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if not argv or not argv[0].endswith(b"conmon") or runc_root.encode() not in argv:
-            continue
-        args = [a.decode(errors="replace") for a in argv]
-        cid = args[args.index("-c") + 1] if "-c" in args else "?"
-        out.append((int(entry.name), cid))
-    return out
+    """(pid, container id) of the conmons running under `runc_root`."""
+    return [(pid, argv[argv.index("-c") + 1] if "-c" in argv[:-1] else "?")
+            for pid, argv in conmon_processes() if runc_root in argv]
 
 
 def _mounts_under(prefix: str) -> list[str]:

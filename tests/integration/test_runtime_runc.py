@@ -17,6 +17,7 @@ from edgelet.ocispec import build as ocispec
 from edgelet.runtime import conmon as conmon_mod
 from edgelet.container.errors import CreateContainerError, SandboxError, StartContainerError
 from edgelet.runtime.runc_runtime import RuncRuntime
+from edgelet.testing.cleanup import conmon_processes
 from edgelet.runtime.layout import RuntimePaths
 
 pytestmark = pytest.mark.privileged
@@ -64,17 +65,7 @@ async def _wait_exited(rt: RuncRuntime, uid: str, name: str, timeout: float = 10
 
 
 def _conmons_under(base: Path) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmd = (entry / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if cmd.startswith(b"conmon") or b"/conmon\0" in cmd:
-                if str(base).encode() in cmd and conmon_mod.is_alive(int(entry.name)):
-                    found.append(int(entry.name))
-    return found
+    return [pid for pid, argv in conmon_processes() if any(str(base) in a for a in argv) and conmon_mod.is_alive(pid)]
 
 
 def _assert_pod_gone(rt: RuncRuntime, uid: str) -> None:
