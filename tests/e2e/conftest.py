@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import random
+import secrets
 import shutil
 import signal
 import subprocess
@@ -153,3 +155,32 @@ def agent(runtime_paths: RuntimePaths, busybox_archive: Path):
         a._log.close()
     if os.environ.get("EDGELET_TEST_SHOW_LOG"):
         print(a.log())
+
+
+@pytest.fixture
+def network(tmp_path):
+    """A CNI network of the test's own: its bridge, its /24 and host-local dataDir, in a conf dir of its own
+    (never /etc/cni); on teardown the rules the plugins tagged with its name, and the bridge, go."""
+    bridge = f"edl{secrets.token_hex(4)}"[:15]
+    subnet = f"10.{random.randint(150, 250)}.{random.randint(0, 255)}"
+    conf_dir = tmp_path / "cni"
+    conf_dir.mkdir()
+    ipam = tmp_path / "ipam"
+    conflist = {
+        "cniVersion": "1.0.0", "name": f"test-{bridge}",
+        "plugins": [
+            {"type": "bridge", "bridge": bridge, "isGateway": True, "ipMasq": True, "hairpinMode": True,
+             "ipam": {"type": "host-local", "dataDir": str(ipam),
+                      "ranges": [[{"subnet": f"{subnet}.0/24", "gateway": f"{subnet}.1"}]]}},
+            {"type": "portmap", "capabilities": {"portMappings": True}, "snat": True},
+            {"type": "loopback"},
+        ],
+    }
+    (conf_dir / "10-test.conflist").write_text(json.dumps(conflist))
+    yield {"conf_dir": conf_dir, "bridge": bridge, "gateway": f"{subnet}.1", "ipam": ipam, "subnet": subnet}
+    import asyncio
+
+    from edgelet.network.iptables import remove_tagged
+
+    asyncio.run(remove_tagged(conflist["name"], key="name"))
+    subprocess.run(["ip", "link", "del", bridge], capture_output=True)

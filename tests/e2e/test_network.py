@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
-import secrets
 import shutil
 import signal
 import subprocess
@@ -27,34 +25,6 @@ pytestmark = [pytest.mark.privileged,
 
 def _sh(*argv: str) -> str:
     return subprocess.run(argv, capture_output=True, text=True, check=False).stdout
-
-
-@pytest.fixture
-def network(tmp_path):
-    bridge = f"edl{secrets.token_hex(4)}"[:15]
-    subnet = f"10.{random.randint(150, 250)}.{random.randint(0, 255)}"
-    conf_dir = tmp_path / "cni"
-    conf_dir.mkdir()
-    ipam = tmp_path / "ipam"
-    conflist = {
-        "cniVersion": "1.0.0", "name": f"test-{bridge}",
-        "plugins": [
-            {"type": "bridge", "bridge": bridge, "isGateway": True, "ipMasq": True, "hairpinMode": True,
-             "ipam": {"type": "host-local", "dataDir": str(ipam),
-                      "ranges": [[{"subnet": f"{subnet}.0/24", "gateway": f"{subnet}.1"}]]}},
-            {"type": "portmap", "capabilities": {"portMappings": True}, "snat": True},
-            {"type": "loopback"},
-        ],
-    }
-    (conf_dir / "10-test.conflist").write_text(json.dumps(conflist))
-    yield {"conf_dir": conf_dir, "bridge": bridge, "gateway": f"{subnet}.1", "ipam": ipam, "subnet": subnet}
-    # Whatever a failed test left: the rules the plugins tagged with this network's name, and the bridge.
-    import asyncio
-
-    from edgelet.network.iptables import remove_tagged
-
-    asyncio.run(remove_tagged(conflist["name"], key="name"))
-    _sh("ip", "link", "del", bridge)
 
 
 def _pod(name: str, command: str, ports: str = "") -> str:
