@@ -13,7 +13,7 @@ from edgelet.probes.machine import Result
 from edgelet.probes.probers import exec_probe, http_probe, target_for, tcp_probe
 from edgelet.runtime.runc_runtime import RuncRuntime
 from edgelet.runtime.layout import RuntimePaths
-from tests.integration.test_runtime_runc import _c, _pod, _run, busybox  # noqa: F401  (fixture)
+from tests.integration.test_runtime_runc import _c, _pod, _run
 
 pytestmark = pytest.mark.privileged
 

@@ -15,7 +15,7 @@ from edgelet.container.errors import CreateContainerError
 from edgelet.runtime.host import probe_host_facts
 from edgelet.runtime.runc_runtime import RuncRuntime
 from edgelet.runtime.subpath import SubPathError
-from tests.integration.test_runtime_runc import _assert_pod_gone, _c, _pod, _run, _wait_exited, aio, busybox  # noqa: F401
+from tests.integration.test_runtime_runc import _assert_pod_gone, _c, _pod, _run, _wait_exited, aio
 
 pytestmark = pytest.mark.privileged
 
