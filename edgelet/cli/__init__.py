@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, Sequence, TextIO
+from typing import Any, NoReturn, Sequence, TextIO
 
 from edgelet.util import openssl
 
@@ -21,8 +21,45 @@ openssl.defer()
 from edgelet.cli.common import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, PROG, is_expected_error  # noqa: E402
 from edgelet.settings import KEYS, Settings, SettingsError, format_duration, load_settings  # noqa: E402
 
-# Keys every subcommand accepts, so it works on a non-default installation.
-SUBCOMMAND_KEYS = ("root_dir", "run_dir", "log_dir")
+# Keys every subcommand accepts (with --config), so it works on a non-default installation: the directories
+# and the node name, which a static pod's name ends with.
+SUBCOMMAND_KEYS = ("root_dir", "run_dir", "log_dir", "hostname_override")
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse as kubelet's flag parser behaves: no abbreviated flags, and an unknown flag named as such.
+
+    Subparsers are of this class too (add_subparsers' default), so every subcommand refuses abbreviations.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)  # `--pod-manifes` is not `--pod-manifest-path`
+        super().__init__(*args, **kwargs)
+        self._argv: list[str] = []
+
+    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                         namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
+        self._argv = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
+    def error(self, message: str) -> NoReturn:
+        # `edgelet --bogus /x`: argparse sets the unknown flag aside and takes its value for the subcommand.
+        unknown = self.unknown_flag(self._argv) if "invalid choice" in message else None
+        super().error(f"unknown flag: {unknown}" if unknown is not None else message)
+
+    def unknown_flag(self, argv: Sequence[str]) -> str | None:
+        """The first flag of `argv` this parser does not know, looking no further than its subcommand."""
+        commands = {c for a in self._actions if isinstance(a, argparse._SubParsersAction) for c in a.choices}
+        known = self._option_string_actions
+        for arg in argv:
+            if arg == "--" or arg in commands:
+                return None
+            if not arg.startswith("-") or len(arg) < 2 or arg[1:].replace(".", "", 1).isdigit():
+                continue  # a positional or a value (a negative number too)
+            name = arg.split("=", 1)[0]
+            if name not in known and (arg.startswith("--") or arg[:2] not in known):  # -v2 is -v 2
+                return name
+        return None
 
 
 def _escape(help_text: str) -> str:
@@ -53,7 +90,7 @@ def _add_config(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog=PROG,
         description="A standalone kubelet for edge devices: runs static pods on runc and conmon.",
         epilog="Every flag can also be set in the config file (the key in snake_case, e.g. pod_manifest_path) "
@@ -79,7 +116,6 @@ def build_parser() -> argparse.ArgumentParser:
     events = sub.add_parser("events", parents=[common], help="list recent events (kubelet-style, since boot)")
     events.add_argument("--for", dest="for_pod", metavar="[NAMESPACE/]POD",
                         help="only the events of this pod (with or without the -NODE suffix of static pods)")
-    _add_setting(events, "hostname_override")
     events.add_argument("-o", "--output", choices=("table", "json"), default="table")
     logs = sub.add_parser("logs", parents=[common], help="print a container's log (kubectl logs)")
     logs.add_argument("pod", metavar="POD", help="pod name, with or without the -NODE suffix of static pods")

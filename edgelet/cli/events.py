@@ -35,6 +35,13 @@ def events_table(events: Sequence["Event"], now: float) -> str:
     return format_table(rows)
 
 
+def events_for(events: Sequence["Event"], pod: str, node_name: str) -> list["Event"]:
+    """The events of `pod` ([NAMESPACE/]NAME; a static pod's name with or without its -NODE suffix)."""
+    ns, _, name = pod.rpartition("/")
+    names = {name, f"{name}-{node_name}"}
+    return [e for e in events if e.object.name in names and (not ns or e.object.namespace == ns)]
+
+
 def cmd_events(settings: Settings, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     import msgspec
 
@@ -51,10 +58,10 @@ def cmd_events(settings: Settings, args: argparse.Namespace, out: TextIO, err: T
         return EXIT_FAILURE
     events = snapshot.events
     if args.for_pod:
-        ns, _, name = args.for_pod.rpartition("/")
-        # A static pod is named <name>-<node>: the short name the manifest gives works too, as in describe.
-        names = {name, f"{name}-{settings.node_name}"}
-        events = [e for e in events if e.object.name in names and (not ns or e.object.namespace == ns)]
+        from edgelet.cli.pods import agent_node_name
+
+        # The agent's node name, not this command's: `--for web` finds web-<node> as describe does.
+        events = events_for(events, args.for_pod, agent_node_name(settings))
     if not is_agent_alive(snapshot.agent_pid):
         print(f"edgelet is not running (pid {snapshot.agent_pid}); events as of {format_time(snapshot.written_at)}",
               file=err)

@@ -88,6 +88,24 @@ def read_pods_snapshot(settings: Settings, err: TextIO) -> "PodsSnapshot | None"
     return snapshot
 
 
+def agent_node_name(settings: Settings) -> str:
+    """The node name the agent runs as, which static pods' names end with: from the running agent, else from its
+    checkpoint, else this command's own (--hostname-override or the hostname). A CLI run without the agent's
+    --hostname-override thereby still finds a static pod by its short name, as `describe` does."""
+    import msgspec
+
+    from edgelet.status.snapshot import snapshot_path
+
+    class NodeOnly(msgspec.Struct):
+        node_name: str
+
+    try:
+        data = common.from_agent(settings, "/pods/table") or Path(snapshot_path(settings.root_dir)).read_bytes()
+        return msgspec.json.decode(data, type=NodeOnly).node_name or settings.node_name
+    except (OSError, CommandError, msgspec.DecodeError):
+        return settings.node_name
+
+
 def cmd_pods(settings: Settings, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from edgelet.cli import describe
 

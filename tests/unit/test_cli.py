@@ -123,6 +123,68 @@ def test_unknown_flag_is_usage_error(capsys: pytest.CaptureFixture[str]) -> None
     assert "unrecognized arguments" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv, flag", [
+    (["--no-such-flag", "/x"], "--no-such-flag"),  # its value once taken for a subcommand: invalid choice '/x'
+    (["--no-such=1", "/x"], "--no-such"),
+    (["-v2", "--bogus", "/x"], "--bogus"),
+    (["--pod-manifes", "/tmp"], "--pod-manifes"),  # a prefix of --pod-manifest-path: no abbreviations
+    (["images", "--bogus", "x"], "--bogus"),  # the same in a subcommand with subcommands of its own
+])
+def test_an_unknown_flag_before_a_value_is_named(agent_calls: list[Settings], argv: list[str], flag: str,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(argv) == 2 and agent_calls == []
+    err = capsys.readouterr().err
+    assert f"error: unknown flag: {flag}" in err and "invalid choice" not in err
+
+
+@pytest.mark.parametrize("argv", [
+    ["--pod-manifes=/tmp"], ["--root-di", "/x", "pods"], ["pods", "--namesp", "x"], ["logs", "--follo", "p"],
+    ["images", "pull", "--registrie", "r", "ref"], ["events", "--hostname-overr", "n"],
+])
+def test_abbreviated_flags_are_refused_everywhere(agent_calls: list[Settings], argv: list[str],
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(argv) == 2 and agent_calls == []
+    err = capsys.readouterr().err
+    assert "unrecognized arguments" in err or "unknown flag" in err
+
+
+def test_every_parser_refuses_abbreviations() -> None:
+    def walk(parser):  # type: ignore[no-untyped-def]
+        yield parser
+        for action in parser._actions:
+            if isinstance(action, cli.argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    yield from walk(sub)
+
+    parsers = list(walk(cli.build_parser()))
+    assert len(parsers) > 10 and all(p.allow_abbrev is False for p in parsers)
+
+
+def test_short_flag_clusters_and_negative_values_still_parse() -> None:
+    args = cli.build_parser().parse_args(["exec", "-it", "pod", "sh"])
+    assert args.stdin and args.tty
+    assert cli.build_parser().parse_args(["logs", "--tail", "-1", "pod"]).tail == -1
+
+
+# Every subcommand that reads the agent's state: the same --config, directory and node-name flags (issue 23).
+STATE_COMMANDS = [["version"], ["pods"], ["describe", "pod", "x"], ["events"], ["logs", "p"], ["node"], ["top"],
+                  ["exec", "p", "sh"], ["check"], ["images"], ["images", "list"], ["images", "import", "f"],
+                  ["images", "pull", "r"], ["images", "rm", "r"], ["images", "prune"]]
+
+
+@pytest.mark.parametrize("argv", STATE_COMMANDS, ids=lambda a: " ".join(a))
+def test_state_commands_share_the_common_flags(argv: list[str]) -> None:
+    common_flags = ["--config", "/c.toml", "--root-dir", "/r", "--run-dir", "/u", "--log-dir", "/l",
+                    "--hostname-override", "edge7"]
+    args = cli.build_parser().parse_args([*argv, *common_flags])
+    assert (args.config, args.root_dir, args.run_dir, args.log_dir, args.hostname_override) == \
+        ("/c.toml", "/r", "/u", "/l", "edge7")
+
+
+def test_state_commands_cover_every_subcommand() -> None:
+    assert {a[0] for a in STATE_COMMANDS} == set(cli.COMMANDS)
+
+
 def test_help_exits_zero(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())

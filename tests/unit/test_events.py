@@ -100,6 +100,38 @@ def test_events_for_a_static_pod_by_its_short_name(tmp_path: Path, capsys) -> No
     assert "Started container: app" in capsys.readouterr().out
 
 
+def test_events_for_a_short_name_take_the_node_from_the_agents_snapshot(tmp_path: Path, capsys) -> None:
+    """Without --hostname-override, `--for hostroot` still finds `hostroot-<node>`: the node name is the agent's
+    (its pods checkpoint), not this command's hostname (issue 23)."""
+    import msgspec
+
+    from edgelet.status.snapshot import PodsSnapshot, snapshot_path
+
+    rec = EventRecorder(FakeClock(), events_path(tmp_path))
+    rec.normal(pod_ref(Pod(metadata=ObjectMeta(name="hostroot-edge7", namespace="default", uid="u2"))), "Started",
+               "Started container: app")
+    rec.flush()
+    snapshot_path(tmp_path).parent.mkdir(parents=True)
+    snapshot_path(tmp_path).write_bytes(msgspec.json.encode(PodsSnapshot(written_at=0, agent_pid=0,
+                                                                         node_name="edge7")))
+    assert main(["events", "--run-dir", str(tmp_path), "--root-dir", str(tmp_path), "--config", "/dev/null",
+                 "--for", "hostroot"]) == 0
+    assert "Started container: app" in capsys.readouterr().out
+
+
+def test_events_for_filters_by_name_suffix_and_namespace() -> None:
+    from edgelet.cli.events import events_for
+
+    rec = EventRecorder(FakeClock())
+    for ns, name in (("default", "web-n1"), ("kube-system", "web-n1"), ("default", "web"), ("default", "webx-n1")):
+        rec.normal(pod_ref(Pod(metadata=ObjectMeta(name=name, namespace=ns, uid=ns + name))), "Started", name)
+    got = {(e.object.namespace, e.object.name) for e in events_for(rec.events(), "web", "n1")}
+    assert got == {("default", "web-n1"), ("kube-system", "web-n1"), ("default", "web")}
+    got = {(e.object.namespace, e.object.name) for e in events_for(rec.events(), "kube-system/web", "n1")}
+    assert got == {("kube-system", "web-n1")}
+    assert [e.object.name for e in events_for(rec.events(), "web", "other")] == ["web"]
+
+
 def test_a_closed_pipe_ends_the_command_quietly(tmp_path: Path) -> None:
     """`edgelet events | head -1`: the reader went away; exit 0, no `[Errno 32] Broken pipe` (issue 15)."""
     clock = FakeClock()
