@@ -171,7 +171,7 @@ class Agent:
                 publisher=self.publisher, events=self.events, paths=paths, clock=self.clock, metrics=self.metrics,
                 last_sync_iteration=lambda: self.loop.last_iteration, last_relist=lambda: self.pleg.last_relist,
                 node_state=self.mirror.snapshot if self.mirror is not None else None, stats=self.stats,
-                start_exec=self.runtime.start_exec,
+                start_exec=self.runtime.start_exec, node_conditions=self._node_conditions,
             ))
             if settings.node_api_enabled:
                 self.node_api = _NodeApiPlan(self, api)
@@ -334,20 +334,32 @@ class Agent:
         from edgelet import __version__
         from edgelet.cgroups.allocatable import total_reserved
         from edgelet.mirror.node import host_facts, parse_runc_version, with_reservations
+        from edgelet.eviction.thresholds import hard_reserved
 
         if self._base_facts is None:
             self._base_facts = host_facts(
                 self.settings.node_name, root_dir=self.paths.root_dir,
                 runtime_version=parse_runc_version(getattr(self, "_runtime_version", "")),
                 edgelet_version=__version__, node_ip=self.settings.node_ip or self.publisher.host_ip)
+            base = self._base_facts
             self._base_facts = with_reservations(
-                dataclasses.replace(self._base_facts, labels=self.settings.node_labels, taints=self._taints),
-                total_reserved(self.settings.system_reserved, self.settings.kube_reserved), self.settings.eviction_hard)
+                dataclasses.replace(base, labels=self.settings.node_labels, taints=self._taints),
+                total_reserved(self.settings.system_reserved, self.settings.kube_reserved),
+                hard_reserved(self.settings.eviction_hard, memory_bytes=base.memory_bytes,
+                              disk_bytes=base.ephemeral_bytes))
         images = tuple((tuple(r.references) + (r.id,), r.size) for r in self.images.list())
         pressure = self.eviction.conditions if self.eviction is not None else frozenset()
         port = self.node_api.port if self.node_api is not None else None
         return dataclasses.replace(self._base_facts, images=images, pressure=pressure,
                                    **({"port": port} if port is not None else {}))
+
+    def _node_conditions(self) -> list[dict[str, str]]:
+        """The Node's conditions as the mirror reports them (for `edgelet node`, with or without an apiserver)."""
+        from edgelet.mirror.node import node_conditions
+
+        ready, message = self._is_ready()
+        pressure = self.eviction.conditions if self.eviction is not None else frozenset()
+        return node_conditions(pressure, ready=ready, ready_message=message)
 
     def _is_ready(self) -> tuple[bool, str]:
         last = self.loop.last_iteration

@@ -99,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config(parser)
     for key in KEYS:
         _add_setting(parser, key)
-    common = argparse.ArgumentParser(add_help=False)
+    common = Parser(add_help=False)
     _add_config(common)
     for key in SUBCOMMAND_KEYS:
         _add_setting(common, key)

@@ -1,4 +1,4 @@
-"""`edgelet node`: the node's capacity, allocatable and usage, and the running agent's apiserver link."""
+"""`edgelet node`: the node's conditions, capacity, allocatable and usage, and the running agent's apiserver link."""
 
 from __future__ import annotations
 
@@ -6,19 +6,21 @@ import argparse
 from typing import Any, TextIO
 
 from edgelet.cli import common
-from edgelet.cli.common import EXIT_FAILURE, EXIT_OK, CommandError, format_age, format_time
+from edgelet.cli.common import EXIT_FAILURE, EXIT_OK, CommandError, format_age, format_table, format_time
 from edgelet.settings import Settings
 
 
 def capacity(settings: Settings) -> tuple[dict[str, str], dict[str, str]]:
     """What the Node advertises as capacity and allocatable (the same probe as the apiserver link's)."""
     from edgelet.cgroups.allocatable import total_reserved
+    from edgelet.eviction.thresholds import hard_reserved
     from edgelet.mirror.node import host_facts, node_allocatable, node_resources, with_reservations
 
     facts = host_facts(settings.node_name, root_dir=settings.root_dir, runtime_version="", edgelet_version="",
                        node_ip="")
     facts = with_reservations(facts, total_reserved(settings.system_reserved, settings.kube_reserved),
-                              settings.eviction_hard)
+                              hard_reserved(settings.eviction_hard, memory_bytes=facts.memory_bytes,
+                                            disk_bytes=facts.ephemeral_bytes))
     return node_resources(facts), node_allocatable(facts)
 
 
@@ -44,6 +46,25 @@ def usage_rows(summary: dict[str, Any] | None, cap: dict[str, str]) -> list[tupl
     return [("Usage:", ""), *rows]
 
 
+def fetch_conditions(settings: Settings) -> list[dict[str, str]] | None:
+    """The running agent's Node conditions (pressure and Ready, as the mirror reports them); None without one."""
+    import json
+
+    try:
+        body = common.from_agent(settings, "/node/conditions")
+    except CommandError:
+        return None  # an agent older than the endpoint
+    return None if body is None else list(json.loads(body))
+
+
+def conditions_lines(conditions: list[dict[str, str]]) -> list[str]:
+    """kubectl describe node's Conditions block, which it leads with (less the times: the agent computes the
+    conditions afresh, so they hold now)."""
+    rows = [["Type", "Status", "Reason", "Message"], ["----", "------", "------", "-------"]]
+    rows += [[c.get("type", ""), c.get("status", ""), c.get("reason", ""), c.get("message", "")] for c in conditions]
+    return ["Conditions:", *("  " + line for line in format_table(rows).splitlines())]
+
+
 def _resources(title: str, res: dict[str, str]) -> list[tuple[str, str]]:
     return [(title, ""), *((f"  {k}:", v) for k, v in res.items())]
 
@@ -52,6 +73,7 @@ def cmd_node(settings: Settings, args: argparse.Namespace, out: TextIO, err: Tex
     """Capacity, allocatable and usage of this node; with --kubeconfig also the apiserver link's state."""
     import json
 
+    from edgelet.cli.pods import agent_node_name
     from edgelet.cli.top import fetch_summary
 
     state: dict[str, Any] | None = None
@@ -67,15 +89,18 @@ def cmd_node(settings: Settings, args: argparse.Namespace, out: TextIO, err: Tex
     if body is not None:
         state = json.loads(body)
     summary = fetch_summary(settings) if running else None
+    conditions = fetch_conditions(settings) if running else None
     cap, allocatable = capacity(settings)
     if args.output == "json":
         usage = None if summary is None else {"cpuNanoCores": (summary["node"].get("cpu") or {}).get("usageNanoCores"),
                                               "memoryWorkingSetBytes": (summary["node"].get("memory") or {}).get(
                                                   "workingSetBytes"), "pods": len(summary.get("pods", []))}
-        print(json.dumps({**(state or {}), "capacity": cap, "allocatable": allocatable, "usage": usage}, indent=2),
-              file=out)
+        print(json.dumps({**(state or {}), "conditions": conditions, "capacity": cap, "allocatable": allocatable,
+                          "usage": usage}, indent=2), file=out)
         return EXIT_OK if running else EXIT_FAILURE
-    rows: list[tuple[str, str]] = [("Node:", settings.node_name)]
+    rows: list[tuple[str, str]] = [("Node:", agent_node_name(settings))]
+    if conditions is None:
+        rows.append(("Conditions:", "- (edgelet is not running; the running agent reports them)"))
     rows += _resources("Capacity:", cap) + _resources("Allocatable:", allocatable) + usage_rows(summary, cap)
     if state is not None:
         now = common.clock.now()
@@ -94,8 +119,10 @@ def cmd_node(settings: Settings, args: argparse.Namespace, out: TextIO, err: Tex
     elif running:
         rows.append(("Apiserver:", "none (standalone; --kubeconfig reports to one)"))
     width = max(len(k) for k, _ in rows)
-    for k, v in rows:
-        print(f"{k.ljust(width)} {v}".rstrip(), file=out)
+    lines = [f"{k.ljust(width)} {v}".rstrip() for k, v in rows]
+    block = conditions_lines(conditions) if conditions is not None else []
+    for line in [lines[0], *block, *lines[1:]]:
+        print(line, file=out)
     if not running:
         print("edgelet is not running (usage and the apiserver link exist only while it runs).", file=err)
         return EXIT_FAILURE

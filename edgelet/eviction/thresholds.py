@@ -99,6 +99,18 @@ def parse_thresholds(text: str, *, flag: str = "eviction-hard", hard: bool = Tru
     return out
 
 
+def hard_reserved(eviction_hard: str | None, *, memory_bytes: int, disk_bytes: int) -> dict[str, int]:
+    """What the hard thresholds of memory.available and nodefs.available leave out of the Node's allocatable
+    (kubelet's node status does so), in bytes by resource; a percentage is of the node's memory or of the
+    root dir's filesystem. The app hands this to the mirror as data: the reporter does not parse thresholds."""
+    thresholds = parse_thresholds(eviction_hard or "")
+    out = {}
+    for signal, resource, capacity in ((MEMORY, "memory", memory_bytes), (NODEFS, "ephemeral-storage", disk_bytes)):
+        if signal in thresholds:
+            out[resource] = thresholds[signal].value.of(capacity)
+    return out
+
+
 def parse_signal_map(text: str, *, flag: str) -> dict[str, str]:
     """`memory.available=1m30s,nodefs.available=500Mi` into raw values by signal."""
     return dict(_pairs(flag, text, "="))

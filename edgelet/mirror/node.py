@@ -136,20 +136,15 @@ def node_resources(f: NodeFacts) -> dict[str, str]:
             "ephemeral-storage": f"{f.ephemeral_bytes // 1024}Ki"}
 
 
-def with_reservations(f: NodeFacts, reserved: dict[str, int], eviction_hard: str | None) -> NodeFacts:
-    """`f` with what allocatable leaves out: the reservations (cpu millicores, bytes) plus, as kubelet's
-    node status, the hard eviction thresholds of memory.available and nodefs.available (a percentage is
-    of the node's memory or of the root dir's filesystem)."""
+def with_reservations(f: NodeFacts, *reservations: dict[str, int]) -> NodeFacts:
+    """`f` with what allocatable leaves out: the sum of `reservations` (cpu millicores, bytes), which the caller
+    computes: --system-reserved and --kube-reserved, and the hard eviction thresholds (eviction.hard_reserved)."""
     import dataclasses
 
-    from edgelet.eviction.thresholds import MEMORY, NODEFS, parse_thresholds
-
-    total = dict(reserved)
-    thresholds = parse_thresholds(eviction_hard or "")
-    for signal, resource, capacity in ((MEMORY, "memory", f.memory_bytes), (NODEFS, "ephemeral-storage",
-                                                                              f.ephemeral_bytes)):
-        if signal in thresholds:
-            total[resource] = total.get(resource, 0) + thresholds[signal].value.of(capacity)
+    total: dict[str, int] = {}
+    for reserved in reservations:
+        for resource, amount in reserved.items():
+            total[resource] = total.get(resource, 0) + amount
     return dataclasses.replace(f, reserved=tuple(sorted(total.items())))
 
 
@@ -164,31 +159,41 @@ def node_allocatable(f: NodeFacts) -> dict[str, str]:
             "pods": str(MAX_PODS), "ephemeral-storage": f"{disk // 1024}Ki"}
 
 
+# Pressure conditions as kubelet words them (setters.go): (type, reason and message when true, when false).
+PRESSURE_CONDITIONS = (
+    ("MemoryPressure", ("KubeletHasInsufficientMemory", "edgelet has insufficient memory available"),
+     ("KubeletHasSufficientMemory", "edgelet has sufficient memory available")),
+    ("DiskPressure", ("KubeletHasDiskPressure", "edgelet has disk pressure"),
+     ("KubeletHasNoDiskPressure", "edgelet has no disk pressure")),
+    ("PIDPressure", ("KubeletHasInsufficientPID", "edgelet has insufficient PID available"),
+     ("KubeletHasSufficientPID", "edgelet has sufficient PID available")),
+)
+
+
+def node_conditions(pressure: frozenset[str], *, ready: bool, ready_message: str) -> list[dict[str, str]]:
+    """The Node's conditions without their times: MemoryPressure, DiskPressure, PIDPressure from the eviction
+    manager's `pressure` (data the app passes in), then Ready. `edgelet node` shows the same."""
+    out = []
+    for type_, when_true, when_false in PRESSURE_CONDITIONS:
+        reason, message = when_true if type_ in pressure else when_false
+        out.append({"type": type_, "status": "True" if type_ in pressure else "False", "reason": reason,
+                    "message": message})
+    out.append({"type": "Ready", "status": "True" if ready else "False",
+                "reason": "KubeletReady" if ready else "KubeletNotReady", "message": ready_message})
+    return out
+
+
 def build_node_status(f: NodeFacts, *, ready: bool, ready_message: str, now: float,
                       transitions: dict[str, float] | None = None) -> dict[str, Any]:
     """Node.status; `transitions` maps condition type to when it last changed (kept by the caller)."""
     stamp = format_time(now)
     transitions = transitions or {}
-
-    def condition(type_: str, status: bool, reason: str, message: str) -> dict[str, str]:
-        return {"type": type_, "status": "True" if status else "False", "reason": reason, "message": message,
-                "lastHeartbeatTime": stamp, "lastTransitionTime": format_time(transitions.get(type_, now))}
-
     return {
         "capacity": node_resources(f),
         "allocatable": node_allocatable(f),
-        "conditions": [
-            condition("MemoryPressure", True, "KubeletHasInsufficientMemory", "edgelet has insufficient memory available")
-            if "MemoryPressure" in f.pressure else
-            condition("MemoryPressure", False, "KubeletHasSufficientMemory", "edgelet has sufficient memory available"),
-            condition("DiskPressure", True, "KubeletHasDiskPressure", "edgelet has disk pressure")
-            if "DiskPressure" in f.pressure else
-            condition("DiskPressure", False, "KubeletHasNoDiskPressure", "edgelet has no disk pressure"),
-            condition("PIDPressure", True, "KubeletHasInsufficientPID", "edgelet has insufficient PID available")
-            if "PIDPressure" in f.pressure else
-            condition("PIDPressure", False, "KubeletHasSufficientPID", "edgelet has sufficient PID available"),
-            condition("Ready", ready, "KubeletReady" if ready else "KubeletNotReady", ready_message),
-        ],
+        "conditions": [{**c, "lastHeartbeatTime": stamp,
+                        "lastTransitionTime": format_time(transitions.get(c["type"], now))}
+                       for c in node_conditions(f.pressure, ready=ready, ready_message=ready_message)],
         "addresses": [{"type": "InternalIP", "address": f.node_ip}, {"type": "Hostname", "address": f.hostname or f.name}],
         "daemonEndpoints": {"kubeletEndpoint": {"Port": f.port}},
         "nodeInfo": {

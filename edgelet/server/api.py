@@ -57,6 +57,7 @@ class ApiSources:
     last_relist: Callable[[], float | None]
     metrics: "Metrics | None" = None
     node_state: Callable[[], object] | None = None  # the apiserver link (edgelet.mirror), with --kubeconfig
+    node_conditions: Callable[[], object] | None = None  # the Node's conditions, with or without an apiserver
     stats: "StatsCollector | None" = None
     start_exec: "StartExec | None" = None  # the runtime's interactive exec, for `edgelet exec`
 
@@ -99,6 +100,10 @@ class Api:
             if self._s.node_state is None:
                 raise HttpError(404, "no apiserver is configured (--kubeconfig)")
             return _json(self._s.node_state())
+        if route.endpoint == "node_conditions":
+            if self._s.node_conditions is None:
+                raise HttpError(404, "node conditions are not available in this agent")
+            return _json(self._s.node_conditions())
         if route.endpoint == "stats_summary":
             return await self.stats_summary()
         p = route.params

@@ -15,7 +15,8 @@ import msgspec
 from edgelet.errors import EdgeletError
 
 # Endpoints and the methods they answer; HEAD is GET without the body.
-ENDPOINTS = ("healthz", "pods", "pods_table", "events", "metrics", "node", "container_logs", "stats_summary", "exec")
+ENDPOINTS = ("healthz", "pods", "pods_table", "events", "metrics", "node", "container_logs", "stats_summary", "exec",
+             "node_conditions")
 # What the TCP healthz listener may serve: nothing with pod data leaves the unix socket.
 PUBLIC_ENDPOINTS = frozenset({"healthz"})
 _REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 429: "TooManyRequests", 404: "NotFound",
@@ -98,6 +99,8 @@ def match_route(method: str, target: str) -> Route:
         route = Route("metrics", query=query)
     elif segs == ["node"]:
         route = Route("node", query=query)
+    elif segs == ["node", "conditions"]:
+        route = Route("node_conditions", query=query)
     elif segs == ["stats", "summary"]:
         route = Route("stats_summary", query=query)
     elif segs[:1] == ["containerLogs"]:

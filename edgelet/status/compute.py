@@ -438,7 +438,8 @@ def compute_pod_status(
 
 
 def summarize(pod: "Pod", status: PodStatus) -> tuple[str, str, int]:
-    """kubectl get pods' READY, STATUS and RESTARTS columns (kubectl printers.go printPod)."""
+    """kubectl get pods' READY, STATUS and RESTARTS columns (kubectl printers.go printPod); a Failed pod's own
+    status.reason (Evicted) wins over its containers' reasons."""
     spec = pod_spec(pod)
     restarts = 0
     sidecar_restarts = 0
@@ -507,6 +508,11 @@ def summarize(pod: "Pod", status: PodStatus) -> tuple[str, str, int]:
         if reason == "Completed" and has_running:
             pod_ready = any(c.type == READY and c.status == "True" for c in status.conditions or [])
             reason = "Running" if pod_ready else "NotReady"
+
+    if status.reason and status.phase == "Failed":
+        # A pod failed as a whole (Evicted, or refused at admission) shows why, not its killed containers'
+        # `Error`: `kubectl get pods` shows kubelet's evicted pods as `Evicted` (issue 23).
+        reason = status.reason
 
     meta = pod.metadata
     if meta is not None and meta.deletion_timestamp and status.phase not in ("Succeeded", "Failed"):

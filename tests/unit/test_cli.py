@@ -448,3 +448,45 @@ def test_every_command_resolves_to_its_function() -> None:
     # The modules are imported at dispatch (the agent loads none of them): each name must still find its cmd_.
     for name in cli.COMMANDS:
         assert callable(cli.command(name)) and cli.command(name).__name__ == f"cmd_{name}"
+
+
+# --- node ------------------------------------------------------------------------
+
+
+def test_node_leads_with_the_agents_conditions(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """`edgelet node` shows the Node's conditions as `kubectl describe node` leads with them, and the agent's
+    node name, not this command's hostname (issue 23)."""
+    from edgelet.mirror.node import node_conditions
+
+    conds = node_conditions(frozenset({"DiskPressure"}), ready=True, ready_message="edgelet is posting ready status")
+    summary = {"node": {"cpu": {"usageNanoCores": 5e8}, "memory": {"workingSetBytes": 1 << 30}}, "pods": []}
+    answers = {"/node/conditions": json.dumps(conds).encode(), "/stats/summary": json.dumps(summary).encode(),
+               "/pods/table": msgspec.json.encode(PodsSnapshot(written_at=NOW, agent_pid=1, node_name="edge7"))}
+
+    def from_agent(settings: Settings, path: str) -> bytes | None:
+        if path == "/node":
+            raise common.CommandError("edgelet API /node: no apiserver is configured (--kubeconfig)")
+        return answers[path]
+
+    monkeypatch.setattr(common, "from_agent", from_agent)
+    rc, out, err = run("node", "--config", "/dev/null", "--root-dir", str(tmp_path), "--run-dir", str(tmp_path))
+    assert rc == 0, err
+    lines = out.splitlines()
+    assert lines[0].split() == ["Node:", "edge7"]
+    assert lines[1] == "Conditions:"
+    assert lines[2].split() == ["Type", "Status", "Reason", "Message"]
+    assert lines[4].split()[:3] == ["MemoryPressure", "False", "KubeletHasSufficientMemory"]
+    assert lines[5].split()[:3] == ["DiskPressure", "True", "KubeletHasDiskPressure"]
+    assert lines[7].split()[:3] == ["Ready", "True", "KubeletReady"]
+    assert lines[7].endswith("edgelet is posting ready status")
+    assert lines[2].index("Reason") == lines[5].index("KubeletHasDiskPressure")  # a table, columns aligned
+    assert lines[8] == "Capacity:"
+    rc, out, err = run("node", "-o", "json", "--config", "/dev/null", "--root-dir", str(tmp_path),
+                       "--run-dir", str(tmp_path))
+    assert rc == 0 and json.loads(out)["conditions"] == conds
+
+
+def test_node_without_the_agent_says_the_conditions_are_unknown(tmp_path: Path) -> None:
+    rc, out, err = run("node", "--config", "/dev/null", "--root-dir", str(tmp_path), "--run-dir", str(tmp_path))
+    assert rc == 1 and "edgelet is not running" in err
+    assert out.splitlines()[1].split()[:2] == ["Conditions:", "-"]

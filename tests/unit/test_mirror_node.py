@@ -139,6 +139,28 @@ def test_pressure_conditions_come_from_the_eviction_manager() -> None:
     assert (conds["MemoryPressure"]["status"], conds["PIDPressure"]["status"]) == ("False", "False")
 
 
+@pytest.mark.parametrize("pressure, ready, expected", [
+    (frozenset(), True, [("MemoryPressure", "False", "KubeletHasSufficientMemory"),
+                         ("DiskPressure", "False", "KubeletHasNoDiskPressure"),
+                         ("PIDPressure", "False", "KubeletHasSufficientPID"), ("Ready", "True", "KubeletReady")]),
+    (frozenset({"MemoryPressure", "PIDPressure"}), False,
+     [("MemoryPressure", "True", "KubeletHasInsufficientMemory"), ("DiskPressure", "False", "KubeletHasNoDiskPressure"),
+      ("PIDPressure", "True", "KubeletHasInsufficientPID"), ("Ready", "False", "KubeletNotReady")]),
+])
+def test_node_conditions_are_the_ones_the_node_status_reports(pressure, ready, expected) -> None:
+    """`edgelet node` shows what the mirror's Node status carries, less the times (issue 23)."""
+    import dataclasses
+
+    from edgelet.mirror.node import node_conditions
+
+    conds = node_conditions(pressure, ready=ready, ready_message="why")
+    assert [(c["type"], c["status"], c["reason"]) for c in conds] == expected
+    assert conds[-1]["message"] == "why"
+    status = build_node_status(dataclasses.replace(FACTS, pressure=pressure), ready=ready, ready_message="why",
+                               now=1.0)
+    assert [{k: v for k, v in c.items() if not k.endswith("Time")} for c in status["conditions"]] == conds
+
+
 def test_allocatable_is_capacity_less_the_reservations() -> None:
     from edgelet.mirror.node import build_node_status
 
@@ -155,11 +177,16 @@ def test_allocatable_is_capacity_less_the_reservations() -> None:
 
 
 def test_allocatable_leaves_out_the_hard_eviction_thresholds_as_kubelet() -> None:
+    from edgelet.eviction.thresholds import hard_reserved
     from edgelet.mirror.node import node_allocatable, with_reservations
 
     f = NodeFacts(name="n", cpus=2, memory_bytes=4 << 30, ephemeral_bytes=100 << 30)
-    f = with_reservations(f, {"memory": 256 << 20}, "memory.available<100Mi,nodefs.available<10%,pid.available<5%")
+    hard = hard_reserved("memory.available<100Mi,nodefs.available<10%,pid.available<5%",
+                         memory_bytes=f.memory_bytes, disk_bytes=f.ephemeral_bytes)
+    assert hard == {"memory": 100 << 20, "ephemeral-storage": 10 << 30}
+    f = with_reservations(f, {"memory": 256 << 20}, hard)
     assert dict(f.reserved) == {"memory": 356 << 20, "ephemeral-storage": 10 << 30}
     assert node_allocatable(f)["memory"] == f"{(4096 - 356) << 10}Ki"
     assert node_allocatable(f)["ephemeral-storage"] == f"{90 << 20}Ki"
-    assert with_reservations(f, {}, "").reserved == ()
+    assert with_reservations(f, {}, hard_reserved("", memory_bytes=1, disk_bytes=1)).reserved == ()
+    assert hard_reserved(None, memory_bytes=1, disk_bytes=1) == {}

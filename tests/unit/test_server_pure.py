@@ -23,6 +23,7 @@ from edgelet.server.routes import HttpError, LogOptions, match_route, parse_log_
     ("GET", "/events", "events", {}),
     ("GET", "/metrics", "metrics", {}),
     ("GET", "/node", "node", {}),
+    ("GET", "/node/conditions", "node_conditions", {}),
     ("GET", "/stats/summary", "stats_summary", {}),
     ("GET", "/containerLogs/default/web-n1/app", "container_logs",
      {"namespace": "default", "pod": "web-n1", "container": "app"}),

@@ -234,6 +234,23 @@ def test_terminating_and_signal_statuses() -> None:
     assert summarize(pod, status)[1] == "Terminating"
 
 
+@pytest.mark.parametrize("records, ready", [
+    ((rec("foo1", "exited", code=137), rec("foo2", "exited", code=137), rec("foo3", "exited", code=0)), "0/3"),
+    ((rec("foo1", "exited", code=137), rec("foo2"), rec("foo3")), "2/3"),  # containers still being stopped
+    ((), "0/3"),
+])
+def test_an_evicted_pod_shows_evicted_not_its_killed_containers_error(records: tuple, ready: str) -> None:
+    """The pod's status.reason wins the STATUS column, as `kubectl get pods` shows an evicted pod (issue 23)."""
+    pod = mkpod()
+    status = compute_pod_status(pod, rt(*records), waiting={}, pod_failed=False, now=NOW,
+                                evicted=("Evicted", "The node was low on resource: memory. "))
+    status = msgspec.structs.replace(status, phase="Failed")
+    assert summarize(pod, status)[:2] == (ready, "Evicted")
+    # A reason without a Failed phase is not a pod-level failure: the containers decide, as before.
+    if records:
+        assert summarize(pod, msgspec.structs.replace(status, phase="Running"))[1] == "Error"
+
+
 SIDECAR = Container(name="side", image="img/side:1", restart_policy="Always")
 
 
