@@ -8,6 +8,7 @@ else is real: the pods' cgroups, their kill, their status and their return.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -80,6 +81,12 @@ def test_memory_pressure_evicts_in_order_keeps_the_critical_pod_and_restarts_the
     assert "The node was low on resource: memory." in row["pod"]["status"]["message"]
     events = agent.cli("events", "-o", "json")
     assert any(e["reason"] == "Evicted" and e["object"]["name"] == "besteffort-testnode" for e in json.loads(events))
+    # The CLI as a user reads it (issue 23): the pod's reason in STATUS, the pressure in the Node's conditions,
+    # its events by the short name without the agent's --hostname-override.
+    rows = {line.split()[1]: line.split() for line in agent.cli("pods").splitlines()[1:] if line.strip()}
+    assert rows["besteffort-testnode"][3] == "Evicted"
+    assert re.search(r"\n  MemoryPressure +True +KubeletHasInsufficientMemory ", agent.cli("node"))
+    assert "Evicted" in agent.cli("events", "--for", "besteffort")
     # BestEffort first: it was evicted while the burstable pod still ran.
     log = agent.log()
     assert log.index("besteffort") < log.rindex("Evicting pod")
@@ -90,6 +97,8 @@ def test_memory_pressure_evicts_in_order_keeps_the_critical_pod_and_restarts_the
         wait_for(lambda n=name: _running(agent, n) and _phase(agent, n) == ("Running", None), timeout=90,
                  what=f"{name} to run again")
     assert _running(agent, "critical")
+    wait_for(lambda: re.search(r"\n  MemoryPressure +False ", agent.cli("node")), timeout=60,
+             what="MemoryPressure False again")
 
 
 def test_a_bad_threshold_stops_the_start_with_the_flag_named(agent):
