@@ -150,6 +150,10 @@ def test_registers_the_node_renews_the_lease_and_mirrors_pods(agent, cluster):
 
     state = node_state(agent)
     assert state["registered"] and state["link"] == "up" and state["last_lease_renewal"]
+    # `edgelet node` shows the conditions the Node carries in the cluster (issue 23).
+    api_conds = {c["type"]: (c["status"], c["reason"], c["message"])
+                 for c in cluster.get(f"/api/v1/nodes/{NODE}")["status"]["conditions"]}
+    assert {c["type"]: (c["status"], c["reason"], c["message"]) for c in state["conditions"]} == api_conds
     text = agent.cli("node")
     assert "Registered:" in text and "yes" in text and "Link:" in text
     assert agent.stop() == 0
