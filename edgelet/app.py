@@ -333,8 +333,8 @@ class Agent:
 
         from edgelet import __version__
         from edgelet.cgroups.allocatable import total_reserved
-        from edgelet.mirror.node import host_facts, parse_runc_version, with_reservations
         from edgelet.eviction.thresholds import hard_reserved
+        from edgelet.mirror.node import host_facts, parse_runc_version, with_reservations
 
         if self._base_facts is None:
             self._base_facts = host_facts(

@@ -51,14 +51,22 @@ class Parser(argparse.ArgumentParser):
         """The first flag of `argv` this parser does not know, looking no further than its subcommand."""
         commands = {c for a in self._actions if isinstance(a, argparse._SubParsersAction) for c in a.choices}
         known = self._option_string_actions
-        for arg in argv:
+        i = 0
+        while i < len(argv):
+            arg = argv[i]
+            i += 1
             if arg == "--" or arg in commands:
                 return None
             if not arg.startswith("-") or len(arg) < 2 or arg[1:].replace(".", "", 1).isdigit():
                 continue  # a positional or a value (a negative number too)
             name = arg.split("=", 1)[0]
-            if name not in known and (arg.startswith("--") or arg[:2] not in known):  # -v2 is -v 2
+            action = known.get(name)
+            if action is None and (arg.startswith("--") or arg[:2] not in known):  # -v2 is -v 2
                 return name
+            if action is not None and "=" not in arg and i < len(argv):
+                # Step over the flag's value, which may be spelled as a subcommand (--hostname-override node).
+                if action.nargs is None or (action.nargs == "?" and argv[i] in (action.choices or ())):
+                    i += 1
         return None
 
 

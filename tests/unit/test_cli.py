@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import os
@@ -127,6 +128,8 @@ def test_unknown_flag_is_usage_error(capsys: pytest.CaptureFixture[str]) -> None
     (["--no-such-flag", "/x"], "--no-such-flag"),  # its value once taken for a subcommand: invalid choice '/x'
     (["--no-such=1", "/x"], "--no-such"),
     (["-v2", "--bogus", "/x"], "--bogus"),
+    (["--hostname-override", "node", "--bogus", "/x"], "--bogus"),  # a flag's value spelled as a subcommand
+    (["--register-node", "false", "--bogus", "/x"], "--bogus"),
     (["--pod-manifes", "/tmp"], "--pod-manifes"),  # a prefix of --pod-manifest-path: no abbreviations
     (["images", "--bogus", "x"], "--bogus"),  # the same in a subcommand with subcommands of its own
 ])
@@ -152,7 +155,7 @@ def test_every_parser_refuses_abbreviations() -> None:
     def walk(parser):  # type: ignore[no-untyped-def]
         yield parser
         for action in parser._actions:
-            if isinstance(action, cli.argparse._SubParsersAction):
+            if isinstance(action, argparse._SubParsersAction):
                 for sub in action.choices.values():
                     yield from walk(sub)
 
