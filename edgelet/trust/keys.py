@@ -50,7 +50,7 @@ class Ed25519Key:
     @property
     def key_id(self) -> str:
         # minisign prints the key id as a little-endian 64-bit number.
-        return self.keynum[::-1].hex().upper()
+        return format(int.from_bytes(self.keynum, "little"), "X")  # as minisign prints it (no zero padding)
 
 
 @dataclass(frozen=True)
@@ -238,11 +238,6 @@ def parse_allowed_signer(line: str, origin: str) -> SshKey:
     keytype, key_b64 = rest[0], rest[1]
     if keytype != SSH_ED25519:
         raise ValueError(f"unsupported key type {keytype!r} (only {SSH_ED25519})")
-    try:
-        blob = base64.b64decode(key_b64, validate=True)
-    except (binascii.Error, ValueError) as exc:
-        raise ValueError("the key is not base64") from exc
-    public = parse_ssh_public_blob(blob)
     namespaces: tuple[str, ...] | None = None
     after = before = None
     for name, value in options.items():
@@ -258,6 +253,14 @@ def parse_allowed_signer(line: str, origin: str) -> SshKey:
             raise ValueError("cert-authority is not supported (certificates are not)")
         else:
             raise ValueError(f"unknown option {name!r}")
+    try:
+        blob = base64.b64decode(key_b64, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise ValueError("the key is not base64") from exc
+    try:
+        public = parse_ssh_public_blob(blob)
+    except ValueError as exc:
+        raise ValueError(f"the key: {exc}") from exc
     return SshKey(principals=principals, public=public, namespaces=namespaces, valid_after=after,
                   valid_before=before, origin=origin)
 

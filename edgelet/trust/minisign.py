@@ -41,7 +41,7 @@ class MinisignSignature:
 
     @property
     def key_id(self) -> str:
-        return self.keynum[::-1].hex().upper()
+        return format(int.from_bytes(self.keynum, "little"), "X")  # as minisign prints it (no zero padding)
 
     @property
     def tool(self) -> str:
