@@ -64,7 +64,8 @@ class Agent:
 
         # What a crash left half-written by write_atomic: never read, so removed before anything reads.
         swept = remove_temp_files([paths.root_dir / "state", settings.images_dir, paths.root_dir / "sources",
-                                   paths.root_dir / "cni", paths.run_dir, paths.root_dir / "trust"])
+                                   paths.root_dir / "cni", paths.run_dir, paths.root_dir / "trust",
+                                   paths.root_dir / "trust" / "accepted"])
         if swept:
             log.info("Removed temp files a crash left behind", count=swept)
         # Trusted delivery: loaded (with the cryptography library) only when asked for; a key file that cannot

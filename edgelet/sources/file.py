@@ -180,9 +180,22 @@ def _trusted_pods(path: Path, data: bytes, node_name: str, trust: "Trust") -> tu
     trust.check_replay(source_key, names, verified, data)
     try:
         trust.accept(source_key, names, verified, data)
+        trust.save_accepted(source_key, data, signature, name)
     except OSError as exc:
         log.error("Cannot record the accepted signed version", exc, path=str(path))
     return pods, unknown
+
+
+def _last_accepted(path: Path, node_name: str, trust: "Trust") -> tuple["Pod", ...] | None:
+    """The pods of the file's last accepted body, kept by the trust state and verified again; None if none."""
+    found = trust.load_accepted(f"file:{os.path.abspath(path)}")
+    if found is None:
+        return None
+    try:
+        return _pods_of(path, found[0], node_name)[0]
+    except Exception as exc:  # a copy that no longer decodes (a stricter edgelet): as if there were none
+        log.warning("Cannot use the last accepted copy of a manifest", path=str(path), err=str(exc))
+        return None
 
 
 def scan_directory(
@@ -242,6 +255,12 @@ def scan_directory(
             errors.append(_error(file, str(exc)))
         except SignatureRefused as exc:
             errors.append(replace(_error(file, str(exc)), reason=UNTRUSTED_REASON))
+            if key not in previous.files and trust is not None:
+                # Refused at start: the pods of its last accepted version keep running (never a removal).
+                kept = _last_accepted(file, node_name, trust)
+                if kept is not None:
+                    files[key] = kept
+                    continue
         except ApiError as exc:
             pod = getattr(exc, "pod", None)
             errors.append(_error(file, str(exc), pod if isinstance(pod, str) else None))
@@ -253,6 +272,9 @@ def scan_directory(
         if key in previous.files:
             files[key] = previous.files[key]
             file_warnings[key] = previous.file_warnings.get(key, ())
+    if trust is not None:
+        for gone in set(previous.files) - set(files):  # deleted: a removal, which its copy must not undo
+            trust.forget_accepted(f"file:{os.path.abspath(gone)}")
     pods = tuple(p for pods_of_file in files.values() for p in pods_of_file)
     warnings = tuple(w for ws in file_warnings.values() for w in ws)
     snapshot = SourceSnapshot(source=SOURCE, pods=pods, errors=tuple(errors), warnings=warnings)

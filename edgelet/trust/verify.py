@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
+import msgspec
+
 from edgelet.trust import ARCHIVE_NAMESPACE, MANIFEST_NAMESPACE, SIGNATURE_SUFFIXES
 from edgelet.trust.errors import MALFORMED, MISSING, REPLAY, SignatureRefused
 from edgelet.trust.keys import TrustedKeys, load_trusted_keys
@@ -135,3 +137,53 @@ class Trust:
     def accept(self, source_key: str, pods: Iterable[str], verified: Verified, body: bytes) -> None:
         """Record an accepted body (OSError when the record cannot be written)."""
         self.versions.record([source_key, *(f"pod:{p}" for p in pods)], verified.version, digest_of(body))
+
+    # --- the last accepted copy of each manifest file ---
+    # A file refused at start (replaced while the agent was down) must not remove the pods of its last accepted
+    # version: the copy, kept with its signature and verified again when read, stands in for it.
+
+    def _copy_path(self, source_key: str) -> Path:
+        return self.versions.path.parent / "accepted" / hashlib.sha256(source_key.encode()).hexdigest()[:32]
+
+    def save_accepted(self, source_key: str, body: bytes, signature: bytes | None, name: str) -> None:
+        """Keep the accepted body and its signature (OSError when they cannot be written)."""
+        from edgelet.state import write_atomic
+
+        data = msgspec.json.encode(AcceptedCopy(key=source_key, body=body, signature=signature or b"", name=name))
+        path = self._copy_path(source_key)
+        try:
+            if path.read_bytes() == data:
+                return
+        except OSError:
+            pass
+        write_atomic(path, data)
+
+    def load_accepted(self, source_key: str) -> tuple[bytes, "Verified"] | None:
+        """The last accepted body of `source_key` once its kept signature holds again, or None."""
+        try:
+            copy = msgspec.json.decode(self._copy_path(source_key).read_bytes(), type=AcceptedCopy)
+        except (OSError, msgspec.DecodeError):
+            return None
+        if copy.key != source_key:
+            return None
+        try:
+            verified = self.check_manifest(copy.body, copy.signature, copy.name)
+        except SignatureRefused:
+            return None
+        return copy.body, verified
+
+    def forget_accepted(self, source_key: str) -> None:
+        """The manifest is gone (a removal): its copy must not bring its pods back."""
+        try:
+            self._copy_path(source_key).unlink()
+        except FileNotFoundError:
+            pass
+
+
+class AcceptedCopy(msgspec.Struct, frozen=True):
+    """`<state>/accepted/<hash of the source key>`: an accepted manifest body with its signature."""
+
+    key: str
+    body: bytes
+    signature: bytes
+    name: str

@@ -82,6 +82,19 @@ def test_signed_manifest_runs_and_an_unsigned_update_leaves_it_running(agent, tm
     pods_out = agent.cli("pods")  # `edgelet pods` shows the refusals under the pods
     assert "UntrustedManifest" in pods_out and "evil.yaml" in pods_out
 
+    # A restart with the refused file still there: the pod is adopted as it runs, not removed or replaced.
+    assert agent.stop() == 0
+    agent.start("--trusted-keys", str(keys))
+    # (the pods table of the new process: rows of the old one must not pass for it)
+    wait_for(lambda: agent.snapshot()["agent_pid"] == agent.proc.pid and "UntrustedManifest" in
+             json.dumps(rejected(agent)) and agent.pod("web"), timeout=60,
+             what="the agent back, the refusal reported again")
+    wait_for(lambda: agent.pod("web")["status"] == "Running", timeout=60, what="web Running after the restart")
+    row = agent.pod("web")
+    assert row["uid"] == uid and row["restarts"] == 0
+    [after] = app_containers(agent, "web")
+    assert after["id"] == before["id"] and after["status"] == "running"
+
     # A signed update is applied.
     staged.write_text(pod_yaml("web", "echo v2; exec sleep 300"))
     sig = minisign.sign(staged, version=2)

@@ -332,10 +332,11 @@ def test_an_older_signed_version_is_a_replay_even_after_a_restart(mdir: Path, to
     assert _images(snap) == {"web-node1": "fixed:2"}
     assert "signature refused (replay)" in snap.errors[0].message and "41 is older than version 42" in \
         snap.errors[0].message
-    # ... after a restart (fresh source state, records read from disk) ...
+    # ... after a restart (fresh source state, records read from disk): still refused, and the pods are those
+    # of the last accepted version, from its kept copy.
     restarted = Trust.load(keydir, tmp_path / "state" / "trust", FakeClock(NOW))
     snap, _ = _scan(mdir, restarted)
-    assert snap.pods == () and "(replay)" in snap.errors[0].message
+    assert _images(snap) == {"web-node1": "fixed:2"} and "(replay)" in snap.errors[0].message
     # ... and under another file name: the pod's own record refuses it.
     f.unlink()
     (mdir / "web.yaml.minisig").unlink()
@@ -390,3 +391,39 @@ def test_version_records_are_written_atomically_and_survive_garbage(tmp_path: Pa
     (tmp_path / VERSIONS_FILE).write_text("{not json")
     assert VersionStore(tmp_path).get("file:/a") is None  # logged; the device keeps working
     assert [p.name for p in tmp_path.iterdir()] == [VERSIONS_FILE]  # no temp file left
+
+
+def test_a_file_refused_at_start_keeps_its_last_accepted_pods(mdir: Path, tools: dict, trust: Trust, keydir: Path,
+                                                               tmp_path: Path) -> None:
+    f = mdir / "web.yaml"
+    f.write_text(pod_yaml("web", "good:1"))
+    tools["minisign"].sign(f, version=1)
+    snap, _ = _scan(mdir, trust)
+    [accepted] = snap.pods
+    # While the agent is down the file is replaced by an unsigned one: after the restart its pods are those
+    # of the last accepted copy (same UID: the running pod is adopted, not replaced), and the refusal is shown.
+    f.write_text(pod_yaml("web", "evil:1"))
+    restarted = Trust.load(keydir, tmp_path / "state" / "trust", FakeClock(NOW))
+    snap, state = _scan(mdir, restarted)
+    assert snap.pods == (accepted,) and "(bad)" in snap.errors[0].message
+    # A copy edited on disk is verified again, and then not used.
+    [copy] = (tmp_path / "state" / "trust" / "accepted").iterdir()
+    doc = json.loads(copy.read_bytes())
+    doc["body"] = base64.b64encode(base64.b64decode(doc["body"]).replace(b"good:1", b"evil:1")).decode()
+    copy.write_text(json.dumps(doc))
+    snap, _ = _scan(mdir, Trust.load(keydir, tmp_path / "state" / "trust", FakeClock(NOW)))
+    assert snap.pods == ()
+
+
+def test_a_deleted_file_does_not_come_back_from_its_copy(mdir: Path, tools: dict, trust: Trust) -> None:
+    f = mdir / "web.yaml"
+    f.write_text(pod_yaml("web", "good:1"))
+    tools["minisign"].sign(f, version=1)
+    snap, state = _scan(mdir, trust)
+    f.unlink()
+    (mdir / "web.yaml.minisig").unlink()
+    snap, state = _scan(mdir, trust, state)
+    assert snap.pods == ()
+    f.write_text(pod_yaml("web", "evil:1"))  # an unsigned file under the same name
+    snap, _ = _scan(mdir, trust)
+    assert snap.pods == () and "(missing)" in snap.errors[0].message
