@@ -82,6 +82,17 @@ def test_fuzz_key_files(text: str) -> None:
         assert isinstance(exc, EdgeletError) and exc.line is not None and "keys:" in str(exc)
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.binary(max_size=40), st.builds(_ssh_string, st.binary(max_size=40)),
+                          st.sampled_from([_ssh_string(b"ssh-ed25519"), _ssh_string(b"sha512"), struct.pack(">I", 1),
+                                           struct.pack(">I", 0xFFFFFFFF)])), max_size=8))
+def test_fuzz_sshsig_structures(parts: list[bytes]) -> None:
+    """Armored blobs that start like SSHSIG and go on with plausible or absurd fields reach every parser branch."""
+    blob = b"SSHSIG" + b"".join(parts)
+    _check(("-----BEGIN SSH SIGNATURE-----\n" + base64.b64encode(blob).decode() + "\n-----END SSH SIGNATURE-----\n")
+           .encode())
+
+
 @pytest.mark.parametrize("sig, reason", [
     (b"", "malformed"),
     (b"\xff\xfe", "malformed"),
