@@ -120,3 +120,32 @@ def test_a_world_writable_key_directory_stops_the_start(agent, tmp_path):
     assert rc != 0
     assert f"--trusted-keys {keys}: the directory is world-writable" in agent.log()
     assert agent.runc_list() == []
+
+
+def test_a_url_serving_a_new_body_with_the_old_signature_changes_nothing(agent, tmp_path):
+    from tests.integration.test_trust_http import FileServer
+
+    keys = tmp_path / "trusted"
+    keys.mkdir(mode=0o755)
+    minisign = MinisignKey.generate(tmp_path / "k")
+    (keys / "release.pub").write_text(minisign.public.read_text())
+    [archive] = (agent.paths.root_dir / "images" / "import").glob("*.tar")
+    minisign.sign(archive)
+    staged = tmp_path / "pods.yaml"
+    staged.write_text(pod_yaml("web", "exec sleep 300"))
+    sig = minisign.sign(staged, version=1)
+    server = FileServer()
+    try:
+        server.put("/pods.yaml", staged.read_bytes())
+        server.put("/pods.yaml.minisig", sig.read_bytes())
+        agent.start("--trusted-keys", str(keys), "--manifest-url", server.url, "--http-check-frequency", "1s")
+        wait_for(lambda: (r := agent.pod("web")) and r["status"] == "Running", timeout=60, what="URL pod Running")
+        [before] = wait_for(lambda: app_containers(agent, "web"), what="container")
+        server.put("/pods.yaml", pod_yaml("web", "echo evil; exec sleep 300").encode())  # the old signature stays
+        [row] = wait_for(lambda: [r for r in rejected(agent) if r["reason"] == "UntrustedManifest"], timeout=60,
+                         what="the new body refused")
+        assert row["origin"] == server.url and "signature refused (bad)" in row["message"]
+        [after] = app_containers(agent, "web")
+        assert after["id"] == before["id"] and agent.pod("web")["restarts"] == 0
+    finally:
+        server.stop()
