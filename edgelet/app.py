@@ -77,6 +77,8 @@ class Agent:
             self.trust = Trust.load(settings.trusted_keys, paths.root_dir / "trust", self.clock)
             log.info("Trusted keys loaded: every manifest and imported archive needs a signature",
                      path=str(settings.trusted_keys), keys=len(self.trust.keys))
+        elif settings.manifest_url_signature:
+            log.warning("--manifest-url-signature is ignored without --trusted-keys")
         self.images = ImageStore(settings.images_dir)
         if self.images.corrupt_index is not None:
             # Its records are gone: let the archives in the import dir be imported again.

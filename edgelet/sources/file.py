@@ -183,6 +183,7 @@ def _trusted_pods(path: Path, data: bytes, node_name: str, trust: "Trust") -> tu
         trust.save_accepted(source_key, data, signature, name)
     except OSError as exc:
         log.error("Cannot record the accepted signed version", exc, path=str(path))
+    log.info("Signed manifest accepted", path=str(path), key=verified.key_id, version=verified.version)
     return pods, unknown
 
 

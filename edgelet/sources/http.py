@@ -576,6 +576,8 @@ class HttpSource:
             await asyncio.to_thread(self.trust.accept, f"url:{self.url}", _pod_names(state.pods), state.verified, body)
         except OSError as exc:
             log.error("Cannot record the accepted signed version", exc, url=self._shown)
+            return
+        log.info("Signed manifest accepted", url=self._shown, key=state.verified.key_id, version=state.verified.version)
 
     async def _fetch(self, target_url: str | None = None, *, conditional: bool = True) -> Outcome:
         import httpx
