@@ -6,6 +6,8 @@ PY := $(VENV)/bin/python
 APT_PACKAGES := runc conmon catatonit busybox-static skopeo umoci docker-registry \
 	containernetworking-plugins libcap-dev iproute2 python3-venv python3-dev gcc apache2-utils zstd \
 	openssl etcd-server dbus-daemon
+# Trusted delivery's tests sign with the real tools.
+APT_PACKAGES += minisign signify-openbsd openssh-client
 RUN_DIR ?= $(CURDIR)/.run
 SAMPLE_IMAGE := build/images/busybox-1.36.oci.tar
 # Its own cgroup parent, so the demo never mixes with a kubelet's /kubepods.

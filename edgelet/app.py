@@ -64,15 +64,27 @@ class Agent:
 
         # What a crash left half-written by write_atomic: never read, so removed before anything reads.
         swept = remove_temp_files([paths.root_dir / "state", settings.images_dir, paths.root_dir / "sources",
-                                   paths.root_dir / "cni", paths.run_dir])
+                                   paths.root_dir / "cni", paths.run_dir, paths.root_dir / "trust",
+                                   paths.root_dir / "trust" / "accepted"])
         if swept:
             log.info("Removed temp files a crash left behind", count=swept)
+        # Trusted delivery: loaded (with the cryptography library) only when asked for; a key file that cannot
+        # be used stops the start (KeyFileError names the file and line).
+        self.trust = None
+        if settings.trusted_keys is not None:
+            from edgelet.trust.verify import Trust
+
+            self.trust = Trust.load(settings.trusted_keys, paths.root_dir / "trust", self.clock)
+            log.info("Trusted keys loaded: every manifest and imported archive needs a signature",
+                     path=str(settings.trusted_keys), keys=len(self.trust.keys))
+        elif settings.manifest_url_signature:
+            log.warning("--manifest-url-signature is ignored without --trusted-keys")
         self.images = ImageStore(settings.images_dir)
         if self.images.corrupt_index is not None:
             # Its records are gone: let the archives in the import dir be imported again.
             (settings.images_dir / "imported.json").unlink(missing_ok=True)
         self.import_dir = ImportDir(settings.import_dir, self.images, settings.images_dir / "imported.json",
-                                   clock=self.clock)
+                                   clock=self.clock, trust=self.trust)
         pause = None
         if settings.pod_infra_container_image:
             pause = self.images.get(settings.pod_infra_container_image)
@@ -107,6 +119,7 @@ class Agent:
         from edgelet.events import EventRecorder, events_path
 
         self.events = EventRecorder(self.clock, events_path(paths.run_dir))
+        self.import_dir.events = self.events  # archives refused for their signature are reported
         self.publisher = StatusPublisher(paths.root_dir, settings.node_name, self.clock)
         self.pleg = Pleg(self.runtime, paths.exit_dir, clock=self.clock)
         self.backoff = Backoff()
@@ -145,7 +158,8 @@ class Agent:
         self.probes.on_change = self.loop.emit_probe_result
         self.workers._on_terminated = self.loop.on_terminated
         self.file_source = FileSource(
-            settings.pod_manifest_path, settings.node_name, settings.file_check_frequency, self.clock
+            settings.pod_manifest_path, settings.node_name, settings.file_check_frequency, self.clock,
+            trust=self.trust,
         )
         self.mirror = None
         self._base_facts = None
@@ -190,6 +204,8 @@ class Agent:
                 cache_dir=paths.root_dir / "sources",
                 ca_file=settings.manifest_url_ca,
                 header_file=settings.manifest_url_header_file,
+                trust=self.trust,
+                signature_url=settings.manifest_url_signature,
             )
 
     def _admit(self, pod: "Pod") -> "Admission | None":

@@ -395,6 +395,13 @@ class Settings:
                                        metavar="DURATION")
     manifest_url_ca: Path | None = _opt(None, _path(optional=True),
                                         "CA bundle to verify --manifest-url (default: the system's)", metavar="FILE")
+    # Trusted delivery (docs: README "Trusted delivery").
+    trusted_keys: Path | None = _opt(
+        None, _path(optional=True), "file or directory of trusted minisign/signify public keys and SSH allowed_signers: "
+        "every manifest (and import-dir archive) then needs a valid detached signature", metavar="PATH")
+    manifest_url_signature: str | None = _opt(
+        None, _url, "URL of --manifest-url's signature (default: the URL + .minisig, then + .sig)",
+        metavar="URL")
     runonce: bool = _opt(False, _bool, "run the pods once, report, and exit")
     runonce_timeout: float = _opt(300.0, _duration(positive=True), "time limit of --runonce", metavar="DURATION")
     root_dir: Path = _opt(Path("/var/lib/edgelet"), _path(), "state directory (images, pods)", metavar="DIR")

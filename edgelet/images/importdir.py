@@ -6,6 +6,11 @@ here are pinned: image GC never removes them. Each archive is imported once: the
 keeps its size, mtime and sha256; a file whose size and mtime are unchanged is skipped unread, and one
 whose content hashes as before (copied again, touched) is skipped without an import, unless that
 import failed (a full disk): touching the archive then tries it again.
+
+With trusted keys, an archive is imported only with a valid detached signature beside it
+(`X.tar.minisig`, or `X.tar.sig` made by `ssh-keygen -Y sign -n edgelet-image`); otherwise it stays
+there, unimported, with a warning event (reason UntrustedArchive) naming it, until it or its
+signature changes.
 """
 
 from __future__ import annotations
@@ -21,7 +26,9 @@ from edgelet.util.clock import REAL_CLOCK, Clock
 from edgelet.util.log import get_logger
 
 if TYPE_CHECKING:
+    from edgelet.events import EventRecorder
     from edgelet.images.store import ImageStore
+    from edgelet.trust.verify import Trust
 
 log = get_logger(__name__)
 
@@ -29,6 +36,7 @@ SETTLE = 0.5  # seconds a file must stay unchanged before it is read (it may sti
 
 
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.zst", ".tzst", ".tar.bz2", ".tar.xz")
+UNTRUSTED_REASON = "UntrustedArchive"
 
 
 def is_archive_name(name: str) -> bool:
@@ -36,11 +44,28 @@ def is_archive_name(name: str) -> bool:
     return not name.startswith(".") and name.lower().endswith(ARCHIVE_SUFFIXES)
 
 
-def cache_verdict(cached: Any, size: int, mtime_ns: int) -> str:
-    """"skip" when size and mtime match the cache, else "hash" (the digest decides) (pure)."""
-    if isinstance(cached, dict) and cached.get("size") == size and cached.get("mtime_ns") == mtime_ns:
+def cache_verdict(cached: Any, size: int, mtime_ns: int, sig: list[int] | None = None) -> str:
+    """"skip" when size and mtime (and the signature files' stats, with trust) match the cache, else "hash"
+    (the digest decides) (pure)."""
+    if isinstance(cached, dict) and cached.get("size") == size and cached.get("mtime_ns") == mtime_ns \
+            and cached.get("sig") == sig:
         return "skip"
     return "hash"
+
+
+def _signature_stats(path: Path) -> list[int]:
+    """Size and mtime of each detached signature file beside `path` (-1 when absent), so a new one is noticed."""
+    from edgelet.trust import SIGNATURE_SUFFIXES
+
+    out: list[int] = []
+    for suffix in SIGNATURE_SUFFIXES:
+        try:
+            st = Path(str(path) + suffix).stat()
+        except OSError:
+            out += [-1, -1]
+        else:
+            out += [st.st_size, st.st_mtime_ns]
+    return out
 
 
 def _sha256_file(path: Path) -> str:
@@ -55,8 +80,11 @@ class ImportDir:
     """Imports each archive once per content (size + mtime, then digest); a failed one is retried only when
     it changes."""
 
-    def __init__(self, directory: Path, store: "ImageStore", cache_file: Path, clock: Clock = REAL_CLOCK) -> None:
+    def __init__(self, directory: Path, store: "ImageStore", cache_file: Path, clock: Clock = REAL_CLOCK,
+                 trust: "Trust | None" = None, events: "EventRecorder | None" = None) -> None:
         self._clock = clock
+        self._trust = trust
+        self.events = events
         self._dir = directory
         self._store = store
         self._cache_file = cache_file
@@ -83,16 +111,24 @@ class ImportDir:
             try:
                 st = path.stat()
                 cached = self._seen.get(path.name)
-                if cache_verdict(cached, st.st_size, st.st_mtime_ns) == "skip":
+                sig = _signature_stats(path) if self._trust is not None else None
+                if cache_verdict(cached, st.st_size, st.st_mtime_ns, sig) == "skip":
                     continue
                 digest = _sha256_file(path)
             except OSError as exc:
                 log.warning("Cannot read archive in the import directory", path=str(path), err=str(exc))
                 continue
-            entry = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "digest": digest}
+            entry: dict[str, Any] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "digest": digest}
+            if sig is not None:
+                entry["sig"] = sig
             changed = True
             if isinstance(cached, dict) and cached.get("digest") == digest and "error" not in cached:
                 self._seen[path.name] = {**cached, **entry}  # same content (copied again, touched), imported
+                continue
+            refusal = self._refusal(path)
+            if refusal is not None:
+                entry["error"] = refusal
+                self._seen[path.name] = entry
                 continue
             try:
                 records = self._store.import_archive(path, pinned=True)
@@ -108,6 +144,25 @@ class ImportDir:
         if changed:
             write_atomic(self._cache_file, json.dumps(self._seen, sort_keys=True).encode())
         return count
+
+    def _refusal(self, path: Path) -> str | None:
+        """Why the archive's signature is refused (after the warning event), or None: trusted, or no trust asked."""
+        if self._trust is None:
+            return None
+        from edgelet.trust.errors import SignatureRefused
+
+        try:
+            verified = self._trust.check_archive(path)
+        except SignatureRefused as exc:
+            message = f"{path}: not imported: {exc}"
+            log.warning("Image archive refused", path=str(path), reason=exc.reason, key=exc.key_id, err=str(exc))
+            if self.events is not None:
+                from edgelet.events import InvolvedObject
+
+                self.events.warning(InvolvedObject(kind="ImageArchive", name=str(path)), UNTRUSTED_REASON, message)
+            return message
+        log.info("Image archive signature verified", path=str(path), key=verified.key_id)
+        return None
 
     async def run(self, on_imported: Callable[[], None]) -> None:
         """Watch the directory (inotify) and import what lands there."""

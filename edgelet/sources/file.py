@@ -12,7 +12,7 @@ import functools
 import os
 import stat
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping
 
@@ -27,6 +27,7 @@ from edgelet.util.watch import CHANGE_EVENTS, stop_watching
 
 if TYPE_CHECKING:
     from edgelet.api.types import Pod
+    from edgelet.trust.verify import Trust
     from edgelet.util.clock import Clock
 
 log = get_logger(__name__)
@@ -134,28 +135,91 @@ def _error(path: Path, reason: str, pod: str | None = None) -> ManifestProblem:
     return ManifestProblem(source=SOURCE, origin=origin, message=message, pod=pod)
 
 
-def _signature(path: Path) -> tuple[int, ...] | None:
+def _signature(path: Path, trust: "Trust | None" = None) -> tuple[int, ...] | None:
     try:
         st = os.stat(path)
     except OSError:
         return None
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    sig: tuple[int, ...] = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    if trust is None:
+        return sig
+    from edgelet.trust import SIGNATURE_SUFFIXES
+
+    # The detached signature files belong to the manifest: an edit of either re-verifies.
+    for suffix in SIGNATURE_SUFFIXES:
+        try:
+            sst = os.stat(str(path) + suffix)
+        except OSError:
+            sig += (-1,)
+            continue
+        sig += (sst.st_dev, sst.st_ino, sst.st_size, sst.st_mtime_ns, sst.st_ctime_ns)
+    return sig
+
+
+UNTRUSTED_REASON = "UntrustedManifest"  # the event reason of a refused signature
+
+
+def _is_signature_file(path: Path) -> bool:
+    from edgelet.trust import SIGNATURE_SUFFIXES
+
+    return path.name.endswith(SIGNATURE_SUFFIXES)
+
+
+def _trusted_pods(path: Path, data: bytes, node_name: str, trust: "Trust") -> tuple[tuple["Pod", ...], list[str]]:
+    """`_pods_of`, once the detached signature beside the file holds and its version is no replay.
+
+    Raises SignatureRefused; records the accepted version (a failed record is logged: the pods still run).
+    """
+    from edgelet.trust.verify import read_signature_beside
+
+    signature, name = read_signature_beside(path)
+    verified = trust.check_manifest(data, signature, name)
+    pods, unknown = _pods_of(path, data, node_name)
+    names = [f"{p.metadata.namespace}/{p.metadata.name}" for p in pods if p.metadata is not None]
+    source_key = f"file:{os.path.abspath(path)}"
+    trust.check_replay(source_key, names, verified, data)
+    try:
+        trust.accept(source_key, names, verified, data)
+        trust.save_accepted(source_key, data, signature, name)
+    except OSError as exc:
+        log.error("Cannot record the accepted signed version", exc, path=str(path))
+    log.info("Signed manifest accepted", path=str(path), key=verified.key_id, version=verified.version)
+    return pods, unknown
+
+
+def _last_accepted(path: Path, node_name: str, trust: "Trust") -> tuple["Pod", ...] | None:
+    """The pods of the file's last accepted body, kept by the trust state and verified again; None if none."""
+    found = trust.load_accepted(f"file:{os.path.abspath(path)}")
+    if found is None:
+        return None
+    try:
+        return _pods_of(path, found[0], node_name)[0]
+    except Exception as exc:  # a copy that no longer decodes (a stricter edgelet): as if there were none
+        log.warning("Cannot use the last accepted copy of a manifest", path=str(path), err=str(exc))
+        return None
 
 
 def scan_directory(
-    path: Path, node_name: str, previous: FileSourceState, *, writing: frozenset[str] = frozenset()
+    path: Path, node_name: str, previous: FileSourceState, *, writing: frozenset[str] = frozenset(),
+    trust: "Trust | None" = None,
 ) -> tuple[SourceSnapshot, FileSourceState]:
     """Read every manifest in `path` once; a failing file keeps its last valid pods from `previous`.
 
     kubelet drops a failing file's pod at the next periodic list. edgelet
     deliberately keeps the last valid version running and reports the error
     until the file is fixed or deleted (KUBELET-SEMANTICS "File source").
+    With `trust`, a file counts only with a valid detached signature beside it
+    (`NAME.minisig` or `NAME.sig`, which are not manifests themselves); a
+    refused one is such a failing file: its last accepted pods keep running.
     A file whose stat signature is unchanged since `previous` is not read
     again; a file in `writing` (open for writing now) keeps what it had.
     """
     from edgelet.api.errors import ApiError
+    from edgelet.trust.errors import SignatureRefused
 
     candidates = _list_manifests(path)
+    if candidates is not None and trust is not None:
+        candidates = [c for c in candidates if not _is_signature_file(c)]
     if candidates is None:
         if not previous.missing:
             log.info("Manifest path does not exist; no file pods until it appears", path=str(path))
@@ -169,25 +233,35 @@ def scan_directory(
     errors: list[ManifestProblem] = []
     for file in candidates:
         key = str(file)
-        if key in writing:
+        if key in writing or (trust is not None and any(key + s in writing for s in (".minisig", ".sig"))):
             if key in previous.files:
                 files[key] = previous.files[key]
                 file_warnings[key] = previous.file_warnings.get(key, ())
             continue
-        sig = _signature(file)
+        sig = _signature(file, trust)
         if sig is not None and key in previous.files and previous.stats.get(key) == sig:
             files[key], stats[key] = previous.files[key], sig
             file_warnings[key] = previous.file_warnings.get(key, ())
             continue
         try:
-            files[key], unknown = _pods_of(file, _read_manifest(file), node_name)
-            if sig is not None and _signature(file) == sig:  # not rewritten while we read it
+            data = _read_manifest(file)
+            files[key], unknown = (_pods_of(file, data, node_name) if trust is None
+                                   else _trusted_pods(file, data, node_name, trust))
+            if sig is not None and _signature(file, trust) == sig:  # not rewritten while we read it
                 stats[key] = sig
             file_warnings[key] = tuple(_error(file, w) for w in unknown)
         except _Skip as exc:
             log.debug("Ignoring manifest path entry", path=key, reason=str(exc))
         except _ManifestProblem as exc:
             errors.append(_error(file, str(exc)))
+        except SignatureRefused as exc:
+            errors.append(replace(_error(file, str(exc)), reason=UNTRUSTED_REASON))
+            if key not in previous.files and trust is not None:
+                # Refused at start: the pods of its last accepted version keep running (never a removal).
+                kept = _last_accepted(file, node_name, trust)
+                if kept is not None:
+                    files[key] = kept
+                    continue
         except ApiError as exc:
             pod = getattr(exc, "pod", None)
             errors.append(_error(file, str(exc), pod if isinstance(pod, str) else None))
@@ -199,6 +273,9 @@ def scan_directory(
         if key in previous.files:
             files[key] = previous.files[key]
             file_warnings[key] = previous.file_warnings.get(key, ())
+    if trust is not None:
+        for gone in set(previous.files) - set(files):  # deleted: a removal, which its copy must not undo
+            trust.forget_accepted(f"file:{os.path.abspath(gone)}")
     pods = tuple(p for pods_of_file in files.values() for p in pods_of_file)
     warnings = tuple(w for ws in file_warnings.values() for w in ws)
     snapshot = SourceSnapshot(source=SOURCE, pods=pods, errors=tuple(errors), warnings=warnings)
@@ -213,8 +290,10 @@ class FileSource:
     runs until cancelled; cancellation stops the watcher thread.
     """
 
-    def __init__(self, path: Path, node_name: str, file_check_frequency: float, clock: "Clock") -> None:
+    def __init__(self, path: Path, node_name: str, file_check_frequency: float, clock: "Clock",
+                 trust: "Trust | None" = None) -> None:
         self.path = Path(path)
+        self.trust = trust
         self.node_name = node_name
         self.period = file_check_frequency
         self._clock = clock
@@ -238,7 +317,8 @@ class FileSource:
         with self._writing_lock:
             writing = frozenset(self._writing) if self._by_event else frozenset()
         snapshot, self._state = await asyncio.to_thread(
-            functools.partial(scan_directory, self.path, self.node_name, self._state, writing=writing)
+            functools.partial(scan_directory, self.path, self.node_name, self._state, writing=writing,
+                              trust=self.trust)
         )
         return snapshot
 

@@ -15,6 +15,13 @@ Where edgelet differs from kubelet (KUBELET-SEMANTICS "HTTP source"):
 - conditional requests (If-None-Match / If-Modified-Since), a CA bundle,
   and a copy of the last good body on disk, used when the URL cannot be
   fetched at start, so a device that boots offline still runs its URL pods.
+
+With trusted keys (`--trusted-keys`), a fetched body counts only with a valid
+detached signature, fetched right after it from `--manifest-url-signature` or
+the URL's path + `.minisig`, then + `.sig`, with the same headers and TLS
+rules; the on-disk copy keeps body and signature together and is verified
+again when it is read. A refused body is like a failed fetch: the last good
+pods keep running.
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ if TYPE_CHECKING:
     import httpx
 
     from edgelet.api.types import Pod
+    from edgelet.trust.verify import Trust, Verified
     from edgelet.util.clock import Clock
 
 __all__ = [
@@ -86,6 +94,9 @@ class Fetched:
     body: bytes
     etag: str | None = None
     last_modified: str | None = None
+    # With trusted keys: the detached signature fetched with the body (None: none served) and where from.
+    signature: bytes | None = None
+    signature_url: str = ""
 
 
 @dataclass(frozen=True)
@@ -98,6 +109,7 @@ class FetchFailed:
     """No usable answer: connection error, timeout, non-2xx status, oversized body; `reason` says which."""
 
     reason: str
+    status: int | None = None  # the HTTP status, when the server answered
 
 
 Outcome = Fetched | NotModified | FetchFailed
@@ -111,6 +123,7 @@ class CachedManifest(msgspec.Struct, frozen=True, kw_only=True):
     body: bytes
     etag: str | None = None
     last_modified: str | None = None
+    signature: bytes | None = None  # with trusted keys: the body's detached signature, verified again when read
 
 
 @dataclass(frozen=True)
@@ -129,6 +142,8 @@ class HttpSourceState:
     # failures are then logged only, not reported, since being offline at boot is expected.
     from_cache: bool = False
     warnings: tuple[ManifestProblem, ...] = ()  # unknown fields in the last good body
+    # With trusted keys: the signature check of the last good body (its version is recorded by the source).
+    verified: "Verified | None" = None
 
     def snapshot(self) -> SourceSnapshot:
         return SourceSnapshot(source=SOURCE, pods=self.pods, errors=(self.error,) if self.error else (),
@@ -306,11 +321,31 @@ def _error(url: str, reason: str, pod: str | None = None, *, kind: str = "Failed
     return ManifestProblem(source=SOURCE, origin=shown, message=f"{shown}: {reason}", pod=pod, reason=kind)
 
 
-def apply_outcome(state: HttpSourceState, outcome: Outcome, *, url: str, node_name: str) -> HttpSourceState:
+UNTRUSTED_REASON = "UntrustedManifest"  # the event reason of a refused signature
+
+
+def _pod_names(pods: tuple["Pod", ...]) -> list[str]:
+    return [f"{p.metadata.namespace}/{p.metadata.name}" for p in pods if p.metadata is not None]
+
+
+def _check_trust(trust: "Trust", body: bytes, signature: bytes | None, signature_url: str, url: str,
+                 node_name: str) -> tuple[tuple["Pod", ...], list[str], "Verified"]:
+    """The body's pods once its signature holds and its version is no replay; SignatureRefused or BodyProblem."""
+    verified = trust.check_manifest(body, signature, redact_url(signature_url))
+    pods, unknown = decode_body_with_warnings(body, url, node_name)
+    trust.check_replay(f"url:{url}", _pod_names(pods), verified, body)
+    return pods, unknown, verified
+
+
+def apply_outcome(state: HttpSourceState, outcome: Outcome, *, url: str, node_name: str,
+                  trust: "Trust | None" = None) -> HttpSourceState:
     """The source's state after one GET: a failure keeps the last good pods and reports why.
 
     The same body as the last good one, or a 304, changes nothing but
     clearing the error; the same invalid body as last time is not decoded again.
+    With `trust`, a body whose signature is refused is reported (reason
+    UntrustedManifest) and changes nothing else; reading the version records
+    is its only I/O, recording an accepted version is the caller's.
     """
     if isinstance(outcome, NotModified):
         if state.digest is None:
@@ -323,28 +358,50 @@ def apply_outcome(state: HttpSourceState, outcome: Outcome, *, url: str, node_na
     digest = _digest(outcome.body)
     if digest == state.digest:
         return replace(state, error=None, from_cache=False, etag=outcome.etag, last_modified=outcome.last_modified)
-    if digest == state.bad_digest and state.bad_error is not None:
+    if digest == state.bad_digest and state.bad_error is not None and trust is None:
         return replace(state, error=state.bad_error, from_cache=False)
+    verified = None
     try:
-        pods, unknown = decode_body_with_warnings(outcome.body, url, node_name)
+        if trust is None:
+            pods, unknown = decode_body_with_warnings(outcome.body, url, node_name)
+        else:
+            from edgelet.trust.errors import SignatureRefused
+
+            try:
+                pods, unknown, verified = _check_trust(trust, outcome.body, outcome.signature,
+                                                       outcome.signature_url, url, node_name)
+            except SignatureRefused as exc:
+                # Not remembered as a bad body: the same body with a fixed signature must be tried again.
+                return replace(state, error=_error(url, str(exc), kind=UNTRUSTED_REASON), from_cache=False)
     except BodyProblem as exc:
         error = _error(url, str(exc), exc.pod)
         return replace(state, error=error, bad_digest=digest, bad_error=error, from_cache=False)
     return HttpSourceState(pods=pods, digest=digest, etag=outcome.etag, last_modified=outcome.last_modified,
-                           warnings=tuple(_error(url, w) for w in unknown))
+                           warnings=tuple(_error(url, w) for w in unknown), verified=verified)
 
 
-def apply_cache(state: HttpSourceState, cached: CachedManifest, *, url: str, node_name: str) -> HttpSourceState:
+def apply_cache(state: HttpSourceState, cached: CachedManifest, *, url: str, node_name: str,
+                trust: "Trust | None" = None) -> HttpSourceState:
     """The state seeded from the on-disk copy (no error: running offline on it is expected).
 
     Raises BodyProblem when the copy is for another URL or no longer decodes
-    (a newer edgelet may validate more strictly).
+    (a newer edgelet may validate more strictly), or, with `trust`, when its
+    signature no longer holds (a copy changed on disk, a key no longer trusted).
     """
     if cached.url != url:
         raise BodyProblem(f"the cached copy is of another URL ({redact_url(cached.url)})")
-    pods = decode_body(cached.body, url, node_name)
+    verified = None
+    if trust is None:
+        pods = decode_body(cached.body, url, node_name)
+    else:
+        from edgelet.trust.errors import SignatureRefused
+
+        try:
+            pods, _, verified = _check_trust(trust, cached.body, cached.signature, "cached copy", url, node_name)
+        except SignatureRefused as exc:
+            raise BodyProblem(str(exc)) from exc
     return HttpSourceState(pods=pods, digest=_digest(cached.body), etag=cached.etag,
-                           last_modified=cached.last_modified, from_cache=True)
+                           last_modified=cached.last_modified, from_cache=True, verified=verified)
 
 
 def should_log_failure(consecutive: int, now: float, last_logged: float | None) -> bool:
@@ -382,8 +439,12 @@ class HttpSource:
         ca_file: Path | None = None,
         timeout: float = DEFAULT_TIMEOUT,
         header_file: Path | None = None,
+        trust: "Trust | None" = None,
+        signature_url: str | None = None,
     ) -> None:
         self.url = url
+        self.trust = trust
+        self.signature_url = signature_url
         # Header values kept out of argv (`ps` shows it to every local user): read at each fetch, so a
         # rotated token needs no restart.
         self.header_file = None if header_file is None else Path(header_file)
@@ -414,13 +475,18 @@ class HttpSource:
         self._warn_plain_http()
         outcome = await self._fetch()
         previous = self._state
+        if isinstance(outcome, Fetched) and self.trust is not None and _digest(outcome.body) != previous.digest:
+            outcome = await self._with_signature(outcome)
         if isinstance(outcome, Fetched):
             # Decoding a large body takes a while: keep the event loop free.
-            state = await asyncio.to_thread(apply_outcome, previous, outcome, url=self.url, node_name=self.node_name)
+            state = await asyncio.to_thread(apply_outcome, previous, outcome, url=self.url, node_name=self.node_name,
+                                            trust=self.trust)
         else:
-            state = apply_outcome(previous, outcome, url=self.url, node_name=self.node_name)
+            state = apply_outcome(previous, outcome, url=self.url, node_name=self.node_name, trust=self.trust)
         if state.digest is None and state.error is not None and not self._cache_tried:
             state = await self._load_cache(state, outcome)
+        if self.trust is not None and state.verified is not None and state.digest != previous.digest:
+            await self._record_version(state, outcome)
         self._state = state
         self._log_result(outcome, state)
         if isinstance(outcome, Fetched) and state.error is None:
@@ -474,7 +540,46 @@ class HttpSource:
             headers={"User-Agent": f"edgelet/{__version__}"},
         )
 
-    async def _fetch(self) -> Outcome:
+    def signature_urls(self) -> list[str]:
+        """Where the body's signature is looked for, in order: the configured URL, else path + .minisig, + .sig."""
+        if self.signature_url:
+            return [self.signature_url]
+        from edgelet.trust import SIGNATURE_SUFFIXES
+
+        parts = urlsplit(self.url)
+        return [urlunsplit(parts._replace(path=parts.path + suffix)) for suffix in SIGNATURE_SUFFIXES]
+
+    async def _with_signature(self, outcome: Fetched) -> Outcome:
+        """The fetched body with its signature; a signature that cannot be fetched (but is not absent) is a
+        failed fetch, so the last good pods keep running and the next poll tries again."""
+        tried = []
+        for url in self.signature_urls():
+            answer = await self._fetch(url, conditional=False)
+            if isinstance(answer, Fetched):
+                return replace(outcome, signature=answer.body, signature_url=url)
+            if isinstance(answer, FetchFailed) and answer.status in (404, 410):
+                tried.append(redact_url(url))
+                continue
+            reason = answer.reason if isinstance(answer, FetchFailed) else "unexpected 304"
+            return FetchFailed(f"cannot fetch the signature {redact_url(url)}: {reason}")
+        return replace(outcome, signature=None, signature_url=" or ".join(tried))
+
+    async def _record_version(self, state: HttpSourceState, outcome: Outcome) -> None:
+        assert self.trust is not None and state.verified is not None
+        body = outcome.body if isinstance(outcome, Fetched) else None
+        if body is None:
+            cached = await asyncio.to_thread(self._read_cache)
+            body = cached.body if cached is not None else None
+        if body is None or _digest(body) != state.digest:
+            return
+        try:
+            await asyncio.to_thread(self.trust.accept, f"url:{self.url}", _pod_names(state.pods), state.verified, body)
+        except OSError as exc:
+            log.error("Cannot record the accepted signed version", exc, url=self._shown)
+            return
+        log.info("Signed manifest accepted", url=self._shown, key=state.verified.key_id, version=state.verified.version)
+
+    async def _fetch(self, target_url: str | None = None, *, conditional: bool = True) -> Outcome:
         import httpx
 
         if self._client is None:
@@ -487,11 +592,11 @@ class HttpSource:
             configured = list(self.headers) + await asyncio.to_thread(self._file_headers)
         except HeaderFileError as exc:
             return FetchFailed(str(exc))
-        headers = configured + list(self._state.conditional_headers().items())
+        headers = configured + (list(self._state.conditional_headers().items()) if conditional else [])
         try:
             # httpx's timeout is per read; the overall deadline also bounds a server that trickles bytes.
             async with asyncio.timeout(self.timeout):
-                url = httpx.URL(self.url)
+                url = httpx.URL(target_url or self.url)
                 for _ in range(MAX_REDIRECTS + 1):
                     async with self._client.stream("GET", url, headers=headers) as response:
                         if not response.has_redirect_location:
@@ -531,7 +636,8 @@ class HttpSource:
         if response.status_code == 304:
             return NotModified()
         if not 200 <= response.status_code < 300:
-            return FetchFailed(f"HTTP status {response.status_code} {response.reason_phrase}".rstrip())
+            return FetchFailed(f"HTTP status {response.status_code} {response.reason_phrase}".rstrip(),
+                               status=response.status_code)
         too_big = f"body is larger than the limit of {MAX_BODY_BYTES} bytes"
         length = response.headers.get("content-length", "")
         if length.isdigit() and int(length) > MAX_BODY_BYTES:
@@ -556,7 +662,8 @@ class HttpSource:
         if cached is None:
             return state
         try:
-            seeded = await asyncio.to_thread(apply_cache, state, cached, url=self.url, node_name=self.node_name)
+            seeded = await asyncio.to_thread(apply_cache, state, cached, url=self.url, node_name=self.node_name,
+                                             trust=self.trust)
         except BodyProblem as exc:
             log.warning("Not using cached copy of manifest URL", url=self._shown, path=str(self.cache_path),
                         reason=str(exc))
@@ -592,7 +699,7 @@ class HttpSource:
         from edgelet.state import write_atomic
 
         entry = CachedManifest(url=self.url, fetched_at=self._clock.now(), body=outcome.body, etag=outcome.etag,
-                               last_modified=outcome.last_modified)
+                               last_modified=outcome.last_modified, signature=outcome.signature)
         try:
             # 0600: the pods' env may hold credentials.
             await asyncio.to_thread(write_atomic, self.cache_path, msgspec.json.encode(entry), 0o600)

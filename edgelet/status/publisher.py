@@ -147,7 +147,8 @@ class StatusPublisher:
         for errors in config.errors.values():
             for e in errors:
                 rows.append(
-                    RejectedRow(source=e.source, origin=e.origin, pod=e.pod or "", reason="FailedValidation", message=e.message)
+                    # The problem's own reason: FailedValidation, FailedToFetch, UntrustedManifest.
+                    RejectedRow(source=e.source, origin=e.origin, pod=e.pod or "", reason=e.reason, message=e.message)
                 )
         if rows != self._rejected:
             self._rejected = rows

@@ -98,6 +98,8 @@ manifest_url = "https://h/p"
 manifest_url_header = ["A:1"]
 http_check_frequency = "30s"
 manifest_url_ca = "/ca.pem"
+trusted_keys = "/etc/edgelet/trusted"
+manifest_url_signature = "https://h/p.sig"
 runonce = true
 runonce_timeout = 120
 root_dir = "/r"
@@ -168,7 +170,8 @@ def test_toml_file_sets_every_key(tmp_path: Path) -> None:
     s = load(config=cfg)
     assert s == Settings(
         pod_manifest_path=Path("/m"), file_check_frequency=90.0, manifest_url="https://h/p",
-        manifest_url_header=(("A", "1"),), http_check_frequency=30.0, manifest_url_ca=Path("/ca.pem"), runonce=True, runonce_timeout=120.0,
+        manifest_url_header=(("A", "1"),), http_check_frequency=30.0, manifest_url_ca=Path("/ca.pem"),
+        trusted_keys=Path("/etc/edgelet/trusted"), manifest_url_signature="https://h/p.sig", runonce=True, runonce_timeout=120.0,
         root_dir=Path("/r"), run_dir=Path("/run/e"), log_dir=Path("/l"), hostname_override="node1",
         pod_infra_container_image="local/pause:1", cgroup_root="/edge", runtime="/usr/bin/crun",
         conmon="/usr/local/bin/conmon", image_import_dir=Path("/imp"), verbosity=3,

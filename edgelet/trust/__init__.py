@@ -1,0 +1,18 @@
+"""Trusted delivery: the keys a device trusts and the detached signatures manifests and image archives must carry.
+
+Nothing here imports a cryptography library at import time: only the
+verification functions do, so an agent without `--trusted-keys` never loads
+one. `keys` reads the key files, `minisign` and `sshsig` parse and check the
+two signature formats, `verify` picks the format and applies the keys, and
+`versions` keeps the highest signed version accepted per source (no replay).
+"""
+
+from __future__ import annotations
+
+# SSH signature namespaces (`ssh-keygen -Y sign -n ...`): a signature made for one use cannot be
+# replayed as the other (an image archive's signature is no manifest's).
+MANIFEST_NAMESPACE = "edgelet-manifest"
+ARCHIVE_NAMESPACE = "edgelet-image"
+
+# Detached signature files beside a manifest or archive, in the order they are looked for.
+SIGNATURE_SUFFIXES = (".minisig", ".sig")

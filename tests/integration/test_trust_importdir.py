@@ -1,0 +1,94 @@
+"""Signed image archives in the import directory, with the real minisign and ssh-keygen: an unsigned or badly
+signed archive stays there unimported with an event naming it; signing it afterwards imports it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from edgelet.events import EventRecorder
+from edgelet.images.importdir import ImportDir
+from edgelet.images.store import ImageStore
+from edgelet.testing.images import build_busybox_image
+from edgelet.testing.signing import MinisignKey, SignifyKey, SshKey, missing_tools
+from edgelet.trust import ARCHIVE_NAMESPACE, MANIFEST_NAMESPACE
+from edgelet.trust.verify import Trust
+from edgelet.util.clock import FakeClock
+
+pytestmark = pytest.mark.skipif(bool(missing_tools()), reason=f"needs {missing_tools()} (make deps)")
+
+
+@pytest.fixture(scope="module")
+def tarball(tmp_path_factory) -> Path:
+    return build_busybox_image(tmp_path_factory.mktemp("imp") / "bb.tar", name="edgelet.local/signed:1")
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory) -> dict:
+    d = tmp_path_factory.mktemp("keys")
+    minisign, ssh, signify = MinisignKey.generate(d), SshKey.generate(d), SignifyKey.generate(d)
+    trusted = d / "trusted"
+    trusted.mkdir(mode=0o755)
+    (trusted / "minisign.pub").write_text(minisign.public.read_text())
+    (trusted / "signify.pub").write_text(signify.public.read_text())
+    (trusted / "allowed_signers").write_text(ssh.allowed_signer())
+    return {"minisign": minisign, "ssh": ssh, "signify": signify, "trusted": trusted}
+
+
+def setup(tmp_path: Path, keys: dict, tarball: Path) -> tuple[ImportDir, ImageStore, EventRecorder, Path]:
+    imp = tmp_path / "import"
+    imp.mkdir()
+    (imp / "app.tar").write_bytes(tarball.read_bytes())
+    clock = FakeClock()
+    store = ImageStore(tmp_path / "s", clock=clock)
+    events = EventRecorder(clock)
+    trust = Trust.load(keys["trusted"], tmp_path / "trust", clock)
+    return ImportDir(imp, store, tmp_path / "s" / "imported.json", clock=clock, trust=trust, events=events), \
+        store, events, imp / "app.tar"
+
+
+def refusals(events: EventRecorder) -> list[str]:
+    return [e.message for e in events.events() if e.reason == "UntrustedArchive"]
+
+
+def test_an_unsigned_archive_stays_unimported_until_it_is_signed(tmp_path: Path, keys: dict, tarball: Path) -> None:
+    d, store, events, archive = setup(tmp_path, keys, tarball)
+    assert d.scan() == 0 and store.list() == []
+    [message] = refusals(events)
+    assert str(archive) in message and "signature refused (missing)" in message
+    assert archive.exists()
+    assert d.scan() == 0 and len(refusals(events)) == 1  # unchanged: not checked (nor reported) again
+    keys["minisign"].sign(archive)
+    assert d.scan() == 1
+    [rec] = store.list()
+    assert rec.references == ("edgelet.local/signed:1",) and rec.pinned
+    assert "error" not in json.loads((tmp_path / "s" / "imported.json").read_text())["app.tar"]
+
+
+@pytest.mark.parametrize("how", ["ssh", "signify"])
+def test_ssh_and_signify_signed_archives_are_imported(tmp_path: Path, keys: dict, tarball: Path, how: str) -> None:
+    d, store, events, archive = setup(tmp_path, keys, tarball)
+    if how == "ssh":
+        keys["ssh"].sign(archive, namespace=ARCHIVE_NAMESPACE)
+    else:
+        keys["signify"].sign(archive)
+    assert d.scan() == 1 and refusals(events) == []
+
+
+def test_a_manifest_signature_is_no_archive_signature(tmp_path: Path, keys: dict, tarball: Path) -> None:
+    d, store, events, archive = setup(tmp_path, keys, tarball)
+    keys["ssh"].sign(archive, namespace=MANIFEST_NAMESPACE)
+    assert d.scan() == 0 and store.list() == []
+    assert "(wrong namespace)" in refusals(events)[0]
+
+
+def test_a_changed_archive_beside_its_old_signature_is_refused(tmp_path: Path, keys: dict, tarball: Path) -> None:
+    d, store, events, archive = setup(tmp_path, keys, tarball)
+    keys["minisign"].sign(archive)
+    data = bytearray(archive.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    archive.write_bytes(bytes(data))
+    assert d.scan() == 0 and store.list() == []
+    assert "(bad)" in refusals(events)[0]
