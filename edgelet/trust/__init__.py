@@ -1,0 +1,1 @@
+"""Trusted delivery: what edgelet accepts only with a valid signature (registry image policy, cosign)."""
