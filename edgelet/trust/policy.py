@@ -325,9 +325,9 @@ def _check_scope(scope: str, fld: str, path: str) -> None:
         if "/" not in scope and _DOMAIN.fullmatch(scope):
             return  # a registry host ("quay.io", "127.0.0.1:5000")
         raise PolicyError(path, fld, f"not a registry, namespace or image reference: {exc}") from None
-    if "/" not in scope:
-        return  # a registry host
-    if str(parsed) != scope:
+    first = scope.split("/", 1)[0]
+    if "/" in scope and not any(c in first for c in ".:") and first != "localhost" and first == first.lower():
+        # containers/image looks up only expanded names: "library/busybox" would never match anything
         raise PolicyError(path, fld, f"scopes must be fully expanded: write {str(parsed)!r}")
 
 
@@ -342,7 +342,7 @@ def _requirement(obj: Any, fld: str, path: str, read_key: Callable[[str], bytes]
     if not isinstance(obj, dict):
         raise PolicyError(path, fld, "must be a JSON object")
     kind = obj.get("type")
-    if kind not in _REQUIREMENT_FIELDS:
+    if not isinstance(kind, str) or kind not in _REQUIREMENT_FIELDS:
         known = ", ".join(_REQUIREMENT_FIELDS)
         raise PolicyError(path, f"{fld}.type", f"unknown requirement type {kind!r} (known: {known})"
                           if kind is not None else "missing")
@@ -392,6 +392,8 @@ def _identity(obj: Any, fld: str, path: str) -> Identity:
     if not isinstance(obj, dict):
         raise PolicyError(path, fld, "must be a JSON object")
     kind = obj.get("type")
+    if not isinstance(kind, str) and kind is not None:
+        raise PolicyError(path, f"{fld}.type", "must be a string")
     if kind == "remapIdentity":
         raise PolicyError(path, f"{fld}.type", "remapIdentity is not supported by edgelet")
     if kind not in IDENTITY_TYPES:

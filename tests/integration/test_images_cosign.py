@@ -22,7 +22,7 @@ from edgelet.trust.errors import PolicyError
 from edgelet.trust.policy import load_policy
 from edgelet.util.backoff import Backoff
 from edgelet.util.clock import FakeClock
-from tests.integration.cosign_sign import CosignKey, push_signatures, simple_signing
+from edgelet.testing.cosign import CosignKey, push_signatures, simple_signing
 from tests.integration.registry import Layout, Registry, busybox_tar, file_layer
 
 pytestmark = pytest.mark.skipif(shutil.which("docker-registry") is None or shutil.which("skopeo") is None,
