@@ -201,3 +201,31 @@ def test_the_image_manager_reports_err_image_pull_with_the_reason(env, tmp_path)
     assert any("not signed by a trusted key" in msg for msg in failed)
     good = _pod(env.ref("signed/app:1"))
     assert asyncio.run(m.ensure(good, good.spec.containers[0])).digest == env.digests["signed/app:1"]
+
+
+def _cli(root: Path, *args: str) -> list[str]:
+    import sys
+
+    return [sys.executable, "-m", "edgelet", "images", *args, "--root-dir", str(root / "root"), "--run-dir",
+            str(root / "run"), "--config", "/dev/null"]
+
+
+def test_edgelet_images_pull_applies_the_policy(env, tmp_path):
+    import subprocess
+
+    policy = ["--signature-policy", str(env.policy_path)]
+    done = subprocess.run(_cli(tmp_path, "pull", env.ref("signed/swapped:1"), *policy), capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode != 0
+    assert f"signs manifest {env.digests['signed/app:1']}" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+    done = subprocess.run(_cli(tmp_path, "pull", env.ref("signed/app:1"), *policy), capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"default": [{"type": "sigstoreSigned", "fulcio": {}}]}')
+    done = subprocess.run(_cli(tmp_path, "pull", env.ref("signed/app:1"), "--signature-policy", str(bad)),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and f"signature policy {bad} field default[0].fulcio: keyless" in done.stderr, \
+        done.stderr
+    assert "Traceback" not in done.stderr
