@@ -17,7 +17,8 @@ known to come from a trusted key) it verifies with one of the requirement's keys
 payload is well formed, its digest is the digest the reference names (for a multi-platform
 image, the index's, as cosign signs what the tag points to and podman checks), and its
 identity satisfies the requirement's signedIdentity. The cryptography is the `cryptography`
-package's, imported on first use: an agent without a policy never loads it.
+package's, imported at the first verification: an agent without a policy, or whose images are all
+present, never loads it (policy keys are checked at start by their format, `check_p256_pem`).
 
 I/O stays with the caller: `enforce` asks a `SignatureSource` (the puller's registry session)
 for the signature manifest and the payload blobs.
@@ -123,6 +124,31 @@ def parse_payload(data: bytes) -> Payload:
     return Payload(ident["docker-reference"], image["docker-manifest-digest"])
 
 
+# The DER prefix of a SubjectPublicKeyInfo of id-ecPublicKey on prime256v1, uncompressed and compressed point.
+_P256_SPKI = {bytes.fromhex("3059301306072a8648ce3d020106082a8648ce3d030107034200"): (b"\x04", 64),
+              bytes.fromhex("3039301306072a8648ce3d020106082a8648ce3d030107032200"): (b"\x02\x03", 32)}
+
+
+def check_p256_pem(pem: bytes) -> None:
+    """ValueError unless `pem` has the shape of an ECDSA P-256 public key (what cosign.pub holds) (pure).
+
+    Recognising the format needs no cryptography: load_policy checks every key with this at start,
+    so an agent whose images are all present never loads the `cryptography` package (about 10 MB of
+    RSS); whether the point is on the curve is checked by `public_key` at the first verification."""
+    text = pem.decode("ascii", errors="replace").strip()
+    head, foot = "-----BEGIN PUBLIC KEY-----", "-----END PUBLIC KEY-----"
+    if not text.startswith(head) or not text.endswith(foot):
+        raise ValueError("not a PEM public key (-----BEGIN PUBLIC KEY-----)")
+    try:
+        der = base64.b64decode("".join(text[len(head):-len(foot)].split()), validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError("not a PEM public key (the body is not base64)") from None
+    for prefix, (first, length) in _P256_SPKI.items():
+        if der.startswith(prefix) and len(der) == len(prefix) + 1 + length and der[len(prefix)] in first:
+            return
+    raise ValueError("not an ECDSA P-256 public key (cosign generate-key-pair makes one)")
+
+
 @functools.lru_cache(maxsize=64)
 def public_key(pem: bytes) -> Any:
     """The ECDSA P-256 public key of a PEM (cosign.pub); ValueError for anything else."""
@@ -141,18 +167,27 @@ def public_key(pem: bytes) -> Any:
 
 
 def signature_verifies(pems: Sequence[bytes], payload: bytes, signature_b64: str) -> bool:
-    """Whether the base64 DER ECDSA-P256-SHA256 signature of `payload` verifies with one of `pems`."""
+    """Whether the base64 DER ECDSA-P256-SHA256 signature of `payload` verifies with one of `pems`;
+    ValueError naming the problem when none of `pems` is a usable key."""
     from cryptography.exceptions import InvalidSignature
     from cryptography.hazmat.primitives import hashes
     from cryptography.hazmat.primitives.asymmetric import ec
 
+    keys, problems = [], []
+    for pem in pems:
+        try:
+            keys.append(public_key(pem))
+        except ValueError as exc:
+            problems.append(str(exc))
+    if not keys:
+        raise ValueError("; ".join(problems) or "no keys")
     try:
         sig = base64.b64decode(signature_b64, validate=True)
     except (binascii.Error, ValueError):
         return False
-    for pem in pems:
+    for key in keys:
         try:
-            public_key(pem).verify(sig, payload, ec.ECDSA(hashes.SHA256()))
+            key.verify(sig, payload, ec.ECDSA(hashes.SHA256()))
         except (InvalidSignature, ValueError):
             continue
         return True
@@ -162,8 +197,12 @@ def signature_verifies(pems: Sequence[bytes], payload: bytes, signature_b64: str
 def judge_signature(req: Requirement, reference: str, digest: str, payload: bytes, signature_b64: str) -> str | None:
     """None when this one signature satisfies `req` for the image `reference` with manifest `digest`,
     else the reason it does not (pure but for the cryptography)."""
-    if not signature_verifies([k.pem for k in req.keys], payload, signature_b64):
-        keys = ", ".join(sorted({k.origin for k in req.keys}))
+    keys = ", ".join(sorted({k.origin for k in req.keys}))
+    try:
+        verified = signature_verifies([k.pem for k in req.keys], payload, signature_b64)
+    except ValueError as exc:
+        return f"no usable key ({keys}): {exc}"
+    if not verified:
         return f"not signed by a trusted key ({keys})"
     try:
         claims = parse_payload(payload)
@@ -219,4 +258,4 @@ def _fetch(source: SignatureSource, reference: str, digest: str, refuse: Any) ->
 
 __all__ = ["MT_SIMPLESIGNING", "PAYLOAD_TYPE", "SIGNATURE_ANNOTATION", "Payload", "SignatureLayer",
            "SignatureSource", "enforce", "judge_signature", "parse_payload", "parse_signature_manifest",
-           "public_key", "signature_tag", "signature_verifies"]
+           "check_p256_pem", "public_key", "signature_tag", "signature_verifies"]

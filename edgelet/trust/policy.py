@@ -287,13 +287,13 @@ def load_policy(path: Path | str) -> Policy:
     if len(data) > MAX_POLICY:
         raise PolicyError(p, "", f"larger than {MAX_POLICY} bytes")
     policy = parse_policy(data, p)
-    from edgelet.trust.cosign import public_key  # cryptography only when a policy is configured
+    from edgelet.trust.cosign import check_p256_pem
 
     for reqs in (policy.default, *policy.docker.values()):
         for req in reqs:
             for key in req.keys:
                 try:
-                    public_key(key.pem)
+                    check_p256_pem(key.pem)
                 except ValueError as exc:
                     raise PolicyError(p, key.field, f"{key.origin}: {exc}") from exc
     return policy

@@ -10,7 +10,7 @@ import os
 import hypothesis.strategies as st
 from hypothesis import HealthCheck, given, settings
 
-from edgelet.testing.cosign import CosignKey, signature_manifest, simple_signing
+from edgelet.testing.cosign import CosignKey, Signature, signature_manifest, simple_signing
 from edgelet.trust.cosign import enforce, parse_payload, parse_signature_manifest
 from edgelet.trust.errors import ImageSignatureError, PolicyError
 from edgelet.trust.policy import Match, PublicKey, Requirement, evaluate, parse_policy, split_reference
@@ -109,7 +109,7 @@ class _Source:
 def test_enforce_over_signed_garbage_refuses_with_a_reason(payload, signature):
     """A trusted key signing garbage, or garbage as the signature: refused, never a crash."""
     req = Requirement("sigstoreSigned", (PublicKey("f", "k.pub", KEY.public_pem),))
-    for sig in (KEY.sign(payload), type(KEY.sign(b""))(payload, signature)):
+    for sig in (KEY.sign(payload), Signature(payload, signature)):
         body, blobs = signature_manifest("x.io", "a", [sig])
         try:
             enforce(Match("x.io", (req,)), "x.io/a:1", "sha256:" + "0" * 64, _Source(json.loads(body), blobs))

@@ -167,3 +167,69 @@ def test_the_helper_stores_signatures_as_cosign_does():
     assert layer["mediaType"] == "application/vnd.dev.cosign.simplesigning.v1+json"
     assert layer["digest"] == "sha256:" + hashlib.sha256(GOOD.payload).hexdigest()
     assert layer["annotations"] == {"dev.cosignproject.cosign/signature": GOOD.signature}
+
+
+def _pem(der: bytes) -> bytes:
+    body = base64.encodebytes(der).decode()
+    return f"-----BEGIN PUBLIC KEY-----\n{body}-----END PUBLIC KEY-----\n".encode()
+
+
+def _other_keys() -> dict[str, bytes]:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+
+    spki = (serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    p256 = ec.generate_private_key(ec.SECP256R1()).public_key()
+    der = p256.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    point = p256.public_bytes(serialization.Encoding.X962, serialization.PublicFormat.CompressedPoint)
+    return {
+        "p256": TRUSTED.public_pem,
+        "p256-compressed": _pem(bytes.fromhex("3039301306072a8648ce3d020106082a8648ce3d030107032200") + point),
+        "p384": CosignKey("p384").public_pem,
+        "rsa": rsa.generate_private_key(public_exponent=65537, key_size=1024).public_key().public_bytes(*spki),
+        "ed25519": ed25519.Ed25519PrivateKey.generate().public_key().public_bytes(*spki),
+        "garbage": b"-----BEGIN PUBLIC KEY-----\nnot base64!\n-----END PUBLIC KEY-----\n",
+        "private": b"-----BEGIN EC PRIVATE KEY-----\nAAAA\n-----END EC PRIVATE KEY-----\n",
+        "empty": b"",
+        "p256-rewrapped": _pem(der),  # other line lengths than the library writes
+    }
+
+
+@pytest.mark.parametrize("name, ok", [("p256", True), ("p256-compressed", True), ("p256-rewrapped", True),
+                                      ("p384", False), ("rsa", False), ("ed25519", False), ("garbage", False),
+                                      ("private", False), ("empty", False)])
+def test_key_format_check_agrees_with_the_library(name, ok):
+    """check_p256_pem (at start, no cryptography) accepts exactly what public_key (at verification) accepts."""
+    from edgelet.trust.cosign import check_p256_pem, public_key
+
+    pem = _other_keys()[name]
+    for check in (check_p256_pem, public_key):
+        if ok:
+            check(pem)
+        else:
+            with pytest.raises(ValueError):
+                check(pem)
+
+
+def test_a_point_off_the_curve_is_refused_at_verification_with_the_key_named():
+    bad = bytearray(base64.b64decode(b"".join(TRUSTED.public_pem.splitlines()[1:-1])))
+    bad[-1] ^= 1  # still the shape of a P-256 key, no longer a point on the curve
+    from edgelet.trust.cosign import check_p256_pem
+
+    check_p256_pem(_pem(bytes(bad)))
+    req = Requirement("sigstoreSigned", (PublicKey("f", "bad.pub", _pem(bytes(bad))),))
+    assert "no usable key (bad.pub)" in _refused(_match(req), Source([GOOD]))
+
+
+def test_loading_a_policy_does_not_load_cryptography(tmp_path):
+    """The package (about 10 MB of RSS) is loaded by the first verification, not by the policy at start."""
+    import subprocess
+    import sys
+
+    (tmp_path / "k.pub").write_bytes(TRUSTED.public_pem)
+    (tmp_path / "p.json").write_text(json.dumps({"default": [{"type": "sigstoreSigned",
+                                                              "keyPath": str(tmp_path / "k.pub")}]}))
+    code = ("import sys; from edgelet.trust.policy import load_policy; import edgelet.images.puller; "
+            f"load_policy({str(tmp_path / 'p.json')!r}); print(sorted(m for m in sys.modules if 'cryptography' in m))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr
