@@ -444,7 +444,11 @@ class Puller:
             return None
         from edgelet.trust.policy import evaluate, refusal
 
-        match = evaluate(self.signature_policy, str(ref))
+        try:
+            match = evaluate(self.signature_policy, str(ref))
+        except ValueError as exc:  # the policy's reader disagrees with ours: refuse rather than guess
+            raise SignatureRefused(str(ref), f"the reference cannot be matched against the policy: {exc}",
+                                   policy=self.signature_policy.path, scope="none") from exc
         why = refusal(match)
         if why is not None:
             raise SignatureRefused(str(ref), why, policy=self.signature_policy.path, scope=match.name)

@@ -115,3 +115,25 @@ def test_enforce_over_signed_garbage_refuses_with_a_reason(payload, signature):
             enforce(Match("x.io", (req,)), "x.io/a:1", "sha256:" + "0" * 64, _Source(json.loads(body), blobs))
         except ImageSignatureError as exc:
             assert exc.reason
+
+
+_component = st.from_regex(r"[a-z0-9]{1,5}(?:[._-][a-z0-9]{1,4})?", fullmatch=True)
+_host = st.one_of(st.just(""), st.sampled_from(["localhost/", "x.io/", "127.0.0.1:5000/", "index.docker.io/",
+                                                "docker.io/", "[::1]:80/", "A.b/"]))
+
+
+@FUZZ
+@given(_host, st.lists(_component, min_size=1, max_size=3),
+       st.one_of(st.none(), st.from_regex(r"[\w][\w.-]{0,10}", fullmatch=True)),
+       st.one_of(st.none(), st.just("sha256:" + "e" * 64)))
+def test_the_policy_reads_references_as_the_puller_does(host, path, tag, digest):
+    from edgelet.images.errors import InvalidReference
+    from edgelet.images.reference import parse_reference
+
+    text = host + "/".join(path) + (f":{tag}" if tag else "") + (f"@{digest}" if digest else "")
+    try:
+        want = str(parse_reference(text, default_tag=False))
+    except InvalidReference:
+        return
+    assert str(split_reference(text)) == want
+    assert str(split_reference(str(parse_reference(text)))) == str(parse_reference(text))
