@@ -126,10 +126,11 @@ class Agent:
         from edgelet.images.auth import credential_paths, load_credentials
         from edgelet.images.manager import ImageManager
         from edgelet.images.puller import Puller
+        from edgelet.trust.policy import load_optional_policy
 
         self.puller = Puller(self.images, registries=dict(settings.registries),
                              credentials=load_credentials(credential_paths(settings.image_credential_file)),
-                             clock=self.clock)
+                             clock=self.clock, signature_policy=load_optional_policy(settings.signature_policy))
         self.image_manager = ImageManager(self.images, self.puller, events=self.events, backoff=self.backoff,
                                           clock=self.clock)
         self.publisher.pull_progress = self.puller.progress  # `pods -o wide` and `describe pod` show pulls

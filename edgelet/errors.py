@@ -11,7 +11,7 @@ edgelet means to raise and lets programming errors through::
     ├── container.errors.RuntimeError_     the container runtime: exec, sandbox, create/start/stop, volumes
     │                                      (runtime.rootfs.RootfsError below it is also an OSError)
     ├── images.errors.ImageError           references, store, archives, pulls, credentials, unpacking
-    ├── trust.errors.TrustError            trusted keys that cannot be used, signatures that are refused
+    ├── trust.errors.TrustError            trusted keys and signature policies that cannot be used, refused signatures
     ├── ocispec.errors.SpecError           a pod that cannot be expressed as an OCI spec
     │                                      (CreateContainerConfigError at the runtime boundary)
     ├── network.errors.NetworkError        CNI: the conflist, a plugin's failure

@@ -422,6 +422,10 @@ class Settings:
     image_credential_file: Path | None = _opt(
         None, _path(optional=True), "docker config.json with registry credentials "
         "(default: /etc/edgelet/auth.json, then /root/.docker/config.json)", metavar="FILE")
+    signature_policy: Path | None = _opt(
+        None, _path(optional=True), "containers-policy.json(5) that registry pulls must satisfy (cosign "
+        "sigstoreSigned keys, reject, insecureAcceptAnything per registry/repository; conventionally "
+        "/etc/containers/policy.json; default: none, every pull accepted)", metavar="FILE")
     image_gc_high_threshold: int = _opt(85, _percent, "disk usage percent of the root dir's filesystem that "
                                         "starts image GC", metavar="PERCENT")
     image_gc_low_threshold: int = _opt(80, _percent, "disk usage percent image GC frees down to", metavar="PERCENT")

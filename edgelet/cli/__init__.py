@@ -157,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("files", nargs="+", metavar="FILE")
     pull = images_sub.add_parser("pull", parents=[common], help="pull an image from its registry")
     pull.add_argument("reference", metavar="REF")
-    for key in ("image_credential_file", "registries"):
+    for key in ("image_credential_file", "registries", "signature_policy"):
         _add_setting(pull, key)
     rm = images_sub.add_parser("rm", parents=[common], help="remove images (or untag a name of several)")
     rm.add_argument("references", nargs="+", metavar="REF")

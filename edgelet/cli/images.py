@@ -67,9 +67,11 @@ def cmd_images_change(settings: Settings, args: argparse.Namespace, out: TextIO,
     if args.images_command == "pull":
         from edgelet.images.auth import credential_paths, load_credentials
         from edgelet.images.puller import Puller
+        from edgelet.trust.policy import load_optional_policy
 
         puller = Puller(store, registries=dict(settings.registries),
-                        credentials=load_credentials(credential_paths(settings.image_credential_file)))
+                        credentials=load_credentials(credential_paths(settings.image_credential_file)),
+                        signature_policy=load_optional_policy(settings.signature_policy))
         started = common.clock.monotonic()
         r = with_progress(lambda progress: puller.pull_sync(args.reference, progress=progress), out,
                           tty=_is_tty(out))

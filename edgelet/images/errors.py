@@ -15,7 +15,8 @@ Hierarchy::
     ├── StoreError                  the store's own files cannot be read or written
     ├── CredentialError             a registry credential file exists but cannot be used
     ├── PullError                   a registry pull failed (refused, unreachable, unusable answer)
-    │   └── ManifestError           the registry's manifest cannot be used here
+    │   ├── ManifestError           the registry's manifest cannot be used here
+    │   └── SignatureRefused        the signature policy does not accept the image (edgelet.trust)
     └── ImageUnavailable            a container's image cannot be had now (kubelet's waiting reason)
 
 Adapters wrap OSError, tarfile and JSON errors at the boundary with `raise ... from exc`.
@@ -122,6 +123,18 @@ class PullError(ImageError):
 
 class ManifestError(PullError):
     """The registry's manifest cannot be used here (schema1, no matching platform, malformed)."""
+
+
+class SignatureRefused(PullError):
+    """The signature policy (--signature-policy) refuses the image: a reject scope, no signature, or none that
+    verifies with a trusted key and names this image; nothing of it was stored."""
+
+    def __init__(self, reference: str, reason: str, *, policy: str = "", scope: str = "") -> None:
+        self.policy = policy
+        self.scope = scope
+        where = f" {policy}" if policy else ""
+        super().__init__(reference, f"signature policy{where} (scope {scope}): {reason}")
+        self.reason = reason
 
 
 class ImageUnavailable(ImageError):

@@ -12,7 +12,11 @@ A pull, for one reference:
      `ImageStore.add_blob`, which hashes while writing a temp file and renames it only
      when digest and size match: a cut connection never leaves a blob behind. Layers
      download in parallel, at most `max_parallel` at a time.
-  5. `ImageStore.commit_image` unpacks the layers (checking each diffID) and records the
+  5. With a signature policy (--signature-policy, edgelet/trust): before any of that is
+     stored, the policy's requirements for the reference are checked against the cosign
+     signatures of the manifest the reference names (`sha256-<hex>.sig` on the same
+     endpoint); a `reject` scope refuses before any request. A refusal is a SignatureRefused.
+  6. `ImageStore.commit_image` unpacks the layers (checking each diffID) and records the
      image under its reference, exactly as an archive import does.
 
 The work is blocking (httpx's sync client in worker threads: the store's writer is
@@ -44,7 +48,8 @@ from edgelet.images.archive import (
     host_platform,
 )
 from edgelet.images.auth import Credential, parse_challenge
-from edgelet.images.errors import BlobError, ImageError, InvalidReference, ManifestError, PullError
+from edgelet.images.errors import (BlobError, ImageError, InvalidReference, ManifestError, PullError,
+                                   SignatureRefused)
 from edgelet.images.reference import (
     Platform,
     Reference,
@@ -65,6 +70,7 @@ if TYPE_CHECKING:
 
     from edgelet.images.store import ImageStore
     from edgelet.images.types import ImageRecord
+    from edgelet.trust.policy import Match, Policy
 
 log = get_logger(__name__)
 
@@ -80,11 +86,13 @@ _CHUNK = 1 << 20
 
 @dataclass(frozen=True)
 class ResolvedManifest:
-    """The image manifest for this platform and the digest it has."""
+    """The image manifest for this platform and the digest it has; `named_digest` is the digest of what the
+    reference names (the index of a multi-platform image, else the manifest itself): what cosign signs."""
 
     digest: str
     body: bytes
     doc: dict[str, Any]
+    named_digest: str = ""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -247,6 +255,42 @@ class _Session:
             raise ManifestError(str(self.ref), f"manifest at {url} is not valid JSON: {exc}") from exc
         return resp.headers.get("content-type", ""), digest, data, doc
 
+    def find_manifest(self, tag: str) -> Any | None:
+        """The parsed manifest under `tag`, or None when the registry answers 404 (a signature tag that is absent)."""
+        url = self.url("manifests", tag)
+        resp = self.send("GET", url, {"Accept": ACCEPT}, stream=True)
+        try:
+            if resp.status_code == 404:
+                return None
+            _check_status(resp, str(self.ref), url)
+            body = bytearray()
+            for chunk in _raw_chunks(resp):
+                body += chunk
+                if len(body) > MAX_JSON:
+                    raise PullError(str(self.ref), f"signature manifest at {url} is larger than {MAX_JSON} bytes")
+        finally:
+            resp.close()
+        try:
+            return json.loads(bytes(body))
+        except (ValueError, RecursionError) as exc:
+            raise PullError(str(self.ref), f"signature manifest at {url} is not valid JSON: {exc}") from exc
+
+    def small_blob(self, digest: str, size: int) -> bytes:
+        """A blob of at most a few kB (a signature payload), read into memory and checked against digest and size."""
+        resp, url = self.blob(digest)
+        try:
+            data = bytearray()
+            for chunk in _raw_chunks(resp):
+                data += chunk
+                if len(data) > size:
+                    raise BlobError(digest, f"registry sends more than the {size} bytes the manifest says", source=url)
+        finally:
+            resp.close()
+        if len(data) != size or sha256_digest(bytes(data)) != digest:
+            raise BlobError(digest, f"content is {len(data)} bytes with digest {sha256_digest(bytes(data))}",
+                            source=url)
+        return bytes(data)
+
     def blob(self, digest: str) -> tuple[httpx.Response, str]:
         url = self.url("blobs", digest)
         resp = self.send("GET", url, stream=True)
@@ -286,6 +330,19 @@ def _raw_chunks(resp: httpx.Response, size: int | None = None) -> Iterator[bytes
         yield resp.content
 
 
+class _SignatureSource:
+    """The signatures of the repository being pulled, from the endpoint it is pulled from (trust.cosign's source)."""
+
+    def __init__(self, session: _Session) -> None:
+        self._session = session
+
+    def manifest(self, tag: str) -> Any | None:
+        return self._session.find_manifest(tag)
+
+    def blob(self, digest: str, size: int) -> bytes:
+        return self._session.small_blob(digest, size)
+
+
 class _StreamReader:
     """The read() of a streamed response body, raw (no content decoding), for ImageStore.add_blob."""
 
@@ -309,8 +366,10 @@ class Puller:
     def __init__(self, store: "ImageStore", *, registries: Mapping[str, RegistryHost] | None = None,
                  credentials: Mapping[str, Credential] | None = None, platform: Platform | None = None,
                  max_parallel: int = DEFAULT_PARALLEL, timeout: float = DEFAULT_TIMEOUT,
-                 transport: httpx.BaseTransport | None = None, clock: Clock = REAL_CLOCK) -> None:
+                 transport: httpx.BaseTransport | None = None, clock: Clock = REAL_CLOCK,
+                 signature_policy: "Policy | None" = None) -> None:
         self._clock = clock
+        self.signature_policy = signature_policy
         self.store = store
         self.registries = dict(registries or {})
         self.credentials = dict(credentials or {})
@@ -360,12 +419,13 @@ class Puller:
             parsed = parse_reference(ref)
         except InvalidReference:
             raise
+        match = self._policy_match(parsed)
         endpoints = registry_endpoints(parsed.domain, self.registries)
         errors: list[ImageError] = []
         for ep in endpoints:
             try:
                 with self.store.pulling():  # its blobs are nobody's until it commits: no sweep meanwhile
-                    return self._pull_from(ep, parsed, progress)
+                    return self._pull_from(ep, parsed, progress, match)
             except ManifestError:
                 raise  # the image itself is unusable: another mirror would serve the same
             except (PullError, BlobError) as exc:
@@ -377,13 +437,46 @@ class Puller:
             raise errors[0]
         raise PullError(str(parsed), "; ".join(str(e) for e in errors))
 
-    def _pull_from(self, ep: Endpoint, ref: Reference, progress: Progress | None = None) -> "ImageRecord":
+    def _policy_match(self, ref: Reference) -> "Match | None":
+        """The signature policy's requirements for `ref` (None without a policy); a scope that refuses every
+        image (reject) refuses here, before any request."""
+        if self.signature_policy is None:
+            return None
+        from edgelet.trust.policy import evaluate, refusal
+
+        try:
+            match = evaluate(self.signature_policy, str(ref))
+        except ValueError as exc:  # the policy's reader disagrees with ours: refuse rather than guess
+            raise SignatureRefused(str(ref), f"the reference cannot be matched against the policy: {exc}",
+                                   policy=self.signature_policy.path, scope="none") from exc
+        why = refusal(match)
+        if why is not None:
+            raise SignatureRefused(str(ref), why, policy=self.signature_policy.path, scope=match.name)
+        return match
+
+    def _verify(self, session: _Session, ref: Reference, match: "Match", digest: str) -> None:
+        from edgelet.trust.cosign import enforce
+        from edgelet.trust.errors import ImageSignatureError
+
+        started = self._clock.monotonic()
+        policy = self.signature_policy.path if self.signature_policy is not None else ""
+        try:
+            enforce(match, str(ref), digest, _SignatureSource(session), policy=policy)
+        except ImageSignatureError as exc:
+            raise SignatureRefused(str(ref), exc.reason, policy=policy, scope=exc.scope) from exc
+        log.info("Image signature accepted", image=str(ref), digest=digest, scope=match.name,
+                 seconds=f"{self._clock.monotonic() - started:.3f}")
+
+    def _pull_from(self, ep: Endpoint, ref: Reference, progress: Progress | None = None,
+                   match: "Match | None" = None) -> "ImageRecord":
         import httpx  # on first use: an agent that never pulls does not pay its 3.7 MB
         started = self._clock.monotonic()
         session = _Session(ep, ref, self.credentials.get(ref.domain), timeout=self.timeout,
                            transport=self._transport)
         try:
             manifest = self._resolve(session, ref)
+            if match is not None:  # before anything of the image is stored
+                self._verify(session, ref, match, manifest.named_digest)
             try:
                 config, layers = check_image_manifest(manifest.doc, zstd=zstd_reader.program() is not None)
             except ValueError as exc:
@@ -419,8 +512,10 @@ class Puller:
 
     def _resolve(self, session: _Session, ref: Reference) -> ResolvedManifest:
         target, want_digest, want_size = ref.digest or ref.tag or "latest", ref.digest, None
+        named = ""
         for _depth in range(_MAX_NESTING):
             media_type, digest, body, doc = session.get_manifest(target, want_digest, want_size)
+            named = named or digest
             try:
                 kind = classify_manifest(media_type, doc)
             except ValueError as exc:
@@ -430,7 +525,7 @@ class Puller:
                                     "not support (deprecated since 2017); push the image again with a current "
                                     "docker, buildah or skopeo")
             if kind == "manifest":
-                return ResolvedManifest(digest, body, doc)
+                return ResolvedManifest(digest, body, doc, named)
             manifests = [m for m in doc.get("manifests") or [] if isinstance(m, dict)]
             chosen = select_platform(manifests, self.platform)
             if chosen is None:
@@ -458,4 +553,4 @@ class Puller:
             resp.close()
 
 
-__all__ = ["ManifestError", "PullError", "Puller", "check_image_manifest", "classify_manifest"]
+__all__ = ["ManifestError", "PullError", "Puller", "SignatureRefused", "check_image_manifest", "classify_manifest"]

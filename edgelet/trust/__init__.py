@@ -1,10 +1,12 @@
-"""Trusted delivery: the keys a device trusts and the detached signatures manifests and image archives must carry.
+"""Trusted delivery: the keys a device trusts and the signatures manifests, archives and registry images must carry.
 
 Nothing here imports a cryptography library at import time: only the
 verification functions do, so an agent without `--trusted-keys` never loads
 one. `keys` reads the key files, `minisign` and `sshsig` parse and check the
 two signature formats, `verify` picks the format and applies the keys, and
 `versions` keeps the highest signed version accepted per source (no replay).
+`policy` reads containers-policy.json(5) and decides purely which requirement
+an image reference meets; `cosign` checks cosign's key-based signatures.
 """
 
 from __future__ import annotations

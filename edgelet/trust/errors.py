@@ -1,15 +1,19 @@
-"""Errors of trusted delivery: key files that cannot be used, and signatures that are refused.
+"""Errors of trusted delivery: key files and policies that cannot be used, signatures that are refused.
 
 Hierarchy::
 
-    TrustError                 anything about keys and signatures
+    TrustError                 anything about keys, policies and signatures
     ├── KeyFileError           a --trusted-keys file or directory that cannot be used (names file and line)
-    └── SignatureRefused       a manifest or archive whose signature is refused; `reason` is one of REASONS
+    ├── SignatureRefused       a manifest or archive whose signature is refused; `reason` is one of REASONS
+    ├── PolicyError            a signature policy (containers-policy.json) cannot be used: file, field, reason
+    └── ImageSignatureError    a registry image the policy does not accept: reference, scope, reason
 
-Parsers wrap binascii, struct and cryptography errors with `raise ... from exc`.
+Parsers and adapters wrap OSError, JSON, binascii, struct and cryptography errors with `raise ... from exc`.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from edgelet.errors import EdgeletError
 
@@ -50,3 +54,28 @@ class SignatureRefused(TrustError):
         key = f" key {key_id}" if key_id else ""
         where = f" ({signature})" if signature else ""
         super().__init__(f"signature refused ({reason}){key}: {detail}{where}")
+
+
+class PolicyError(TrustError):
+    """The policy file is unreadable, not JSON, or has a field edgelet cannot honour (fail closed, at start)."""
+
+    def __init__(self, path: Path | str, field: str, reason: str) -> None:
+        self.path = str(path)
+        self.field = field
+        self.reason = reason
+        where = f" field {field}" if field else ""
+        super().__init__(f"signature policy {self.path}{where}: {reason}")
+
+
+class ImageSignatureError(TrustError):
+    """The policy refuses the image: rejected scope, no signature, or no signature that verifies and matches."""
+
+    def __init__(self, reference: str, reason: str, *, scope: str = "", policy: str = "") -> None:
+        self.reference = reference
+        self.reason = reason
+        self.scope = scope
+        self.policy = policy
+        by = f"signature policy {policy}" if policy else "signature policy"
+        if scope:
+            by += f" (scope {scope!r})"
+        super().__init__(f"{by} refuses {reference}: {reason}")

@@ -112,6 +112,7 @@ runtime = "/usr/bin/crun"
 conmon = "/usr/local/bin/conmon"
 image_import_dir = "/imp"
 image_credential_file = "/auth.json"
+signature_policy = "/etc/containers/policy.json"
 image_gc_high_threshold = 90
 image_gc_low_threshold = 70
 image_minimum_gc_age = "5m"
@@ -179,7 +180,8 @@ def test_toml_file_sets_every_key(tmp_path: Path) -> None:
         tls_cert_file=Path("/pki/tls.crt"), tls_private_key_file=Path("/pki/tls.key"),
         client_ca_file=Path("/pki/ca.crt"), api_token_file=Path("/pki/tokens.csv"),
         node_api_grants=("group:monitoring=stats/metrics", "user:alice=*"),
-        image_credential_file=Path("/auth.json"), image_gc_high_threshold=90, image_gc_low_threshold=70,
+        image_credential_file=Path("/auth.json"), signature_policy=Path("/etc/containers/policy.json"),
+        image_gc_high_threshold=90, image_gc_low_threshold=70,
         image_minimum_gc_age=300.0, manifest_url_header_file=Path("/etc/edgelet/url-headers"),
         container_log_max_size=2 * 1024 * 1024, container_log_max_files=3, container_log_monitor_interval=2.0,
         eviction_hard="memory.available<200Mi", eviction_soft="memory.available<1Gi",
