@@ -52,6 +52,10 @@ class HostFacts:
     cmdline_file: str = "/boot/firmware/cmdline.txt"
     # The agent's bounding set as capability names; None when unknown. Privileged containers get exactly this.
     bounding_capabilities: tuple[str, ...] | None = None
+    # Trusted delivery: (verdict, detail) of reading --trusted-keys and --signature-policy as the agent will at
+    # start; None when not configured.
+    trusted_keys: tuple[str, str] | None = None
+    signature_policy: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -193,9 +197,28 @@ def check_disk(f: HostFacts) -> CheckResult:
     return CheckResult(name, "OK", f"{free_mb} MiB free")
 
 
+def check_trusted_keys(f: HostFacts) -> CheckResult:
+    name = "trusted keys"
+    if f.trusted_keys is None:
+        return CheckResult(name, "OK", "not configured: manifests and image archives are accepted unsigned")
+    verdict, detail = f.trusted_keys
+    hint = "" if verdict == "OK" else "fix the file named (the agent refuses to start with it), or drop --trusted-keys"
+    return CheckResult(name, verdict, detail, hint)  # type: ignore[arg-type]
+
+
+def check_signature_policy(f: HostFacts) -> CheckResult:
+    name = "signature policy"
+    if f.signature_policy is None:
+        return CheckResult(name, "OK", "not configured: every registry pull is accepted unsigned")
+    verdict, detail = f.signature_policy
+    hint = "" if verdict == "OK" else "fix the field named (the agent refuses to start with it); see " \
+        "containers-policy.json(5) and README \"Signed registry images\""
+    return CheckResult(name, verdict, detail, hint)  # type: ignore[arg-type]
+
+
 CHECKS: tuple[Callable[[HostFacts], CheckResult], ...] = (
     check_root, check_runtime, check_conmon, check_pause, check_cgroups, check_memory_controller, check_overlay,
-    check_read_only_mounts, check_capabilities, check_cni, check_disk,
+    check_read_only_mounts, check_capabilities, check_cni, check_disk, check_trusted_keys, check_signature_policy,
 )
 
 
@@ -287,8 +310,34 @@ def cni_network(conf_dir: Path, bin_dirs: list[str]) -> tuple[str, str]:
     return "OK", f"network {cfg.name} from {cfg.path}: {', '.join(cfg.plugin_types())}"
 
 
+def trusted_keys_status(path: Path) -> tuple[str, str]:
+    """(verdict, detail) of reading `--trusted-keys` as the agent does at start (file and line of a bad key)."""
+    from edgelet.trust.errors import KeyFileError
+    from edgelet.trust.keys import load_trusted_keys
+
+    try:
+        keys = load_trusted_keys(path)
+    except KeyFileError as exc:
+        return "FAIL", str(exc)
+    return "OK", f"{path}: {len(keys.ed25519)} minisign/signify and {len(keys.ssh)} SSH keys"
+
+
+def signature_policy_status(path: Path) -> tuple[str, str]:
+    """(verdict, detail) of reading `--signature-policy` as the agent does at start (file and field of an error)."""
+    from edgelet.trust.errors import PolicyError
+    from edgelet.trust.policy import load_policy
+
+    try:
+        policy = load_policy(path)
+    except PolicyError as exc:
+        return "FAIL", str(exc)
+    default = ", ".join(req.type for req in policy.default)
+    return "OK", f"{path}: {len(policy.docker)} docker scopes, default {default}"
+
+
 def gather_facts(*, runtime: str, conmon: str, pause_image: str | None, root_dir: Path,
-                 cni_conf_dir: Path | None = None, cni_bin_dirs: list[str] | None = None) -> HostFacts:
+                 cni_conf_dir: Path | None = None, cni_bin_dirs: list[str] | None = None,
+                 trusted_keys: Path | None = None, signature_policy: Path | None = None) -> HostFacts:
     """Look at this machine once."""
     from edgelet.runtime.bundle import probe_recursive_read_only
     from edgelet.runtime.rootfs import probe_overlay
@@ -330,6 +379,8 @@ def gather_facts(*, runtime: str, conmon: str, pause_image: str | None, root_dir
         recursive_read_only=probe_recursive_read_only(),
         overlay_error=probe_overlay() if os.geteuid() == 0 else "not tried",
         bounding_capabilities=bounding,
+        trusted_keys=trusted_keys_status(trusted_keys) if trusted_keys is not None else None,
+        signature_policy=signature_policy_status(signature_policy) if signature_policy is not None else None,
     )
 
 
@@ -337,7 +388,8 @@ def cmd_check(settings: Settings, args: argparse.Namespace, out: TextIO, err: Te
     facts = gather_facts(runtime=settings.runtime, conmon=settings.conmon,
                          pause_image=settings.pod_infra_container_image, root_dir=settings.root_dir,
                          cni_conf_dir=settings.cni_conf_dir,
-                         cni_bin_dirs=[d for d in settings.cni_bin_dir.split(":") if d])
+                         cni_bin_dirs=[d for d in settings.cni_bin_dir.split(":") if d],
+                         trusted_keys=settings.trusted_keys, signature_policy=settings.signature_policy)
     results = run_checks(facts)
     print(format_results(results), file=out)
     return EXIT_FAILURE if failed(results) else EXIT_OK

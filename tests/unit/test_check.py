@@ -66,6 +66,15 @@ def test_a_good_machine_passes_everything():
     ({"bounding_capabilities": None}, "capabilities", "WARN", "cannot read CapBnd"),
     ({"root_free_bytes": 100 << 20}, "free space (/var/lib/edgelet)", "FAIL", "100 MiB free"),
     ({"root_free_bytes": None}, "free space (/var/lib/edgelet)", "FAIL", "cannot stat"),
+    # Trusted delivery: not configured is today's behaviour; a key or policy the agent would refuse fails the check.
+    ({}, "trusted keys", "OK", "not configured"),
+    ({"trusted_keys": ("OK", "/etc/edgelet/keys: 1 minisign/signify and 0 SSH keys")}, "trusted keys", "OK",
+     "1 minisign/signify"),
+    ({"trusted_keys": ("FAIL", "--trusted-keys /k/a.pub:3: not base64")}, "trusted keys", "FAIL",
+     "/k/a.pub:3: not base64"),
+    ({}, "signature policy", "OK", "not configured"),
+    ({"signature_policy": ("FAIL", "signature policy /p.json field default: missing")}, "signature policy", "FAIL",
+     "containers-policy.json(5)"),
 ])
 def test_check_verdicts(changes, name, verdict, text):
     results = {r.name: r for r in check.run_checks(dataclasses.replace(GOOD, **changes))}
@@ -90,3 +99,85 @@ def test_parsers():
               "cgroup /sys/fs/cgroup/memory cgroup rw,memory 0 0\n")
     assert check.parse_mounts_cgroup_v1(mounts) == {"cpu", "cpuacct", "memory"}
     assert check.parse_filesystems("nodev\tsysfs\n\text4\nnodev\toverlay\n") == {"sysfs", "ext4", "overlay"}
+
+
+# --- trusted delivery: the thin side reads the real files as the agent does --------------------------------------
+
+
+def _keys_dir(tmp_path):
+    from edgelet.testing.signing import MinisignKey, SshKey
+
+    keys = tmp_path / "keys"
+    keys.mkdir(mode=0o755)
+    (keys / "release.pub").write_text(MinisignKey.generate(tmp_path / "m").public.read_text())
+    (keys / "allowed_signers").write_text(SshKey.generate(tmp_path / "s").allowed_signer())
+    return keys
+
+
+def _policy(tmp_path, transports: dict | None = None) -> object:
+    import json
+
+    from edgelet.testing.cosign import CosignKey
+
+    key = CosignKey().write_public(tmp_path / "cosign.pub")
+    path = tmp_path / "policy.json"
+    path.write_text(json.dumps({"default": [{"type": "reject"}], "transports": transports if transports is not None
+                                else {"docker": {"registry.example/fleet": [{"type": "sigstoreSigned",
+                                                                             "keyPath": str(key)}]}}}))
+    return path
+
+
+@pytest.mark.skipif(bool(__import__("edgelet.testing.signing", fromlist=["x"]).missing_tools()),
+                    reason="needs minisign, signify-openbsd and ssh-keygen")
+def test_trusted_keys_are_read_as_the_agent_reads_them(tmp_path):
+    keys = _keys_dir(tmp_path)
+    assert check.trusted_keys_status(keys) == ("OK", f"{keys}: 1 minisign/signify and 1 SSH keys")
+    with open(keys / "allowed_signers", "a") as f:
+        f.write("# a comment\nops@example ssh-ed25519 not-base64!\n")
+    assert check.trusted_keys_status(keys) == ("FAIL", f"--trusted-keys {keys / 'allowed_signers'}:3: the key is "
+                                                       "not base64")
+    (keys / "allowed_signers").unlink()
+    keys.chmod(0o777)
+    verdict, detail = check.trusted_keys_status(keys)
+    assert verdict == "FAIL" and detail.startswith(f"--trusted-keys {keys}: the directory is world-writable")
+    verdict, detail = check.trusted_keys_status(tmp_path / "absent")
+    assert verdict == "FAIL" and detail.startswith(f"--trusted-keys {tmp_path / 'absent'}: cannot read")
+
+
+def test_a_signature_policy_is_read_as_the_agent_reads_it(tmp_path):
+    path = _policy(tmp_path)
+    assert check.signature_policy_status(path) == ("OK", f"{path}: 1 docker scopes, default reject")
+    path = _policy(tmp_path, {"docker": {"registry.example/fleet": [{"type": "sigstoreSigned",
+                                                                     "keyPath": str(tmp_path / "nokey.pub")}]}})
+    verdict, detail = check.signature_policy_status(path)
+    assert verdict == "FAIL"
+    assert detail.startswith(f'signature policy {path} field transports.docker["registry.example/fleet"][0].keyPath: '
+                             f"key file {tmp_path / 'nokey.pub'}")
+    (tmp_path / "nokey.pub").write_text("-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n")
+    verdict, detail = check.signature_policy_status(path)
+    assert verdict == "FAIL" and "not an ECDSA P-256 public key" in detail and ".keyPath" in detail
+    path.write_text('{"default": [{"type": "reject"}], "transport": {}}')
+    assert check.signature_policy_status(path) == ("FAIL", f"signature policy {path} field transport: unknown field")
+
+
+@pytest.mark.skipif(bool(__import__("edgelet.testing.signing", fromlist=["x"]).missing_tools()),
+                    reason="needs minisign, signify-openbsd and ssh-keygen")
+def test_edgelet_check_reports_both_trust_settings(tmp_path):
+    import io
+
+    from edgelet.cli import main
+
+    keys = _keys_dir(tmp_path)
+    (keys / "release.pub").write_text("untrusted comment: x\nRWQ-not-a-key\n")
+    # keyless verification is refused at start, as the agent would refuse to start with it
+    policy = _policy(tmp_path, {"docker": {"registry.example/fleet": [{"type": "sigstoreSigned", "fulcio": {}}]}})
+    out, err = io.StringIO(), io.StringIO()
+    rc = main(["check", "--config", "/dev/null", "--root-dir", str(tmp_path / "root"), "--trusted-keys", str(keys),
+               "--signature-policy", str(policy)], out=out, err=err)
+    lines = out.getvalue().splitlines()
+    assert rc != 0, out.getvalue()
+    [keys_line] = [line for line in lines if line.startswith("FAIL  trusted keys: ")]
+    assert f"--trusted-keys {keys / 'release.pub'}:2: not base64" in keys_line
+    [policy_line] = [line for line in lines if line.startswith("FAIL  signature policy: ")]
+    assert f'signature policy {policy} field transports.docker["registry.example/fleet"][0].fulcio: keyless' in policy_line, \
+        policy_line
