@@ -148,7 +148,7 @@ deb-onefile: binary
 # the slow packaging test that installs the real binary's .deb. The one-dir
 # build unpacks nothing, so tests never write under /var/lib/edgelet.
 # `make test-binary E2E=tests/e2e` runs every e2e test against it.
-E2E ?= tests/e2e/test_smoke.py
+E2E ?= tests/e2e/test_smoke.py tests/e2e/test_trusted_delivery.py
 test-binary: binary-onedir
 	EDGELET_BIN=$(CURDIR)/dist/onedir/edgelet/edgelet $(PY) -m pytest -q -p no:cacheprovider \
 		$(E2E) tests/unit/test_packaging.py $(PYTEST_ARGS)

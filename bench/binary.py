@@ -1,7 +1,7 @@
 """The frozen edgelet against the venv: size, cold/warm start, start to /healthz 200, RSS with pods, cold --runonce.
 
 Run as root after `make binary-onedir` (and with PyInstaller in the venv: `make binary`):
-`.venv/bin/python bench/binary.py [--pods 20] [--reps 5] [--skip-rss]`.
+`.venv/bin/python bench/binary.py [--pods 20] [--reps 5] [--skip-rss] [--size-only]`.
 
 The one-file build is made again here with its unpack dir under the bench's
 temp dir (EDGELET_RUNTIME_TMPDIR), so the bench never writes under
@@ -171,6 +171,8 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--settle", type=float, default=3.0)
     ap.add_argument("--skip-rss", action="store_true")
+    ap.add_argument("--size-only", action="store_true", help="only the sizes: no start, no drop_caches (which "
+                    "slows everything else on the machine)")
     args = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("bench/binary.py: run as root (drop_caches, runc)")
@@ -193,6 +195,8 @@ def run_all(args: argparse.Namespace) -> None:
         print(f"  one-dir dist/onedir/edgelet/:  {tree_size(ONEDIR.parent) / 1e6:6.1f} MB")
     if len(found) == 1:
         print("  (no frozen build: make binary binary-onedir)")
+    if args.size_only:
+        return
 
     outside = Path("/")  # never from the checkout: nothing may come from the repository
     print(f"`edgelet version` (includes runc --version and conmon --version), median of {args.reps}, empty env:")
