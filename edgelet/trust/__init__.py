@@ -1,8 +1,9 @@
 """Trusted delivery: the keys a device trusts and the signatures manifests, archives and registry images must carry.
 
-Nothing here imports a cryptography library at import time: only the
-verification functions do, so an agent without `--trusted-keys` never loads
-one. `keys` reads the key files, `minisign` and `sshsig` parse and check the
+Nothing here imports a cryptography library at import time: `crypto`, the
+only module that uses the `cryptography` package, imports it in its
+verification functions, so an agent that verifies nothing never loads it.
+`keys` reads the key files, `minisign` and `sshsig` parse and check the
 two signature formats, `verify` picks the format and applies the keys, and
 `versions` keeps the highest signed version accepted per source (no replay).
 `policy` reads containers-policy.json(5) and decides purely which requirement

@@ -16,9 +16,9 @@ A signature is accepted when (in this order, so untrusted JSON is parsed only on
 known to come from a trusted key) it verifies with one of the requirement's keys, its
 payload is well formed, its digest is the digest the reference names (for a multi-platform
 image, the index's, as cosign signs what the tag points to and podman checks), and its
-identity satisfies the requirement's signedIdentity. The cryptography is the `cryptography`
-package's, imported at the first verification: an agent without a policy, or whose images are all
-present, never loads it (policy keys are checked at start by their format, `check_p256_pem`).
+identity satisfies the requirement's signedIdentity. The cryptography is `crypto`'s, which imports
+the `cryptography` package at the first verification: an agent without a policy, or whose images are
+all present, never loads it (policy keys are checked at start by their format, `check_p256_pem`).
 
 I/O stays with the caller: `enforce` asks a `SignatureSource` (the puller's registry session)
 for the signature manifest and the payload blobs.
@@ -28,11 +28,11 @@ from __future__ import annotations
 
 import base64
 import binascii
-import functools
 import json
 from dataclasses import dataclass
 from typing import Any, Protocol, Sequence
 
+from edgelet.trust.crypto import p256_public_key, p256_valid
 from edgelet.trust.errors import ImageSignatureError
 from edgelet.trust.policy import ACCEPT_ANYTHING, SIGSTORE_SIGNED, Match, Requirement, identity_matches, refusal
 
@@ -134,7 +134,7 @@ def check_p256_pem(pem: bytes) -> None:
 
     Recognising the format needs no cryptography: load_policy checks every key with this at start,
     so an agent whose images are all present never loads the `cryptography` package (about 10 MB of
-    RSS); whether the point is on the curve is checked by `public_key` at the first verification."""
+    RSS); whether the point is on the curve is checked by `crypto.p256_public_key` at the first verification."""
     text = pem.decode("ascii", errors="replace").strip()
     head, foot = "-----BEGIN PUBLIC KEY-----", "-----END PUBLIC KEY-----"
     if not text.startswith(head) or not text.endswith(foot):
@@ -149,34 +149,13 @@ def check_p256_pem(pem: bytes) -> None:
     raise ValueError("not an ECDSA P-256 public key (cosign generate-key-pair makes one)")
 
 
-@functools.lru_cache(maxsize=64)
-def public_key(pem: bytes) -> Any:
-    """The ECDSA P-256 public key of a PEM (cosign.pub); ValueError for anything else."""
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.hazmat.primitives.serialization import load_pem_public_key
-
-    try:
-        key = load_pem_public_key(pem)
-    except (ValueError, TypeError) as exc:
-        raise ValueError(f"not a PEM public key ({exc})") from None
-    except Exception as exc:  # cryptography raises its own UnsupportedAlgorithm for exotic keys
-        raise ValueError(f"unusable public key ({type(exc).__name__}: {exc})") from None
-    if not isinstance(key, ec.EllipticCurvePublicKey) or not isinstance(key.curve, ec.SECP256R1):
-        raise ValueError("not an ECDSA P-256 public key (cosign generate-key-pair makes one)")
-    return key
-
-
 def signature_verifies(pems: Sequence[bytes], payload: bytes, signature_b64: str) -> bool:
     """Whether the base64 DER ECDSA-P256-SHA256 signature of `payload` verifies with one of `pems`;
     ValueError naming the problem when none of `pems` is a usable key."""
-    from cryptography.exceptions import InvalidSignature
-    from cryptography.hazmat.primitives import hashes
-    from cryptography.hazmat.primitives.asymmetric import ec
-
     keys, problems = [], []
     for pem in pems:
         try:
-            keys.append(public_key(pem))
+            keys.append(p256_public_key(pem))
         except ValueError as exc:
             problems.append(str(exc))
     if not keys:
@@ -185,13 +164,7 @@ def signature_verifies(pems: Sequence[bytes], payload: bytes, signature_b64: str
         sig = base64.b64decode(signature_b64, validate=True)
     except (binascii.Error, ValueError):
         return False
-    for key in keys:
-        try:
-            key.verify(sig, payload, ec.ECDSA(hashes.SHA256()))
-        except (InvalidSignature, ValueError):
-            continue
-        return True
-    return False
+    return any(p256_valid(key, sig, payload) for key in keys)
 
 
 def judge_signature(req: Requirement, reference: str, digest: str, payload: bytes, signature_b64: str) -> str | None:
@@ -258,4 +231,4 @@ def _fetch(source: SignatureSource, reference: str, digest: str, refuse: Any) ->
 
 __all__ = ["MT_SIMPLESIGNING", "PAYLOAD_TYPE", "SIGNATURE_ANNOTATION", "Payload", "SignatureLayer",
            "SignatureSource", "enforce", "judge_signature", "parse_payload", "parse_signature_manifest",
-           "check_p256_pem", "public_key", "signature_tag", "signature_verifies"]
+           "check_p256_pem", "signature_tag", "signature_verifies"]

@@ -16,6 +16,7 @@ import binascii
 import re
 from dataclasses import dataclass
 
+from edgelet.trust.crypto import ed25519_valid
 from edgelet.trust.errors import BAD, MALFORMED, SignatureRefused, UNKNOWN_KEY
 from edgelet.trust.keys import Ed25519Key, TrustedKeys
 from edgelet.trust.message import Message
@@ -88,19 +89,6 @@ def version_of_comment(comment: str | None) -> int | None:
         if match:
             return int(match.group(1))
     return None
-
-
-def ed25519_valid(public: bytes, signature: bytes, message: bytes) -> bool:
-    from cryptography.exceptions import InvalidSignature
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-
-    try:
-        Ed25519PublicKey.from_public_bytes(public).verify(signature, message)
-    except InvalidSignature:
-        return False
-    except ValueError:  # a key that is not a valid curve point
-        return False
-    return True
 
 
 def verify(sig: MinisignSignature, message: Message, keys: TrustedKeys) -> Ed25519Key:

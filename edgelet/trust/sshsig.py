@@ -16,6 +16,7 @@ import binascii
 import struct
 from dataclasses import dataclass
 
+from edgelet.trust.crypto import ed25519_valid
 from edgelet.trust.errors import BAD, EXPIRED, MALFORMED, SignatureRefused, UNKNOWN_KEY, WRONG_NAMESPACE
 from edgelet.trust.keys import SSH_ED25519, SshKey, TrustedKeys, parse_ssh_public_blob, ssh_string
 from edgelet.trust.message import Message
@@ -110,8 +111,6 @@ def signed_data(sig: SshSignature, message_hash: bytes) -> bytes:
 
 def verify(sig: SshSignature, message: Message, keys: TrustedKeys, *, namespace: str, now: float) -> SshKey:
     """The allowed_signers entry that made `sig` over `message` for `namespace`, valid at `now`; else SignatureRefused."""
-    from edgelet.trust.minisign import ed25519_valid
-
     candidates = keys.by_ssh_key(sig.public)
     if not candidates:
         probe = SshKey(principals="?", public=sig.public)

@@ -200,7 +200,8 @@ def _other_keys() -> dict[str, bytes]:
                                       ("private", False), ("empty", False)])
 def test_key_format_check_agrees_with_the_library(name, ok):
     """check_p256_pem (at start, no cryptography) accepts exactly what public_key (at verification) accepts."""
-    from edgelet.trust.cosign import check_p256_pem, public_key
+    from edgelet.trust.cosign import check_p256_pem
+    from edgelet.trust.crypto import p256_public_key as public_key
 
     pem = _other_keys()[name]
     for check in (check_p256_pem, public_key):

@@ -4,9 +4,11 @@ error, never a crash), the replay decision, SSH times and patterns, and no crypt
 from __future__ import annotations
 
 import base64
+import re
 import struct
 import subprocess
 import sys
+from pathlib import Path
 
 import hypothesis.strategies as st
 import pytest
@@ -155,6 +157,17 @@ def test_match_pattern_list(value: str, patterns: tuple[str, ...], want: bool) -
 ])
 def test_body_version(body: bytes, want: int | None) -> None:
     assert body_version(body) == want
+
+
+def test_only_trust_crypto_imports_cryptography() -> None:
+    """One module loads the package (lazily): the default agent's RSS depends on no other module's discipline."""
+    import edgelet
+
+    root = Path(edgelet.__file__).parent
+    importers = sorted(str(p.relative_to(root)) for p in root.rglob("*.py")
+                       if not p.is_relative_to(root / "testing")
+                       and re.search(r"^\s*(from|import) cryptography\b", p.read_text(), re.M))
+    assert importers == ["trust/crypto.py"]
 
 
 def test_the_default_agent_never_imports_cryptography() -> None:
