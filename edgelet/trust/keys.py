@@ -49,8 +49,7 @@ class Ed25519Key:
 
     @property
     def key_id(self) -> str:
-        # minisign prints the key id as a little-endian 64-bit number.
-        return format(int.from_bytes(self.keynum, "little"), "X")  # as minisign prints it (no zero padding)
+        return minisign_key_id(self.keynum)
 
 
 @dataclass(frozen=True)
@@ -103,6 +102,11 @@ class TrustedKeys:
 
     def __len__(self) -> int:
         return len(self.ed25519) + len(self.ssh)
+
+
+def minisign_key_id(keynum: bytes) -> str:
+    """A key id as minisign prints it: the 8 bytes as a little-endian number in hex, no zero padding."""
+    return format(int.from_bytes(keynum, "little"), "X")
 
 
 def format_time(ts: float) -> str:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from edgelet.trust.crypto import ed25519_valid
 from edgelet.trust.errors import BAD, MALFORMED, SignatureRefused, UNKNOWN_KEY
-from edgelet.trust.keys import Ed25519Key, TrustedKeys
+from edgelet.trust.keys import Ed25519Key, TrustedKeys, minisign_key_id
 from edgelet.trust.message import Message
 
 ALG_LEGACY = b"Ed"
@@ -42,7 +42,7 @@ class MinisignSignature:
 
     @property
     def key_id(self) -> str:
-        return format(int.from_bytes(self.keynum, "little"), "X")  # as minisign prints it (no zero padding)
+        return minisign_key_id(self.keynum)
 
     @property
     def tool(self) -> str:
