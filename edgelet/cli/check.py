@@ -197,23 +197,23 @@ def check_disk(f: HostFacts) -> CheckResult:
     return CheckResult(name, "OK", f"{free_mb} MiB free")
 
 
+def _configured_file(name: str, status: tuple[str, str] | None, off: str, hint: str) -> CheckResult:
+    """The verdict of a file the agent reads at start and refuses to start with if it cannot use it."""
+    if status is None:
+        return CheckResult(name, "OK", f"not configured: {off}")
+    verdict, detail = status
+    return CheckResult(name, verdict, detail, "" if verdict == "OK" else hint)  # type: ignore[arg-type]
+
+
 def check_trusted_keys(f: HostFacts) -> CheckResult:
-    name = "trusted keys"
-    if f.trusted_keys is None:
-        return CheckResult(name, "OK", "not configured: manifests and image archives are accepted unsigned")
-    verdict, detail = f.trusted_keys
-    hint = "" if verdict == "OK" else "fix the file named (the agent refuses to start with it), or drop --trusted-keys"
-    return CheckResult(name, verdict, detail, hint)  # type: ignore[arg-type]
+    return _configured_file("trusted keys", f.trusted_keys, "manifests and image archives are accepted unsigned",
+                            "fix the file named (the agent refuses to start with it), or drop --trusted-keys")
 
 
 def check_signature_policy(f: HostFacts) -> CheckResult:
-    name = "signature policy"
-    if f.signature_policy is None:
-        return CheckResult(name, "OK", "not configured: every registry pull is accepted unsigned")
-    verdict, detail = f.signature_policy
-    hint = "" if verdict == "OK" else "fix the field named (the agent refuses to start with it); see " \
-        "containers-policy.json(5) and README \"Signed registry images\""
-    return CheckResult(name, verdict, detail, hint)  # type: ignore[arg-type]
+    return _configured_file("signature policy", f.signature_policy, "every registry pull is accepted unsigned",
+                            "fix the field named (the agent refuses to start with it); see containers-policy.json(5) "
+                            "and README \"Signed registry images\"")
 
 
 CHECKS: tuple[Callable[[HostFacts], CheckResult], ...] = (
