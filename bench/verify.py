@@ -15,7 +15,7 @@ from pathlib import Path
 from _harness import REPO, Bench, machine, pod_manifest, running_pods
 
 from edgelet.sources.file import FileSourceState, scan_directory
-from edgelet.testing.signing import MinisignKey, SignifyKey, SshKey, missing_tools
+from edgelet.testing.signing import MinisignKey, SignifyKey, SshKey, missing_tools, trusted_dir
 from edgelet.trust.verify import Trust
 from edgelet.util.clock import RealClock
 
@@ -56,11 +56,7 @@ def pod_list(n: int) -> str:
 def manifest_figures(work: Path, n: int) -> None:
     keys = work / "keys"
     mini, signify, ssh = MinisignKey.generate(keys), SignifyKey.generate(keys), SshKey.generate(keys)
-    trusted = work / "trusted"
-    trusted.mkdir(mode=0o755)
-    (trusted / "m.pub").write_text(mini.public.read_text())
-    (trusted / "s.pub").write_text(signify.public.read_text())
-    (trusted / "allowed_signers").write_text(ssh.allowed_signer())
+    trusted = trusted_dir(work / "trusted", mini, signify, ssh)
     t = time.perf_counter()
     trust = Trust.load(trusted, work / "state", RealClock())
     load_ms = (time.perf_counter() - t) * 1000

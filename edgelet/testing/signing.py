@@ -94,3 +94,18 @@ class SshKey:
     def fingerprint(self) -> str:
         text = _run(["ssh-keygen", "-l", "-E", "sha256", "-f", str(self.private) + ".pub"]).decode()
         return text.split()[1]
+
+
+def trusted_dir(directory: Path, *keys: "MinisignKey | SignifyKey | SshKey", ssh_options: str = "") -> Path:
+    """A `--trusted-keys` directory (0755, as the agent requires) of `keys`: each minisign or signify public key
+    under its own file name, every SSH key on one `allowed_signers` (with `ssh_options`)."""
+    directory.mkdir(mode=0o755)
+    signers = ""
+    for key in keys:
+        if isinstance(key, SshKey):
+            signers += key.allowed_signer(options=ssh_options)
+        else:
+            (directory / key.public.name).write_text(key.public.read_text())
+    if signers:
+        (directory / "allowed_signers").write_text(signers)
+    return directory

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from edgelet.testing.signing import MinisignKey, SshKey, missing_tools
+from edgelet.testing.signing import MinisignKey, SshKey, missing_tools, trusted_dir
 from tests.e2e.conftest import IMAGE, wait_for
 
 pytestmark = [pytest.mark.privileged,
@@ -38,12 +38,9 @@ def rejected(agent) -> list[dict]:
 
 
 def test_signed_manifest_runs_and_an_unsigned_update_leaves_it_running(agent, tmp_path):
-    keys = tmp_path / "trusted"
-    keys.mkdir(mode=0o755)
     minisign = MinisignKey.generate(tmp_path / "k")
     ssh = SshKey.generate(tmp_path / "k")
-    (keys / "release.pub").write_text(minisign.public.read_text())
-    (keys / "allowed_signers").write_text(ssh.allowed_signer())
+    keys = trusted_dir(tmp_path / "trusted", minisign, ssh)
     # The image archive the fixture dropped in the import dir is signed too (SSH, namespace edgelet-image).
     [archive] = (agent.paths.root_dir / "images" / "import").glob("*.tar")
     ssh.sign(archive, namespace="edgelet-image")
@@ -125,10 +122,8 @@ def test_a_world_writable_key_directory_stops_the_start(agent, tmp_path):
 def test_a_url_serving_a_new_body_with_the_old_signature_changes_nothing(agent, tmp_path):
     from tests.integration.test_trust_http import FileServer
 
-    keys = tmp_path / "trusted"
-    keys.mkdir(mode=0o755)
     minisign = MinisignKey.generate(tmp_path / "k")
-    (keys / "release.pub").write_text(minisign.public.read_text())
+    keys = trusted_dir(tmp_path / "trusted", minisign)
     [archive] = (agent.paths.root_dir / "images" / "import").glob("*.tar")
     minisign.sign(archive)
     staged = tmp_path / "pods.yaml"

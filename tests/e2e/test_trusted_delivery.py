@@ -13,7 +13,7 @@ import shutil
 import pytest
 
 from edgelet.testing.cosign import CosignKey, push_signatures, simple_signing
-from edgelet.testing.signing import MinisignKey, missing_tools
+from edgelet.testing.signing import MinisignKey, missing_tools, trusted_dir
 from tests.e2e.conftest import wait_for
 from tests.e2e.test_registry_pull import pod_yaml
 from tests.integration.registry import Layout, Registry, busybox_tar, file_layer
@@ -61,10 +61,8 @@ def test_a_signed_manifest_naming_an_unsigned_or_foreign_signed_image_is_refused
         policy.write_text(json.dumps({"default": [{"type": "insecureAcceptAnything"}], "transports": {"docker": {
             f"{reg.host}/fleet": [{"type": "sigstoreSigned", "keyPath": str(trusted.write_public(tmp_path / "k.pub")),
                                    "signedIdentity": {"type": "matchRepository"}}]}}}))
-        keys = tmp_path / "trusted"
-        keys.mkdir(mode=0o755)
         minisign = MinisignKey.generate(tmp_path / "mk")
-        (keys / "release.pub").write_text(minisign.public.read_text())
+        keys = trusted_dir(tmp_path / "trusted", minisign)
         [archive] = (agent.paths.root_dir / "images" / "import").glob("*.tar")
         minisign.sign(archive)  # the fixture's archive is imported as always: only the registry images are at stake
 

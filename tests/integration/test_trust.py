@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from edgelet.sources.file import FileSourceState, scan_directory
-from edgelet.testing.signing import MinisignKey, SignifyKey, SshKey, missing_tools
+from edgelet.testing.signing import MinisignKey, SignifyKey, SshKey, missing_tools, trusted_dir
 from edgelet.trust import ARCHIVE_NAMESPACE
 from edgelet.trust.errors import KeyFileError, SignatureRefused
 from edgelet.trust.keys import load_trusted_keys
@@ -49,12 +49,8 @@ def tools(tmp_path_factory) -> dict:
 
 @pytest.fixture
 def keydir(tmp_path: Path, tools: dict) -> Path:
-    d = tmp_path / "trusted"
-    d.mkdir(mode=0o755)
-    (d / "minisign.pub").write_text(tools["minisign"].public.read_text())
-    (d / "signify.pub").write_text(tools["signify"].public.read_text())
-    (d / "allowed_signers").write_text(tools["ssh"].allowed_signer(options='namespaces="edgelet-*"'))
-    return d
+    return trusted_dir(tmp_path / "trusted", tools["minisign"], tools["signify"], tools["ssh"],
+                       ssh_options='namespaces="edgelet-*"')
 
 
 @pytest.fixture

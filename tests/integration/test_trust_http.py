@@ -16,7 +16,7 @@ import pytest
 
 from edgelet.sources import SourceSnapshot
 from edgelet.sources.http import CACHE_FILE, CachedManifest, HttpSource
-from edgelet.testing.signing import MinisignKey, SshKey, missing_tools
+from edgelet.testing.signing import MinisignKey, SshKey, missing_tools, trusted_dir
 from edgelet.trust.verify import Trust
 from edgelet.util.clock import RealClock
 
@@ -104,10 +104,7 @@ def server() -> Iterator[FileServer]:
 def keys(tmp_path_factory) -> dict:
     d = tmp_path_factory.mktemp("keys")
     minisign, ssh = MinisignKey.generate(d), SshKey.generate(d)
-    trusted = d / "trusted"
-    trusted.mkdir(mode=0o755)
-    (trusted / "minisign.pub").write_text(minisign.public.read_text())
-    (trusted / "allowed_signers").write_text(ssh.allowed_signer())
+    trusted = trusted_dir(d / "trusted", minisign, ssh)
     return {"minisign": minisign, "ssh": ssh, "trusted": trusted, "dir": d}
 
 

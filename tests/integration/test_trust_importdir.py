@@ -12,7 +12,7 @@ from edgelet.events import EventRecorder
 from edgelet.images.importdir import ImportDir
 from edgelet.images.store import ImageStore
 from edgelet.testing.images import build_busybox_image
-from edgelet.testing.signing import MinisignKey, SignifyKey, SshKey, missing_tools
+from edgelet.testing.signing import MinisignKey, SignifyKey, SshKey, missing_tools, trusted_dir
 from edgelet.trust import ARCHIVE_NAMESPACE, MANIFEST_NAMESPACE
 from edgelet.trust.verify import Trust
 from edgelet.util.clock import FakeClock
@@ -29,11 +29,7 @@ def tarball(tmp_path_factory) -> Path:
 def keys(tmp_path_factory) -> dict:
     d = tmp_path_factory.mktemp("keys")
     minisign, ssh, signify = MinisignKey.generate(d), SshKey.generate(d), SignifyKey.generate(d)
-    trusted = d / "trusted"
-    trusted.mkdir(mode=0o755)
-    (trusted / "minisign.pub").write_text(minisign.public.read_text())
-    (trusted / "signify.pub").write_text(signify.public.read_text())
-    (trusted / "allowed_signers").write_text(ssh.allowed_signer())
+    trusted = trusted_dir(d / "trusted", minisign, signify, ssh)
     return {"minisign": minisign, "ssh": ssh, "signify": signify, "trusted": trusted}
 
 

@@ -105,13 +105,9 @@ def test_parsers():
 
 
 def _keys_dir(tmp_path):
-    from edgelet.testing.signing import MinisignKey, SshKey
+    from edgelet.testing.signing import MinisignKey, SshKey, trusted_dir
 
-    keys = tmp_path / "keys"
-    keys.mkdir(mode=0o755)
-    (keys / "release.pub").write_text(MinisignKey.generate(tmp_path / "m").public.read_text())
-    (keys / "allowed_signers").write_text(SshKey.generate(tmp_path / "s").allowed_signer())
-    return keys
+    return trusted_dir(tmp_path / "keys", MinisignKey.generate(tmp_path / "m"), SshKey.generate(tmp_path / "s"))
 
 
 def _policy(tmp_path, transports: dict | None = None) -> object:
@@ -168,7 +164,7 @@ def test_edgelet_check_reports_both_trust_settings(tmp_path):
     from edgelet.cli import main
 
     keys = _keys_dir(tmp_path)
-    (keys / "release.pub").write_text("untrusted comment: x\nRWQ-not-a-key\n")
+    (keys / "minisign.pub").write_text("untrusted comment: x\nRWQ-not-a-key\n")
     # keyless verification is refused at start, as the agent would refuse to start with it
     policy = _policy(tmp_path, {"docker": {"registry.example/fleet": [{"type": "sigstoreSigned", "fulcio": {}}]}})
     out, err = io.StringIO(), io.StringIO()
@@ -177,7 +173,7 @@ def test_edgelet_check_reports_both_trust_settings(tmp_path):
     lines = out.getvalue().splitlines()
     assert rc != 0, out.getvalue()
     [keys_line] = [line for line in lines if line.startswith("FAIL  trusted keys: ")]
-    assert f"--trusted-keys {keys / 'release.pub'}:2: not base64" in keys_line
+    assert f"--trusted-keys {keys / 'minisign.pub'}:2: not base64" in keys_line
     [policy_line] = [line for line in lines if line.startswith("FAIL  signature policy: ")]
     assert f'signature policy {policy} field transports.docker["registry.example/fleet"][0].fulcio: keyless' in policy_line, \
         policy_line
