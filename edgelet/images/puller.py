@@ -235,14 +235,11 @@ class _Session:
         resp = self.send("GET", url, {"Accept": ACCEPT}, stream=True)
         try:
             _check_status(resp, str(self.ref), url)
-            body = bytearray()
-            for chunk in _raw_chunks(resp):
-                body += chunk
-                if len(body) > MAX_JSON:
-                    raise ManifestError(str(self.ref), f"manifest at {url} is larger than {MAX_JSON} bytes")
+            data = _read_at_most(resp, MAX_JSON)
         finally:
             resp.close()
-        data = bytes(body)
+        if data is None:
+            raise ManifestError(str(self.ref), f"manifest at {url} is larger than {MAX_JSON} bytes")
         digest = sha256_digest(data)
         if expected_size is not None and len(data) != expected_size:
             raise BlobError(expected_digest or digest, f"manifest is {len(data)} bytes, the descriptor says "
@@ -263,15 +260,13 @@ class _Session:
             if resp.status_code == 404:
                 return None
             _check_status(resp, str(self.ref), url)
-            body = bytearray()
-            for chunk in _raw_chunks(resp):
-                body += chunk
-                if len(body) > MAX_JSON:
-                    raise PullError(str(self.ref), f"signature manifest at {url} is larger than {MAX_JSON} bytes")
+            body = _read_at_most(resp, MAX_JSON)
         finally:
             resp.close()
+        if body is None:
+            raise PullError(str(self.ref), f"signature manifest at {url} is larger than {MAX_JSON} bytes")
         try:
-            return json.loads(bytes(body))
+            return json.loads(body)
         except (ValueError, RecursionError) as exc:
             raise PullError(str(self.ref), f"signature manifest at {url} is not valid JSON: {exc}") from exc
 
@@ -279,17 +274,14 @@ class _Session:
         """A blob of at most a few kB (a signature payload), read into memory and checked against digest and size."""
         resp, url = self.blob(digest)
         try:
-            data = bytearray()
-            for chunk in _raw_chunks(resp):
-                data += chunk
-                if len(data) > size:
-                    raise BlobError(digest, f"registry sends more than the {size} bytes the manifest says", source=url)
+            data = _read_at_most(resp, size)
         finally:
             resp.close()
-        if len(data) != size or sha256_digest(bytes(data)) != digest:
-            raise BlobError(digest, f"content is {len(data)} bytes with digest {sha256_digest(bytes(data))}",
-                            source=url)
-        return bytes(data)
+        if data is None:
+            raise BlobError(digest, f"registry sends more than the {size} bytes the manifest says", source=url)
+        if len(data) != size or sha256_digest(data) != digest:
+            raise BlobError(digest, f"content is {len(data)} bytes with digest {sha256_digest(data)}", source=url)
+        return data
 
     def blob(self, digest: str) -> tuple[httpx.Response, str]:
         url = self.url("blobs", digest)
@@ -328,6 +320,16 @@ def _raw_chunks(resp: httpx.Response, size: int | None = None) -> Iterator[bytes
         yield from resp.iter_raw(size)
     except httpx.StreamConsumed:  # a response built in memory (httpx.MockTransport in tests)
         yield resp.content
+
+
+def _read_at_most(resp: httpx.Response, limit: int) -> bytes | None:
+    """The raw body, or None as soon as it passes `limit` bytes: a registry must not fill the device's memory."""
+    body = bytearray()
+    for chunk in _raw_chunks(resp):
+        body += chunk
+        if len(body) > limit:
+            return None
+    return bytes(body)
 
 
 class _SignatureSource:

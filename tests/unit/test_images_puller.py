@@ -310,3 +310,51 @@ def test_ensure_stamps_last_used(tmp_path):
     clock.advance(500)
     asyncio.run(m.ensure(pod, pod.spec.containers[0]))
     assert float(ImageStore(tmp_path / "s").get("reg.test/bb:1").extra["last_used"]) == clock.now()  # persisted
+
+
+def test_registry_bodies_past_their_bounds_are_refused(tmp_path, monkeypatch):
+    """A manifest, a cosign signature manifest or a signature payload larger than it may be is an error, read no
+    further: a registry must not fill the device's memory."""
+    from edgelet.images import puller
+    from edgelet.testing.cosign import CosignKey, simple_signing
+    from edgelet.trust.policy import parse_policy
+
+    reg = FakeRegistry()
+    monkeypatch.setattr(puller, "MAX_JSON", len(reg.manifest) - 1)
+    with pytest.raises(PullError, match=r"manifest at \S+ is larger than"):
+        _puller(tmp_path, reg).pull_sync("reg.test/test/img:1")
+    monkeypatch.setattr(puller, "MAX_JSON", 4096)
+
+    key = CosignKey()
+    payload = simple_signing("reg.test/test/img:1", _sha(reg.manifest))
+    signature = key.sign(payload).signature
+    sig_manifest = {"schemaVersion": 2, "mediaType": OCI_M, "config": {}, "layers": [
+        {"mediaType": "application/vnd.dev.cosign.simplesigning.v1+json", "digest": _sha(payload),
+         "size": len(payload), "annotations": {"dev.cosignproject.cosign/signature": signature}}]}
+    served = {"sig": json.dumps(sig_manifest).encode(), "payload": payload}
+    plain = reg.handler
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith(".sig"):
+            return httpx.Response(200, content=served["sig"], headers={"Content-Type": OCI_M})
+        if request.url.path.endswith(_sha(payload)):
+            return httpx.Response(200, content=served["payload"])
+        return plain(request)
+
+    reg.handler = handler  # type: ignore[method-assign]
+    policy = parse_policy(json.dumps({"default": [{"type": "sigstoreSigned", "keyData": base64.b64encode(
+        key.public_pem).decode()}]}), "policy.json")
+
+    def pull() -> None:
+        Puller(ImageStore(tmp_path / "signed"), transport=httpx.MockTransport(reg.handler), credentials={},
+               registries={"reg.test": RegistryHost(insecure=True)}, signature_policy=policy
+               ).pull_sync("reg.test/test/img:1")
+
+    pull()  # as served, the signature holds
+    served["payload"] = payload + b" "
+    with pytest.raises(BlobError, match=f"registry sends more than the {len(payload)} bytes"):
+        pull()
+    served["payload"] = payload
+    served["sig"] += b" " * 4096
+    with pytest.raises(PullError, match=r"signature manifest at \S+ is larger than 4096 bytes"):
+        pull()
