@@ -8,24 +8,11 @@ import json
 import pytest
 
 from edgelet.testing.signing import MinisignKey, SshKey, missing_tools, trusted_dir
-from tests.e2e.conftest import IMAGE, wait_for
+from tests.e2e.conftest import wait_for
+from tests.e2e.test_url_source import pod_yaml
 
 pytestmark = [pytest.mark.privileged,
               pytest.mark.skipif(bool(missing_tools()), reason=f"needs {missing_tools()} (make deps)")]
-
-
-def pod_yaml(name: str, command: str) -> str:
-    return f"""apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-spec:
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: app
-    image: {IMAGE}
-    command: ["sh", "-c", {command!r}]
-"""
 
 
 def app_containers(agent, pod: str) -> list[dict]:

@@ -19,6 +19,7 @@ from edgelet.trust.message import Message
 from edgelet.trust.verify import Trust, check_signature
 from edgelet.trust.versions import VERSIONS_FILE, VersionStore
 from edgelet.util.clock import FakeClock
+from tests.integration.test_http_source import pod_yaml as unsigned_pod_yaml
 
 pytestmark = pytest.mark.skipif(bool(missing_tools()), reason=f"needs {missing_tools()} (make deps)")
 
@@ -28,15 +29,7 @@ NOW = 1_800_000_000.0  # 2027-01-15
 
 def pod_yaml(name: str, image: str = "busybox:1.36", version: int | None = None) -> str:
     head = f"# edgelet-version: {version}\n" if version is not None else ""
-    return f"""{head}apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-spec:
-  containers:
-  - name: app
-    image: {image}
-"""
+    return head + unsigned_pod_yaml(name, image)
 
 
 @pytest.fixture(scope="module")
