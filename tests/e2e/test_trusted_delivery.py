@@ -112,3 +112,37 @@ def test_a_signed_manifest_naming_an_unsigned_or_foreign_signed_image_is_refused
             assert all(c["id"] != v1["id"] for c in agent.runc_list())
     finally:
         reg.stop()
+
+
+def _refused_start(agent, *flags: str) -> str:
+    agent.start(*flags)
+    rc = agent.proc.wait(timeout=60)
+    agent.proc = None
+    agent._log.close()
+    assert rc != 0
+    assert agent.runc_list() == []
+    return agent.log()
+
+
+def test_a_bad_policy_or_key_file_stops_the_start_naming_it_as_edgelet_check_does(agent, tmp_path):
+    minisign = MinisignKey.generate(tmp_path / "mk")
+    keys = trusted_dir(tmp_path / "trusted", minisign)
+    staged = tmp_path / "web.yaml"
+    staged.write_text(pod_yaml("web", "edgelet.local/busybox:1.36"))
+    (agent.manifests / "web.yaml.minisig").write_bytes(minisign.sign(staged, version=1).read_bytes())
+    agent.write_manifest("web.yaml", staged.read_text())
+    policy = tmp_path / "policy.json"
+    policy.write_text('{"default": [{"type": "insecureAcceptAnything"}], "transports": {"docker": {'
+                      '"registry.example/fleet": [{"type": "sigstoreSigned", "keyPath": "/nonexistent/cosign.pub"}]}}}')
+    flags = ("--trusted-keys", str(keys), "--signature-policy", str(policy))
+    want = f'signature policy {policy} field transports.docker["registry.example/fleet"][0].keyPath: key file ' \
+           "/nonexistent/cosign.pub"
+    assert want in _refused_start(agent, *flags)
+    assert want in agent.cli("check", *flags)
+
+    policy.write_text('{"default": [{"type": "insecureAcceptAnything"}]}')
+    with open(keys / "minisign.pub", "a") as f:
+        f.write("RWQnot-a-key\n")
+    want = f"--trusted-keys {keys / 'minisign.pub'}:3: not base64"
+    assert want in _refused_start(agent, *flags)
+    assert want in agent.cli("check", *flags)
