@@ -64,7 +64,7 @@ class Agent:
 
         # What a crash left half-written by write_atomic: never read, so removed before anything reads.
         swept = remove_temp_files([paths.root_dir / "state", settings.images_dir, paths.root_dir / "sources",
-                                   paths.root_dir / "cni", paths.run_dir])
+                                   paths.root_dir / "cni", paths.run_dir, paths.root_dir / "state" / "rollout"])
         if swept:
             log.info("Removed temp files a crash left behind", count=swept)
         self.images = ImageStore(settings.images_dir)
@@ -132,6 +132,7 @@ class Agent:
                              else self.metrics.observing_publish(self.publisher), events=self.events,
                              probes=self.probes, admit=self._admit)
         self.workers = PodWorkers(self.syncer, clock=self.clock)
+        self.rollout = _build_rollout(self)
         self.loop = SyncLoop(
             workers=self.workers,
             publisher=self.publisher,
@@ -139,6 +140,7 @@ class Agent:
             expected_sources={"file"} | ({"http"} if settings.manifest_url else set()),
             runtime_uids=self.pleg.uids,
             events=self.events,
+            rollout=self.rollout,
         )
         self.workers._on_result = self._on_sync_result
         self.probes.state_of = self.syncer.state
@@ -172,6 +174,7 @@ class Agent:
                 last_sync_iteration=lambda: self.loop.last_iteration, last_relist=lambda: self.pleg.last_relist,
                 node_state=self.mirror.snapshot if self.mirror is not None else None, stats=self.stats,
                 start_exec=self.runtime.start_exec,
+                rollout_records=self.rollout.records, rollout_retry=self.rollout.retry,
             ))
             if settings.node_api_enabled:
                 self.node_api = _NodeApiPlan(self, api)
@@ -198,7 +201,9 @@ class Agent:
 
     async def _images_in_use(self) -> set[str]:
         """The image references of every container the runtime holds (image GC keeps those)."""
-        return {c.image for rt in (await self.runtime.list_pods()).values() for c in rt.containers if c.image}
+        used = {c.image for rt in (await self.runtime.list_pods()).values() for c in rt.containers if c.image}
+        # A last good version's images stay, whether or not it runs: a rollback must not need a pull.
+        return used | self.rollout.kept_images()
 
     def _runtime_warning(self, pod: "Pod", container: str | None, reason: str, message: str) -> None:
         """The runtime's word on what a container runs without although asked (an AppArmor default not loaded)."""
@@ -455,6 +460,27 @@ def _build_eviction(agent: "Agent"):
                            readmit=readmit, reclaim=reclaim, interval=s.eviction_monitoring_interval,
                            transition_period=s.eviction_pressure_transition_period,
                            max_pod_grace=s.eviction_max_pod_grace_period)
+
+
+def _build_rollout(agent: "Agent"):
+    """The rollout manager (issue 21): between the merged config and the pod workers; --rollout=false (or a
+    pod's annotation) gives kubelet's kill-and-start."""
+    from edgelet.rollout.decide import Policy
+    from edgelet.rollout.store import RolloutStore
+    from edgelet.sync.rollout import RolloutManager
+
+    s = agent.settings
+
+    def status_of(uid: str):
+        entry = agent.publisher.get(uid)
+        return entry.status if entry is not None else None
+
+    manager = RolloutManager(
+        RolloutStore(agent.paths.root_dir), clock=agent.clock, events=agent.events, enabled=s.rollout,
+        policy=Policy(deadline=s.rollout_deadline, window=s.rollout_stability_window),
+        images=agent.image_manager, backoff=agent.backoff, runtime_pods=agent.pleg.pods, status_of=status_of)
+    agent.publisher.rollout_note = manager.note
+    return manager
 
 
 def _build_node_shutdown(agent: "Agent"):

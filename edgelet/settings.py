@@ -528,6 +528,17 @@ class Settings:
     node_lease_renew_interval: float = _opt(10.0, _duration(positive=True), "how often the node Lease is renewed",
                                             metavar="DURATION")
     verbosity: int = _opt(0, _int(minimum=0), "log level (kubelet's --v)", flags=("-v", "--v"), metavar="N")
+    # Health-gated rollout of changed static pods (issue 21; edgelet.rollout).
+    rollout: bool = _opt(True, _bool, "a changed static pod's images are pulled before the old version stops, the new "
+                         "version must pass the health gate, and a failed one is rolled back to the last good "
+                         "version (--rollout=false: kubelet's kill-and-start; per pod: annotation "
+                         "edgelet.io/rollout: \"off\")")
+    rollout_deadline: float = _opt(300.0, _duration(positive=True), "time a new version has to become healthy "
+                                   "before it is rolled back (per pod: edgelet.io/rollout-deadline)",
+                                   metavar="DURATION")
+    rollout_stability_window: float = _opt(30.0, _duration(), "a new version is good once Ready this long without "
+                                           "a container restart (per pod: edgelet.io/rollout-stability-window)",
+                                           metavar="DURATION")
 
     def __post_init__(self) -> None:
         # Accept plain strings for paths when Settings is built directly (tests, the app).

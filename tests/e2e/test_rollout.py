@@ -1,0 +1,136 @@
+"""End to end, issue 21: a changed static pod is pulled first, gated, and rolled back to the last good version
+(real runc and conmon, the file source, a real registry on loopback for the missing image)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+
+import pytest
+
+from tests.e2e.conftest import IMAGE, wait_for
+from tests.integration.registry import Registry
+
+pytestmark = [
+    pytest.mark.privileged,
+    pytest.mark.skipif(shutil.which("docker-registry") is None, reason="needs docker-registry"),
+]
+
+# Short gate times so the test takes seconds; never asserted on.
+GATE = ("--rollout-deadline", "120s", "--rollout-stability-window", "2s")
+
+
+def pod_yaml(image: str, command: str, policy: str = "IfNotPresent") -> str:
+    return f"""apiVersion: v1
+kind: Pod
+metadata:
+  name: app
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+    - name: c
+      image: {image}
+      imagePullPolicy: {policy}
+      command: ["sh", "-c", "{command}"]
+"""
+
+
+def record(agent) -> dict | None:
+    """The pod's rollout record as the agent wrote it (read from disk: the agent may be down)."""
+    for path in (agent.paths.root_dir / "state" / "rollout").glob("*.json"):
+        stored = json.loads(path.read_text())
+        if stored["record"]["name"] == "default/app-testnode":
+            return stored["record"]
+    return None
+
+
+def phase(agent, want: str, target: str | None = None):
+    def check():
+        r = record(agent)
+        return r if r is not None and r["phase"] == want and (target is None or r["target"] == target) else None
+    return check
+
+
+def running_uids(agent) -> set[str]:
+    return {c["annotations"]["io.kubernetes.pod.uid"] for c in agent.containers_of("app")
+            if c["status"] == "running" and c["annotations"].get("io.kubernetes.container.name") == "c"}
+
+
+def app_container(agent) -> dict | None:
+    return next((c for c in agent.containers_of("app") if c["status"] == "running"
+                 and c["annotations"].get("io.kubernetes.container.name") == "c"), None)
+
+
+def test_missing_image_then_crash_roll_back_then_good(agent, tmp_path):
+    reg = Registry(tmp_path / "reg")
+    reg.start()
+    try:
+        # Armed for the rollback: the agent dies (SIGKILL, as a power cut would) right after it has written
+        # the decision to roll back and before it has stopped anything.
+        agent.start(*GATE, env={"EDGELET_TEST_CRASH_AT": "rollout.rollback"})
+        agent.write_manifest("app.yaml", pod_yaml(IMAGE, "exec sleep 300"))
+        v1 = wait_for(phase(agent, "good"), timeout=90, what="v1 good")["active"]
+        first = wait_for(lambda: app_container(agent), timeout=30, what="v1 running")
+
+        # v2's image does not exist: v1 never stops; the record and the table say why.
+        agent.write_manifest("app.yaml", pod_yaml(f"{reg.host}/test/missing:1", "exec sleep 300"))
+        pulling = wait_for(lambda: (r := phase(agent, "pulling")()) and "ErrImagePull" in r["reason"] and r,
+                           timeout=60, what="v2 pulling fails")
+        assert pulling["active"] == v1
+        assert "manifest unknown" in pulling["reason"] or "not found" in pulling["reason"].lower()
+        row = wait_for(lambda: (r := agent.pod("app")) and "RolloutPulling" in r["message"] and r, timeout=30,
+                       what="edgelet pods says the pull failed")
+        assert row["status"] == "Running"
+        still = app_container(agent)
+        assert still is not None and still["id"] == first["id"], "v1 was stopped while v2 could not be pulled"
+        assert running_uids(agent) == {v1}
+
+        # v2 crashes: it replaces v1, fails the gate, and the agent dies as it decides to roll back.
+        agent.write_manifest("app.yaml", pod_yaml(IMAGE, "echo broken; exit 1"))
+        wait_for(lambda: agent.proc.poll() is not None, timeout=120, what="the agent to crash at rollout.rollback")
+        assert agent.proc.returncode == -signal.SIGKILL
+        agent.proc = None
+        agent._log.close()
+        r = record(agent)
+        assert r["phase"] == "rolling-back" and r["active"] == v1 and r["blocked"] == r["target"] != v1
+        v2 = r["target"]
+        assert "CrashLoopBackOff" in r["reason"] or "exit" in r["reason"]
+
+        # The restarted agent takes the same decision from the record: v1 runs again, v2 is gone.
+        agent.start(*GATE)
+        done = wait_for(phase(agent, "rolled-back"), timeout=90, what="rolled back after the restart")
+        assert done["active"] == v1 and done["target"] == v2
+        wait_for(lambda: running_uids(agent) == {v1}, timeout=60, what="v1 running again, v2 gone")
+        row = wait_for(lambda: (r := agent.pod("app")) and r["uid"] == v1 and "RolledBack" in r["message"]
+                       and r["status"] == "Running" and r, timeout=60, what="edgelet pods says RolledBack")
+        conds = {c["type"]: c for c in row["pod"]["status"]["conditions"]}
+        assert conds["edgelet.io/Rollout"]["reason"] == "RolledBack"
+        assert v2[:8] in conds["edgelet.io/Rollout"]["message"]
+        events = agent.cli("events", "--for", "app-testnode")
+        assert "RolledBack" in events and v2[:8] in events
+        status = agent.cli("rollout", "status")
+        assert "rolled-back" in status and v1[:8] in status
+        history = agent.cli("rollout", "history", "app-testnode")
+        assert "rolled-back" in history and "failed" in history
+        # Steady: the failed version is not tried again while its manifest stays.
+        assert record(agent)["phase"] == "rolled-back"
+        assert running_uids(agent) == {v1}
+
+        # An operator retry tries v2 again (it fails again, and is rolled back again).
+        out = agent.cli("rollout", "retry", "app-testnode")
+        assert "tried again" in out, out
+        wait_for(lambda: (r := record(agent)) and r["phase"] == "rolled-back"
+                 and sum(h["outcome"] == "failed" for h in r["history"]) == 2, timeout=120,
+                 what="the retried v2 rolled back again")
+        wait_for(lambda: running_uids(agent) == {v1}, timeout=60, what="v1 running again after the retry")
+
+        # v3 is good: it replaces v1 and becomes the last good version.
+        agent.write_manifest("app.yaml", pod_yaml(IMAGE, "exec sleep 301"))
+        good = wait_for(lambda: (r := phase(agent, "good")()) and r["target"] not in (v1, v2) and r, timeout=120,
+                        what="v3 good")
+        assert good["last_good"] == good["active"] == good["target"]
+        wait_for(lambda: running_uids(agent) == {good["active"]}, timeout=60, what="v3 alone running")
+        assert agent.stop() == 0
+    finally:
+        reg.stop()
