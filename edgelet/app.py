@@ -397,16 +397,31 @@ class Agent:
             # kubelet runOnce judges a pod only after a retry delay following its sync, so a
             # container that exits at once is seen exited, not "running" for a moment.
             await self.clock.sleep(min(delay, max(0.0, deadline - self.clock.monotonic())))
+            if self.rollout.unsettled():
+                await self.pleg.relist()  # no PLEG task in --runonce: the gate's view of what runs
+            self.loop.rollout_round()  # a changed pod at boot goes through the same gate
             for pod in self.loop.desired().values():
                 self.workers.sync(pod)
             await self.workers.wait_idle()
             verdict = runonce_verdict(self.loop.desired(), self.publisher)
-            if verdict.done or self.clock.monotonic() >= deadline:
+            gating = self.rollout.unsettled()
+            if verdict.done and not gating or self.clock.monotonic() >= deadline:
                 break
-            delay = min(delay * 2, RUNONCE_MAX_POLL)
+            # The gate decides in rounds: poll at most every second while a version is judged.
+            delay = min(delay * 2, RUNONCE_MAX_POLL) if not gating else RUNONCE_FIRST_POLL
         self.publisher.flush()
         self.events.flush()
         print_runonce_summary(self.publisher, self.loop.config, out)
+        rolled_back = [r for r in self.rollout.records() if r.phase in ("rolled-back", "rolling-back")]
+        for r in rolled_back:
+            print(f"rolled back: {r.name}: {r.reason}", file=out)
+        if rolled_back or gating:
+            if gating:
+                print(f"runonce: health gate not decided for: {', '.join(gating)} (gave up after {timeout:g}s)",
+                      file=out)
+            print(f"runonce: {len(rolled_back)} pod(s) rolled back: {', '.join(r.name for r in rolled_back)}",
+                  file=out)
+            return 1
         if verdict.failed or not verdict.done:
             bad = verdict.failed or verdict.pending
             print(f"runonce: {len(bad)} pod(s) not running or completed: {', '.join(bad)}"

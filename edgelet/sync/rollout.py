@@ -101,6 +101,11 @@ class RolloutManager:
                 refs.update(c.image for c in [*(spec.init_containers or []), *spec.containers] if c.image)
         return refs
 
+    def unsettled(self) -> list[str]:
+        """Names whose new version is still being pulled, replaced, judged or rolled back (--runonce waits)."""
+        return sorted(s.record.name for s in self._stored.values()
+                      if s.record.phase in ("pulling", "replacing", "gating", "rolling-back"))
+
     def retry(self, name: str) -> Record:
         """`edgelet rollout retry`: the blocked version is tried again (KeyError: no such pod; ValueError: nothing
         to retry)."""

@@ -134,3 +134,20 @@ def test_missing_image_then_crash_roll_back_then_good(agent, tmp_path):
         assert agent.stop() == 0
     finally:
         reg.stop()
+
+
+def test_runonce_waits_for_the_gate_and_names_the_rolled_back_pod(agent):
+    agent.write_manifest("app.yaml", pod_yaml(IMAGE, "exec sleep 300"))
+    res = agent.run_once(*GATE, "--runonce-timeout", "90s")
+    assert res.returncode == 0, res.stdout + res.stderr
+    v1 = record(agent)
+    assert v1["phase"] == "good", v1
+
+    # The device boots with a changed manifest whose version crashes: the same gate, then the rollback.
+    agent.write_manifest("app.yaml", pod_yaml(IMAGE, "echo broken; exit 1"))
+    res = agent.run_once(*GATE, "--runonce-timeout", "90s")
+    assert res.returncode != 0, res.stdout + res.stderr
+    assert "rolled back: default/app-testnode:" in res.stdout, res.stdout
+    r = record(agent)
+    assert r["phase"] == "rolled-back" and r["active"] == v1["active"]
+    assert running_uids(agent) == {v1["active"]}
