@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import signal
+import time
 
 import pytest
 
@@ -151,3 +152,41 @@ def test_runonce_waits_for_the_gate_and_names_the_rolled_back_pod(agent):
     r = record(agent)
     assert r["phase"] == "rolled-back" and r["active"] == v1["active"]
     assert running_uids(agent) == {v1["active"]}
+
+
+def ready_yaml(command: str, ready_cmd: str, annotations: str = "") -> str:
+    return f"""apiVersion: v1
+kind: Pod
+metadata:
+  name: app
+  annotations:
+    edgelet.io/rollout-deadline: "6s"
+{annotations}spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+    - name: c
+      image: {IMAGE}
+      command: ["sh", "-c", "{command}"]
+      readinessProbe:
+        exec: {{command: ["sh", "-c", "{ready_cmd}"]}}
+        periodSeconds: 1
+"""
+
+
+def test_never_ready_is_rolled_back_at_the_deadline_and_the_off_switch_keeps_it(agent):
+    agent.start("--rollout-stability-window", "1s")
+    agent.write_manifest("app.yaml", ready_yaml("exec sleep 300", "true"))
+    v1 = wait_for(phase(agent, "good"), timeout=90, what="v1 good")["active"]
+
+    # v2 runs but never gets Ready: rolled back once the pod's own 6 s deadline has passed.
+    agent.write_manifest("app.yaml", ready_yaml("exec sleep 299", "false"))
+    r = wait_for(phase(agent, "rolled-back"), timeout=120, what="v2 rolled back at the deadline")
+    assert r["active"] == v1 and "deadline" in r["reason"] and "not Ready" in r["reason"], r
+    wait_for(lambda: running_uids(agent) == {v1}, timeout=60, what="v1 running again")
+
+    # The same bad version with the off switch: kubelet's kill-and-start, and it stays (no record to act on).
+    agent.write_manifest("app.yaml", ready_yaml("exec sleep 298", "false", '    edgelet.io/rollout: "off"\n'))
+    wait_for(lambda: record(agent) is None, timeout=60, what="the record dropped by the off switch")
+    wait_for(lambda: (u := running_uids(agent)) and v1 not in u and u, timeout=60, what="v3 replaced v1")
+    time.sleep(8)  # past the 6 s deadline the gate would have used: nothing rolls it back
+    assert v1 not in running_uids(agent) and record(agent) is None
