@@ -492,9 +492,11 @@ def _build_rollout(agent: "Agent"):
 
     manager = RolloutManager(
         RolloutStore(agent.paths.root_dir), clock=agent.clock, events=agent.events, enabled=s.rollout,
-        policy=Policy(deadline=s.rollout_deadline, window=s.rollout_stability_window),
+        policy=Policy(deadline=s.rollout_deadline, window=s.rollout_stability_window,
+                      strategy="Surge" if s.rollout_strategy == "Surge" else "Replace"),
         images=agent.image_manager, backoff=agent.backoff, runtime_pods=agent.pleg.pods, status_of=status_of)
     agent.publisher.rollout_note = manager.note
+    agent.workers.may_run_beside = manager.is_surging  # Surge: the new version starts beside the old one
     return manager
 
 

@@ -19,3 +19,4 @@ ORIGIN = "edgelet.io/origin"  # file path or URL of the manifest
 ROLLOUT = "edgelet.io/rollout"
 ROLLOUT_DEADLINE = "edgelet.io/rollout-deadline"
 ROLLOUT_STABILITY_WINDOW = "edgelet.io/rollout-stability-window"
+ROLLOUT_STRATEGY = "edgelet.io/rollout-strategy"  # "Replace" (the default) or "Surge"

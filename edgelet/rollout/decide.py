@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+Strategy = Literal["Replace", "Surge"]
 Phase = Literal["pulling", "replacing", "gating", "good", "rolling-back", "rolled-back", "failed"]
 Outcome = Literal["pending", "good", "failed"]
 
@@ -68,6 +69,9 @@ class Policy:
     deadline: float = DEFAULT_DEADLINE
     window: float = DEFAULT_WINDOW
     rollback: bool = True
+    # Replace: stop the old version, then start the new. Surge: start the new beside the old, stop the old once
+    # the new is good (refused, falling back to Replace, where the two would clash).
+    strategy: Strategy = "Replace"
 
 
 def is_pull_refused(message: str) -> bool:
@@ -151,6 +155,7 @@ class Record:
     restarts_at_ready: int = 0
     reason: str = ""
     history: tuple[HistoryEntry, ...] = ()
+    surge_from: str | None = None  # Surge: the previous version, kept running beside `active` during the gate
 
 
 @dataclass(frozen=True)
@@ -162,6 +167,7 @@ class Observation:
     pull_error: str = ""  # why the last pull of `desired` failed
     running: frozenset[str] = frozenset()  # hashes of this name with live containers or sandboxes
     gate: GateObs | None = None  # status of the target, when it has one
+    clash: str = ""  # why the target cannot run beside the active version (Surge), "" when it can
 
 
 @dataclass(frozen=True)
@@ -198,11 +204,20 @@ def decide(rec: Record, obs: Observation, now: float, policy: Policy) -> Decisio
     if obs.desired != rec.target:
         return _new_target(rec, obs, now, policy)
     if rec.phase == "pulling":
+        if obs.pulled and policy.strategy == "Surge" and rec.active is not None and not obs.clash:
+            r = replace(rec, phase="gating", active=rec.target, surge_from=rec.active, since=now, ready_since=None,
+                        restarts_at_ready=0, reason="waiting for the health gate (Surge: the previous version runs)",
+                        history=_hist(rec, rec.target, "gating", f"started beside {short(rec.active)} (Surge)", now))
+            return Decision(r, (Event("Normal", "RolloutSurging",
+                                      f"Images of version {short(rec.target)} present: started beside version "
+                                      f"{short(rec.active)}, which stops once the new one is good"),))
         if obs.pulled:
+            refused = (Event("Warning", "SurgeRefused", f"Surge refused: {obs.clash}; replacing instead"),) \
+                if policy.strategy == "Surge" and obs.clash else ()
             r = replace(rec, phase="replacing", active=rec.target, since=now, reason="images present")
-            return Decision(r, (Event("Normal", "RolloutReplacing",
-                                      f"Images of version {short(rec.target)} present: replacing version "
-                                      f"{short(rec.active)}"),))
+            return Decision(r, (*refused, Event("Normal", "RolloutReplacing",
+                                                f"Images of version {short(rec.target)} present: replacing "
+                                                f"version {short(rec.active)}")))
         reason = f"pulling the images of version {short(rec.target)}; version {short(rec.active)} keeps running" \
             + (f": {obs.pull_error}" if obs.pull_error else "")
         return Decision(replace(rec, reason=reason), pull=True)
@@ -220,18 +235,20 @@ def decide(rec: Record, obs: Observation, now: float, policy: Policy) -> Decisio
             return Decision(replace(rec, ready_since=v.ready_since, restarts_at_ready=v.restarts_at_ready))
         if v.outcome == "good":
             r = replace(rec, phase="good", last_good=rec.target, blocked=None, since=now, ready_since=None,
+                        surge_from=None,
                         reason=v.reason, history=_hist(rec, rec.target, "good", v.reason, now))
             return Decision(r, (Event("Normal", "RolloutSucceeded",
                                       f"Version {short(rec.target)} is good: {v.reason}"),))
         if rec.last_good is not None and rec.last_good != rec.target and policy.rollback:
             why = f"version {short(rec.target)} failed: {v.reason}"
             r = replace(rec, phase="rolling-back", active=rec.last_good, blocked=rec.target, since=now,
+                        surge_from=None,
                         ready_since=None, reason=why, history=_hist(rec, rec.target, "failed", v.reason, now))
             return Decision(r, (Event("Warning", "RollingBack",
                                       f"{why}; rolling back to version {short(rec.last_good)}"),))
         why = "no last good version to roll back to" if rec.last_good is None or rec.last_good == rec.target \
             else "rollback is off"
-        r = replace(rec, phase="failed", since=now, reason=f"{v.reason} ({why}; it keeps running as kubelet would)",
+        r = replace(rec, phase="failed", since=now, surge_from=None, reason=f"{v.reason} ({why}; it keeps running as kubelet would)",
                     history=_hist(rec, rec.target, "failed", f"{v.reason} ({why})", now))
         return Decision(r, (Event("Warning", "RolloutFailed",
                                   f"Version {short(rec.target)} failed: {v.reason}; {why}"),))
@@ -254,8 +271,9 @@ def _new_target(rec: Record, obs: Observation, now: float, policy: Policy) -> De
     if rec.target != rec.last_good and rec.phase not in ("rolled-back", "failed"):
         history = (*history, HistoryEntry(rec.target, "superseded", f"manifest changed to {short(obs.desired)}",
                                           now))[-HISTORY_MAX:]
+    # A Surge under way ends: the version it started goes, the one it started beside stays.
     base = replace(rec, target=obs.desired, blocked=None, since=now, ready_since=None, restarts_at_ready=0,
-                   history=history)
+                   history=history, surge_from=None, active=rec.surge_from or rec.active)
     if obs.desired == rec.last_good:
         r = replace(base, phase="good", active=obs.desired, reason="manifest back to the last good version",
                     history=(*history, HistoryEntry(obs.desired, "good", "manifest back to the last good version",
@@ -272,7 +290,7 @@ def _new_target(rec: Record, obs: Observation, now: float, policy: Policy) -> De
     # What runs stays: the last good version, or the one under the gate that this one supersedes.
     return Decision(r, (Event("Normal", "RolloutStarted",
                               f"New version {short(obs.desired)}: pulling its images while version "
-                              f"{short(rec.active)} keeps running"),), pull=True)
+                              f"{short(base.active)} keeps running"),), pull=True)
 
 
 def retry(rec: Record, now: float) -> Record:

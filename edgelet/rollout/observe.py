@@ -42,4 +42,27 @@ def gate_observation(pod: "Pod", status: "PodStatus") -> GateObs:
     )
 
 
-__all__ = ["gate_observation"]
+def _host_ports(pod: "Pod") -> set[tuple[str, int, str]]:
+    spec = pod.spec
+    out: set[tuple[str, int, str]] = set()
+    for c in [*(spec.init_containers or []), *spec.containers] if spec is not None else []:
+        for p in c.ports or []:
+            if p.host_port:
+                out.add((p.host_ip or "", p.host_port, p.protocol or "TCP"))
+    return out
+
+
+def surge_clash(old: "Pod", new: "Pod") -> str:
+    """Why two versions of a pod cannot run side by side (Surge), "" when they can."""
+    for pod, which in ((old, "the running version"), (new, "the new version")):
+        if pod.spec is not None and pod.spec.host_network:
+            return f"{which} uses hostNetwork: both versions would share the node's ports"
+    old_ports = _host_ports(old)
+    same = sorted(p for p in _host_ports(new)
+                  if any(o[1] == p[1] and o[2] == p[2] and (not o[0] or not p[0] or o[0] == p[0]) for o in old_ports))
+    if same:
+        return "both versions ask for hostPort " + ", ".join(f"{port}/{proto}" for _, port, proto in same)
+    return ""
+
+
+__all__ = ["gate_observation", "surge_clash"]

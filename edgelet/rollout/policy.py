@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from edgelet.api.annotations import ROLLOUT, ROLLOUT_DEADLINE, ROLLOUT_STABILITY_WINDOW
-from edgelet.rollout.decide import Policy
+from edgelet.api.annotations import ROLLOUT, ROLLOUT_DEADLINE, ROLLOUT_STABILITY_WINDOW, ROLLOUT_STRATEGY
+from edgelet.rollout.decide import Policy, Strategy
 from edgelet.settings import parse_duration
 
 _OFF = frozenset({"off", "false", "disabled", "no"})
@@ -43,7 +43,17 @@ def policy_for(annotations: Mapping[str, str], node: Policy, *, enabled: bool) -
             deadline = value
         else:
             window = max(0.0, value)
-    return Policy(deadline=deadline, window=window, rollback=node.rollback), problems
+    strategy: Strategy = node.strategy
+    raw = annotations.get(ROLLOUT_STRATEGY)
+    if raw is not None:
+        if raw.strip().lower() == "surge":
+            strategy = "Surge"
+        elif raw.strip().lower() == "replace":
+            strategy = "Replace"
+        else:
+            problems.append(f'annotation {ROLLOUT_STRATEGY}: expected "Replace" or "Surge", got {raw!r}; '
+                            f"using {node.strategy}")
+    return Policy(deadline=deadline, window=window, rollback=node.rollback, strategy=strategy), problems
 
 
 __all__ = ["policy_for"]

@@ -19,7 +19,7 @@ from edgelet.api.pod import meta
 from edgelet.api.pod import uid as pod_uid
 from edgelet.events import EventRecorder, pod_ref
 from edgelet.rollout.decide import Observation, Policy, Record, condition, decide, retry, short, start
-from edgelet.rollout.observe import gate_observation
+from edgelet.rollout.observe import gate_observation, surge_clash
 from edgelet.rollout.policy import policy_for
 from edgelet.rollout.store import RolloutStore, StoredRollout, decode_pod, encode_pod
 from edgelet.util.crashpoint import crash_point
@@ -101,6 +101,10 @@ class RolloutManager:
                 refs.update(c.image for c in [*(spec.init_containers or []), *spec.containers] if c.image)
         return refs
 
+    def is_surging(self, uid: str) -> bool:
+        """The uid is a new version started beside the previous one (Surge)."""
+        return any(s.record.surge_from is not None and s.record.active == uid for s in self._stored.values())
+
     def unsettled(self) -> list[str]:
         """Names whose new version is still being pulled, replaced, judged or rolled back (--runonce waits)."""
         return sorted(s.record.name for s in self._stored.values()
@@ -149,9 +153,11 @@ class RolloutManager:
                                     f"First version {short(uid)}: started at once (nothing to roll back to)")
                 stored = self._stored[name]
             else:
-                d = decide(stored.record, self._observe(stored.record, uid, running.get(name, set())), now, policy)
+                obs = self._observe(stored.record, uid, running.get(name, set()), pod, policy.strategy == "Surge")
+                d = decide(stored.record, obs, now, policy)
                 if d.record != stored.record:
-                    keep = {h for h in (d.record.active, d.record.target, d.record.last_good) if h}
+                    keep = {h for h in (d.record.active, d.record.target, d.record.last_good, d.record.surge_from)
+                            if h}
                     pods = {h: v for h, v in stored.pods.items() if h in keep}
                     if uid in keep:
                         pods[uid] = encode_pod(pod)
@@ -169,27 +175,30 @@ class RolloutManager:
                         pod_ref(pod), e.reason, e.message)
                 if d.pull:
                     self._start_pull(name, pod)
-            active = stored.record.active
-            if active is None:
-                continue
-            if active == uid:
-                out[uid] = pod
-            elif active in stored.pods:
-                out[active] = self._pod(active, stored.pods[active])
+            for h in (stored.record.active, stored.record.surge_from):
+                if h is None:
+                    continue
+                if h == uid:
+                    out[uid] = pod
+                elif h in stored.pods:
+                    out[h] = self._pod(h, stored.pods[h])
         if sources_ready:
             for name in [n for n in self._stored if n not in seen]:
                 log.info("Static pod removed: its rollout record goes too", pod=name)
                 self._forget(name)
         return out, poke
 
-    def _observe(self, rec: Record, desired: str, running: set[str]) -> Observation:
+    def _observe(self, rec: Record, desired: str, running: set[str], pod: "Pod", surge: bool) -> Observation:
         gate = None
+        clash = ""
+        stored = self._stored[rec.name]
+        if surge and rec.phase == "pulling" and rec.active is not None and rec.active in stored.pods:
+            clash = surge_clash(self._pod(rec.active, stored.pods[rec.active]), pod)
         if rec.phase == "gating" and rec.target == desired:
             status = self._status_of(rec.target)
-            stored = self._stored[rec.name]
             if status is not None and rec.target in stored.pods:
                 gate = gate_observation(self._pod(rec.target, stored.pods[rec.target]), status)
-        return Observation(desired=desired, pulled=desired in self._pulled,
+        return Observation(desired=desired, pulled=desired in self._pulled, clash=clash,
                            pull_error=self._pull_error.get(desired, ""), running=frozenset(running), gate=gate)
 
     def _running_by_name(self) -> dict[str, set[str]]:

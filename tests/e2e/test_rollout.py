@@ -190,3 +190,54 @@ def test_never_ready_is_rolled_back_at_the_deadline_and_the_off_switch_keeps_it(
     wait_for(lambda: (u := running_uids(agent)) and v1 not in u and u, timeout=60, what="v3 replaced v1")
     time.sleep(8)  # past the 6 s deadline the gate would have used: nothing rolls it back
     assert v1 not in running_uids(agent) and record(agent) is None
+
+
+def surge_yaml(command: str, host_port: int | None = None) -> str:
+    ports = f"""
+      ports: [{{containerPort: 8080, hostPort: {host_port}}}]""" if host_port else ""
+    return f"""apiVersion: v1
+kind: Pod
+metadata:
+  name: app
+  annotations:
+    edgelet.io/rollout-strategy: Surge
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+    - name: c
+      image: {IMAGE}
+      command: ["sh", "-c", "{command}"]{ports}
+"""
+
+
+def test_surge_keeps_the_old_version_until_the_new_is_good_and_is_refused_on_a_host_port(agent):
+    agent.start(*GATE)
+    agent.write_manifest("app.yaml", surge_yaml("exec sleep 300"))
+    v1 = wait_for(phase(agent, "good"), timeout=90, what="v1 good")["active"]
+    first = wait_for(lambda: app_container(agent), timeout=30, what="v1 running")
+
+    # v2 is good: it runs beside v1 while it is judged, then v1 goes.
+    agent.write_manifest("app.yaml", surge_yaml("exec sleep 299"))
+    both = wait_for(lambda: (u := running_uids(agent)) and len(u) == 2 and u, timeout=90, what="v1 and v2 side by side")
+    assert v1 in both
+    v2 = wait_for(lambda: (r := phase(agent, "good")()) and r["active"] != v1 and r, timeout=90, what="v2 good")["active"]
+    wait_for(lambda: running_uids(agent) == {v2}, timeout=60, what="v1 stopped once v2 was good")
+
+    # v3 crashes: v2 is never stopped, v3 goes.
+    v2_container = app_container(agent)
+    agent.write_manifest("app.yaml", surge_yaml("echo broken; exit 1"))
+    r = wait_for(phase(agent, "rolled-back"), timeout=120, what="v3 rolled back")
+    assert r["active"] == v2
+    wait_for(lambda: running_uids(agent) == {v2}, timeout=60, what="v3 gone")
+    assert app_container(agent)["id"] == v2_container["id"], "Surge stopped the good version"
+    assert first["id"] != v2_container["id"]
+
+    # With the same hostPort in both versions, Surge is refused and the update replaces instead.
+    agent.write_manifest("app.yaml", surge_yaml("exec sleep 298", host_port=18080))
+    v4 = wait_for(lambda: (r := phase(agent, "good")()) and r["active"] not in (v1, v2) and r, timeout=90,
+                  what="v4 good")["active"]
+    agent.write_manifest("app.yaml", surge_yaml("exec sleep 297", host_port=18080))
+    wait_for(lambda: (r := phase(agent, "good")()) and r["active"] not in (v1, v2, v4) and r, timeout=90,
+             what="v5 good")
+    events = agent.cli("events", "--for", "app-testnode")
+    assert "SurgeRefused" in events and "hostPort 18080/TCP" in events, events

@@ -177,3 +177,37 @@ def test_history_is_bounded():
     for i in range(40):
         rec = decide(rec, Observation(f"x{i}"), float(i), P).record
     assert len(rec.history) == 20
+
+
+SURGE = replace(P, strategy="Surge")
+
+
+def test_surge_starts_beside_the_old_and_stops_it_once_good():
+    pulling = decide(GOOD_V1, Observation("v2"), 1.0, SURGE).record
+    d = decide(pulling, Observation("v2", pulled=True, running=frozenset({"v1"})), 2.0, SURGE)
+    assert (d.record.phase, d.record.active, d.record.surge_from) == ("gating", "v2", "v1")
+    assert [e.reason for e in d.events] == ["RolloutSurging"]
+    r = d.record
+    r = decide(r, Observation("v2", running=frozenset({"v1", "v2"}), gate=READY), 3.0, SURGE).record
+    r = decide(r, Observation("v2", running=frozenset({"v1", "v2"}), gate=READY), 14.0, SURGE).record
+    assert (r.phase, r.active, r.surge_from, r.last_good) == ("good", "v2", None, "v2")
+
+
+def test_surge_failure_keeps_the_old_running():
+    gating = Record(name="ns/p", phase="gating", target="v2", active="v2", last_good="v1", surge_from="v1")
+    d = decide(gating, Observation("v2", running=frozenset({"v1", "v2"}),
+                                   gate=GateObs(containers=(waiting("CrashLoopBackOff"),))), 1.0, SURGE)
+    assert (d.record.phase, d.record.active, d.record.surge_from) == ("rolling-back", "v1", None)
+
+
+def test_surge_refused_on_a_clash_replaces_instead():
+    pulling = decide(GOOD_V1, Observation("v2"), 1.0, SURGE).record
+    d = decide(pulling, Observation("v2", pulled=True, clash="both versions ask for hostPort 80/TCP"), 2.0, SURGE)
+    assert (d.record.phase, d.record.active, d.record.surge_from) == ("replacing", "v2", None)
+    assert d.events[0].reason == "SurgeRefused" and "hostPort 80/TCP" in d.events[0].message
+
+
+def test_a_new_manifest_during_a_surge_stops_the_surged_version():
+    gating = Record(name="ns/p", phase="gating", target="v2", active="v2", last_good="v1", surge_from="v1")
+    d = decide(gating, Observation("v3"), 1.0, SURGE)
+    assert (d.record.phase, d.record.active, d.record.surge_from, d.record.target) == ("pulling", "v1", None, "v3")

@@ -204,3 +204,35 @@ def test_policy_annotations():
     p, problems = policy_for({"edgelet.io/rollout-deadline": "soon", "edgelet.io/rollout": "maybe"}, node,
                              enabled=True)
     assert p == node and len(problems) == 2 and "rollout-deadline" in problems[1]
+
+
+def test_surge_clash():
+    from edgelet.rollout.observe import surge_clash
+
+    def pod(ports=(), host_network=False):
+        return msgspec.convert({"metadata": {"name": "p"}, "spec": {
+            "hostNetwork": host_network,
+            "containers": [{"name": "c", "image": "i", "ports": [dict(p) for p in ports]}]}}, Pod)
+
+    web = {"containerPort": 80, "hostPort": 8080}
+    assert "hostPort 8080/TCP" in surge_clash(pod([web]), pod([web]))
+    assert surge_clash(pod([web]), pod([{**web, "protocol": "UDP"}])) == ""
+    assert surge_clash(pod([web]), pod([{"containerPort": 80, "hostPort": 8081}])) == ""
+    assert surge_clash(pod([{**web, "hostIP": "10.0.0.1"}]), pod([{**web, "hostIP": "10.0.0.2"}])) == ""
+    assert "hostNetwork" in surge_clash(pod(host_network=True), pod())
+    assert surge_clash(pod(), pod()) == ""
+
+
+def test_surge_runs_both_versions_until_the_new_is_good(tmp_path):
+    w = World(tmp_path)
+    w.manager._policy = Policy(deadline=60.0, window=5.0, strategy="Surge")
+    v1 = good_v1(w)
+    v2 = make_pod("b")
+    u1, u2 = v1.metadata.uid, v2.metadata.uid
+    w.round(v2)
+    assert w.round(v2) == {u1, u2}
+    assert w.manager.is_surging(u2) and not w.manager.is_surging(u1)
+    w.status[u2] = READY
+    w.round(v2)
+    w.clock.advance(6)
+    assert w.round(v2) == {u2}
