@@ -135,9 +135,11 @@ class StatusPublisher:
             origin=ann.get(ORIGIN, ""),
             phase=status.phase or "Pending",
             # A pod failed as a whole (evicted, refused) says why in its own message.
-            message="; ".join(([f"{note[0]}: {note[1]}"] if note is not None else [])
-                              + [f"{n}: {m}" for n, (_, m) in st.waiting.items() if m])
-            or (status.message or "" if status.reason and status.phase == "Failed" else ""),
+            # The pod's own word first (the table cuts messages), then the rollout's.
+            message="; ".join([m for m in ("; ".join(f"{n}: {m}" for n, (_, m) in st.waiting.items() if m)
+                                           or (status.message or "" if status.reason and status.phase == "Failed"
+                                               else ""),) if m]
+                              + ([f"{note[0]}: {note[1]}"] if note is not None else [])),
             pod=pod_object(pod, status),
         )
         self._pods[pod_uid(pod)] = PodEntry(pod, status, row)

@@ -241,3 +241,23 @@ def test_surge_keeps_the_old_version_until_the_new_is_good_and_is_refused_on_a_h
              what="v5 good")
     events = agent.cli("events", "--for", "app-testnode")
     assert "SurgeRefused" in events and "hostPort 18080/TCP" in events, events
+
+
+def test_url_source_version_is_rolled_back_too(agent):
+    from tests.e2e.test_url_source import ManifestServer
+
+    server = ManifestServer()
+    try:
+        server.body = pod_yaml(IMAGE, "exec sleep 300").encode()
+        agent.start(*GATE, "--manifest-url", server.url, "--http-check-frequency", "1s")
+        v1 = wait_for(phase(agent, "good"), timeout=90, what="v1 good")["active"]
+        server.body = pod_yaml(IMAGE, "echo broken; exit 1").encode()
+        r = wait_for(phase(agent, "rolled-back"), timeout=120, what="v2 rolled back")
+        assert r["active"] == v1
+        wait_for(lambda: running_uids(agent) == {v1}, timeout=60, what="v1 running again")
+        # The source still serves v2: it is not tried again.
+        assert record(agent)["phase"] == "rolled-back" and running_uids(agent) == {v1}
+        wait_for(lambda: (row := agent.pod("app")) and row["uid"] == v1 and row["source"] == "http", timeout=30,
+                 what="the table shows the URL pod's v1")
+    finally:
+        server.down()
