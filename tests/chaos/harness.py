@@ -34,7 +34,9 @@ MAX_PODS = 8
 
 # Crash points and the change that makes the agent pass each (see `_provoke`).
 POINTS = ("image.import", "image.unpack", "sandbox.create", "cni.add", "container.create", "container.stop",
-          "container.remove", "pod.remove", "checkpoint.write")
+          "container.remove", "pod.remove", "checkpoint.write",
+          # The health-gated rollout's steps (issue 21): an edit of a pod whose version passed the gate.
+          "rollout.replace", "rollout.gate")
 
 
 @dataclass(frozen=True)
@@ -248,6 +250,10 @@ class Campaign:
             return self.rng.choice([self.edit, self.remove])(name)
         if point == "checkpoint.write":
             return self.random_change()
+        if point in ("rollout.replace", "rollout.gate") and self.wanted:
+            running = [n for n, w in self.wanted.items() if KINDS[w.kind].phase == "Running"
+                       and KINDS[w.kind].restarts is not None]
+            return self.edit(self.rng.choice(running or sorted(self.wanted)))
         return self.add() if len(self.wanted) < MAX_PODS else self.edit()
 
     # --- rounds --------------------------------------------------------------------------------------

@@ -110,6 +110,8 @@ def test_missing_image_then_crash_roll_back_then_good(agent, tmp_path):
         assert v2[:8] in conds["edgelet.io/Rollout"]["message"]
         events = agent.cli("events", "--for", "app-testnode")
         assert "RolledBack" in events and v2[:8] in events
+        described = agent.cli("describe", "pod", "app-testnode")
+        assert "Rollout:" in described and "RolledBack" in described and v2[:8] in described, described
         status = agent.cli("rollout", "status")
         assert "rolled-back" in status and v1[:8] in status
         history = agent.cli("rollout", "history", "app-testnode")
