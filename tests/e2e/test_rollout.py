@@ -263,3 +263,23 @@ def test_url_source_version_is_rolled_back_too(agent):
                  what="the table shows the URL pod's v1")
     finally:
         server.down()
+
+
+def test_power_cut_during_the_gate_ends_in_the_same_rollback(agent):
+    from tests.e2e.test_power_loss import power_cut
+
+    agent.start(*GATE, env={"EDGELET_TEST_CRASH_AT": "rollout.gate"})
+    agent.write_manifest("app.yaml", pod_yaml(IMAGE, "exec sleep 300"))
+    v1 = wait_for(phase(agent, "good"), timeout=90, what="v1 good")["active"]
+    agent.write_manifest("app.yaml", pod_yaml(IMAGE, "echo broken; exit 1"))
+    # The agent dies as v2's gate begins (v1 stopped, v2 about to run), and the power goes with it.
+    wait_for(lambda: agent.proc.poll() is not None, timeout=120, what="the agent to crash at rollout.gate")
+    assert agent.proc.returncode == -signal.SIGKILL
+    r = record(agent)
+    assert r["phase"] == "gating" and r["active"] != v1
+    power_cut(agent)
+    agent.start(*GATE)
+    done = wait_for(phase(agent, "rolled-back"), timeout=120, what="rolled back after the power cut")
+    assert done["active"] == v1 and done["blocked"] == r["active"]
+    wait_for(lambda: running_uids(agent) == {v1}, timeout=60, what="v1 running again, alone")
+    assert agent.stop() == 0
