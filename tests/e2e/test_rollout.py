@@ -283,3 +283,23 @@ def test_power_cut_during_the_gate_ends_in_the_same_rollback(agent):
     assert done["active"] == v1 and done["blocked"] == r["active"]
     wait_for(lambda: running_uids(agent) == {v1}, timeout=60, what="v1 running again, alone")
     assert agent.stop() == 0
+
+
+def test_agent_killed_at_the_replace_step_finishes_the_update(agent):
+    agent.start(*GATE, env={"EDGELET_TEST_CRASH_AT": "rollout.replace"})
+    agent.write_manifest("app.yaml", pod_yaml(IMAGE, "exec sleep 300"))
+    v1 = wait_for(phase(agent, "good"), timeout=90, what="v1 good")["active"]
+    agent.write_manifest("app.yaml", pod_yaml(IMAGE, "exec sleep 299"))
+    wait_for(lambda: agent.proc.poll() is not None, timeout=120, what="the agent to crash at rollout.replace")
+    assert agent.proc.returncode == -signal.SIGKILL
+    agent.proc = None
+    agent._log.close()
+    r = record(agent)
+    assert r["phase"] == "replacing" and r["active"] != v1
+    assert running_uids(agent) == {v1}, "the record was written before anything was stopped"
+    agent.start(*GATE)
+    good = wait_for(lambda: (x := phase(agent, "good")()) and x["active"] == r["active"] and x, timeout=120,
+                    what="v2 good after the restart")
+    assert good["last_good"] == r["active"]
+    wait_for(lambda: running_uids(agent) == {r["active"]}, timeout=60, what="v2 alone running")
+    assert agent.stop() == 0
