@@ -248,7 +248,8 @@ def decide(rec: Record, obs: Observation, now: float, policy: Policy) -> Decisio
                                       f"{why}; rolling back to version {short(rec.last_good)}"),))
         why = "no last good version to roll back to" if rec.last_good is None or rec.last_good == rec.target \
             else "rollback is off"
-        r = replace(rec, phase="failed", since=now, surge_from=None, reason=f"{v.reason} ({why}; it keeps running as kubelet would)",
+        r = replace(rec, phase="failed", since=now, surge_from=None,
+                    reason=f"{v.reason} ({why}; it stays, as with kubelet)",
                     history=_hist(rec, rec.target, "failed", f"{v.reason} ({why})", now))
         return Decision(r, (Event("Warning", "RolloutFailed",
                                   f"Version {short(rec.target)} failed: {v.reason}; {why}"),))
@@ -310,7 +311,8 @@ def condition(rec: Record) -> tuple[str, str] | None:
         return "RollingBack", rec.reason
     if rec.phase == "pulling":
         return "RolloutPulling", rec.reason
-    if rec.phase == "failed":
+    if rec.phase == "failed" and rec.last_good is not None:
+        # A brand-new pod that failed is what kubelet shows too (its event says there was nothing to go back to).
         return "RolloutFailed", rec.reason
     return None
 

@@ -222,7 +222,8 @@ def test_surge_keeps_the_old_version_until_the_new_is_good_and_is_refused_on_a_h
     agent.write_manifest("app.yaml", surge_yaml("exec sleep 299"))
     both = wait_for(lambda: (u := running_uids(agent)) and len(u) == 2 and u, timeout=90, what="v1 and v2 side by side")
     assert v1 in both
-    v2 = wait_for(lambda: (r := phase(agent, "good")()) and r["active"] != v1 and r, timeout=90, what="v2 good")["active"]
+    v2 = wait_for(lambda: (r := phase(agent, "good")()) and r["active"] != v1 and r, timeout=90,
+                  what="v2 good")["active"]
     wait_for(lambda: running_uids(agent) == {v2}, timeout=60, what="v1 stopped once v2 was good")
 
     # v3 crashes: v2 is never stopped, v3 goes.
