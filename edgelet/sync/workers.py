@@ -98,6 +98,10 @@ class PodWorkers:
         self._submit(uid, _Work("sync", pod))
 
     def terminate(self, uid: str, pod: "Pod | None") -> None:
+        # A pod waiting for its name that is no longer wanted (the rollout went back to the running version)
+        # must not start once the name is free.
+        for name in [n for n, p in self._parked.items() if pod_uid(p) == uid]:
+            del self._parked[name]
         w = self._workers.get(uid)
         if w is not None and w.terminating:
             return
