@@ -59,8 +59,7 @@ class ApiSources:
     node_state: Callable[[], object] | None = None  # the apiserver link (edgelet.mirror), with --kubeconfig
     stats: "StatsCollector | None" = None
     start_exec: "StartExec | None" = None  # the runtime's interactive exec, for `edgelet exec`
-    # The rollout records (edgelet.rollout.decide.Record) and `edgelet rollout retry` (KeyError: no such pod,
-    # ValueError: nothing to retry).
+    # The rollout records (edgelet.rollout.decide.Record) and `edgelet rollout retry` (edgelet.rollout.errors).
     rollout_records: Callable[[], list] | None = None
     rollout_retry: Callable[[str], object] | None = None
 
@@ -119,11 +118,13 @@ class Api:
     def rollout_retry(self, name: str) -> Response:
         if self._s.rollout_retry is None:
             raise HttpError(404, "rollout is not served by this agent")
+        from edgelet.rollout.errors import NoSuchRollout, RolloutError
+
         try:
             return _json(self._s.rollout_retry(name))
-        except KeyError:
-            raise HttpError(404, f"pod {name} has no rollout record") from None
-        except ValueError as exc:
+        except NoSuchRollout as exc:
+            raise HttpError(404, str(exc)) from exc
+        except RolloutError as exc:
             raise HttpError(409, str(exc)) from exc
 
     def healthz(self, *, verbose: bool = False) -> Response:

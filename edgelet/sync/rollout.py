@@ -111,11 +111,14 @@ class RolloutManager:
                       if s.record.phase in ("pulling", "replacing", "gating", "rolling-back"))
 
     def retry(self, name: str) -> Record:
-        """`edgelet rollout retry`: the blocked version is tried again (KeyError: no such pod; ValueError: nothing
-        to retry)."""
-        stored = self._stored[name]
+        """`edgelet rollout retry`: the blocked version is tried again (NoSuchRollout, NothingToRetry)."""
+        from edgelet.rollout.errors import NoSuchRollout, NothingToRetry
+
+        stored = self._stored.get(name)
+        if stored is None:
+            raise NoSuchRollout(name)
         if stored.record.blocked is None:
-            raise ValueError(f"{name}: no failed version to retry (phase {stored.record.phase})")
+            raise NothingToRetry(name, stored.record.phase)
         rec = retry(stored.record, self._clock.now())
         self._pull_error.pop(rec.target, None)
         self._save(StoredRollout(record=rec, pods=stored.pods))

@@ -236,3 +236,16 @@ def test_surge_runs_both_versions_until_the_new_is_good(tmp_path):
     w.round(v2)
     w.clock.advance(6)
     assert w.round(v2) == {u2}
+
+
+def test_retry_refuses_clearly(tmp_path):
+    import pytest
+
+    from edgelet.rollout.errors import NoSuchRollout, NothingToRetry
+
+    w = World(tmp_path)
+    good_v1(w)
+    with pytest.raises(NoSuchRollout, match="default/other"):
+        w.manager.retry("default/other")
+    with pytest.raises(NothingToRetry, match="phase good"):
+        w.manager.retry("default/app-node")
