@@ -150,7 +150,11 @@ class SyncLoop:
     def rollout_round(self) -> None:
         """Ask the rollout manager which version of each pod runs, and tell the workers what changed."""
         assert self._rollout is not None
-        wanted, poke = self._rollout.effective(self._source, self.sources_ready)
+        try:
+            wanted, poke = self._rollout.effective(self._source, self.sources_ready)
+        except Exception as exc:  # noqa: BLE001 - a loop never dies: what runs stays, the next round retries
+            log.error("Rollout round failed", exc)
+            return
         for uid in [u for u in self._desired if u not in wanted]:
             pod = self._desired.pop(uid)
             log.info("Pod version no longer wanted", pod=_full(pod), uid=uid)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from edgelet.api.pod import meta
 from edgelet.api.pod import uid as pod_uid
 from edgelet.events import EventRecorder, pod_ref
-from edgelet.rollout.decide import Observation, Policy, Record, condition, decide, retry, short, start
+from edgelet.rollout.decide import Decision, Observation, Policy, Record, condition, decide, retry, short, start
 from edgelet.rollout.observe import gate_observation, surge_clash
 from edgelet.rollout.policy import policy_for
 from edgelet.rollout.store import RolloutStore, StoredRollout, decode_pod, encode_pod
@@ -69,6 +69,7 @@ class RolloutManager:
         self._pulled: set[str] = set()  # hashes whose images are all in the store
         self._pull_error: dict[str, str] = {}  # hash -> why its last pull failed
         self._warned: set[tuple[str, str]] = set()
+        self._unwritable: set[str] = set()  # names whose record could not be written (logged once)
         self.on_change: Callable[[], None] = lambda: None  # a pull finished: the loop runs a round soon
 
     # What others read.
@@ -121,7 +122,10 @@ class RolloutManager:
             raise NothingToRetry(name, stored.record.phase)
         rec = retry(stored.record, self._clock.now())
         self._pull_error.pop(rec.target, None)
-        self._save(StoredRollout(record=rec, pods=stored.pods))
+        if not self._save(StoredRollout(record=rec, pods=stored.pods)):
+            from edgelet.rollout.errors import RolloutError
+
+            raise RolloutError(name, "cannot write the rollout record (see the agent's log)")
         self.on_change()
         return rec
 
@@ -151,7 +155,9 @@ class RolloutManager:
             stored = self._stored.get(name)
             if stored is None:
                 rec = start(name, uid, now)
-                self._save(StoredRollout(record=rec, pods={uid: encode_pod(pod)}))
+                if not self._save(StoredRollout(record=rec, pods={uid: encode_pod(pod)})):
+                    out[uid] = pod  # nothing to roll back to either way: it runs as today, recorded later
+                    continue
                 self._events.normal(pod_ref(pod), "RolloutStarted",
                                     f"First version {short(uid)}: started at once (nothing to roll back to)")
                 stored = self._stored[name]
@@ -164,15 +170,17 @@ class RolloutManager:
                     pods = {h: v for h, v in stored.pods.items() if h in keep}
                     if uid in keep:
                         pods[uid] = encode_pod(pod)
-                    self._save(StoredRollout(record=d.record, pods=pods))  # before acting on it
-                    crash_point("rollout.step")
-                    if d.record.phase != stored.record.phase and d.record.phase in _CRASH_POINTS:
-                        crash_point(_CRASH_POINTS[d.record.phase])
-                    if d.record.phase != stored.record.phase:
-                        log.info("Rollout step", pod=name, phase=d.record.phase, target=short(d.record.target),
-                                 active=short(d.record.active), reason=d.record.reason)
-                    poke.update(h for h in (stored.record.active, d.record.active) if h)
-                    stored = self._stored[name]
+                    if not self._save(StoredRollout(record=d.record, pods=pods)):  # before acting on it
+                        d = Decision(stored.record)  # not written, not taken: what runs stays; tried next round
+                    else:
+                        crash_point("rollout.step")
+                        if d.record.phase != stored.record.phase and d.record.phase in _CRASH_POINTS:
+                            crash_point(_CRASH_POINTS[d.record.phase])
+                        if d.record.phase != stored.record.phase:
+                            log.info("Rollout step", pod=name, phase=d.record.phase, target=short(d.record.target),
+                                     active=short(d.record.active), reason=d.record.reason)
+                        poke.update(h for h in (stored.record.active, d.record.active) if h)
+                        stored = self._stored[name]
                 for e in d.events:
                     (self._events.warning if e.type == "Warning" else self._events.normal)(
                         pod_ref(pod), e.reason, e.message)
@@ -217,15 +225,29 @@ class RolloutManager:
             pod = self._decoded[h] = decode_pod(data)
         return pod
 
-    def _save(self, stored: StoredRollout) -> None:
-        self._store.save(stored)
-        self._stored[stored.record.name] = stored
+    def _save(self, stored: StoredRollout) -> bool:
+        """Write the record; False when it cannot be written (a full disk): then nothing changes, and the next
+        round tries again (a loop never dies)."""
+        name = stored.record.name
+        try:
+            self._store.save(stored)
+        except OSError as exc:
+            if name not in self._unwritable:
+                self._unwritable.add(name)
+                log.error("Cannot write a rollout record; the running version stays until it can", exc, pod=name)
+            return False
+        self._unwritable.discard(name)
+        self._stored[name] = stored
         live = {h for s in self._stored.values() for h in s.pods}
         for h in [h for h in self._decoded if h not in live]:
             del self._decoded[h]
+        return True
 
     def _forget(self, name: str) -> None:
-        self._store.delete(name)
+        try:
+            self._store.delete(name)
+        except OSError as exc:
+            log.warning("Cannot remove a rollout record", pod=name, err=str(exc))
         self._stored.pop(name, None)
         task = self._pulls.pop(name, None)
         if task is not None:

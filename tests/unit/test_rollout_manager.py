@@ -249,3 +249,35 @@ def test_retry_refuses_clearly(tmp_path):
         w.manager.retry("default/other")
     with pytest.raises(NothingToRetry, match="phase good"):
         w.manager.retry("default/app-node")
+
+
+def test_a_record_that_cannot_be_written_changes_nothing(tmp_path):
+    """A full disk: the step is not taken (what runs stays) until the record can be written; nothing raises."""
+    import errno
+
+    w = World(tmp_path)
+    v1 = good_v1(w)
+    full = {"on": True}
+    save = w.manager._store.save
+
+    def failing(stored):
+        if full["on"]:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        save(stored)
+
+    w.manager._store.save = failing
+    v2 = make_pod("b")
+    for _ in range(3):
+        assert w.round(v2) == {v1.metadata.uid}
+    assert w.manager.record("default/app-node").phase == "good"
+    other = make_pod("c")
+    other = msgspec.structs.replace(other, metadata=msgspec.structs.replace(other.metadata, name="new-node"))
+    out, _ = asyncio.run(_both(w.manager, v2, other))
+    assert set(out) == {v1.metadata.uid, other.metadata.uid}  # a brand-new pod runs as today, recorded later
+    full["on"] = False
+    w.round(v2)
+    assert w.manager.record("default/app-node").phase == "pulling"
+
+
+async def _both(manager, a, b):
+    return manager.effective({a.metadata.uid: a, b.metadata.uid: b}, True)
