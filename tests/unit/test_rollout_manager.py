@@ -281,3 +281,35 @@ def test_a_record_that_cannot_be_written_changes_nothing(tmp_path):
 
 async def _both(manager, a, b):
     return manager.effective({a.metadata.uid: a, b.metadata.uid: b}, True)
+
+
+def test_gate_observation_of_a_published_status():
+    from edgelet.rollout.observe import gate_observation
+
+    pod = make_pod("a")
+    g = gate_observation(pod, READY)
+    assert (g.restart_policy, g.phase, g.ready) == ("Always", "Running", True)
+    assert g.containers[0].started and g.containers[0].restarts == 0
+    c = gate_observation(pod, CRASH).containers[0]
+    assert (c.started, c.waiting, c.restarts) == (False, "CrashLoopBackOff", 2)
+
+
+def test_cli_reads_the_records_while_the_agent_is_stopped(tmp_path):
+    import argparse
+    import io
+
+    from edgelet.cli.rollout import cmd_rollout
+    from edgelet.settings import Settings
+
+    w = World(tmp_path / "root")
+    good_v1(w)
+    settings = Settings(root_dir=tmp_path / "root", run_dir=tmp_path / "run", hostname_override="node")
+    out, err = io.StringIO(), io.StringIO()
+    assert cmd_rollout(settings, argparse.Namespace(rollout_command=None, pod=None), out, err) == 0
+    assert "default/app-node" in out.getvalue() and "good" in out.getvalue()
+    out = io.StringIO()
+    assert cmd_rollout(settings, argparse.Namespace(rollout_command="history", pod="app"), out, err) == 0
+    assert "gating" in out.getvalue() and "good" in out.getvalue()
+    # A retry needs the agent.
+    assert cmd_rollout(settings, argparse.Namespace(rollout_command="retry", pod="app"), io.StringIO(), err) == 1
+    assert "not running" in err.getvalue()
