@@ -65,7 +65,7 @@ class Agent:
         # What a crash left half-written by write_atomic: never read, so removed before anything reads.
         swept = remove_temp_files([paths.root_dir / "state", settings.images_dir, paths.root_dir / "sources",
                                    paths.root_dir / "cni", paths.run_dir, paths.root_dir / "trust",
-                                   paths.root_dir / "trust" / "accepted"])
+                                   paths.root_dir / "trust" / "accepted", paths.root_dir / "state" / "rollout"])
         if swept:
             log.info("Removed temp files a crash left behind", count=swept)
         # Trusted delivery: loaded (with the cryptography library) only when asked for; a key file that cannot
@@ -146,6 +146,7 @@ class Agent:
                              else self.metrics.observing_publish(self.publisher), events=self.events,
                              probes=self.probes, admit=self._admit)
         self.workers = PodWorkers(self.syncer, clock=self.clock)
+        self.rollout = _build_rollout(self)
         self.loop = SyncLoop(
             workers=self.workers,
             publisher=self.publisher,
@@ -153,6 +154,7 @@ class Agent:
             expected_sources={"file"} | ({"http"} if settings.manifest_url else set()),
             runtime_uids=self.pleg.uids,
             events=self.events,
+            rollout=self.rollout,
         )
         self.workers._on_result = self._on_sync_result
         self.probes.state_of = self.syncer.state
@@ -187,6 +189,7 @@ class Agent:
                 last_sync_iteration=lambda: self.loop.last_iteration, last_relist=lambda: self.pleg.last_relist,
                 node_state=self.mirror.snapshot if self.mirror is not None else None, stats=self.stats,
                 start_exec=self.runtime.start_exec, node_conditions=self._node_conditions,
+                rollout_records=self.rollout.records, rollout_retry=self.rollout.retry,
             ))
             if settings.node_api_enabled:
                 self.node_api = _NodeApiPlan(self, api)
@@ -215,7 +218,9 @@ class Agent:
 
     async def _images_in_use(self) -> set[str]:
         """The image references of every container the runtime holds (image GC keeps those)."""
-        return {c.image for rt in (await self.runtime.list_pods()).values() for c in rt.containers if c.image}
+        used = {c.image for rt in (await self.runtime.list_pods()).values() for c in rt.containers if c.image}
+        # A last good version's images stay, whether or not it runs: a rollback must not need a pull.
+        return used | self.rollout.kept_images()
 
     def _runtime_warning(self, pod: "Pod", container: str | None, reason: str, message: str) -> None:
         """The runtime's word on what a container runs without although asked (an AppArmor default not loaded)."""
@@ -421,16 +426,31 @@ class Agent:
             # kubelet runOnce judges a pod only after a retry delay following its sync, so a
             # container that exits at once is seen exited, not "running" for a moment.
             await self.clock.sleep(min(delay, max(0.0, deadline - self.clock.monotonic())))
+            if self.rollout.unsettled():
+                await self.pleg.relist()  # no PLEG task in --runonce: the gate's view of what runs
+            self.loop.rollout_round()  # a changed pod at boot goes through the same gate
             for pod in self.loop.desired().values():
                 self.workers.sync(pod)
             await self.workers.wait_idle()
             verdict = runonce_verdict(self.loop.desired(), self.publisher)
-            if verdict.done or self.clock.monotonic() >= deadline:
+            gating = self.rollout.unsettled()
+            if verdict.done and not gating or self.clock.monotonic() >= deadline:
                 break
-            delay = min(delay * 2, RUNONCE_MAX_POLL)
+            # The gate decides in rounds: poll at most every second while a version is judged.
+            delay = min(delay * 2, RUNONCE_MAX_POLL) if not gating else RUNONCE_FIRST_POLL
         self.publisher.flush()
         self.events.flush()
         print_runonce_summary(self.publisher, self.loop.config, out)
+        rolled_back = [r for r in self.rollout.records() if r.phase in ("rolled-back", "rolling-back")]
+        for r in rolled_back:
+            print(f"rolled back: {r.name}: {r.reason}", file=out)
+        if rolled_back or gating:
+            if gating:
+                print(f"runonce: health gate not decided for: {', '.join(gating)} (gave up after {timeout:g}s)",
+                      file=out)
+            print(f"runonce: {len(rolled_back)} pod(s) rolled back: {', '.join(r.name for r in rolled_back)}",
+                  file=out)
+            return 1
         if verdict.failed or not verdict.done:
             bad = verdict.failed or verdict.pending
             print(f"runonce: {len(bad)} pod(s) not running or completed: {', '.join(bad)}"
@@ -484,6 +504,29 @@ def _build_eviction(agent: "Agent"):
                            readmit=readmit, reclaim=reclaim, interval=s.eviction_monitoring_interval,
                            transition_period=s.eviction_pressure_transition_period,
                            max_pod_grace=s.eviction_max_pod_grace_period)
+
+
+def _build_rollout(agent: "Agent"):
+    """The rollout manager (issue 21): between the merged config and the pod workers; --rollout=false (or a
+    pod's annotation) gives kubelet's kill-and-start."""
+    from edgelet.rollout.decide import Policy
+    from edgelet.rollout.store import RolloutStore
+    from edgelet.sync.rollout import RolloutManager
+
+    s = agent.settings
+
+    def status_of(uid: str):
+        entry = agent.publisher.get(uid)
+        return entry.status if entry is not None else None
+
+    manager = RolloutManager(
+        RolloutStore(agent.paths.root_dir), clock=agent.clock, events=agent.events, enabled=s.rollout,
+        policy=Policy(deadline=s.rollout_deadline, window=s.rollout_stability_window,
+                      strategy="Surge" if s.rollout_strategy == "Surge" else "Replace"),
+        images=agent.image_manager, backoff=agent.backoff, runtime_pods=agent.pleg.pods, status_of=status_of)
+    agent.publisher.rollout_note = manager.note
+    agent.workers.may_run_beside = manager.is_surging  # Surge: the new version starts beside the old one
+    return manager
 
 
 def _build_node_shutdown(agent: "Agent"):

@@ -18,6 +18,7 @@ edgelet means to raise and lets programming errors through::
     ├── cgroups.errors.CgroupError         cgroup files cannot be written or removed
     ├── probes.errors.ProbeError           probes and lifecycle hooks
     ├── eviction.errors.EvictionConfigError  an eviction threshold or grace period that cannot be parsed
+    ├── rollout.errors.RolloutError       a rollout request (`edgelet rollout retry`) that cannot be carried out
     ├── mirror.errors.MirrorError          the apiserver link: kubeconfig, labels, unreachable, refusals
     ├── sources.http.BodyProblem           a fetched manifest body that cannot be used (also ValueError)
     ├── sources.http.HeaderFileError       --manifest-url-header-file cannot be read or parsed

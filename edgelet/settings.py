@@ -155,6 +155,13 @@ def _str(*, optional: bool = False) -> Parser:
     return parse
 
 
+def _rollout_strategy(raw: Any, from_toml: bool) -> str:
+    """Replace or Surge (any case), as the pod annotation edgelet.io/rollout-strategy takes it."""
+    if isinstance(raw, str) and raw.strip().lower() in ("replace", "surge"):
+        return raw.strip().capitalize()
+    raise ValueError(f"expected Replace or Surge, got {raw!r}")
+
+
 def _path(*, optional: bool = False) -> Parser:
     as_str = _str(optional=optional)
 
@@ -539,6 +546,21 @@ class Settings:
     node_lease_renew_interval: float = _opt(10.0, _duration(positive=True), "how often the node Lease is renewed",
                                             metavar="DURATION")
     verbosity: int = _opt(0, _int(minimum=0), "log level (kubelet's --v)", flags=("-v", "--v"), metavar="N")
+    # Health-gated rollout of changed static pods (issue 21; edgelet.rollout).
+    rollout: bool = _opt(True, _bool, "a changed static pod's images are pulled before the old version stops, the new "
+                         "version must pass the health gate, and a failed one is rolled back to the last good "
+                         "version (--rollout=false: kubelet's kill-and-start; per pod: annotation "
+                         "edgelet.io/rollout: \"off\")")
+    rollout_deadline: float = _opt(300.0, _duration(positive=True), "time a new version has to become healthy "
+                                   "before it is rolled back (per pod: edgelet.io/rollout-deadline)",
+                                   metavar="DURATION")
+    rollout_stability_window: float = _opt(30.0, _duration(), "a new version is good once Ready this long without "
+                                           "a container restart (per pod: edgelet.io/rollout-stability-window)",
+                                           metavar="DURATION")
+    rollout_strategy: str = _opt("Replace", _rollout_strategy, "Replace: stop the old version, then start "
+                                 "the new; Surge: start the new beside the old and stop the old once the new is good "
+                                 "(refused where they would clash, e.g. the same hostPort; per pod: "
+                                 "edgelet.io/rollout-strategy)", metavar="STRATEGY")
 
     def __post_init__(self) -> None:
         # Accept plain strings for paths when Settings is built directly (tests, the app).

@@ -165,12 +165,22 @@ def build_parser() -> argparse.ArgumentParser:
     prune = images_sub.add_parser("prune", parents=[common], help="remove every unused, unpinned image")
     for key in ("runtime", "conmon", "cgroup_root"):
         _add_setting(prune, key)
+    rollout = sub.add_parser("rollout", parents=[common], help="health-gated rollout of changed static pods: "
+                             "status, history, retry")
+    rollout_sub = rollout.add_subparsers(dest="rollout_command", metavar="SUBCOMMAND")
+    rollout_sub.add_parser("status", parents=[common], help="each pod's rollout phase and running version "
+                           "(the default)").add_argument("pod", nargs="?", metavar="[NAMESPACE/]NAME")
+    rollout_sub.add_parser("history", parents=[common], help="a pod's versions, their outcome and why").add_argument(
+        "pod", metavar="[NAMESPACE/]NAME")
+    rollout_sub.add_parser("retry", parents=[common], help="try a rolled-back version again").add_argument(
+        "pod", metavar="[NAMESPACE/]NAME")
     return parser
 
 
 # Each command's module, imported only when that command runs: the agent (no command) never loads them.
 COMMANDS = {"version": "version", "node": "node", "pods": "pods", "describe": "pods", "events": "events",
-            "images": "images", "logs": "logs", "exec": "exec", "check": "check", "top": "top"}
+            "images": "images", "logs": "logs", "exec": "exec", "check": "check", "top": "top",
+            "rollout": "rollout"}
 
 
 def command(name: str) -> Any:

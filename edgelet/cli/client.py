@@ -68,6 +68,25 @@ def get(run_dir: Path | str, path: str) -> bytes | None:
     return response.content
 
 
+def post(run_dir: Path | str, path: str) -> bytes | None:
+    """The body of POST `path` (no body sent); None when no agent listens (AgentError on an error status)."""
+    import httpx
+
+    sock = _socket(run_dir)
+    if not sock.exists():
+        return None
+    try:
+        with _client(sock) as client:
+            response = client.post(path)
+    except (httpx.ConnectError, FileNotFoundError):
+        return None
+    except httpx.HTTPError as exc:
+        raise AgentError(0, f"request to the agent on {sock} failed: {exc}") from exc
+    if response.status_code >= 400:
+        raise _error(response)
+    return response.content
+
+
 @contextlib.contextmanager
 def stream(run_dir: Path | str, path: str) -> Iterator[Iterator[bytes] | None]:
     """GET `path` streamed (no read timeout, for `logs -f`); yields None when no agent listens."""

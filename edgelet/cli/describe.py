@@ -436,6 +436,9 @@ def describe_pod(pod: dict[str, Any], events: Sequence["Event"], now: float,
         w.w(0, "Conditions:\n  Type\tStatus\n")
         for c in conditions:
             w.w(1, f"{c.get('type')} \t{c.get('status')} \n")
+    rollout = next((c for c in conditions if c.get("type") == "edgelet.io/Rollout"), None)
+    if rollout is not None:  # edgelet's health-gated rollout (RolledBack, RolloutPulling, ...) and why
+        w.w(0, f"Rollout:\t{rollout.get('reason') or ''}: {rollout.get('message') or ''}\n")
     _volumes(w, spec.get("volumes") or [])
     w.w(0, f"QoS Class:\t{status.get('qosClass') or ''}\n")
     _multiline(w, "Node-Selectors", spec.get("nodeSelector"), "=")

@@ -16,7 +16,7 @@ from edgelet.errors import EdgeletError
 
 # Endpoints and the methods they answer; HEAD is GET without the body.
 ENDPOINTS = ("healthz", "pods", "pods_table", "events", "metrics", "node", "container_logs", "stats_summary", "exec",
-             "node_conditions")
+             "node_conditions", "rollout", "rollout_retry")
 # What the TCP healthz listener may serve: nothing with pod data leaves the unix socket.
 PUBLIC_ENDPOINTS = frozenset({"healthz"})
 _REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 429: "TooManyRequests", 404: "NotFound",
@@ -107,6 +107,14 @@ def match_route(method: str, target: str) -> Route:
         if len(segs) != 4 or not all(segs[1:]):
             raise HttpError(400, "expected /containerLogs/{namespace}/{pod}/{container}")
         route = Route("container_logs", {"namespace": segs[1], "pod": segs[2], "container": segs[3]}, query)
+    elif segs == ["rollout"]:
+        route = Route("rollout", query=query)
+    elif segs[:2] == ["rollout", "retry"]:
+        if len(segs) != 4 or not all(segs[2:]):
+            raise HttpError(400, "expected /rollout/retry/{namespace}/{pod}")
+        if method != "POST":
+            raise HttpError(405, f"method {method} is not allowed on {parts.path}", headers=(("Allow", "POST"),))
+        return Route("rollout_retry", {"namespace": segs[2], "pod": segs[3]}, query)
     elif segs[:1] == ["exec"]:
         if len(segs) != 2 or not segs[1]:
             raise HttpError(400, "expected /exec/{pod}[?namespace=NS&container=C]")

@@ -90,6 +90,9 @@ class StatusPublisher:
         self._file = StampedWriter(self._path, "pods checkpoint")
         # The puller's progress of an image's pull under way (set by the app when pulls are possible).
         self.pull_progress: "Callable[[str], PullShown | None] | None" = None
+        # The rollout's word on a pod (reason, message), e.g. RolledBack, shown as a condition and in the
+        # table's message (set by the app; edgelet.sync.rollout).
+        self.rollout_note: "Callable[[Pod], tuple[str, str] | None] | None" = None
 
     @property
     def node_name(self) -> str:
@@ -113,6 +116,10 @@ class StatusPublisher:
             readiness=st.ready, started=st.started,  # probe verdicts (edgelet.probes.manager)
             host_ip=self._host_ip,
         )
+        note = self.rollout_note(pod) if self.rollout_note is not None else None
+        if note is not None:
+            status = _with_rollout_condition(status, note, prev.status if prev is not None else None,
+                                             self._clock.now())
         ready, text, restarts = summarize(pod, status)
         ann = meta(pod).annotations or {}
         created = min((s.created_at for s in rt.sandboxes), default=self._clock.now())
@@ -128,8 +135,11 @@ class StatusPublisher:
             origin=ann.get(ORIGIN, ""),
             phase=status.phase or "Pending",
             # A pod failed as a whole (evicted, refused) says why in its own message.
-            message="; ".join(f"{n}: {m}" for n, (_, m) in st.waiting.items() if m)
-            or (status.message or "" if status.reason and status.phase == "Failed" else ""),
+            # The pod's own word first (the table cuts messages), then the rollout's.
+            message="; ".join([m for m in ("; ".join(f"{n}: {m}" for n, (_, m) in st.waiting.items() if m)
+                                           or (status.message or "" if status.reason and status.phase == "Failed"
+                                               else ""),) if m]
+                              + ([f"{note[0]}: {note[1]}"] if note is not None else [])),
             pod=pod_object(pod, status),
         )
         self._pods[pod_uid(pod)] = PodEntry(pod, status, row)
@@ -202,3 +212,21 @@ class StatusPublisher:
     async def run(self) -> None:
         """Write the checkpoint at most every `interval` while statuses change (encoded on the loop)."""
         await flush_when_changed(self._dirty, self.encode, self.write, self._interval, self._clock)
+
+
+ROLLOUT_CONDITION = "edgelet.io/Rollout"
+
+
+def _with_rollout_condition(status: "PodStatus", note: tuple[str, str], previous: "PodStatus | None",
+                            now: float) -> "PodStatus":
+    """The status with the rollout's condition (type edgelet.io/Rollout, its reason RolledBack, ...) added."""
+    from edgelet.api.types import PodCondition
+    from edgelet.status.compute import format_time
+
+    old = next((c for c in (previous.conditions or []) if c.type == ROLLOUT_CONDITION), None) \
+        if previous is not None else None
+    since = old.last_transition_time if old is not None and old.reason == note[0] else format_time(now)
+    cond = PodCondition(type=ROLLOUT_CONDITION, status="True", reason=note[0], message=note[1],
+                        last_transition_time=since)
+    others = [c for c in status.conditions or [] if c.type != ROLLOUT_CONDITION]
+    return msgspec.structs.replace(status, conditions=[*others, cond])

@@ -10,12 +10,14 @@ from edgelet.api.pod import uid as pod_uid
 from edgelet.api.pod import meta
 from edgelet.events import EventRecorder, InvolvedObject
 from edgelet.podconfig import ConfigState, merge
+from edgelet.podconfig.merge import pods_differ_semantically
 from edgelet.util.log import get_logger
 
 if TYPE_CHECKING:
     from edgelet.api.types import Pod
     from edgelet.sources import SourceSnapshot
     from edgelet.status.publisher import StatusPublisher
+    from edgelet.sync.rollout import RolloutManager
     from edgelet.sync.workers import PodWorkers, SyncResult
     from edgelet.util.clock import Clock
 
@@ -40,6 +42,11 @@ class _ResyncAll:
     pass
 
 
+@dataclass(frozen=True)
+class _RolloutRound:
+    pass
+
+
 class SyncLoop:
     """Owns the merged config and tells the pod workers what to do.
 
@@ -57,6 +64,7 @@ class SyncLoop:
         expected_sources: Iterable[str],
         runtime_uids=None,
         events: EventRecorder | None = None,
+        rollout: "RolloutManager | None" = None,
     ) -> None:
         self._workers = workers
         self._publisher = publisher
@@ -68,6 +76,11 @@ class SyncLoop:
         self._warnings: dict[str, tuple] = {}  # unknown-field warnings, per source
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
         self.config = ConfigState()
+        # With a rollout manager, what runs is its decision over what the sources want (`_source`).
+        self._rollout = rollout
+        self._source: dict[str, "Pod"] = {}
+        if rollout is not None:
+            rollout.on_change = lambda: self._queue.put_nowait(_RolloutRound())
         self._desired: dict[str, "Pod"] = {}
         self._requeue: dict[str, float] = {}
         self._next_housekeeping = 0.0
@@ -117,6 +130,10 @@ class SyncLoop:
             log.warning("Manifest rejected", source=e.source, origin=e.origin, pod=e.pod, err=e.message)
         self._warnings[snapshot.source] = snapshot.warnings
         self._record_problems()
+        if self._rollout is not None:
+            self._source = {pod_uid(p): p for p in self.config.all_pods()}
+            self.rollout_round()
+            return
         for ch in changes:
             uid = pod_uid(ch.pod)
             if ch.op == "REMOVE":
@@ -129,6 +146,26 @@ class SyncLoop:
                 self._workers.sync(ch.pod)
             else:  # RECONCILE: status-only; nothing to do on the device
                 self._desired[uid] = ch.pod
+
+    def rollout_round(self) -> None:
+        """Ask the rollout manager which version of each pod runs, and tell the workers what changed."""
+        assert self._rollout is not None
+        try:
+            wanted, poke = self._rollout.effective(self._source, self.sources_ready)
+        except Exception as exc:  # noqa: BLE001 - a loop never dies: what runs stays, the next round retries
+            log.error("Rollout round failed", exc)
+            return
+        for uid in [u for u in self._desired if u not in wanted]:
+            pod = self._desired.pop(uid)
+            log.info("Pod version no longer wanted", pod=_full(pod), uid=uid)
+            self._workers.terminate(uid, pod)
+        for uid, pod in wanted.items():
+            held = self._desired.get(uid)
+            self._desired[uid] = pod
+            if held is None or pods_differ_semantically(held, pod) or uid in poke:
+                if held is None:
+                    log.info("Pod in config", pod=_full(pod), uid=uid)
+                self._workers.sync(pod)
 
     def _record_problems(self) -> None:
         """One event per manifest problem or rejected pod when it first appears (not on every rescan)."""
@@ -185,6 +222,9 @@ class SyncLoop:
             elif isinstance(item, _ResyncAll):
                 for pod in self._desired.values():
                     self._workers.sync(pod)
+            if self._rollout is not None and self.config.seen_sources:
+                # Every round: the gate judges the versions under it as their statuses change.
+                self.rollout_round()
             # Tick: pods whose back-off or retry time has come.
             now = self._clock.monotonic()
             for uid, at in list(self._requeue.items()):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Callable, Literal, Protocol
 
 from edgelet.api.pod import uid as pod_uid
 from edgelet.api.pod import meta
@@ -67,6 +67,8 @@ class PodWorkers:
         self._on_terminated = on_terminated or (lambda uid: None)
         self._names: dict[str, str] = {}  # uid -> namespace/name of every pod with a worker
         self._parked: dict[str, "Pod"] = {}  # namespace/name -> the pod waiting for that name
+        # A uid the rollout starts beside the running pod of its name (its Surge strategy); else one at a time.
+        self.may_run_beside: Callable[[str], bool] = lambda uid: False
 
     def is_terminating(self, uid: str) -> bool:
         w = self._workers.get(uid)
@@ -83,7 +85,8 @@ class PodWorkers:
             log.debug("Ignoring sync of a terminating pod", pod=uid)
             return
         name = _name(pod) or uid
-        if w is None and any(n == name and other != uid for other, n in self._names.items()):
+        if w is None and not self.may_run_beside(uid) and \
+                any(n == name and other != uid for other, n in self._names.items()):
             # kubelet allowStaticPodStart: one pod per full name at a time, so an edited
             # static pod (new UID) starts only once the old one has fully terminated.
             if name not in self._parked:
@@ -95,6 +98,10 @@ class PodWorkers:
         self._submit(uid, _Work("sync", pod))
 
     def terminate(self, uid: str, pod: "Pod | None") -> None:
+        # A pod waiting for its name that is no longer wanted (the rollout went back to the running version)
+        # must not start once the name is free.
+        for name in [n for n, p in self._parked.items() if pod_uid(p) == uid]:
+            del self._parked[name]
         w = self._workers.get(uid)
         if w is not None and w.terminating:
             return

@@ -25,6 +25,10 @@ POINTS = frozenset({
     "container.stop",    # the stop signal is sent, the exit not yet seen
     "container.remove",  # runc state is deleted, the exit file and bundle are not yet removed
     "pod.remove",  # a removed pod's containers, logs and cgroups are gone, its pod dir is not yet
+    "rollout.step",  # a rollout record is written, the step it decided not yet taken (any step)
+    "rollout.replace",  # the record says replacing: the old version is not yet stopped, the new not started
+    "rollout.gate",  # the record says gating: the new version runs, the gate has not judged it
+    "rollout.rollback",  # the record says rolling back: the failed version still runs, the last good not yet
     "checkpoint.write",  # write_atomic's temp file is written and synced, not yet renamed over the file
 })
 

@@ -34,7 +34,12 @@ MAX_PODS = 8
 
 # Crash points and the change that makes the agent pass each (see `_provoke`).
 POINTS = ("image.import", "image.unpack", "sandbox.create", "cni.add", "container.create", "container.stop",
-          "container.remove", "pod.remove", "checkpoint.write")
+          "container.remove", "pod.remove", "checkpoint.write",
+          # The health-gated rollout's steps (issue 21): an edit of a pod whose version passed the gate.
+          "rollout.replace", "rollout.gate", "rollout.rollback")
+BAD = "echo bad version; exit 9"  # a bad edit's every container: CrashLoopBackOff, so the rollout rolls it back
+# Short, so that versions pass the health gate within a round and edits go through pull, replace and gate.
+ROLLOUT_ARGS = ("--rollout-stability-window", "3s")
 
 
 @dataclass(frozen=True)
@@ -64,10 +69,11 @@ KINDS: dict[str, Kind] = {
 }
 
 
-def manifest(name: str, kind: Kind, gen: int, image: str, grace: int) -> str:
+def manifest(name: str, kind: Kind, gen: int, image: str, grace: int, bad: bool = False) -> str:
     def block(items: tuple[tuple[str, str], ...], probes: bool) -> str:
         out = ""
         for cname, cmd in items:
+            cmd = BAD if bad else cmd
             out += f"""
   - name: {cname}
     image: {image}
@@ -113,6 +119,8 @@ class Wanted:
     kind: str
     gen: int
     image: str
+    bad: bool = False  # the current generation crashes: the rollout runs `good_gen` again
+    good_gen: int | None = None
 
 
 @dataclass
@@ -155,7 +163,7 @@ class Campaign:
         self.max_restarts: dict[tuple[str, str], int] = {}
         self.serial = 0
         self.base_archive = base_archive
-        self.extra_args: list[str] = []  # more agent flags (the fault tests' runtime wrapper)
+        self.extra_args: list[str] = [*ROLLOUT_ARGS]  # more agent flags (the fault tests' runtime wrapper)
         self.env: dict[str, str] = {}    # more agent environment (the fault tests' clock offset)
         self.test_mounts: set[str] = set()  # mounts the test made itself (relative to the temp dir)
         self.archive_dir = agent.paths.root_dir.parent / "archives"
@@ -186,7 +194,7 @@ class Campaign:
     def _write(self, name: str) -> None:
         w = self.wanted[name]
         self.agent.write_manifest(f"{name}.yaml", manifest(name, KINDS[w.kind], w.gen, w.image,
-                                                           self.rng.randint(1, 3)))
+                                                           self.rng.randint(1, 3), bad=w.bad))
 
     def add(self, kind: str | None = None) -> str:
         if kind is None:
@@ -202,8 +210,36 @@ class Campaign:
     def edit(self, name: str | None = None) -> str:
         name = name or self.rng.choice(sorted(self.wanted))
         self.wanted[name].gen += 1
+        self.wanted[name].bad = False
         self._write(name)
         return f"edit {name} (gen {self.wanted[name].gen})"
+
+    def rollout_record(self, name: str) -> dict | None:
+        """The agent's rollout record of the pod (issue 21), with the generation of its active version."""
+        for path in (self.agent.paths.root_dir / "state" / "rollout").glob("*.json"):
+            try:
+                stored = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            rec = stored["record"]
+            if rec["name"] == f"default/{name}-{NODE}":
+                pod = stored["pods"].get(rec["active"] or "") or {}
+                rec["active_gen"] = ((pod.get("metadata") or {}).get("annotations") or {}).get(GEN_ANN)
+                return rec
+        return None
+
+    def bad_edit(self) -> str:
+        """A crashing generation of a long-running pod whose current one passed the gate: it must be rolled back."""
+        good = [n for n, w in sorted(self.wanted.items()) if KINDS[w.kind].phase == "Running" and not w.bad
+                and KINDS[w.kind].restarts == 0 and (r := self.rollout_record(n)) is not None
+                and r["phase"] == "good" and r["active_gen"] == str(w.gen)]
+        if not good:
+            return self.edit()
+        name = self.rng.choice(good)
+        w = self.wanted[name]
+        w.good_gen, w.gen, w.bad = w.gen, w.gen + 1, True
+        self._write(name)
+        return f"bad edit {name} (gen {w.gen}, gen {w.good_gen} must come back)"
 
     def remove(self, name: str | None = None) -> str:
         name = name or self.rng.choice(sorted(self.wanted))
@@ -230,11 +266,12 @@ class Campaign:
         if len(self.wanted) < MAX_PODS:
             ops += ["add"] * 3
         if self.wanted:
-            ops += ["edit"] * 2 + ["remove"] * (2 if len(self.wanted) > 3 else 1)
+            ops += ["edit"] * 2 + ["bad"] + ["remove"] * (2 if len(self.wanted) > 3 else 1)
         if self.image_count < 6:
             ops.append("drop")
         op = self.rng.choice(ops)
-        return {"add": self.add, "edit": self.edit, "remove": self.remove, "drop": self.drop_archive}[op]()
+        return {"add": self.add, "edit": self.edit, "remove": self.remove, "drop": self.drop_archive,
+                "bad": self.bad_edit}[op]()
 
     def _provoke(self, point: str) -> str:
         """A change that makes the agent pass `point` soon."""
@@ -248,6 +285,12 @@ class Campaign:
             return self.rng.choice([self.edit, self.remove])(name)
         if point == "checkpoint.write":
             return self.random_change()
+        if point == "rollout.rollback" and self.wanted:
+            return self.bad_edit()
+        if point in ("rollout.replace", "rollout.gate") and self.wanted:
+            running = [n for n, w in self.wanted.items() if KINDS[w.kind].phase == "Running"
+                       and KINDS[w.kind].restarts is not None]
+            return self.edit(self.rng.choice(running or sorted(self.wanted)))
         return self.add() if len(self.wanted) < MAX_PODS else self.edit()
 
     # --- rounds --------------------------------------------------------------------------------------
@@ -367,7 +410,16 @@ class Campaign:
                 off.append(f"{name}: no row")
                 continue
             pod = row["pod"]
-            if (pod.get("metadata", {}).get("annotations") or {}).get(GEN_ANN) != str(w.gen):
+            gen = w.gen
+            if w.bad:
+                # Rolled back: the last good generation runs, and the record says why.
+                rec = self.rollout_record(name)
+                if rec is None or rec["phase"] != "rolled-back":
+                    off.append(f"{name}: bad generation {w.gen} not rolled back (rollout "
+                               f"{rec['phase'] if rec else 'without a record'})")
+                    continue
+                gen = w.good_gen or 0
+            if (pod.get("metadata", {}).get("annotations") or {}).get(GEN_ANN) != str(gen):
                 off.append(f"{name}: row of another generation")
                 continue
             status = pod.get("status") or {}

@@ -172,7 +172,8 @@ def test_short_flag_clusters_and_negative_values_still_parse() -> None:
 # Every subcommand that reads the agent's state: the same --config, directory and node-name flags (issue 23).
 STATE_COMMANDS = [["version"], ["pods"], ["describe", "pod", "x"], ["events"], ["logs", "p"], ["node"], ["top"],
                   ["exec", "p", "sh"], ["check"], ["images"], ["images", "list"], ["images", "import", "f"],
-                  ["images", "pull", "r"], ["images", "rm", "r"], ["images", "prune"]]
+                  ["images", "pull", "r"], ["images", "rm", "r"], ["images", "prune"], ["rollout"], ["rollout", "status"],
+                  ["rollout", "history", "p"], ["rollout", "retry", "p"]]
 
 
 @pytest.mark.parametrize("argv", STATE_COMMANDS, ids=lambda a: " ".join(a))

@@ -199,3 +199,19 @@ def test_event_messages_name_their_file_once() -> None:
 
     assert _with_origin("/m/bad.yaml", "/m/bad.yaml: $.spec: Required value") == "/m/bad.yaml: $.spec: Required value"
     assert _with_origin("/m/bad.yaml", "$.spec: Required value") == "/m/bad.yaml: $.spec: Required value"
+
+
+def test_rollout_routes():
+    from edgelet.server.routes import HttpError, match_route
+
+    assert match_route("GET", "/rollout").endpoint == "rollout"
+    r = match_route("POST", "/rollout/retry/default/app-node")
+    assert (r.endpoint, r.params) == ("rollout_retry", {"namespace": "default", "pod": "app-node"})
+    for method, target, status in (("GET", "/rollout/retry/default/app", 405), ("POST", "/rollout/retry/x", 400),
+                                   ("POST", "/rollout", 405)):
+        try:
+            match_route(method, target)
+        except HttpError as exc:
+            assert exc.status == status, (method, target, exc.status)
+        else:
+            raise AssertionError((method, target))

@@ -123,3 +123,36 @@ def test_new_uid_with_the_same_name_waits_for_the_old_pod_to_terminate():
     s, held = run(go())
     assert held
     assert s.log.index(("terminate", "old")) < s.log.index(("sync", "new", 1))
+
+
+def named(uid: str, name: str):
+    return SimpleNamespace(metadata=SimpleNamespace(uid=uid, name=name, namespace="default"), version=1)
+
+
+def test_a_parked_pod_told_to_terminate_never_starts():
+    """The rollout went back to the running version while the new one waited for the name: it must not start."""
+    class SlowStop(RecordingSyncer):
+        async def terminate_pod(self, uid, pod) -> None:
+            if uid == "v1":
+                await self.gate.wait()  # v1 takes its grace period to stop
+            self.log.append(("terminate", uid))
+
+    async def go():
+        s = SlowStop()
+        w = PodWorkers(s)
+        w.sync(named("v1", "app"))
+        await w.wait_idle()
+        s.gate.clear()
+        w.terminate("v1", named("v1", "app"))
+        w.sync(named("v2", "app"))  # parked: v1 still terminating
+        w.terminate("v2", named("v2", "app"))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        s.gate.set()
+        await w.wait_idle()
+        await asyncio.sleep(0)
+        await w.wait_idle()
+        return s
+
+    s = run(go())
+    assert ("sync", "v2", 1) not in s.log

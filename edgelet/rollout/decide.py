@@ -1,0 +1,321 @@
+"""The rollout state machine of one static pod and its health gate, as pure functions of observations.
+
+One record per static pod (namespace/name). Phases:
+
+    pulling -> replacing -> gating -> good
+                               \\-> rolling-back -> rolled-back
+                               \\-> failed      (no last good version: it keeps running, as kubelet would)
+
+`active` is the version (config hash, the static pod's UID) that is meant to
+run; the caller runs exactly that one and nothing else of the name, so the
+record alone says what runs after a restart. Every transition is returned as
+a new record that the caller writes to disk before it acts on it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+Strategy = Literal["Replace", "Surge"]
+Phase = Literal["pulling", "replacing", "gating", "good", "rolling-back", "rolled-back", "failed"]
+Outcome = Literal["pending", "good", "failed"]
+
+DEFAULT_DEADLINE = 300.0
+DEFAULT_WINDOW = 30.0
+HISTORY_MAX = 20
+
+# Waiting reasons that can never turn good on their own (issue 21 point 3); a pull that failed for a
+# reason other than "not there" or "refused" (a bad link) waits for the deadline instead.
+_FATAL_WAITING = frozenset({"CreateContainerConfigError", "CrashLoopBackOff", "ErrImageNeverPull",
+                            "InvalidImageName"})
+_PULL_REFUSED = ("not found", "manifest unknown", "name unknown", "unauthorized", "denied", "forbidden",
+                 "status 401", "status 403", "status 404", "refused")
+
+
+@dataclass(frozen=True)
+class ContainerObs:
+    """What the gate needs of one container's status."""
+
+    name: str
+    started: bool = False  # running and its startup probe (if any) passed
+    restarts: int = 0
+    waiting: str = ""  # the waiting reason, "" when not waiting
+    message: str = ""
+    exit_code: int | None = None  # of the current instance when it terminated
+
+
+@dataclass(frozen=True)
+class GateObs:
+    """The status of the version under the gate, from its published PodStatus."""
+
+    restart_policy: str = "Always"
+    phase: str = "Pending"
+    ready: bool = False  # the pod's Ready condition
+    containers: tuple[ContainerObs, ...] = ()
+    init_containers: tuple[ContainerObs, ...] = ()
+
+
+@dataclass(frozen=True)
+class GateVerdict:
+    outcome: Outcome
+    reason: str = ""
+    ready_since: float | None = None
+    restarts_at_ready: int = 0
+
+
+@dataclass(frozen=True)
+class Policy:
+    deadline: float = DEFAULT_DEADLINE
+    window: float = DEFAULT_WINDOW
+    rollback: bool = True
+    # Replace: stop the old version, then start the new. Surge: start the new beside the old, stop the old once
+    # the new is good (refused, falling back to Replace, where the two would clash).
+    strategy: Strategy = "Replace"
+
+
+def is_pull_refused(message: str) -> bool:
+    low = message.lower()
+    return any(s in low for s in _PULL_REFUSED)
+
+
+def fatal_failure(g: GateObs) -> str | None:
+    """An unambiguous failure of the version: why, or None."""
+    for c in (*g.init_containers, *g.containers):
+        if c.waiting in _FATAL_WAITING:
+            return f"container {c.name}: {c.waiting}" + (f": {c.message}" if c.message else "")
+        if c.waiting == "ErrImagePull" and is_pull_refused(c.message):
+            return f"container {c.name}: ErrImagePull: {c.message}"
+    if g.restart_policy == "Never":
+        for c in g.init_containers:
+            if c.exit_code not in (None, 0):
+                return f"init container {c.name} failed with exit code {c.exit_code} (restartPolicy Never)"
+    if g.phase == "Failed":
+        failed = [c for c in g.containers if c.exit_code not in (None, 0)]
+        detail = ", ".join(f"{c.name} exited {c.exit_code}" for c in failed)
+        return "the pod failed" + (f": {detail}" if detail else "")
+    return None
+
+
+def _missing(g: GateObs | None) -> str:
+    if g is None:
+        return "the pod has not started"
+    not_started = [c.name for c in g.containers if not c.started]
+    if not_started:
+        return "not started: " + ", ".join(not_started)
+    return "the pod is not Ready"
+
+
+def assess_gate(g: GateObs | None, *, started_at: float, now: float, policy: Policy,
+                ready_since: float | None, restarts_at_ready: int) -> GateVerdict:
+    """Good once every container started and the pod is Ready for `window` seconds without a restart (a
+    run-to-completion pod: once it succeeded); failed on an unambiguous failure or at the deadline."""
+    if g is not None:
+        why = fatal_failure(g)
+        if why is not None:
+            return GateVerdict("failed", why)
+        if g.phase == "Succeeded":
+            return GateVerdict("good", "the pod succeeded")
+        restarts = sum(c.restarts for c in g.containers)
+        # A run-to-completion pod (OnFailure, Never) is good only once it succeeded.
+        healthy = g.restart_policy == "Always" and g.ready and bool(g.containers) and \
+            all(c.started for c in g.containers)
+        if healthy:
+            if ready_since is None or restarts > restarts_at_ready:
+                # Ready now, or a restart since: the stability window starts (again).
+                return GateVerdict("pending", "", now, restarts)
+            if now - ready_since >= policy.window:
+                return GateVerdict("good", f"Ready and no restart for {policy.window:g}s")
+            return GateVerdict("pending", "", ready_since, restarts_at_ready)
+    if now - started_at >= policy.deadline:
+        return GateVerdict("failed", f"not healthy within the {policy.deadline:g}s deadline: {_missing(g)}")
+    return GateVerdict("pending")
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    hash: str
+    outcome: str  # "pulling", "gating", "good", "failed", "rolled-back", "superseded", "retry"
+    reason: str
+    at: float
+
+
+@dataclass(frozen=True)
+class Record:
+    """One static pod's rollout, as written to disk before each step."""
+
+    name: str  # namespace/name
+    phase: Phase
+    target: str  # the version the sources want
+    active: str | None  # the version meant to run now
+    last_good: str | None = None
+    blocked: str | None = None  # a failed version, not tried again until the manifest changes or a retry
+    since: float = 0.0  # wall time the phase began (the gate's deadline counts from it)
+    ready_since: float | None = None
+    restarts_at_ready: int = 0
+    reason: str = ""
+    history: tuple[HistoryEntry, ...] = ()
+    surge_from: str | None = None  # Surge: the previous version, kept running beside `active` during the gate
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the manager saw of one static pod this round."""
+
+    desired: str  # the hash the sources want now
+    pulled: bool = False  # every image of `desired` is in the store
+    pull_error: str = ""  # why the last pull of `desired` failed
+    running: frozenset[str] = frozenset()  # hashes of this name with live containers or sandboxes
+    gate: GateObs | None = None  # status of the target, when it has one
+    clash: str = ""  # why the target cannot run beside the active version (Surge), "" when it can
+
+
+@dataclass(frozen=True)
+class Event:
+    type: Literal["Normal", "Warning"]
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Decision:
+    record: Record
+    events: tuple[Event, ...] = ()
+    pull: bool = False  # pull the target's images (the manager's back-off paces retries)
+
+
+def _hist(rec: Record, h: str, outcome: str, reason: str, now: float) -> tuple[HistoryEntry, ...]:
+    return (*rec.history, HistoryEntry(h, outcome, reason, now))[-HISTORY_MAX:]
+
+
+def short(h: str | None) -> str:
+    return (h or "-")[:8]
+
+
+def start(name: str, desired: str, now: float) -> Record:
+    """A pod seen for the first time: no last good version, so it runs at once (as today) under the gate."""
+    return Record(name=name, phase="gating", target=desired, active=desired, since=now,
+                  reason="first version: nothing to roll back to",
+                  history=(HistoryEntry(desired, "gating", "first version", now),))
+
+
+def decide(rec: Record, obs: Observation, now: float, policy: Policy) -> Decision:
+    """The next record, the events to record and whether to pull, for one round of one static pod."""
+    if obs.desired != rec.target:
+        return _new_target(rec, obs, now, policy)
+    if rec.phase == "pulling":
+        if obs.pulled and policy.strategy == "Surge" and rec.active is not None and not obs.clash:
+            r = replace(rec, phase="gating", active=rec.target, surge_from=rec.active, since=now, ready_since=None,
+                        restarts_at_ready=0, reason="waiting for the health gate (Surge: the previous version runs)",
+                        history=_hist(rec, rec.target, "gating", f"started beside {short(rec.active)} (Surge)", now))
+            return Decision(r, (Event("Normal", "RolloutSurging",
+                                      f"Images of version {short(rec.target)} present: started beside version "
+                                      f"{short(rec.active)}, which stops once the new one is good"),))
+        if obs.pulled:
+            refused = (Event("Warning", "SurgeRefused", f"Surge refused: {obs.clash}; replacing instead"),) \
+                if policy.strategy == "Surge" and obs.clash else ()
+            r = replace(rec, phase="replacing", active=rec.target, since=now, reason="images present")
+            return Decision(r, (*refused, Event("Normal", "RolloutReplacing",
+                                                f"Images of version {short(rec.target)} present: replacing "
+                                                f"version {short(rec.active)}")))
+        reason = f"pulling the images of version {short(rec.target)}; version {short(rec.active)} keeps running" \
+            + (f": {obs.pull_error}" if obs.pull_error else "")
+        return Decision(replace(rec, reason=reason), pull=True)
+    if rec.phase == "replacing":
+        if obs.running <= {rec.target}:
+            return Decision(replace(rec, phase="gating", since=now, ready_since=None, restarts_at_ready=0,
+                                    reason="waiting for the health gate",
+                                    history=_hist(rec, rec.target, "gating", "replaced the previous version",
+                                                  now)))
+        return Decision(rec)
+    if rec.phase == "gating":
+        v = assess_gate(obs.gate, started_at=rec.since, now=now, policy=policy, ready_since=rec.ready_since,
+                        restarts_at_ready=rec.restarts_at_ready)
+        if v.outcome == "pending":
+            return Decision(replace(rec, ready_since=v.ready_since, restarts_at_ready=v.restarts_at_ready))
+        if v.outcome == "good":
+            r = replace(rec, phase="good", last_good=rec.target, blocked=None, since=now, ready_since=None,
+                        surge_from=None,
+                        reason=v.reason, history=_hist(rec, rec.target, "good", v.reason, now))
+            return Decision(r, (Event("Normal", "RolloutSucceeded",
+                                      f"Version {short(rec.target)} is good: {v.reason}"),))
+        if rec.last_good is not None and rec.last_good != rec.target and policy.rollback:
+            why = f"version {short(rec.target)} failed: {v.reason}"
+            r = replace(rec, phase="rolling-back", active=rec.last_good, blocked=rec.target, since=now,
+                        surge_from=None,
+                        ready_since=None, reason=why, history=_hist(rec, rec.target, "failed", v.reason, now))
+            return Decision(r, (Event("Warning", "RollingBack",
+                                      f"{why}; rolling back to version {short(rec.last_good)}"),))
+        why = "no last good version to roll back to" if rec.last_good is None or rec.last_good == rec.target \
+            else "rollback is off"
+        r = replace(rec, phase="failed", since=now, surge_from=None,
+                    reason=f"{v.reason} ({why}; it stays, as with kubelet)",
+                    history=_hist(rec, rec.target, "failed", f"{v.reason} ({why})", now))
+        return Decision(r, (Event("Warning", "RolloutFailed",
+                                  f"Version {short(rec.target)} failed: {v.reason}; {why}"),))
+    if rec.phase == "rolling-back":
+        if rec.target not in obs.running:
+            reason = rec.reason
+            r = replace(rec, phase="rolled-back", since=now,
+                        history=_hist(rec, rec.target, "rolled-back", f"back to {short(rec.active)}", now))
+            return Decision(r, (Event("Warning", "RolledBack",
+                                      f"Rolled back to version {short(rec.active)}: {reason}; version "
+                                      f"{short(rec.target)} is not tried again until its manifest changes or "
+                                      f"`edgelet rollout retry {rec.name}`"),))
+        return Decision(rec)
+    return Decision(rec)  # good, rolled-back, failed: steady
+
+
+def _new_target(rec: Record, obs: Observation, now: float, policy: Policy) -> Decision:
+    """The sources want another version than the record's target."""
+    history = rec.history
+    if rec.target != rec.last_good and rec.phase not in ("rolled-back", "failed"):
+        history = (*history, HistoryEntry(rec.target, "superseded", f"manifest changed to {short(obs.desired)}",
+                                          now))[-HISTORY_MAX:]
+    # A Surge under way ends: the version it started goes, the one it started beside stays.
+    base = replace(rec, target=obs.desired, blocked=None, since=now, ready_since=None, restarts_at_ready=0,
+                   history=history, surge_from=None, active=rec.surge_from or rec.active)
+    if obs.desired == rec.last_good:
+        r = replace(base, phase="good", active=obs.desired, reason="manifest back to the last good version",
+                    history=(*history, HistoryEntry(obs.desired, "good", "manifest back to the last good version",
+                                                    now))[-HISTORY_MAX:])
+        return Decision(r)
+    if rec.last_good is None or not policy.rollback:
+        # Nothing to protect: start it now, as kubelet would, and still judge it.
+        r = replace(base, phase="gating", active=obs.desired,
+                    reason="no last good version: started at once" if rec.last_good is None else "rollback is off",
+                    history=(*history, HistoryEntry(obs.desired, "gating", "started at once", now))[-HISTORY_MAX:])
+        return Decision(r)
+    r = replace(base, phase="pulling", reason=f"pulling the images of version {short(obs.desired)}",
+                history=(*history, HistoryEntry(obs.desired, "pulling", "manifest changed", now))[-HISTORY_MAX:])
+    # What runs stays: the last good version, or the one under the gate that this one supersedes.
+    return Decision(r, (Event("Normal", "RolloutStarted",
+                              f"New version {short(obs.desired)}: pulling its images while version "
+                              f"{short(base.active)} keeps running"),), pull=True)
+
+
+def retry(rec: Record, now: float) -> Record:
+    """`edgelet rollout retry`: try the blocked version again (pulling first, the last good one still running)."""
+    if rec.blocked is None:
+        return rec
+    return replace(rec, phase="pulling", blocked=None, since=now, ready_since=None, restarts_at_ready=0,
+                   reason="retry asked by the operator",
+                   history=_hist(rec, rec.target, "retry", "asked by the operator", now))
+
+
+def condition(rec: Record) -> tuple[str, str] | None:
+    """(reason, message) a pod shows while its rollout is not plain good; None when there is nothing to say."""
+    if rec.phase == "rolled-back":
+        return "RolledBack", rec.reason + f" (running version {short(rec.active)})"
+    if rec.phase == "rolling-back":
+        return "RollingBack", rec.reason
+    if rec.phase == "pulling":
+        return "RolloutPulling", rec.reason
+    if rec.phase == "failed" and rec.last_good is not None:
+        # A brand-new pod that failed is what kubelet shows too (its event says there was nothing to go back to).
+        return "RolloutFailed", rec.reason
+    return None
+
+
+__all__ = ["ContainerObs", "Decision", "Event", "GateObs", "GateVerdict", "HistoryEntry", "Observation",
+           "Policy", "Record", "assess_gate", "condition", "decide", "fatal_failure", "retry", "start"]

@@ -1,0 +1,302 @@
+"""The rollout manager: carries out `edgelet.rollout.decide` for every static pod between the merged config and
+the pod workers (pulls, the record on disk, events).
+
+The sources stay pure: they report what the manifests say. Each round the
+sync loop hands this manager the pods the sources want; it answers with the
+pods that must run, one version per name: the record's `active` one. The
+record is written before the answer changes, so a restarted agent runs the
+same version and its housekeeping stops any other (Replace: never two
+versions of one pod at a time, because the pod workers start a static pod
+only once the previous pod of its name has terminated).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+from edgelet.api.pod import meta
+from edgelet.api.pod import uid as pod_uid
+from edgelet.events import EventRecorder, pod_ref
+from edgelet.rollout.decide import Decision, Observation, Policy, Record, condition, decide, retry, short, start
+from edgelet.rollout.observe import gate_observation, surge_clash
+from edgelet.rollout.policy import policy_for
+from edgelet.rollout.store import RolloutStore, StoredRollout, decode_pod, encode_pod
+from edgelet.util.crashpoint import crash_point
+from edgelet.util.log import get_logger
+
+if TYPE_CHECKING:
+    from edgelet.api.types import Pod, PodStatus
+    from edgelet.container.types import PodRuntimeStatus
+    from edgelet.images.manager import ImageManager
+    from edgelet.util.backoff import Backoff
+    from edgelet.util.clock import Clock
+
+log = get_logger(__name__)
+
+# The chaos tests' crash points at each step (edgelet.util.crashpoint): the record is on disk, nothing done yet.
+_CRASH_POINTS = {"replacing": "rollout.replace", "gating": "rollout.gate", "rolling-back": "rollout.rollback"}
+
+
+def full_name(pod: "Pod") -> str:
+    return f"{meta(pod).namespace or 'default'}/{meta(pod).name or ''}"
+
+
+def _live(rt: "PodRuntimeStatus") -> bool:
+    return any(c.state in ("running", "created") for c in rt.containers) or \
+        any(s.state in ("running", "created") for s in rt.sandboxes)
+
+
+class RolloutManager:
+    """Decides, per static pod name, which version runs; see the module docstring."""
+
+    def __init__(self, store: RolloutStore, *, clock: "Clock", events: EventRecorder, policy: Policy,
+                 enabled: bool = True, images: "ImageManager | None" = None, backoff: "Backoff | None" = None,
+                 runtime_pods: Callable[[], Mapping[str, "PodRuntimeStatus"]] = dict,
+                 status_of: Callable[[str], "PodStatus | None"] = lambda uid: None) -> None:
+        self._store = store
+        self._clock = clock
+        self._events = events
+        self._policy = policy
+        self._enabled = enabled
+        self._images = images
+        self._backoff = backoff
+        self._runtime_pods = runtime_pods
+        self._status_of = status_of
+        self._stored: dict[str, StoredRollout] = store.load()
+        self._decoded: dict[str, "Pod"] = {}  # hash -> Pod decoded from a record
+        self._pulls: dict[str, asyncio.Task] = {}  # name -> the pull under way
+        self._pulled: set[str] = set()  # hashes whose images are all in the store
+        self._pull_error: dict[str, str] = {}  # hash -> why its last pull failed
+        self._warned: set[tuple[str, str]] = set()
+        self._unwritable: set[str] = set()  # names whose record could not be written (logged once)
+        self.on_change: Callable[[], None] = lambda: None  # a pull finished: the loop runs a round soon
+
+    # What others read.
+    def records(self) -> list[Record]:
+        return [s.record for s in self._stored.values()]
+
+    def record(self, name: str) -> Record | None:
+        s = self._stored.get(name)
+        return s.record if s is not None else None
+
+    def note(self, pod: "Pod") -> tuple[str, str] | None:
+        """(reason, message) the pod's status shows about its rollout, or None."""
+        rec = self.record(full_name(pod))
+        if rec is None or rec.active != pod_uid(pod):
+            return None
+        return condition(rec)
+
+    def kept_images(self) -> set[str]:
+        """Images of every version a record keeps (the last good one above all): image GC leaves them."""
+        refs: set[str] = set()
+        for s in self._stored.values():
+            for h in {s.record.last_good, s.record.active, s.record.target} - {None}:
+                data = s.pods.get(h or "")
+                if data is None:
+                    continue
+                pod = self._pod(h or "", data)
+                spec = pod.spec
+                if spec is None:
+                    continue
+                refs.update(c.image for c in [*(spec.init_containers or []), *spec.containers] if c.image)
+        return refs
+
+    def is_surging(self, uid: str) -> bool:
+        """The uid is a new version started beside the previous one (Surge)."""
+        return any(s.record.surge_from is not None and s.record.active == uid for s in self._stored.values())
+
+    def unsettled(self) -> list[str]:
+        """Names whose new version is still being pulled, replaced, judged or rolled back (--runonce waits)."""
+        return sorted(s.record.name for s in self._stored.values()
+                      if s.record.phase in ("pulling", "replacing", "gating", "rolling-back"))
+
+    def retry(self, name: str) -> Record:
+        """`edgelet rollout retry`: the blocked version is tried again (NoSuchRollout, NothingToRetry)."""
+        from edgelet.rollout.errors import NoSuchRollout, NothingToRetry
+
+        stored = self._stored.get(name)
+        if stored is None:
+            raise NoSuchRollout(name)
+        if stored.record.blocked is None:
+            raise NothingToRetry(name, stored.record.phase)
+        rec = retry(stored.record, self._clock.now())
+        self._pull_error.pop(rec.target, None)
+        if not self._save(StoredRollout(record=rec, pods=stored.pods)):
+            from edgelet.rollout.errors import RolloutError
+
+            raise RolloutError(name, "cannot write the rollout record (see the agent's log)")
+        self.on_change()
+        return rec
+
+    # One round, from the sync loop.
+    def effective(self, source: Mapping[str, "Pod"], sources_ready: bool) -> tuple[dict[str, "Pod"], set[str]]:
+        """The pods that must run (uid -> Pod) for the pods the sources want, and the uids whose rollout
+        changed (their status is worth publishing again)."""
+        now = self._clock.now()
+        out: dict[str, "Pod"] = {}
+        poke: set[str] = set()
+        seen: set[str] = set()
+        running = self._running_by_name()
+        for uid, pod in source.items():
+            name = full_name(pod)
+            seen.add(name)
+            policy, problems = policy_for(meta(pod).annotations or {}, self._policy, enabled=self._enabled)
+            for p in problems:
+                if (uid, p) not in self._warned:
+                    self._warned.add((uid, p))
+                    self._events.warning(pod_ref(pod), "InvalidRolloutPolicy", p)
+            if policy is None:
+                # The off switch: kubelet's kill-and-start, and no record (nothing to roll back to later).
+                if name in self._stored:
+                    self._forget(name)
+                out[uid] = pod
+                continue
+            stored = self._stored.get(name)
+            if stored is None:
+                rec = start(name, uid, now)
+                if not self._save(StoredRollout(record=rec, pods={uid: encode_pod(pod)})):
+                    out[uid] = pod  # nothing to roll back to either way: it runs as today, recorded later
+                    continue
+                self._events.normal(pod_ref(pod), "RolloutStarted",
+                                    f"First version {short(uid)}: started at once (nothing to roll back to)")
+                stored = self._stored[name]
+            else:
+                obs = self._observe(stored.record, uid, running.get(name, set()), pod, policy.strategy == "Surge")
+                d = decide(stored.record, obs, now, policy)
+                if d.record != stored.record:
+                    keep = {h for h in (d.record.active, d.record.target, d.record.last_good, d.record.surge_from)
+                            if h}
+                    pods = {h: v for h, v in stored.pods.items() if h in keep}
+                    if uid in keep:
+                        pods[uid] = encode_pod(pod)
+                    if not self._save(StoredRollout(record=d.record, pods=pods)):  # before acting on it
+                        d = Decision(stored.record)  # not written, not taken: what runs stays; tried next round
+                    else:
+                        crash_point("rollout.step")
+                        if d.record.phase != stored.record.phase and d.record.phase in _CRASH_POINTS:
+                            crash_point(_CRASH_POINTS[d.record.phase])
+                        if d.record.phase != stored.record.phase:
+                            log.info("Rollout step", pod=name, phase=d.record.phase, target=short(d.record.target),
+                                     active=short(d.record.active), reason=d.record.reason)
+                        poke.update(h for h in (stored.record.active, d.record.active) if h)
+                        stored = self._stored[name]
+                for e in d.events:
+                    (self._events.warning if e.type == "Warning" else self._events.normal)(
+                        pod_ref(pod), e.reason, e.message)
+                if d.pull:
+                    self._start_pull(name, pod)
+            for h in (stored.record.active, stored.record.surge_from):
+                if h is None:
+                    continue
+                if h == uid:
+                    out[uid] = pod
+                elif h in stored.pods:
+                    out[h] = self._pod(h, stored.pods[h])
+        if sources_ready:
+            for name in [n for n in self._stored if n not in seen]:
+                log.info("Static pod removed: its rollout record goes too", pod=name)
+                self._forget(name)
+        return out, poke
+
+    def _observe(self, rec: Record, desired: str, running: set[str], pod: "Pod", surge: bool) -> Observation:
+        gate = None
+        clash = ""
+        stored = self._stored[rec.name]
+        if surge and rec.phase == "pulling" and rec.active is not None and rec.active in stored.pods:
+            clash = surge_clash(self._pod(rec.active, stored.pods[rec.active]), pod)
+        if rec.phase == "gating" and rec.target == desired:
+            status = self._status_of(rec.target)
+            if status is not None and rec.target in stored.pods:
+                gate = gate_observation(self._pod(rec.target, stored.pods[rec.target]), status)
+        return Observation(desired=desired, pulled=desired in self._pulled, clash=clash,
+                           pull_error=self._pull_error.get(desired, ""), running=frozenset(running), gate=gate)
+
+    def _running_by_name(self) -> dict[str, set[str]]:
+        out: dict[str, set[str]] = {}
+        for uid, rt in self._runtime_pods().items():
+            if _live(rt):
+                out.setdefault(f"{rt.namespace or 'default'}/{rt.name}", set()).add(uid)
+        return out
+
+    def _pod(self, h: str, data: Any) -> "Pod":
+        pod = self._decoded.get(h)
+        if pod is None:
+            pod = self._decoded[h] = decode_pod(data)
+        return pod
+
+    def _save(self, stored: StoredRollout) -> bool:
+        """Write the record; False when it cannot be written (a full disk): then nothing changes, and the next
+        round tries again (a loop never dies)."""
+        name = stored.record.name
+        try:
+            self._store.save(stored)
+        except OSError as exc:
+            if name not in self._unwritable:
+                self._unwritable.add(name)
+                log.error("Cannot write a rollout record; the running version stays until it can", exc, pod=name)
+            return False
+        self._unwritable.discard(name)
+        self._stored[name] = stored
+        live = {h for s in self._stored.values() for h in s.pods}
+        for h in [h for h in self._decoded if h not in live]:
+            del self._decoded[h]
+        return True
+
+    def _forget(self, name: str) -> None:
+        try:
+            self._store.delete(name)
+        except OSError as exc:
+            log.warning("Cannot remove a rollout record", pod=name, err=str(exc))
+        self._stored.pop(name, None)
+        task = self._pulls.pop(name, None)
+        if task is not None:
+            task.cancel()
+
+    # Pulls.
+    def _start_pull(self, name: str, pod: "Pod") -> None:
+        if self._images is None or name in self._pulls and not self._pulls[name].done():
+            return
+        uid = pod_uid(pod)
+        if self._backoff is not None:
+            now = self._clock.monotonic()
+            spec = pod.spec
+            names = [c.name for c in [*(spec.init_containers or []), *spec.containers]] if spec is not None else []
+            if any(self._backoff.remaining((uid, "image:" + n), now) > 0 for n in names):
+                return  # the pull failed lately: the back-off paces the retries
+        self._pulls[name] = asyncio.get_running_loop().create_task(self._pull(pod), name=f"rollout-pull-{name}")
+
+    async def _pull(self, pod: "Pod") -> None:
+        from edgelet.images.manager import ImageUnavailable
+
+        uid = pod_uid(pod)
+        spec = pod.spec
+        assert self._images is not None and spec is not None
+        try:
+            for c in spec.init_containers or []:
+                await self._images.ensure(pod, c, init=True)
+            for c in spec.containers:
+                await self._images.ensure(pod, c)
+        except ImageUnavailable as exc:
+            self._pull_error[uid] = f"{exc.reason}: {exc.message}"
+            log.warning("Pull of a new version failed; the running version stays", pod=full_name(pod),
+                        version=short(uid), reason=exc.reason, err=exc.message)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a pull never takes the loop down; the next round retries
+            self._pull_error[uid] = str(exc)
+            log.error("Pull of a new version failed", exc, pod=full_name(pod))
+        else:
+            self._pull_error.pop(uid, None)
+            self._pulled.add(uid)
+        finally:
+            self.on_change()
+
+    async def close(self) -> None:
+        tasks = [t for t in self._pulls.values() if not t.done()]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+__all__ = ["RolloutManager", "full_name"]
