@@ -166,6 +166,22 @@ class Api:
         return Upgrade(101, headers=extra, protocol=execproto.UPGRADE,
                        run=lambda sock: serve_session(sock, cid, start, what))
 
+    @property
+    def start_exec(self) -> "StartExec | None":
+        return self._s.start_exec
+
+    def running_container(self, namespace: str, pod: str, container: str) -> str:
+        """The runtime id of a running container named as the apiserver names it (kubectl exec through the node
+        API); HttpError 404 (no such pod or container) or 409 (not running)."""
+        from edgelet.server.execserve import running_container_id
+
+        entry = self._entry(namespace, pod)
+        spec = pod_spec(entry.pod)
+        names = [c.name for c in [*(spec.init_containers or []), *(spec.containers or [])]]
+        if container not in names:
+            raise HttpError(404, f"container {container!r} not found in pod {namespace}/{pod}")
+        return running_container_id(entry.status, container, f"{namespace}/{pod}")
+
     def _entry(self, namespace: str, pod: str) -> "PodEntry":
         for e in self._s.publisher.entries():
             if (meta(e.pod).namespace or "default") == namespace and meta(e.pod).name == pod:

@@ -1,0 +1,286 @@
+"""kubectl exec, cp and port-forward reach the device's pods through a real kube-apiserver: the real kubectl v1.20.2
+speaks SPDY/3.1 to the apiserver, which dials edgelet's node API with its kubelet client certificate.
+
+Each session must end clean on the node: no `runc exec` left, no exec pid/process file, no pipe or pty descriptor
+kept by the agent (checked after the sessions). Nothing is asserted on wall-clock time.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import select
+import signal
+import socket
+import ssl
+import struct
+import subprocess
+import termios
+import threading
+import urllib.request
+from pathlib import Path
+
+import httpx
+import pytest
+
+from edgelet.testing.apiserver import ADMIN_TOKEN, make_cert
+from tests.e2e.conftest import IMAGE, wait_for
+from tests.e2e.test_mirror import NODE, apiserver, cluster, mirror, start_agent  # noqa: F401 - fixtures
+
+pytestmark = [pytest.mark.privileged, pytest.mark.apiserver]
+
+
+def pod_yaml(name: str, command: str, *, host_network: bool = False) -> str:
+    return f"""apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+spec:
+  terminationGracePeriodSeconds: 1
+  hostNetwork: {str(host_network).lower()}
+  containers:
+  - name: c
+    image: {IMAGE}
+    imagePullPolicy: Never
+    command: ["sh", "-c", {command!r}]
+"""
+
+
+def start(agent, cluster, *pods: tuple[str, str], extra: tuple[str, ...] = ()) -> int:
+    crt, key = cluster.kubelet_serving_cert(NODE)
+    for name, text in pods:
+        agent.write_manifest(f"{name}.yaml", text)
+    start_agent(agent, cluster, "--node-ip", "127.0.0.1", "--client-ca-file", str(cluster.ca_file),
+                "--tls-cert-file", str(crt), "--tls-private-key-file", str(key), *extra)
+    port = int(wait_for(lambda: re.search(r"Node API listening.*?port=(\d+)", agent.log()), what="node API")[1])
+    wait_for(lambda: (n := cluster.get(f"/api/v1/nodes/{NODE}")) and
+             n["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"] == port, timeout=60, what="the node's port")
+    for name, _ in pods:
+        wait_for(lambda: (p := mirror(cluster, name)) and p.get("status", {}).get("phase") == "Running",
+                 timeout=90, what=f"the mirror of {name} Running")
+    return port
+
+
+def kubectl(cluster, *args: str, input: bytes | None = None, token: str = ADMIN_TOKEN,
+            timeout: float = 90) -> subprocess.CompletedProcess:
+    cfg = cluster.kubeconfig(cluster.base / f"kubeconfig-{abs(hash(token))}", token=token)
+    return subprocess.run([str(cluster.bin_dir / "kubectl"), f"--kubeconfig={cfg}", *args], input=input,
+                          capture_output=True, timeout=timeout)
+
+
+def agent_fds(agent) -> dict[str, int]:
+    """The agent's pipes and terminals, by kind (what an exec session would leak)."""
+    counts = {"pipe": 0, "pty": 0}
+    fd_dir = Path(f"/proc/{agent.proc.pid}/fd")
+    for fd in fd_dir.iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("pipe:"):
+            counts["pipe"] += 1
+        elif target in ("/dev/ptmx", "/dev/pts/ptmx") or target.startswith("/dev/pts/"):
+            counts["pty"] += 1
+    return counts
+
+
+def runc_execs(agent) -> list[str]:
+    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    root = str(agent.paths.runc_root)
+    return [line for line in out.splitlines() if root in line and " exec " in line]
+
+
+def assert_clean(agent, baseline: dict[str, int]) -> None:
+    wait_for(lambda: not runc_execs(agent), timeout=30, what="no runc exec left")
+    exec_dir = agent.paths.exec_dir
+    wait_for(lambda: not exec_dir.exists() or not any(exec_dir.iterdir()), timeout=30, what="no exec files left")
+    wait_for(lambda: agent_fds(agent) == baseline, timeout=30, what=f"the agent's fds back to {baseline}")
+
+
+def test_kubectl_exec_and_cp_through_the_apiserver(agent, cluster, tmp_path):
+    start(agent, cluster, ("box", pod_yaml("box", "sleep 3600")))
+    pod = f"box-{NODE}"
+    # The first exec also warms up whatever the agent keeps open for good; the baseline is taken after it.
+    first = kubectl(cluster, "exec", pod, "--", "true")
+    assert first.returncode == 0, first.stderr
+    baseline = agent_fds(agent)
+
+    # Output, error and the exit code passed through (v4's NonZeroExitCode status).
+    r = kubectl(cluster, "exec", pod, "--", "sh", "-c", "echo out; echo err >&2; exit 3")
+    assert r.returncode == 3, r.stderr
+    assert r.stdout == b"out\n" and b"err\n" in r.stderr
+    # The container's own process spec: its env and cwd.
+    r = kubectl(cluster, "exec", pod, "--", "sh", "-c", "echo $HOSTNAME $PATH")
+    assert r.returncode == 0 and b"/bin" in r.stdout, r
+
+    # stdin piped through, larger than a SPDY window both ways.
+    data = os.urandom(300_000).hex().encode()
+    r = kubectl(cluster, "exec", "-i", pod, "--", "sh", "-c", "cat; echo done >&2", input=data)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == data and b"done" in r.stderr
+
+    # A command that does not exist is an error, not a hang.
+    r = kubectl(cluster, "exec", pod, "--", "/no/such/binary")
+    assert r.returncode != 0 and r.stderr
+
+    # kubectl cp both ways (exec + busybox tar).
+    src = tmp_path / "in.txt"
+    src.write_bytes(b"to the pod\n" * 1000)
+    r = kubectl(cluster, "cp", str(src), f"{pod}:/tmp/in.txt")
+    assert r.returncode == 0, r.stderr
+    r = kubectl(cluster, "exec", pod, "--", "cat", "/tmp/in.txt")
+    assert r.stdout == src.read_bytes()
+    kubectl(cluster, "exec", pod, "--", "sh", "-c", "mkdir -p /tmp/d && seq 1 5000 > /tmp/d/numbers")
+    r = kubectl(cluster, "cp", f"{pod}:/tmp/d", str(tmp_path / "out"))
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "out" / "numbers").read_text() == "".join(f"{i}\n" for i in range(1, 5001))
+
+    assert_clean(agent, baseline)
+    assert agent.stop() == 0
+
+
+def test_kubectl_exec_with_a_terminal(agent, cluster):
+    start(agent, cluster, ("box", pod_yaml("box", "sleep 3600")))
+    pod = f"box-{NODE}"
+    assert kubectl(cluster, "exec", pod, "--", "true").returncode == 0
+    baseline = agent_fds(agent)
+    # With a terminal: kubectl under a pty, the size passed on and changed, the exit code of the shell.
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 33, 111, 0, 0))
+    cfg = cluster.kubeconfig(cluster.base / "kubeconfig-tty", token=ADMIN_TOKEN)
+    proc = subprocess.Popen([str(cluster.bin_dir / "kubectl"), f"--kubeconfig={cfg}", "exec", "-it", pod, "--",
+                             "sh"], stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
+    os.close(slave)
+    seen = bytearray()
+
+    def read_until(pattern: bytes, timeout: float = 60) -> None:
+        def check():
+            r, _, _ = select.select([master], [], [], 0.2)
+            if r:
+                try:
+                    seen.extend(os.read(master, 4096))
+                except OSError:
+                    pass
+            return re.search(pattern, seen, re.DOTALL)
+        try:
+            wait_for(check, timeout=timeout, what=f"{pattern!r} on the terminal")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; the terminal showed {bytes(seen[-300:])!r}") from None
+
+    try:
+        os.write(master, b"tty; stty size\n")
+        read_until(rb"/dev/pts/\d+.*?33 111", 60)
+        fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", 44, 122, 0, 0))
+        proc.send_signal(signal.SIGWINCH)
+
+        def resized() -> bool:  # kubectl passes the size on asynchronously: ask until the shell sees it
+            os.write(master, b"stty size\n")
+            try:
+                read_until(rb"44 122", 3)
+            except AssertionError:
+                return False
+            return True
+
+        wait_for(resized, timeout=90, what="the new size in the container")
+        os.write(master, b"exit 7\n")
+        assert proc.wait(timeout=60) == 7
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+
+    assert_clean(agent, baseline)
+    assert agent.stop() == 0
+
+
+def test_kubectl_port_forward_through_the_apiserver(agent, cluster, tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        host_port = s.getsockname()[1]
+    serve = "mkdir -p /www && echo hello-from-{} > /www/index.html && exec httpd -f -p {} -h /www"
+    start(agent, cluster, ("web", pod_yaml("web", serve.format("pod", "127.0.0.1:8080"))),
+          ("hostweb", pod_yaml("hostweb", serve.format("host", f"127.0.0.1:{host_port}"), host_network=True)))
+    baseline = agent_fds(agent)
+    # Nothing outside the pod's namespace reaches its port: the host's 8080 is not the pod's.
+    with socket.socket() as s:
+        s.settimeout(5)
+        try:
+            s.connect(("127.0.0.1", 8080))
+            reached = s.recv(1) is not None and urllib.request.urlopen("http://127.0.0.1:8080/", timeout=5).read()
+        except OSError:
+            reached = b""
+    assert b"hello-from-pod" not in (reached or b"")
+
+    cfg = cluster.kubeconfig(cluster.base / "kubeconfig-pf", token=ADMIN_TOKEN)
+    procs = []
+    try:
+        for pod, port in ((f"web-{NODE}", "8080"), (f"hostweb-{NODE}", str(host_port)), (f"web-{NODE}", "9999")):
+            procs.append(subprocess.Popen([str(cluster.bin_dir / "kubectl"), f"--kubeconfig={cfg}", "port-forward",
+                                           pod, f":{port}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+        local = []
+        for p in procs:
+            line = p.stdout.readline().decode()
+            m = re.search(r"Forwarding from 127\.0\.0\.1:(\d+)", line)
+            assert m, line
+            local.append(int(m[1]))
+
+        # Several connections at once through one session.
+        results: list[bytes] = []
+
+        def fetch():
+            results.append(urllib.request.urlopen(f"http://127.0.0.1:{local[0]}/", timeout=60).read())
+
+        threads = [threading.Thread(target=fetch) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(90)
+        assert results == [b"hello-from-pod\n"] * 6
+        # A hostNetwork pod's port, on the host's loopback.
+        assert urllib.request.urlopen(f"http://127.0.0.1:{local[1]}/", timeout=60).read() == b"hello-from-host\n"
+        # A refused port is reported on the error stream (kubectl logs it) and the session goes on.
+        with pytest.raises(OSError):
+            urllib.request.urlopen(f"http://127.0.0.1:{local[2]}/", timeout=60).read()
+        assert procs[2].poll() is None
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGINT)
+        errs = []
+        for p in procs:
+            try:
+                _, err = p.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                _, err = p.communicate()
+            errs.append(err.decode())
+    assert "error forwarding port 9999" in errs[2] and "refused" in errs[2].lower(), errs[2]
+    assert_clean(agent, baseline)
+    assert agent.stop() == 0
+
+
+def test_node_api_exec_needs_the_grant(agent, cluster):
+    """kubelet's authorization: exec is nodes/proxy; a client without it gets 403 and no session."""
+    pki = cluster.base / "pki"
+    reader = make_cert(pki, "stream-reader", (pki / "ca.crt", pki / "ca.key"), "/O=readers/CN=reader")
+    ops = make_cert(pki, "stream-ops", (pki / "ca.crt", pki / "ca.key"), "/O=ops/CN=operator")
+    port = start(agent, cluster, ("box", pod_yaml("box", "sleep 3600")),
+                 extra=("--node-api-grants", "group:readers=pods/log,group:ops=proxy"))
+    ctx = ssl.create_default_context(cafile=str(cluster.ca_file))
+    target = f"https://127.0.0.1:{port}/exec/default/box-{NODE}/c?command=true&output=1"
+    headers = {"Connection": "Upgrade", "Upgrade": "SPDY/3.1", "X-Stream-Protocol-Version": "v4.channel.k8s.io"}
+    ctx.load_cert_chain(*map(str, reader))
+    with httpx.Client(verify=ctx, timeout=30) as c:
+        r = c.post(target, headers=headers)
+    assert r.status_code == 403, r.text
+    assert "subresource=proxy" in r.json()["message"]
+    ctx = ssl.create_default_context(cafile=str(cluster.ca_file))
+    ctx.load_cert_chain(*map(str, ops))
+    with httpx.Client(verify=ctx, timeout=30) as c:
+        r = c.post(target.replace("SPDY", ""), headers={**headers, "Upgrade": "websocket"})
+        assert r.status_code == 400 and "Upgrade request required" in r.text
+        r = c.post(target, headers={**headers, "X-Stream-Protocol-Version": "v9.channel.k8s.io"})
+        assert r.status_code == 403 and "unable to negotiate protocol" in r.text
+    # The RBAC side (the apiserver's own 403 for a user without pods/exec) is the apiserver's business.
+    assert agent.stop() == 0
