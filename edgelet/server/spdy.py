@@ -607,9 +607,11 @@ class SpdyConnection:
                 await self.close(GOAWAY_INTERNAL_ERROR if not task.cancelled() and task.exception() else GOAWAY_OK)
             await serving
         finally:
-            for t in (task, serving):
-                t.cancel()
-            await asyncio.gather(task, serving, return_exceptions=True)
+            # The handler first, while the connection is still up: it may have last words (the agent stopping).
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            serving.cancel()
+            await asyncio.gather(serving, return_exceptions=True)
             if not self._done.is_set():
                 await self._shutdown()
 

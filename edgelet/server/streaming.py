@@ -347,6 +347,7 @@ async def serve_exec(conn: spdy.SpdyConnection, *, opts: ExecOptions, protocol: 
         log.info("Exec session without its streams", target=what, err=str(exc))
         return
     error = streams["error"]
+    stopping = False
     io = ExecIO.open(opts)
     session: "ExecSession | None" = None
     tasks: list[asyncio.Future[Any]] = []
@@ -385,6 +386,9 @@ async def serve_exec(conn: spdy.SpdyConnection, *, opts: ExecOptions, protocol: 
         await error.close()
     except spdy.StreamReset:
         log.info("Exec client went away", target=what)
+    except asyncio.CancelledError:
+        stopping = True
+        raise
     finally:
         for t in tasks:
             t.cancel()
@@ -394,6 +398,17 @@ async def serve_exec(conn: spdy.SpdyConnection, *, opts: ExecOptions, protocol: 
             await asyncio.shield(session.kill())
             log.info("Exec session ended early; command killed", target=what)
         io.close()
+        if stopping and not error.local_closed:
+            # Say so, rather than let the client take a closed connection for a clean exit.
+            body = error_stream_body(protocol, opts.command, None, "the node agent is stopping; the command was "
+                                                                   "killed")
+            with contextlib.suppress(spdy.StreamReset, TimeoutError):
+                await asyncio.wait_for(asyncio.shield(_last_words(error, body)), 2.0)
+
+
+async def _last_words(stream: spdy.Stream, body: bytes) -> None:
+    await stream.write(body)
+    await stream.close()
 
 
 async def _pump_out(fd: int, stream: spdy.Stream) -> None:

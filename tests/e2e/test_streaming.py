@@ -284,3 +284,36 @@ def test_node_api_exec_needs_the_grant(agent, cluster):
         assert r.status_code == 403 and "unable to negotiate protocol" in r.text
     # The RBAC side (the apiserver's own 403 for a user without pods/exec) is the apiserver's business.
     assert agent.stop() == 0
+
+
+def test_sessions_end_clean_when_the_client_goes_or_the_agent_stops(agent, cluster):
+    start(agent, cluster, ("box", pod_yaml("box", "sleep 3600")))
+    pod = f"box-{NODE}"
+    assert kubectl(cluster, "exec", pod, "--", "true").returncode == 0
+    baseline = agent_fds(agent)
+    cfg = cluster.kubeconfig(cluster.base / "kubeconfig-gone", token=ADMIN_TOKEN)
+
+    def in_container(marker: str) -> bool:
+        return marker.encode() in kubectl(cluster, "exec", pod, "--", "ps", "-o", "args").stdout
+
+    # The client goes away mid-command: the command is killed inside the container, not only runc.
+    proc = subprocess.Popen([str(cluster.bin_dir / "kubectl"), f"--kubeconfig={cfg}", "exec", "-i", pod, "--",
+                             "sleep", "1001"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    wait_for(lambda: in_container("sleep 1001"), timeout=60, what="the command running")
+    proc.kill()
+    proc.wait()
+    proc.stdin.close()
+    wait_for(lambda: not in_container("sleep 1001"), timeout=60, what="the command killed")
+    assert_clean(agent, baseline)
+
+    # The agent stops mid-session: the session ends (kubectl fails), the command is killed, nothing is left.
+    proc = subprocess.Popen([str(cluster.bin_dir / "kubectl"), f"--kubeconfig={cfg}", "exec", pod, "--",
+                             "sleep", "1002"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    wait_for(lambda: in_container("sleep 1002"), timeout=60, what="the command running")
+    assert agent.stop() == 0
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0 and b"the node agent is stopping" in err, err
+    assert not runc_execs(agent)
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert "sleep 1002" not in ps
