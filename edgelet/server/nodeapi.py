@@ -168,8 +168,14 @@ class NodeApi:
 
         from edgelet.server import spdy, streaming
 
-        if not streaming.is_spdy_upgrade(request.headers):
-            raise HttpError(400, f"Upgrade request required (Connection: Upgrade, Upgrade: {spdy.UPGRADE})")
+        from edgelet.server import wschannel
+
+        websocket = wschannel.is_websocket_upgrade(request.headers)
+        if not websocket and not streaming.is_spdy_upgrade(request.headers):
+            raise HttpError(400, f"Upgrade request required (Connection: Upgrade, Upgrade: {spdy.UPGRADE} or "
+                                 "websocket)")
+        if websocket:
+            return self._websocket_exec(route, request)
         p = route.params
         what = f"{p['namespace']}/{p['pod']}"
         offered = streaming.client_protocols(request.headers)
@@ -215,6 +221,46 @@ class NodeApi:
 
         return Upgrade(101, headers=[(streaming.PROTOCOL_HEADER, protocol)], protocol=spdy.UPGRADE,
                        run_streams=run)
+
+    def _websocket_exec(self, route: NodeRoute, request: Request) -> Response:
+        """exec over kubelet's WebSocket channel protocols (edgelet.server.wschannel)."""
+        from urllib.parse import parse_qs
+
+        from edgelet.server import streaming, wschannel
+
+        if route.endpoint != "exec":
+            raise HttpError(400, "port-forward over WebSocket is not served (use SPDY/3.1, as kubectl up to 1.30 "
+                                 "and the apiserver towards kubelets do)")
+        p = route.params
+        subprotocol = wschannel.negotiate(request.headers)
+        headers = wschannel.response_headers(request.headers, subprotocol)
+        opts = streaming.parse_exec_options(parse_qs(urlsplit(request.target).query, keep_blank_values=True))
+        start = self._api.start_exec
+        if start is None:
+            raise HttpError(404, "exec is not available in this agent")
+        cid = self._api.running_container(p["namespace"], p["pod"], p["container"])
+        what = f"{p['namespace']}/{p['pod']}/{p['container']}"
+        protocol = wschannel.exec_protocol(subprotocol)
+        if self.sessions >= self._max_sessions:
+            raise HttpError(429, f"too many exec and port-forward sessions are open ({self._max_sessions}); "
+                                 "try again later", headers=(("Retry-After", "5"),))
+        clock = self.clock
+
+        async def handler(session: wschannel.WsSession) -> None:
+            channels = {name: session.channel(name) for name in streaming.expected_streams(opts, protocol)}
+            await streaming.run_exec(channels, opts=opts, protocol=protocol, container_id=cid, start=start,
+                                     what=what)
+
+        async def run(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, initial: bytes) -> None:
+            session = wschannel.WsSession(reader, writer, subprotocol=subprotocol, clock=clock, initial=initial,
+                                          name=f"exec {what}")
+            self.sessions += 1
+            try:
+                await session.run(handler)
+            finally:
+                self.sessions -= 1
+
+        return Upgrade(101, headers=headers, protocol="websocket", run_streams=run)
 
     def _pod_netns(self, namespace: str, pod: str) -> str | None:
         """The network namespace of a pod's running sandbox (None: the host's, for hostNetwork); HttpError

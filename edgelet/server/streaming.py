@@ -25,7 +25,7 @@ import struct
 import subprocess
 import termios
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 import msgspec
 
@@ -337,15 +337,34 @@ async def collect_streams(conn: spdy.SpdyConnection, expected: frozenset[str], c
         await asyncio.gather(task, timer, return_exceptions=True)
 
 
+class Channel(Protocol):
+    """One stream of a session as the exec code uses it: a SPDY stream or a WebSocket channel."""
+
+    local_closed: bool
+
+    async def read(self) -> bytes: ...
+
+    async def write(self, data: bytes) -> None: ...
+
+    async def close(self) -> None: ...
+
+
 async def serve_exec(conn: spdy.SpdyConnection, *, opts: ExecOptions, protocol: str, container_id: str,
                      start: "StartExec", clock: "Clock", what: str,
                      creation_timeout: float = STREAM_CREATION_TIMEOUT) -> None:
-    """One `kubectl exec` session: the streams, `runc exec`, the copying, the exit status on the error stream."""
+    """One `kubectl exec` session over SPDY: its streams, then `run_exec`."""
     try:
         streams = await collect_streams(conn, expected_streams(opts, protocol), clock, creation_timeout)
     except SessionError as exc:
         log.info("Exec session without its streams", target=what, err=str(exc))
         return
+    await run_exec(dict(streams), opts=opts, protocol=protocol, container_id=container_id, start=start, what=what)
+
+
+async def run_exec(streams: Mapping[str, Channel], *, opts: ExecOptions, protocol: str, container_id: str,
+                   start: "StartExec", what: str) -> None:
+    """`runc exec`, the copying between it and the streams (`error` and those `opts` asks for), and the exit
+    status on the error stream."""
     error = streams["error"]
     stopping = False
     io = ExecIO.open(opts)
@@ -406,18 +425,18 @@ async def serve_exec(conn: spdy.SpdyConnection, *, opts: ExecOptions, protocol: 
                 await asyncio.wait_for(asyncio.shield(_last_words(error, body)), 2.0)
 
 
-async def _last_words(stream: spdy.Stream, body: bytes) -> None:
+async def _last_words(stream: Channel, body: bytes) -> None:
     await stream.write(body)
     await stream.close()
 
 
-async def _pump_out(fd: int, stream: spdy.Stream) -> None:
+async def _pump_out(fd: int, stream: Channel) -> None:
     while data := await read_fd(fd):
         await stream.write(data)
 
 
 
-async def _pump_in(stream: spdy.Stream, io: ExecIO) -> None:
+async def _pump_in(stream: Channel, io: ExecIO) -> None:
     try:
         while data := await stream.read():
             if io.stdin is None:
@@ -430,7 +449,7 @@ async def _pump_in(stream: spdy.Stream, io: ExecIO) -> None:
         io.close_stdin()
 
 
-async def _pump_resize(stream: spdy.Stream, io: ExecIO, session: "ExecSession") -> None:
+async def _pump_resize(stream: Channel, io: ExecIO, session: "ExecSession") -> None:
     decoder = ResizeDecoder()
     while data := await stream.read():
         for width, height in decoder.feed(data):

@@ -8,6 +8,7 @@ kept by the agent (checked after the sessions). Nothing is asserted on wall-cloc
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import re
 import select
@@ -260,29 +261,95 @@ def test_kubectl_port_forward_through_the_apiserver(agent, cluster, tmp_path):
     assert agent.stop() == 0
 
 
-def test_node_api_exec_needs_the_grant(agent, cluster):
-    """kubelet's authorization: exec is nodes/proxy; a client without it gets 403 and no session."""
+def ws_exec(port: int, ctx: ssl.SSLContext, path: str, subprotocol: str, *, send: list[bytes | str] = ()
+            ) -> tuple[str, dict[int, bytes]]:
+    """A WebSocket client straight to the node API (as the Python client is): the subprotocol the server chose
+    and what each channel carried, until the server closes."""
+    import base64
+
+    from wsproto import ConnectionType, WSConnection
+    from wsproto.events import (AcceptConnection, BytesMessage, CloseConnection, RejectConnection, Request,
+                                TextMessage)
+
+    ws = WSConnection(ConnectionType.CLIENT)
+    out: dict[int, bytearray] = {}
+    chosen = None
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as raw, \
+            ctx.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+        tls.sendall(ws.send(Request(host="127.0.0.1", target=path, subprotocols=[subprotocol])))
+        pending: dict[bool, list] = {True: [], False: []}
+        while True:
+            data = tls.recv(65536)
+            if not data:
+                break
+            ws.receive_data(data)
+            for ev in ws.events():
+                if isinstance(ev, RejectConnection):
+                    raise AssertionError(f"rejected: {ev.status_code}")
+                if isinstance(ev, AcceptConnection):
+                    chosen = ev.subprotocol
+                    for m in send:
+                        tls.sendall(ws.send(TextMessage(data=m) if isinstance(m, str) else BytesMessage(data=m)))
+                elif isinstance(ev, (BytesMessage, TextMessage)):
+                    text = isinstance(ev, TextMessage)
+                    pending[text].append(ev.data)
+                    if ev.message_finished:
+                        msg = ("".join(pending[text]) if text else b"".join(pending[text]))
+                        pending[text] = []
+                        if text:
+                            ch, payload = int(msg[0]), base64.b64decode(msg[1:])
+                        else:
+                            ch, payload = msg[0], bytes(msg[1:])
+                        out.setdefault(ch, bytearray()).extend(payload)
+                elif isinstance(ev, CloseConnection):
+                    tls.sendall(ws.send(ev.response()))
+    return chosen, {k: bytes(v) for k, v in out.items()}
+
+
+def test_node_api_direct_clients_grants_and_websocket(agent, cluster):
+    """kubelet's authorization (exec is nodes/proxy: 403 without it) and the WebSocket channel protocols a
+    client such as the Python client speaks straight to the node API."""
     pki = cluster.base / "pki"
     reader = make_cert(pki, "stream-reader", (pki / "ca.crt", pki / "ca.key"), "/O=readers/CN=reader")
     ops = make_cert(pki, "stream-ops", (pki / "ca.crt", pki / "ca.key"), "/O=ops/CN=operator")
     port = start(agent, cluster, ("box", pod_yaml("box", "sleep 3600")),
                  extra=("--node-api-grants", "group:readers=pods/log,group:ops=proxy"))
-    ctx = ssl.create_default_context(cafile=str(cluster.ca_file))
-    target = f"https://127.0.0.1:{port}/exec/default/box-{NODE}/c?command=true&output=1"
+    path = f"/exec/default/box-{NODE}/c"
+    target = f"https://127.0.0.1:{port}{path}?command=true&output=1"
     headers = {"Connection": "Upgrade", "Upgrade": "SPDY/3.1", "X-Stream-Protocol-Version": "v4.channel.k8s.io"}
+    ctx = ssl.create_default_context(cafile=str(cluster.ca_file))
     ctx.load_cert_chain(*map(str, reader))
     with httpx.Client(verify=ctx, timeout=30) as c:
         r = c.post(target, headers=headers)
     assert r.status_code == 403, r.text
     assert "subresource=proxy" in r.json()["message"]
+    with pytest.raises(AssertionError, match="rejected: 403"):
+        ws_exec(port, ctx, f"{path}?command=true&output=1", "v4.channel.k8s.io")
     ctx = ssl.create_default_context(cafile=str(cluster.ca_file))
     ctx.load_cert_chain(*map(str, ops))
     with httpx.Client(verify=ctx, timeout=30) as c:
-        r = c.post(target.replace("SPDY", ""), headers={**headers, "Upgrade": "websocket"})
+        r = c.post(target, headers={k: v for k, v in headers.items() if k != "Upgrade"})
         assert r.status_code == 400 and "Upgrade request required" in r.text
         r = c.post(target, headers={**headers, "X-Stream-Protocol-Version": "v9.channel.k8s.io"})
         assert r.status_code == 403 and "unable to negotiate protocol" in r.text
-    # The RBAC side (the apiserver's own 403 for a user without pods/exec) is the apiserver's business.
+    baseline = agent_fds(agent)
+
+    # v4 binary: stdout, stderr, and the exit code as a NonZeroExitCode Status on the error channel.
+    chosen, out = ws_exec(port, ctx, f"{path}?command=sh&command=-c&command=echo+out%3B+echo+err+>%262%3B+exit+3"
+                                     "&output=1&error=1", "v4.channel.k8s.io")
+    assert chosen == "v4.channel.k8s.io"
+    assert out[1] == b"out\n" and out[2] == b"err\n"
+    status = json.loads(out[3])
+    assert status["reason"] == "NonZeroExitCode" and status["details"]["causes"][0]["message"] == "3"
+    # base64 (text messages), v1 semantics: a clean exit leaves the error channel empty.
+    chosen, out = ws_exec(port, ctx, f"{path}?command=echo&command=hi&output=1", "base64.channel.k8s.io")
+    assert chosen == "base64.channel.k8s.io" and out[1] == b"hi\n" and not out.get(3)
+    # v5: stdin, closed by the close signal, and a Success status.
+    chosen, out = ws_exec(port, ctx, f"{path}?command=cat&input=1&output=1", "v5.channel.k8s.io",
+                          send=[b"\x00hello ", b"\x00websocket", bytes([255, 0])])
+    assert chosen == "v5.channel.k8s.io" and out[1] == b"hello websocket"
+    assert json.loads(out[3]) == {"metadata": {}, "status": "Success"}
+    assert_clean(agent, baseline)
     assert agent.stop() == 0
 
 
