@@ -182,6 +182,11 @@ class Api:
             raise HttpError(404, f"container {container!r} not found in pod {namespace}/{pod}")
         return running_container_id(entry.status, container, f"{namespace}/{pod}")
 
+    def attach_socket(self, container_id: str) -> Path:
+        """conmon's attach socket of a container (SOCK_SEQPACKET; conmon links its bundle under the socket dir
+        by the container's id, which keeps the path short enough for a unix socket)."""
+        return self._s.paths.socket_dir / container_id / "attach"
+
     def _entry(self, namespace: str, pod: str) -> "PodEntry":
         for e in self._s.publisher.entries():
             if (meta(e.pod).namespace or "default") == namespace and meta(e.pod).name == pod:

@@ -86,13 +86,10 @@ def _streaming_route(method: str, segs: list[str], query: dict[str, str], path: 
     follow, as in kubelet's paths), GET or POST."""
     if method not in ("GET", "POST"):
         raise HttpError(405, f"method {method} is not allowed on {path}", headers=(("Allow", "GET, POST"),))
-    if segs[0] == "attach":
-        raise HttpError(404, "attach is not served by edgelet (exec is: `kubectl exec`); see "
-                             "docs/kubelet-differences.md")
-    if segs[0] == "exec":
+    if segs[0] in ("exec", "attach"):
         if len(segs) not in (4, 5) or not all(segs[1:]):
-            raise HttpError(400, "expected /exec/{namespace}/{pod}/{container}")
-        return NodeRoute("exec", {"namespace": segs[1], "pod": segs[2], "container": segs[-1]}, query)
+            raise HttpError(400, f"expected /{segs[0]}/{{namespace}}/{{pod}}/{{container}}")
+        return NodeRoute(segs[0], {"namespace": segs[1], "pod": segs[2], "container": segs[-1]}, query)
     if len(segs) not in (3, 4) or not all(segs[1:]):
         raise HttpError(400, "expected /portForward/{namespace}/{pod}")
     return NodeRoute("port_forward", {"namespace": segs[1], "pod": segs[2]}, query)
@@ -157,7 +154,7 @@ class NodeApi:
             log.info("Node API request forbidden", user=ident.user, subresource=attrs.subresource, path=path)
             raise HttpError(403, forbidden_message(ident, attrs, self._c.node_name))
         route = match_node_route(request.method, request.target)
-        if route.endpoint in ("exec", "port_forward"):
+        if route.endpoint in ("exec", "attach", "port_forward"):
             return self._streaming(route, request)
         return await self._serve(route)
 
@@ -175,6 +172,8 @@ class NodeApi:
             raise HttpError(400, f"Upgrade request required (Connection: Upgrade, Upgrade: {spdy.UPGRADE} or "
                                  "websocket)")
         if websocket:
+            if route.endpoint == "attach":
+                raise HttpError(400, "attach over WebSocket is not served (use SPDY/3.1)")
             return self._websocket_exec(route, request)
         p = route.params
         what = f"{p['namespace']}/{p['pod']}"
@@ -197,6 +196,20 @@ class NodeApi:
             async def runner(conn: spdy.SpdyConnection) -> None:
                 await streaming.serve_exec(conn, opts=opts, protocol=protocol, container_id=cid, start=start,
                                            clock=clock, what=what)
+        elif route.endpoint == "attach":
+            protocol = streaming.negotiate(offered, streaming.EXEC_PROTOCOLS)
+            query = parse_qs(urlsplit(request.target).query, keep_blank_values=True)
+            opts = streaming.parse_exec_options({**query, "command": ["(attach)"]})
+            cid = self._api.running_container(p["namespace"], p["pod"], p["container"])
+            sock_path = self._api.attach_socket(cid)
+            what = f"{what}/{p['container']}"
+            expected = streaming.expected_streams(opts, protocol)
+            accept = streaming.accept_exec_stream(expected, set())
+            clock = self.clock
+
+            async def runner(conn: spdy.SpdyConnection) -> None:
+                await streaming.serve_attach(conn, opts=opts, protocol=protocol, socket_path=sock_path, clock=clock,
+                                             what=what)
         else:
             protocol = streaming.negotiate(offered, streaming.PORT_FORWARD_PROTOCOLS)
             netns = self._pod_netns(p["namespace"], p["pod"])

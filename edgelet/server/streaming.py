@@ -459,6 +459,79 @@ async def _pump_resize(stream: Channel, io: ExecIO, session: "ExecSession") -> N
                 session.signal(signal.SIGWINCH)
 
 
+ATTACH_PACKET = 8192 + 1  # conmon's attach packets: one byte naming the pipe, then up to 8 KiB of it
+_ATTACH_PIPES = {2: "stdout", 3: "stderr"}
+
+
+async def serve_attach(conn: spdy.SpdyConnection, *, opts: ExecOptions, protocol: str, socket_path: "os.PathLike[str]",
+                       clock: "Clock", what: str, creation_timeout: float = STREAM_CREATION_TIMEOUT) -> None:
+    """One `kubectl attach` session: what the container writes from now on, read from conmon's attach socket,
+    until the container exits or the client goes. conmon holds the container's stdin only when started with
+    it open, which edgelet does not do: stdin the client sends is dropped (kubectl itself says "did not
+    allocate one" for a container without `stdin: true`)."""
+    try:
+        streams = await collect_streams(conn, expected_streams(opts, protocol), clock, creation_timeout)
+    except SessionError as exc:
+        log.info("Attach session without its streams", target=what, err=str(exc))
+        return
+    error = streams["error"]
+    loop = asyncio.get_running_loop()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
+    sock.setblocking(False)
+    tasks: list[asyncio.Future[Any]] = []
+    try:
+        try:
+            await _connect_long(sock, os.fspath(socket_path))
+        except OSError as exc:
+            message = f"cannot attach to {what}: conmon's attach socket: {exc.strerror or exc}"
+            await error.write(error_stream_body(protocol, ["attach"], None, message))
+            await error.close()
+            return
+        log.info("Attach session started", target=what, protocol=protocol)
+        if "stdin" in streams:
+            tasks.append(asyncio.ensure_future(_drop(streams["stdin"])))
+        while packet := await loop.sock_recv(sock, ATTACH_PACKET):
+            name = _ATTACH_PIPES.get(packet[0])
+            if name is None:
+                continue
+            target = streams.get(name) or (streams.get("stdout") if opts.tty else None)
+            if target is not None and len(packet) > 1:
+                await target.write(packet[1:])
+        for name in ("stdout", "stderr"):
+            if name in streams:
+                await streams[name].close()
+        log.info("Attach session ended: the container exited", target=what)
+        with contextlib.suppress(spdy.StreamReset):
+            await error.write(error_stream_body(protocol, ["attach"], 0))
+        await error.close()
+    except (spdy.StreamReset, ConnectionError):
+        log.info("Attach client went away", target=what)
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        sock.close()
+
+
+async def _connect_long(sock: socket.socket, path: str) -> None:
+    """Connect to a unix socket whose path may pass the 108-byte limit: through /proc/self/fd of its directory,
+    as conmon binds it."""
+    loop = asyncio.get_running_loop()
+    if len(path.encode()) < 100:
+        await loop.sock_connect(sock, path)
+        return
+    dirfd = os.open(os.path.dirname(path), os.O_PATH | os.O_CLOEXEC)
+    try:
+        await loop.sock_connect(sock, f"/proc/self/fd/{dirfd}/{os.path.basename(path)}")
+    finally:
+        os.close(dirfd)
+
+
+async def _drop(stream: Channel) -> None:
+    while await stream.read():
+        pass
+
+
 @dataclass
 class _Pair:
     request_id: str

@@ -32,13 +32,14 @@ from tests.e2e.test_mirror import NODE, apiserver, cluster, mirror, start_agent 
 pytestmark = [pytest.mark.privileged, pytest.mark.apiserver]
 
 
-def pod_yaml(name: str, command: str, *, host_network: bool = False) -> str:
+def pod_yaml(name: str, command: str, *, host_network: bool = False, restart: str = "Always") -> str:
     return f"""apiVersion: v1
 kind: Pod
 metadata:
   name: {name}
 spec:
   terminationGracePeriodSeconds: 1
+  restartPolicy: {restart}
   hostNetwork: {str(host_network).lower()}
   containers:
   - name: c
@@ -384,3 +385,34 @@ def test_sessions_end_clean_when_the_client_goes_or_the_agent_stops(agent, clust
     assert not runc_execs(agent)
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert "sleep 1002" not in ps
+
+
+def test_kubectl_attach_streams_the_containers_output_until_it_exits(agent, cluster):
+    talk = "i=0; while true; do echo out-$i; echo err-$i >&2; i=$((i+1)); sleep 0.3; done"
+    last = "while [ ! -f /tmp/go ]; do sleep 0.2; done; echo bye; exit 0"
+    start(agent, cluster, ("talk", pod_yaml("talk", talk)), ("last", pod_yaml("last", last, restart="Never")))
+    assert kubectl(cluster, "exec", f"talk-{NODE}", "--", "true").returncode == 0
+    baseline = agent_fds(agent)
+    cfg = cluster.kubeconfig(cluster.base / "kubeconfig-attach", token=ADMIN_TOKEN)
+    # What the container writes from now on, stdout and stderr apart; the client going ends the session.
+    proc = subprocess.Popen([str(cluster.bin_dir / "kubectl"), f"--kubeconfig={cfg}", "attach", f"talk-{NODE}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        lines = [proc.stdout.readline().decode().strip() for _ in range(3)]
+        assert all(re.fullmatch(r"out-\d+", x) for x in lines), lines
+        numbers = [int(x.split("-")[1]) for x in lines]
+        assert numbers == sorted(numbers) and len(set(numbers)) == 3
+    finally:
+        proc.kill()
+        _, err = proc.communicate()
+    assert b"err-" in err
+    # The container exiting ends the session, cleanly.
+    proc = subprocess.Popen([str(cluster.bin_dir / "kubectl"), f"--kubeconfig={cfg}", "attach", f"last-{NODE}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    wait_for(lambda: re.search(r"Attach session started target=default/last", agent.log()), timeout=60,
+             what="the second attach")
+    assert kubectl(cluster, "exec", f"last-{NODE}", "--", "touch", "/tmp/go").returncode == 0
+    out, err = proc.communicate(timeout=90)
+    assert proc.returncode == 0 and b"bye" in out, (out, err)
+    assert_clean(agent, baseline)
+    assert agent.stop() == 0

@@ -20,6 +20,7 @@ V4, V3, V2, V1 = streaming.EXEC_PROTOCOLS
     ("GET", "/exec/ns/p/uid-1/c?command=ls&output=1", "exec", {"namespace": "ns", "pod": "p", "container": "c"}),
     ("POST", "/portForward/default/web-n1", "port_forward", {"namespace": "default", "pod": "web-n1"}),
     ("GET", "/portForward/default/web-n1/uid", "port_forward", {"namespace": "default", "pod": "web-n1"}),
+    ("POST", "/attach/default/web-n1/c?output=1", "attach", {"namespace": "default", "pod": "web-n1", "container": "c"}),
 ])
 def test_streaming_routes(method, target, endpoint, params):
     route = match_node_route(method, target)
@@ -30,7 +31,7 @@ def test_streaming_routes(method, target, endpoint, params):
     ("POST", "/exec/default/web", 400, "expected /exec"),
     ("PUT", "/exec/default/web/c", 405, "not allowed"),
     ("POST", "/portForward/default", 400, "expected /portForward"),
-    ("POST", "/attach/default/web/c", 404, "attach is not served"),
+    ("POST", "/attach/default/web", 400, "expected /attach"),
 ])
 def test_bad_streaming_routes(method, target, status, text):
     with pytest.raises(HttpError) as err:
