@@ -266,7 +266,7 @@ class NodeApi:
 
         async def run(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, initial: bytes) -> None:
             session = wschannel.WsSession(reader, writer, subprotocol=subprotocol, clock=clock, initial=initial,
-                                          name=f"exec {what}")
+                                          name=f"exec {what}", idle_timeout=self._spdy_limits.idle_timeout)
             self.sessions += 1
             try:
                 await session.run(handler)

@@ -314,7 +314,8 @@ def test_node_api_direct_clients_grants_and_websocket(agent, cluster):
     reader = make_cert(pki, "stream-reader", (pki / "ca.crt", pki / "ca.key"), "/O=readers/CN=reader")
     ops = make_cert(pki, "stream-ops", (pki / "ca.crt", pki / "ca.key"), "/O=ops/CN=operator")
     port = start(agent, cluster, ("box", pod_yaml("box", "sleep 3600")),
-                 extra=("--node-api-grants", "group:readers=pods/log,group:ops=proxy"))
+                 extra=("--node-api-grants", "group:readers=pods/log,group:ops=proxy",
+                        "--streaming-connection-idle-timeout", "4s"))
     path = f"/exec/default/box-{NODE}/c"
     target = f"https://127.0.0.1:{port}{path}?command=true&output=1"
     headers = {"Connection": "Upgrade", "Upgrade": "SPDY/3.1", "X-Stream-Protocol-Version": "v4.channel.k8s.io"}
@@ -350,6 +351,10 @@ def test_node_api_direct_clients_grants_and_websocket(agent, cluster):
                           send=[b"\x00hello ", b"\x00websocket", bytes([255, 0])])
     assert chosen == "v5.channel.k8s.io" and out[1] == b"hello websocket"
     assert json.loads(out[3]) == {"metadata": {}, "status": "Success"}
+    # A session without traffic for --streaming-connection-idle-timeout is closed, its command killed.
+    chosen, out = ws_exec(port, ctx, f"{path}?command=sleep&command=1004&output=1", "v4.channel.k8s.io")
+    assert not out.get(1)
+    assert b"sleep 1004" not in subprocess.run(["ps", "-eo", "args"], capture_output=True).stdout
     assert_clean(agent, baseline)
     assert agent.stop() == 0
 

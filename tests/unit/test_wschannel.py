@@ -56,3 +56,85 @@ def test_bad_messages(msg):
 def test_websocket_upgrade_detection():
     assert wschannel.is_websocket_upgrade([("Connection", "Upgrade"), ("Upgrade", "websocket")])
     assert not wschannel.is_websocket_upgrade([("Connection", "Upgrade"), ("Upgrade", "SPDY/3.1")])
+
+
+# ---------------------------------------------------------------------------------------------- sessions
+
+import asyncio  # noqa: E402
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from wsproto.connection import Connection, ConnectionType  # noqa: E402
+from wsproto.events import BytesMessage, CloseConnection  # noqa: E402
+
+from edgelet.util.clock import REAL_CLOCK  # noqa: E402
+
+
+async def _session(handler, raw: list[bytes], subprotocol: str = "v5.channel.k8s.io", *, eof: bool = False
+                   ) -> list[object]:
+    """A WsSession on loopback fed `raw` bytes by a client; the client's events until the server closes."""
+    done = asyncio.get_running_loop().create_future()
+
+    async def on_conn(reader, writer):
+        try:
+            await wschannel.WsSession(reader, writer, subprotocol=subprotocol, clock=REAL_CLOCK).run(handler)
+        finally:
+            done.set_result(None)
+
+    server = await asyncio.start_server(on_conn, "127.0.0.1", 0)
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.sockets[0].getsockname()[1])
+    client = Connection(ConnectionType.CLIENT)
+    events: list[object] = []
+    try:
+        for chunk in raw:
+            writer.write(chunk)
+        if eof:
+            writer.write_eof()  # a client that stops mid-frame is done too
+        await writer.drain()
+        async with asyncio.timeout(30):
+            while data := await reader.read(65536):
+                client.receive_data(data)
+                for ev in client.events():
+                    events.append(ev)
+                    if isinstance(ev, CloseConnection) and not eof:
+                        writer.write(client.send(ev.response()))
+    except ConnectionError:
+        pass  # the server closed on a bad client with its bytes unread: a reset
+    async with asyncio.timeout(30):
+        await done
+    writer.close()
+    server.close()
+    await server.wait_closed()
+    return events
+
+
+def test_session_echoes_stdin_to_stdout_and_closes():
+    async def handler(session):
+        stdin, stdout = session.channel("stdin"), session.channel("stdout")
+        while data := await stdin.read():
+            await stdout.write(data)
+
+    client = Connection(ConnectionType.CLIENT)
+    raw = [client.send(BytesMessage(data=b"\x00hello")), client.send(BytesMessage(data=bytes([255, 0])))]
+    events = asyncio.run(_session(handler, raw))
+    assert [bytes(e.data) for e in events if isinstance(e, BytesMessage)] == [b"\x01hello"]
+    assert isinstance(events[-1], CloseConnection) and events[-1].code == 1000
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.one_of(st.binary(max_size=64),
+                          st.builds(lambda b: Connection(ConnectionType.CLIENT).send(BytesMessage(data=b)),
+                                    st.binary(max_size=64))), max_size=8))
+def test_fuzz_a_bad_client_ends_its_session_and_nothing_else(chunks):
+    async def handler(session):
+        await session.channel("stdin").read()
+        await asyncio.sleep(3600)
+
+    async def main():
+        before = set(asyncio.all_tasks())
+        await _session(handler, chunks, eof=True)
+        await asyncio.sleep(0)
+        left = {t for t in asyncio.all_tasks() - before if t is not asyncio.current_task() and not t.done()}
+        assert not left, left
+
+    asyncio.run(main())
