@@ -241,9 +241,8 @@ class NodeApi:
 
         from edgelet.server import streaming, wschannel
 
-        if route.endpoint != "exec":
-            raise HttpError(400, "port-forward over WebSocket is not served (use SPDY/3.1, as kubectl up to 1.30 "
-                                 "and the apiserver towards kubelets do)")
+        if route.endpoint == "port_forward":
+            return self._websocket_port_forward(route, request)
         p = route.params
         subprotocol = wschannel.negotiate(request.headers)
         headers = wschannel.response_headers(request.headers, subprotocol)
@@ -267,6 +266,51 @@ class NodeApi:
         async def run(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, initial: bytes) -> None:
             session = wschannel.WsSession(reader, writer, subprotocol=subprotocol, clock=clock, initial=initial,
                                           name=f"exec {what}", idle_timeout=self._spdy_limits.idle_timeout)
+            self.sessions += 1
+            try:
+                await session.run(handler)
+            finally:
+                self.sessions -= 1
+
+        return Upgrade(101, headers=headers, protocol="websocket", run_streams=run)
+
+    def _websocket_port_forward(self, route: NodeRoute, request: Request) -> Response:
+        """kubelet's WebSocket port-forward: the ports in the query, channels 2i (data) and 2i+1 (error) for the
+        i-th, each opened with the port in two little-endian bytes, one connection per port."""
+        from urllib.parse import parse_qs
+
+        from edgelet.server import streaming, wschannel
+
+        p = route.params
+        what = f"{p['namespace']}/{p['pod']}"
+        subprotocol = wschannel.negotiate(request.headers, wschannel.PORT_FORWARD_PROTOCOLS)
+        headers = wschannel.response_headers(request.headers, subprotocol)
+        ports = wschannel.parse_ports(parse_qs(urlsplit(request.target).query, keep_blank_values=True))
+        netns = self._pod_netns(p["namespace"], p["pod"])
+        if self.sessions >= self._max_sessions:
+            raise HttpError(429, f"too many exec and port-forward sessions are open ({self._max_sessions}); "
+                                 "try again later", headers=(("Retry-After", "5"),))
+        clock = self.clock
+
+        async def handler(session: wschannel.WsSession) -> None:
+            tasks = []
+            try:
+                for i, port in enumerate(ports):
+                    data, error = session.channels[2 * i], session.channels[2 * i + 1]
+                    for ch in (data, error):
+                        await ch.write(port.to_bytes(2, "little"))
+                    tasks.append(asyncio.ensure_future(streaming.forward(data, error, port, netns, what)))
+                await asyncio.gather(*tasks)
+            finally:
+                for t in tasks:
+                    t.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+
+        async def run(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, initial: bytes) -> None:
+            session = wschannel.WsSession(reader, writer, subprotocol=subprotocol, clock=clock, initial=initial,
+                                          name=f"portforward {what}", idle_timeout=self._spdy_limits.idle_timeout,
+                                          channels=2 * len(ports),
+                                          readable=frozenset(range(0, 2 * len(ports), 2)))
             self.sessions += 1
             try:
                 await session.run(handler)

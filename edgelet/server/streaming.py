@@ -584,9 +584,14 @@ async def serve_port_forward(conn: spdy.SpdyConnection, *, netns: str | None, cl
 
 
 async def _forward(data: spdy.Stream, error: spdy.Stream, netns: str | None, what: str) -> None:
+    await forward(data, error, int(data.header("port")), netns, what)
+
+
+async def forward(data: Channel, error: Channel, port: int, netns: str | None, what: str) -> None:
+    """One forwarded connection: `port` on the loopback of `netns` (None: the host's) to and from `data`; a
+    refused port is reported on `error`."""
     from edgelet.util.netns import connect_local
 
-    port = int(data.header("port"))
     loop = asyncio.get_running_loop()
     try:
         sock = await connect_local(netns, port)

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 log = get_logger(__name__)
 
+PORT_FORWARD_PROTOCOLS = ("v4.channel.k8s.io", "v4.base64.channel.k8s.io")
 EXEC_PROTOCOLS = ("v5.channel.k8s.io", "v4.channel.k8s.io", "v4.base64.channel.k8s.io", "channel.k8s.io",
                   "base64.channel.k8s.io")
 CHANNELS = {"stdin": 0, "stdout": 1, "stderr": 2, "error": 3, "resize": 4}
@@ -42,7 +43,18 @@ def is_websocket_upgrade(headers: Iterable[tuple[str, str]]) -> bool:
     return "upgrade" in h.get("connection", "").lower() and h.get("upgrade", "").lower() == "websocket"
 
 
-def negotiate(headers: Iterable[tuple[str, str]]) -> str:
+def parse_ports(query: dict[str, list[str]]) -> list[int]:
+    """The ports of a WebSocket port-forward (`?port=80&port=443` or `?port=80,443`); HttpError 400 when
+    there are none or one is not a port."""
+    raw = [p.strip() for v in query.get("port", ()) for p in v.split(",") if p.strip()]
+    if not raw:
+        raise HttpError(400, "port-forward over WebSocket needs the ports as `port` query parameters")
+    if not all(p.isdigit() and 0 < int(p) < 65536 for p in raw):
+        raise HttpError(400, f"port-forward: invalid port in {raw}")
+    return [int(p) for p in raw]
+
+
+def negotiate(headers: Iterable[tuple[str, str]], supported: Sequence[str] = EXEC_PROTOCOLS) -> str:
     """The subprotocol of `Sec-WebSocket-Protocol` we speak, in the client's order ("" when it offers none: v1
     binary, as kubelet); HttpError 400 when it offers only others."""
     offered = [p.strip() for k, v in headers if k.lower() == "sec-websocket-protocol" for p in v.split(",")
@@ -50,10 +62,10 @@ def negotiate(headers: Iterable[tuple[str, str]]) -> str:
     if not offered:
         return ""
     for p in offered:
-        if p in EXEC_PROTOCOLS:
+        if p in supported:
             return p
     raise HttpError(400, f"unable to upgrade: no supported WebSocket subprotocol in {offered} "
-                         f"(supported: {list(EXEC_PROTOCOLS)})")
+                         f"(supported: {list(supported)})")
 
 
 def exec_protocol(subprotocol: str) -> str:
@@ -134,7 +146,8 @@ class WsSession:
     """The server side of one WebSocket channel session over an upgraded stream pair."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, subprotocol: str,
-                 clock: "Clock", initial: bytes = b"", name: str = "", idle_timeout: float = IDLE_TIMEOUT) -> None:
+                 clock: "Clock", initial: bytes = b"", name: str = "", idle_timeout: float = IDLE_TIMEOUT,
+                 channels: int = len(CHANNELS), readable: frozenset[int] = frozenset({0, 4})) -> None:
         from wsproto.connection import Connection, ConnectionType
 
         self._reader = reader
@@ -148,7 +161,8 @@ class WsSession:
         self._idle = idle_timeout
         self._lock = asyncio.Lock()
         self.closed = False
-        self.channels = {n: WsChannel(self, n) for n in CHANNELS.values()}
+        self.channels = {n: WsChannel(self, n) for n in range(channels)}
+        self._readable = readable
         self._last = clock.monotonic()
         self._buffer: list[bytes | str] = []
         self._size = 0
@@ -268,7 +282,7 @@ class WsSession:
                 self.channels[payload[0]].finish()
             return
         channel = self.channels.get(number)
-        if channel is None or number not in (CHANNELS["stdin"], CHANNELS["resize"]):
+        if channel is None or number not in self._readable:
             raise ValueError(f"a message on channel {number}, which the client does not write")
         channel.deliver(payload)
 

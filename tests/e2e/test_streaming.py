@@ -202,8 +202,9 @@ def test_kubectl_port_forward_through_the_apiserver(agent, cluster, tmp_path):
         s.bind(("127.0.0.1", 0))
         host_port = s.getsockname()[1]
     serve = "mkdir -p /www && echo hello-from-{} > /www/index.html && exec httpd -f -p {} -h /www"
-    start(agent, cluster, ("web", pod_yaml("web", serve.format("pod", "127.0.0.1:8080"))),
-          ("hostweb", pod_yaml("hostweb", serve.format("host", f"127.0.0.1:{host_port}"), host_network=True)))
+    node_port = start(agent, cluster, ("web", pod_yaml("web", serve.format("pod", "127.0.0.1:8080"))),
+                      ("hostweb", pod_yaml("hostweb", serve.format("host", f"127.0.0.1:{host_port}"),
+                                           host_network=True)))
     baseline = agent_fds(agent)
     # Nothing outside the pod's namespace reaches its port: the host's 8080 is not the pod's.
     with socket.socket() as s:
@@ -258,6 +259,20 @@ def test_kubectl_port_forward_through_the_apiserver(agent, cluster, tmp_path):
                 _, err = p.communicate()
             errs.append(err.decode())
     assert "error forwarding port 9999" in errs[2] and "refused" in errs[2].lower(), errs[2]
+
+    # kubelet's WebSocket port-forward, straight to the node API: channel 2i data, 2i+1 error, each opened with
+    # the port in two little-endian bytes.
+    pki = cluster.base / "pki"
+    admin = make_cert(pki, "pf-admin", (pki / "ca.crt", pki / "ca.key"), "/O=system:masters/CN=admin")
+    ctx = ssl.create_default_context(cafile=str(cluster.ca_file))
+    ctx.load_cert_chain(*map(str, admin))
+    chosen, out = ws_exec(node_port, ctx, f"/portForward/default/web-{NODE}?port=8080&port=9999",
+                          "v4.channel.k8s.io", send=[b"\x00GET / HTTP/1.0\r\n\r\n"])
+    assert chosen == "v4.channel.k8s.io"
+    assert out[0].startswith((8080).to_bytes(2, "little")) and out[0].endswith(b"hello-from-pod\n"), out[0][:200]
+    assert out[1] == (8080).to_bytes(2, "little")
+    assert out[2] == (9999).to_bytes(2, "little")
+    assert out[3].startswith((9999).to_bytes(2, "little")) and b"refused" in out[3], out[3]
     assert_clean(agent, baseline)
     assert agent.stop() == 0
 

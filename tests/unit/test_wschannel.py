@@ -138,3 +138,16 @@ def test_fuzz_a_bad_client_ends_its_session_and_nothing_else(chunks):
         assert not left, left
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("query, ports", [({"port": ["80"]}, [80]), ({"port": ["80", "443"]}, [80, 443]),
+                                          ({"port": ["80,443"]}, [80, 443])])
+def test_parse_ports(query, ports):
+    assert wschannel.parse_ports(query) == ports
+
+
+@pytest.mark.parametrize("query", [{}, {"port": ["0"]}, {"port": ["http"]}, {"port": ["70000"]}])
+def test_bad_ports(query):
+    with pytest.raises(HttpError) as err:
+        wschannel.parse_ports(query)
+    assert err.value.status == 400
