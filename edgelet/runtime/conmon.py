@@ -49,6 +49,10 @@ class ConmonArgs:
     socket_dir: Path
     log_level: str = "error"
     log_size_max: int | None = None
+    # A container with `stdin: true`: conmon holds its stdin open for `kubectl attach -i` (as CRI-O does), and
+    # closes it when the first attached client goes, unless `stdinOnce` is false.
+    stdin: bool = False
+    stdin_once: bool = False
 
 
 def conmon_argv(a: ConmonArgs) -> list[str]:
@@ -74,6 +78,8 @@ def conmon_argv(a: ConmonArgs) -> list[str]:
     ]
     if a.log_size_max is not None:
         argv += ["--log-size-max", str(a.log_size_max)]
+    if a.stdin:
+        argv += ["--stdin"] + ([] if a.stdin_once else ["--leave-stdin-open"])
     return argv
 
 

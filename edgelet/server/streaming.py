@@ -466,9 +466,8 @@ _ATTACH_PIPES = {2: "stdout", 3: "stderr"}
 async def serve_attach(conn: spdy.SpdyConnection, *, opts: ExecOptions, protocol: str, socket_path: "os.PathLike[str]",
                        clock: "Clock", what: str, creation_timeout: float = STREAM_CREATION_TIMEOUT) -> None:
     """One `kubectl attach` session: what the container writes from now on, read from conmon's attach socket,
-    until the container exits or the client goes. conmon holds the container's stdin only when started with
-    it open, which edgelet does not do: stdin the client sends is dropped (kubectl itself says "did not
-    allocate one" for a container without `stdin: true`)."""
+    until the container exits or the client goes, and the client's stdin to the container's when it has one
+    (`stdin: true`: conmon holds it open; kubectl itself sends none to other containers)."""
     try:
         streams = await collect_streams(conn, expected_streams(opts, protocol), clock, creation_timeout)
     except SessionError as exc:
@@ -489,7 +488,7 @@ async def serve_attach(conn: spdy.SpdyConnection, *, opts: ExecOptions, protocol
             return
         log.info("Attach session started", target=what, protocol=protocol)
         if "stdin" in streams:
-            tasks.append(asyncio.ensure_future(_drop(streams["stdin"])))
+            tasks.append(asyncio.ensure_future(_attach_stdin(streams["stdin"], sock)))
         while packet := await loop.sock_recv(sock, ATTACH_PACKET):
             name = _ATTACH_PIPES.get(packet[0])
             if name is None:
@@ -527,8 +526,16 @@ async def _connect_long(sock: socket.socket, path: str) -> None:
         os.close(dirfd)
 
 
-async def _drop(stream: Channel) -> None:
-    while await stream.read():
+async def _attach_stdin(stream: Channel, sock: socket.socket) -> None:
+    """The client's stdin to conmon, which passes it on when it holds the container's stdin (`stdin: true`) and
+    drops it otherwise; the client's EOF is the attached client leaving, which closes a `stdinOnce` stdin."""
+    loop = asyncio.get_running_loop()
+    try:
+        while data := await stream.read():
+            for i in range(0, len(data), 8192):
+                await loop.sock_sendall(sock, data[i:i + 8192])
+        sock.shutdown(socket.SHUT_WR)
+    except OSError:
         pass
 
 

@@ -32,7 +32,8 @@ from tests.e2e.test_mirror import NODE, apiserver, cluster, mirror, start_agent 
 pytestmark = [pytest.mark.privileged, pytest.mark.apiserver]
 
 
-def pod_yaml(name: str, command: str, *, host_network: bool = False, restart: str = "Always") -> str:
+def pod_yaml(name: str, command: str, *, host_network: bool = False, restart: str = "Always",
+             stdin: bool = False) -> str:
     return f"""apiVersion: v1
 kind: Pod
 metadata:
@@ -46,6 +47,8 @@ spec:
     image: {IMAGE}
     imagePullPolicy: Never
     command: ["sh", "-c", {command!r}]
+    stdin: {str(stdin).lower()}
+    stdinOnce: {str(stdin).lower()}
 """
 
 
@@ -410,7 +413,9 @@ def test_sessions_end_clean_when_the_client_goes_or_the_agent_stops(agent, clust
 def test_kubectl_attach_streams_the_containers_output_until_it_exits(agent, cluster):
     talk = "i=0; while true; do echo out-$i; echo err-$i >&2; i=$((i+1)); sleep 0.3; done"
     last = "while [ ! -f /tmp/go ]; do sleep 0.2; done; echo bye; exit 0"
-    start(agent, cluster, ("talk", pod_yaml("talk", talk)), ("last", pod_yaml("last", last, restart="Never")))
+    ask = "echo ready; while read line; do echo got-$line; done; echo stdin-closed; sleep 3600"
+    start(agent, cluster, ("talk", pod_yaml("talk", talk)), ("last", pod_yaml("last", last, restart="Never")),
+          ("ask", pod_yaml("ask", ask, stdin=True)))
     assert kubectl(cluster, "exec", f"talk-{NODE}", "--", "true").returncode == 0
     baseline = agent_fds(agent)
     cfg = cluster.kubeconfig(cluster.base / "kubeconfig-attach", token=ADMIN_TOKEN)
@@ -434,5 +439,21 @@ def test_kubectl_attach_streams_the_containers_output_until_it_exits(agent, clus
     assert kubectl(cluster, "exec", f"last-{NODE}", "--", "touch", "/tmp/go").returncode == 0
     out, err = proc.communicate(timeout=90)
     assert proc.returncode == 0 and b"bye" in out, (out, err)
+    # attach -i to a `stdin: true, stdinOnce: true` container: conmon holds its stdin; the client's EOF closes it.
+    # The session lasts as long as the container, as with kubelet: the client is stopped once it has seen.
+    proc = subprocess.Popen([str(cluster.bin_dir / "kubectl"), f"--kubeconfig={cfg}", "attach", "-i",
+                             f"ask-{NODE}"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        proc.stdin.write(b"one\ntwo\n")
+        proc.stdin.close()
+        logs = wait_for(lambda: (o := cluster.kubectl("logs", f"ask-{NODE}")) and "stdin-closed" in o and o,
+                        timeout=60, what="the container's stdin read and closed")
+        assert "got-one\ngot-two\nstdin-closed" in logs, logs
+        assert [proc.stdout.readline() for _ in range(3)] == [b"got-one\n", b"got-two\n", b"stdin-closed\n"]
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
     assert_clean(agent, baseline)
     assert agent.stop() == 0
