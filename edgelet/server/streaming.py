@@ -48,6 +48,7 @@ PORT_FORWARD_PROTOCOLS = ("portforward.k8s.io",)
 STREAM_CREATION_TIMEOUT = 30.0  # kubelet's: the streams a request needs must all be open by then
 OUTPUT_DRAIN = 5.0  # after the command exits, what it (or a child holding its stdout) still writes, at most this
 READ_SIZE = 32 * 1024
+FIRST_RESIZE_WAIT = 5.0  # for the terminal's size before the command starts (kubectl sends it at once)
 
 
 class SessionError(spdy.SpdyError):
@@ -370,7 +371,16 @@ async def run_exec(streams: Mapping[str, Channel], *, opts: ExecOptions, protoco
     io = ExecIO.open(opts)
     session: "ExecSession | None" = None
     tasks: list[asyncio.Future[Any]] = []
+    decoder = ResizeDecoder()
     try:
+        if "resize" in streams:
+            # kubectl sends the terminal's size first: on the pty before runc starts, runc's own first resize
+            # takes it (a SIGWINCH sent before runc handles it would be lost).
+            with contextlib.suppress(TimeoutError):
+                first = await asyncio.wait_for(streams["resize"].read(), FIRST_RESIZE_WAIT)
+                for width, height in decoder.feed(first):
+                    with contextlib.suppress(OSError):
+                        io.resize(width, height)
         try:
             session = await start(container_id, opts.command, tty=opts.tty, stdin=io.child[0], stdout=io.child[1],
                                   stderr=io.child[2])
@@ -389,7 +399,7 @@ async def run_exec(streams: Mapping[str, Channel], *, opts: ExecOptions, protoco
         if "stdin" in streams:
             tasks.append(asyncio.ensure_future(_pump_in(streams["stdin"], io)))
         if "resize" in streams:
-            tasks.append(asyncio.ensure_future(_pump_resize(streams["resize"], io, session)))
+            tasks.append(asyncio.ensure_future(_pump_resize(streams["resize"], io, session, decoder)))
         code = await session.wait()
         session = None  # reaped
         if outputs:
@@ -449,8 +459,7 @@ async def _pump_in(stream: Channel, io: ExecIO) -> None:
         io.close_stdin()
 
 
-async def _pump_resize(stream: Channel, io: ExecIO, session: "ExecSession") -> None:
-    decoder = ResizeDecoder()
+async def _pump_resize(stream: Channel, io: ExecIO, session: "ExecSession", decoder: ResizeDecoder) -> None:
     while data := await stream.read():
         for width, height in decoder.feed(data):
             with contextlib.suppress(OSError):
