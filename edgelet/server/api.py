@@ -9,6 +9,7 @@ only, so no pod data is served unauthenticated off the socket.
 from __future__ import annotations
 
 import asyncio
+import os
 import contextlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -186,6 +187,16 @@ class Api:
         """conmon's attach socket of a container (SOCK_SEQPACKET; conmon links its bundle under the socket dir
         by the container's id, which keeps the path short enough for a unix socket)."""
         return self._s.paths.socket_dir / container_id / "attach"
+
+    def attach_resize(self, container_id: str, width: int, height: int) -> None:
+        """Resize a `tty: true` container's console through conmon's control FIFO (OSError when conmon is gone)."""
+        from edgelet.runtime.conmon import CONTROL_FIFO, resize_message
+
+        fd = os.open(self._s.paths.socket_dir / container_id / CONTROL_FIFO, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            os.write(fd, resize_message(width, height))
+        finally:
+            os.close(fd)
 
     def _entry(self, namespace: str, pod: str) -> "PodEntry":
         for e in self._s.publisher.entries():

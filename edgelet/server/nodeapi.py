@@ -207,9 +207,11 @@ class NodeApi:
             accept = streaming.accept_exec_stream(expected, set())
             clock = self.clock
 
+            api = self._api
+
             async def runner(conn: spdy.SpdyConnection) -> None:
                 await streaming.serve_attach(conn, opts=opts, protocol=protocol, socket_path=sock_path, clock=clock,
-                                             what=what)
+                                             what=what, resize=lambda w, h: api.attach_resize(cid, w, h))
         else:
             protocol = streaming.negotiate(offered, streaming.PORT_FORWARD_PROTOCOLS)
             netns = self._pod_netns(p["namespace"], p["pod"])

@@ -48,6 +48,7 @@ PORT_FORWARD_PROTOCOLS = ("portforward.k8s.io",)
 STREAM_CREATION_TIMEOUT = 30.0  # kubelet's: the streams a request needs must all be open by then
 OUTPUT_DRAIN = 5.0  # after the command exits, what it (or a child holding its stdout) still writes, at most this
 READ_SIZE = 32 * 1024
+RESIZE_BURST = 0.2  # resize messages this close together are one (attach: conmon's FIFO takes one per read)
 FIRST_RESIZE_WAIT = 5.0  # for the terminal's size before the command starts (kubectl sends it at once)
 
 
@@ -473,7 +474,8 @@ _ATTACH_PIPES = {2: "stdout", 3: "stderr"}
 
 
 async def serve_attach(conn: spdy.SpdyConnection, *, opts: ExecOptions, protocol: str, socket_path: "os.PathLike[str]",
-                       clock: "Clock", what: str, creation_timeout: float = STREAM_CREATION_TIMEOUT) -> None:
+                       clock: "Clock", what: str, creation_timeout: float = STREAM_CREATION_TIMEOUT,
+                       resize: Callable[[int, int], None] | None = None) -> None:
     """One `kubectl attach` session: what the container writes from now on, read from conmon's attach socket,
     until the container exits or the client goes, and the client's stdin to the container's when it has one
     (`stdin: true`: conmon holds it open; kubectl itself sends none to other containers)."""
@@ -498,6 +500,8 @@ async def serve_attach(conn: spdy.SpdyConnection, *, opts: ExecOptions, protocol
         log.info("Attach session started", target=what, protocol=protocol)
         if "stdin" in streams:
             tasks.append(asyncio.ensure_future(_attach_stdin(streams["stdin"], sock)))
+        if "resize" in streams and resize is not None:
+            tasks.append(asyncio.ensure_future(_attach_resize(streams["resize"], resize)))
         while packet := await loop.sock_recv(sock, ATTACH_PACKET):
             name = _ATTACH_PIPES.get(packet[0])
             if name is None:
@@ -533,6 +537,20 @@ async def _connect_long(sock: socket.socket, path: str) -> None:
         await loop.sock_connect(sock, f"/proc/self/fd/{dirfd}/{os.path.basename(path)}")
     finally:
         os.close(dirfd)
+
+
+async def _attach_resize(stream: Channel, resize: Callable[[int, int], None]) -> None:
+    decoder = ResizeDecoder()
+    while data := await stream.read():
+        # Only the last of a burst: conmon takes one message per read of its FIFO, and kubectl attach sends
+        # the size plus one, then the size (to make the program redraw) back to back.
+        sizes = decoder.feed(data)
+        with contextlib.suppress(TimeoutError):
+            while more := await asyncio.wait_for(stream.read(), RESIZE_BURST):
+                sizes += decoder.feed(more)
+        if sizes:
+            with contextlib.suppress(OSError):
+                resize(*sizes[-1])
 
 
 async def _attach_stdin(stream: Channel, sock: socket.socket) -> None:

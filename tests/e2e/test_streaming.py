@@ -7,6 +7,7 @@ kept by the agent (checked after the sessions). Nothing is asserted on wall-cloc
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -33,7 +34,7 @@ pytestmark = [pytest.mark.privileged, pytest.mark.apiserver]
 
 
 def pod_yaml(name: str, command: str, *, host_network: bool = False, restart: str = "Always",
-             stdin: bool = False) -> str:
+             stdin: bool = False, tty: bool = False) -> str:
     return f"""apiVersion: v1
 kind: Pod
 metadata:
@@ -48,7 +49,8 @@ spec:
     imagePullPolicy: Never
     command: ["sh", "-c", {command!r}]
     stdin: {str(stdin).lower()}
-    stdinOnce: {str(stdin).lower()}
+    stdinOnce: {str(stdin and not tty).lower()}
+    tty: {str(tty).lower()}
 """
 
 
@@ -415,7 +417,7 @@ def test_kubectl_attach_streams_the_containers_output_until_it_exits(agent, clus
     last = "while [ ! -f /tmp/go ]; do sleep 0.2; done; echo bye; exit 0"
     ask = "echo ready; while read line; do echo got-$line; done; echo stdin-closed; sleep 3600"
     start(agent, cluster, ("talk", pod_yaml("talk", talk)), ("last", pod_yaml("last", last, restart="Never")),
-          ("ask", pod_yaml("ask", ask, stdin=True)))
+          ("ask", pod_yaml("ask", ask, stdin=True)), ("term", pod_yaml("term", "exec sh", stdin=True, tty=True)))
     assert kubectl(cluster, "exec", f"talk-{NODE}", "--", "true").returncode == 0
     baseline = agent_fds(agent)
     cfg = cluster.kubeconfig(cluster.base / "kubeconfig-attach", token=ADMIN_TOKEN)
@@ -455,5 +457,38 @@ def test_kubectl_attach_streams_the_containers_output_until_it_exits(agent, clus
         proc.wait()
         proc.stdout.close()
         proc.stderr.close()
+
+    # attach -it to a `tty: true` container (conmon holds its console): a terminal, sized and resized by the client.
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 33, 111, 0, 0))
+    proc = subprocess.Popen([str(cluster.bin_dir / "kubectl"), f"--kubeconfig={cfg}", "attach", "-it",
+                             f"term-{NODE}"], stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
+    os.close(slave)
+    seen = bytearray()
+
+    def shows(pattern: bytes) -> bool:
+        r, _, _ = select.select([master], [], [], 0.5)
+        if r:
+            with contextlib.suppress(OSError):
+                seen.extend(os.read(master, 4096))
+        return re.search(pattern, seen, re.DOTALL) is not None
+
+    def answers(command: bytes, pattern: bytes) -> bool:
+        os.write(master, command)
+        return any(shows(pattern) for _ in range(6))
+
+    try:
+        try:
+            wait_for(lambda: answers(b"tty; stty size\n", rb"/dev/\S+\s+33 111"), timeout=90,
+                     what="a sized terminal in the container")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; the terminal showed {bytes(seen[-300:])!r}") from None
+        fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", 44, 122, 0, 0))
+        proc.send_signal(signal.SIGWINCH)
+        wait_for(lambda: answers(b"stty size\n", rb"44 122"), timeout=90, what="the new size in the container")
+    finally:
+        proc.kill()
+        proc.wait()
+        os.close(master)
     assert_clean(agent, baseline)
     assert agent.stop() == 0
