@@ -172,8 +172,6 @@ class NodeApi:
             raise HttpError(400, f"Upgrade request required (Connection: Upgrade, Upgrade: {spdy.UPGRADE} or "
                                  "websocket)")
         if websocket:
-            if route.endpoint == "attach":
-                raise HttpError(400, "attach over WebSocket is not served (use SPDY/3.1)")
             return self._websocket_exec(route, request)
         p = route.params
         what = f"{p['namespace']}/{p['pod']}"
@@ -238,7 +236,7 @@ class NodeApi:
                        run_streams=run)
 
     def _websocket_exec(self, route: NodeRoute, request: Request) -> Response:
-        """exec over kubelet's WebSocket channel protocols (edgelet.server.wschannel)."""
+        """exec and attach over kubelet's WebSocket channel protocols (edgelet.server.wschannel)."""
         from urllib.parse import parse_qs
 
         from edgelet.server import streaming, wschannel
@@ -248,11 +246,14 @@ class NodeApi:
         p = route.params
         subprotocol = wschannel.negotiate(request.headers)
         headers = wschannel.response_headers(request.headers, subprotocol)
-        opts = streaming.parse_exec_options(parse_qs(urlsplit(request.target).query, keep_blank_values=True))
+        query = parse_qs(urlsplit(request.target).query, keep_blank_values=True)
+        attach = route.endpoint == "attach"
+        opts = streaming.parse_exec_options({**query, "command": ["(attach)"]} if attach else query)
         start = self._api.start_exec
-        if start is None:
+        if start is None and not attach:
             raise HttpError(404, "exec is not available in this agent")
         cid = self._api.running_container(p["namespace"], p["pod"], p["container"])
+        api = self._api
         what = f"{p['namespace']}/{p['pod']}/{p['container']}"
         protocol = wschannel.exec_protocol(subprotocol)
         if self.sessions >= self._max_sessions:
@@ -262,12 +263,18 @@ class NodeApi:
 
         async def handler(session: wschannel.WsSession) -> None:
             channels = {name: session.channel(name) for name in streaming.expected_streams(opts, protocol)}
+            if attach:
+                await streaming.run_attach(channels, opts=opts, protocol=protocol, socket_path=api.attach_socket(cid),
+                                           what=what, resize=lambda w, h: api.attach_resize(cid, w, h))
+                return
+            assert start is not None
             await streaming.run_exec(channels, opts=opts, protocol=protocol, container_id=cid, start=start,
                                      what=what)
 
         async def run(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, initial: bytes) -> None:
             session = wschannel.WsSession(reader, writer, subprotocol=subprotocol, clock=clock, initial=initial,
-                                          name=f"exec {what}", idle_timeout=self._spdy_limits.idle_timeout)
+                                          name=f"{route.endpoint} {what}",
+                                          idle_timeout=self._spdy_limits.idle_timeout)
             self.sessions += 1
             try:
                 await session.run(handler)

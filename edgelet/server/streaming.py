@@ -476,14 +476,22 @@ _ATTACH_PIPES = {2: "stdout", 3: "stderr"}
 async def serve_attach(conn: spdy.SpdyConnection, *, opts: ExecOptions, protocol: str, socket_path: "os.PathLike[str]",
                        clock: "Clock", what: str, creation_timeout: float = STREAM_CREATION_TIMEOUT,
                        resize: Callable[[int, int], None] | None = None) -> None:
-    """One `kubectl attach` session: what the container writes from now on, read from conmon's attach socket,
-    until the container exits or the client goes, and the client's stdin to the container's when it has one
-    (`stdin: true`: conmon holds it open; kubectl itself sends none to other containers)."""
+    """One `kubectl attach` session over SPDY: its streams, then `run_attach`."""
     try:
         streams = await collect_streams(conn, expected_streams(opts, protocol), clock, creation_timeout)
     except SessionError as exc:
         log.info("Attach session without its streams", target=what, err=str(exc))
         return
+    await run_attach(dict(streams), opts=opts, protocol=protocol, socket_path=socket_path, what=what, resize=resize)
+
+
+async def run_attach(streams: Mapping[str, Channel], *, opts: ExecOptions, protocol: str,
+                     socket_path: "os.PathLike[str]", what: str,
+                     resize: Callable[[int, int], None] | None = None) -> None:
+    """What the container writes from now on, read from conmon's attach socket, until the container exits or
+    the client goes, and the client's stdin to the container's when it has one (`stdin: true`: conmon holds it
+    open; kubectl itself sends none to other containers); a `tty: true` container's console is resized
+    through `resize`."""
     error = streams["error"]
     loop = asyncio.get_running_loop()
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)

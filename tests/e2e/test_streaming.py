@@ -333,7 +333,9 @@ def test_node_api_direct_clients_grants_and_websocket(agent, cluster):
     pki = cluster.base / "pki"
     reader = make_cert(pki, "stream-reader", (pki / "ca.crt", pki / "ca.key"), "/O=readers/CN=reader")
     ops = make_cert(pki, "stream-ops", (pki / "ca.crt", pki / "ca.key"), "/O=ops/CN=operator")
+    last = "while [ ! -f /tmp/go ]; do sleep 0.2; done; echo bye; exit 0"
     port = start(agent, cluster, ("box", pod_yaml("box", "sleep 3600")),
+                 ("last", pod_yaml("last", last, restart="Never")),
                  extra=("--node-api-grants", "group:readers=pods/log,group:ops=proxy",
                         "--streaming-connection-idle-timeout", "4s"))
     path = f"/exec/default/box-{NODE}/c"
@@ -371,6 +373,16 @@ def test_node_api_direct_clients_grants_and_websocket(agent, cluster):
                           send=[b"\x00hello ", b"\x00websocket", bytes([255, 0])])
     assert chosen == "v5.channel.k8s.io" and out[1] == b"hello websocket"
     assert json.loads(out[3]) == {"metadata": {}, "status": "Success"}
+    # attach over WebSocket: the container's output until it exits, then a Success status.
+    got: list = []
+    attach = threading.Thread(target=lambda: got.append(ws_exec(
+        port, ctx, f"/attach/default/last-{NODE}/c?output=1&error=1", "v4.channel.k8s.io")))
+    attach.start()
+    wait_for(lambda: re.search(r"Attach session started target=default/last", agent.log()), timeout=60,
+             what="the WebSocket attach")
+    assert kubectl(cluster, "exec", f"last-{NODE}", "--", "touch", "/tmp/go").returncode == 0
+    attach.join(90)
+    assert got and got[0][1][1] == b"bye\n" and json.loads(got[0][1][3])["status"] == "Success", got
     # A session without traffic for --streaming-connection-idle-timeout is closed, its command killed.
     chosen, out = ws_exec(port, ctx, f"{path}?command=sleep&command=1004&output=1", "v4.channel.k8s.io")
     assert not out.get(1)
