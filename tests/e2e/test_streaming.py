@@ -391,8 +391,8 @@ def test_node_api_direct_clients_grants_and_websocket(agent, cluster):
     assert agent.stop() == 0
 
 
-def test_sessions_end_clean_when_the_client_goes_or_the_agent_stops(agent, cluster):
-    start(agent, cluster, ("box", pod_yaml("box", "sleep 3600")))
+def test_sessions_end_clean_when_the_client_goes_the_container_exits_or_the_agent_stops(agent, cluster):
+    start(agent, cluster, ("box", pod_yaml("box", "sleep 3600")), ("gone", pod_yaml("gone", "sleep 3600")))
     pod = f"box-{NODE}"
     assert kubectl(cluster, "exec", pod, "--", "true").returncode == 0
     baseline = agent_fds(agent)
@@ -410,6 +410,16 @@ def test_sessions_end_clean_when_the_client_goes_or_the_agent_stops(agent, clust
     proc.wait()
     proc.stdin.close()
     wait_for(lambda: not in_container("sleep 1001"), timeout=60, what="the command killed")
+    assert_clean(agent, baseline)
+
+    # The container goes (its pod removed) mid-session: the session ends with the command's death.
+    proc = subprocess.Popen([str(cluster.bin_dir / "kubectl"), f"--kubeconfig={cfg}", "exec", f"gone-{NODE}", "--",
+                             "sleep", "1005"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    wait_for(lambda: b"sleep 1005" in kubectl(cluster, "exec", f"gone-{NODE}", "--", "ps", "-o", "args").stdout,
+             timeout=60, what="the command running")
+    (agent.manifests / "gone.yaml").unlink()
+    _, err = proc.communicate(timeout=90)
+    assert proc.returncode != 0, err
     assert_clean(agent, baseline)
 
     # The agent stops mid-session: the session ends (kubectl fails), the command is killed, nothing is left.
