@@ -133,3 +133,45 @@ def test_stream_acceptance():
     assert not streaming.accept_port_forward_stream({"streamtype": "data", "port": "0"})
     assert not streaming.accept_port_forward_stream({"streamtype": "data", "port": "http"})
     assert not streaming.accept_port_forward_stream({"streamtype": "stdout", "port": "80"})
+
+
+class _FakeApi:
+    """The few Api members the streaming endpoints use."""
+
+    from edgelet.util.clock import FakeClock as _Clock
+
+    clock = _Clock()
+    start_exec = staticmethod(lambda *a, **k: None)
+
+    def running_container(self, namespace, pod, container):
+        return "c" * 64
+
+    def attach_socket(self, cid):
+        return "/nonexistent"
+
+
+def _node_api(max_sessions: int):
+    from edgelet.server.nodeapi import NodeApi
+
+    return NodeApi(_FakeApi(), None, stats=None, runtime_pods=lambda: {}, metrics=None, cgroup_root="",
+                   max_sessions=max_sessions)
+
+
+SPDY_HEADERS = (("Connection", "Upgrade"), ("Upgrade", "SPDY/3.1"), ("X-Stream-Protocol-Version", V4))
+WS_HEADERS = (("Connection", "Upgrade"), ("Upgrade", "websocket"), ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="),
+              ("Sec-WebSocket-Protocol", V4))
+
+
+@pytest.mark.parametrize("headers", [SPDY_HEADERS, WS_HEADERS])
+def test_the_session_cap_answers_429(headers):
+    from edgelet.server.http import Request, Upgrade
+    from edgelet.server.nodeapi import match_node_route
+
+    target = "/exec/default/p/c?command=true&output=1"
+    api = _node_api(max_sessions=2)
+    request = Request("POST", target, headers)
+    assert isinstance(api._streaming(match_node_route("POST", target), request), Upgrade)
+    api.sessions = 2
+    with pytest.raises(HttpError) as err:
+        api._streaming(match_node_route("POST", target), request)
+    assert err.value.status == 429 and ("Retry-After", "5") in err.value.headers
