@@ -3,6 +3,7 @@ the streams a session waits for, what the error stream says, resize messages."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -175,3 +176,27 @@ def test_the_session_cap_answers_429(headers):
     with pytest.raises(HttpError) as err:
         api._streaming(match_node_route("POST", target), request)
     assert err.value.status == 429 and ("Retry-After", "5") in err.value.headers
+
+
+class _Conn:
+    """A session that has opened `kinds` streams and then none (the client stalls)."""
+
+    def __init__(self, kinds):
+        self._streams = [type("S", (), {"header": lambda self, n, k=k: k})() for k in kinds]
+
+    async def accept_stream(self):
+        if self._streams:
+            return self._streams.pop(0)
+        await asyncio.sleep(3600)
+
+
+def test_stream_creation_timeout_comes_from_the_clock():
+    import asyncio as _asyncio
+
+    from edgelet.util.clock import FakeClock
+
+    got = _asyncio.run(streaming.collect_streams(_Conn(["error", "stdout"]), frozenset({"error", "stdout"}),
+                                                 FakeClock(), 30))
+    assert set(got) == {"error", "stdout"}
+    with pytest.raises(streaming.SessionError, match=r"timed out waiting for streams: got \['error'\]"):
+        _asyncio.run(streaming.collect_streams(_Conn(["error"]), frozenset({"error", "stdout"}), FakeClock(), 30))
