@@ -628,8 +628,11 @@ class _NodeApiPlan:
                 token_file=s.api_token_file, grants=s.node_api_grants)
         except (TlsError, AuthConfigError) as exc:
             raise ConfigurationError(str(exc)) from exc
+        from edgelet.server.spdy import Limits
+
         handler = NodeApi(self._api, config, stats=a.stats, runtime_pods=a.pleg.pods, metrics=a.metrics,
-                          cgroup_root=s.cgroup_root)
+                          cgroup_root=s.cgroup_root,
+                          spdy_limits=Limits(idle_timeout=s.streaming_connection_idle_timeout))
         self.server = NodeApiServer(handler, config, s.address or "0.0.0.0",
                                     DEFAULT_PORT if s.port is None else s.port)
         await self.server.start()

@@ -30,6 +30,7 @@ edgelet means to raise and lets programming errors through::
     ├── server.auth.AuthConfigError        the node API's token file or grants cannot be used
     ├── server.tls.TlsError                the node API's certificate, key or CA cannot be loaded or made
     ├── server.execproto.ProtocolError     an `edgelet exec` peer broke the session's protocol
+    ├── server.spdy.SpdyError              a SPDY peer broke the protocol or the session ended (kubectl exec...)
     ├── sdnotify.NotifyError               systemd notification socket
     ├── util.logind.LogindUnavailable      no logind on the system bus (shutdown falls back to SIGTERM)
     ├── cli.client.AgentError              the agent answered a CLI request with an error

@@ -527,6 +527,9 @@ class Settings:
         "who may read what on the node API besides the group system:masters (everything): "
         "user:NAME=SUB/SUB or group:NAME=SUB/SUB, SUB one of proxy, pods, log, stats, metrics, healthz or *",
         metavar="GRANTS")
+    streaming_connection_idle_timeout: float = _opt(
+        4 * 3600.0, _duration(positive=True), "an exec, attach or port-forward session of the node API with no "
+        "traffic this long is closed (kubelet's flag and default)", metavar="DURATION")
     kubeconfig: Path | None = _opt(None, _path(optional=True), "kubeconfig of this node's apiserver identity: "
                                    "register the Node, renew its Lease and mirror the static pods (default: "
                                    "standalone, no apiserver)", metavar="FILE")

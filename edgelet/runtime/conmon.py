@@ -49,6 +49,11 @@ class ConmonArgs:
     socket_dir: Path
     log_level: str = "error"
     log_size_max: int | None = None
+    # A container with `stdin: true`: conmon holds its stdin open for `kubectl attach -i` (as CRI-O does), and
+    # closes it when the first attached client goes, unless `stdinOnce` is false.
+    stdin: bool = False
+    stdin_once: bool = False
+    terminal: bool = False  # `tty: true`: conmon makes the console (runc needs its socket) and relays it
 
 
 def conmon_argv(a: ConmonArgs) -> list[str]:
@@ -74,7 +79,16 @@ def conmon_argv(a: ConmonArgs) -> list[str]:
     ]
     if a.log_size_max is not None:
         argv += ["--log-size-max", str(a.log_size_max)]
+    if a.terminal:
+        argv.append("--terminal")
+    if a.stdin:
+        argv += ["--stdin"] + ([] if a.stdin_once else ["--leave-stdin-open"])
     return argv
+
+
+def resize_message(width: int, height: int) -> bytes:
+    """conmon's control-FIFO resize of a `tty: true` container's console (RESIZE_EVENT, height, width)."""
+    return f"1 {height} {width}\n".encode()
 
 
 def parse_sync_message(line: bytes) -> tuple[int, str]:

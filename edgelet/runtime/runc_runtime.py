@@ -669,11 +669,12 @@ class RuncRuntime:
 
     # ------------------------------------------------------------ containers
 
-    def _conmon_args(self, cid: str, name: str, bundle: Path, log_path: Path) -> conmon.ConmonArgs:
+    def _conmon_args(self, cid: str, name: str, bundle: Path, log_path: Path, *, stdin: bool = False,
+                     stdin_once: bool = False, terminal: bool = False) -> conmon.ConmonArgs:
         return conmon.ConmonArgs(
             conmon=self.conmon_bin, runtime=self.runtime_path, runtime_root=self.paths.runc_root, container_id=cid,
             name=name, bundle=bundle, log_path=log_path, exit_dir=self.paths.exit_dir, socket_dir=self.paths.socket_dir,
-            log_size_max=self.log_size_max,
+            log_size_max=self.log_size_max, stdin=stdin, stdin_once=stdin_once, terminal=terminal,
         )
 
     async def create_container(
@@ -750,7 +751,9 @@ class RuncRuntime:
             self._warn_apparmor(pod, container, ctx)
             await asyncio.to_thread(bl.write_file, bundle / bl.CONFIG, json.dumps(config, indent=1))
             await conmon.create(self._conmon_args(cid, f"k8s_{container.name}_{pod_name}_{ns}_{uid}_{attempt}",
-                                                  bundle, log_path), runner=self._exec)
+                                                  bundle, log_path, stdin=bool(container.stdin),
+                                                  stdin_once=bool(container.stdin_once),
+                                                  terminal=bool(container.tty)), runner=self._exec)
             await asyncio.to_thread(self._move_monitor, bundle, uid, pod)
             crash_point("container.create")
             done = True

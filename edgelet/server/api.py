@@ -9,6 +9,7 @@ only, so no pod data is served unauthenticated off the socket.
 from __future__ import annotations
 
 import asyncio
+import os
 import contextlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -190,6 +191,37 @@ class Api:
         extra = [(execproto.CONTAINER_HEADER, chosen)] + ([(execproto.NOTE_HEADER, note)] if note else [])
         return Upgrade(101, headers=extra, protocol=execproto.UPGRADE,
                        run=lambda sock: serve_session(sock, cid, start, what))
+
+    @property
+    def start_exec(self) -> "StartExec | None":
+        return self._s.start_exec
+
+    def running_container(self, namespace: str, pod: str, container: str) -> str:
+        """The runtime id of a running container named as the apiserver names it (kubectl exec through the node
+        API); HttpError 404 (no such pod or container) or 409 (not running)."""
+        from edgelet.server.execserve import running_container_id
+
+        entry = self._entry(namespace, pod)
+        spec = pod_spec(entry.pod)
+        names = [c.name for c in [*(spec.init_containers or []), *(spec.containers or [])]]
+        if container not in names:
+            raise HttpError(404, f"container {container!r} not found in pod {namespace}/{pod}")
+        return running_container_id(entry.status, container, f"{namespace}/{pod}")
+
+    def attach_socket(self, container_id: str) -> Path:
+        """conmon's attach socket of a container (SOCK_SEQPACKET; conmon links its bundle under the socket dir
+        by the container's id, which keeps the path short enough for a unix socket)."""
+        return self._s.paths.socket_dir / container_id / "attach"
+
+    def attach_resize(self, container_id: str, width: int, height: int) -> None:
+        """Resize a `tty: true` container's console through conmon's control FIFO (OSError when conmon is gone)."""
+        from edgelet.runtime.conmon import CONTROL_FIFO, resize_message
+
+        fd = os.open(self._s.paths.socket_dir / container_id / CONTROL_FIFO, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            os.write(fd, resize_message(width, height))
+        finally:
+            os.close(fd)
 
     def _entry(self, namespace: str, pod: str) -> "PodEntry":
         for e in self._s.publisher.entries():

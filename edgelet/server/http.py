@@ -68,6 +68,9 @@ class Upgrade(Response):
 
     protocol: str = ""
     run: Callable[[socket.socket], Awaitable[None]] | None = None
+    # Instead of `run`: the connection's own stream pair (TLS stays in place) and the bytes the client sent
+    # after its request, for protocols spoken through the transport (SPDY on the node API).
+    run_streams: Callable[[asyncio.StreamReader, asyncio.StreamWriter, bytes], Awaitable[None]] | None = None
 
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -273,6 +276,13 @@ class Connection:
             return error_response(HttpError(500, f"internal error: {type(exc).__name__}: {exc}"))
 
     async def _upgrade(self, upgrade: Upgrade) -> None:
+        if upgrade.run_streams is not None:
+            await self._send(h11.InformationalResponse(
+                status_code=101,
+                headers=[("Upgrade", upgrade.protocol), ("Connection", "Upgrade"), *upgrade.headers]))
+            trailing, _closed = self._conn.trailing_data
+            await upgrade.run_streams(self._reader, self._writer, bytes(trailing))
+            return
         assert upgrade.run is not None
         # A read transport (uvloop's too, though it does not subclass asyncio.ReadTransport).
         transport = cast(asyncio.ReadTransport, self._writer.transport)

@@ -1,8 +1,9 @@
 """The node API on TCP (kubelet's port 10250): TLS always, every request authenticated and authorized, kubelet's
 paths and JSON: /healthz, /pods, /runningpods/, /metrics, /metrics/resource, /metrics/cadvisor, /stats/summary,
-/containerLogs/{namespace}/{pod}/{container}.
+/containerLogs/{namespace}/{pod}/{container}, and the streaming /exec/{namespace}/{pod}/{container} and
+/portForward/{namespace}/{pod} over SPDY/3.1 (edgelet.server.streaming).
 
-It is what `kubectl logs` reaches through the apiserver and what
+It is what `kubectl logs`, `exec`, `cp` and `port-forward` reach through the apiserver and what
 metrics-server scrapes. The handlers of the local API are reused (the same
 PodList, health rules and log reading); what is added here is the
 authentication, the authorization (edgelet.server.auth) and the endpoints
@@ -14,13 +15,13 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, AsyncIterator, Callable, Mapping
+from typing import TYPE_CHECKING, AsyncIterator, Awaitable, Callable, Mapping
 from urllib.parse import unquote, urlsplit
 
 import msgspec
 
 from edgelet.server.auth import (Grant, Identity, authenticate, authorize, forbidden_message, request_attributes)
-from edgelet.server.http import JSON, HttpServer, Request, Response, ServerError
+from edgelet.server.http import JSON, HttpServer, Request, Response, ServerError, Upgrade
 from edgelet.server.routes import HttpError, parse_log_options
 from edgelet.util.log import get_logger
 
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from edgelet.container.types import PodRuntimeStatus
     from edgelet.server.api import Api
     from edgelet.server.metrics import Metrics
+    from edgelet.server.spdy import Limits as SpdyLimits
     from edgelet.stats.collector import StatsCollector
     from edgelet.util.clock import Clock
 
@@ -38,6 +40,7 @@ log = get_logger(__name__)
 DEFAULT_PORT = 10250
 MAX_FOLLOWS = 8  # concurrent `logs -f` streams; each holds a connection and a poll loop
 MAX_CONNECTIONS = 32
+MAX_SESSIONS = 16  # exec and port-forward sessions at once; each holds a connection (and a runc exec)
 IDLE_TIMEOUT = 30.0
 RETRY = 10.0  # seconds between attempts to open the port while it is taken
 
@@ -69,11 +72,27 @@ def match_node_route(method: str, target: str) -> NodeRoute:
         if len(segs) != 4 or not all(segs[1:]):
             raise HttpError(400, "expected /containerLogs/{namespace}/{pod}/{container}")
         route = NodeRoute("container_logs", {"namespace": segs[1], "pod": segs[2], "container": segs[3]}, query)
+    elif segs[:1] in (["exec"], ["portForward"], ["attach"]):
+        return _streaming_route(method, segs, query, parts.path)
     if route is None:
         raise HttpError(404, f"the server could not find the requested resource: {parts.path or '/'}")
     if method not in ("GET", "HEAD"):
         raise HttpError(405, f"method {method} is not allowed on {parts.path}", headers=(("Allow", "GET, HEAD"),))
     return route
+
+
+def _streaming_route(method: str, segs: list[str], query: dict[str, str], path: str) -> NodeRoute:
+    """kubelet's streaming paths: /exec/{ns}/{pod}/{container} and /portForward/{ns}/{pod} (the pod's UID may
+    follow, as in kubelet's paths), GET or POST."""
+    if method not in ("GET", "POST"):
+        raise HttpError(405, f"method {method} is not allowed on {path}", headers=(("Allow", "GET, POST"),))
+    if segs[0] in ("exec", "attach"):
+        if len(segs) not in (4, 5) or not all(segs[1:]):
+            raise HttpError(400, f"expected /{segs[0]}/{{namespace}}/{{pod}}/{{container}}")
+        return NodeRoute(segs[0], {"namespace": segs[1], "pod": segs[2], "container": segs[-1]}, query)
+    if len(segs) not in (3, 4) or not all(segs[1:]):
+        raise HttpError(400, "expected /portForward/{namespace}/{pod}")
+    return NodeRoute("port_forward", {"namespace": segs[1], "pod": segs[2]}, query)
 
 
 def running_pods(pods: Mapping[str, "PodRuntimeStatus"]) -> dict:
@@ -104,7 +123,8 @@ class NodeApi:
 
     def __init__(self, api: "Api", config: NodeApiConfig, *, stats: "StatsCollector",
                  runtime_pods: Callable[[], Mapping[str, "PodRuntimeStatus"]], metrics: "Metrics | None",
-                 cgroup_root: str, max_follows: int = MAX_FOLLOWS) -> None:
+                 cgroup_root: str, max_follows: int = MAX_FOLLOWS, max_sessions: int = MAX_SESSIONS,
+                 spdy_limits: "SpdyLimits | None" = None) -> None:
         self._api = api
         self._c = config
         self._stats = stats
@@ -113,6 +133,11 @@ class NodeApi:
         self._cgroup_root = cgroup_root
         self._max_follows = max_follows
         self.follows = 0
+        self._max_sessions = max_sessions
+        self.sessions = 0  # open exec and port-forward sessions
+        from edgelet.server.spdy import Limits
+
+        self._spdy_limits = spdy_limits or Limits()
 
     @property
     def clock(self) -> "Clock":
@@ -129,7 +154,197 @@ class NodeApi:
             log.info("Node API request forbidden", user=ident.user, subresource=attrs.subresource, path=path)
             raise HttpError(403, forbidden_message(ident, attrs, self._c.node_name))
         route = match_node_route(request.method, request.target)
+        if route.endpoint in ("exec", "attach", "port_forward"):
+            return self._streaming(route, request)
         return await self._serve(route)
+
+    def _streaming(self, route: NodeRoute, request: Request) -> Response:
+        """kubectl exec / port-forward: check the request, pick the protocol, then switch to SPDY (the session
+        runs in edgelet.server.streaming)."""
+        from urllib.parse import parse_qs
+
+        from edgelet.server import spdy, streaming
+
+        from edgelet.server import wschannel
+
+        websocket = wschannel.is_websocket_upgrade(request.headers)
+        if not websocket and not streaming.is_spdy_upgrade(request.headers):
+            raise HttpError(400, f"Upgrade request required (Connection: Upgrade, Upgrade: {spdy.UPGRADE} or "
+                                 "websocket)")
+        if websocket:
+            return self._websocket_exec(route, request)
+        p = route.params
+        what = f"{p['namespace']}/{p['pod']}"
+        offered = streaming.client_protocols(request.headers)
+        runner: Callable[[spdy.SpdyConnection], Awaitable[None]]
+        accept: Callable[[Mapping[str, str]], bool]
+        if route.endpoint == "exec":
+            protocol = streaming.negotiate(offered, streaming.EXEC_PROTOCOLS)
+            query = parse_qs(urlsplit(request.target).query, keep_blank_values=True)
+            opts = streaming.parse_exec_options(query)
+            start = self._api.start_exec
+            if start is None:
+                raise HttpError(404, "exec is not available in this agent")
+            cid = self._api.running_container(p["namespace"], p["pod"], p["container"])
+            what = f"{what}/{p['container']}"
+            expected = streaming.expected_streams(opts, protocol)
+            accept = streaming.accept_exec_stream(expected, set())
+            clock = self.clock
+
+            async def runner(conn: spdy.SpdyConnection) -> None:
+                await streaming.serve_exec(conn, opts=opts, protocol=protocol, container_id=cid, start=start,
+                                           clock=clock, what=what)
+        elif route.endpoint == "attach":
+            protocol = streaming.negotiate(offered, streaming.EXEC_PROTOCOLS)
+            query = parse_qs(urlsplit(request.target).query, keep_blank_values=True)
+            opts = streaming.parse_exec_options({**query, "command": ["(attach)"]})
+            cid = self._api.running_container(p["namespace"], p["pod"], p["container"])
+            sock_path = self._api.attach_socket(cid)
+            what = f"{what}/{p['container']}"
+            expected = streaming.expected_streams(opts, protocol)
+            accept = streaming.accept_exec_stream(expected, set())
+            clock = self.clock
+
+            api = self._api
+
+            async def runner(conn: spdy.SpdyConnection) -> None:
+                await streaming.serve_attach(conn, opts=opts, protocol=protocol, socket_path=sock_path, clock=clock,
+                                             what=what, resize=lambda w, h: api.attach_resize(cid, w, h))
+        else:
+            protocol = streaming.negotiate(offered, streaming.PORT_FORWARD_PROTOCOLS)
+            netns = self._pod_netns(p["namespace"], p["pod"])
+            accept = streaming.accept_port_forward_stream
+            clock = self.clock
+
+            async def runner(conn: spdy.SpdyConnection) -> None:
+                await streaming.serve_port_forward(conn, netns=netns, clock=clock, what=what)
+        if self.sessions >= self._max_sessions:
+            raise HttpError(429, f"too many exec and port-forward sessions are open ({self._max_sessions}); "
+                                 "try again later", headers=(("Retry-After", "5"),))
+        limits = self._spdy_limits
+
+        async def run(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, initial: bytes) -> None:
+            conn = spdy.SpdyConnection(reader, writer, clock=clock, accept=accept, limits=limits, initial=initial,
+                                       name=f"{route.endpoint} {what}")
+            self.sessions += 1
+            try:
+                await conn.run(runner)
+            finally:
+                self.sessions -= 1
+
+        return Upgrade(101, headers=[(streaming.PROTOCOL_HEADER, protocol)], protocol=spdy.UPGRADE,
+                       run_streams=run)
+
+    def _websocket_exec(self, route: NodeRoute, request: Request) -> Response:
+        """exec and attach over kubelet's WebSocket channel protocols (edgelet.server.wschannel)."""
+        from urllib.parse import parse_qs
+
+        from edgelet.server import streaming, wschannel
+
+        if route.endpoint == "port_forward":
+            return self._websocket_port_forward(route, request)
+        p = route.params
+        subprotocol = wschannel.negotiate(request.headers)
+        headers = wschannel.response_headers(request.headers, subprotocol)
+        query = parse_qs(urlsplit(request.target).query, keep_blank_values=True)
+        attach = route.endpoint == "attach"
+        opts = streaming.parse_exec_options({**query, "command": ["(attach)"]} if attach else query)
+        start = self._api.start_exec
+        if start is None and not attach:
+            raise HttpError(404, "exec is not available in this agent")
+        cid = self._api.running_container(p["namespace"], p["pod"], p["container"])
+        api = self._api
+        what = f"{p['namespace']}/{p['pod']}/{p['container']}"
+        protocol = wschannel.exec_protocol(subprotocol)
+        if self.sessions >= self._max_sessions:
+            raise HttpError(429, f"too many exec and port-forward sessions are open ({self._max_sessions}); "
+                                 "try again later", headers=(("Retry-After", "5"),))
+        clock = self.clock
+
+        async def handler(session: wschannel.WsSession) -> None:
+            channels = {name: session.channel(name) for name in streaming.expected_streams(opts, protocol)}
+            if attach:
+                await streaming.run_attach(channels, opts=opts, protocol=protocol, socket_path=api.attach_socket(cid),
+                                           what=what, resize=lambda w, h: api.attach_resize(cid, w, h))
+                return
+            assert start is not None
+            await streaming.run_exec(channels, opts=opts, protocol=protocol, container_id=cid, start=start,
+                                     what=what)
+
+        async def run(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, initial: bytes) -> None:
+            session = wschannel.WsSession(reader, writer, subprotocol=subprotocol, clock=clock, initial=initial,
+                                          name=f"{route.endpoint} {what}",
+                                          idle_timeout=self._spdy_limits.idle_timeout)
+            self.sessions += 1
+            try:
+                await session.run(handler)
+            finally:
+                self.sessions -= 1
+
+        return Upgrade(101, headers=headers, protocol="websocket", run_streams=run)
+
+    def _websocket_port_forward(self, route: NodeRoute, request: Request) -> Response:
+        """kubelet's WebSocket port-forward: the ports in the query, channels 2i (data) and 2i+1 (error) for the
+        i-th, each opened with the port in two little-endian bytes, one connection per port."""
+        from urllib.parse import parse_qs
+
+        from edgelet.server import streaming, wschannel
+
+        p = route.params
+        what = f"{p['namespace']}/{p['pod']}"
+        subprotocol = wschannel.negotiate(request.headers, wschannel.PORT_FORWARD_PROTOCOLS)
+        headers = wschannel.response_headers(request.headers, subprotocol)
+        ports = wschannel.parse_ports(parse_qs(urlsplit(request.target).query, keep_blank_values=True))
+        netns = self._pod_netns(p["namespace"], p["pod"])
+        if self.sessions >= self._max_sessions:
+            raise HttpError(429, f"too many exec and port-forward sessions are open ({self._max_sessions}); "
+                                 "try again later", headers=(("Retry-After", "5"),))
+        clock = self.clock
+
+        async def handler(session: wschannel.WsSession) -> None:
+            tasks = []
+            try:
+                for i, port in enumerate(ports):
+                    data, error = session.channels[2 * i], session.channels[2 * i + 1]
+                    for ch in (data, error):
+                        await ch.write(port.to_bytes(2, "little"))
+                    tasks.append(asyncio.ensure_future(streaming.forward(data, error, port, netns, what)))
+                await asyncio.gather(*tasks)
+            finally:
+                for t in tasks:
+                    t.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+
+        async def run(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, initial: bytes) -> None:
+            session = wschannel.WsSession(reader, writer, subprotocol=subprotocol, clock=clock, initial=initial,
+                                          name=f"portforward {what}", idle_timeout=self._spdy_limits.idle_timeout,
+                                          channels=2 * len(ports),
+                                          readable=frozenset(range(0, 2 * len(ports), 2)))
+            self.sessions += 1
+            try:
+                await session.run(handler)
+            finally:
+                self.sessions -= 1
+
+        return Upgrade(101, headers=headers, protocol="websocket", run_streams=run)
+
+    def _pod_netns(self, namespace: str, pod: str) -> str | None:
+        """The network namespace of a pod's running sandbox (None: the host's, for hostNetwork); HttpError
+        404 or 409 when there is no such pod or it has no running sandbox."""
+        found = [rt for rt in self._runtime_pods().values() if rt.namespace == namespace and rt.name == pod]
+        if not found:
+            raise HttpError(404, f'pods "{pod}" not found in namespace {namespace}')
+        running = [s for rt in found for s in rt.sandboxes if s.state == "running"]
+        if not running:
+            raise HttpError(409, f"pod {namespace}/{pod} has no running sandbox")
+        sandbox = max(running, key=lambda s: (s.attempt, s.created_at))
+        if sandbox.host_network:
+            return None
+        if sandbox.netns:
+            return sandbox.netns
+        if sandbox.pid is None:
+            raise HttpError(409, f"pod {namespace}/{pod}: its sandbox has no process to find its network in")
+        return f"/proc/{sandbox.pid}/ns/net"
 
     async def _serve(self, route: NodeRoute) -> Response:
         e = route.endpoint

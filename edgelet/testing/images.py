@@ -42,8 +42,8 @@ APPLETS = (
     "[", "awk", "basename", "cat", "chmod", "chown", "cp", "cut", "date", "dd", "df", "dirname", "du",
     "echo", "env", "expr", "false", "find", "grep", "head", "hostname", "httpd", "id", "ip", "kill",
     "ln", "ls", "mkdir", "mkfifo", "mktemp", "mount", "mv", "nc", "nslookup", "printf", "ps", "pwd",
-    "readlink", "rm", "rmdir", "sed", "seq", "sh", "sleep", "sort", "stat", "tail", "tee", "test",
-    "timeout", "top", "touch", "tr", "true", "uname", "uniq", "wc", "wget", "which", "whoami", "xargs",
+    "readlink", "rm", "rmdir", "sed", "seq", "sh", "sleep", "sort", "stat", "stty", "tail", "tee", "test",
+    "tar", "timeout", "top", "touch", "tr", "true", "tty", "uname", "uniq", "wc", "wget", "which", "whoami", "xargs",
     "yes",
 )
 PASSWD = b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/home:/bin/false\n"

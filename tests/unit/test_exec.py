@@ -153,12 +153,13 @@ def test_pick_container_and_command():
     assert command_of(["--", "sh", "--"]) == ["sh", "--"] and command_of(["ls"]) == ["ls"]
 
 
-@pytest.mark.parametrize("method, target", [("POST", "/exec/default/p/c?command=true"), ("GET", "/exec/p"),
-                                            ("POST", "/exec/p")])
-def test_the_node_api_serves_no_exec(method, target):
-    """kubectl exec needs SPDY (docs/kubelet-differences.md): exec stays on the local socket only."""
+@pytest.mark.parametrize("method, target", [("GET", "/exec/p"), ("POST", "/exec/p")])
+def test_the_node_api_exec_is_kubelets_not_the_local_sockets(method, target):
+    """The node API serves kubelet's /exec/{ns}/{pod}/{container} (kubectl exec over SPDY, server/streaming.py);
+    the local socket's short /exec/{pod} is not a node API path."""
     from edgelet.server.nodeapi import match_node_route
 
     with pytest.raises(HttpError) as err:
         match_node_route(method, target)
-    assert err.value.status == 404
+    assert err.value.status == 400
+    assert match_node_route("POST", "/exec/default/p/c?command=true").endpoint == "exec"

@@ -43,6 +43,11 @@ def test_conmon_argv_matches_what_works_on_these_machines() -> None:
     assert "--sync" not in argv and "-s" not in argv  # conmon must daemonise; cgroupfs, not systemd
     assert "--log-size-max" not in argv
     assert conmon_argv(ConmonArgs(**{**a.__dict__, "log_size_max": 1024}))[-2:] == ["--log-size-max", "1024"]
+    # stdin: true (kubectl attach -i): conmon holds the container's stdin; stdinOnce closes it after the first.
+    assert conmon_argv(ConmonArgs(**{**a.__dict__, "stdin": True, "stdin_once": True}))[-1:] == ["--stdin"]
+    assert conmon_argv(ConmonArgs(**{**a.__dict__, "stdin": True}))[-2:] == ["--stdin", "--leave-stdin-open"]
+    assert conmon_argv(ConmonArgs(**{**a.__dict__, "terminal": True, "stdin": True, "stdin_once": True}))[-2:] == \
+        ["--terminal", "--stdin"]
 
 
 @pytest.mark.parametrize("line, expected", [

@@ -1,0 +1,96 @@
+"""Sockets made inside another network namespace (a pod's), for port-forward: the socket is created by a short-lived
+thread that enters the namespace, so the agent itself never leaves its own and no listener is opened anywhere."""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import os
+import socket
+import threading
+
+CLONE_NEWNET = 0x40000000
+
+
+def _setns(fd: int) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.setns(fd, CLONE_NEWNET) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+def _make(netns: str, family: int) -> socket.socket:
+    target = os.open(netns, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        own = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            _setns(target)
+            try:
+                return socket.socket(family, socket.SOCK_STREAM)
+            finally:
+                # Only this thread moved; it ends right after, so even a failed return harms no one.
+                _setns(own)
+        finally:
+            os.close(own)
+    finally:
+        os.close(target)
+
+
+def _fail(done: "asyncio.Future[socket.socket]", exc: BaseException) -> None:
+    if not done.done():
+        done.set_exception(exc)
+
+
+def _succeed(done: "asyncio.Future[socket.socket]", sock: socket.socket) -> None:
+    if done.done():  # the caller was cancelled meanwhile
+        sock.close()
+    else:
+        done.set_result(sock)
+
+
+async def socket_in(netns: str | None, family: int = socket.AF_INET) -> socket.socket:
+    """A non-blocking TCP socket of the namespace at `netns` (a /proc/PID/ns/net or a bind-mounted file); the
+    agent's own namespace when None. OSError when the namespace cannot be entered."""
+    if netns is None:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+    else:
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[socket.socket] = loop.create_future()
+
+        def run() -> None:
+            try:
+                result = _make(netns, family)
+            except BaseException as exc:  # handed to the awaiting task, raised there
+                loop.call_soon_threadsafe(_fail, done, exc)
+                return
+            loop.call_soon_threadsafe(_succeed, done, result)
+
+        # A thread of its own, not a pool's: a thread that changed namespace is never reused.
+        threading.Thread(target=run, name="netns-socket", daemon=True).start()
+        sock = await done
+    sock.setblocking(False)
+    return sock
+
+
+async def connect_local(netns: str | None, port: int) -> socket.socket:
+    """A connection to `port` on the loopback of the namespace (IPv4, then IPv6, as kubelet tries); OSError
+    naming both attempts when neither answers."""
+    loop = asyncio.get_running_loop()
+    errors = []
+    for family, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
+        try:
+            sock = await socket_in(netns, family)
+        except OSError as exc:
+            if family == socket.AF_INET6:  # no IPv6 in there: the IPv4 answer stands
+                errors.append(f"{host}: {exc.strerror or exc}")
+                continue
+            raise OSError(exc.errno, f"cannot make a socket in the network namespace {netns}: "
+                                     f"{exc.strerror or exc}") from exc
+        try:
+            await loop.sock_connect(sock, (host, port))
+            return sock
+        except OSError as exc:
+            sock.close()
+            # asyncio's message ("Connect call failed") hides the reason; errno has it.
+            errors.append(f"dial {host} port {port}: {os.strerror(exc.errno) if exc.errno else exc}")
+    raise OSError(f"failed to connect to localhost:{port}: {'; '.join(errors)}")
