@@ -166,6 +166,7 @@ rollout = false
 rollout_deadline = "2m"
 rollout_stability_window = "10s"
 rollout_strategy = "Surge"
+streaming_connection_idle_timeout = "30m"
 """
 
 
@@ -202,6 +203,7 @@ def test_toml_file_sets_every_key(tmp_path: Path) -> None:
         node_status_update_frequency=20.0, node_status_report_frequency=600.0, node_lease_duration_seconds=60,
         node_lease_renew_interval=15.0, seccomp_default=False,
         rollout=False, rollout_deadline=120.0, rollout_stability_window=10.0, rollout_strategy="Surge",
+        streaming_connection_idle_timeout=1800.0,
     )
     # The test's TOML covers every key, so a key added later without a test fails here.
     assert set(KEYS) == {line.split("=")[0].strip() for line in FULL_TOML.strip().splitlines()}
