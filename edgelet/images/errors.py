@@ -16,7 +16,7 @@ Hierarchy::
     ├── CredentialError             a registry credential file exists but cannot be used
     ├── PullError                   a registry pull failed (refused, unreachable, unusable answer)
     │   ├── ManifestError           the registry's manifest cannot be used here
-    │   └── SignatureRefused        the signature policy does not accept the image (edgelet.trust)
+    │   └── ImageSignatureRefused   the signature policy does not accept the image (edgelet.trust)
     └── ImageUnavailable            a container's image cannot be had now (kubelet's waiting reason)
 
 Adapters wrap OSError, tarfile and JSON errors at the boundary with `raise ... from exc`.
@@ -125,9 +125,10 @@ class ManifestError(PullError):
     """The registry's manifest cannot be used here (schema1, no matching platform, malformed)."""
 
 
-class SignatureRefused(PullError):
+class ImageSignatureRefused(PullError):
     """The signature policy (--signature-policy) refuses the image: a reject scope, no signature, or none that
-    verifies with a trusted key and names this image; nothing of it was stored."""
+    verifies with a trusted key and names this image; nothing of it was stored. (edgelet.trust's SignatureRefused
+    is the refusal of a manifest's or an archive's signature.)"""
 
     def __init__(self, reference: str, reason: str, *, policy: str = "", scope: str = "") -> None:
         self.policy = policy

@@ -15,7 +15,8 @@ A pull, for one reference:
   5. With a signature policy (--signature-policy, edgelet/trust): before any of that is
      stored, the policy's requirements for the reference are checked against the cosign
      signatures of the manifest the reference names (`sha256-<hex>.sig` on the same
-     endpoint); a `reject` scope refuses before any request. A refusal is a SignatureRefused.
+     endpoint); a `reject` scope refuses before any request. A refusal is an
+     ImageSignatureRefused.
   6. `ImageStore.commit_image` unpacks the layers (checking each diffID) and records the
      image under its reference, exactly as an archive import does.
 
@@ -48,8 +49,8 @@ from edgelet.images.archive import (
     host_platform,
 )
 from edgelet.images.auth import Credential, parse_challenge
-from edgelet.images.errors import (BlobError, ImageError, InvalidReference, ManifestError, PullError,
-                                   SignatureRefused)
+from edgelet.images.errors import (BlobError, ImageError, ImageSignatureRefused, InvalidReference, ManifestError,
+                                   PullError)
 from edgelet.images.reference import (
     Platform,
     Reference,
@@ -449,11 +450,11 @@ class Puller:
         try:
             match = evaluate(self.signature_policy, str(ref))
         except ValueError as exc:  # the policy's reader disagrees with ours: refuse rather than guess
-            raise SignatureRefused(str(ref), f"the reference cannot be matched against the policy: {exc}",
+            raise ImageSignatureRefused(str(ref), f"the reference cannot be matched against the policy: {exc}",
                                    policy=self.signature_policy.path, scope="none") from exc
         why = refusal(match)
         if why is not None:
-            raise SignatureRefused(str(ref), why, policy=self.signature_policy.path, scope=match.name)
+            raise ImageSignatureRefused(str(ref), why, policy=self.signature_policy.path, scope=match.name)
         return match
 
     def _verify(self, session: _Session, ref: Reference, match: "Match", digest: str) -> None:
@@ -465,7 +466,7 @@ class Puller:
         try:
             enforce(match, str(ref), digest, _SignatureSource(session), policy=policy)
         except ImageSignatureError as exc:
-            raise SignatureRefused(str(ref), exc.reason, policy=policy, scope=exc.scope) from exc
+            raise ImageSignatureRefused(str(ref), exc.reason, policy=policy, scope=exc.scope) from exc
         log.info("Image signature accepted", image=str(ref), digest=digest, scope=match.name,
                  seconds=f"{self._clock.monotonic() - started:.3f}")
 
@@ -555,4 +556,5 @@ class Puller:
             resp.close()
 
 
-__all__ = ["ManifestError", "PullError", "Puller", "SignatureRefused", "check_image_manifest", "classify_manifest"]
+__all__ = ["ImageSignatureRefused", "ManifestError", "PullError", "Puller", "check_image_manifest",
+           "classify_manifest"]

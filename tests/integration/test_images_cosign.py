@@ -14,7 +14,7 @@ import pytest
 from edgelet.api.static import make_static_pod
 from edgelet.api.types import Pod
 from edgelet.events import EventRecorder
-from edgelet.images.errors import SignatureRefused
+from edgelet.images.errors import ImageSignatureRefused
 from edgelet.images.manager import ImageManager, ImageUnavailable
 from edgelet.images.puller import Puller
 from edgelet.images.store import ImageStore
@@ -142,7 +142,7 @@ def test_signed_images_pull(env, tmp_path):
 ])
 def test_attacks_are_refused_with_their_reason(env, tmp_path, repo_tag, reason):
     store = ImageStore(tmp_path / "s")
-    with pytest.raises(SignatureRefused) as exc:
+    with pytest.raises(ImageSignatureRefused) as exc:
         env.puller(store).pull_sync(env.ref(repo_tag))
     want = reason.format(app=env.digests["signed/app:1"], self=env.digests[repo_tag], host=env.reg.host)
     assert want in str(exc.value), str(exc.value)
@@ -152,7 +152,7 @@ def test_attacks_are_refused_with_their_reason(env, tmp_path, repo_tag, reason):
 
 def test_signature_of_cosign_unsigned_image_in_cosign_scope_names_the_scope(env, tmp_path):
     env.push("cosign/none:1", "none")
-    with pytest.raises(SignatureRefused) as exc:
+    with pytest.raises(ImageSignatureRefused) as exc:
         env.puller(ImageStore(tmp_path / "s")).pull_sync(env.ref("cosign/none:1"))
     assert exc.value.scope == f"docker:{env.reg.host}/cosign"
 
