@@ -8,6 +8,7 @@ two signature formats, `verify` picks the format and applies the keys, and
 `versions` keeps the highest signed version accepted per source (no replay).
 `policy` reads containers-policy.json(5) and decides purely which requirement
 an image reference meets; `cosign` checks cosign's key-based signatures.
+`perms` is the one rule both key files and policies obey: nothing anyone may write.
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgelet.trust.errors import KeyFileError
+from edgelet.trust.perms import writable_by_others
 
 ED25519_KEY_BYTES = 32
 _MINISIGN_ALG = b"Ed"
@@ -290,9 +291,9 @@ def parse_key_text(text: str, name: str) -> tuple[list[Ed25519Key], list[SshKey]
 
 
 def _check_not_writable_by_others(path: Path, st: os.stat_result, what: str) -> None:
-    if st.st_mode & stat.S_IWOTH:
-        raise KeyFileError(str(path), f"{what} is world-writable (mode {stat.S_IMODE(st.st_mode):04o}): "
-                                      "anyone on the device could add a key")
+    problem = writable_by_others(st.st_mode, what, "anyone on the device could add a key")
+    if problem:
+        raise KeyFileError(str(path), problem)
 
 
 def load_trusted_keys(path: Path) -> TrustedKeys:

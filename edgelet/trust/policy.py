@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from edgelet.trust.errors import PolicyError
+from edgelet.trust.perms import file_writable_by_others
 
 CONVENTIONAL_PATH = Path("/etc/containers/policy.json")
 MAX_POLICY = 1 << 20  # a policy is a few kB; a larger file is not one
@@ -70,6 +71,7 @@ class PublicKey:
     field: str  # e.g. transports.docker["reg/app"][0].keyPath
     origin: str  # the key file, or "keyData"
     pem: bytes
+    from_file: bool = False  # origin is a key file (keyPath/keyPaths), whose permissions load_policy checks
 
 
 @dataclass(frozen=True)
@@ -278,8 +280,15 @@ def parse_policy(text: bytes | str, path: str, *, read_key: Callable[[str], byte
 
 
 def load_policy(path: Path | str) -> Policy:
-    """Read, parse and check `path`, including every key (ECDSA P-256) of its docker scopes and default."""
+    """Read, parse and check `path`, including every key (ECDSA P-256) of its docker scopes and default.
+
+    The policy and each key file, and the directories holding them, must not be world-writable
+    (as --trusted-keys): anyone could otherwise choose which images run.
+    """
     p = str(path)
+    problem = file_writable_by_others(p, "anyone on the device could change which images are accepted")
+    if problem:
+        raise PolicyError(p, "", problem)
     try:
         data = _read_bytes(p)
     except OSError as exc:
@@ -292,6 +301,10 @@ def load_policy(path: Path | str) -> Policy:
     for reqs in (policy.default, *policy.docker.values()):
         for req in reqs:
             for key in req.keys:
+                problem = file_writable_by_others(key.origin, "anyone on the device could replace the key") \
+                    if key.from_file else None
+                if problem:
+                    raise PolicyError(p, key.field, f"key file {key.origin}: {problem}")
                 try:
                     check_p256_pem(key.pem)
                 except ValueError as exc:
@@ -378,7 +391,7 @@ def _requirement(obj: Any, fld: str, path: str, read_key: Callable[[str], bytes]
                 pem = read_key(item)
             except OSError as exc:
                 raise PolicyError(path, kfld, f"key file {item}: {exc.strerror or exc}") from exc
-            keys.append(PublicKey(kfld, item, pem))
+            keys.append(PublicKey(kfld, item, pem, from_file=True))
         else:
             try:
                 pem = base64.b64decode(item, validate=True)

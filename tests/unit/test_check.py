@@ -156,6 +156,19 @@ def test_a_signature_policy_is_read_as_the_agent_reads_it(tmp_path):
     assert check.signature_policy_status(path) == ("FAIL", f"signature policy {path} field transport: unknown field")
 
 
+def test_a_world_writable_policy_or_key_file_fails_as_a_world_writable_trusted_key_does(tmp_path):
+    path = _policy(tmp_path)
+    path.chmod(0o666)
+    verdict, detail = check.signature_policy_status(path)
+    assert verdict == "FAIL" and detail.startswith(f"signature policy {path}: the file is world-writable (mode 0666)")
+    path.chmod(0o644)
+    (tmp_path / "cosign.pub").chmod(0o666)
+    verdict, detail = check.signature_policy_status(path)
+    assert verdict == "FAIL"
+    assert detail.startswith(f'signature policy {path} field transports.docker["registry.example/fleet"][0].keyPath: '
+                             f"key file {tmp_path / 'cosign.pub'}: the file is world-writable (mode 0666)")
+
+
 @pytest.mark.skipif(bool(__import__("edgelet.testing.signing", fromlist=["x"]).missing_tools()),
                     reason="needs minisign, signify-openbsd and ssh-keygen")
 def test_edgelet_check_reports_both_trust_settings(tmp_path):
