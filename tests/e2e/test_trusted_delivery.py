@@ -2,8 +2,10 @@
 a real registry on loopback. A signed manifest is not enough: the image it names must carry a cosign signature by a
 policy key, and an update whose image has none, or one by another key, is refused at the pull with the reason.
 
-On main the refused update's old version is not kept running (a changed static manifest replaces its pod, as in
-kubelet); the test pins that down, so download-then-replace (the rollout issue) changes it visibly."""
+With the health-gated rollout (issue 21, on by default) the new version's images are pulled before the old version
+stops, so a refused update leaves the last good version running, untouched. A brand-new pod has nothing to keep and
+waits in ErrImagePull/ImagePullBackOff, and with the rollout off (kubelet's kill-and-start) the old version is removed
+and the new one waits the same way."""
 
 from __future__ import annotations
 
@@ -31,15 +33,33 @@ def _containers(agent, pod: str) -> list[dict]:
             if (c.get("annotations") or {}).get("io.kubernetes.container.name") == "c"]
 
 
-def _pull_refused(agent, reason: str):
-    """The pod row in ErrImagePull/ImagePullBackOff once an event carries `reason`, else None."""
-    row = agent.pod("web")
-    if not row or row["status"] not in ("ErrImagePull", "ImagePullBackOff"):
+def _gated_pod_yaml(name: str, image: str, rollout: str = "on") -> str:
+    """pod_yaml with a 2 s stability window, so v1 becomes the last good version in seconds (never asserted on)."""
+    return pod_yaml(name, image).replace(f"  name: {name}\n",
+                                         f"  name: {name}\n  annotations:\n"
+                                         '    edgelet.io/rollout-stability-window: "2s"\n'
+                                         f'    edgelet.io/rollout: "{rollout}"\n', 1)
+
+
+def _record(agent, pod: str) -> dict | None:
+    """The pod's rollout record as the agent wrote it."""
+    for path in (agent.paths.root_dir / "state" / "rollout").glob("*.json"):
+        stored = json.loads(path.read_text())
+        if stored["record"]["name"] == f"default/{pod}-testnode":
+            return stored["record"]
+    return None
+
+
+def _pull_refused(agent, reason: str, image: str):
+    """The rollout record once the new version's pull is refused with `reason` for `image`, else None."""
+    rec = _record(agent, "web")
+    if rec is None or rec["phase"] != "pulling" or "ErrImagePull" not in rec["reason"] \
+            or reason not in rec["reason"] or image not in rec["reason"]:
         return None
-    return row if reason in agent.cli("events") else None
+    return rec
 
 
-def test_a_signed_manifest_naming_an_unsigned_or_foreign_signed_image_is_refused_at_the_pull(agent, tmp_path):
+def test_a_signed_update_naming_an_unsigned_or_foreign_signed_image_is_refused_and_v1_keeps_running(agent, tmp_path):
     reg = Registry(tmp_path / "reg")
     reg.start()
     try:
@@ -66,30 +86,38 @@ def test_a_signed_manifest_naming_an_unsigned_or_foreign_signed_image_is_refused
         [archive] = (agent.paths.root_dir / "images" / "import").glob("*.tar")
         minisign.sign(archive)  # the fixture's archive is imported as always: only the registry images are at stake
 
-        staged = tmp_path / "web.yaml"
+        staged = tmp_path / "staged.yaml"
 
-        def publish(tag: str, version: int) -> None:
-            staged.write_text(pod_yaml("web", f"{reg.host}/fleet/app:{tag}"))
+        def publish(pod: str, tag: str, version: int, rollout: str = "on") -> None:
+            staged.write_text(_gated_pod_yaml(pod, f"{reg.host}/fleet/app:{tag}", rollout))
             sig = minisign.sign(staged, version=version)
-            (agent.manifests / "web.yaml.minisig").write_bytes(sig.read_bytes())
-            agent.write_manifest("web.yaml", staged.read_text())
+            (agent.manifests / f"{pod}.yaml.minisig").write_bytes(sig.read_bytes())
+            agent.write_manifest(f"{pod}.yaml", staged.read_text())
 
-        publish("1", 1)
+        publish("web", "1", 1)
         agent.start("--trusted-keys", str(keys), "--signature-policy", str(policy))
-        row = wait_for(lambda: (r := agent.pod("web")) and r["status"] == "Running" and r, timeout=90,
-                       what="the signed pod of the signed image Running")
-        uid = row["uid"]
-        [v1] = wait_for(lambda: _containers(agent, "web"), what="the v1 container")
-        images_before = agent.cli("images")
-        assert f"{reg.host}/fleet/app:1" in images_before
+        v1 = wait_for(lambda: (r := _record(agent, "web")) and r["phase"] == "good" and r, timeout=120,
+                      what="the signed pod of the signed image a good version")["active"]
+        [first] = wait_for(lambda: _containers(agent, "web"), what="the v1 container")
+        assert agent.pod("web")["uid"] == v1
+        assert f"{reg.host}/fleet/app:1" in agent.cli("images")
 
         for tag, version, reason in (("2", 2, "a signature is required and the image has none"),
                                      ("3", 3, "not signed by a trusted key")):
-            publish(tag, version)
-            row = wait_for(lambda reason=reason: _pull_refused(agent, reason), timeout=90,
+            image = f"{reg.host}/fleet/app:{tag}"
+            publish("web", tag, version)
+            rec = wait_for(lambda reason=reason, image=image: _pull_refused(agent, reason, image), timeout=90,
                            what=f"ErrImagePull of v{tag}: {reason}")
+            assert rec["active"] == v1 and rec["last_good"] == v1 and rec["target"] != v1, rec
+            assert str(policy) in rec["reason"], rec
+            # The operator sees why: `edgelet rollout status` and the pods row (v1 still Running).
+            status = agent.cli("rollout", "status")
+            assert "pulling" in status and reason in status and v1[:8] in status, status
+            row = wait_for(lambda reason=reason: (r := agent.pod("web")) and "RolloutPulling" in r["message"]
+                           and reason in r["message"] and r, timeout=30, what="edgelet pods says the pull was refused")
+            assert row["status"] == "Running" and row["uid"] == v1, row
             events = agent.cli("events")
-            assert f"{reg.host}/fleet/app:{tag}" in events and str(policy) in events, events
+            assert image in events and str(policy) in events, events
             assert "ErrImagePull" in events, events
             # The manifest itself was accepted (signed, newer): the refusal is the image's, at the pull.
             assert not [r for r in agent.snapshot().get("rejected", []) if r["reason"] == "UntrustedManifest"]
@@ -97,19 +125,39 @@ def test_a_signed_manifest_naming_an_unsigned_or_foreign_signed_image_is_refused
             assert versions[f"file:{agent.manifests / 'web.yaml'}"]["version"] == version
             # Nothing else changed: no image of the refused version stored, no other pod.
             images = agent.cli("images")
-            assert f"{reg.host}/fleet/app:{tag}" not in images
+            assert image not in images
             assert f"{reg.host}/fleet/app:1" in images
             assert [p["name"] for p in agent.snapshot()["pods"]] == ["web-testnode"]
-            # No container of the refused version was ever created (the pull comes first) ...
-            assert not [c for c in _containers(agent, "web")
-                        if (c.get("annotations") or {}).get("io.kubernetes.pod.uid") == row["uid"]]
-            # ... but, as on main today, the old version does not keep running: an edited static manifest is a new
-            # pod (its UID hashes the spec, as kubelet's does), and the v1 pod was removed when its manifest changed.
-            # Keeping v1 until v2's image is in is the rollout issue's download-then-replace.
-            assert row["uid"] != uid
+            # No container of the refused version was ever created (the pull comes first), and v1's container is
+            # the very one that ran before the update: never stopped, never restarted.
             assert not [c for c in agent.containers_of("web")
-                        if (c.get("annotations") or {}).get("io.kubernetes.pod.uid") == uid]
-            assert all(c["id"] != v1["id"] for c in agent.runc_list())
+                        if (c.get("annotations") or {}).get("io.kubernetes.pod.uid") == rec["target"]]
+            running = [c for c in _containers(agent, "web") if c["status"] == "running"]
+            assert [c["id"] for c in running] == [first["id"]], running
+            assert [c["annotations"]["io.kubernetes.pod.uid"] for c in running] == [v1]
+
+        # A brand-new pod naming the unsigned image has no last good version to keep: it waits in
+        # ErrImagePull/ImagePullBackOff with the reason, as any pod whose image cannot be pulled.
+        publish("fresh", "2", 1)
+        reason = "a signature is required and the image has none"
+        row = wait_for(lambda: (r := agent.pod("fresh")) and r["status"] in ("ErrImagePull", "ImagePullBackOff")
+                       and reason in agent.cli("events", "--for", "fresh-testnode") and r, timeout=90,
+                       what="the new pod in ErrImagePull")
+        assert not _containers(agent, "fresh")
+        assert f"{reg.host}/fleet/app:2" not in agent.cli("images")
+        # ... and the refused update of web is still refused, v1 still the same container.
+        assert [c["id"] for c in _containers(agent, "web") if c["status"] == "running"] == [first["id"]]
+
+        # With the rollout off for the pod (kubelet's kill-and-start, as --rollout=false), the same refused update
+        # removes v1: its manifest changed, and the new version waits for an image it will never get.
+        publish("web", "2", 4, rollout="off")
+        row = wait_for(lambda: (r := agent.pod("web")) and r["uid"] != v1
+                       and r["status"] in ("ErrImagePull", "ImagePullBackOff") and r, timeout=90,
+                       what="the rollout-off update in ErrImagePull")
+        wait_for(lambda: not [c for c in agent.runc_list() if c["id"] == first["id"]], timeout=60,
+                 what="v1's container removed")
+        assert _record(agent, "web") is None
+        assert f"{reg.host}/fleet/app:2" not in agent.cli("images")
     finally:
         reg.stop()
 
@@ -144,5 +192,20 @@ def test_a_bad_policy_or_key_file_stops_the_start_naming_it_as_edgelet_check_doe
     with open(keys / "minisign.pub", "a") as f:
         f.write("RWQnot-a-key\n")
     want = f"--trusted-keys {keys / 'minisign.pub'}:3: not base64"
+    assert want in _refused_start(agent, *flags)
+    assert want in agent.cli("check", *flags)
+
+    # A policy or a policy's key file anyone on the device may write is refused as a world-writable key of
+    # --trusted-keys is: whoever can write it chooses which images run.
+    (keys / "minisign.pub").write_text(minisign.public.read_text())
+    key = CosignKey().write_public(tmp_path / "cosign.pub")
+    policy.write_text(json.dumps({"default": [{"type": "sigstoreSigned", "keyPath": str(key)}]}))
+    policy.chmod(0o666)
+    want = f"signature policy {policy}: the file is world-writable (mode 0666)"
+    assert want in _refused_start(agent, *flags)
+    assert want in agent.cli("check", *flags)
+    policy.chmod(0o644)
+    key.chmod(0o666)
+    want = f"signature policy {policy} field default[0].keyPath: key file {key}: the file is world-writable (mode 0666)"
     assert want in _refused_start(agent, *flags)
     assert want in agent.cli("check", *flags)
