@@ -184,6 +184,8 @@ EOF
     install -m 0644 "$img/10-ethernet.network" "$etc/systemd/network/10-ethernet.network"
     install -m 0644 "$img/journald.conf" "$etc/systemd/journald.conf.d/50-edgelet-image.conf"
     install -m 0644 "$img/ssh-host-keys.conf" "$etc/systemd/system/ssh.service.d/50-host-keys.conf"
+    install -d "$etc/systemd/system/systemd-networkd-wait-online.service.d"
+    install -m 0644 "$img/wait-online.conf" "$etc/systemd/system/systemd-networkd-wait-online.service.d/50-edgelet-image.conf"
     install -m 0755 "$img/edgelet-card-setup" "$root/usr/sbin/edgelet-card-setup"
     install -m 0755 "$img/edgelet-grow-root" "$root/usr/sbin/edgelet-grow-root"
     install -m 0644 "$img/edgelet-card-setup.service" "$img/edgelet-grow-root.service" "$root/lib/systemd/system/"
