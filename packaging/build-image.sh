@@ -147,7 +147,7 @@ EOF
     # the Pi 3/4, and the memory controller (Raspberry Pi kernels leave it off; Debian's has it on).
     in_root "$base" "printf '%s\\n' 'ROOTPART=\"LABEL=RASPIROOT\"' 'CONSOLES=\"tty0 ttyS1,115200\"' >> /etc/default/raspi-firmware
 echo 'cgroup_enable=memory cgroup_memory=1' > /etc/default/raspi-extra-cmdline
-/etc/kernel/postinst.d/z50-raspi-firmware"
+DEB_MAINT_PARAMS=configure /etc/kernel/postinst.d/z50-raspi-firmware"
     cleanup
     [ "$dry_run" = 1 ] || echo "$key" > "$base/.edgelet-image-base"
 fi
