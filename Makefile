@@ -165,3 +165,10 @@ image-deps:
 	fi
 image: image-deps
 	packaging/build-image.sh $(if $(IMAGE_DEB),--deb $(IMAGE_DEB))
+# Boots the built image twice under qemu-system-aarch64 -M raspi3b (TCG) and checks the card folder's
+# contract (packaging/test-image.sh). Slow: emulation is 10-30x slower than a Pi.
+.PHONY: test-image
+test-image: $(VENV)/.installed
+	@dpkg -s qemu-system-arm >/dev/null 2>&1 || { apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends qemu-system-arm; }
+	packaging/test-image.sh

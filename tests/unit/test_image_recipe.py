@@ -81,4 +81,5 @@ def test_image_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
 def test_scripts_parse() -> None:
     for script in ("edgelet-card-setup", "edgelet-grow-root"):
         subprocess.run(["sh", "-n", str(IMAGE / script)], check=True)
-    subprocess.run(["bash", "-n", str(PACKAGING / "build-image.sh")], check=True)
+    for script in ("build-image.sh", "test-image.sh"):
+        subprocess.run(["bash", "-n", str(PACKAGING / script)], check=True)
