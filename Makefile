@@ -152,3 +152,25 @@ E2E ?= tests/e2e/test_smoke.py tests/e2e/test_trusted_delivery.py
 test-binary: binary-onedir
 	EDGELET_BIN=$(CURDIR)/dist/onedir/edgelet/edgelet $(PY) -m pytest -q -p no:cacheprovider \
 		$(E2E) tests/unit/test_packaging.py $(PYTEST_ARGS)
+
+# The Raspberry Pi 3/4 SD-card image (issue 24): dist/edgelet-rpi-arm64.img.xz and its .sha256, as root.
+# Its build tools are apart from APT_PACKAGES so `make test` stays quick. IMAGE_DEB: an arm64 .deb
+# already built (default: the newest dist/edgelet_*_arm64.deb, else packaging/build-arm64.sh --deb).
+IMAGE_APT_PACKAGES := debootstrap qemu-user-static binfmt-support dosfstools mtools e2fsprogs fdisk xz-utils
+IMAGE_DEB ?=
+.PHONY: image image-deps
+image-deps:
+	@missing=$$(for p in $(IMAGE_APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing: $$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
+image: image-deps
+	packaging/build-image.sh $(if $(IMAGE_DEB),--deb $(IMAGE_DEB))
+# Boots the built image twice under qemu-system-aarch64 -M raspi3b (TCG) and checks the card folder's
+# contract (packaging/test-image.sh). Slow: emulation is 10-30x slower than a Pi.
+.PHONY: test-image
+test-image: $(VENV)/.installed
+	@dpkg -s qemu-system-arm >/dev/null 2>&1 || { apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends qemu-system-arm; }
+	packaging/test-image.sh

@@ -42,7 +42,7 @@ class Agent:
         from edgelet.pleg import Pleg
         from edgelet.runtime.runc_runtime import RuncRuntime
         from edgelet.runtime.logrotation import LogRotator, backstop_size
-        from edgelet.sources.file import FileSource
+        from edgelet.sources.file import FileSource, FileSources
         from edgelet.status.publisher import StatusPublisher
         from edgelet.sync.loop import SyncLoop
         from edgelet.sync.syncpod import Syncer
@@ -83,8 +83,16 @@ class Agent:
         if self.images.corrupt_index is not None:
             # Its records are gone: let the archives in the import dir be imported again.
             (settings.images_dir / "imported.json").unlink(missing_ok=True)
+            (settings.images_dir / "imported-card.json").unlink(missing_ok=True)
         self.import_dir = ImportDir(settings.import_dir, self.images, settings.images_dir / "imported.json",
                                    clock=self.clock, trust=self.trust)
+        # The card's images/ (a FAT partition a laptop wrote): imported the same way, with its own cache
+        # because the cache is keyed by file name.
+        self.card_import_dir = None
+        if settings.card_import_dir is not None:
+            self.card_import_dir = ImportDir(settings.card_import_dir, self.images,
+                                             settings.images_dir / "imported-card.json",
+                                             clock=self.clock, trust=self.trust)
         pause = None
         if settings.pod_infra_container_image:
             pause = self.images.get(settings.pod_infra_container_image)
@@ -119,7 +127,10 @@ class Agent:
         from edgelet.events import EventRecorder, events_path
 
         self.events = EventRecorder(self.clock, events_path(paths.run_dir))
-        self.import_dir.events = self.events  # archives refused for their signature are reported
+        # Archives refused for their signature are reported.
+        self.import_dir.events = self.events
+        if self.card_import_dir is not None:
+            self.card_import_dir.events = self.events
         self.publisher = StatusPublisher(paths.root_dir, settings.node_name, self.clock)
         self.pleg = Pleg(self.runtime, paths.exit_dir, clock=self.clock)
         self.backoff = Backoff()
@@ -160,10 +171,20 @@ class Agent:
         self.probes.state_of = self.syncer.state
         self.probes.on_change = self.loop.emit_probe_result
         self.workers._on_terminated = self.loop.on_terminated
-        self.file_source = FileSource(
-            settings.pod_manifest_path, settings.node_name, settings.file_check_frequency, self.clock,
-            trust=self.trust,
-        )
+        self.file_source = FileSources([
+            FileSource(path, settings.node_name, settings.file_check_frequency, self.clock, trust=self.trust)
+            for path in (settings.pod_manifest_path, settings.card_manifest_path) if path is not None
+        ])
+        if settings.card_config_error is not None:
+            # Reported, never fatal: a device must boot whatever a laptop wrote onto its card.
+            log.error("Card configuration ignored", err=settings.card_config_error)
+        if settings.card_dir is not None:
+            from edgelet.settings import CARD_SECRETS
+
+            for name in CARD_SECRETS:
+                if (settings.card_dir / name).exists():
+                    log.warning("Secret on the card's FAT partition, readable by every local user; "
+                                "edgelet-card-setup moves it to /etc/edgelet at boot", path=str(settings.card_dir / name))
         self.mirror = None
         self._base_facts = None
         self._taints: tuple = ()
@@ -253,11 +274,11 @@ class Agent:
             if self.api_server is not None:
                 await self.api_server.start()  # first, so `edgelet pods` reaches a starting agent
             node_api = await self.node_api.start() if self.node_api is not None else None
-            await asyncio.to_thread(self.import_dir.scan)
+            await asyncio.to_thread(self._import_all)
             await self.pleg.adopt()  # adopt what runs before the first config arrives
             await self._release_stale_networks()
             log.info("edgelet started", node=self.settings.node_name,
-                     manifests=str(self.settings.pod_manifest_path), adopted=len(self.pleg.uids()))
+                     manifests=",".join(str(p) for p in self.file_source.paths), adopted=len(self.pleg.uids()))
             trim()  # what importing and the image scan allocated only for a moment
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(self._notify_ready(notifier), name="sd-ready")
@@ -274,6 +295,8 @@ class Agent:
                 if self.http_source is not None:
                     tg.create_task(self.http_source.run(self.loop.emit_config), name="source-http")
                 tg.create_task(self.import_dir.run(self.loop.resync_all), name="image-import")
+                if self.card_import_dir is not None:
+                    tg.create_task(self.card_import_dir.run(self.loop.resync_all), name="image-import-card")
                 tg.create_task(self.image_gc.run(), name="image-gc")
                 tg.create_task(self.log_rotator.run(), name="log-rotation")
                 if self.eviction is not None:
@@ -404,12 +427,18 @@ class Agent:
                 notifier.status(text)
                 shown = text
 
+    def _import_all(self) -> None:
+        """Import what the import dirs hold (blocking): the node's, then the card's."""
+        self.import_dir.scan()
+        if self.card_import_dir is not None:
+            self.card_import_dir.scan()
+
     async def run_once(self, out: TextIO) -> int:
         """--runonce: read every source once, run the pods, wait until they run or completed, report."""
         timeout = self.settings.runonce_timeout
         deadline = self.clock.monotonic() + timeout
         _small_executor()
-        await asyncio.to_thread(self.import_dir.scan)
+        await asyncio.to_thread(self._import_all)
         await self.pleg.adopt()
         await self._release_stale_networks()
         self.loop.apply_snapshot(await self.file_source.scan_once())

@@ -426,6 +426,10 @@ class Settings:
     image_import_dir: Path | None = _opt(None, _path(optional=True),
                                          "image archives dropped here are imported (default: ROOT_DIR/images/import)",
                                          metavar="DIR")
+    card_dir: Path | None = _opt(
+        None, _path(optional=True), "a second place a person drops pods, e.g. the edgelet/ folder of an SD card's FAT "
+        "partition: its manifests/ are static pods beside --pod-manifest-path, its images/ are imported, its "
+        "config.toml overrides the config file (an invalid one is reported and ignored)", metavar="DIR")
     image_credential_file: Path | None = _opt(
         None, _path(optional=True), "docker config.json with registry credentials "
         "(default: /etc/edgelet/auth.json, then /root/.docker/config.json)", metavar="FILE")
@@ -564,6 +568,8 @@ class Settings:
                                  "the new; Surge: start the new beside the old and stop the old once the new is good "
                                  "(refused where they would clash, e.g. the same hostPort; per pod: "
                                  "edgelet.io/rollout-strategy)", metavar="STRATEGY")
+    # Not a key: what was wrong with the card's config.toml, which was then ignored (load_settings).
+    card_config_error: str | None = field(default=None, compare=False, metadata={"key": False})
 
     def __post_init__(self) -> None:
         # Accept plain strings for paths when Settings is built directly (tests, the app).
@@ -590,6 +596,16 @@ class Settings:
     @property
     def import_dir(self) -> Path:
         return self.image_import_dir if self.image_import_dir is not None else self.images_dir / "import"
+
+    @property
+    def card_manifest_path(self) -> Path | None:
+        """The card's static pods, a second manifest directory."""
+        return None if self.card_dir is None else self.card_dir / "manifests"
+
+    @property
+    def card_import_dir(self) -> Path | None:
+        """The card's image archives, a second import directory."""
+        return None if self.card_dir is None else self.card_dir / "images"
 
     def runtime_paths(self) -> "RuntimePaths":
         from edgelet.runtime.layout import RuntimePaths
@@ -625,8 +641,16 @@ class KeySpec:
 KEYS: dict[str, KeySpec] = {
     f.name: KeySpec(f.name, f.metadata["parse"], f.metadata["help"], f.metadata["flags"] or ("--" + f.name.replace("_", "-"),),
                     f.metadata["metavar"], f.default)
-    for f in dataclasses.fields(Settings)
+    for f in dataclasses.fields(Settings) if f.metadata.get("key", True)
 }
+
+CARD_CONFIG = "config.toml"  # in card_dir
+# Files a card may carry that must not stay on a FAT partition (no permissions: every local user reads
+# them); packaging's edgelet-card-setup moves them to /etc/edgelet at boot, edgelet warns while they remain.
+CARD_SECRETS = ("kubeconfig", "auth.json", "manifest-url-headers", "api-tokens.csv")
+# Keys a card may not set: where the card is (it would name another card), and where edgelet keeps its
+# state (a card moved to another device must not point the agent at a different store).
+CARD_FORBIDDEN_KEYS = frozenset({"card_dir", "root_dir", "run_dir"})
 
 # Node names end up in pod names (`<pod>-<node>`), which must be DNS-1123 subdomains.
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
@@ -651,6 +675,9 @@ def read_config_file(path: Path) -> dict[str, Any]:
         raise SettingsError(f"cannot read config file {path}: {exc.strerror or exc}", source=str(path)) from exc
     except tomllib.TOMLDecodeError as exc:
         raise SettingsError(f"{path}: invalid TOML: {exc}", source=str(path)) from exc
+    except UnicodeDecodeError as exc:  # a card written by a laptop may hold anything
+        raise SettingsError(f"{path}: invalid TOML: not UTF-8 ({exc.reason} at byte {exc.start})",
+                            source=str(path)) from exc
     values: dict[str, Any] = {}
     for key, raw in data.items():
         if key not in KEYS:
@@ -688,17 +715,48 @@ def load_settings(
     flags = flags or {}
     if config is None and env.get(CONFIG_ENV):
         config = env[CONFIG_ENV]
-    values: dict[str, Any] = {}
+    file_values: dict[str, Any] = {}
     if config is not None:
-        values.update(read_config_file(Path(config)))
+        file_values.update(read_config_file(Path(config)))
     elif default_config.exists():
-        values.update(read_config_file(default_config))
-    values.update(read_env(env))
+        file_values.update(read_config_file(default_config))
+    overrides = read_env(env)
     for key, raw in flags.items():
         if key not in KEYS:
             raise SettingsError(f"unknown setting {key!r}", key=key)
         spec = KEYS[key]
-        values[key] = _parse_key(key, raw, spec.flags[-1], from_toml=False, label=spec.flags[-1])
+        overrides[key] = _parse_key(key, raw, spec.flags[-1], from_toml=False, label=spec.flags[-1])
+    settings = _checked({**file_values, **overrides})  # without the card: what runs when the card's config cannot be used
+    if settings.card_dir is None:
+        return settings
+    # The card sits between the config file and the environment: a person configures the device from a
+    # laptop, an administrator's environment and flags still win. A bad card config never stops the agent.
+    try:
+        card = read_card_config(settings.card_dir)
+        if not card:
+            return settings
+        return _checked({**file_values, **card, **overrides})
+    except SettingsError as exc:
+        where = str(Path(settings.card_dir) / CARD_CONFIG)
+        message = str(exc) if where in str(exc) else f"{where}: {exc}"
+        return dataclasses.replace(settings, card_config_error=f"{message} (the card's settings are ignored)")
+
+
+def read_card_config(card_dir: Path) -> dict[str, Any]:
+    """The card's config.toml as typed values ({} when there is none); SettingsError names the file and key."""
+    path = Path(card_dir) / CARD_CONFIG
+    if not path.exists():
+        return {}
+    values = read_config_file(path)
+    for key in values:
+        if key in CARD_FORBIDDEN_KEYS:
+            raise SettingsError(f"{path}: {key} cannot be set on the card (only in {DEFAULT_CONFIG}, the "
+                                "environment or a flag)", key=key, source=str(path))
+    return values
+
+
+def _checked(values: dict[str, Any]) -> Settings:
+    """Settings from parsed values after the checks that span several keys."""
     override = values.get("hostname_override")
     if override is not None and not _DNS_SUBDOMAIN.fullmatch(override.lower()):
         raise SettingsError(f"hostname_override: {override!r} is not a valid node name (DNS-1123 subdomain)",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -255,9 +256,19 @@ def _expect_v1(api_version: str, kind: str, path: str, where: _Where) -> None:
         raise where.error(f"{path}.apiVersion", f"expected v1 for kind {kind}, got {api_version}")
 
 
+# msgspec (0.22) builds a type's decoding info on its first use without a lock: two threads decoding their
+# first Pods at once (the node's and the card's manifest directories, or a file and the URL source, scanned
+# in worker threads) crash the interpreter with SIGSEGV. Building it here, once, under the import lock,
+# leaves nothing to race over (copy_pod's json decode shares the info); the lock covers a decode that
+# imports this module from a thread while another thread decodes already (tests/unit/test_decode_threads.py).
+msgspec.json.Decoder(Pod)
+_CONVERT_LOCK = threading.Lock()
+
+
 def _convert(obj: dict[str, Any], path: str, where: _Where) -> Pod:
     try:
-        return msgspec.convert(obj, Pod)
+        with _CONVERT_LOCK:
+            return msgspec.convert(obj, Pod)
     except msgspec.ValidationError as exc:
         field_path, message = _translate(str(exc))
         raise where.error(path + field_path[1:], message) from exc

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Collection, Iterable
 
 from edgelet.api.qos import container_limits, container_requests
 
@@ -73,11 +73,47 @@ def needed_controllers(pod: "Pod", pids_limit: int | None) -> frozenset[str]:
     return frozenset(needed)
 
 
-def fix_for(missing: Iterable[str], *, v2: bool, cmdline_file: str = "/boot/firmware/cmdline.txt") -> str:
+# Where a Raspberry Pi's kernel command line is edited, in order of preference: Debian's raspi images and
+# Raspberry Pi OS since bookworm keep it on the FAT partition mounted at /boot/firmware (bookworm leaves a
+# /boot/cmdline.txt behind that only says the file moved); older Raspberry Pi OS has it at /boot.
+FIRMWARE_CMDLINE = "/boot/firmware/cmdline.txt"
+BOOT_CMDLINE = "/boot/cmdline.txt"
+CMDLINE_CANDIDATES = (FIRMWARE_CMDLINE, BOOT_CMDLINE)
+FIRMWARE_DIR = "/boot/firmware"
+
+
+def choose_cmdline_file(existing: Collection[str]) -> str | None:
+    """The cmdline.txt this device has, from which of CMDLINE_CANDIDATES and FIRMWARE_DIR exist (pure).
+
+    None when neither file nor /boot/firmware exists: not a board booted by the Pi's firmware, so the
+    command line lives in the boot loader's configuration.
+    """
+    for candidate in CMDLINE_CANDIDATES:
+        if candidate in existing:
+            return candidate
+    if FIRMWARE_DIR in existing:  # the FAT partition is there, its file not yet (raspi-firmware writes it)
+        return FIRMWARE_CMDLINE
+    return None
+
+
+def probe_cmdline_file(root: Path = Path("/")) -> str | None:
+    """choose_cmdline_file for this host (`root` stands in for / in tests); probe once, pass the result on."""
+    existing = [p for p in (*CMDLINE_CANDIDATES, FIRMWARE_DIR) if (root / p.lstrip("/")).exists()]
+    return choose_cmdline_file(existing)
+
+
+def kernel_cmdline_fix(cmdline_file: str | None) -> str:
+    """The words that turn the memory controller on: the file to edit, or the boot loader when there is none."""
+    where = (f"the kernel command line ({cmdline_file}, one line)" if cmdline_file is not None
+             else "the kernel command line (the boot loader's, e.g. GRUB_CMDLINE_LINUX in /etc/default/grub)")
+    return f"add `cgroup_enable=memory cgroup_memory=1` to {where} and reboot"
+
+
+def fix_for(missing: Iterable[str], *, v2: bool, cmdline_file: str | None = FIRMWARE_CMDLINE) -> str:
     """How to turn the missing controllers on (the memory one is what Raspberry Pi kernels leave off)."""
     names = sorted(missing)
     if names == ["memory"] or "memory" in names:
-        kernel = f"add `cgroup_enable=memory cgroup_memory=1` to the kernel command line ({cmdline_file}) and reboot"
+        kernel = kernel_cmdline_fix(cmdline_file)
         others = [n for n in names if n != "memory"]
         if not others:
             return kernel
@@ -88,7 +124,7 @@ def fix_for(missing: Iterable[str], *, v2: bool, cmdline_file: str = "/boot/firm
 
 
 def admit(needed: frozenset[str], available: frozenset[str], *, allow_missing: bool, v2: bool,
-          cmdline_file: str = "/boot/firmware/cmdline.txt") -> Admission | None:
+          cmdline_file: str | None = FIRMWARE_CMDLINE) -> Admission | None:
     """None when every needed controller is there; else a refusal carrying the fix, or (allowed) a warning."""
     missing = tuple(sorted(c for c in needed if c in LIMIT_CONTROLLERS and c not in available))
     if not missing:

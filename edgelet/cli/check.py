@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable, Literal, TextIO
 
 from edgelet.cli.common import EXIT_FAILURE, EXIT_OK
-from edgelet.settings import Settings
+from edgelet.settings import CARD_SECRETS, Settings
 from edgelet.util.proc import version_line
 
 Verdict = Literal["OK", "WARN", "FAIL"]
@@ -49,7 +49,13 @@ class HostFacts:
     overlay_error: str | None = "not tried"  # None: a trial overlay mount worked; else why it failed
     # The pods' network: (verdict, detail) from the CNI config and its plugins; None when not looked at.
     cni_network: tuple[str, str] | None = None
-    cmdline_file: str = "/boot/firmware/cmdline.txt"
+    cmdline_file: str | None = "/boot/firmware/cmdline.txt"  # None: not booted by the Pi firmware
+    # The card folder (card_dir; None: none configured): whether it exists, what was wrong with its
+    # config.toml, and the secrets still lying on it.
+    card_dir: str | None = None
+    card_present: bool = False
+    card_config_error: str | None = None
+    card_secrets: tuple[str, ...] = ()
     # The agent's bounding set as capability names; None when unknown. Privileged containers get exactly this.
     bounding_capabilities: tuple[str, ...] | None = None
     # Trusted delivery: (verdict, detail) of reading --trusted-keys and --signature-policy as the agent will at
@@ -129,7 +135,9 @@ def check_memory_controller(f: HostFacts) -> CheckResult:
     if enabled and mounted:
         return CheckResult("memory cgroup", "OK", "enabled")
     # Raspberry Pi OS boots with the memory controller off; the kernel command line turns it on.
-    hint = (f"add `cgroup_enable=memory cgroup_memory=1` to {f.cmdline_file} (one line) and reboot"
+    from edgelet.cgroups.controllers import kernel_cmdline_fix
+
+    hint = (kernel_cmdline_fix(f.cmdline_file)
             if f.is_raspberry_pi or enabled is False
             else "enable the memory cgroup controller (kernel command line `cgroup_enable=memory cgroup_memory=1`)")
     # Until then pods with memory limits are refused with this fix; the flag runs them without the limits.
@@ -216,9 +224,27 @@ def check_signature_policy(f: HostFacts) -> CheckResult:
                             "and README \"Signed registry images\"")
 
 
+def check_card(f: HostFacts) -> CheckResult:
+    """The card folder: its config.toml (ignored when invalid, so a WARN) and secrets left on its FAT partition."""
+    name = "card folder"
+    if f.card_dir is None:
+        return CheckResult(name, "OK", "none configured (card_dir)")
+    if f.card_config_error is not None:
+        return CheckResult(name, "WARN", f.card_config_error,
+                           f"fix {f.card_dir}/config.toml (edgelet runs with the other settings until then)")
+    if f.card_secrets:
+        files = ", ".join(f"{f.card_dir}/{n}" for n in f.card_secrets)
+        return CheckResult(name, "WARN", f"secrets readable by every local user on the FAT partition: {files}",
+                           "run edgelet-card-setup (the image runs it at boot) to move them to /etc/edgelet")
+    if not f.card_present:
+        return CheckResult(name, "OK", f"{f.card_dir} does not exist (no card pods)")
+    return CheckResult(name, "OK", f"{f.card_dir}: manifests/, images/ and config.toml are read")
+
+
 CHECKS: tuple[Callable[[HostFacts], CheckResult], ...] = (
     check_root, check_runtime, check_conmon, check_pause, check_cgroups, check_memory_controller, check_overlay,
     check_read_only_mounts, check_capabilities, check_cni, check_disk, check_trusted_keys, check_signature_policy,
+    check_card,
 )
 
 
@@ -337,8 +363,10 @@ def signature_policy_status(path: Path) -> tuple[str, str]:
 
 def gather_facts(*, runtime: str, conmon: str, pause_image: str | None, root_dir: Path,
                  cni_conf_dir: Path | None = None, cni_bin_dirs: list[str] | None = None,
-                 trusted_keys: Path | None = None, signature_policy: Path | None = None) -> HostFacts:
+                 trusted_keys: Path | None = None, signature_policy: Path | None = None,
+                 card_dir: Path | None = None, card_config_error: str | None = None) -> HostFacts:
     """Look at this machine once."""
+    from edgelet.cgroups.controllers import probe_cmdline_file
     from edgelet.runtime.bundle import probe_recursive_read_only
     from edgelet.runtime.rootfs import probe_overlay
     from edgelet.runtime.host import parse_cap_mask
@@ -375,7 +403,11 @@ def gather_facts(*, runtime: str, conmon: str, pause_image: str | None, root_dir
         root_dir=str(root_dir),
         root_free_bytes=_free_bytes(root_dir),
         is_raspberry_pi="Raspberry Pi" in model,
-        cmdline_file="/boot/firmware/cmdline.txt" if Path("/boot/firmware").is_dir() else "/boot/cmdline.txt",
+        cmdline_file=probe_cmdline_file(),
+        card_dir=None if card_dir is None else str(card_dir),
+        card_present=card_dir is not None and card_dir.is_dir(),
+        card_config_error=card_config_error,
+        card_secrets=() if card_dir is None else tuple(n for n in CARD_SECRETS if (card_dir / n).exists()),
         recursive_read_only=probe_recursive_read_only(),
         overlay_error=probe_overlay() if os.geteuid() == 0 else "not tried",
         bounding_capabilities=bounding,
@@ -389,7 +421,8 @@ def cmd_check(settings: Settings, args: argparse.Namespace, out: TextIO, err: Te
                          pause_image=settings.pod_infra_container_image, root_dir=settings.root_dir,
                          cni_conf_dir=settings.cni_conf_dir,
                          cni_bin_dirs=[d for d in settings.cni_bin_dir.split(":") if d],
-                         trusted_keys=settings.trusted_keys, signature_policy=settings.signature_policy)
+                         trusted_keys=settings.trusted_keys, signature_policy=settings.signature_policy,
+                         card_dir=settings.card_dir, card_config_error=settings.card_config_error)
     results = run_checks(facts)
     print(format_results(results), file=out)
     return EXIT_FAILURE if failed(results) else EXIT_OK

@@ -29,6 +29,7 @@ from edgelet.cgroups import CgroupError, detect
 from edgelet.cgroups import qos as cg_qos
 from edgelet.cgroups.allocatable import BESTEFFORT_TIER, BURSTABLE_TIER
 from edgelet.cgroups.controllers import LIMIT_CONTROLLERS, Admission, available_controllers, needed_controllers
+from edgelet.cgroups.controllers import probe_cmdline_file
 from edgelet.cgroups.controllers import admit as admit_controllers
 from edgelet.cgroups.qos import PodResources
 from edgelet.cgroups.stats import is_v2, read_oom_kills
@@ -195,6 +196,7 @@ class RuncRuntime:
         self._node_cgroup_ready = False
         self.allow_missing_controllers = allow_missing_controllers
         self._controllers = cgroup_controllers  # None: read from the host at first use
+        self._cmdline_file: str | None | bool = False  # False: not probed yet
         self._oom_checked: set[str] = set()  # exited containers whose OOM counter was read
         self.paths = paths
         self.seccomp_default = seccomp_default
@@ -260,7 +262,13 @@ class RuncRuntime:
         without some (--allow-missing-cgroup-controllers)."""
         return admit_controllers(
             needed_controllers(pod, cg_qos.pod_pids_limit(pod, self.pod_max_pids)), self.cgroup_controllers(),
-            allow_missing=self.allow_missing_controllers, v2=is_v2(CGROUP_MOUNT), cmdline_file=_cmdline_file())
+            allow_missing=self.allow_missing_controllers, v2=is_v2(CGROUP_MOUNT), cmdline_file=self.cmdline_file())
+
+    def cmdline_file(self) -> str | None:
+        """The device's cmdline.txt (None: not one the Pi firmware boots), probed once like the controllers."""
+        if self._cmdline_file is False:
+            self._cmdline_file = probe_cmdline_file()
+        return self._cmdline_file if isinstance(self._cmdline_file, str) else None
 
     def _without_controllers(self) -> frozenset[str]:
         return frozenset(LIMIT_CONTROLLERS) - self.cgroup_controllers()
@@ -1146,11 +1154,6 @@ def _unmount_bundle(bundle: Path) -> None:
         except NotImplementedError:
             pass
         bl.unmount_all_under(bundle)
-
-
-def _cmdline_file() -> str:
-    """Where this board's kernel command line is edited (Raspberry Pi OS moved it under /boot/firmware)."""
-    return "/boot/firmware/cmdline.txt" if Path("/boot/firmware").is_dir() else "/boot/cmdline.txt"
 
 
 def remove_pod_cgroups(pod_cgroup: str, mount: Path = CGROUP_MOUNT) -> None:

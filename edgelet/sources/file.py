@@ -14,11 +14,12 @@ import stat
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Sequence
 
 import msgspec
 from watchdog.events import FileSystemEventHandler
 
+from edgelet.api import decode as _decode  # noqa: F401  (imported before any scan thread: see its warm-up)
 from edgelet.api.types import ObjectMeta
 from edgelet.api.annotations import ORIGIN
 from edgelet.sources import ManifestProblem, SourceName, SourceSnapshot, snapshot_key
@@ -445,3 +446,53 @@ class _Handler(FileSystemEventHandler):
         if dest:
             paths.append(os.fsdecode(dest))
         self._source._on_event(self._role, event.event_type, paths)
+
+
+def combine_snapshots(snapshots: Sequence[SourceSnapshot]) -> SourceSnapshot:
+    """Several manifest directories' snapshots as the one `file` snapshot, in directory order (pure).
+
+    Their pods share the source, so a name held by two directories is settled by
+    podconfig's merge like two files of one directory: the earlier directory wins
+    and the other file is reported with both paths.
+    """
+    return SourceSnapshot(
+        source=SOURCE,
+        pods=tuple(p for s in snapshots for p in s.pods),
+        errors=tuple(e for s in snapshots for e in s.errors),
+        warnings=tuple(w for s in snapshots for w in s.warnings),
+    )
+
+
+class FileSources:
+    """Several manifest directories (the node's, then the card's) watched as the one `file` source.
+
+    Same contract as FileSource: `run` emits once every directory has been
+    read, then whenever one of them changes; `scan_once` reads them all now.
+    """
+
+    def __init__(self, sources: Sequence[FileSource]) -> None:
+        if not sources:
+            raise ValueError("FileSources needs at least one directory")
+        self.sources = tuple(sources)
+
+    @property
+    def paths(self) -> tuple[Path, ...]:
+        return tuple(s.path for s in self.sources)
+
+    async def scan_once(self) -> SourceSnapshot:
+        return combine_snapshots([await s.scan_once() for s in self.sources])
+
+    async def run(self, emit: Callable[[SourceSnapshot], Awaitable[None]]) -> None:
+        if len(self.sources) == 1:
+            await self.sources[0].run(emit)
+            return
+        latest: dict[int, SourceSnapshot] = {}
+
+        async def emit_one(index: int, snapshot: SourceSnapshot) -> None:
+            latest[index] = snapshot
+            if len(latest) == len(self.sources):
+                await emit(combine_snapshots([latest[i] for i in range(len(self.sources))]))
+
+        async with asyncio.TaskGroup() as tg:
+            for i, source in enumerate(self.sources):
+                tg.create_task(source.run(functools.partial(emit_one, i)), name=f"source-file-{i}")

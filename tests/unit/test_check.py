@@ -46,9 +46,21 @@ def test_a_good_machine_passes_everything():
     # Raspberry Pi OS: memory controller present but disabled at boot.
     ({"cgroup_enabled": {"memory": False}, "is_raspberry_pi": True,
       "cgroup_v1_controllers": GOOD.cgroup_v1_controllers - {"memory"}},
-     "memory cgroup", "FAIL", "add `cgroup_enable=memory cgroup_memory=1` to /boot/firmware/cmdline.txt"),
+     "memory cgroup", "FAIL", "add `cgroup_enable=memory cgroup_memory=1` to the kernel command line "
+     "(/boot/firmware/cmdline.txt, one line)"),
     ({"cgroup_enabled": {"memory": False}, "cmdline_file": "/boot/cmdline.txt"},
-     "memory cgroup", "FAIL", "/boot/cmdline.txt"),
+     "memory cgroup", "FAIL", "(/boot/cmdline.txt, one line)"),
+    # Not booted by the Pi firmware: no cmdline.txt to name, the boot loader's configuration instead.
+    ({"cgroup_enabled": {"memory": False}, "cmdline_file": None},
+     "memory cgroup", "FAIL", "GRUB_CMDLINE_LINUX in /etc/default/grub"),
+    # The card folder (issue 24): an invalid config.toml and secrets left on the FAT partition warn.
+    ({"card_dir": "/boot/firmware/edgelet", "card_present": True}, "card folder", "OK", "manifests/, images/"),
+    ({"card_dir": "/boot/firmware/edgelet"}, "card folder", "OK", "does not exist"),
+    ({"card_dir": "/boot/firmware/edgelet", "card_present": True,
+      "card_config_error": "/boot/firmware/edgelet/config.toml: unknown key 'manifest_ur'"},
+     "card folder", "WARN", "unknown key 'manifest_ur'"),
+    ({"card_dir": "/boot/firmware/edgelet", "card_present": True, "card_secrets": ("kubeconfig",)},
+     "card folder", "WARN", "/boot/firmware/edgelet/kubeconfig"),
     ({"cgroup_enabled": {"memory": False}}, "memory cgroup", "FAIL", "--allow-missing-cgroup-controllers"),
     ({"filesystems": frozenset({"ext4"})}, "overlayfs", "WARN", "modprobe overlay"),
     # A fresh boot: not listed yet (the module loads on first mount), but a trial mount worked.

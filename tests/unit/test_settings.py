@@ -93,6 +93,7 @@ def test_settings_are_frozen() -> None:
 
 FULL_TOML = """
 pod_manifest_path = "/m"
+card_dir = "/nonexistent-card"
 file_check_frequency = "1m30s"
 manifest_url = "https://h/p"
 manifest_url_header = ["A:1"]
@@ -201,7 +202,7 @@ def test_toml_file_sets_every_key(tmp_path: Path) -> None:
         kubeconfig=Path("/etc/edgelet/kubeconfig"), register_node=False, node_labels=(("example.com/site", "lab"),),
         register_with_taints=(("edge", "true", "NoSchedule"), ("gpu", "", "NoExecute")), node_ip="10.0.0.5",
         node_status_update_frequency=20.0, node_status_report_frequency=600.0, node_lease_duration_seconds=60,
-        node_lease_renew_interval=15.0, seccomp_default=False,
+        node_lease_renew_interval=15.0, seccomp_default=False, card_dir=Path("/nonexistent-card"),
         rollout=False, rollout_deadline=120.0, rollout_stability_window=10.0, rollout_strategy="Surge",
         streaming_connection_idle_timeout=1800.0,
     )

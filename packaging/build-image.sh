@@ -1,0 +1,250 @@
+#!/usr/bin/env bash
+# Builds a bootable SD-card image for Raspberry Pi 3 and 4 (arm64) with
+# edgelet inside, from Debian packages only, on an amd64 Debian 12 machine as
+# root (debootstrap under qemu-user through binfmt_misc). `make image` runs it.
+#
+#   packaging/build-image.sh [--deb PATH] [--output DIR] [--size SIZE] [--base-only] [--dry-run]
+#
+# --deb: the arm64 edgelet .deb (default: the newest dist/edgelet_*_arm64.deb,
+# else packaging/build-arm64.sh --deb builds it, the slow part: PyInstaller
+# under qemu). Result: DIR/edgelet-rpi-arm64.img.xz (default DIR: dist) and
+# its .sha256. The image: msdos table; partition 1 FAT32 labelled RASPIFIRM,
+# mounted at /boot/firmware (raspi-firmware's boot files, the kernel, the
+# initrd, cmdline.txt and the card folder edgelet/); partition 2 ext4
+# labelled RASPIROOT, grown to the card's size at first boot. SIZE (default
+# 2G, a power of two as qemu's raspi3b wants) is the image before growth.
+#
+# Cached steps: the Debian root with every package ($IMAGE_CACHE/base,
+# default build/image-cache) is kept until the package list or suite
+# changes; a second build only copies it, installs the .deb, configures and
+# packs. --base-only stops once that root is cached (it needs no .deb). Environment: IMAGE_CACHE, DEBIAN_SUITE (bookworm), DEBIAN_MIRROR,
+# XZ_OPT (default -T0 -6).
+set -euo pipefail
+
+HERE="$(cd "$(dirname "$0")" && pwd)"
+REPO="$(dirname "$HERE")"
+CACHE="${IMAGE_CACHE:-$REPO/build/image-cache}"
+SUITE="${DEBIAN_SUITE:-bookworm}"
+MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+NAME=edgelet-rpi-arm64
+# What the build machine needs (Makefile's IMAGE_APT_PACKAGES installs the same).
+HOST_PACKAGES=(debootstrap qemu-user-static binfmt-support dosfstools mtools e2fsprogs fdisk xz-utils)
+# What the image holds besides edgelet's own dependencies (runc, conmon, catatonit come with the .deb).
+IMAGE_PACKAGES=(
+    systemd-sysv udev kmod dbus systemd-timesyncd systemd-resolved   # init, devices, clock, DNS
+    linux-image-arm64 raspi-firmware initramfs-tools                     # kernel and the Pi's boot files
+    openssh-server ca-certificates iproute2 iputils-ping less nano       # a shell for a person
+    cloud-guest-utils e2fsprogs fdisk                                    # grow the root at first boot
+    runc conmon catatonit containernetworking-plugins                     # what pods run on
+)
+
+deb="" output="$REPO/dist" size=2G dry_run=0 base_only=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --deb) deb="$2"; shift ;;
+    --output) output="$2"; shift ;;
+    --size) size="$2"; shift ;;
+    --dry-run) dry_run=1 ;;
+    --base-only) base_only=1 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+    *) echo "build-image.sh: unknown argument $1" >&2; exit 2 ;;
+    esac
+    shift
+done
+
+run() {
+    if [ "$dry_run" = 1 ]; then
+        printf '+ %s\n' "$*"
+    else
+        "$@"
+    fi
+}
+step() { echo "==> $(date -u +%H:%M:%S) $*"; }
+
+if [ "$dry_run" = 0 ]; then
+    [ "$(id -u)" = 0 ] || { echo "build-image.sh: needs root (debootstrap, chroot)" >&2; exit 1; }
+fi
+
+step "host tools: ${HOST_PACKAGES[*]}"
+missing=()
+for p in "${HOST_PACKAGES[@]}"; do
+    dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+    run apt-get update -qq
+    run env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+fi
+if [ "$dry_run" = 1 ] || [ ! -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]; then
+    run update-binfmts --enable qemu-aarch64
+fi
+
+if [ -z "$deb" ] && [ "$base_only" = 0 ]; then
+    deb="$(ls -t "$REPO"/dist/edgelet_*_arm64.deb 2>/dev/null | head -n 1 || true)"
+    if [ -z "$deb" ]; then
+        step "no arm64 .deb: packaging/build-arm64.sh --deb"
+        run "$HERE/build-arm64.sh" --deb
+        deb="$(ls -t "$REPO"/dist/edgelet_*_arm64.deb 2>/dev/null | head -n 1 || echo dist/edgelet_VERSION_arm64.deb)"
+    fi
+fi
+if [ "$base_only" = 0 ]; then
+    [ "$dry_run" = 1 ] || [ -f "$deb" ] || { echo "build-image.sh: $deb: no such .deb" >&2; exit 1; }
+    echo "edgelet package: $deb"
+fi
+
+mounted=()
+cleanup() {
+    local i
+    for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do
+        umount -l "${mounted[$i]}" 2>/dev/null || true
+    done
+    mounted=()
+}
+trap cleanup EXIT
+# chroot_mounts ROOT: what package scripts need (initramfs-tools reads /proc and /dev).
+chroot_mounts() {
+    local m
+    for m in proc sys dev; do
+        run mkdir -p "$1/$m"
+    done
+    run mount -t proc proc "$1/proc"
+    [ "$dry_run" = 1 ] || mounted+=("$1/proc")
+    run mount -t sysfs sysfs "$1/sys"
+    [ "$dry_run" = 1 ] || mounted+=("$1/sys")
+    run mount --bind /dev "$1/dev"
+    [ "$dry_run" = 1 ] || mounted+=("$1/dev")
+}
+in_root() {  # in_root ROOT COMMAND...: run a shell command in the arm64 root, under qemu
+    local root="$1"
+    shift
+    run chroot "$root" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
+        DEBIAN_FRONTEND=noninteractive /bin/sh -ec "$*"
+}
+
+# --- 1. the Debian root with every package (cached) ----------------------------
+base="$CACHE/base"
+key="$(printf '%s\n' "$SUITE" "$MIRROR" "${IMAGE_PACKAGES[@]}" | sha256sum | cut -c1-16)"
+if [ "$dry_run" = 1 ] || [ "$(cat "$base/.edgelet-image-base" 2>/dev/null)" != "$key" ]; then
+    step "Debian $SUITE arm64 root with its packages in $base (cached once done)"
+    run rm -rf "$base"
+    run mkdir -p "$CACHE"
+    run debootstrap --arch=arm64 --variant=minbase --components=main,non-free-firmware \
+        --include=systemd-sysv,apt "$SUITE" "$base" "$MIRROR"
+    run mkdir -p "$base/boot/firmware" "$base/etc/default"
+    if [ "$dry_run" = 0 ]; then
+        cat > "$base/etc/apt/sources.list" <<EOF
+deb $MIRROR $SUITE main non-free-firmware
+deb $MIRROR $SUITE-updates main non-free-firmware
+deb http://security.debian.org/debian-security $SUITE-security main non-free-firmware
+EOF
+        # No service starts inside the build root.
+        printf '#!/bin/sh\nexit 101\n' > "$base/usr/sbin/policy-rc.d"
+        chmod 0755 "$base/usr/sbin/policy-rc.d"
+    fi
+    chroot_mounts "$base"
+    in_root "$base" "apt-get update -qq && apt-get install -y -q --no-install-recommends ${IMAGE_PACKAGES[*]} && apt-get clean"
+    # raspi-firmware's kernel hook writes /boot/firmware (kernel, initrd, device trees, config.txt and
+    # cmdline.txt) from these at every kernel or firmware upgrade: root by label, the serial console of
+    # the Pi 3/4, and the memory controller (Raspberry Pi kernels leave it off; Debian's has it on).
+    in_root "$base" "printf '%s\\n' 'ROOTPART=\"LABEL=RASPIROOT\"' 'CONSOLES=\"tty0 ttyS1,115200\"' >> /etc/default/raspi-firmware
+echo 'cgroup_enable=memory cgroup_memory=1' > /etc/default/raspi-extra-cmdline
+DEB_MAINT_PARAMS=configure /etc/kernel/postinst.d/z50-raspi-firmware"
+    cleanup
+    [ "$dry_run" = 1 ] || echo "$key" > "$base/.edgelet-image-base"
+fi
+if [ "$base_only" = 1 ]; then
+    step "base root cached in $base"
+    exit 0
+fi
+
+# --- 2. this build's root: a copy of the base, edgelet and the configuration --------------
+root="$CACHE/root"
+step "root of this build in $root"
+run rm -rf "$root"
+run cp -a "$base" "$root"
+run rm -f "$root/.edgelet-image-base"
+run cp "$deb" "$root/tmp/edgelet.deb"
+chroot_mounts "$root"
+in_root "$root" "dpkg -i /tmp/edgelet.deb && rm -f /tmp/edgelet.deb"
+cleanup
+
+step "configuration"
+if [ "$dry_run" = 0 ]; then
+    img="$HERE/image"
+    etc="$root/etc"
+    echo edgelet > "$etc/hostname"
+    printf '127.0.0.1\tlocalhost\n127.0.1.1\tedgelet\n::1\t\tlocalhost ip6-localhost ip6-loopback\n' > "$etc/hosts"
+    # noatime: no write per read. commit=60: ext4 writes its journal every minute rather than every 5 s;
+    # edgelet fsyncs its own state, so a power cut loses at most a minute of logs.
+    cat > "$etc/fstab" <<'EOF'
+LABEL=RASPIROOT /              ext4 rw,noatime,commit=60,errors=remount-ro 0 1
+LABEL=RASPIFIRM /boot/firmware vfat rw,noatime,umask=0077 0 2
+EOF
+    install -d "$etc/systemd/network" "$etc/systemd/journald.conf.d" "$etc/cni/net.d" "$etc/ssh/sshd_config.d" \
+        "$etc/systemd/system/ssh.service.d"
+    install -m 0644 "$img/10-ethernet.network" "$etc/systemd/network/10-ethernet.network"
+    install -m 0644 "$img/journald.conf" "$etc/systemd/journald.conf.d/50-edgelet-image.conf"
+    install -m 0644 "$img/ssh-host-keys.conf" "$etc/systemd/system/ssh.service.d/50-host-keys.conf"
+    install -d "$etc/systemd/system/systemd-networkd-wait-online.service.d"
+    install -m 0644 "$img/wait-online.conf" "$etc/systemd/system/systemd-networkd-wait-online.service.d/50-edgelet-image.conf"
+    install -m 0755 "$img/edgelet-card-setup" "$root/usr/sbin/edgelet-card-setup"
+    install -m 0755 "$img/edgelet-grow-root" "$root/usr/sbin/edgelet-grow-root"
+    install -m 0644 "$img/edgelet-card-setup.service" "$img/edgelet-grow-root.service" "$root/lib/systemd/system/"
+    cp "$root/usr/share/edgelet/10-edgelet.conflist" "$etc/cni/net.d/10-edgelet.conflist"
+    # edgelet: the card folder, and container logs kept small (they are on the SD card).
+    sed -i -e 's|^#card_dir = ""|card_dir = "/boot/firmware/edgelet"|' \
+        -e 's|^#container_log_max_size = "10Mi"|container_log_max_size = "2Mi"|' \
+        -e 's|^#container_log_max_files = 5|container_log_max_files = 3|' "$etc/edgelet/config.toml"
+    grep -q '^card_dir = "/boot/firmware/edgelet"' "$etc/edgelet/config.toml"
+    # DNS: networkd's DHCP servers through resolved's list of upstream servers, not its 127.0.0.53 stub,
+    # which pods (another network namespace) cannot reach.
+    ln -sfn /run/systemd/resolve/resolv.conf "$etc/resolv.conf"
+    # Every device gets its own machine-id and SSH host keys at first boot.
+    : > "$etc/machine-id"
+    rm -f "$root/var/lib/dbus/machine-id" "$etc"/ssh/ssh_host_*
+    rm -f "$root/usr/sbin/policy-rc.d"
+    # The card folder a person writes into from a laptop.
+    install -d "$root/boot/firmware/edgelet/manifests" "$root/boot/firmware/edgelet/images"
+    install -m 0644 "$img/card-README.txt" "$root/boot/firmware/edgelet/README.txt"
+    install -m 0644 "$img/card-config.toml" "$root/boot/firmware/edgelet/config.toml"
+    grep -q "cgroup_enable=memory" "$root/boot/firmware/cmdline.txt"
+    grep -q "root=LABEL=RASPIROOT" "$root/boot/firmware/cmdline.txt"
+fi
+in_root "$root" "systemctl enable systemd-networkd systemd-resolved ssh edgelet.service edgelet-runonce.service \
+    edgelet-card-setup.service edgelet-grow-root.service"
+
+# --- 3. the image: partitions filled from the root without mounting anything ------------
+work="$CACHE/img"
+step "image in $work"
+run rm -rf "$work"
+run mkdir -p "$work" "$output"
+fat_mib=256
+run truncate -s "$size" "$work/$NAME.img"
+run sfdisk --quiet "$work/$NAME.img" <<EOF
+label: dos
+start=4MiB, size=${fat_mib}MiB, type=c, bootable
+start=$((4 + fat_mib))MiB, type=83
+EOF
+total_mib=$(( $(numfmt --from=iec "$size") / 1048576 ))
+root_mib=$((total_mib - 4 - fat_mib))
+# FAT32 with Debian's raspi label, filled with mtools (no loop device, no mount).
+run mkfs.vfat -F 32 -n RASPIFIRM -C "$work/firm.fat" $((fat_mib * 1024))
+run env MTOOLS_SKIP_CHECK=1 sh -c "mcopy -s -i '$work/firm.fat' '$root'/boot/firmware/* ::/"
+# ext4 from the directory tree (mke2fs -d), the firmware dir left empty: it is the FAT's mount point.
+run rm -rf "$root/boot/firmware"
+run mkdir -p "$root/boot/firmware"
+run mkfs.ext4 -q -L RASPIROOT -d "$root" -E root_owner=0:0 "$work/root.ext4" "${root_mib}M"
+run dd if="$work/firm.fat" of="$work/$NAME.img" bs=1M seek=4 conv=notrunc,sparse status=none
+run dd if="$work/root.ext4" of="$work/$NAME.img" bs=1M seek=$((4 + fat_mib)) conv=notrunc,sparse status=none
+run rm -f "$work/firm.fat" "$work/root.ext4"
+
+step "compress: $output/$NAME.img.xz"
+run sh -c "xz ${XZ_OPT:--T0 -6} -c '$work/$NAME.img' > '$output/$NAME.img.xz.tmp'"
+run mv "$output/$NAME.img.xz.tmp" "$output/$NAME.img.xz"
+run sh -c "cd '$output' && sha256sum '$NAME.img.xz' > '$NAME.img.xz.sha256'"
+# The uncompressed image stays in the cache for make test-image.
+[ "$dry_run" = 1 ] || {
+    du -h --apparent-size "$output/$NAME.img.xz"
+    du -sh "$root" | sed 's/^/installed root: /'
+    cat "$output/$NAME.img.xz.sha256"
+}
+step "done"

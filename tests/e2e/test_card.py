@@ -1,0 +1,75 @@
+"""The card folder end to end (issue 24): its manifests run at boot (--runonce) and are adopted, its images are
+imported, edits while running are seen, a name both folders hold is reported, a bad config.toml is ignored."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import IMAGE, wait_for
+
+pytestmark = pytest.mark.privileged
+
+CARD_IMAGE = "edgelet.local/card-only:1"  # present nowhere but in the card's images/
+
+
+def pod_yaml(name: str, image: str = IMAGE) -> str:
+    return f"""apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: c
+    image: {image}
+    imagePullPolicy: Never
+    command: ["sh", "-c", "exec sleep 300"]
+"""
+
+
+@pytest.fixture(scope="module")
+def card_archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from edgelet.testing.images import build_busybox_image
+
+    return build_busybox_image(tmp_path_factory.mktemp("card-image") / "card.oci.tar", name=CARD_IMAGE)
+
+
+def test_card_pods_run_at_boot_are_adopted_and_edits_are_seen(agent, tmp_path: Path, card_archive: Path) -> None:
+    card = tmp_path / "card"
+    (card / "manifests").mkdir(parents=True)
+    (card / "images").mkdir()
+    shutil.copy(card_archive, card / "images" / card_archive.name)
+    (card / "config.toml").write_text('manifest_ur = "http://192.0.2.1/pods"\n')  # a typo: reported, ignored
+    agent.write_manifest("web.yaml", pod_yaml("web"))
+    (card / "manifests" / "sensor.yaml").write_text(pod_yaml("sensor", CARD_IMAGE))
+    clash = card / "manifests" / "web.yaml"
+    clash.write_text(pod_yaml("web", CARD_IMAGE))
+
+    res = agent.run_once("--card-dir", str(card), "--runonce-timeout", "90s")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "sensor-testnode" in res.stdout and "web-testnode" in res.stdout
+    assert "Card configuration ignored" in res.stderr + res.stdout
+    assert "unknown key 'manifest_ur'" in res.stderr + res.stdout
+    started = {c["id"] for c in agent.containers_of("sensor") if c["status"] == "running"}
+    assert started
+
+    agent.start("--card-dir", str(card))
+    wait_for(lambda: "edgelet started" in agent.log(), what="the daemon to start")
+    wait_for(lambda: (r := agent.pod("sensor")) and r["status"] == "Running", what="sensor Running")
+    # Adopted, not restarted: the containers --runonce started.
+    assert {c["id"] for c in agent.containers_of("sensor") if c["status"] == "running"} == started
+    (rejected,) = wait_for(lambda: agent.snapshot()["rejected"], what="the name clash reported")
+    assert rejected["origin"] == str(clash) and str(agent.manifests / "web.yaml") in rejected["message"]
+    assert "Card configuration ignored" in agent.log()
+
+    # A pod written onto the card while edgelet runs.
+    (card / "manifests" / "later.yaml").write_text(pod_yaml("later", CARD_IMAGE))
+    try:
+        wait_for(lambda: (r := agent.pod("later")) and r["status"] == "Running", what="later Running", timeout=60)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\nagent log tail:\n" + "\n".join(agent.log().splitlines()[-40:])) from None
+    assert agent.stop(signal.SIGTERM) == 0

@@ -1,0 +1,115 @@
+"""The card folder (issue 24): its config.toml layered into Settings, never fatal; which cmdline.txt a device has."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from edgelet.cgroups.controllers import admit, choose_cmdline_file, kernel_cmdline_fix, probe_cmdline_file
+from edgelet.settings import Settings, SettingsError, load_settings, read_card_config
+
+NO_DEFAULT = Path("/nonexistent/edgelet-config.toml")
+
+
+def load(tmp_path: Path, card_toml: str | bytes | None, *, main: str = "", env: dict[str, str] | None = None,
+         flags: dict[str, str] | None = None) -> Settings:
+    card = tmp_path / "card"
+    card.mkdir(exist_ok=True)
+    if card_toml is not None:
+        target = card / "config.toml"
+        target.write_bytes(card_toml.encode() if isinstance(card_toml, str) else card_toml)
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(f'card_dir = "{card}"\n' + main)
+    return load_settings(flags, config=cfg, env=env or {}, default_config=NO_DEFAULT)
+
+
+def test_no_card_dir_by_default() -> None:
+    s = load_settings({}, env={}, default_config=NO_DEFAULT)
+    assert s.card_dir is None and s.card_manifest_path is None and s.card_import_dir is None
+    assert s.card_config_error is None
+
+
+def test_card_paths(tmp_path: Path) -> None:
+    s = load(tmp_path, None)
+    assert s.card_manifest_path == tmp_path / "card" / "manifests"
+    assert s.card_import_dir == tmp_path / "card" / "images"
+    assert s.card_config_error is None
+
+
+def test_card_overrides_the_file_and_env_and_flags_override_the_card(tmp_path: Path) -> None:
+    card = 'manifest_url = "https://card.example/pods"\nfile_check_frequency = "5s"\nverbosity = 2\n'
+    s = load(tmp_path, card, main='manifest_url = "https://file.example/pods"\nverbosity = 1\n',
+             env={"EDGELET_FILE_CHECK_FREQUENCY": "7s"}, flags={"verbosity": "3"})
+    assert s.manifest_url == "https://card.example/pods"  # card > config file
+    assert s.file_check_frequency == 7.0  # environment > card
+    assert s.verbosity == 3  # flag > card
+    assert s.card_config_error is None
+
+
+@pytest.mark.parametrize("label, card, error", [
+    ("bad TOML", "manifest_url = \n", "invalid TOML"),
+    ("not UTF-8", b"verbosity = 1\n\xff\xfe\n", "not UTF-8"),
+    ("unknown key, with a hint", 'manifest_ur = "https://x"\n', "unknown key 'manifest_ur' (did you mean manifest_url?)"),
+    ("bad value", 'file_check_frequency = "soon"\n', "file_check_frequency: invalid duration"),
+    ("a key only the device sets", 'root_dir = "/mnt"\n', "root_dir cannot be set on the card"),
+    ("the card naming another card", 'card_dir = "/elsewhere"\n', "card_dir cannot be set on the card"),
+    ("keys valid alone, not together", "image_gc_low_threshold = 90\n", "must not exceed image_gc_high_threshold"),
+])
+def test_an_invalid_card_config_is_reported_and_ignored(tmp_path: Path, label: str, card: str | bytes,
+                                                         error: str) -> None:
+    s = load(tmp_path, card, main='manifest_url = "https://file.example/pods"\nverbosity = 1\n')
+    # The device starts with everything else: the file's settings, and the card's folders still read.
+    assert s.manifest_url == "https://file.example/pods" and s.verbosity == 1
+    assert s.card_manifest_path == tmp_path / "card" / "manifests"
+    assert s.card_config_error is not None
+    assert str(tmp_path / "card" / "config.toml") in s.card_config_error, label
+    assert error in s.card_config_error, label
+    assert "ignored" in s.card_config_error
+
+
+def test_a_bad_main_config_still_stops_edgelet(tmp_path: Path) -> None:
+    # Only the card is forgiving: the device's own config file is the administrator's and stays strict.
+    with pytest.raises(SettingsError, match="unknown key"):
+        load(tmp_path, None, main="bogus = 1\n")
+
+
+def test_read_card_config_without_a_file(tmp_path: Path) -> None:
+    assert read_card_config(tmp_path) == {}
+
+
+@pytest.mark.parametrize("label, existing, expected", [
+    ("Debian raspi image", {"/boot/firmware", "/boot/firmware/cmdline.txt"}, "/boot/firmware/cmdline.txt"),
+    ("Raspberry Pi OS bookworm (a stub left at /boot)",
+     {"/boot/firmware", "/boot/firmware/cmdline.txt", "/boot/cmdline.txt"}, "/boot/firmware/cmdline.txt"),
+    ("Raspberry Pi OS bullseye", {"/boot/cmdline.txt"}, "/boot/cmdline.txt"),
+    ("firmware partition, file not written yet", {"/boot/firmware"}, "/boot/firmware/cmdline.txt"),
+    ("a PC or a VM", set(), None),
+])
+def test_choose_cmdline_file(label: str, existing: set[str], expected: str | None) -> None:
+    assert choose_cmdline_file(existing) == expected, label
+
+
+def test_probe_cmdline_file_on_a_fixture_root(tmp_path: Path) -> None:
+    assert probe_cmdline_file(tmp_path) is None
+    (tmp_path / "boot").mkdir()
+    (tmp_path / "boot" / "cmdline.txt").write_text("console=tty1\n")
+    assert probe_cmdline_file(tmp_path) == "/boot/cmdline.txt"
+    (tmp_path / "boot" / "firmware").mkdir()
+    assert probe_cmdline_file(tmp_path) == "/boot/cmdline.txt"  # the file beats an empty firmware dir
+    (tmp_path / "boot" / "firmware" / "cmdline.txt").write_text("console=tty1\n")
+    assert probe_cmdline_file(tmp_path) == "/boot/firmware/cmdline.txt"
+
+
+@pytest.mark.parametrize("cmdline_file, text", [
+    ("/boot/firmware/cmdline.txt", "to the kernel command line (/boot/firmware/cmdline.txt, one line) and reboot"),
+    ("/boot/cmdline.txt", "(/boot/cmdline.txt, one line)"),
+    (None, "GRUB_CMDLINE_LINUX in /etc/default/grub"),
+])
+def test_the_cgroup_reason_names_the_devices_file(cmdline_file: str | None, text: str) -> None:
+    assert text in kernel_cmdline_fix(cmdline_file)
+    verdict = admit(frozenset({"memory"}), frozenset({"cpu", "pids"}), allow_missing=False, v2=True,
+                    cmdline_file=cmdline_file)
+    assert verdict is not None and verdict.reason == "CgroupControllersMissing" and text in verdict.message
+    other = "/boot/cmdline.txt" if cmdline_file != "/boot/cmdline.txt" else "/boot/firmware/cmdline.txt"
+    assert other not in verdict.message

@@ -1,0 +1,112 @@
+"""packaging/image/edgelet-card-setup against a temp dir standing in for / (its --root): secrets moved off the
+card, hostname and authorized_keys applied at first boot only, bad files reported and skipped."""
+
+from __future__ import annotations
+
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from edgelet.settings import read_config_file
+
+SCRIPT = Path(__file__).resolve().parents[2] / "packaging" / "image" / "edgelet-card-setup"
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBq0pGXkR8jD6v9G0o2Jk1oN3gk6Q0x1r7fHh0Ts4hJd laptop@home"
+KEY2 = "ecdsa-sha2-nistp256 AAAAE2VjZHNhLXNoYTItbmlzdHAyNTYAAAAIbmlzdHAyNTY= ops"
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    (tmp_path / "boot" / "firmware" / "edgelet" / "manifests").mkdir(parents=True)
+    (tmp_path / "etc" / "edgelet").mkdir(parents=True)
+    (tmp_path / "etc" / "hosts").write_text("127.0.0.1\tlocalhost\n127.0.1.1\tedgelet\n")
+    (tmp_path / "etc" / "hostname").write_text("edgelet\n")
+    # The image's config: a key set, then a table (a key appended after it would land in the table).
+    (tmp_path / "etc" / "edgelet" / "config.toml").write_text(
+        'card_dir = "/boot/firmware/edgelet"\n\n[registries."10.0.0.9:5000"]\ninsecure = true\n')
+    return tmp_path
+
+
+def card(root: Path) -> Path:
+    return root / "boot" / "firmware" / "edgelet"
+
+
+def run(root: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["sh", str(SCRIPT), "--root", str(root)], capture_output=True, text=True, timeout=60)
+
+
+def test_secrets_move_off_the_card_and_edgelet_is_pointed_at_them(root: Path) -> None:
+    (card(root) / "kubeconfig").write_text("apiVersion: v1\nkind: Config\n")
+    (card(root) / "auth.json").write_text('{"auths": {}}\n')
+    (card(root) / "manifest-url-headers").write_text("Authorization: Bearer s3cret\n")
+    res = run(root)
+    assert res.returncode == 0, res.stderr
+    for name in ("kubeconfig", "auth.json", "manifest-url-headers"):
+        assert not (card(root) / name).exists()
+        moved = root / "etc" / "edgelet" / name
+        assert stat.S_IMODE(moved.stat().st_mode) == 0o600
+        assert f"moved the secret {name} off the card to /etc/edgelet/{name}" in res.stdout
+    assert (root / "etc" / "edgelet" / "kubeconfig").read_text() == "apiVersion: v1\nkind: Config\n"
+    values = read_config_file(root / "etc" / "edgelet" / "config.toml")  # still valid, keys at the top level
+    assert values["kubeconfig"] == Path("/etc/edgelet/kubeconfig")
+    assert values["manifest_url_header_file"] == Path("/etc/edgelet/manifest-url-headers")
+    assert "auth.json" not in "".join(values)  # auth.json is edgelet's default path: no key needed
+    assert [h.insecure for _, h in values["registries"]] == [True]
+
+    # A new kubeconfig dropped later is moved again; the key is not added twice.
+    (card(root) / "kubeconfig").write_text("apiVersion: v1\nkind: Config\n# v2\n")
+    res = run(root)
+    assert res.returncode == 0, res.stderr
+    assert "# v2" in (root / "etc" / "edgelet" / "kubeconfig").read_text()
+    assert (root / "etc" / "edgelet" / "config.toml").read_text().count("kubeconfig =") == 1
+    assert "kubeconfig is already set" in res.stdout
+
+
+def test_a_key_set_by_the_administrator_is_left_alone(root: Path) -> None:
+    config = root / "etc" / "edgelet" / "config.toml"
+    config.write_text('kubeconfig = "/etc/kubernetes/kubelet.conf"\n')
+    (card(root) / "kubeconfig").write_text("x\n")
+    assert run(root).returncode == 0
+    assert config.read_text() == 'kubeconfig = "/etc/kubernetes/kubelet.conf"\n'
+
+
+def test_hostname_and_keys_at_first_boot_only(root: Path) -> None:
+    (card(root) / "hostname").write_text("Sensor-12\r\n")  # written on Windows, capitalised
+    (card(root) / "authorized_keys").write_text(f"# my laptop\n{KEY}\r\nnot a key at all\n{KEY}\n{KEY2}")
+    res = run(root)
+    assert res.returncode == 1  # the stray line is reported...
+    assert "1 line(s) are not public keys" in res.stderr
+    assert (root / "etc" / "hostname").read_text() == "sensor-12\n"  # ...and everything else applied
+    assert "127.0.1.1\tsensor-12" in (root / "etc" / "hosts").read_text()
+    keys = root / "root" / ".ssh" / "authorized_keys"
+    assert keys.read_text().splitlines() == [KEY, KEY2]
+    assert stat.S_IMODE(keys.stat().st_mode) == 0o600
+    assert stat.S_IMODE(keys.parent.stat().st_mode) == 0o700
+    assert "hostname set to sensor-12" in res.stdout and "2 key(s) added" in res.stdout
+
+    (card(root) / "hostname").write_text("other\n")
+    res = run(root)
+    assert res.returncode == 0, res.stderr
+    assert (root / "etc" / "hostname").read_text() == "sensor-12\n"
+    assert "applied at first boot only" in res.stdout
+
+
+@pytest.mark.parametrize("name", ["-bad", "a" * 64, "under_score", ""])
+def test_an_invalid_hostname_is_reported_and_skipped(root: Path, name: str) -> None:
+    (card(root) / "hostname").write_text(name + "\n")
+    res = run(root)
+    assert res.returncode == 1 and "is not a valid hostname" in res.stderr
+    assert (root / "etc" / "hostname").read_text() == "edgelet\n"
+
+
+def test_a_secret_that_is_not_a_file_stays_and_is_reported(root: Path) -> None:
+    (card(root) / "kubeconfig").mkdir()
+    res = run(root)
+    assert res.returncode == 1 and "is not a regular file" in res.stderr
+    assert "kubeconfig" not in (root / "etc" / "edgelet" / "config.toml").read_text()
+
+
+def test_no_card_folder(tmp_path: Path) -> None:
+    res = run(tmp_path)
+    assert res.returncode == 0 and "nothing to do" in res.stdout

@@ -1,0 +1,85 @@
+"""The Raspberry Pi image recipe (packaging/build-image.sh and packaging/image/) without building it: its dry run,
+its units, and the files it puts on the card and in /etc."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from edgelet.settings import read_config_file
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGING = REPO / "packaging"
+IMAGE = PACKAGING / "image"
+
+
+def test_dry_run_prints_every_step_and_does_nothing(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    out = subprocess.run([str(PACKAGING / "build-image.sh"), "--dry-run", "--deb", "/x/edgelet_0.1.0_arm64.deb",
+                          "--output", str(tmp_path / "out")],
+                         capture_output=True, text=True, timeout=60, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+                                                                           "IMAGE_CACHE": str(cache)})
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    for expected in (
+        "debootstrap --arch=arm64 --variant=minbase --components=main,non-free-firmware",
+        "linux-image-arm64 raspi-firmware",
+        "openssh-server",
+        "runc conmon catatonit containernetworking-plugins",
+        "ROOTPART=\"LABEL=RASPIROOT\"",
+        "cgroup_enable=memory cgroup_memory=1' > /etc/default/raspi-extra-cmdline",
+        "/etc/kernel/postinst.d/z50-raspi-firmware",
+        f"cp -a {cache}/base {cache}/root",
+        "dpkg -i /tmp/edgelet.deb",
+        "systemctl enable systemd-networkd systemd-resolved ssh edgelet.service edgelet-runonce.service",
+        "edgelet-card-setup.service edgelet-grow-root.service",
+        "mkfs.vfat -F 32 -n RASPIFIRM",
+        "mkfs.ext4 -q -L RASPIROOT -d",
+        "xz -T0 -6",
+        "sha256sum 'edgelet-rpi-arm64.img.xz'",
+    ):
+        assert expected in text, expected
+    assert not cache.exists() and not (tmp_path / "out" / "edgelet-rpi-arm64.img.xz").exists()
+
+
+def test_card_config_example_is_valid_and_empty() -> None:
+    # Every line is commented out: flashed as is, the card changes nothing.
+    assert read_config_file(IMAGE / "card-config.toml") == {}
+
+
+def test_journal_stays_in_ram() -> None:
+    text = (IMAGE / "journald.conf").read_text()
+    assert "Storage=volatile" in text and "RuntimeMaxUse=" in text
+
+
+def test_card_setup_runs_before_the_network_sshd_and_edgelet() -> None:
+    text = (IMAGE / "edgelet-card-setup.service").read_text()
+    before = next(line for line in text.splitlines() if line.startswith("Before="))
+    for unit in ("network-pre.target", "edgelet-runonce.service", "edgelet.service", "ssh.service"):
+        assert unit in before
+    assert "ConditionPathIsDirectory=/boot/firmware/edgelet" in text
+    assert "ExecStart=/usr/sbin/edgelet-card-setup" in text
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
+def test_image_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
+    units = []
+    for name, script in (("edgelet-card-setup.service", "edgelet-card-setup"),
+                         ("edgelet-grow-root.service", "edgelet-grow-root")):
+        unit = tmp_path / name
+        unit.write_text((IMAGE / name).read_text().replace(f"/usr/sbin/{script}", str(IMAGE / script)))
+        units.append(str(unit))
+    out = subprocess.run(["systemd-analyze", "verify", *units], capture_output=True, text=True, timeout=60)
+    problems = [line for line in (out.stdout + out.stderr).splitlines()
+                if "ssh.service" not in line and "systemd-hostnamed" not in line]  # not on a test machine
+    assert out.returncode == 0 and not problems, out.stdout + out.stderr
+
+
+def test_scripts_parse() -> None:
+    for script in ("edgelet-card-setup", "edgelet-grow-root"):
+        subprocess.run(["sh", "-n", str(IMAGE / script)], check=True)
+    for script in ("build-image.sh", "test-image.sh"):
+        subprocess.run(["bash", "-n", str(PACKAGING / script)], check=True)
