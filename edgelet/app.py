@@ -28,8 +28,6 @@ class ConfigurationError(EdgeletError):
     """The settings ask for something this machine does not have (the CLI exits 1 with the message)."""
 
 
-RUNONCE_FIRST_POLL = 1.0  # kubelet runonce: 1 s, doubling
-RUNONCE_MAX_POLL = 8.0
 
 
 class Agent:
@@ -386,19 +384,36 @@ class Agent:
                 await self.http_source.aclose()
         # Everything else the runtime holds is left over from an earlier configuration.
         self.loop.housekeeping()
-        delay = RUNONCE_FIRST_POLL
-        while True:
-            await self.workers.wait_idle()
-            # kubelet runOnce judges a pod only after a retry delay following its sync, so a
-            # container that exits at once is seen exited, not "running" for a moment.
-            await self.clock.sleep(min(delay, max(0.0, deadline - self.clock.monotonic())))
-            for pod in self.loop.desired().values():
-                self.workers.sync(pod)
-            await self.workers.wait_idle()
-            verdict = runonce_verdict(self.loop.desired(), self.publisher)
-            if verdict.done or self.clock.monotonic() >= deadline:
-                break
-            delay = min(delay * 2, RUNONCE_MAX_POLL)
+        # The daemon's loop and PLEG drive the pods (exits, back-offs, probe verdicts); the pods are judged
+        # from what they publish as soon as their states are final (edgelet.status.runonce), not on a timer.
+        from edgelet.status.runonce import note_running, runonce_verdict
+
+        tasks = [asyncio.create_task(self.loop.run(), name="syncloop"),
+                 asyncio.create_task(self.pleg.run(self.loop.emit_lifecycle), name="pleg")]
+        seen: dict[str, float] = {}
+        try:
+            while True:
+                # Judged on every publish, not once the workers are idle: the resyncs PLEG's events cause
+                # change nothing a verdict needs, and a pod mid-sync is judged by what it published last.
+                self.publisher.changed.clear()
+                now = self.clock.monotonic()
+                desired = self.loop.desired()
+                statuses = {uid: (e.status if (e := self.publisher.get(uid)) is not None else None) for uid in desired}
+                note_running(seen, statuses.values(), now)
+                verdict = runonce_verdict(desired, statuses, seen, now)
+                if verdict.done or now >= deadline:
+                    break
+                wake = deadline if verdict.next_check is None else min(deadline, verdict.next_check)
+                try:
+                    async with asyncio.timeout(max(0.0, wake - now)):
+                        await self.publisher.changed.wait()
+                except TimeoutError:
+                    pass
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        await self.workers.wait_idle()  # no sync is left half done
         self.publisher.flush()
         self.events.flush()
         print_runonce_summary(self.publisher, self.loop.config, out)
@@ -572,16 +587,6 @@ def _small_executor() -> None:
     asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=4, thread_name_prefix="edgelet"))
 
 
-class RunonceVerdict:
-    def __init__(self, failed: list[str], pending: list[str]) -> None:
-        self.failed = failed
-        self.pending = pending
-        self.done = not pending
-
-    def __repr__(self) -> str:
-        return f"RunonceVerdict(failed={self.failed}, pending={self.pending})"
-
-
 def _node_cgroup(settings: "Settings") -> "PodResources | None":
     """The root pods cgroup's caps when --enforce-node-allocatable includes pods: capacity less the reservations."""
     if "pods" not in settings.enforce_node_allocatable:
@@ -590,33 +595,6 @@ def _node_cgroup(settings: "Settings") -> "PodResources | None":
 
     allocatable = node_allocatable(read_capacity(), total_reserved(settings.system_reserved, settings.kube_reserved))
     return pods_cgroup_resources(allocatable)
-
-
-def runonce_verdict(desired: dict, publisher) -> RunonceVerdict:
-    """A pod is done when it Succeeded, or every regular container runs; Failed is final."""
-    failed, pending = [], []
-    for uid, pod in desired.items():
-        name = f"{pod.metadata.namespace}/{pod.metadata.name}"
-        entry = publisher.get(uid)
-        if entry is None:
-            pending.append(name)
-            continue
-        status = entry.status
-        if status.phase == "Failed":
-            failed.append(name)
-        elif status.phase == "Succeeded":
-            continue
-        else:
-            statuses = status.container_statuses or []
-            running = [cs for cs in statuses if cs.state is not None and cs.state.running is not None]
-            completed = [
-                cs for cs in statuses
-                if cs.state is not None and cs.state.terminated is not None and cs.state.terminated.exit_code == 0
-                and pod.spec.restart_policy != "Always"
-            ]
-            if len(running) + len(completed) < len(pod.spec.containers):
-                pending.append(name)
-    return RunonceVerdict(failed, pending)
 
 
 def print_runonce_summary(publisher, config, out: TextIO) -> None:
