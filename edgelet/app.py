@@ -297,7 +297,7 @@ class Agent:
         while True:
             await self.clock.sleep(self.settings.cni_check_period)
             try:
-                broken = await self.runtime.check_networks()
+                broken = await self.runtime.check_networks(self.pleg.pods())
             except Exception as exc:  # noqa: BLE001 - a failed check is no reason to stop the agent
                 log.warning("Cannot check pod networks", err=str(exc))
                 continue
