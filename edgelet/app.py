@@ -128,7 +128,7 @@ class Agent:
         self.syncer = Syncer(self.runtime, self.image_manager, self.backoff, self.clock,  # type: ignore[arg-type]
                              publish=self.publisher.update if self.metrics is None
                              else self.metrics.observing_publish(self.publisher), events=self.events,
-                             probes=self.probes, admit=self._admit)
+                             probes=self.probes, admit=self._admit, newer_than=self.pleg.status_newer_than)
         self.workers = PodWorkers(self.syncer, clock=self.clock)
         self.loop = SyncLoop(
             workers=self.workers,

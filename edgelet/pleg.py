@@ -160,6 +160,8 @@ class Pleg:
         self.relisted = asyncio.Event()
         self._clock = clock
         self.last_relist: float | None = None  # monotonic time of the last successful relist, for /healthz
+        # Monotonic time at which the last successful relist *asked* runc (its view is at least that new).
+        self._relist_asked: float | None = None
 
     def uids(self) -> set[str]:
         """Pod UIDs the runtime held at the last relist."""
@@ -172,10 +174,22 @@ class Pleg:
     def kick(self) -> None:
         self._kick.set()
 
+    def status_newer_than(self, uid: str, since: float) -> PodRuntimeStatus | None:
+        """The pod as the last relist saw it, if that relist asked runc after `since` (monotonic); else None.
+
+        kubelet's pod workers read the PLEG cache the same way (GetNewerThan the last sync): a sync started
+        by a relist's event then runs no `runc list` of its own for its before-state."""
+        asked = self._relist_asked
+        if asked is None or asked <= since:
+            return None
+        return self._last.get(uid, PodRuntimeStatus(uid=uid))
+
     async def relist(self) -> list[PodLifecycleEvent]:
+        asked = (self._clock or REAL_CLOCK).monotonic()
         new = await self._runtime.list_pods()
         events = diff(self._last, new)
         self._last = new
+        self._relist_asked = asked
         self.relisted.set()
         if self._clock is not None:
             self.last_relist = self._clock.monotonic()

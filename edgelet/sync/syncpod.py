@@ -85,8 +85,11 @@ class Syncer:
         events: EventRecorder | None = None,
         probes: "ProbeManager | None" = None,
         admit: "Callable[[Pod], Admission | None] | None" = None,
+        newer_than: "Callable[[str, float], PodRuntimeStatus | None] | None" = None,
     ) -> None:
         self._runtime = runtime
+        # PLEG's last relist of a pod if it is newer than a time (Pleg.status_newer_than); None: always list.
+        self._newer_than = newer_than
         # Whether the pod's limits can be applied on this host (the runtime's cgroup controllers); None: always.
         self._admit = admit
         self._probes = probes  # runs the probes; its liveness/startup failures restart containers
@@ -102,8 +105,15 @@ class Syncer:
         return self._state.setdefault(uid, PodSyncState())
 
     async def sync_pod(self, pod: "Pod") -> SyncResult:
+        st = self.state(pod_uid(pod))
+        try:
+            return await self._sync_pod(pod, st)
+        finally:
+            # Whatever path it took (held, failed, cancelled), what it did to the runtime ends here.
+            st.synced_at = self._clock.monotonic()
+
+    async def _sync_pod(self, pod: "Pod", st: PodSyncState) -> SyncResult:
         uid = pod_uid(pod)
-        st = self.state(uid)
         now = self._clock.monotonic()
 
         if not st.host_access_warned:
@@ -123,8 +133,9 @@ class Syncer:
         if st.evicted is not None:
             return await self._sync_held(pod, st, st.evicted, st.evict_grace)
 
-        # 1. Compute.
-        rt = await self._runtime.pod_status(uid)
+        # 1. Compute, from PLEG's last relist when it asked runc after this pod's last sync ended (a sync
+        # its events started), else from a `runc list` of its own.
+        rt = await self._before_state(uid, st)
         failures = self._probes.failures(uid) if self._probes is not None else None
         actions = compute_pod_actions(pod, rt, self._backoff, now, started=st.started, probe_failures=failures,
                                       start_failed=st.start_failed)
@@ -236,6 +247,13 @@ class Syncer:
         if cleanup_failed:
             wake = CLEANUP_RETRY if wake is None else min(wake, CLEANUP_RETRY)
         return SyncResult(requeue_after=wake, changed=changed)
+
+    async def _before_state(self, uid: str, st: PodSyncState) -> "PodRuntimeStatus":
+        if self._newer_than is not None and st.synced_at is not None:
+            cached = self._newer_than(uid, st.synced_at)
+            if cached is not None:
+                return cached
+        return await self._runtime.pod_status(uid)
 
     def _warn_host_access(self, pod: "Pod") -> None:
         """kubelet runs static pods with host namespaces or a writable host `/` without a word; edgelet says so."""

@@ -174,3 +174,24 @@ def test_the_full_relist_stretches_while_nothing_changes(current, periodic, chan
 
     assert (FULL_RELIST_EVERY, FULL_RELIST_MAX_EVERY) == (6, 30)
     assert next_full_every(current, periodic=periodic, changed=changed) == expected
+
+
+def test_a_relist_serves_a_pods_state_only_when_it_asked_runc_after_the_given_time(tmp_path):
+    import asyncio
+
+    from edgelet.pleg import Pleg
+    from edgelet.util.clock import FakeClock
+
+    class _Runtime:
+        async def list_pods(self):
+            return {"u1": pod("u1", containers=(c("a", "running"),))}
+
+    clock = FakeClock()
+    pleg = Pleg(_Runtime(), tmp_path, clock=clock)
+    assert pleg.status_newer_than("u1", 0.0) is None  # no relist yet
+    before = clock.monotonic()
+    clock.advance(1)
+    asyncio.run(pleg.relist())
+    assert pleg.status_newer_than("u1", before).containers[0].id == "a"
+    assert pleg.status_newer_than("u2", before) == pod("u2")  # nothing of that pod: an empty status
+    assert pleg.status_newer_than("u1", clock.monotonic()) is None  # a sync ended since it asked
