@@ -396,6 +396,9 @@ class Agent:
                 # Judged on every publish, not once the workers are idle: the resyncs PLEG's events cause
                 # change nothing a verdict needs, and a pod mid-sync is judged by what it published last.
                 self.publisher.changed.clear()
+                for t in tasks:
+                    if t.done():
+                        t.result()  # the loop or PLEG died: say why rather than wait for the timeout
                 now = self.clock.monotonic()
                 desired = self.loop.desired()
                 statuses = {uid: (e.status if (e := self.publisher.get(uid)) is not None else None) for uid in desired}
