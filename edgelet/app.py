@@ -16,6 +16,7 @@ from edgelet.errors import EdgeletError
 
 if TYPE_CHECKING:
     from edgelet.api.types import Pod
+    from edgelet.container.types import PodRuntimeStatus
     from edgelet.cgroups.controllers import Admission
     from edgelet.cgroups.qos import PodResources
     from edgelet.sdnotify import Notifier
@@ -107,6 +108,7 @@ class Agent:
         self.events = EventRecorder(self.clock, events_path(paths.run_dir))
         self.publisher = StatusPublisher(paths.root_dir, settings.node_name, self.clock)
         self.pleg = Pleg(self.runtime, paths.exit_dir, clock=self.clock)
+        self._networks_marked = float("-inf")  # monotonic time a CNI CHECK last marked sandboxes broken
         self.backoff = Backoff()
         from edgelet.images.auth import credential_paths, load_credentials
         from edgelet.images.manager import ImageManager
@@ -128,7 +130,7 @@ class Agent:
         self.syncer = Syncer(self.runtime, self.image_manager, self.backoff, self.clock,  # type: ignore[arg-type]
                              publish=self.publisher.update if self.metrics is None
                              else self.metrics.observing_publish(self.publisher), events=self.events,
-                             probes=self.probes, admit=self._admit, newer_than=self.pleg.status_newer_than)
+                             probes=self.probes, admit=self._admit, newer_than=self._relisted_newer_than)
         self.workers = PodWorkers(self.syncer, clock=self.clock)
         self.loop = SyncLoop(
             workers=self.workers,
@@ -203,6 +205,11 @@ class Agent:
         from edgelet.events import pod_ref
 
         self.events.warning(pod_ref(pod, container), reason, message)
+
+    def _relisted_newer_than(self, uid: str, since: float) -> "PodRuntimeStatus | None":
+        """PLEG's last relist of the pod for a sync's before-state, if newer than `since` and than the last
+        time a network CHECK marked sandboxes broken (that mark is applied when the runtime lists)."""
+        return self.pleg.status_newer_than(uid, max(since, self._networks_marked))
 
     def _on_sync_result(self, uid: str, result: "SyncResult") -> None:
         self.loop.on_result(uid, result)
@@ -293,14 +300,27 @@ class Agent:
         network is broken is told so and synced, and its sync replaces the sandbox (kubelet's answer to a
         sandbox that is not ready)."""
         from edgelet.events import pod_ref
+        from edgelet.network.checkplan import CheckPlan, checked, due, host_links
 
+        plan = CheckPlan()  # every period while links or sandboxes change, stretching while nothing does
         while True:
             await self.clock.sleep(self.settings.cni_check_period)
+            pods = self.pleg.pods()
+            now = (tuple(sorted(s.id for p in pods.values() for s in p.sandboxes if s.state == "running")),
+                   await asyncio.to_thread(host_links))
+            go, plan = due(plan, now)
+            if not go:
+                continue
             try:
-                broken = await self.runtime.check_networks(self.pleg.pods())
+                broken = await self.runtime.check_networks(pods)
             except Exception as exc:  # noqa: BLE001 - a failed check is no reason to stop the agent
                 log.warning("Cannot check pod networks", err=str(exc))
+                plan = checked(plan, now, broken=True)
                 continue
+            plan = checked(plan, now, broken=bool(broken))
+            if broken:
+                # The runtime marks those sandboxes not ready from now on; a relist before this does not show it.
+                self._networks_marked = self.clock.monotonic()
             if not broken:
                 continue
             desired = self.loop.desired()
