@@ -306,8 +306,9 @@ class Agent:
         while True:
             await self.clock.sleep(self.settings.cni_check_period)
             pods = self.pleg.pods()
+            links = await asyncio.to_thread(self.runtime.network_host_links, pods)
             now = (tuple(sorted(s.id for p in pods.values() for s in p.sandboxes if s.state == "running")),
-                   await asyncio.to_thread(host_links))
+                   await asyncio.to_thread(host_links, links))
             go, plan = due(plan, now)
             if not go:
                 continue

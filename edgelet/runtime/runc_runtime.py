@@ -605,6 +605,12 @@ class RuncRuntime:
         self._network_broken = {sid for sid in self._network_broken if sid in running} | set(failed)
         return {running[sid]: why for sid, why in failed.items()}
 
+    def network_host_links(self, pods: Mapping[str, PodRuntimeStatus]) -> set[str]:
+        """Names of the host-side links of the running sandboxes' networks (blocking; empty without CNI)."""
+        if self.network is None:
+            return set()
+        return self.network.host_links({s.id for p in pods.values() for s in p.sandboxes if s.state == "running"})
+
     async def cleanup_networks(self) -> int:
         """At start: release the network of every sandbox that no longer runs (a crash, a power cut)."""
         if self.network is None:

@@ -42,5 +42,6 @@ def test_host_links_reads_names_ifindex_and_state(tmp_path):
         (tmp_path / name).mkdir()
         (tmp_path / name / "ifindex").write_text(idx + "\n")
         (tmp_path / name / "operstate").write_text(state + "\n")
-    assert host_links(str(tmp_path)) == (("eth0", "2", "up"), ("lo", "1", "unknown"))
-    assert host_links(str(tmp_path / "absent")) == ()
+    assert host_links(["lo", "eth0"], str(tmp_path)) == (("eth0", "2", "up"), ("lo", "1", "unknown"))
+    assert host_links(["eth0"], str(tmp_path)) == (("eth0", "2", "up"),), "only the links named"
+    assert host_links(["veth9", "../x"], str(tmp_path)) == (("veth9", "", ""),), "a link gone reads empty"
