@@ -32,8 +32,14 @@ def due(plan: CheckPlan, now: Fingerprint) -> tuple[bool, CheckPlan]:
 
 
 def checked(plan: CheckPlan, now: Fingerprint, *, broken: bool) -> CheckPlan:
-    """A CHECK ran on `now`: back to every period after a failure or a change, else twice the span."""
-    stretch = 1 if broken or now != plan.seen else min(plan.stretch * 2, MAX_STRETCH)
+    """A CHECK ran on `now`: every period after a failure, else twice the span (a change had its CHECK at
+    once, `due`; one that passed starts the doubling again from the first span)."""
+    if broken:
+        stretch = 1
+    elif now != plan.seen:
+        stretch = 2
+    else:
+        stretch = min(plan.stretch * 2, MAX_STRETCH)
     return CheckPlan(stretch, 0, now)
 
 

@@ -22,19 +22,19 @@ def _run(fingerprints: list, broken_at: frozenset[int] = frozenset()) -> list[in
 
 def test_nothing_changes_the_span_doubles_up_to_the_maximum():
     assert MAX_STRETCH == 10
-    # 1 (first), then every 1, 2, 4, 8, 10, 10 periods.
-    assert _run([A] * 50) == [1, 2, 4, 8, 16, 26, 36, 46]
+    # 1 (first), then every 2, 4, 8, 10, 10 periods.
+    assert _run([A] * 50) == [1, 3, 7, 15, 25, 35, 45]
 
 
-def test_a_new_sandbox_or_a_link_gone_is_checked_at_the_next_period_and_resets_the_span():
-    fps = [A] * 10 + [B] + [B] * 5
-    assert _run(fps) == [1, 2, 4, 8, 11, 12, 14]
+def test_a_new_sandbox_or_a_link_gone_is_checked_at_the_next_period_and_restarts_the_doubling():
+    fps = [A] * 10 + [B] * 9
+    assert _run(fps) == [1, 3, 7, 11, 13, 17]
     fps = [A] * 10 + [C] * 3
-    assert _run(fps) == [1, 2, 4, 8, 11, 12]
+    assert _run(fps) == [1, 3, 7, 11, 13]
 
 
 def test_a_failed_check_brings_the_span_back_to_every_period():
-    assert _run([A] * 12, broken_at=frozenset({8})) == [1, 2, 4, 8, 9, 11]
+    assert _run([A] * 12, broken_at=frozenset({7})) == [1, 3, 7, 8, 10]
 
 
 def test_host_links_reads_names_ifindex_and_state(tmp_path):
