@@ -16,6 +16,7 @@ from edgelet.errors import EdgeletError
 
 if TYPE_CHECKING:
     from edgelet.api.types import Pod
+    from edgelet.container.types import PodRuntimeStatus
     from edgelet.cgroups.controllers import Admission
     from edgelet.cgroups.qos import PodResources
     from edgelet.sdnotify import Notifier
@@ -24,12 +25,12 @@ if TYPE_CHECKING:
 
 log = get_logger("edgelet")
 
+# --runonce waits for a changed pod's health gate, which the sync loop decides on its 1 s ticks.
+RUNONCE_GATE_POLL = 1.0
+
+
 class ConfigurationError(EdgeletError):
     """The settings ask for something this machine does not have (the CLI exits 1 with the message)."""
-
-
-RUNONCE_FIRST_POLL = 1.0  # kubelet runonce: 1 s, doubling
-RUNONCE_MAX_POLL = 8.0
 
 
 class Agent:
@@ -133,6 +134,7 @@ class Agent:
             self.card_import_dir.events = self.events
         self.publisher = StatusPublisher(paths.root_dir, settings.node_name, self.clock)
         self.pleg = Pleg(self.runtime, paths.exit_dir, clock=self.clock)
+        self._networks_marked = float("-inf")  # monotonic time a CNI CHECK last marked sandboxes broken
         self.backoff = Backoff()
         from edgelet.images.auth import credential_paths, load_credentials
         from edgelet.images.manager import ImageManager
@@ -155,7 +157,7 @@ class Agent:
         self.syncer = Syncer(self.runtime, self.image_manager, self.backoff, self.clock,  # type: ignore[arg-type]
                              publish=self.publisher.update if self.metrics is None
                              else self.metrics.observing_publish(self.publisher), events=self.events,
-                             probes=self.probes, admit=self._admit)
+                             probes=self.probes, admit=self._admit, newer_than=self._relisted_newer_than)
         self.workers = PodWorkers(self.syncer, clock=self.clock)
         self.rollout = _build_rollout(self)
         self.loop = SyncLoop(
@@ -249,6 +251,11 @@ class Agent:
 
         self.events.warning(pod_ref(pod, container), reason, message)
 
+    def _relisted_newer_than(self, uid: str, since: float) -> "PodRuntimeStatus | None":
+        """PLEG's last relist of the pod for a sync's before-state, if newer than `since` and than the last
+        time a network CHECK marked sandboxes broken (that mark is applied when the runtime lists)."""
+        return self.pleg.status_newer_than(uid, max(since, self._networks_marked))
+
     def _on_sync_result(self, uid: str, result: "SyncResult") -> None:
         self.loop.on_result(uid, result)
         # A sync that created or stopped containers: relist soon, so PLEG knows them (between
@@ -340,14 +347,28 @@ class Agent:
         network is broken is told so and synced, and its sync replaces the sandbox (kubelet's answer to a
         sandbox that is not ready)."""
         from edgelet.events import pod_ref
+        from edgelet.network.checkplan import CheckPlan, checked, due, host_links
 
+        plan = CheckPlan()  # every period while links or sandboxes change, stretching while nothing does
         while True:
             await self.clock.sleep(self.settings.cni_check_period)
+            pods = self.pleg.pods()
+            links = await asyncio.to_thread(self.runtime.network_host_links, pods)
+            now = (tuple(sorted(s.id for p in pods.values() for s in p.sandboxes if s.state == "running")),
+                   await asyncio.to_thread(host_links, links))
+            go, plan = due(plan, now)
+            if not go:
+                continue
             try:
-                broken = await self.runtime.check_networks()
+                broken = await self.runtime.check_networks(pods)
             except Exception as exc:  # noqa: BLE001 - a failed check is no reason to stop the agent
                 log.warning("Cannot check pod networks", err=str(exc))
+                plan = checked(plan, now, broken=True)
                 continue
+            plan = checked(plan, now, broken=bool(broken))
+            if broken:
+                # The runtime marks those sandboxes not ready from now on; a relist before this does not show it.
+                self._networks_marked = self.clock.monotonic()
             if not broken:
                 continue
             desired = self.loop.desired()
@@ -449,24 +470,44 @@ class Agent:
                 await self.http_source.aclose()
         # Everything else the runtime holds is left over from an earlier configuration.
         self.loop.housekeeping()
-        delay = RUNONCE_FIRST_POLL
-        while True:
-            await self.workers.wait_idle()
-            # kubelet runOnce judges a pod only after a retry delay following its sync, so a
-            # container that exits at once is seen exited, not "running" for a moment.
-            await self.clock.sleep(min(delay, max(0.0, deadline - self.clock.monotonic())))
-            if self.rollout.unsettled():
-                await self.pleg.relist()  # no PLEG task in --runonce: the gate's view of what runs
-            self.loop.rollout_round()  # a changed pod at boot goes through the same gate
-            for pod in self.loop.desired().values():
-                self.workers.sync(pod)
-            await self.workers.wait_idle()
-            verdict = runonce_verdict(self.loop.desired(), self.publisher)
-            gating = self.rollout.unsettled()
-            if verdict.done and not gating or self.clock.monotonic() >= deadline:
-                break
-            # The gate decides in rounds: poll at most every second while a version is judged.
-            delay = min(delay * 2, RUNONCE_MAX_POLL) if not gating else RUNONCE_FIRST_POLL
+        # The daemon's loop and PLEG drive the pods (exits, back-offs, probe verdicts); the pods are judged
+        # from what they publish as soon as their states are final (edgelet.status.runonce), not on a timer.
+        from edgelet.status.runonce import note_running, runonce_verdict
+
+        tasks = [asyncio.create_task(self.loop.run(), name="syncloop"),
+                 asyncio.create_task(self.pleg.run(self.loop.emit_lifecycle), name="pleg")]
+        seen: dict[str, float] = {}
+        try:
+            while True:
+                # Judged on every publish, not once the workers are idle: the resyncs PLEG's events cause
+                # change nothing a verdict needs, and a pod mid-sync is judged by what it published last.
+                self.publisher.changed.clear()
+                for t in tasks:
+                    if t.done():
+                        t.result()  # the loop or PLEG died: say why rather than wait for the timeout
+                now = self.clock.monotonic()
+                desired = self.loop.desired()
+                statuses = {uid: (e.status if (e := self.publisher.get(uid)) is not None else None) for uid in desired}
+                note_running(seen, statuses.values(), now)
+                verdict = runonce_verdict(desired, statuses, seen, now)
+                # A changed pod at boot goes through the same health gate (the sync loop's rounds judge it):
+                # runonce waits for its decision too.
+                gating = self.rollout.unsettled()
+                if verdict.done and not gating or now >= deadline:
+                    break
+                wake = deadline if verdict.next_check is None else min(deadline, verdict.next_check)
+                if gating:
+                    wake = min(wake, now + RUNONCE_GATE_POLL)  # the gate decides on the loop's ticks
+                try:
+                    async with asyncio.timeout(max(0.0, wake - now)):
+                        await self.publisher.changed.wait()
+                except TimeoutError:
+                    pass
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        await self.workers.wait_idle()  # no sync is left half done
         self.publisher.flush()
         self.events.flush()
         print_runonce_summary(self.publisher, self.loop.config, out)
@@ -676,16 +717,6 @@ def _small_executor() -> None:
     asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=4, thread_name_prefix="edgelet"))
 
 
-class RunonceVerdict:
-    def __init__(self, failed: list[str], pending: list[str]) -> None:
-        self.failed = failed
-        self.pending = pending
-        self.done = not pending
-
-    def __repr__(self) -> str:
-        return f"RunonceVerdict(failed={self.failed}, pending={self.pending})"
-
-
 def _node_cgroup(settings: "Settings") -> "PodResources | None":
     """The root pods cgroup's caps when --enforce-node-allocatable includes pods: capacity less the reservations."""
     if "pods" not in settings.enforce_node_allocatable:
@@ -694,33 +725,6 @@ def _node_cgroup(settings: "Settings") -> "PodResources | None":
 
     allocatable = node_allocatable(read_capacity(), total_reserved(settings.system_reserved, settings.kube_reserved))
     return pods_cgroup_resources(allocatable)
-
-
-def runonce_verdict(desired: dict, publisher) -> RunonceVerdict:
-    """A pod is done when it Succeeded, or every regular container runs; Failed is final."""
-    failed, pending = [], []
-    for uid, pod in desired.items():
-        name = f"{pod.metadata.namespace}/{pod.metadata.name}"
-        entry = publisher.get(uid)
-        if entry is None:
-            pending.append(name)
-            continue
-        status = entry.status
-        if status.phase == "Failed":
-            failed.append(name)
-        elif status.phase == "Succeeded":
-            continue
-        else:
-            statuses = status.container_statuses or []
-            running = [cs for cs in statuses if cs.state is not None and cs.state.running is not None]
-            completed = [
-                cs for cs in statuses
-                if cs.state is not None and cs.state.terminated is not None and cs.state.terminated.exit_code == 0
-                and pod.spec.restart_policy != "Always"
-            ]
-            if len(running) + len(completed) < len(pod.spec.containers):
-                pending.append(name)
-    return RunonceVerdict(failed, pending)
 
 
 def print_runonce_summary(publisher, config, out: TextIO) -> None:

@@ -105,6 +105,18 @@ def pods_with_events(events: list[PodLifecycleEvent]) -> list[str]:
 # A quiet period checks the running processes itself; `runc list` (about 35 ms of CPU with
 # 40 containers) runs on every exit-file event and at least every this many periods.
 FULL_RELIST_EVERY = 6
+# While the periodic full relists find nothing new, the span between them doubles up to this many periods
+# (5 minutes at the default 10 s): an idle node pays one `runc list` per 5 minutes, not one a minute.
+FULL_RELIST_MAX_EVERY = 30
+
+
+def next_full_every(current: int, *, periodic: bool, changed: bool) -> int:
+    """The periods until the next full relist, after one: doubled (to FULL_RELIST_MAX_EVERY) when a
+    periodic one found nothing new, back to FULL_RELIST_EVERY when it found something or was asked for
+    (an exit file, a sync that changed containers, a process gone)."""
+    if changed or not periodic:
+        return FULL_RELIST_EVERY
+    return min(current * 2, FULL_RELIST_MAX_EVERY)
 
 
 def all_alive(last: Mapping[str, PodRuntimeStatus], exists: Callable[[str], bool] = os.path.exists) -> bool:
@@ -132,7 +144,9 @@ class Pleg:
     The exit-file watch makes a container's death visible within milliseconds;
     the periodic check catches what inotify cannot see (e.g. a container killed
     with its conmon): a look at /proc for each running process, and a full
-    `runc list` every FULL_RELIST_EVERY periods or as soon as one is gone.
+    `runc list` every FULL_RELIST_EVERY periods (stretching to
+    FULL_RELIST_MAX_EVERY while nothing changes, see `next_full_every`) or as
+    soon as one is gone.
     """
 
     def __init__(self, runtime: "Runtime", exit_dir: Path, relist_period: float = 10.0,
@@ -146,6 +160,8 @@ class Pleg:
         self.relisted = asyncio.Event()
         self._clock = clock
         self.last_relist: float | None = None  # monotonic time of the last successful relist, for /healthz
+        # Monotonic time at which the last successful relist *asked* runc (its view is at least that new).
+        self._relist_asked: float | None = None
 
     def uids(self) -> set[str]:
         """Pod UIDs the runtime held at the last relist."""
@@ -158,10 +174,22 @@ class Pleg:
     def kick(self) -> None:
         self._kick.set()
 
+    def status_newer_than(self, uid: str, since: float) -> PodRuntimeStatus | None:
+        """The pod as the last relist saw it, if that relist asked runc after `since` (monotonic); else None.
+
+        kubelet's pod workers read the PLEG cache the same way (GetNewerThan the last sync): a sync started
+        by a relist's event then runs no `runc list` of its own for its before-state."""
+        asked = self._relist_asked
+        if asked is None or asked <= since:
+            return None
+        return self._last.get(uid, PodRuntimeStatus(uid=uid))
+
     async def relist(self) -> list[PodLifecycleEvent]:
+        asked = (self._clock or REAL_CLOCK).monotonic()
         new = await self._runtime.list_pods()
         events = diff(self._last, new)
         self._last = new
+        self._relist_asked = asked
         self.relisted.set()
         if self._clock is not None:
             self.last_relist = self._clock.monotonic()
@@ -189,6 +217,7 @@ class Pleg:
         observer = watch_directory(self._exit_dir, self._kick)
         try:
             quiet = 0
+            full_every = FULL_RELIST_EVERY
             while True:
                 timed_out = False
                 # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancellation
@@ -199,11 +228,13 @@ class Pleg:
                 except TimeoutError:
                     timed_out = True
                 self._kick.clear()
-                if timed_out and quiet < FULL_RELIST_EVERY - 1 and await asyncio.to_thread(all_alive, self._last):
+                if timed_out and quiet < full_every - 1 and await asyncio.to_thread(all_alive, self._last):
                     quiet += 1
                     if self._clock is not None:
                         self.last_relist = self._clock.monotonic()  # the state was checked: PLEG is healthy
                     continue
+                # Periodic: the span ran out with every process alive; else asked for, or a process is gone.
+                periodic = timed_out and quiet >= full_every - 1
                 quiet = 0
                 try:
                     events = await self.relist()
@@ -211,7 +242,9 @@ class Pleg:
                     raise
                 except Exception as exc:
                     log.error("Relist failed", exc)
+                    full_every = FULL_RELIST_EVERY
                     continue
+                full_every = next_full_every(full_every, periodic=periodic, changed=bool(events))
                 uids = {e.pod_uid for e in events}
                 if uids:
                     emit(uids)

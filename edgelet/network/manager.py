@@ -185,6 +185,18 @@ class PodNetwork:
             log.warning("CNI GC failed", err=str(exc))
         return count
 
+    def host_links(self, live: set[str]) -> set[str]:
+        """The host-side links (the bridge, the veths: no `sandbox` in the ADD result) of the attachments of
+        the sandboxes in `live`, from the cache (blocking I/O); what housekeeping watches between CHECKs."""
+        names: set[str] = set()
+        for entry in self.cache.entries():
+            if entry.container_id not in live or not isinstance(entry.result, dict):
+                continue
+            for itf in entry.result.get("interfaces") or []:
+                if isinstance(itf, dict) and not itf.get("sandbox") and isinstance(itf.get("name"), str):
+                    names.add(itf["name"])
+        return names
+
     async def check(self, live: set[str]) -> dict[str, str]:
         """CHECK the attachment of every running sandbox (housekeeping): {sandbox id: why} for those whose
         network is broken (a bridge, veth, address or rule gone).

@@ -11,6 +11,9 @@ class ContainerToStart:
     name: str
     attempt: int  # restart count the new instance will have
     container_type: str = "regular"  # "init" | "regular"
+    # The id of a created, never-started instance to start (`runc start`) instead of creating a new one:
+    # an agent killed between a container's create and its start left it, its conmon waiting.
+    existing: str | None = None
 
 
 @dataclass(frozen=True)

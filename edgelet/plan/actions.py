@@ -14,7 +14,11 @@ findNextInitContainerToRun (KUBELET-SEMANTICS "Pod sync"):
   next init container waits until the sidecar runs and passed its startup
   probe; they restart whenever they exit, and once the main containers are
   done for good they are stopped, listed last-started first;
-- a regular container that never ran starts; an exited one restarts by
+- a regular container that never ran starts; one left created and never
+  started (an agent killed between its create and its start) is started as
+  it is when it is the desired instance (same spec, current sandbox, its
+  runc init waiting, no start of it failed), else killed and replaced; an
+  exited one restarts by
   policy (Never: no; OnFailure: only after a failure; Always: yes), after
   its CrashLoopBackOff delay;
 - a running container whose spec hash changed is killed and restarted; one
@@ -27,7 +31,7 @@ The back-off is only read here; the syncer records a failure
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping, TypedDict
+from typing import TYPE_CHECKING, AbstractSet, Mapping, TypedDict
 
 from edgelet.api.pod import is_sidecar, meta, should_restart
 from edgelet.api.pod import spec as pod_spec
@@ -114,8 +118,11 @@ def _succeeded(rec: "ContainerRecord | None") -> bool:
 class _Plan:
     """Accumulates the actions of one computation (local to compute_pod_actions)."""
 
-    def __init__(self, pod: "Pod", status: "PodRuntimeStatus", backoff: "Backoff", now: float) -> None:
+    def __init__(self, pod: "Pod", status: "PodRuntimeStatus", backoff: "Backoff", now: float,
+                 start_failed: AbstractSet[str] = frozenset()) -> None:
         self.pod = pod
+        self.sandbox_id: str | None = None  # the live sandbox the containers start in (None: a new one)
+        self.start_failed = start_failed
         self.status = status
         self.backoff = backoff
         self.now = now
@@ -127,9 +134,28 @@ class _Plan:
     def latest(self, name: str) -> "ContainerRecord | None":
         return self.status.latest(name)
 
+    def resumable(self, container: "Container", rec: "ContainerRecord") -> bool:
+        """Whether a created, never-started instance is the one to start rather than kill and replace.
+
+        **edgelet:** kubelet never sees one (containerd's create and start are one CRI call apart, and a
+        restarted kubelet kills what is not running). An agent killed between `runc create` and `runc
+        start` leaves the desired instance with its conmon waiting: starting it keeps its restart count
+        and does not count a restart for a container that never failed. Only when runc holds it created
+        (its init process waits: a pid), in the sandbox in use, with today's spec, and no start of it
+        failed in this agent (a start that failed once is not retried on the same instance).
+        """
+        from edgelet.api.hash import container_hash
+
+        return (rec.state == "created" and rec.pid is not None and self.sandbox_id is not None
+                and rec.sandbox_id == self.sandbox_id and rec.id not in self.start_failed
+                and rec.spec_hash == container_hash(container))
+
     def try_start(self, container: "Container", container_type: str) -> ContainerToStart | None:
         """The start of `container`'s next instance, or None (and a CrashLoopBackOff wait) while backing off."""
         rec = self.latest(container.name)
+        if rec is not None and self.resumable(container, rec):
+            return ContainerToStart(name=container.name, attempt=rec.attempt, container_type=container_type,
+                                    existing=rec.id)
         if rec is not None and rec.state in ALIVE and rec.state != "running":
             # kubelet kills a container in an unknown state before restarting it, so two instances
             # never run; edgelet does the same for one left "created" (a sync interrupted between
@@ -159,6 +185,7 @@ def compute_pod_actions(
     *,
     probe_failures: Mapping[str, str] | None = None,
     started: Mapping[str, bool] | None = None,
+    start_failed: AbstractSet[str] = frozenset(),
 ) -> PodActions:
     """What the next sync of `pod` must do, given what the runtime holds for it.
 
@@ -167,6 +194,8 @@ def compute_pod_actions(
     that failed it ("liveness" or "startup"). `started` maps a container name
     to its startup probe verdict (PodSyncState.started); a running container
     without an entry has no startup probe and counts as started.
+    `start_failed` holds the ids of instances whose `runc start` failed in this
+    agent: a created instance among them is replaced, not started again.
     """
     from edgelet.api.hash import container_hash
 
@@ -174,11 +203,12 @@ def compute_pod_actions(
     policy = spec.restart_policy or "Always"
     inits = list(spec.init_containers or [])
     regular = list(spec.containers or [])
-    plan = _Plan(pod, status, backoff, now)
+    plan = _Plan(pod, status, backoff, now, start_failed)
 
     create, attempt, sandbox_id = sandbox_changed(pod, status)
     if create:
         return _recreate(plan, policy, inits, regular, attempt, sandbox_id)
+    plan.sandbox_id = sandbox_id
 
     # Whatever runs but is no longer in the spec must go.
     names = {c.name for c in inits} | {c.name for c in regular}

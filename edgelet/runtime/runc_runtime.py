@@ -593,17 +593,31 @@ class RuncRuntime:
         except (NetworkError, OSError) as exc:
             log.warning("Pod network teardown failed; the next start retries", sandbox=sid[:12], err=str(exc))
 
-    async def check_networks(self) -> dict[str, str]:
+    async def check_networks(self, pods: Mapping[str, PodRuntimeStatus] | None = None) -> dict[str, str]:
         """Housekeeping: CNI CHECK of every running sandbox's network; {pod uid: why} for the pods whose
         sandbox network is broken. Those sandboxes are reported not ready from now on (their pods get a new
-        sandbox with a new network at their next sync)."""
+        sandbox with a new network at their next sync).
+
+        `pods` is what the runtime held at PLEG's last relist (the agent passes it): an idle agent then runs
+        no `runc list` of its own for the check (issue 25: one a minute was half the idle CPU of its children).
+        A sandbox started since is checked next time; one gone since fails its CHECK as it would anyway."""
         if self.network is None:
             return {}
-        running = {s.id: uid for uid, p in (await self.list_pods()).items() for s in p.sandboxes
-                   if s.state == "running"}
+        if pods is None:
+            pods = await self.list_pods()
+        running = {s.id: uid for uid, p in pods.items() for s in p.sandboxes if s.state == "running"}
+        if not running:
+            self._network_broken = set()
+            return {}
         failed = await self.network.check(set(running) - self._network_broken)
         self._network_broken = {sid for sid in self._network_broken if sid in running} | set(failed)
         return {running[sid]: why for sid, why in failed.items()}
+
+    def network_host_links(self, pods: Mapping[str, PodRuntimeStatus]) -> set[str]:
+        """Names of the host-side links of the running sandboxes' networks (blocking; empty without CNI)."""
+        if self.network is None:
+            return set()
+        return self.network.host_links({s.id for p in pods.values() for s in p.sandboxes if s.state == "running"})
 
     async def cleanup_networks(self) -> int:
         """At start: release the network of every sandbox that no longer runs (a crash, a power cut)."""

@@ -87,6 +87,7 @@ class StatusPublisher:
         self._pods: dict[str, PodEntry] = {}
         self._rejected: list[RejectedRow] = []
         self._dirty = asyncio.Event()
+        self.changed = asyncio.Event()  # set on every update or removal (--runonce judges the pods on it)
         self._file = StampedWriter(self._path, "pods checkpoint")
         # The puller's progress of an image's pull under way (set by the app when pulls are possible).
         self.pull_progress: "Callable[[str], PullShown | None] | None" = None
@@ -144,10 +145,12 @@ class StatusPublisher:
         )
         self._pods[pod_uid(pod)] = PodEntry(pod, status, row)
         self._dirty.set()
+        self.changed.set()
 
     def remove(self, uid: str) -> None:
         if self._pods.pop(uid, None) is not None:
             self._dirty.set()
+            self.changed.set()
 
     def set_config(self, config: "ConfigState") -> None:
         rows = [

@@ -26,3 +26,7 @@ class PodSyncState:
     # this pod (a changed manifest is a new pod).
     refused: tuple[str, str] | None = None
     admitted: bool = False  # the admission check passed (or warned) once; not repeated
+    # Ids of created instances whose `runc start` failed: replaced, not started again (plan.actions resumable).
+    start_failed: set[str] = field(default_factory=set)
+    # Monotonic end of the pod's last sync: a relist newer than that is fresh enough for the next one's before-state.
+    synced_at: float | None = None

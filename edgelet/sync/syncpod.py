@@ -85,8 +85,11 @@ class Syncer:
         events: EventRecorder | None = None,
         probes: "ProbeManager | None" = None,
         admit: "Callable[[Pod], Admission | None] | None" = None,
+        newer_than: "Callable[[str, float], PodRuntimeStatus | None] | None" = None,
     ) -> None:
         self._runtime = runtime
+        # PLEG's last relist of a pod if it is newer than a time (Pleg.status_newer_than); None: always list.
+        self._newer_than = newer_than
         # Whether the pod's limits can be applied on this host (the runtime's cgroup controllers); None: always.
         self._admit = admit
         self._probes = probes  # runs the probes; its liveness/startup failures restart containers
@@ -102,8 +105,15 @@ class Syncer:
         return self._state.setdefault(uid, PodSyncState())
 
     async def sync_pod(self, pod: "Pod") -> SyncResult:
+        st = self.state(pod_uid(pod))
+        try:
+            return await self._sync_pod(pod, st)
+        finally:
+            # Whatever path it took (held, failed, cancelled), what it did to the runtime ends here.
+            st.synced_at = self._clock.monotonic()
+
+    async def _sync_pod(self, pod: "Pod", st: PodSyncState) -> SyncResult:
         uid = pod_uid(pod)
-        st = self.state(uid)
         now = self._clock.monotonic()
 
         if not st.host_access_warned:
@@ -123,11 +133,15 @@ class Syncer:
         if st.evicted is not None:
             return await self._sync_held(pod, st, st.evicted, st.evict_grace)
 
-        # 1. Compute.
-        rt = await self._runtime.pod_status(uid)
+        # 1. Compute, from PLEG's last relist when it asked runc after this pod's last sync ended (a sync
+        # its events started), else from a `runc list` of its own.
+        rt = await self._before_state(uid, st)
         failures = self._probes.failures(uid) if self._probes is not None else None
-        actions = compute_pod_actions(pod, rt, self._backoff, now, started=st.started, probe_failures=failures)
+        actions = compute_pod_actions(pod, rt, self._backoff, now, started=st.started, probe_failures=failures,
+                                      start_failed=st.start_failed)
         st.waiting = dict(actions.waiting)
+        if st.start_failed:
+            st.start_failed &= {c.id for c in rt.containers}  # only instances that still exist
         st.pod_failed = actions.pod_failed
         self._record_backoffs(pod, st)
 
@@ -171,7 +185,12 @@ class Syncer:
             for item in to_start:
                 container = specs[item.name]
                 assert sandbox is not None  # the branch above handles a pod without one
-                reason = await self._start_container(pod, container, sandbox, item.attempt, item.container_type)
+                if item.existing is not None:
+                    reason = await self._resume_container(pod, container, sandbox, item.existing, item.attempt,
+                                                          item.container_type, st)
+                else:
+                    reason = await self._start_container(pod, container, sandbox, item.attempt,
+                                                         item.container_type, st)
                 if reason is not None:
                     st.waiting[item.name] = reason
                 if reason is None or reason[0] not in _NO_CONTAINER_REASONS:
@@ -229,6 +248,13 @@ class Syncer:
             wake = CLEANUP_RETRY if wake is None else min(wake, CLEANUP_RETRY)
         return SyncResult(requeue_after=wake, changed=changed)
 
+    async def _before_state(self, uid: str, st: PodSyncState) -> "PodRuntimeStatus":
+        if self._newer_than is not None and st.synced_at is not None:
+            cached = self._newer_than(uid, st.synced_at)
+            if cached is not None:
+                return cached
+        return await self._runtime.pod_status(uid)
+
     def _warn_host_access(self, pod: "Pod") -> None:
         """kubelet runs static pods with host namespaces or a writable host `/` without a word; edgelet says so."""
         from edgelet.api.hostaccess import REASON, describe_host_access, host_access_message
@@ -238,7 +264,8 @@ class Syncer:
             self._events.warning(pod_ref(pod), REASON, host_access_message(found))
 
     async def _start_container(
-        self, pod: "Pod", container: "Container", sandbox: "SandboxRecord", attempt: int, ctype: str
+        self, pod: "Pod", container: "Container", sandbox: "SandboxRecord", attempt: int, ctype: str,
+        st: PodSyncState | None = None,
     ) -> tuple[str, str] | None:
         """Image, create, start; returns a waiting (reason, message) on failure."""
         uid = pod_uid(pod)
@@ -271,6 +298,8 @@ class Syncer:
             raise
         except Exception as exc:
             log.error("Failed to start container", exc, pod=_full(pod), container=container.name)
+            if st is not None:
+                st.start_failed.add(cid)  # left created, it is replaced at the next sync, not started again
             self._backoff.next(key, self._clock.monotonic())
             self._events.warning(ref, "Failed", f"Error: {exc}")
             return ("RunContainerError", str(exc))
@@ -280,6 +309,37 @@ class Syncer:
             failed = await self._post_start(pod, container, sandbox, cid, ref)
             if failed is not None:
                 return failed
+        return None
+
+    async def _resume_container(
+        self, pod: "Pod", container: "Container", sandbox: "SandboxRecord", cid: str, attempt: int, ctype: str,
+        st: PodSyncState,
+    ) -> tuple[str, str] | None:
+        """Start an instance a killed agent created but never started (plan.actions resumable).
+
+        The Created event went out with its create; the restart it is (attempt > 0) counts for the
+        back-off as the one it replaces would have. A failed start marks it for replacement.
+        """
+        key = (pod_uid(pod), container.name)
+        ref = pod_ref(pod, container.name, init=ctype != "regular")
+        if attempt > 0:
+            self._backoff.next(key, self._clock.monotonic())
+        log.info("Starting a container created by the previous agent", pod=_full(pod), container=container.name,
+                 id=cid[:12], attempt=attempt)
+        try:
+            await self._runtime.start_container(cid)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.error("Failed to start container", exc, pod=_full(pod), container=container.name)
+            st.start_failed.add(cid)
+            self._backoff.next(key, self._clock.monotonic())
+            self._events.warning(ref, "Failed", f"Error: {exc}")
+            return ("RunContainerError", str(exc))
+        log.info("Started container", pod=_full(pod), container=container.name, id=cid[:12], attempt=attempt)
+        self._events.normal(ref, "Started", f"Started container: {container.name}")
+        if container.lifecycle is not None and container.lifecycle.post_start is not None:
+            return await self._post_start(pod, container, sandbox, cid, ref)
         return None
 
     async def _post_start(

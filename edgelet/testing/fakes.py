@@ -38,6 +38,7 @@ class FakeRuntime:
         self.calls: list[tuple] = []
         self.released: list[str] = []
         self.fail_create: set[str] = set()  # container names whose create fails
+        self.fail_start: set[str] = set()  # container names whose start fails (the instance stays created)
 
     async def list_pods(self) -> dict[str, PodRuntimeStatus]:
         uids = {s.pod_uid for s in self.sandboxes.values()} | {c.pod_uid for c in self.containers.values()}
@@ -74,7 +75,8 @@ class FakeRuntime:
         self.containers[cid] = ContainerRecord(
             id=cid, pod_uid=pod.metadata.uid, pod_name=pod.metadata.name, pod_namespace=pod.metadata.namespace,
             name=container.name, attempt=attempt, spec_hash=container_hash(container), sandbox_id=sandbox.id,
-            state="created", pid=None, created_at=self.clock.now() + next(_ids) * 1e-6, image=container.image,
+            # runc's init process waits for `runc start` with a pid of its own.
+            state="created", pid=3000 + next(_ids), created_at=self.clock.now() + next(_ids) * 1e-6, image=container.image,
             image_id=image.id, container_type=container_type,
             grace_period=float(pod.spec.termination_grace_period_seconds)
             if pod.spec.termination_grace_period_seconds is not None else 30.0,
@@ -84,6 +86,8 @@ class FakeRuntime:
     async def start_container(self, container_id: str) -> None:
         self.calls.append(("start_container", container_id))
         c = self.containers[container_id]
+        if c.name in self.fail_start:
+            raise OSError(f"start failed for {c.name}")
         self.containers[container_id] = replace(c, state="running", pid=2000 + next(_ids), started_at=self.clock.now())
 
     def exit(self, container_id: str, code: int) -> None:

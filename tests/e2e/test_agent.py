@@ -214,6 +214,15 @@ def test_runonce_success_and_failure(agent):
     assert "fails-testnode" in res.stdout
 
 
+def test_runonce_does_not_report_a_container_that_dies_soon_after_its_start(agent):
+    """The verdict comes from observed states, but a container must not be restarting (kubelet's runOnce rule):
+    one that exits 0.1 s after each start is never judged running, and the run gives up at its timeout."""
+    agent.write_manifest("a.yaml", pod_yaml("flaky", "sleep 0.1; exit 1"))
+    res = agent.run_once("--runonce-timeout", "6s")
+    assert res.returncode != 0, res.stdout + res.stderr
+    assert "flaky-testnode" in res.stdout and "gave up after 6s" in res.stdout
+
+
 def test_parser_bombs_are_rejected_files_and_the_agent_lives_on(agent):
     agent.start()
     agent.write_manifest("good.yaml", pod_yaml("good", "exec sleep 300"))

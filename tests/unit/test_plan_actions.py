@@ -32,14 +32,15 @@ def base_pod(policy: str = "Always", inits: list[Container] | None = None) -> Po
 
 
 def rec(pod: Pod, name: str, state: str = "running", *, attempt: int = 0, exit_code: int | None = None,
-        reason: str = "", created: float | None = None, hash_: str | None = None) -> ContainerRecord:
+        reason: str = "", created: float | None = None, hash_: str | None = None, pid: int | None = None,
+        sandbox_id: str = SB) -> ContainerRecord:
     spec = {c.name: c for c in [*(pod.spec.init_containers or []), *pod.spec.containers]}.get(name)
     if state == "exited" and exit_code is None:
         exit_code = 0
     return ContainerRecord(
         id=f"{name}-{attempt}", pod_uid=UID, pod_name="foo", pod_namespace="new", name=name, attempt=attempt,
         spec_hash=hash_ if hash_ is not None else (container_hash(spec) if spec else "x"),
-        sandbox_id=SB, state=state, pid=None, created_at=created if created is not None else 100.0 + attempt,  # type: ignore[arg-type]
+        sandbox_id=sandbox_id, state=state, pid=pid, created_at=created if created is not None else 100.0 + attempt,  # type: ignore[arg-type]
         exit_code=exit_code, reason=reason,
     )
 
@@ -239,8 +240,8 @@ CASES: list[tuple[str, PodMut | None, StatusMut | None, PodActions]] = [
         PodActions(sandbox_id=SB, containers_to_kill={"gone-0": "Container gone is not in the pod spec"}),
     ),
     (
-        # An agent killed between `runc create` and `runc start`: the run never happened, so the attempt
-        # number is taken back (no restart counted).
+        # Created without a pid (conmon's `runc create` has not written its state): the run never happened, so
+        # the attempt number is taken back (no restart counted). With a pid it is started as it is (RESUME_CASES).
         "created container: killed and started again as the same attempt",
         None,
         lambda pod, s: set_container(drop(s, "foo1"), rec(pod, "foo1", "created")),
@@ -563,3 +564,57 @@ def test_a_never_started_container_under_never_gets_its_one_run() -> None:
                            rec(pod, "foo1", "exited", exit_code=255, reason="ContainerStatusUnknown"))
     actions = compute_pod_actions(pod, status, Backoff(), NOW)
     assert actions.containers_to_start == (start("foo1", 0),)
+
+
+def resume(name: str, attempt: int = 0, ctype: str = "regular") -> ContainerToStart:
+    return ContainerToStart(name=name, attempt=attempt, container_type=ctype, existing=f"{name}-{attempt}")
+
+
+# An agent killed between a container's `runc create` and its `runc start` (issue 21): the instance runc holds
+# created, its init process waiting under conmon, is the desired one and is started as it is; anything that
+# makes it not the desired one (or not startable) kills and replaces it as before.
+KILL_CREATED = {"foo1-0": 'Container foo1 is in "created" state, killing it before restart'}
+RESUME_CASES = [
+    ("created with a pid in the sandbox in use, same spec: started as it is",
+     lambda p: rec(p, "foo1", "created", pid=42), frozenset(),
+     PodActions(sandbox_id=SB, containers_to_start=(resume("foo1"),))),
+    ("a created restart keeps its attempt (restartCount stays, nothing killed)",
+     lambda p: rec(p, "foo1", "created", pid=42, attempt=3), frozenset(),
+     PodActions(sandbox_id=SB, containers_to_start=(resume("foo1", 3),))),
+    ("its spec changed since: killed and replaced",
+     lambda p: rec(p, "foo1", "created", pid=42, hash_="stale"), frozenset(),
+     PodActions(sandbox_id=SB, containers_to_kill=KILL_CREATED, containers_to_start=(start("foo1", 0),))),
+    ("created in an older sandbox: killed and replaced",
+     lambda p: rec(p, "foo1", "created", pid=42, sandbox_id="sandbox-old"), frozenset(),
+     PodActions(sandbox_id=SB, containers_to_kill=KILL_CREATED, containers_to_start=(start("foo1", 0),))),
+    ("no pid (runc has not written its state): killed and replaced",
+     lambda p: rec(p, "foo1", "created"), frozenset(),
+     PodActions(sandbox_id=SB, containers_to_kill=KILL_CREATED, containers_to_start=(start("foo1", 0),))),
+    ("its start already failed in this agent: killed and replaced",
+     lambda p: rec(p, "foo1", "created", pid=42), frozenset({"foo1-0"}),
+     PodActions(sandbox_id=SB, containers_to_kill=KILL_CREATED, containers_to_start=(start("foo1", 0),))),
+]
+
+
+@pytest.mark.parametrize(("record", "start_failed", "expected"), [c[1:] for c in RESUME_CASES],
+                         ids=[c[0] for c in RESUME_CASES])
+def test_a_created_never_started_instance(record: Callable[[Pod], ContainerRecord], start_failed: frozenset[str],
+                                          expected: PodActions) -> None:
+    pod = base_pod()
+    status = set_container(drop(base_status(pod), "foo1"), record(pod))
+    assert compute_pod_actions(pod, status, Backoff(), NOW, start_failed=start_failed) == expected
+
+
+def test_a_created_init_container_is_started_as_it_is() -> None:
+    pod = init_pod()
+    status = init_status(pod, rec(pod, "init1", "created", pid=42))
+    assert compute_pod_actions(pod, status, Backoff(), NOW) == PodActions(
+        sandbox_id=SB, next_init_container=resume("init1", 0, "init"))
+
+
+def test_a_created_instance_is_not_started_in_a_new_sandbox() -> None:
+    pod = base_pod()
+    status = replace(set_container(drop(base_status(pod), "foo1"), rec(pod, "foo1", "created", pid=42)),
+                     sandboxes=(sandbox("exited"),))
+    actions = compute_pod_actions(pod, status, Backoff(), NOW)
+    assert actions.create_sandbox and all(s.existing is None for s in actions.containers_to_start)

@@ -155,3 +155,43 @@ def test_adoption_gives_up_when_the_runtime_keeps_failing(tmp_path):
     with pytest.raises(ExecError):
         asyncio.run(Pleg(rt, tmp_path, clock=FakeClock()).adopt())
     assert rt.calls == ADOPT_ATTEMPTS
+
+
+@pytest.mark.parametrize(
+    ("current", "periodic", "changed", "expected"),
+    [
+        (6, True, False, 12),  # a periodic full relist found nothing: the next one waits twice as long
+        (12, True, False, 24),
+        (24, True, False, 30),  # up to FULL_RELIST_MAX_EVERY (5 minutes at 10 s)
+        (30, True, False, 30),
+        (30, True, True, 6),  # it found something: back to every minute
+        (30, False, False, 6),  # asked for (an exit file, a sync that changed containers, a process gone)
+        (12, False, True, 6),
+    ],
+)
+def test_the_full_relist_stretches_while_nothing_changes(current, periodic, changed, expected):
+    from edgelet.pleg import FULL_RELIST_EVERY, FULL_RELIST_MAX_EVERY, next_full_every
+
+    assert (FULL_RELIST_EVERY, FULL_RELIST_MAX_EVERY) == (6, 30)
+    assert next_full_every(current, periodic=periodic, changed=changed) == expected
+
+
+def test_a_relist_serves_a_pods_state_only_when_it_asked_runc_after_the_given_time(tmp_path):
+    import asyncio
+
+    from edgelet.pleg import Pleg
+    from edgelet.util.clock import FakeClock
+
+    class _Runtime:
+        async def list_pods(self):
+            return {"u1": pod("u1", containers=(c("a", "running"),))}
+
+    clock = FakeClock()
+    pleg = Pleg(_Runtime(), tmp_path, clock=clock)
+    assert pleg.status_newer_than("u1", 0.0) is None  # no relist yet
+    before = clock.monotonic()
+    clock.advance(1)
+    asyncio.run(pleg.relist())
+    assert pleg.status_newer_than("u1", before).containers[0].id == "a"
+    assert pleg.status_newer_than("u2", before) == pod("u2")  # nothing of that pod: an empty status
+    assert pleg.status_newer_than("u1", clock.monotonic()) is None  # a sync ended since it asked

@@ -228,3 +228,63 @@ def test_a_failed_release_of_an_exited_container_asks_for_a_resync_soon():
     h.rt.release_container = failing_release  # type: ignore[method-assign]
     res = h.sync(pod)
     assert res.requeue_after is not None and res.requeue_after <= CLEANUP_RETRY
+
+
+def test_an_instance_created_by_a_killed_agent_is_started_not_replaced():
+    """issue 21: killed between `runc create` and `runc start`, the next agent starts the instance that is there."""
+    h = Harness()
+    pod = make_pod("web")
+    asyncio.run(h.rt.run_sandbox(pod, 0))
+    sandbox = next(iter(h.rt.sandboxes.values()))
+    cid = asyncio.run(h.rt.create_container(pod, pod.spec.containers[0], sandbox,
+                                            FakeImageStore().get(IMAGE), 0))
+    h.rt.calls.clear()
+    h.sync(pod)  # a fresh Syncer: the new agent
+    assert h.rt.calls == [("start_container", cid)]
+    (c,) = h.rt.running()
+    assert (c.id, c.attempt) == (cid, 0)
+
+
+def test_a_created_instance_whose_start_fails_is_replaced_at_the_next_sync():
+    h = Harness()
+    pod = make_pod("web")
+    h.rt.fail_start.add("c")
+    h.sync(pod)
+    (created,) = h.rt.containers.values()
+    assert created.state == "created"
+    assert h.published[pod.metadata.uid][1]["c"][0] == "RunContainerError"
+    h.rt.fail_start.clear()
+    h.rt.calls.clear()
+    h.clock.advance(60)
+    h.sync(pod)
+    assert [c[0] for c in h.rt.calls] == ["stop_container", "create_container", "start_container"]
+    (c,) = h.rt.running()
+    assert c.id != created.id and c.attempt == 0
+
+
+def test_a_sync_takes_its_before_state_from_a_relist_newer_than_its_last_sync():
+    """kubelet's pod workers read the PLEG cache newer than their last sync; so does the syncer (issue 25.2)."""
+    clock = FakeClock()
+    rt = FakeRuntime(clock)
+    listed = []
+    real_status = rt.pod_status
+
+    async def pod_status(uid):
+        listed.append(uid)
+        return await real_status(uid)
+
+    rt.pod_status = pod_status
+    relist: dict = {}  # what "PLEG" saw, and when it asked
+    syncer = Syncer(rt, FakeImageStore(), Backoff(), clock, publish=lambda pod, status, st: None,
+                    newer_than=lambda uid, since: relist["pods"].get(uid) if relist.get("at", -1) > since else None)
+    pod = make_pod("web")
+    asyncio.run(syncer.sync_pod(pod))
+    assert listed, "its first sync lists: no relist yet"
+    listed.clear()
+    clock.advance(1)
+    relist.update(at=clock.monotonic(), pods=asyncio.run(rt.list_pods()))
+    listed.clear()  # the fake lists pod by pod
+    asyncio.run(syncer.sync_pod(pod))
+    assert listed == [], "a relist newer than the last sync is the before-state"
+    asyncio.run(syncer.sync_pod(pod))
+    assert listed == [pod.metadata.uid], "that relist is older than the sync just done: list"

@@ -1,0 +1,46 @@
+"""An agent killed between a container's `runc create` and its `runc start` (issue 21): the next agent starts
+the created instance, whose conmon waits, instead of killing and replacing it."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from edgelet.runtime.layout import ANN_CONTAINER_NAME
+from edgelet.util.crashpoint import ENV as CRASH_ENV
+from tests.e2e.conftest import wait_for
+from tests.e2e.test_agent import pod_yaml
+
+pytestmark = pytest.mark.privileged
+
+
+def _status(agent, name: str) -> dict:
+    row = agent.pod(name) or {}
+    statuses = ((row.get("pod") or {}).get("status") or {}).get("containerStatuses") or []
+    return statuses[0] if statuses else {}
+
+
+def _instances(agent, pod: str) -> list[dict]:
+    return [c for c in agent.containers_of(pod) if (c.get("annotations") or {}).get(ANN_CONTAINER_NAME) == "c0"]
+
+
+def test_a_container_created_by_a_killed_agent_is_started_by_the_next_one(agent):
+    agent.write_manifest("svc.yaml", pod_yaml("svc", "exec sleep 3600"))
+    agent.start(env={CRASH_ENV: "container.create"})
+    wait_for(lambda: agent.proc.poll() is not None, timeout=90, what="the agent to die at container.create")
+    assert agent.proc.returncode == -signal.SIGKILL, agent.log()[-2000:]
+    agent.proc = None
+    agent._log.close()
+    created = _instances(agent, "svc")
+    assert [c["status"] for c in created] == ["created"], created
+
+    agent.start()
+    status = wait_for(lambda: (s := _status(agent, "svc")) and "running" in (s.get("state") or {}) and s,
+                      timeout=60, what="svc's container running under the new agent")
+    assert status["restartCount"] == 0, status
+    assert not status.get("lastState"), status
+    running = _instances(agent, "svc")
+    assert [(c["id"], c["status"]) for c in running] == [(created[0]["id"], "running")], "the same instance, started"
+    assert "Starting a container created by the previous agent" in agent.log()
+    agent.stop()
