@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import IMAGE, REPO, Bench, machine, percentile, wait_file  # noqa: E402
+from _harness import IMAGE, REPO, Bench, RawRunc, machine, percentile, wait_file  # noqa: E402
 
 PAUSE_IMAGE = "edgelet.local/pause:catatonit"
 KUBELET_NODE = "peers-bench"
@@ -494,8 +494,8 @@ def wait_until(pred, timeout: float, what: str) -> None:
 
 def svg(lat: dict[tuple[str, str], list[float]], mem: dict[str, dict[str, float]], note: str) -> str:
     """Start-latency dots with median ticks (left) and stacked PSS bars (right), by hand."""
-    colors = {"edgelet": "#2a7ab9", "podman": "#8a5cb8", "kubelet": "#c8553d"}
-    names = [n for n in ("edgelet", "podman", "kubelet") if any(k[0] == n for k in lat)]
+    colors = {"raw runc": "#888888", "edgelet": "#2a7ab9", "podman": "#8a5cb8", "kubelet": "#c8553d"}
+    names = [n for n in ("raw runc", "edgelet", "podman", "kubelet") if any(k[0] == n for k in lat)]
     w, h = 880, 360
     px0, px1, py0, py1 = 150, 520, 50, 300  # latency panel
     vmax = max((v for vs in lat.values() for v in vs), default=1.0) * 1000 * 1.05
@@ -526,6 +526,7 @@ def svg(lat: dict[tuple[str, str], list[float]], mem: dict[str, dict[str, float]
     mx0, mx1, my0, my1 = 600, 840, 50, 300
     e.append(f'<text x="{mx0 - 20}" y="25" font-size="14" font-weight="bold">total PSS, 10 pods (MB)</text>')
     mmax = max((sum(m.values()) for m in mem.values()), default=1.0) * 1.1 or 1.0
+    names = [n for n in names if n in mem]
     bw = (mx1 - mx0) / max(len(names), 1)
     shades = {"agent": 1.0, "helpers": 0.65, "pause": 0.35}
     for i, n in enumerate(names):
@@ -544,6 +545,19 @@ def svg(lat: dict[tuple[str, str], list[float]], mem: dict[str, dict[str, float]
     e.append(f'<text x="20" y="{h - 10}" font-size="10" fill="#555">{note}</text>')
     e.append("</svg>")
     return "\n".join(e) + "\n"
+
+
+def raw_runc(ed: Edgelet) -> RawRunc:
+    """The floor, as bench/start_latency.py times it: edgelet's own hostNetwork bundles (pause + container)
+    re-run by `runc create` + `start` by hand, the bundles written and the rootfs mounted before the clock."""
+    raw = RawRunc(ed.b, "raw")
+    for pod in (ed.b.paths.root_dir / "pods").iterdir():
+        cfg = pod / "sandbox" / "config.json"
+        if cfg.exists() and not any(ns["type"] == "network" for ns in json.loads(cfg.read_text())["linux"]["namespaces"]):
+            raw.sandbox_cfg = json.loads(cfg.read_text())
+            raw.cont_cfg = json.loads(sorted(pod.glob("containers/*/*/config.json"))[0].read_text())
+            return raw
+    raise RuntimeError("no hostNetwork pod of edgelet's to copy the bundles from")
 
 
 def main() -> None:
@@ -565,6 +579,7 @@ def main() -> None:
     out.mkdir()
     os.chmod(out, 0o777)
     pause = build_pause_image(ed.b.base / "pause.oci.tar")
+    raw: RawRunc | None = None
     try:
         if shutil.which("podman"):
             try:
@@ -602,8 +617,15 @@ def main() -> None:
                 s.close()
 
         lat: dict[tuple[str, str], list[float]] = {}
+        raw = raw_runc(ed)
         for var, hn in (("hostNetwork", True), ("CNI bridge", False)):
             for i in range(args.pods):
+                if hn:  # the raw floor takes its turn first, so it never follows the same system
+                    raw.prepare(i, f"touch /out/raw{i}; exec sleep 3600")
+                    t0 = time.monotonic()
+                    raw.start(i)
+                    lat.setdefault(("raw runc", var), []).append(wait_file(out / f"raw{i}", timeout=60) - t0)
+                    time.sleep(0.2)
                 order = systems[i % len(systems):] + systems[:i % len(systems)]  # who goes first rotates
                 for s in order:
                     name = f"{s.name[0]}{'h' if hn else 'c'}{i}"
@@ -614,6 +636,7 @@ def main() -> None:
                         s.settle()
                     time.sleep(0.2)
 
+        raw.close()
         # Keep `keep` hostNetwork pods per system (the warm-up ones count), remove the rest, let it settle.
         for s in systems:
             s.remove_pod(f"{s.name[0]}warmc")
@@ -627,6 +650,8 @@ def main() -> None:
         mem = measure_memory(systems)
         idle = measure_idle(systems, args.idle)
     finally:
+        if raw is not None:
+            raw.close()
         for s in systems:
             try:
                 s.close()
@@ -649,6 +674,11 @@ def main() -> None:
         m = mem[s.name]
         print(f"{s.name:9} {sum(m.values()):7.1f} {m['agent']:6.1f} {m['helpers']:8.1f} {m['pause']:6.1f}"
               f" {idle[s.name]:11.2f} {100 * idle[s.name] / args.idle:7.2f}")
+    if ("raw runc", "hostNetwork") in lat:
+        floor = statistics.median(lat[("raw runc", "hostNetwork")])
+        print("ratio to raw runc (pause + container, hostNetwork, median): " + ", ".join(
+            f"{n} {statistics.median(lat[(n, 'hostNetwork')]) / floor:.2f}x" for n in ("edgelet", "podman", "kubelet")
+            if (n, "hostNetwork") in lat))
     for peer in ("podman", "kubelet"):
         if any(k[0] == peer for k in lat):
             ratios = [f"{var}: {statistics.median(lat[('edgelet', var)]) / statistics.median(lat[(peer, var)]):.2f}x"
