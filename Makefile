@@ -13,7 +13,7 @@ SAMPLE_IMAGE := build/images/busybox-1.36.oci.tar
 # Its own cgroup parent, so the demo never mixes with a kubelet's /kubepods.
 DEMO_CGROUP := /edgelet-demo
 
-.PHONY: all deps venv run test test-fast lint fuzz chaos chaos-quick images bench clean-run kube-apiserver
+.PHONY: all deps venv run test test-fast lint fuzz chaos chaos-quick images bench clean-run kube-apiserver bench-peers
 
 all: test
 
@@ -111,6 +111,16 @@ bench: $(VENV)/.installed
 	$(PY) bench/server.py
 	$(PY) bench/probes.py
 	$(PY) bench/scale.py
+
+# bench/peers.py only (not `make test`): podman and containerd from Debian, kubelet built from the
+# apiserver's source package. podman's package would drop a bridge conflist into /etc/cni/net.d, the
+# agent's default CNI conf dir, so it is kept out.
+BENCH_PEERS_APT := podman containerd
+bench-peers: $(VENV)/.installed
+	@dpkg -s $(BENCH_PEERS_APT) >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+		-o DPkg::Options::=--path-exclude=/etc/cni/net.d/* $(BENCH_PEERS_APT)
+	@tools/kubelet.sh >/dev/null
+	$(PY) bench/peers.py
 
 # --- packaging: frozen binary and .deb (see packaging/README.md) -------------
 # `make binary`: dist/edgelet, one file to copy to a device by hand.
