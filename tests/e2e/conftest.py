@@ -63,6 +63,10 @@ class AgentProc:
         import_dir.mkdir(parents=True, exist_ok=True)
         shutil.copy(archive, import_dir / archive.name)
         manifests.mkdir(parents=True, exist_ok=True)
+        # Never the host's /etc/cni/net.d: a config some package put there (podman's bridge, say) would give
+        # the test's pods a network nobody asked for. Tests of networking pass their own --cni-conf-dir.
+        self.cni_conf_dir = paths.root_dir.parent / "cni-none"
+        self.cni_conf_dir.mkdir(exist_ok=True)
 
     def argv(self, *extra: str) -> list[str]:
         return [
@@ -78,6 +82,7 @@ class AgentProc:
             "--healthz-port", "0",  # never the real 10248: tests must not clash with each other or a device agent
             # A shared test machine's disk may be below kubelet's 10% nodefs threshold: eviction tests set their own.
             "--eviction-hard=",
+            "--cni-conf-dir", str(self.cni_conf_dir),
             *extra,
         ]
 
