@@ -112,6 +112,21 @@ def pin(directory: Path, kinds: tuple[str, ...], hostname: str) -> dict[str, str
     return {k: str(p) for k, p in paths.items()}
 
 
+def loopback_up(netns: str) -> None:
+    """Bring up the loopback of the network namespace file `netns` (CNI made it; a conflist without the
+    loopback plugin leaves it down, and no pause process's runc brings it up any more)."""
+
+    def work() -> None:
+        fd = os.open(netns, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            _check(_c().setns(fd, CLONE_NEWNET), f"join {netns}")
+        finally:
+            os.close(fd)
+        _loopback_up()
+
+    _in_thread(work, "loopback")
+
+
 def is_pinned(path: str | Path) -> bool:
     """Whether `path` is a namespace bind-mounted there (its device is nsfs', not its directory's)."""
     try:

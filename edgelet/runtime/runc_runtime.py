@@ -634,6 +634,8 @@ class RuncRuntime:
                 attached = await self._attach_network(pod, sid)
                 if attached is not None and attached.ips:
                     await asyncio.to_thread(self._write_pod_files, pod, layout, hostname, attached.ips)
+            if attached is not None:
+                await asyncio.to_thread(pinns.loopback_up, attached.netns)
             kinds = pinned_kinds(pod, own_netns=attached is None)
             files = await asyncio.to_thread(pinns.pin, ns_dir, kinds, hostname)
             pinned = {pinns.OCI_TYPES[k]: p for k, p in files.items()}
