@@ -147,3 +147,27 @@ def test_share_process_namespace_keeps_the_pause_process(agent):
     assert pause["status"] == "running"
     (agent.manifests / "shared.yaml").unlink()
     wait_for(lambda: not agent.runc_list() and not _mounts(agent), timeout=60, what="nothing left of shared")
+
+
+@pytest.mark.parametrize("point", ["sandbox.create", "cni.add", "container.create", "pod.remove"])
+def test_a_sigkill_at_a_crash_point_leaves_nothing_behind(agent, network, point):
+    """The agent SIGKILLs itself at `point` (the pod's first pass there); the next agent runs the pod with
+    one sandbox, and once its manifest is gone nothing of it is left: no mounts, no namespace files, no
+    network, no runc state."""
+    flags = (f"--cni-conf-dir={network['conf_dir']}", f"--cni-bin-dir={PLUGINS}")
+    agent.start(*flags, env={"EDGELET_TEST_CRASH_AT": point})
+    agent.write_manifest("duo.yaml", POD)
+    if point == "pod.remove":
+        wait_for(lambda: len(_running(agent, "duo")) == 2, timeout=90, what="duo to run")
+        (agent.manifests / "duo.yaml").unlink()
+    assert agent.proc.wait(timeout=90) == -signal.SIGKILL
+    agent._log.close()
+    agent.start(*flags)
+    if point != "pod.remove":
+        wait_for(lambda: len(_running(agent, "duo")) == 2 and _ip(agent), timeout=90, what="duo to run")
+        sid = _sandbox_id(agent)
+        assert os.listdir(agent.paths.run_dir / "ns") == [sid]
+        assert os.listdir(agent.paths.run_dir / "netns") == [sid]
+        (agent.manifests / "duo.yaml").unlink()
+    wait_for(lambda: _gone(agent), timeout=60, what="nothing left of duo")
+    assert not os.listdir(agent.paths.run_dir / "netns") and not os.listdir(agent.paths.root_dir / "cni")
