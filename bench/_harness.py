@@ -222,9 +222,12 @@ def pause_config(b: "Bench", cont_cfg: dict) -> dict:
 
     pod = Pod(metadata=ObjectMeta(name="pause", namespace="default", uid="0" * 32),
               spec=PodSpec(containers=[Container(name="c")]))
+    from edgelet.runtime.host import probe_host_facts
+
     rootfs = ensure_pause_rootfs(b.paths.root_dir, "catatonit")
     ctx = ocispec.SandboxContext(rootfs=str(rootfs), args=PAUSE_ARGS, cgroups_path="/pause",
-                                 hostname=cont_cfg.get("hostname", "pause"), annotations={})
+                                 hostname=cont_cfg.get("hostname", "pause"), annotations={},
+                                 min_oom_score_adj=probe_host_facts().min_oom_score_adj)
     return ocispec.build_sandbox_spec(pod, ctx)
 
 
