@@ -652,12 +652,11 @@ class RuncRuntime:
             crash_point("sandbox.create")
             await asyncio.to_thread(bl.write_file, bundle / bl.STARTED_FILE, repr(self.clock.now()))
             done = True
-        except SpecError as exc:
-            raise SandboxError(f"pod {_full(pod)}: cannot create the sandbox: {exc}") from exc
-        except (RuntimeError_, OSError, NetworkError) as exc:
+        except (RuntimeError_, OSError, SpecError, NetworkError) as exc:
             raise SandboxError(f"pod {_full(pod)}: cannot create the sandbox: {exc}") from exc
         finally:
             if not done:
+                # Whatever failed (or a cancellation), nothing half-made stays behind.
                 await asyncio.shield(self._undo_pinned(sid, bundle))
         self._bundles[sid] = bundle
         log.info("Sandbox started", pod=_full(pod), sandbox=sid[:12], namespaces=",".join(sorted(pinned)) or None)

@@ -232,3 +232,18 @@ async def test_a_container_is_not_created_in_a_sandbox_whose_namespaces_are_gone
         await rt.create_container(pod, pod.spec.containers[0], sandbox, busybox, 0)
     await rt.remove_pod(uid)
     _assert_pod_gone(rt, uid)
+
+
+@aio
+async def test_a_sandbox_whose_sysctl_cannot_be_set_is_undone(runtime_paths: RuntimePaths) -> None:
+    from edgelet.container.errors import SandboxError
+
+    rt = RuncRuntime(runtime_paths, allowed_unsafe_sysctls=("net.ipv4.no_such_sysctl",))
+    pod = _pod("nosysctl", [_c("a", "true")], security_context=PodSecurityContext(sysctls=[
+        Sysctl(name="net.ipv4.no_such_sysctl", value="1")]))
+    with pytest.raises(SandboxError, match="no_such_sysctl"):
+        await rt.run_sandbox(pod, 0)
+    assert (await rt.pod_status(pod.metadata.uid)).sandboxes == ()
+    assert not [e for e in rt.paths.ns_dir.iterdir()]
+    await rt.remove_pod(pod.metadata.uid)
+    _assert_pod_gone(rt, pod.metadata.uid)
