@@ -213,22 +213,46 @@ def stop_containers(b: Bench) -> None:
 NS_FILE = {"network": "net", "mount": "mnt"}
 
 
+def pause_config(b: "Bench", cont_cfg: dict) -> dict:
+    """config.json of a catatonit pause process for the pod whose container config is `cont_cfg`, as
+    edgelet's `--pod-infra-container` builds it (its own namespaces, the built-in pause rootfs)."""
+    from edgelet.api.types import Container, ObjectMeta, Pod, PodSpec
+    from edgelet.ocispec import build as ocispec
+    from edgelet.runtime.sandbox import PAUSE_ARGS, ensure_pause_rootfs
+
+    pod = Pod(metadata=ObjectMeta(name="pause", namespace="default", uid="0" * 32),
+              spec=PodSpec(containers=[Container(name="c")]))
+    from edgelet.runtime.host import probe_host_facts
+
+    rootfs = ensure_pause_rootfs(b.paths.root_dir, "catatonit")
+    ctx = ocispec.SandboxContext(rootfs=str(rootfs), args=PAUSE_ARGS, cgroups_path="/pause",
+                                 hostname=cont_cfg.get("hostname", "pause"), annotations={},
+                                 min_oom_score_adj=probe_host_facts().min_oom_score_adj)
+    return ocispec.build_sandbox_spec(pod, ctx)
+
+
 class RawRunc:
     """Edgelet's own bundles (pause sandbox + one container) re-run by hand, the baseline of every bench:
     `runc create` + `runc start` of each, or with `conmon=True` through conmon as edgelet does (the floor of
     any conmon-based agent). The bundles are copied from a pod edgelet made in the same run, so the baseline
     runs exactly the containers edgelet ran; pair `i` runs `sh -c command` with `/out` mounted as edgelet's did."""
 
-    def __init__(self, b: Bench, tag: str, *, conmon: bool = False) -> None:
+    def __init__(self, b: Bench, tag: str, *, conmon: bool = False, alone: bool = False) -> None:
+        """`alone`: the container by itself, in namespaces runc makes for it (a fresh network namespace, no
+        pause process): the floor of a sandbox without an infra container."""
         import json
 
         from edgelet.images.store import ImageStore
 
-        self.b, self.tag, self.conmon = b, tag, conmon
+        self.b, self.tag, self.conmon, self.alone = b, tag, conmon, alone
         pod_dirs = [p for p in (b.paths.root_dir / "pods").iterdir() if (p / "sandbox" / "config.json").exists()]
         pod_dir = sorted(pod_dirs)[0]
-        self.sandbox_cfg = json.loads((pod_dir / "sandbox" / "config.json").read_text())
         self.cont_cfg = json.loads(sorted(pod_dir.glob("containers/*/*/config.json"))[0].read_text())
+        self.sandbox_cfg = json.loads((pod_dir / "sandbox" / "config.json").read_text())
+        if "process" not in self.sandbox_cfg:
+            # Edgelet ran no pause process (its sandbox is namespaces pinned as files): the baseline's pause
+            # sandbox is the one an infra container would be, built as edgelet builds it.
+            self.sandbox_cfg = pause_config(b, self.cont_cfg)
         self.layers = ImageStore(b.paths.root_dir / "images").get(IMAGE).layers
         self.root = b.base / f"baseline-{tag}"
         self.runc = ["runc", "--root", str(self.root)]
@@ -283,10 +307,19 @@ class RawRunc:
         asyncio.run(cm.create(args))
 
     def start(self, i: int) -> None:
-        """Create and start the sandbox, point the container's namespaces at it, create and start the container."""
+        """Create and start the sandbox, point the container's namespaces at it, create and start the container
+        (`alone`: only the container, in new namespaces)."""
         import json
 
         ct, ctext = self.prepared[i]
+        if self.alone:
+            ccfg = json.loads(ctext)
+            ccfg["linux"]["namespaces"] = [{"type": ns["type"]} for ns in ccfg["linux"]["namespaces"]]
+            (ct / "config.json").write_text(json.dumps(ccfg))
+            self.running.add(i)
+            self._create(f"bc{i}", ct)
+            subprocess.run([*self.runc, "start", f"bc{i}"], check=True)
+            return
         self._create(f"bs{i}", self._dir(i) / "sandbox")
         self.running.add(i)
         subprocess.run([*self.runc, "start", f"bs{i}"], check=True)

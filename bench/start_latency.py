@@ -39,13 +39,13 @@ def edgelet_latencies(b: Bench, n: int, out_dir: Path, *extra: str, prefix: str 
 
 
 def baseline(b: Bench, n: int, out_dir: Path, *, conmon: bool,
-             prepared: list[float] | None = None) -> list[float]:
+             prepared: list[float] | None = None, alone: bool = False) -> list[float]:
     """Re-run edgelet's own bundles (pause sandbox + container) by hand, n times: `runc create` + `start`,
     or with `conmon` running `runc create` as edgelet does (the floor any conmon-based agent has).
     The bundles are written and the overlay rootfs mounted before the clock starts; how long that took
     goes to `prepared` (edgelet's own latency includes it)."""
-    tag = "conmon" if conmon else "runc"
-    raw = RawRunc(b, tag, conmon=conmon)
+    tag = "alone" if alone else "conmon" if conmon else "runc"
+    raw = RawRunc(b, tag, conmon=conmon, alone=alone)
     lat = []
     try:
         for i in range(n):
@@ -108,6 +108,7 @@ def main() -> None:
         prep: list[float] = []
         base = baseline(b, args.pods, out_dir, conmon=False, prepared=prep)
         floor = baseline(b, args.pods, out_dir, conmon=True)
+        alone = baseline(b, args.pods, out_dir, conmon=False, alone=True)
     finally:
         b.close()
         if bridge:
@@ -118,16 +119,20 @@ def main() -> None:
             asyncio.run(remove_tagged(f"bench-{bridge}", key="name"))  # the pods' masquerade rules
             subprocess.run(["ip", "link", "del", bridge], capture_output=True)
     print(f"machine: {machine()}")
-    print(f"pods: {args.pods} (pause sandbox + 1 busybox container each, image present)")
+    print(f"pods: {args.pods} (1 busybox container each, image present; edgelet's default sandbox, the raw "
+          f"baselines with a pause process except 'alone')")
     rows = [("edgelet  rename->running", ed)]
     if cni:
         rows.append(("edgelet with CNI bridge ", cni))
-    rows += [("raw runc create+start x2", base), ("conmon+runc by hand x2  ", floor)]
+    rows += [("raw runc create+start x2", base), ("conmon+runc by hand x2  ", floor),
+             ("raw runc, container alone in a fresh netns", alone)]
     for label, v in rows:
         print(f"{label}: median {statistics.median(v)*1000:.1f} ms  p90 {percentile(v, 0.9)*1000:.1f} ms")
     print(f"ratio to raw runc (median): {statistics.median(ed)/statistics.median(base):.2f}x"
           f"  (p90): {percentile(ed, 0.9)/percentile(base, 0.9):.2f}x")
     print(f"ratio to conmon+runc by hand (median): {statistics.median(ed)/statistics.median(floor):.2f}x")
+    print(f"ratio to raw runc of the container alone in a fresh netns (median): "
+          f"{statistics.median(ed)/statistics.median(alone):.2f}x  (p90): {percentile(ed, 0.9)/percentile(alone, 0.9):.2f}x")
     print(f"not in the raw baselines' time: writing the two bundles and mounting the overlay rootfs, median"
           f" {statistics.median(prep)*1000:.1f} ms (edgelet does it between rename and running)")
     if cni:

@@ -114,6 +114,7 @@ class Agent:
             cluster_domain=settings.cluster_domain or "", allowed_unsafe_sysctls=settings.allowed_unsafe_sysctls,
             seccomp_default=settings.seccomp_default, on_warning=self._runtime_warning,
             log_size_max=backstop_size(settings.container_log_max_size),
+            infra_container=settings.pod_infra_container,
         )
         self.log_rotator = LogRotator(paths, self.clock, max_size=settings.container_log_max_size,
                                       max_files=settings.container_log_max_files,

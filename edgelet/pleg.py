@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Literal, Mapping
 
 from edgelet.container.errors import RuntimeError_
-from edgelet.container.types import ContainerState, PodRuntimeStatus
+from edgelet.container.types import ContainerState, PodRuntimeStatus, SandboxRecord
 from edgelet.util.clock import REAL_CLOCK
 from edgelet.util.log import get_logger
 
 if TYPE_CHECKING:
     from edgelet.container import Runtime
-    from edgelet.container.types import ContainerRecord, SandboxRecord
+    from edgelet.container.types import ContainerRecord
     from edgelet.util.clock import Clock
 
 log = get_logger(__name__)
@@ -130,7 +130,11 @@ def all_alive(last: Mapping[str, PodRuntimeStatus], exists: Callable[[str], bool
         recs: list["SandboxRecord | ContainerRecord"] = [*status.sandboxes, *status.containers]
         for rec in recs:
             if rec.state == "running":
-                if rec.pid is None or not exists(f"/proc/{rec.pid}"):
+                if isinstance(rec, SandboxRecord) and not rec.infra:
+                    # No process: it lives while its namespace files do (a stop removes them).
+                    if not all(exists(path) for _, path in rec.namespaces):
+                        return False
+                elif rec.pid is None or not exists(f"/proc/{rec.pid}"):
                     return False
             elif rec.state == "created":  # between create and start: only runc knows where it is
                 return False

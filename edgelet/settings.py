@@ -418,6 +418,9 @@ class Settings:
                                          "node name (default: this machine's hostname)", metavar="NAME")
     pod_infra_container_image: str | None = _opt(None, _str(optional=True),
                                                  "sandbox image (default: built-in catatonit pause)", metavar="IMAGE")
+    pod_infra_container: bool = _opt(False, _bool, "run a pause process in every pod, as kubelet does (default: "
+                                     "only pods with shareProcessNamespace get one; the others' namespaces are "
+                                     "pinned as files under --run-dir)")
     cgroup_root: str = _opt("/kubepods", _cgroup_parent, "cgroup parent of every pod", metavar="CGROUP")
     runtime: str = _opt("runc", _str(), "OCI runtime binary", metavar="PATH")
     conmon: str = _opt("conmon", _str(), "conmon binary", metavar="PATH")

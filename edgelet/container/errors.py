@@ -56,7 +56,7 @@ class ContainerNotFound(RuntimeError_):
 
 
 class SandboxError(RuntimeError_):
-    """The pod's pause sandbox could not be made or used."""
+    """The pod's sandbox (its namespaces, or its pause process) could not be made or used."""
 
 
 class CreateContainerError(RuntimeError_):

@@ -36,6 +36,20 @@ class SandboxRecord:
     ips: tuple[str, ...] = ()  # from CNI, IPv4 first; empty with hostNetwork or without a CNI network
     netns: str = ""  # the network namespace file containers join; "" when the pause process made its own
     network_ready: bool = True  # False once a CNI CHECK of its attachment failed: the sandbox is replaced
+    # False: no pause process (pid None); the pod's namespaces are the files of `namespaces` (OCI type, path).
+    infra: bool = True
+    namespaces: tuple[tuple[str, str], ...] = ()
+
+    def netns_path(self) -> str | None:
+        """The network namespace file its containers joined (None with hostNetwork or when none is known)."""
+        if self.host_network:
+            return None
+        if self.netns:
+            return self.netns
+        pinned = dict(self.namespaces).get("network")
+        if pinned:
+            return pinned
+        return f"/proc/{self.pid}/ns/net" if self.pid else None
 
 
 @dataclass(frozen=True)

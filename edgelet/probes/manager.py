@@ -108,7 +108,7 @@ class ProbeManager:
                 continue
             sb = sandboxes.get(rec.sandbox_id)
             host_network = sb.host_network if sb is not None else bool(pod_spec(pod).host_network)
-            target = target_for(rec.id, container, sb.pid if sb is not None else None, host_network)
+            target = target_for(rec.id, container, sb.netns_path() if sb is not None else None, host_network)
             for kind, probe in probes_of(container):
                 wanted[(uid, name, kind)] = (rec, probe, target)
         for key, worker in list(self._workers.items()):

@@ -33,8 +33,8 @@ class ProbeTarget:
     ports: Mapping[str, int] = field(default_factory=dict)  # named container ports
 
 
-def target_for(container_id: str, container: "Container", sandbox_pid: int | None, host_network: bool) -> ProbeTarget:
-    """The probe target of one container instance, from its sandbox's pause process."""
-    ns = None if host_network or sandbox_pid is None else f"/proc/{sandbox_pid}/ns/net"
+def target_for(container_id: str, container: "Container", sandbox_netns: str | None, host_network: bool) -> ProbeTarget:
+    """The probe target of one container instance, in its sandbox's network namespace (`SandboxRecord.netns_path`)."""
+    ns = None if host_network else sandbox_netns
     ports = {p.name: p.container_port for p in container.ports or [] if p.name}
     return ProbeTarget(container_id=container_id, netns=ns, ports=ports)

@@ -24,6 +24,10 @@ ANN_GRACE = "io.kubernetes.pod.terminationGracePeriod"  # seconds, as kubelet's 
 ANN_POD_IPS = "io.edgelet.pod-ips"  # comma-separated, from CNI
 ANN_NETNS = "io.edgelet.netns"  # the network namespace file of the sandbox
 ANN_HOST_NETWORK = "io.edgelet.host-network"  # lets a rebuilt SandboxRecord say whether it holds the host's network
+# A sandbox without an infra container: "false", and the namespace files it pinned as "<oci type>=<path>,...".
+# A sandbox bundle without ANN_INFRA (an older edgelet's) has its pause process.
+ANN_INFRA = "io.edgelet.infra"
+ANN_NAMESPACES = "io.edgelet.namespaces"
 # What reading an exited container's termination message needs, fixed when it is created as kubelet keeps
 # it in the container's annotations: a bundle without them (an older edgelet's) reads as "File" and "true".
 ANN_TERMINATION_MESSAGE_POLICY = "io.kubernetes.container.terminationMessagePolicy"  # File | FallbackToLogsOnError
@@ -54,6 +58,11 @@ class RuntimePaths:
     def exec_dir(self) -> Path:
         """Scratch of exec sessions: runc's pid files and process specs (which hold the container's env)."""
         return self.run_dir / "exec"
+
+    @property
+    def ns_dir(self) -> Path:
+        """The namespace files of sandboxes without an infra container, one dir per sandbox id."""
+        return self.run_dir / "ns"
 
     @property
     def socket_dir(self) -> Path:

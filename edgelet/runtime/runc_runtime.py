@@ -35,8 +35,9 @@ from edgelet.cgroups.qos import PodResources
 from edgelet.cgroups.stats import is_v2, read_oom_kills
 from edgelet.logs import ensure_log_dir
 from edgelet.ocispec import build as ocispec
+from edgelet.ocispec import defaults as oci_defaults
 from edgelet.runtime import bundle as bl
-from edgelet.runtime import _exec, conmon, rootfs, subpath
+from edgelet.runtime import _exec, conmon, pinns, rootfs, subpath
 from edgelet.runtime.logrotation import remove_logs
 from edgelet.container.errors import (
     CreateContainerConfigError,
@@ -65,8 +66,16 @@ from edgelet.network.errors import NetworkError
 from edgelet.ocispec.errors import SpecError
 from edgelet.runtime.execsession import ExecSession, ExecSessionError, build_exec_process
 from edgelet.runtime.runc import Runc
-from edgelet.runtime.state import ExitInfo, Observed, build_pod_statuses, build_record, judge_state
-from edgelet.runtime.sandbox import PauseSpec, pause_spec, sandbox_namespace_paths
+from edgelet.runtime.state import (
+    ExitInfo,
+    Observed,
+    build_pod_statuses,
+    build_record,
+    format_namespaces,
+    judge_state,
+    parse_namespaces,
+)
+from edgelet.runtime.sandbox import PauseSpec, needs_infra, pause_spec, pinned_kinds, sandbox_namespace_paths
 from edgelet.util.crashpoint import crash_point
 from edgelet.container.types import ContainerRecord, PodRuntimeStatus, SandboxRecord
 from edgelet.runtime.termination import termination_annotations, termination_message
@@ -85,6 +94,8 @@ from edgelet.runtime.layout import (
     ANN_POD_UID,
     ANN_GRACE,
     ANN_HOST_NETWORK,
+    ANN_INFRA,
+    ANN_NAMESPACES,
     ANN_NETNS,
     ANN_POD_IPS,
     ANN_SANDBOX_ID,
@@ -153,7 +164,8 @@ def _new_id() -> str:
 
 
 class RuncRuntime:
-    """Implements `edgelet.runtime.Runtime` with runc, conmon and a catatonit pause sandbox per pod."""
+    """Implements `edgelet.runtime.Runtime` with runc and conmon; a pod's sandbox is its namespaces pinned as
+    files (a catatonit pause process only where the pod shares its PID namespace, or with `infra_container`)."""
 
     def __init__(
         self,
@@ -178,10 +190,14 @@ class RuncRuntime:
         seccomp_default: bool = True,
         on_warning: "Callable[[Pod, str | None, str, str], None] | None" = None,
         log_size_max: int | None = None,
+        infra_container: bool = False,
     ) -> None:
         """`seccomp_default` is kubelet's --seccomp-default; `on_warning(pod, container, reason, message)`
         hears what a container runs without although asked (an AppArmor default that is not loaded)."""
         # Every runc and conmon invocation goes through `runner`: unit tests script it.
+        # True: every new sandbox runs a pause process, as before (--pod-infra-container); False: only the pods
+        # that share their PID namespace get one.
+        self.infra_container = infra_container
         self._exec = runner
         # conmon's own cut (--log-size-max), the backstop when rotation falls behind or edgelet is down.
         self.log_size_max = log_size_max
@@ -318,7 +334,8 @@ class RuncRuntime:
         # Private: bundles and checkpoints hold pod specs with their env values.
         for d in (self.paths.root_dir, self.paths.run_dir):
             ensure_dir(d, tighten_from=d)
-        for d in (self.paths.runc_root, self.paths.exit_dir, self.paths.socket_dir, self.paths.pods_dir):
+        for d in (self.paths.runc_root, self.paths.exit_dir, self.paths.socket_dir, self.paths.pods_dir,
+                  self.paths.ns_dir):
             ensure_dir(d, tighten_from=d)
 
     # ------------------------------------------------------------ observation
@@ -332,9 +349,17 @@ class RuncRuntime:
         if exit_info is not None and bundle is not None and not oom and cid not in self._oom_checked:
             oom = self._record_oom_kills(cid, ann, bundle)
         alive = False
-        if bundle is not None and exit_info is None and (entry is None or entry.get("status") == "stopped"):
+        pinned_live = False
+        if ann.get(ANN_INFRA) == "false":
+            # No pause process: it runs from its start until its namespace files go (a stop, a reboot).
+            files = [p for _, p in parse_namespaces(ann.get(ANN_NAMESPACES, ""))]
+            if ann.get(ANN_NETNS):
+                files.append(ann[ANN_NETNS])
+            pinned_live = started is not None and exit_info is None and all(pinns.is_pinned(f) for f in files)
+        elif bundle is not None and exit_info is None and (entry is None or entry.get("status") == "stopped"):
             alive = conmon.is_alive(conmon.conmon_pid(bundle))
-        return self._with_message(Observed(cid, dict(ann), entry, exit_info, started, oom, alive), bundle)
+        return self._with_message(Observed(cid, dict(ann), entry, exit_info, started, oom, alive,
+                                           pinned_live=pinned_live), bundle)
 
     def _with_message(self, o: Observed, bundle: Path | None) -> Observed:
         """`o` with its termination message once it exited (blocking I/O: kubelet's runtime reads it in
@@ -498,6 +523,8 @@ class RuncRuntime:
         bl.write_file(layout.hostname, hostname + "\n", 0o644)
 
     async def run_sandbox(self, pod: "Pod", attempt: int) -> SandboxRecord:
+        if not self.infra_container and not needs_infra(pod):
+            return await self._run_pinned_sandbox(pod, attempt)
         uid = pod_uid(pod)
         layout = self.layout(uid)
         self._ensure_dirs()
@@ -574,6 +601,94 @@ class RuncRuntime:
             attempt=attempt, state="running", pid=pid, created_at=created, host_network=host_network,
             ips=attached.ips if attached is not None else (), netns=attached.netns if attached is not None else "",
         )
+
+    async def _run_pinned_sandbox(self, pod: "Pod", attempt: int) -> SandboxRecord:
+        """A sandbox without an infra container: its bundle (the record, written before anything it holds), the
+        pod cgroup, the CNI network, then the other namespaces pinned as files under the run dir."""
+        uid = pod_uid(pod)
+        layout = self.layout(uid)
+        self._ensure_dirs()
+        old = await asyncio.to_thread(_bundle_id, layout.sandbox_dir)
+        if old:
+            await self.remove_container(old)
+        sid = _new_id()
+        bundle = layout.sandbox_dir
+        host_network = bool(pod.spec is not None and pod_spec(pod).host_network)
+        hostname = bl.pod_hostname(pod, self.node_hostname, self.cluster_domain)
+        created = self.clock.now()
+        log_path = self.paths.pod_log_dir(meta(pod).namespace or "default", meta(pod).name or "", uid) / "sandbox.log"
+        ns_dir = self.paths.ns_dir / sid
+        annotations = {
+            ANN_KIND: KIND_SANDBOX,
+            ANN_POD_UID: uid,
+            ANN_POD_NAME: meta(pod).name or "",
+            ANN_POD_NAMESPACE: meta(pod).namespace or "",
+            ANN_ATTEMPT: str(attempt),
+            ANN_CREATED: repr(created),
+            ANN_HOST_NETWORK: "true" if host_network else "false",
+            ANN_INFRA: "false",
+        }
+        attached = None
+        pinned: dict[str, str] = {}
+        done = False
+        try:
+            sysctls = ocispec.build_sysctls(pod, self.allowed_unsafe_sysctls)
+            await asyncio.to_thread(self._prepare_sandbox_dirs, pod, layout, hostname, bundle, sid, log_path)
+            # The record first: a kill from here on leaves a sandbox every relist finds (judged exited) and
+            # the next sync removes, with whatever it pinned.
+            await asyncio.to_thread(self._write_pinned_config, bundle, annotations)
+            await asyncio.to_thread(self._make_pod_cgroup, pod, uid)
+            if not host_network:
+                attached = await self._attach_network(pod, sid)
+                if attached is not None and attached.ips:
+                    await asyncio.to_thread(self._write_pod_files, pod, layout, hostname, attached.ips)
+            if attached is not None:
+                await asyncio.to_thread(pinns.loopback_up, attached.netns)
+            kinds = pinned_kinds(pod, own_netns=attached is None)
+            files = await asyncio.to_thread(pinns.pin, ns_dir, kinds, hostname)
+            pinned = {pinns.OCI_TYPES[k]: p for k, p in files.items()}
+            if attached is not None:
+                annotations[ANN_NETNS] = attached.netns
+                annotations[ANN_POD_IPS] = ",".join(attached.ips)
+            annotations[ANN_NAMESPACES] = format_namespaces(pinned)
+            await asyncio.to_thread(self._write_pinned_config, bundle, annotations)
+            if sysctls:
+                joined: dict[str, str] = {k: files[k] for k in ("net", "ipc") if k in files}
+                if attached is not None:
+                    joined["net"] = attached.netns
+                await asyncio.to_thread(pinns.apply_sysctls, sysctls, joined)
+            crash_point("sandbox.create")
+            await asyncio.to_thread(bl.write_file, bundle / bl.STARTED_FILE, repr(self.clock.now()))
+            done = True
+        except (RuntimeError_, OSError, SpecError, NetworkError) as exc:
+            raise SandboxError(f"pod {_full(pod)}: cannot create the sandbox: {exc}") from exc
+        finally:
+            if not done:
+                # Whatever failed (or a cancellation), nothing half-made stays behind.
+                await asyncio.shield(self._undo_pinned(sid, bundle))
+        self._bundles[sid] = bundle
+        log.info("Sandbox started", pod=_full(pod), sandbox=sid[:12], namespaces=",".join(sorted(pinned)) or None)
+        return SandboxRecord(
+            id=sid, pod_uid=uid, pod_name=meta(pod).name or "", pod_namespace=meta(pod).namespace or "",
+            attempt=attempt, state="running", pid=None, created_at=created, host_network=host_network,
+            ips=attached.ips if attached is not None else (), netns=attached.netns if attached is not None else "",
+            infra=False, namespaces=tuple(sorted(pinned.items())),
+        )
+
+    @staticmethod
+    def _write_pinned_config(bundle: Path, annotations: Mapping[str, str]) -> None:
+        # No process: the bundle's config.json is the record, holding only what a relist rebuilds it from.
+        bl.write_file(bundle / bl.CONFIG, json.dumps({"ociVersion": oci_defaults.OCI_VERSION,
+                                                      "annotations": dict(annotations)}, indent=1))
+
+    async def _undo_pinned(self, sid: str, bundle: Path) -> None:
+        """Remove a half-made sandbox without an infra container: namespaces, network, bundle."""
+        try:
+            await asyncio.to_thread(pinns.unpin, self.paths.ns_dir / sid)
+            await self._detach_network(sid)
+            await asyncio.to_thread(self._remove_files, sid, bundle)
+        except (RuntimeError_, OSError) as exc:
+            log.error("Cleanup after a failed sandbox left things behind", exc, sandbox=sid[:12], bundle=str(bundle))
 
     async def _attach_network(self, pod: "Pod", sid: str) -> "Attached | None":
         if self.network is None:
@@ -685,8 +800,19 @@ class RuncRuntime:
                 self.on_warning(pod, container.name, "AppArmorProfileNotApplied", decision.warning)
 
     async def stop_sandbox(self, sandbox_id: str) -> None:
+        bundle = await self._bundle_of(sandbox_id)
+        ann = await asyncio.to_thread(_bundle_annotations, bundle)
+        if ann.get(ANN_INFRA) == "false":
+            assert bundle is not None
+            # Network first (DEL needs the namespace), then the other namespaces; the exit file makes it stopped
+            # even where it pinned nothing (hostNetwork and hostIPC).
+            await self._detach_network(sandbox_id)
+            await asyncio.to_thread(pinns.unpin, self.paths.ns_dir / sandbox_id)
+            if not (bundle / bl.EXIT_FILE).exists():
+                await asyncio.to_thread(bl.write_file, bundle / bl.EXIT_FILE, "0")
+            return
         # The pause process holds nothing worth a grace period.
-        await self._kill_and_wait(sandbox_id, await self._bundle_of(sandbox_id))
+        await self._kill_and_wait(sandbox_id, bundle)
         await self._detach_network(sandbox_id)
 
     # ------------------------------------------------------------ containers
@@ -712,8 +838,10 @@ class RuncRuntime:
 
         uid = pod_uid(pod)
         ns, pod_name = meta(pod).namespace or "", meta(pod).name or ""
-        if sandbox.pid is None or not conmon.is_alive(sandbox.pid):
+        if sandbox.infra and (sandbox.pid is None or not conmon.is_alive(sandbox.pid)):
             raise SandboxError(f"pod {_full(pod)}: sandbox {sandbox.id[:12]} is not running")
+        if not sandbox.infra and not all(pinns.is_pinned(p) for _, p in sandbox.namespaces):
+            raise SandboxError(f"pod {_full(pod)}: sandbox {sandbox.id[:12]} is not running (its namespaces are gone)")
         layout = self.layout(uid)
         self._ensure_dirs()
         bundle = layout.container_dir(container.name, attempt)
@@ -757,7 +885,8 @@ class RuncRuntime:
                 pids_limit=cg_qos.pod_pids_limit(pod, self.pod_max_pids),
                 without_controllers=self._without_controllers(),
                 allowed_unsafe_sysctls=self.allowed_unsafe_sysctls,
-                namespace_paths=sandbox_namespace_paths(pod, sandbox.pid, sandbox.netns),
+                namespace_paths=sandbox_namespace_paths(pod, sandbox.pid, sandbox.netns,
+                                                        None if sandbox.infra else dict(sandbox.namespaces)),
                 hostname=bl.pod_hostname(pod, self.node_hostname, self.cluster_domain),
                 annotations=annotations,
                 mounts=mounts,
@@ -953,6 +1082,7 @@ class RuncRuntime:
             # A sandbox that died without stop_sandbox (a kill between its death and the DEL, a pause process
             # killed from outside) still holds its network: its bundle is the last thing that remembers it.
             await self._detach_network(container_id)
+            await asyncio.to_thread(pinns.unpin, self.paths.ns_dir / container_id)
         log_path = _container_log_path(ann)
         await asyncio.to_thread(self._remove_files, container_id, bundle, ann)
         if log_path is not None:
@@ -1035,6 +1165,12 @@ class RuncRuntime:
                             continue
                         entry.unlink(missing_ok=True)
                         removed += 1
+            d = self.paths.ns_dir
+            for entry in (list(d.iterdir()) if d.is_dir() else []):
+                # Namespaces pinned for a sandbox whose bundle is gone (a kill while it was made or removed).
+                if entry.name not in known and not entry.name.startswith("."):
+                    pinns.unpin(entry)
+                    removed += 1
             d = self.paths.exec_dir
             for entry in (list(d.iterdir()) if d.is_dir() else []):
                 # This agent's own sessions (the API serves before this sweep) carry its prefix.
@@ -1100,6 +1236,9 @@ class RuncRuntime:
     def _remove_pod_dir(self, layout: bl.PodLayout) -> None:
         if not layout.dir.exists():
             return
+        sid = _bundle_id(layout.sandbox_dir)
+        if sid:
+            pinns.unpin(self.paths.ns_dir / sid)
         for b in layout.bundles():
             _unmount_bundle(b)
         subpath.remove_pod_sub_paths(layout.dir)

@@ -1,4 +1,5 @@
-"""The pod sandbox: the pause rootfs built once from the host's static catatonit, and which namespaces containers join."""
+"""The pod sandbox: whether it needs a pause process, the pause rootfs built once from the host's static catatonit,
+and which namespaces containers join."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Mapping
 
 from edgelet.container.errors import SandboxError
 
@@ -67,17 +68,49 @@ def pause_spec(root_dir: Path, catatonit_bin: str, image: "ImageRecord | None") 
     return PauseSpec(None, args, image)
 
 
-def sandbox_namespace_paths(pod: "Pod", pause_pid: int, netns: str = "") -> dict[str, str]:
+def needs_infra(pod: "Pod") -> bool:
+    """Whether the pod needs a pause process (pure): only as PID 1 of a shared PID namespace
+    (shareProcessNamespace without hostPID); every other namespace can be pinned as a file."""
+    spec = pod.spec
+    return bool(spec is not None and spec.share_process_namespace and not spec.host_pid)
+
+
+def pinned_kinds(pod: "Pod", own_netns: bool) -> tuple[str, ...]:
+    """The namespaces to pin for a sandbox without an infra container (pure): uts unless hostNetwork, ipc
+    unless hostIPC, net unless hostNetwork or CNI made the network namespace (`own_netns` False)."""
+    spec = pod.spec
+    host_network = bool(spec is not None and spec.host_network)
+    host_ipc = bool(spec is not None and spec.host_ipc)
+    kinds: list[str] = []
+    if not host_network and own_netns:
+        kinds.append("net")
+    if not host_ipc:
+        kinds.append("ipc")
+    if not host_network:
+        kinds.append("uts")
+    return tuple(kinds)
+
+
+def sandbox_namespace_paths(pod: "Pod", pause_pid: int | None, netns: str = "",
+                            pinned: "Mapping[str, str] | None" = None) -> dict[str, str]:
     """The namespaces a container joins from its sandbox (pure): net and uts unless hostNetwork, ipc unless
     hostIPC, pid only with shareProcessNamespace (and not hostPID). The network namespace is the CNI file
-    when there is one."""
+    when there is one. `pinned` ({OCI type: file}) is a sandbox without an infra container: its files are
+    joined, and `pause_pid` is None."""
     spec = pod.spec
     host_network = bool(spec is not None and spec.host_network)
     host_ipc = bool(spec is not None and spec.host_ipc)
     host_pid = bool(spec is not None and spec.host_pid)
     share_pid = bool(spec is not None and spec.share_process_namespace)
-    ns = f"/proc/{pause_pid}/ns"
     paths: dict[str, str] = {}
+    if pinned is not None:
+        for kind in ("network", "ipc", "uts"):
+            if kind in pinned:
+                paths[kind] = pinned[kind]
+        if netns and not host_network:
+            paths["network"] = netns
+        return paths
+    ns = f"/proc/{pause_pid}/ns"
     if not host_network:
         paths["network"] = netns or f"{ns}/net"
         paths["uts"] = f"{ns}/uts"

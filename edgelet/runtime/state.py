@@ -21,6 +21,8 @@ from edgelet.runtime.layout import (
     ANN_HASH,
     ANN_GRACE,
     ANN_HOST_NETWORK,
+    ANN_INFRA,
+    ANN_NAMESPACES,
     ANN_NETNS,
     ANN_POD_IPS,
     ANN_IMAGE,
@@ -56,6 +58,8 @@ class Observed:
     oom: bool = False
     monitor_alive: bool = False  # conmon still runs (its exit file may be on the way)
     termination_message: str = ""  # read by the runtime once the container exited (edgelet.runtime.termination)
+    # A sandbox without an infra container that was started and whose namespace files are all still pinned.
+    pinned_live: bool = False
 
 
 def parse_runc_time(text: str | None) -> float | None:
@@ -101,6 +105,9 @@ def judge_state(o: Observed) -> tuple[ContainerState, int | None, int | None, st
         return "running", pid, None, "", None
     if o.exit is not None and o.exit.code is not None:
         return "exited", None, o.exit.code, _exit_reason(o.exit.code, o.oom), o.exit.at
+    if o.runc is None and o.pinned_live:
+        # No process to ask about: a sandbox without an infra container runs while its namespaces are pinned.
+        return "running", None, None, "", None
     if status == "stopped" and o.monitor_alive:
         # The process is gone but conmon has not written the exit file yet: not a lost exit, just early.
         return "running", None, None, "", None
@@ -110,6 +117,21 @@ def judge_state(o: Observed) -> tuple[ContainerState, int | None, int | None, st
         return "created", None, None, "", None
     # runc says stopped with no exit recorded, or a bundle runc no longer knows (e.g. /run cleared by a reboot).
     return "exited", None, UNKNOWN_EXIT_CODE, "ContainerStatusUnknown", o.exit.at if o.exit else None
+
+
+def format_namespaces(namespaces: Mapping[str, str]) -> str:
+    """ANN_NAMESPACES' value: "<oci type>=<path>" joined by commas, in a stable order."""
+    return ",".join(f"{k}={v}" for k, v in sorted(namespaces.items()))
+
+
+def parse_namespaces(text: str) -> tuple[tuple[str, str], ...]:
+    """The pairs of ANN_NAMESPACES; entries without '=' are skipped."""
+    out = []
+    for item in text.split(","):
+        kind, sep, path = item.partition("=")
+        if sep and kind and path:
+            out.append((kind, path))
+    return tuple(out)
 
 
 def _float(text: str | None, default: float = 0.0) -> float:
@@ -150,6 +172,7 @@ def build_record(o: Observed) -> SandboxRecord | ContainerRecord | None:
             attempt=_int(ann.get(ANN_ATTEMPT)), state=state, pid=pid, created_at=created,
             host_network=ann.get(ANN_HOST_NETWORK) == "true",
             ips=tuple(ip for ip in ann.get(ANN_POD_IPS, "").split(",") if ip), netns=ann.get(ANN_NETNS, ""),
+            infra=ann.get(ANN_INFRA) != "false", namespaces=parse_namespaces(ann.get(ANN_NAMESPACES, "")),
         )
     started = o.started_at
     if started is None and state != "created" and runc_created is not None and o.runc is not None:

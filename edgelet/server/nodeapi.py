@@ -340,11 +340,10 @@ class NodeApi:
         sandbox = max(running, key=lambda s: (s.attempt, s.created_at))
         if sandbox.host_network:
             return None
-        if sandbox.netns:
-            return sandbox.netns
-        if sandbox.pid is None:
+        netns = sandbox.netns_path()
+        if netns is None:
             raise HttpError(409, f"pod {namespace}/{pod}: its sandbox has no process to find its network in")
-        return f"/proc/{sandbox.pid}/ns/net"
+        return netns
 
     async def _serve(self, route: NodeRoute) -> Response:
         e = route.endpoint

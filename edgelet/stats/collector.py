@@ -159,8 +159,13 @@ class StatsCollector:
             usage = read_usage(pod_cg, self._mount) or CgroupUsage()
             keys.add(pod_cg)
             interfaces: tuple[InterfaceStats, ...] = ()
-            if sandbox is not None and sandbox.pid and not sandbox.host_network:
-                interfaces = tuple(parse_net_dev(_read(self._proc / str(sandbox.pid) / "net" / "dev")))
+            # /proc/<pid>/net/dev of a process in the pod's network namespace: the pause process, or without
+            # one any running container (they all joined it).
+            net_pid = sandbox.pid if sandbox is not None else None
+            if net_pid is None and sandbox is not None and not sandbox.infra:
+                net_pid = next((c.pid for c in running if c.pid), None)
+            if sandbox is not None and net_pid and not sandbox.host_network:
+                interfaces = tuple(parse_net_dev(_read(self._proc / str(net_pid) / "net" / "dev")))
             pods.append(PodStats(
                 uid=uid, name=rt.name, namespace=rt.namespace,
                 start_time=sandbox.created_at if sandbox is not None else min(c.created_at for c in running),

@@ -350,7 +350,7 @@ class Syncer:
         from edgelet.probes.hooks import run_handler
         from edgelet.probes.probers import target_for
 
-        target = target_for(cid, container, sandbox.pid, sandbox.host_network)
+        target = target_for(cid, container, sandbox.netns_path(), sandbox.host_network)
         try:
             assert container.lifecycle is not None and container.lifecycle.post_start is not None
             await run_handler(container.lifecycle.post_start, runtime=self._runtime, target=target, pod=pod,
@@ -411,7 +411,7 @@ class Syncer:
 
         rt = await self._runtime.pod_status(record.pod_uid)
         sandbox = next((s for s in rt.sandboxes if s.id == record.sandbox_id), None)
-        target = target_for(record.id, spec, sandbox.pid if sandbox is not None else None,
+        target = target_for(record.id, spec, sandbox.netns_path() if sandbox is not None else None,
                             sandbox.host_network if sandbox is not None else bool(pod_spec(pod).host_network))
         assert spec.lifecycle is not None and spec.lifecycle.pre_stop is not None
         try:

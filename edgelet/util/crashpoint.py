@@ -19,7 +19,7 @@ ENV = "EDGELET_TEST_CRASH_AT"
 POINTS = frozenset({
     "image.import",      # an archive's blobs are in the store, its index record is not yet written
     "image.unpack",      # between two members of a layer's tar
-    "sandbox.create",    # the pause container is created under conmon, not yet started
+    "sandbox.create",    # the namespaces are pinned (or the pause container created), the sandbox not yet started
     "cni.add",           # the plugin chain has attached the pod, its result is not yet cached
     "container.create",  # a container is created under conmon, not yet started
     "container.stop",    # the stop signal is sent, the exit not yet seen

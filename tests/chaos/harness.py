@@ -500,8 +500,9 @@ class Campaign:
         rows = self.snapshot_rows() or {}
         runc = self._runc()
         uids = {rows[n]["uid"] for n in self.wanted if n in rows}
-        ids = {c["id"] for c in runc}
-        sandboxes = _sandbox_ids(runc)
+        pinned = _pinned_sandboxes(self.agent.paths.root_dir / "pods", self.agent.paths.run_dir / "ns")
+        ids = {c["id"] for c in runc} | {sid for uid, sbs in pinned.items() if uid in uids for sid in sbs}
+        sandboxes = _sandbox_ids(runc) | {sid for uid, sbs in pinned.items() if uid in uids for sid in sbs}
         # Exactly once, with the right containers.
         for name, w in self.wanted.items():
             row = rows.get(name)
@@ -509,7 +510,7 @@ class Campaign:
                 continue
             mine = [c for c in runc if (c.get("annotations") or {}).get("io.kubernetes.pod.uid") == row["uid"]]
             live_sb = [c for c in mine if c["annotations"].get("io.edgelet.kind") == "sandbox"
-                       and c["status"] == "running"]
+                       and c["status"] == "running"] + [sid for sid, up in pinned.get(row["uid"], {}).items() if up]
             running = sorted(c["annotations"].get("io.kubernetes.container.name", "?") for c in mine
                              if c["annotations"].get("io.edgelet.kind") == "container" and c["status"] == "running")
             kind = KINDS[w.kind]
@@ -586,7 +587,7 @@ class Campaign:
         for mp in _mounts_under(base):
             rel = mp[len(base) + 1:]
             m = re.match(r"root/pods/([0-9a-f-]+)/", rel + "/")
-            n = re.match(r"run/netns/([0-9a-f]+)$", rel)
+            n = re.match(r"run/netns/([0-9a-f]+)$", rel) or re.match(r"run/ns/([0-9a-f]+)/(net|ipc|uts)$", rel)
             if (m and m.group(1) in uids) or (n and sandboxes is not None and n.group(1) in sandboxes) \
                     or rel in self.test_mounts:
                 continue
@@ -615,11 +616,15 @@ class Campaign:
                     continue
                 out.append(f"bundle {idf.parent.relative_to(pods_dir)} without runc state")
             if (d / "sandbox" / "id").exists() and _read(d / "sandbox" / "id") not in ids:
-                out.append(f"sandbox bundle of {d.name} without runc state")
+                out.append(f"sandbox bundle of {d.name} without runc state (nor namespaces pinned)")
         for sub in ("exits", "socks"):
             for f in _ls(p.run_dir / sub):
                 if f.name not in ids and not f.name.startswith(".") and not (sub == "exits" and f.name in released):
                     out.append(f"{sub}/{f.name[:12]}")
+        for n in sorted(x.name for x in _ls(p.run_dir / "ns")):
+            # Namespaces pinned for a sandbox without an infra container go with its pod.
+            if sandboxes is None or n not in sandboxes:
+                out.append(f"pinned namespaces {n[:12]}")
         netns_dir = p.run_dir / "netns"
         netns = sorted(x.name for x in _ls(netns_dir))
         for n in netns:
@@ -642,6 +647,25 @@ class Campaign:
 
 def _sandbox_ids(runc: list[dict]) -> set[str]:
     return {c["id"] for c in runc if (c.get("annotations") or {}).get("io.edgelet.kind") == "sandbox"}
+
+
+def _pinned_sandboxes(pods_dir: Path, ns_dir: Path) -> dict[str, dict[str, bool]]:
+    """{pod uid: {sandbox id: running}} of the sandboxes without an infra container (no runc state): one runs
+    once started, not stopped, with its namespace files there."""
+    out: dict[str, dict[str, bool]] = {}
+    for d in _ls(pods_dir):
+        b = d / "sandbox"
+        sid = _read(b / "id")
+        try:
+            ann = json.loads((b / "config.json").read_text()).get("annotations") or {}
+        except (OSError, ValueError):
+            continue
+        if not sid or ann.get("io.edgelet.infra") != "false":
+            continue
+        files = [f.split("=", 1)[1] for f in ann.get("io.edgelet.namespaces", "").split(",") if "=" in f]
+        up = (b / "started").exists() and not (b / "exit").exists() and all(os.path.exists(f) for f in files)
+        out.setdefault(d.name, {})[sid] = up and (not files or (ns_dir / sid).is_dir())
+    return out
 
 
 def _ls(path: Path) -> list[Path]:

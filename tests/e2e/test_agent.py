@@ -61,7 +61,7 @@ def test_manifest_runs_logs_and_is_cleaned_on_delete(agent):
     assert first[1:] == ["stdout", "F", "hello-from-container"]
     links = list((agent.paths.log_dir / "containers").glob("hello-testnode_default_c0-*.log"))
     assert links and links[0].resolve() == log_file.resolve()
-    assert len(agent.containers_of("hello")) == 2  # sandbox + container
+    assert len(agent.containers_of("hello")) == 1  # the container: its sandbox has no pause process
 
     (agent.manifests / "hello.yaml").unlink()
     wait_for(lambda: not agent.containers_of("hello"), what="containers removed")
@@ -84,7 +84,7 @@ def test_edit_replaces_pod(agent):
         what="second version running",
     )
     wait_for(lambda: not agent.paths.pod_dir(old["uid"]).exists(), what="old pod cleaned")
-    assert len(agent.containers_of("edit")) == 2
+    assert len(agent.containers_of("edit")) == 1
     assert new["restarts"] == 0
 
 

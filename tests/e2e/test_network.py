@@ -134,7 +134,7 @@ def test_a_kill_and_a_power_cut_leak_nothing_and_the_pods_come_back_networked(ag
     for c in agent.runc_list():
         _sh("kill", "-9", str(c["pid"])) if c.get("pid") else None
     _sh("pkill", "-9", "-f", f"conmon.*{agent.paths.runc_root}")
-    for f in (agent.paths.run_dir / "netns").iterdir():
+    for f in [*(agent.paths.run_dir / "netns").iterdir(), *(agent.paths.run_dir / "ns").glob("*/*")]:
         _sh("umount", "-l", str(f))
     for child in agent.paths.run_dir.iterdir():
         if child.name != "agent.log":
@@ -160,7 +160,7 @@ def test_a_sandbox_killed_from_outside_gives_back_its_network(agent, network):
     """The pause process dies without the agent stopping it (OOM killer, an operator's kill): the pod gets a
     new sandbox, and the dead one's removal releases its address, veth, namespace file and cache entry
     then, not at the agent's next start."""
-    agent.start(f"--cni-conf-dir={network['conf_dir']}", f"--cni-bin-dir={PLUGINS}")
+    agent.start(f"--cni-conf-dir={network['conf_dir']}", f"--cni-bin-dir={PLUGINS}", "--pod-infra-container")
     agent.write_manifest("client.yaml", CLIENT)
     wait_for(lambda: _ctr(agent, "client") and _pod_ip(agent, "client"), timeout=90, what="client to run")
     old = next(c for c in agent.containers_of("client") if c["annotations"].get("io.edgelet.kind") == "sandbox")
@@ -193,8 +193,38 @@ def test_without_a_cni_config_pods_get_loopback_and_a_warning(agent, tmp_path):
 
 
 def _sandbox(agent, pod: str) -> str | None:
-    return next((c["id"] for c in agent.containers_of(pod) if c["annotations"].get("io.edgelet.kind") == "sandbox"
-                 and c["status"] == "running"), None)
+    """The running sandbox of `pod`: without a pause process, its bundle is all there is of it."""
+    row = agent.pod(pod)
+    bundle = agent.paths.root_dir / "pods" / row["uid"] / "sandbox" if row else None
+    if bundle is None or not (bundle / "started").exists() or (bundle / "exit").exists():
+        return None
+    return (bundle / "id").read_text().strip()
+
+
+def _sandbox_annotations(agent, pod: str) -> dict:
+    bundle = agent.paths.root_dir / "pods" / agent.pod(pod)["uid"] / "sandbox"
+    return json.loads((bundle / "config.json").read_text())["annotations"]
+
+
+def test_a_sandbox_whose_namespaces_are_unmounted_from_outside_gives_back_its_network(agent, network):
+    """Without a pause process, a sandbox dies when its namespace files go (an operator's umount): the pod
+    gets a new sandbox, and the dead one's removal releases its network and namespace files."""
+    agent.start(f"--cni-conf-dir={network['conf_dir']}", f"--cni-bin-dir={PLUGINS}")
+    agent.write_manifest("client.yaml", CLIENT)
+    wait_for(lambda: _ctr(agent, "client") and _pod_ip(agent, "client"), timeout=90, what="client to run")
+    old = _sandbox(agent, "client")
+    assert old and not [c for c in agent.containers_of("client") if c["annotations"]["io.edgelet.kind"] == "sandbox"]
+    for f in ("ipc", "uts"):
+        subprocess.run(["umount", str(agent.paths.run_dir / "ns" / old / f)], check=True)
+    wait_for(lambda: (s := _sandbox(agent, "client")) and s != old and _ctr(agent, "client"), timeout=120,
+             what="a new sandbox")
+    left = wait_for(lambda: (f"{old}.json" not in (lo := _leftovers(agent, network))["cache"]) and lo,
+                    timeout=30, what="the dead sandbox's cache entry to go")
+    assert old not in left["netns"] and len(left["ipam"]) == 1
+    assert not (agent.paths.run_dir / "ns" / old).exists()
+    (agent.manifests / "client.yaml").unlink()
+    wait_for(lambda: _leftovers(agent, network) == NOTHING, timeout=60, what="nothing left")
+    assert not os.listdir(agent.paths.run_dir / "ns")
 
 
 def test_a_broken_pod_network_fails_its_check_and_the_pod_gets_a_new_one(agent, network):
@@ -220,7 +250,7 @@ def test_a_broken_pod_network_fails_its_check_and_the_pod_gets_a_new_one(agent, 
     assert "CNI plugin bridge CHECK failed" in events[0]["message"]
     new = wait_for(lambda: (s := _sandbox(agent, "server")) and s != broken and _ctr(agent, "server") and s,
                    timeout=120, what="the server in a new sandbox")
-    ip = next(c["annotations"]["io.edgelet.pod-ips"] for c in agent.containers_of("server") if c["id"] == new)
+    ip = _sandbox_annotations(agent, "server")["io.edgelet.pod-ips"]
     wait_for(lambda: _pod_ip(agent, "server") == ip, timeout=60, what="the status to show the new address")
     out = wait_for(lambda: (r := _exec(agent, "client", "wget", "-qO-", f"http://{ip}:8080/"))
                    and "hello-from-pod" in r.stdout and r.stdout, timeout=60, what="the new network to answer")

@@ -40,7 +40,11 @@ def test_pods_come_back_after_a_power_cut(agent):
                      what="svc back")
     assert after["uid"] == before["uid"]
     running = [c for c in agent.containers_of("svc") if c["status"] == "running"]
-    assert len(running) == 3, "pause sandbox and two containers run again"
+    assert len(running) == 2, "both containers run again (their sandbox has no pause process)"
+    # In a new sandbox: the old one's namespaces went with the power, its record with the next sync.
+    new_sandbox = (agent.paths.root_dir / "pods" / after["uid"] / "sandbox" / "id").read_text().strip()
+    assert {c["annotations"]["io.kubernetes.cri.sandbox-id"] for c in running} == {new_sandbox}
+    assert {"ipc", "uts"} <= {p.name for p in (agent.paths.run_dir / "ns" / new_sandbox).iterdir()}
     # A completed OnFailure pod is not run again: conmon's persist dir (in the root dir) kept its exit code.
     job = wait_for(lambda: fresh() and (r := agent.pod("job")) and r["status"] == "Completed" and r, timeout=30,
                    what="job completed")

@@ -51,7 +51,7 @@ async def test_exec_probe_and_timeout_kills_the_command(rt: RuncRuntime, busybox
     uid = pod.metadata.uid
     try:
         sandbox, cid = await _run(rt, pod, busybox, container)
-        target = target_for(cid, container, sandbox.pid, host_network=False)
+        target = target_for(cid, container, sandbox.netns_path(), host_network=False)
         ok = await exec_probe(rt, target, ["cat", "/www/index.html"], 2.0)
         assert (ok.result, ok.message) == (Result.SUCCESS, "ok\n")
         bad = await exec_probe(rt, target, ["cat", "/nope"], 2.0)

@@ -87,6 +87,12 @@ def test_generate_events_same_state_is_empty() -> None:
     assert generate_events("u", "x", "running", "running") == []
 
 
+def _pinned(rec, *files):
+    import dataclasses
+
+    return dataclasses.replace(rec, pid=None, infra=False, namespaces=tuple(("ipc", f) for f in files))
+
+
 def _with_pid(rec, pid):
     import dataclasses
 
@@ -102,6 +108,10 @@ def _with_pid(rec, pid):
         (((_with_pid(c("a", "exited"), None),),), set(), True),  # exited stays exited: nothing to check
         (((_with_pid(c("a", "created"), 12),),), {12}, False),  # between create and start: ask runc
         (((_with_pid(c("a", "running"), None),),), set(), False),  # no pid known: ask runc
+        # A sandbox without an infra container lives while its namespace files do.
+        (((_pinned(sb("s", "running"), "/ns/21"),),), {21}, True),
+        (((_pinned(sb("s", "running"), "/ns/21"),),), set(), False),
+        (((_pinned(sb("s", "running")),),), set(), True),  # hostNetwork and hostIPC: nothing to look at
     ],
 )
 def test_all_alive_checks_running_processes(records, alive, expected):

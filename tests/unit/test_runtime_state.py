@@ -403,3 +403,73 @@ def test_the_record_carries_the_observed_termination_message_once_exited(runc: d
     # conmon alive only beside runc state: without it, a live conmon means a container still being created.
     o = Observed("c1", _ann(), runc, exit, monitor_alive=runc is not None, termination_message="bye")
     assert build_record(o).termination_message == expected  # type: ignore[union-attr]
+
+
+# ---------------------------------------------------------------- sandboxes without an infra container
+
+
+@pytest.mark.parametrize("spec, infra", [
+    ({}, False),
+    ({"host_network": True, "host_ipc": True}, False),
+    ({"share_process_namespace": True}, True),  # its pause process is PID 1 of the shared namespace
+    ({"share_process_namespace": True, "host_pid": True}, False),  # the host's PID namespace: nothing to hold
+])
+def test_only_a_shared_pid_namespace_needs_a_pause_process(spec: dict, infra: bool) -> None:
+    from edgelet.runtime.sandbox import needs_infra
+
+    assert needs_infra(_pod(**spec)) is infra
+
+
+@pytest.mark.parametrize("spec, own_netns, kinds", [
+    ({}, True, ("net", "ipc", "uts")),
+    ({}, False, ("ipc", "uts")),  # CNI made the network namespace
+    ({"host_network": True}, True, ("ipc",)),
+    ({"host_ipc": True}, True, ("net", "uts")),
+    ({"host_network": True, "host_ipc": True}, True, ()),
+])
+def test_pinned_kinds(spec: dict, own_netns: bool, kinds: tuple[str, ...]) -> None:
+    from edgelet.runtime.sandbox import pinned_kinds
+
+    assert pinned_kinds(_pod(**spec), own_netns=own_netns) == kinds
+
+
+@pytest.mark.parametrize("pinned, netns, expected", [
+    ({"network": "/r/ns/s/net", "ipc": "/r/ns/s/ipc", "uts": "/r/ns/s/uts"}, "",
+     {"network": "/r/ns/s/net", "ipc": "/r/ns/s/ipc", "uts": "/r/ns/s/uts"}),
+    ({"ipc": "/r/ns/s/ipc", "uts": "/r/ns/s/uts"}, "/r/netns/s",
+     {"network": "/r/netns/s", "ipc": "/r/ns/s/ipc", "uts": "/r/ns/s/uts"}),
+    ({}, "", {}),  # hostNetwork and hostIPC: the host's, nothing to join
+])
+def test_containers_join_the_pinned_files(pinned: dict, netns: str, expected: dict) -> None:
+    assert sandbox_namespace_paths(_pod(), None, netns, pinned) == expected
+
+
+def test_namespaces_annotation_round_trips() -> None:
+    from edgelet.runtime.state import format_namespaces, parse_namespaces
+
+    ns = {"uts": "/r/ns/s/uts", "ipc": "/r/ns/s/ipc"}
+    assert dict(parse_namespaces(format_namespaces(ns))) == ns
+    assert parse_namespaces("") == () and parse_namespaces("junk,ipc=/x") == (("ipc", "/x"),)
+
+
+@pytest.mark.parametrize("observed, state", [
+    (Observed("s", {}, None, None, started_at=1.0, pinned_live=True), "running"),
+    (Observed("s", {}, None, ExitInfo(0, 5.0), started_at=1.0, pinned_live=False), "exited"),  # stopped
+    (Observed("s", {}, None, None, started_at=None, pinned_live=False), "exited"),  # a kill before its start
+    (Observed("s", {}, None, None, started_at=1.0, pinned_live=False), "exited"),  # namespaces gone (a reboot)
+])
+def test_a_pinned_sandbox_runs_while_its_namespaces_are_pinned(observed: Observed, state: str) -> None:
+    assert judge_state(observed)[0] == state
+
+
+def test_a_pinned_sandbox_record_is_rebuilt_from_its_annotations() -> None:
+    from edgelet.runtime.layout import ANN_INFRA, ANN_NAMESPACES
+    from edgelet.runtime.state import build_record
+
+    rec = build_record(Observed("s", _ann("sandbox", **{ANN_INFRA: "false", ANN_NAMESPACES: "ipc=/r/ns/s/ipc,network=/r/ns/s/net"}),
+                                None, None, started_at=1.0, pinned_live=True))
+    assert rec is not None and rec.state == "running" and rec.pid is None
+    assert rec.infra is False and rec.namespaces == (("ipc", "/r/ns/s/ipc"), ("network", "/r/ns/s/net"))
+    assert rec.netns_path() == "/r/ns/s/net"
+    old = build_record(Observed("s", _ann("sandbox"), {"status": "running", "pid": 7}))
+    assert old is not None and old.infra is True and old.netns_path() == "/proc/7/ns/net"

@@ -63,6 +63,7 @@ def test_defaults() -> None:
     assert s.log_dir == Path("/var/log")
     assert s.hostname_override is None
     assert s.pod_infra_container_image is None
+    assert s.pod_infra_container is False
     assert s.cgroup_root == "/kubepods"
     assert (s.runtime, s.conmon) == ("runc", "conmon")
     assert s.image_import_dir is None
@@ -108,6 +109,7 @@ run_dir = "/run/e"
 log_dir = "/l"
 hostname_override = "node1"
 pod_infra_container_image = "local/pause:1"
+pod_infra_container = true
 cgroup_root = "/edge/"
 runtime = "/usr/bin/crun"
 conmon = "/usr/local/bin/conmon"
@@ -180,7 +182,7 @@ def test_toml_file_sets_every_key(tmp_path: Path) -> None:
         manifest_url_header=(("A", "1"),), http_check_frequency=30.0, manifest_url_ca=Path("/ca.pem"),
         trusted_keys=Path("/etc/edgelet/trusted"), manifest_url_signature="https://h/p.sig", runonce=True, runonce_timeout=120.0,
         root_dir=Path("/r"), run_dir=Path("/run/e"), log_dir=Path("/l"), hostname_override="node1",
-        pod_infra_container_image="local/pause:1", cgroup_root="/edge", runtime="/usr/bin/crun",
+        pod_infra_container_image="local/pause:1", pod_infra_container=True, cgroup_root="/edge", runtime="/usr/bin/crun",
         conmon="/usr/local/bin/conmon", image_import_dir=Path("/imp"), verbosity=3,
         enable_server=False, healthz_port=0, healthz_bind_address="0.0.0.0", port=10250, address="10.0.0.5",
         tls_cert_file=Path("/pki/tls.crt"), tls_private_key_file=Path("/pki/tls.key"),
