@@ -35,14 +35,9 @@ for arg in "$@"; do
     esac
 done
 
-run() {
-    if [ "$dry_run" = 1 ]; then
-        printf '+ %s\n' "$*"
-    else
-        "$@"
-    fi
-}
 step() { echo "==> $*"; }
+# run, host_tools, and the mounts undone at exit: shared with the other arm64 recipe.
+. "$HERE/common.sh"
 
 commit="$(git -C "$REPO" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
 if [ -n "$(git -C "$REPO" status --porcelain --untracked-files=no 2>/dev/null)" ]; then
@@ -53,20 +48,7 @@ if [ "$dry_run" = 0 ]; then
     [ "$(id -u)" = 0 ] || { echo "build-arm64.sh: needs root (debootstrap, chroot, mounts)" >&2; exit 1; }
 fi
 
-step "host tools: ${HOST_PACKAGES[*]}"
-missing=()
-for p in "${HOST_PACKAGES[@]}"; do
-    dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
-done
-if [ "${#missing[@]}" -gt 0 ]; then
-    run apt-get update -qq
-    run env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
-fi
-# binfmt-support registers qemu-aarch64 with the F (fix binary) flag, so
-# arm64 programs run inside the chroot without copying qemu into it.
-if [ "$dry_run" = 1 ] || [ ! -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]; then
-    run update-binfmts --enable qemu-aarch64
-fi
+host_tools
 
 step "arm64 Debian root in $ROOT"
 if [ "$dry_run" = 1 ] || [ ! -e "$ROOT/.edgelet-debootstrap-done" ]; then
@@ -74,14 +56,6 @@ if [ "$dry_run" = 1 ] || [ ! -e "$ROOT/.edgelet-debootstrap-done" ]; then
     run touch "$ROOT/.edgelet-debootstrap-done"
 fi
 
-mounted=()
-cleanup() {
-    local i
-    for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do
-        umount -l "${mounted[$i]}" 2>/dev/null || true
-    done
-}
-trap cleanup EXIT
 # debootstrap has copied the host's resolv.conf, which pip needs.
 mount_in_root() {  # mount_in_root TYPE_OR_BIND SOURCE TARGET
     run mkdir -p "$3"

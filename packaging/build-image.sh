@@ -52,31 +52,15 @@ while [ $# -gt 0 ]; do
     shift
 done
 
-run() {
-    if [ "$dry_run" = 1 ]; then
-        printf '+ %s\n' "$*"
-    else
-        "$@"
-    fi
-}
 step() { echo "==> $(date -u +%H:%M:%S) $*"; }
+# run, host_tools, and the mounts undone at exit: shared with the other arm64 recipe.
+. "$HERE/common.sh"
 
 if [ "$dry_run" = 0 ]; then
     [ "$(id -u)" = 0 ] || { echo "build-image.sh: needs root (debootstrap, chroot)" >&2; exit 1; }
 fi
 
-step "host tools: ${HOST_PACKAGES[*]}"
-missing=()
-for p in "${HOST_PACKAGES[@]}"; do
-    dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
-done
-if [ "${#missing[@]}" -gt 0 ]; then
-    run apt-get update -qq
-    run env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
-fi
-if [ "$dry_run" = 1 ] || [ ! -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]; then
-    run update-binfmts --enable qemu-aarch64
-fi
+host_tools
 
 if [ -z "$deb" ] && [ "$base_only" = 0 ]; then
     deb="$(ls -t "$REPO"/dist/edgelet_*_arm64.deb 2>/dev/null | head -n 1 || true)"
@@ -91,15 +75,6 @@ if [ "$base_only" = 0 ]; then
     echo "edgelet package: $deb"
 fi
 
-mounted=()
-cleanup() {
-    local i
-    for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do
-        umount -l "${mounted[$i]}" 2>/dev/null || true
-    done
-    mounted=()
-}
-trap cleanup EXIT
 # chroot_mounts ROOT: what package scripts need (initramfs-tools reads /proc and /dev).
 chroot_mounts() {
     local m

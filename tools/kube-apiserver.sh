@@ -9,9 +9,8 @@
 # 6 minutes on 2 cores); later runs print the path at once.
 set -euo pipefail
 
-VERSION=1.20.5+really1.20.2-1.1+deb12u1
-GIT_VERSION=v1.20.2
-CACHE=${KUBE_CACHE:-/var/cache/edgelet-kube}
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/kube-common.sh"   # VERSION, GIT_VERSION, CACHE, kube_ldflags
 OUT=$CACHE/$VERSION/bin
 
 if [ -x "$OUT/kube-apiserver" ] && [ -x "$OUT/kubectl" ]; then
@@ -85,12 +84,7 @@ if [ ! -f "$openapi" ]; then
     -h vendor/k8s.io/code-generator/hack/boilerplate.go.txt -r _output/openapi_violations.report >&2
 fi
 
-ldflags=""
-for v in client-go/pkg/version component-base/version; do
-  ldflags+=" -X $pkg/vendor/k8s.io/$v.gitVersion=$GIT_VERSION"
-  ldflags+=" -X $pkg/vendor/k8s.io/$v.gitMajor=1 -X $pkg/vendor/k8s.io/$v.gitMinor=20"
-  ldflags+=" -X $pkg/vendor/k8s.io/$v.gitTreeState=clean"
-done
+ldflags=$(kube_ldflags "$pkg")
 mkdir -p "$OUT.tmp"
 for cmd in kube-apiserver kubectl; do
   log "building $cmd"

@@ -8,9 +8,8 @@
 # touched. Cached: later runs print the path at once.
 set -euo pipefail
 
-VERSION=1.20.5+really1.20.2-1.1+deb12u1
-GIT_VERSION=v1.20.2
-CACHE=${KUBE_CACHE:-/var/cache/edgelet-kube}
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/kube-common.sh"   # VERSION, GIT_VERSION, CACHE, kube_ldflags
 OUT=$CACHE/$VERSION/kubelet-bin
 
 if [ -x "$OUT/kubelet" ]; then
@@ -23,19 +22,13 @@ if [ -n "${KUBELET_SH_NO_BUILD:-}" ]; then
   exit 1
 fi
 
-here=$(cd "$(dirname "$0")" && pwd)
 "$here/kube-apiserver.sh" >/dev/null   # unpacks the source (and builds the apiserver) if not yet done
 
 work=$CACHE/$VERSION/work
 export GOPATH=$work/gopath GO111MODULE=off GOCACHE=$CACHE/gocache CGO_ENABLED=0 GOFLAGS=
 cd "$GOPATH/src/k8s.io/kubernetes"
 pkg=k8s.io/kubernetes
-ldflags=""
-for v in client-go/pkg/version component-base/version; do
-  ldflags+=" -X $pkg/vendor/k8s.io/$v.gitVersion=$GIT_VERSION"
-  ldflags+=" -X $pkg/vendor/k8s.io/$v.gitMajor=1 -X $pkg/vendor/k8s.io/$v.gitMinor=20"
-  ldflags+=" -X $pkg/vendor/k8s.io/$v.gitTreeState=clean"
-done
+ldflags=$(kube_ldflags "$pkg")
 mkdir -p "$OUT.tmp"
 echo "kubelet.sh: building kubelet" >&2
 go build -trimpath -ldflags "-s -w$ldflags" -o "$OUT.tmp/kubelet" ./cmd/kubelet

@@ -218,19 +218,13 @@ class NodeApi:
 
             async def runner(conn: spdy.SpdyConnection) -> None:
                 await streaming.serve_port_forward(conn, netns=netns, clock=clock, what=what)
-        if self.sessions >= self._max_sessions:
-            raise HttpError(429, f"too many exec and port-forward sessions are open ({self._max_sessions}); "
-                                 "try again later", headers=(("Retry-After", "5"),))
+        self._check_session_room()
         limits = self._spdy_limits
 
         async def run(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, initial: bytes) -> None:
             conn = spdy.SpdyConnection(reader, writer, clock=clock, accept=accept, limits=limits, initial=initial,
                                        name=f"{route.endpoint} {what}")
-            self.sessions += 1
-            try:
-                await conn.run(runner)
-            finally:
-                self.sessions -= 1
+            await self._counted_session(conn.run(runner))
 
         return Upgrade(101, headers=[(streaming.PROTOCOL_HEADER, protocol)], protocol=spdy.UPGRADE,
                        run_streams=run)
@@ -256,9 +250,7 @@ class NodeApi:
         api = self._api
         what = f"{p['namespace']}/{p['pod']}/{p['container']}"
         protocol = wschannel.exec_protocol(subprotocol)
-        if self.sessions >= self._max_sessions:
-            raise HttpError(429, f"too many exec and port-forward sessions are open ({self._max_sessions}); "
-                                 "try again later", headers=(("Retry-After", "5"),))
+        self._check_session_room()
         clock = self.clock
 
         async def handler(session: wschannel.WsSession) -> None:
@@ -275,11 +267,7 @@ class NodeApi:
             session = wschannel.WsSession(reader, writer, subprotocol=subprotocol, clock=clock, initial=initial,
                                           name=f"{route.endpoint} {what}",
                                           idle_timeout=self._spdy_limits.idle_timeout)
-            self.sessions += 1
-            try:
-                await session.run(handler)
-            finally:
-                self.sessions -= 1
+            await self._counted_session(session.run(handler))
 
         return Upgrade(101, headers=headers, protocol="websocket", run_streams=run)
 
@@ -296,9 +284,7 @@ class NodeApi:
         headers = wschannel.response_headers(request.headers, subprotocol)
         ports = wschannel.parse_ports(parse_qs(urlsplit(request.target).query, keep_blank_values=True))
         netns = self._pod_netns(p["namespace"], p["pod"])
-        if self.sessions >= self._max_sessions:
-            raise HttpError(429, f"too many exec and port-forward sessions are open ({self._max_sessions}); "
-                                 "try again later", headers=(("Retry-After", "5"),))
+        self._check_session_room()
         clock = self.clock
 
         async def handler(session: wschannel.WsSession) -> None:
@@ -320,13 +306,23 @@ class NodeApi:
                                           name=f"portforward {what}", idle_timeout=self._spdy_limits.idle_timeout,
                                           channels=2 * len(ports),
                                           readable=frozenset(range(0, 2 * len(ports), 2)))
-            self.sessions += 1
-            try:
-                await session.run(handler)
-            finally:
-                self.sessions -= 1
+            await self._counted_session(session.run(handler))
 
         return Upgrade(101, headers=headers, protocol="websocket", run_streams=run)
+
+    def _check_session_room(self) -> None:
+        """HttpError 429 when `max_sessions` exec, attach and port-forward sessions are already open."""
+        if self.sessions >= self._max_sessions:
+            raise HttpError(429, f"too many exec and port-forward sessions are open ({self._max_sessions}); "
+                                 "try again later", headers=(("Retry-After", "5"),))
+
+    async def _counted_session(self, session: Awaitable[None]) -> None:
+        """Run one SPDY or WebSocket session, counted in `sessions` while it runs."""
+        self.sessions += 1
+        try:
+            await session
+        finally:
+            self.sessions -= 1
 
     def _pod_netns(self, namespace: str, pod: str) -> str | None:
         """The network namespace of a pod's running sandbox (None: the host's, for hostNetwork); HttpError

@@ -355,12 +355,21 @@ async def serve_exec(conn: spdy.SpdyConnection, *, opts: ExecOptions, protocol: 
                      start: "StartExec", clock: "Clock", what: str,
                      creation_timeout: float = STREAM_CREATION_TIMEOUT) -> None:
     """One `kubectl exec` session over SPDY: its streams, then `run_exec`."""
+    streams = await _session_streams(conn, opts, protocol, clock, creation_timeout, what,
+                                     "Exec session without its streams")
+    if streams is not None:
+        await run_exec(streams, opts=opts, protocol=protocol, container_id=container_id, start=start, what=what)
+
+
+async def _session_streams(conn: spdy.SpdyConnection, opts: ExecOptions, protocol: str, clock: "Clock",
+                           creation_timeout: float, what: str, missing: str) -> dict[str, Channel] | None:
+    """The streams an exec or attach session needs; None, logged as `missing`, when they never all come."""
     try:
         streams = await collect_streams(conn, expected_streams(opts, protocol), clock, creation_timeout)
     except SessionError as exc:
-        log.info("Exec session without its streams", target=what, err=str(exc))
-        return
-    await run_exec(dict(streams), opts=opts, protocol=protocol, container_id=container_id, start=start, what=what)
+        log.info(missing, target=what, err=str(exc))
+        return None
+    return dict(streams)
 
 
 async def run_exec(streams: Mapping[str, Channel], *, opts: ExecOptions, protocol: str, container_id: str,
@@ -477,12 +486,10 @@ async def serve_attach(conn: spdy.SpdyConnection, *, opts: ExecOptions, protocol
                        clock: "Clock", what: str, creation_timeout: float = STREAM_CREATION_TIMEOUT,
                        resize: Callable[[int, int], None] | None = None) -> None:
     """One `kubectl attach` session over SPDY: its streams, then `run_attach`."""
-    try:
-        streams = await collect_streams(conn, expected_streams(opts, protocol), clock, creation_timeout)
-    except SessionError as exc:
-        log.info("Attach session without its streams", target=what, err=str(exc))
-        return
-    await run_attach(dict(streams), opts=opts, protocol=protocol, socket_path=socket_path, what=what, resize=resize)
+    streams = await _session_streams(conn, opts, protocol, clock, creation_timeout, what,
+                                     "Attach session without its streams")
+    if streams is not None:
+        await run_attach(streams, opts=opts, protocol=protocol, socket_path=socket_path, what=what, resize=resize)
 
 
 async def run_attach(streams: Mapping[str, Channel], *, opts: ExecOptions, protocol: str,

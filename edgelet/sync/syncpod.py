@@ -23,7 +23,7 @@ from edgelet.api.pod import uid as pod_uid
 from edgelet.api.pod import meta
 from edgelet.api.pod import spec as pod_spec
 from edgelet.status.syncstate import PodSyncState
-from edgelet.events import EventRecorder, pod_ref
+from edgelet.events import EventRecorder, InvolvedObject, pod_ref
 from edgelet.images.manager import ImageUnavailable
 from edgelet.plan import compute_pod_actions
 from edgelet.plan.actions import is_pod_termination
@@ -292,24 +292,7 @@ class Syncer:
             self._events.warning(ref, "Failed", f"Error: {exc}")
             return (reason, str(exc))
         self._events.normal(ref, "Created", f"Created container: {container.name}")
-        try:
-            await self._runtime.start_container(cid)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.error("Failed to start container", exc, pod=_full(pod), container=container.name)
-            if st is not None:
-                st.start_failed.add(cid)  # left created, it is replaced at the next sync, not started again
-            self._backoff.next(key, self._clock.monotonic())
-            self._events.warning(ref, "Failed", f"Error: {exc}")
-            return ("RunContainerError", str(exc))
-        log.info("Started container", pod=_full(pod), container=container.name, id=cid[:12], attempt=attempt)
-        self._events.normal(ref, "Started", f"Started container: {container.name}")
-        if container.lifecycle is not None and container.lifecycle.post_start is not None:
-            failed = await self._post_start(pod, container, sandbox, cid, ref)
-            if failed is not None:
-                return failed
-        return None
+        return await self._start_created(pod, container, sandbox, cid, attempt, ref, st)
 
     async def _resume_container(
         self, pod: "Pod", container: "Container", sandbox: "SandboxRecord", cid: str, attempt: int, ctype: str,
@@ -326,13 +309,26 @@ class Syncer:
             self._backoff.next(key, self._clock.monotonic())
         log.info("Starting a container created by the previous agent", pod=_full(pod), container=container.name,
                  id=cid[:12], attempt=attempt)
+        return await self._start_created(pod, container, sandbox, cid, attempt, ref, st)
+
+    async def _start_created(
+        self, pod: "Pod", container: "Container", sandbox: "SandboxRecord", cid: str, attempt: int, ref: InvolvedObject,
+        st: PodSyncState | None,
+    ) -> tuple[str, str] | None:
+        """Start a created instance, then its postStart hook; a waiting (reason, message) on failure.
+
+        Shared by a fresh create and by resuming one a killed agent created: a failed start counts for the
+        back-off and marks the instance (in `st`) for replacement at the next sync, not a second start.
+        """
+        key = (pod_uid(pod), container.name)
         try:
             await self._runtime.start_container(cid)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             log.error("Failed to start container", exc, pod=_full(pod), container=container.name)
-            st.start_failed.add(cid)
+            if st is not None:
+                st.start_failed.add(cid)  # left created, it is replaced at the next sync, not started again
             self._backoff.next(key, self._clock.monotonic())
             self._events.warning(ref, "Failed", f"Error: {exc}")
             return ("RunContainerError", str(exc))

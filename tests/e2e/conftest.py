@@ -36,6 +36,22 @@ def busybox_archive(tmp_path_factory) -> Path:
     return build_busybox_image(out, name=IMAGE, fmt="oci-archive")
 
 
+def sleeper_yaml(name: str, image: str = IMAGE, policy: str = "IfNotPresent") -> str:
+    """A one-container pod (`c`, sleeping 300 s) running `image` with pull policy `policy`."""
+    return f"""apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: c
+    image: {image}
+    imagePullPolicy: {policy}
+    command: ["sh", "-c", "exec sleep 300"]
+"""
+
+
 def wait_for(predicate, timeout: float = 20.0, interval: float = 0.05, what: str = "condition"):
     """Poll until `predicate()` returns something truthy; fail naming `what` (no timing asserted)."""
     deadline = time.monotonic() + timeout

@@ -9,26 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import IMAGE, wait_for
+from tests.e2e.conftest import sleeper_yaml, wait_for
 
 pytestmark = pytest.mark.privileged
 
 CARD_IMAGE = "edgelet.local/card-only:1"  # present nowhere but in the card's images/
-
-
-def pod_yaml(name: str, image: str = IMAGE) -> str:
-    return f"""apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-spec:
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: c
-    image: {image}
-    imagePullPolicy: Never
-    command: ["sh", "-c", "exec sleep 300"]
-"""
 
 
 @pytest.fixture(scope="module")
@@ -44,10 +29,10 @@ def test_card_pods_run_at_boot_are_adopted_and_edits_are_seen(agent, tmp_path: P
     (card / "images").mkdir()
     shutil.copy(card_archive, card / "images" / card_archive.name)
     (card / "config.toml").write_text('manifest_ur = "http://192.0.2.1/pods"\n')  # a typo: reported, ignored
-    agent.write_manifest("web.yaml", pod_yaml("web"))
-    (card / "manifests" / "sensor.yaml").write_text(pod_yaml("sensor", CARD_IMAGE))
+    agent.write_manifest("web.yaml", sleeper_yaml("web", policy="Never"))
+    (card / "manifests" / "sensor.yaml").write_text(sleeper_yaml("sensor", CARD_IMAGE, policy="Never"))
     clash = card / "manifests" / "web.yaml"
-    clash.write_text(pod_yaml("web", CARD_IMAGE))
+    clash.write_text(sleeper_yaml("web", CARD_IMAGE, policy="Never"))
 
     res = agent.run_once("--card-dir", str(card), "--runonce-timeout", "90s")
     assert res.returncode == 0, res.stdout + res.stderr
@@ -67,7 +52,7 @@ def test_card_pods_run_at_boot_are_adopted_and_edits_are_seen(agent, tmp_path: P
     assert "Card configuration ignored" in agent.log()
 
     # A pod written onto the card while edgelet runs.
-    (card / "manifests" / "later.yaml").write_text(pod_yaml("later", CARD_IMAGE))
+    (card / "manifests" / "later.yaml").write_text(sleeper_yaml("later", CARD_IMAGE, policy="Never"))
     try:
         wait_for(lambda: (r := agent.pod("later")) and r["status"] == "Running", what="later Running", timeout=60)
     except AssertionError as exc:
