@@ -7,7 +7,11 @@ no_new_privileges, oom score), given to `runc exec --process`, so what runs
 is confined exactly as the container is; runc applies the container's
 seccomp filter and namespaces itself. With a terminal, runc makes the pty,
 relays it to the stdio it was given (the client's terminal, passed over the
-local socket) and resizes it from that terminal on SIGWINCH.
+local socket) and resizes it from that terminal on SIGWINCH. The spec carries
+that terminal's size as `consoleSize`, so runc sizes the pty before the command
+starts: runc's own first resize comes only after the command runs, and a shell
+reading already-typed input could otherwise see a 0x0 terminal (busybox
+`stty size` then fails with a stale errno such as "No child processes").
 """
 
 from __future__ import annotations
@@ -15,8 +19,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import fcntl
 import os
 import signal
+import struct
+import termios
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -33,21 +40,35 @@ class ExecSessionError(RuntimeError_):
     """An exec session could not start: no bundle, no process spec, runc missing."""
 
 
-def build_exec_process(process: Mapping[str, Any], argv: Sequence[str], *, tty: bool) -> dict[str, Any]:
+def build_exec_process(process: Mapping[str, Any], argv: Sequence[str], *, tty: bool,
+                       size: tuple[int, int] | None = None) -> dict[str, Any]:
     """The container's process spec running `argv` instead, with a terminal when asked (TERM=xterm unless set,
-    as containerd's exec does); everything else is the container's."""
+    as containerd's exec does) of the client's `size` (width, height) when known; everything else is the
+    container's."""
     if not argv:
         raise ExecSessionError("no command to run")
     spec = copy.deepcopy(dict(process))
     spec["args"] = [str(a) for a in argv]
     spec["terminal"] = tty
-    spec.pop("consoleSize", None)  # runc sizes the pty from the client's terminal
+    spec.pop("consoleSize", None)  # the container's own, not the client's
+    if tty and size is not None and size[0] > 0 and size[1] > 0:
+        # runc sizes the pty before the command starts; 0x0 (no size known) would be ignored by runc anyway.
+        spec["consoleSize"] = {"width": size[0], "height": size[1]}
     if tty:
         env = list(spec.get("env") or [])
         if not any(e.startswith("TERM=") for e in env):
             env.append("TERM=xterm")
         spec["env"] = env
     return spec
+
+
+def terminal_size(fd: int) -> tuple[int, int] | None:
+    """The (width, height) of the terminal `fd`; None when it is no terminal."""
+    try:
+        rows, cols, _, _ = struct.unpack("HHHH", fcntl.ioctl(fd, termios.TIOCGWINSZ, bytes(8)))
+    except OSError:
+        return None
+    return cols, rows
 
 
 @dataclass

@@ -64,7 +64,7 @@ from edgelet.runtime.host import (
 )
 from edgelet.network.errors import NetworkError
 from edgelet.ocispec.errors import SpecError
-from edgelet.runtime.execsession import ExecSession, ExecSessionError, build_exec_process
+from edgelet.runtime.execsession import ExecSession, ExecSessionError, build_exec_process, terminal_size
 from edgelet.runtime.runc import Runc
 from edgelet.runtime.state import (
     ExitInfo,
@@ -1005,7 +1005,8 @@ class RuncRuntime:
             raise ExecSessionError(f"container {container_id[:12]} has no bundle")
         try:
             config = json.loads((bundle / "config.json").read_bytes())
-            spec = build_exec_process(config["process"], argv, tty=tty)
+            # With a terminal, its size goes into the spec (runc's own first resize comes after the command starts).
+            spec = build_exec_process(config["process"], argv, tty=tty, size=terminal_size(stdin) if tty else None)
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise ExecSessionError(f"cannot read the process spec of container {container_id[:12]} in "
                                    f"{bundle}: {exc}") from exc

@@ -384,8 +384,8 @@ async def run_exec(streams: Mapping[str, Channel], *, opts: ExecOptions, protoco
     decoder = ResizeDecoder()
     try:
         if "resize" in streams:
-            # kubectl sends the terminal's size first: on the pty before runc starts, runc's own first resize
-            # takes it (a SIGWINCH sent before runc handles it would be lost).
+            # kubectl sends the terminal's size first: on the pty before runc starts, where the runtime reads it
+            # into the process spec, so the command starts with it (a SIGWINCH before runc handles it is lost).
             with contextlib.suppress(TimeoutError):
                 first = await asyncio.wait_for(streams["resize"].read(), FIRST_RESIZE_WAIT)
                 for width, height in decoder.feed(first):

@@ -313,3 +313,45 @@ async def test_a_bundle_left_without_its_id_is_cleared_before_its_instance_is_ma
     assert (c.attempt, c.exit_code) == (0, 0), Path(c.log_path).read_text()
     await rt.remove_pod(uid)
     _assert_pod_gone(rt, uid)
+
+
+@aio
+async def test_an_exec_with_a_terminal_starts_with_the_clients_size(rt: RuncRuntime, busybox) -> None:
+    """runc's own first resize comes only after the command runs: the size must be in the process spec, or a
+    shell reading already-typed input sees a 0x0 terminal (busybox `stty size` then fails)."""
+    import fcntl
+    import json
+    import select
+    import struct
+    import termios
+
+    pod = _pod("tty", [_c("box", "sleep", "300")])
+    uid = pod.metadata.uid
+    sandbox, cid = await _run(rt, pod, busybox, pod.spec.containers[0])
+    master, slave = os.openpty()
+    try:
+        fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", 33, 111, 0, 0))
+        session = await rt.start_exec(cid, ["stty", "size"], tty=True, stdin=slave, stdout=slave, stderr=slave)
+        os.close(slave)
+        slave = -1
+        spec = json.loads(session.process_file.read_text())  # what runc was given (removed once reaped)
+        assert spec["terminal"] is True and spec["consoleSize"] == {"width": 111, "height": 33}
+        seen = b""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 60
+        while b"33 111" not in seen and loop.time() < deadline:
+            ready, _, _ = await asyncio.to_thread(select.select, [master], [], [], 0.5)
+            if ready:
+                try:
+                    seen += os.read(master, 4096)
+                except OSError:  # EIO: runc closed its side
+                    break
+        assert await session.wait() == 0, seen
+        assert b"33 111" in seen, seen
+    finally:
+        for fd in (master, slave):
+            if fd >= 0:
+                os.close(fd)
+        await rt.stop_sandbox(sandbox.id)
+        await rt.remove_pod(uid)
+    _assert_pod_gone(rt, uid)

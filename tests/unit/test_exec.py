@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
+import struct
+import termios
+
 import pytest
 
 from edgelet.api.types import ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting
 from edgelet.api.types import ContainerStatus, PodStatus
 from edgelet.cli.exec import command_of, decide_tty, exec_target
-from edgelet.runtime.execsession import ExecSessionError, build_exec_process
+from edgelet.runtime.execsession import ExecSessionError, build_exec_process, terminal_size
 from edgelet.server import execproto as proto
 from edgelet.server.execserve import pick_container, pick_pod, running_container_id
 from edgelet.server.routes import HttpError, match_route
@@ -32,6 +37,31 @@ def test_build_exec_process_keeps_the_containers_confinement(tty, env):
         assert spec[key] == PROCESS[key]
     assert "consoleSize" not in spec
     assert PROCESS["args"] == ["sleep", "300"] and "consoleSize" in PROCESS  # the bundle's copy is untouched
+
+
+@pytest.mark.parametrize("tty, size, console", [
+    (True, (111, 33), {"width": 111, "height": 33}),  # runc sizes the pty before the command starts
+    (True, None, None),  # no size known: none, not the container's
+    (True, (0, 0), None),  # a client terminal without a size yet
+    (True, (80, 0), None),
+    (False, (111, 33), None),  # no terminal, no console
+])
+def test_build_exec_process_gives_the_clients_terminal_size(tty, size, console):
+    spec = build_exec_process(PROCESS, ["sh"], tty=tty, size=size)
+    assert spec.get("consoleSize") == console
+
+
+def test_terminal_size_reads_a_pty_and_is_none_for_a_pipe():
+    master, slave = os.openpty()
+    r, w = os.pipe()
+    try:
+        assert terminal_size(slave) == (0, 0)  # a fresh pty has no size
+        fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", 33, 111, 0, 0))
+        assert terminal_size(slave) == (111, 33)
+        assert terminal_size(r) is None
+    finally:
+        for fd in (master, slave, r, w):
+            os.close(fd)
 
 
 def test_build_exec_process_keeps_a_given_term_and_needs_a_command():
