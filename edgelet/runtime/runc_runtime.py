@@ -332,7 +332,10 @@ class RuncRuntime:
         if exit_info is not None and bundle is not None and not oom and cid not in self._oom_checked:
             oom = self._record_oom_kills(cid, ann, bundle)
         alive = False
-        if bundle is not None and exit_info is None and (entry is None or entry.get("status") == "stopped"):
+        # Created too: one whose conmon is gone (an agent killed while conmon ran `runc create`) must not be
+        # started, since nobody would record its exit (plan.actions resumable).
+        status = entry.get("status") if entry is not None else None
+        if bundle is not None and exit_info is None and (entry is None or status in ("stopped", "created")):
             alive = conmon.is_alive(conmon.conmon_pid(bundle))
         return self._with_message(Observed(cid, dict(ann), entry, exit_info, started, oom, alive), bundle)
 
