@@ -79,6 +79,10 @@ class ContainerRecord:
     # kubelet's terminationMessage of an exited instance, read by the runtime ("" while it runs, or when
     # it left none): the terminationMessagePath file, or its log's tail with FallbackToLogsOnError.
     termination_message: str = ""
+    # For an instance runc holds "created": whether its conmon still runs. An agent killed while conmon ran
+    # `runc create` (before it read conmon's answer) can leave the instance created with its conmon gone;
+    # started, its exit would be recorded nowhere (exit code 255 for good), so it is replaced instead.
+    monitored: bool = True
 
     @property
     def never_started(self) -> bool:

@@ -142,11 +142,14 @@ class _Plan:
         start` leaves the desired instance with its conmon waiting: starting it keeps its restart count
         and does not count a restart for a container that never failed. Only when runc holds it created
         (its init process waits: a pid), in the sandbox in use, with today's spec, and no start of it
-        failed in this agent (a start that failed once is not retried on the same instance).
+        failed in this agent (a start that failed once is not retried on the same instance), and only while
+        its conmon lives: an agent killed before it read conmon's answer to `runc create` takes that conmon
+        along (the answer meets a closed pipe), and started then, the instance's exit would be recorded
+        nowhere (exit code 255, ContainerStatusUnknown, for good).
         """
         from edgelet.api.hash import container_hash
 
-        return (rec.state == "created" and rec.pid is not None and self.sandbox_id is not None
+        return (rec.state == "created" and rec.pid is not None and rec.monitored and self.sandbox_id is not None
                 and rec.sandbox_id == self.sandbox_id and rec.id not in self.start_failed
                 and rec.spec_hash == container_hash(container))
 

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from edgelet.runtime import _exec
 from edgelet.container.errors import CreateContainerError, ExecError, stderr_tail
+from edgelet.util.crashpoint import crash_point
 
 PIDFILE = "pidfile"
 CONMON_PIDFILE = "conmon.pid"
@@ -179,6 +180,7 @@ async def create(a: ConmonArgs, *, timeout: float = 30, runner: _exec.Runner = _
             await runner(argv, timeout=timeout, env=env, cwd=a.bundle, pass_fds=(w,), daemonizes=True)
         finally:
             os.close(w)
+        crash_point("conmon.answer")
         async with asyncio.timeout(timeout):
             line = await _read_line(r)
     except ExecError as exc:

@@ -350,13 +350,16 @@ class RuncRuntime:
             oom = self._record_oom_kills(cid, ann, bundle)
         alive = False
         pinned_live = False
+        # Created too: one whose conmon is gone (an agent killed while conmon ran `runc create`) must not be
+        # started, since nobody would record its exit (plan.actions resumable).
+        status = entry.get("status") if entry is not None else None
         if ann.get(ANN_INFRA) == "false":
             # No pause process: it runs from its start until its namespace files go (a stop, a reboot).
             files = [p for _, p in parse_namespaces(ann.get(ANN_NAMESPACES, ""))]
             if ann.get(ANN_NETNS):
                 files.append(ann[ANN_NETNS])
             pinned_live = started is not None and exit_info is None and all(pinns.is_pinned(f) for f in files)
-        elif bundle is not None and exit_info is None and (entry is None or entry.get("status") == "stopped"):
+        elif bundle is not None and exit_info is None and (entry is None or status in ("stopped", "created")):
             alive = conmon.is_alive(conmon.conmon_pid(bundle))
         return self._with_message(Observed(cid, dict(ann), entry, exit_info, started, oom, alive,
                                            pinned_live=pinned_live), bundle)

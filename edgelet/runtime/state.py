@@ -56,7 +56,9 @@ class Observed:
     exit: ExitInfo | None = None
     started_at: float | None = None  # from the bundle's `started` file
     oom: bool = False
-    monitor_alive: bool = False  # conmon still runs (its exit file may be on the way)
+    # conmon still runs (its exit file may be on the way); asked for a container runc holds created or
+    # stopped, or a bundle runc does not know, when no exit is recorded yet.
+    monitor_alive: bool = False
     termination_message: str = ""  # read by the runtime once the container exited (edgelet.runtime.termination)
     # A sandbox without an infra container that was started and whose namespace files are all still pinned.
     pinned_live: bool = False
@@ -187,6 +189,8 @@ def build_record(o: Observed) -> SandboxRecord | ContainerRecord | None:
         container_type="init" if ctype == "init" else "regular",
         grace_period=_grace(ann.get(ANN_GRACE)),
         termination_message=o.termination_message if state == "exited" else "",
+        # A created instance only: `_observe_bundle` asks whether its conmon lives for those.
+        monitored=o.monitor_alive if state == "created" and o.runc is not None else True,
     )
 
 

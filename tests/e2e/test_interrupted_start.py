@@ -44,3 +44,28 @@ def test_a_container_created_by_a_killed_agent_is_started_by_the_next_one(agent)
     assert [(c["id"], c["status"]) for c in running] == [(created[0]["id"], "running")], "the same instance, started"
     assert "Starting a container created by the previous agent" in agent.log()
     agent.stop()
+
+
+def test_a_created_container_whose_conmon_died_with_the_agent_is_replaced(agent):
+    """Killed while conmon ran the container's `runc create` (before the agent read conmon's answer), the
+    agent takes that conmon along (its answer meets a closed pipe): runc holds the instance created with
+    nobody to record its exit. Started as it is, a pod that exits 3 showed exit code 255
+    (ContainerStatusUnknown) for good, its bundle without runc state or exit file (chaos campaign, seed 21).
+    It is killed and replaced by one under a live conmon instead: the exit reads 3."""
+    agent.write_manifest("fail.yaml", pod_yaml("fail", "echo failing; exit 3", restart="Never"))
+    # The first answer is the sandbox's, the second the container's.
+    agent.start(env={CRASH_ENV: "conmon.answer:2"})
+    wait_for(lambda: agent.proc.poll() is not None, timeout=90, what="the agent to die at conmon.answer")
+    assert agent.proc.returncode == -signal.SIGKILL, agent.log()[-2000:]
+    agent.proc = None
+    agent._log.close()
+    created = wait_for(lambda: (c := _instances(agent, "fail")) and c[0]["status"] == "created" and c,
+                       timeout=30, what="runc create to finish")
+    assert len(created) == 1, created
+
+    agent.start()
+    terminated = wait_for(lambda: (s := _status(agent, "fail")) and (s.get("state") or {}).get("terminated"),
+                          timeout=60, what="fail's container to terminate under the new agent")
+    assert terminated["exitCode"] == 3, terminated
+    assert "Starting a container created by the previous agent" not in agent.log()
+    agent.stop()

@@ -593,6 +593,11 @@ RESUME_CASES = [
     ("its start already failed in this agent: killed and replaced",
      lambda p: rec(p, "foo1", "created", pid=42), frozenset({"foo1-0"}),
      PodActions(sandbox_id=SB, containers_to_kill=KILL_CREATED, containers_to_start=(start("foo1", 0),))),
+    # The agent died before it read conmon's answer to `runc create`, and conmon with it: started, the
+    # instance's exit would be recorded nowhere (255 ContainerStatusUnknown for good, chaos seed 21).
+    ("its conmon is gone: killed and replaced",
+     lambda p: replace(rec(p, "foo1", "created", pid=42), monitored=False), frozenset(),
+     PodActions(sandbox_id=SB, containers_to_kill=KILL_CREATED, containers_to_start=(start("foo1", 0),))),
 ]
 
 

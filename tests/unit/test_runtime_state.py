@@ -115,6 +115,22 @@ def test_judge_state(observed: Observed, expected: tuple) -> None:
     assert judge_state(observed) == expected
 
 
+@pytest.mark.parametrize("observed, monitored", [
+    # runc holds it created and its conmon waits for `runc start`: it may be started as it is.
+    (Observed("c", _ann(), _runc("c", "created", 10), monitor_alive=True), True),
+    # Created, its conmon gone (an agent killed before it read conmon's answer, and conmon with it): started,
+    # its exit would be recorded nowhere, so the plan replaces it (chaos campaign, seed 21).
+    (Observed("c", _ann(), _runc("c", "created", 10)), False),
+    # Only a created instance is judged by its conmon; a running or exited one says nothing by it.
+    (Observed("c", _ann(), _runc("c", "running", 11)), True),
+    (Observed("c", _ann(), _runc("c", "stopped"), ExitInfo(3, 51.0)), True),
+    (Observed("c", _ann(), None, None, monitor_alive=True), True),
+])
+def test_a_created_instance_is_monitored_only_while_its_conmon_lives(observed: Observed, monitored: bool) -> None:
+    pod = build_pod_statuses([observed])["u1"]
+    assert pod.containers[0].monitored is monitored
+
+
 def test_build_pod_statuses_from_canned_runc_list_and_exit_files() -> None:
     observed = [
         Observed("sb1", _ann("sandbox", host_network_unused="x", **{ANN_HOST_NETWORK: "true"}),
