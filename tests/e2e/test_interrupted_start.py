@@ -53,8 +53,8 @@ def test_a_created_container_whose_conmon_died_with_the_agent_is_replaced(agent)
     (ContainerStatusUnknown) for good, its bundle without runc state or exit file (chaos campaign, seed 21).
     It is killed and replaced by one under a live conmon instead: the exit reads 3."""
     agent.write_manifest("fail.yaml", pod_yaml("fail", "echo failing; exit 3", restart="Never"))
-    # The first answer is the sandbox's, the second the container's.
-    agent.start(env={CRASH_ENV: "conmon.answer:2"})
+    # The pod has no pause process (no sandbox conmon), so the first answer is the container's.
+    agent.start(env={CRASH_ENV: "conmon.answer:1"})
     wait_for(lambda: agent.proc.poll() is not None, timeout=90, what="the agent to die at conmon.answer")
     assert agent.proc.returncode == -signal.SIGKILL, agent.log()[-2000:]
     agent.proc = None
