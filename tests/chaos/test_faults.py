@@ -129,6 +129,11 @@ def test_a_runtime_failing_a_fraction_of_calls_converges_and_leaks_nothing(agent
     wrapper.write_text(FLAKY.format(pct=15, runc=runc, counter=counter))
     wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
     c = _campaign(agent, network, busybox_archive, seed=7)
+    # With 15% of the runc calls failing at random (from /dev/urandom: no seed replays them), one container
+    # can meet several failures in a row, each doubling its back-off towards kubelet's 300 s cap: 180 s
+    # to converge failed once when a retry pod met two create failures after its exit (10, 20, 40, 80 s).
+    # The deadline covers the cap; a wedged agent still fails it.
+    c.settle_timeout = 420.0
     c.extra_args = [f"--runtime={wrapper}"]
     for kind in ("svc", "init", "ok", "fail", "retry"):
         c.add(kind)
