@@ -17,7 +17,7 @@ import pytest
 from edgelet.testing.cosign import CosignKey, push_signatures, simple_signing
 from edgelet.testing.signing import MinisignKey, missing_tools, trusted_dir
 from tests.e2e.conftest import wait_for
-from tests.e2e.test_registry_pull import pod_yaml
+from tests.e2e.conftest import sleeper_yaml as pod_yaml
 from tests.integration.registry import Layout, Registry, busybox_tar, file_layer
 
 pytestmark = [
