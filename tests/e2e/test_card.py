@@ -58,3 +58,36 @@ def test_card_pods_run_at_boot_are_adopted_and_edits_are_seen(agent, tmp_path: P
     except AssertionError as exc:
         raise AssertionError(f"{exc}\nagent log tail:\n" + "\n".join(agent.log().splitlines()[-40:])) from None
     assert agent.stop(signal.SIGTERM) == 0
+
+
+def test_card_manifests_and_archives_need_signatures_with_trusted_keys(agent, tmp_path: Path,
+                                                                        card_archive: Path) -> None:
+    """A card is written by a laptop: with --trusted-keys its manifests and archives are held to the same
+    signatures as the node's own, so an unsigned file on the FAT partition runs nothing."""
+    from edgelet.testing.signing import MinisignKey, missing_tools, trusted_dir
+
+    if missing_tools():
+        pytest.skip(f"needs {missing_tools()} (make deps)")
+    minisign = MinisignKey.generate(tmp_path / "k")
+    keys = trusted_dir(tmp_path / "trusted", minisign)
+    [node_archive] = (agent.paths.root_dir / "images" / "import").glob("*.tar")
+    minisign.sign(node_archive, version=1)
+    card = tmp_path / "card"
+    (card / "manifests").mkdir(parents=True)
+    (card / "images").mkdir()
+    shutil.copy(card_archive, card / "images" / card_archive.name)  # unsigned: never imported
+    signed = card / "manifests" / "signed.yaml"
+    signed.write_text(sleeper_yaml("signed", policy="Never"))
+    minisign.sign(signed, version=1)
+    (card / "manifests" / "unsigned.yaml").write_text(sleeper_yaml("unsigned", policy="Never"))
+
+    agent.start("--card-dir", str(card), "--trusted-keys", str(keys))
+    wait_for(lambda: (r := agent.pod("signed")) and r["status"] == "Running", timeout=90, what="signed card pod")
+    refused = wait_for(lambda: [r for r in agent.snapshot().get("rejected", [])
+                                if r["reason"] == "UntrustedManifest" and r["origin"].endswith("unsigned.yaml")],
+                       timeout=60, what="the unsigned card manifest refused")
+    assert "signature refused (missing)" in refused[0]["message"]
+    wait_for(lambda: "UntrustedArchive" in agent.cli("events"), timeout=60, what="the unsigned card archive refused")
+    assert agent.pod("unsigned") is None
+    assert CARD_IMAGE not in agent.cli("images", "list")
+    agent.stop()
