@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import builtins
 
-import ctypes
-import ctypes.util
 import fcntl
 import hashlib
 import json
@@ -49,6 +47,7 @@ from edgelet.state import write_atomic
 from edgelet.util.clock import Clock, RealClock
 from edgelet.util.crashpoint import crash_point
 from edgelet.util.log import get_logger
+from edgelet.util.libc import libc
 
 log = get_logger(__name__)
 
@@ -701,17 +700,11 @@ def _remove_tree(path: Path) -> None:
             pass
 
 
-_libc: Any = None
-
-
 def _syncfs(path: Path) -> None:
     """Flush the filesystem holding `path` (one syscall instead of an fsync per unpacked file)."""
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        _libc.syncfs(fd)
+        libc().syncfs(fd)
     finally:
         os.close(fd)
 

@@ -8,25 +8,16 @@ holds it.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import threading
 from pathlib import Path
 
 from edgelet.network.errors import NetworkError
+from edgelet.util.libc import libc
 
 CLONE_NEWNET = 0x40000000
 MS_BIND = 4096
 MNT_DETACH = 2
-
-_libc = None
-
-
-def _c() -> ctypes.CDLL:
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    return _libc
 
 
 def _check(rc: int, what: str, path: Path) -> None:
@@ -45,9 +36,9 @@ def create(path: Path) -> None:
     def work() -> None:
         # unshare(CLONE_NEWNET) moves only this thread; it ends right after, the agent's threads never move.
         try:
-            _check(_c().unshare(CLONE_NEWNET), "unshare for", path)
+            _check(libc().unshare(CLONE_NEWNET), "unshare for", path)
             source = f"/proc/self/task/{threading.get_native_id()}/ns/net".encode()
-            _check(_c().mount(source, str(path).encode(), b"none", ctypes.c_ulong(MS_BIND), None), "bind-mount", path)
+            _check(libc().mount(source, str(path).encode(), b"none", ctypes.c_ulong(MS_BIND), None), "bind-mount", path)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller
             failure.append(exc)
 
@@ -63,7 +54,7 @@ def remove(path: Path) -> None:
     """Unmount and delete; a missing file is fine."""
     if not path.exists():
         return
-    if _c().umount2(str(path).encode(), MNT_DETACH) != 0:
+    if libc().umount2(str(path).encode(), MNT_DETACH) != 0:
         err = ctypes.get_errno()
         if err not in (22,):  # EINVAL: not a mount point (a crash before the bind)
             raise NetworkError(f"unmount {path}: {os.strerror(err)}")

@@ -18,7 +18,6 @@ subPath mounts live in edgelet.runtime.subpath).
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import os
 import shutil
@@ -32,6 +31,7 @@ from edgelet.api.pod import meta
 from edgelet.api.pod import spec as pod_spec
 from edgelet.ocispec.build import Mount
 from edgelet.container.errors import VolumeError
+from edgelet.util.libc import libc
 
 if TYPE_CHECKING:
     from edgelet.api.types import Container, Pod, VolumeMount
@@ -414,15 +414,7 @@ def _unescape(s: str) -> str:
     return s.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
 
 
-_libc: ctypes.CDLL | None = None
 MNT_DETACH = 2
-
-
-def _libc_fn() -> ctypes.CDLL:
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    return _libc
 
 
 MS_BIND = 4096
@@ -431,7 +423,7 @@ MS_REC = 16384
 
 def mount_bind(source: str, target: Path) -> None:
     """A recursive bind mount by mount(2); `source` may be a `/proc/self/fd/N` magic link (safe subPaths)."""
-    if _libc_fn().mount(source.encode(), str(target).encode(), None, ctypes.c_ulong(MS_BIND | MS_REC), None) != 0:
+    if libc().mount(source.encode(), str(target).encode(), None, ctypes.c_ulong(MS_BIND | MS_REC), None) != 0:
         err = ctypes.get_errno()
         raise VolumeError(f"bind mount {source} at {target}: {os.strerror(err)}")
 
@@ -446,9 +438,9 @@ def probe_recursive_read_only() -> bool:
     exists, ENOSYS where it does not; EPERM (a seccomp filter around edgelet)
     would stop runc too, so it counts as unsupported.
     """
-    libc = _libc_fn()
-    libc.syscall.restype = ctypes.c_long
-    ret = libc.syscall(ctypes.c_long(SYS_MOUNT_SETATTR), ctypes.c_int(-1), b"", ctypes.c_uint(0), None, ctypes.c_size_t(0))
+    c = libc()
+    c.syscall.restype = ctypes.c_long
+    ret = c.syscall(ctypes.c_long(SYS_MOUNT_SETATTR), ctypes.c_int(-1), b"", ctypes.c_uint(0), None, ctypes.c_size_t(0))
     return ret == 0 or ctypes.get_errno() not in (errno.ENOSYS, errno.EPERM)
 
 
@@ -456,13 +448,13 @@ def mount_tmpfs(target: Path, options: Sequence[str]) -> None:
     """mount(2) a tmpfs directly: a syscall, not a subprocess."""
     data = ",".join(options).encode()
     flags = ctypes.c_ulong(MS_NOSUID | MS_NODEV)
-    if _libc_fn().mount(b"tmpfs", str(target).encode(), b"tmpfs", flags, data) != 0:
+    if libc().mount(b"tmpfs", str(target).encode(), b"tmpfs", flags, data) != 0:
         err = ctypes.get_errno()
         raise VolumeError(f"mount tmpfs at {target} ({','.join(options)}): {os.strerror(err)}")
 
 
 def umount(target: str, *, lazy: bool = False) -> None:
-    if _libc_fn().umount2(target.encode(), MNT_DETACH if lazy else 0) != 0:
+    if libc().umount2(target.encode(), MNT_DETACH if lazy else 0) != 0:
         err = ctypes.get_errno()
         if err == errno.EINVAL:  # not a mount point (any more): nothing to do
             return

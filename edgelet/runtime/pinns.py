@@ -12,7 +12,6 @@ namespaces (a network one made by CNI included). `unpin` unmounts and deletes.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import fcntl
 import os
 import socket
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from edgelet.container.errors import SandboxError
+from edgelet.util.libc import libc
 
 CLONE_NEWNET = 0x40000000
 CLONE_NEWIPC = 0x08000000
@@ -35,15 +35,6 @@ EINVAL = 22
 SIOCGIFFLAGS = 0x8913
 SIOCSIFFLAGS = 0x8914
 IFF_UP = 0x1
-
-_libc = None
-
-
-def _c() -> ctypes.CDLL:
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    return _libc
 
 
 def _check(rc: int, what: str) -> None:
@@ -92,16 +83,16 @@ def pin(directory: Path, kinds: tuple[str, ...], hostname: str) -> dict[str, str
         flags |= FLAGS[k]
 
     def work() -> None:
-        _check(_c().unshare(flags), f"unshare the namespaces of {directory}")
+        _check(libc().unshare(flags), f"unshare the namespaces of {directory}")
         if "uts" in paths:
             name = hostname.encode()
-            _check(_c().sethostname(name, len(name)), f"set hostname {hostname!r} in {paths['uts']}")
+            _check(libc().sethostname(name, len(name)), f"set hostname {hostname!r} in {paths['uts']}")
         if "net" in paths:
             # runc brings up the loopback of a network namespace it makes; nobody else does for this one.
             _loopback_up()
         tid = threading.get_native_id()
         for kind, path in paths.items():
-            _check(_c().mount(f"/proc/self/task/{tid}/ns/{kind}".encode(), str(path).encode(), b"none",
+            _check(libc().mount(f"/proc/self/task/{tid}/ns/{kind}".encode(), str(path).encode(), b"none",
                               ctypes.c_ulong(MS_BIND), None), f"bind-mount {path}")
 
     try:
@@ -119,7 +110,7 @@ def loopback_up(netns: str) -> None:
     def work() -> None:
         fd = os.open(netns, os.O_RDONLY | os.O_CLOEXEC)
         try:
-            _check(_c().setns(fd, CLONE_NEWNET), f"join {netns}")
+            _check(libc().setns(fd, CLONE_NEWNET), f"join {netns}")
         finally:
             os.close(fd)
         _loopback_up()
@@ -147,7 +138,7 @@ def unpin(directory: Path) -> None:
         directory.unlink(missing_ok=True)
         return
     for path in entries:
-        if _c().umount2(str(path).encode(), MNT_DETACH) != 0:
+        if libc().umount2(str(path).encode(), MNT_DETACH) != 0:
             err = ctypes.get_errno()
             if err != EINVAL:  # EINVAL: not a mount point (a kill before the bind)
                 raise SandboxError(f"unmount {path}: {os.strerror(err)}")
@@ -172,7 +163,7 @@ def apply_sysctls(sysctls: Mapping[str, str], namespaces: Mapping[str, str]) -> 
         for kind, path in namespaces.items():
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
             try:
-                _check(_c().setns(fd, FLAGS[kind]), f"join {path}")
+                _check(libc().setns(fd, FLAGS[kind]), f"join {path}")
             finally:
                 os.close(fd)
         for name, value in sysctls.items():

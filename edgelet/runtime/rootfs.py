@@ -13,7 +13,6 @@ kernel would.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import os
 import shutil
@@ -25,6 +24,7 @@ from typing import Any, Sequence
 
 from edgelet.container.errors import RuntimeError_
 from edgelet.util.log import get_logger
+from edgelet.util.libc import libc
 
 log = get_logger(__name__)
 
@@ -40,7 +40,6 @@ _COPY_XATTR_PREFIXES = ("user.", "security.capability")
 
 _warned_copy = False
 _warn_lock = threading.Lock()
-_libc: Any = None
 
 
 class RootfsError(RuntimeError_, OSError):
@@ -52,22 +51,14 @@ class RootfsError(RuntimeError_, OSError):
         self.reason = reason
 
 
-def _libc_fn() -> Any:
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    return _libc
-
-
 def _mount(source: str, target: str, fstype: str, flags: int, data: str) -> None:
-    libc = _libc_fn()
-    if libc.mount(source.encode(), target.encode(), fstype.encode(), ctypes.c_ulong(flags), data.encode()) != 0:
+    if libc().mount(source.encode(), target.encode(), fstype.encode(), ctypes.c_ulong(flags), data.encode()) != 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err), target)
 
 
 def _umount(target: str, flags: int = 0) -> None:
-    if _libc_fn().umount2(target.encode(), flags) != 0:
+    if libc().umount2(target.encode(), flags) != 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err), target)
 
