@@ -35,8 +35,8 @@ import msgspec
 from edgelet.api.annotations import CONFIG_HASH
 from edgelet.mirror.client import KubeClient, STRATEGIC_MERGE, q
 from edgelet.mirror.errors import ApiStatusError, MirrorError, Unreachable
-from edgelet.mirror.node import LEASE_NAMESPACE, NodeFacts, build_lease, build_node, build_node_status, \
-    format_time, status_fingerprint
+from edgelet.mirror.node import LEASE_NAMESPACE, PRESSURE_CONDITIONS, NodeFacts, advance_transitions, build_lease, \
+    build_node, build_node_status, format_time, status_fingerprint
 from edgelet.mirror.reconcile import MirrorInfo, build_mirror_pod, build_status_patch, decide, key_of, mirror_info, \
     statuses_to_push
 from edgelet.util.backoff import Backoff
@@ -114,6 +114,7 @@ class MirrorManager:
         self._last_report = -1e18
         self._ready: bool | None = None
         self._transitions: dict[str, float] = {}
+        self._last_status: dict[str, bool] = {}  # condition type -> status at the last check
 
     # --- public -------------------------------------------------------------------------------------------
 
@@ -260,14 +261,16 @@ class MirrorManager:
         ready, message = self._is_ready()
         wall = self._clock.now()
         if ready != self._ready:
-            self._transitions["Ready"] = wall
             if self._ready is not None or ready:
                 self._events.normal(_node_ref(self._node, self._node_uid), "NodeReady" if ready else "NodeNotReady",
                                     f"Node {self._node} status is now: {'NodeReady' if ready else 'NodeNotReady'}")
             self._ready = ready
-        for t in ("MemoryPressure", "DiskPressure", "PIDPressure"):
-            self._transitions.setdefault(t, wall)
-        status = build_node_status(self._facts(), ready=ready, ready_message=message, now=wall,
+        facts = self._facts()
+        now_status = {t: t in facts.pressure for t, _, _ in PRESSURE_CONDITIONS}
+        now_status["Ready"] = ready
+        self._transitions, self._last_status = advance_transitions(self._transitions, self._last_status,
+                                                                   now_status, wall)
+        status = build_node_status(facts, ready=ready, ready_message=message, now=wall,
                                    transitions=self._transitions)
         fp = status_fingerprint(status)
         if fp == self._node_fp and mono - self._last_report < self._report_frequency:

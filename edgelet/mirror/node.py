@@ -183,6 +183,17 @@ def node_conditions(pressure: frozenset[str], *, ready: bool, ready_message: str
     return out
 
 
+def advance_transitions(transitions: dict[str, float], last: dict[str, bool], now_status: dict[str, bool],
+                        now: float) -> tuple[dict[str, float], dict[str, bool]]:
+    """Each condition's lastTransitionTime: `now` for a type seen for the first time or whose status flipped
+    since `last`, kept otherwise (kubelet's setters.go moves it only on a change, never with the heartbeat)."""
+    out = dict(transitions)
+    for type_, status in now_status.items():
+        if type_ not in out or last.get(type_) != status:
+            out[type_] = now
+    return out, dict(now_status)
+
+
 def build_node_status(f: NodeFacts, *, ready: bool, ready_message: str, now: float,
                       transitions: dict[str, float] | None = None) -> dict[str, Any]:
     """Node.status; `transitions` maps condition type to when it last changed (kept by the caller)."""

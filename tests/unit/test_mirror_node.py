@@ -12,7 +12,7 @@ import pytest
 from edgelet.mirror.client import KubeClient
 from edgelet.mirror.errors import ApiStatusError, KubeconfigError, NodeLabelError, Unreachable
 from edgelet.mirror.kubeconfig import parse_kubeconfig, read_token
-from edgelet.mirror.node import (NodeFacts, Taint, build_lease, build_node, build_node_status, go_arch,
+from edgelet.mirror.node import (NodeFacts, advance_transitions, Taint, build_lease, build_node, build_node_status, go_arch,
                                  is_allowed_node_label, parse_runc_version, status_fingerprint, validate_node_labels)
 
 
@@ -190,3 +190,21 @@ def test_allocatable_leaves_out_the_hard_eviction_thresholds_as_kubelet() -> Non
     assert node_allocatable(f)["ephemeral-storage"] == f"{90 << 20}Ki"
     assert with_reservations(f, {}, hard_reserved("", memory_bytes=1, disk_bytes=1)).reserved == ()
     assert hard_reserved(None, memory_bytes=1, disk_bytes=1) == {}
+
+
+@pytest.mark.parametrize("transitions, last, now_status, want", [
+    # first sight: every type stamped now
+    ({}, {}, {"Ready": True, "MemoryPressure": False}, {"Ready": 5.0, "MemoryPressure": 5.0}),
+    # nothing changed: times kept although the heartbeat moves
+    ({"Ready": 1.0, "MemoryPressure": 1.0}, {"Ready": True, "MemoryPressure": False},
+     {"Ready": True, "MemoryPressure": False}, {"Ready": 1.0, "MemoryPressure": 1.0}),
+    # pressure comes: only its time moves
+    ({"Ready": 1.0, "MemoryPressure": 1.0}, {"Ready": True, "MemoryPressure": False},
+     {"Ready": True, "MemoryPressure": True}, {"Ready": 1.0, "MemoryPressure": 5.0}),
+    # pressure goes and Ready flips
+    ({"Ready": 1.0, "DiskPressure": 2.0}, {"Ready": True, "DiskPressure": True},
+     {"Ready": False, "DiskPressure": False}, {"Ready": 5.0, "DiskPressure": 5.0}),
+])
+def test_advance_transitions(transitions, last, now_status, want):
+    got, seen = advance_transitions(transitions, last, now_status, 5.0)
+    assert got == want and seen == now_status
