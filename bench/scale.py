@@ -248,7 +248,8 @@ def boot(n: int, repeat: int) -> list[str]:
         f" every container running after {e:.2f} s (runs: {', '.join(f'{v:.2f}' for v in ed)}); raw runc, same"
         f" pairs one by one, cold cache: {w:.2f} s (runs: {', '.join(f'{v:.2f}' for v in raw)})  ({e / w:.2f}x)",
         f"  --runonce exits after {x:.2f} s (runs: {', '.join(f'{v:.2f}' for v in exits)}): the pods are judged"
-        f" once every container was seen running for {STABLE:g} s (edgelet.status.runonce)  ({x / w:.2f}x of raw)",
+        f" once every container's process has lived {STABLE:g} s and is still there (edgelet.status.runonce)"
+        f"  ({x / w:.2f}x of raw)",
         f"  of which the interpreter starting and importing what --runonce imports, cold cache, median:"
         f" {statistics.median(imports):.2f} s",
     ]

@@ -6,6 +6,7 @@ import asyncio
 import os
 import signal
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from edgelet.util.clock import clock_from_environ
@@ -473,11 +474,14 @@ class Agent:
         self.loop.housekeeping()
         # The daemon's loop and PLEG drive the pods (exits, back-offs, probe verdicts); the pods are judged
         # from what they publish as soon as their states are final (edgelet.status.runonce), not on a timer.
-        from edgelet.status.runonce import note_running, runonce_verdict
+        from edgelet.status.runonce import note_running, note_started, running_ids, runonce_verdict
 
+        started: dict[str, float] = {}  # containerID -> monotonic start of its process
+        pids: dict[str, int] = {}
+        self.publisher.observed = lambda rt: note_started(started, pids, rt.containers, self.clock.monotonic(),
+                                                          self.clock.now())
         tasks = [asyncio.create_task(self.loop.run(), name="syncloop"),
                  asyncio.create_task(self.pleg.run(self.loop.emit_lifecycle), name="pleg")]
-        seen: dict[str, float] = {}
         try:
             while True:
                 # Judged on every publish, not once the workers are idle: the resyncs PLEG's events cause
@@ -489,8 +493,12 @@ class Agent:
                 now = self.clock.monotonic()
                 desired = self.loop.desired()
                 statuses = {uid: (e.status if (e := self.publisher.get(uid)) is not None else None) for uid in desired}
-                note_running(seen, statuses.values(), now)
-                verdict = runonce_verdict(desired, statuses, seen, now)
+                note_running(started, statuses.values(), now)
+                # Whether each running process is still there, read now: the verdict does not wait for an
+                # exit to reach PLEG, a sync and a status.
+                gone = {cid for cid in running_ids(statuses.values())
+                        if _instance_gone(self.paths.exit_dir, cid, pids.get(cid))}
+                verdict = runonce_verdict(desired, statuses, started, now, gone=gone)
                 # A changed pod at boot goes through the same health gate (the sync loop's rounds judge it):
                 # runonce waits for its decision too.
                 gating = self.rollout.unsettled()
@@ -508,6 +516,7 @@ class Agent:
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            self.publisher.observed = None
         await self.workers.wait_idle()  # no sync is left half done
         self.publisher.flush()
         self.events.flush()
@@ -528,6 +537,21 @@ class Agent:
                   + ("" if verdict.done else f" (gave up after {timeout:g}s)"), file=out)
             return 1
         return 0
+
+
+def _instance_gone(exit_dir: Path, cid: str, pid: int | None) -> bool:
+    """Whether a container instance's process has exited: its conmon wrote the exit file, or /proc shows the
+    pid a zombie or no more (a container killed with its conmon leaves no exit file)."""
+    from edgelet.status.runonce import exited_by_stat
+
+    if (exit_dir / cid.removeprefix("runc://")).exists():
+        return True
+    if pid is None:
+        return False
+    try:
+        return exited_by_stat(Path(f"/proc/{pid}/stat").read_bytes())
+    except OSError:
+        return True
 
 
 READY_STALE = 60.0  # seconds without a sync loop iteration before the Node is reported NotReady
