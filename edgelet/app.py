@@ -517,9 +517,10 @@ class Agent:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             self.publisher.observed = None
-        await self.workers.wait_idle()  # no sync is left half done
-        self.publisher.flush()
-        self.events.flush()
+        await self.workers.finish()  # no sync is left half done
+        # The checkpoint and the events, each fsynced, side by side.
+        writes = [(f.write, data) for f in (self.publisher, self.events) if (data := f.encode()) is not None]
+        await asyncio.gather(*(asyncio.to_thread(write, data) for write, data in writes))
         print_runonce_summary(self.publisher, self.loop.config, out)
         rolled_back = [r for r in self.rollout.records() if r.phase in ("rolled-back", "rolling-back")]
         for r in rolled_back:
@@ -901,7 +902,7 @@ def logging_flush() -> None:
 
 
 def run_agent(settings: "Settings") -> int:
-    """Entry point for the CLI: run the agent (or --runonce); returns the exit status."""
+    """Entry point for the CLI: run the agent, returning its exit status; --runonce ends the process instead."""
     from edgelet.sdnotify import Notifier
 
     configure(settings.verbosity)
@@ -912,7 +913,23 @@ def run_agent(settings: "Settings") -> int:
     # asyncio's own loop, not uvloop: uvloop imports ssl (OpenSSL, about 5 MB) at its own import and adds
     # 1.2 MB; edgelet's loop is mostly idle and its subprocesses are waited for through pidfds either way.
     _wait_children_by_pidfd()
-    return asyncio.run(_main(settings, notifier))
+    rc = asyncio.run(_main(settings, notifier))
+    if settings.runonce:
+        _exit_now(rc)
+    return rc
+
+
+def _exit_now(rc: int) -> None:
+    """End --runonce without the interpreter's teardown (collecting every module's objects, a tenth of a second
+    or more on a board): its work is done and written, its loop and threads have ended, its containers run
+    under their own conmon. The boot waits for this exit (edgelet-runonce.service), so the process ends here."""
+    logging_flush()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(rc)
 
 
 def _wait_children_by_pidfd() -> None:

@@ -158,6 +158,14 @@ class PodWorkers:
                 return
             await asyncio.wait(tasks)
 
+    async def finish(self) -> None:
+        """Let each sync under way end, but start none of the syncs queued behind it (--runonce, once judged:
+        they would be the resyncs PLEG's events asked for, which change nothing the verdict saw)."""
+        for w in self._workers.values():
+            if w.pending is not None and w.pending.kind == "sync":
+                w.pending = None
+        await self.wait_idle()
+
     async def shutdown(self) -> None:
         """Cancel the workers; containers keep running (kubelet leaves pods alone when it stops)."""
         tasks = [w.task for w in self._workers.values() if w.task is not None and not w.task.done()]

@@ -156,3 +156,25 @@ def test_a_parked_pod_told_to_terminate_never_starts():
 
     s = run(go())
     assert ("sync", "v2", 1) not in s.log
+
+
+def test_finish_lets_the_syncs_under_way_end_and_starts_none_queued_behind_them():
+    """--runonce, once judged: a sync under way ends (none is left half done), a sync queued behind it does not
+    start, a terminate queued behind it still runs."""
+    async def go():
+        s = RecordingSyncer()
+        w = PodWorkers(s)
+        s.gate.clear()
+        w.sync(fake_pod("a", 1))
+        w.sync(fake_pod("b", 1))
+        await asyncio.sleep(0)
+        w.sync(fake_pod("a", 2))  # queued behind a's first sync
+        w.terminate("b", fake_pod("b", 1))  # queued behind b's
+        finishing = asyncio.ensure_future(w.finish())
+        await asyncio.sleep(0)
+        s.gate.set()
+        await finishing
+        return s
+
+    s = run(go())
+    assert sorted(s.log) == [("sync", "a", 1), ("sync", "b", 1), ("terminate", "b")]
