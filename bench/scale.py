@@ -28,6 +28,7 @@ from edgelet.status.runonce import STABLE  # noqa: E402
 from _harness import (  # noqa: E402
     Bench,
     RawRunc,
+    compile_bytecode,
     cpu_split,
     drop_caches,
     machine,
@@ -222,6 +223,7 @@ def boot(n: int, repeat: int) -> list[str]:
     raw: list[float] = []
     imports: list[float] = []
     try:
+        compile_bytecode()
         put_pods(b, names)
         runonce(b)  # provisioning: the image is imported and unpacked, the pod dirs written
         for r in range(repeat):
