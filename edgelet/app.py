@@ -194,10 +194,9 @@ class Agent:
         self._taints: tuple = ()
         if settings.kubeconfig is not None and not settings.runonce:
             self.mirror = _build_mirror(self)
-        # Node-pressure eviction; built for --runonce too, so a bad threshold is refused there as well, but
-        # never run by it: runonce exits once its pods run.
-        eviction = _build_eviction(self)
-        self.eviction = None if settings.runonce else eviction
+        # Node-pressure eviction; its thresholds are checked for --runonce too, so a bad one is refused there as
+        # well, but nothing is built: runonce exits once its pods run.
+        self.eviction = _build_eviction(self)
         self.node_shutdown = None if settings.runonce else _build_node_shutdown(self)
         self.api_server = None
         self.node_api = None
@@ -561,10 +560,7 @@ READY_STALE = 60.0  # seconds without a sync loop iteration before the Node is r
 def _build_eviction(agent: "Agent"):
     """The eviction manager over this agent's pods, or None when no threshold is configured."""
     from edgelet.eviction.errors import EvictionConfigError
-    from edgelet.eviction.manager import EvictionManager
-    from edgelet.eviction.signals import HostSignals
     from edgelet.eviction.thresholds import configure
-    from edgelet.eviction.usage import pod_usages
 
     s = agent.settings
     try:
@@ -572,8 +568,12 @@ def _build_eviction(agent: "Agent"):
                                s.eviction_minimum_reclaim or "")
     except EvictionConfigError as exc:
         raise ConfigurationError(str(exc)) from exc
-    if not thresholds:
-        return None
+    if not thresholds or s.runonce:
+        return None  # --runonce only checks the thresholds (a bad one is refused there too): it never evicts
+    from edgelet.eviction.manager import EvictionManager
+    from edgelet.eviction.signals import HostSignals
+    from edgelet.eviction.usage import pod_usages
+
     signals = HostSignals(s.root_dir, s.images_dir)
     paths = agent.paths
 
