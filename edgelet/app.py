@@ -516,7 +516,7 @@ class Agent:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             self.publisher.observed = None
-        await self.workers.finish()  # no sync is left half done
+        await self.workers.finish()  # resyncs end as at a stop of the daemon; terminations run to their end
         # The checkpoint and the events, each fsynced, side by side.
         writes = [(f.write, data) for f in (self.publisher, self.events) if (data := f.encode()) is not None]
         await asyncio.gather(*(asyncio.to_thread(write, data) for write, data in writes))

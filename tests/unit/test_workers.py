@@ -158,9 +158,9 @@ def test_a_parked_pod_told_to_terminate_never_starts():
     assert ("sync", "v2", 1) not in s.log
 
 
-def test_finish_lets_the_syncs_under_way_end_and_starts_none_queued_behind_them():
-    """--runonce, once judged: a sync under way ends (none is left half done), a sync queued behind it does not
-    start, a terminate queued behind it still runs."""
+def test_finish_ends_the_syncs_and_lets_a_terminate_run():
+    """--runonce, once judged: a sync under way is cut and none queued behind it starts, as the daemon's stop
+    does; a pod told to terminate (even behind a sync) is still stopped."""
     async def go():
         s = RecordingSyncer()
         w = PodWorkers(s)
@@ -174,7 +174,8 @@ def test_finish_lets_the_syncs_under_way_end_and_starts_none_queued_behind_them(
         await asyncio.sleep(0)
         s.gate.set()
         await finishing
-        return s
+        return s, w
 
-    s = run(go())
-    assert sorted(s.log) == [("sync", "a", 1), ("sync", "b", 1), ("terminate", "b")]
+    s, w = run(go())
+    assert s.log == [("sync", "b", 1), ("terminate", "b")]
+    assert w.known() == {"a"} and w._workers["a"].task.cancelled(), "b's worker ended with its terminate"
