@@ -26,9 +26,6 @@ if TYPE_CHECKING:
 
 log = get_logger("edgelet")
 
-# --runonce waits for a changed pod's health gate, which the sync loop decides on its 1 s ticks.
-RUNONCE_GATE_POLL = 1.0
-
 
 class ConfigurationError(EdgeletError):
     """The settings ask for something this machine does not have (the CLI exits 1 with the message)."""
@@ -486,6 +483,7 @@ class Agent:
                 # Judged on every publish, not once the workers are idle: the resyncs PLEG's events cause
                 # change nothing a verdict needs, and a pod mid-sync is judged by what it published last.
                 self.publisher.changed.clear()
+                self.loop.iterated.clear()
                 for t in tasks:
                     if t.done():
                         t.result()  # the loop or PLEG died: say why rather than wait for the timeout
@@ -504,13 +502,10 @@ class Agent:
                 if verdict.done and not gating or now >= deadline:
                     break
                 wake = deadline if verdict.next_check is None else min(deadline, verdict.next_check)
-                if gating:
-                    wake = min(wake, now + RUNONCE_GATE_POLL)  # the gate decides on the loop's ticks
-                try:
-                    async with asyncio.timeout(max(0.0, wake - now)):
-                        await self.publisher.changed.wait()
-                except TimeoutError:
-                    pass
+                # Woken by a status published, a container's window ending, or, while a gate decides (in the
+                # sync loop's rounds), by the loop's next round.
+                await _any_set([self.publisher.changed, *([self.loop.iterated] if gating else [])],
+                               max(0.0, wake - now))
         finally:
             for t in tasks:
                 t.cancel()
@@ -537,6 +532,16 @@ class Agent:
                   + ("" if verdict.done else f" (gave up after {timeout:g}s)"), file=out)
             return 1
         return 0
+
+
+async def _any_set(events: list[asyncio.Event], timeout: float) -> None:
+    """Return once any of `events` is set, or after `timeout` seconds."""
+    waits = [asyncio.ensure_future(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
 
 
 def _instance_gone(exit_dir: Path, cid: str, pid: int | None) -> bool:
