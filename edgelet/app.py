@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from edgelet.cgroups.qos import PodResources
     from edgelet.sdnotify import Notifier
     from edgelet.settings import Settings
+    from edgelet.sources import SourceSnapshot
     from edgelet.sync.workers import SyncResult
 
 log = get_logger("edgelet")
@@ -457,15 +458,26 @@ class Agent:
         timeout = self.settings.runonce_timeout
         deadline = self.clock.monotonic() + timeout
         _small_executor()
-        await asyncio.to_thread(self._import_all)
-        await self.pleg.adopt()
-        await self._release_stale_networks()
-        self.loop.apply_snapshot(await self.file_source.scan_once())
-        if self.http_source is not None:
+
+        async def runtime_state() -> None:
+            await self.pleg.adopt()
+            await self._release_stale_networks()
+
+        async def fetched() -> "SourceSnapshot | None":
+            if self.http_source is None:
+                return None
             try:
-                self.loop.apply_snapshot(await self.http_source.scan_once())
+                return await self.http_source.scan_once()
             finally:
                 await self.http_source.aclose()
+
+        # Images, the runtime's state and the sources do not depend on each other: read side by side (a cold
+        # `runc list`, the manifests from a cold cache, a URL), and only then is anything synced.
+        _, _, local, remote = await asyncio.gather(asyncio.to_thread(self._import_all), runtime_state(),
+                                                   self.file_source.scan_once(), fetched())
+        self.loop.apply_snapshot(local)
+        if remote is not None:
+            self.loop.apply_snapshot(remote)
         # Everything else the runtime holds is left over from an earlier configuration.
         self.loop.housekeeping()
         # The daemon's loop and PLEG drive the pods (exits, back-offs, probe verdicts); the pods are judged
