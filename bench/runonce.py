@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import Bench, machine, pod_manifest  # noqa: E402
+from _harness import Bench, compile_bytecode, machine, pod_manifest  # noqa: E402
 
 
 def main() -> None:
@@ -21,6 +21,7 @@ def main() -> None:
     ap.add_argument("--pods", type=int, default=10)
     args = ap.parse_args()
     b = Bench("runonce")
+    compile_bytecode()
     try:
         for i in range(args.pods):
             b.put_manifest(f"p{i}.yaml", pod_manifest(f"p{i}", "exec sleep 3600"))

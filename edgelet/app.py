@@ -6,6 +6,7 @@ import asyncio
 import os
 import signal
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from edgelet.util.clock import clock_from_environ
@@ -21,12 +22,10 @@ if TYPE_CHECKING:
     from edgelet.cgroups.qos import PodResources
     from edgelet.sdnotify import Notifier
     from edgelet.settings import Settings
+    from edgelet.sources import SourceSnapshot
     from edgelet.sync.workers import SyncResult
 
 log = get_logger("edgelet")
-
-# --runonce waits for a changed pod's health gate, which the sync loop decides on its 1 s ticks.
-RUNONCE_GATE_POLL = 1.0
 
 
 class ConfigurationError(EdgeletError):
@@ -193,10 +192,9 @@ class Agent:
         self._taints: tuple = ()
         if settings.kubeconfig is not None and not settings.runonce:
             self.mirror = _build_mirror(self)
-        # Node-pressure eviction; built for --runonce too, so a bad threshold is refused there as well, but
-        # never run by it: runonce exits once its pods run.
-        eviction = _build_eviction(self)
-        self.eviction = None if settings.runonce else eviction
+        # Node-pressure eviction; its thresholds are checked for --runonce too, so a bad one is refused there as
+        # well, but nothing is built: runonce exits once its pods run.
+        self.eviction = _build_eviction(self)
         self.node_shutdown = None if settings.runonce else _build_node_shutdown(self)
         self.api_server = None
         self.node_api = None
@@ -460,57 +458,75 @@ class Agent:
         timeout = self.settings.runonce_timeout
         deadline = self.clock.monotonic() + timeout
         _small_executor()
-        await asyncio.to_thread(self._import_all)
-        await self.pleg.adopt()
-        await self._release_stale_networks()
-        self.loop.apply_snapshot(await self.file_source.scan_once())
-        if self.http_source is not None:
+
+        async def runtime_state() -> None:
+            await self.pleg.adopt()
+            await self._release_stale_networks()
+
+        async def fetched() -> "SourceSnapshot | None":
+            if self.http_source is None:
+                return None
             try:
-                self.loop.apply_snapshot(await self.http_source.scan_once())
+                return await self.http_source.scan_once()
             finally:
                 await self.http_source.aclose()
+
+        # Images, the runtime's state and the sources do not depend on each other: read side by side (a cold
+        # `runc list`, the manifests from a cold cache, a URL), and only then is anything synced.
+        _, _, local, remote = await asyncio.gather(asyncio.to_thread(self._import_all), runtime_state(),
+                                                   self.file_source.scan_once(), fetched())
+        self.loop.apply_snapshot(local)
+        if remote is not None:
+            self.loop.apply_snapshot(remote)
         # Everything else the runtime holds is left over from an earlier configuration.
         self.loop.housekeeping()
         # The daemon's loop and PLEG drive the pods (exits, back-offs, probe verdicts); the pods are judged
         # from what they publish as soon as their states are final (edgelet.status.runonce), not on a timer.
-        from edgelet.status.runonce import note_running, runonce_verdict
+        from edgelet.status.runonce import note_running, note_started, running_ids, runonce_verdict
 
+        started: dict[str, float] = {}  # containerID -> monotonic start of its process
+        pids: dict[str, int] = {}
+        self.publisher.observed = lambda rt: note_started(started, pids, rt.containers, self.clock.monotonic(),
+                                                          self.clock.now())
         tasks = [asyncio.create_task(self.loop.run(), name="syncloop"),
                  asyncio.create_task(self.pleg.run(self.loop.emit_lifecycle), name="pleg")]
-        seen: dict[str, float] = {}
         try:
             while True:
                 # Judged on every publish, not once the workers are idle: the resyncs PLEG's events cause
                 # change nothing a verdict needs, and a pod mid-sync is judged by what it published last.
                 self.publisher.changed.clear()
+                self.loop.iterated.clear()
                 for t in tasks:
                     if t.done():
                         t.result()  # the loop or PLEG died: say why rather than wait for the timeout
                 now = self.clock.monotonic()
                 desired = self.loop.desired()
                 statuses = {uid: (e.status if (e := self.publisher.get(uid)) is not None else None) for uid in desired}
-                note_running(seen, statuses.values(), now)
-                verdict = runonce_verdict(desired, statuses, seen, now)
+                note_running(started, statuses.values(), now)
+                # Whether each running process is still there, read now: the verdict does not wait for an
+                # exit to reach PLEG, a sync and a status.
+                gone = {cid for cid in running_ids(statuses.values())
+                        if _instance_gone(self.paths.exit_dir, cid, pids.get(cid))}
+                verdict = runonce_verdict(desired, statuses, started, now, gone=gone)
                 # A changed pod at boot goes through the same health gate (the sync loop's rounds judge it):
                 # runonce waits for its decision too.
                 gating = self.rollout.unsettled()
                 if verdict.done and not gating or now >= deadline:
                     break
                 wake = deadline if verdict.next_check is None else min(deadline, verdict.next_check)
-                if gating:
-                    wake = min(wake, now + RUNONCE_GATE_POLL)  # the gate decides on the loop's ticks
-                try:
-                    async with asyncio.timeout(max(0.0, wake - now)):
-                        await self.publisher.changed.wait()
-                except TimeoutError:
-                    pass
+                # Woken by a status published, a container's window ending, or, while a gate decides (in the
+                # sync loop's rounds), by the loop's next round.
+                await _any_set([self.publisher.changed, *([self.loop.iterated] if gating else [])],
+                               max(0.0, wake - now))
         finally:
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-        await self.workers.wait_idle()  # no sync is left half done
-        self.publisher.flush()
-        self.events.flush()
+            self.publisher.observed = None
+        await self.workers.finish()  # resyncs end as at a stop of the daemon; terminations run to their end
+        # The checkpoint and the events, each fsynced, side by side.
+        writes = [(f.write, data) for f in (self.publisher, self.events) if (data := f.encode()) is not None]
+        await asyncio.gather(*(asyncio.to_thread(write, data) for write, data in writes))
         print_runonce_summary(self.publisher, self.loop.config, out)
         rolled_back = [r for r in self.rollout.records() if r.phase in ("rolled-back", "rolling-back")]
         for r in rolled_back:
@@ -530,16 +546,38 @@ class Agent:
         return 0
 
 
+async def _any_set(events: list[asyncio.Event], timeout: float) -> None:
+    """Return once any of `events` is set, or after `timeout` seconds."""
+    waits = [asyncio.ensure_future(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+
+
+def _instance_gone(exit_dir: Path, cid: str, pid: int | None) -> bool:
+    """Whether a container instance's process has exited: its conmon wrote the exit file, or /proc shows the
+    pid a zombie or no more (a container killed with its conmon leaves no exit file)."""
+    from edgelet.status.runonce import exited_by_stat
+
+    if (exit_dir / cid.removeprefix("runc://")).exists():
+        return True
+    if pid is None:
+        return False
+    try:
+        return exited_by_stat(Path(f"/proc/{pid}/stat").read_bytes())
+    except OSError:
+        return True
+
+
 READY_STALE = 60.0  # seconds without a sync loop iteration before the Node is reported NotReady
 
 
 def _build_eviction(agent: "Agent"):
     """The eviction manager over this agent's pods, or None when no threshold is configured."""
     from edgelet.eviction.errors import EvictionConfigError
-    from edgelet.eviction.manager import EvictionManager
-    from edgelet.eviction.signals import HostSignals
     from edgelet.eviction.thresholds import configure
-    from edgelet.eviction.usage import pod_usages
 
     s = agent.settings
     try:
@@ -547,8 +585,12 @@ def _build_eviction(agent: "Agent"):
                                s.eviction_minimum_reclaim or "")
     except EvictionConfigError as exc:
         raise ConfigurationError(str(exc)) from exc
-    if not thresholds:
-        return None
+    if not thresholds or s.runonce:
+        return None  # --runonce only checks the thresholds (a bad one is refused there too): it never evicts
+    from edgelet.eviction.manager import EvictionManager
+    from edgelet.eviction.signals import HostSignals
+    from edgelet.eviction.usage import pod_usages
+
     signals = HostSignals(s.root_dir, s.images_dir)
     paths = agent.paths
 
@@ -877,7 +919,7 @@ def logging_flush() -> None:
 
 
 def run_agent(settings: "Settings") -> int:
-    """Entry point for the CLI: run the agent (or --runonce); returns the exit status."""
+    """Entry point for the CLI: run the agent, returning its exit status; --runonce ends the process instead."""
     from edgelet.sdnotify import Notifier
 
     configure(settings.verbosity)
@@ -888,7 +930,23 @@ def run_agent(settings: "Settings") -> int:
     # asyncio's own loop, not uvloop: uvloop imports ssl (OpenSSL, about 5 MB) at its own import and adds
     # 1.2 MB; edgelet's loop is mostly idle and its subprocesses are waited for through pidfds either way.
     _wait_children_by_pidfd()
-    return asyncio.run(_main(settings, notifier))
+    rc = asyncio.run(_main(settings, notifier))
+    if settings.runonce:
+        _exit_now(rc)
+    return rc
+
+
+def _exit_now(rc: int) -> None:
+    """End --runonce without the interpreter's teardown (collecting every module's objects, a tenth of a second
+    or more on a board): its work is done and written, its loop and threads have ended, its containers run
+    under their own conmon. The boot waits for this exit (edgelet-runonce.service), so the process ends here."""
+    logging_flush()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(rc)
 
 
 def _wait_children_by_pidfd() -> None:

@@ -14,13 +14,14 @@ import errno
 import os
 import time
 from pathlib import Path
-from typing import Callable
-
-from cgroupspy.controllers import CpuController, MemoryController
-from cgroupspy.nodes import Node
+from typing import TYPE_CHECKING, Callable
 
 from edgelet.cgroups.errors import CgroupBusyError, CgroupError
 from edgelet.cgroups.qos import PodResources
+
+if TYPE_CHECKING:  # cgroupspy is imported where a v1 cgroup is written: a v2 host never loads it
+    from cgroupspy.controllers import CpuController, MemoryController
+    from cgroupspy.nodes import Node
 
 
 def relative_path(path: str) -> str:
@@ -39,6 +40,8 @@ def write_value(file: Path, text: str) -> None:
 
 def cgroup_node(hierarchy: Path, rel: str) -> Node:
     """cgroupspy's node for cgroup `rel` of one hierarchy, without walking the hierarchy (see the module doc)."""
+    from cgroupspy.nodes import Node
+
     node = Node(str(hierarchy))
     for part in rel.split("/"):
         node = Node(part, parent=node)
@@ -154,6 +157,8 @@ class CgroupV1:
         cpuset = self.hierarchy("cpuset")
         if cpuset is not None:
             self._fill_cpuset(cpuset, rel)
+        from cgroupspy.controllers import CpuController, MemoryController
+
         cpu = self.hierarchy("cpu")
         if cpu is not None:
             ctl = CpuController(cgroup_node(cpu, rel))

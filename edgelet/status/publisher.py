@@ -94,6 +94,8 @@ class StatusPublisher:
         # The rollout's word on a pod (reason, message), e.g. RolledBack, shown as a condition and in the
         # table's message (set by the app; edgelet.sync.rollout).
         self.rollout_note: "Callable[[Pod], tuple[str, str] | None] | None" = None
+        # Told the runtime's view of each pod as it is published (--runonce reads when each process started).
+        self.observed: "Callable[[PodRuntimeStatus], None] | None" = None
 
     @property
     def node_name(self) -> str:
@@ -106,6 +108,8 @@ class StatusPublisher:
     def update(self, pod: "Pod", rt: "PodRuntimeStatus", st: "PodSyncState") -> None:
         from edgelet.status.compute import compute_pod_status, summarize
 
+        if self.observed is not None:
+            self.observed(rt)
         prev = self._pods.get(pod_uid(pod))
         if st.readmitted:
             prev = None  # an evicted pod that starts again is a new run, not a Failed pod forever

@@ -85,6 +85,7 @@ class SyncLoop:
         self._requeue: dict[str, float] = {}
         self._next_housekeeping = 0.0
         self.first_sync_done = asyncio.Event()
+        self.iterated = asyncio.Event()  # set after every iteration: --runonce reads the rollout gate's decisions
         self.last_iteration: float | None = None  # monotonic end of the last iteration, for /healthz
 
     # Producers (sources, PLEG, image import) call these.
@@ -237,6 +238,7 @@ class SyncLoop:
             self.last_iteration = self._clock.monotonic()
             # The agent reports READY=1 to systemd on this (edgelet.app).
             self.first_sync_done.set()
+            self.iterated.set()
 
 
 def _with_origin(origin: str, message: str) -> str:

@@ -158,6 +158,20 @@ class PodWorkers:
                 return
             await asyncio.wait(tasks)
 
+    async def finish(self) -> None:
+        """--runonce, once judged: end the syncs, as the daemon's stop does (`shutdown`), and let the pods being
+        stopped be stopped. The syncs left are resyncs PLEG's events asked for, which change nothing the
+        verdict saw; one cut short leaves what a stop of the agent leaves, which the next start adopts."""
+        tasks = []
+        for w in self._workers.values():
+            if w.task is None or w.task.done():
+                continue
+            tasks.append(w.task)
+            if not w.terminating:  # a terminate, under way or queued behind a sync, runs to its end
+                w.pending = None
+                w.task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
     async def shutdown(self) -> None:
         """Cancel the workers; containers keep running (kubelet leaves pods alone when it stops)."""
         tasks = [w.task for w in self._workers.values() if w.task is not None and not w.task.done()]

@@ -11,11 +11,13 @@ as usual and hands the module to those asyncio modules, so TLS works exactly as 
 
 from __future__ import annotations
 
-import importlib.abc
 import importlib.machinery
 import sys
 from types import ModuleType
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:  # importlib.abc imports importlib.resources: tens of ms of a cold start, for two base classes
+    import importlib.abc
 
 # The stdlib modules that do `try: import ssl except ImportError: ssl = None` when asyncio is imported.
 ASYNCIO_SSL_USERS = ("asyncio.base_events", "asyncio.selector_events", "asyncio.sslproto")
@@ -53,7 +55,7 @@ def attach(ssl: ModuleType) -> None:
         proto.SSLAgainErrors = (ssl.SSLWantReadError, ssl.SSLSyscallError)  # type: ignore[attr-defined]
 
 
-class _SslFinder(importlib.abc.MetaPathFinder):
+class _SslFinder:
     """Finds `ssl` through the other finders (the path, or a frozen build's archive) and wraps its loader."""
 
     def find_spec(self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None,
@@ -65,13 +67,13 @@ class _SslFinder(importlib.abc.MetaPathFinder):
                 continue
             spec = finder.find_spec(fullname, path, target)
             if spec is not None and spec.loader is not None:
-                spec.loader = _AttachingLoader(spec.loader)
+                spec.loader = _AttachingLoader(spec.loader)  # type: ignore[assignment]  # a loader by its methods
                 sys.meta_path.remove(self)  # once loaded, ssl stays in sys.modules
                 return spec
         return None
 
 
-class _AttachingLoader(importlib.abc.Loader):
+class _AttachingLoader:
     def __init__(self, inner: importlib.abc.Loader) -> None:
         self.inner = inner
 

@@ -156,3 +156,26 @@ def test_a_parked_pod_told_to_terminate_never_starts():
 
     s = run(go())
     assert ("sync", "v2", 1) not in s.log
+
+
+def test_finish_ends_the_syncs_and_lets_a_terminate_run():
+    """--runonce, once judged: a sync under way is cut and none queued behind it starts, as the daemon's stop
+    does; a pod told to terminate (even behind a sync) is still stopped."""
+    async def go():
+        s = RecordingSyncer()
+        w = PodWorkers(s)
+        s.gate.clear()
+        w.sync(fake_pod("a", 1))
+        w.sync(fake_pod("b", 1))
+        await asyncio.sleep(0)
+        w.sync(fake_pod("a", 2))  # queued behind a's first sync
+        w.terminate("b", fake_pod("b", 1))  # queued behind b's
+        finishing = asyncio.ensure_future(w.finish())
+        await asyncio.sleep(0)
+        s.gate.set()
+        await finishing
+        return s, w
+
+    s, w = run(go())
+    assert s.log == [("sync", "b", 1), ("terminate", "b")]
+    assert w.known() == {"a"} and w._workers["a"].task.cancelled(), "b's worker ended with its terminate"
