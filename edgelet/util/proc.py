@@ -25,11 +25,11 @@ _TRACE = os.environ.get("EDGELET_TRACE_SPAWNS")
 
 
 def _trace(argv: Sequence[str]) -> None:
-    import time
+    from edgelet.util.clock import REAL_CLOCK
 
     try:
         with open(_TRACE, "a") as f:  # type: ignore[arg-type]
-            f.write(f"{time.time():.3f} {os.path.basename(str(argv[0]))} {argv[1] if len(argv) > 1 else ''}\n")
+            f.write(f"{REAL_CLOCK.now():.3f} {os.path.basename(str(argv[0]))} {argv[1] if len(argv) > 1 else ''}\n")
     except OSError:
         pass
 
