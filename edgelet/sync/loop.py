@@ -222,8 +222,10 @@ class SyncLoop:
             elif isinstance(item, _ResyncAll):
                 for pod in self._desired.values():
                     self._workers.sync(pod)
-            if self._rollout is not None and self.config.seen_sources:
-                # Every round: the gate judges the versions under it as their statuses change.
+            if self._rollout is not None and self.config.seen_sources and (item is not None
+                                                                          or not self._rollout.steady()):
+                # Every tick while a version is under the gate (it judges them as their statuses change and
+                # its clock runs); once all rest, only what arrives can change a verdict.
                 self.rollout_round()
             # Tick: pods whose back-off or retry time has come.
             now = self._clock.monotonic()
