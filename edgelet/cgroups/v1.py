@@ -14,10 +14,11 @@ import errno
 import os
 import time
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from cgroupspy.controllers import CpuController, MemoryController
-from cgroupspy.nodes import Node
+if TYPE_CHECKING:  # cgroupspy only where a v1 pod cgroup is written: a v2 host (and its v1 helpers) never loads it
+    from cgroupspy.controllers import CpuController, MemoryController
+    from cgroupspy.nodes import Node
 
 from edgelet.cgroups.errors import CgroupBusyError, CgroupError
 from edgelet.cgroups.qos import PodResources
@@ -39,6 +40,8 @@ def write_value(file: Path, text: str) -> None:
 
 def cgroup_node(hierarchy: Path, rel: str) -> Node:
     """cgroupspy's node for cgroup `rel` of one hierarchy, without walking the hierarchy (see the module doc)."""
+    from cgroupspy.nodes import Node
+
     node = Node(str(hierarchy))
     for part in rel.split("/"):
         node = Node(part, parent=node)
@@ -154,6 +157,8 @@ class CgroupV1:
         cpuset = self.hierarchy("cpuset")
         if cpuset is not None:
             self._fill_cpuset(cpuset, rel)
+        from cgroupspy.controllers import CpuController, MemoryController
+
         cpu = self.hierarchy("cpu")
         if cpu is not None:
             ctl = CpuController(cgroup_node(cpu, rel))
