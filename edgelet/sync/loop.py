@@ -162,7 +162,8 @@ class SyncLoop:
         for uid, pod in wanted.items():
             held = self._desired.get(uid)
             self._desired[uid] = pod
-            if held is None or pods_differ_semantically(held, pod) or uid in poke:
+            # The same object (the usual round: nothing changed) needs no field-by-field comparison.
+            if held is None or (held is not pod and pods_differ_semantically(held, pod)) or uid in poke:
                 if held is None:
                     log.info("Pod in config", pod=_full(pod), uid=uid)
                 self._workers.sync(pod)

@@ -29,6 +29,7 @@ IN_CREATE = 0x100
 IN_DELETE = 0x200
 IN_DELETE_SELF = 0x400
 IN_MOVE_SELF = 0x800
+IN_Q_OVERFLOW = 0x4000
 IN_IGNORED = 0x8000
 IN_ISDIR = 0x40000000
 IN_ONLYDIR = 0x1000000
@@ -114,6 +115,10 @@ class Inotify:
         except OSError:
             return
         for wd, mask, name in parse(buf):
+            if mask & IN_Q_OVERFLOW:  # events were lost: every watcher looks again, as after a change
+                for directory, callback in list(self._watches.values()):
+                    callback("modified", directory)
+                continue
             watch = self._watches.get(wd)
             if watch is None:
                 continue

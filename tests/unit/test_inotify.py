@@ -83,3 +83,24 @@ def test_a_missing_directory_is_an_oserror(tmp_path):
             w.close()
 
     asyncio.run(main())
+
+
+def test_a_queue_overflow_wakes_every_watcher(tmp_path):
+    seen: list[tuple[str, str]] = []
+
+    async def main() -> None:
+        w = Inotify()
+        try:
+            w.add(str(tmp_path), {"created"}, lambda e, p: seen.append((e, p)))
+            r, wr = os.pipe()  # the overflow event as the kernel writes it, fed through the reader
+            os.write(wr, _event(-1, inotify.IN_Q_OVERFLOW, b""))
+            os.close(wr)
+            real, w.fd = w.fd, r
+            w._read()
+            w.fd = real
+            os.close(r)
+        finally:
+            w.close()
+
+    asyncio.run(main())
+    assert seen == [("modified", str(tmp_path))]
