@@ -1,12 +1,15 @@
 """Agent footprint: RSS and PSS idle with 0 and 20 running pods (plus one completed), and CPU used over 60 s idle.
 
 Run as root: `.venv/bin/python bench/footprint.py [--pods 20] [--idle 60] [--cni]`; `--cni` gives the pods a bridge
-network of the bench's own (bridge, host-local, portmap, loopback), whose housekeeping CHECKs then count too.
+network of the bench's own (bridge, host-local, portmap, loopback), whose housekeeping CHECKs then count too;
+`--spawns` counts the processes the agent started in the idle window, per program (EDGELET_TRACE_SPAWNS).
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import os
 import subprocess
 import sys
 import time
@@ -23,8 +26,13 @@ def main() -> None:
     ap.add_argument("--idle", type=float, default=60.0)
     ap.add_argument("--settle", type=float, default=5.0)
     ap.add_argument("--cni", action="store_true", help="pods on a CNI bridge network instead of none")
+    ap.add_argument("--spawns", action="store_true", help="count what the agent spawns in the idle window")
     args = ap.parse_args()
     b = Bench("footprint")
+    trace = b.base / "spawns.txt"
+    if args.spawns:
+        os.environ["EDGELET_TRACE_SPAWNS"] = str(trace)
+    spawned: collections.Counter[str] = collections.Counter()
     bridge = None
     try:
         extra: tuple[str, ...] = ()
@@ -47,8 +55,15 @@ def main() -> None:
         time.sleep(args.settle)
         rss1, pss1 = memory(proc.pid)
         a0, k0 = cpu_split(proc.pid)
+        t0 = time.time()
         time.sleep(args.idle)
         a1, k1 = cpu_split(proc.pid)
+        t1 = time.time()
+        if args.spawns and trace.exists():
+            for line in trace.read_text().splitlines():
+                at, prog, first = (line.split(" ", 2) + ["", ""])[:3]
+                if t0 <= float(at) <= t1:
+                    spawned[f"{prog} {first}".strip()] += 1
         rss2, pss2 = memory(proc.pid)
     finally:
         b.close()
@@ -65,6 +80,9 @@ def main() -> None:
     used = (a1 - a0) + (k1 - k0)
     print(f"CPU over {args.idle:.0f} s idle with {n} pods: {used:.2f} s  = {100*used/args.idle:.2f} % of one core"
           f"  (agent {a1 - a0:.2f} s, runc/conmon children {k1 - k0:.2f} s)")
+    if args.spawns:
+        print(f"spawned in the idle window: {sum(spawned.values())}"
+              + "".join(f"\n  {n:4d}  {what}" for what, n in spawned.most_common()))
 
 
 if __name__ == "__main__":

@@ -346,15 +346,15 @@ class Agent:
         network is broken is told so and synced, and its sync replaces the sandbox (kubelet's answer to a
         sandbox that is not ready)."""
         from edgelet.events import pod_ref
-        from edgelet.network.checkplan import CheckPlan, checked, due, host_links
+        from edgelet.network.checkplan import checked, due, first, host_links
 
-        plan = CheckPlan()  # every period while links or sandboxes change, stretching while nothing does
+        # Every period while the pods' links change, stretching while nothing does.
+        plan = first(adopted=any(s.state == "running" for p in self.pleg.pods().values() for s in p.sandboxes))
         while True:
             await self.clock.sleep(self.settings.cni_check_period)
             pods = self.pleg.pods()
             links = await asyncio.to_thread(self.runtime.network_host_links, pods)
-            now = (tuple(sorted(s.id for p in pods.values() for s in p.sandboxes if s.state == "running")),
-                   await asyncio.to_thread(host_links, links))
+            now = await asyncio.to_thread(host_links, links)
             go, plan = due(plan, now)
             if not go:
                 continue

@@ -13,7 +13,6 @@ Durations accept Go's forms as the kubelet does (`20s`, `1m30s`, `500ms`,
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import os
 import re
 import socket
@@ -684,6 +683,8 @@ def read_config_file(path: Path) -> dict[str, Any]:
     values: dict[str, Any] = {}
     for key, raw in data.items():
         if key not in KEYS:
+            import difflib  # only for a typo's hint: not kept by every agent
+
             hint = difflib.get_close_matches(key.replace("-", "_"), KEYS, n=1)
             suffix = f" (did you mean {hint[0]}?)" if hint else ""
             raise SettingsError(f"{path}: unknown key {key!r}{suffix}", key=key, source=str(path))

@@ -1,11 +1,16 @@
-"""When housekeeping CHECKs the pod networks: at once when the host's links or the running sandboxes changed,
-else on a span of periods that stretches while every CHECK passes (the decision is pure).
+"""When housekeeping CHECKs the pod networks: at once when a link of the running pods changed, else on a span of
+periods that stretches while every CHECK passes (the decision is pure).
 
-A CHECK runs every plugin of every pod's chain (20 pods: 60 processes), which was most of an idle node's
+A CHECK runs every plugin of every pod's chain (20 pods: 80 processes), which was most of an idle node's
 CPU with a CNI network (issue 25). What breaks a pod's network from outside is mostly a link going (a veth,
 the bridge) or changing state; those show in the host's /sys/class/net, read each period for a few
-syscalls (the links the pods' CNI results name: others come and go with other software). Nothing changed and the last CHECK passed: the next waits twice as many periods, up to
-MAX_STRETCH (10 minutes at the default 1 minute); a change or a failure brings it back to every period.
+syscalls (the links the pods' CNI results name: others come and go with other software). A link that
+changed or went while its pod still runs brings a CHECK at the next period. A new sandbox does not: its ADD
+has just set its network up (the same plugins, the same result) and a CHECK right after would only repeat it;
+its links join what is watched, and its network is CHECKed with the others at the next round. A sandbox gone
+takes its links with it. At start, sandboxes that were running before (the agent was down: anything may have
+happened) are CHECKed at the first period; an agent that starts with none begins as after a passing CHECK. Nothing changed and the last CHECK passed: the next waits twice as many periods, up
+to MAX_STRETCH (10 minutes at the default 1 minute); a change or a failure brings it back to every period.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from typing import Iterable
 
 MAX_STRETCH = 10
 
-Fingerprint = tuple[tuple[str, ...], tuple[tuple[str, str, str], ...]]  # (running sandbox ids, host links)
+Fingerprint = tuple[tuple[str, str, str], ...]  # the running pods' host links: (name, ifindex, operstate)
 
 
 @dataclass(frozen=True)
@@ -25,10 +30,27 @@ class CheckPlan:
     seen: Fingerprint | None = None  # what the last CHECK saw
 
 
+def first(*, adopted: bool) -> CheckPlan:
+    """The plan at start: CHECK at the first period when running sandboxes were adopted, else as after a CHECK
+    of nothing that passed (every pod it will run gets its network from an ADD of its own)."""
+    return CheckPlan() if adopted else CheckPlan(stretch=2, waited=0, seen=())
+
+
+def changed(seen: Fingerprint | None, now: Fingerprint) -> bool:
+    """Whether a link watched since the last CHECK changed or went while a running pod still names it (None:
+    nothing was CHECKed yet). Links only in `now` are new sandboxes'; links only in `seen` left with theirs."""
+    if seen is None:
+        return True
+    before = {name: (index, state) for name, index, state in seen}
+    return any(name in before and before[name] != (index, state) for name, index, state in now)
+
+
 def due(plan: CheckPlan, now: Fingerprint) -> tuple[bool, CheckPlan]:
-    """One period has passed: whether to CHECK now, and the plan until then."""
+    """One period has passed: whether to CHECK now, and the plan until then (new links join what is watched)."""
     waited = plan.waited + 1
-    return (now != plan.seen or waited >= plan.stretch), CheckPlan(plan.stretch, waited, plan.seen)
+    if changed(plan.seen, now):
+        return True, CheckPlan(plan.stretch, waited, plan.seen)
+    return waited >= plan.stretch, CheckPlan(plan.stretch, waited, now)
 
 
 def checked(plan: CheckPlan, now: Fingerprint, *, broken: bool) -> CheckPlan:
@@ -36,7 +58,7 @@ def checked(plan: CheckPlan, now: Fingerprint, *, broken: bool) -> CheckPlan:
     once, `due`; one that passed starts the doubling again from the first span)."""
     if broken:
         stretch = 1
-    elif now != plan.seen:
+    elif changed(plan.seen, now):
         stretch = 2
     else:
         stretch = min(plan.stretch * 2, MAX_STRETCH)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from edgelet.ocispec.errors import SecurityError
@@ -103,7 +102,14 @@ def compute_seccomp(pod: "Pod", container: "Container | None", *, default_on: bo
 @lru_cache(maxsize=1)
 def default_profile() -> Mapping[str, Any]:
     """The bundled RuntimeDefault profile (seccomp_default.json), read once on first use."""
-    text = resources.files("edgelet.ocispec").joinpath("seccomp_default.json").read_text()
+    # pkgutil, not importlib.resources: that one imports zipfile and its readers (about 0.4 MB kept by every
+    # agent for one read); both read through the package's loader, so a frozen build finds the file too.
+    import pkgutil
+
+    data = pkgutil.get_data("edgelet.ocispec", "seccomp_default.json")
+    if data is None:
+        raise FileNotFoundError("edgelet/ocispec/seccomp_default.json")
+    text = data.decode()
     profile: Mapping[str, Any] = json.loads(text)
     return profile
 

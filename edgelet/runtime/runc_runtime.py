@@ -64,7 +64,6 @@ from edgelet.runtime.host import (
 )
 from edgelet.network.errors import NetworkError
 from edgelet.ocispec.errors import SpecError
-from edgelet.runtime.execsession import ExecSession, ExecSessionError, build_exec_process, terminal_size
 from edgelet.runtime.runc import Runc
 from edgelet.runtime.state import (
     ExitInfo,
@@ -109,6 +108,7 @@ from edgelet.util.log import get_logger
 
 if TYPE_CHECKING:
     from edgelet.api.types import Container, Pod
+    from edgelet.runtime.execsession import ExecSession
     from edgelet.network.manager import Attached, PodNetwork
     from edgelet.images.types import ImageRecord
 
@@ -999,6 +999,9 @@ class RuncRuntime:
         """Start `argv` in the running container with its own process spec (`edgelet exec`), on the given
         descriptors; the caller waits for, signals or kills the returned session. ExecSessionError when the
         container is not running or has no bundle."""
+        # Only `edgelet exec` and the node API's exec need it (with termios): not an idle agent.
+        from edgelet.runtime.execsession import ExecSession, ExecSessionError, build_exec_process, terminal_size
+
         state = await self.runc.state(container_id)
         status = (state or {}).get("status", "unknown to runc")
         if status != "running":

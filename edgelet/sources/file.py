@@ -2,7 +2,7 @@
 
 `scan_directory` reads the directory once and is the whole decision; the
 `FileSource` around it decides *when* to scan: at start, on inotify events
-(through watchdog, coalesced), and every `file_check_frequency`.
+(util/inotify.py on the loop, coalesced), and every `file_check_frequency`.
 """
 
 from __future__ import annotations
@@ -17,14 +17,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Sequence
 
 import msgspec
-from watchdog.events import FileSystemEventHandler
 
 from edgelet.api import decode as _decode  # noqa: F401  (imported before any scan thread: see its warm-up)
 from edgelet.api.types import ObjectMeta
 from edgelet.api.annotations import ORIGIN
 from edgelet.sources import ManifestProblem, SourceName, SourceSnapshot, snapshot_key
 from edgelet.util.log import get_logger
-from edgelet.util.watch import CHANGE_EVENTS, stop_watching
+from edgelet.util.watch import CHANGE_EVENTS
+
+# What the directory's watch reports (opens and closes too: a file open for writing is not read on an event), and
+# the parent's (only the directory itself appearing, going or being replaced).
+WATCHED = {"dir": frozenset({"created", "deleted", "modified", "closed", "closed_no_write", "opened"}),
+           "parent": frozenset({"created", "deleted"})}
 
 if TYPE_CHECKING:
     from edgelet.api.types import Pod
@@ -288,7 +292,7 @@ class FileSource:
 
     `run` emits the first snapshot at once (even an empty one: it tells the
     sync loop this source has been read), then only changed snapshots. It
-    runs until cancelled; cancellation stops the watcher thread.
+    runs until cancelled; cancellation closes the watch.
     """
 
     def __init__(self, path: Path, node_name: str, file_check_frequency: float, clock: "Clock",
@@ -303,7 +307,7 @@ class FileSource:
         self._loop: asyncio.AbstractEventLoop | None = None
         # (scheduled watch, (st_dev, st_ino) of the watched dir) for the directory and its parent.
         self._watches: dict[str, tuple[Any, tuple[int, int]]] = {}
-        # Files some process has open for writing (watchdog's opened/closed events), and whether
+        # Files some process has open for writing (inotify's open/close events), and whether
         # the current wake-up came from an event (True) or the periodic timer.
         self._writing: set[str] = set()
         self._writing_lock = threading.Lock()
@@ -324,22 +328,20 @@ class FileSource:
         return snapshot
 
     async def run(self, emit: Callable[[SourceSnapshot], Awaitable[None]]) -> None:
-        from watchdog.observers import Observer
+        from edgelet.util.inotify import Inotify
 
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
-        observer = Observer()
-        observer.daemon = True
-        observer.start()
+        watcher = Inotify()
         last: tuple[Any, ...] | None = None
         try:
             while True:
-                await asyncio.to_thread(self._ensure_watches, observer)
+                self._ensure_watches(watcher)
                 self._wake.clear()
                 snapshot = await self.scan_once()
                 # The directory may have appeared (or been replaced) while we scanned it:
                 # watch the new one and scan again so nothing written there is missed.
-                if await asyncio.to_thread(self._ensure_watches, observer):
+                if self._ensure_watches(watcher):
                     self._wake.set()
                 key = snapshot_key(snapshot)
                 if key != last:
@@ -349,7 +351,7 @@ class FileSource:
                     last = key
                 await self._wait()
         finally:
-            await stop_watching(observer)
+            watcher.close()
 
     async def _wait(self) -> None:
         """Until the next periodic rescan or the next event, whichever first.
@@ -367,9 +369,9 @@ class FileSource:
             woken.cancel()
         self._by_event = woken in done
 
-    # --- watchdog side (runs in watchdog's and worker threads) ---
+    # --- inotify side (on the loop: a stat and a syscall per path, nothing that blocks) ---
 
-    def _ensure_watches(self, observer: Any) -> bool:
+    def _ensure_watches(self, watcher: Any) -> bool:
         """Watch the directory and its parent (for the directory appearing or being replaced).
 
         Returns True when a watch on the directory itself was added.
@@ -385,15 +387,12 @@ class FileSource:
             if current is not None and current[1] == ident:
                 continue
             if current is not None:
-                try:
-                    observer.unschedule(current[0])
-                except (KeyError, OSError):
-                    pass  # its emitter already stopped when the directory went away
+                watcher.remove(current[0])  # a no-op when the kernel dropped it with its directory
                 del self._watches[role]
             if ident is None:
                 continue
             try:
-                watch = observer.schedule(_Handler(self, role), str(target), recursive=False)
+                watch = watcher.add(str(target), WATCHED[role], functools.partial(self._on_inotify, role))
             except OSError as exc:
                 # Out of inotify watches, or no permission: the periodic rescan still works.
                 log.warning("Cannot watch manifest path; relying on periodic rescans", path=str(target),
@@ -412,40 +411,21 @@ class FileSource:
         if self._wake is not None:
             self._wake.set()
 
+    def _on_inotify(self, role: str, event_type: str, path: str) -> None:
+        self._on_event(role, event_type, [path])
+
     def _on_event(self, role: str, event_type: str, paths: list[str]) -> None:
         if role == "dir" and event_type in ("opened", "closed", "closed_no_write", "deleted", "moved"):
             with self._writing_lock:
                 if event_type == "opened":
-                    # watchdog reports every open; only writers matter, and a reader's
+                    # inotify reports every open; only writers matter, and a reader's
                     # close clears it again right away.
                     self._writing.add(paths[0])
                 else:
                     self._writing.difference_update(paths)
         if event_type not in CHANGE_EVENTS or not self._is_relevant(role, paths):
             return
-        loop = self._loop
-        if loop is None:
-            return
-        try:
-            loop.call_soon_threadsafe(self._notify)
-        except RuntimeError:
-            pass  # the loop has closed: the source is shutting down
-
-
-class _Handler(FileSystemEventHandler):
-    """Forwards watchdog events (on its thread) to the FileSource."""
-
-    def __init__(self, source: FileSource, role: str) -> None:
-        super().__init__()
-        self._source = source
-        self._role = role
-
-    def on_any_event(self, event: Any) -> None:
-        paths = [os.fsdecode(event.src_path)]
-        dest = getattr(event, "dest_path", "")
-        if dest:
-            paths.append(os.fsdecode(dest))
-        self._source._on_event(self._role, event.event_type, paths)
+        self._notify()  # inotify's reader runs on the loop
 
 
 def combine_snapshots(snapshots: Sequence[SourceSnapshot]) -> SourceSnapshot:

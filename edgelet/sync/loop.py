@@ -163,7 +163,8 @@ class SyncLoop:
         for uid, pod in wanted.items():
             held = self._desired.get(uid)
             self._desired[uid] = pod
-            if held is None or pods_differ_semantically(held, pod) or uid in poke:
+            # The same object (the usual round: nothing changed) needs no field-by-field comparison.
+            if held is None or (held is not pod and pods_differ_semantically(held, pod)) or uid in poke:
                 if held is None:
                     log.info("Pod in config", pod=_full(pod), uid=uid)
                 self._workers.sync(pod)
@@ -223,8 +224,10 @@ class SyncLoop:
             elif isinstance(item, _ResyncAll):
                 for pod in self._desired.values():
                     self._workers.sync(pod)
-            if self._rollout is not None and self.config.seen_sources:
-                # Every round: the gate judges the versions under it as their statuses change.
+            if self._rollout is not None and self.config.seen_sources and (item is not None
+                                                                          or not self._rollout.steady()):
+                # Every tick while a version is under the gate (it judges them as their statuses change and
+                # its clock runs); once all rest, only what arrives can change a verdict.
                 self.rollout_round()
             # Tick: pods whose back-off or retry time has come.
             now = self._clock.monotonic()

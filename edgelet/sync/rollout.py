@@ -47,6 +47,9 @@ def _live(rt: "PodRuntimeStatus") -> bool:
         any(s.state in ("running", "created") for s in rt.sandboxes)
 
 
+_RESTING = frozenset({"good", "rolled-back", "failed"})  # decide() keeps these until the observation changes
+
+
 class RolloutManager:
     """Decides, per static pod name, which version runs; see the module docstring."""
 
@@ -73,6 +76,13 @@ class RolloutManager:
         self.on_change: Callable[[], None] = lambda: None  # a pull finished: the loop runs a round soon
 
     # What others read.
+    def steady(self) -> bool:
+        """Every record rests (good, rolled back or failed): a round changes nothing until something happens
+        (a manifest, the runtime, a probe, a pull or a retry: each reaches the sync loop as an item), so an
+        idle loop need not ask every tick (issue 25: 21 pods' rounds every second were most of an idle
+        agent's own CPU). Gating (a clock decides), pulling, replacing and rolling back keep every tick."""
+        return all(s.record.phase in _RESTING for s in self._stored.values())
+
     def records(self) -> list[Record]:
         return [s.record for s in self._stored.values()]
 

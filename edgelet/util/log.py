@@ -58,6 +58,3 @@ def configure(verbosity: int = 0) -> None:
         root.addHandler(handler)
         _CONFIGURED = True
     root.setLevel(level)
-    # watchdog logs every inotify event at DEBUG; when edgelet's own log file sits in a
-    # watched directory that is a feedback loop, and it is never what an operator needs.
-    logging.getLogger("watchdog").setLevel(logging.WARNING)

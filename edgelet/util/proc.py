@@ -19,11 +19,27 @@ PIPE = subprocess.PIPE
 DEVNULL = subprocess.DEVNULL
 TimeoutExpired = subprocess.TimeoutExpired
 
+# A bench's debug aid (bench/footprint.py --spawns): every child started is appended to this file as
+# "<unix time> <program> <first argument>", so what an idle agent spawns can be counted per source.
+_TRACE = os.environ.get("EDGELET_TRACE_SPAWNS")
+
+
+def _trace(argv: Sequence[str]) -> None:
+    from edgelet.util.clock import REAL_CLOCK
+
+    try:
+        with open(_TRACE, "a") as f:  # type: ignore[arg-type]
+            f.write(f"{REAL_CLOCK.now():.3f} {os.path.basename(str(argv[0]))} {argv[1] if len(argv) > 1 else ''}\n")
+    except OSError:
+        pass
+
 
 async def spawn(argv: Sequence[str], *, stdin: Any = DEVNULL, stdout: Any = PIPE, stderr: Any = PIPE,
                 env: Mapping[str, str] | None = None, cwd: str | os.PathLike[str] | None = None,
                 pass_fds: Sequence[int] = ()) -> asyncio.subprocess.Process:
     """Start `argv` as an asyncio child process; OSError when it cannot start."""
+    if _TRACE:
+        _trace(argv)
     return await asyncio.create_subprocess_exec(
         *argv, stdin=stdin, stdout=stdout, stderr=stderr,
         env=dict(env) if env is not None else None, cwd=cwd, pass_fds=tuple(pass_fds),
@@ -33,6 +49,8 @@ async def spawn(argv: Sequence[str], *, stdin: Any = DEVNULL, stdout: Any = PIPE
 def popen(argv: Sequence[str], *, stdin: int | IO[bytes] | None = DEVNULL, stdout: Any = PIPE,
           stderr: Any = PIPE) -> "subprocess.Popen[bytes]":
     """Start `argv` for streaming from a worker thread (a decompressor feeding tarfile); OSError when it cannot."""
+    if _TRACE:
+        _trace(argv)
     return subprocess.Popen(list(argv), stdin=stdin, stdout=stdout, stderr=stderr)
 
 

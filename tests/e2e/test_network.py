@@ -237,7 +237,7 @@ def test_a_broken_pod_network_fails_its_check_and_the_pod_gets_a_new_one(agent, 
         wait_for(lambda n=name: _ctr(agent, n) and _pod_ip(agent, n), timeout=90, what=f"{name} to run with an IP")
     broken, healthy = _sandbox(agent, "server"), _sandbox(agent, "client")
     # Healthy networks pass their checks, the server's hostPort chain too (portmap 1.1.1's false IPv6 failure).
-    wait_for(lambda: agent.log().count("Checked pod networks checked=2 failed=0") >= 3, timeout=60,
+    wait_for(lambda: agent.log().count("Checked pod networks checked=2 failed=0") >= 3, timeout=120,
              what="three clean checks of both pods")
     assert not [e for e in json.loads(agent.cli("events", "-o", "json")) if e["reason"] == "SandboxChanged"]
     netns = agent.paths.run_dir / "netns" / broken

@@ -101,6 +101,21 @@ def test_first_version_runs_at_once_then_is_good(tmp_path):
     assert (rec.phase, rec.last_good) == ("good", v1.metadata.uid)
 
 
+def test_steady_once_every_record_rests_so_an_idle_loop_runs_no_rounds(tmp_path):
+    w = World(tmp_path)
+    assert w.manager.steady(), "no record at all"
+    v1 = make_pod("a")
+    w.round(v1)
+    assert not w.manager.steady(), "under the gate: its clock decides, every tick"
+    w.status[v1.metadata.uid] = READY
+    w.round(v1)
+    w.clock.advance(6)
+    w.round(v1)
+    assert w.manager.steady(), "good: only a new manifest, the runtime, a probe or a retry changes it"
+    w.round(make_pod("b"))
+    assert not w.manager.steady(), "a new version is under way"
+
+
 def good_v1(w: World) -> Pod:
     v1 = make_pod("a")
     w.round(v1)
