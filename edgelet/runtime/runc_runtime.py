@@ -77,7 +77,7 @@ from edgelet.runtime.state import (
 )
 from edgelet.runtime.sandbox import PauseSpec, needs_infra, pause_spec, pinned_kinds, sandbox_namespace_paths
 from edgelet.util.crashpoint import crash_point
-from edgelet.container.types import ContainerRecord, PodRuntimeStatus, SandboxRecord
+from edgelet.container.types import ContainerRecord, PodRuntimeStatus, PreparedContainer, SandboxRecord
 from edgelet.runtime.termination import termination_annotations, termination_message
 from edgelet.runtime.layout import (
     ANN_ATTEMPT,
@@ -163,6 +163,20 @@ def _new_id() -> str:
     return secrets.token_hex(32)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Prepared:
+    """The runtime's part of a PreparedContainer: what create_container finishes from."""
+
+    bundle: Path
+    log_path: Path
+    link: Path
+    rootfs_dir: Path
+    passwd: dict[str, tuple[int, int]]
+    groups: dict[str, int]
+    members: dict[str, tuple[str, ...]]
+    facts: dict[str, Any]
+
+
 class RuncRuntime:
     """Implements `edgelet.runtime.Runtime` with runc and conmon; a pod's sandbox is its namespaces pinned as
     files (a catatonit pause process only where the pod shares its PID namespace, or with `infra_container`)."""
@@ -228,6 +242,7 @@ class RuncRuntime:
         self.host = host_facts or probe_host_facts()
         self._pause: PauseSpec | None = None
         self._bundles: dict[str, Path] = {}  # container id -> bundle dir, refreshed by every observation
+        self._monitor_moves: dict[str, str] = {}  # created container id -> the cgroup its conmon goes to at start
         self._released: set[str] = set()  # exited containers whose runc state and rootfs mount are gone
         # Termination messages of exited containers by id: read once conmon recorded the exit, since an exited
         # container's files no longer change; an entry goes with its container (remove_container, or a relist
@@ -320,15 +335,15 @@ class RuncRuntime:
         """
         return self.pod_cgroup(uid, pod) + "/" + MONITOR_CGROUP
 
-    def _move_monitor(self, bundle: Path, uid: str, pod: "Pod") -> None:
+    def _move_monitor(self, bundle: Path, cgroup: str) -> None:
         pid = conmon.conmon_pid(bundle)
         if pid is None:
             return
         try:
-            self._cgroups().add_process(self.monitor_cgroup(uid, pod), pid)
+            self._cgroups().add_process(cgroup, pid)
         except CgroupError as exc:
             # The container runs either way; only where its monitor is accounted differs.
-            log.warning("Cannot move conmon into the pod's cgroup", pod=_full(pod), pid=pid, err=str(exc))
+            log.warning("Cannot move conmon into the pod's cgroup", cgroup=cgroup, pid=pid, err=str(exc))
 
     def _ensure_dirs(self) -> None:
         # Private: bundles and checkpoints hold pod specs with their env values.
@@ -585,7 +600,7 @@ class RuncRuntime:
             await asyncio.to_thread(self._make_pod_cgroup, pod, uid)
             pid = await conmon.create(self._conmon_args(sid, f"k8s_POD_{meta(pod).name}_{meta(pod).namespace}_{uid}_{attempt}",
                                                         bundle, log_path), runner=self._exec)
-            await asyncio.to_thread(self._move_monitor, bundle, uid, pod)
+            await asyncio.to_thread(self._move_monitor, bundle, self.monitor_cgroup(uid, pod))
             crash_point("sandbox.create")
             await self.runc.start(sid)
             await asyncio.to_thread(bl.write_file, bundle / bl.STARTED_FILE, repr(self.clock.now()))
@@ -836,34 +851,34 @@ class RuncRuntime:
         image: "ImageRecord",
         attempt: int,
         container_type: str = "regular",
+        prepared: PreparedContainer | None = None,
     ) -> str:
         from edgelet.api.hash import container_hash
 
         uid = pod_uid(pod)
         ns, pod_name = meta(pod).namespace or "", meta(pod).name or ""
-        if sandbox.infra and (sandbox.pid is None or not conmon.is_alive(sandbox.pid)):
-            raise SandboxError(f"pod {_full(pod)}: sandbox {sandbox.id[:12]} is not running")
-        if not sandbox.infra and not all(pinns.is_pinned(p) for _, p in sandbox.namespaces):
-            raise SandboxError(f"pod {_full(pod)}: sandbox {sandbox.id[:12]} is not running (its namespaces are gone)")
-        layout = self.layout(uid)
-        self._ensure_dirs()
-        bundle = layout.container_dir(container.name, attempt)
-        # A leftover of the same instance (a crash between create and record) is replaced.
-        old = await asyncio.to_thread(_bundle_id, bundle)
-        if old:
-            await self.remove_container(old)
-        elif await asyncio.to_thread(bundle.exists):
-            # One without an id (a power cut before its directory entries reached storage) names no container
-            # to remove, but its writable layer must not become the new instance's.
-            await asyncio.to_thread(_remove_stale_bundle, bundle)
-        cid = _new_id()
-        log_path = self.paths.container_log_path(ns, pod_name, uid, container.name, attempt)
-        link = self.paths.container_log_link(ns, pod_name, container.name, cid)
+        try:
+            if sandbox.infra and (sandbox.pid is None or not conmon.is_alive(sandbox.pid)):
+                raise SandboxError(f"pod {_full(pod)}: sandbox {sandbox.id[:12]} is not running")
+            if not sandbox.infra and not all(pinns.is_pinned(p) for _, p in sandbox.namespaces):
+                raise SandboxError(
+                    f"pod {_full(pod)}: sandbox {sandbox.id[:12]} is not running (its namespaces are gone)")
+        except SandboxError:
+            if prepared is not None:
+                await self.discard_prepared(prepared)
+            raise
+        if prepared is None:
+            prepared = await self.prepare_container(pod, container, image, attempt, container_type)
+        elif (prepared.pod_uid, prepared.name, prepared.attempt, prepared.image_id) != (
+                uid, container.name, attempt, image.id):
+            await self.discard_prepared(prepared)
+            raise CreateContainerError(f"pod {_full(pod)} container {container.name}: prepared for another instance"
+                                       f" ({prepared.name} attempt {prepared.attempt})")
+        p: _Prepared = prepared.data
+        cid, bundle, layout = prepared.id, p.bundle, self.layout(uid)
         done = False
         try:
-            mounts, rootfs_dir, passwd, groups, members = await asyncio.to_thread(
-                self._prepare_container_dirs, pod, container, image, layout, bundle, cid, log_path, link
-            )
+            mounts = await asyncio.to_thread(self._container_mounts, pod, container, layout, bundle)
             annotations = {
                 ANN_KIND: KIND_CONTAINER,
                 ANN_POD_UID: uid,
@@ -876,14 +891,14 @@ class RuncRuntime:
                 ANN_SANDBOX_ID: sandbox.id,
                 ANN_IMAGE: container.image or "",
                 ANN_IMAGE_ID: image.id,
-                ANN_LOG_PATH: str(log_path),
+                ANN_LOG_PATH: str(p.log_path),
                 ANN_CREATED: repr(self.clock.now()),
                 ANN_GRACE: str(_pod_grace(pod)),
                 # kubelet reads the message by what the container's annotations say, not by today's spec.
                 **termination_annotations(container),
             }
             ctx = ocispec.ContainerContext(
-                rootfs=str(rootfs_dir),
+                rootfs=str(p.rootfs_dir),
                 cgroups_path=f"{self.pod_cgroup(uid, pod)}/{cid}",
                 pids_limit=cg_qos.pod_pids_limit(pod, self.pod_max_pids),
                 without_controllers=self._without_controllers(),
@@ -893,22 +908,23 @@ class RuncRuntime:
                 hostname=bl.pod_hostname(pod, self.node_hostname, self.cluster_domain),
                 annotations=annotations,
                 mounts=mounts,
-                passwd=passwd,
-                groups=groups,
-                group_members=members,
+                passwd=p.passwd,
+                groups=p.groups,
+                group_members=p.members,
                 memory_capacity=self.host.memory_capacity,
                 swap_controller=self.host.swap_controller,
                 min_oom_score_adj=self.host.min_oom_score_adj,
-                **await asyncio.to_thread(self._security_facts, pod, container),
+                **p.facts,
             )
             config = ocispec.build_container_spec(pod, container, image.config, ctx)
             self._warn_apparmor(pod, container, ctx)
             await asyncio.to_thread(bl.write_file, bundle / bl.CONFIG, json.dumps(config, indent=1))
             await conmon.create(self._conmon_args(cid, f"k8s_{container.name}_{pod_name}_{ns}_{uid}_{attempt}",
-                                                  bundle, log_path, stdin=bool(container.stdin),
+                                                  bundle, p.log_path, stdin=bool(container.stdin),
                                                   stdin_once=bool(container.stdin_once),
                                                   terminal=bool(container.tty)), runner=self._exec)
-            await asyncio.to_thread(self._move_monitor, bundle, uid, pod)
+            # conmon moves into the pod's cgroup while `runc start` runs (start_container), off the start path.
+            self._monitor_moves[cid] = self.monitor_cgroup(uid, pod)
             crash_point("container.create")
             done = True
         except SpecError as exc:
@@ -921,21 +937,85 @@ class RuncRuntime:
         finally:
             if not done:
                 # Whatever failed (or a cancellation), nothing half-made stays behind.
-                await asyncio.shield(self._undo(cid, bundle, link))
+                self._monitor_moves.pop(cid, None)
+                await asyncio.shield(self._undo(cid, bundle, p.link))
         self._bundles[cid] = bundle
         log.info("Container created", pod=_full(pod), container=container.name, id=cid[:12], attempt=attempt)
         return cid
 
+    async def prepare_container(
+        self,
+        pod: "Pod",
+        container: "Container",
+        image: "ImageRecord",
+        attempt: int,
+        container_type: str = "regular",
+    ) -> PreparedContainer:
+        uid = pod_uid(pod)
+        ns, pod_name = meta(pod).namespace or "", meta(pod).name or ""
+        layout = self.layout(uid)
+        self._ensure_dirs()
+        bundle = layout.container_dir(container.name, attempt)
+        cid = _new_id()
+        log_path = self.paths.container_log_path(ns, pod_name, uid, container.name, attempt)
+        link = self.paths.container_log_link(ns, pod_name, container.name, cid)
+        done = False
+        try:
+            # A leftover of the same instance (a crash between create and record) is replaced.
+            old = await asyncio.to_thread(_bundle_id, bundle)
+            if old:
+                await self.remove_container(old)
+            elif await asyncio.to_thread(bundle.exists):
+                # One without an id (a power cut before its directory entries reached storage) names no
+                # container to remove, but its writable layer must not become the new instance's.
+                await asyncio.to_thread(_remove_stale_bundle, bundle)
+            rootfs_dir, passwd, groups, members = await asyncio.to_thread(
+                self._prepare_container_dirs, container, image, bundle, cid, log_path, link)
+            facts = await asyncio.to_thread(self._security_facts, pod, container)
+            done = True
+        except SpecError as exc:
+            raise CreateContainerConfigError(str(exc)) from exc
+        except CreateContainerError:
+            raise
+        except (RuntimeError_, OSError) as exc:
+            raise CreateContainerError(f"pod {_full(pod)} container {container.name}: {exc}") from exc
+        finally:
+            if not done:
+                await asyncio.shield(self._undo_prepared(cid, bundle, link))
+        return PreparedContainer(
+            id=cid, pod_uid=uid, name=container.name, attempt=attempt, image_id=image.id,
+            data=_Prepared(bundle=bundle, log_path=log_path, link=link, rootfs_dir=rootfs_dir, passwd=passwd,
+                           groups=groups, members=members, facts=facts))
+
+    async def discard_prepared(self, prepared: PreparedContainer) -> None:
+        p: _Prepared = prepared.data
+        await asyncio.shield(self._undo_prepared(prepared.id, p.bundle, p.link))
+
+    async def _undo_prepared(self, cid: str, bundle: Path, link: Path) -> None:
+        """Remove what prepare_container made: no conmon and no runc state exist yet, only files and the mount."""
+        def undo() -> None:
+            if os.path.lexists(link):
+                link.unlink()
+            self._remove_files(cid, bundle)
+
+        try:
+            await asyncio.to_thread(undo)
+        except (RuntimeError_, OSError) as exc:
+            log.error("Cleanup after a failed create left things behind", exc, container=cid[:12], bundle=str(bundle))
+
+    def _container_mounts(self, pod: "Pod", container: "Container", layout: bl.PodLayout,
+                          bundle: Path) -> tuple[ocispec.Mount, ...]:
+        # After the sandbox, which made the volumes: never two preparations of one tmpfs at once.
+        plans = bl.plan_volumes(pod, layout)
+        bl.prepare_volumes(plans)
+        return bl.container_mounts(pod, container, layout, plans, bundle, rro_supported=self.host.recursive_read_only)
+
     def _prepare_container_dirs(
-        self, pod: "Pod", container: "Container", image: "ImageRecord", layout: bl.PodLayout, bundle: Path,
-        cid: str, log_path: Path, link: Path,
-    ) -> tuple[tuple[ocispec.Mount, ...], Path, dict[str, tuple[int, int]], dict[str, int], dict[str, tuple[str, ...]]]:
+        self, container: "Container", image: "ImageRecord", bundle: Path, cid: str, log_path: Path, link: Path,
+    ) -> tuple[Path, dict[str, tuple[int, int]], dict[str, int], dict[str, tuple[str, ...]]]:
         ensure_dir(bundle)
         bl.write_file(bundle / bl.ID_FILE, cid)
         (bundle / bl.TERMINATION_LOG).touch(mode=0o666)
-        plans = bl.plan_volumes(pod, layout)
-        bl.prepare_volumes(plans)
-        mounts = bl.container_mounts(pod, container, layout, plans, bundle, rro_supported=self.host.recursive_read_only)
         rootfs_dir = rootfs.mount_rootfs(image.layers, bundle)
         passwd = parse_passwd(_read_rootfs_file(rootfs_dir, "etc/passwd"))
         group_text = _read_rootfs_file(rootfs_dir, "etc/group")
@@ -946,14 +1026,26 @@ class RuncRuntime:
         if os.path.lexists(link):
             link.unlink()
         link.symlink_to(log_path)
-        return mounts, rootfs_dir, passwd, groups, members
+        return rootfs_dir, passwd, groups, members
 
     async def start_container(self, container_id: str) -> None:
         bundle = await self._bundle_of(container_id)
+        cgroup = self._monitor_moves.pop(container_id, None)
+        if cgroup is None and bundle is not None:
+            # Created by a previous agent, which may have died before moving its conmon.
+            uid = (await asyncio.to_thread(_bundle_annotations, bundle)).get(ANN_POD_UID)
+            cgroup = self.monitor_cgroup(uid) if uid else None
+        # Moving a process between cgroups waits for the kernel (an RCU grace period per hierarchy): done
+        # beside `runc start`, not before it. conmon forks nothing meanwhile, so nothing else lands there.
+        move = (asyncio.ensure_future(asyncio.to_thread(self._move_monitor, bundle, cgroup))
+                if bundle is not None and cgroup is not None else None)
         try:
             await self.runc.start(container_id)
         except RuntimeError_ as exc:
             raise StartContainerError(f"container {container_id[:12]}: {exc}") from exc
+        finally:
+            if move is not None:
+                await asyncio.shield(move)
         if bundle is not None:
             await asyncio.to_thread(bl.write_file, bundle / bl.STARTED_FILE, repr(self.clock.now()))
 
@@ -1070,6 +1162,7 @@ class RuncRuntime:
             await self.clock.sleep(POLL)
 
     async def remove_container(self, container_id: str) -> None:
+        self._monitor_moves.pop(container_id, None)
         bundle = await self._bundle_of(container_id)
         try:
             await self.runc.delete(container_id, force=True)
