@@ -651,32 +651,40 @@ class RuncRuntime:
         done = False
         try:
             sysctls = ocispec.build_sysctls(pod, self.allowed_unsafe_sysctls)
-            await asyncio.to_thread(self._prepare_sandbox_dirs, pod, layout, hostname, bundle, sid, log_path)
-            # The record first: a kill from here on leaves a sandbox every relist finds (judged exited) and
-            # the next sync removes, with whatever it pinned.
-            await asyncio.to_thread(self._write_pinned_config, bundle, annotations)
-            await asyncio.to_thread(self._make_pod_cgroup, pod, uid)
+
+            def record() -> None:
+                self._prepare_sandbox_dirs(pod, layout, hostname, bundle, sid, log_path)
+                # The record first: a kill from here on leaves a sandbox every relist finds (judged exited) and
+                # the next sync removes, with whatever it pinned.
+                self._write_pinned_config(bundle, annotations)
+                self._make_pod_cgroup(pod, uid)
+
+            def pin() -> dict[str, str]:
+                if attached is not None and attached.ips:
+                    self._write_pod_files(pod, layout, hostname, attached.ips)
+                if attached is not None:
+                    pinns.loopback_up(attached.netns)
+                files = pinns.pin(ns_dir, pinned_kinds(pod, own_netns=attached is None), hostname)
+                pinned.update({pinns.OCI_TYPES[k]: p for k, p in files.items()})
+                if attached is not None:
+                    annotations[ANN_NETNS] = attached.netns
+                    annotations[ANN_POD_IPS] = ",".join(attached.ips)
+                annotations[ANN_NAMESPACES] = format_namespaces(pinned)
+                self._write_pinned_config(bundle, annotations)
+                if sysctls:
+                    joined: dict[str, str] = {k: files[k] for k in ("net", "ipc") if k in files}
+                    if attached is not None:
+                        joined["net"] = attached.netns
+                    pinns.apply_sysctls(sysctls, joined)
+                crash_point("sandbox.create")
+                bl.write_file(bundle / bl.STARTED_FILE, repr(self.clock.now()))
+                return files
+
+            # Two trips to a worker thread, not one a step: on a busy machine each trip waits for a core.
+            await asyncio.to_thread(record)
             if not host_network:
                 attached = await self._attach_network(pod, sid)
-                if attached is not None and attached.ips:
-                    await asyncio.to_thread(self._write_pod_files, pod, layout, hostname, attached.ips)
-            if attached is not None:
-                await asyncio.to_thread(pinns.loopback_up, attached.netns)
-            kinds = pinned_kinds(pod, own_netns=attached is None)
-            files = await asyncio.to_thread(pinns.pin, ns_dir, kinds, hostname)
-            pinned = {pinns.OCI_TYPES[k]: p for k, p in files.items()}
-            if attached is not None:
-                annotations[ANN_NETNS] = attached.netns
-                annotations[ANN_POD_IPS] = ",".join(attached.ips)
-            annotations[ANN_NAMESPACES] = format_namespaces(pinned)
-            await asyncio.to_thread(self._write_pinned_config, bundle, annotations)
-            if sysctls:
-                joined: dict[str, str] = {k: files[k] for k in ("net", "ipc") if k in files}
-                if attached is not None:
-                    joined["net"] = attached.netns
-                await asyncio.to_thread(pinns.apply_sysctls, sysctls, joined)
-            crash_point("sandbox.create")
-            await asyncio.to_thread(bl.write_file, bundle / bl.STARTED_FILE, repr(self.clock.now()))
+            await asyncio.to_thread(pin)
             done = True
         except (RuntimeError_, OSError, SpecError, NetworkError) as exc:
             raise SandboxError(f"pod {_full(pod)}: cannot create the sandbox: {exc}") from exc
@@ -878,7 +886,6 @@ class RuncRuntime:
         cid, bundle, layout = prepared.id, p.bundle, self.layout(uid)
         done = False
         try:
-            mounts = await asyncio.to_thread(self._container_mounts, pod, container, layout, bundle)
             annotations = {
                 ANN_KIND: KIND_CONTAINER,
                 ANN_POD_UID: uid,
@@ -897,7 +904,7 @@ class RuncRuntime:
                 # kubelet reads the message by what the container's annotations say, not by today's spec.
                 **termination_annotations(container),
             }
-            ctx = ocispec.ContainerContext(
+            ctx_args = dict(
                 rootfs=str(p.rootfs_dir),
                 cgroups_path=f"{self.pod_cgroup(uid, pod)}/{cid}",
                 pids_limit=cg_qos.pod_pids_limit(pod, self.pod_max_pids),
@@ -907,7 +914,6 @@ class RuncRuntime:
                                                         None if sandbox.infra else dict(sandbox.namespaces)),
                 hostname=bl.pod_hostname(pod, self.node_hostname, self.cluster_domain),
                 annotations=annotations,
-                mounts=mounts,
                 passwd=p.passwd,
                 groups=p.groups,
                 group_members=p.members,
@@ -916,9 +922,16 @@ class RuncRuntime:
                 min_oom_score_adj=self.host.min_oom_score_adj,
                 **p.facts,
             )
-            config = ocispec.build_container_spec(pod, container, image.config, ctx)
-            self._warn_apparmor(pod, container, ctx)
-            await asyncio.to_thread(bl.write_file, bundle / bl.CONFIG, json.dumps(config, indent=1))
+
+            def write_config() -> ocispec.ContainerContext:
+                # Mounts, spec and config.json in one trip to a worker thread.
+                ctx = ocispec.ContainerContext(mounts=self._container_mounts(pod, container, layout, bundle),
+                                               **ctx_args)  # type: ignore[arg-type]
+                config = ocispec.build_container_spec(pod, container, image.config, ctx)
+                bl.write_file(bundle / bl.CONFIG, json.dumps(config, indent=1))
+                return ctx
+
+            self._warn_apparmor(pod, container, await asyncio.to_thread(write_config))
             await conmon.create(self._conmon_args(cid, f"k8s_{container.name}_{pod_name}_{ns}_{uid}_{attempt}",
                                                   bundle, p.log_path, stdin=bool(container.stdin),
                                                   stdin_once=bool(container.stdin_once),
@@ -960,18 +973,28 @@ class RuncRuntime:
         log_path = self.paths.container_log_path(ns, pod_name, uid, container.name, attempt)
         link = self.paths.container_log_link(ns, pod_name, container.name, cid)
         done = False
-        try:
+        def make() -> tuple[str | None, Any]:
             # A leftover of the same instance (a crash between create and record) is replaced.
-            old = await asyncio.to_thread(_bundle_id, bundle)
+            old = _bundle_id(bundle)
             if old:
-                await self.remove_container(old)
-            elif await asyncio.to_thread(bundle.exists):
+                return old, None
+            if bundle.exists():
                 # One without an id (a power cut before its directory entries reached storage) names no
                 # container to remove, but its writable layer must not become the new instance's.
-                await asyncio.to_thread(_remove_stale_bundle, bundle)
-            rootfs_dir, passwd, groups, members = await asyncio.to_thread(
-                self._prepare_container_dirs, container, image, bundle, cid, log_path, link)
-            facts = await asyncio.to_thread(self._security_facts, pod, container)
+                _remove_stale_bundle(bundle)
+            return None, (self._prepare_container_dirs(container, image, bundle, cid, log_path, link),
+                          self._security_facts(pod, container))
+
+        try:
+            # One trip to a worker thread in the usual case: on a busy machine each trip waits for a core.
+            old, made = await asyncio.to_thread(make)
+            if old:
+                await self.remove_container(old)
+                old, made = await asyncio.to_thread(make)
+                if old:
+                    raise CreateContainerError(f"pod {_full(pod)} container {container.name}: the previous"
+                                               f" instance {old[:12]} in {bundle} was not removed")
+            (rootfs_dir, passwd, groups, members), facts = made
             done = True
         except SpecError as exc:
             raise CreateContainerConfigError(str(exc)) from exc
