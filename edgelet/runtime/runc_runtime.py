@@ -536,9 +536,10 @@ class RuncRuntime:
                                     host_hosts=host_hosts,
                                     fqdn=bl.pod_fqdn(pod, hostname, self.cluster_domain))
         # Bind-mounted into the containers, whose users (any uid) read them.
-        bl.write_file(layout.hosts, hosts, 0o644)
-        bl.write_file(layout.resolv_conf, resolv, 0o644)
-        bl.write_file(layout.hostname, hostname + "\n", 0o644)
+        # Not fsynced: every new sandbox writes them again, and a power cut leaves no sandbox to use them.
+        bl.write_file(layout.hosts, hosts, 0o644, durable=False)
+        bl.write_file(layout.resolv_conf, resolv, 0o644, durable=False)
+        bl.write_file(layout.hostname, hostname + "\n", 0o644, durable=False)
 
     async def run_sandbox(self, pod: "Pod", attempt: int) -> SandboxRecord:
         if not self.infra_container and not needs_infra(pod):
@@ -677,7 +678,7 @@ class RuncRuntime:
                         joined["net"] = attached.netns
                     pinns.apply_sysctls(sysctls, joined)
                 crash_point("sandbox.create")
-                bl.write_file(bundle / bl.STARTED_FILE, repr(self.clock.now()))
+                bl.write_file(bundle / bl.STARTED_FILE, repr(self.clock.now()), durable=False)
                 return files
 
             # Two trips to a worker thread, not one a step: on a busy machine each trip waits for a core.
