@@ -8,6 +8,7 @@ and `cleanup` once at start with the sandboxes that still run.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -137,7 +138,8 @@ class PodNetwork:
         try:
             result = await self.cni.add(cfg, att, rc)
             crash_point("cni.add")
-            await asyncio.to_thread(self.cache.write, Entry(**{**entry.__dict__, "result": result}))
+            await asyncio.to_thread(functools.partial(self.cache.write, Entry(**{**entry.__dict__, "result": result}),
+                                                      replacing=True))
         except BaseException:
             await asyncio.shield(self._release(entry))
             raise
