@@ -932,11 +932,14 @@ class RuncRuntime:
                 bl.write_file(bundle / bl.CONFIG, json.dumps(config, indent=1))
                 return ctx
 
-            self._warn_apparmor(pod, container, await asyncio.to_thread(write_config))
+            # conmon starts up meanwhile and waits on its start pipe for the config (conmon.create's `start`).
+            configured = asyncio.ensure_future(asyncio.to_thread(write_config))
             await conmon.create(self._conmon_args(cid, f"k8s_{container.name}_{pod_name}_{ns}_{uid}_{attempt}",
                                                   bundle, p.log_path, stdin=bool(container.stdin),
                                                   stdin_once=bool(container.stdin_once),
-                                                  terminal=bool(container.tty)), runner=self._exec)
+                                                  terminal=bool(container.tty)), runner=self._exec,
+                                start=configured)
+            self._warn_apparmor(pod, container, configured.result())
             # conmon moves into the pod's cgroup while `runc start` runs (start_container), off the start path.
             self._monitor_moves[cid] = self.monitor_cgroup(uid, pod)
             crash_point("container.create")

@@ -158,3 +158,43 @@ async def test_sync_with_a_failing_preparation_starts_the_rest(rt: RuncRuntime, 
         await rt.stop_container(c.id, 1)
     await rt.remove_pod(uid)
     assert not _mounts_under(rt.paths.root_dir.resolve()) and not _links(rt)
+
+
+@aio
+async def test_a_config_that_fails_kills_the_conmon_waiting_for_it(rt: RuncRuntime, busybox, monkeypatch) -> None:
+    """conmon starts beside the config write and waits on its start pipe: a failed config leaves no conmon."""
+    import time
+
+    from edgelet.container.errors import CreateContainerConfigError
+    from edgelet.ocispec import build as ocispec
+    from edgelet.ocispec.errors import SpecError
+    from edgelet.testing.cleanup import conmon_processes
+
+    pod = _pod("badcfg", "a")
+    sandbox = await rt.run_sandbox(pod, 0)
+
+    base = str(rt.paths.root_dir.parent.resolve())
+    waiting: list[int] = []
+
+    def slow_failure(*args, **kwargs):
+        for _ in range(100):  # conmon is up meanwhile, waiting on its start pipe
+            waiting[:] = [pid for pid, argv in conmon_processes() if any(base in a for a in argv)]
+            if waiting:
+                break
+            time.sleep(0.05)
+        raise SpecError("injected: the spec cannot be built")
+
+    monkeypatch.setattr(ocispec, "build_container_spec", slow_failure)
+    with pytest.raises(CreateContainerConfigError, match="injected"):
+        await rt.create_container(pod, pod.spec.containers[0], sandbox, busybox, 0)
+    assert len(waiting) == 1  # it was there, and is gone
+    assert not [pid for pid, argv in conmon_processes() if any(base in a for a in argv)]
+    assert not runc_containers(rt.paths.runc_root)
+    assert not _containers_left(rt, pod.metadata.uid) and not _links(rt)
+    monkeypatch.undo()
+    # The next create of the same instance works.
+    cid = await rt.create_container(pod, pod.spec.containers[0], sandbox, busybox, 0)
+    await rt.start_container(cid)
+    assert [c.state for c in (await rt.pod_status(pod.metadata.uid)).containers] == ["running"]
+    await rt.stop_container(cid, 1)
+    await rt.remove_pod(pod.metadata.uid)
