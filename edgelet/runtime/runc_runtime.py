@@ -242,7 +242,6 @@ class RuncRuntime:
         self.host = host_facts or probe_host_facts()
         self._pause: PauseSpec | None = None
         self._bundles: dict[str, Path] = {}  # container id -> bundle dir, refreshed by every observation
-        self._monitor_moves: dict[str, str] = {}  # created container id -> the cgroup its conmon goes to at start
         self._released: set[str] = set()  # exited containers whose runc state and rootfs mount are gone
         # Termination messages of exited containers by id: read once conmon recorded the exit, since an exited
         # container's files no longer change; an entry goes with its container (remove_container, or a relist
@@ -940,8 +939,9 @@ class RuncRuntime:
                                                   terminal=bool(container.tty)), runner=self._exec,
                                 start=configured)
             self._warn_apparmor(pod, container, configured.result())
-            # conmon moves into the pod's cgroup while `runc start` runs (start_container), off the start path.
-            self._monitor_moves[cid] = self.monitor_cgroup(uid, pod)
+            # Before `runc start`, not beside it: a process moved into a cgroup is not held to its pids.max, so
+            # a conmon joining a pod whose container already forked up to the pod's limit would exceed it.
+            await asyncio.to_thread(self._move_monitor, bundle, self.monitor_cgroup(uid, pod))
             crash_point("container.create")
             done = True
         except SpecError as exc:
@@ -954,7 +954,6 @@ class RuncRuntime:
         finally:
             if not done:
                 # Whatever failed (or a cancellation), nothing half-made stays behind.
-                self._monitor_moves.pop(cid, None)
                 await asyncio.shield(self._undo(cid, bundle, p.link))
         self._bundles[cid] = bundle
         log.info("Container created", pod=_full(pod), container=container.name, id=cid[:12], attempt=attempt)
@@ -1057,22 +1056,10 @@ class RuncRuntime:
 
     async def start_container(self, container_id: str) -> None:
         bundle = await self._bundle_of(container_id)
-        cgroup = self._monitor_moves.pop(container_id, None)
-        if cgroup is None and bundle is not None:
-            # Created by a previous agent, which may have died before moving its conmon.
-            uid = (await asyncio.to_thread(_bundle_annotations, bundle)).get(ANN_POD_UID)
-            cgroup = self.monitor_cgroup(uid) if uid else None
-        # Moving a process between cgroups waits for the kernel (an RCU grace period per hierarchy): done
-        # beside `runc start`, not before it. conmon forks nothing meanwhile, so nothing else lands there.
-        move = (asyncio.ensure_future(asyncio.to_thread(self._move_monitor, bundle, cgroup))
-                if bundle is not None and cgroup is not None else None)
         try:
             await self.runc.start(container_id)
         except RuntimeError_ as exc:
             raise StartContainerError(f"container {container_id[:12]}: {exc}") from exc
-        finally:
-            if move is not None:
-                await asyncio.shield(move)
         if bundle is not None:
             await asyncio.to_thread(bl.write_file, bundle / bl.STARTED_FILE, repr(self.clock.now()))
 
@@ -1189,7 +1176,6 @@ class RuncRuntime:
             await self.clock.sleep(POLL)
 
     async def remove_container(self, container_id: str) -> None:
-        self._monitor_moves.pop(container_id, None)
         bundle = await self._bundle_of(container_id)
         try:
             await self.runc.delete(container_id, force=True)
