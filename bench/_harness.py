@@ -275,6 +275,7 @@ class RawRunc:
         self.socks.mkdir(exist_ok=True)
         self.prepared: dict[int, tuple[Path, str]] = {}
         self.running: set[int] = set()
+        self.netns: dict[int, Path] = {}  # pair i's container joins this network namespace (alone only)
 
     def _dir(self, i: int) -> Path:
         return self.b.base / f"baseline-{self.tag}-bundles" / str(i)
@@ -324,6 +325,11 @@ class RawRunc:
         if self.alone:
             ccfg = json.loads(ctext)
             ccfg["linux"]["namespaces"] = [{"type": ns["type"]} for ns in ccfg["linux"]["namespaces"]]
+            if i in self.netns:
+                # A network namespace made beforehand (the CNI baseline's, its plugin chain run by hand).
+                for ns in ccfg["linux"]["namespaces"]:
+                    if ns["type"] == "network":
+                        ns["path"] = str(self.netns[i])
             (ct / "config.json").write_text(json.dumps(ccfg))
             self.running.add(i)
             self._create(f"bc{i}", ct)

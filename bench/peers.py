@@ -550,12 +550,27 @@ def svg(lat: dict[tuple[str, str], list[float]], mem: dict[str, dict[str, float]
 def raw_runc(ed: Edgelet) -> RawRunc:
     """The floor, as bench/start_latency.py times it: edgelet's own hostNetwork bundles (pause + container)
     re-run by `runc create` + `start` by hand, the bundles written and the rootfs mounted before the clock."""
+    from _harness import pause_config
+
+    from edgelet.runtime.layout import ANN_HOST_NETWORK
+
     raw = RawRunc(ed.b, "raw")
     for pod in (ed.b.paths.root_dir / "pods").iterdir():
         cfg = pod / "sandbox" / "config.json"
-        if cfg.exists() and not any(ns["type"] == "network" for ns in json.loads(cfg.read_text())["linux"]["namespaces"]):
-            raw.sandbox_cfg = json.loads(cfg.read_text())
+        if not cfg.exists():
+            continue
+        doc = json.loads(cfg.read_text())
+        if "linux" in doc:
+            host = not any(ns["type"] == "network" for ns in doc["linux"]["namespaces"])
+        else:  # no infra container: the sandbox's record says so
+            host = (doc.get("annotations") or {}).get(ANN_HOST_NETWORK) == "true"
+        if host:
             raw.cont_cfg = json.loads(sorted(pod.glob("containers/*/*/config.json"))[0].read_text())
+            if "process" not in doc:
+                # The pause sandbox an infra container would be, in the host's network namespace.
+                doc = pause_config(ed.b, raw.cont_cfg)
+                doc["linux"]["namespaces"] = [ns for ns in doc["linux"]["namespaces"] if ns["type"] != "network"]
+            raw.sandbox_cfg = doc
             return raw
     raise RuntimeError("no hostNetwork pod of edgelet's to copy the bundles from")
 

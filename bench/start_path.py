@@ -37,7 +37,7 @@ def _pod(name: str) -> Pod:
                             restart_policy="Always", termination_grace_period_seconds=1, dns_policy="Default"))
 
 
-def write_unsynced(path: Path, content: str, mode: int = 0o600) -> None:
+def write_unsynced(path: Path, content: str, mode: int = 0o600, *, durable: bool = True) -> None:
     """bundle.write_file without the fsync: temp file and rename only."""
     tmp = path.with_name(f".{path.name}.bench")
     tmp.write_text(content)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Protocol, Sequence
 if TYPE_CHECKING:
     from edgelet.api.types import Container, Pod
     from edgelet.images.types import ImageRecord
-    from edgelet.container.types import Completed, PodRuntimeStatus, SandboxRecord
+    from edgelet.container.types import Completed, PodRuntimeStatus, PreparedContainer, SandboxRecord
 
 
 class Runtime(Protocol):
@@ -43,8 +43,28 @@ class Runtime(Protocol):
         image: "ImageRecord",
         attempt: int,
         container_type: str = "regular",
+        prepared: "PreparedContainer | None" = None,
     ) -> str:
-        """Build the bundle, mount the rootfs and `conmon`+`runc create` it; returns the container id."""
+        """Build the bundle, mount the rootfs and `conmon`+`runc create` it; returns the container id.
+
+        With `prepared` (from `prepare_container` for this pod, container and attempt) only what needs the
+        sandbox is left to do; on failure the prepared part is undone as well."""
+        ...
+
+    async def prepare_container(
+        self,
+        pod: "Pod",
+        container: "Container",
+        image: "ImageRecord",
+        attempt: int,
+        container_type: str = "regular",
+    ) -> "PreparedContainer":
+        """What of `create_container` needs no sandbox (bundle dir, rootfs mount, log link), so sync can do it
+        while the sandbox is set up; raises as `create_container` does, leaving nothing behind."""
+        ...
+
+    async def discard_prepared(self, prepared: "PreparedContainer") -> None:
+        """Undo a `prepare_container` whose container will not be created (its sandbox failed); never raises."""
         ...
 
     async def start_container(self, container_id: str) -> None:

@@ -7,7 +7,7 @@ them, and none of them knows runc, conmon or a path on disk.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 ContainerState = Literal["created", "running", "exited", "unknown"]
 
@@ -20,6 +20,20 @@ class Completed:
     returncode: int
     stdout: bytes
     stderr: bytes
+
+
+@dataclass(frozen=True)
+class PreparedContainer:
+    """A container instance whose bundle and rootfs are made but which runc does not know yet: what
+    `Runtime.prepare_container` returns, for `create_container` to finish (or `discard_prepared` to undo)
+    once the pod's sandbox exists. `data` is the runtime's own (sync never reads it)."""
+
+    id: str
+    pod_uid: str
+    name: str
+    attempt: int
+    image_id: str
+    data: Any = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

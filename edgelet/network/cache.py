@@ -37,9 +37,12 @@ class Cache:
     def path(self, container_id: str) -> Path:
         return self.dir / f"{container_id}.json"
 
-    def write(self, entry: Entry) -> None:
+    def write(self, entry: Entry, *, replacing: bool = False) -> None:
+        """`replacing`: the entry is already on storage and this one adds to it (ADD's result); the
+        directory's fsync is skipped, since a power cut that loses the rename leaves the older entry,
+        which names everything DEL needs."""
         self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        write_atomic(self.path(entry.container_id), json.dumps(asdict(entry)).encode())
+        write_atomic(self.path(entry.container_id), json.dumps(asdict(entry)).encode(), sync_dir=not replacing)
 
     def read(self, container_id: str) -> Entry | None:
         return self._load(self.path(container_id))

@@ -26,6 +26,7 @@ import os
 import signal
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from edgelet.runtime import _exec
 from edgelet.container.errors import CreateContainerError, ExecError, stderr_tail
@@ -166,20 +167,42 @@ def kill_conmon(bundle: Path) -> None:
                 pass
 
 
-async def create(a: ConmonArgs, *, timeout: float = 30, runner: _exec.Runner = _exec.run) -> int:
+async def create(a: ConmonArgs, *, timeout: float = 30, runner: _exec.Runner = _exec.run,
+                 start: "asyncio.Future[Any] | None" = None) -> int:
     """Start conmon, which runs `runc create`; returns the container's pid once runc created it.
 
     On failure raises CreateContainerError with runc's stderr; the caller undoes the rest.
+
+    `start`: the caller is still finishing the bundle (its config.json). conmon is started at once and waits
+    on its start pipe (`_OCI_STARTPIPE`, read before it forks anything) until `start` is done, so its own
+    start-up (exec, libraries, options) overlaps that work. If `start` fails, that conmon is killed before it
+    did anything and `start`'s exception is raised.
     """
     r, w = os.pipe()
     env = {**os.environ, "_OCI_SYNCPIPE": str(w)}
+    fds = [w]
+    gate_r = gate_w = -1
+    if start is not None:
+        gate_r, gate_w = os.pipe()
+        env["_OCI_STARTPIPE"] = str(gate_r)
+        fds.append(gate_r)
     argv = conmon_argv(a)
     try:
+        # The first conmon exits at once after forking the monitor (after the start pipe says go).
+        run = asyncio.ensure_future(runner(argv, timeout=timeout, env=env, cwd=a.bundle, pass_fds=tuple(fds),
+                                           daemonizes=True))
         try:
-            # The first conmon exits at once after forking the monitor.
-            await runner(argv, timeout=timeout, env=env, cwd=a.bundle, pass_fds=(w,), daemonizes=True)
+            if start is not None:
+                await _open_gate(run, start, gate_w)
+            await run
         finally:
-            os.close(w)
+            if not run.done():
+                run.cancel()  # kills the conmon, which has not forked yet
+            await asyncio.gather(run, return_exceptions=True)
+            # Only now: a conmon still waiting would read the end of its start pipe as a go.
+            for fd in (w, gate_r, gate_w):
+                if fd >= 0:
+                    os.close(fd)
         crash_point("conmon.answer")
         async with asyncio.timeout(timeout):
             line = await _read_line(r)
@@ -200,6 +223,18 @@ async def create(a: ConmonArgs, *, timeout: float = 30, runner: _exec.Runner = _
     if pid <= 0:
         raise CreateContainerError(f"runc create {a.name} ({a.container_id[:12]}) failed: {stderr_tail(message)}")
     return pid
+
+
+async def _open_gate(run: "asyncio.Future[Any]", start: "asyncio.Future[Any]", gate_w: int) -> None:
+    """Wait for `start` (raising what it raises) while conmon starts up, then tell conmon to go on. A conmon
+    that exits before (it could not start) is let through: awaiting it raises its error."""
+    await asyncio.wait({run, start}, return_when=asyncio.FIRST_COMPLETED)
+    if not start.done():
+        await asyncio.gather(start, return_exceptions=True)  # the caller's work ends; conmon's error wins
+        return
+    start.result()
+    if not run.done():
+        os.write(gate_w, b"1")
 
 
 async def _read_line(fd: int) -> bytes:

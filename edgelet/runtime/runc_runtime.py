@@ -76,7 +76,7 @@ from edgelet.runtime.state import (
 )
 from edgelet.runtime.sandbox import PauseSpec, needs_infra, pause_spec, pinned_kinds, sandbox_namespace_paths
 from edgelet.util.crashpoint import crash_point
-from edgelet.container.types import ContainerRecord, PodRuntimeStatus, SandboxRecord
+from edgelet.container.types import ContainerRecord, PodRuntimeStatus, PreparedContainer, SandboxRecord
 from edgelet.runtime.termination import termination_annotations, termination_message
 from edgelet.runtime.layout import (
     ANN_ATTEMPT,
@@ -161,6 +161,20 @@ def _read_rootfs_file(rootfs_dir: Path, rel: str) -> str:
 
 def _new_id() -> str:
     return secrets.token_hex(32)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Prepared:
+    """The runtime's part of a PreparedContainer: what create_container finishes from."""
+
+    bundle: Path
+    log_path: Path
+    link: Path
+    rootfs_dir: Path
+    passwd: dict[str, tuple[int, int]]
+    groups: dict[str, int]
+    members: dict[str, tuple[str, ...]]
+    facts: dict[str, Any]
 
 
 class RuncRuntime:
@@ -320,15 +334,15 @@ class RuncRuntime:
         """
         return self.pod_cgroup(uid, pod) + "/" + MONITOR_CGROUP
 
-    def _move_monitor(self, bundle: Path, uid: str, pod: "Pod") -> None:
+    def _move_monitor(self, bundle: Path, cgroup: str) -> None:
         pid = conmon.conmon_pid(bundle)
         if pid is None:
             return
         try:
-            self._cgroups().add_process(self.monitor_cgroup(uid, pod), pid)
+            self._cgroups().add_process(cgroup, pid)
         except CgroupError as exc:
             # The container runs either way; only where its monitor is accounted differs.
-            log.warning("Cannot move conmon into the pod's cgroup", pod=_full(pod), pid=pid, err=str(exc))
+            log.warning("Cannot move conmon into the pod's cgroup", cgroup=cgroup, pid=pid, err=str(exc))
 
     def _ensure_dirs(self) -> None:
         # Private: bundles and checkpoints hold pod specs with their env values.
@@ -521,9 +535,10 @@ class RuncRuntime:
                                     host_hosts=host_hosts,
                                     fqdn=bl.pod_fqdn(pod, hostname, self.cluster_domain))
         # Bind-mounted into the containers, whose users (any uid) read them.
-        bl.write_file(layout.hosts, hosts, 0o644)
-        bl.write_file(layout.resolv_conf, resolv, 0o644)
-        bl.write_file(layout.hostname, hostname + "\n", 0o644)
+        # Not fsynced: every new sandbox writes them again, and a power cut leaves no sandbox to use them.
+        bl.write_file(layout.hosts, hosts, 0o644, durable=False)
+        bl.write_file(layout.resolv_conf, resolv, 0o644, durable=False)
+        bl.write_file(layout.hostname, hostname + "\n", 0o644, durable=False)
 
     async def run_sandbox(self, pod: "Pod", attempt: int) -> SandboxRecord:
         if not self.infra_container and not needs_infra(pod):
@@ -585,7 +600,7 @@ class RuncRuntime:
             await asyncio.to_thread(self._make_pod_cgroup, pod, uid)
             pid = await conmon.create(self._conmon_args(sid, f"k8s_POD_{meta(pod).name}_{meta(pod).namespace}_{uid}_{attempt}",
                                                         bundle, log_path), runner=self._exec)
-            await asyncio.to_thread(self._move_monitor, bundle, uid, pod)
+            await asyncio.to_thread(self._move_monitor, bundle, self.monitor_cgroup(uid, pod))
             crash_point("sandbox.create")
             await self.runc.start(sid)
             await asyncio.to_thread(bl.write_file, bundle / bl.STARTED_FILE, repr(self.clock.now()))
@@ -636,32 +651,40 @@ class RuncRuntime:
         done = False
         try:
             sysctls = ocispec.build_sysctls(pod, self.allowed_unsafe_sysctls)
-            await asyncio.to_thread(self._prepare_sandbox_dirs, pod, layout, hostname, bundle, sid, log_path)
-            # The record first: a kill from here on leaves a sandbox every relist finds (judged exited) and
-            # the next sync removes, with whatever it pinned.
-            await asyncio.to_thread(self._write_pinned_config, bundle, annotations)
-            await asyncio.to_thread(self._make_pod_cgroup, pod, uid)
+
+            def record() -> None:
+                self._prepare_sandbox_dirs(pod, layout, hostname, bundle, sid, log_path)
+                # The record first: a kill from here on leaves a sandbox every relist finds (judged exited) and
+                # the next sync removes, with whatever it pinned.
+                self._write_pinned_config(bundle, annotations)
+                self._make_pod_cgroup(pod, uid)
+
+            def pin() -> dict[str, str]:
+                if attached is not None and attached.ips:
+                    self._write_pod_files(pod, layout, hostname, attached.ips)
+                if attached is not None:
+                    pinns.loopback_up(attached.netns)
+                files = pinns.pin(ns_dir, pinned_kinds(pod, own_netns=attached is None), hostname)
+                pinned.update({pinns.OCI_TYPES[k]: p for k, p in files.items()})
+                if attached is not None:
+                    annotations[ANN_NETNS] = attached.netns
+                    annotations[ANN_POD_IPS] = ",".join(attached.ips)
+                annotations[ANN_NAMESPACES] = format_namespaces(pinned)
+                self._write_pinned_config(bundle, annotations)
+                if sysctls:
+                    joined: dict[str, str] = {k: files[k] for k in ("net", "ipc") if k in files}
+                    if attached is not None:
+                        joined["net"] = attached.netns
+                    pinns.apply_sysctls(sysctls, joined)
+                crash_point("sandbox.create")
+                bl.write_file(bundle / bl.STARTED_FILE, repr(self.clock.now()), durable=False)
+                return files
+
+            # Two trips to a worker thread, not one a step: on a busy machine each trip waits for a core.
+            await asyncio.to_thread(record)
             if not host_network:
                 attached = await self._attach_network(pod, sid)
-                if attached is not None and attached.ips:
-                    await asyncio.to_thread(self._write_pod_files, pod, layout, hostname, attached.ips)
-            if attached is not None:
-                await asyncio.to_thread(pinns.loopback_up, attached.netns)
-            kinds = pinned_kinds(pod, own_netns=attached is None)
-            files = await asyncio.to_thread(pinns.pin, ns_dir, kinds, hostname)
-            pinned = {pinns.OCI_TYPES[k]: p for k, p in files.items()}
-            if attached is not None:
-                annotations[ANN_NETNS] = attached.netns
-                annotations[ANN_POD_IPS] = ",".join(attached.ips)
-            annotations[ANN_NAMESPACES] = format_namespaces(pinned)
-            await asyncio.to_thread(self._write_pinned_config, bundle, annotations)
-            if sysctls:
-                joined: dict[str, str] = {k: files[k] for k in ("net", "ipc") if k in files}
-                if attached is not None:
-                    joined["net"] = attached.netns
-                await asyncio.to_thread(pinns.apply_sysctls, sysctls, joined)
-            crash_point("sandbox.create")
-            await asyncio.to_thread(bl.write_file, bundle / bl.STARTED_FILE, repr(self.clock.now()))
+            await asyncio.to_thread(pin)
             done = True
         except (RuntimeError_, OSError, SpecError, NetworkError) as exc:
             raise SandboxError(f"pod {_full(pod)}: cannot create the sandbox: {exc}") from exc
@@ -836,34 +859,33 @@ class RuncRuntime:
         image: "ImageRecord",
         attempt: int,
         container_type: str = "regular",
+        prepared: PreparedContainer | None = None,
     ) -> str:
         from edgelet.api.hash import container_hash
 
         uid = pod_uid(pod)
         ns, pod_name = meta(pod).namespace or "", meta(pod).name or ""
-        if sandbox.infra and (sandbox.pid is None or not conmon.is_alive(sandbox.pid)):
-            raise SandboxError(f"pod {_full(pod)}: sandbox {sandbox.id[:12]} is not running")
-        if not sandbox.infra and not all(pinns.is_pinned(p) for _, p in sandbox.namespaces):
-            raise SandboxError(f"pod {_full(pod)}: sandbox {sandbox.id[:12]} is not running (its namespaces are gone)")
-        layout = self.layout(uid)
-        self._ensure_dirs()
-        bundle = layout.container_dir(container.name, attempt)
-        # A leftover of the same instance (a crash between create and record) is replaced.
-        old = await asyncio.to_thread(_bundle_id, bundle)
-        if old:
-            await self.remove_container(old)
-        elif await asyncio.to_thread(bundle.exists):
-            # One without an id (a power cut before its directory entries reached storage) names no container
-            # to remove, but its writable layer must not become the new instance's.
-            await asyncio.to_thread(_remove_stale_bundle, bundle)
-        cid = _new_id()
-        log_path = self.paths.container_log_path(ns, pod_name, uid, container.name, attempt)
-        link = self.paths.container_log_link(ns, pod_name, container.name, cid)
+        try:
+            if sandbox.infra and (sandbox.pid is None or not conmon.is_alive(sandbox.pid)):
+                raise SandboxError(f"pod {_full(pod)}: sandbox {sandbox.id[:12]} is not running")
+            if not sandbox.infra and not all(pinns.is_pinned(p) for _, p in sandbox.namespaces):
+                raise SandboxError(
+                    f"pod {_full(pod)}: sandbox {sandbox.id[:12]} is not running (its namespaces are gone)")
+        except SandboxError:
+            if prepared is not None:
+                await self.discard_prepared(prepared)
+            raise
+        if prepared is None:
+            prepared = await self.prepare_container(pod, container, image, attempt, container_type)
+        elif (prepared.pod_uid, prepared.name, prepared.attempt, prepared.image_id) != (
+                uid, container.name, attempt, image.id):
+            await self.discard_prepared(prepared)
+            raise CreateContainerError(f"pod {_full(pod)} container {container.name}: prepared for another instance"
+                                       f" ({prepared.name} attempt {prepared.attempt})")
+        p: _Prepared = prepared.data
+        cid, bundle, layout = prepared.id, p.bundle, self.layout(uid)
         done = False
         try:
-            mounts, rootfs_dir, passwd, groups, members = await asyncio.to_thread(
-                self._prepare_container_dirs, pod, container, image, layout, bundle, cid, log_path, link
-            )
             annotations = {
                 ANN_KIND: KIND_CONTAINER,
                 ANN_POD_UID: uid,
@@ -876,14 +898,14 @@ class RuncRuntime:
                 ANN_SANDBOX_ID: sandbox.id,
                 ANN_IMAGE: container.image or "",
                 ANN_IMAGE_ID: image.id,
-                ANN_LOG_PATH: str(log_path),
+                ANN_LOG_PATH: str(p.log_path),
                 ANN_CREATED: repr(self.clock.now()),
                 ANN_GRACE: str(_pod_grace(pod)),
                 # kubelet reads the message by what the container's annotations say, not by today's spec.
                 **termination_annotations(container),
             }
-            ctx = ocispec.ContainerContext(
-                rootfs=str(rootfs_dir),
+            ctx_args = dict(
+                rootfs=str(p.rootfs_dir),
                 cgroups_path=f"{self.pod_cgroup(uid, pod)}/{cid}",
                 pids_limit=cg_qos.pod_pids_limit(pod, self.pod_max_pids),
                 without_controllers=self._without_controllers(),
@@ -892,23 +914,34 @@ class RuncRuntime:
                                                         None if sandbox.infra else dict(sandbox.namespaces)),
                 hostname=bl.pod_hostname(pod, self.node_hostname, self.cluster_domain),
                 annotations=annotations,
-                mounts=mounts,
-                passwd=passwd,
-                groups=groups,
-                group_members=members,
+                passwd=p.passwd,
+                groups=p.groups,
+                group_members=p.members,
                 memory_capacity=self.host.memory_capacity,
                 swap_controller=self.host.swap_controller,
                 min_oom_score_adj=self.host.min_oom_score_adj,
-                **await asyncio.to_thread(self._security_facts, pod, container),
+                **p.facts,
             )
-            config = ocispec.build_container_spec(pod, container, image.config, ctx)
-            self._warn_apparmor(pod, container, ctx)
-            await asyncio.to_thread(bl.write_file, bundle / bl.CONFIG, json.dumps(config, indent=1))
+
+            def write_config() -> ocispec.ContainerContext:
+                # Mounts, spec and config.json in one trip to a worker thread.
+                ctx = ocispec.ContainerContext(mounts=self._container_mounts(pod, container, layout, bundle),
+                                               **ctx_args)  # type: ignore[arg-type]
+                config = ocispec.build_container_spec(pod, container, image.config, ctx)
+                bl.write_file(bundle / bl.CONFIG, json.dumps(config, indent=1))
+                return ctx
+
+            # conmon starts up meanwhile and waits on its start pipe for the config (conmon.create's `start`).
+            configured = asyncio.ensure_future(asyncio.to_thread(write_config))
             await conmon.create(self._conmon_args(cid, f"k8s_{container.name}_{pod_name}_{ns}_{uid}_{attempt}",
-                                                  bundle, log_path, stdin=bool(container.stdin),
+                                                  bundle, p.log_path, stdin=bool(container.stdin),
                                                   stdin_once=bool(container.stdin_once),
-                                                  terminal=bool(container.tty)), runner=self._exec)
-            await asyncio.to_thread(self._move_monitor, bundle, uid, pod)
+                                                  terminal=bool(container.tty)), runner=self._exec,
+                                start=configured)
+            self._warn_apparmor(pod, container, configured.result())
+            # Before `runc start`, not beside it: a process moved into a cgroup is not held to its pids.max, so
+            # a conmon joining a pod whose container already forked up to the pod's limit would exceed it.
+            await asyncio.to_thread(self._move_monitor, bundle, self.monitor_cgroup(uid, pod))
             crash_point("container.create")
             done = True
         except SpecError as exc:
@@ -921,21 +954,94 @@ class RuncRuntime:
         finally:
             if not done:
                 # Whatever failed (or a cancellation), nothing half-made stays behind.
-                await asyncio.shield(self._undo(cid, bundle, link))
+                await asyncio.shield(self._undo(cid, bundle, p.link))
         self._bundles[cid] = bundle
         log.info("Container created", pod=_full(pod), container=container.name, id=cid[:12], attempt=attempt)
         return cid
 
+    async def prepare_container(
+        self,
+        pod: "Pod",
+        container: "Container",
+        image: "ImageRecord",
+        attempt: int,
+        container_type: str = "regular",
+    ) -> PreparedContainer:
+        uid = pod_uid(pod)
+        ns, pod_name = meta(pod).namespace or "", meta(pod).name or ""
+        layout = self.layout(uid)
+        self._ensure_dirs()
+        bundle = layout.container_dir(container.name, attempt)
+        cid = _new_id()
+        log_path = self.paths.container_log_path(ns, pod_name, uid, container.name, attempt)
+        link = self.paths.container_log_link(ns, pod_name, container.name, cid)
+        done = False
+        def make() -> tuple[str | None, Any]:
+            # A leftover of the same instance (a crash between create and record) is replaced.
+            old = _bundle_id(bundle)
+            if old:
+                return old, None
+            if bundle.exists():
+                # One without an id (a power cut before its directory entries reached storage) names no
+                # container to remove, but its writable layer must not become the new instance's.
+                _remove_stale_bundle(bundle)
+            return None, (self._prepare_container_dirs(container, image, bundle, cid, log_path, link),
+                          self._security_facts(pod, container))
+
+        try:
+            # One trip to a worker thread in the usual case: on a busy machine each trip waits for a core.
+            old, made = await asyncio.to_thread(make)
+            if old:
+                await self.remove_container(old)
+                old, made = await asyncio.to_thread(make)
+                if old:
+                    raise CreateContainerError(f"pod {_full(pod)} container {container.name}: the previous"
+                                               f" instance {old[:12]} in {bundle} was not removed")
+            (rootfs_dir, passwd, groups, members), facts = made
+            done = True
+        except SpecError as exc:
+            raise CreateContainerConfigError(str(exc)) from exc
+        except CreateContainerError:
+            raise
+        except (RuntimeError_, OSError) as exc:
+            raise CreateContainerError(f"pod {_full(pod)} container {container.name}: {exc}") from exc
+        finally:
+            if not done:
+                await asyncio.shield(self._undo_prepared(cid, bundle, link))
+        return PreparedContainer(
+            id=cid, pod_uid=uid, name=container.name, attempt=attempt, image_id=image.id,
+            data=_Prepared(bundle=bundle, log_path=log_path, link=link, rootfs_dir=rootfs_dir, passwd=passwd,
+                           groups=groups, members=members, facts=facts))
+
+    async def discard_prepared(self, prepared: PreparedContainer) -> None:
+        p: _Prepared = prepared.data
+        await asyncio.shield(self._undo_prepared(prepared.id, p.bundle, p.link))
+
+    async def _undo_prepared(self, cid: str, bundle: Path, link: Path) -> None:
+        """Remove what prepare_container made: no conmon and no runc state exist yet, only files and the mount."""
+        def undo() -> None:
+            if os.path.lexists(link):
+                link.unlink()
+            self._remove_files(cid, bundle)
+
+        try:
+            await asyncio.to_thread(undo)
+        except (RuntimeError_, OSError) as exc:
+            log.error("Cleanup after a failed create left things behind", exc, container=cid[:12], bundle=str(bundle))
+
+    def _container_mounts(self, pod: "Pod", container: "Container", layout: bl.PodLayout,
+                          bundle: Path) -> tuple[ocispec.Mount, ...]:
+        # After the sandbox, which made the volumes: never two preparations of one tmpfs at once.
+        plans = bl.plan_volumes(pod, layout)
+        bl.prepare_volumes(plans)
+        return bl.container_mounts(pod, container, layout, plans, bundle, rro_supported=self.host.recursive_read_only)
+
     def _prepare_container_dirs(
-        self, pod: "Pod", container: "Container", image: "ImageRecord", layout: bl.PodLayout, bundle: Path,
-        cid: str, log_path: Path, link: Path,
-    ) -> tuple[tuple[ocispec.Mount, ...], Path, dict[str, tuple[int, int]], dict[str, int], dict[str, tuple[str, ...]]]:
+        self, container: "Container", image: "ImageRecord", bundle: Path, cid: str, log_path: Path, link: Path,
+    ) -> tuple[Path, dict[str, tuple[int, int]], dict[str, int], dict[str, tuple[str, ...]]]:
         ensure_dir(bundle)
         bl.write_file(bundle / bl.ID_FILE, cid)
         (bundle / bl.TERMINATION_LOG).touch(mode=0o666)
-        plans = bl.plan_volumes(pod, layout)
-        bl.prepare_volumes(plans)
-        mounts = bl.container_mounts(pod, container, layout, plans, bundle, rro_supported=self.host.recursive_read_only)
         rootfs_dir = rootfs.mount_rootfs(image.layers, bundle)
         passwd = parse_passwd(_read_rootfs_file(rootfs_dir, "etc/passwd"))
         group_text = _read_rootfs_file(rootfs_dir, "etc/group")
@@ -946,7 +1052,7 @@ class RuncRuntime:
         if os.path.lexists(link):
             link.unlink()
         link.symlink_to(log_path)
-        return mounts, rootfs_dir, passwd, groups, members
+        return rootfs_dir, passwd, groups, members
 
     async def start_container(self, container_id: str) -> None:
         bundle = await self._bundle_of(container_id)

@@ -40,7 +40,8 @@ if TYPE_CHECKING:
     from edgelet.images.types import ImageRecord
     from edgelet.probes.manager import ProbeManager
     from edgelet.container import Runtime
-    from edgelet.container.types import ContainerRecord, PodRuntimeStatus, SandboxRecord
+    from edgelet.container.types import ContainerRecord, PodRuntimeStatus, PreparedContainer, SandboxRecord
+    from edgelet.plan import ContainerToStart
     from edgelet.util.backoff import Backoff
     from edgelet.util.clock import Clock
 
@@ -156,45 +157,54 @@ class Syncer:
         if actions.containers_to_kill:
             await self._stop_ordered(pod, rt, actions.containers_to_kill, say_reason=True)
 
-        # 4. Sandbox.
-        sandbox = _live_sandbox(rt, actions.sandbox_id)
-        if actions.create_sandbox:
-            log.info("Creating pod sandbox", pod=_full(pod), attempt=actions.sandbox_attempt)
-            try:
-                sandbox = await self._runtime.run_sandbox(pod, actions.sandbox_attempt)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.error("Failed to create pod sandbox", exc, pod=_full(pod))
-                self._events.warning(pod_ref(pod), "FailedCreatePodSandBox", f"Failed to create pod sandbox: {exc}")
-                for c in pod_spec(pod).containers:
-                    st.waiting[c.name] = ("ContainerCreating", f"failed to create pod sandbox: {exc}")
-                self._publish(pod, await self._runtime.pod_status(uid), st)
-                return SyncResult(requeue_after=self._retry_delay(uid, "sandbox", now))
-
-        # 5 and 6. Init container, then regular containers.
+        # 4. Sandbox; while it is set up (namespaces, the CNI network), the containers it will run get their
+        # images, bundles and rootfs mounts (issue 25: what does not depend on the order overlaps).
         to_start = []
         started = 0  # containers created in the runtime by this sync
         if actions.next_init_container is not None:
             to_start.append(actions.next_init_container)
         to_start.extend(actions.containers_to_start)
-        if to_start and sandbox is None:
-            log.warning("No running sandbox to start containers in", pod=_full(pod))
-        elif to_start:
-            specs = {c.name: c for c in [*(pod_spec(pod).init_containers or []), *pod_spec(pod).containers]}
-            for item in to_start:
-                container = specs[item.name]
-                assert sandbox is not None  # the branch above handles a pod without one
-                if item.existing is not None:
-                    reason = await self._resume_container(pod, container, sandbox, item.existing, item.attempt,
-                                                          item.container_type, st)
-                else:
-                    reason = await self._start_container(pod, container, sandbox, item.attempt,
-                                                         item.container_type, st)
-                if reason is not None:
-                    st.waiting[item.name] = reason
-                if reason is None or reason[0] not in _NO_CONTAINER_REASONS:
-                    started += 1  # a container was created, even if it then failed to start
+        ahead: dict[str, "ImageRecord | ImageUnavailable"] = {}
+        prepared: dict[str, "PreparedContainer"] = {}
+        sandbox = _live_sandbox(rt, actions.sandbox_id)
+        try:
+            if actions.create_sandbox:
+                log.info("Creating pod sandbox", pod=_full(pod), attempt=actions.sandbox_attempt)
+                try:
+                    sandbox = await self._sandbox_and_prepare(pod, actions.sandbox_attempt, to_start, ahead, prepared)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    log.error("Failed to create pod sandbox", exc, pod=_full(pod))
+                    self._events.warning(pod_ref(pod), "FailedCreatePodSandBox", f"Failed to create pod sandbox: {exc}")
+                    for c in pod_spec(pod).containers:
+                        st.waiting[c.name] = ("ContainerCreating", f"failed to create pod sandbox: {exc}")
+                    self._publish(pod, await self._runtime.pod_status(uid), st)
+                    return SyncResult(requeue_after=self._retry_delay(uid, "sandbox", now))
+
+            # 5 and 6. Init container, then regular containers.
+            if to_start and sandbox is None:
+                log.warning("No running sandbox to start containers in", pod=_full(pod))
+            elif to_start:
+                specs = {c.name: c for c in [*(pod_spec(pod).init_containers or []), *pod_spec(pod).containers]}
+                for item in to_start:
+                    container = specs[item.name]
+                    assert sandbox is not None  # the branch above handles a pod without one
+                    if item.existing is not None:
+                        reason = await self._resume_container(pod, container, sandbox, item.existing, item.attempt,
+                                                              item.container_type, st)
+                    else:
+                        reason = await self._start_container(pod, container, sandbox, item.attempt,
+                                                             item.container_type, st, image=ahead.get(item.name),
+                                                             prepared=prepared.pop(item.name, None))
+                    if reason is not None:
+                        st.waiting[item.name] = reason
+                    if reason is None or reason[0] not in _NO_CONTAINER_REASONS:
+                        started += 1  # a container was created, even if it then failed to start
+        finally:
+            # Prepared ahead for a sandbox that failed (or a sync cut short): nothing of them stays behind.
+            for p in prepared.values():
+                await asyncio.shield(self._runtime.discard_prepared(p))
 
         # A pod that will never run anything again keeps its exited containers (its final
         # status) but not its pause process.
@@ -248,6 +258,50 @@ class Syncer:
             wake = CLEANUP_RETRY if wake is None else min(wake, CLEANUP_RETRY)
         return SyncResult(requeue_after=wake, changed=changed)
 
+    async def _sandbox_and_prepare(self, pod: "Pod", attempt: int, items: Sequence["ContainerToStart"],
+                                   ahead: dict[str, "ImageRecord | ImageUnavailable"],
+                                   prepared: dict[str, "PreparedContainer"]) -> "SandboxRecord":
+        """run_sandbox, and beside it each new container's image and `prepare_container`, filling `ahead` and
+        `prepared` (the caller discards what it does not use). A preparation that fails is left to the
+        container's own create, which meets the error again and reports it as it always has."""
+
+        async def prepare_all() -> None:
+            specs = {c.name: c for c in [*(pod_spec(pod).init_containers or []), *pod_spec(pod).containers]}
+            for item in items:
+                if item.existing is not None or item.name not in specs:
+                    continue
+                container = specs[item.name]
+                try:
+                    image = await resolve_image(self._images, pod, container, events=self._events,
+                                                backoff=self._backoff, clock=self._clock,
+                                                init=item.container_type != "regular")
+                except ImageUnavailable as exc:
+                    ahead[item.name] = exc
+                    continue
+                ahead[item.name] = image
+                try:
+                    prepared[item.name] = await self._runtime.prepare_container(pod, container, image, item.attempt,
+                                                                                item.container_type)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    log.warning("Preparing a container ahead of its sandbox failed", pod=_full(pod),
+                                container=container.name, err=str(exc))
+
+        prep = asyncio.ensure_future(prepare_all())
+        try:
+            sandbox = await self._runtime.run_sandbox(pod, attempt)
+        except asyncio.CancelledError:
+            prep.cancel()
+            await asyncio.gather(prep, return_exceptions=True)
+            raise
+        except BaseException:
+            # The images and bundles are finished, then discarded by the caller: a pull that began stays useful.
+            await asyncio.gather(prep, return_exceptions=True)
+            raise
+        await prep
+        return sandbox
+
     async def _before_state(self, uid: str, st: PodSyncState) -> "PodRuntimeStatus":
         if self._newer_than is not None and st.synced_at is not None:
             cached = self._newer_than(uid, st.synced_at)
@@ -265,15 +319,20 @@ class Syncer:
 
     async def _start_container(
         self, pod: "Pod", container: "Container", sandbox: "SandboxRecord", attempt: int, ctype: str,
-        st: PodSyncState | None = None,
+        st: PodSyncState | None = None, *, image: "ImageRecord | ImageUnavailable | None" = None,
+        prepared: "PreparedContainer | None" = None,
     ) -> tuple[str, str] | None:
-        """Image, create, start; returns a waiting (reason, message) on failure."""
+        """Image, create, start; returns a waiting (reason, message) on failure. `image` and `prepared`: what
+        was resolved and prepared while the sandbox was set up (create_container then owns `prepared`)."""
         uid = pod_uid(pod)
         key = (uid, container.name)
         try:
-            # Events and the image back-off (uid, "image:<name>") are the manager's; _next_wake sees the latter.
-            image = await resolve_image(self._images, pod, container, events=self._events, backoff=self._backoff,
-                                        clock=self._clock, init=ctype != "regular")
+            if isinstance(image, ImageUnavailable):
+                raise image
+            if image is None:
+                # Events and the image back-off (uid, "image:<name>") are the manager's; _next_wake sees the latter.
+                image = await resolve_image(self._images, pod, container, events=self._events,
+                                            backoff=self._backoff, clock=self._clock, init=ctype != "regular")
         except ImageUnavailable as exc:
             log.warning("Image not available", pod=_full(pod), container=container.name, reason=exc.reason, err=exc.message)
             return (exc.reason, exc.message)
@@ -282,7 +341,11 @@ class Syncer:
             # The restart itself counts as a failure for CrashLoopBackOff (kubelet doBackOff).
             self._backoff.next(key, self._clock.monotonic())
         try:
-            cid = await self._runtime.create_container(pod, container, sandbox, image, attempt, ctype)
+            if prepared is not None:
+                cid = await self._runtime.create_container(pod, container, sandbox, image, attempt, ctype,
+                                                           prepared=prepared)
+            else:
+                cid = await self._runtime.create_container(pod, container, sandbox, image, attempt, ctype)
         except asyncio.CancelledError:
             raise
         except Exception as exc:

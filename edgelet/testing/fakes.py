@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from edgelet.images.types import ImageConfig, ImageRecord
-from edgelet.container.types import ContainerRecord, PodRuntimeStatus, SandboxRecord
+from edgelet.container.types import ContainerRecord, PodRuntimeStatus, PreparedContainer, SandboxRecord
 
 _ids = itertools.count(1)
 
@@ -39,6 +39,10 @@ class FakeRuntime:
         self.released: list[str] = []
         self.fail_create: set[str] = set()  # container names whose create fails
         self.fail_start: set[str] = set()  # container names whose start fails (the instance stays created)
+        self.fail_prepare: set[str] = set()  # container names whose prepare_container fails
+        self.fail_sandbox = False  # run_sandbox raises
+        self.prepared: dict[str, PreparedContainer] = {}  # prepared and neither created nor discarded yet
+        self.prep_calls: list[tuple] = []  # prepare_container and discard_prepared (apart: `calls` is kubelet's order)
 
     async def list_pods(self) -> dict[str, PodRuntimeStatus]:
         uids = {s.pod_uid for s in self.sandboxes.values()} | {c.pod_uid for c in self.containers.values()}
@@ -54,6 +58,8 @@ class FakeRuntime:
 
     async def run_sandbox(self, pod, attempt: int) -> SandboxRecord:
         self.calls.append(("run_sandbox", pod.metadata.name, attempt))
+        if self.fail_sandbox:
+            raise OSError("sandbox failed")
         sid = f"sb{next(_ids)}"
         rec = SandboxRecord(id=sid, pod_uid=pod.metadata.uid, pod_name=pod.metadata.name,
                             pod_namespace=pod.metadata.namespace, attempt=attempt, state="running",
@@ -65,10 +71,26 @@ class FakeRuntime:
         self.calls.append(("stop_sandbox", sandbox_id))
         self.sandboxes[sandbox_id] = replace(self.sandboxes[sandbox_id], state="exited", pid=None)
 
-    async def create_container(self, pod, container, sandbox, image, attempt, container_type="regular") -> str:
+    async def prepare_container(self, pod, container, image, attempt, container_type="regular") -> PreparedContainer:
+        self.prep_calls.append(("prepare_container", container.name, attempt))
+        if container.name in self.fail_prepare:
+            raise OSError(f"prepare failed for {container.name}")
+        p = PreparedContainer(id=f"c{next(_ids)}", pod_uid=pod.metadata.uid, name=container.name, attempt=attempt,
+                              image_id=image.id)
+        self.prepared[p.id] = p
+        return p
+
+    async def discard_prepared(self, prepared: PreparedContainer) -> None:
+        self.prep_calls.append(("discard_prepared", prepared.name, prepared.attempt))
+        self.prepared.pop(prepared.id, None)
+
+    async def create_container(self, pod, container, sandbox, image, attempt, container_type="regular",
+                               prepared: PreparedContainer | None = None) -> str:
         from edgelet.api.hash import container_hash
 
         self.calls.append(("create_container", container.name, attempt))
+        if prepared is not None:
+            self.prepared.pop(prepared.id, None)  # created, or undone with the failed create
         if container.name in self.fail_create:
             raise OSError(f"create failed for {container.name}")
         cid = f"c{next(_ids)}"

@@ -13,6 +13,7 @@ import asyncio
 import os
 import shutil
 import subprocess
+import sys
 from typing import IO, Any, Mapping, Sequence
 
 PIPE = subprocess.PIPE
@@ -34,12 +35,77 @@ def _trace(argv: Sequence[str]) -> None:
         pass
 
 
+def _pidfd_watcher_class() -> Any:
+    """Python 3.11's default asyncio child watcher starts a thread per child to wait for it; on a busy machine
+    that thread waits for a core before it can say the child exited. This one waits on the child's pidfd in
+    the loop that spawned it (what 3.12 does by itself). None where not needed or not possible."""
+    if sys.version_info >= (3, 12) or not hasattr(os, "pidfd_open"):
+        return None
+
+    class PidfdWatcher(asyncio.AbstractChildWatcher):
+        def is_active(self) -> bool:
+            return True
+
+        def attach_loop(self, loop: Any) -> None:
+            pass
+
+        def close(self) -> None:
+            pass
+
+        def __enter__(self) -> "PidfdWatcher":
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+        def add_child_handler(self, pid: int, callback: Any, *args: Any) -> None:  # type: ignore[override]
+            loop = asyncio.get_running_loop()
+            pidfd = os.pidfd_open(pid)
+
+            def exited() -> None:
+                loop.remove_reader(pidfd)
+                try:
+                    _, status = os.waitpid(pid, 0)
+                    code = os.waitstatus_to_exitcode(status)
+                except ChildProcessError:
+                    code = 255  # reaped elsewhere, as asyncio's own watchers report it
+                finally:
+                    os.close(pidfd)
+                callback(pid, code, *args)
+
+            loop.add_reader(pidfd, exited)
+
+        def remove_child_handler(self, pid: int) -> bool:
+            return False
+
+    return PidfdWatcher
+
+
+_watcher_installed = False
+
+
+def _install_watcher() -> None:
+    global _watcher_installed
+    if _watcher_installed:
+        return
+    _watcher_installed = True
+    cls = _pidfd_watcher_class()
+    if cls is None:
+        return
+    try:
+        os.close(os.pidfd_open(os.getpid()))  # a kernel older than 5.3 has no pidfds
+    except OSError:
+        return
+    asyncio.set_child_watcher(cls())
+
+
 async def spawn(argv: Sequence[str], *, stdin: Any = DEVNULL, stdout: Any = PIPE, stderr: Any = PIPE,
                 env: Mapping[str, str] | None = None, cwd: str | os.PathLike[str] | None = None,
                 pass_fds: Sequence[int] = ()) -> asyncio.subprocess.Process:
     """Start `argv` as an asyncio child process; OSError when it cannot start."""
     if _TRACE:
         _trace(argv)
+    _install_watcher()
     return await asyncio.create_subprocess_exec(
         *argv, stdin=stdin, stdout=stdout, stderr=stderr,
         env=dict(env) if env is not None else None, cwd=cwd, pass_fds=tuple(pass_fds),
