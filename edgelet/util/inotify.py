@@ -1,40 +1,37 @@
-"""Directory watches on the event loop itself: one inotify descriptor read by asyncio, no thread, no dependency.
+"""Directory watches on the event loop itself: one inotify descriptor read by asyncio, no thread.
 
 watchdog (what the watches used before) runs an observer thread per watcher that wakes every second, an
 emitter thread per watch and a reader thread, and its import with those threads held about 0.75 MB of an
 idle agent's RSS (issue 25); the three watchers an agent keeps (PLEG's exit files, the manifest directory
 and its parent, the image import directory) need only "something in this directory changed", which
-inotify(7) says on a descriptor the loop can wait on with the rest.
+inotify(7) says on a descriptor the loop can wait on with the rest. inotify_simple (one small module over
+ctypes) makes the calls and decodes the events; this module puts its descriptor on the loop.
 """
 
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import os
-import struct
 from typing import Callable
 
-from edgelet.util.libc import libc
+from inotify_simple import INotify, flags, parse_events
 
-IN_ACCESS = 0x1
-IN_MODIFY = 0x2
-IN_ATTRIB = 0x4
-IN_CLOSE_WRITE = 0x8
-IN_CLOSE_NOWRITE = 0x10
-IN_OPEN = 0x20
-IN_MOVED_FROM = 0x40
-IN_MOVED_TO = 0x80
-IN_CREATE = 0x100
-IN_DELETE = 0x200
-IN_DELETE_SELF = 0x400
-IN_MOVE_SELF = 0x800
-IN_Q_OVERFLOW = 0x4000
-IN_IGNORED = 0x8000
-IN_ISDIR = 0x40000000
-IN_ONLYDIR = 0x1000000
-IN_NONBLOCK = os.O_NONBLOCK
-IN_CLOEXEC = os.O_CLOEXEC
+IN_ACCESS = int(flags.ACCESS)
+IN_MODIFY = int(flags.MODIFY)
+IN_ATTRIB = int(flags.ATTRIB)
+IN_CLOSE_WRITE = int(flags.CLOSE_WRITE)
+IN_CLOSE_NOWRITE = int(flags.CLOSE_NOWRITE)
+IN_OPEN = int(flags.OPEN)
+IN_MOVED_FROM = int(flags.MOVED_FROM)
+IN_MOVED_TO = int(flags.MOVED_TO)
+IN_CREATE = int(flags.CREATE)
+IN_DELETE = int(flags.DELETE)
+IN_DELETE_SELF = int(flags.DELETE_SELF)
+IN_MOVE_SELF = int(flags.MOVE_SELF)
+IN_Q_OVERFLOW = int(flags.Q_OVERFLOW)
+IN_IGNORED = int(flags.IGNORED)
+IN_ISDIR = int(flags.ISDIR)
+IN_ONLYDIR = int(flags.ONLYDIR)
 
 # The names the watchers use (watchdog's event types, which they were written against), by inotify bit.
 # A rename out of the directory reads as "deleted" and one into it as "created", as watchdog reports
@@ -50,8 +47,6 @@ NAMES = (
 )
 MASKS = {name: bit for bit, name in NAMES}
 
-_HEADER = struct.Struct("iIII")  # wd, mask, cookie, len
-
 
 def mask_of(events: frozenset[str] | set[str]) -> int:
     """The inotify mask that reports `events` (watchdog's names), plus the directory's own removal."""
@@ -63,14 +58,7 @@ def mask_of(events: frozenset[str] | set[str]) -> int:
 
 def parse(buf: bytes) -> list[tuple[int, int, str]]:
     """(wd, mask, name) of every event in what one read returned (pure)."""
-    out, at = [], 0
-    while at + _HEADER.size <= len(buf):
-        wd, mask, _cookie, size = _HEADER.unpack_from(buf, at)
-        at += _HEADER.size
-        name = buf[at:at + size].split(b"\0", 1)[0]
-        at += size
-        out.append((wd, mask, os.fsdecode(name)))
-    return out
+    return [(e.wd, e.mask, e.name) for e in parse_events(buf)]
 
 
 def event_names(mask: int) -> list[str]:
@@ -85,34 +73,32 @@ class Inotify:
     """One inotify descriptor on the running loop; `add` a directory with a callback, `remove` it, `close`."""
 
     def __init__(self) -> None:
-        fd = libc().inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
-        if fd < 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"inotify_init1: {os.strerror(err)}")
-        self.fd = fd
+        self._ino = INotify(nonblocking=True)  # close-on-exec: no runc or conmon inherits it
+        self.fd = self._ino.fileno()
         self._watches: dict[int, tuple[str, Callback]] = {}
         self._loop = asyncio.get_running_loop()
-        self._loop.add_reader(fd, self._read)
+        self._loop.add_reader(self.fd, self._read)
 
     def add(self, directory: str, events: frozenset[str] | set[str], callback: Callback) -> int:
         """Watch `directory` (not recursively) for `events`; OSError when it cannot (gone, out of watches)."""
-        wd = libc().inotify_add_watch(self.fd, os.fsencode(directory), mask_of(events) | IN_ONLYDIR)
-        if wd < 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"inotify_add_watch: {os.strerror(err)}", directory)
+        try:
+            wd = self._ino.add_watch(directory, mask_of(events) | IN_ONLYDIR)
+        except OSError as exc:
+            raise OSError(exc.errno, f"inotify_add_watch: {exc.strerror}", directory) from exc
         self._watches[wd] = (directory, callback)
         return wd
 
     def remove(self, wd: int) -> None:
         if self._watches.pop(wd, None) is not None:
-            libc().inotify_rm_watch(self.fd, wd)  # fails harmlessly when the directory already went
+            try:
+                self._ino.rm_watch(wd)
+            except OSError:
+                pass  # the directory already went, and the kernel dropped the watch with it
 
     def _read(self) -> None:
         try:
             buf = os.read(self.fd, 65536)
-        except BlockingIOError:
-            return
-        except OSError:
+        except OSError:  # BlockingIOError included: another wakeup read it first
             return
         for wd, mask, name in parse(buf):
             if mask & IN_Q_OVERFLOW:  # events were lost: every watcher looks again, as after a change
@@ -137,6 +123,6 @@ class Inotify:
             self._loop.remove_reader(self.fd)
         except RuntimeError:
             pass  # the loop is closed: the descriptor goes with the process
-        os.close(self.fd)
+        self._ino.close()
         self.fd = -1
         self._watches.clear()
