@@ -286,6 +286,84 @@ def test_conmons_cut_right_after_a_rotation_loses_nothing(setup):
     assert data.endswith(shown(30, 33))
 
 
+# conmon's own cut (--log-size-max) runs on its own count of bytes, so it can come at any moment of a check:
+# each hook below is a step of `LogRotator.check`, and the cut lands just before it.
+_CUT_POINTS = [
+    pytest.param("stat_current", True, id="before-the-current-file-is-looked-at"),
+    pytest.param("open_control", True, id="before-the-plan-of-a-due-rotation"),
+    pytest.param("open_control", False, id="before-the-plan-of-a-check"),
+    pytest.param("ensure_spare", True, id="between-the-rotation-and-the-next-spare"),
+    pytest.param("ensure_spare", False, id="before-the-next-spare"),
+    pytest.param("request_log_reopen", True, id="between-the-next-spare-and-our-reopen"),
+]
+
+
+def _answer_reopen(w: "_Conmon", reader: int) -> None:
+    """conmon's side of the control FIFO: a reopen for every request waiting there."""
+    try:
+        requests = os.read(reader, 100)
+    except BlockingIOError:
+        return
+    for _ in range(requests.count(conmon.REOPEN_LOG_MESSAGE)):
+        w.reopen()
+
+
+@pytest.mark.parametrize(("point", "due"), _CUT_POINTS)
+def test_conmons_cut_in_the_middle_of_a_check_loses_nothing(setup, monkeypatch, point, due):
+    """conmon renames the spare over the path and writes to it while the rotator acts on what it saw a
+    moment before: the file conmon writes keeps a name, in order, through that check and the reopen that
+    follows (the old spare's link was removed as the spare's, leaving what conmon wrote until our reopen
+    with no name: one line missing, `line-1209` of 1500, in a loaded e2e follow test)."""
+    rotator, current, reader, clock = setup
+    w = _Conmon(current)
+    w.write(2)
+    rotator.check_all()  # links it and makes the spare
+    w.write(30 if due else 1)
+    data, cursor = logs.open_log(current)  # a follower from here on
+    got = [data]
+    cut: list[str] = []
+
+    def cut_first(real):
+        def hooked(*args, **kwargs):
+            if not cut:
+                cut.append(point)
+                w.reopen()  # conmon's own cut: it takes the spare
+                w.write(1)
+            return real(*args, **kwargs)
+        return hooked
+
+    try:
+        if point == "stat_current":
+            real_stat = logs.stat_or_none
+            monkeypatch.setattr(logs, "stat_or_none",
+                                lambda p: cut_first(real_stat)(p) if p == current else real_stat(p))
+        elif point == "ensure_spare":
+            monkeypatch.setattr(rotator, "_ensure_spare", cut_first(rotator._ensure_spare))
+        else:
+            monkeypatch.setattr(conmon, point, cut_first(getattr(conmon, point)))
+        clock.advance(1)
+        rotator.check_all()
+        monkeypatch.undo()
+        assert cut == [point]
+        for _ in range(4):  # conmon answers, writes on; the checks after it link, make spares, prune
+            got.append(cursor.read_new())
+            _answer_reopen(w, reader)
+            w.write(2)
+            got.append(cursor.read_new())
+            clock.advance(1)
+            rotator.check_all()
+        _answer_reopen(w, reader)
+        w.write(1)
+        got.append(cursor.read_new())
+    finally:
+        cursor.close()
+        w.f.close()
+    assert b"".join(got) == shown(0, w.n)
+    # Read back whole too: nothing lost on disk, nothing doubled, in order.
+    data, cursor = logs.open_log(current)
+    cursor.close()
+    assert data == shown(0, w.n)
+
 def test_an_exited_instance_keeps_no_spare(setup):
     rotator, current, reader, _ = setup
     w = _Conmon(current)
