@@ -200,6 +200,38 @@ def test_follow_across_rotations_misses_and_repeats_nothing(tmp_path):
     assert b"".join(got) == shown(0, w.n)
 
 
+def test_a_read_racing_a_rotation_misses_nothing(tmp_path, monkeypatch):
+    """A rotation and conmon's reopen between opening the current file and listing the instance's files:
+    neither the read (`edgelet logs`, the API without follow) nor the follower after it misses the file
+    that was current a moment ago."""
+    d = tmp_path / "c"
+    d.mkdir()
+    current = d / "0.log"
+    w = _Conmon(current)
+    w.write(5)
+    real = logs.instance_files
+    rotated: list[bool] = []
+
+    def list_then_rotate(path: Path) -> list[Path]:
+        files = real(path)
+        if not rotated:
+            rotated.append(True)
+            os.rename(current, d / logs.rotated_name(0, os.listdir(d), 1_700_000_000))
+            w.reopen()
+            w.write(2)
+        return files
+
+    monkeypatch.setattr(logs, "instance_files", list_then_rotate)
+    data, cursor = logs.open_log(current)
+    monkeypatch.undo()
+    try:
+        assert rotated and data == shown(0, 5)
+        assert cursor.read_new() == shown(5, 7)
+    finally:
+        cursor.close()
+        w.f.close()
+
+
 # ---------------------------------------------------------------- the rotator against a FIFO stand-in
 
 
@@ -363,6 +395,38 @@ def test_conmons_cut_in_the_middle_of_a_check_loses_nothing(setup, monkeypatch, 
     data, cursor = logs.open_log(current)
     cursor.close()
     assert data == shown(0, w.n)
+
+def test_a_follower_whose_file_was_compressed_reads_the_files_after_it(setup):
+    """conmon's cut right after our reopen leaves a short file between two rotations, and the next check
+    gzips the file a follower still reads from (all but the newest rotated file): the follower finds the
+    files after its own by the rotated name its file had, not only by its inode, which the gzip replaced
+    (lines in the short file were skipped under load)."""
+    rotator, current, reader, clock = setup
+    w = _Conmon(current)
+    w.write(2)
+    rotator.check_all()  # links it and makes the spare
+    data, cursor = logs.open_log(current)
+    got = [data]
+    try:
+        w.write(30)
+        clock.advance(1)
+        rotator.check_all()  # rotates
+        _answer_reopen(w, reader)  # conmon takes the spare
+        w.write(3)
+        w.reopen()  # and cuts it away at once (its own count): three lines in a short file
+        w.write(1)
+        clock.advance(1)
+        rotator.check_all()
+        # The follower's file is gzipped now: only the short file and the current one are plain.
+        assert sum(n.endswith(".gz") for n in os.listdir(current.parent)) == 1
+        got.append(cursor.read_new())
+        w.write(1)
+        got.append(cursor.read_new())
+    finally:
+        cursor.close()
+        w.f.close()
+    assert b"".join(got) == shown(0, w.n)
+
 
 def test_an_exited_instance_keeps_no_spare(setup):
     rotator, current, reader, _ = setup
