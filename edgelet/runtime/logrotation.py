@@ -62,6 +62,7 @@ def backstop_size(max_size: int) -> int:
 class _Seen:
     size: int
     at: float  # monotonic
+    ino: int | None  # the file seen; None after our rotation (the next one, which starts empty then)
 
 
 class LogRotator:
@@ -165,7 +166,9 @@ class LogRotator:
                 self._ensure_spare(spare, spare_link, attempt, names)  # what conmon opens next
                 conmon.request_log_reopen(fd)
                 self.rotations += 1
-                self._seen.pop(current, None)
+                # The next file starts empty now: its growth by the next check gives the rate at once,
+                # rather than waiting a whole interval to learn it while conmon's cut stands in.
+                self._seen[current] = _Seen(0, self.clock.monotonic(), None)
                 return self.min_delay  # soon: a reopen that found no spare leaves a file without its link
             if link is None:
                 linked_to = logs.rotated_name(attempt, names, self.clock.now())
@@ -175,7 +178,7 @@ class LogRotator:
         finally:
             if fd is not None:
                 os.close(fd)
-        return self._delay(current, st.st_size)
+        return self._delay(current, st)
 
     def _ensure_spare(self, spare: Path, spare_link: str | None, attempt: int, names: list[str]) -> None:
         """Make `<n>.log.tmp`, empty, under the newest rotated name, unless it is there: conmon's next
@@ -214,12 +217,17 @@ class LogRotator:
             return
         names.append(name)
 
-    def _delay(self, current: Path, size: int) -> float:
+    def _delay(self, current: Path, st: os.stat_result) -> float:
         now = self.clock.monotonic()
+        size = st.st_size
         before = self._seen.get(current)
-        self._seen[current] = _Seen(size, now)
+        self._seen[current] = _Seen(size, now, st.st_ino)
         if before is None or now <= before.at:
             return self.min_delay if size >= self.max_size // 2 else self.interval
+        if before.ino is not None and before.ino != st.st_ino:
+            # conmon cut the file since the last look (its backstop): rotation has fallen behind, and a
+            # second cut before the next check would drop a whole file.
+            return self.min_delay
         # A smaller file than last time was cut by conmon meanwhile: all of it is new.
         grown = size - before.size if size >= before.size else size
         return logs.next_check_delay(size, grown / (now - before.at), max_size=self.max_size,

@@ -428,6 +428,33 @@ def test_a_follower_whose_file_was_compressed_reads_the_files_after_it(setup):
     assert b"".join(got) == shown(0, w.n)
 
 
+def test_the_check_after_a_rotation_or_a_cut_comes_as_soon_as_the_log_grows(setup):
+    """Rotation keeps up on its own rather than leaving it to conmon's cut: the file after our reopen is
+    measured from the moment of the rotation (not a whole interval later), and a file conmon cut since
+    the last look means rotation is behind (a second cut before the next check drops a whole file)."""
+    rotator, current, reader, clock = setup
+    w = _Conmon(current)
+    try:
+        w.write(2)
+        rotator.check_all()
+        w.write(30)
+        clock.advance(1)
+        assert rotator.check_all() == rotator.min_delay  # rotates
+        _answer_reopen(w, reader)
+        w.write(5)  # 5 lines of under 50 bytes in a second: due in about three
+        clock.advance(1)
+        size = current.stat().st_size
+        assert rotator.check_all() == pytest.approx((1000 - size) / size)
+        clock.advance(1)
+        rotator.check_all()
+        w.reopen()  # conmon's cut: the new file already longer than the one seen
+        w.write(6)
+        clock.advance(1)
+        assert rotator.check_all() == rotator.min_delay
+    finally:
+        w.f.close()
+
+
 def test_an_exited_instance_keeps_no_spare(setup):
     rotator, current, reader, _ = setup
     w = _Conmon(current)
