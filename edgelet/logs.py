@@ -303,6 +303,24 @@ class LogCursor:
         self._f = f
         self._rest = b""
         self.timestamps = timestamps
+        self._stamp: str | None = None  # the rotated stamp our file has (see _successors)
+        self._note_stamp()
+
+    def _note_stamp(self) -> None:
+        """Remember the rotated stamp of our file while it is still a plain file with that name: once it is
+        gzipped its inode is gone, and the stamp is what still places it among the others."""
+        if self._f is None or self._stamp is not None:
+            return
+        m = _ATTEMPT_FILE.fullmatch(self.path.name)
+        if m is None:
+            return
+        attempt = int(m.group(1))
+        try:
+            names = os.listdir(self.path.parent)
+        except FileNotFoundError:
+            return
+        name = link_name(self.path.parent, rotated_names(names, attempt), os.fstat(self._f.fileno()))
+        self._stamp = rotated_stamp(name, attempt) if name is not None else None
 
     def close(self) -> None:
         if self._f is not None:
@@ -343,9 +361,10 @@ class LogCursor:
         """The files written after ours, oldest first, ending with the current one.
 
         A follower that fell more than one rotation behind finds the files in
-        between among the rotated ones (by its file's inode, while that is
-        still a plain file); when its file can no longer be found (already
-        compressed or removed) it continues at the current file.
+        between among the rotated ones: by its file's inode while that is
+        still a plain file, else (already gzipped or removed) by the rotated
+        name it had, as every file named after it came after it. Only a file
+        that never had a rotated name is left for the current one.
         """
         files = instance_files(self.path)
         if self._f is not None:
@@ -353,6 +372,11 @@ class LogCursor:
             for i, f in enumerate(files[:-1]):
                 if not f.name.endswith(GZ_SUFFIX) and same_file(f, mine):
                     return files[i + 1:]
+        m = _ATTEMPT_FILE.fullmatch(self.path.name)
+        if self._stamp is not None and m is not None:
+            # Gzipped (or pruned) already: the files named after it came after it.
+            attempt = int(m.group(1))
+            return [f for f in files[:-1] if (rotated_stamp(f.name, attempt) or "") > self._stamp] + files[-1:]
         return files[-1:]
 
     def _open_successors(self) -> tuple[IO[bytes], list[Path]] | None:
@@ -385,10 +409,14 @@ class LogCursor:
                 parts += [read_file_bytes(p) for p in between]
                 self.close()
                 self._f = f
+                self._stamp = None
+                self._note_stamp()
                 parts.append(self._read())
             data = b"".join(parts)
             if not data:
                 return b""
+        if self._stamp is None:
+            self._note_stamp()  # a file conmon made without the spare gets its rotated name at the next check
         complete, self._rest = split_complete(self._rest + data)
         return decode_cri(complete, timestamps=self.timestamps) if complete else b""
 
@@ -402,13 +430,19 @@ def open_log(path: Path, *, tail: int | None = None, timestamps: bool = False) -
     rotation between its rename and conmon's reopen) the newest rotated file,
     which conmon is still writing, is followed instead.
     """
-    files = instance_files(path)
     f: IO[bytes] | None = None
-    if files and files[-1] == path:
-        try:
-            f = open(path, "rb")
-        except FileNotFoundError:
-            files = files[:-1]
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        pass
+    # Listed after opening: a rotation in between leaves our file among the rotated ones, where it is found
+    # by its inode, rather than taking its lines out of the listing (a read would miss them).
+    files = instance_files(path)
+    if f is not None:
+        mine = os.fstat(f.fileno())
+        ours = next((i for i, p in enumerate(files) if not p.name.endswith(GZ_SUFFIX) and same_file(p, mine)), None)
+        # (Not found: gone from the listing already; what it holds is still read through f, as the newest.)
+        files = files[:ours + 1] if ours is not None else [p for p in files if p != path] + [path]
     if f is None and files and not files[-1].name.endswith(GZ_SUFFIX):
         try:
             f = open(files[-1], "rb")

@@ -23,7 +23,10 @@ name the new file: so the next file is made ahead. conmon reopens by opening
 `<n>.log.tmp` and renaming it over the path; the rotator keeps that file
 ready, empty and already under its rotated name (the newest), so the file
 conmon writes next has its second name from its first byte. Readers skip
-both links (`logs.instance_files`).
+both links (`logs.instance_files`). conmon's cut runs on its own count, so it
+can also come in the middle of a check: the spare's link is therefore only
+renamed, never removed (once taken, it names what conmon writes), and a file
+the path no longer names is not rotated.
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ def backstop_size(max_size: int) -> int:
 class _Seen:
     size: int
     at: float  # monotonic
+    ino: int | None  # the file seen; None after our rotation (the next one, which starts empty then)
 
 
 class LogRotator:
@@ -147,6 +151,11 @@ class LogRotator:
                 if spare_link is not None:
                     (directory / spare_link).unlink(missing_ok=True)
                 return self.interval
+            if plan.rotate and not logs.same_file(current, st):
+                # conmon cut the file away since it was looked at (its own --log-size-max): the path names
+                # the spare it took, fresh, with its own link. Nothing to rotate; the next check plans anew.
+                self._ensure_spare(spare, spare_link, attempt, names)
+                return self.min_delay
             if plan.rotate:
                 if link is None:
                     rotated_to = logs.rotated_name(attempt, names, self.clock.now())
@@ -157,7 +166,9 @@ class LogRotator:
                 self._ensure_spare(spare, spare_link, attempt, names)  # what conmon opens next
                 conmon.request_log_reopen(fd)
                 self.rotations += 1
-                self._seen.pop(current, None)
+                # The next file starts empty now: its growth by the next check gives the rate at once,
+                # rather than waiting a whole interval to learn it while conmon's cut stands in.
+                self._seen[current] = _Seen(0, self.clock.monotonic(), None)
                 return self.min_delay  # soon: a reopen that found no spare leaves a file without its link
             if link is None:
                 linked_to = logs.rotated_name(attempt, names, self.clock.now())
@@ -167,37 +178,56 @@ class LogRotator:
         finally:
             if fd is not None:
                 os.close(fd)
-        return self._delay(current, st.st_size)
+        return self._delay(current, st)
 
     def _ensure_spare(self, spare: Path, spare_link: str | None, attempt: int, names: list[str]) -> None:
         """Make `<n>.log.tmp`, empty, under the newest rotated name, unless it is there: conmon's next
-        reopen (ours or its cut) then writes a file that already has its second name."""
+        reopen (ours or its cut) then writes a file that already has its second name.
+
+        conmon may take the spare at any moment (its own cut renames it over the path), so the spare's
+        link is only ever renamed, never removed: once taken, that link is the second name of the file
+        conmon writes, and after the next reopen its only one.
+        """
         directory = spare.parent
         rotated = logs.rotated_names(names, attempt)  # oldest first
         newest = rotated[-1] if rotated else None
-        if spare_link is not None and spare_link == newest and spare.exists():
+        spare_st = logs.stat_or_none(spare)
+        if spare_link is not None and spare_link == newest and spare_st is not None:
             return
-        if not spare.exists():
-            try:
-                os.close(os.open(spare, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o640))
-            except FileExistsError:
-                pass  # conmon made it for a reopen of its own this very moment; it renames it next
         # Named after every other file, or readers would put what conmon writes to it before older lines.
         name = logs.rotated_name(attempt, names, self.clock.now())
+        target = directory / name
+        if spare_st is not None:
+            try:
+                if spare_link is not None:
+                    os.rename(directory / spare_link, target)  # taken meanwhile or not, the file keeps a name
+                else:
+                    os.link(spare, target)  # a spare without its link (conmon's own, mid-reopen)
+            except FileNotFoundError:
+                return  # conmon took it already (renamed it over the path): the next check names it
+            names.append(name)
+            return
+        # No spare: conmon took it (its link, if any, stays: it names what conmon writes). The new one is
+        # made under its rotated name first, so it never exists without it.
+        os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o640))
         try:
-            os.link(spare, directory / name)
-        except FileNotFoundError:
-            return  # conmon took it already (renamed it over the path): the next check names it
+            os.link(target, spare)
+        except FileExistsError:
+            target.unlink()  # conmon is making one for a reopen of its own this very moment: the next check
+            return
         names.append(name)
-        if spare_link is not None:
-            (directory / spare_link).unlink(missing_ok=True)
 
-    def _delay(self, current: Path, size: int) -> float:
+    def _delay(self, current: Path, st: os.stat_result) -> float:
         now = self.clock.monotonic()
+        size = st.st_size
         before = self._seen.get(current)
-        self._seen[current] = _Seen(size, now)
+        self._seen[current] = _Seen(size, now, st.st_ino)
         if before is None or now <= before.at:
             return self.min_delay if size >= self.max_size // 2 else self.interval
+        if before.ino is not None and before.ino != st.st_ino:
+            # conmon cut the file since the last look (its backstop): rotation has fallen behind, and a
+            # second cut before the next check would drop a whole file.
+            return self.min_delay
         # A smaller file than last time was cut by conmon meanwhile: all of it is new.
         grown = size - before.size if size >= before.size else size
         return logs.next_check_delay(size, grown / (now - before.at), max_size=self.max_size,
