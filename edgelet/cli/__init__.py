@@ -149,7 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     exe.add_argument("-t", "--tty", action="store_true", help="run the command in a terminal (with -i)")
     check = sub.add_parser("check", parents=[common], help="check that this machine can run edgelet")
     for key in ("runtime", "conmon", "pod_infra_container_image", "cni_conf_dir", "cni_bin_dir", "trusted_keys",
-                "signature_policy"):
+                "signature_policy", "kubeconfig"):
         _add_setting(check, key)
     images = sub.add_parser("images", parents=[common], help="list the images in the local store")
     images_sub = images.add_subparsers(dest="images_command", metavar="SUBCOMMAND")

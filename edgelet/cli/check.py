@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable, Literal, TextIO
 
 from edgelet.cli.common import EXIT_FAILURE, EXIT_OK
-from edgelet.settings import CARD_SECRETS, Settings
+from edgelet.settings import CARD_SECRETS, DEFAULT_CONFIG, Settings
 from edgelet.util.proc import version_line
 
 Verdict = Literal["OK", "WARN", "FAIL"]
@@ -62,6 +62,10 @@ class HostFacts:
     # start; None when not configured.
     trusted_keys: tuple[str, str] | None = None
     signature_policy: tuple[str, str] | None = None
+    # The apiserver link: (verdict, detail) of loading --kubeconfig as the agent will at start; None: standalone.
+    kubeconfig: tuple[str, str] | None = None
+    # Secrets edgelet-card-setup took off the card but set aside as unusable: (path, why).
+    card_rejected: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -224,6 +228,11 @@ def check_signature_policy(f: HostFacts) -> CheckResult:
                             "and README \"Signed registry images\"")
 
 
+def check_kubeconfig(f: HostFacts) -> CheckResult:
+    return _configured_file("kubeconfig", f.kubeconfig, "standalone, no apiserver",
+                            "fix the file named (the agent refuses to start with it), or drop --kubeconfig")
+
+
 def check_card(f: HostFacts) -> CheckResult:
     """The card folder: its config.toml (ignored when invalid, so a WARN) and secrets left on its FAT partition."""
     name = "card folder"
@@ -232,6 +241,11 @@ def check_card(f: HostFacts) -> CheckResult:
     if f.card_config_error is not None:
         return CheckResult(name, "WARN", f.card_config_error,
                            f"fix {f.card_dir}/config.toml (edgelet runs with the other settings until then)")
+    if f.card_rejected:
+        why = "; ".join(reason for _, reason in f.card_rejected)
+        return CheckResult(name, "WARN", f"set aside by edgelet-card-setup, not used: {why}",
+                           "write a corrected file onto the card's edgelet/ folder and reboot "
+                           f"(then remove {', '.join(p for p, _ in f.card_rejected)})")
     if f.card_secrets:
         files = ", ".join(f"{f.card_dir}/{n}" for n in f.card_secrets)
         return CheckResult(name, "WARN", f"secrets readable by every local user on the FAT partition: {files}",
@@ -244,7 +258,7 @@ def check_card(f: HostFacts) -> CheckResult:
 CHECKS: tuple[Callable[[HostFacts], CheckResult], ...] = (
     check_root, check_runtime, check_conmon, check_pause, check_cgroups, check_memory_controller, check_overlay,
     check_read_only_mounts, check_capabilities, check_cni, check_disk, check_trusted_keys, check_signature_policy,
-    check_card,
+    check_card, check_kubeconfig,
 )
 
 
@@ -361,10 +375,39 @@ def signature_policy_status(path: Path) -> tuple[str, str]:
     return "OK", f"{path}: {len(policy.docker)} docker scopes, default {default}"
 
 
+def kubeconfig_status(path: Path) -> tuple[str, str]:
+    """Load the kubeconfig as the agent does at start (the file and the fields it names)."""
+    from edgelet.mirror.errors import KubeconfigError
+    from edgelet.mirror.kubeconfig import load_kubeconfig, ssl_context
+
+    try:
+        cfg = load_kubeconfig(path)
+    except KubeconfigError as exc:
+        return "FAIL", " ".join(str(exc).split())  # one line: a YAML error spans several
+    if cfg.server.startswith("https://"):
+        try:
+            ssl_context(cfg)  # what the client builds at start: certificate files named, inline data decoded
+        except KubeconfigError as exc:
+            return "FAIL", " ".join(f"{path}: {exc}".split())
+    return "OK", f"{path}: server {cfg.server}"
+
+
+def rejected_card_secrets(etc_dir: Path) -> tuple[tuple[str, str], ...]:
+    """What edgelet-card-setup set aside in etc_dir as NAME.rejected, and why (the kubeconfig: the loader's error)."""
+    found = []
+    for name in CARD_SECRETS:
+        path = etc_dir / f"{name}.rejected"
+        if path.exists():
+            reason = kubeconfig_status(path)[1] if name == "kubeconfig" else "rejected"
+            found.append((str(path), reason))
+    return tuple(found)
+
+
 def gather_facts(*, runtime: str, conmon: str, pause_image: str | None, root_dir: Path,
                  cni_conf_dir: Path | None = None, cni_bin_dirs: list[str] | None = None,
                  trusted_keys: Path | None = None, signature_policy: Path | None = None,
-                 card_dir: Path | None = None, card_config_error: str | None = None) -> HostFacts:
+                 card_dir: Path | None = None, card_config_error: str | None = None,
+                 kubeconfig: Path | None = None) -> HostFacts:
     """Look at this machine once."""
     from edgelet.cgroups.controllers import probe_cmdline_file
     from edgelet.runtime.bundle import probe_recursive_read_only
@@ -413,6 +456,8 @@ def gather_facts(*, runtime: str, conmon: str, pause_image: str | None, root_dir
         bounding_capabilities=bounding,
         trusted_keys=trusted_keys_status(trusted_keys) if trusted_keys is not None else None,
         signature_policy=signature_policy_status(signature_policy) if signature_policy is not None else None,
+        kubeconfig=kubeconfig_status(kubeconfig) if kubeconfig is not None else None,
+        card_rejected=() if card_dir is None else rejected_card_secrets(DEFAULT_CONFIG.parent),
     )
 
 
@@ -422,7 +467,8 @@ def cmd_check(settings: Settings, args: argparse.Namespace, out: TextIO, err: Te
                          cni_conf_dir=settings.cni_conf_dir,
                          cni_bin_dirs=[d for d in settings.cni_bin_dir.split(":") if d],
                          trusted_keys=settings.trusted_keys, signature_policy=settings.signature_policy,
-                         card_dir=settings.card_dir, card_config_error=settings.card_config_error)
+                         card_dir=settings.card_dir, card_config_error=settings.card_config_error,
+                         kubeconfig=settings.kubeconfig)
     results = run_checks(facts)
     print(format_results(results), file=out)
     return EXIT_FAILURE if failed(results) else EXIT_OK

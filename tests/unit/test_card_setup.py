@@ -3,8 +3,10 @@ card, hostname and authorized_keys applied at first boot only, bad files reporte
 
 from __future__ import annotations
 
+import os
 import stat
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -32,12 +34,21 @@ def card(root: Path) -> Path:
     return root / "boot" / "firmware" / "edgelet"
 
 
-def run(root: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["sh", str(SCRIPT), "--root", str(root)], capture_output=True, text=True, timeout=60)
+# A kubeconfig edgelet loads (the apiserver need not exist: only the file is judged).
+KUBECONFIG = ("apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+              "clusters: [{name: k, cluster: {server: 'https://192.0.2.1:6443', insecure-skip-tls-verify: true}}]\n"
+              "users: [{name: u, user: {token: t}}]\ncontexts: [{name: c, context: {cluster: k, user: u}}]\n")
+# The real CLI of this checkout judges the card's kubeconfig (`edgelet check`), as the image's binary does.
+EDGELET = str(Path(sys.executable).with_name("edgelet"))
+
+
+def run(root: Path, edgelet: str = EDGELET) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["sh", str(SCRIPT), "--root", str(root)], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "EDGELET_BIN": edgelet})
 
 
 def test_secrets_move_off_the_card_and_edgelet_is_pointed_at_them(root: Path) -> None:
-    (card(root) / "kubeconfig").write_text("apiVersion: v1\nkind: Config\n")
+    (card(root) / "kubeconfig").write_text(KUBECONFIG)
     (card(root) / "auth.json").write_text('{"auths": {}}\n')
     (card(root) / "manifest-url-headers").write_text("Authorization: Bearer s3cret\n")
     res = run(root)
@@ -47,7 +58,7 @@ def test_secrets_move_off_the_card_and_edgelet_is_pointed_at_them(root: Path) ->
         moved = root / "etc" / "edgelet" / name
         assert stat.S_IMODE(moved.stat().st_mode) == 0o600
         assert f"moved the secret {name} off the card to /etc/edgelet/{name}" in res.stdout
-    assert (root / "etc" / "edgelet" / "kubeconfig").read_text() == "apiVersion: v1\nkind: Config\n"
+    assert (root / "etc" / "edgelet" / "kubeconfig").read_text() == KUBECONFIG
     values = read_config_file(root / "etc" / "edgelet" / "config.toml")  # still valid, keys at the top level
     assert values["kubeconfig"] == Path("/etc/edgelet/kubeconfig")
     assert values["manifest_url_header_file"] == Path("/etc/edgelet/manifest-url-headers")
@@ -55,7 +66,7 @@ def test_secrets_move_off_the_card_and_edgelet_is_pointed_at_them(root: Path) ->
     assert [h.insecure for _, h in values["registries"]] == [True]
 
     # A new kubeconfig dropped later is moved again; the key is not added twice.
-    (card(root) / "kubeconfig").write_text("apiVersion: v1\nkind: Config\n# v2\n")
+    (card(root) / "kubeconfig").write_text(KUBECONFIG + "# v2\n")
     res = run(root)
     assert res.returncode == 0, res.stderr
     assert "# v2" in (root / "etc" / "edgelet" / "kubeconfig").read_text()
@@ -66,7 +77,7 @@ def test_secrets_move_off_the_card_and_edgelet_is_pointed_at_them(root: Path) ->
 def test_a_key_set_by_the_administrator_is_left_alone(root: Path) -> None:
     config = root / "etc" / "edgelet" / "config.toml"
     config.write_text('kubeconfig = "/etc/kubernetes/kubelet.conf"\n')
-    (card(root) / "kubeconfig").write_text("x\n")
+    (card(root) / "kubeconfig").write_text(KUBECONFIG)
     assert run(root).returncode == 0
     assert config.read_text() == 'kubeconfig = "/etc/kubernetes/kubelet.conf"\n'
 
@@ -110,3 +121,31 @@ def test_a_secret_that_is_not_a_file_stays_and_is_reported(root: Path) -> None:
 def test_no_card_folder(tmp_path: Path) -> None:
     res = run(tmp_path)
     assert res.returncode == 0 and "nothing to do" in res.stdout
+
+
+def test_a_malformed_kubeconfig_is_taken_off_the_card_but_set_aside_naming_why(root: Path) -> None:
+    """A bad kubeconfig on the card never reaches edgelet (which refuses to start with one: a crash loop)."""
+    etc = root / "etc" / "edgelet"
+    (card(root) / "kubeconfig").write_text("clusters: [unclosed\n")
+    res = run(root)
+    assert res.returncode == 1
+    assert not (card(root) / "kubeconfig").exists() and not (etc / "kubeconfig").exists()
+    assert stat.S_IMODE((etc / "kubeconfig.rejected").stat().st_mode) == 0o600
+    assert f"{card(root)}/kubeconfig is not a usable kubeconfig" in res.stderr and "invalid YAML" in res.stderr
+    assert "kubeconfig.rejected" in res.stderr and "running standalone" in res.stderr
+    assert "kubeconfig" not in read_config_file(etc / "config.toml")
+
+    # The good one in use stays when a bad one follows; a good one later replaces it and clears the reject.
+    (card(root) / "kubeconfig").write_text(KUBECONFIG)
+    assert run(root).returncode == 0 and not (etc / "kubeconfig.rejected").exists()
+    (card(root) / "kubeconfig").write_text("apiVersion: v1\nkind: Config\n")  # YAML, but no cluster
+    res = run(root)
+    assert res.returncode == 1 and "edgelet keeps /etc/edgelet/kubeconfig" in res.stderr
+    assert (etc / "kubeconfig").read_text() == KUBECONFIG and (etc / "kubeconfig.rejected").exists()
+    assert read_config_file(etc / "config.toml")["kubeconfig"] == Path("/etc/edgelet/kubeconfig")
+
+
+def test_without_an_edgelet_binary_the_kubeconfig_is_moved_unjudged(root: Path) -> None:
+    (card(root) / "kubeconfig").write_text("anything\n")
+    assert run(root, edgelet="").returncode == 0
+    assert (root / "etc" / "edgelet" / "kubeconfig").read_text() == "anything\n"

@@ -202,3 +202,47 @@ def test_edgelet_check_reports_both_trust_settings(tmp_path):
     [policy_line] = [line for line in lines if line.startswith("FAIL  signature policy: ")]
     assert f'signature policy {policy} field transports.docker["registry.example/fleet"][0].fulcio: keyless' in policy_line, \
         policy_line
+
+
+# --- the kubeconfig (issue 24: a malformed one from the card is named, never a crash loop) -----------------
+
+
+@pytest.mark.parametrize("changes, verdict, text", [
+    ({}, "OK", "not configured: standalone"),
+    ({"kubeconfig": ("OK", "/etc/edgelet/kubeconfig: server https://10.0.0.1:6443")}, "OK", "https://10.0.0.1:6443"),
+    ({"kubeconfig": ("FAIL", "/etc/edgelet/kubeconfig: invalid YAML")}, "FAIL", "/etc/edgelet/kubeconfig: invalid"),
+])
+def test_kubeconfig_verdict(changes, verdict, text):
+    result = next(r for r in check.run_checks(dataclasses.replace(GOOD, **changes)) if r.name == "kubeconfig")
+    assert result.verdict == verdict and text in result.detail
+
+
+def test_a_kubeconfig_set_aside_by_card_setup_warns_naming_it_and_why():
+    facts = dataclasses.replace(GOOD, card_dir="/boot/firmware/edgelet", card_present=True,
+                                card_rejected=(("/etc/edgelet/kubeconfig.rejected",
+                                                "/etc/edgelet/kubeconfig.rejected: invalid YAML: ..."),))
+    result = next(r for r in check.run_checks(facts) if r.name == "card folder")
+    assert result.verdict == "WARN" and "invalid YAML" in result.detail
+    assert "/etc/edgelet/kubeconfig.rejected" in result.hint
+
+
+@pytest.mark.parametrize("text, verdict, detail", [
+    ("apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters: [{name: k, cluster: {server: 'http://127.0.0.1:1'}}]\n"
+     "users: [{name: u, user: {token: t}}]\ncontexts: [{name: c, context: {cluster: k, user: u}}]\n",
+     "OK", "server http://127.0.0.1:1"),
+    ("clusters: [unclosed\n", "FAIL", "invalid YAML"),
+    ("apiVersion: v1\nkind: Config\n", "FAIL", "kubeconfig"),
+])
+def test_kubeconfig_status_loads_the_file_as_the_agent_does(tmp_path, text, verdict, detail):
+    path = tmp_path / "kubeconfig"
+    path.write_text(text)
+    got = check.kubeconfig_status(path)
+    assert got[0] == verdict and detail in got[1] and (verdict == "OK" or str(path) in got[1])
+    assert check.kubeconfig_status(tmp_path / "absent")[0] == "FAIL"
+
+
+def test_rejected_card_secrets(tmp_path):
+    assert check.rejected_card_secrets(tmp_path) == ()
+    (tmp_path / "kubeconfig.rejected").write_text("{{{")
+    [(path, why)] = check.rejected_card_secrets(tmp_path)
+    assert path == str(tmp_path / "kubeconfig.rejected") and "invalid YAML" in why
