@@ -87,7 +87,9 @@ def test_runonce_unit() -> None:
     assert unit["Service"]["Type"] == "oneshot"
     assert unit["Service"]["ExecStart"].split()[1:] == ["--runonce"]
     assert unit["Service"]["KillMode"] == "process"
-    assert {"network-online.target", "local-fs.target"} <= set(unit["Unit"]["After"].split())
+    # The card's pods run before the network is online (issue 24): no wait for DHCP or a cable.
+    assert {"network.target", "local-fs.target"} <= set(unit["Unit"]["After"].split())
+    assert "network-online.target" not in unit["Unit"]["After"] and "Wants" not in unit["Unit"]
     assert "edgelet.service" in unit["Unit"]["Before"].split()
 
 
