@@ -58,6 +58,9 @@ fi
 [ -f "$image" ] || fail "no image: make image first"
 step "copy of $image"
 cp --sparse=always "$image" "$work/test.img"
+# Flashed onto a 4 GiB card (sparse; qemu's raspi3b wants a power-of-two SD size): the first boot grows the
+# root partition into it, and edgelet check then finds the free space it wants.
+truncate -s 4G "$work/test.img"
 fat="$work/test.img@@4M"
 export MTOOLS_SKIP_CHECK=1
 
@@ -101,7 +104,9 @@ done
 {
     echo "IMAGE-TEST waited $((i * 5))s"
     echo "$out" | sed 's/^/IMAGE-TEST pods: /'
-    edgelet check 2>&1 | sed 's/^/IMAGE-TEST check: /'
+    check="$(edgelet check 2>&1)"
+    echo "IMAGE-TEST check-exit: $?"
+    echo "$check" | sed 's/^/IMAGE-TEST check: /'
     echo "IMAGE-TEST hostname: $(hostname)"
     echo "IMAGE-TEST net: $(ip -4 -o addr show dev eth0 2>&1 | tr -s ' ')"
     journalctl -b -u systemd-networkd -o cat | grep -E "DHCPv4 address" | sed 's/^/IMAGE-TEST dhcp: /'
@@ -242,16 +247,26 @@ fi
 echo "ok: the kubeconfig is gone from the card"
 expect "$c1" "IMAGE-TEST hostname: pi-under-test" "the card's hostname was applied"
 expect "$c1" "IMAGE-TEST check: OK +memory cgroup" "edgelet check: the memory controller is on"
+expect "$c1" "IMAGE-TEST check: OK +free space" "the root grew to the card: edgelet check finds the free space"
+expect "$c1" "IMAGE-TEST check-exit: 0" "edgelet check passes on the device"
 
 step "a second manifest written onto the FAT partition with mtools, after the power cut"
 pod later > "$work/card/manifests/later.yaml"
 mcopy -o -i "$fat" "$work/card/manifests/later.yaml" ::edgelet/manifests/later.yaml
 set_want "hello later"
+# A malformed kubeconfig on the card: set aside by edgelet-card-setup, never a crash-looping agent.
+printf 'clusters: [unclosed\n' > "$work/card/kubeconfig"
+mcopy -o -i "$fat" "$work/card/kubeconfig" ::edgelet/kubeconfig
 
 c2="$work/console-2.log"
 boot "$c2"
 expect "$c2" "IMAGE-TEST pods: .* hello-pi-under-test .*Running" "after the power cut: the first pod is back"
 expect "$c2" "IMAGE-TEST pods: .* later-pi-under-test .*Running" "the manifest written with mtools runs"
+expect "$c2" "IMAGE-TEST agent: active restarts=0" "a malformed kubeconfig on the card: edgelet.service runs on"
+expect "$c2" "IMAGE-TEST check: WARN +card folder: set aside .*kubeconfig.rejected: invalid YAML" \
+    "edgelet check names the kubeconfig set aside and why"
+expect "$c2" "IMAGE-TEST kubeconfig: 600 root" "the good kubeconfig stays in use"
+expect "$c2" "IMAGE-TEST check-exit: 0" "edgelet check passes (a WARN) with the kubeconfig set aside"
 
 c3="$work/console-3.log"
 boot "$c3" virt
