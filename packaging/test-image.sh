@@ -80,7 +80,7 @@ cmdline="$cmdline systemd.default_timeout_start_sec=900"
 
 step "the test unit, written into the root partition with debugfs"
 root_start=$(sfdisk -d "$work/test.img" | sed -n 's|.*test.img2 : start= *\([0-9]*\),.*|\1|p')
-dd if="$work/test.img" of="$work/root.ext4" bs=512 skip="$root_start" status=none conv=sparse
+dd if="$work/test.img" of="$work/root.ext4" bs=4M iflag=skip_bytes skip=$((root_start * 512)) status=none conv=sparse
 cat > "$work/edgelet-image-test" <<'EOF'
 #!/bin/sh
 # Waits until the card's pods run, then reports on the console (IMAGE-TEST lines).
@@ -142,7 +142,7 @@ write $work/edgelet-image-test.service /etc/systemd/system/edgelet-image-test.se
 write $work/want /etc/edgelet-image-test.want
 symlink /etc/systemd/system/multi-user.target.wants/edgelet-image-test.service /etc/systemd/system/edgelet-image-test.service
 EOF
-dd if="$work/root.ext4" of="$work/test.img" bs=512 seek="$root_start" conv=notrunc,sparse status=none
+dd if="$work/root.ext4" of="$work/test.img" bs=4M oflag=seek_bytes seek=$((root_start * 512)) conv=notrunc,sparse status=none
 rm -f "$work/root.ext4"
 
 step "the card: a manifest, an arm64 image archive, a kubeconfig, a hostname"
@@ -226,10 +226,10 @@ expect() {  # expect LOG PATTERN WHAT (LOG.ssh: what the guest answered over SSH
 }
 set_want() {  # set_want PODS: what the guest's test unit waits for, written into the root with debugfs
     echo "$1" > "$work/want"
-    dd if="$work/test.img" of="$work/root.ext4" bs=512 skip="$root_start" status=none conv=sparse
+    dd if="$work/test.img" of="$work/root.ext4" bs=4M iflag=skip_bytes skip=$((root_start * 512)) status=none conv=sparse
     printf '%s\n' "rm /etc/edgelet-image-test.want" "write $work/want /etc/edgelet-image-test.want" |
         debugfs -w "$work/root.ext4" >/dev/null
-    dd if="$work/root.ext4" of="$work/test.img" bs=512 seek="$root_start" conv=notrunc,sparse status=none
+    dd if="$work/root.ext4" of="$work/test.img" bs=4M oflag=seek_bytes seek=$((root_start * 512)) conv=notrunc,sparse status=none
     rm -f "$work/root.ext4"
 }
 
