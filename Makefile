@@ -66,25 +66,29 @@ kube-apiserver: .make/apt.stamp
 	@tools/kube-apiserver.sh >/dev/null
 
 # The whole suite, then the frozen one-dir build (what the .deb ships) with the
-# smoke tests run against it instead of the venv. Three processes side by side,
-# as they mostly wait (agents on their pods, the build on the disk) rather than
-# compute: pytest tests/e2e (over half the wall time) in the foreground; pytest on
-# the rest, into build/pytest-rest.log; `make test-binary` (the build, skipped
-# when its inputs are unchanged, then its tests), into build/test-binary.log. The
-# logs are shown at the end. Every test keeps to its own dirs, cgroup parent,
-# bridge, subnet and ports, as it must beside other suites on the machine, so the
-# three never meet. With PYTEST_ARGS (paths, -k, -x) or TEST_SPLIT=0 the suite is
-# one pytest process. TEST_FG and TEST_BG are the two processes' arguments.
-TEST_SPLIT ?= $(if $(PYTEST_ARGS),0,1)
-TEST_FG ?= tests/e2e
-TEST_BG ?= --ignore=tests/e2e
+# smoke tests run against it instead of the venv. `make test-binary` (the build,
+# skipped when its inputs are unchanged, then its tests) runs beside the suite,
+# into build/test-binary.log, shown at the end: both mostly wait (agents on their
+# pods, the build on the disk) rather than compute.
+# TEST_SPLIT=1 runs the suite itself as two pytest processes side by side: TEST_FG
+# (most of tests/e2e) in the foreground and TEST_BG (the rest, the apiserver e2e
+# files among them, so the two take about as long) into build/pytest-rest.log.
+# Every test keeps to its own dirs, cgroup parent, bridge, subnet and ports, so
+# they never meet; but the extra load brought out timing races in four tests on
+# a machine at load 20 (fixed since), so it stays opt-in until runs prove it.
+# TEST_FG is everything not in TEST_BG, so a new test file or directory lands in
+# it. With PYTEST_ARGS (paths, -k, -x) the suite is always one process.
+TEST_SPLIT ?= 0
+TEST_BG ?= tests/chaos tests/fuzz tests/integration tests/unit \
+	tests/e2e/test_mirror.py tests/e2e/test_rollout_mirror.py tests/e2e/test_streaming.py
+TEST_FG ?= tests $(addprefix --ignore=,$(TEST_BG))
 # Not $(MAKE) in the recipe: make would run that line under `make -n test` too.
 TEST_MAKE = $(MAKE)
 test: $(VENV)/.installed $(VENV)/.build-installed kube-apiserver lint
 	@mkdir -p build; export EDGELET_KUBE_BIN=$$(tools/kube-apiserver.sh); rrc=0; \
 	echo "make test-binary in the background: build/test-binary.log"; \
 	$(TEST_MAKE) --no-print-directory test-binary >build/test-binary.log 2>&1 & binary=$$!; \
-	if [ "$(TEST_SPLIT)" = 1 ]; then \
+	if [ "$(TEST_SPLIT)" = 1 ] && [ -z "$(PYTEST_ARGS)" ]; then \
 		echo "pytest $(TEST_BG) in the background: build/pytest-rest.log"; \
 		$(PY) -m pytest -q -p no:cacheprovider $(TEST_BG) >build/pytest-rest.log 2>&1 & rest=$$!; \
 		$(PY) -m pytest -q -p no:cacheprovider $(TEST_FG); rc=$$?; \
