@@ -36,7 +36,21 @@ def privileged_skip_reason() -> str | None:
     return None
 
 
+# The order a whole run takes: quick pure tests first, so `pytest -x` stops at a broken unit within seconds
+# rather than after minutes of agents; a file's tests stay together and in their order (module fixtures).
+DIR_ORDER = ("unit", "fuzz", "integration", "e2e", "chaos")
+
+
+def _dir_rank(item: pytest.Item) -> int:
+    try:
+        top = item.path.relative_to(REPO / "tests").parts[0]
+    except (ValueError, IndexError):
+        return len(DIR_ORDER)
+    return DIR_ORDER.index(top) if top in DIR_ORDER else len(DIR_ORDER)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    items.sort(key=_dir_rank)
     reason = privileged_skip_reason()
     if reason is None:
         return

@@ -264,8 +264,11 @@ def test_pre_stop_runs_inside_the_grace_period_then_the_stop_signal_then_sigkill
         "bye", restart="Always", grace=3,
         containers=liveness_victim("trap 'echo term >> /data/log' TERM", prestop)))
     c, last = killed_instance(agent, "bye")
-    # The stop signal came after the hook, was ignored, and SIGKILL ended the instance.
-    lines = shared_file(agent, "bye", "log").read_text().split()
+    # The stop signal came after the hook, was ignored, and SIGKILL ended the instance. "running" in the status
+    # comes before the second instance's shell has written its line: on a loaded machine, well before.
+    log = shared_file(agent, "bye", "log")
+    lines = wait_for(lambda: (ls := log.read_text().split()) and len(ls) >= 5 and ls, timeout=60,
+                     what="the second instance's start line")
     assert lines[:4] == ["start", "prestop", "prestop-done", "term"], lines
     assert lines[4:] == ["start"]  # the second instance
     assert (last["exitCode"], last["reason"]) == (137, "Error")

@@ -284,16 +284,21 @@ async def test_sandbox_failure_is_undone(rt: RuncRuntime, monkeypatch: pytest.Mo
     _assert_pod_gone(rt, pod.metadata.uid)
 
 
-def test_overlay_is_probed_by_a_trial_mount_that_leaves_nothing_behind() -> None:
-    import glob
+def test_overlay_is_probed_by_a_trial_mount_that_leaves_nothing_behind(tmp_path, monkeypatch) -> None:
     import tempfile
 
     from edgelet.runtime.rootfs import probe_overlay
 
-    before = Path("/proc/self/mountinfo").read_text().count("edgelet-overlay-probe-")
+    # The probe's scratch dir in this test's own temp dir: an `edgelet check` running meanwhile elsewhere on the
+    # machine (another test, another suite) probes in the shared /tmp and must not count here.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    made: list[str] = []
+    real_mkdtemp = tempfile.mkdtemp
+    monkeypatch.setattr(tempfile, "mkdtemp", lambda *a, **kw: made.append(real_mkdtemp(*a, **kw)) or made[-1])
     assert probe_overlay() is None  # overlayfs works on the test machines
-    assert Path("/proc/self/mountinfo").read_text().count("edgelet-overlay-probe-") == before
-    assert not [p for p in glob.glob(os.path.join(tempfile.gettempdir(), "edgelet-overlay-probe-*"))]
+    assert made and all(Path(d).parent == tmp_path for d in made), made  # it did mount in there
+    assert str(tmp_path) not in Path("/proc/self/mountinfo").read_text()
+    assert list(tmp_path.iterdir()) == []
 
 
 @aio
