@@ -17,6 +17,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _harness import Bench, machine, pod_manifest  # noqa: E402
 
+from edgelet.runtime.logrotation import disk_bound  # noqa: E402
+
 FLOODS = {
     "yes": "exec yes",  # the flood: one short line, again and again
     "seq": "exec seq 1 1000000000",  # numbered lines: less alike, gzip works harder
@@ -103,6 +105,7 @@ def main() -> None:
         print(f"{label:45s} logged {r['gb']:6.2f} GB   agent {r['agent']:6.2f} CPU s/GB   "
               f"conmon {r['conmon']:6.2f} CPU s/GB   peak on disk {r['peak_mb']:8.1f} MiB")
     on, off = (results[label] for label, _ in cases)
+    print(f"disk bound at the defaults (logrotation.disk_bound): {disk_bound(10 * 2**20, 5) / 2**20:.0f} MiB")
     print(f"rotation overhead: {on['agent'] - off['agent']:.2f} agent CPU s per GB logged")
 
 

@@ -58,6 +58,20 @@ def backstop_size(max_size: int) -> int:
     return 2 * max_size
 
 
+def disk_bound(max_size: int, max_files: int) -> int:
+    """The most bytes one instance's log files can hold at any moment, however fast it floods and however
+    late the checks are: `max_files + 3` files of at most the backstop each.
+
+    conmon never writes more than its `--log-size-max` to one file, so no file (rotated or current)
+    exceeds the backstop. A check leaves at most `max_files - 1` rotated files besides the current
+    file's link and the spare's; until the next check prunes, conmon's cuts can turn only those two
+    linked files into more rotated ones (the file a third cut replaces has no second name and goes):
+    `max_files + 2` files. One more while a check runs: the gzip copy of the file it compresses, or,
+    when conmon cuts four times during one check, the spare that check made.
+    """
+    return (max_files + 3) * backstop_size(max_size)
+
+
 @dataclass
 class _Seen:
     size: int
@@ -155,6 +169,7 @@ class LogRotator:
                 # conmon cut the file away since it was looked at (its own --log-size-max): the path names
                 # the spare it took, fresh, with its own link. Nothing to rotate; the next check plans anew.
                 self._ensure_spare(spare, spare_link, attempt, names)
+                self._prune_surplus(current, attempt)
                 return self.min_delay
             if plan.rotate:
                 if link is None:
@@ -169,16 +184,35 @@ class LogRotator:
                 # The next file starts empty now: its growth by the next check gives the rate at once,
                 # rather than waiting a whole interval to learn it while conmon's cut stands in.
                 self._seen[current] = _Seen(0, self.clock.monotonic(), None)
+                self._prune_surplus(current, attempt)
                 return self.min_delay  # soon: a reopen that found no spare leaves a file without its link
             if link is None:
                 linked_to = logs.rotated_name(attempt, names, self.clock.now())
                 os.link(current, directory / linked_to)
                 names.append(linked_to)
             self._ensure_spare(spare, spare_link, attempt, names)  # for conmon's cut, which may come any time
+            self._prune_surplus(current, attempt)
         finally:
             if fd is not None:
                 os.close(fd)
         return self._delay(current, st)
+
+    def _prune_surplus(self, current: Path, attempt: int) -> None:
+        """Remove, oldest first, the rotated files beyond `max_files - 1` that conmon's cuts added during
+        this check, from a fresh listing: the plan was made from the listing at the start, and a cut
+        since then turned the current file's link (or the spare's) into one more rotated file.
+
+        Without it such a file stayed until the next check, while the two links made or kept now could
+        take two more cuts: three backstop-sized files beside the kept ones instead of two.
+        """
+        directory = current.parent
+        rotated = logs.rotated_names(os.listdir(directory), attempt)
+        own = {logs.link_name(directory, rotated, logs.stat_or_none(current)),
+               logs.link_name(directory, rotated, logs.stat_or_none(logs.spare_path(current)))}
+        others = [n for n in rotated if n not in own]
+        plan = logs.plan_rotation(0, others, max_size=self.max_size, max_files=self.max_files, live=True)
+        for name in plan.remove:
+            (directory / name).unlink(missing_ok=True)
 
     def _ensure_spare(self, spare: Path, spare_link: str | None, attempt: int, names: list[str]) -> None:
         """Make `<n>.log.tmp`, empty, under the newest rotated name, unless it is there: conmon's next

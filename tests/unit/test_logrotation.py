@@ -12,7 +12,7 @@ import pytest
 from edgelet import logs
 from edgelet.runtime import conmon
 from edgelet.runtime.layout import RuntimePaths
-from edgelet.runtime.logrotation import LogRotator, backstop_size, remove_logs
+from edgelet.runtime.logrotation import LogRotator, backstop_size, disk_bound, remove_logs
 from edgelet.util.clock import FakeClock
 
 T = "2024-05-01T10:00:00.000000000Z"
@@ -95,6 +95,8 @@ def test_next_check_delay(size, rate, expected):
 
 def test_backstop_leaves_room_for_one_late_rotation():
     assert backstop_size(10 * 1024 * 1024) == 20 * 1024 * 1024
+    # The defaults (10Mi x 5): eight files of the backstop at the very most, whatever the flood.
+    assert disk_bound(10 * 1024 * 1024, 5) == 160 * 1024 * 1024
 
 
 # ---------------------------------------------------------------- reading across rotated files
@@ -395,6 +397,122 @@ def test_conmons_cut_in_the_middle_of_a_check_loses_nothing(setup, monkeypatch, 
     data, cursor = logs.open_log(current)
     cursor.close()
     assert data == shown(0, w.n)
+
+class _Flood(_Conmon):
+    """conmon with its --log-size-max: it cuts (reopens by itself) before a line would take its count of
+    bytes past the limit, and counts from its own last cut, not from our reopen."""
+
+    def __init__(self, path: Path, limit: int, each=None) -> None:
+        super().__init__(path)
+        self.limit = limit
+        self.count = 0
+        self.cuts = 0
+        self.each = each  # called after every line: a watcher of the disk
+
+    def write(self, count: int) -> None:
+        for _ in range(count):
+            line = lines(self.n, self.n + 1)
+            if self.count + len(line) > self.limit:
+                self.reopen()
+                self.count = 0
+                self.cuts += 1
+            self.f.write(line)
+            self.n += 1
+            self.count += len(line)
+            if self.each is not None:
+                self.each()
+
+    def flood_through(self, cuts: int) -> None:
+        """Write until `cuts` more cuts have come, then a few lines more."""
+        until = self.cuts + cuts
+        while self.cuts < until:
+            self.write(1)
+        self.write(3)
+
+
+def _disk(d: Path) -> tuple[int, int]:
+    """(files holding bytes, bytes) of a log directory, each inode once."""
+    sizes = {(st.st_dev, st.st_ino): st.st_size for st in (os.stat(d / n) for n in os.listdir(d))}
+    return sum(1 for s in sizes.values() if s), sum(sizes.values())
+
+
+class _Peak:
+    def __init__(self, d: Path) -> None:
+        self.d = d
+        self.files = self.bytes = 0
+
+    def __call__(self) -> None:
+        files, size = _disk(self.d)
+        self.files = max(self.files, files)
+        self.bytes = max(self.bytes, size)
+
+
+def test_two_cuts_between_checks_add_at_most_the_two_linked_files(setup):
+    """A flood that outruns the checks: conmon cuts twice before the next one. The file current at the
+    check and the spare stay under their links, full to the backstop each; the file the second cut opened
+    has no second name, so a third cut would drop it rather than add a file. The next check prunes back
+    to max-files (the integration flood peaked at 535 KB against the 448 KiB once promised: that bound
+    counted kept files at max-size, and one cut file beside the current one)."""
+    rotator, current, reader, clock = setup
+    backstop = backstop_size(rotator.max_size)
+    peak = _Peak(current.parent)
+    w = _Flood(current, backstop, peak)
+    try:
+        w.write(2)
+        rotator.check_all()
+        for _ in range(5):
+            w.flood_through(2)
+            clock.advance(1)
+            rotator.check_all()
+            _answer_reopen(w, reader)
+            assert _disk(current.parent)[0] <= rotator.max_files
+    finally:
+        w.f.close()
+    assert w.cuts == 10
+    # max-files - 1 rotated files, the two linked ones conmon cut away, the current one: reached, not passed.
+    assert peak.files == rotator.max_files + 2
+    assert peak.bytes <= (rotator.max_files + 2) * backstop <= disk_bound(rotator.max_size, rotator.max_files)
+    data, cursor = logs.open_log(current)
+    cursor.close()
+    assert data == shown(w.n - data.count(b"\n"), w.n)  # nothing lost but the oldest, pruned
+
+
+def test_a_cut_during_a_check_is_pruned_by_that_check(setup, monkeypatch):
+    """conmon cuts while a check runs, after it listed the files: the current file's link becomes one more
+    rotated file, and the check goes on to make a new spare. The check prunes again from a fresh listing,
+    so two more cuts before the next check still leave max-files + 2 files (before, the cut file stayed
+    until the next check beside the two new linked ones: max-files + 3)."""
+    rotator, current, reader, clock = setup
+    peak = _Peak(current.parent)
+    w = _Flood(current, backstop_size(rotator.max_size), peak)
+    real = rotator._ensure_spare
+
+    def cut_then_ensure(*args, **kwargs):
+        w.flood_through(1)  # the check planned without this cut
+        return real(*args, **kwargs)
+
+    try:
+        w.write(2)
+        rotator.check_all()
+        for _ in range(4):
+            w.write(2)  # small at the check: no rotation, the flood comes during it
+            monkeypatch.setattr(rotator, "_ensure_spare", cut_then_ensure)
+            clock.advance(1)
+            rotator.check_all()
+            monkeypatch.undo()
+            assert _disk(current.parent)[0] <= rotator.max_files + 1  # the cut file went with the check
+            w.flood_through(2)
+            clock.advance(1)
+            rotator.check_all()
+            _answer_reopen(w, reader)
+    finally:
+        w.f.close()
+    assert peak.files == rotator.max_files + 2
+    assert peak.bytes <= disk_bound(rotator.max_size, rotator.max_files)
+    data, cursor = logs.open_log(current)
+    cursor.close()
+    assert data == shown(w.n - data.count(b"\n"), w.n)
+
 
 def test_a_follower_whose_file_was_compressed_reads_the_files_after_it(setup):
     """conmon's cut right after our reopen leaves a short file between two rotations, and the next check
