@@ -944,13 +944,10 @@ class RuncRuntime:
             await asyncio.to_thread(self._move_monitor, bundle, self.monitor_cgroup(uid, pod))
             crash_point("container.create")
             done = True
-        except SpecError as exc:
-            # The pod asks for what cannot be expressed: kubelet's CreateContainerConfigError, message unchanged.
-            raise CreateContainerConfigError(str(exc)) from exc
         except CreateContainerError:
             raise
-        except (RuntimeError_, OSError) as exc:
-            raise CreateContainerError(f"pod {_full(pod)} container {container.name}: {exc}") from exc
+        except (SpecError, RuntimeError_, OSError) as exc:
+            raise _create_error(pod, container, exc) from exc
         finally:
             if not done:
                 # Whatever failed (or a cancellation), nothing half-made stays behind.
@@ -999,12 +996,10 @@ class RuncRuntime:
                                                f" instance {old[:12]} in {bundle} was not removed")
             (rootfs_dir, passwd, groups, members), facts = made
             done = True
-        except SpecError as exc:
-            raise CreateContainerConfigError(str(exc)) from exc
         except CreateContainerError:
             raise
-        except (RuntimeError_, OSError) as exc:
-            raise CreateContainerError(f"pod {_full(pod)} container {container.name}: {exc}") from exc
+        except (SpecError, RuntimeError_, OSError) as exc:
+            raise _create_error(pod, container, exc) from exc
         finally:
             if not done:
                 await asyncio.shield(self._undo_prepared(cid, bundle, link))
@@ -1439,6 +1434,14 @@ def remove_pod_cgroups(pod_cgroup: str, mount: Path = CGROUP_MOUNT) -> None:
 def _pod_grace(pod: "Pod") -> int:
     g = pod_spec(pod).termination_grace_period_seconds if pod.spec is not None else None
     return 30 if g is None else int(g)
+
+
+def _create_error(pod: "Pod", container: "Container", exc: Exception) -> CreateContainerError:
+    """What a failed create (or its preparation) reports: a spec the pod asks for that cannot be expressed is
+    kubelet's CreateContainerConfigError with the message unchanged; anything else names pod and container."""
+    if isinstance(exc, SpecError):
+        return CreateContainerConfigError(str(exc))
+    return CreateContainerError(f"pod {_full(pod)} container {container.name}: {exc}")
 
 
 def _full(pod: "Pod | None") -> str:
