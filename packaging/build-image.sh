@@ -140,6 +140,18 @@ run rm -f "$root/.edgelet-image-base"
 run cp "$deb" "$root/tmp/edgelet.deb"
 chroot_mounts "$root"
 in_root "$root" "dpkg -i /tmp/edgelet.deb && rm -f /tmp/edgelet.deb"
+# Without --deb the newest dist/edgelet_*_arm64.deb is packed, which after a code change is the old code:
+# say which commit the image carries, and warn when it is not this tree's.
+if [ "$dry_run" = 0 ]; then
+    packaged="$(chroot "$root" /usr/bin/edgelet version --config /dev/null 2>&1 | head -n 1 || true)"
+    echo "packed: $packaged"
+    head_commit="$(git -C "$REPO" rev-parse --short=12 HEAD 2>/dev/null || true)"
+    case "$packaged" in
+    *"commit $head_commit"*) ;;
+    *) [ -z "$head_commit" ] || echo "build-image.sh: warning: $deb is not built from this tree's commit" \
+        "$head_commit (remove it, or give --deb, to pack this tree's code)" >&2 ;;
+    esac
+fi
 cleanup
 
 step "configuration"
