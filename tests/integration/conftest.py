@@ -1,4 +1,5 @@
-"""Fixtures shared by the integration tests: the busybox image record the runtime tests run containers from."""
+"""Fixtures shared by the integration tests: the busybox image record the runtime tests run containers from, and
+the runtime itself on the test's own paths (a module overrides `rt` where it needs other settings)."""
 
 from __future__ import annotations
 
@@ -15,3 +16,11 @@ def busybox(tmp_path_factory: pytest.TempPathFactory):
     archive = build_busybox_image(base / "bb.tar", name="edgelet.local/busybox:1.36")
     (record,) = ImageStore(base / "store").import_archive(archive)
     return record
+
+
+@pytest.fixture
+def rt(runtime_paths):
+    """A RuncRuntime on the test's own root, run and log dirs."""
+    from edgelet.runtime.runc_runtime import RuncRuntime
+
+    return RuncRuntime(runtime_paths)

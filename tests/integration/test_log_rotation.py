@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import os
 import re
@@ -19,6 +18,7 @@ from edgelet.runtime.layout import RuntimePaths
 from edgelet.runtime.logrotation import LogRotator, backstop_size, disk_bound
 from edgelet.runtime.runc_runtime import RuncRuntime
 from edgelet.util.clock import RealClock
+from tests.integration.test_runtime_runc import aio
 
 pytestmark = pytest.mark.privileged
 
@@ -26,13 +26,6 @@ MAX_SIZE = 64 * 1024
 MAX_FILES = 3
 LINE = re.compile(rb"line-(\d+)")
 
-
-def aio(fn):
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        return asyncio.run(fn(*args, **kwargs))
-
-    return wrapper
 
 
 def _pod(name: str, *containers: Container) -> Pod:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 import os
 
 import pytest
@@ -12,23 +11,11 @@ from edgelet.api.types import HTTPGetAction, TCPSocketAction
 from edgelet.probes.machine import Result
 from edgelet.probes.probers import exec_probe, http_probe, target_for, tcp_probe
 from edgelet.runtime.runc_runtime import RuncRuntime
-from edgelet.runtime.layout import RuntimePaths
-from tests.integration.test_runtime_runc import _c, _pod, _run
+from tests.integration.test_runtime_runc import aio, _c, _pod, _run
 
 pytestmark = pytest.mark.privileged
 
 
-def aio(fn):
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        return asyncio.run(fn(*args, **kwargs))
-
-    return wrapper
-
-
-@pytest.fixture
-def rt(runtime_paths: RuntimePaths) -> RuncRuntime:
-    return RuncRuntime(runtime_paths)
 
 
 def _procs_with(marker: str) -> list[int]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 import os
 import uuid
 from pathlib import Path
@@ -24,6 +23,7 @@ from edgelet.runtime import pinns
 from edgelet.runtime.layout import RuntimePaths
 from edgelet.runtime.runc_runtime import RuncRuntime
 from edgelet.testing.cleanup import conmon_processes, runc_containers
+from tests.integration.test_runtime_runc import aio
 
 pytestmark = pytest.mark.privileged
 
@@ -45,17 +45,6 @@ def _c(name: str, *cmd: str) -> Container:
                      image_pull_policy="IfNotPresent", termination_message_path="/dev/termination-log")
 
 
-def aio(fn):
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        return asyncio.run(fn(*args, **kwargs))
-
-    return wrapper
-
-
-@pytest.fixture
-def rt(runtime_paths: RuntimePaths) -> RuncRuntime:
-    return RuncRuntime(runtime_paths)
 
 
 def _conmons_under(base: Path) -> list[int]:

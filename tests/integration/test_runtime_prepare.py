@@ -4,7 +4,6 @@ what was prepared, and nothing left (mounts, bundles, log links, namespaces) whe
 from __future__ import annotations
 
 import asyncio
-import functools
 import uuid
 from pathlib import Path
 
@@ -13,13 +12,13 @@ import pytest
 from edgelet.api.types import Container, ObjectMeta, Pod, PodSpec
 from edgelet.container.errors import CreateContainerError, SandboxError
 from edgelet.runtime import pinns, rootfs
-from edgelet.runtime.layout import RuntimePaths
 from edgelet.runtime.runc_runtime import RuncRuntime
 from edgelet.sync.syncpod import Syncer
 from edgelet.testing.cleanup import runc_containers
 from edgelet.testing.fakes import FakeImageStore
 from edgelet.util.backoff import Backoff
 from edgelet.util.clock import RealClock
+from tests.integration.test_runtime_runc import aio
 
 pytestmark = pytest.mark.privileged
 
@@ -32,17 +31,6 @@ def _pod(name: str, *names: str) -> Pod:
                             restart_policy="Always", termination_grace_period_seconds=1))
 
 
-def aio(fn):
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        return asyncio.run(fn(*args, **kwargs))
-
-    return wrapper
-
-
-@pytest.fixture
-def rt(runtime_paths: RuntimePaths) -> RuncRuntime:
-    return RuncRuntime(runtime_paths)
 
 
 def _mounts_under(base: Path) -> list[str]:

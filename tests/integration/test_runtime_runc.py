@@ -18,7 +18,6 @@ from edgelet.runtime import conmon as conmon_mod
 from edgelet.container.errors import CreateContainerError, SandboxError, StartContainerError
 from edgelet.runtime.runc_runtime import RuncRuntime
 from edgelet.testing.cleanup import conmon_processes
-from edgelet.runtime.layout import RuntimePaths
 
 pytestmark = pytest.mark.privileged
 
@@ -41,10 +40,6 @@ def _c(name: str, *cmd: str, **kw) -> Container:
     return Container(name=name, image="edgelet.local/busybox:1.36", command=list(cmd),
                      image_pull_policy="IfNotPresent", termination_message_path="/dev/termination-log", **kw)
 
-
-@pytest.fixture
-def rt(runtime_paths: RuntimePaths) -> RuncRuntime:
-    return RuncRuntime(runtime_paths)
 
 
 async def _run(rt: RuncRuntime, pod: Pod, busybox, container: Container, attempt: int = 0, sandbox=None):

@@ -23,10 +23,6 @@ SIBLINGS = 12
 ROUNDS = 3
 
 
-@pytest.fixture
-def rt(runtime_paths) -> RuncRuntime:
-    return RuncRuntime(runtime_paths)
-
 
 def _mounts_under(path: Path) -> list[str]:
     return bl.mounts_under(path)
