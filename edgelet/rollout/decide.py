@@ -192,6 +192,20 @@ def short(h: str | None) -> str:
     return (h or "-")[:8]
 
 
+def changes_what_runs(rec: Record, *, rollback: bool) -> bool:
+    """Whether the record's open step can still change which version runs: a pull or a replacement under way,
+    a rollback, a Surge gate (its end stops the previous version), or a gate with a last good version to fall
+    back to. A first version's gate (or any gate with rollback off) only marks the version good for a later
+    update: `--runonce` leaves it to the daemon that adopts the pod rather than wait out the window."""
+    if rec.phase in ("pulling", "replacing", "rolling-back"):
+        return True
+    if rec.phase != "gating":
+        return False
+    if rec.surge_from is not None:
+        return True
+    return rollback and rec.last_good is not None and rec.last_good != rec.target
+
+
 def start(name: str, desired: str, now: float) -> Record:
     """A pod seen for the first time: no last good version, so it runs at once (as today) under the gate."""
     return Record(name=name, phase="gating", target=desired, active=desired, since=now,

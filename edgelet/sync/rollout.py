@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from edgelet.api.pod import meta
 from edgelet.api.pod import uid as pod_uid
 from edgelet.events import EventRecorder, pod_ref
-from edgelet.rollout.decide import Decision, Observation, Policy, Record, condition, decide, retry, short, start
+from edgelet.rollout.decide import (Decision, Observation, Policy, Record, changes_what_runs, condition, decide, retry,
+                                    short, start)
 from edgelet.rollout.observe import gate_observation, surge_clash
 from edgelet.rollout.policy import policy_for
 from edgelet.rollout.store import RolloutStore, StoredRollout, decode_pod, encode_pod
@@ -117,9 +118,10 @@ class RolloutManager:
         return any(s.record.surge_from is not None and s.record.active == uid for s in self._stored.values())
 
     def unsettled(self) -> list[str]:
-        """Names whose new version is still being pulled, replaced, judged or rolled back (--runonce waits)."""
+        """Names whose open rollout step can still change which version runs (--runonce waits for these; a first
+        version's gate is finished by the daemon that adopts the pod: `changes_what_runs`)."""
         return sorted(s.record.name for s in self._stored.values()
-                      if s.record.phase in ("pulling", "replacing", "gating", "rolling-back"))
+                      if changes_what_runs(s.record, rollback=self._policy.rollback))
 
     def retry(self, name: str) -> Record:
         """`edgelet rollout retry`: the blocked version is tried again (NoSuchRollout, NothingToRetry)."""

@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from edgelet.rollout.decide import (ContainerObs, GateObs, Observation, Policy, Record, assess_gate, condition,
-                                    decide, retry, start)
+from edgelet.rollout.decide import (ContainerObs, GateObs, Observation, Policy, Record, assess_gate,
+                                    changes_what_runs, condition, decide, retry, start)
 
 P = Policy(deadline=60.0, window=10.0)
 
@@ -211,3 +211,21 @@ def test_a_new_manifest_during_a_surge_stops_the_surged_version():
     gating = Record(name="ns/p", phase="gating", target="v2", active="v2", last_good="v1", surge_from="v1")
     d = decide(gating, Observation("v3"), 1.0, SURGE)
     assert (d.record.phase, d.record.active, d.record.surge_from, d.record.target) == ("pulling", "v1", None, "v3")
+
+
+@pytest.mark.parametrize("phase, last_good, surge_from, rollback, want", [
+    ("gating", None, None, True, False),  # a first version: nothing to fall back to, the daemon finishes its gate
+    ("gating", "v2", None, True, False),  # the target itself was good before (manifest back to it)
+    ("gating", "v1", None, True, True),  # an update: the gate may roll it back
+    ("gating", "v1", None, False, False),  # rollback off: the gate only reports
+    ("gating", "v1", "v1", False, True),  # Surge: the gate's end stops the previous version
+    ("pulling", "v1", None, True, True),
+    ("replacing", "v1", None, True, True),
+    ("rolling-back", "v1", None, True, True),
+    ("good", "v2", None, True, False),
+    ("rolled-back", "v1", None, True, False),
+    ("failed", None, None, True, False),
+])
+def test_runonce_waits_only_for_steps_that_change_what_runs(phase, last_good, surge_from, rollback, want):
+    rec = Record(name="default/app", phase=phase, target="v2", active="v2", last_good=last_good, surge_from=surge_from)
+    assert changes_what_runs(rec, rollback=rollback) is want
