@@ -58,11 +58,14 @@ def ensure_dir(path: Path, mode: int = PRIVATE_DIR, *, tighten_from: Path | None
             os.chmod(d, st.st_mode & mode & 0o7777)
 
 
-def write_atomic(path: Path, data: bytes, mode: int = PRIVATE_FILE, *, sync_dir: bool = True) -> None:
+def write_atomic(path: Path, data: bytes, mode: int = PRIVATE_FILE, *, sync_dir: bool = True,
+                 durable: bool = True) -> None:
     """Replace `path` with `data` so that a power cut leaves either the old or the new file, never a mix.
 
     `sync_dir` False skips the directory's fsync, for files a crash may lose whole because the state is
     rebuilt without them (bundle files on the container start path, where each fsync costs flash time).
+    `durable` False skips both fsyncs, for files whose loss or an empty copy after a power cut their reader
+    takes as "never written" (a first version's rollout record).
     """
     ensure_dir(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
@@ -70,7 +73,8 @@ def write_atomic(path: Path, data: bytes, mode: int = PRIVATE_FILE, *, sync_dir:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
         os.chmod(tmp, mode)
         crash_point("checkpoint.write")
         os.replace(tmp, path)
@@ -80,7 +84,7 @@ def write_atomic(path: Path, data: bytes, mode: int = PRIVATE_FILE, *, sync_dir:
         except FileNotFoundError:
             pass
         raise
-    if not sync_dir:
+    if not (sync_dir and durable):
         return
     dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
     try:

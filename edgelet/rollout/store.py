@@ -68,8 +68,8 @@ class RolloutStore:
             out[stored.record.name] = stored
         return out
 
-    def save(self, stored: StoredRollout) -> None:
-        write_atomic(_file(self.dir, stored.record.name), msgspec.json.encode(stored))
+    def save(self, stored: StoredRollout, *, durable: bool = True) -> None:
+        write_atomic(_file(self.dir, stored.record.name), msgspec.json.encode(stored), durable=durable)
 
     def delete(self, name: str) -> None:
         _file(self.dir, name).unlink(missing_ok=True)

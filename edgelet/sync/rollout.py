@@ -167,7 +167,10 @@ class RolloutManager:
             stored = self._stored.get(name)
             if stored is None:
                 rec = start(name, uid, now)
-                if not self._save(StoredRollout(record=rec, pods={uid: encode_pod(pod)})):
+                # Not fsynced: it is on every new pod's start path (two fsyncs on the event loop, tens of ms on
+                # a card), and a copy lost or emptied by a power cut is read as no record, which gives the
+                # same first version again.
+                if not self._save(StoredRollout(record=rec, pods={uid: encode_pod(pod)}), durable=False):
                     out[uid] = pod  # nothing to roll back to either way: it runs as today, recorded later
                     continue
                 self._events.normal(pod_ref(pod), "RolloutStarted",
@@ -237,12 +240,12 @@ class RolloutManager:
             pod = self._decoded[h] = decode_pod(data)
         return pod
 
-    def _save(self, stored: StoredRollout) -> bool:
+    def _save(self, stored: StoredRollout, *, durable: bool = True) -> bool:
         """Write the record; False when it cannot be written (a full disk): then nothing changes, and the next
         round tries again (a loop never dies)."""
         name = stored.record.name
         try:
-            self._store.save(stored)
+            self._store.save(stored, durable=durable)
         except OSError as exc:
             if name not in self._unwritable:
                 self._unwritable.add(name)

@@ -101,6 +101,29 @@ def test_first_version_runs_at_once_then_is_good(tmp_path):
     assert (rec.phase, rec.last_good) == ("good", v1.metadata.uid)
 
 
+def test_only_a_first_version_record_skips_fsync_and_an_emptied_one_reads_as_none(tmp_path, monkeypatch):
+    import os
+
+    synced: list[int] = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real(fd))[1])
+    w = World(tmp_path)
+    v1 = make_pod("a")
+    w.round(v1)
+    assert synced == []  # the first version's record, on its start path
+    w.status[v1.metadata.uid] = READY
+    w.round(v1)
+    w.clock.advance(6)
+    w.round(v1)
+    assert w.manager.record("default/app-node").phase == "good" and synced  # what a rollback needs is durable
+
+    # What a power cut can leave of a record written without fsync: an empty file. It reads as no record, so
+    # the pod is a first version again, which is what it was.
+    for path in RolloutStore(tmp_path).dir.glob("*.json"):
+        path.write_bytes(b"")
+    assert RolloutStore(tmp_path).load() == {}
+
+
 def test_steady_once_every_record_rests_so_an_idle_loop_runs_no_rounds(tmp_path):
     w = World(tmp_path)
     assert w.manager.steady(), "no record at all"
@@ -275,10 +298,10 @@ def test_a_record_that_cannot_be_written_changes_nothing(tmp_path):
     full = {"on": True}
     save = w.manager._store.save
 
-    def failing(stored):
+    def failing(stored, *, durable=True):
         if full["on"]:
             raise OSError(errno.ENOSPC, "No space left on device")
-        save(stored)
+        save(stored, durable=durable)
 
     w.manager._store.save = failing
     v2 = make_pod("b")
