@@ -9,9 +9,8 @@ sandboxes that still run.
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -71,6 +70,7 @@ def runtime_config(pod: "Pod") -> dict[str, Any]:
 class Attached:
     netns: str
     ips: tuple[str, ...]
+    result: dict[str, Any] | None = field(default=None, compare=False, repr=False)  # ADD's, for the cache
 
 
 @dataclass(frozen=True)
@@ -163,19 +163,24 @@ class PodNetwork:
             netns.remove(path)
             raise
 
-    async def attach(self, pending: "Pending") -> Attached:
-        """ADD through the chain in the namespace `make` made, and its result cached. A failure (or a
-        cancellation) leaves the namespace and the entry for `teardown` (the sandbox's removal), since a
-        container may be joining that namespace by its path right now."""
-        cfg, att, entry = pending.config, pending.attachment, pending.entry
+    async def attach(self, pending: "Pending", *, record: bool = True) -> Attached:
+        """ADD through the chain in the namespace `make` made, and its result cached (`record=False`: the
+        caller calls `record` in a worker-thread trip of its own). A failure (or a cancellation) leaves the
+        namespace and the entry for `teardown` (the sandbox's removal), since a container may be joining that
+        namespace by its path right now."""
+        cfg, att = pending.config, pending.attachment
         result = await self.cni.add(cfg, att, pending.runtime_config)
         crash_point("cni.add")
-        await asyncio.to_thread(functools.partial(self.cache.write, Entry(**{**entry.__dict__, "result": result}),
-                                                  replacing=True))
-        ips = pod_ips(result)
+        attached = Attached(pending.entry.netns, pod_ips(result), result)
+        if record:
+            await asyncio.to_thread(self.record, pending, attached)
         log.info("Pod network attached", pod=f"{att.pod_namespace}/{att.pod_name}", sandbox=att.container_id[:12],
-                 ips=",".join(ips) or None, network=cfg.name)
-        return Attached(entry.netns, ips)
+                 ips=",".join(attached.ips) or None, network=cfg.name)
+        return attached
+
+    def record(self, pending: "Pending", attached: Attached) -> None:
+        """ADD's result into the cache entry (blocking), what a later DEL and CHECK are given."""
+        self.cache.write(Entry(**{**pending.entry.__dict__, "result": attached.result}), replacing=True)
 
     async def teardown(self, sandbox_id: str, *, broken: bool = False) -> None:
         """DEL the sandbox's attachment; `broken` when its CHECK failed, so the plugins may not find inside

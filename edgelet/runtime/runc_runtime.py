@@ -590,9 +590,12 @@ class RuncRuntime:
         hostname = bl.pod_hostname(pod, self.node_hostname, self.cluster_domain)
         try:
             assert self.network is not None
-            attached = await self.network.attach(held.pending)
+            network = self.network
+            attached = await network.attach(held.pending, record=False)
 
             def finish() -> None:
+                # One trip to a worker thread after ADD: its result cached, then the sandbox finished.
+                network.record(held.pending, attached)
                 if attached.ips:
                     bl.rewrite_in_place(layout.hosts, self._hosts_text(pod, hostname, attached.ips))
                 held.annotations[ANN_POD_IPS] = ",".join(attached.ips)
