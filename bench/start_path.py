@@ -3,7 +3,11 @@
 most that leaving the fsyncs for later could save. The two are interleaved, so a noisy machine's drift falls
 on both alike. Also the cost of one bundle file written each way.
 
-Run as root: `.venv/bin/python bench/start_path.py [--pods 20]`. Prints medians.
+With `--cni` (issue 25), the same for a pod on a CNI bridge of the bench's own (bridge, host-local, portmap,
+loopback): the sandbox's two halves (its namespaces, then ADD), the first container's create serial after ADD
+(the code before) and beside it (the sync's order now), interleaved, and each step's own time.
+
+Run as root: `.venv/bin/python bench/start_path.py [--pods 20] [--cni]`. Prints medians.
 """
 
 from __future__ import annotations
@@ -88,10 +92,86 @@ async def run(b: Bench, pods: int) -> dict[str, dict[str, list[float]]]:
     return times
 
 
+SERIAL, BESIDE = "create after ADD (serial)", "create beside ADD"
+CNI_STEPS = ("create_sandbox", "ADD (start_sandbox)", "create_container", "ADD | create", "start_container")
+
+
+async def run_cni(b: Bench, pods: int, conf: Path) -> dict[str, dict[str, list[float]]]:
+    """The CNI start path, serial and overlapped, interleaved: steps in ms per variant."""
+    from edgelet.images.store import ImageStore
+    from edgelet.network.manager import PodNetwork
+
+    (image,) = ImageStore(b.base / "store").import_archive(b.archive)
+    net = PodNetwork(conf, ["/usr/lib/cni"], b.paths.run_dir / "netns", b.paths.root_dir / "cni")
+    rt = RuncRuntime(b.paths, network=net)
+    times: dict[str, dict[str, list[float]]] = {v: {s: [] for s in (*CNI_STEPS, "total")} for v in (SERIAL, BESIDE)}
+
+    async def timed(aw):
+        t = time.perf_counter()
+        out = await aw
+        return out, (time.perf_counter() - t) * 1000
+
+    for i in range(pods * 2):
+        variant = BESIDE if i % 2 else SERIAL
+        pod = _pod(f"c{i}")
+        container = pod.spec.containers[0]
+        t0 = time.perf_counter()
+        sandbox = await rt.create_sandbox(pod, 0)
+        t1 = time.perf_counter()
+        if variant == SERIAL:
+            sandbox, add = await timed(rt.start_sandbox(pod, sandbox))
+            cid, create = await timed(rt.create_container(pod, container, sandbox, image, 0))
+            both = add + create
+        else:
+            (sandbox, add), (cid, create) = await asyncio.gather(
+                timed(rt.start_sandbox(pod, sandbox)), timed(rt.create_container(pod, container, sandbox, image, 0)))
+            both = (time.perf_counter() - t1) * 1000
+        t2 = time.perf_counter()
+        await rt.start_container(cid)
+        t3 = time.perf_counter()
+        for step, took in zip((*CNI_STEPS, "total"), ((t1 - t0) * 1000, add, create, both, (t3 - t2) * 1000,
+                                                        (t3 - t0) * 1000)):
+            times[variant][step].append(took)
+        await rt.stop_container(cid, 0)
+        await rt.stop_sandbox(sandbox.id)
+        await rt.remove_pod(pod.metadata.uid)
+    return times
+
+
+def main_cni(pods: int) -> None:
+    import subprocess
+
+    from start_latency import cni_conf  # the bench's own bridge network, as start_latency.py uses
+
+    b = Bench("start-path-cni")
+    bridge = None
+    try:
+        conf, bridge = cni_conf(b.base)
+        times = asyncio.run(run_cni(b, pods, conf))
+    finally:
+        if bridge:
+            from edgelet.network.iptables import remove_tagged
+
+            asyncio.run(remove_tagged(f"bench-{bridge}", key="name"))
+            subprocess.run(["ip", "link", "del", bridge], capture_output=True)
+        b.close()
+    print(f"machine: {machine()}")
+    for variant, steps in times.items():
+        parts = ", ".join(f"{s} {statistics.median(steps[s]):.1f}" for s in CNI_STEPS)
+        print(f"{variant}: CNI start path median {statistics.median(steps['total']):.1f} ms, p90"
+              f" {percentile(steps['total'], 0.9):.1f} ms ({parts} ms; {len(steps['total'])} pods, interleaved)")
+    gain = statistics.median(times[SERIAL]["total"]) - statistics.median(times[BESIDE]["total"])
+    print(f"creating the container beside ADD saves {gain:.1f} ms a pod start (difference of the medians)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--pods", type=int, default=20, help="pods per variant")
+    ap.add_argument("--cni", action="store_true", help="the CNI start path, serial and beside ADD (see above)")
     args = ap.parse_args()
+    if args.cni:
+        main_cni(args.pods)
+        return
     b = Bench("start-path")
     try:
         times = asyncio.run(run(b, args.pods))

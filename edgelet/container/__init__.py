@@ -31,6 +31,18 @@ class Runtime(Protocol):
         """Create the pod dir, cgroup and a running pause sandbox holding the pod's namespaces."""
         ...
 
+    async def create_sandbox(self, pod: "Pod", attempt: int) -> "SandboxRecord":
+        """run_sandbox up to the pod network's attachment: the pod's namespaces exist, and containers may be
+        created in them but not started. Returns the sandbox "created" when `start_sandbox` has the network
+        to attach (a CNI network), "running" when nothing is left to do. On failure nothing stays."""
+        ...
+
+    async def start_sandbox(self, pod: "Pod", sandbox: "SandboxRecord") -> "SandboxRecord":
+        """Attach a created sandbox's network (CNI ADD) and finish it; returns it "running". On failure (or a
+        cancellation) the sandbox stays created, never started: the caller removes the containers it created
+        in it, then the sandbox (`remove_container(sandbox.id)`)."""
+        ...
+
     async def stop_sandbox(self, sandbox_id: str) -> None:
         """Kill the pause process (containers must already be stopped)."""
         ...

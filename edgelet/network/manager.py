@@ -1,16 +1,16 @@
 """A pod's network from sandbox creation to teardown, and the clean-up of what a crash or power cut left.
 
-The runtime calls `setup` after creating the sandbox's network namespace
-file and before the pause process starts, `teardown` when the sandbox stops,
-and `cleanup` once at start with the sandboxes that still run.
+The runtime calls `setup` (or its three steps, `begin`, `make` and `attach`,
+with a container created between the last two) before the pod's containers
+start, `teardown` when the sandbox stops, and `cleanup` once at start with the
+sandboxes that still run.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -70,6 +70,17 @@ def runtime_config(pod: "Pod") -> dict[str, Any]:
 class Attached:
     netns: str
     ips: tuple[str, ...]
+    result: dict[str, Any] | None = field(default=None, compare=False, repr=False)  # ADD's, for the cache
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A pod's attachment between `PodNetwork.begin` and `attach`: the config read once, and the cache entry."""
+
+    config: netconf.NetworkConfig
+    attachment: Attachment
+    runtime_config: dict[str, Any]
+    entry: Entry
 
 
 class PodNetwork:
@@ -101,7 +112,29 @@ class PodNetwork:
         return True, ""
 
     async def setup(self, pod: "Pod", sandbox_id: str) -> Attached | None:
-        """The pod's network namespace, attached by the plugin chain; None when no network is configured."""
+        """The pod's network namespace, attached by the plugin chain; None when no network is configured.
+        Whatever fails (or a cancellation), nothing of it stays."""
+        pending = await self.begin(pod, sandbox_id)
+        if pending is None:
+            return None
+        # A cancellation waits for the thread, then releases what it made (the runtime's undo could run first).
+        making = asyncio.ensure_future(asyncio.to_thread(self.make, pending))
+        try:
+            await asyncio.shield(making)
+        except asyncio.CancelledError:
+            await asyncio.gather(making, return_exceptions=True)
+            if not making.cancelled() and making.exception() is None:
+                await asyncio.shield(self._release(pending.entry))
+            raise
+        try:
+            return await self.attach(pending)
+        except BaseException:
+            await asyncio.shield(self._release(pending.entry))
+            raise
+
+    async def begin(self, pod: "Pod", sandbox_id: str) -> "Pending | None":
+        """What attaching the pod will take (config, its namespace file's path, the cache entry), making
+        nothing yet; None when no network is configured. Then `make`, then `attach`."""
         # On the loop: a small directory and one file (0.14 ms), less than a trip to a worker thread costs.
         cfg = self.config()
         if cfg is None:
@@ -116,37 +149,38 @@ class PodNetwork:
         rc = runtime_config(pod)
         entry = Entry(sandbox_id, str(path), att.ifname, att.pod_name, att.pod_namespace, att.pod_uid,
                       dict(cfg.raw), rc, None)
-        def made() -> None:
-            netns.create(path)
-            try:
-                # Saved before ADD: an agent killed during ADD still knows what to DEL at its next start.
-                self.cache.write(entry)
-            except BaseException:
-                netns.remove(path)
-                raise
+        return Pending(cfg, att, rc, entry)
 
-        # One trip to a worker thread for both: on a busy machine each trip waits for a core. A cancellation
-        # waits for the thread, then releases what it made (the runtime's undo could run before it ends).
-        making = asyncio.ensure_future(asyncio.to_thread(made))
+    def make(self, pending: "Pending") -> None:
+        """The namespace file and the cache entry (blocking: the runtime calls it in its own worker-thread trip).
+        Containers may join the namespace from here on, before `attach` (issue 25: `runc create` beside ADD)."""
+        path = Path(pending.entry.netns)
+        netns.create(path)
         try:
-            await asyncio.shield(making)
-        except asyncio.CancelledError:
-            await asyncio.gather(making, return_exceptions=True)
-            if not making.cancelled() and making.exception() is None:
-                await asyncio.shield(self._release(entry))
-            raise
-        try:
-            result = await self.cni.add(cfg, att, rc)
-            crash_point("cni.add")
-            await asyncio.to_thread(functools.partial(self.cache.write, Entry(**{**entry.__dict__, "result": result}),
-                                                      replacing=True))
+            # Saved before ADD: an agent killed during ADD still knows what to DEL at its next start.
+            self.cache.write(pending.entry)
         except BaseException:
-            await asyncio.shield(self._release(entry))
+            netns.remove(path)
             raise
-        ips = pod_ips(result)
-        log.info("Pod network attached", pod=f"{att.pod_namespace}/{att.pod_name}", sandbox=sandbox_id[:12],
-                 ips=",".join(ips) or None, network=cfg.name)
-        return Attached(str(path), ips)
+
+    async def attach(self, pending: "Pending", *, record: bool = True) -> Attached:
+        """ADD through the chain in the namespace `make` made, and its result cached (`record=False`: the
+        caller calls `record` in a worker-thread trip of its own). A failure (or a cancellation) leaves the
+        namespace and the entry for `teardown` (the sandbox's removal), since a container may be joining that
+        namespace by its path right now."""
+        cfg, att = pending.config, pending.attachment
+        result = await self.cni.add(cfg, att, pending.runtime_config)
+        crash_point("cni.add")
+        attached = Attached(pending.entry.netns, pod_ips(result), result)
+        if record:
+            await asyncio.to_thread(self.record, pending, attached)
+        log.info("Pod network attached", pod=f"{att.pod_namespace}/{att.pod_name}", sandbox=att.container_id[:12],
+                 ips=",".join(attached.ips) or None, network=cfg.name)
+        return attached
+
+    def record(self, pending: "Pending", attached: Attached) -> None:
+        """ADD's result into the cache entry (blocking), what a later DEL and CHECK are given."""
+        self.cache.write(Entry(**{**pending.entry.__dict__, "result": attached.result}), replacing=True)
 
     async def teardown(self, sandbox_id: str, *, broken: bool = False) -> None:
         """DEL the sandbox's attachment; `broken` when its CHECK failed, so the plugins may not find inside

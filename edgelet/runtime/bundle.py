@@ -349,6 +349,21 @@ def quantity_bytes(q: str | int | float) -> int:
 # ---------------------------------------------------------------- side effects
 
 
+def rewrite_in_place(path: Path, content: str) -> None:
+    """Write `content` over the file at `path`, keeping its inode (not fsynced).
+
+    For a file a created container has already bind-mounted (the pod's /etc/hosts, written again with the pod
+    IPs once the network is attached): a rename would leave the container's mount on the old inode. The
+    bytes go in before the length is cut, so a reader never sees the file empty; nothing runs in the pod yet."""
+    data = content.encode()
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.pwrite(fd, data, 0)
+        os.ftruncate(fd, len(data))
+    finally:
+        os.close(fd)
+
+
 def write_file(path: Path, content: str, mode: int = 0o600, *, durable: bool = True) -> None:
     """Write via a temp file, fsync and rename, so a reader (or a running container) never sees half a file,
     nor a power cut an empty one.

@@ -109,7 +109,7 @@ from edgelet.util.log import get_logger
 if TYPE_CHECKING:
     from edgelet.api.types import Container, Pod
     from edgelet.runtime.execsession import ExecSession
-    from edgelet.network.manager import Attached, PodNetwork
+    from edgelet.network.manager import Attached, Pending, PodNetwork
     from edgelet.images.types import ImageRecord
 
 log = get_logger("edgelet.runtime")
@@ -175,6 +175,17 @@ class _Prepared:
     groups: dict[str, int]
     members: dict[str, tuple[str, ...]]
     facts: dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class _PendingSandbox:
+    """A created sandbox's part start_sandbox needs: the attachment to make, its sysctls, the namespace files
+    ({"ipc"|"uts"|...: path}) and the annotations its record is written again with."""
+
+    pending: "Pending"
+    sysctls: Mapping[str, str]
+    pinned: Mapping[str, str]
+    annotations: dict[str, str]
 
 
 class RuncRuntime:
@@ -249,6 +260,8 @@ class RuncRuntime:
         self._messages: dict[str, str] = {}
         # Names this agent's exec scratch files, so the start sweep tells an earlier agent's apart.
         self._exec_prefix = secrets.token_hex(4)
+        # Sandboxes created and not yet started (their CNI ADD to run), with what start_sandbox finishes from.
+        self._pending: dict[str, _PendingSandbox] = {}
         # Sandboxes whose network failed a CNI CHECK: reported not ready, so their pod gets a new one.
         self._network_broken: set[str] = set()
         # The exit dir must exist before anything watches it (PLEG's inotify).
@@ -512,9 +525,21 @@ class RuncRuntime:
             self._pause = pause_spec(self.paths.root_dir, self.catatonit_bin, self.pause_image)
         return self._pause
 
-    def _write_pod_files(self, pod: "Pod", layout: bl.PodLayout, hostname: str, pod_ips: Sequence[str] = ()) -> None:
+    def _hosts_text(self, pod: "Pod", hostname: str, pod_ips: Sequence[str]) -> str:
+        """The pod's /etc/hosts (blocking: with hostNetwork it starts from the node's)."""
         spec = pod.spec
         host_network = bool(spec is not None and spec.host_network)
+        host_hosts = ""
+        if host_network:
+            try:
+                host_hosts = bl.HOST_HOSTS.read_text()
+            except OSError:
+                host_hosts = ""
+        aliases = [(a.ip, tuple(a.hostnames or ())) for a in ((spec.host_aliases if spec else None) or [])]
+        return bl.build_hosts_file(hostname, pod_ips=pod_ips, host_aliases=aliases, host_network=host_network,
+                                   host_hosts=host_hosts, fqdn=bl.pod_fqdn(pod, hostname, self.cluster_domain))
+
+    def _write_pod_files(self, pod: "Pod", layout: bl.PodLayout, hostname: str, pod_ips: Sequence[str] = ()) -> None:
         try:
             host_resolv = bl.HOST_RESOLV_CONF.read_text()
         except OSError:
@@ -524,16 +549,7 @@ class RuncRuntime:
             log.warning("DNS configuration", pod=_full(pod), detail=w)
             if "--cluster-dns" in w and self.on_warning is not None:
                 self.on_warning(pod, None, "MissingClusterDNS", w)
-        host_hosts = ""
-        if host_network:
-            try:
-                host_hosts = bl.HOST_HOSTS.read_text()
-            except OSError:
-                host_hosts = ""
-        aliases = [(a.ip, tuple(a.hostnames or ())) for a in ((spec.host_aliases if spec else None) or [])]
-        hosts = bl.build_hosts_file(hostname, pod_ips=pod_ips, host_aliases=aliases, host_network=host_network,
-                                    host_hosts=host_hosts,
-                                    fqdn=bl.pod_fqdn(pod, hostname, self.cluster_domain))
+        hosts = self._hosts_text(pod, hostname, pod_ips)
         # Bind-mounted into the containers, whose users (any uid) read them.
         # Not fsynced: every new sandbox writes them again, and a power cut leaves no sandbox to use them.
         bl.write_file(layout.hosts, hosts, 0o644, durable=False)
@@ -541,8 +557,59 @@ class RuncRuntime:
         bl.write_file(layout.hostname, hostname + "\n", 0o644, durable=False)
 
     async def run_sandbox(self, pod: "Pod", attempt: int) -> SandboxRecord:
-        if not self.infra_container and not needs_infra(pod):
-            return await self._run_pinned_sandbox(pod, attempt)
+        if self.infra_container or needs_infra(pod):
+            return await self._run_infra_sandbox(pod, attempt)
+        sandbox = await self._create_pinned_sandbox(pod, attempt)
+        if sandbox.state == "running":
+            return sandbox
+        try:
+            return await self.start_sandbox(pod, sandbox)
+        except BaseException:
+            # Whatever failed (or a cancellation), nothing half-made stays behind.
+            await asyncio.shield(self._undo_pinned(sandbox.id, self.layout(sandbox.pod_uid).sandbox_dir))
+            raise
+
+    async def create_sandbox(self, pod: "Pod", attempt: int) -> SandboxRecord:
+        """run_sandbox's first half where the pod has a CNI network: everything but the plugin chain's ADD."""
+        if self.infra_container or needs_infra(pod):
+            return await self._run_infra_sandbox(pod, attempt)
+        return await self._create_pinned_sandbox(pod, attempt)
+
+    async def start_sandbox(self, pod: "Pod", sandbox: SandboxRecord) -> SandboxRecord:
+        """The second half: ADD in the namespace made, then /etc/hosts with the pod IPs (rewritten in place:
+        a container created meanwhile has it bind-mounted), the sysctls and the start time, the mark of a
+        started sandbox. On failure (or a cancellation) the sandbox is left created, never started, for the
+        caller to remove once what it created in it is gone."""
+        if sandbox.state == "running":
+            return sandbox
+        held = self._pending.pop(sandbox.id, None)
+        if held is None:
+            raise SandboxError(f"pod {_full(pod)}: sandbox {sandbox.id[:12]} was not created by this agent")
+        uid = pod_uid(pod)
+        layout = self.layout(uid)
+        hostname = bl.pod_hostname(pod, self.node_hostname, self.cluster_domain)
+        try:
+            assert self.network is not None
+            network = self.network
+            attached = await network.attach(held.pending, record=False)
+
+            def finish() -> None:
+                # One trip to a worker thread after ADD: its result cached, then the sandbox finished.
+                network.record(held.pending, attached)
+                if attached.ips:
+                    bl.rewrite_in_place(layout.hosts, self._hosts_text(pod, hostname, attached.ips))
+                held.annotations[ANN_POD_IPS] = ",".join(attached.ips)
+                self._write_pinned_config(layout.sandbox_dir, held.annotations)
+                self._finish_pinned(layout.sandbox_dir, held.sysctls, held.pinned, attached.netns)
+
+            await asyncio.to_thread(finish)
+        except (RuntimeError_, OSError, SpecError, NetworkError) as exc:
+            raise SandboxError(f"pod {_full(pod)}: cannot create the sandbox: {exc}") from exc
+        log.info("Sandbox started", pod=_full(pod), sandbox=sandbox.id[:12], ips=",".join(attached.ips) or None)
+        return dataclasses.replace(sandbox, state="running", ips=attached.ips)
+
+    async def _run_infra_sandbox(self, pod: "Pod", attempt: int) -> SandboxRecord:
+        """A sandbox with a pause process (shareProcessNamespace, or --pod-infra-container)."""
         uid = pod_uid(pod)
         layout = self.layout(uid)
         self._ensure_dirs()
@@ -620,9 +687,12 @@ class RuncRuntime:
             ips=attached.ips if attached is not None else (), netns=attached.netns if attached is not None else "",
         )
 
-    async def _run_pinned_sandbox(self, pod: "Pod", attempt: int) -> SandboxRecord:
+    async def _create_pinned_sandbox(self, pod: "Pod", attempt: int) -> SandboxRecord:
         """A sandbox without an infra container: its bundle (the record, written before anything it holds), the
-        pod cgroup, the CNI network, then the other namespaces pinned as files under the run dir."""
+        pod cgroup, the CNI network's namespace, then the other namespaces pinned as files under the run dir.
+
+        Without a CNI network it is started here ("running"); with one it is "created": its namespaces exist
+        and containers may be created in them, but nothing may start before `start_sandbox` attached it."""
         uid = pod_uid(pod)
         layout = self.layout(uid)
         self._ensure_dirs()
@@ -646,45 +716,36 @@ class RuncRuntime:
             ANN_HOST_NETWORK: "true" if host_network else "false",
             ANN_INFRA: "false",
         }
-        attached = None
-        pinned: dict[str, str] = {}
+        pending = None
+        pinned: dict[str, str] = {}  # {OCI type: file}
+        files: dict[str, str] = {}  # the same, {pinns kind: file}
         done = False
         try:
             sysctls = ocispec.build_sysctls(pod, self.allowed_unsafe_sysctls)
+            if not host_network:
+                pending = await self._begin_network(pod, sid)
 
-            def record() -> None:
+            def make() -> None:
                 self._prepare_sandbox_dirs(pod, layout, hostname, bundle, sid, log_path)
                 # The record first: a kill from here on leaves a sandbox every relist finds (judged exited) and
                 # the next sync removes, with whatever it pinned.
                 self._write_pinned_config(bundle, annotations)
                 self._make_pod_cgroup(pod, uid)
-
-            def pin() -> dict[str, str]:
-                if attached is not None and attached.ips:
-                    self._write_pod_files(pod, layout, hostname, attached.ips)
-                if attached is not None:
-                    pinns.loopback_up(attached.netns)
-                files = pinns.pin(ns_dir, pinned_kinds(pod, own_netns=attached is None), hostname)
+                if pending is not None:
+                    assert self.network is not None
+                    self.network.make(pending)
+                    annotations[ANN_NETNS] = pending.entry.netns
+                    pinns.loopback_up(pending.entry.netns)
+                files.update(pinns.pin(ns_dir, pinned_kinds(pod, own_netns=pending is None), hostname))
                 pinned.update({pinns.OCI_TYPES[k]: p for k, p in files.items()})
-                if attached is not None:
-                    annotations[ANN_NETNS] = attached.netns
-                    annotations[ANN_POD_IPS] = ",".join(attached.ips)
                 annotations[ANN_NAMESPACES] = format_namespaces(pinned)
                 self._write_pinned_config(bundle, annotations)
-                if sysctls:
-                    joined: dict[str, str] = {k: files[k] for k in ("net", "ipc") if k in files}
-                    if attached is not None:
-                        joined["net"] = attached.netns
-                    pinns.apply_sysctls(sysctls, joined)
-                crash_point("sandbox.create")
-                bl.write_file(bundle / bl.STARTED_FILE, repr(self.clock.now()), durable=False)
-                return files
+                if pending is None:
+                    self._finish_pinned(bundle, sysctls, files, None)
 
-            # Two trips to a worker thread, not one a step: on a busy machine each trip waits for a core.
-            await asyncio.to_thread(record)
-            if not host_network:
-                attached = await self._attach_network(pod, sid)
-            await asyncio.to_thread(pin)
+            # One trip to a worker thread (the plugins' STATUS, if any, before it): on a busy machine each trip
+            # waits for a core.
+            await asyncio.to_thread(make)
             done = True
         except (RuntimeError_, OSError, SpecError, NetworkError) as exc:
             raise SandboxError(f"pod {_full(pod)}: cannot create the sandbox: {exc}") from exc
@@ -693,13 +754,37 @@ class RuncRuntime:
                 # Whatever failed (or a cancellation), nothing half-made stays behind.
                 await asyncio.shield(self._undo_pinned(sid, bundle))
         self._bundles[sid] = bundle
-        log.info("Sandbox started", pod=_full(pod), sandbox=sid[:12], namespaces=",".join(sorted(pinned)) or None)
+        if pending is not None:
+            self._pending[sid] = _PendingSandbox(pending, sysctls, files, annotations)
+        log.info("Sandbox started" if pending is None else "Sandbox created, its network to attach", pod=_full(pod),
+                 sandbox=sid[:12], namespaces=",".join(sorted(pinned)) or None)
         return SandboxRecord(
             id=sid, pod_uid=uid, pod_name=meta(pod).name or "", pod_namespace=meta(pod).namespace or "",
-            attempt=attempt, state="running", pid=None, created_at=created, host_network=host_network,
-            ips=attached.ips if attached is not None else (), netns=attached.netns if attached is not None else "",
+            attempt=attempt, state="running" if pending is None else "created", pid=None, created_at=created,
+            host_network=host_network, ips=(), netns=pending.entry.netns if pending is not None else "",
             infra=False, namespaces=tuple(sorted(pinned.items())),
         )
+
+    def _finish_pinned(self, bundle: Path, sysctls: Mapping[str, str], files: Mapping[str, str],
+                       netns: str | None) -> None:
+        """The pinned sandbox's last step (blocking): its sysctls inside its namespaces, then its start time,
+        which makes it started (running while its namespace files stay)."""
+        if sysctls:
+            joined: dict[str, str] = {k: files[k] for k in ("net", "ipc") if k in files}
+            if netns is not None:
+                joined["net"] = netns
+            pinns.apply_sysctls(sysctls, joined)
+        crash_point("sandbox.create")
+        bl.write_file(bundle / bl.STARTED_FILE, repr(self.clock.now()), durable=False)
+
+    async def _begin_network(self, pod: "Pod", sid: str) -> "Pending | None":
+        if self.network is None:
+            return None
+        pending = await self.network.begin(pod, sid)
+        if pending is None and self.on_warning is not None:
+            _, why = self.network.readiness()
+            self.on_warning(pod, None, "NetworkNotReady", f"{why}; the pod has loopback only")
+        return pending
 
     @staticmethod
     def _write_pinned_config(bundle: Path, annotations: Mapping[str, str]) -> None:
@@ -709,6 +794,7 @@ class RuncRuntime:
 
     async def _undo_pinned(self, sid: str, bundle: Path) -> None:
         """Remove a half-made sandbox without an infra container: namespaces, network, bundle."""
+        self._pending.pop(sid, None)
         try:
             await asyncio.to_thread(pinns.unpin, self.paths.ns_dir / sid)
             await self._detach_network(sid)
@@ -1199,6 +1285,7 @@ class RuncRuntime:
             await asyncio.to_thread(remove_logs, log_path)
         self._released.discard(container_id)
         self._oom_checked.discard(container_id)
+        self._pending.pop(container_id, None)
         self._bundles.pop(container_id, None)
         self._messages.pop(container_id, None)
 

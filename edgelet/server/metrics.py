@@ -32,7 +32,8 @@ POD_START_BUCKETS = (0.5, 1, 2, 3, 4, 5, 6, 8, 10, 20, 30, 45, 60, 120, 180, 240
                      1800, 2700, 3600)
 # The Runtime protocol's methods: each call is one runtime operation.
 RUNTIME_OPERATIONS = frozenset({
-    "list_pods", "pod_status", "run_sandbox", "stop_sandbox", "create_container", "start_container",
+    "list_pods", "pod_status", "run_sandbox", "create_sandbox", "start_sandbox", "stop_sandbox", "create_container",
+    "start_container",
     "stop_container", "remove_container", "remove_pod",
 })
 

@@ -30,6 +30,7 @@ from edgelet.plan.actions import is_pod_termination
 from edgelet.api.pod import container_spec
 from edgelet.plan.termination import remaining_grace, stop_signal, termination_order
 from edgelet.sync.workers import SyncResult
+from edgelet.util.crashpoint import crash_point
 from edgelet.util.log import get_logger
 
 if TYPE_CHECKING:
@@ -166,12 +167,15 @@ class Syncer:
         to_start.extend(actions.containers_to_start)
         ahead: dict[str, "ImageRecord | ImageUnavailable"] = {}
         prepared: dict[str, "PreparedContainer"] = {}
+        # Created while the sandbox's network was attached, not yet started: name -> id, or the create's error.
+        early: dict[str, "str | Exception"] = {}
         sandbox = _live_sandbox(rt, actions.sandbox_id)
         try:
             if actions.create_sandbox:
                 log.info("Creating pod sandbox", pod=_full(pod), attempt=actions.sandbox_attempt)
                 try:
-                    sandbox = await self._sandbox_and_prepare(pod, actions.sandbox_attempt, to_start, ahead, prepared)
+                    sandbox = await self._sandbox_and_prepare(pod, actions.sandbox_attempt, to_start, ahead, prepared,
+                                                              early)
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:
@@ -196,7 +200,8 @@ class Syncer:
                     else:
                         reason = await self._start_container(pod, container, sandbox, item.attempt,
                                                              item.container_type, st, image=ahead.get(item.name),
-                                                             prepared=prepared.pop(item.name, None))
+                                                             prepared=prepared.pop(item.name, None),
+                                                             created=early.pop(item.name, None))
                     if reason is not None:
                         st.waiting[item.name] = reason
                     if reason is None or reason[0] not in _NO_CONTAINER_REASONS:
@@ -205,6 +210,10 @@ class Syncer:
             # Prepared ahead for a sandbox that failed (or a sync cut short): nothing of them stays behind.
             for p in prepared.values():
                 await asyncio.shield(self._runtime.discard_prepared(p))
+            # Created beside the network and never started (a sync cut short): removed, not left to linger.
+            for made in early.values():
+                if isinstance(made, str):
+                    await asyncio.shield(self._remove_quietly(pod, made))
 
         # A pod that will never run anything again keeps its exited containers (its final
         # status) but not its pause process.
@@ -260,37 +269,53 @@ class Syncer:
 
     async def _sandbox_and_prepare(self, pod: "Pod", attempt: int, items: Sequence["ContainerToStart"],
                                    ahead: dict[str, "ImageRecord | ImageUnavailable"],
-                                   prepared: dict[str, "PreparedContainer"]) -> "SandboxRecord":
-        """run_sandbox, and beside it each new container's image and `prepare_container`, filling `ahead` and
+                                   prepared: dict[str, "PreparedContainer"],
+                                   early: dict[str, "str | Exception"]) -> "SandboxRecord":
+        """The sandbox, and beside it each new container's image and `prepare_container`, filling `ahead` and
         `prepared` (the caller discards what it does not use). A preparation that fails is left to the
-        container's own create, which meets the error again and reports it as it always has."""
+        container's own create, which meets the error again and reports it as it always has.
+
+        With a CNI network the sandbox comes in two halves (issue 25): its namespaces, then ADD in them;
+        the first container is created meanwhile (`_network_beside_create`), into `early`."""
+        specs = {c.name: c for c in [*(pod_spec(pod).init_containers or []), *pod_spec(pod).containers]}
+        # Set once the first container's image and preparation are settled, whatever they gave.
+        first_settled = asyncio.Event()
 
         async def prepare_all() -> None:
-            specs = {c.name: c for c in [*(pod_spec(pod).init_containers or []), *pod_spec(pod).containers]}
-            for item in items:
-                if item.existing is not None or item.name not in specs:
-                    continue
-                container = specs[item.name]
-                try:
-                    image = await resolve_image(self._images, pod, container, events=self._events,
-                                                backoff=self._backoff, clock=self._clock,
-                                                init=item.container_type != "regular")
-                except ImageUnavailable as exc:
-                    ahead[item.name] = exc
-                    continue
-                ahead[item.name] = image
-                try:
-                    prepared[item.name] = await self._runtime.prepare_container(pod, container, image, item.attempt,
-                                                                                item.container_type)
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:
-                    log.warning("Preparing a container ahead of its sandbox failed", pod=_full(pod),
-                                container=container.name, err=str(exc))
+            try:
+                for item in items:
+                    await prepare_one(item)
+                    first_settled.set()
+            finally:
+                first_settled.set()
+
+        async def prepare_one(item: "ContainerToStart") -> None:
+            if item.existing is not None or item.name not in specs:
+                return
+            container = specs[item.name]
+            try:
+                image = await resolve_image(self._images, pod, container, events=self._events,
+                                            backoff=self._backoff, clock=self._clock,
+                                            init=item.container_type != "regular")
+            except ImageUnavailable as exc:
+                ahead[item.name] = exc
+                return
+            ahead[item.name] = image
+            try:
+                prepared[item.name] = await self._runtime.prepare_container(pod, container, image, item.attempt,
+                                                                            item.container_type)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("Preparing a container ahead of its sandbox failed", pod=_full(pod),
+                            container=container.name, err=str(exc))
 
         prep = asyncio.ensure_future(prepare_all())
         try:
-            sandbox = await self._runtime.run_sandbox(pod, attempt)
+            sandbox = await self._runtime.create_sandbox(pod, attempt)
+            if sandbox.state != "running":
+                sandbox = await self._network_beside_create(pod, sandbox, items, specs, ahead, prepared, early,
+                                                            first_settled)
         except asyncio.CancelledError:
             prep.cancel()
             await asyncio.gather(prep, return_exceptions=True)
@@ -301,6 +326,79 @@ class Syncer:
             raise
         await prep
         return sandbox
+
+    async def _network_beside_create(
+        self, pod: "Pod", sandbox: "SandboxRecord", items: Sequence["ContainerToStart"],
+        specs: Mapping[str, "Container"], ahead: Mapping[str, "ImageRecord | ImageUnavailable"],
+        prepared: dict[str, "PreparedContainer"], early: dict[str, "str | Exception"], first_settled: asyncio.Event,
+    ) -> "SandboxRecord":
+        """start_sandbox (the CNI ADD) of a created sandbox, and the first container's `runc create` beside it
+        (plan.overlap decides which, and what a failure of either half undoes). The container is only
+        created: it starts after this returns, so never before the pod's network is ready."""
+        from edgelet.plan.overlap import beside_network, overlap_outcome
+
+        network = asyncio.ensure_future(self._runtime.start_sandbox(pod, sandbox))
+        creating: "asyncio.Future[str | Exception] | None" = None
+        first: "ContainerToStart | None" = None
+        try:
+            await first_settled.wait()
+            at_hand = {name: not isinstance(image, ImageUnavailable) for name, image in ahead.items()}
+            first = beside_network(items, at_hand)
+            if first is not None:
+                image = ahead[first.name]
+                assert not isinstance(image, ImageUnavailable)
+                creating = asyncio.ensure_future(self._create_only(pod, specs[first.name], sandbox, image, first,
+                                                                   prepared.pop(first.name, None)))
+            await asyncio.shield(asyncio.gather(network, *([creating] if creating else []), return_exceptions=True))
+        except asyncio.CancelledError:
+            # Shutdown: both halves end (a create undoes itself when cancelled), then neither stays.
+            for task in (network, creating):
+                if task is not None:
+                    task.cancel()
+            await asyncio.shield(asyncio.gather(network, *([creating] if creating else []), return_exceptions=True))
+            await asyncio.shield(self._undo_overlap(pod, sandbox, _created_id(creating)))
+            raise
+        failed = network.exception()
+        made = creating.result() if creating is not None else None
+        outcome = overlap_outcome(network_ok=failed is None, created=isinstance(made, str))
+        if outcome.remove_sandbox:
+            assert failed is not None
+            await asyncio.shield(self._undo_overlap(pod, sandbox, _created_id(creating)))
+            raise failed
+        if first is not None and made is not None:
+            early[first.name] = made
+            if outcome.start:
+                # The sandbox started and the container is created, not started: the next agent starts it.
+                crash_point("sandbox.ready")
+        return network.result()
+
+    async def _create_only(self, pod: "Pod", container: "Container", sandbox: "SandboxRecord", image: "ImageRecord",
+                           item: "ContainerToStart", prepared: "PreparedContainer | None") -> "str | Exception":
+        """`create_container` of `item`, its failure returned (reported with its back-off when it would have
+        started, as a create failing then is)."""
+        try:
+            if prepared is not None:
+                return await self._runtime.create_container(pod, container, sandbox, image, item.attempt,
+                                                            item.container_type, prepared=prepared)
+            return await self._runtime.create_container(pod, container, sandbox, image, item.attempt,
+                                                        item.container_type)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            return exc
+
+    async def _undo_overlap(self, pod: "Pod", sandbox: "SandboxRecord", created: str | None) -> None:
+        """A sandbox that never started goes, the container created in it first (never a container without its
+        sandbox's record); a removal that fails is logged, and what it left is found by the next sync."""
+        if created is not None:
+            await self._remove_quietly(pod, created)
+        await self._remove_quietly(pod, sandbox.id)
+
+    async def _remove_quietly(self, pod: "Pod", cid: str) -> None:
+        try:
+            await self._runtime.remove_container(cid)
+        except Exception as exc:  # noqa: BLE001 - the failure being handled matters more; the next sync retries
+            log.warning("Removing what a failed pod start created failed", pod=_full(pod), id=cid[:12], err=str(exc))
 
     async def _before_state(self, uid: str, st: PodSyncState) -> "PodRuntimeStatus":
         if self._newer_than is not None and st.synced_at is not None:
@@ -320,10 +418,11 @@ class Syncer:
     async def _start_container(
         self, pod: "Pod", container: "Container", sandbox: "SandboxRecord", attempt: int, ctype: str,
         st: PodSyncState | None = None, *, image: "ImageRecord | ImageUnavailable | None" = None,
-        prepared: "PreparedContainer | None" = None,
+        prepared: "PreparedContainer | None" = None, created: "str | Exception | None" = None,
     ) -> tuple[str, str] | None:
         """Image, create, start; returns a waiting (reason, message) on failure. `image` and `prepared`: what
-        was resolved and prepared while the sandbox was set up (create_container then owns `prepared`)."""
+        was resolved and prepared while the sandbox was set up (create_container then owns `prepared`);
+        `created`: the create already done while its network was attached (the id, or its error)."""
         uid = pod_uid(pod)
         key = (uid, container.name)
         try:
@@ -341,7 +440,11 @@ class Syncer:
             # The restart itself counts as a failure for CrashLoopBackOff (kubelet doBackOff).
             self._backoff.next(key, self._clock.monotonic())
         try:
-            if prepared is not None:
+            if isinstance(created, Exception):
+                raise created
+            if created is not None:
+                cid = created
+            elif prepared is not None:
                 cid = await self._runtime.create_container(pod, container, sandbox, image, attempt, ctype,
                                                            prepared=prepared)
             else:
@@ -618,6 +721,14 @@ class Syncer:
         if delays:
             return min(delays) + 0.05
         return 1.0 if st.waiting else None
+
+
+def _created_id(creating: "asyncio.Future[str | Exception] | None") -> str | None:
+    """The id a finished `_create_only` created; None when it failed, was cancelled or never ran."""
+    if creating is None or not creating.done() or creating.cancelled() or creating.exception() is not None:
+        return None
+    made = creating.result()
+    return made if isinstance(made, str) else None
 
 
 def _live_sandbox(rt: "PodRuntimeStatus", sandbox_id: str | None) -> "SandboxRecord | None":

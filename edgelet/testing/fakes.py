@@ -40,7 +40,10 @@ class FakeRuntime:
         self.fail_create: set[str] = set()  # container names whose create fails
         self.fail_start: set[str] = set()  # container names whose start fails (the instance stays created)
         self.fail_prepare: set[str] = set()  # container names whose prepare_container fails
-        self.fail_sandbox = False  # run_sandbox raises
+        self.fail_sandbox = False  # run_sandbox (and create_sandbox) raises
+        # create_sandbox returns sandboxes "created", their network for start_sandbox to attach (a CNI network)
+        self.network = False
+        self.fail_network = False  # start_sandbox raises (the sandbox stays created)
         self.prepared: dict[str, PreparedContainer] = {}  # prepared and neither created nor discarded yet
         self.prep_calls: list[tuple] = []  # prepare_container and discard_prepared (apart: `calls` is kubelet's order)
 
@@ -65,6 +68,27 @@ class FakeRuntime:
                             pod_namespace=pod.metadata.namespace, attempt=attempt, state="running",
                             pid=1000 + len(self.sandboxes), created_at=self.clock.now() + next(_ids) * 1e-6)
         self.sandboxes[sid] = rec
+        return rec
+
+    async def create_sandbox(self, pod, attempt: int) -> SandboxRecord:
+        self.calls.append(("create_sandbox", pod.metadata.name, attempt))
+        if self.fail_sandbox:
+            raise OSError("sandbox failed")
+        sid = f"sb{next(_ids)}"
+        rec = SandboxRecord(id=sid, pod_uid=pod.metadata.uid, pod_name=pod.metadata.name,
+                            pod_namespace=pod.metadata.namespace, attempt=attempt,
+                            state="created" if self.network else "running",
+                            pid=1000 + len(self.sandboxes), created_at=self.clock.now() + next(_ids) * 1e-6)
+        self.sandboxes[sid] = rec
+        return rec
+
+    async def start_sandbox(self, pod, sandbox: SandboxRecord) -> SandboxRecord:
+        self.calls.append(("start_sandbox", sandbox.id))
+        if sandbox.state == "running":
+            return sandbox
+        if self.fail_network:
+            raise OSError("network failed")
+        rec = self.sandboxes[sandbox.id] = replace(self.sandboxes[sandbox.id], state="running", ips=("10.0.0.2",))
         return rec
 
     async def stop_sandbox(self, sandbox_id: str) -> None:

@@ -22,6 +22,7 @@ POINTS = frozenset({
     "sandbox.create",    # the namespaces are pinned (or the pause container created), the sandbox not yet started
     "cni.add",           # the plugin chain has attached the pod, its result is not yet cached
     "container.create",  # a container is created under conmon, not yet started
+    "sandbox.ready",  # a sandbox's CNI ADD and its first container's create (beside it) succeeded, not yet started
     "conmon.answer",  # conmon runs `runc create` (a sandbox's or a container's), its answer not yet read
     "container.stop",    # the stop signal is sent, the exit not yet seen
     "container.remove",  # runc state is deleted, the exit file and bundle are not yet removed

@@ -33,7 +33,8 @@ LOOP = "trap 'exit 0' TERM; while true; do sleep 1; done"
 MAX_PODS = 8
 
 # Crash points and the change that makes the agent pass each (see `_provoke`).
-POINTS = ("image.import", "image.unpack", "sandbox.create", "cni.add", "container.create", "container.stop",
+POINTS = ("image.import", "image.unpack", "sandbox.create", "cni.add", "container.create", "sandbox.ready",
+          "container.stop",
           "container.remove", "pod.remove", "checkpoint.write",
           # The health-gated rollout's steps (issue 21): an edit of a pod whose version passed the gate.
           "rollout.replace", "rollout.gate", "rollout.rollback")

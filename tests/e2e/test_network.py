@@ -289,8 +289,10 @@ exit 0
 
 def test_a_sigkill_between_add_and_the_container_start_leaks_nothing(agent, network, tmp_path):
     """The agent dies inside the plugin chain: bridge and host-local have made a veth, an address and
-    masquerade rules, no result is saved and no container runs. The next start DELs it from the cache
-    entry written before ADD (without a prevResult) and the pod comes up networked."""
+    masquerade rules, no result is saved, and the pod's container, created beside ADD (issue 25), waits in
+    runc init, never started. The next start DELs the network from the cache entry written before ADD
+    (without a prevResult), removes that container with the sandbox that never started, and the pod comes
+    up networked in a new one."""
     bin_dir = tmp_path / "cni-bin"
     bin_dir.mkdir()
     (bin_dir / "stall").write_text(STALL)
@@ -308,16 +310,22 @@ def test_a_sigkill_between_add_and_the_container_start_leaks_nothing(agent, netw
     cached = json.loads((agent.paths.root_dir / "cni" / f"{sandbox}.json").read_text())
     assert cached["result"] is None  # written before ADD, never completed
 
+    # Created in the pod's namespaces while ADD stalls; never started.
+    (created,) = wait_for(lambda: [c for c in agent.containers_of("server") if c["status"] == "created"],
+                          timeout=60, what="the container created beside ADD")
+
     agent.proc.send_signal(signal.SIGKILL)
     agent.proc.wait()
     os.kill(int((bin_dir / "stall.pid").read_text()), signal.SIGKILL)  # the plugin the agent left behind
-    assert not agent.containers_of("server")  # no container ever ran
+    assert [c["status"] for c in agent.containers_of("server")] == ["created"]  # no container ever ran
 
     agent._log.close()
     agent.start(*flags)
     wait_for(lambda: "Releasing the network of a sandbox that is gone" in agent.log(), timeout=60,
              what="the killed ADD to be released")
     wait_for(lambda: _ctr(agent, "server") and _pod_ip(agent, "server"), timeout=120, what="server back")
+    assert created["id"] not in [c["id"] for c in agent.containers_of("server")]
+    assert _ctr(agent, "server")["annotations"]["io.kubernetes.cri.sandbox-id"] != sandbox
     ip = _pod_ip(agent, "server")
     out = wait_for(lambda: _fetch(f"http://{ip}:8080/"), timeout=60, what="the pod to answer")
     assert "hello-from-pod" in out

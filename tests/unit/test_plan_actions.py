@@ -180,6 +180,22 @@ CASES: list[tuple[str, PodMut | None, StatusMut | None, PodActions]] = [
         ),
     ),
     (
+        # An agent killed while foo1 was created beside its sandbox's CNI ADD (issue 25): nothing ran yet.
+        "Never, a sandbox that never started, its first container only created: the pod runs",
+        policy("Never"),
+        lambda pod, s: replace(s, sandboxes=(sandbox("exited"),), containers=(rec(pod, "foo1", "created", pid=7),)),
+        PodActions(kill_pod=True, create_sandbox=True, sandbox_attempt=1, sandbox_id=SB,
+                   containers_to_start=(start("foo1"), start("foo2"), start("foo3"))),
+    ),
+    (
+        "Never, the same once that container was killed (an unknown exit, never started): the pod runs",
+        policy("Never"),
+        lambda pod, s: replace(s, sandboxes=(sandbox("exited"),), containers=(
+            rec(pod, "foo1", "exited", exit_code=255, reason="ContainerStatusUnknown"),)),
+        PodActions(kill_pod=True, create_sandbox=True, sandbox_attempt=1, sandbox_id=SB,
+                   containers_to_start=(start("foo1"), start("foo2"), start("foo3"))),
+    ),
+    (
         "OnFailure, dead sandbox, all succeeded: no new sandbox",
         policy("OnFailure"),
         chain(sandbox_dead, all_exited({"foo1": 0, "foo2": 0, "foo3": 0})),

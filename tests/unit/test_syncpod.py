@@ -41,7 +41,7 @@ def test_first_sync_creates_sandbox_and_starts_containers():
     h = Harness()
     pod = make_pod("web", containers=("a", "b"))
     h.sync(pod)
-    assert [c[0] for c in h.rt.calls] == ["run_sandbox", "create_container", "start_container", "create_container", "start_container"]
+    assert [c[0] for c in h.rt.calls] == ["create_sandbox", "create_container", "start_container", "create_container", "start_container"]
     assert len(h.rt.running(pod.metadata.uid)) == 2
     # A second sync changes nothing: everything runs with the right hash (this is also adoption).
     h.rt.calls.clear()
