@@ -71,6 +71,11 @@ def _state(rec: "ContainerRecord") -> ContainerState:
     if rec.state == "running":
         started = rec.started_at if rec.started_at is not None else rec.created_at
         return ContainerState(running=ContainerStateRunning(started_at=format_time(started)))
+    if rec.state == "exited" and rec.never_started:
+        # Killed while created (its create's answer was lost: an agent killed mid-create, or a runc that failed
+        # after doing the work) and about to be replaced: it never ran, so it is no termination. Shown as one,
+        # a Never pod turned Failed, which no later run can undo (the phase is terminal).
+        return ContainerState(waiting=ContainerStateWaiting(reason="ContainerCreating"))
     if rec.state == "exited":
         return _terminated(rec)
     if rec.state == "created":

@@ -297,9 +297,17 @@ def test_a_container_that_never_started_is_no_restart_and_no_last_state() -> Non
     done = ContainerRecord(id="new", pod_uid="u", pod_name="job", pod_namespace="default", name="app", attempt=0,
                            spec_hash="h", sandbox_id="s", state="exited", pid=None, created_at=4.0, started_at=4.5,
                            finished_at=5.0, exit_code=0, reason="Completed")
+    # Before its replacement ran: still creating, not a failure (a Failed phase would stick for good; chaos
+    # test with a runc failing after the work, make test).
+    between = compute_pod_status(pod, PodRuntimeStatus(uid="u", name="job", namespace="default", sandboxes=(sb,),
+                                                       containers=(killed,)),
+                                 waiting={}, pod_failed=False, now=3.5)
+    (cs,) = between.container_statuses
+    assert cs.state.waiting is not None and cs.state.waiting.reason == "ContainerCreating", cs.state
+    assert cs.last_state.terminated is None and between.phase == "Pending"
     status = compute_pod_status(pod, PodRuntimeStatus(uid="u", name="job", namespace="default", sandboxes=(sb,),
                                                       containers=(killed, done)),
-                                waiting={}, pod_failed=False, now=10.0)
+                                waiting={}, pod_failed=False, now=10.0, previous=between)
     (cs,) = status.container_statuses
     assert cs.restart_count == 0 and cs.state.terminated.exit_code == 0
     assert cs.last_state.terminated is None
