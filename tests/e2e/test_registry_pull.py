@@ -47,14 +47,20 @@ def test_pull_on_demand_and_dead_registry_backs_off(agent, tmp_path):
 
 class HalfwayProxy:
     """A loopback proxy in front of the registry that sends half of every large blob, then holds the rest
-    until `release()`: the agent's pull is then under way for as long as the test looks at it."""
+    until `release()`: the agent's pull is then under way for as long as the test looks at it. With
+    `refuse_first`, the large blobs of the first pull are answered 503 instead (see the test for why): every
+    one of them, as the puller fetches blobs side by side and one held would keep that pull going."""
 
-    def __init__(self, upstream: str) -> None:
+    def __init__(self, upstream: str, refuse_first: bool = False) -> None:
         import http.server
         import threading
         import urllib.request
 
         self.gate = threading.Event()
+        self.refuse = threading.Event()
+        self.refused = threading.Event()
+        if refuse_first:
+            self.refuse.set()
         proxy = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -72,6 +78,12 @@ class HalfwayProxy:
                 except urllib.error.HTTPError as err:
                     resp = err
                 data = resp.read() if body else b""
+                if "/manifests/" in self.path and proxy.refused.is_set():
+                    proxy.refuse.clear()  # the next pull: its blobs are held, not refused
+                if "/blobs/" in self.path and len(data) > 1 << 20 and proxy.refuse.is_set():
+                    proxy.refused.set()
+                    self.send_error(503, "refused by the test")
+                    return
                 self.send_response(resp.status)
                 for k, v in resp.headers.items():
                     if k.lower() not in ("connection", "transfer-encoding", "date", "server"):
@@ -106,7 +118,11 @@ def test_a_pull_under_way_shows_in_describe_and_wide(agent, tmp_path):
 
     reg = Registry(tmp_path / "reg")
     reg.start()
-    proxy = HalfwayProxy(reg.host)
+    # A pod's first pull does not show yet: the pod has no row in the pods table (state/pods.json, which
+    # describe and `pods` read) until its first sync, which waits for the pull, ends. So the first attempt is
+    # refused at once (ErrImagePull, then the 10 s back-off) and the retry is the pull the test looks at;
+    # held instead, the first attempt only ended at the puller's 30 s read timeout, with the same retry after.
+    proxy = HalfwayProxy(reg.host, refuse_first=True)
     try:
         lay = Layout(tmp_path / "lay")
         lay.tag(lay.image([(busybox_tar(), True), (big_file_layer("data/blob", 4 << 20), True)]))
@@ -114,7 +130,7 @@ def test_a_pull_under_way_shows_in_describe_and_wide(agent, tmp_path):
         agent.start()
         image = f"{proxy.host}/test/big:1"
         agent.write_manifest("slow.yaml", sleeper_yaml("slow", image))
-        # Held at half a layer; should the puller's 30 s read timeout strike first on a loaded machine, the
+        # Held at half a layer; should the puller's 30 s read timeout strike on a loaded machine, the next
         # retry is held again, so the pull shows for as long as the test looks.
         described = wait_for(lambda: (t := agent.cli("describe", "pod", "slow")) and "Pulling:" in t and t,
                              timeout=180, what="describe pod showing the pull")
@@ -128,6 +144,7 @@ def test_a_pull_under_way_shows_in_describe_and_wide(agent, tmp_path):
         assert "Pulling:" not in agent.cli("describe", "pod", "slow")
         events = agent.cli("events", "--for", "slow-testnode")
         assert "Pulled" in events and "Image size:" in events
+        assert "Failed" in events and "HTTP 503" in events  # the refused first pull
     finally:
         proxy.close()
         reg.stop()
