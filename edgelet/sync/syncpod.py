@@ -17,7 +17,7 @@ SyncPod):
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Awaitable, Callable, Mapping, Sequence
 
 from edgelet.api.pod import uid as pod_uid
 from edgelet.api.pod import meta
@@ -28,6 +28,7 @@ from edgelet.images.manager import ImageUnavailable
 from edgelet.plan import compute_pod_actions
 from edgelet.plan.actions import is_pod_termination
 from edgelet.api.pod import container_spec
+from edgelet.container.errors import RuntimeError_
 from edgelet.plan.termination import remaining_grace, stop_signal, termination_order
 from edgelet.sync.workers import SyncResult
 from edgelet.util.log import get_logger
@@ -87,10 +88,14 @@ class Syncer:
         probes: "ProbeManager | None" = None,
         admit: "Callable[[Pod], Admission | None] | None" = None,
         newer_than: "Callable[[str, float], PodRuntimeStatus | None] | None" = None,
+        relisted_after: "Callable[[str, float], Awaitable[PodRuntimeStatus]] | None" = None,
     ) -> None:
         self._runtime = runtime
         # PLEG's last relist of a pod if it is newer than a time (Pleg.status_newer_than); None: always list.
         self._newer_than = newer_than
+        # A pod as a relist that asked runc after a time saw it, waiting for one shared with the other syncs
+        # (Pleg.pods_newer_than): the after-states. None: the runtime's pod_status.
+        self._relisted_after = relisted_after
         # Whether the pod's limits can be applied on this host (the runtime's cgroup controllers); None: always.
         self._admit = admit
         self._probes = probes  # runs the probes; its liveness/startup failures restart containers
@@ -107,11 +112,13 @@ class Syncer:
 
     async def sync_pod(self, pod: "Pod") -> SyncResult:
         st = self.state(pod_uid(pod))
+        st.settled_at = None
         try:
             return await self._sync_pod(pod, st)
         finally:
-            # Whatever path it took (held, failed, cancelled), what it did to the runtime ends here.
-            st.synced_at = self._clock.monotonic()
+            # What it did to the runtime ended where it read its after-state; on any other path (failed,
+            # cancelled) it ends here.
+            st.synced_at = st.settled_at if st.settled_at is not None else self._clock.monotonic()
 
     async def _sync_pod(self, pod: "Pod", st: PodSyncState) -> SyncResult:
         uid = pod_uid(pod)
@@ -147,9 +154,10 @@ class Syncer:
         self._record_backoffs(pod, st)
 
         # 2. Kill the whole pod when its sandbox must be recreated.
-        if actions.kill_pod:
+        # (A new pod's kill stops nothing, and its state is still the one read in step 1: no relist to wait for.)
+        if actions.kill_pod and _live(rt):
             await self._kill_all(pod, rt, reason="sandbox changed")
-            rt = await self._runtime.pod_status(uid)
+            rt, _ = await self._state_after(uid)
 
         # 3. Kill what must not run any more. kubelet's Killing event carries computePodActions' message
         # ("Container app definition changed, will be restarted"), except for a pod that finished for good,
@@ -179,8 +187,9 @@ class Syncer:
                     self._events.warning(pod_ref(pod), "FailedCreatePodSandBox", f"Failed to create pod sandbox: {exc}")
                     for c in pod_spec(pod).containers:
                         st.waiting[c.name] = ("ContainerCreating", f"failed to create pod sandbox: {exc}")
-                    self._publish(pod, await self._runtime.pod_status(uid), st)
-                    return SyncResult(requeue_after=self._retry_delay(uid, "sandbox", now))
+                    failed_rt, relisted = await self._state_after(uid, st)
+                    self._publish(pod, failed_rt, st)
+                    return SyncResult(requeue_after=self._retry_delay(uid, "sandbox", now), relisted=relisted)
 
             # 5 and 6. Init container, then regular containers.
             if to_start and sandbox is None:
@@ -209,7 +218,7 @@ class Syncer:
         # A pod that will never run anything again keeps its exited containers (its final
         # status) but not its pause process.
         if actions.pod_finished:
-            now_rt = await self._runtime.pod_status(uid)
+            now_rt, _ = await self._state_after(uid)
             if not any(c.state in ("running", "created") for c in now_rt.containers):
                 for s in now_rt.sandboxes:
                     if s.state in ("running", "created"):
@@ -246,17 +255,20 @@ class Syncer:
         # A sync that changed nothing reuses what it read in step 1: a resync of a healthy pod
         # costs one `runc list`, not two.
         # A start that failed before anything was created (the image is backing off, say) changed nothing.
+        # A sync that changed something publishes a relist that asked runc after its changes (shared with the
+        # syncs waiting at the same time, and PLEG's own relist after them: Pleg.pods_newer_than).
         changed = bool(actions.kill_pod or actions.containers_to_kill or actions.create_sandbox or started
                        or actions.pod_finished or garbage)
+        relisted = False
         if changed:
-            rt = await self._runtime.pod_status(uid)
+            rt, relisted = await self._state_after(uid, st)
         if self._probes is not None:
             self._probes.sync_pod(pod, rt)
         self._publish(pod, rt, st)
         wake = self._next_wake(pod, st, now)
         if cleanup_failed:
             wake = CLEANUP_RETRY if wake is None else min(wake, CLEANUP_RETRY)
-        return SyncResult(requeue_after=wake, changed=changed)
+        return SyncResult(requeue_after=wake, changed=changed, relisted=relisted)
 
     async def _sandbox_and_prepare(self, pod: "Pod", attempt: int, items: Sequence["ContainerToStart"],
                                    ahead: dict[str, "ImageRecord | ImageUnavailable"],
@@ -308,6 +320,24 @@ class Syncer:
             if cached is not None:
                 return cached
         return await self._runtime.pod_status(uid)
+
+    async def _state_after(self, uid: str, st: PodSyncState | None = None) -> "tuple[PodRuntimeStatus, bool]":
+        """The pod as read after everything this sync did so far, and whether a relist (PLEG's) read it.
+
+        Read from a relist that asked runc after now, so never older than the sync's own actions; with `st`
+        the sync's changes end here (its synced_at: that relist then serves the next sync's before-state too).
+        A relist that fails is not the sync's failure: it reads the pod itself, as it did before relists were
+        shared (and PLEG, not having seen the changes, is kicked after it: SyncResult.relisted).
+        """
+        since = self._clock.monotonic()
+        if st is not None:
+            st.settled_at = since
+        if self._relisted_after is not None:
+            try:
+                return await self._relisted_after(uid, since), True
+            except (RuntimeError_, OSError) as exc:
+                log.warning("Relist for a sync's state failed; reading the pod alone", uid=uid, err=str(exc))
+        return await self._runtime.pod_status(uid), False
 
     def _warn_host_access(self, pod: "Pod") -> None:
         """kubelet runs static pods with host namespaces or a writable host `/` without a word; edgelet says so."""
@@ -554,20 +584,21 @@ class Syncer:
     async def _sync_held(self, pod: "Pod", st: PodSyncState, why: tuple[str, str], grace: float | None) -> SyncResult:
         """Keep a pod stopped (evicted, or refused before it ran): kill what runs, publish it Failed with `why`."""
         uid = pod_uid(pod)
-        rt = await self._runtime.pod_status(uid)
-        live = any(c.state in ("running", "created") for c in rt.containers) or \
-            any(s.state in ("running", "created") for s in rt.sandboxes)
+        rt = await self._before_state(uid, st)
+        live = _live(rt)
+        relisted = False
         if live:
             self._events.warning(pod_ref(pod), why[0], why[1])
             await self._kill_all(pod, rt, reason="evicted" if st.evicted is not None else "refused", grace=grace)
-            rt = await self._runtime.pod_status(uid)
+            rt, relisted = await self._state_after(uid, st)
         st.waiting = {}
         self._publish(pod, rt, st)
-        return SyncResult(changed=live)
+        return SyncResult(changed=live, relisted=relisted)
 
     async def terminate_pod(self, uid: str, pod: "Pod | None") -> None:
         """Stop everything with the pod's grace period, then remove all the pod left behind."""
-        rt = await self._runtime.pod_status(uid)
+        st = self._state.get(uid)
+        rt = await self._before_state(uid, st) if st is not None else await self._runtime.pod_status(uid)
         name = _full(pod) or f"{rt.namespace}/{rt.name}"
         log.info("Terminating pod", pod=name, uid=uid)
         if self._probes is not None:
@@ -618,6 +649,12 @@ class Syncer:
         if delays:
             return min(delays) + 0.05
         return 1.0 if st.waiting else None
+
+
+def _live(rt: "PodRuntimeStatus") -> bool:
+    """Whether anything of the pod runs (or is created): what a kill of the whole pod stops."""
+    return any(c.state in ("running", "created") for c in rt.containers) or \
+        any(s.state in ("running", "created") for s in rt.sandboxes)
 
 
 def _live_sandbox(rt: "PodRuntimeStatus", sandbox_id: str | None) -> "SandboxRecord | None":
