@@ -466,7 +466,7 @@ class Syncer:
                 and cid in self._probes.failures(pod_uid(pod)):
             # kubelet setTerminationGracePeriod: a liveness/startup kill uses the probe's grace when it has one.
             grace = self._probes.kill_grace(pod_uid(pod), cid)
-        record = await self._find(cid)
+        record = await self._find(cid, pod_uid(pod) if pod is not None else None)
         if grace is None:
             # Without the pod (an orphan), the grace period it had, kept on the container.
             grace = record.grace_period if pod is None and record is not None and record.grace_period is not None \
@@ -538,7 +538,12 @@ class Syncer:
 
         await asyncio.gather(*(one(cid) for cid in kills))
 
-    async def _find(self, cid: str) -> "ContainerRecord | None":
+    async def _find(self, cid: str, uid: str | None = None) -> "ContainerRecord | None":
+        """The container as read now: of its pod from the shared relist (the containers of a pod stopped side by
+        side wait for one `runc list` together), else from a list of every pod (an orphan's)."""
+        if uid is not None and self._relisted_after is not None:
+            rt, _ = await self._state_after(uid)
+            return next((c for c in rt.containers if c.id == cid), None)
         for rt in (await self._runtime.list_pods()).values():
             for c in rt.containers:
                 if c.id == cid:

@@ -393,3 +393,27 @@ def test_a_sandbox_that_fails_publishes_from_a_relist_too():
     result = asyncio.run(syncer.sync_pod(pod))
     assert result.relisted and result.requeue_after is not None
     assert listed == [pod.metadata.uid] and len(relists.asked) == 1
+
+
+def test_stopping_a_pods_containers_reads_them_from_the_shared_relist_not_a_list_each():
+    clock = FakeClock()
+    rt = FakeRuntime(clock)
+    relists = _Relists(clock, rt)
+    syncer = Syncer(rt, FakeImageStore(), Backoff(), clock, publish=lambda pod, status, st: None,
+                    newer_than=relists.newer_than, relisted_after=relists.after)
+    pod = make_pod("web", containers=("a", "b", "c"))
+    asyncio.run(syncer.sync_pod(pod))
+    full_lists = []
+    real = rt.list_pods
+
+    async def list_pods():
+        full_lists.append(1)
+        return await real()
+
+    rt.list_pods = list_pods
+    listed = _counting(rt)
+    asked = len(relists.asked)
+    asyncio.run(syncer.terminate_pod(pod.metadata.uid, pod))
+    assert not rt.running(pod.metadata.uid)
+    assert full_lists == [] and listed == [], "the before-state from the cache, each stop's record from a relist"
+    assert len(relists.asked) == asked + 3
