@@ -252,11 +252,10 @@ class Syncer:
                                 err=str(exc))
 
         # 8. Status (probe workers follow the containers that now run, and fill st.ready/started).
-        # A sync that changed nothing reuses what it read in step 1: a resync of a healthy pod
-        # costs one `runc list`, not two.
-        # A start that failed before anything was created (the image is backing off, say) changed nothing.
-        # A sync that changed something publishes a relist that asked runc after its changes (shared with the
-        # syncs waiting at the same time, and PLEG's own relist after them: Pleg.pods_newer_than).
+        # A sync that changed nothing reuses what it read in step 1 (a start that failed before anything was
+        # created, the image backing off, say, changed nothing). One that changed something publishes a relist
+        # that asked runc after its changes, shared with the syncs waiting at the same time, and PLEG's own
+        # relist after them (Pleg.pods_newer_than): no `runc list` of its own.
         changed = bool(actions.kill_pod or actions.containers_to_kill or actions.create_sandbox or started
                        or actions.pod_finished or garbage)
         relisted = False
