@@ -29,6 +29,8 @@ def main() -> None:
     ap.add_argument("--settle", type=float, default=5.0)
     ap.add_argument("--cni", action="store_true", help="pods on a CNI bridge network instead of none")
     ap.add_argument("--spawns", action="store_true", help="count what the agent spawns in the idle window")
+    ap.add_argument("--one-by-one", action="store_true",
+                    help="start the pods one at a time, each once the one before runs (what one pod start costs)")
     args = ap.parse_args()
     b = Bench("footprint")
     trace = b.base / "spawns.txt"
@@ -50,6 +52,9 @@ def main() -> None:
         t_put = time.time()
         for i in range(args.pods):
             b.put_manifest(f"p{i}.yaml", pod_manifest(f"p{i}", "exec sleep 3600"))
+            until = time.monotonic() + 60
+            while args.one_by_one and running_pods(b) <= i and time.monotonic() < until:
+                time.sleep(0.05)
         # And one completed job: exited containers are what an idle agent must not keep re-reading.
         b.put_manifest("job.yaml", pod_manifest("job", "echo done", restart="OnFailure"))
         deadline = time.monotonic() + 120
@@ -89,7 +94,8 @@ def main() -> None:
           f"  (agent {a1 - a0:.2f} s, runc/conmon children {k1 - k0:.2f} s)")
     if args.spawns:
         pods = args.pods + 1  # and the job
-        print(f"spawned while {pods} pods started and settled ({args.settle:.0f} s): {sum(starting.values())};"
+        how = "one by one" if args.one_by_one else "at once"
+        print(f"spawned while {pods} pods started ({how}) and settled ({args.settle:.0f} s): {sum(starting.values())};"
               f" runc list per pod: {starting['runc list'] / pods:.2f}"
               + "".join(f"\n  {n:4d}  {what}" for what, n in starting.most_common()))
         print(f"spawned in the idle window: {sum(spawned.values())}"
