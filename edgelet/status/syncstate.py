@@ -33,3 +33,4 @@ class PodSyncState:
     # Monotonic time the running sync's changes to the runtime ended (it then reads its after-state); its
     # synced_at, so that the relist it read serves the next sync too. None until then.
     settled_at: float | None = None
+    cached_read: bool = False  # the running sync's before-state is PLEG's cache

@@ -114,11 +114,13 @@ class Syncer:
         st = self.state(pod_uid(pod))
         st.settled_at = None
         try:
-            return await self._sync_pod(pod, st)
-        finally:
-            # What it did to the runtime ended where it read its after-state; on any other path (failed,
-            # cancelled) it ends here.
-            st.synced_at = st.settled_at if st.settled_at is not None else self._clock.monotonic()
+            result = await self._sync_pod(pod, st)
+        except BaseException:
+            # Failed or cancelled, perhaps halfway through its changes: they end here.
+            st.synced_at = self._clock.monotonic()
+            raise
+        st.synced_at = next_synced_at(st.settled_at, self._clock.monotonic())
+        return result
 
     async def _sync_pod(self, pod: "Pod", st: PodSyncState) -> SyncResult:
         uid = pod_uid(pod)
@@ -261,6 +263,10 @@ class Syncer:
         relisted = False
         if changed:
             rt, relisted = await self._state_after(uid, st)
+        elif st.cached_read and st.synced_at is not None:
+            # Nothing changed, and what it publishes is PLEG's cache: any relist that served it serves the next
+            # sync too (a resync by a probe verdict or a rollout round then lists nothing either).
+            st.settled_at = st.synced_at
         if self._probes is not None:
             self._probes.sync_pod(pod, rt)
         self._publish(pod, rt, st)
@@ -314,9 +320,11 @@ class Syncer:
         return sandbox
 
     async def _before_state(self, uid: str, st: PodSyncState) -> "PodRuntimeStatus":
+        st.cached_read = False
         if self._newer_than is not None and st.synced_at is not None:
             cached = self._newer_than(uid, st.synced_at)
             if cached is not None:
+                st.cached_read = True
                 return cached
         return await self._runtime.pod_status(uid)
 
@@ -336,6 +344,8 @@ class Syncer:
                 return await self._relisted_after(uid, since), True
             except (RuntimeError_, OSError) as exc:
                 log.warning("Relist for a sync's state failed; reading the pod alone", uid=uid, err=str(exc))
+        if st is not None:
+            st.settled_at = None  # what it publishes is newer than the cache: the next sync needs a newer one
         return await self._runtime.pod_status(uid), False
 
     def _warn_host_access(self, pod: "Pod") -> None:
@@ -653,6 +663,13 @@ class Syncer:
         if delays:
             return min(delays) + 0.05
         return 1.0 if st.waiting else None
+
+
+def next_synced_at(settled_at: float | None, now: float) -> float:
+    """A sync's synced_at, the time after which a relist is fresh enough for the pod's next sync: where its
+    changes ended and it read the relist it published (or, having changed nothing, the one its cached
+    state was fresh against), else now (it read the runtime itself: nothing older may follow it)."""
+    return settled_at if settled_at is not None else now
 
 
 def _live(rt: "PodRuntimeStatus") -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import msgspec
+import pytest
 
 from edgelet.api.static import make_static_pod
 from edgelet.api.types import Pod
@@ -288,7 +289,18 @@ def test_a_sync_takes_its_before_state_from_a_relist_newer_than_its_last_sync():
     asyncio.run(syncer.sync_pod(pod))
     assert listed == [], "a relist newer than the last sync is the before-state"
     asyncio.run(syncer.sync_pod(pod))
-    assert listed == [pod.metadata.uid], "that relist is older than the sync just done: list"
+    assert listed == [], "the sync just done changed nothing and published that relist: it still serves"
+    (c,) = rt.running(pod.metadata.uid)
+    rt.exit(c.id, 1)
+    clock.advance(1)
+    relist.update(at=clock.monotonic(), pods=asyncio.run(rt.list_pods()))  # PLEG's relist after the exit file
+    listed.clear()
+    asyncio.run(syncer.sync_pod(pod))  # a restart from that relist: it changed something after it
+    assert listed == [pod.metadata.uid], "its after-state (no relist to wait for here)"
+    assert len(rt.running(pod.metadata.uid)) == 1
+    listed.clear()
+    asyncio.run(syncer.sync_pod(pod))
+    assert listed == [pod.metadata.uid], "that relist is older than the last sync's changes: list"
 
 
 class _Relists:
@@ -356,6 +368,9 @@ def test_a_sync_publishes_a_relist_newer_than_its_changes_and_that_relist_serves
     listed.clear()
     result = asyncio.run(syncer.sync_pod(pod))  # the resync that relist's ContainerStarted events cause
     assert listed == [] and not result.changed and len(relists.asked) == 1
+    clock.advance(0.5)
+    asyncio.run(syncer.sync_pod(pod))  # one more (a probe verdict, a rollout round): nothing changed since
+    assert listed == [], "a sync that changed nothing and read the cache leaves the cache fresh for the next"
 
     # A container that dies: the next relist shows it, and the sync restarts it from that state.
     (a, _) = rt.running(uid)
@@ -417,3 +432,38 @@ def test_stopping_a_pods_containers_reads_them_from_the_shared_relist_not_a_list
     assert not rt.running(pod.metadata.uid)
     assert full_lists == [] and listed == [], "the before-state from the cache, each stop's record from a relist"
     assert len(relists.asked) == asked + 3
+
+
+def test_a_sync_that_read_the_runtime_itself_is_not_followed_by_an_older_cached_state():
+    """A sync that listed on its own (no relist newer than the last) published a state newer than PLEG's cache:
+    the next one must not publish that older cache."""
+    clock = FakeClock()
+    rt = FakeRuntime(clock)
+    listed = _counting(rt)
+    relists = _Relists(clock, rt)
+    syncer = Syncer(rt, FakeImageStore(), Backoff(), clock, publish=lambda pod, status, st: None,
+                    newer_than=relists.newer_than, relisted_after=relists.after)
+    pod = make_pod("web")
+    asyncio.run(syncer.sync_pod(pod))
+    clock.advance(1)
+    # A sync after a change the relists never saw (the cache is older than its last sync): it lists itself...
+    syncer.state(pod.metadata.uid).synced_at = clock.monotonic()
+    listed.clear()
+    asyncio.run(syncer.sync_pod(pod))
+    assert listed == [pod.metadata.uid]
+    # ...and so does the next: that cache is still older than what the last one published.
+    asyncio.run(syncer.sync_pod(pod))
+    assert listed == [pod.metadata.uid] * 2
+
+
+@pytest.mark.parametrize(
+    ("settled_at", "now", "expected"),
+    [
+        (5.0, 9.0, 5.0),  # its changes ended at 5 (or, changing nothing, its cached state was fresh against 5)
+        (None, 9.0, 9.0),  # it read the runtime itself (or failed): nothing older than now may follow
+    ],
+)
+def test_a_syncs_synced_at(settled_at, now, expected):
+    from edgelet.sync.syncpod import next_synced_at
+
+    assert next_synced_at(settled_at, now) == expected
