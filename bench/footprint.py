@@ -2,7 +2,9 @@
 
 Run as root: `.venv/bin/python bench/footprint.py [--pods 20] [--idle 60] [--cni]`; `--cni` gives the pods a bridge
 network of the bench's own (bridge, host-local, portmap, loopback), whose housekeeping CHECKs then count too;
-`--spawns` counts the processes the agent started in the idle window, per program (EDGELET_TRACE_SPAWNS).
+`--spawns` counts the processes the agent started in the idle window, per program (EDGELET_TRACE_SPAWNS), and
+those it started from the first manifest until the pods ran and settled (runc by subcommand: `runc list` per pod
+start is what a sync's state reads cost).
 """
 
 from __future__ import annotations
@@ -27,12 +29,15 @@ def main() -> None:
     ap.add_argument("--settle", type=float, default=5.0)
     ap.add_argument("--cni", action="store_true", help="pods on a CNI bridge network instead of none")
     ap.add_argument("--spawns", action="store_true", help="count what the agent spawns in the idle window")
+    ap.add_argument("--one-by-one", action="store_true",
+                    help="start the pods one at a time, each once the one before runs (what one pod start costs)")
     args = ap.parse_args()
     b = Bench("footprint")
     trace = b.base / "spawns.txt"
     if args.spawns:
         os.environ["EDGELET_TRACE_SPAWNS"] = str(trace)
     spawned: collections.Counter[str] = collections.Counter()
+    starting: collections.Counter[str] = collections.Counter()
     bridge = None
     try:
         extra: tuple[str, ...] = ()
@@ -44,8 +49,12 @@ def main() -> None:
         proc = b.start_agent(*extra)
         time.sleep(args.settle)
         rss0, pss0 = memory(proc.pid)
+        t_put = time.time()
         for i in range(args.pods):
             b.put_manifest(f"p{i}.yaml", pod_manifest(f"p{i}", "exec sleep 3600"))
+            until = time.monotonic() + 60
+            while args.one_by_one and running_pods(b) <= i and time.monotonic() < until:
+                time.sleep(0.05)
         # And one completed job: exited containers are what an idle agent must not keep re-reading.
         b.put_manifest("job.yaml", pod_manifest("job", "echo done", restart="OnFailure"))
         deadline = time.monotonic() + 120
@@ -61,9 +70,12 @@ def main() -> None:
         t1 = time.time()
         if args.spawns and trace.exists():
             for line in trace.read_text().splitlines():
-                at, prog, first = (line.split(" ", 2) + ["", ""])[:3]
+                at, prog, rest = (line.split(" ", 2) + ["", ""])[:3]
+                what = f"{prog} {_subcommand(prog, rest.split())}".strip()
                 if t0 <= float(at) <= t1:
-                    spawned[f"{prog} {first}".strip()] += 1
+                    spawned[what] += 1
+                elif t_put <= float(at) < t0:
+                    starting[what] += 1
         rss2, pss2 = memory(proc.pid)
     finally:
         b.close()
@@ -81,8 +93,22 @@ def main() -> None:
     print(f"CPU over {args.idle:.0f} s idle with {n} pods: {used:.2f} s  = {100*used/args.idle:.2f} % of one core"
           f"  (agent {a1 - a0:.2f} s, runc/conmon children {k1 - k0:.2f} s)")
     if args.spawns:
+        pods = args.pods + 1  # and the job
+        how = "one by one" if args.one_by_one else "at once"
+        print(f"spawned while {pods} pods started ({how}) and settled ({args.settle:.0f} s): {sum(starting.values())};"
+              f" runc list per pod: {starting['runc list'] / pods:.2f}"
+              + "".join(f"\n  {n:4d}  {what}" for what, n in starting.most_common()))
         print(f"spawned in the idle window: {sum(spawned.values())}"
               + "".join(f"\n  {n:4d}  {what}" for what, n in spawned.most_common()))
+
+
+def _subcommand(prog: str, args: list[str]) -> str:
+    """runc's subcommand (after its --root DIR), else the first argument, as the spawn trace has them."""
+    if prog == "runc":
+        while args and args[0].startswith("-"):
+            args = args[2:] if "=" not in args[0] else args[1:]
+        return args[0] if args else ""
+    return args[0] if args else ""
 
 
 if __name__ == "__main__":

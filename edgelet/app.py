@@ -157,7 +157,8 @@ class Agent:
         self.syncer = Syncer(self.runtime, self.image_manager, self.backoff, self.clock,  # type: ignore[arg-type]
                              publish=self.publisher.update if self.metrics is None
                              else self.metrics.observing_publish(self.publisher), events=self.events,
-                             probes=self.probes, admit=self._admit, newer_than=self._relisted_newer_than)
+                             probes=self.probes, admit=self._admit, newer_than=self._relisted_newer_than,
+                             relisted_after=self._relisted_after)
         self.workers = PodWorkers(self.syncer, clock=self.clock)
         self.rollout = _build_rollout(self)
         self.loop = SyncLoop(
@@ -255,12 +256,21 @@ class Agent:
         time a network CHECK marked sandboxes broken (that mark is applied when the runtime lists)."""
         return self.pleg.status_newer_than(uid, max(since, self._networks_marked))
 
+    async def _relisted_after(self, uid: str, since: float) -> "PodRuntimeStatus":
+        """The pod as a relist that asked runc after `since` (and after the last network CHECK's mark) saw it: a
+        sync's after-state, from the relist it shares with the syncs waiting beside it and with PLEG."""
+        from edgelet.container.types import PodRuntimeStatus
+
+        status = (await self.pleg.pods_newer_than(max(since, self._networks_marked))).get(uid)
+        return status if status is not None else PodRuntimeStatus(uid=uid)
+
     def _on_sync_result(self, uid: str, result: "SyncResult") -> None:
         self.loop.on_result(uid, result)
         # A sync that created or stopped containers: relist soon, so PLEG knows them (between
-        # relists it only checks the processes it knows, see pleg.FULL_RELIST_EVERY). A resync
-        # that changed nothing (a pull back-off, say, every second) costs no `runc list`.
-        if result.changed:
+        # relists it only checks the processes it knows, see pleg.FULL_RELIST_EVERY) — unless the
+        # sync read its after-state from a relist, which PLEG has then seen. A resync that changed
+        # nothing (a pull back-off, say, every second) costs no `runc list`.
+        if result.changed and not result.relisted:
             self.pleg.kick()
 
     async def run(self, notifier: "Notifier | None" = None) -> None:

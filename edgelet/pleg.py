@@ -119,6 +119,23 @@ def next_full_every(current: int, *, periodic: bool, changed: bool) -> int:
     return min(current * 2, FULL_RELIST_MAX_EVERY)
 
 
+def relist_needed(since: float, last_asked: float | None, running: tuple[int, float] | None, started: int
+                  ) -> int | None:
+    """Which relist shows everything done before `since` (monotonic): None for the last one done, which asked runc
+    after it; else the generation to wait for: the one running if it asked after `since`, else the next to start.
+
+    `last_asked` is when the last successful relist asked runc, `running` the (generation, asked) of the one running,
+    `started` how many have started. A read that began before `since` may miss what was done just before it, so
+    it is never taken (strictly after: with a coarse clock an equal reading cannot tell the order). The next one
+    starts after this question, so it serves whatever the clock says.
+    """
+    if last_asked is not None and last_asked > since:
+        return None
+    if running is not None and running[1] > since:
+        return running[0]
+    return started + 1
+
+
 def all_alive(last: Mapping[str, PodRuntimeStatus], exists: Callable[[str], bool] = os.path.exists) -> bool:
     """Every sandbox and container the last relist saw running still has its process, and none is in between.
 
@@ -151,6 +168,11 @@ class Pleg:
     `runc list` every FULL_RELIST_EVERY periods (stretching to
     FULL_RELIST_MAX_EVERY while nothing changes, see `next_full_every`) or as
     soon as one is gone.
+
+    A sync that changed something reads its after-state from a relist too
+    (`pods_newer_than`): one relist runs at a time, and whoever waits for one
+    newer than a time shares it (`relist_needed`); its events go to the sync
+    loop like those of any relist, and its view is the cache.
     """
 
     def __init__(self, runtime: "Runtime", exit_dir: Path, relist_period: float = 10.0,
@@ -166,6 +188,16 @@ class Pleg:
         self.last_relist: float | None = None  # monotonic time of the last successful relist, for /healthz
         # Monotonic time at which the last successful relist *asked* runc (its view is at least that new).
         self._relist_asked: float | None = None
+        # One relist at a time, shared by all who wait for one (see `pods_newer_than`): generations started and
+        # the last done, the running one and when it asked, and the events of the last one.
+        self._started = 0
+        self._done = 0
+        self._running: "asyncio.Task[list[PodLifecycleEvent]] | None" = None
+        self._running_asked = 0.0
+        self._last_events: list[PodLifecycleEvent] = []
+        # Where a relist's events go (the sync loop, once `run` has started), and the pods of those found before.
+        self._emit: Callable[[set[str]], None] | None = None
+        self._unsent: set[str] = set()
 
     def uids(self) -> set[str]:
         """Pod UIDs the runtime held at the last relist."""
@@ -188,15 +220,66 @@ class Pleg:
             return None
         return self._last.get(uid, PodRuntimeStatus(uid=uid))
 
+    async def pods_newer_than(self, since: float) -> Mapping[str, PodRuntimeStatus]:
+        """Every pod as a relist that asked runc after `since` (monotonic) saw it, waiting for one if needed.
+
+        A sync reads its after-state here (issue 25.2) instead of a `runc list` of its own, as kubelet's pod
+        workers read the PLEG cache: the syncs that wait at the same time share one relist (see
+        `relist_needed`), the cache and its events are PLEG's as for any relist, and the relist PLEG ran after
+        every sync that changed something is that same one."""
+        await self._relist_since(since)
+        return self._last
+
     async def relist(self) -> list[PodLifecycleEvent]:
+        """A relist that asks runc after now (one running already, which asked before, does not count); its events."""
+        return await self._relist_since((self._clock or REAL_CLOCK).monotonic())
+
+    async def _relist_since(self, since: float) -> list[PodLifecycleEvent]:
+        """Wait for a relist that asked runc after `since`; its events ([] when the last one done serves)."""
+        running = (self._started, self._running_asked) if self._running is not None else None
+        need = relist_needed(since, self._relist_asked, running, self._started)
+        if need is None:
+            return []
+        while self._done < need:
+            task = self._running if self._running is not None else self._start_relist()
+            generation = self._started  # the running relist is always the newest started
+            try:
+                # Shielded: a waiter cancelled (its sync cut short) does not cancel the others' relist.
+                events = await asyncio.shield(task)
+            except Exception:
+                if generation >= need:
+                    raise
+                continue  # an older relist failed: the one needed is still to run
+            if generation >= need:
+                return events
+        return self._last_events
+
+    def _start_relist(self) -> "asyncio.Task[list[PodLifecycleEvent]]":
+        self._started += 1
+        # Read before the relist runs: the `runc list` starts later still, so its view is at least this new.
         asked = (self._clock or REAL_CLOCK).monotonic()
-        new = await self._runtime.list_pods()
+        self._running_asked = asked
+        self._running = asyncio.ensure_future(self._list(self._started, asked))
+        return self._running
+
+    async def _list(self, generation: int, asked: float) -> list[PodLifecycleEvent]:
+        try:
+            new = await self._runtime.list_pods()
+        finally:
+            self._running = None
         events = diff(self._last, new)
         self._last = new
         self._relist_asked = asked
+        self._done = generation
+        self._last_events = events
         self.relisted.set()
         if self._clock is not None:
             self.last_relist = self._clock.monotonic()
+        uids = {e.pod_uid for e in events}
+        if uids and self._emit is not None:
+            self._emit(uids)
+        else:
+            self._unsent |= uids  # a sync's relist before `run` began: sent when it does
         return events
 
     async def adopt(self) -> None:
@@ -206,6 +289,8 @@ class Pleg:
         for attempt in range(1, ADOPT_ATTEMPTS + 1):
             try:
                 await self.relist()
+                # Not sent: the sync loop syncs every pod it is given at start anyway.
+                self._unsent.clear()
                 return
             except (RuntimeError_, OSError) as exc:
                 if attempt == ADOPT_ATTEMPTS:
@@ -219,6 +304,11 @@ class Pleg:
 
         # Only changes wake it: the relist itself reads the exit files, and must not wake itself.
         observer = watch_directory(self._exit_dir, self._kick)
+        # Every relist sends its events, whoever asked for it (this loop, or a sync for its after-state).
+        self._emit = emit
+        if self._unsent:
+            emit(self._unsent)
+            self._unsent = set()
         try:
             quiet = 0
             full_every = FULL_RELIST_EVERY
@@ -249,8 +339,6 @@ class Pleg:
                     full_every = FULL_RELIST_EVERY
                     continue
                 full_every = next_full_every(full_every, periodic=periodic, changed=bool(events))
-                uids = {e.pod_uid for e in events}
-                if uids:
-                    emit(uids)
         finally:
+            self._emit = None
             await stop_watching(observer)

@@ -30,3 +30,7 @@ class PodSyncState:
     start_failed: set[str] = field(default_factory=set)
     # Monotonic end of the pod's last sync: a relist newer than that is fresh enough for the next one's before-state.
     synced_at: float | None = None
+    # Monotonic time the running sync's changes to the runtime ended (it then reads its after-state); its
+    # synced_at, so that the relist it read serves the next sync too. None until then.
+    settled_at: float | None = None
+    cached_read: bool = False  # the running sync's before-state is PLEG's cache

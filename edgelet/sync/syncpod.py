@@ -17,7 +17,7 @@ SyncPod):
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Awaitable, Callable, Mapping, Sequence
 
 from edgelet.api.pod import uid as pod_uid
 from edgelet.api.pod import meta
@@ -28,6 +28,7 @@ from edgelet.images.manager import ImageUnavailable
 from edgelet.plan import compute_pod_actions
 from edgelet.plan.actions import is_pod_termination
 from edgelet.api.pod import container_spec
+from edgelet.container.errors import RuntimeError_
 from edgelet.plan.termination import remaining_grace, stop_signal, termination_order
 from edgelet.sync.workers import SyncResult
 from edgelet.util.crashpoint import crash_point
@@ -88,10 +89,14 @@ class Syncer:
         probes: "ProbeManager | None" = None,
         admit: "Callable[[Pod], Admission | None] | None" = None,
         newer_than: "Callable[[str, float], PodRuntimeStatus | None] | None" = None,
+        relisted_after: "Callable[[str, float], Awaitable[PodRuntimeStatus]] | None" = None,
     ) -> None:
         self._runtime = runtime
         # PLEG's last relist of a pod if it is newer than a time (Pleg.status_newer_than); None: always list.
         self._newer_than = newer_than
+        # A pod as a relist that asked runc after a time saw it, waiting for one shared with the other syncs
+        # (Pleg.pods_newer_than): the after-states. None: the runtime's pod_status.
+        self._relisted_after = relisted_after
         # Whether the pod's limits can be applied on this host (the runtime's cgroup controllers); None: always.
         self._admit = admit
         self._probes = probes  # runs the probes; its liveness/startup failures restart containers
@@ -108,11 +113,15 @@ class Syncer:
 
     async def sync_pod(self, pod: "Pod") -> SyncResult:
         st = self.state(pod_uid(pod))
+        st.settled_at = None
         try:
-            return await self._sync_pod(pod, st)
-        finally:
-            # Whatever path it took (held, failed, cancelled), what it did to the runtime ends here.
+            result = await self._sync_pod(pod, st)
+        except BaseException:
+            # Failed or cancelled, perhaps halfway through its changes: they end here.
             st.synced_at = self._clock.monotonic()
+            raise
+        st.synced_at = next_synced_at(st.settled_at, self._clock.monotonic())
+        return result
 
     async def _sync_pod(self, pod: "Pod", st: PodSyncState) -> SyncResult:
         uid = pod_uid(pod)
@@ -148,9 +157,10 @@ class Syncer:
         self._record_backoffs(pod, st)
 
         # 2. Kill the whole pod when its sandbox must be recreated.
-        if actions.kill_pod:
+        # (A new pod's kill stops nothing, and its state is still the one read in step 1: no relist to wait for.)
+        if actions.kill_pod and _live(rt):
             await self._kill_all(pod, rt, reason="sandbox changed")
-            rt = await self._runtime.pod_status(uid)
+            rt, _ = await self._state_after(uid)
 
         # 3. Kill what must not run any more. kubelet's Killing event carries computePodActions' message
         # ("Container app definition changed, will be restarted"), except for a pod that finished for good,
@@ -183,8 +193,9 @@ class Syncer:
                     self._events.warning(pod_ref(pod), "FailedCreatePodSandBox", f"Failed to create pod sandbox: {exc}")
                     for c in pod_spec(pod).containers:
                         st.waiting[c.name] = ("ContainerCreating", f"failed to create pod sandbox: {exc}")
-                    self._publish(pod, await self._runtime.pod_status(uid), st)
-                    return SyncResult(requeue_after=self._retry_delay(uid, "sandbox", now))
+                    failed_rt, relisted = await self._state_after(uid, st)
+                    self._publish(pod, failed_rt, st)
+                    return SyncResult(requeue_after=self._retry_delay(uid, "sandbox", now), relisted=relisted)
 
             # 5 and 6. Init container, then regular containers.
             if to_start and sandbox is None:
@@ -218,7 +229,7 @@ class Syncer:
         # A pod that will never run anything again keeps its exited containers (its final
         # status) but not its pause process.
         if actions.pod_finished:
-            now_rt = await self._runtime.pod_status(uid)
+            now_rt, _ = await self._state_after(uid)
             if not any(c.state in ("running", "created") for c in now_rt.containers):
                 for s in now_rt.sandboxes:
                     if s.state in ("running", "created"):
@@ -252,20 +263,26 @@ class Syncer:
                                 err=str(exc))
 
         # 8. Status (probe workers follow the containers that now run, and fill st.ready/started).
-        # A sync that changed nothing reuses what it read in step 1: a resync of a healthy pod
-        # costs one `runc list`, not two.
-        # A start that failed before anything was created (the image is backing off, say) changed nothing.
+        # A sync that changed nothing reuses what it read in step 1 (a start that failed before anything was
+        # created, the image backing off, say, changed nothing). One that changed something publishes a relist
+        # that asked runc after its changes, shared with the syncs waiting at the same time, and PLEG's own
+        # relist after them (Pleg.pods_newer_than): no `runc list` of its own.
         changed = bool(actions.kill_pod or actions.containers_to_kill or actions.create_sandbox or started
                        or actions.pod_finished or garbage)
+        relisted = False
         if changed:
-            rt = await self._runtime.pod_status(uid)
+            rt, relisted = await self._state_after(uid, st)
+        elif st.cached_read and st.synced_at is not None:
+            # Nothing changed, and what it publishes is PLEG's cache: any relist that served it serves the next
+            # sync too (a resync by a probe verdict or a rollout round then lists nothing either).
+            st.settled_at = st.synced_at
         if self._probes is not None:
             self._probes.sync_pod(pod, rt)
         self._publish(pod, rt, st)
         wake = self._next_wake(pod, st, now)
         if cleanup_failed:
             wake = CLEANUP_RETRY if wake is None else min(wake, CLEANUP_RETRY)
-        return SyncResult(requeue_after=wake, changed=changed)
+        return SyncResult(requeue_after=wake, changed=changed, relisted=relisted)
 
     async def _sandbox_and_prepare(self, pod: "Pod", attempt: int, items: Sequence["ContainerToStart"],
                                    ahead: dict[str, "ImageRecord | ImageUnavailable"],
@@ -401,11 +418,33 @@ class Syncer:
             log.warning("Removing what a failed pod start created failed", pod=_full(pod), id=cid[:12], err=str(exc))
 
     async def _before_state(self, uid: str, st: PodSyncState) -> "PodRuntimeStatus":
+        st.cached_read = False
         if self._newer_than is not None and st.synced_at is not None:
             cached = self._newer_than(uid, st.synced_at)
             if cached is not None:
+                st.cached_read = True
                 return cached
         return await self._runtime.pod_status(uid)
+
+    async def _state_after(self, uid: str, st: PodSyncState | None = None) -> "tuple[PodRuntimeStatus, bool]":
+        """The pod as read after everything this sync did so far, and whether a relist (PLEG's) read it.
+
+        Read from a relist that asked runc after now, so never older than the sync's own actions; with `st`
+        the sync's changes end here (its synced_at: that relist then serves the next sync's before-state too).
+        A relist that fails is not the sync's failure: it reads the pod itself, as it did before relists were
+        shared (and PLEG, not having seen the changes, is kicked after it: SyncResult.relisted).
+        """
+        since = self._clock.monotonic()
+        if st is not None:
+            st.settled_at = since
+        if self._relisted_after is not None:
+            try:
+                return await self._relisted_after(uid, since), True
+            except (RuntimeError_, OSError) as exc:
+                log.warning("Relist for a sync's state failed; reading the pod alone", uid=uid, err=str(exc))
+        if st is not None:
+            st.settled_at = None  # what it publishes is newer than the cache: the next sync needs a newer one
+        return await self._runtime.pod_status(uid), False
 
     def _warn_host_access(self, pod: "Pod") -> None:
         """kubelet runs static pods with host namespaces or a writable host `/` without a word; edgelet says so."""
@@ -539,7 +578,7 @@ class Syncer:
                 and cid in self._probes.failures(pod_uid(pod)):
             # kubelet setTerminationGracePeriod: a liveness/startup kill uses the probe's grace when it has one.
             grace = self._probes.kill_grace(pod_uid(pod), cid)
-        record = await self._find(cid)
+        record = await self._find(cid, pod_uid(pod) if pod is not None else None)
         if grace is None:
             # Without the pod (an orphan), the grace period it had, kept on the container.
             grace = record.grace_period if pod is None and record is not None and record.grace_period is not None \
@@ -611,7 +650,12 @@ class Syncer:
 
         await asyncio.gather(*(one(cid) for cid in kills))
 
-    async def _find(self, cid: str) -> "ContainerRecord | None":
+    async def _find(self, cid: str, uid: str | None = None) -> "ContainerRecord | None":
+        """The container as read now: of its pod from the shared relist (the containers of a pod stopped side by
+        side wait for one `runc list` together), else from a list of every pod (an orphan's)."""
+        if uid is not None and self._relisted_after is not None:
+            rt, _ = await self._state_after(uid)
+            return next((c for c in rt.containers if c.id == cid), None)
         for rt in (await self._runtime.list_pods()).values():
             for c in rt.containers:
                 if c.id == cid:
@@ -657,20 +701,21 @@ class Syncer:
     async def _sync_held(self, pod: "Pod", st: PodSyncState, why: tuple[str, str], grace: float | None) -> SyncResult:
         """Keep a pod stopped (evicted, or refused before it ran): kill what runs, publish it Failed with `why`."""
         uid = pod_uid(pod)
-        rt = await self._runtime.pod_status(uid)
-        live = any(c.state in ("running", "created") for c in rt.containers) or \
-            any(s.state in ("running", "created") for s in rt.sandboxes)
+        rt = await self._before_state(uid, st)
+        live = _live(rt)
+        relisted = False
         if live:
             self._events.warning(pod_ref(pod), why[0], why[1])
             await self._kill_all(pod, rt, reason="evicted" if st.evicted is not None else "refused", grace=grace)
-            rt = await self._runtime.pod_status(uid)
+            rt, relisted = await self._state_after(uid, st)
         st.waiting = {}
         self._publish(pod, rt, st)
-        return SyncResult(changed=live)
+        return SyncResult(changed=live, relisted=relisted)
 
     async def terminate_pod(self, uid: str, pod: "Pod | None") -> None:
         """Stop everything with the pod's grace period, then remove all the pod left behind."""
-        rt = await self._runtime.pod_status(uid)
+        st = self._state.get(uid)
+        rt = await self._before_state(uid, st) if st is not None else await self._runtime.pod_status(uid)
         name = _full(pod) or f"{rt.namespace}/{rt.name}"
         log.info("Terminating pod", pod=name, uid=uid)
         if self._probes is not None:
@@ -729,6 +774,19 @@ def _created_id(creating: "asyncio.Future[str | Exception] | None") -> str | Non
         return None
     made = creating.result()
     return made if isinstance(made, str) else None
+
+
+def next_synced_at(settled_at: float | None, now: float) -> float:
+    """A sync's synced_at, the time after which a relist is fresh enough for the pod's next sync: where its
+    changes ended and it read the relist it published (or, having changed nothing, the one its cached
+    state was fresh against), else now (it read the runtime itself: nothing older may follow it)."""
+    return settled_at if settled_at is not None else now
+
+
+def _live(rt: "PodRuntimeStatus") -> bool:
+    """Whether anything of the pod runs (or is created): what a kill of the whole pod stops."""
+    return any(c.state in ("running", "created") for c in rt.containers) or \
+        any(s.state in ("running", "created") for s in rt.sandboxes)
 
 
 def _live_sandbox(rt: "PodRuntimeStatus", sandbox_id: str | None) -> "SandboxRecord | None":

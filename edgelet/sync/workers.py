@@ -33,6 +33,8 @@ class SyncResult:
     requeue_after: float | None = None
     # The sync created, stopped or removed something in the runtime (a relist is worth it).
     changed: bool = True
+    # Its after-state came from a relist that asked runc after its changes: PLEG has seen them already.
+    relisted: bool = False
 
 
 class PodSyncer(Protocol):

@@ -21,7 +21,8 @@ DEVNULL = subprocess.DEVNULL
 TimeoutExpired = subprocess.TimeoutExpired
 
 # A bench's debug aid (bench/footprint.py --spawns): every child started is appended to this file as
-# "<unix time> <program> <first argument>", so what an idle agent spawns can be counted per source.
+# "<unix time> <program> <its first arguments>", so what an agent spawns can be counted per source (runc's
+# subcommand follows its --root, so a few arguments are kept, not one).
 _TRACE = os.environ.get("EDGELET_TRACE_SPAWNS")
 
 
@@ -30,7 +31,7 @@ def _trace(argv: Sequence[str]) -> None:
 
     try:
         with open(_TRACE, "a") as f:  # type: ignore[arg-type]
-            f.write(f"{REAL_CLOCK.now():.3f} {os.path.basename(str(argv[0]))} {argv[1] if len(argv) > 1 else ''}\n")
+            f.write(f"{REAL_CLOCK.now():.3f} {os.path.basename(str(argv[0]))} {' '.join(map(str, argv[1:5]))}\n")
     except OSError:
         pass
 

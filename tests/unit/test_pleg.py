@@ -205,3 +205,173 @@ def test_a_relist_serves_a_pods_state_only_when_it_asked_runc_after_the_given_ti
     assert pleg.status_newer_than("u1", before).containers[0].id == "a"
     assert pleg.status_newer_than("u2", before) == pod("u2")  # nothing of that pod: an empty status
     assert pleg.status_newer_than("u1", clock.monotonic()) is None  # a sync ended since it asked
+
+
+# Which relist shows everything done before `since` (issue 25.2: a sync's after-state from the shared relist).
+@pytest.mark.parametrize(
+    ("since", "last_asked", "running", "started", "expected"),
+    [
+        (5.0, None, None, 0, 1),  # never relisted: the first one
+        (5.0, 6.0, None, 3, None),  # the last one asked after: it serves, no wait
+        (5.0, 5.0, None, 3, 4),  # asked at the same reading: the order is unknown, so not taken
+        (5.0, 4.0, None, 3, 4),  # older: the next
+        (5.0, 4.0, (4, 6.0), 4, 4),  # the running one asked after: wait for it
+        (5.0, 4.0, (4, 5.0), 4, 5),  # the running one asked at the same reading: the one after it
+        (5.0, 4.0, (4, 3.0), 4, 5),  # the running one asked before: the one after it
+        (5.0, 7.0, (4, 8.0), 4, None),  # the last done serves already: not the running one
+    ],
+)
+def test_which_relist_serves_a_state_newer_than_a_time(since, last_asked, running, started, expected):
+    from edgelet.pleg import relist_needed
+
+    assert relist_needed(since, last_asked, running, started) == expected
+
+
+class _GatedRuntime:
+    """list_pods waits until the test releases it (each call its own future); counts the calls."""
+
+    def __init__(self) -> None:
+        import asyncio
+
+        self.waiting: list[asyncio.Future] = []
+        self.pods: dict = {}
+
+    async def list_pods(self):
+        import asyncio
+
+        fut = asyncio.get_running_loop().create_future()
+        self.waiting.append(fut)
+        result = await fut
+        if isinstance(result, Exception):
+            raise result
+        return dict(result)
+
+
+async def _settle() -> None:
+    import asyncio
+
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+@pytest.mark.timeout(60)
+def test_syncs_waiting_for_a_relist_share_one_that_started_after_their_changes(tmp_path):
+    """A relist running when a sync asks may have read runc before the sync's changes: the sync waits for the
+    next one, and every sync that asked meanwhile shares that one (one `runc list`, not one each)."""
+    import asyncio
+
+    from edgelet.pleg import Pleg
+    from edgelet.util.clock import FakeClock
+
+    async def main():
+        rt = _GatedRuntime()
+        clock = FakeClock()
+        pleg = Pleg(rt, tmp_path, clock=clock)
+        first = asyncio.ensure_future(pleg.pods_newer_than(clock.monotonic()))
+        await _settle()
+        assert len(rt.waiting) == 1
+        # Two more syncs end their changes while that relist runs (the clock does not even move).
+        later = [asyncio.ensure_future(pleg.pods_newer_than(clock.monotonic())) for _ in range(2)]
+        await _settle()
+        assert len(rt.waiting) == 1, "one relist at a time"
+        rt.waiting[0].set_result({"u1": pod("u1", containers=(c("a", "running"),))})
+        assert (await first)["u1"].containers[0].state == "running"
+        await _settle()
+        assert len(rt.waiting) == 2 and not any(t.done() for t in later), "the others wait for a newer relist"
+        rt.waiting[1].set_result({"u1": pod("u1", containers=(c("a", "exited"),))})
+        for t in later:
+            assert (await t)["u1"].containers[0].state == "exited"
+        assert len(rt.waiting) == 2
+        # A relist that asked after a time serves it from the cache, without a wait.
+        clock.advance(1)
+        since = clock.monotonic()
+        clock.advance(1)
+        running = asyncio.ensure_future(pleg.relist())
+        await _settle()
+        waiter = asyncio.ensure_future(pleg.pods_newer_than(since))
+        await _settle()
+        assert len(rt.waiting) == 3, "the running relist asked after `since`: it serves, no other starts"
+        rt.waiting[2].set_result({})
+        await running
+        assert await waiter == {}
+        assert pleg.status_newer_than("u1", since) == pod("u1")
+        assert await pleg.pods_newer_than(since) == {} and len(rt.waiting) == 3
+
+    asyncio.run(main())
+
+
+@pytest.mark.timeout(60)
+def test_a_failed_relist_fails_only_those_it_was_for(tmp_path):
+    import asyncio
+
+    from edgelet.container.errors import ExecError
+    from edgelet.pleg import Pleg
+    from edgelet.util.clock import FakeClock
+
+    async def main():
+        rt = _GatedRuntime()
+        clock = FakeClock()
+        pleg = Pleg(rt, tmp_path, clock=clock)
+        first = asyncio.ensure_future(pleg.pods_newer_than(clock.monotonic()))
+        await _settle()
+        second = asyncio.ensure_future(pleg.pods_newer_than(clock.monotonic()))
+        await _settle()
+        rt.waiting[0].set_result(ExecError(["runc", "list"], 1, "injected"))
+        with pytest.raises(ExecError):
+            await first
+        await _settle()
+        assert len(rt.waiting) == 2, "the waiter of the next relist runs it"
+        rt.waiting[1].set_result({"u1": pod("u1")})
+        assert "u1" in await second
+        # A waiter cancelled (its sync cut short) leaves the relist to the others.
+        clock.advance(1)
+        since = clock.monotonic() - 0.5  # after the last relist asked, before the next one asks
+        a = asyncio.ensure_future(pleg.pods_newer_than(since))
+        await _settle()
+        b = asyncio.ensure_future(pleg.pods_newer_than(since))
+        await _settle()
+        a.cancel()
+        await _settle()
+        rt.waiting[2].set_result({"u2": pod("u2")})
+        assert "u2" in await b
+
+    asyncio.run(main())
+
+
+@pytest.mark.timeout(60)
+def test_the_events_of_a_syncs_relist_reach_the_sync_loop(tmp_path):
+    """A relist a sync asked for is PLEG's: its events go to the sync loop (sent once PLEG runs, if it did not
+    yet), and the relist at start (adoption) sends none, as before."""
+    import asyncio
+
+    from edgelet.pleg import Pleg
+    from edgelet.util.clock import FakeClock
+
+    class _Runtime:
+        def __init__(self):
+            self.pods = {}
+
+        async def list_pods(self):
+            return dict(self.pods)
+
+    async def main():
+        rt = _Runtime()
+        rt.pods = {"u0": pod("u0", containers=(c("z", "running", "u0"),))}
+        clock = FakeClock()
+        pleg = Pleg(rt, tmp_path, relist_period=3600, clock=clock)
+        await pleg.adopt()
+        rt.pods["u1"] = pod("u1", containers=(c("a", "running"),))
+        await pleg.pods_newer_than(clock.monotonic())  # before PLEG runs: kept
+        sent: list[set[str]] = []
+        task = asyncio.create_task(pleg.run(sent.append))
+        try:
+            await _settle()
+            assert sent[0] == {"u1"}, "adoption's events are not sent, a sync's are"
+            rt.pods["u2"] = pod("u2", containers=(c("b", "running", "u2"),))
+            await pleg.pods_newer_than(clock.monotonic())
+            assert sent[-1] == {"u2"}
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(main())

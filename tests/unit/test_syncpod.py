@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 
 import msgspec
+import pytest
 
 from edgelet.api.static import make_static_pod
 from edgelet.api.types import Pod
+from edgelet.container.types import PodRuntimeStatus
 from edgelet.sync.syncpod import Syncer
 from edgelet.testing.fakes import FakeImageStore, FakeRuntime
 from edgelet.util.backoff import Backoff
@@ -287,4 +289,181 @@ def test_a_sync_takes_its_before_state_from_a_relist_newer_than_its_last_sync():
     asyncio.run(syncer.sync_pod(pod))
     assert listed == [], "a relist newer than the last sync is the before-state"
     asyncio.run(syncer.sync_pod(pod))
-    assert listed == [pod.metadata.uid], "that relist is older than the sync just done: list"
+    assert listed == [], "the sync just done changed nothing and published that relist: it still serves"
+    (c,) = rt.running(pod.metadata.uid)
+    rt.exit(c.id, 1)
+    clock.advance(1)
+    relist.update(at=clock.monotonic(), pods=asyncio.run(rt.list_pods()))  # PLEG's relist after the exit file
+    listed.clear()
+    asyncio.run(syncer.sync_pod(pod))  # a restart from that relist: it changed something after it
+    assert listed == [pod.metadata.uid], "its after-state (no relist to wait for here)"
+    assert len(rt.running(pod.metadata.uid)) == 1
+    listed.clear()
+    asyncio.run(syncer.sync_pod(pod))
+    assert listed == [pod.metadata.uid], "that relist is older than the last sync's changes: list"
+
+
+class _Relists:
+    """PLEG stand-in over a FakeRuntime: `after` is Pleg.pods_newer_than's role (a relist that asks after the
+    time given, as a real clock would read a moment later), `newer_than` Pleg.status_newer_than's."""
+
+    def __init__(self, clock, rt, fail: bool = False) -> None:
+        self.clock, self.rt, self.fail = clock, rt, fail
+        self.asked: list[float] = []  # the `since` of every after-state read
+        self.at = None
+        self.pods: dict = {}
+
+    async def after(self, uid, since):
+        from edgelet.container.errors import ExecError
+
+        self.asked.append(since)
+        if self.fail:
+            raise ExecError(["runc", "list"], 1, "injected")
+        self.clock.advance(0.001)
+        self.at = self.clock.monotonic()
+        self.pods = await self.list()
+        return self.pods.get(uid) or PodRuntimeStatus(uid=uid)
+
+    async def list(self):
+        """FakeRuntime.list_pods, without the pod_status calls a test counts."""
+        rt = self.rt
+        uids = {s.pod_uid for s in rt.sandboxes.values()} | {c.pod_uid for c in rt.containers.values()}
+        return {u: await FakeRuntime.pod_status(rt, u) for u in uids}
+
+    def newer_than(self, uid, since):
+        return self.pods.get(uid) if self.at is not None and self.at > since else None
+
+
+def _counting(rt):
+    listed = []
+    real = rt.pod_status
+
+    async def pod_status(uid):
+        listed.append(uid)
+        return await real(uid)
+
+    rt.pod_status = pod_status
+    return listed
+
+
+def test_a_sync_publishes_a_relist_newer_than_its_changes_and_that_relist_serves_the_next_sync():
+    """issue 25.2: no `runc list` of its own for the after-state; the relist it shares is PLEG's, newer than its
+    changes, so the resync PLEG's events cause reads it too (kubelet: the pod worker reads the PLEG cache)."""
+    clock = FakeClock()
+    rt = FakeRuntime(clock)
+    listed = _counting(rt)
+    relists = _Relists(clock, rt)
+    published = []
+    syncer = Syncer(rt, FakeImageStore(), Backoff(), clock, publish=lambda pod, status, st: published.append(status),
+                    newer_than=relists.newer_than, relisted_after=relists.after)
+    pod = make_pod("web", containers=("a", "b"))
+    uid = pod.metadata.uid
+    before = clock.monotonic()
+    result = asyncio.run(syncer.sync_pod(pod))
+    assert listed == [uid], "only the before-state of a pod no relist has seen"
+    assert result.changed and result.relisted, "PLEG has seen the changes: no kick for another relist"
+    assert len(relists.asked) == 1 and relists.asked[0] >= before
+    assert {c.state for c in published[-1].containers} == {"running"} and len(published[-1].containers) == 2
+    assert syncer.state(uid).synced_at == relists.asked[0], "its changes ended where it read the after-state"
+    listed.clear()
+    result = asyncio.run(syncer.sync_pod(pod))  # the resync that relist's ContainerStarted events cause
+    assert listed == [] and not result.changed and len(relists.asked) == 1
+    clock.advance(0.5)
+    asyncio.run(syncer.sync_pod(pod))  # one more (a probe verdict, a rollout round): nothing changed since
+    assert listed == [], "a sync that changed nothing and read the cache leaves the cache fresh for the next"
+
+    # A container that dies: the next relist shows it, and the sync restarts it from that state.
+    (a, _) = rt.running(uid)
+    rt.exit(a.id, 1)
+    clock.advance(1)
+    relists.at, relists.pods = clock.monotonic(), asyncio.run(relists.list())
+    result = asyncio.run(syncer.sync_pod(pod))
+    assert listed == [] and result.relisted and len(rt.running(uid)) == 2
+
+
+def test_a_relist_that_fails_leaves_the_sync_its_own_read_and_pleg_a_kick():
+    clock = FakeClock()
+    rt = FakeRuntime(clock)
+    listed = _counting(rt)
+    relists = _Relists(clock, rt, fail=True)
+    published = []
+    syncer = Syncer(rt, FakeImageStore(), Backoff(), clock, publish=lambda pod, status, st: published.append(status),
+                    newer_than=relists.newer_than, relisted_after=relists.after)
+    pod = make_pod("web")
+    result = asyncio.run(syncer.sync_pod(pod))
+    assert relists.asked and listed == [pod.metadata.uid] * 2, "before-state, then the after-state read alone"
+    assert result.changed and not result.relisted
+    assert [c.state for c in published[-1].containers] == ["running"]
+
+
+def test_a_sandbox_that_fails_publishes_from_a_relist_too():
+    clock = FakeClock()
+    rt = FakeRuntime(clock)
+    rt.fail_sandbox = True
+    listed = _counting(rt)
+    relists = _Relists(clock, rt)
+    syncer = Syncer(rt, FakeImageStore(), Backoff(), clock, publish=lambda pod, status, st: None,
+                    newer_than=relists.newer_than, relisted_after=relists.after)
+    pod = make_pod("web")
+    result = asyncio.run(syncer.sync_pod(pod))
+    assert result.relisted and result.requeue_after is not None
+    assert listed == [pod.metadata.uid] and len(relists.asked) == 1
+
+
+def test_stopping_a_pods_containers_reads_them_from_the_shared_relist_not_a_list_each():
+    clock = FakeClock()
+    rt = FakeRuntime(clock)
+    relists = _Relists(clock, rt)
+    syncer = Syncer(rt, FakeImageStore(), Backoff(), clock, publish=lambda pod, status, st: None,
+                    newer_than=relists.newer_than, relisted_after=relists.after)
+    pod = make_pod("web", containers=("a", "b", "c"))
+    asyncio.run(syncer.sync_pod(pod))
+    full_lists = []
+    real = rt.list_pods
+
+    async def list_pods():
+        full_lists.append(1)
+        return await real()
+
+    rt.list_pods = list_pods
+    listed = _counting(rt)
+    asked = len(relists.asked)
+    asyncio.run(syncer.terminate_pod(pod.metadata.uid, pod))
+    assert not rt.running(pod.metadata.uid)
+    assert full_lists == [] and listed == [], "the before-state from the cache, each stop's record from a relist"
+    assert len(relists.asked) == asked + 3
+
+
+def test_a_sync_that_read_the_runtime_itself_is_not_followed_by_an_older_cached_state():
+    """A sync that listed on its own (no relist newer than the last) published a state newer than PLEG's cache:
+    the next one must not publish that older cache."""
+    clock = FakeClock()
+    rt = FakeRuntime(clock)
+    listed = _counting(rt)
+    relists = _Relists(clock, rt)
+    syncer = Syncer(rt, FakeImageStore(), Backoff(), clock, publish=lambda pod, status, st: None,
+                    newer_than=relists.newer_than, relisted_after=relists.after)
+    pod = make_pod("web")
+    asyncio.run(syncer.sync_pod(pod))
+    clock.advance(1)
+    # A sync after a change the relists never saw (the cache is older than its last sync): it lists itself...
+    syncer.state(pod.metadata.uid).synced_at = clock.monotonic()
+    listed.clear()
+    asyncio.run(syncer.sync_pod(pod))
+    assert listed == [pod.metadata.uid]
+    # ...and so does the next: that cache is still older than what the last one published.
+    asyncio.run(syncer.sync_pod(pod))
+    assert listed == [pod.metadata.uid] * 2
+
+
+@pytest.mark.parametrize(
+    ("settled_at", "now", "expected"),
+    [
+        (5.0, 9.0, 5.0),  # its changes ended at 5 (or, changing nothing, its cached state was fresh against 5)
+        (None, 9.0, 9.0),  # it read the runtime itself (or failed): nothing older than now may follow
+    ],
+)
+def test_a_syncs_synced_at(settled_at, now, expected):
+    from edgelet.sync.syncpod import next_synced_at
+
+    assert next_synced_at(settled_at, now) == expected
