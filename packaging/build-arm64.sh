@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the arm64 edgelet binary on an amd64 machine: PyInstaller cannot
-# cross-build, so it runs inside an arm64 Debian root made with debootstrap
+# cross-build, so it runs inside an arm64 Debian root made with mmdebstrap
 # and executed through qemu-user (binfmt_misc). Needs root.
 #
 #   packaging/build-arm64.sh [--dry-run] [--deb]
@@ -9,18 +9,21 @@
 # version` under qemu), and with --deb also dist/edgelet_<version>_arm64.deb
 # packing it. One-dir, as on x86_64: a one-file build unpacks about 20 MB to
 # disk on every command (seconds on a Pi, and SD-card wear). The arm64 root
-# is kept in $ARM64_ROOT (default build/arm64-root) so a second build skips
-# debootstrap (~3.5 min). --dry-run prints every step's command instead of
+# is kept in $ARM64_ROOT (default /var/cache/edgelet-image/arm64-root) so a second build skips
+# mmdebstrap. --dry-run prints every step's command instead of
 # running it. Environment: ARM64_ROOT, DEBIAN_SUITE (bookworm),
 # DEBIAN_MIRROR (the first deb.debian.org-style URI in apt's sources).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "$0")" && pwd)"
 REPO="$(dirname "$HERE")"
-ROOT="${ARM64_ROOT:-$REPO/build/arm64-root}"
+# Outside the checkout, so a CI run from a fresh clone finds it (.ci/run builds the image).
+BASE_CACHE="${IMAGE_BASE_CACHE:-/var/cache/edgelet-image}"
+ROOT="${ARM64_ROOT:-$BASE_CACHE/arm64-root}"
+DEB_CACHE="$BASE_CACHE/debs"
 SUITE="${DEBIAN_SUITE:-bookworm}"
 MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
-HOST_PACKAGES=(debootstrap qemu-user-static binfmt-support)
+HOST_PACKAGES=(mmdebstrap qemu-user-static binfmt-support)
 # What the arm64 root needs to pip-install edgelet's dependencies (python-prctl
 # builds from source against libcap) and to strip the result.
 ROOT_PACKAGES="python3,python3-venv,python3-dev,gcc,libc6-dev,libcap-dev,binutils,ca-certificates"
@@ -35,7 +38,7 @@ for arg in "$@"; do
     esac
 done
 
-step() { echo "==> $*"; }
+step() { echo "==> $(date -u +%H:%M:%S) $*"; }
 # run, host_tools, and the mounts undone at exit: shared with the other arm64 recipe.
 . "$HERE/common.sh"
 
@@ -51,12 +54,14 @@ fi
 host_tools
 
 step "arm64 Debian root in $ROOT"
-if [ "$dry_run" = 1 ] || [ ! -e "$ROOT/.edgelet-debootstrap-done" ]; then
-    run debootstrap --arch=arm64 --variant=minbase --include="$ROOT_PACKAGES" "$SUITE" "$ROOT" "$MIRROR"
-    run touch "$ROOT/.edgelet-debootstrap-done"
+locked "$ROOT"
+if [ "$dry_run" = 1 ] || [ "$(cat "$ROOT/.edgelet-arm64-root" 2>/dev/null)" != "$ROOT_PACKAGES" ]; then
+    run rm -rf "$ROOT"
+    make_arm64_root "$ROOT" "deb $MIRROR $SUITE main" "$ROOT_PACKAGES"
+    [ "$dry_run" = 1 ] || echo "$ROOT_PACKAGES" > "$ROOT/.edgelet-arm64-root"
 fi
 
-# debootstrap has copied the host's resolv.conf, which pip needs.
+# mmdebstrap has copied the host's resolv.conf, which pip needs.
 mount_in_root() {  # mount_in_root TYPE_OR_BIND SOURCE TARGET
     run mkdir -p "$3"
     if [ "$1" = bind ]; then

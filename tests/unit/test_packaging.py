@@ -124,12 +124,13 @@ def test_cni_conflist() -> None:
 def test_build_arm64_dry_run_prints_every_step_and_does_nothing(tmp_path: Path) -> None:
     root = tmp_path / "arm64-root"
     out = subprocess.run([str(PACKAGING / "build-arm64.sh"), "--dry-run", "--deb"], capture_output=True, text=True,
-                         timeout=60, env={**os.environ, "ARM64_ROOT": str(root)})
+                         timeout=60, env={**os.environ, "ARM64_ROOT": str(root),
+                                          "IMAGE_BASE_CACHE": str(tmp_path / "base-cache")})
     assert out.returncode == 0, out.stderr
     commands = [line[2:] for line in out.stdout.splitlines() if line.startswith("+ ")]
     expected_in_order = [
         "update-binfmts --enable qemu-aarch64",
-        "debootstrap --arch=arm64 --variant=minbase --include=",
+        "mmdebstrap --arch=arm64 --variant=minbase --mode=root --include=",
         f"mount -t proc proc {root}/proc",
         f"chroot {root} env -i PATH=",  # pip install, in a clean environment
         "EDGELET_ONEDIR=1 /bin/sh -ec",  # pyinstaller, one-dir as on x86_64: nothing unpacked at every command
@@ -143,7 +144,7 @@ def test_build_arm64_dry_run_prints_every_step_and_does_nothing(tmp_path: Path) 
         found = next((i for i, c in enumerate(commands[position:], position) if wanted in c), None)
         assert found is not None, f"step {wanted!r} missing or out of order in:\n" + "\n".join(commands)
         position = found + 1
-    assert not root.exists(), "--dry-run created the arm64 root"
+    assert not root.exists() and not (tmp_path / "base-cache").exists(), "--dry-run created the arm64 root"
 
 
 # --- the .deb ------------------------------------------------------------------------
