@@ -7,6 +7,8 @@ the figures depend on the machine and its load, printed with them.
 
 Run as root from the checkout:
   .venv/bin/python bench/image_build.py --fresh          # empty IMAGE_BASE_CACHE (a temp dir), .deb rebuilt
+  .venv/bin/python bench/image_build.py --fresh --cache-dir /var/cache/edgelet-image   # the same into an empty
+                                                         # (or absent) dir, kept warm for the next builds
   .venv/bin/python bench/image_build.py                  # the caches in /var/cache/edgelet-image as they are
   .venv/bin/python bench/image_build.py --test-image     # then `make test-image` too
   .venv/bin/python bench/image_build.py --log LOG [--log LOG2]   # only read logs of a build already run
@@ -21,6 +23,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -66,8 +69,10 @@ def main() -> None:
     ap.add_argument("--fresh", action="store_true", help="empty base cache and no arm64 .deb: a first CI run")
     ap.add_argument("--test-image", action="store_true", help="also time `make test-image`")
     ap.add_argument("--log", action="append", default=[], help="only report the steps of these logs")
+    ap.add_argument("--cache-dir", type=Path, help="with --fresh: this empty or absent IMAGE_BASE_CACHE, kept")
     args = ap.parse_args()
     print(f"machine: {machine()}")
+    print(f"load average before: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     if args.log:
         for path in args.log:
             report(Path(path).name, Path(path).read_text(errors="replace"), None)
@@ -75,10 +80,25 @@ def main() -> None:
     env = dict(os.environ)
     tmp = None
     if args.fresh:
-        tmp = tempfile.mkdtemp(prefix="edgelet-image-bench-")
-        env["IMAGE_BASE_CACHE"] = tmp
+        if args.cache_dir is not None:
+            if args.cache_dir.exists() and any(args.cache_dir.iterdir()):
+                raise SystemExit(f"--cache-dir {args.cache_dir} is not empty: not a from-scratch run")
+            env["IMAGE_BASE_CACHE"] = str(args.cache_dir)
+        else:
+            tmp = tempfile.mkdtemp(prefix="edgelet-image-bench-")
+            env["IMAGE_BASE_CACHE"] = tmp
         for deb in (REPO / "dist").glob("edgelet_*_arm64.deb"):
             deb.unlink()
+    # The 1-minute load average every 30 s of the run: the figures are as good as the machine was quiet.
+    loads: list[float] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            loads.append(os.getloadavg()[0])
+            done.wait(30)
+
+    threading.Thread(target=sample, daemon=True).start()
     cache = Path(env.get("IMAGE_CACHE", REPO / "build" / "image-cache"))
     arm64_log = cache / "build-arm64.log"
     arm64_log.unlink(missing_ok=True)
@@ -103,7 +123,11 @@ def main() -> None:
                     print(f"  {line}")
             if res.returncode != 0:
                 print(res.stdout[-3000:], res.stderr[-3000:], sep="\n")
-        print(f"load average after: {os.getloadavg()[0]:.1f}")
+        done.set()
+        if loads:
+            print(f"1-min load during the run: min {min(loads):.1f}, mean {sum(loads) / len(loads):.1f}, "
+                  f"max {max(loads):.1f} ({len(loads)} samples)")
+        print(f"load average after: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)

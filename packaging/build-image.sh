@@ -5,9 +5,9 @@
 #
 #   packaging/build-image.sh [--deb PATH] [--output DIR] [--size SIZE] [--base-only] [--dry-run]
 #
-# --deb: the arm64 edgelet .deb (default: the newest dist/edgelet_*_arm64.deb,
-# else packaging/build-arm64.sh --deb builds it, the slow part: PyInstaller
-# under qemu). Result: DIR/edgelet-rpi-arm64.img.xz (default DIR: dist) and
+# --deb: the arm64 edgelet .deb (default: packaging/build-arm64.sh --deb
+# packs this tree's code; its one-dir build is cached by a digest of its
+# inputs, else built with PyInstaller under qemu, the slow part). Result: DIR/edgelet-rpi-arm64.img.xz (default DIR: dist) and
 # its .sha256. The image: msdos table; partition 1 FAT32 labelled RASPIFIRM,
 # mounted at /boot/firmware (raspi-firmware's boot files, the kernel, the
 # initrd, cmdline.txt and the card folder edgelet/); partition 2 ext4
@@ -68,22 +68,22 @@ fi
 
 host_tools
 
-# Without a .deb, the arm64 binary (PyInstaller under qemu, one core) is built while the base root
-# (mmdebstrap, mostly another core) is made: each is a single-threaded emulated job.
+# Without --deb, this tree's arm64 .deb: build-arm64.sh reuses the one-dir build of the same inputs
+# (seconds), else builds it (PyInstaller under qemu, one core) while the base root (mmdebstrap, mostly
+# another core) is made: each is a single-threaded emulated job. Never an older .deb found in dist/, which
+# after a code change would ship the old code.
 arm64_pid=""
 if [ -z "$deb" ] && [ "$base_only" = 0 ]; then
-    deb="$(ls -t "$REPO"/dist/edgelet_*_arm64.deb 2>/dev/null | head -n 1 || true)"
-    if [ -z "$deb" ]; then
-        if [ "$dry_run" = 1 ]; then
-            run "$HERE/build-arm64.sh" --deb
-            deb=dist/edgelet_VERSION_arm64.deb
-        else
-            mkdir -p "$CACHE"
-            step "no arm64 .deb: packaging/build-arm64.sh --deb beside the base root (log: $CACHE/build-arm64.log)"
-            "$HERE/build-arm64.sh" --deb > "$CACHE/build-arm64.log" 2>&1 &
-            arm64_pid=$!
-            trap 'cleanup; [ -z "$arm64_pid" ] || wait "$arm64_pid" 2>/dev/null || true' EXIT
-        fi
+    if [ "$dry_run" = 1 ]; then
+        run "$HERE/build-arm64.sh" --deb
+        deb=dist/edgelet_VERSION_arm64.deb
+    else
+        mkdir -p "$CACHE"
+        rm -f "$REPO"/dist/edgelet_*_arm64.deb
+        step "arm64 .deb: packaging/build-arm64.sh --deb beside the base root (log: $CACHE/build-arm64.log)"
+        "$HERE/build-arm64.sh" --deb > "$CACHE/build-arm64.log" 2>&1 &
+        arm64_pid=$!
+        trap 'cleanup; [ -z "$arm64_pid" ] || wait "$arm64_pid" 2>/dev/null || true' EXIT
     fi
 fi
 wait_arm64() {
@@ -123,7 +123,8 @@ in_root() {  # in_root ROOT COMMAND...: run a shell command in the arm64 root, u
 # --- 1. the Debian root with every package (cached) ----------------------------
 base="$BASE_CACHE/base"
 locked "$base"
-key="$(printf '%s\n' mmdebstrap-nodoc "$SUITE" "$MIRROR" "${IMAGE_PACKAGES[@]}" | sha256sum | cut -c1-16)"
+key="$( { printf '%s\n' mmdebstrap-nodoc "$SUITE" "$MIRROR" "${IMAGE_PACKAGES[@]}"
+    cat "$HERE/image/initramfs.conf" "$HERE/image/initramfs-modules"; } | sha256sum | cut -c1-16)"
 if [ "$dry_run" = 1 ] || [ "$(cat "$base/.edgelet-image-base" 2>/dev/null)" != "$key" ]; then
     step "Debian $SUITE arm64 root with its packages in $base (cached once done)"
     run rm -rf "$base"
@@ -131,7 +132,9 @@ if [ "$dry_run" = 1 ] || [ "$(cat "$base/.edgelet-image-base" 2>/dev/null)" != "
     make_arm64_root "$base" "deb $MIRROR $SUITE main non-free-firmware
 deb $MIRROR $SUITE-updates main non-free-firmware
 deb http://security.debian.org/debian-security $SUITE-security main non-free-firmware" "$include" \
-        --setup-hook='mkdir -p "$1/boot/firmware"'
+        --setup-hook='mkdir -p "$1/boot/firmware" "$1/etc/initramfs-tools/conf.d" "$1/usr/share/initramfs-tools/modules.d"' \
+        --setup-hook="cp '$HERE/image/initramfs.conf' \"\$1/etc/initramfs-tools/conf.d/edgelet-image.conf\"" \
+        --setup-hook="cp '$HERE/image/initramfs-modules' \"\$1/usr/share/initramfs-tools/modules.d/edgelet-image\""
     run mkdir -p "$base/boot/firmware" "$base/etc/default"
     if [ "$dry_run" = 0 ]; then
         # No service starts inside the build root.
@@ -173,11 +176,12 @@ in_root "$root" "dpkg -i /tmp/edgelet.deb && rm -f /tmp/edgelet.deb"
 if [ "$dry_run" = 0 ]; then
     packaged="$(chroot "$root" /usr/bin/edgelet version --config /dev/null 2>&1 | head -n 1 || true)"
     echo "packed: $packaged"
-    head_commit="$(git -C "$REPO" rev-parse --short=12 HEAD 2>/dev/null || true)"
+    # build-arm64.sh names the newest commit that changed the binary's inputs.
+    code_commit="$(onedir_commit)"
     case "$packaged" in
-    *"commit $head_commit"*) ;;
-    *) [ -z "$head_commit" ] || echo "build-image.sh: warning: $deb is not built from this tree's commit" \
-        "$head_commit (remove it, or give --deb, to pack this tree's code)" >&2 ;;
+    *"commit $code_commit"*) ;;
+    *) echo "build-image.sh: warning: $deb is not built from this tree's code (commit $code_commit;" \
+        "without --deb, this tree's is packed)" >&2 ;;
     esac
 fi
 cleanup

@@ -78,3 +78,18 @@ locked() {
     exec {lock_fd}>"$1.lock"
     flock "$lock_fd"
 }
+
+# What the arm64 one-dir build (build-arm64.sh) is made of, relative to the checkout, besides its root's
+# packages.
+ONEDIR_INPUTS=(edgelet build.spec pyproject.toml packaging/build-arm64.sh packaging/common.sh)
+# onedir_commit: the commit the arm64 binary names, the newest that changed ONEDIR_INPUTS (-dirty when they
+# differ from it): a binary reused by a later commit that did not touch them names code identical to its
+# own. Needs REPO.
+onedir_commit() {
+    local c
+    c="$(git -C "$REPO" log -1 --format=%h --abbrev=12 -- "${ONEDIR_INPUTS[@]}" 2>/dev/null || true)"
+    if [ -n "$(git -C "$REPO" status --porcelain --untracked-files=no -- "${ONEDIR_INPUTS[@]}" 2>/dev/null)" ]; then
+        c="${c:-unknown}-dirty"
+    fi
+    echo "${c:-unknown}"
+}
