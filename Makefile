@@ -209,8 +209,8 @@ test-binary: binary-onedir-cached
 
 # The Raspberry Pi 3/4 SD-card image (issue 24): dist/edgelet-rpi-arm64.img.xz and its .sha256, as root.
 # Its build tools are apart from APT_PACKAGES so `make test` stays quick. IMAGE_DEB: an arm64 .deb
-# already built (default: the newest dist/edgelet_*_arm64.deb, else packaging/build-arm64.sh --deb).
-IMAGE_APT_PACKAGES := debootstrap qemu-user-static binfmt-support dosfstools mtools e2fsprogs fdisk xz-utils
+# already built (default: this tree's, from packaging/build-arm64.sh --deb, whose one-dir build is cached).
+IMAGE_APT_PACKAGES := mmdebstrap qemu-user-static binfmt-support dosfstools mtools e2fsprogs fdisk xz-utils
 IMAGE_DEB ?=
 .PHONY: image image-deps
 image-deps:

@@ -1,34 +1,40 @@
 #!/usr/bin/env bash
 # Builds a bootable SD-card image for Raspberry Pi 3 and 4 (arm64) with
 # edgelet inside, from Debian packages only, on an amd64 Debian 12 machine as
-# root (debootstrap under qemu-user through binfmt_misc). `make image` runs it.
+# root (mmdebstrap under qemu-user through binfmt_misc). `make image` runs it.
 #
 #   packaging/build-image.sh [--deb PATH] [--output DIR] [--size SIZE] [--base-only] [--dry-run]
 #
-# --deb: the arm64 edgelet .deb (default: the newest dist/edgelet_*_arm64.deb,
-# else packaging/build-arm64.sh --deb builds it, the slow part: PyInstaller
-# under qemu). Result: DIR/edgelet-rpi-arm64.img.xz (default DIR: dist) and
+# --deb: the arm64 edgelet .deb (default: packaging/build-arm64.sh --deb
+# packs this tree's code; its one-dir build is cached by a digest of its
+# inputs, else built with PyInstaller under qemu, the slow part). Result: DIR/edgelet-rpi-arm64.img.xz (default DIR: dist) and
 # its .sha256. The image: msdos table; partition 1 FAT32 labelled RASPIFIRM,
 # mounted at /boot/firmware (raspi-firmware's boot files, the kernel, the
 # initrd, cmdline.txt and the card folder edgelet/); partition 2 ext4
 # labelled RASPIROOT, grown to the card's size at first boot. SIZE (default
 # 2G, a power of two as qemu's raspi3b wants) is the image before growth.
 #
-# Cached steps: the Debian root with every package ($IMAGE_CACHE/base,
-# default build/image-cache) is kept until the package list or suite
-# changes; a second build only copies it, installs the .deb, configures and
-# packs. --base-only stops once that root is cached (it needs no .deb). Environment: IMAGE_CACHE, DEBIAN_SUITE (bookworm), DEBIAN_MIRROR,
-# XZ_OPT (default -T0 -6).
+# Cached steps: the Debian root with every package ($IMAGE_BASE_CACHE/base,
+# default /var/cache/edgelet-image, outside the checkout so a CI run from a
+# fresh clone finds it) is kept until the package list or suite changes, and
+# the downloaded .debs in $IMAGE_BASE_CACHE/debs; a second build only copies
+# the root, installs the .deb, configures and packs (in $IMAGE_CACHE, default
+# build/image-cache). --base-only stops once that root is cached (it needs no
+# .deb). Environment: IMAGE_CACHE, IMAGE_BASE_CACHE, DEBIAN_SUITE (bookworm),
+# DEBIAN_MIRROR, XZ_OPT (default -T0 -6).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "$0")" && pwd)"
 REPO="$(dirname "$HERE")"
 CACHE="${IMAGE_CACHE:-$REPO/build/image-cache}"
+# What outlives the checkout (a CI run starts from a fresh clone): the base root and the downloaded .debs.
+BASE_CACHE="${IMAGE_BASE_CACHE:-/var/cache/edgelet-image}"
+DEB_CACHE="$BASE_CACHE/debs"
 SUITE="${DEBIAN_SUITE:-bookworm}"
 MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 NAME=edgelet-rpi-arm64
 # What the build machine needs (Makefile's IMAGE_APT_PACKAGES installs the same).
-HOST_PACKAGES=(debootstrap qemu-user-static binfmt-support dosfstools mtools e2fsprogs fdisk xz-utils)
+HOST_PACKAGES=(mmdebstrap qemu-user-static binfmt-support dosfstools mtools e2fsprogs fdisk xz-utils)
 # What the image holds besides edgelet's own dependencies (runc, conmon, catatonit come with the .deb).
 IMAGE_PACKAGES=(
     systemd-sysv udev kmod dbus systemd-timesyncd systemd-resolved   # init, devices, clock, DNS
@@ -46,7 +52,7 @@ while [ $# -gt 0 ]; do
     --size) size="$2"; shift ;;
     --dry-run) dry_run=1 ;;
     --base-only) base_only=1 ;;
-    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) echo "build-image.sh: unknown argument $1" >&2; exit 2 ;;
     esac
     shift
@@ -57,23 +63,42 @@ step() { echo "==> $(date -u +%H:%M:%S) $*"; }
 . "$HERE/common.sh"
 
 if [ "$dry_run" = 0 ]; then
-    [ "$(id -u)" = 0 ] || { echo "build-image.sh: needs root (debootstrap, chroot)" >&2; exit 1; }
+    [ "$(id -u)" = 0 ] || { echo "build-image.sh: needs root (mmdebstrap, chroot)" >&2; exit 1; }
 fi
 
 host_tools
 
+# Without --deb, this tree's arm64 .deb: build-arm64.sh reuses the one-dir build of the same inputs
+# (seconds), else builds it (PyInstaller under qemu, one core) while the base root (mmdebstrap, mostly
+# another core) is made: each is a single-threaded emulated job. Never an older .deb found in dist/, which
+# after a code change would ship the old code.
+arm64_pid=""
 if [ -z "$deb" ] && [ "$base_only" = 0 ]; then
-    deb="$(ls -t "$REPO"/dist/edgelet_*_arm64.deb 2>/dev/null | head -n 1 || true)"
-    if [ -z "$deb" ]; then
-        step "no arm64 .deb: packaging/build-arm64.sh --deb"
+    if [ "$dry_run" = 1 ]; then
         run "$HERE/build-arm64.sh" --deb
-        deb="$(ls -t "$REPO"/dist/edgelet_*_arm64.deb 2>/dev/null | head -n 1 || echo dist/edgelet_VERSION_arm64.deb)"
+        deb=dist/edgelet_VERSION_arm64.deb
+    else
+        mkdir -p "$CACHE"
+        rm -f "$REPO"/dist/edgelet_*_arm64.deb
+        step "arm64 .deb: packaging/build-arm64.sh --deb beside the base root (log: $CACHE/build-arm64.log)"
+        "$HERE/build-arm64.sh" --deb > "$CACHE/build-arm64.log" 2>&1 &
+        arm64_pid=$!
+        trap 'cleanup; [ -z "$arm64_pid" ] || wait "$arm64_pid" 2>/dev/null || true' EXIT
     fi
 fi
-if [ "$base_only" = 0 ]; then
-    [ "$dry_run" = 1 ] || [ -f "$deb" ] || { echo "build-image.sh: $deb: no such .deb" >&2; exit 1; }
-    echo "edgelet package: $deb"
-fi
+wait_arm64() {
+    [ -n "$arm64_pid" ] || return 0
+    step "waiting for the arm64 .deb"
+    if ! wait "$arm64_pid"; then
+        arm64_pid=""
+        tail -n 40 "$CACHE/build-arm64.log" >&2
+        echo "build-image.sh: packaging/build-arm64.sh --deb failed (log: $CACHE/build-arm64.log)" >&2
+        exit 1
+    fi
+    arm64_pid=""
+    grep '^==> ' "$CACHE/build-arm64.log" | sed 's/^/build-arm64: /'
+    deb="$(ls -t "$REPO"/dist/edgelet_*_arm64.deb 2>/dev/null | head -n 1 || true)"
+}
 
 # chroot_mounts ROOT: what package scripts need (initramfs-tools reads /proc and /dev).
 chroot_mounts() {
@@ -96,27 +121,27 @@ in_root() {  # in_root ROOT COMMAND...: run a shell command in the arm64 root, u
 }
 
 # --- 1. the Debian root with every package (cached) ----------------------------
-base="$CACHE/base"
-key="$(printf '%s\n' "$SUITE" "$MIRROR" "${IMAGE_PACKAGES[@]}" | sha256sum | cut -c1-16)"
+base="$BASE_CACHE/base"
+locked "$base"
+key="$( { printf '%s\n' mmdebstrap-nodoc "$SUITE" "$MIRROR" "${IMAGE_PACKAGES[@]}"
+    cat "$HERE/image/initramfs.conf" "$HERE/image/initramfs-modules"; } | sha256sum | cut -c1-16)"
 if [ "$dry_run" = 1 ] || [ "$(cat "$base/.edgelet-image-base" 2>/dev/null)" != "$key" ]; then
     step "Debian $SUITE arm64 root with its packages in $base (cached once done)"
     run rm -rf "$base"
-    run mkdir -p "$CACHE"
-    run debootstrap --arch=arm64 --variant=minbase --components=main,non-free-firmware \
-        --include=systemd-sysv,apt "$SUITE" "$base" "$MIRROR"
+    include="$(IFS=,; echo "${IMAGE_PACKAGES[*]}")"
+    make_arm64_root "$base" "deb $MIRROR $SUITE main non-free-firmware
+deb $MIRROR $SUITE-updates main non-free-firmware
+deb http://security.debian.org/debian-security $SUITE-security main non-free-firmware" "$include" \
+        --setup-hook='mkdir -p "$1/boot/firmware" "$1/etc/initramfs-tools/conf.d" "$1/usr/share/initramfs-tools/modules.d"' \
+        --setup-hook="cp '$HERE/image/initramfs.conf' \"\$1/etc/initramfs-tools/conf.d/edgelet-image.conf\"" \
+        --setup-hook="cp '$HERE/image/initramfs-modules' \"\$1/usr/share/initramfs-tools/modules.d/edgelet-image\""
     run mkdir -p "$base/boot/firmware" "$base/etc/default"
     if [ "$dry_run" = 0 ]; then
-        cat > "$base/etc/apt/sources.list" <<EOF
-deb $MIRROR $SUITE main non-free-firmware
-deb $MIRROR $SUITE-updates main non-free-firmware
-deb http://security.debian.org/debian-security $SUITE-security main non-free-firmware
-EOF
         # No service starts inside the build root.
         printf '#!/bin/sh\nexit 101\n' > "$base/usr/sbin/policy-rc.d"
         chmod 0755 "$base/usr/sbin/policy-rc.d"
     fi
     chroot_mounts "$base"
-    in_root "$base" "apt-get update -qq && apt-get install -y -q --no-install-recommends ${IMAGE_PACKAGES[*]} && apt-get clean"
     # raspi-firmware's kernel hook writes /boot/firmware (kernel, initrd, device trees, config.txt and
     # cmdline.txt) from these at every kernel or firmware upgrade: root by label, the serial console of
     # the Pi 3/4, and the memory controller (Raspberry Pi kernels leave it off; Debian's has it on).
@@ -130,6 +155,12 @@ if [ "$base_only" = 1 ]; then
     step "base root cached in $base"
     exit 0
 fi
+
+wait_arm64
+if [ "$dry_run" = 0 ]; then
+    [ -f "$deb" ] || { echo "build-image.sh: $deb: no such .deb" >&2; exit 1; }
+fi
+echo "edgelet package: ${deb:-dist/edgelet_VERSION_arm64.deb}"
 
 # --- 2. this build's root: a copy of the base, edgelet and the configuration --------------
 root="$CACHE/root"
@@ -145,11 +176,12 @@ in_root "$root" "dpkg -i /tmp/edgelet.deb && rm -f /tmp/edgelet.deb"
 if [ "$dry_run" = 0 ]; then
     packaged="$(chroot "$root" /usr/bin/edgelet version --config /dev/null 2>&1 | head -n 1 || true)"
     echo "packed: $packaged"
-    head_commit="$(git -C "$REPO" rev-parse --short=12 HEAD 2>/dev/null || true)"
+    # build-arm64.sh names the newest commit that changed the binary's inputs.
+    code_commit="$(onedir_commit)"
     case "$packaged" in
-    *"commit $head_commit"*) ;;
-    *) [ -z "$head_commit" ] || echo "build-image.sh: warning: $deb is not built from this tree's commit" \
-        "$head_commit (remove it, or give --deb, to pack this tree's code)" >&2 ;;
+    *"commit $code_commit"*) ;;
+    *) echo "build-image.sh: warning: $deb is not built from this tree's code (commit $code_commit;" \
+        "without --deb, this tree's is packed)" >&2 ;;
     esac
 fi
 cleanup

@@ -17,22 +17,32 @@ IMAGE = PACKAGING / "image"
 
 
 def test_dry_run_prints_every_step_and_does_nothing(tmp_path: Path) -> None:
-    cache = tmp_path / "cache"
+    cache, base_cache = tmp_path / "cache", tmp_path / "base-cache"
     out = subprocess.run([str(PACKAGING / "build-image.sh"), "--dry-run", "--deb", "/x/edgelet_0.1.0_arm64.deb",
                           "--output", str(tmp_path / "out")],
                          capture_output=True, text=True, timeout=60, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
-                                                                           "IMAGE_CACHE": str(cache)})
+                                                                           "IMAGE_CACHE": str(cache),
+                                                                           "IMAGE_BASE_CACHE": str(base_cache)})
     assert out.returncode == 0, out.stderr
     text = out.stdout
     for expected in (
-        "debootstrap --arch=arm64 --variant=minbase --components=main,non-free-firmware",
-        "linux-image-arm64 raspi-firmware",
+        # One mmdebstrap run: every package in one apt and dpkg run, dpkg under eatmydata, no docs, the
+        # .debs kept outside the checkout for the next build.
+        "mmdebstrap --arch=arm64 --variant=minbase",
+        "--hook-dir=/usr/share/mmdebstrap/hooks/eatmydata",
+        "--dpkgopt=path-exclude=/usr/share/doc/*",
+        f"cp -l '{base_cache}/debs'/*.deb",
+        "linux-image-arm64,raspi-firmware",
+        # The initramfs holds the listed boot modules only, configured before the kernel's postinst builds it.
+        f"cp '{IMAGE}/initramfs.conf' \"$1/etc/initramfs-tools/conf.d/edgelet-image.conf\"",
+        f"cp '{IMAGE}/initramfs-modules' \"$1/usr/share/initramfs-tools/modules.d/edgelet-image\"",
         "openssh-server",
-        "runc conmon catatonit containernetworking-plugins",
+        "runc,conmon,catatonit,containernetworking-plugins",
+        "main non-free-firmware deb http://deb.debian.org/debian bookworm-updates main non-free-firmware",
         "ROOTPART=\"LABEL=RASPIROOT\"",
         "cgroup_enable=memory cgroup_memory=1' > /etc/default/raspi-extra-cmdline",
         "/etc/kernel/postinst.d/z50-raspi-firmware",
-        f"cp -a {cache}/base {cache}/root",
+        f"cp -a {base_cache}/base {cache}/root",
         "dpkg -i /tmp/edgelet.deb",
         "systemctl enable systemd-networkd systemd-resolved ssh edgelet.service edgelet-runonce.service",
         "edgelet-card-setup.service edgelet-grow-root.service",
@@ -42,7 +52,25 @@ def test_dry_run_prints_every_step_and_does_nothing(tmp_path: Path) -> None:
         "sha256sum 'edgelet-rpi-arm64.img.xz'",
     ):
         assert expected in text, expected
-    assert not cache.exists() and not (tmp_path / "out" / "edgelet-rpi-arm64.img.xz").exists()
+    assert not cache.exists() and not base_cache.exists() and not (tmp_path / "out" / "edgelet-rpi-arm64.img.xz").exists()
+
+
+def test_initramfs_lists_the_boot_modules_only() -> None:
+    conf = [line for line in (IMAGE / "initramfs.conf").read_text().splitlines() if not line.startswith("#")]
+    assert [line for line in conf if line.strip()] == ["MODULES=list"]
+    modules = {line.strip() for line in (IMAGE / "initramfs-modules").read_text().splitlines()
+               if line.strip() and not line.startswith("#")}
+    # The Pi 3/4 SD controllers, the root filesystem, USB boot, and the virtio disk of test-image's virt boot.
+    assert {"bcm2835", "sdhci-iproc", "ext4", "dwc2", "xhci-pci", "usb-storage", "virtio_blk"} <= modules
+
+
+def test_without_deb_this_trees_deb_is_built_never_an_old_one_from_dist(tmp_path: Path) -> None:
+    out = subprocess.run([str(PACKAGING / "build-image.sh"), "--dry-run", "--output", str(tmp_path / "out")],
+                         capture_output=True, text=True, timeout=60,
+                         env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "IMAGE_CACHE": str(tmp_path / "cache"),
+                              "IMAGE_BASE_CACHE": str(tmp_path / "base-cache")})
+    assert out.returncode == 0, out.stderr
+    assert f"+ {PACKAGING}/build-arm64.sh --deb" in out.stdout
 
 
 def test_card_config_example_is_valid_and_empty() -> None:

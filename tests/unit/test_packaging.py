@@ -124,12 +124,13 @@ def test_cni_conflist() -> None:
 def test_build_arm64_dry_run_prints_every_step_and_does_nothing(tmp_path: Path) -> None:
     root = tmp_path / "arm64-root"
     out = subprocess.run([str(PACKAGING / "build-arm64.sh"), "--dry-run", "--deb"], capture_output=True, text=True,
-                         timeout=60, env={**os.environ, "ARM64_ROOT": str(root)})
+                         timeout=60, env={**os.environ, "ARM64_ROOT": str(root),
+                                          "IMAGE_BASE_CACHE": str(tmp_path / "base-cache")})
     assert out.returncode == 0, out.stderr
     commands = [line[2:] for line in out.stdout.splitlines() if line.startswith("+ ")]
     expected_in_order = [
         "update-binfmts --enable qemu-aarch64",
-        "debootstrap --arch=arm64 --variant=minbase --include=",
+        "mmdebstrap --arch=arm64 --variant=minbase --mode=root --include=",
         f"mount -t proc proc {root}/proc",
         f"chroot {root} env -i PATH=",  # pip install, in a clean environment
         "EDGELET_ONEDIR=1 /bin/sh -ec",  # pyinstaller, one-dir as on x86_64: nothing unpacked at every command
@@ -143,7 +144,36 @@ def test_build_arm64_dry_run_prints_every_step_and_does_nothing(tmp_path: Path) 
         found = next((i for i, c in enumerate(commands[position:], position) if wanted in c), None)
         assert found is not None, f"step {wanted!r} missing or out of order in:\n" + "\n".join(commands)
         position = found + 1
-    assert not root.exists(), "--dry-run created the arm64 root"
+    assert not root.exists() and not (tmp_path / "base-cache").exists(), "--dry-run created the arm64 root"
+
+
+def test_arm64_binary_names_the_newest_commit_that_changed_its_inputs(tmp_path: Path) -> None:
+    # A docs-only commit keeps the name (and the cached one-dir build, keyed by the inputs' contents); an
+    # edit of the code makes it -dirty.
+    repo = tmp_path / "repo"
+    (repo / "edgelet").mkdir(parents=True)
+    (repo / "edgelet" / "x.py").write_text("x = 1\n")
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid"}
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(repo), *args], env=env, check=True, capture_output=True,
+                              text=True).stdout.strip()
+
+    def onedir_commit() -> str:
+        script = f'dry_run=1; REPO={repo}; . {PACKAGING}/common.sh; onedir_commit'
+        return subprocess.run(["bash", "-c", script], check=True, capture_output=True, text=True).stdout.strip()
+
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "code")
+    code = git("rev-parse", "--short=12", "HEAD")
+    (repo / "README.md").write_text("docs\n")
+    git("add", ".")
+    git("commit", "-qm", "docs")
+    assert onedir_commit() == code
+    (repo / "edgelet" / "x.py").write_text("x = 2\n")
+    assert onedir_commit() == f"{code}-dirty"
 
 
 # --- the .deb ------------------------------------------------------------------------
