@@ -46,7 +46,8 @@ while [ $# -gt 0 ]; do
     shift
 done
 step() { echo "==> $(date -u +%H:%M:%S) $*"; }
-fail() { echo "test-image.sh: FAIL: $*" >&2; exit 1; }
+passed=0  # checks that printed ok:, for the closing line CI reads
+fail() { echo "test-image.sh: FAIL: $*" >&2; echo "test-image: ${passed} passed, 1 failed"; exit 1; }
 
 work="$REPO/build/image-test"
 rm -rf "$work"
@@ -225,6 +226,7 @@ expect() {  # expect LOG PATTERN WHAT (LOG.ssh: what the guest answered over SSH
     # and pipefail fails the check although the line is there (seen once in boot 2, whose journal is longer).
     grep -a -h "IMAGE-TEST" "${logs[@]}" | tr -d '\r' | grep -E "$2" > /dev/null || fail "$3 (no /$2/ in $1)"
     echo "ok: $3"
+    passed=$((passed + 1))
 }
 set_want() {  # set_want PODS: what the guest's test unit waits for, written into the root with debugfs
     echo "$1" > "$work/want"
@@ -247,6 +249,7 @@ if grep -a "IMAGE-TEST card:" "$c1" | grep kubeconfig > /dev/null; then
     fail "the kubeconfig is still on the card"
 fi
 echo "ok: the kubeconfig is gone from the card"
+passed=$((passed + 1))
 expect "$c1" "IMAGE-TEST hostname: pi-under-test" "the card's hostname was applied"
 expect "$c1" "IMAGE-TEST check: OK +memory cgroup" "edgelet check: the memory controller is on"
 expect "$c1" "IMAGE-TEST check: OK +free space" "the root grew to the card: edgelet check finds the free space"
@@ -277,3 +280,4 @@ expect "$c3" "IMAGE-TEST net: .*eth0 +inet 10\.0\.2\.15/" "virt: eth0 has an add
 expect "$c3" "IMAGE-TEST dhcp: eth0: DHCPv4 address 10\.0\.2\.15" "virt: systemd-networkd got a DHCP lease on eth0"
 expect "$c3" "IMAGE-TEST ssh: root@pi-under-test" "virt: SSH login as root with the card's authorized_keys; the card's hostname"
 step "PASS"
+echo "test-image: ${passed} passed, 0 failed"
