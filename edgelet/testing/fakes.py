@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from edgelet.images.types import ImageConfig, ImageRecord
-from edgelet.container.types import ContainerRecord, PodRuntimeStatus, PreparedContainer, SandboxRecord
+from edgelet.container.types import ContainerRecord, ContainerState, PodRuntimeStatus, PreparedContainer, SandboxRecord
 
 _ids = itertools.count(1)
 
@@ -61,23 +61,18 @@ class FakeRuntime:
 
     async def run_sandbox(self, pod, attempt: int) -> SandboxRecord:
         self.calls.append(("run_sandbox", pod.metadata.name, attempt))
-        if self.fail_sandbox:
-            raise OSError("sandbox failed")
-        sid = f"sb{next(_ids)}"
-        rec = SandboxRecord(id=sid, pod_uid=pod.metadata.uid, pod_name=pod.metadata.name,
-                            pod_namespace=pod.metadata.namespace, attempt=attempt, state="running",
-                            pid=1000 + len(self.sandboxes), created_at=self.clock.now() + next(_ids) * 1e-6)
-        self.sandboxes[sid] = rec
-        return rec
+        return self._new_sandbox(pod, attempt, "running")
 
     async def create_sandbox(self, pod, attempt: int) -> SandboxRecord:
         self.calls.append(("create_sandbox", pod.metadata.name, attempt))
+        return self._new_sandbox(pod, attempt, "created" if self.network else "running")
+
+    def _new_sandbox(self, pod, attempt: int, state: ContainerState) -> SandboxRecord:
         if self.fail_sandbox:
             raise OSError("sandbox failed")
         sid = f"sb{next(_ids)}"
         rec = SandboxRecord(id=sid, pod_uid=pod.metadata.uid, pod_name=pod.metadata.name,
-                            pod_namespace=pod.metadata.namespace, attempt=attempt,
-                            state="created" if self.network else "running",
+                            pod_namespace=pod.metadata.namespace, attempt=attempt, state=state,
                             pid=1000 + len(self.sandboxes), created_at=self.clock.now() + next(_ids) * 1e-6)
         self.sandboxes[sid] = rec
         return rec
