@@ -781,9 +781,8 @@ class RuncRuntime:
         if self.network is None:
             return None
         pending = await self.network.begin(pod, sid)
-        if pending is None and self.on_warning is not None:
-            _, why = self.network.readiness()
-            self.on_warning(pod, None, "NetworkNotReady", f"{why}; the pod has loopback only")
+        if pending is None:
+            self._warn_loopback_only(pod)
         return pending
 
     @staticmethod
@@ -806,10 +805,15 @@ class RuncRuntime:
         if self.network is None:
             return None
         attached = await self.network.setup(pod, sid)
-        if attached is None and self.on_warning is not None:
+        if attached is None:
+            self._warn_loopback_only(pod)
+        return attached
+
+    def _warn_loopback_only(self, pod: "Pod") -> None:
+        """A pod that wanted a network and got none (no CNI config yet): NetworkNotReady, and why."""
+        if self.network is not None and self.on_warning is not None:
             _, why = self.network.readiness()
             self.on_warning(pod, None, "NetworkNotReady", f"{why}; the pod has loopback only")
-        return attached
 
     async def _detach_network(self, sid: str) -> None:
         if self.network is None:
