@@ -20,6 +20,7 @@ import struct
 import subprocess
 import termios
 import threading
+import time
 import urllib.request
 from pathlib import Path
 
@@ -92,6 +93,17 @@ def agent_fds(agent) -> dict[str, int]:
     return counts
 
 
+def settled_fds(agent) -> dict[str, int]:
+    """The agent's pipes and terminals at rest: the least of a second's samples. A single sample can land while
+    the agent runs a short subprocess (its pipes open for a moment), which would make a baseline that the agent
+    at rest never matches again."""
+    samples = []
+    for _ in range(20):
+        samples.append(agent_fds(agent))
+        time.sleep(0.05)
+    return {kind: min(s[kind] for s in samples) for kind in samples[0]}
+
+
 def runc_execs(agent) -> list[str]:
     out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
     root = str(agent.paths.runc_root)
@@ -103,7 +115,12 @@ def assert_clean(agent, baseline: dict[str, int]) -> None:
     wait_for(lambda: not runc_execs(agent), timeout=90, what="no runc exec left")
     exec_dir = agent.paths.exec_dir
     wait_for(lambda: not exec_dir.exists() or not any(exec_dir.iterdir()), timeout=90, what="no exec files left")
-    wait_for(lambda: agent_fds(agent) == baseline, timeout=90, what=f"the agent's fds back to {baseline}")
+    seen: list[dict[str, int]] = []
+    try:
+        wait_for(lambda: seen.append(agent_fds(agent)) or seen[-1] == baseline, timeout=90,
+                 what=f"the agent's fds back to {baseline}")
+    except AssertionError as e:
+        raise AssertionError(f"{e}; the agent's fds last seen: {seen[-1:]}") from None
 
 
 def test_kubectl_exec_and_cp_through_the_apiserver(agent, cluster, tmp_path):
@@ -112,7 +129,7 @@ def test_kubectl_exec_and_cp_through_the_apiserver(agent, cluster, tmp_path):
     # The first exec also warms up whatever the agent keeps open for good; the baseline is taken after it.
     first = kubectl(cluster, "exec", pod, "--", "true")
     assert first.returncode == 0, first.stderr
-    baseline = agent_fds(agent)
+    baseline = settled_fds(agent)
 
     # Output, error and the exit code passed through (v4's NonZeroExitCode status).
     r = kubectl(cluster, "exec", pod, "--", "sh", "-c", "echo out; echo err >&2; exit 3")
@@ -152,7 +169,7 @@ def test_kubectl_exec_with_a_terminal(agent, cluster):
     start(agent, cluster, ("box", pod_yaml("box", "sleep 3600")))
     pod = f"box-{NODE}"
     assert kubectl(cluster, "exec", pod, "--", "true").returncode == 0
-    baseline = agent_fds(agent)
+    baseline = settled_fds(agent)
     # With a terminal: kubectl under a pty, the size passed on and changed, the exit code of the shell.
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 33, 111, 0, 0))
@@ -211,7 +228,7 @@ def test_kubectl_port_forward_through_the_apiserver(agent, cluster, tmp_path):
     node_port = start(agent, cluster, ("web", pod_yaml("web", serve.format("pod", "127.0.0.1:8080"))),
                       ("hostweb", pod_yaml("hostweb", serve.format("host", f"127.0.0.1:{host_port}"),
                                            host_network=True)))
-    baseline = agent_fds(agent)
+    baseline = settled_fds(agent)
     # Nothing outside the pod's namespace reaches its port: the host's 8080 is not the pod's.
     with socket.socket() as s:
         s.settimeout(5)
@@ -357,7 +374,7 @@ def test_node_api_direct_clients_grants_and_websocket(agent, cluster):
         assert r.status_code == 400 and "Upgrade request required" in r.text
         r = c.post(target, headers={**headers, "X-Stream-Protocol-Version": "v9.channel.k8s.io"})
         assert r.status_code == 403 and "unable to negotiate protocol" in r.text
-    baseline = agent_fds(agent)
+    baseline = settled_fds(agent)
 
     # v4 binary: stdout, stderr, and the exit code as a NonZeroExitCode Status on the error channel.
     chosen, out = ws_exec(port, ctx, f"{path}?command=sh&command=-c&command=echo+out%3B+echo+err+>%262%3B+exit+3"
@@ -396,7 +413,7 @@ def test_sessions_end_clean_when_the_client_goes_the_container_exits_or_the_agen
     start(agent, cluster, ("box", pod_yaml("box", "sleep 3600")), ("gone", pod_yaml("gone", "sleep 3600")))
     pod = f"box-{NODE}"
     assert kubectl(cluster, "exec", pod, "--", "true").returncode == 0
-    baseline = agent_fds(agent)
+    baseline = settled_fds(agent)
     cfg = cluster.kubeconfig(cluster.base / "kubeconfig-gone", token=ADMIN_TOKEN)
 
     def in_container(marker: str) -> bool:
@@ -442,7 +459,7 @@ def test_kubectl_attach_streams_the_containers_output_until_it_exits(agent, clus
     start(agent, cluster, ("talk", pod_yaml("talk", talk)), ("last", pod_yaml("last", last, restart="Never")),
           ("ask", pod_yaml("ask", ask, stdin=True)), ("term", pod_yaml("term", "exec sh", stdin=True, tty=True)))
     assert kubectl(cluster, "exec", f"talk-{NODE}", "--", "true").returncode == 0
-    baseline = agent_fds(agent)
+    baseline = settled_fds(agent)
     cfg = cluster.kubeconfig(cluster.base / "kubeconfig-attach", token=ADMIN_TOKEN)
     # What the container writes from now on, stdout and stderr apart; the client going ends the session.
     proc = subprocess.Popen([str(cluster.bin_dir / "kubectl"), f"--kubeconfig={cfg}", "attach", f"talk-{NODE}"],
