@@ -69,8 +69,10 @@ class Bench:
         self.proc: subprocess.Popen | None = None
 
     def argv(self, *extra: str) -> list[str]:
+        # EDGELET_BIN runs a frozen build instead of the source in this venv (its footprint differs).
+        agent = [os.environ["EDGELET_BIN"]] if os.environ.get("EDGELET_BIN") else [sys.executable, "-m", "edgelet"]
         return [
-            sys.executable, "-m", "edgelet",
+            *agent,
             "--pod-manifest-path", str(self.manifests),
             "--root-dir", str(self.paths.root_dir), "--run-dir", str(self.paths.run_dir),
             "--log-dir", str(self.paths.log_dir), "--cgroup-root", self.paths.cgroup_root,

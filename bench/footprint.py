@@ -22,6 +22,20 @@ from _harness import Bench, cpu_split, machine, pod_manifest, running_pods  # no
 from _harness import memory_mb as memory  # noqa: E402
 
 
+def rss_by_mapping(pid: int, top: int = 15) -> list[tuple[str, int]]:
+    """The process's resident KiB per mapped file (anonymous memory as "[anon]"), largest first, the rest summed."""
+    per: collections.Counter[str] = collections.Counter()
+    name = "?"
+    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
+        fields = line.split()
+        if "-" in fields[0] and not fields[0].endswith(":"):
+            name = fields[5] if len(fields) > 5 else "[anon]"
+        elif fields[0] == "Rss:":
+            per[name] += int(fields[1])
+    ranked = per.most_common()
+    return ranked[:top] + [(f"({len(ranked) - top} more)", sum(k for _, k in ranked[top:]))]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--pods", type=int, default=20)
@@ -31,6 +45,8 @@ def main() -> None:
     ap.add_argument("--spawns", action="store_true", help="count what the agent spawns in the idle window")
     ap.add_argument("--one-by-one", action="store_true",
                     help="start the pods one at a time, each once the one before runs (what one pod start costs)")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="with the pods running, print the agent's RSS by mapping (heap, each library, the rest)")
     args = ap.parse_args()
     b = Bench("footprint")
     trace = b.base / "spawns.txt"
@@ -63,6 +79,7 @@ def main() -> None:
         n = running_pods(b)
         time.sleep(args.settle)
         rss1, pss1 = memory(proc.pid)
+        breakdown = rss_by_mapping(proc.pid) if args.breakdown else []
         a0, k0 = cpu_split(proc.pid)
         t0 = time.time()
         time.sleep(args.idle)
@@ -87,6 +104,8 @@ def main() -> None:
             asyncio.run(remove_tagged(f"bench-{bridge}", key="name"))  # the pods' masquerade rules
             subprocess.run(["ip", "link", "del", bridge], capture_output=True)
     print(f"machine: {machine()}" + ("; pods on a CNI bridge network" if args.cni else ""))
+    for name, kib in breakdown:
+        print(f"  RSS {kib / 1024:6.2f} MB  {name}")
     print(f"agent idle, 0 pods:        VmRSS {rss0:.1f} MB  PSS {pss0:.1f} MB")
     print(f"agent idle, {n} pods:       VmRSS {rss1:.1f} MB  PSS {pss1:.1f} MB  (after {args.idle:.0f} s: {rss2:.1f} / {pss2:.1f} MB)")
     used = (a1 - a0) + (k1 - k0)
