@@ -11,7 +11,7 @@
 # disk on every command (seconds on a Pi, and SD-card wear). The arm64 root
 # is kept in $ARM64_ROOT (default /var/cache/edgelet-image/arm64-root) so a second build skips
 # mmdebstrap, and the one-dir build in $IMAGE_BASE_CACHE/onedir/KEY, KEY a
-# digest of its inputs' contents (edgelet/, build.spec, pyproject.toml, this
+# digest of its inputs' contents (edgelet/, build.spec, pyproject.toml, packaging/docstrings.py, this
 # recipe, the root's packages), not of the commit: a later commit that changes
 # none of them (docs, tests, the image recipe) reuses it without emulating
 # anything, and the .deb is packed again around it (dpkg-deb, seconds). The

@@ -81,7 +81,7 @@ locked() {
 
 # What the arm64 one-dir build (build-arm64.sh) is made of, relative to the checkout, besides its root's
 # packages.
-ONEDIR_INPUTS=(edgelet build.spec pyproject.toml packaging/build-arm64.sh packaging/common.sh)
+ONEDIR_INPUTS=(edgelet build.spec pyproject.toml packaging/docstrings.py packaging/build-arm64.sh packaging/common.sh)
 # onedir_commit: the commit the arm64 binary names, the newest that changed ONEDIR_INPUTS (-dirty when they
 # differ from it): a binary reused by a later commit that did not touch them names code identical to its
 # own. Needs REPO.
