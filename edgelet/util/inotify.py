@@ -14,7 +14,15 @@ import asyncio
 import os
 from typing import Callable
 
+import inotify_simple
 from inotify_simple import INotify, flags, parse_events
+
+from edgelet.util.libc import libc
+
+# inotify_simple finds the C library with ctypes.util.find_library, which runs `ldconfig -p` in a subprocess when
+# the first watch is made; it keeps the handle in this module global, so it gets the agent's own instead.
+if getattr(inotify_simple, "_libc", None) is None:
+    inotify_simple._libc = libc()
 
 IN_ACCESS = int(flags.ACCESS)
 IN_MODIFY = int(flags.MODIFY)

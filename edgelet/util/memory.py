@@ -10,8 +10,9 @@ returning: two arenas are plenty for an agent that mostly waits, and
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 from typing import TYPE_CHECKING
+
+from edgelet.util.libc import libc
 
 if TYPE_CHECKING:
     from edgelet.util.clock import Clock
@@ -25,9 +26,8 @@ _libc: ctypes.CDLL | None = None
 def _glibc() -> ctypes.CDLL | None:
     global _libc
     if _libc is None:
-        name = ctypes.util.find_library("c")
         try:
-            lib = ctypes.CDLL(name or "libc.so.6")
+            lib = libc()
             lib.malloc_trim  # noqa: B018 (only glibc has it; musl does not)
             lib.mallopt  # noqa: B018
         except (OSError, AttributeError):
