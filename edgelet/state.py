@@ -9,6 +9,7 @@ directories 0700 unless a caller says otherwise; logs are 0640/0750 (logs.py).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import tempfile
 from collections.abc import Callable
@@ -124,15 +125,17 @@ class StampedWriter:
     def __init__(self, path: Path, what: str) -> None:
         self.path = path
         self._what = what  # for the error message: "events", "pods checkpoint"
-        self._last: bytes | None = None  # the content last written, stamp left out
-        self._pending: bytes | None = None  # what the write under way will have written
+        # Digests, not the contents: with twenty pods the events and the checkpoint are some 50 KB each.
+        self._last: bytes | None = None  # of the content last written, stamp left out
+        self._pending: bytes | None = None  # of what the write under way will have written
 
     def encode(self, snapshot: msgspec.Struct) -> bytes | None:
         """The file's bytes; None when the content is what was last written."""
         content = msgspec.json.encode(msgspec.structs.replace(snapshot, written_at=0.0))
-        if content == self._last:
+        digest = hashlib.blake2b(content, digest_size=16).digest()
+        if digest == self._last:
             return None
-        self._pending = content
+        self._pending = digest
         return msgspec.json.encode(snapshot)
 
     def write(self, data: bytes) -> bool:
