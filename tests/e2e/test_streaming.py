@@ -94,11 +94,12 @@ def agent_fds(agent) -> dict[str, int]:
 
 
 def settled_fds(agent) -> dict[str, int]:
-    """The agent's pipes and terminals at rest: the least of a second's samples. A single sample can land while
-    the agent runs a short subprocess (its pipes open for a moment), which would make a baseline that the agent
-    at rest never matches again."""
+    """The agent's pipes and terminals at rest: once the sessions before are torn down, the least of two seconds'
+    samples. A single sample can land while the agent runs a short subprocess (its pipes open for a moment), or
+    before the last session's pipes are closed: a baseline the agent at rest never matches again."""
+    wait_for_sessions_gone(agent)
     samples = []
-    for _ in range(20):
+    for _ in range(40):
         samples.append(agent_fds(agent))
         time.sleep(0.05)
     return {kind: min(s[kind] for s in samples) for kind in samples[0]}
@@ -110,11 +111,15 @@ def runc_execs(agent) -> list[str]:
     return [line for line in out.splitlines() if root in line and " exec " in line]
 
 
-def assert_clean(agent, baseline: dict[str, int]) -> None:
+def wait_for_sessions_gone(agent) -> None:
     # Generous deadlines: on a machine loaded by other suites a session's processes take long to be reaped.
     wait_for(lambda: not runc_execs(agent), timeout=90, what="no runc exec left")
     exec_dir = agent.paths.exec_dir
     wait_for(lambda: not exec_dir.exists() or not any(exec_dir.iterdir()), timeout=90, what="no exec files left")
+
+
+def assert_clean(agent, baseline: dict[str, int]) -> None:
+    wait_for_sessions_gone(agent)
     seen: list[dict[str, int]] = []
     try:
         wait_for(lambda: seen.append(agent_fds(agent)) or seen[-1] == baseline, timeout=90,
