@@ -17,16 +17,13 @@ import socket
 import threading
 
 from edgelet.probes.errors import NetnsError
+from edgelet.util.libc import libc
 
 CLONE_NEWNET = 0x40000000
-_libc: ctypes.CDLL | None = None
 
 
 def _setns(fd: int) -> None:
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(None, use_errno=True)  # Python 3.11 has no os.setns
-    if _libc.setns(fd, CLONE_NEWNET) != 0:
+    if libc().setns(fd, CLONE_NEWNET) != 0:  # Python 3.11 has no os.setns
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))
 

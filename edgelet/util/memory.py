@@ -22,20 +22,15 @@ if TYPE_CHECKING:
 M_ARENA_MAX = -8  # glibc malloc.h
 TRIM_PERIOD = 10.0
 
-_libc: ctypes.CDLL | None = None
-
-
 def _glibc() -> ctypes.CDLL | None:
-    global _libc
-    if _libc is None:
-        try:
-            lib = libc()
-            lib.malloc_trim  # noqa: B018 (only glibc has it; musl does not)
-            lib.mallopt  # noqa: B018
-        except (OSError, AttributeError):
-            return None
-        _libc = lib
-    return _libc
+    """The C library when it is glibc (musl has no malloc_trim); libc() loads it once."""
+    try:
+        lib = libc()
+        lib.malloc_trim  # noqa: B018
+        lib.mallopt  # noqa: B018
+    except (OSError, AttributeError):
+        return None
+    return lib
 
 
 def limit_arenas(arenas: int = 1) -> bool:
