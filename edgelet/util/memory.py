@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 M_ARENA_MAX = -8  # glibc malloc.h
 TRIM_PERIOD = 10.0
 
+
 def _glibc() -> ctypes.CDLL | None:
     """The C library when it is glibc (musl has no malloc_trim); libc() loads it once."""
     try:
