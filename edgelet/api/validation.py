@@ -15,11 +15,32 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any
 
 from edgelet.api.errors import FieldError
+from edgelet.api.fielderrors import (
+    dns1123_label_errors,
+    dns1123_subdomain_errors,
+    duplicate,
+    forbidden,
+    invalid,
+    is_dns1123_label,
+    is_dns1123_subdomain,
+    is_env_var_name,
+    label_value_errors,
+    not_found,
+    not_supported,
+    port_name_errors,
+    port_number_errors,
+    qualified_name_errors,
+    range_error,
+    regex_error,
+    required,
+    too_long,
+    too_many,
+)
 from edgelet.api.types import (
     Container,
     ContainerPort,
@@ -71,36 +92,10 @@ MAX_DNS_SEARCH_PATHS = 32
 MAX_ID = 2**31 - 1
 TOTAL_ANNOTATION_SIZE_LIMIT = 256 * 1024
 
-# apimachinery/pkg/util/validation: formats and messages, verbatim, so users see kubectl's text.
-_DNS1123_LABEL_FMT = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS1123_SUBDOMAIN_FMT = _DNS1123_LABEL_FMT + r"(\." + _DNS1123_LABEL_FMT + ")*"
-_QUALIFIED_NAME_FMT = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
-_LABEL_VALUE_FMT = "(" + _QUALIFIED_NAME_FMT + ")?"
-_DNS1123_LABEL = re.compile(f"^{_DNS1123_LABEL_FMT}$")
-_DNS1123_SUBDOMAIN = re.compile(f"^{_DNS1123_SUBDOMAIN_FMT}$")
-_QUALIFIED_NAME = re.compile(f"^{_QUALIFIED_NAME_FMT}$")
-_LABEL_VALUE = re.compile(f"^{_LABEL_VALUE_FMT}$")
-_PORT_NAME_CHARSET = re.compile(r"^[-a-z0-9]+$")
-_PORT_NAME_LETTER = re.compile(r"[a-z]")
 _HTTP_HEADER_NAME = re.compile(r"^[-A-Za-z0-9]+$")
 # The regular expression apimachinery's ParseQuantity error quotes.
 _QUANTITY_MESSAGE = "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
 
-_DNS1123_LABEL_MSG = (
-    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "
-    "and must start and end with an alphanumeric character"
-)
-_DNS1123_SUBDOMAIN_MSG = (
-    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
-    "and must start and end with an alphanumeric character"
-)
-_QUALIFIED_NAME_MSG = (
-    "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"
-)
-_LABEL_VALUE_MSG = (
-    "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', "
-    "and must start and end with an alphanumeric character"
-)
 _ENV_NAME_MSG = "a valid environment variable name must consist only of printable ASCII characters other than '='"
 _HTTP_HEADER_MSG = "a valid HTTP header must consist of alphanumeric characters or '-'"
 _NEGATIVE = "must be greater than or equal to 0"
@@ -125,175 +120,6 @@ _STANDARD_CONTAINER_RESOURCES = ("cpu", "memory", "ephemeral-storage")
 # Pod-level resources (PodLevelResources) also take a pids limit: kubernetes/website's pod-level-pid-limit.yaml.
 _STANDARD_POD_RESOURCES = ("cpu", "memory", "ephemeral-storage", "pids")
 _HUGEPAGES_PREFIX = "hugepages-"
-
-
-# ---------------------------------------------------------------------------
-# Error constructors: the text of field.Error.ErrorBody() for each error type.
-
-
-def _show(value: Any) -> str:
-    """A bad value as Go's ErrorBody prints it: strings quoted (%q), numbers and bools bare (%v)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return _go_quote(value)
-    return str(value)
-
-
-def _go_quote(value: str) -> str:
-    out = ['"']
-    for ch in value:
-        if ch in ('"', "\\"):
-            out.append("\\" + ch)
-        elif ch == "\n":
-            out.append("\\n")
-        elif ch == "\t":
-            out.append("\\t")
-        elif ch == "\r":
-            out.append("\\r")
-        elif not ch.isprintable():
-            code = ord(ch)
-            out.append(f"\\x{code:02x}" if code < 0x80 else f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}")
-        else:
-            out.append(ch)
-    out.append('"')
-    return "".join(out)
-
-
-def _with_detail(body: str, detail: str) -> str:
-    return f"{body}: {detail}" if detail else body
-
-
-def required(path: str, detail: str = "") -> FieldError:
-    return FieldError(path, _with_detail("Required value", detail))
-
-
-def invalid(path: str, value: Any, detail: str) -> FieldError:
-    return FieldError(path, _with_detail(f"Invalid value: {_show(value)}", detail))
-
-
-def duplicate(path: str, value: Any) -> FieldError:
-    return FieldError(path, f"Duplicate value: {_show(value)}")
-
-
-def not_found(path: str, value: Any) -> FieldError:
-    return FieldError(path, f"Not found: {_show(value)}")
-
-
-def not_supported(path: str, value: Any, supported: Iterable[str]) -> FieldError:
-    values = ", ".join(_go_quote(v) for v in supported)
-    return FieldError(path, f"Unsupported value: {_show(value)}: supported values: {values}")
-
-
-def forbidden(path: str, detail: str) -> FieldError:
-    return FieldError(path, _with_detail("Forbidden", detail))
-
-
-def too_many(path: str, actual: int, maximum: int) -> FieldError:
-    return FieldError(path, f"Too many: {actual}: must have at most {maximum} items")
-
-
-def too_long(path: str, maximum: int) -> FieldError:
-    return FieldError(path, f"Too long: must have at most {maximum} bytes")
-
-
-# ---------------------------------------------------------------------------
-# Name predicates (apimachinery/pkg/util/validation), each returning its messages.
-
-
-def _max_len(n: int) -> str:
-    return f"must be no more than {n} characters"
-
-
-def _regex_error(message: str, fmt: str, *examples: str) -> str:
-    if not examples:
-        return f"{message} (regex used for validation is '{fmt}')"
-    shown = " or ".join(f"'{e}', " for e in examples)
-    return f"{message} (e.g. {shown}regex used for validation is '{fmt}')"
-
-
-def _range_error(low: int, high: int) -> str:
-    return f"must be between {low} and {high}, inclusive"
-
-
-def dns1123_label_errors(value: str) -> list[str]:
-    errors = [_max_len(63)] if len(value) > 63 else []
-    if not _DNS1123_LABEL.match(value):
-        errors.append(_regex_error(_DNS1123_LABEL_MSG, _DNS1123_LABEL_FMT, "my-name", "123-abc"))
-    return errors
-
-
-def dns1123_subdomain_errors(value: str) -> list[str]:
-    errors = [_max_len(253)] if len(value) > 253 else []
-    if not _DNS1123_SUBDOMAIN.match(value):
-        errors.append(_regex_error(_DNS1123_SUBDOMAIN_MSG, _DNS1123_SUBDOMAIN_FMT, "example.com"))
-    return errors
-
-
-def is_dns1123_label(value: str) -> bool:
-    return not dns1123_label_errors(value)
-
-
-def is_dns1123_subdomain(value: str) -> bool:
-    return not dns1123_subdomain_errors(value)
-
-
-def port_name_errors(name: str) -> list[str]:
-    """IANA_SVC_NAME: at most 15 lowercase alphanumerics and '-', one letter at least, no '--' nor '-' at the ends."""
-    errors = [_max_len(15)] if len(name) > 15 else []
-    if not _PORT_NAME_CHARSET.match(name):
-        errors.append("must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)")
-    if not _PORT_NAME_LETTER.search(name):
-        errors.append("must contain at least one letter (a-z)")
-    if "--" in name:
-        errors.append("must not contain consecutive hyphens")
-    if name.startswith("-") or name.endswith("-"):
-        errors.append("must not begin or end with a hyphen")
-    return errors
-
-
-def qualified_name_errors(value: str) -> list[str]:
-    """A label or annotation key: an optional DNS subdomain prefix and '/', then a name of at most 63 characters."""
-    name_example = ("MyName", "my.name", "123-abc")
-    parts = value.split("/")
-    if len(parts) > 2:
-        return [
-            "a qualified name "
-            + _regex_error(_QUALIFIED_NAME_MSG, _QUALIFIED_NAME_FMT, *name_example)
-            + " with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"
-        ]
-    errors: list[str] = []
-    name = parts[-1]
-    if len(parts) == 2:
-        prefix = parts[0]
-        if not prefix:
-            errors.append("prefix part must be non-empty")
-        else:
-            errors.extend("prefix part " + m for m in dns1123_subdomain_errors(prefix))
-    if not name:
-        errors.append("name part must be non-empty")
-    elif len(name) > 63:
-        errors.append("name part " + _max_len(63))
-    if not _QUALIFIED_NAME.match(name):
-        errors.append("name part " + _regex_error(_QUALIFIED_NAME_MSG, _QUALIFIED_NAME_FMT, *name_example))
-    return errors
-
-
-def _label_value_errors(value: str) -> list[str]:
-    errors = [_max_len(63)] if len(value) > 63 else []
-    if not _LABEL_VALUE.match(value):
-        errors.append(_regex_error(_LABEL_VALUE_MSG, _LABEL_VALUE_FMT, "MyValue", "my_value", "12345"))
-    return errors
-
-
-def _port_number_errors(port: int) -> list[str]:
-    return [] if 1 <= port <= 65535 else [_range_error(1, 65535)]
-
-
-def _is_env_var_name(name: str) -> bool:
-    # Kubernetes' relaxed rule (RelaxedEnvironmentVariableValidation, on by default since 1.32).
-    return all(" " <= ch <= "~" and ch != "=" for ch in name)
-
 
 def _backstep_errors(path: str, value: str) -> list[FieldError]:
     if ".." in value.split("/"):
@@ -334,7 +160,7 @@ def _validate_metadata(meta: ObjectMeta, errors: list[FieldError]) -> None:
     # Keys are reported in sorted order, so the output does not depend on the manifest's key order.
     for key, value in sorted((meta.labels or {}).items()):
         errors.extend(invalid("$.metadata.labels", key, m) for m in qualified_name_errors(key))
-        errors.extend(invalid("$.metadata.labels", value, m) for m in _label_value_errors(value))
+        errors.extend(invalid("$.metadata.labels", value, m) for m in label_value_errors(value))
     annotations = meta.annotations or {}
     for key in sorted(annotations):
         errors.extend(invalid("$.metadata.annotations", key, m) for m in qualified_name_errors(key.lower()))
@@ -385,7 +211,7 @@ def _validate_spec(spec: PodSpec, errors: list[FieldError]) -> None:
             errors.extend(invalid(f"$.spec.{field}", value, m) for m in dns1123_label_errors(value))
     deadline = spec.active_deadline_seconds
     if deadline is not None and not 1 <= deadline <= MAX_ID:
-        errors.append(invalid("$.spec.activeDeadlineSeconds", deadline, _range_error(1, MAX_ID)))
+        errors.append(invalid("$.spec.activeDeadlineSeconds", deadline, range_error(1, MAX_ID)))
     if grace is not None and grace < 0:
         # The API server accepts a negative grace period with a warning and
         # treats it as 1; edgelet deliberately rejects it instead.
@@ -472,7 +298,7 @@ def _validate_profiles(ctx: PodSecurityContext | SecurityContext, path: str, err
 
 def _id_in_range(path: str, value: int | None, errors: list[FieldError]) -> None:
     if value is not None and not 0 <= value <= MAX_ID:
-        errors.append(invalid(path, value, _range_error(0, MAX_ID)))
+        errors.append(invalid(path, value, range_error(0, MAX_ID)))
 
 
 # ---------------------------------------------------------------------------
@@ -624,10 +450,10 @@ def _validate_ports(
         else:
             errors.extend(
                 invalid(f"{ppath}.containerPort", port.container_port, m)
-                for m in _port_number_errors(port.container_port)
+                for m in port_number_errors(port.container_port)
             )
         if port.host_port:
-            errors.extend(invalid(f"{ppath}.hostPort", port.host_port, m) for m in _port_number_errors(port.host_port))
+            errors.extend(invalid(f"{ppath}.hostPort", port.host_port, m) for m in port_number_errors(port.host_port))
         if port.protocol is not None:
             if port.protocol == "":
                 errors.append(required(f"{ppath}.protocol"))
@@ -662,7 +488,7 @@ def _validate_env(container: Container, path: str, errors: list[FieldError]) -> 
         if not env.name:
             # The API server adds "Invalid value: "": ... must be non-empty"; one error says it.
             errors.append(required(f"{epath}.name"))
-        elif not _is_env_var_name(env.name):
+        elif not is_env_var_name(env.name):
             errors.append(invalid(f"{epath}.name", env.name, _ENV_NAME_MSG))
         source = env.value_from
         if source is None:
@@ -874,7 +700,7 @@ def _validate_handler(
         elif attr == "tcp_socket":
             _validate_port_ref(action.port, f"{apath}.port", port_names, errors)
         elif attr == "grpc":
-            errors.extend(invalid(f"{apath}.port", action.port, m) for m in _port_number_errors(action.port))
+            errors.extend(invalid(f"{apath}.port", action.port, m) for m in port_number_errors(action.port))
         elif attr == "sleep" and grace is not None and grace >= 0 and not 0 <= action.seconds <= grace:
             errors.append(
                 invalid(
@@ -896,13 +722,13 @@ def _validate_http_get(action: HTTPGetAction, path: str, port_names: set[str], e
     for header in action.http_headers or []:
         if not _HTTP_HEADER_NAME.match(header.name):
             errors.append(
-                invalid(f"{path}.httpHeaders", header.name, _regex_error(_HTTP_HEADER_MSG, "[-A-Za-z0-9]+", "X-Header"))
+                invalid(f"{path}.httpHeaders", header.name, regex_error(_HTTP_HEADER_MSG, "[-A-Za-z0-9]+", "X-Header"))
             )
 
 
 def _validate_port_ref(port: int | str, path: str, port_names: set[str], errors: list[FieldError]) -> None:
     if isinstance(port, int):
-        errors.extend(invalid(path, port, m) for m in _port_number_errors(port))
+        errors.extend(invalid(path, port, m) for m in port_number_errors(port))
         return
     messages = port_name_errors(port)
     errors.extend(invalid(path, port, m) for m in messages)
