@@ -310,37 +310,13 @@ def build_container_spec(pod: "Pod", container: "Container", image: "ImageConfig
     if apparmor.profile:
         process["apparmorProfile"] = apparmor.profile
 
-    namespaces = [{"type": "mount"}]
-    host = _host_flags(pod)
-    for ns in ("pid", "network", "ipc", "uts"):
-        if ns in ctx.namespace_paths:
-            namespaces.append({"type": ns, "path": ctx.namespace_paths[ns]})
-        elif not host[ns]:
-            namespaces.append({"type": ns})
+    namespaces = _container_namespaces(pod, ctx)
     has_uts = any(n["type"] == "uts" for n in namespaces)
-
-    cpu: dict[str, Any] = {"shares": resources.cpu_shares, "period": resources.cpu_period}
-    if resources.cpu_quota:
-        cpu["quota"] = resources.cpu_quota
-    linux_resources: dict[str, Any] = {
-        "devices": defaults.privileged_device_rules() if privileged else defaults.default_device_rules(),
-    }
-    if "cpu" not in ctx.without_controllers:
-        linux_resources["cpu"] = cpu
-    if resources.memory_limit and "memory" not in ctx.without_controllers:
-        memory = {"limit": resources.memory_limit}
-        if ctx.swap_controller:
-            # As containerd: swap limit = memory limit, so the container never swaps.
-            memory["swap"] = resources.memory_limit
-        linux_resources["memory"] = memory
-    if ctx.pids_limit and "pids" not in ctx.without_controllers:
-        linux_resources["pids"] = {"limit": ctx.pids_limit}
-
     unmasked = privileged or unmasked
     linux: dict[str, Any] = {
         "namespaces": namespaces,
         "cgroupsPath": ctx.cgroups_path,
-        "resources": linux_resources,
+        "resources": _linux_resources(resources, privileged, ctx),
         "maskedPaths": [] if unmasked else list(defaults.MASKED_PATHS),
         "readonlyPaths": [] if unmasked else list(defaults.READONLY_PATHS),
     }
@@ -366,6 +342,39 @@ def build_container_spec(pod: "Pod", container: "Container", image: "ImageConfig
     if has_uts and ctx.hostname:
         spec["hostname"] = ctx.hostname
     return spec
+
+
+def _container_namespaces(pod: "Pod", ctx: ContainerContext) -> list[dict[str, str]]:
+    """The sandbox's namespaces the container joins, and new ones for those the pod does not share with the host."""
+    namespaces = [{"type": "mount"}]
+    host = _host_flags(pod)
+    for ns in ("pid", "network", "ipc", "uts"):
+        if ns in ctx.namespace_paths:
+            namespaces.append({"type": ns, "path": ctx.namespace_paths[ns]})
+        elif not host[ns]:
+            namespaces.append({"type": ns})
+    return namespaces
+
+
+def _linux_resources(resources: qos.ContainerResources, privileged: bool, ctx: ContainerContext) -> dict[str, Any]:
+    """linux.resources: device rules, then cpu, memory and pids limits on the controllers the host has."""
+    cpu: dict[str, Any] = {"shares": resources.cpu_shares, "period": resources.cpu_period}
+    if resources.cpu_quota:
+        cpu["quota"] = resources.cpu_quota
+    linux_resources: dict[str, Any] = {
+        "devices": defaults.privileged_device_rules() if privileged else defaults.default_device_rules(),
+    }
+    if "cpu" not in ctx.without_controllers:
+        linux_resources["cpu"] = cpu
+    if resources.memory_limit and "memory" not in ctx.without_controllers:
+        memory = {"limit": resources.memory_limit}
+        if ctx.swap_controller:
+            # As containerd: swap limit = memory limit, so the container never swaps.
+            memory["swap"] = resources.memory_limit
+        linux_resources["memory"] = memory
+    if ctx.pids_limit and "pids" not in ctx.without_controllers:
+        linux_resources["pids"] = {"limit": ctx.pids_limit}
+    return linux_resources
 
 
 def build_sandbox_spec(pod: "Pod", ctx: SandboxContext) -> dict[str, Any]:

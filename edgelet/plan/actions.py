@@ -200,8 +200,6 @@ def compute_pod_actions(
     `start_failed` holds the ids of instances whose `runc start` failed in this
     agent: a created instance among them is replaced, not started again.
     """
-    from edgelet.api.hash import container_hash
-
     spec = pod_spec(pod)
     policy = spec.restart_policy or "Always"
     inits = list(spec.init_containers or [])
@@ -222,37 +220,73 @@ def compute_pod_actions(
     actions_base: _Base = {"sandbox_id": sandbox_id, "sandbox_attempt": attempt}
     remove = _old_instances(status, plan.kill)
 
-    # Initialization. edgelet follows kubelet's sidecar-aware rule: once any regular container
-    # exists, the pod has been initialized, even if init containers' records were removed since.
-    initialized = any(plan.latest(c.name) is not None for c in regular)
-    if not initialized:
-        for c in inits:
-            rec = plan.latest(c.name)
-            if is_sidecar(c):
-                if rec is not None and rec.state == "running":
-                    if not (started or {}).get(c.name, True):
-                        # kubelet: the next init container waits until the sidecar passed its startupProbe.
-                        return _actions(plan, remove=remove, **actions_base)
-                    continue  # a started sidecar counts as initialized
-                nxt = plan.try_start(c, "init")
-                return _actions(plan, next_init=nxt, remove=remove, **actions_base)
-            if rec is None or rec.state == "created" or rec.never_started:
-                nxt = plan.try_start(c, "init")
-                return _actions(plan, next_init=nxt, remove=remove, **actions_base)
-            if rec.state == "running":
-                return _actions(plan, remove=remove, **actions_base)  # wait for it
-            if _failed(rec):
-                if policy == "Never":
-                    # kubelet: the init container failed and will not be retried: the pod fails.
-                    for other in status.containers:
-                        if other.state in ALIVE:
-                            plan.kill[other.id] = INIT_FAILED_NEVER
-                    return _actions(plan, remove=remove, pod_failed=True, pod_finished=True, **actions_base)
-                nxt = plan.try_start(c, "init")
-                return _actions(plan, next_init=nxt, remove=remove, **actions_base)
-            # Succeeded: on to the next one.
+    initializing = _plan_init(plan, policy, inits, regular, started or {})
+    if initializing is not None:
+        return _actions(plan, remove=remove, **actions_base, **initializing)
+    _plan_sidecars(plan, inits)
+    keep, pending = _plan_regular(plan, policy, regular, probe_failures or {})
 
-    # Sidecars keep running next to the main containers and restart whatever the pod's policy.
+    regular_starts = [s for s in plan.start if s.container_type == "regular"]
+    if keep == 0 and not regular_starts and not pending:
+        # Every main container finished for good: stop the sidecars and the sandbox (kubelet KillPod),
+        # but keep the exited containers, whose records are the pod's final status.
+        plan.start = []
+        plan.waiting = {n: w for n, w in plan.waiting.items() if n in {c.name for c in regular}}
+        # Listed in reverse spec order, the order the syncer stops them in (kubelet's termination ordering).
+        for c in reversed(inits):
+            rec = plan.latest(c.name)
+            if is_sidecar(c) and rec is not None and rec.state in ALIVE:
+                plan.kill[rec.id] = MAINS_FINISHED
+        return _actions(plan, remove=remove, pod_finished=True, **actions_base)
+    return _actions(plan, remove=remove, **actions_base)
+
+
+class _InitOutcome(TypedDict, total=False):
+    next_init: ContainerToStart | None
+    pod_failed: bool
+    pod_finished: bool
+
+
+def _plan_init(
+    plan: _Plan, policy: str, inits: list["Container"], regular: list["Container"], started: Mapping[str, bool]
+) -> _InitOutcome | None:
+    """While the pod initializes: what this sync does with its init containers (None once it is initialized).
+
+    edgelet follows kubelet's sidecar-aware rule: once any regular container
+    exists, the pod has been initialized, even if init containers' records
+    were removed since.
+    """
+    if any(plan.latest(c.name) is not None for c in regular):
+        return None
+    for c in inits:
+        rec = plan.latest(c.name)
+        if is_sidecar(c):
+            if rec is not None and rec.state == "running":
+                if not started.get(c.name, True):
+                    # kubelet: the next init container waits until the sidecar passed its startupProbe.
+                    return {}
+                continue  # a started sidecar counts as initialized
+            return {"next_init": plan.try_start(c, "init")}
+        if rec is None or rec.state == "created" or rec.never_started:
+            return {"next_init": plan.try_start(c, "init")}
+        if rec.state == "running":
+            return {}  # wait for it
+        if _failed(rec):
+            if policy == "Never":
+                # kubelet: the init container failed and will not be retried: the pod fails.
+                for other in plan.status.containers:
+                    if other.state in ALIVE:
+                        plan.kill[other.id] = INIT_FAILED_NEVER
+                return {"pod_failed": True, "pod_finished": True}
+            return {"next_init": plan.try_start(c, "init")}
+        # Succeeded: on to the next one.
+    return None
+
+
+def _plan_sidecars(plan: _Plan, inits: list["Container"]) -> None:
+    """Sidecars keep running next to the main containers and restart whatever the pod's policy."""
+    from edgelet.api.hash import container_hash
+
     for c in inits:
         if not is_sidecar(c):
             continue
@@ -266,9 +300,15 @@ def compute_pod_actions(
         if sidecar is not None:
             plan.start.append(sidecar)
 
+
+def _plan_regular(
+    plan: _Plan, policy: str, regular: list["Container"], failures: Mapping[str, str]
+) -> tuple[int, int]:
+    """Starts and kills of the main containers; returns how many keep running and how many wait out a back-off."""
+    from edgelet.api.hash import container_hash
+
     keep = 0
-    pending = 0  # containers that will start once their back-off ends
-    failures = probe_failures or {}
+    pending = 0
     for c in regular:
         rec = plan.latest(c.name)
         if rec is None or rec.state != "running":
@@ -292,20 +332,7 @@ def compute_pod_actions(
             message += ", will be restarted"
             plan.start.append(ContainerToStart(c.name, rec.attempt + 1, "regular"))
         plan.kill[rec.id] = message
-
-    regular_starts = [s for s in plan.start if s.container_type == "regular"]
-    if keep == 0 and not regular_starts and not pending:
-        # Every main container finished for good: stop the sidecars and the sandbox (kubelet KillPod),
-        # but keep the exited containers, whose records are the pod's final status.
-        plan.start = []
-        plan.waiting = {n: w for n, w in plan.waiting.items() if n in {c.name for c in regular}}
-        # Listed in reverse spec order, the order the syncer stops them in (kubelet's termination ordering).
-        for c in reversed(inits):
-            rec = plan.latest(c.name)
-            if is_sidecar(c) and rec is not None and rec.state in ALIVE:
-                plan.kill[rec.id] = MAINS_FINISHED
-        return _actions(plan, remove=remove, pod_finished=True, **actions_base)
-    return _actions(plan, remove=remove, **actions_base)
+    return keep, pending
 
 
 def _recreate(
