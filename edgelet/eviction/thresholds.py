@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from edgelet.api.quantity import QuantityError, parse_quantity
 from edgelet.eviction.errors import EvictionConfigError
 from edgelet.settings import EVICTION_HARD_DEFAULT
-from edgelet.settings import parse_duration as duration
+from edgelet.util.duration import parse_duration as duration
 
 MEMORY = "memory.available"
 NODEFS = "nodefs.available"

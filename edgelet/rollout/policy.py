@@ -6,7 +6,7 @@ from typing import Mapping
 
 from edgelet.api.annotations import ROLLOUT, ROLLOUT_DEADLINE, ROLLOUT_STABILITY_WINDOW, ROLLOUT_STRATEGY
 from edgelet.rollout.decide import Policy, Strategy
-from edgelet.settings import parse_duration
+from edgelet.util.duration import parse_duration
 
 _OFF = frozenset({"off", "false", "disabled", "no"})
 _ON = frozenset({"on", "true", "enabled", "yes"})
