@@ -1,6 +1,6 @@
-"""Prints the README's configuration table from edgelet.settings.KEYS, so the README cannot drift from the code.
+"""Prints docs/configuration.md's settings table from edgelet.settings.KEYS, so the docs cannot drift from the code.
 
-`python tools/settings_table.py` prints it; tests/unit/test_readme.py checks the README holds exactly this.
+`python tools/settings_table.py` prints it; tests/unit/test_readme.py checks docs/configuration.md holds exactly this.
 """
 
 from __future__ import annotations
