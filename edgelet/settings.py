@@ -357,7 +357,7 @@ class Settings:
                                        metavar="DURATION")
     manifest_url_ca: Path | None = _opt(None, _path(optional=True),
                                         "CA bundle to verify --manifest-url (default: the system's)", metavar="FILE")
-    # Trusted delivery (docs: README "Trusted delivery").
+    # Trusted delivery (docs/trusted-delivery.md).
     trusted_keys: Path | None = _opt(
         None, _path(optional=True), "file or directory of trusted minisign/signify public keys and SSH allowed_signers: "
         "every manifest (and import-dir archive) then needs a valid detached signature", metavar="PATH")

@@ -225,7 +225,7 @@ def check_trusted_keys(f: HostFacts) -> CheckResult:
 def check_signature_policy(f: HostFacts) -> CheckResult:
     return _configured_file("signature policy", f.signature_policy, "every registry pull is accepted unsigned",
                             "fix the field named (the agent refuses to start with it); see containers-policy.json(5) "
-                            "and README \"Signed registry images\"")
+                            "and docs/trusted-delivery.md")
 
 
 def check_kubeconfig(f: HostFacts) -> CheckResult:
