@@ -606,9 +606,27 @@ CARD_CONFIG = "config.toml"  # in card_dir
 # Files a card may carry that must not stay on a FAT partition (no permissions: every local user reads
 # them); packaging's edgelet-card-setup moves them to /etc/edgelet at boot, edgelet warns while they remain.
 CARD_SECRETS = ("kubeconfig", "auth.json", "manifest-url-headers", "api-tokens.csv")
-# Keys a card may not set: where the card is (it would name another card), and where edgelet keeps its
-# state (a card moved to another device must not point the agent at a different store).
-CARD_FORBIDDEN_KEYS = frozenset({"card_dir", "root_dir", "run_dir"})
+# What a card's unsigned config.toml may set: only keys that cannot widen what runs on the device or who can
+# reach it. Whoever holds the card for a minute must not be able to turn verification off, name a program to
+# run as root (the FAT partition is theirs), open the node API or relax a pod's confinement; those keys come
+# from the node's own config file, its environment or its flags. Every other key on the card is ignored and
+# reported (docs/trusted-delivery.md, "The card").
+CARD_KEYS = frozenset({
+    "hostname_override", "node_labels", "register_with_taints", "register_node", "node_ip",
+    "file_check_frequency", "runonce_timeout", "pod_infra_container",
+    "image_gc_high_threshold", "image_gc_low_threshold", "image_minimum_gc_age",
+    "container_log_max_size", "container_log_max_files", "container_log_monitor_interval",
+    "eviction_hard", "eviction_soft", "eviction_soft_grace_period", "eviction_minimum_reclaim",
+    "eviction_max_pod_grace_period", "eviction_pressure_transition_period", "eviction_monitoring_interval",
+    "cni_check_period", "cluster_dns", "cluster_domain", "system_reserved", "kube_reserved",
+    "shutdown_grace_period", "shutdown_grace_period_critical_pods",
+    "node_status_update_frequency", "node_status_report_frequency", "node_lease_duration_seconds",
+    "node_lease_renew_interval", "verbosity",
+    "rollout", "rollout_deadline", "rollout_stability_window", "rollout_strategy",
+})
+# A manifest URL on the card only where the node's own settings require signatures: then what it serves runs
+# only if a trusted key signed it, wherever it comes from. Its headers and CA stay the node's.
+CARD_KEYS_WHEN_TRUSTED = frozenset({"manifest_url", "manifest_url_signature", "http_check_frequency"})
 
 # Node names end up in pod names (`<pod>-<node>`), which must be DNS-1123 subdomains.
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
@@ -691,15 +709,28 @@ def load_settings(
         return settings
     # The card sits between the config file and the environment: a person configures the device from a
     # laptop, an administrator's environment and flags still win. A bad card config never stops the agent.
+    where = str(Path(settings.card_dir) / CARD_CONFIG)
     try:
         card = read_card_config(settings.card_dir)
+        allowed, refused = split_card_keys(card, trusted=settings.trusted_keys is not None)
         if not card:
             return settings
-        return _checked({**file_values, **card, **overrides})
+        merged = _checked({**file_values, **allowed, **overrides})
     except SettingsError as exc:
-        where = str(Path(settings.card_dir) / CARD_CONFIG)
         message = str(exc) if where in str(exc) else f"{where}: {exc}"
         return dataclasses.replace(settings, card_config_error=f"{message} (the card's settings are ignored)")
+    if refused:
+        return dataclasses.replace(merged, card_config_error=(
+            f"{where}: {', '.join(refused)} cannot be set on the card (only in {DEFAULT_CONFIG}, the environment "
+            "or a flag): ignored; the card's other settings apply"))
+    return merged
+
+
+def split_card_keys(card: Mapping[str, Any], *, trusted: bool) -> tuple[dict[str, Any], list[str]]:
+    """The card's values a card may set (CARD_KEYS), and the names of those it may not, sorted."""
+    may_set = CARD_KEYS | CARD_KEYS_WHEN_TRUSTED if trusted else CARD_KEYS
+    allowed = {key: value for key, value in card.items() if key in may_set}
+    return allowed, sorted(key for key in card if key not in may_set)
 
 
 def read_card_config(card_dir: Path) -> dict[str, Any]:
@@ -707,12 +738,7 @@ def read_card_config(card_dir: Path) -> dict[str, Any]:
     path = Path(card_dir) / CARD_CONFIG
     if not path.exists():
         return {}
-    values = read_config_file(path)
-    for key in values:
-        if key in CARD_FORBIDDEN_KEYS:
-            raise SettingsError(f"{path}: {key} cannot be set on the card (only in {DEFAULT_CONFIG}, the "
-                                "environment or a flag)", key=key, source=str(path))
-    return values
+    return read_config_file(path)
 
 
 def _checked(values: dict[str, Any]) -> Settings:

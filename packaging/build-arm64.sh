@@ -81,8 +81,9 @@ if [ "$dry_run" = 0 ] && [ -x "$ONEDIR_CACHE/$key/edgelet/edgelet" ]; then
 fi
 
 step "arm64 Debian root in $ROOT"
+unmount_under "$ROOT"
 if [ "$dry_run" = 1 ] || [ "$(cat "$ROOT/.edgelet-arm64-root" 2>/dev/null)" != "$ROOT_PACKAGES" ]; then
-    run rm -rf "$ROOT"
+    remove_tree "$ROOT"
     make_arm64_root "$ROOT" "deb $MIRROR $SUITE main" "$ROOT_PACKAGES"
     [ "$dry_run" = 1 ] || echo "$ROOT_PACKAGES" > "$ROOT/.edgelet-arm64-root"
 fi

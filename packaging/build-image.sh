@@ -123,11 +123,12 @@ in_root() {  # in_root ROOT COMMAND...: run a shell command in the arm64 root, u
 # --- 1. the Debian root with every package (cached) ----------------------------
 base="$BASE_CACHE/base"
 locked "$base"
+unmount_under "$base"
 key="$( { printf '%s\n' mmdebstrap-nodoc "$SUITE" "$MIRROR" "${IMAGE_PACKAGES[@]}"
     cat "$HERE/image/initramfs.conf" "$HERE/image/initramfs-modules"; } | sha256sum | cut -c1-16)"
 if [ "$dry_run" = 1 ] || [ "$(cat "$base/.edgelet-image-base" 2>/dev/null)" != "$key" ]; then
     step "Debian $SUITE arm64 root with its packages in $base (cached once done)"
-    run rm -rf "$base"
+    remove_tree "$base"
     include="$(IFS=,; echo "${IMAGE_PACKAGES[*]}")"
     make_arm64_root "$base" "deb $MIRROR $SUITE main non-free-firmware
 deb $MIRROR $SUITE-updates main non-free-firmware
@@ -165,8 +166,8 @@ echo "edgelet package: ${deb:-dist/edgelet_VERSION_arm64.deb}"
 # --- 2. this build's root: a copy of the base, edgelet and the configuration --------------
 root="$CACHE/root"
 step "root of this build in $root"
-run rm -rf "$root"
-run cp -a "$base" "$root"
+remove_tree "$root"
+run cp -a --one-file-system "$base" "$root"
 run rm -f "$root/.edgelet-image-base"
 run cp "$deb" "$root/tmp/edgelet.deb"
 chroot_mounts "$root"
@@ -196,7 +197,7 @@ if [ "$dry_run" = 0 ]; then
     # edgelet fsyncs its own state, so a power cut loses at most a minute of logs.
     cat > "$etc/fstab" <<'EOF'
 LABEL=RASPIROOT /              ext4 rw,noatime,commit=60,errors=remount-ro 0 1
-LABEL=RASPIFIRM /boot/firmware vfat rw,noatime,umask=0077 0 2
+LABEL=RASPIFIRM /boot/firmware vfat rw,noatime,nosuid,nodev,noexec,umask=0077 0 2
 EOF
     install -d "$etc/systemd/network" "$etc/systemd/journald.conf.d" "$etc/cni/net.d" "$etc/ssh/sshd_config.d" \
         "$etc/systemd/system/ssh.service.d"

@@ -42,6 +42,24 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# unmount_under DIR: unmount whatever is still mounted below DIR, deepest first. A build killed by SIGKILL
+# or the OOM killer never ran its EXIT trap: its chroot mounts (the host's /dev bound in, /proc, /sys)
+# are still there, and the next build must not copy, fill or remove through them. Call it under the lock.
+unmount_under() {
+    local m
+    [ "$dry_run" = 1 ] && return 0
+    findmnt -rn -o TARGET | awk -v d="${1%/}/" 'index($0, d) == 1' | sort -r | while read -r m; do
+        umount -l "$m" 2>/dev/null || umount -l "$(printf '%b' "$m")" || true
+    done
+}
+
+# remove_tree DIR: rm -rf DIR that never leaves DIR's filesystem: leftover mounts are undone first, and
+# --one-file-system keeps whatever could not be unmounted (the host's /dev, say) out of reach.
+remove_tree() {
+    unmount_under "$1"
+    run rm -rf --one-file-system "$1"
+}
+
 # make_arm64_root ROOT SOURCES_LINES INCLUDE [mmdebstrap args...]: a Debian
 # arm64 root with the packages INCLUDE (comma separated) in one apt run, by
 # mmdebstrap: parallel downloads, one dpkg run (each trigger such as

@@ -116,6 +116,7 @@ done
     echo "IMAGE-TEST controllers: $(cat /sys/fs/cgroup/cgroup.controllers 2>/dev/null)"
     echo "IMAGE-TEST kubeconfig: $(stat -c '%a %U' /etc/edgelet/kubeconfig 2>&1)"
     echo "IMAGE-TEST card: $(ls /boot/firmware/edgelet | tr '\n' ' ')"
+    echo "IMAGE-TEST card-mount: $(findmnt -no OPTIONS /boot/firmware 2>&1)"
     echo "IMAGE-TEST images: $(edgelet images 2>&1 | tr '\n' '|')"
     echo "IMAGE-TEST runonce: $(systemctl show -p Result --value edgelet-runonce.service)"
     echo "IMAGE-TEST agent: $(systemctl is-active edgelet.service) restarts=$(systemctl show -p NRestarts --value edgelet.service)"
@@ -251,6 +252,7 @@ fi
 echo "ok: the kubeconfig is gone from the card"
 passed=$((passed + 1))
 expect "$c1" "IMAGE-TEST hostname: pi-under-test" "the card's hostname was applied"
+expect "$c1" "IMAGE-TEST card-mount: .*nosuid,nodev,noexec" "the card's FAT partition runs no program (noexec, nosuid, nodev)"
 expect "$c1" "IMAGE-TEST check: OK +memory cgroup" "edgelet check: the memory controller is on"
 expect "$c1" "IMAGE-TEST check: OK +free space" "the root grew to the card: edgelet check finds the free space"
 expect "$c1" "IMAGE-TEST check-exit: 0" "edgelet check passes on the device"

@@ -397,9 +397,15 @@ def rejected_card_secrets(etc_dir: Path) -> tuple[tuple[str, str], ...]:
     found = []
     for name in CARD_SECRETS:
         path = etc_dir / f"{name}.rejected"
-        if path.exists():
-            reason = kubeconfig_status(path)[1] if name == "kubeconfig" else "rejected"
-            found.append((str(path), reason))
+        if not path.exists():
+            continue
+        # A usable file was set aside only because the device held one already: a card never replaces a secret.
+        replaced = f"{path}: the device holds {etc_dir / name} already (a card never replaces a secret)"
+        if name == "kubeconfig":
+            level, why = kubeconfig_status(path)
+            found.append((str(path), why if level == "FAIL" else replaced))
+        else:
+            found.append((str(path), replaced))
     return tuple(found)
 
 

@@ -91,3 +91,44 @@ def test_card_manifests_and_archives_need_signatures_with_trusted_keys(agent, tm
     assert agent.pod("unsigned") is None
     assert CARD_IMAGE not in agent.cli("images", "list")
     agent.stop()
+
+
+def test_the_card_cannot_turn_verification_off_nor_name_a_program(agent, tmp_path: Path) -> None:
+    """The node's config file requires signatures; the card's unsigned config.toml says `trusted_keys = ""` and
+    names a program on the card as the runtime. Both are ignored and reported, the card's harmless settings
+    apply, an unsigned card manifest still runs nothing and the card's program never runs."""
+    from edgelet.testing.signing import MinisignKey, missing_tools, trusted_dir
+
+    if missing_tools():
+        pytest.skip(f"needs {missing_tools()} (make deps)")
+    minisign = MinisignKey.generate(tmp_path / "k")
+    keys = trusted_dir(tmp_path / "trusted", minisign)
+    [node_archive] = (agent.paths.root_dir / "images" / "import").glob("*.tar")
+    minisign.sign(node_archive, version=1)
+    config = tmp_path / "config.toml"
+    config.write_text(f'trusted_keys = "{keys}"\n')
+    card = tmp_path / "card"
+    (card / "manifests").mkdir(parents=True)
+    marker = tmp_path / "card-program-ran"
+    program = card / "runtime"
+    program.write_text(f"#!/bin/sh\ntouch {marker}\nexec runc \"$@\"\n")
+    program.chmod(0o755)
+    (card / "config.toml").write_text(f'trusted_keys = ""\nruntime = "{program}"\nfile_check_frequency = "3s"\n')
+    signed = card / "manifests" / "signed.yaml"
+    signed.write_text(sleeper_yaml("signed", policy="Never"))
+    minisign.sign(signed, version=1)
+    (card / "manifests" / "unsigned.yaml").write_text(sleeper_yaml("unsigned", policy="Never"))
+
+    agent.start("--card-dir", str(card), "--config", str(config))
+    wait_for(lambda: (r := agent.pod("signed")) and r["status"] == "Running", timeout=90, what="signed card pod")
+    wait_for(lambda: [r for r in agent.snapshot().get("rejected", [])
+                      if r["reason"] == "UntrustedManifest" and r["origin"].endswith("unsigned.yaml")],
+             timeout=60, what="the unsigned card manifest refused")
+    assert agent.pod("unsigned") is None
+    assert not marker.exists()
+    log = agent.log()
+    assert "Card configuration ignored" in log and "runtime, trusted_keys cannot be set on the card" in log
+    check = agent.cli("--card-dir", str(card), "check")
+    assert "runtime, trusted_keys cannot be set on the card" in check, check
+    assert not marker.exists()
+    agent.stop()

@@ -7,7 +7,15 @@ from pathlib import Path
 import pytest
 
 from edgelet.cgroups.controllers import admit, choose_cmdline_file, kernel_cmdline_fix, probe_cmdline_file
-from edgelet.settings import Settings, SettingsError, load_settings, read_card_config
+from edgelet.settings import (
+    CARD_KEYS,
+    CARD_KEYS_WHEN_TRUSTED,
+    KEYS,
+    Settings,
+    SettingsError,
+    load_settings,
+    read_card_config,
+)
 
 NO_DEFAULT = Path("/nonexistent/edgelet-config.toml")
 
@@ -39,7 +47,8 @@ def test_card_paths(tmp_path: Path) -> None:
 
 def test_card_overrides_the_file_and_env_and_flags_override_the_card(tmp_path: Path) -> None:
     card = 'manifest_url = "https://card.example/pods"\nfile_check_frequency = "5s"\nverbosity = 2\n'
-    s = load(tmp_path, card, main='manifest_url = "https://file.example/pods"\nverbosity = 1\n',
+    s = load(tmp_path, card, main='manifest_url = "https://file.example/pods"\nverbosity = 1\n'
+             'trusted_keys = "/etc/edgelet/trusted"\n',
              env={"EDGELET_FILE_CHECK_FREQUENCY": "7s"}, flags={"verbosity": "3"})
     assert s.manifest_url == "https://card.example/pods"  # card > config file
     assert s.file_check_frequency == 7.0  # environment > card
@@ -54,6 +63,7 @@ def test_card_overrides_the_file_and_env_and_flags_override_the_card(tmp_path: P
     ("bad value", 'file_check_frequency = "soon"\n', "file_check_frequency: invalid duration"),
     ("a key only the device sets", 'root_dir = "/mnt"\n', "root_dir cannot be set on the card"),
     ("the card naming another card", 'card_dir = "/elsewhere"\n', "card_dir cannot be set on the card"),
+    ("verification turned off", 'trusted_keys = ""\n', "trusted_keys cannot be set on the card"),
     ("keys valid alone, not together", "image_gc_low_threshold = 90\n", "must not exceed image_gc_high_threshold"),
 ])
 def test_an_invalid_card_config_is_reported_and_ignored(tmp_path: Path, label: str, card: str | bytes,
@@ -113,3 +123,62 @@ def test_the_cgroup_reason_names_the_devices_file(cmdline_file: str | None, text
     assert verdict is not None and verdict.reason == "CgroupControllersMissing" and text in verdict.message
     other = "/boot/cmdline.txt" if cmdline_file != "/boot/cmdline.txt" else "/boot/firmware/cmdline.txt"
     assert other not in verdict.message
+
+
+# Each key below widens what runs or who can reach the device: a person holding the card must not set it.
+REFUSED_ON_THE_CARD = [
+    ('trusted_keys = ""', "trusted_keys"),
+    ('trusted_keys = "/boot/firmware/edgelet/keys"', "trusted_keys"),
+    ('signature_policy = "/boot/firmware/edgelet/policy.json"', "signature_policy"),
+    ('runtime = "/boot/firmware/edgelet/x"', "runtime"),
+    ('conmon = "/boot/firmware/edgelet/x"', "conmon"),
+    ('cni_bin_dir = "/boot/firmware/edgelet"', "cni_bin_dir"),
+    ('cni_conf_dir = "/boot/firmware/edgelet"', "cni_conf_dir"),
+    ('pod_infra_container_image = "evil.example/pause:1"', "pod_infra_container_image"),
+    ('api_token_file = "/boot/firmware/edgelet/tokens.csv"', "api_token_file"),
+    ('node_api_grants = "group:everyone=*"', "node_api_grants"),
+    ("port = 10250", "port"),
+    ('address = "0.0.0.0"', "address"),
+    ('client_ca_file = "/boot/firmware/edgelet/ca.pem"', "client_ca_file"),
+    ('healthz_bind_address = "0.0.0.0"', "healthz_bind_address"),
+    ("seccomp_default = false", "seccomp_default"),
+    ('allowed_unsafe_sysctls = "kernel.*"', "allowed_unsafe_sysctls"),
+    ("pod_max_pids = -1", "pod_max_pids"),
+    ("allow_missing_cgroup_controllers = true", "allow_missing_cgroup_controllers"),
+    ('registries = { "docker.io" = { insecure = true } }', "registries"),
+    ('image_import_dir = "/boot/firmware/edgelet/x"', "image_import_dir"),
+    ('pod_manifest_path = "/boot/firmware/edgelet/x"', "pod_manifest_path"),
+    ('kubeconfig = "/boot/firmware/edgelet/kubeconfig"', "kubeconfig"),
+    ('image_credential_file = "/boot/firmware/edgelet/auth.json"', "image_credential_file"),
+    ('manifest_url = "https://card.example/pods"', "manifest_url"),  # without trusted keys: unsigned pods
+    ('manifest_url_ca = "/boot/firmware/edgelet/ca.pem"', "manifest_url_ca"),
+    ('manifest_url_header = "Authorization: x"', "manifest_url_header"),
+    ('log_dir = "/boot/firmware"', "log_dir"),
+    ('cgroup_root = "/"', "cgroup_root"),
+]
+
+
+@pytest.mark.parametrize("line, key", REFUSED_ON_THE_CARD, ids=[k for _, k in REFUSED_ON_THE_CARD])
+def test_a_card_cannot_weaken_the_node(tmp_path: Path, line: str, key: str) -> None:
+    main = 'verbosity = 1\nruntime = "runc"\n'
+    s = load(tmp_path, f"{line}\nfile_check_frequency = \"5s\"\n", main=main)
+    (tmp_path / "x").mkdir()
+    defaults = load(tmp_path / "x", None, main=main)
+    assert getattr(s, key) == getattr(defaults, key), key  # ignored: the node's own value stays
+    assert s.file_check_frequency == 5.0  # the card's harmless settings still apply
+    assert s.card_config_error is not None
+    assert f"{key} cannot be set on the card" in s.card_config_error
+    assert str(tmp_path / "card" / "config.toml") in s.card_config_error
+
+
+def test_a_signed_node_takes_its_manifest_url_from_the_card(tmp_path: Path) -> None:
+    card = 'manifest_url = "https://card.example/pods"\nmanifest_url_ca = "/boot/firmware/ca.pem"\n'
+    s = load(tmp_path, card, main='trusted_keys = "/etc/edgelet/trusted"\n')
+    assert s.manifest_url == "https://card.example/pods"
+    assert s.manifest_url_ca is None
+    assert s.card_config_error is not None and "manifest_url_ca cannot be set" in s.card_config_error
+
+
+def test_the_card_allow_list_names_real_keys_only() -> None:
+    assert (CARD_KEYS | CARD_KEYS_WHEN_TRUSTED) <= set(KEYS)
+    assert not CARD_KEYS & {"card_dir", "root_dir", "run_dir", "trusted_keys", "runtime", "conmon"}

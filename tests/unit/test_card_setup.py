@@ -65,13 +65,27 @@ def test_secrets_move_off_the_card_and_edgelet_is_pointed_at_them(root: Path) ->
     assert "auth.json" not in "".join(values)  # auth.json is edgelet's default path: no key needed
     assert [h.insecure for _, h in values["registries"]] == [True]
 
-    # A new kubeconfig dropped later is moved again; the key is not added twice.
-    (card(root) / "kubeconfig").write_text(KUBECONFIG + "# v2\n")
-    res = run(root)
-    assert res.returncode == 0, res.stderr
-    assert "# v2" in (root / "etc" / "edgelet" / "kubeconfig").read_text()
     assert (root / "etc" / "edgelet" / "config.toml").read_text().count("kubeconfig =") == 1
-    assert "kubeconfig is already set" in res.stdout
+
+
+@pytest.mark.parametrize("name", ["kubeconfig", "auth.json", "manifest-url-headers", "api-tokens.csv"])
+def test_a_card_never_replaces_a_secret_the_device_holds(root: Path, name: str) -> None:
+    """Whoever can write the card must not add a token in system:masters or swap the cluster identity: a
+    secret moves off the card once, while the device has none; a later one is set aside, unused."""
+    etc = root / "etc" / "edgelet"
+    first = KUBECONFIG if name == "kubeconfig" else "token1,admin,\"system:masters\"\n"
+    (card(root) / name).write_text(first)
+    assert run(root).returncode == 0
+    assert (etc / name).read_text() == first
+    later = KUBECONFIG + "# theirs\n" if name == "kubeconfig" else "evil,mallory,\"system:masters\"\n"
+    (card(root) / name).write_text(later)
+    res = run(root)
+    assert res.returncode == 1
+    assert (etc / name).read_text() == first  # unchanged
+    assert not (card(root) / name).exists()  # off the world-readable card all the same...
+    assert (etc / f"{name}.rejected").read_text() == later  # ...set aside, root only, not used
+    assert stat.S_IMODE((etc / f"{name}.rejected").stat().st_mode) == 0o600
+    assert f"the device holds /etc/edgelet/{name} already, and a card never replaces a secret" in res.stderr
 
 
 def test_a_key_set_by_the_administrator_is_left_alone(root: Path) -> None:
@@ -135,7 +149,7 @@ def test_a_malformed_kubeconfig_is_taken_off_the_card_but_set_aside_naming_why(r
     assert "kubeconfig.rejected" in res.stderr and "running standalone" in res.stderr
     assert "kubeconfig" not in read_config_file(etc / "config.toml")
 
-    # The good one in use stays when a bad one follows; a good one later replaces it and clears the reject.
+    # A good one while the device has none is used and clears the reject; a bad one later leaves it in use.
     (card(root) / "kubeconfig").write_text(KUBECONFIG)
     assert run(root).returncode == 0 and not (etc / "kubeconfig.rejected").exists()
     (card(root) / "kubeconfig").write_text("apiVersion: v1\nkind: Config\n")  # YAML, but no cluster

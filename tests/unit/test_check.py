@@ -246,3 +246,11 @@ def test_rejected_card_secrets(tmp_path):
     (tmp_path / "kubeconfig.rejected").write_text("{{{")
     [(path, why)] = check.rejected_card_secrets(tmp_path)
     assert path == str(tmp_path / "kubeconfig.rejected") and "invalid YAML" in why
+    # A usable kubeconfig or any other secret set aside: the device held one, and a card never replaces it.
+    (tmp_path / "kubeconfig.rejected").write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters: [{name: k, cluster: {server: 'http://192.0.2.1'}}]\n"
+        "users: [{name: u, user: {token: t}}]\ncontexts: [{name: c, context: {cluster: k, user: u}}]\n")
+    (tmp_path / "api-tokens.csv.rejected").write_text("t,u,g\n")
+    reasons = dict(check.rejected_card_secrets(tmp_path))
+    assert reasons[str(tmp_path / "kubeconfig.rejected")].endswith("a card never replaces a secret)")
+    assert f"the device holds {tmp_path / 'api-tokens.csv'} already" in reasons[str(tmp_path / "api-tokens.csv.rejected")]

@@ -3,6 +3,7 @@ its units, and the files it puts on the card and in /etc."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -42,7 +43,8 @@ def test_dry_run_prints_every_step_and_does_nothing(tmp_path: Path) -> None:
         "ROOTPART=\"LABEL=RASPIROOT\"",
         "cgroup_enable=memory cgroup_memory=1' > /etc/default/raspi-extra-cmdline",
         "/etc/kernel/postinst.d/z50-raspi-firmware",
-        f"cp -a {base_cache}/base {cache}/root",
+        f"cp -a --one-file-system {base_cache}/base {cache}/root",
+        f"rm -rf --one-file-system {cache}/root",  # never through a killed build's leftover mounts
         "dpkg -i /tmp/edgelet.deb",
         "systemctl enable systemd-networkd systemd-resolved ssh edgelet.service edgelet-runonce.service",
         "edgelet-card-setup.service edgelet-grow-root.service",
@@ -111,3 +113,29 @@ def test_scripts_parse() -> None:
         subprocess.run(["sh", "-n", str(IMAGE / script)], check=True)
     for script in ("build-image.sh", "test-image.sh"):
         subprocess.run(["bash", "-n", str(PACKAGING / script)], check=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (bind mounts)")
+def test_a_killed_builds_leftover_bind_mount_is_undone_not_followed(tmp_path: Path) -> None:
+    """A build SIGKILLed inside its chroot leaves the host's /dev bound into the root; the next build's
+    removal of that root must unmount it and never delete through it (here a stand-in for /dev)."""
+    host_dev = tmp_path / "host-dev"
+    host_dev.mkdir()
+    (host_dev / "null").write_text("the host's")
+    root = tmp_path / "cache" / "root"
+    (root / "dev").mkdir(parents=True)
+    (root / "proc").mkdir()
+    (root / "etc").mkdir()
+    (root / "etc" / "hostname").write_text("x\n")
+    subprocess.run(["mount", "--bind", str(host_dev), str(root / "dev")], check=True)
+    subprocess.run(["mount", "--bind", str(host_dev), str(root / "proc")], check=True)  # two, nested order
+    try:
+        script = f'dry_run=0; . {PACKAGING}/common.sh; remove_tree {root}'
+        out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert (host_dev / "null").read_text() == "the host's"
+        assert not root.exists()
+        assert str(root) not in Path("/proc/self/mountinfo").read_text()
+    finally:
+        for sub in ("dev", "proc"):
+            subprocess.run(["umount", "-l", str(root / sub)], capture_output=True)
