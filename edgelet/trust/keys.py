@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgelet.trust.errors import KeyFileError
-from edgelet.trust.perms import writable_by_others
+from edgelet.trust.perms import mode_problem, path_problem
 
 ED25519_KEY_BYTES = 32
 _MINISIGN_ALG = b"Ed"
@@ -290,17 +290,14 @@ def parse_key_text(text: str, name: str) -> tuple[list[Ed25519Key], list[SshKey]
     return ed, ssh
 
 
-def _check_not_writable_by_others(path: Path, st: os.stat_result, what: str) -> None:
-    problem = writable_by_others(st.st_mode, what, "anyone on the device could add a key")
-    if problem:
-        raise KeyFileError(str(path), problem)
+_ADD_A_KEY = "whoever can write it could add a key"
 
 
 def load_trusted_keys(path: Path) -> TrustedKeys:
     """Read `--trusted-keys`: one file, or every non-hidden regular file of a directory (sorted by name).
 
-    Raises KeyFileError for a path that is missing, unreadable, world-writable
-    (the file, the directory, or a file in it), malformed, or holds no key.
+    Raises KeyFileError for a path that is missing, unreadable, writable by anyone but root (the file, the
+    directory, a file in it or a directory above: edgelet.trust.perms), malformed, or holds no key.
     """
     path = Path(path)
     try:
@@ -308,8 +305,11 @@ def load_trusted_keys(path: Path) -> TrustedKeys:
     except OSError as exc:
         raise KeyFileError(str(path), f"cannot read: {exc.strerror or exc}") from exc
     files: list[Path]
-    if stat.S_ISDIR(st.st_mode):
-        _check_not_writable_by_others(path, st, "the directory")
+    is_dir = stat.S_ISDIR(st.st_mode)
+    problem = path_problem(str(path), _ADD_A_KEY, what="the directory" if is_dir else "the file")
+    if problem:
+        raise KeyFileError(str(path), problem)
+    if is_dir:
         try:
             names = sorted(os.listdir(path))
         except OSError as exc:
@@ -328,7 +328,9 @@ def load_trusted_keys(path: Path) -> TrustedKeys:
             continue  # a subdirectory (an editor's backup dir) holds no keys of ours
         if not stat.S_ISREG(fst.st_mode):
             raise KeyFileError(str(file), "not a regular file")
-        _check_not_writable_by_others(file, fst, "the file")
+        problem = mode_problem(fst, "the file", _ADD_A_KEY, euid=os.geteuid())
+        if problem:
+            raise KeyFileError(str(file), problem)
         if fst.st_size > MAX_KEY_FILE_BYTES:
             raise KeyFileError(str(file), f"larger than {MAX_KEY_FILE_BYTES} bytes")
         try:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from edgelet.trust.errors import PolicyError
-from edgelet.trust.perms import file_writable_by_others
+from edgelet.trust.perms import path_problem
 
 CONVENTIONAL_PATH = Path("/etc/containers/policy.json")
 MAX_POLICY = 1 << 20  # a policy is a few kB; a larger file is not one
@@ -282,11 +282,11 @@ def parse_policy(text: bytes | str, path: str, *, read_key: Callable[[str], byte
 def load_policy(path: Path | str) -> Policy:
     """Read, parse and check `path`, including every key (ECDSA P-256) of its docker scopes and default.
 
-    The policy and each key file, and the directories holding them, must not be world-writable
-    (as --trusted-keys): anyone could otherwise choose which images run.
+    The policy and each key file, and the directories up to /, must belong to root and be writable by no
+    one else (edgelet.trust.perms, as --trusted-keys): anyone could otherwise choose which images run.
     """
     p = str(path)
-    problem = file_writable_by_others(p, "anyone on the device could change which images are accepted")
+    problem = path_problem(p, "anyone on the device could change which images are accepted")
     if problem:
         raise PolicyError(p, "", problem)
     try:
@@ -301,7 +301,7 @@ def load_policy(path: Path | str) -> Policy:
     for reqs in (policy.default, *policy.docker.values()):
         for req in reqs:
             for key in req.keys:
-                problem = file_writable_by_others(key.origin, "anyone on the device could replace the key") \
+                problem = path_problem(key.origin, "anyone on the device could replace the key") \
                     if key.from_file else None
                 if problem:
                     raise PolicyError(p, key.field, f"key file {key.origin}: {problem}")

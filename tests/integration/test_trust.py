@@ -89,6 +89,41 @@ def test_a_world_writable_key_directory_or_file_is_refused(keydir: Path) -> None
         load_trusted_keys(keydir)
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown needs root")
+def test_key_files_as_sshds_strict_modes(keydir: Path, tmp_path: Path) -> None:
+    """Whoever owns or may write a key file, its directory or one above it could add a key: only root."""
+    key = keydir / "signify.pub"
+    os.chown(key, 65534, 65534)
+    with pytest.raises(KeyFileError, match="signify.pub: the file is owned by uid 65534, not root"):
+        load_trusted_keys(keydir)
+    os.chown(key, 0, 0)
+    os.chmod(key, 0o664)
+    with pytest.raises(KeyFileError, match=r"signify.pub: the file is group-writable \(mode 0664\)"):
+        load_trusted_keys(keydir)
+    os.chmod(key, 0o644)
+    os.chmod(keydir, 0o775)
+    with pytest.raises(KeyFileError, match="the directory is group-writable"):
+        load_trusted_keys(keydir)
+    os.chmod(keydir, 0o755)
+    os.chown(keydir, 65534, 65534)
+    try:
+        with pytest.raises(KeyFileError, match=f"its directory {keydir} is owned by uid 65534, not root"):
+            load_trusted_keys(key)
+        with pytest.raises(KeyFileError, match="the directory is owned by uid 65534, not root"):
+            load_trusted_keys(keydir)
+    finally:
+        os.chown(keydir, 0, 0)
+    above = keydir.parent
+    os.chown(above, 65534, 65534)
+    try:
+        for named in (key, keydir):
+            with pytest.raises(KeyFileError, match=rf"directory {above}( above it)? is owned by uid 65534"):
+                load_trusted_keys(named)
+    finally:
+        os.chown(above, 0, 0)
+    assert len(load_trusted_keys(keydir))
+
+
 @pytest.mark.parametrize("text, line, match", [
     ("untrusted comment: x\nRWSnotbase64!!\n", 2, "not base64"),
     ("# ok\n\nops@x ssh-rsa AAAAB3NzaC1yc2E=\n", 3, "unsupported key type 'ssh-rsa'"),

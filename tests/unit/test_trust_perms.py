@@ -8,22 +8,54 @@ import os
 import pytest
 
 from edgelet.trust.errors import PolicyError
-from edgelet.trust.perms import file_writable_by_others, writable_by_others
+from edgelet.trust.perms import mode_problem, path_problem
 from edgelet.trust.policy import load_policy
 
 
-@pytest.mark.parametrize("mode, refused", [
-    (0o100644, None),
-    (0o100600, None),
-    (0o100664, None),  # group-writable: the group is the operator's choice
-    (0o100666, "the file is world-writable (mode 0666): harm"),
-    (0o100602, "the file is world-writable (mode 0602): harm"),
-    (0o040777, "the file is world-writable (mode 0777): harm"),
-    (0o041777, "the file is world-writable (mode 1777): harm"),  # sticky (/tmp) is no exception
-    (0o040755, None),
+def _stat(mode: int, uid: int = 0) -> os.stat_result:
+    return os.stat_result((mode, 0, 0, 1, uid, 0, 0, 0, 0, 0))
+
+
+@pytest.mark.parametrize("mode, uid, sticky_ok, refused", [
+    (0o100644, 0, False, None),
+    (0o100600, 0, False, None),
+    (0o100644, 1000, False, None),  # the user edgelet runs as (euid 1000 here)
+    (0o100664, 0, False, "the file is group-writable (mode 0664): harm"),  # as sshd's StrictModes
+    (0o100666, 0, False, "the file is world-writable (mode 0666): harm"),
+    (0o100602, 0, False, "the file is world-writable (mode 0602): harm"),
+    (0o100644, 65534, False, "the file is owned by uid 65534, not root: harm"),
+    (0o040777, 0, False, "the file is world-writable (mode 0777): harm"),
+    (0o041777, 0, False, "the file is world-writable (mode 1777): harm"),  # sticky: not for the file's own dir
+    (0o041777, 0, True, None),  # a root-owned sticky directory above it (/tmp): entries cannot be swapped
+    (0o041777, 1000, True, "the file is world-writable (mode 1777): harm"),  # sticky but not root's
+    (0o040775, 0, True, "the file is group-writable (mode 0775): harm"),
+    (0o040755, 0, False, None),
 ])
-def test_world_writable_is_refused_with_the_mode(mode: int, refused: str | None) -> None:
-    assert writable_by_others(mode, "the file", "harm") == refused
+def test_strict_modes_table(mode: int, uid: int, sticky_ok: bool, refused: str | None) -> None:
+    assert mode_problem(_stat(mode, uid), "the file", "harm", euid=1000, sticky_ok=sticky_ok) == refused
+
+
+def test_every_directory_up_to_the_root_is_checked(tmp_path) -> None:
+    deep = tmp_path / "a" / "b"
+    deep.mkdir(parents=True)
+    key = deep / "key.pub"
+    key.write_text("k\n")
+    assert path_problem(str(key), "harm") is None
+    (tmp_path / "a").chmod(0o777)  # two levels up, not sticky: b could be renamed away and replaced
+    try:
+        assert path_problem(str(key), "harm") == (f"the directory {tmp_path / 'a'} above it is world-writable "
+                                                  "(mode 0777): anyone who can write it could replace the file")
+    finally:
+        (tmp_path / "a").chmod(0o755)
+    os.chown(deep, 65534, 65534)
+    assert path_problem(str(key), "harm") == (f"its directory {deep} is owned by uid 65534, not root: anyone who "
+                                              "can write it could replace the file")
+    os.chown(deep, 0, 0)
+    link = tmp_path / "link.pub"  # named through a symlink: the real file's directories count too
+    link.symlink_to(key)
+    deep.chmod(0o770)
+    assert "group-writable" in (path_problem(str(link), "harm") or "")
+    deep.chmod(0o755)
 
 
 def _tree(tmp_path):
@@ -87,11 +119,25 @@ def test_a_key_reached_through_a_symlink_is_judged_where_it_lives(tmp_path) -> N
     real = public / "cosign.pub"
     key.rename(real)
     os.symlink(real, key)
-    assert file_writable_by_others(str(key), "harm") == (f"its directory {public} is world-writable (mode 0777): "
-                                                         "anyone on the device could replace the file")
+    assert path_problem(str(key), "harm") == (f"its directory {public} is world-writable (mode 0777): "
+                                              "anyone who can write it could replace the file")
     with pytest.raises(PolicyError, match=f"its directory {public} is world-writable"):
         load_policy(policy)
 
 
 def test_a_missing_file_is_left_to_the_reader(tmp_path) -> None:
-    assert file_writable_by_others(str(tmp_path / "absent"), "harm") is None
+    assert path_problem(str(tmp_path / "absent"), "harm") is None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown needs root")
+def test_a_policy_or_key_file_not_roots_or_group_writable_is_refused(tmp_path) -> None:
+    policy, key = _tree(tmp_path)
+    os.chown(policy, 65534, 65534)
+    with pytest.raises(PolicyError, match=f"signature policy {policy}: the file is owned by uid 65534, not root"):
+        load_policy(policy)
+    os.chown(policy, 0, 0)
+    key.chmod(0o664)
+    with pytest.raises(PolicyError, match=rf"key file {key}: the file is group-writable \(mode 0664\)"):
+        load_policy(policy)
+    key.chmod(0o644)
+    assert load_policy(policy).docker
