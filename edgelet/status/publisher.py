@@ -152,9 +152,11 @@ class StatusPublisher:
         self.changed.set()
 
     def remove(self, uid: str) -> None:
-        if self._pods.pop(uid, None) is not None:
-            self._dirty.set()
-            self.changed.set()
+        self._pods.pop(uid, None)
+        # Written even for a pod this agent never published: an orphan terminated at start (its manifest was
+        # deleted while the agent was down) is still a row of the checkpoint the previous agent wrote.
+        self._dirty.set()
+        self.changed.set()
 
     def set_config(self, config: "ConfigState") -> None:
         rows = [

@@ -727,6 +727,10 @@ class Syncer:
             if s.state in ("running", "created"):
                 await self._runtime.stop_sandbox(s.id)
         await self._runtime.remove_pod(uid)
+        # PLEG's cache must stop listing the pod: housekeeping takes every uid it lists and no source wants for
+        # an orphan, so one removed at start (its manifest deleted while the agent was down) would be
+        # terminated again every round, and reported, until a periodic relist.
+        await self._state_after(uid)
         self._state.pop(uid, None)
         self._backoff_forget(uid)
         self._forget(uid)

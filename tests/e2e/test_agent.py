@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -238,3 +239,22 @@ def test_parser_bombs_are_rejected_files_and_the_agent_lives_on(agent):
     assert agent.proc.poll() is None
     assert agent.pod("good")["status"] == "Running"
     assert all(c["status"] == "running" for c in agent.containers_of("good"))
+
+
+def test_a_manifest_deleted_while_the_agent_was_down_removes_its_pod_once(agent) -> None:
+    """The pod is an orphan at the next start: terminated once (PLEG's cache forgets it at once, so housekeeping
+    does not terminate it again every round), and the pods table the previous agent wrote stops listing it."""
+    from tests.e2e.conftest import sleeper_yaml
+
+    agent.write_manifest("web.yaml", sleeper_yaml("web", policy="Never"))
+    agent.start()
+    wait_for(lambda: (r := agent.pod("web")) and r["status"] == "Running", timeout=90, what="web Running")
+    agent.stop()
+    (agent.manifests / "web.yaml").unlink()
+    agent.start()
+    wait_for(lambda: "edgelet started" in agent.log(), what="the restart")
+    wait_for(lambda: agent.pod("web") is None and not agent.containers_of("web"), timeout=60,
+             what="web gone from the runtime and the pods table")
+    time.sleep(5)  # several housekeeping rounds (every 2 s)
+    assert agent.log().count("Cleaning up orphaned pod") == 1
+    agent.stop()
