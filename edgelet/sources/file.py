@@ -14,7 +14,7 @@ import stat
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Mapping, Sequence
 
 import msgspec
 
@@ -180,7 +180,7 @@ def _trusted_pods(path: Path, data: bytes, node_name: str, trust: "Trust") -> tu
     signature, name = read_signature_beside(path)
     verified = trust.check_manifest(data, signature, name)
     pods, unknown = _pods_of(path, data, node_name)
-    names = [f"{p.metadata.namespace}/{p.metadata.name}" for p in pods if p.metadata is not None]
+    names = _pod_names(pods)
     source_key = f"file:{os.path.abspath(path)}"
     trust.check_replay(source_key, names, verified, data)
     try:
@@ -202,6 +202,41 @@ def _last_accepted(path: Path, node_name: str, trust: "Trust") -> tuple["Pod", .
     except Exception as exc:  # a copy that no longer decodes (a stricter edgelet): as if there were none
         log.warning("Cannot use the last accepted copy of a manifest", path=str(path), err=str(exc))
         return None
+
+
+def _pod_names(pods: Iterable["Pod"]) -> list[str]:
+    return [f"{p.metadata.namespace}/{p.metadata.name}" for p in pods if p.metadata is not None]
+
+
+def _revoke_deletions(directory: Path, before: Mapping[str, tuple["Pod", ...]], now: Mapping[str, tuple["Pod", ...]],
+                      trust: "Trust") -> None:
+    """A deletion is a signed fact: a manifest gone from `directory` and a pod no file holds any more become
+    tombstones, so their accepted bodies put back (under any name) are replays, and their kept copies go.
+
+    A manifest whose record outlives its file was deleted while no scan saw it (the agent was down): the
+    same. A rename within one scan keeps its pods, which are live under the new name.
+    """
+    live = {name for pods in now.values() for name in _pod_names(pods)}
+    present = {os.path.abspath(f) for f in now}
+    gone = {os.path.abspath(f) for f in before} - present
+    dropped = {name for pods in before.values() for name in _pod_names(pods)} - live
+    directory_key = os.path.abspath(directory)
+    for key, pods in trust.versions.live_manifests(f"file:{directory_key}/").items():
+        file = key.removeprefix("file:")
+        if os.path.dirname(file) == directory_key and file not in present and not os.path.lexists(file):
+            gone.add(file)
+            dropped |= set(pods) - live
+    if not gone and not dropped:
+        return
+    try:
+        trust.revoke([f"file:{f}" for f in sorted(gone)], sorted(dropped))
+    except OSError as exc:
+        log.error("Cannot record deleted signed manifests", exc, path=str(directory))
+        return
+    for file in sorted(gone):
+        log.info("Signed manifest deleted: its version is revoked", path=file)
+    for name in sorted(dropped):
+        log.info("Signed pod deleted: its version is revoked", pod=name)
 
 
 def scan_directory(
@@ -279,8 +314,7 @@ def scan_directory(
             files[key] = previous.files[key]
             file_warnings[key] = previous.file_warnings.get(key, ())
     if trust is not None:
-        for gone in set(previous.files) - set(files):  # deleted: a removal, which its copy must not undo
-            trust.forget_accepted(f"file:{os.path.abspath(gone)}")
+        _revoke_deletions(path, previous.files, files, trust)
     pods = tuple(p for pods_of_file in files.values() for p in pods_of_file)
     warnings = tuple(w for ws in file_warnings.values() for w in ws)
     snapshot = SourceSnapshot(source=SOURCE, pods=pods, errors=tuple(errors), warnings=warnings)

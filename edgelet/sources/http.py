@@ -27,6 +27,7 @@ pods keep running.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import ssl
 import time
@@ -573,7 +574,8 @@ class HttpSource:
         if body is None or _digest(body) != state.digest:
             return
         try:
-            await asyncio.to_thread(self.trust.accept, f"url:{self.url}", _pod_names(state.pods), state.verified, body)
+            await asyncio.to_thread(functools.partial(self.trust.accept, revoke_dropped=True), f"url:{self.url}",
+                                    _pod_names(state.pods), state.verified, body)
         except OSError as exc:
             log.error("Cannot record the accepted signed version", exc, url=self._shown)
             return

@@ -134,9 +134,25 @@ class Trust:
         if problem:
             raise SignatureRefused(REPLAY, problem, key_id=verified.key_id, signature=verified.signature or None)
 
-    def accept(self, source_key: str, pods: Iterable[str], verified: Verified, body: bytes) -> None:
-        """Record an accepted body (OSError when the record cannot be written)."""
-        self.versions.record([source_key, *(f"pod:{p}" for p in pods)], verified.version, digest_of(body))
+    def accept(self, source_key: str, pods: Iterable[str], verified: Verified, body: bytes, *,
+               revoke_dropped: bool = False) -> None:
+        """Record an accepted body (OSError when the record cannot be written). With `revoke_dropped` (a source
+        that alone holds its pods: the URL), the pods its previous body held and this one does not are revoked."""
+        names = list(pods)
+        before = self.versions.get(source_key) if revoke_dropped else None
+        self.versions.record([source_key, *(f"pod:{p}" for p in names)], verified.version, digest_of(body),
+                             pods={source_key: names})
+        if before is not None and not before.get("deleted"):
+            dropped = sorted(set(before.get("pods") or ()) - set(names))
+            self.versions.revoke(f"pod:{p}" for p in dropped)
+
+    def revoke(self, source_keys: Iterable[str] = (), pods: Iterable[str] = ()) -> None:
+        """Manifests deleted and pods no manifest holds any more: tombstones, so their accepted bodies, put
+        back under any name, are replays; their kept copies go (OSError when the record cannot be written)."""
+        sources = list(source_keys)
+        for key in sources:
+            self.forget_accepted(key)
+        self.versions.revoke([*sources, *(f"pod:{p}" for p in pods)])
 
     # --- the last accepted copy of each manifest file ---
     # A file refused at start (replaced while the agent was down) must not remove the pods of its last accepted

@@ -209,3 +209,76 @@ def test_a_bad_policy_or_key_file_stops_the_start_naming_it_as_edgelet_check_doe
     want = f"signature policy {policy} field default[0].keyPath: key file {key}: the file is world-writable (mode 0666)"
     assert want in _refused_start(agent, *flags)
     assert want in agent.cli("check", *flags)
+
+
+def test_a_deleted_signed_manifest_stays_deleted_across_restarts(agent, tmp_path):
+    """Deletion revokes: the exact signed body of a deleted manifest put back (same name, another name) is a
+    replay; a file deleted while the agent is down, then junk written at its path, runs nothing; only a newer
+    signed version brings the pod back."""
+    minisign = MinisignKey.generate(tmp_path / "mk")
+    keys = trusted_dir(tmp_path / "trusted", minisign)
+    [archive] = (agent.paths.root_dir / "images" / "import").glob("*.tar")
+    minisign.sign(archive)
+    staged = tmp_path / "staged.yaml"
+    staged.write_text(pod_yaml("web", policy="Never"))
+    sig = minisign.sign(staged, version=1).read_bytes()
+    body = staged.read_bytes()
+
+    def put(name: str) -> None:
+        (agent.manifests / f"{name}.minisig").write_bytes(sig)
+        agent.write_manifest(name, body.decode())
+
+    def delete(name: str) -> None:
+        (agent.manifests / name).unlink()
+        (agent.manifests / f"{name}.minisig").unlink()
+
+    def refused(name: str) -> list:
+        return [r for r in agent.snapshot().get("rejected", [])
+                if r["reason"] == "UntrustedManifest" and r["origin"].endswith(name)]
+
+    put("web.yaml")
+    agent.start("--trusted-keys", str(keys))
+    wait_for(lambda: (r := agent.pod("web")) and r["status"] == "Running", timeout=90, what="web Running")
+    delete("web.yaml")
+    wait_for(lambda: agent.pod("web") is None and not agent.containers_of("web"), timeout=60, what="web removed")
+    put("again.yaml")  # the same signed body under another name
+    [row] = wait_for(lambda: refused("again.yaml"), timeout=60, what="the replay refused")
+    assert "(replay)" in row["message"] and "version 1 was deleted" in row["message"]
+    assert agent.pod("web") is None
+    delete("again.yaml")
+    agent.stop()
+
+    # While the agent is down: signed again at version 2, accepted at the start, then deleted while it is down.
+    staged.write_text(pod_yaml("web", policy="Never"))
+    sig = minisign.sign(staged, version=2).read_bytes()
+    body = staged.read_bytes()
+    put("web.yaml")
+    agent.start("--trusted-keys", str(keys))
+    wait_for(lambda: (r := agent.pod("web")) and r["status"] == "Running", timeout=90, what="web v2 Running")
+    agent.stop()
+    delete("web.yaml")
+    agent.start("--trusted-keys", str(keys))
+    wait_for(lambda: "edgelet started" in agent.log(), what="the restart")
+    try:
+        wait_for(lambda: agent.pod("web") is None and not agent.containers_of("web"), timeout=60,
+                 what="web removed after a deletion while the agent was down")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: pod {agent.pod('web')}, containers {agent.containers_of('web')}\n"
+                             + "\n".join(agent.log().splitlines()[-30:])) from None
+    agent.write_manifest("web.yaml", "junk: [unsigned\n")
+    wait_for(lambda: refused("web.yaml"), timeout=60, what="the junk refused")
+    assert agent.pod("web") is None and not agent.containers_of("web")
+    agent.stop()
+    (agent.manifests / "web.yaml").unlink()
+    put("web.yaml")  # the exact signed v2, after another restart
+    agent.start("--trusted-keys", str(keys))
+    # (the table the previous agent wrote still shows the junk's refusal until this one's first scan)
+    wait_for(lambda: [r for r in refused("web.yaml") if "version 2 was deleted" in r["message"]], timeout=60,
+             what="v2 put back refused as deleted")
+    assert agent.pod("web") is None
+
+    staged.write_text(pod_yaml("web", policy="Never"))  # a newer signed version brings it back
+    (agent.manifests / "web.yaml.minisig").write_bytes(minisign.sign(staged, version=3).read_bytes())
+    agent.write_manifest("web.yaml", staged.read_text())
+    wait_for(lambda: (r := agent.pod("web")) and r["status"] == "Running", timeout=90, what="web v3 Running")
+    agent.stop()

@@ -451,3 +451,87 @@ def test_a_deleted_file_does_not_come_back_from_its_copy(mdir: Path, tools: dict
     f.write_text(pod_yaml("web", "evil:1"))  # an unsigned file under the same name
     snap, _ = _scan(mdir, trust)
     assert snap.pods == () and "(missing)" in snap.errors[0].message
+
+
+def _sign_as(tools: dict, path: Path, body: str, version: int) -> tuple[bytes, bytes]:
+    path.write_text(body)
+    tools["minisign"].sign(path, version=version)
+    return path.read_bytes(), Path(str(path) + ".minisig").read_bytes()
+
+
+def _put(path: Path, body: bytes, sig: bytes) -> None:
+    path.write_bytes(body)
+    Path(str(path) + ".minisig").write_bytes(sig)
+
+
+def _delete(path: Path) -> None:
+    path.unlink()
+    Path(str(path) + ".minisig").unlink()
+
+
+def test_deletion_revokes_the_exact_signed_body_under_any_name(mdir: Path, tools: dict, trust: Trust) -> None:
+    """The operator deletes a signed manifest to stop its pod; whoever kept a copy of the body and its
+    signature cannot bring the pod back, under its own name or another: a tombstone refuses the same version."""
+    f = mdir / "web.yaml"
+    body, sig = _sign_as(tools, f, pod_yaml("web", "old:1"), 3)
+    snap, state = _scan(mdir, trust)
+    assert _images(snap) == {"web-node1": "old:1"}
+    _delete(f)
+    snap, state = _scan(mdir, trust, state)
+    assert snap.pods == ()
+    for name in ("web.yaml", "other.yaml"):
+        _put(mdir / name, body, sig)
+        snap, state = _scan(mdir, trust, state)
+        assert snap.pods == (), name
+        [err] = snap.errors
+        assert err.reason == "UntrustedManifest" and "signature refused (replay)" in err.message
+        assert "version 3 was deleted" in err.message, err.message
+        _delete(mdir / name)
+        snap, state = _scan(mdir, trust, state)
+    # Only a newer signed version brings the pod back.
+    _sign_as(tools, mdir / "other.yaml", pod_yaml("web", "new:1"), 4)
+    snap, state = _scan(mdir, trust, state)
+    assert _images(snap) == {"web-node1": "new:1"} and snap.errors == ()
+
+
+def test_a_pod_dropped_by_a_newer_version_stays_revoked(mdir: Path, tools: dict, trust: Trust) -> None:
+    f = mdir / "app.yaml"
+    body, sig = _sign_as(tools, f, pod_yaml("db"), 1)
+    snap, state = _scan(mdir, trust)
+    assert sorted(_images(snap)) == ["db-node1"]
+    _sign_as(tools, f, pod_yaml("web"), 2)  # v2 drops db for web
+    snap, state = _scan(mdir, trust, state)
+    assert sorted(_images(snap)) == ["web-node1"]
+    _put(mdir / "old.yaml", body, sig)  # v1, with db, under another name
+    snap, state = _scan(mdir, trust, state)
+    assert sorted(_images(snap)) == ["web-node1"] and "(replay)" in snap.errors[0].message
+
+
+def test_a_rename_in_one_scan_keeps_its_pods(mdir: Path, tools: dict, trust: Trust) -> None:
+    f = mdir / "web.yaml"
+    _sign_as(tools, f, pod_yaml("web"), 1)
+    snap, state = _scan(mdir, trust)
+    os.rename(f, mdir / "web2.yaml")
+    os.rename(str(f) + ".minisig", str(mdir / "web2.yaml") + ".minisig")
+    snap, state = _scan(mdir, trust, state)
+    assert sorted(_images(snap)) == ["web-node1"] and snap.errors == ()
+
+
+def test_a_file_deleted_while_down_then_junk_at_its_path_runs_nothing(mdir: Path, tools: dict, trust: Trust,
+                                                                       keydir: Path, tmp_path: Path) -> None:
+    f = mdir / "web.yaml"
+    body, sig = _sign_as(tools, f, pod_yaml("web", "good:1"), 5)
+    _scan(mdir, trust)
+    _delete(f)  # while the agent is down
+    restarted = Trust.load(keydir, tmp_path / "state" / "trust", FakeClock(NOW))
+    snap, state = _scan(mdir, restarted)  # the first scan after the start sees the deletion
+    assert snap.pods == ()
+    assert not list((tmp_path / "state" / "trust" / "accepted").iterdir())
+    f.write_text("unsigned junk\n")  # later, anything at the path
+    snap, state = _scan(mdir, restarted, state)
+    assert snap.pods == () and snap.errors[0].reason == "UntrustedManifest"
+    f.unlink()
+    _put(f, body, sig)  # and the exact signed body: a replay, across another restart too
+    again = Trust.load(keydir, tmp_path / "state" / "trust", FakeClock(NOW))
+    snap, _ = _scan(mdir, again)
+    assert snap.pods == () and "version 5 was deleted" in snap.errors[0].message

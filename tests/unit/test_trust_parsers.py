@@ -124,6 +124,14 @@ def test_no_signature_is_missing() -> None:
     ({"version": 5, "digest": "d"}, None, "e", False, "carries no version"),
     ({"version": None, "digest": "d"}, None, "e", True, None),  # never versioned: no order to keep
     ("garbage", 1, "e", True, None),
+    # Tombstones: a deleted manifest or pod refuses its own body and anything not newer, for either key kind.
+    ({"version": 5, "digest": "d", "deleted": True}, 5, "d", True, "version 5 was deleted"),
+    ({"version": 5, "digest": "d", "deleted": True}, 5, "d", False, "version 5 was deleted"),
+    ({"version": 5, "digest": "d", "deleted": True}, 4, "e", False, "version 4 was deleted (at version 5)"),
+    ({"version": 5, "digest": "d", "deleted": True}, None, "e", False, "carries no version"),
+    ({"version": 5, "digest": "d", "deleted": True}, 6, "e", True, None),
+    ({"version": None, "digest": "d", "deleted": True}, None, "d", True, "this body was deleted"),
+    ({"version": None, "digest": "d", "deleted": True}, None, "e", True, None),  # unversioned: only that body
 ])
 def test_replay_problem(recorded, version, digest, same_body_only, want) -> None:
     got = replay_problem(recorded, version, digest, same_body_only=same_body_only)
