@@ -640,10 +640,15 @@ def _parse_key(key: str, raw: Any, source: str, *, from_toml: bool, label: str) 
         raise SettingsError(f"{label}: {exc}", key=key, source=source) from exc
 
 
-def read_config_file(path: Path) -> dict[str, Any]:
-    """Parse one TOML file into typed values; unknown keys and bad values are SettingsErrors."""
+def read_config_file(path: Path, *, regular_only: bool = False) -> dict[str, Any]:
+    """Parse one TOML file into typed values; unknown keys and bad values are SettingsErrors.
+
+    `regular_only` (the card's file): a named pipe or a device there is refused, never read or waited on.
+    """
+    from edgelet.util.files import open_regular
+
     try:
-        with open(path, "rb") as f:
+        with (open_regular(path) if regular_only else open(path, "rb")) as f:
             data = tomllib.load(f)
     except FileNotFoundError as exc:
         raise SettingsError(f"config file {path} does not exist", source=str(path)) from exc
@@ -736,9 +741,9 @@ def split_card_keys(card: Mapping[str, Any], *, trusted: bool) -> tuple[dict[str
 def read_card_config(card_dir: Path) -> dict[str, Any]:
     """The card's config.toml as typed values ({} when there is none); SettingsError names the file and key."""
     path = Path(card_dir) / CARD_CONFIG
-    if not path.exists():
+    if not os.path.lexists(path):
         return {}
-    return read_config_file(path)
+    return read_config_file(path, regular_only=True)
 
 
 def _checked(values: dict[str, Any]) -> Settings:

@@ -12,6 +12,7 @@ the image a manifest digest like any other.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import platform as _platform
@@ -197,17 +198,22 @@ class _Tar:
     """A streaming reader of the archive: gzip/bz2/xz are detected by tarfile; zstd (`.tar.zst`, as k3s
     takes) goes through `images/zstd.py`."""
 
-    def __init__(self, archive: Path) -> None:
+    def __init__(self, archive: Path, fileobj: BinaryIO | None = None) -> None:
         self.archive = archive
         self.dec: zstd.ZstdDecoder | None = None
         try:
-            with open(archive, "rb") as f:
+            with (contextlib.nullcontext(fileobj) if fileobj is not None else open(archive, "rb")) as f:
+                start = f.tell()
                 head = f.read(4)
                 if head == zstd.MAGIC:
                     try:
                         self.dec = zstd.ZstdDecoder(f, head)
                     except DecompressError as exc:
                         raise ArchiveError(archive, str(exc)) from exc
+                elif fileobj is not None:
+                    f.seek(start)
+                    self.tar = tarfile.open(fileobj=f, mode="r|*")
+                    return
             if self.dec is None:
                 self.tar = tarfile.open(archive, mode="r|*")
                 return
@@ -231,9 +237,9 @@ class _Tar:
                 raise ArchiveError(self.archive, f"zstd: {exc}") from exc
 
 
-def _read_tar(archive: Path, sink: BlobSink) -> _Contents:
+def _read_tar(archive: Path, sink: BlobSink, fileobj: BinaryIO | None = None) -> _Contents:
     contents = _Contents(archive, sink)
-    reader = _Tar(archive)
+    reader = _Tar(archive, fileobj)
     try:
         _read_members(archive, reader.tar, contents, sink)
     except BaseException:
@@ -398,18 +404,20 @@ def _docker_images(contents: _Contents, sink: BlobSink) -> list[ArchiveImage]:
     return images
 
 
-def read_archive(archive: Path, sink: BlobSink, *, wanted: Platform | None = None) -> list[ArchiveImage]:
+def read_archive(archive: Path, sink: BlobSink, *, wanted: Platform | None = None,
+                 fileobj: BinaryIO | None = None) -> list[ArchiveImage]:
     """Store every blob of `archive` in `sink` and return its images (for `wanted`, default this machine).
 
-    `archive` is a docker-archive or OCI archive (tar, optionally gzip'd) or an OCI layout directory."""
+    `archive` is a docker-archive or OCI archive (tar, optionally gzip'd) or an OCI layout directory;
+    `fileobj`, an archive file already open (then `archive` only names it)."""
     wanted = wanted or host_platform()
     archive = Path(archive)
     try:
-        if archive.is_dir():
+        if fileobj is None and archive.is_dir():
             contents = _Contents(archive, sink)
             contents.layout_dir = archive
         else:
-            contents = _read_tar(archive, sink)
+            contents = _read_tar(archive, sink, fileobj)
         if contents.has_doc("index.json"):
             return _oci_images(contents, wanted)
         if contents.has_doc("manifest.json"):

@@ -16,12 +16,14 @@ signature changes.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from edgelet.state import write_atomic
+from edgelet.trust.message import Message
+from edgelet.util.files import open_regular
 from edgelet.util.clock import REAL_CLOCK, Clock
 from edgelet.util.log import get_logger
 
@@ -37,6 +39,7 @@ SETTLE = 0.5  # seconds a file must stay unchanged before it is read (it may sti
 
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.zst", ".tzst", ".tar.bz2", ".tar.xz")
 UNTRUSTED_REASON = "UntrustedArchive"
+NOT_A_FILE_REASON = "InvalidArchive"  # a symlink, FIFO or device where an archive belongs
 
 
 def is_archive_name(name: str) -> bool:
@@ -68,14 +71,6 @@ def _signature_stats(path: Path) -> list[int]:
     return out
 
 
-def _sha256_file(path: Path) -> str:
-    sha = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            sha.update(chunk)
-    return "sha256:" + sha.hexdigest()
-
-
 class ImportDir:
     """Imports each archive once per content (size + mtime, then digest); a failed one is retried only when
     it changes."""
@@ -90,6 +85,9 @@ class ImportDir:
         self._cache_file = cache_file
         self._seen: dict[str, dict[str, Any]] = self._load()
         self._kick = asyncio.Event()
+        # A test seam: called after an archive was verified and before it is imported (the race of a file
+        # renamed over the path in between is what the one descriptor closes).
+        self.between_verify_and_import: Callable[[Path], None] | None = None
 
     def _load(self) -> dict[str, dict[str, Any]]:
         try:
@@ -106,61 +104,102 @@ class ImportDir:
         count = 0
         changed = False
         for path in sorted(self._dir.iterdir()):
-            if not is_archive_name(path.name) or not path.is_file():
+            if not is_archive_name(path.name):
                 continue
-            try:
-                st = path.stat()
-                cached = self._seen.get(path.name)
-                sig = _signature_stats(path) if self._trust is not None else None
-                if cache_verdict(cached, st.st_size, st.st_mtime_ns, sig) == "skip":
-                    continue
-                digest = _sha256_file(path)
-            except OSError as exc:
-                log.warning("Cannot read archive in the import directory", path=str(path), err=str(exc))
-                continue
-            entry: dict[str, Any] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "digest": digest}
-            if sig is not None:
-                entry["sig"] = sig
-            changed = True
-            if isinstance(cached, dict) and cached.get("digest") == digest and "error" not in cached:
-                self._seen[path.name] = {**cached, **entry}  # same content (copied again, touched), imported
-                continue
-            refusal = self._refusal(path)
-            if refusal is not None:
-                entry["error"] = refusal
-                self._seen[path.name] = entry
-                continue
-            try:
-                records = self._store.import_archive(path, pinned=True)
-            except Exception as exc:  # any archive problem is reported and the file is skipped until it changes
-                log.error("Image import failed", exc, path=str(path))
-                entry["error"] = str(exc)
-            else:
-                count += len(records)
-                entry["images"] = [r.id for r in records]
-                for r in records:
-                    log.info("Imported image", path=str(path), image=",".join(r.references) or r.id, id=r.id[:19])
-            self._seen[path.name] = entry
+            imported, wrote = self._scan_one(path)
+            count += imported
+            changed = changed or wrote
         if changed:
             write_atomic(self._cache_file, json.dumps(self._seen, sort_keys=True).encode())
         return count
 
-    def _refusal(self, path: Path) -> str | None:
+    def _scan_one(self, path: Path) -> tuple[int, bool]:
+        """One archive through one descriptor: hashed, verified and imported from what that descriptor reads,
+        so a file renamed over the path, or other bytes the medium returns later, are never what is imported
+        under this one's signature. Returns (images imported, whether the cache changed)."""
+        try:
+            archive = open_regular(path, follow_symlinks=False)
+        except FileNotFoundError:
+            return 0, False
+        except OSError as exc:
+            return 0, self._not_an_archive(path, exc)
+        with archive:
+            st = os.fstat(archive.fileno())
+            cached = self._seen.get(path.name)
+            sig = _signature_stats(path) if self._trust is not None else None
+            if cache_verdict(cached, st.st_size, st.st_mtime_ns, sig) == "skip":
+                return 0, False
+            message = Message(file=archive)
+            try:
+                # One read for the cache's digest and minisign's (an SSH signature's sha512 costs a read more).
+                message.compute("sha256", *(("blake2b",) if self._trust is not None else ()))
+            except OSError as exc:
+                log.warning("Cannot read archive in the import directory", path=str(path), err=str(exc))
+                return 0, False
+            digest = "sha256:" + message.digest("sha256").hex()
+            entry: dict[str, Any] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "digest": digest}
+            if sig is not None:
+                entry["sig"] = sig
+            if isinstance(cached, dict) and cached.get("digest") == digest and "error" not in cached:
+                self._seen[path.name] = {**cached, **entry}  # same content (copied again, touched), imported
+                return 0, True
+            refusal = self._refusal(path, message)
+            if refusal is not None:
+                entry["error"] = refusal
+                self._seen[path.name] = entry
+                return 0, True
+            if self.between_verify_and_import is not None:
+                self.between_verify_and_import(path)
+            count = 0
+            try:
+                archive.seek(0)
+                records = self._store.import_archive(path, pinned=True, fileobj=archive)
+            except Exception as exc:  # any archive problem is reported and the file is skipped until it changes
+                log.error("Image import failed", exc, path=str(path))
+                entry["error"] = str(exc)
+            else:
+                count = len(records)
+                entry["images"] = [r.id for r in records]
+                for r in records:
+                    log.info("Imported image", path=str(path), image=",".join(r.references) or r.id, id=r.id[:19])
+            self._seen[path.name] = entry
+            return count, True
+
+    def _not_an_archive(self, path: Path, exc: OSError) -> bool:
+        """A symlink, a named pipe, a device or a directory named like an archive: refused once, with an event."""
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return False
+        entry = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "error": f"{exc.strerror or exc}"}
+        if self._seen.get(path.name) == entry:
+            return False
+        message = f"{path}: not imported: {exc.strerror or exc}"
+        log.warning("Not an archive in the import directory", path=str(path), err=str(exc.strerror or exc))
+        if self.events is not None:
+            from edgelet.events import InvolvedObject
+
+            self.events.warning(InvolvedObject(kind="ImageArchive", name=str(path)), NOT_A_FILE_REASON, message)
+        self._seen[path.name] = entry
+        return True
+
+    def _refusal(self, path: Path, message: "Message") -> str | None:
         """Why the archive's signature is refused (after the warning event), or None: trusted, or no trust asked."""
         if self._trust is None:
             return None
         from edgelet.trust.errors import SignatureRefused
 
         try:
-            verified = self._trust.check_archive(path)
+            verified = self._trust.check_archive(path, message)
         except SignatureRefused as exc:
-            message = f"{path}: not imported: {exc}"
+            message_text = f"{path}: not imported: {exc}"
             log.warning("Image archive refused", path=str(path), reason=exc.reason, key=exc.key_id, err=str(exc))
             if self.events is not None:
                 from edgelet.events import InvolvedObject
 
-                self.events.warning(InvolvedObject(kind="ImageArchive", name=str(path)), UNTRUSTED_REASON, message)
-            return message
+                self.events.warning(InvolvedObject(kind="ImageArchive", name=str(path)), UNTRUSTED_REASON,
+                                    message_text)
+            return message_text
         log.info("Image archive signature verified", path=str(path), key=verified.key_id)
         return None
 

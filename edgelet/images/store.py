@@ -479,18 +479,20 @@ class ImageStore:
             self._save(entries)
             return self._record(entry)
 
-    def import_archive(self, path: Path, *, pinned: bool = False,
-                       progress: "Progress | None" = None) -> "builtins.list[ImageRecord]":
+    def import_archive(self, path: Path, *, pinned: bool = False, progress: "Progress | None" = None,
+                       fileobj: "BinaryIO | None" = None) -> "builtins.list[ImageRecord]":
         """Import every image of a docker-archive, OCI archive or OCI layout dir (see archive.py).
 
         Blobs the archive brought that no image ends up using are removed again. `progress` counts the
-        bytes of each file read from the archive into the store."""
+        bytes of each file read from the archive into the store. `fileobj`: the archive file already open
+        (read from where it stands), `path` then only names it."""
         path = Path(path)
         with self._locked():
             self._reload()
             before = set(self._stored_blobs())
             try:
-                images = read_archive(path, self if progress is None else _CountingSink(self, progress))
+                images = read_archive(path, self if progress is None else _CountingSink(self, progress),
+                                      fileobj=fileobj)
                 records = [self.commit_image(manifest_digest=im.manifest_digest, config_digest=im.config_digest,
                                              layer_digests=im.layer_digests, references=im.names, pinned=pinned,
                                              source=str(path))

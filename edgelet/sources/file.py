@@ -100,7 +100,10 @@ def _read_manifest(path: Path) -> bytes:
         raise
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
-        raise _Skip(f"{path}: not a regular file")
+        if stat.S_ISDIR(st.st_mode):
+            raise _Skip(f"{path}: a directory")
+        # A named pipe, a device or a socket: never read (a FIFO would block a scan), and said so.
+        raise _ManifestProblem("not a regular file (a named pipe, a device or a socket): not read")
     with os.fdopen(fd, "rb") as f:
         if st.st_size > MAX_MANIFEST_BYTES:
             raise _ManifestProblem(f"file is larger than the limit of {MAX_MANIFEST_BYTES} bytes ({st.st_size} bytes)")

@@ -24,6 +24,7 @@ from edgelet.trust.errors import MALFORMED, MISSING, REPLAY, SignatureRefused
 from edgelet.trust.keys import TrustedKeys, load_trusted_keys
 from edgelet.trust.message import Message
 from edgelet.trust.versions import VersionStore
+from edgelet.util.files import read_regular
 
 if TYPE_CHECKING:
     from edgelet.util.clock import Clock
@@ -89,8 +90,8 @@ def read_signature_beside(path: Path) -> tuple[bytes | None, str]:
     for suffix in SIGNATURE_SUFFIXES:
         candidate = Path(str(path) + suffix)
         try:
-            with open(candidate, "rb") as f:
-                data = f.read(MAX_SIGNATURE_BYTES + 1)
+            # A named pipe planted as a signature must neither hang the scan nor be read as one.
+            data = read_regular(candidate, MAX_SIGNATURE_BYTES)
         except FileNotFoundError:
             continue
         except OSError as exc:
@@ -121,11 +122,12 @@ class Trust:
         return check_signature(Message(data=body), signature, self.keys, namespace=MANIFEST_NAMESPACE,
                                now=self._clock.now(), name=name)
 
-    def check_archive(self, path: Path) -> Verified:
+    def check_archive(self, path: Path, message: Message) -> Verified:
+        """The archive at `path`, as `message` (its open descriptor) reads it, against the signature beside it."""
         signature, name = read_signature_beside(path)
         if signature is None:
             raise SignatureRefused(MISSING, f"no {name}")
-        return check_signature(Message(path=path), signature, self.keys, namespace=ARCHIVE_NAMESPACE,
+        return check_signature(message, signature, self.keys, namespace=ARCHIVE_NAMESPACE,
                                now=self._clock.now(), name=name)
 
     def check_replay(self, source_key: str, pods: Iterable[str], verified: Verified, body: bytes) -> None:

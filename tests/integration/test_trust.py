@@ -535,3 +535,21 @@ def test_a_file_deleted_while_down_then_junk_at_its_path_runs_nothing(mdir: Path
     again = Trust.load(keydir, tmp_path / "state" / "trust", FakeClock(NOW))
     snap, _ = _scan(mdir, again)
     assert snap.pods == () and "version 5 was deleted" in snap.errors[0].message
+
+
+@pytest.mark.timeout(60)
+def test_named_pipes_in_the_manifest_dir_are_refused_and_block_nothing(mdir: Path, tools: dict, trust: Trust) -> None:
+    """A FIFO as a manifest or as a signature: never opened blocking, refused with a reason naming the file,
+    and the other manifests are read as ever."""
+    _sign_as(tools, mdir / "web.yaml", pod_yaml("web"), 1)
+    os.mkfifo(mdir / "pipe.yaml")
+    (mdir / "db.yaml").write_text(pod_yaml("db"))
+    os.mkfifo(mdir / "db.yaml.minisig")
+    snap, _ = _scan(mdir, trust)
+    assert sorted(_images(snap)) == ["web-node1"]
+    reasons = {Path(e.origin).name: e.message for e in snap.errors}
+    assert "not a regular file" in reasons["pipe.yaml"]
+    assert "a named pipe, not a regular file" in reasons["db.yaml"] and "(malformed)" in reasons["db.yaml"]
+    # Without trust too: a FIFO is refused by name, the rest read.
+    snap, _ = scan_directory(mdir, NODE, FileSourceState())
+    assert "not a regular file" in {Path(e.origin).name: e.message for e in snap.errors}["pipe.yaml"]

@@ -4,6 +4,7 @@ signed archive stays there unimported with an event naming it; signing it afterw
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -88,3 +89,38 @@ def test_a_changed_archive_beside_its_old_signature_is_refused(tmp_path: Path, k
     archive.write_bytes(bytes(data))
     assert d.scan() == 0 and store.list() == []
     assert "(bad)" in refusals(events)[0]
+
+
+def test_an_archive_renamed_over_the_path_after_its_check_is_never_imported(tmp_path: Path, keys: dict,
+                                                                            tarball: Path) -> None:
+    """Hashed, verified and imported through one descriptor: a file renamed over the path between the check
+    and the import (a fault hook makes the race certain) is not what gets imported and pinned."""
+    d, store, events, archive = setup(tmp_path, keys, tarball)
+    keys["minisign"].sign(archive)
+    evil = build_busybox_image(tmp_path / "evil.tar", name="edgelet.local/evil:1")
+    d.between_verify_and_import = lambda path: os.replace(evil, path)
+    assert d.scan() == 1
+    assert [list(r.references) for r in store.list()] == [["edgelet.local/signed:1"]]
+    # The file now at the path is the unsigned one: checked as any change is, and refused.
+    d.between_verify_and_import = None
+    assert d.scan() == 0
+    assert [list(r.references) for r in store.list()] == [["edgelet.local/signed:1"]]
+    assert "signature refused (bad)" in refusals(events)[-1]
+
+
+@pytest.mark.timeout(60)
+def test_a_fifo_or_symlink_in_the_import_dir_is_refused_never_waited_on(tmp_path: Path, keys: dict,
+                                                                       tarball: Path) -> None:
+    d, store, events, archive = setup(tmp_path, keys, tarball)
+    os.mkfifo(archive.parent / "pipe.tar")
+    (archive.parent / "link.tar").symlink_to(archive)
+    os.mkfifo(str(archive) + ".minisig")  # a named pipe where the signature belongs
+    assert d.scan() == 0 and store.list() == []
+    shown = [e.message for e in events.events()]
+    assert any("pipe.tar: not imported: a named pipe, not a regular file" in m for m in shown), shown
+    assert any("link.tar: not imported: a symbolic link, not followed here" in m for m in shown), shown
+    assert any("app.tar: not imported" in m and "a named pipe, not a regular file" in m for m in shown), shown
+    assert d.scan() == 0 and len(events.events()) == len(shown)  # unchanged: not reported again
+    os.unlink(str(archive) + ".minisig")
+    keys["minisign"].sign(archive)
+    assert d.scan() == 1

@@ -182,3 +182,14 @@ def test_a_signed_node_takes_its_manifest_url_from_the_card(tmp_path: Path) -> N
 def test_the_card_allow_list_names_real_keys_only() -> None:
     assert (CARD_KEYS | CARD_KEYS_WHEN_TRUSTED) <= set(KEYS)
     assert not CARD_KEYS & {"card_dir", "root_dir", "run_dir", "trusted_keys", "runtime", "conmon"}
+
+
+@pytest.mark.timeout(60)
+def test_a_named_pipe_as_the_cards_config_is_refused_never_waited_on(tmp_path: Path) -> None:
+    import os
+
+    (tmp_path / "card").mkdir()
+    os.mkfifo(tmp_path / "card" / "config.toml")
+    s = load(tmp_path, None, main="verbosity = 1\n")
+    assert s.verbosity == 1
+    assert s.card_config_error is not None and "a named pipe, not a regular file" in s.card_config_error
