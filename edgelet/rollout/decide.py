@@ -15,7 +15,7 @@ a new record that the caller writes to disk before it acts on it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Iterable, Literal
 
 Strategy = Literal["Replace", "Surge"]
 Phase = Literal["pulling", "replacing", "gating", "good", "rolling-back", "rolled-back", "failed"]
@@ -184,8 +184,8 @@ class Decision:
     pull: bool = False  # pull the target's images (the manager's back-off paces retries)
 
 
-def _hist(rec: Record, h: str, outcome: str, reason: str, now: float) -> tuple[HistoryEntry, ...]:
-    return (*rec.history, HistoryEntry(h, outcome, reason, now))[-HISTORY_MAX:]
+def _hist(rec: Record, h: str, outcome: str, reason: str, wall: float) -> tuple[HistoryEntry, ...]:
+    return (*rec.history, HistoryEntry(h, outcome, reason, wall))[-HISTORY_MAX:]
 
 
 def short(h: str | None) -> str:
@@ -206,22 +206,28 @@ def changes_what_runs(rec: Record, *, rollback: bool) -> bool:
     return rollback and rec.last_good is not None and rec.last_good != rec.target
 
 
-def start(name: str, desired: str, now: float) -> Record:
-    """A pod seen for the first time: no last good version, so it runs at once (as today) under the gate."""
+def start(name: str, desired: str, now: float, *, wall: float | None = None) -> Record:
+    """A pod seen for the first time: no last good version, so it runs at once (as today) under the gate.
+    `now` is gate time (see decide), `wall` the history's timestamp (default: now)."""
     return Record(name=name, phase="gating", target=desired, active=desired, since=now,
                   reason="first version: nothing to roll back to",
-                  history=(HistoryEntry(desired, "gating", "first version", now),))
+                  history=(HistoryEntry(desired, "gating", "first version", now if wall is None else wall),))
 
 
-def decide(rec: Record, obs: Observation, now: float, policy: Policy) -> Decision:
-    """The next record, the events to record and whether to pull, for one round of one static pod."""
+def decide(rec: Record, obs: Observation, now: float, policy: Policy, *, wall: float | None = None) -> Decision:
+    """The next record, the events to record and whether to pull, for one round of one static pod.
+
+    `now` is gate time: monotonic, continuing across agent restarts and reboots from the last record written
+    (sync/rollout.py), so a wall clock that NTP sets hours forward or back moves no deadline nor window.
+    `wall` dates the history (default: now)."""
+    wall = now if wall is None else wall
     if obs.desired != rec.target:
-        return _new_target(rec, obs, now, policy)
+        return _new_target(rec, obs, now, policy, wall)
     if rec.phase == "pulling":
         if obs.pulled and policy.strategy == "Surge" and rec.active is not None and not obs.clash:
             r = replace(rec, phase="gating", active=rec.target, surge_from=rec.active, since=now, ready_since=None,
                         restarts_at_ready=0, reason="waiting for the health gate (Surge: the previous version runs)",
-                        history=_hist(rec, rec.target, "gating", f"started beside {short(rec.active)} (Surge)", now))
+                        history=_hist(rec, rec.target, "gating", f"started beside {short(rec.active)} (Surge)", wall))
             return Decision(r, (Event("Normal", "RolloutSurging",
                                       f"Images of version {short(rec.target)} present: started beside version "
                                       f"{short(rec.active)}, which stops once the new one is good"),))
@@ -240,7 +246,7 @@ def decide(rec: Record, obs: Observation, now: float, policy: Policy) -> Decisio
             return Decision(replace(rec, phase="gating", since=now, ready_since=None, restarts_at_ready=0,
                                     reason="waiting for the health gate",
                                     history=_hist(rec, rec.target, "gating", "replaced the previous version",
-                                                  now)))
+                                                  wall)))
         return Decision(rec)
     if rec.phase == "gating":
         v = assess_gate(obs.gate, started_at=rec.since, now=now, policy=policy, ready_since=rec.ready_since,
@@ -250,28 +256,28 @@ def decide(rec: Record, obs: Observation, now: float, policy: Policy) -> Decisio
         if v.outcome == "good":
             r = replace(rec, phase="good", last_good=rec.target, blocked=None, since=now, ready_since=None,
                         surge_from=None,
-                        reason=v.reason, history=_hist(rec, rec.target, "good", v.reason, now))
+                        reason=v.reason, history=_hist(rec, rec.target, "good", v.reason, wall))
             return Decision(r, (Event("Normal", "RolloutSucceeded",
                                       f"Version {short(rec.target)} is good: {v.reason}"),))
         if rec.last_good is not None and rec.last_good != rec.target and policy.rollback:
             why = f"version {short(rec.target)} failed: {v.reason}"
             r = replace(rec, phase="rolling-back", active=rec.last_good, blocked=rec.target, since=now,
                         surge_from=None,
-                        ready_since=None, reason=why, history=_hist(rec, rec.target, "failed", v.reason, now))
+                        ready_since=None, reason=why, history=_hist(rec, rec.target, "failed", v.reason, wall))
             return Decision(r, (Event("Warning", "RollingBack",
                                       f"{why}; rolling back to version {short(rec.last_good)}"),))
         why = "no last good version to roll back to" if rec.last_good is None or rec.last_good == rec.target \
             else "rollback is off"
         r = replace(rec, phase="failed", since=now, surge_from=None,
                     reason=f"{v.reason} ({why}; it stays, as with kubelet)",
-                    history=_hist(rec, rec.target, "failed", f"{v.reason} ({why})", now))
+                    history=_hist(rec, rec.target, "failed", f"{v.reason} ({why})", wall))
         return Decision(r, (Event("Warning", "RolloutFailed",
                                   f"Version {short(rec.target)} failed: {v.reason}; {why}"),))
     if rec.phase == "rolling-back":
         if rec.target not in obs.running:
             reason = rec.reason
             r = replace(rec, phase="rolled-back", since=now,
-                        history=_hist(rec, rec.target, "rolled-back", f"back to {short(rec.active)}", now))
+                        history=_hist(rec, rec.target, "rolled-back", f"back to {short(rec.active)}", wall))
             return Decision(r, (Event("Warning", "RolledBack",
                                       f"Rolled back to version {short(rec.active)}: {reason}; version "
                                       f"{short(rec.target)} is not tried again until its manifest changes or "
@@ -280,41 +286,65 @@ def decide(rec: Record, obs: Observation, now: float, policy: Policy) -> Decisio
     return Decision(rec)  # good, rolled-back, failed: steady
 
 
-def _new_target(rec: Record, obs: Observation, now: float, policy: Policy) -> Decision:
+def _new_target(rec: Record, obs: Observation, now: float, policy: Policy, wall: float) -> Decision:
     """The sources want another version than the record's target."""
     history = rec.history
     if rec.target != rec.last_good and rec.phase not in ("rolled-back", "failed"):
         history = (*history, HistoryEntry(rec.target, "superseded", f"manifest changed to {short(obs.desired)}",
-                                          now))[-HISTORY_MAX:]
+                                          wall))[-HISTORY_MAX:]
     # A Surge under way ends: the version it started goes, the one it started beside stays.
     base = replace(rec, target=obs.desired, blocked=None, since=now, ready_since=None, restarts_at_ready=0,
                    history=history, surge_from=None, active=rec.surge_from or rec.active)
     if obs.desired == rec.last_good:
         r = replace(base, phase="good", active=obs.desired, reason="manifest back to the last good version",
                     history=(*history, HistoryEntry(obs.desired, "good", "manifest back to the last good version",
-                                                    now))[-HISTORY_MAX:])
+                                                    wall))[-HISTORY_MAX:])
         return Decision(r)
-    if rec.last_good is None or not policy.rollback:
-        # Nothing to protect: start it now, as kubelet would, and still judge it.
-        r = replace(base, phase="gating", active=obs.desired,
-                    reason="no last good version: started at once" if rec.last_good is None else "rollback is off",
-                    history=(*history, HistoryEntry(obs.desired, "gating", "started at once", now))[-HISTORY_MAX:])
-        return Decision(r)
+    # Download first, always: even with no last good version to fall back to (a first version still in its
+    # gate) or rollback off, what runs keeps running until the new version's images are in; a new version
+    # whose image cannot be had never leaves the device with nothing running.
     r = replace(base, phase="pulling", reason=f"pulling the images of version {short(obs.desired)}",
-                history=(*history, HistoryEntry(obs.desired, "pulling", "manifest changed", now))[-HISTORY_MAX:])
+                history=(*history, HistoryEntry(obs.desired, "pulling", "manifest changed", wall))[-HISTORY_MAX:])
     # What runs stays: the last good version, or the one under the gate that this one supersedes.
     return Decision(r, (Event("Normal", "RolloutStarted",
                               f"New version {short(obs.desired)}: pulling its images while version "
                               f"{short(base.active)} keeps running"),), pull=True)
 
 
-def retry(rec: Record, now: float) -> Record:
+def retry(rec: Record, now: float, *, wall: float | None = None) -> Record:
     """`edgelet rollout retry`: try the blocked version again (pulling first, the last good one still running)."""
     if rec.blocked is None:
         return rec
     return replace(rec, phase="pulling", blocked=None, since=now, ready_since=None, restarts_at_ready=0,
                    reason="retry asked by the operator",
-                   history=_hist(rec, rec.target, "retry", "asked by the operator", now))
+                   history=_hist(rec, rec.target, "retry", "asked by the operator", now if wall is None else wall))
+
+
+def gate_clock_offset(saved: Iterable[tuple[str, float, float]], boot_id: str, monotonic: float) -> float:
+    """The offset that makes `monotonic + offset` the gate time, from the records' (boot id, offset, gate
+    time when written) (pure).
+
+    Within one boot the monotonic clock runs on across agent restarts, so the offset the boot's records were
+    written with stays. After a reboot the monotonic clock starts again near zero: gate time then goes on from
+    the latest time a record was written, so the time a gate already spent (its elapsed budget) is kept and the
+    time the device was off is not counted."""
+    latest = 0.0
+    for boot, offset, written in saved:
+        if boot == boot_id:
+            return offset
+        latest = max(latest, written)
+    return latest - monotonic
+
+
+def after_reboot(rec: Record, boot_changed: bool, legacy: bool, now: float) -> Record:
+    """A record read at start (pure): after a reboot a gate's stability window starts again (the pod was
+    restarted, whatever its restart count says); a record from an agent that kept wall time in `since` starts
+    its phase's windows now."""
+    if legacy:
+        return replace(rec, since=now, ready_since=None, restarts_at_ready=0)
+    if boot_changed and rec.phase == "gating":
+        return replace(rec, ready_since=None, restarts_at_ready=0)
+    return rec
 
 
 def condition(rec: Record) -> tuple[str, str] | None:

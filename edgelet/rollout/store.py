@@ -27,6 +27,11 @@ log = get_logger(__name__)
 class StoredRollout(msgspec.Struct, kw_only=True):
     record: Record
     pods: dict[str, Any] = {}  # hash -> the Pod as JSON (only the versions the record names)
+    # The gate clock when it was written (rollout.decide.gate_clock_offset): the boot, the offset of gate time
+    # from that boot's monotonic clock, and the gate time then. "" for a record whose times are wall times.
+    boot_id: str = ""
+    gate_offset: float = 0.0
+    saved_gate: float = 0.0
 
 
 def rollout_dir(root_dir: Path | str) -> Path:

@@ -15,14 +15,17 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+import msgspec
+
 from edgelet.api.pod import meta
 from edgelet.api.pod import uid as pod_uid
 from edgelet.events import EventRecorder, pod_ref
-from edgelet.rollout.decide import (Decision, Observation, Policy, Record, changes_what_runs, condition, decide, retry,
-                                    short, start)
+from edgelet.rollout.decide import (Decision, Observation, Policy, Record, after_reboot, changes_what_runs, condition,
+                                    decide, gate_clock_offset, retry, short, start)
 from edgelet.rollout.observe import gate_observation, surge_clash
 from edgelet.rollout.policy import policy_for
 from edgelet.rollout.store import RolloutStore, StoredRollout, decode_pod, encode_pod
+from edgelet.util.clock import read_boot_id
 from edgelet.util.crashpoint import crash_point
 from edgelet.util.log import get_logger
 
@@ -57,7 +60,8 @@ class RolloutManager:
     def __init__(self, store: RolloutStore, *, clock: "Clock", events: EventRecorder, policy: Policy,
                  enabled: bool = True, images: "ImageManager | None" = None, backoff: "Backoff | None" = None,
                  runtime_pods: Callable[[], Mapping[str, "PodRuntimeStatus"]] = dict,
-                 status_of: Callable[[str], "PodStatus | None"] = lambda uid: None) -> None:
+                 status_of: Callable[[str], "PodStatus | None"] = lambda uid: None,
+                 boot_id: str | None = None) -> None:
         self._store = store
         self._clock = clock
         self._events = events
@@ -68,6 +72,16 @@ class RolloutManager:
         self._runtime_pods = runtime_pods
         self._status_of = status_of
         self._stored: dict[str, StoredRollout] = store.load()
+        # Gate time: monotonic, on across restarts and reboots, so NTP setting the wall clock of a board
+        # without an RTC moves no deadline nor stability window.
+        self._boot_id = read_boot_id() if boot_id is None else boot_id
+        self._gate_offset = gate_clock_offset(
+            ((s.boot_id, s.gate_offset, s.saved_gate) for s in self._stored.values()), self._boot_id,
+            clock.monotonic())
+        now = self.gate_now()
+        self._stored = {name: msgspec.structs.replace(s, record=after_reboot(
+            s.record, boot_changed=s.boot_id != self._boot_id, legacy=not s.boot_id, now=now))
+            for name, s in self._stored.items()}
         self._decoded: dict[str, "Pod"] = {}  # hash -> Pod decoded from a record
         self._pulls: dict[str, asyncio.Task] = {}  # name -> the pull under way
         self._pulled: set[str] = set()  # hashes whose images are all in the store
@@ -75,6 +89,10 @@ class RolloutManager:
         self._warned: set[tuple[str, str]] = set()
         self._unwritable: set[str] = set()  # names whose record could not be written (logged once)
         self.on_change: Callable[[], None] = lambda: None  # a pull finished: the loop runs a round soon
+
+    def gate_now(self) -> float:
+        """Gate time (rollout.decide.gate_clock_offset)."""
+        return self._clock.monotonic() + self._gate_offset
 
     # What others read.
     def steady(self) -> bool:
@@ -132,7 +150,7 @@ class RolloutManager:
             raise NoSuchRollout(name)
         if stored.record.blocked is None:
             raise NothingToRetry(name, stored.record.phase)
-        rec = retry(stored.record, self._clock.now())
+        rec = retry(stored.record, self.gate_now(), wall=self._clock.now())
         self._pull_error.pop(rec.target, None)
         if not self._save(StoredRollout(record=rec, pods=stored.pods)):
             from edgelet.rollout.errors import RolloutError
@@ -145,7 +163,7 @@ class RolloutManager:
     def effective(self, source: Mapping[str, "Pod"], sources_ready: bool) -> tuple[dict[str, "Pod"], set[str]]:
         """The pods that must run (uid -> Pod) for the pods the sources want, and the uids whose rollout
         changed (their status is worth publishing again)."""
-        now = self._clock.now()
+        now, wall = self.gate_now(), self._clock.now()
         out: dict[str, "Pod"] = {}
         poke: set[str] = set()
         seen: set[str] = set()
@@ -166,7 +184,7 @@ class RolloutManager:
                 continue
             stored = self._stored.get(name)
             if stored is None:
-                rec = start(name, uid, now)
+                rec = start(name, uid, now, wall=wall)
                 # Not fsynced: it is on every new pod's start path (two fsyncs on the event loop, tens of ms on
                 # a card), and a copy lost or emptied by a power cut is read as no record, which gives the
                 # same first version again.
@@ -178,7 +196,7 @@ class RolloutManager:
                 stored = self._stored[name]
             else:
                 obs = self._observe(stored.record, uid, running.get(name, set()), pod, policy.strategy == "Surge")
-                d = decide(stored.record, obs, now, policy)
+                d = decide(stored.record, obs, now, policy, wall=wall)
                 if d.record != stored.record:
                     keep = {h for h in (d.record.active, d.record.target, d.record.last_good, d.record.surge_from)
                             if h}
@@ -244,6 +262,8 @@ class RolloutManager:
         """Write the record; False when it cannot be written (a full disk): then nothing changes, and the next
         round tries again (a loop never dies)."""
         name = stored.record.name
+        stored = msgspec.structs.replace(stored, boot_id=self._boot_id, gate_offset=self._gate_offset,
+                                         saved_gate=self.gate_now())
         try:
             self._store.save(stored, durable=durable)
         except OSError as exc:

@@ -53,6 +53,10 @@ class FakeClock:
         self._wall += seconds
         self._mono += seconds
 
+    def jump_wall(self, seconds: float) -> None:
+        """The wall clock alone moves (NTP correcting a board that booted at its saved time): monotonic stays."""
+        self._wall += seconds
+
     async def sleep(self, seconds: float) -> None:
         self.advance(max(0.0, seconds))
         await asyncio.sleep(0)
@@ -90,3 +94,12 @@ def clock_from_environ(environ: Mapping[str, str]) -> Clock:
     """The agent's clock: the real one, or an OffsetClock when a test set OFFSET_ENV."""
     path = environ.get(OFFSET_ENV)
     return OffsetClock(path) if path else RealClock()
+
+
+def read_boot_id() -> str:
+    """This boot's id: the monotonic clock counts from the boot it names ("" when the kernel does not say)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return ""

@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from edgelet.rollout.decide import (ContainerObs, GateObs, Observation, Policy, Record, assess_gate,
-                                    changes_what_runs, condition, decide, retry, start)
+from edgelet.rollout.decide import (ContainerObs, GateObs, Observation, Policy, Record, after_reboot, assess_gate,
+                                    changes_what_runs, condition, decide, gate_clock_offset, retry, start)
 
 P = Policy(deadline=60.0, window=10.0)
 
@@ -229,3 +229,64 @@ def test_a_new_manifest_during_a_surge_stops_the_surged_version():
 def test_runonce_waits_only_for_steps_that_change_what_runs(phase, last_good, surge_from, rollback, want):
     rec = Record(name="default/app", phase=phase, target="v2", active="v2", last_good=last_good, surge_from=surge_from)
     assert changes_what_runs(rec, rollback=rollback) is want
+
+
+
+@pytest.mark.parametrize("rollback", [True, False])
+def test_a_new_version_during_a_first_versions_gate_downloads_first(rollback: bool) -> None:
+    """v1 is still in its first gate (nothing to roll back to): v2 still waits for its images, so a v2 whose
+    image is missing never leaves the device with nothing running."""
+    v1 = start("ns/p", "v1", 0.0)
+    d = decide(v1, Observation("v2"), 1.0, replace(P, rollback=rollback))
+    assert (d.record.phase, d.record.active, d.record.target, d.pull) == ("pulling", "v1", "v2", True)
+    missing = decide(d.record, Observation("v2", pull_error="ErrImagePull: manifest unknown"), 2.0, P)
+    assert (missing.record.phase, missing.record.active) == ("pulling", "v1")
+    present = decide(missing.record, Observation("v2", pulled=True, running=frozenset({"v1"})), 3.0, P)
+    assert (present.record.phase, present.record.active) == ("replacing", "v2")
+
+
+# Gate time (monotonic) against wall time (NTP): (wall jump, gate seconds elapsed, want phase)
+@pytest.mark.parametrize("wall_jump, gate_elapsed, want", [
+    (+86400.0 * 30, 5.0, "gating"),  # NTP sets a month forward: the 60 s deadline has not passed
+    (-86400.0, 5.0, "gating"),  # the clock set back a day: nothing expires, nothing waits a day more
+    (+86400.0, 61.0, "rolling-back"),  # the deadline passes on gate time, whatever the wall clock did
+    (-86400.0, 61.0, "rolling-back"),
+])
+def test_the_deadline_counts_gate_time_not_wall_time(wall_jump: float, gate_elapsed: float, want: str) -> None:
+    gating = Record(name="ns/p", phase="gating", target="v2", active="v2", last_good="v1", since=1000.0)
+    not_ready = GateObs(phase="Running", containers=(ok(),))
+    d = decide(gating, Observation("v2", gate=not_ready), 1000.0 + gate_elapsed, P,
+               wall=1_800_000_000.0 + wall_jump)
+    assert d.record.phase == want
+
+
+@pytest.mark.parametrize("wall_jump", [+86400.0 * 30, -86400.0])
+def test_the_stability_window_counts_gate_time_not_wall_time(wall_jump: float) -> None:
+    gating = Record(name="ns/p", phase="gating", target="v2", active="v2", last_good="v1", since=1000.0,
+                    ready_since=1001.0)
+    d = decide(gating, Observation("v2", running=frozenset({"v2"}), gate=READY), 1002.0, P,
+               wall=1_800_000_000.0 + wall_jump)
+    assert d.record.phase == "gating"  # 1 s of the 10 s window, whatever the wall clock says
+    d = decide(gating, Observation("v2", running=frozenset({"v2"}), gate=READY), 1011.0, P,
+               wall=1_800_000_000.0 + wall_jump)
+    assert d.record.phase == "good" and d.record.history[-1].at == 1_800_000_000.0 + wall_jump  # dated by wall
+
+
+@pytest.mark.parametrize("saved, boot, mono, want", [
+    ([], "b1", 5.0, -5.0),  # nothing saved: gate time starts at 0
+    ([("b1", 100.0, 150.0)], "b1", 60.0, 100.0),  # same boot (an agent restart): the same offset
+    ([("b0", 7.0, 400.0), ("b0", 7.0, 420.0)], "b1", 3.0, 417.0),  # after a reboot: on from the last write
+    ([("", 0.0, 0.0)], "b1", 3.0, -3.0),  # records of an agent that kept wall times
+])
+def test_gate_clock_offset(saved, boot, mono, want) -> None:
+    assert gate_clock_offset(saved, boot, mono) == want
+
+
+def test_after_a_reboot_the_stability_window_restarts_and_the_deadline_goes_on() -> None:
+    gating = Record(name="ns/p", phase="gating", target="v2", active="v2", last_good="v1", since=400.0,
+                    ready_since=410.0, restarts_at_ready=1)
+    r = after_reboot(gating, boot_changed=True, legacy=False, now=420.0)
+    assert (r.since, r.ready_since, r.restarts_at_ready) == (400.0, None, 0)  # 20 s of the deadline spent
+    assert after_reboot(gating, boot_changed=False, legacy=False, now=420.0) == gating
+    legacy = after_reboot(replace(gating, since=1_795_000_000.0), boot_changed=True, legacy=True, now=420.0)
+    assert (legacy.since, legacy.ready_since) == (420.0, None)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 import msgspec
 
 from edgelet.api.static import make_static_pod
@@ -351,3 +353,44 @@ def test_cli_reads_the_records_while_the_agent_is_stopped(tmp_path):
     # A retry needs the agent.
     assert cmd_rollout(settings, argparse.Namespace(rollout_command="retry", pod="app"), io.StringIO(), err) == 1
     assert "not running" in err.getvalue()
+
+
+@pytest.mark.parametrize("jump", [+86400.0 * 365, -86400.0])
+def test_a_wall_clock_jump_neither_passes_the_window_nor_expires_the_deadline(tmp_path, jump):
+    """A board without an RTC boots at its saved time and NTP sets it later: neither the stability window
+    (a bad version marked good at once) nor the deadline (a good one rolled back at once) may move with it."""
+    w = World(tmp_path)
+    v1 = make_pod("a")
+    w.round(v1)
+    w.status[v1.metadata.uid] = READY
+    w.round(v1)  # ready: the window starts
+    w.clock.jump_wall(jump)
+    w.round(v1)
+    assert w.manager.record("default/app-node").phase == "gating"
+    w.clock.advance(6)
+    w.round(v1)
+    assert w.manager.record("default/app-node").phase == "good"
+
+
+def test_gate_time_goes_on_across_an_agent_restart_and_a_reboot(tmp_path):
+    w = World(tmp_path)
+    w.manager = RolloutManager(RolloutStore(tmp_path), clock=w.clock, events=w.events, policy=POLICY,
+                               images=w.images, runtime_pods=w.runtime_pods, status_of=w.status.get, boot_id="b1")
+    v1 = make_pod("a")
+    w.round(v1)
+    w.status[v1.metadata.uid] = READY
+    w.round(v1)
+    before = w.manager.gate_now()
+    # The agent restarts in the same boot: the same gate clock, the window goes on.
+    again = RolloutManager(RolloutStore(tmp_path), clock=w.clock, events=w.events, policy=POLICY, boot_id="b1")
+    assert again.gate_now() == before
+    assert again.record("default/app-node").ready_since is not None
+    # A reboot: the monotonic clock starts again near zero, gate time goes on from the last record written,
+    # and the stability window starts again (the pod was restarted).
+    from edgelet.util.clock import FakeClock
+
+    rebooted = FakeClock(start=w.clock.now() - 86400.0)  # and the wall clock is a day behind
+    after = RolloutManager(RolloutStore(tmp_path), clock=rebooted, events=w.events, policy=POLICY, boot_id="b2")
+    assert after.gate_now() >= before
+    rec = after.record("default/app-node")
+    assert rec.phase == "gating" and rec.ready_since is None and after.gate_now() - rec.since < POLICY.window
