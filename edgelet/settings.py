@@ -610,13 +610,14 @@ CARD_SECRETS = ("kubeconfig", "auth.json", "manifest-url-headers", "api-tokens.c
 # reach it. Whoever holds the card for a minute must not be able to turn verification off, name a program to
 # run as root (the FAT partition is theirs), open the node API or relax a pod's confinement; those keys come
 # from the node's own config file, its environment or its flags. Every other key on the card is ignored and
-# reported (docs/trusted-delivery.md, "The card").
+# reported (docs/trusted-delivery.md, "The card"). The eviction thresholds are not here: their text is
+# parsed only when the agent starts (edgelet.eviction sits above settings), so a bad one from the card would
+# stop the agent at every start, and a threshold near capacity evicts every pod.
 CARD_KEYS = frozenset({
     "hostname_override", "node_labels", "register_with_taints", "register_node", "node_ip",
     "file_check_frequency", "runonce_timeout", "pod_infra_container",
     "image_gc_high_threshold", "image_gc_low_threshold", "image_minimum_gc_age",
     "container_log_max_size", "container_log_max_files", "container_log_monitor_interval",
-    "eviction_hard", "eviction_soft", "eviction_soft_grace_period", "eviction_minimum_reclaim",
     "eviction_max_pod_grace_period", "eviction_pressure_transition_period", "eviction_monitoring_interval",
     "cni_check_period", "cluster_dns", "cluster_domain", "system_reserved", "kube_reserved",
     "shutdown_grace_period", "shutdown_grace_period_critical_pods",

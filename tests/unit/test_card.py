@@ -154,6 +154,11 @@ REFUSED_ON_THE_CARD = [
     ('manifest_url_ca = "/boot/firmware/edgelet/ca.pem"', "manifest_url_ca"),
     ('manifest_url_header = "Authorization: x"', "manifest_url_header"),
     ('log_dir = "/boot/firmware"', "log_dir"),
+    # Parsed only at the agent's start: a bad one would stop it at every boot; one near capacity evicts every pod.
+    ('eviction_hard = "memory.available<bogus"', "eviction_hard"),
+    ('eviction_soft = "memory.available<99%"', "eviction_soft"),
+    ('eviction_soft_grace_period = "memory.available=x"', "eviction_soft_grace_period"),
+    ('eviction_minimum_reclaim = "memory.available=1Ei"', "eviction_minimum_reclaim"),
     ('cgroup_root = "/"', "cgroup_root"),
 ]
 
