@@ -263,6 +263,20 @@ def _ip_list(raw: Any, from_toml: bool) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _ip(raw: Any, from_toml: bool) -> str | None:
+    """One IP address, as kubelet's --node-ip. Checked here rather than where the node API's certificate uses
+    it, so a bad one (from the card, say) is reported with the settings, not a failed start."""
+    import ipaddress
+
+    value = _str(optional=True)(raw, from_toml)
+    if value is None:
+        return None
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        raise ValueError(f"{value!r} is not an IP address") from None
+
+
 def _sysctl_patterns(raw: Any, from_toml: bool) -> tuple[str, ...]:
     out = _items(raw, from_toml, "sysctl names or prefixes ending in *, comma-separated")
     for item in out:
@@ -501,7 +515,7 @@ class Settings:
         metavar="KEY=VALUE")
     register_with_taints: tuple[tuple[str, str, str], ...] = _opt(
         (), _taints, "taints the Node is registered with, key=value:Effect comma-separated", metavar="TAINTS")
-    node_ip: str | None = _opt(None, _str(optional=True), "the Node's InternalIP (default: the source address of "
+    node_ip: str | None = _opt(None, _ip, "the Node's InternalIP (default: the source address of "
                                "the default route)", metavar="ADDRESS")
     node_status_update_frequency: float = _opt(10.0, _duration(positive=True), "how often the Node's status is "
                                                "computed (and patched when it changed)", metavar="DURATION")
