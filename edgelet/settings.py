@@ -263,6 +263,20 @@ def _ip_list(raw: Any, from_toml: bool) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _ip(raw: Any, from_toml: bool) -> str | None:
+    """One IP address, as kubelet's --node-ip. Checked here rather than where the node API's certificate uses
+    it, so a bad one (from the card, say) is reported with the settings, not a failed start."""
+    import ipaddress
+
+    value = _str(optional=True)(raw, from_toml)
+    if value is None:
+        return None
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        raise ValueError(f"{value!r} is not an IP address") from None
+
+
 def _sysctl_patterns(raw: Any, from_toml: bool) -> tuple[str, ...]:
     out = _items(raw, from_toml, "sysctl names or prefixes ending in *, comma-separated")
     for item in out:
@@ -501,7 +515,7 @@ class Settings:
         metavar="KEY=VALUE")
     register_with_taints: tuple[tuple[str, str, str], ...] = _opt(
         (), _taints, "taints the Node is registered with, key=value:Effect comma-separated", metavar="TAINTS")
-    node_ip: str | None = _opt(None, _str(optional=True), "the Node's InternalIP (default: the source address of "
+    node_ip: str | None = _opt(None, _ip, "the Node's InternalIP (default: the source address of "
                                "the default route)", metavar="ADDRESS")
     node_status_update_frequency: float = _opt(10.0, _duration(positive=True), "how often the Node's status is "
                                                "computed (and patched when it changed)", metavar="DURATION")
@@ -610,13 +624,14 @@ CARD_SECRETS = ("kubeconfig", "auth.json", "manifest-url-headers", "api-tokens.c
 # reach it. Whoever holds the card for a minute must not be able to turn verification off, name a program to
 # run as root (the FAT partition is theirs), open the node API or relax a pod's confinement; those keys come
 # from the node's own config file, its environment or its flags. Every other key on the card is ignored and
-# reported (docs/trusted-delivery.md, "The card").
+# reported (docs/trusted-delivery.md, "The card"). The eviction thresholds are not here: their text is
+# parsed only when the agent starts (edgelet.eviction sits above settings), so a bad one from the card would
+# stop the agent at every start, and a threshold near capacity evicts every pod.
 CARD_KEYS = frozenset({
     "hostname_override", "node_labels", "register_with_taints", "register_node", "node_ip",
     "file_check_frequency", "runonce_timeout", "pod_infra_container",
     "image_gc_high_threshold", "image_gc_low_threshold", "image_minimum_gc_age",
     "container_log_max_size", "container_log_max_files", "container_log_monitor_interval",
-    "eviction_hard", "eviction_soft", "eviction_soft_grace_period", "eviction_minimum_reclaim",
     "eviction_max_pod_grace_period", "eviction_pressure_transition_period", "eviction_monitoring_interval",
     "cni_check_period", "cluster_dns", "cluster_domain", "system_reserved", "kube_reserved",
     "shutdown_grace_period", "shutdown_grace_period_critical_pods",

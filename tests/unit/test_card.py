@@ -65,6 +65,8 @@ def test_card_overrides_the_file_and_env_and_flags_override_the_card(tmp_path: P
     ("the card naming another card", 'card_dir = "/elsewhere"\n', "card_dir cannot be set on the card"),
     ("verification turned off", 'trusted_keys = ""\n', "trusted_keys cannot be set on the card"),
     ("keys valid alone, not together", "image_gc_low_threshold = 90\n", "must not exceed image_gc_high_threshold"),
+    # The node API's certificate names it: a bad one used to pass here and stop the agent at start.
+    ("node_ip not an address", 'node_ip = "sensor.local"\n', "node_ip: 'sensor.local' is not an IP address"),
 ])
 def test_an_invalid_card_config_is_reported_and_ignored(tmp_path: Path, label: str, card: str | bytes,
                                                          error: str) -> None:
@@ -154,6 +156,11 @@ REFUSED_ON_THE_CARD = [
     ('manifest_url_ca = "/boot/firmware/edgelet/ca.pem"', "manifest_url_ca"),
     ('manifest_url_header = "Authorization: x"', "manifest_url_header"),
     ('log_dir = "/boot/firmware"', "log_dir"),
+    # Parsed only at the agent's start: a bad one would stop it at every boot; one near capacity evicts every pod.
+    ('eviction_hard = "memory.available<bogus"', "eviction_hard"),
+    ('eviction_soft = "memory.available<99%"', "eviction_soft"),
+    ('eviction_soft_grace_period = "memory.available=x"', "eviction_soft_grace_period"),
+    ('eviction_minimum_reclaim = "memory.available=1Ei"', "eviction_minimum_reclaim"),
     ('cgroup_root = "/"', "cgroup_root"),
 ]
 
