@@ -537,3 +537,34 @@ def test_kubectl_attach_streams_the_containers_output_until_it_exits(agent, clus
         os.close(master)
     assert_clean(agent, baseline)
     assert agent.stop() == 0
+
+
+def test_floods_into_a_command_and_a_listener_that_never_read_keep_the_agent_bounded(agent, cluster):
+    """WebSocket exec -i into `sleep` and a port-forward to a listener that never reads: the server stops
+    reading the socket (the client's sends block) with the agent's RSS grown by less than 5 MB, and the agent
+    still serves other sessions while both floods are held."""
+    from edgelet.testing.wsflood import RssPeak, ws_flood
+
+    pki = cluster.base / "pki"
+    ops = make_cert(pki, "flood-ops", (pki / "ca.crt", pki / "ca.key"), "/O=ops/CN=operator")
+    port = start(agent, cluster, ("box", pod_yaml("box", "sleep 3600")),
+                 ("sink", pod_yaml("sink", "nc -ll -p 9000 -e sleep 3600")),
+                 extra=("--node-api-grants", "group:ops=proxy", "--streaming-connection-idle-timeout", "20s"))
+    ctx = ssl.create_default_context(cafile=str(cluster.ca_file))
+    ctx.load_cert_chain(*map(str, ops))
+    assert ws_exec(port, ctx, f"/exec/default/box-{NODE}/c?command=true&output=1", "v4.channel.k8s.io")[0]
+    total = 256 * 1024 * 1024
+    floods = {}
+    with RssPeak(agent.proc.pid) as rss:
+        floods["exec"] = ws_flood(port, ctx, f"/exec/default/box-{NODE}/c?command=sleep&command=3600&input=1",
+                                  "v5.channel.k8s.io", channel=0, total=total)
+        floods["portforward"] = ws_flood(port, ctx, f"/portForward/default/sink-{NODE}?port=9000",
+                                         "v4.channel.k8s.io", channel=0, total=total)
+        # Other sessions are served meanwhile.
+        _, out = ws_exec(port, ctx, f"/exec/default/box-{NODE}/c?command=echo&command=alive&output=1",
+                         "v4.channel.k8s.io")
+        assert out[1] == b"alive\n"
+    for name, flood in floods.items():
+        assert flood.pushed_back and flood.sent < total, (name, flood)
+    assert rss.growth_kib < 5 * 1024, f"the agent's RSS grew by {rss.growth_kib} KiB during the floods"
+    assert agent.stop() == 0
