@@ -61,20 +61,6 @@ spec:
                                 "exec nc -ll -p 9000 -e sleep 3600")}
 
 
-def tcp_flood(port: int, total: int) -> tuple[int, bool]:
-    with socket.create_connection(("127.0.0.1", port), timeout=STALL) as s:
-        chunk, sent = b"\0" * 65536, 0
-        try:
-            while sent < total:
-                s.sendall(chunk)
-                sent += len(chunk)
-        except TimeoutError:
-            return sent, True
-        except OSError:
-            return sent, False  # reset
-    return sent, False
-
-
 def http_ok(port: int) -> bool:
     with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
         s.sendall(b"GET /ok HTTP/1.0\r\nHost: x\r\n\r\n")
@@ -155,7 +141,7 @@ def main() -> None:
         getter = threading.Thread(target=get_meanwhile)
         getter.start()
         measure("kubectl port-forward (SPDY via the apiserver) into a listener that never reads",
-                lambda: tcp_flood(ports[0], total))
+                lambda: (lambda f: (f.sent, f.pushed_back))(wsflood.tcp_flood(ports[0], total, STALL)))
         getter.join(120)
         results.append("a GET through the same kubectl port-forward during that flood: "
                        + (f"answered in {get[0]:.1f} s" if get else "no answer in 60 s"))

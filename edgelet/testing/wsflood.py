@@ -1,5 +1,6 @@
-"""A WebSocket client that floods one channel of a node API session (exec stdin, a port-forward's data) and the
-agent's resident memory while it does: what the back-pressure tests and bench/streaming_flood.py measure."""
+"""Clients that flood what never reads (a WebSocket channel of a node API session, a TCP port such as kubectl
+port-forward's) and the agent's resident memory while they do: what the back-pressure tests and
+bench/streaming_flood.py measure."""
 
 from __future__ import annotations
 
@@ -84,3 +85,18 @@ def ws_flood(port: int, ctx: ssl.SSLContext, path: str, subprotocol: str, *, cha
         except TimeoutError:
             return Flood(sent, True)
         return Flood(sent, False)
+
+
+def tcp_flood(port: int, total: int, stall: float = 3.0) -> Flood:
+    """Send `total` bytes to `port` on loopback, until done, reset, or one send blocks for `stall` seconds."""
+    with socket.create_connection(("127.0.0.1", port), timeout=stall) as s:
+        chunk, sent = b"\0" * CHUNK, 0
+        try:
+            while sent < total:
+                s.sendall(chunk)
+                sent += len(chunk)
+        except TimeoutError:
+            return Flood(sent, True)
+        except OSError:
+            return Flood(sent, False)  # reset
+    return Flood(sent, False)
