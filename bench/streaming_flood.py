@@ -23,24 +23,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _harness import REPO, Bench, machine  # noqa: E402
+from streaming import NODE, wait  # noqa: E402 - bench/streaming.py's
 
 from edgelet.testing import wsflood  # noqa: E402 - this checkout's (_harness puts it first on the path)
 from edgelet.testing.apiserver import ADMIN_TOKEN, ApiServer, kube_bin_dir, make_cert  # noqa: E402
 
-NODE = "bench"
 STALL = 3.0
-
-
-def wait(pred, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if v := pred():
-                return v
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
-        time.sleep(0.2)
-    raise TimeoutError(what)
 
 
 def pods() -> dict[str, str]:
@@ -99,22 +87,22 @@ def main() -> None:
         admin = api.kubeconfig(b.base / "kubeconfig-admin", token=ADMIN_TOKEN)
         kubectl = [str(api.bin_dir / "kubectl"), f"--kubeconfig={admin}"]
         for name in ("box", "sink"):
-            wait(lambda: subprocess.run([*kubectl, "exec", f"{name}-{NODE}", "--", "true"],
-                                        capture_output=True).returncode == 0, 300, f"{name} running")
+            wait(lambda name=name: subprocess.run([*kubectl, "exec", f"{name}-{NODE}", "--", "true"],
+                                                  capture_output=True, check=False).returncode == 0,
+                 300, f"{name} running")
         ctx = ssl.create_default_context(cafile=str(api.ca_file))
         ctx.load_cert_chain(*map(str, client))
         pid = b.proc.pid
 
         def measure(name: str, flood) -> None:
             with wsflood.RssPeak(pid) as rss:
-                sent, pushed_back = flood()
-            results.append(f"{name}: sent {sent / 1e6:.0f} MB of {total / 1e6:.0f} MB, "
-                           f"{'pushed back' if pushed_back else 'not pushed back'}; agent RSS "
+                done = flood()
+            results.append(f"{name}: sent {done.sent / 1e6:.0f} MB of {total / 1e6:.0f} MB, "
+                           f"{'pushed back' if done.pushed_back else 'not pushed back'}; agent RSS "
                            f"{rss.before / 1024:.1f} MiB before, peak +{rss.growth_kib / 1024:.1f} MiB")
 
         def ws(path: str, sub: str):
-            return lambda: (lambda f: (f.sent, f.pushed_back))(
-                wsflood.ws_flood(port, ctx, path, sub, channel=0, total=total, stall=STALL))
+            return lambda: wsflood.ws_flood(port, ctx, path, sub, channel=0, total=total, stall=STALL)
 
         measure("WebSocket exec -i into sleep",
                 ws(f"/exec/default/box-{NODE}/c?command=sleep&command=3600&input=1", "v5.channel.k8s.io"))
@@ -141,7 +129,7 @@ def main() -> None:
         getter = threading.Thread(target=get_meanwhile)
         getter.start()
         measure("kubectl port-forward (SPDY via the apiserver) into a listener that never reads",
-                lambda: (lambda f: (f.sent, f.pushed_back))(wsflood.tcp_flood(ports[0], total, STALL)))
+                lambda: wsflood.tcp_flood(ports[0], total, STALL))
         getter.join(120)
         results.append("a GET through the same kubectl port-forward during that flood: "
                        + (f"answered in {get[0]:.1f} s" if get else "no answer in 60 s"))
