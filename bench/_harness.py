@@ -81,9 +81,10 @@ class Bench:
             f"--cni-conf-dir={self.base / 'no-cni'}", *extra,
         ]
 
-    def start_agent(self, *extra: str) -> subprocess.Popen:
+    def start_agent(self, *extra: str, source: Path = REPO) -> subprocess.Popen:
+        """Run the agent from `source` (`python -m edgelet` there: another checkout's agent for a before/after)."""
         log = open(self.base / "agent.log", "ab")
-        self.proc = subprocess.Popen(self.argv(*extra), stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+        self.proc = subprocess.Popen(self.argv(*extra), stdout=log, stderr=subprocess.STDOUT, cwd=source)
         return self.proc
 
     def put_manifest(self, name: str, text: str) -> float:

@@ -224,7 +224,7 @@ class NodeApi:
         async def run(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, initial: bytes) -> None:
             conn = spdy.SpdyConnection(reader, writer, clock=clock, accept=accept, limits=limits, initial=initial,
                                        name=f"{route.endpoint} {what}")
-            await self._counted_session(conn.run(runner))
+            await self._counted_session(lambda: conn.run(runner), writer)
 
         return Upgrade(101, headers=[(streaming.PROTOCOL_HEADER, protocol)], protocol=spdy.UPGRADE,
                        run_streams=run)
@@ -267,7 +267,7 @@ class NodeApi:
             session = wschannel.WsSession(reader, writer, subprotocol=subprotocol, clock=clock, initial=initial,
                                           name=f"{route.endpoint} {what}",
                                           idle_timeout=self._spdy_limits.idle_timeout)
-            await self._counted_session(session.run(handler))
+            await self._counted_session(lambda: session.run(handler), writer)
 
         return Upgrade(101, headers=headers, protocol="websocket", run_streams=run)
 
@@ -306,7 +306,7 @@ class NodeApi:
                                           name=f"portforward {what}", idle_timeout=self._spdy_limits.idle_timeout,
                                           channels=2 * len(ports),
                                           readable=frozenset(range(0, 2 * len(ports), 2)))
-            await self._counted_session(session.run(handler))
+            await self._counted_session(lambda: session.run(handler), writer)
 
         return Upgrade(101, headers=headers, protocol="websocket", run_streams=run)
 
@@ -316,11 +316,17 @@ class NodeApi:
             raise HttpError(429, f"too many exec and port-forward sessions are open ({self._max_sessions}); "
                                  "try again later", headers=(("Retry-After", "5"),))
 
-    async def _counted_session(self, session: Awaitable[None]) -> None:
-        """Run one SPDY or WebSocket session, counted in `sessions` while it runs."""
+    async def _counted_session(self, session: Callable[[], Awaitable[None]], writer: asyncio.StreamWriter) -> None:
+        """Run one SPDY or WebSocket session, counted in `sessions` while it runs. The room is checked again
+        here, where it is counted in the same step: upgrades checked at once all passed the first check before
+        the first was counted; one beyond the cap ends its connection."""
+        if self.sessions >= self._max_sessions:
+            log.info("Streaming session refused: too many open", max_sessions=self._max_sessions)
+            writer.close()
+            return
         self.sessions += 1
         try:
-            await session
+            await session()
         finally:
             self.sessions -= 1
 

@@ -122,6 +122,8 @@ class Limits:
     max_streams: int = 64  # open at once; port-forward opens two per forwarded connection
     initial_window: int = INITIAL_WINDOW
     idle_timeout: float = 4 * 3600.0  # kubelet's streaming idle timeout
+    max_stream_buffer: int = 1024 * 1024  # unread data one stream may hold (a peer ignoring our window)
+    stall_timeout: float = 10.0  # how long a full stream may go unread before it is reset
 
 
 # ---------------------------------------------------------------------------------------------------------- frames
@@ -412,10 +414,12 @@ class Stream:
         self._readable = asyncio.Event()
         self.drained = asyncio.Event()
         self.drained.set()
+        self.progressed = asyncio.Event()
         self.remote_closed = False  # FIN or reset: nothing more comes
         self.local_closed = False  # we sent FIN or reset: nothing more goes
         self.reset_status: int | None = None
         self.send_window = conn.peer_initial_window
+        self.read_total = 0  # what the application has read: the progress a stalled connection waits for
 
     def header(self, name: str) -> str:
         return self.headers.get(name.lower(), "")
@@ -429,6 +433,8 @@ class Stream:
             await self._readable.wait()
         data = self._inbox.popleft()
         self.buffered -= len(data)
+        self.read_total += len(data)
+        self.progressed.set()
         if self.buffered <= self._conn.limits.initial_window:
             self.drained.set()
         self._consumed += len(data)
@@ -442,7 +448,7 @@ class Stream:
         StreamReset when the stream or connection is gone."""
         view = memoryview(data)
         while view:
-            if self.local_closed or self._conn.closed:
+            if self.local_closed or self._conn.closed or self.reset_status is not None:
                 raise StreamReset(f"stream {self.id} is closed")
             n = await self._conn.reserve(self, min(len(view), MAX_DATA_CHUNK))
             await self._conn.send(Data(self.id, bytes(view[:n])))
@@ -453,15 +459,18 @@ class Stream:
         if self.local_closed:
             return
         self.local_closed = True
-        await self._conn.send_quietly(Data(self.id, b"", fin=True))
+        if self.reset_status is None:
+            await self._conn.send_quietly(Data(self.id, b"", fin=True))
         self._conn.forget_if_done(self)
 
     async def reset(self, status: int = CANCEL) -> None:
         if self.local_closed and self.remote_closed:
             return
         self.local_closed = True
+        was_reset = self.reset_status is not None
         self._finish_remote(status)
-        await self._conn.send_quietly(RstStream(self.id, status))
+        if not was_reset:
+            await self._conn.send_quietly(RstStream(self.id, status))
         self._conn.forget_if_done(self)
 
     # called by the connection
@@ -469,7 +478,7 @@ class Stream:
         if data:
             self._inbox.append(data)
             self.buffered += len(data)
-            if self.buffered > self._conn.limits.initial_window:
+            if self.buffered > self._conn.limits.max_stream_buffer:
                 self.drained.clear()
         if fin:
             self.remote_closed = True
@@ -667,10 +676,10 @@ class SpdyConnection:
                 await self._handle(frame)
             except StreamError as exc:
                 log.info("SPDY stream reset", session=self.name, err=str(exc))
-                stream = self.streams.pop(exc.stream_id, None)
+                stream = self.streams.get(exc.stream_id)
                 if stream is not None:
-                    stream.local_closed = True
-                    stream._finish_remote(exc.status)
+                    stream._finish_remote(exc.status)  # counted until the application lets go, as a peer's reset
+                    self.forget_if_done(stream)
                 await self.send(RstStream(exc.stream_id, exc.status))
 
     async def _handle(self, frame: Frame) -> None:
@@ -679,10 +688,12 @@ class SpdyConnection:
         elif isinstance(frame, SynStream):
             await self._on_syn_stream(frame)
         elif isinstance(frame, RstStream):
-            stream = self.streams.pop(frame.stream_id, None)
+            stream = self.streams.get(frame.stream_id)
             if stream is not None:
-                stream.local_closed = True
+                # Still counted against max_streams until the application lets go of it (close or reset):
+                # what it started for the stream (a process, a socket) lives until then.
                 stream._finish_remote(frame.status)
+                self.forget_if_done(stream)
         elif isinstance(frame, Settings):
             self._on_settings(frame)
         elif isinstance(frame, Ping):
@@ -738,13 +749,33 @@ class SpdyConnection:
                 return  # for a stream already reset or finished: dropped, as spdystream does
             raise StreamError(frame.stream_id, INVALID_STREAM, "DATA for a stream never opened")
         if stream.remote_closed:
+            if stream.reset_status is not None:
+                return  # in flight when the stream was reset
             raise StreamError(frame.stream_id, STREAM_ALREADY_CLOSED, "DATA after FIN")
         stream._deliver(frame.data, frame.fin)
         if frame.fin:
             self.forget_if_done(stream)
         if not stream.drained.is_set():
-            # Too much unread: stop reading the connection until the application catches up (TCP pushes back).
-            await stream.drained.wait()
+            await self._wait_drained(stream)
+
+    async def _wait_drained(self, stream: Stream) -> None:
+        """A peer ignoring our window filled `stream`'s buffer: stop reading the connection (TCP pushes back)
+        while the application keeps reading the stream; StreamError (FLOW_CONTROL_ERROR) when it read nothing
+        for `stall_timeout`, which drops the buffer and lets the other streams go on."""
+        while not stream.drained.is_set() and not stream.remote_closed:
+            stream.progressed.clear()
+            waiters = [asyncio.ensure_future(stream.drained.wait()), asyncio.ensure_future(stream.progressed.wait()),
+                       asyncio.ensure_future(self._clock.sleep(self.limits.stall_timeout))]
+            try:
+                await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for w in waiters:
+                    w.cancel()
+                await asyncio.gather(*waiters, return_exceptions=True)
+            if not stream.drained.is_set() and not stream.progressed.is_set():
+                raise StreamError(stream.id, FLOW_CONTROL_ERROR,
+                                  f"{stream.buffered} bytes unread for {self.limits.stall_timeout:g} s "
+                                  f"(the peer ignores the {self.limits.initial_window} byte window)")
 
     def _on_settings(self, frame: Settings) -> None:
         for _flags, sid, value in frame.values:

@@ -614,6 +614,7 @@ async def serve_port_forward(conn: spdy.SpdyConnection, *, netns: str | None, cl
                 pair = pairs[rid] = _Pair(rid)
                 pair.timer = asyncio.ensure_future(expire(pair))
                 tasks.add(pair.timer)
+                pair.timer.add_done_callback(tasks.discard)
             kind = stream.header("streamtype")
             if getattr(pair, kind) is not None:
                 await stream.reset(spdy.PROTOCOL_ERROR)
@@ -672,8 +673,14 @@ async def forward(data: Channel, error: Channel, port: int, netns: str | None, w
     tasks = [asyncio.ensure_future(up()), asyncio.ensure_future(down())]
     try:
         # Done when the pod's side is: kubectl waits for the error stream's end before it closes its own side,
-        # so waiting for the client's half would wait forever. A client's half-close alone ends nothing.
-        await tasks[1]
+        # so waiting for the client's half would wait forever. A client's half-close alone ends nothing; a
+        # reset does (a silent listener would otherwise hold the socket and the stream).
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        if not tasks[1].done() and getattr(data, "reset_status", None) is not None:
+            tasks[1].cancel()
+            await data.close()
+        else:
+            await tasks[1]
         await error.close()
     finally:
         for t in tasks:

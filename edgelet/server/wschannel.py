@@ -7,6 +7,12 @@ in the first byte, base64 ones an ASCII digit followed by the base64 of the
 data. Channels are 0 stdin, 1 stdout, 2 stderr, 3 error, 4 resize; v5 adds
 the client's close signal (`[255, channel]`: stdin's EOF). The channels are
 handed to `streaming.run_exec` like SPDY streams.
+
+WebSocket has no flow control of its own: a channel holding more than
+`MAX_BUFFER` unread bytes stops the reading of the socket (TCP then pushes
+back on the client) until the application has read it down, so a command or
+listener that never reads costs a bounded buffer, never the agent's memory.
+A port-forward takes at most `MAX_PORTS` ports (two channels each).
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ EXEC_PROTOCOLS = ("v5.channel.k8s.io", "v4.channel.k8s.io", "v4.base64.channel.k
 CHANNELS = {"stdin": 0, "stdout": 1, "stderr": 2, "error": 3, "resize": 4}
 CLOSE_SIGNAL = 255
 MAX_MESSAGE = 1024 * 1024
+MAX_BUFFER = 1024 * 1024  # unread data one channel may hold before the socket is no longer read
+MAX_PORTS = 16  # of one port-forward: each is a connection into the pod, and channel numbers are one byte
 IDLE_TIMEOUT = 4 * 3600.0
 _GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
@@ -49,6 +57,8 @@ def parse_ports(query: dict[str, list[str]]) -> list[int]:
     raw = [p.strip() for v in query.get("port", ()) for p in v.split(",") if p.strip()]
     if not raw:
         raise HttpError(400, "port-forward over WebSocket needs the ports as `port` query parameters")
+    if len(raw) > MAX_PORTS:
+        raise HttpError(400, f"port-forward over WebSocket: {len(raw)} ports (at most {MAX_PORTS})")
     if not all(p.isdigit() and 0 < int(p) < 65536 for p in raw):
         raise HttpError(400, f"port-forward: invalid port in {raw}")
     return [int(p) for p in raw]
@@ -112,6 +122,9 @@ class WsChannel:
         self.number = number
         self._inbox: deque[bytes] = deque()
         self._readable = asyncio.Event()
+        self.buffered = 0
+        self.drained = asyncio.Event()
+        self.drained.set()
         self.remote_closed = False
         self.local_closed = False
 
@@ -121,7 +134,11 @@ class WsChannel:
                 return b""
             self._readable.clear()
             await self._readable.wait()
-        return self._inbox.popleft()
+        data = self._inbox.popleft()
+        self.buffered -= len(data)
+        if self.buffered <= MAX_BUFFER:
+            self.drained.set()
+        return data
 
     async def write(self, data: bytes) -> None:
         if self.local_closed or self._session.closed:
@@ -135,10 +152,14 @@ class WsChannel:
     def deliver(self, data: bytes) -> None:
         if data:
             self._inbox.append(data)
+            self.buffered += len(data)
+            if self.buffered > MAX_BUFFER:
+                self.drained.clear()
         self._readable.set()
 
     def finish(self) -> None:
         self.remote_closed = True
+        self.drained.set()
         self._readable.set()
 
 
@@ -258,6 +279,8 @@ class WsSession:
             except (RemoteProtocolError, ValueError) as exc:
                 log.info("WebSocket session ended by a protocol error", session=self.name, err=str(exc))
                 return
+            for ch in self.channels.values():
+                await ch.drained.wait()  # back-pressure: the socket is not read while a channel is full
             data = await self._reader.read(64 * 1024)
             self._last = self._clock.monotonic()
             if not data:

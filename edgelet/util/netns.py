@@ -89,6 +89,9 @@ async def connect_local(netns: str | None, port: int) -> socket.socket:
         try:
             await loop.sock_connect(sock, (host, port))
             return sock
+        except asyncio.CancelledError:
+            sock.close()  # the session ended mid-connect: the descriptor goes with it
+            raise
         except OSError as exc:
             sock.close()
             # asyncio's message ("Connect call failed") hides the reason; errno has it.

@@ -537,3 +537,60 @@ def test_kubectl_attach_streams_the_containers_output_until_it_exits(agent, clus
         os.close(master)
     assert_clean(agent, baseline)
     assert agent.stop() == 0
+
+
+def test_floods_into_a_command_and_a_listener_that_never_read_keep_the_agent_bounded(agent, cluster):
+    """WebSocket exec -i into `sleep` and a port-forward to a listener that never reads: the server stops
+    reading the socket (the client's sends block) with the agent's RSS grown by less than 5 MB, and the agent
+    still serves other sessions while both floods are held."""
+    from edgelet.testing.wsflood import RssPeak, tcp_flood, ws_flood
+
+    pki = cluster.base / "pki"
+    ops = make_cert(pki, "flood-ops", (pki / "ca.crt", pki / "ca.key"), "/O=ops/CN=operator")
+    port = start(agent, cluster, ("box", pod_yaml("box", "sleep 3600")),
+                 ("sink", pod_yaml("sink", "mkdir -p /www && echo ok > /www/ok && httpd -p 127.0.0.1:8080 -h /www && "
+                                           "exec nc -ll -p 9000 -e sleep 3600")),
+                 extra=("--node-api-grants", "group:ops=proxy", "--streaming-connection-idle-timeout", "20s"))
+    ctx = ssl.create_default_context(cafile=str(cluster.ca_file))
+    ctx.load_cert_chain(*map(str, ops))
+    assert ws_exec(port, ctx, f"/exec/default/box-{NODE}/c?command=true&output=1", "v4.channel.k8s.io")[0]
+    total = 256 * 1024 * 1024
+    floods = {}
+    with RssPeak(agent.proc.pid) as rss:
+        floods["exec"] = ws_flood(port, ctx, f"/exec/default/box-{NODE}/c?command=sleep&command=3600&input=1",
+                                  "v5.channel.k8s.io", channel=0, total=total)
+        floods["portforward"] = ws_flood(port, ctx, f"/portForward/default/sink-{NODE}?port=9000",
+                                         "v4.channel.k8s.io", channel=0, total=total)
+        # Other sessions are served meanwhile.
+        _, out = ws_exec(port, ctx, f"/exec/default/box-{NODE}/c?command=echo&command=alive&output=1",
+                         "v4.channel.k8s.io")
+        assert out[1] == b"alive\n"
+    for name, flood in floods.items():
+        assert flood.pushed_back and flood.sent < total, (name, flood)
+    assert rss.growth_kib < 5 * 1024, f"the agent's RSS grew by {rss.growth_kib} KiB during the floods"
+
+    # SPDY through the apiserver: kubectl's spdystream ignores SPDY windows; the unread stream is held to its
+    # buffer, then reset, and a connection to another port through the same session is served.
+    pf = subprocess.Popen([str(cluster.bin_dir / "kubectl"),
+                           f"--kubeconfig={cluster.kubeconfig(cluster.base / 'kubeconfig-pf', token=ADMIN_TOKEN)}",
+                           "port-forward", f"sink-{NODE}", ":9000", ":8080"], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE)
+    try:
+        local: dict[int, int] = {}
+        while len(local) < 2:
+            if m := re.search(r"127\.0\.0\.1:(\d+) -> (\d+)", pf.stdout.readline().decode()):
+                local[int(m[2])] = int(m[1])
+        with RssPeak(agent.proc.pid) as rss:
+            flood = tcp_flood(local[9000], total)
+            with socket.create_connection(("127.0.0.1", local[8080]), timeout=60) as s:
+                s.sendall(b"GET /ok HTTP/1.0\r\nHost: x\r\n\r\n")
+                got = b""
+                while chunk := s.recv(4096):
+                    got += chunk
+        assert flood.pushed_back and flood.sent < total, flood
+        assert got.endswith(b"ok\n"), got
+        assert rss.growth_kib < 5 * 1024, f"the agent's RSS grew by {rss.growth_kib} KiB during the SPDY flood"
+    finally:
+        pf.terminate()
+        pf.communicate(timeout=30)
+    assert agent.stop() == 0

@@ -209,6 +209,8 @@ def test_streams_are_replied_echoed_and_finished():
         a = await c.open({"streamtype": "data"})
         b = await c.open({"streamtype": "error"})
         await c.write(a, b"ping " * 30000)  # 150 kB: more than a window, in frames of at most 32 KiB
+        # WINDOW_UPDATEs as the echo consumes the data (none once the stream is finished: nothing more comes).
+        await c.until(lambda: any(isinstance(f, spdy.WindowUpdate) and f.stream_id == a for f in c.frames))
         await c.write(b, b"pong", fin=True)
         await c.write(a, b"", fin=True)
         await c.until(lambda: c.streams[a].fin and c.streams[b].fin)
@@ -351,29 +353,109 @@ def test_peer_goaway_ends_the_session_and_wakes_readers():
     asyncio.run(main())
 
 
-def test_unread_data_pushes_back_instead_of_buffering():
+def test_a_stream_never_read_by_a_window_ignoring_peer_is_reset_and_the_rest_flows():
+    """spdystream ignores our window: the unread stream holds at most max_stream_buffer, is reset with
+    FLOW_CONTROL_ERROR when nothing of it is read for stall_timeout, and the other streams and PING go on."""
+    conns: list[spdy.SpdyConnection] = []
+    limits = spdy.Limits(max_stream_buffer=256 * 1024, stall_timeout=0.2)
+
+    async def handler(conn):
+        conns.append(conn)
+        await conn.accept_stream()  # and never read it
+        await _echo(conn)
+
+    async def main():
+        server, c, done = await _session(handler, limits=limits)
+        sid = await c.open({})
+        for _ in range(64):  # 2 MiB, far past the window and the buffer
+            await c.write(sid, b"x" * 32768)
+        await c.until(lambda: spdy.RstStream(sid, spdy.FLOW_CONTROL_ERROR) in c.frames)
+        stream = conns[0].streams[sid]  # still counted: the application has not let go of it
+        assert stream.buffered == 0 and stream.reset_status == spdy.FLOW_CONTROL_ERROR
+        await c.send(spdy.Ping(7))
+        other = await c.open({})
+        await c.write(other, b"hello", fin=True)
+        await c.until(lambda: spdy.Ping(7) in c.frames and c.streams[other].fin)
+        assert bytes(c.streams[other].data) == b"hello"
+        await _finish(server, c, done)
+
+    asyncio.run(main())
+
+
+def test_a_window_keeping_peer_is_held_to_64_kib_per_stream_and_the_rest_flows():
     conns: list[spdy.SpdyConnection] = []
 
     async def handler(conn):
         conns.append(conn)
         await conn.accept_stream()  # and never read it
-        await asyncio.sleep(3600)
+        await _echo(conn)
 
     async def main():
-        # A client that stops while the server waits for the application is dropped at the idle timeout.
-        server, c, done = await _session(handler, limits=spdy.Limits(idle_timeout=5))
+        server, c, done = await _session(handler)
         sid = await c.open({})
-        await c.until(lambda: c.streams[sid].replied)
-        c.writer.transport.set_write_buffer_limits(high=0)
-        sent = 0
-        with pytest.raises(TimeoutError):
-            async with asyncio.timeout(2):
-                while True:
-                    await c.write(sid, b"x" * 32768)
-                    sent += 32768
-        stream = conns[0].streams[sid]
-        assert stream.buffered <= 2 * spdy.INITIAL_WINDOW  # the rest waits in the kernel's buffers
-        assert sent > stream.buffered
+        await c.write(sid, b"x" * spdy.INITIAL_WINDOW)  # the whole window, then the client waits for updates
+        await c.send(spdy.Ping(9))
+        other = await c.open({})
+        await c.write(other, b"y" * 200_000)  # read by the echo: updates come for it only
+        await c.until(lambda: any(isinstance(f, spdy.WindowUpdate) and f.stream_id == other for f in c.frames))
+        await c.write(other, b"", fin=True)
+        await c.until(lambda: spdy.Ping(9) in c.frames and c.streams[other].fin)
+        assert bytes(c.streams[other].data) == b"y" * 200_000
+        assert not any(isinstance(f, spdy.WindowUpdate) and f.stream_id == sid for f in c.frames)
+        assert any(isinstance(f, spdy.WindowUpdate) and f.stream_id == other for f in c.frames)
+        assert conns[0].streams[sid].buffered == spdy.INITIAL_WINDOW and not c.streams[sid].fin
+        await _finish(server, c, done)
+
+    asyncio.run(main())
+
+
+def test_a_slow_reader_pushes_back_through_tcp_and_loses_nothing():
+    async def handler(conn):
+        stream = await conn.accept_stream()
+        got = bytearray()
+        while data := await stream.read():
+            got += data
+            await asyncio.sleep(0.001)
+        await stream.write(str(len(got)).encode())
+        await stream.close()
+
+    async def main():
+        server, c, done = await _session(handler, limits=spdy.Limits(max_stream_buffer=128 * 1024))
+        sid = await c.open({})
+        for _ in range(40):
+            await c.write(sid, b"x" * 32768)
+        await c.write(sid, b"", fin=True)
+        await c.until(lambda: c.streams[sid].fin)
+        assert bytes(c.streams[sid].data) == str(40 * 32768).encode()
+        await _finish(server, c, done)
+
+    asyncio.run(main())
+
+
+def test_a_syn_rst_loop_cannot_evade_max_streams():
+    """A stream reset by the peer stays counted while the application holds it (here: forever)."""
+    held: list[spdy.Stream] = []
+
+    async def handler(conn):
+        while (stream := await conn.accept_stream()) is not None:
+            held.append(stream)
+
+    async def main():
+        server, c, done = await _session(handler, limits=spdy.Limits(max_streams=4))
+        for i in range(50):
+            sid = 2 * i + 1
+            await c.send(spdy.SynStream(sid, (("streamtype", "data"),)))
+            await c.send(spdy.RstStream(sid, spdy.CANCEL))
+        await c.send(spdy.Ping(11))
+        await c.until(lambda: spdy.Ping(11) in c.frames)
+        assert len(held) == 4
+        refused = [f for f in c.frames if isinstance(f, spdy.RstStream) and f.status == spdy.REFUSED_STREAM]
+        assert len(refused) == 46
+        # Letting go of them frees the room.
+        for s in held:
+            await s.close()
+        await c.send(spdy.SynStream(101, (("streamtype", "data"),)))
+        await c.until(lambda: 101 in c.streams and c.streams[101].replied)
         await _finish(server, c, done)
 
     asyncio.run(main())

@@ -200,3 +200,117 @@ def test_stream_creation_timeout_comes_from_the_clock():
     assert set(got) == {"error", "stdout"}
     with pytest.raises(streaming.SessionError, match=r"timed out waiting for streams: got \['error'\]"):
         _asyncio.run(streaming.collect_streams(_Conn(["error"]), frozenset({"error", "stdout"}), FakeClock(), 30))
+
+
+def test_concurrent_upgrades_cannot_overshoot_the_session_cap():
+    """40 upgrades checked at once all pass the first check (nothing counted yet); only 16 sessions run, the
+    others end their connection."""
+    api = _node_api(max_sessions=16)
+    release = asyncio.Event()
+    running = []
+
+    class _Writer:
+        closed = False
+
+        def close(self):
+            self.closed = True
+
+    async def session():
+        running.append(api.sessions)
+        await release.wait()
+
+    async def main():
+        for _ in range(40):
+            api._check_session_room()
+        writers = [_Writer() for _ in range(40)]
+        tasks = [asyncio.ensure_future(api._counted_session(session, w)) for w in writers]
+        while len(running) + sum(w.closed for w in writers) < 40:
+            await asyncio.sleep(0.01)
+        assert len(running) == 16 and max(running) == 16 and api.sessions == 16
+        assert sum(w.closed for w in writers) == 24
+        release.set()
+        await asyncio.gather(*tasks)
+        assert api.sessions == 0
+
+    asyncio.run(main())
+
+
+class _Stream:
+    """A port-forward stream as serve_port_forward and forward see it."""
+
+    def __init__(self, headers, *, reset=False):
+        self.headers = headers
+        self.reset_status = 5 if reset else None
+        self.closed = False
+
+    def header(self, name):
+        return self.headers.get(name, "")
+
+    async def read(self):
+        if self.reset_status is None:
+            await asyncio.sleep(3600)
+        return b""
+
+    async def write(self, data):
+        pass
+
+    async def close(self):
+        self.closed = True
+
+    async def reset(self, status=5):
+        self.closed = True
+
+
+def test_a_reset_ends_the_forward_even_when_the_listener_is_silent():
+    import socket
+
+    async def main():
+        listener = socket.create_server(("127.0.0.1", 0))
+        listener.setblocking(False)
+        port = listener.getsockname()[1]
+        data, error = _Stream({}, reset=True), _Stream({})
+        try:
+            async with asyncio.timeout(30):
+                await streaming.forward(data, error, port, None, "ns/pod")
+            peer, _ = listener.accept()  # the connection was made, the listener never answered
+            peer.setblocking(False)
+            assert data.closed and error.closed
+            await asyncio.sleep(0.05)
+            assert peer.recv(1) == b""  # our side is closed: the descriptor is not held
+            peer.close()
+        finally:
+            listener.close()
+
+    asyncio.run(main())
+
+
+def test_port_forward_expiry_timers_do_not_pile_up():
+    import gc
+
+    from edgelet.util.clock import FakeClock
+
+    pairs = 200
+
+    class _PairConn:
+        def __init__(self):
+            self._streams = []
+            for i in range(pairs):
+                for kind in ("error", "data"):
+                    self._streams.append(_Stream({"requestid": str(i), "streamtype": kind, "port": "1"}, reset=True))
+
+        async def accept_stream(self):
+            if self._streams:
+                return self._streams.pop(0)
+            for _ in range(3):
+                await asyncio.sleep(0)  # the cancelled timers finish
+            gc.collect()
+            timers = [o for o in gc.get_objects() if isinstance(o, asyncio.Task)
+                      and getattr(o.get_coro(), "__name__", "") == "expire"]
+            assert len(timers) <= 1, f"{len(timers)} expiry timers held for {pairs} completed pairs"
+            return None
+
+    async def main():
+        await streaming.serve_port_forward(_PairConn(), netns=None, clock=FakeClock(), what="ns/pod",
+                                           creation_timeout=3600)
+
+    asyncio.run(main())

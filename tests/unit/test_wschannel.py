@@ -151,3 +151,72 @@ def test_bad_ports(query):
     with pytest.raises(HttpError) as err:
         wschannel.parse_ports(query)
     assert err.value.status == 400
+
+
+def test_ports_beyond_the_cap_are_refused_before_any_channel_number_passes_a_byte():
+    ports = ",".join(str(1000 + i) for i in range(wschannel.MAX_PORTS + 1))
+    with pytest.raises(HttpError) as err:
+        wschannel.parse_ports({"port": [ports]})
+    assert err.value.status == 400 and f"at most {wschannel.MAX_PORTS}" in err.value.message
+    assert 2 * wschannel.MAX_PORTS <= 255  # every channel number fits its one byte
+    assert wschannel.parse_ports({"port": [",".join(["80"] * wschannel.MAX_PORTS)]}) == [80] * wschannel.MAX_PORTS
+
+
+def test_a_channel_never_read_holds_at_most_its_buffer_and_the_socket_pushes_back():
+    """A client flooding stdin of a command that never reads: the session stops reading the socket once the
+    channel holds MAX_BUFFER, so the rest waits in the kernel (the client's writes stall), not in the agent."""
+    sessions: list[wschannel.WsSession] = []
+    release = asyncio.Event()
+
+    async def handler(session):
+        sessions.append(session)
+        await release.wait()  # never reads; the command's end ends the session
+
+    async def main():
+        done = asyncio.get_running_loop().create_future()
+
+        async def on_conn(reader, writer):
+            try:
+                await wschannel.WsSession(reader, writer, subprotocol="v5.channel.k8s.io", clock=REAL_CLOCK).run(
+                    handler)
+            finally:
+                done.set_result(None)
+
+        server = await asyncio.start_server(on_conn, "127.0.0.1", 0)
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.sockets[0].getsockname()[1])
+        writer.transport.set_write_buffer_limits(high=0)
+        client = Connection(ConnectionType.CLIENT)
+        sent = 0
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(3):
+                while True:  # 32 MiB unless the server pushes back
+                    writer.write(client.send(BytesMessage(data=b"\x00" + b"x" * 65536)))
+                    await writer.drain()
+                    sent += 65536
+                    assert sent < 32 * 1024 * 1024, "the server never pushed back"
+        held = sum(len(b) for b in sessions[0].channel("stdin")._inbox)
+        assert held <= 1024 * 1024 + 2 * 65536 < sent
+        release.set()
+        async with asyncio.timeout(30):
+            await done
+        writer.close()
+        server.close()
+        await server.wait_closed()
+
+    asyncio.run(main())
+
+
+def test_a_full_channel_read_down_lets_the_socket_be_read_again_and_loses_nothing():
+    async def handler(session):
+        stdin, stdout = session.channel("stdin"), session.channel("stdout")
+        total = 0
+        await asyncio.sleep(0.5)  # let the buffer fill and the reading stop
+        while data := await stdin.read():
+            total += len(data)
+        await stdout.write(str(total).encode())
+
+    client = Connection(ConnectionType.CLIENT)
+    raw = [client.send(BytesMessage(data=b"\x00" + b"x" * 65536)) for _ in range(64)]
+    raw.append(client.send(BytesMessage(data=bytes([255, 0]))))
+    events = asyncio.run(_session(handler, raw))
+    assert [bytes(e.data) for e in events if isinstance(e, BytesMessage)] == [b"\x01" + str(64 * 65536).encode()]
