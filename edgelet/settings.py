@@ -633,14 +633,16 @@ CARD_KEYS = frozenset({
     "image_gc_high_threshold", "image_gc_low_threshold", "image_minimum_gc_age",
     "container_log_max_size", "container_log_max_files", "container_log_monitor_interval",
     "eviction_max_pod_grace_period", "eviction_pressure_transition_period", "eviction_monitoring_interval",
-    "cni_check_period", "cluster_dns", "cluster_domain", "system_reserved", "kube_reserved",
+    "cni_check_period", "system_reserved", "kube_reserved",
     "shutdown_grace_period", "shutdown_grace_period_critical_pods",
     "node_status_update_frequency", "node_status_report_frequency", "node_lease_duration_seconds",
     "node_lease_renew_interval", "verbosity",
     "rollout", "rollout_deadline", "rollout_stability_window", "rollout_strategy",
 })
-# A manifest URL on the card only where the node's own settings require signatures: then what it serves runs
-# only if a trusted key signed it, wherever it comes from. Its headers and CA stay the node's.
+# A manifest URL on the card only where the node's own settings require signatures (then what it serves runs
+# only if a trusted key signed it, wherever it comes from) and send no headers of their own (a token would go
+# to whatever host the card names). Its CA stays the node's. Nor pods' DNS: a resolver the card chose would
+# see, and could answer, every name the pods look up.
 CARD_KEYS_WHEN_TRUSTED = frozenset({"manifest_url", "manifest_url_signature", "http_check_frequency"})
 
 # Node names end up in pod names (`<pod>-<node>`), which must be DNS-1123 subdomains.
@@ -732,7 +734,9 @@ def load_settings(
     where = str(Path(settings.card_dir) / CARD_CONFIG)
     try:
         card = read_card_config(settings.card_dir)
-        allowed, refused = split_card_keys(card, trusted=settings.trusted_keys is not None)
+        # The node's URL headers (a token) would go to whatever host the card's URL names.
+        allowed, refused = split_card_keys(card, trusted=settings.trusted_keys is not None and not (
+            settings.manifest_url_header or settings.manifest_url_header_file))
         if not card:
             return settings
         merged = _checked({**file_values, **allowed, **overrides})

@@ -162,6 +162,8 @@ REFUSED_ON_THE_CARD = [
     ('eviction_soft_grace_period = "memory.available=x"', "eviction_soft_grace_period"),
     ('eviction_minimum_reclaim = "memory.available=1Ei"', "eviction_minimum_reclaim"),
     ('cgroup_root = "/"', "cgroup_root"),
+    ('cluster_dns = "192.0.2.53"', "cluster_dns"),
+    ('cluster_domain = "evil.example"', "cluster_domain"),
 ]
 
 
@@ -200,3 +202,12 @@ def test_a_named_pipe_as_the_cards_config_is_refused_never_waited_on(tmp_path: P
     s = load(tmp_path, None, main="verbosity = 1\n")
     assert s.verbosity == 1
     assert s.card_config_error is not None and "a named pipe, not a regular file" in s.card_config_error
+
+
+def test_a_card_url_never_receives_the_nodes_url_headers(tmp_path: Path) -> None:
+    """With headers (a token) in the node's settings, a card's manifest URL would be sent them: refused."""
+    card = 'manifest_url = "https://card.example/pods"\n'
+    s = load(tmp_path, card, main='trusted_keys = "/etc/edgelet/trusted"\n'
+             'manifest_url = "https://fleet.example/pods"\nmanifest_url_header_file = "/etc/edgelet/h"\n')
+    assert s.manifest_url == "https://fleet.example/pods"
+    assert s.card_config_error is not None and "manifest_url cannot be set on the card" in s.card_config_error
