@@ -84,10 +84,13 @@ class RolloutManager:
             for name, s in self._stored.items()}
         self._decoded: dict[str, "Pod"] = {}  # hash -> Pod decoded from a record
         self._pulls: dict[str, asyncio.Task] = {}  # name -> the pull under way
+        self._pulling: dict[str, str] = {}  # name -> the version that pull is for
         self._pulled: set[str] = set()  # hashes whose images are all in the store
         self._pull_error: dict[str, str] = {}  # hash -> why its last pull failed
         self._warned: set[tuple[str, str]] = set()
         self._unwritable: set[str] = set()  # names whose record could not be written (logged once)
+        self._writing: dict[str, asyncio.Task] = {}  # name -> the write of its next record, off the loop
+        self._poke: set[str] = set()  # versions whose record a write changed since the last round
         self.on_change: Callable[[], None] = lambda: None  # a pull finished: the loop runs a round soon
 
     def gate_now(self) -> float:
@@ -194,7 +197,7 @@ class RolloutManager:
                 self._events.normal(pod_ref(pod), "RolloutStarted",
                                     f"First version {short(uid)}: started at once (nothing to roll back to)")
                 stored = self._stored[name]
-            else:
+            elif name not in self._writing:  # else its next record is being written: acted on once it is
                 obs = self._observe(stored.record, uid, running.get(name, set()), pod, policy.strategy == "Surge")
                 d = decide(stored.record, obs, now, policy, wall=wall)
                 if d.record != stored.record:
@@ -203,22 +206,11 @@ class RolloutManager:
                     pods = {h: v for h, v in stored.pods.items() if h in keep}
                     if uid in keep:
                         pods[uid] = encode_pod(pod)
-                    if not self._save(StoredRollout(record=d.record, pods=pods)):  # before acting on it
-                        d = Decision(stored.record)  # not written, not taken: what runs stays; tried next round
-                    else:
-                        crash_point("rollout.step")
-                        if d.record.phase != stored.record.phase and d.record.phase in _CRASH_POINTS:
-                            crash_point(_CRASH_POINTS[d.record.phase])
-                        if d.record.phase != stored.record.phase:
-                            log.info("Rollout step", pod=name, phase=d.record.phase, target=short(d.record.target),
-                                     active=short(d.record.active), reason=d.record.reason)
-                        poke.update(h for h in (stored.record.active, d.record.active) if h)
-                        stored = self._stored[name]
-                for e in d.events:
-                    (self._events.warning if e.type == "Warning" else self._events.normal)(
-                        pod_ref(pod), e.reason, e.message)
-                if d.pull:
-                    self._start_pull(name, pod)
+                    # Written (two fsyncs: tens of ms on a card) off the loop, and acted on only once written:
+                    # this round runs what the record on disk says.
+                    self._write_then_act(StoredRollout(record=d.record, pods=pods), stored, d, pod)
+                else:
+                    self._act(d, pod)
             for h in (stored.record.active, stored.record.surge_from):
                 if h is None:
                     continue
@@ -230,6 +222,9 @@ class RolloutManager:
             for name in [n for n in self._stored if n not in seen]:
                 log.info("Static pod removed: its rollout record goes too", pod=name)
                 self._forget(name)
+        self._warned = {w for w in self._warned if w[0] in source}
+        poke |= self._poke
+        self._poke = set()
         return out, poke
 
     def _observe(self, rec: Record, desired: str, running: set[str], pod: "Pod", surge: bool) -> Observation:
@@ -259,11 +254,22 @@ class RolloutManager:
         return pod
 
     def _save(self, stored: StoredRollout, *, durable: bool = True) -> bool:
-        """Write the record; False when it cannot be written (a full disk): then nothing changes, and the next
-        round tries again (a loop never dies)."""
+        """Write the record on the loop and take it; False when it cannot be written (a full disk): then nothing
+        changes, and the next round tries again (a loop never dies). Only for writes without fsync (a first
+        version's) and an operator's retry: a round's steps go through _write_then_act."""
+        stamped = self._stamped(stored)
+        if not self._write(stamped, durable):
+            return False
+        self._taken(stamped)
+        return True
+
+    def _stamped(self, stored: StoredRollout) -> StoredRollout:
+        return msgspec.structs.replace(stored, boot_id=self._boot_id, gate_offset=self._gate_offset,
+                                       saved_gate=self.gate_now())
+
+    def _write(self, stored: StoredRollout, durable: bool) -> bool:
+        """The file alone (safe in a worker thread); False, logged once, when it cannot be written."""
         name = stored.record.name
-        stored = msgspec.structs.replace(stored, boot_id=self._boot_id, gate_offset=self._gate_offset,
-                                         saved_gate=self.gate_now())
         try:
             self._store.save(stored, durable=durable)
         except OSError as exc:
@@ -272,11 +278,61 @@ class RolloutManager:
                 log.error("Cannot write a rollout record; the running version stays until it can", exc, pod=name)
             return False
         self._unwritable.discard(name)
-        self._stored[name] = stored
+        return True
+
+    def _taken(self, stored: StoredRollout) -> None:
+        """A written record becomes the one acted on; what no record names any more is let go."""
+        self._stored[stored.record.name] = stored
         live = {h for s in self._stored.values() for h in s.pods}
         for h in [h for h in self._decoded if h not in live]:
             del self._decoded[h]
-        return True
+        named = live | {h for s in self._stored.values()
+                        for h in (s.record.active, s.record.target, s.record.last_good, s.record.surge_from) if h}
+        for h in [h for h in self._pulled if h not in named]:
+            self._pulled.discard(h)
+        for h in [h for h in self._pull_error if h not in named]:
+            del self._pull_error[h]
+
+    def _write_then_act(self, new: StoredRollout, old: StoredRollout, d: Decision, pod: "Pod") -> None:
+        """Write `new` in a worker thread, then (back on the loop) take it and carry out `d`; a round that runs
+        meanwhile keeps acting on `old`. A record not written changes nothing: the next round decides again."""
+        name = new.record.name
+        stamped = self._stamped(new)
+
+        async def write() -> None:
+            try:
+                written = await asyncio.to_thread(self._write, stamped, True)
+            finally:
+                self._writing.pop(name, None)
+            if written and self._stored.get(name) is old:
+                self._taken(stamped)
+                crash_point("rollout.step")
+                if d.record.phase != old.record.phase and d.record.phase in _CRASH_POINTS:
+                    crash_point(_CRASH_POINTS[d.record.phase])
+                if d.record.phase != old.record.phase:
+                    log.info("Rollout step", pod=name, phase=d.record.phase, target=short(d.record.target),
+                             active=short(d.record.active), reason=d.record.reason)
+                self._poke.update(h for h in (old.record.active, d.record.active) if h)
+                self._act(d, pod)
+            self.on_change()
+
+        self._writing[name] = asyncio.get_running_loop().create_task(write(), name=f"rollout-write-{name}")
+
+    def _act(self, d: Decision, pod: "Pod") -> None:
+        """A decision's events and pull, once its record is what the manager holds."""
+        for e in d.events:
+            (self._events.warning if e.type == "Warning" else self._events.normal)(pod_ref(pod), e.reason, e.message)
+        if d.pull:
+            self._start_pull(full_name(pod), pod)
+
+    def writing(self) -> bool:
+        """Whether a record is being written (its step not yet taken)."""
+        return bool(self._writing)
+
+    async def settle(self) -> None:
+        """Wait for the record writes under way (tests, and the agent's stop)."""
+        while self._writing:
+            await asyncio.gather(*list(self._writing.values()), return_exceptions=True)
 
     def _forget(self, name: str) -> None:
         try:
@@ -290,15 +346,21 @@ class RolloutManager:
 
     # Pulls.
     def _start_pull(self, name: str, pod: "Pod") -> None:
-        if self._images is None or name in self._pulls and not self._pulls[name].done():
-            return
         uid = pod_uid(pod)
+        under_way = self._pulls.get(name)
+        if under_way is not None and not under_way.done():
+            if self._pulling.get(name) == uid or self._images is None:
+                return
+            under_way.cancel()  # a pull for a version since replaced: its images are no longer wanted
+        if self._images is None:
+            return
         if self._backoff is not None:
             now = self._clock.monotonic()
             spec = pod.spec
             names = [c.name for c in [*(spec.init_containers or []), *spec.containers]] if spec is not None else []
             if any(self._backoff.remaining((uid, "image:" + n), now) > 0 for n in names):
                 return  # the pull failed lately: the back-off paces the retries
+        self._pulling[name] = uid
         self._pulls[name] = asyncio.get_running_loop().create_task(self._pull(pod), name=f"rollout-pull-{name}")
 
     async def _pull(self, pod: "Pod") -> None:
@@ -328,6 +390,7 @@ class RolloutManager:
             self.on_change()
 
     async def close(self) -> None:
+        await self.settle()
         tasks = [t for t in self._pulls.values() if not t.done()]
         for t in tasks:
             t.cancel()

@@ -80,6 +80,12 @@ class World:
         """One round; the runtime then runs exactly what the manager wants (the workers' job)."""
         async def go():
             out, _ = self.manager.effective({pod.metadata.uid: pod}, True)
+            if self.manager.writing():
+                # The step's record is written off the loop and acted on once written: the round its write
+                # asks for (on_change) runs what it says.
+                await self.manager.settle()
+                out, _ = self.manager.effective({pod.metadata.uid: pod}, True)
+                await self.manager.settle()
             await asyncio.sleep(0)  # let a pull started in this round finish
             await asyncio.sleep(0)
             return out
@@ -315,8 +321,9 @@ def test_a_record_that_cannot_be_written_changes_nothing(tmp_path):
     out, _ = asyncio.run(_both(w.manager, v2, other))
     assert set(out) == {v1.metadata.uid, other.metadata.uid}  # a brand-new pod runs as today, recorded later
     full["on"] = False
-    w.round(v2)
-    assert w.manager.record("default/app-node").phase == "pulling"
+    w.round(v2)  # written now: the step is taken (and the round its write asks for may take the next)
+    rec = w.manager.record("default/app-node")
+    assert rec.target == v2.metadata.uid and rec.phase in ("pulling", "replacing")
 
 
 async def _both(manager, a, b):
@@ -394,3 +401,37 @@ def test_gate_time_goes_on_across_an_agent_restart_and_a_reboot(tmp_path):
     assert after.gate_now() >= before
     rec = after.record("default/app-node")
     assert rec.phase == "gating" and rec.ready_since is None and after.gate_now() - rec.since < POLICY.window
+
+
+def test_a_steps_record_is_written_off_the_loop_and_acted_on_only_once_written(tmp_path):
+    """The fsyncs of a step's record never stall the loop (PLEG, probes, the API run meanwhile), and nothing
+    acts on the record before it is on disk."""
+    import threading
+
+    w = World(tmp_path)
+    v1 = good_v1(w)
+    release = threading.Event()
+    save = w.manager._store.save
+
+    def slow(stored, *, durable=True):
+        assert release.wait(30)
+        save(stored, durable=durable)
+
+    w.manager._store.save = slow
+    v2 = make_pod("b")
+
+    async def go():
+        out, _ = w.manager.effective({v2.metadata.uid: v2}, True)
+        assert w.manager.writing() and w.manager.record("default/app-node").phase == "good"
+        ticks = 0
+        for _ in range(20):  # the loop runs other work while the write waits
+            await asyncio.sleep(0)
+            ticks += 1
+        assert ticks == 20 and w.manager.writing()
+        again, _ = w.manager.effective({v2.metadata.uid: v2}, True)  # a round meanwhile: the old record
+        assert set(again) == {v1.metadata.uid} == set(out)
+        release.set()
+        await w.manager.settle()
+        assert w.manager.record("default/app-node").phase == "pulling"
+
+    asyncio.run(go())
