@@ -1,0 +1,201 @@
+"""Bringing the WireGuard interface up with wireguard-go and keeping it configured: the tunnel's only side effects.
+
+The interface outlives the agent: wireguard-go runs as its own daemon with
+its UAPI socket under /var/run/wireguard, so an agent that restarts finds the
+socket answering and adopts the interface (its configuration is applied
+again, which changes nothing when nothing changed). `keep_up` checks the
+device every period: a socket that stopped answering (wireguard-go died)
+brings the interface up again with back-off; a peer whose last handshake is
+older than `STALE_AFTER` has its endpoint's DNS name resolved again, so a
+hub that moved is found without a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import os
+import socket
+from dataclasses import dataclass
+from typing import Awaitable, Callable, Sequence
+
+from edgelet.tunnel import uapi
+from edgelet.tunnel.config import Endpoint, TunnelConfig
+from edgelet.tunnel.errors import DeviceError
+from edgelet.util import proc
+from edgelet.util.backoff import Backoff
+from edgelet.util.clock import Clock
+
+log = logging.getLogger(__name__)
+
+DEFAULT_INTERFACE = "edgelet-wg"
+# WireGuard rekeys every 2 minutes while traffic flows and a keepalive makes traffic: a handshake older than
+# REJECT_AFTER_TIME (180 s) means the peer is not answering at the address we have.
+STALE_AFTER = 180.0
+CHECK_PERIOD = 10.0
+
+Resolver = Callable[[Endpoint], Awaitable[str | None]]
+Runner = Callable[[Sequence[str]], Awaitable[None]]
+
+
+def ip_commands(interface: str, config: TunnelConfig) -> list[list[str]]:
+    """The `ip` commands that give the interface its addresses and routes the peers' AllowedIPs (pure).
+
+    `replace` makes each one idempotent, so an adopted interface is set up again with the same commands.
+    Only AllowedIPs are routed into the tunnel: the device's other traffic keeps its own routes.
+    """
+    cmds = [["ip", "address", "replace", str(a), "dev", interface] for a in config.addresses]
+    link = ["ip", "link", "set", "dev", interface]
+    if config.mtu is not None:
+        link += ["mtu", str(config.mtu)]
+    cmds.append(link + ["up"])
+    on_link = {a.network for a in config.addresses}
+    for peer in config.peers:
+        for net in peer.allowed_ips:
+            if net.prefixlen == 0:
+                continue  # a default route through the hub would take the device's own traffic with it
+            if net not in on_link:
+                cmds.append(["ip", "route", "replace", str(net), "dev", interface])
+    return cmds
+
+
+def format_endpoint(address: str, port: int) -> str:
+    return f"[{address}]:{port}" if ipaddress.ip_address(address).version == 6 else f"{address}:{port}"
+
+
+async def resolve(endpoint: Endpoint) -> str | None:
+    """The endpoint as ip:port, resolving a DNS name now; None when the name does not resolve (yet)."""
+    if not endpoint.is_name:
+        return str(endpoint)
+    try:
+        infos = await asyncio.get_running_loop().getaddrinfo(endpoint.host, endpoint.port, type=socket.SOCK_DGRAM)
+    except OSError as exc:
+        log.warning("tunnel endpoint does not resolve", extra={"endpoint": str(endpoint), "error": str(exc)})
+        return None
+    infos.sort(key=lambda info: info[0] != socket.AF_INET)  # IPv4 first: the usual NAT'd uplink has it
+    return format_endpoint(str(infos[0][4][0]), endpoint.port) if infos else None
+
+
+async def run(argv: Sequence[str]) -> None:
+    """Run one command to its end; DeviceError with its stderr when it fails."""
+    try:
+        child = await proc.spawn(argv)
+        _, err = await asyncio.wait_for(child.communicate(), 30.0)
+    except (OSError, asyncio.TimeoutError) as exc:
+        raise DeviceError("-", f"{' '.join(argv)}: {exc or 'timed out'}") from exc
+    if child.returncode != 0:
+        raise DeviceError("-", f"{' '.join(argv)} failed ({child.returncode}): {err.decode(errors='replace')[-300:]}")
+
+
+@dataclass
+class Status:
+    up: bool
+    last_handshake: float | None  # unix seconds of the newest handshake with any peer; None: never
+    error: str | None = None
+
+
+class Tunnel:
+    """One WireGuard interface configured from a loaded TunnelConfig (with its private key)."""
+
+    def __init__(self, config: TunnelConfig, clock: Clock, *, interface: str = DEFAULT_INTERFACE,
+                 socket_dir: str = uapi.SOCKET_DIR, wireguard_go: str = "wireguard-go",
+                 resolver: Resolver = resolve, runner: Runner = run) -> None:
+        if len(interface) > 15:
+            raise DeviceError(interface, "an interface name is at most 15 characters")
+        self.config = config
+        self.clock = clock
+        self.interface = interface
+        self.socket = uapi.socket_path(interface, socket_dir)
+        self.wireguard_go = wireguard_go
+        self.resolver = resolver
+        self.runner = runner
+        self.endpoints: dict[bytes, str] = {}
+        self.status = Status(up=False, last_handshake=None)
+        self._backoff = Backoff(initial=1.0, cap=60.0, reset_after=300.0)
+
+    async def _ask(self, request: str) -> str:
+        return await uapi.transact(self.socket, request, interface=self.interface)
+
+    async def answering(self) -> bool:
+        try:
+            await self._ask("get=1\n\n")
+        except DeviceError:
+            return False
+        return True
+
+    async def up(self) -> bool:
+        """Create the interface unless one answers already (adopted); configure it. Returns whether adopted."""
+        adopted = await self.answering()
+        if not adopted:
+            if os.path.exists(self.socket):
+                os.unlink(self.socket)  # a dead wireguard-go's: the new one cannot bind over it
+            if await self._link_exists():  # a TUN device left without its daemon: start from nothing
+                await self.runner(["ip", "link", "delete", "dev", self.interface])
+            # wireguard-go daemonizes once the TUN device and the socket exist: its exit means ready (or failed).
+            await self.runner([self.wireguard_go, self.interface])
+        await self.configure()
+        for argv in ip_commands(self.interface, self.config):
+            await self.runner(argv)
+        self.status = Status(up=True, last_handshake=self.status.last_handshake)
+        log.info("tunnel up", extra={"interface": self.interface, "adopted": adopted})
+        return adopted
+
+    async def _link_exists(self) -> bool:
+        return os.path.exists(f"/sys/class/net/{self.interface}")
+
+    async def configure(self) -> None:
+        for peer in self.config.peers:
+            resolved = await self.resolver(peer.endpoint)
+            if resolved is not None:
+                self.endpoints[peer.public_key] = resolved
+        await self._ask(uapi.set_request(self.config, self.endpoints))
+
+    async def state(self) -> uapi.DeviceState:
+        return uapi.parse_get(await self._ask("get=1\n\n"))
+
+    async def check(self) -> None:
+        """One round of keeping up: re-create a dead device, re-resolve a silent peer's name."""
+        try:
+            device = await self.state()
+        except DeviceError as exc:
+            self.status = Status(up=False, last_handshake=self.status.last_handshake, error=str(exc))
+            log.warning("tunnel device not answering, bringing it up again", extra={"error": str(exc)})
+            await self.up()
+            return
+        newest = max((p.last_handshake for p in device.peers if p.last_handshake), default=None)
+        self.status = Status(up=True, last_handshake=newest)
+        now = self.clock.now()
+        seen = {p.public_key: p.last_handshake for p in device.peers}
+        for peer in self.config.peers:
+            last = seen.get(peer.public_key)
+            stale = last is None or now - last > STALE_AFTER
+            if stale and peer.endpoint.is_name:
+                resolved = await self.resolver(peer.endpoint)
+                if resolved is not None and resolved != self.endpoints.get(peer.public_key):
+                    log.info("tunnel endpoint moved", extra={"endpoint": str(peer.endpoint), "address": resolved})
+                    self.endpoints[peer.public_key] = resolved
+                    await self._ask(uapi.endpoint_request(peer.public_key, resolved))
+
+    async def keep_up(self, stop: asyncio.Event, period: float = CHECK_PERIOD) -> None:
+        """Check every `period` until `stop`; failures back off (1 s doubling to 60 s) and never end the loop."""
+        while not stop.is_set():
+            delay = period
+            try:
+                await self.check()
+                self._backoff.reset("device")
+            except DeviceError as exc:
+                delay = max(period, self._backoff.next("device", self.clock.monotonic()))
+                self.status = Status(up=False, last_handshake=self.status.last_handshake, error=str(exc))
+                log.warning("tunnel not up", extra={"error": str(exc), "retry_in": delay})
+            try:
+                await asyncio.wait_for(stop.wait(), delay)
+            except asyncio.TimeoutError:
+                pass
+
+    async def down(self) -> None:
+        """Remove the interface (wireguard-go exits when its TUN device goes) and its socket."""
+        if await self._link_exists():
+            await self.runner(["ip", "link", "delete", "dev", self.interface])
+        if os.path.exists(self.socket):
+            os.unlink(self.socket)
