@@ -247,7 +247,10 @@ def key_name(raw: str) -> str:
     return raw.split("=", 1)[0].strip()
 
 
-def peer_block(public_key: bytes, config: TunnelConfig) -> str:
-    """The hub's [Peer] section for this device: its public key and its tunnel addresses as AllowedIPs (hosts)."""
+def peer_block(public_key: bytes, config: TunnelConfig, node: str) -> str:
+    """The hub's [Peer] section for node `node`: its public key and its tunnel addresses as AllowedIPs (hosts).
+
+    No Endpoint: the device is behind NAT and dials the hub, which learns its address from the handshake.
+    """
     hosts = ", ".join(str(ipaddress.ip_network(a.ip)) for a in config.addresses)
-    return f"[Peer]\n# {config.path}\nPublicKey = {encode_key(public_key)}\nAllowedIPs = {hosts}\n"
+    return f"[Peer]\n# node {node}\nPublicKey = {encode_key(public_key)}\nAllowedIPs = {hosts}\n"

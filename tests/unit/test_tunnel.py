@@ -153,8 +153,8 @@ def test_a_kept_key_others_may_read_is_refused(tmp_path):
 
 def test_peer_block_is_what_the_hub_adds():
     cfg = parse_config(GOOD, "/etc/edgelet/wireguard.conf")
-    assert peer_block(bytes(range(32)), cfg) == (
-        f"[Peer]\n# /etc/edgelet/wireguard.conf\nPublicKey = {HUB}\nAllowedIPs = 10.99.0.7/32\n")
+    assert peer_block(bytes(range(32)), cfg, "pi-7") == (
+        f"[Peer]\n# node pi-7\nPublicKey = {HUB}\nAllowedIPs = 10.99.0.7/32\n")
 
 
 def test_set_request():
@@ -224,3 +224,59 @@ def test_interface_names_fit_the_kernel():
     with pytest.raises(DeviceError, match="at most 15"):
         Tunnel(cfg, FakeClock(), interface="a-much-too-long-name")
     assert os.path.basename(uapi.socket_path("wg0")) == "wg0.sock"
+
+
+# --- the command line: `edgelet check --wireguard-config` and `edgelet tunnel peer-line` ------------------------
+
+
+def cli(*argv):
+    import io
+
+    from edgelet.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), out=out, err=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_check_reads_the_config_as_the_agent_does(tmp_path):
+    from edgelet.cli.check import tunnel_status
+
+    conf = write(tmp_path / "wg.conf", GOOD)
+    verdict, detail = tunnel_status(conf, tmp_path / "root")
+    assert verdict == "OK" and "no PrivateKey; the agent generates one at first start" in detail
+    assert not (tmp_path / "root").exists()  # checking writes nothing
+    loaded = keys.load(conf, tmp_path / "root")
+    assert tunnel_status(conf, tmp_path / "root") == (
+        "OK", f"{conf}: address 10.99.0.7/24, hub hub.example.net:51820, public key {encode_key(loaded.public_key)}")
+    write(conf, GOOD.replace("hub.example.net:51820", "hub.example.net:0"))
+    assert tunnel_status(conf, tmp_path / "root") == (
+        "FAIL", f"WireGuard config {conf}:8: Endpoint: port '0' is not 1-65535")
+
+
+def test_check_command_names_the_bad_line(tmp_path):
+    conf = write(tmp_path / "wg.conf", GOOD.replace("Address = 10.99.0.7/24", "Address = ten"))
+    code, out, _ = cli("check", "--root-dir", str(tmp_path / "root"), "--wireguard-config", str(conf))
+    assert code == 1
+    [line] = [line for line in out.splitlines() if line.startswith("FAIL  tunnel: ")]
+    assert f"WireGuard config {conf}:3: " in line and "'ten'" in line
+
+
+def test_peer_line_prints_the_hubs_peer_block_with_the_key_the_agent_will_use(tmp_path):
+    conf = write(tmp_path / "wg.conf", GOOD)
+    root = tmp_path / "root"
+    code, out, err = cli("tunnel", "--wireguard-config", str(conf), "--root-dir", str(root),
+                         "--hostname-override", "pi-7", "peer-line")
+    assert (code, err) == (0, "")
+    loaded = keys.load(conf, root, create=False)
+    assert loaded is not None
+    assert out == f"[Peer]\n# node pi-7\nPublicKey = {encode_key(loaded.public_key)}\nAllowedIPs = 10.99.0.7/32\n"
+
+
+def test_peer_line_refuses_what_the_agent_refuses(tmp_path):
+    conf = write(tmp_path / "wg.conf", GOOD, 0o644)
+    code, out, err = cli("tunnel", "--wireguard-config", str(conf), "--root-dir", str(tmp_path), "peer-line")
+    assert (code, out) == (1, "")
+    assert "mode 0644 lets other users read it" in err
+    code, _, err = cli("tunnel", "--root-dir", str(tmp_path), "peer-line")
+    assert code == 1 and "no tunnel configured" in err
