@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-import logging
 import os
 import socket
 from dataclasses import dataclass
@@ -26,8 +25,9 @@ from edgelet.tunnel.errors import DeviceError
 from edgelet.util import proc
 from edgelet.util.backoff import Backoff
 from edgelet.util.clock import Clock
+from edgelet.util.log import get_logger
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 DEFAULT_INTERFACE = "edgelet-wg"
 # WireGuard rekeys every 2 minutes while traffic flows and a keepalive makes traffic: a handshake older than
@@ -71,7 +71,7 @@ async def resolve(endpoint: Endpoint) -> str | None:
     try:
         infos = await asyncio.get_running_loop().getaddrinfo(endpoint.host, endpoint.port, type=socket.SOCK_DGRAM)
     except OSError as exc:
-        log.warning("tunnel endpoint does not resolve", extra={"endpoint": str(endpoint), "error": str(exc)})
+        log.warning("Tunnel endpoint does not resolve", endpoint=str(endpoint), err=str(exc))
         return None
     infos.sort(key=lambda info: info[0] != socket.AF_INET)  # IPv4 first: the usual NAT'd uplink has it
     return format_endpoint(str(infos[0][4][0]), endpoint.port) if infos else None
@@ -138,7 +138,7 @@ class Tunnel:
         for argv in ip_commands(self.interface, self.config):
             await self.runner(argv)
         self.status = Status(up=True, last_handshake=self.status.last_handshake)
-        log.info("tunnel up", extra={"interface": self.interface, "adopted": adopted})
+        log.info("Tunnel up", interface=self.interface, adopted=adopted)
         return adopted
 
     async def _link_exists(self) -> bool:
@@ -160,7 +160,7 @@ class Tunnel:
             device = await self.state()
         except DeviceError as exc:
             self.status = Status(up=False, last_handshake=self.status.last_handshake, error=str(exc))
-            log.warning("tunnel device not answering, bringing it up again", extra={"error": str(exc)})
+            log.info("Tunnel device not answering: bringing it up", interface=self.interface, err=str(exc))
             await self.up()
             return
         newest = max((p.last_handshake for p in device.peers if p.last_handshake), default=None)
@@ -173,25 +173,28 @@ class Tunnel:
             if stale and peer.endpoint.is_name:
                 resolved = await self.resolver(peer.endpoint)
                 if resolved is not None and resolved != self.endpoints.get(peer.public_key):
-                    log.info("tunnel endpoint moved", extra={"endpoint": str(peer.endpoint), "address": resolved})
+                    log.info("Tunnel endpoint moved", endpoint=str(peer.endpoint), address=resolved)
                     self.endpoints[peer.public_key] = resolved
                     await self._ask(uapi.endpoint_request(peer.public_key, resolved))
 
-    async def keep_up(self, stop: asyncio.Event, period: float = CHECK_PERIOD) -> None:
-        """Check every `period` until `stop`; failures back off (1 s doubling to 60 s) and never end the loop."""
+    async def keep_up(self, stop: asyncio.Event | None = None, period: float = CHECK_PERIOD) -> None:
+        """Bring the interface up (or adopt it) now, then check it every `period` until `stop` (or cancelled).
+
+        A failure (no wireguard-go, `ip` refused) backs off from 1 s doubling to 60 s: the agent and its pods
+        run on without the tunnel meanwhile, and `status` says why it is down. Cancelling leaves the interface
+        up: the pods' traffic through it survives the agent, which adopts it at its next start.
+        """
+        stop = stop if stop is not None else asyncio.Event()
         while not stop.is_set():
             delay = period
             try:
                 await self.check()
                 self._backoff.reset("device")
             except DeviceError as exc:
-                delay = max(period, self._backoff.next("device", self.clock.monotonic()))
+                delay = self._backoff.next("device", self.clock.monotonic())
                 self.status = Status(up=False, last_handshake=self.status.last_handshake, error=str(exc))
-                log.warning("tunnel not up", extra={"error": str(exc), "retry_in": delay})
-            try:
-                await asyncio.wait_for(stop.wait(), delay)
-            except asyncio.TimeoutError:
-                pass
+                log.warning("Tunnel not up", interface=self.interface, err=str(exc), retry_in=delay)
+            await self.clock.sleep(delay)
 
     async def down(self) -> None:
         """Remove the interface (wireguard-go exits when its TUN device goes) and its socket."""

@@ -280,3 +280,22 @@ def test_peer_line_refuses_what_the_agent_refuses(tmp_path):
     assert "mode 0644 lets other users read it" in err
     code, _, err = cli("tunnel", "--root-dir", str(tmp_path), "peer-line")
     assert code == 1 and "no tunnel configured" in err
+
+
+def test_keep_up_backs_off_while_the_interface_cannot_come_up_and_never_raises(tmp_path):
+    """No wireguard-go (or `ip` refusing): the agent runs on, the tries space out 1, 2, 4... s, status says why."""
+    cfg = parse_config(GOOD.replace("[Interface]", f"[Interface]\nPrivateKey = {KEY}"), "f")
+    clock = FakeClock()
+    stop = asyncio.Event()
+    tries: list[float] = []
+
+    async def runner(argv):
+        tries.append(clock.monotonic())
+        if len(tries) == 5:
+            stop.set()
+        raise DeviceError("wgtest", f"{argv[0]}: No such file or directory")
+
+    tunnel = Tunnel(cfg, clock, interface="wgtest", socket_dir=str(tmp_path), runner=runner)
+    asyncio.run(tunnel.keep_up(stop))
+    assert [b - a for a, b in zip(tries, tries[1:])] == [1.0, 2.0, 4.0, 8.0]
+    assert not tunnel.status.up and "No such file or directory" in (tunnel.status.error or "")
