@@ -403,9 +403,11 @@ def tunnel_status(path: Path, root_dir: Path) -> tuple[str, str]:
     """Read the tunnel's config as the agent does at start (permissions, every line) and name the device's key."""
     from edgelet.tunnel import keys
     from edgelet.tunnel.config import encode_key
+    from edgelet.tunnel.device import interface_name
     from edgelet.tunnel.errors import TunnelError
 
     try:
+        interface = interface_name(str(path))
         loaded = keys.load(path, root_dir, create=False)
     except TunnelError as exc:
         return "FAIL", str(exc)
@@ -414,7 +416,8 @@ def tunnel_status(path: Path, root_dir: Path) -> tuple[str, str]:
                       "(`edgelet tunnel peer-line` does it now and prints the hub's [Peer] block)")
     hubs = ", ".join(str(p.endpoint) for p in loaded.config.peers)
     address = ", ".join(str(a) for a in loaded.config.addresses)
-    return "OK", f"{path}: address {address}, hub {hubs}, public key {encode_key(loaded.public_key)}"
+    return "OK", (f"{path}: interface {interface}, address {address}, hub {hubs}, "
+                  f"public key {encode_key(loaded.public_key)}")
 
 
 def rejected_card_secrets(etc_dir: Path) -> tuple[tuple[str, str], ...]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import os
+import re
 import socket
 from dataclasses import dataclass
 from typing import Awaitable, Callable, Sequence
@@ -29,7 +30,7 @@ from edgelet.util.log import get_logger
 
 log = get_logger(__name__)
 
-DEFAULT_INTERFACE = "edgelet-wg"
+_INTERFACE_NAME = re.compile(r"^[a-zA-Z0-9_=+.-]{1,15}$")  # wg-quick's rule
 # WireGuard rekeys every 2 minutes while traffic flows and a keepalive makes traffic: a handshake older than
 # REJECT_AFTER_TIME (180 s) means the peer is not answering at the address we have.
 STALE_AFTER = 180.0
@@ -37,6 +38,16 @@ CHECK_PERIOD = 10.0
 
 Resolver = Callable[[Endpoint], Awaitable[str | None]]
 Runner = Callable[[Sequence[str]], Awaitable[None]]
+
+
+def interface_name(config_path: str) -> str:
+    """The interface a config file makes, as wg-quick names it: the file's name without `.conf` (wg0.conf: wg0)."""
+    name = os.path.basename(config_path)
+    name = name[:-5] if name.endswith(".conf") else name
+    if not _INTERFACE_NAME.match(name):
+        raise DeviceError(name, f"the interface is named after the file {config_path} (as wg-quick does): "
+                          "it must be 1-15 letters, digits or _=+.- before .conf")
+    return name
 
 
 def ip_commands(interface: str, config: TunnelConfig) -> list[list[str]]:
@@ -96,13 +107,14 @@ class Status:
 
 
 class Tunnel:
-    """One WireGuard interface configured from a loaded TunnelConfig (with its private key)."""
+    """One WireGuard interface configured from a loaded TunnelConfig (with its private key), named after its file."""
 
-    def __init__(self, config: TunnelConfig, clock: Clock, *, interface: str = DEFAULT_INTERFACE,
+    def __init__(self, config: TunnelConfig, clock: Clock, *, interface: str | None = None,
                  socket_dir: str = uapi.SOCKET_DIR, wireguard_go: str = "wireguard-go",
                  resolver: Resolver = resolve, runner: Runner = run) -> None:
-        if len(interface) > 15:
-            raise DeviceError(interface, "an interface name is at most 15 characters")
+        interface = interface if interface is not None else interface_name(config.path)
+        if not _INTERFACE_NAME.match(interface):
+            raise DeviceError(interface, "an interface name is 1-15 letters, digits or _=+.-")
         self.config = config
         self.clock = clock
         self.interface = interface
@@ -142,7 +154,11 @@ class Tunnel:
         return adopted
 
     async def _link_exists(self) -> bool:
-        return os.path.exists(f"/sys/class/net/{self.interface}")
+        try:
+            socket.if_nametoindex(self.interface)  # this process's network namespace, whatever /sys shows
+        except OSError:
+            return False
+        return True
 
     async def configure(self) -> None:
         for peer in self.config.peers:

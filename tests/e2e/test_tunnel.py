@@ -40,7 +40,7 @@ from edgelet.tunnel.device import Tunnel
 from edgelet.util.clock import REAL_CLOCK
 
 loaded = keys.load(Path(sys.argv[1]), Path(sys.argv[2]))
-tunnel = Tunnel(loaded.config, REAL_CLOCK, interface=sys.argv[3])
+tunnel = Tunnel(loaded.config, REAL_CLOCK)  # named after the file, as wg-quick does
 adopted = asyncio.run(tunnel.up())
 print(json.dumps({"adopted": adopted}))
 """
@@ -94,7 +94,7 @@ def lab(tmp_path):
         sh("wg", "set", net["hub_if"], "private-key", str(hub_key), "listen-port", "51820", netns=hub)
         sh("ip", "address", "add", f"{net['tun']}.1/24", "dev", net["hub_if"], netns=hub)
         sh("ip", "link", "set", net["hub_if"], "up", netns=hub)
-        conf = tmp_path / "wireguard.conf"
+        conf = tmp_path / f"{net['site_if']}.conf"
         conf.write_text(f"""[Interface]
 Address = {net['tun']}.2/24
 
@@ -127,7 +127,7 @@ PersistentKeepalive = 1
 
 
 def device_up(lab) -> dict:
-    out = sh(sys.executable, "-c", DEVICE, str(lab["conf"]), str(lab["root"]), lab["site_if"], netns=lab["site_ns"])
+    out = sh(sys.executable, "-c", DEVICE, str(lab["conf"]), str(lab["root"]), netns=lab["site_ns"])
     return json.loads(out.strip().splitlines()[-1])
 
 

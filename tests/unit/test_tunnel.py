@@ -14,7 +14,7 @@ import pytest
 from edgelet.trust import crypto
 from edgelet.tunnel import keys, uapi
 from edgelet.tunnel.config import DEFAULT_KEEPALIVE, Endpoint, encode_key, parse_config, parse_endpoint, peer_block
-from edgelet.tunnel.device import Tunnel, ip_commands
+from edgelet.tunnel.device import Tunnel, interface_name, ip_commands
 from edgelet.tunnel.errors import DeviceError, TunnelConfigError
 from edgelet.util.clock import FakeClock
 
@@ -221,8 +221,12 @@ def test_a_silent_peer_s_name_is_resolved_again(tmp_path):
 
 def test_interface_names_fit_the_kernel():
     cfg = parse_config(GOOD, "f")
-    with pytest.raises(DeviceError, match="at most 15"):
+    with pytest.raises(DeviceError, match="1-15 letters"):
         Tunnel(cfg, FakeClock(), interface="a-much-too-long-name")
+    assert Tunnel(parse_config(GOOD, "/etc/edgelet/wg0.conf"), FakeClock()).interface == "wg0"
+    assert interface_name("/etc/edgelet/wireguard.conf") == "wireguard"
+    with pytest.raises(DeviceError, match="named after the file /etc/edgelet/my tunnel.conf"):
+        interface_name("/etc/edgelet/my tunnel.conf")
     assert os.path.basename(uapi.socket_path("wg0")) == "wg0.sock"
 
 
@@ -248,7 +252,7 @@ def test_check_reads_the_config_as_the_agent_does(tmp_path):
     assert not (tmp_path / "root").exists()  # checking writes nothing
     loaded = keys.load(conf, tmp_path / "root")
     assert tunnel_status(conf, tmp_path / "root") == (
-        "OK", f"{conf}: address 10.99.0.7/24, hub hub.example.net:51820, public key {encode_key(loaded.public_key)}")
+        "OK", f"{conf}: interface wg, address 10.99.0.7/24, hub hub.example.net:51820, public key {encode_key(loaded.public_key)}")
     write(conf, GOOD.replace("hub.example.net:51820", "hub.example.net:0"))
     assert tunnel_status(conf, tmp_path / "root") == (
         "FAIL", f"WireGuard config {conf}:8: Endpoint: port '0' is not 1-65535")
