@@ -204,7 +204,9 @@ class Tunnel:
         while not stop.is_set():
             delay = period
             try:
-                await self.check()
+                # The first round (and the one after a failure) applies the whole config, to a device adopted
+                # from the agent before too: the file may have changed while the agent was down.
+                await (self.check() if self.status.up else self.up())
                 self._backoff.reset("device")
             except DeviceError as exc:
                 delay = self._backoff.next("device", self.clock.monotonic())

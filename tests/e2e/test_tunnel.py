@@ -126,6 +126,12 @@ PersistentKeepalive = 1
                 pass
 
 
+def wireguard_gos(lab) -> list[str]:
+    """The wireguard-go daemons in the site namespace (the agent runs there too)."""
+    pids = sh("ip", "netns", "pids", lab["site_ns"]).split()
+    return [p for p in pids if Path(f"/proc/{p}/comm").read_text().strip() == "wireguard-go"]
+
+
 def device_up(lab) -> dict:
     out = sh(sys.executable, "-c", DEVICE, str(lab["conf"]), str(lab["root"]), netns=lab["site_ns"])
     return json.loads(out.strip().splitlines()[-1])
@@ -187,9 +193,9 @@ def test_device_dials_the_hub_and_the_hub_reaches_it(lab):
 def test_a_restarted_agent_adopts_the_interface(lab):
     device_up(lab)
     wait_for(lambda: reaches_hub(lab), "a packet through the tunnel")
-    daemons = sh("ip", "netns", "pids", lab["site_ns"]).split()
+    daemons = wireguard_gos(lab)
     assert device_up(lab) == {"adopted": True}
-    assert sh("ip", "netns", "pids", lab["site_ns"]).split() == daemons  # no second wireguard-go
+    assert wireguard_gos(lab) == daemons  # no second wireguard-go
     assert reaches_hub(lab)
 
 
@@ -203,3 +209,24 @@ def test_the_tunnel_comes_back_after_wireguard_go_dies(lab):
     # The next start (or keep_up's next round) finds no socket answering and brings the interface up again.
     assert device_up(lab) == {"adopted": False}
     wait_for(lambda: reaches_hub(lab), "a packet through the re-created tunnel")
+
+
+def test_the_agent_keeps_the_tunnel_and_a_sigkilled_agent_adopts_it(agent, lab):
+    """The real agent in the site namespace (nsenter: only the network namespace, so its cgroups stay the host's)
+    brings the tunnel up; SIGKILLed, the tunnel stays up without it; started again, it adopts the interface."""
+    assert agent.paths.root_dir == lab["root"]  # the key the hub knows is the one the lab generated there
+    wrapper = ("nsenter", f"--net=/run/netns/{lab['site_ns']}")
+    agent.start("--wireguard-config", str(lab["conf"]), wrapper=wrapper)
+    wait_for(lambda: "Tunnel up" in agent.log(), "the agent to bring the tunnel up", timeout=60)
+    assert f"interface={lab['site_if']} adopted=False" in agent.log()
+    wait_for(lambda: reaches_hub(lab), "a packet through the agent's tunnel")
+    assert tcp_through(lab) == "node api via tunnel"
+    daemons = wireguard_gos(lab)
+    assert len(daemons) == 1
+    agent.stop(signal.SIGKILL)
+    assert reaches_hub(lab)  # the interface and its daemon outlive the agent
+    agent.start("--wireguard-config", str(lab["conf"]), wrapper=wrapper)
+    wait_for(lambda: f"interface={lab['site_if']} adopted=True" in agent.log(), "the restarted agent to adopt it",
+             timeout=60)
+    assert wireguard_gos(lab) == daemons  # adopted, not a second daemon
+    assert reaches_hub(lab)
