@@ -230,3 +230,15 @@ def test_the_agent_keeps_the_tunnel_and_a_sigkilled_agent_adopts_it(agent, lab):
              timeout=60)
     assert wireguard_gos(lab) == daemons  # adopted, not a second daemon
     assert reaches_hub(lab)
+
+
+def test_the_agent_brings_the_tunnel_back_when_wireguard_go_dies(agent, lab):
+    wrapper = ("nsenter", f"--net=/run/netns/{lab['site_ns']}")
+    agent.start("--wireguard-config", str(lab["conf"]), wrapper=wrapper)
+    wait_for(lambda: reaches_hub(lab), "a packet through the agent's tunnel", timeout=60)
+    [daemon] = wireguard_gos(lab)
+    os.kill(int(daemon), signal.SIGKILL)
+    # The agent's next check (every 10 s) finds the socket silent and brings the interface up again.
+    wait_for(lambda: [p for p in wireguard_gos(lab) if p != daemon], "a new wireguard-go", timeout=60)
+    wait_for(lambda: reaches_hub(lab), "a packet through the re-created tunnel")
+    assert "Tunnel device not answering: bringing it up" in agent.log()
