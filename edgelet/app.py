@@ -431,7 +431,7 @@ class Agent:
         images = tuple((tuple(r.references) + (r.id,), r.size) for r in self.images.list())
         pressure = self.eviction.conditions if self.eviction is not None else frozenset()
         port = self.node_api.port if self.node_api is not None else None
-        return dataclasses.replace(self._base_facts, images=images, pressure=pressure,
+        return dataclasses.replace(self._base_facts, images=images, pressure=pressure, tunnel=self._tunnel_ready(),
                                    **({"port": port} if port is not None else {}))
 
     def _node_conditions(self) -> list[dict[str, str]]:
@@ -440,7 +440,12 @@ class Agent:
 
         ready, message = self._is_ready()
         pressure = self.eviction.conditions if self.eviction is not None else frozenset()
-        return node_conditions(pressure, ready=ready, ready_message=message)
+        return node_conditions(pressure, ready=ready, ready_message=message, tunnel=self._tunnel_ready())
+
+    def _tunnel_ready(self) -> tuple[bool, str, str] | None:
+        from edgelet.tunnel.device import readiness
+
+        return readiness(self.tunnel.status, self.clock.now()) if self.tunnel is not None else None
 
     def _is_ready(self) -> tuple[bool, str]:
         last = self.loop.last_iteration

@@ -17,6 +17,7 @@ import ipaddress
 import os
 import re
 import socket
+import time
 from dataclasses import dataclass
 from typing import Awaitable, Callable, Sequence
 
@@ -104,6 +105,22 @@ class Status:
     up: bool
     last_handshake: float | None  # unix seconds of the newest handshake with any peer; None: never
     error: str | None = None
+
+
+def readiness(status: Status, now: float) -> tuple[bool, str, str]:
+    """TunnelReady's (status, reason, message) at `now` (pure).
+
+    Ready means a handshake within STALE_AFTER. The message names that bound rather than the age itself, so
+    the Node's status does not change (and is not patched) at every check while the tunnel is fine.
+    """
+    if not status.up:
+        return False, "TunnelDown", f"the WireGuard interface is not up: {status.error or 'starting'}"
+    if status.last_handshake is None:
+        return False, "NoHandshake", "no handshake with the hub yet"
+    if now - status.last_handshake > STALE_AFTER:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(status.last_handshake))
+        return False, "HandshakeStale", f"no handshake with the hub for over {STALE_AFTER:.0f}s (last at {stamp})"
+    return True, "HandshakeRecent", f"a handshake with the hub within the last {STALE_AFTER:.0f}s"
 
 
 class Tunnel:

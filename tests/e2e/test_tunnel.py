@@ -221,6 +221,9 @@ def test_the_agent_keeps_the_tunnel_and_a_sigkilled_agent_adopts_it(agent, lab):
     assert f"interface={lab['site_if']} adopted=False" in agent.log()
     wait_for(lambda: reaches_hub(lab), "a packet through the agent's tunnel")
     assert tcp_through(lab) == "node api via tunnel"
+    # `edgelet node` shows the condition the Node reports; its first check after the handshake makes it True.
+    wait_for(lambda: "TunnelReady" in agent.cli("node") and "HandshakeRecent" in agent.cli("node"),
+             "TunnelReady in `edgelet node`", timeout=60)
     daemons = wireguard_gos(lab)
     assert len(daemons) == 1
     agent.stop(signal.SIGKILL)

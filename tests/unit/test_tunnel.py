@@ -14,7 +14,7 @@ import pytest
 from edgelet.trust import crypto
 from edgelet.tunnel import keys, uapi
 from edgelet.tunnel.config import DEFAULT_KEEPALIVE, Endpoint, encode_key, parse_config, parse_endpoint, peer_block
-from edgelet.tunnel.device import Tunnel, interface_name, ip_commands
+from edgelet.tunnel.device import Status, Tunnel, interface_name, ip_commands, readiness
 from edgelet.tunnel.errors import DeviceError, TunnelConfigError
 from edgelet.util.clock import FakeClock
 
@@ -303,3 +303,33 @@ def test_keep_up_backs_off_while_the_interface_cannot_come_up_and_never_raises(t
     asyncio.run(tunnel.keep_up(stop))
     assert [b - a for a, b in zip(tries, tries[1:])] == [1.0, 2.0, 4.0, 8.0]
     assert not tunnel.status.up and "No such file or directory" in (tunnel.status.error or "")
+
+
+# --- TunnelReady: a pure function of the tunnel's status, a condition of the Node ------------------------------
+
+
+@pytest.mark.parametrize("status, expected", [
+    (Status(up=False, last_handshake=None, error="wireguard-go: not found"),
+     (False, "TunnelDown", "the WireGuard interface is not up: wireguard-go: not found")),
+    (Status(up=True, last_handshake=None), (False, "NoHandshake", "no handshake with the hub yet")),
+    (Status(up=True, last_handshake=1700000000.0 - 60), (True, "HandshakeRecent",
+                                                          "a handshake with the hub within the last 180s")),
+    (Status(up=True, last_handshake=1700000000.0 - 181), (False, "HandshakeStale",
+                                                           "no handshake with the hub for over 180s "
+                                                           "(last at 2023-11-14T22:10:19Z)")),
+])
+def test_readiness(status, expected):
+    assert readiness(status, 1700000000.0) == expected
+
+
+def test_the_node_reports_tunnel_ready_only_with_a_tunnel():
+    from edgelet.mirror.node import NodeFacts, build_node_status, node_conditions
+
+    assert [c["type"] for c in node_conditions(frozenset(), ready=True, ready_message="ok")] == [
+        "MemoryPressure", "DiskPressure", "PIDPressure", "Ready"]
+    facts = NodeFacts(name="pi-7", node_ip="10.99.0.7", tunnel=(False, "NoHandshake", "no handshake with the hub yet"))
+    status = build_node_status(facts, ready=True, ready_message="ok", now=1700000000.0)
+    assert status["conditions"][-1] | {"lastHeartbeatTime": "", "lastTransitionTime": ""} == {
+        "type": "TunnelReady", "status": "False", "reason": "NoHandshake", "message": "no handshake with the hub yet",
+        "lastHeartbeatTime": "", "lastTransitionTime": ""}
+    assert status["addresses"][0] == {"type": "InternalIP", "address": "10.99.0.7"}
