@@ -17,13 +17,13 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from edgelet.tunnel import keys, uapi
 from edgelet.tunnel.config import encode_key
+from tests.e2e.conftest import wait_for
 
 pytestmark = pytest.mark.privileged
 
@@ -53,16 +53,6 @@ def sh(*argv: str, check: bool = True, netns: str | None = None, timeout: float 
     if check and done.returncode != 0:
         raise AssertionError(f"{' '.join(argv)} failed ({done.returncode}): {done.stderr}")
     return done.stdout
-
-
-def wait_for(predicate, what: str, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture
@@ -181,7 +171,7 @@ def tcp_through(lab) -> str:
 
 def test_device_dials_the_hub_and_the_hub_reaches_it(lab):
     assert device_up(lab) == {"adopted": False}
-    wait_for(lambda: reaches_hub(lab), "a packet through the tunnel")
+    wait_for(lambda: reaches_hub(lab), what="a packet through the tunnel", timeout=30)
     assert handshake(lab) is not None
     assert tcp_through(lab) == "node api via tunnel"
     # The key generated at first start is the one the device uses: the hub knows it by it.
@@ -192,7 +182,7 @@ def test_device_dials_the_hub_and_the_hub_reaches_it(lab):
 
 def test_a_restarted_agent_adopts_the_interface(lab):
     device_up(lab)
-    wait_for(lambda: reaches_hub(lab), "a packet through the tunnel")
+    wait_for(lambda: reaches_hub(lab), what="a packet through the tunnel", timeout=30)
     daemons = wireguard_gos(lab)
     assert device_up(lab) == {"adopted": True}
     assert wireguard_gos(lab) == daemons  # no second wireguard-go
@@ -201,14 +191,14 @@ def test_a_restarted_agent_adopts_the_interface(lab):
 
 def test_the_tunnel_comes_back_after_wireguard_go_dies(lab):
     device_up(lab)
-    wait_for(lambda: reaches_hub(lab), "a packet through the tunnel")
+    wait_for(lambda: reaches_hub(lab), what="a packet through the tunnel", timeout=30)
     for pid in sh("ip", "netns", "pids", lab["site_ns"]).split():
         os.kill(int(pid), signal.SIGKILL)
-    wait_for(lambda: not os.path.exists(f"/proc/{pid}"), "wireguard-go to die")
+    wait_for(lambda: not os.path.exists(f"/proc/{pid}"), what="wireguard-go to die")
     assert not reaches_hub(lab)
     # The next start (or keep_up's next round) finds no socket answering and brings the interface up again.
     assert device_up(lab) == {"adopted": False}
-    wait_for(lambda: reaches_hub(lab), "a packet through the re-created tunnel")
+    wait_for(lambda: reaches_hub(lab), what="a packet through the re-created tunnel", timeout=30)
 
 
 def test_the_agent_keeps_the_tunnel_and_a_sigkilled_agent_adopts_it(agent, lab):
@@ -217,19 +207,19 @@ def test_the_agent_keeps_the_tunnel_and_a_sigkilled_agent_adopts_it(agent, lab):
     assert agent.paths.root_dir == lab["root"]  # the key the hub knows is the one the lab generated there
     wrapper = ("nsenter", f"--net=/run/netns/{lab['site_ns']}")
     agent.start("--wireguard-config", str(lab["conf"]), wrapper=wrapper)
-    wait_for(lambda: "Tunnel up" in agent.log(), "the agent to bring the tunnel up", timeout=60)
+    wait_for(lambda: "Tunnel up" in agent.log(), what="the agent to bring the tunnel up", timeout=60)
     assert f"interface={lab['site_if']} adopted=False" in agent.log()
-    wait_for(lambda: reaches_hub(lab), "a packet through the agent's tunnel")
+    wait_for(lambda: reaches_hub(lab), what="a packet through the agent's tunnel", timeout=30)
     assert tcp_through(lab) == "node api via tunnel"
     # `edgelet node` shows the condition the Node reports; its first check after the handshake makes it True.
     wait_for(lambda: "TunnelReady" in agent.cli("node") and "HandshakeRecent" in agent.cli("node"),
-             "TunnelReady in `edgelet node`", timeout=60)
+             what="TunnelReady in `edgelet node`", timeout=60)
     daemons = wireguard_gos(lab)
     assert len(daemons) == 1
     agent.stop(signal.SIGKILL)
     assert reaches_hub(lab)  # the interface and its daemon outlive the agent
     agent.start("--wireguard-config", str(lab["conf"]), wrapper=wrapper)
-    wait_for(lambda: f"interface={lab['site_if']} adopted=True" in agent.log(), "the restarted agent to adopt it",
+    wait_for(lambda: f"interface={lab['site_if']} adopted=True" in agent.log(), what="the restarted agent to adopt it",
              timeout=60)
     assert wireguard_gos(lab) == daemons  # adopted, not a second daemon
     assert reaches_hub(lab)
@@ -238,10 +228,10 @@ def test_the_agent_keeps_the_tunnel_and_a_sigkilled_agent_adopts_it(agent, lab):
 def test_the_agent_brings_the_tunnel_back_when_wireguard_go_dies(agent, lab):
     wrapper = ("nsenter", f"--net=/run/netns/{lab['site_ns']}")
     agent.start("--wireguard-config", str(lab["conf"]), wrapper=wrapper)
-    wait_for(lambda: reaches_hub(lab), "a packet through the agent's tunnel", timeout=60)
+    wait_for(lambda: reaches_hub(lab), what="a packet through the agent's tunnel", timeout=60)
     [daemon] = wireguard_gos(lab)
     os.kill(int(daemon), signal.SIGKILL)
     # The agent's next check (every 10 s) finds the socket silent and brings the interface up again.
-    wait_for(lambda: [p for p in wireguard_gos(lab) if p != daemon], "a new wireguard-go", timeout=60)
-    wait_for(lambda: reaches_hub(lab), "a packet through the re-created tunnel")
+    wait_for(lambda: [p for p in wireguard_gos(lab) if p != daemon], what="a new wireguard-go", timeout=60)
+    wait_for(lambda: reaches_hub(lab), what="a packet through the re-created tunnel", timeout=30)
     assert "Tunnel device not answering: bringing it up" in agent.log()
