@@ -12,15 +12,14 @@ import asyncio
 import json
 import os
 import random
-import secrets
 import shutil
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from edgelet.testing.wglab import reaches_hub, sh, wireguard_gos, wireguard_lab
 from edgelet.tunnel import keys, uapi
 from edgelet.tunnel.config import encode_key
 from tests.e2e.conftest import wait_for
@@ -46,80 +45,10 @@ print(json.dumps({"adopted": adopted}))
 """
 
 
-def sh(*argv: str, check: bool = True, netns: str | None = None, timeout: float = 30.0) -> str:
-    if netns is not None:
-        argv = ("ip", "netns", "exec", netns, *argv)
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
-    if check and done.returncode != 0:
-        raise AssertionError(f"{' '.join(argv)} failed ({done.returncode}): {done.stderr}")
-    return done.stdout
-
-
 @pytest.fixture
 def lab(tmp_path):
-    tag = secrets.token_hex(3)
-    hub, site = f"wgh-{tag}", f"wgs-{tag}"
-    under, tun = random.sample(range(16, 250), 2)
-    net = {"hub_ns": hub, "site_ns": site, "hub_if": f"wgh{tag}", "site_if": f"wgs{tag}",
-           "hub_under": f"10.{under}.{random.randrange(256)}", "tun": f"10.{tun}.{random.randrange(256)}"}
-    net["hub_ip"], net["site_ip"] = f"{net['hub_under']}.1", f"{net['hub_under']}.2"
-    created: list[str] = []
-    try:
-        for ns in (hub, site):
-            sh("ip", "netns", "add", ns)
-            created.append(ns)
-            sh("ip", "link", "set", "lo", "up", netns=ns)
-        sh("ip", "link", "add", f"vh{tag}", "netns", hub, "type", "veth", "peer", "name", f"vs{tag}", "netns", site)
-        sh("ip", "address", "add", f"{net['hub_ip']}/24", "dev", f"vh{tag}", netns=hub)
-        sh("ip", "link", "set", f"vh{tag}", "up", netns=hub)
-        sh("ip", "address", "add", f"{net['site_ip']}/24", "dev", f"vs{tag}", netns=site)
-        sh("ip", "link", "set", f"vs{tag}", "up", netns=site)
-        # The hub: wireguard-go configured by wg(8).
-        hub_key = tmp_path / "hub.key"
-        hub_key.write_text(sh("wg", "genkey"))
-        hub_key.chmod(0o600)
-        hub_pub = subprocess.run(["wg", "pubkey"], input=hub_key.read_text(), capture_output=True, text=True,
-                                 check=True).stdout.strip()
-        sh("wireguard-go", net["hub_if"], netns=hub)
-        sh("wg", "set", net["hub_if"], "private-key", str(hub_key), "listen-port", "51820", netns=hub)
-        sh("ip", "address", "add", f"{net['tun']}.1/24", "dev", net["hub_if"], netns=hub)
-        sh("ip", "link", "set", net["hub_if"], "up", netns=hub)
-        conf = tmp_path / f"{net['site_if']}.conf"
-        conf.write_text(f"""[Interface]
-Address = {net['tun']}.2/24
-
-[Peer]
-PublicKey = {hub_pub}
-Endpoint = {net['hub_ip']}:51820
-AllowedIPs = {net['tun']}.0/24
-PersistentKeepalive = 1
-""")
-        conf.chmod(0o600)
-        root = tmp_path / "root"
-        loaded = keys.load(conf, root)  # the first start's key, kept under root
-        assert loaded is not None
-        sh("wg", "set", net["hub_if"], "peer", encode_key(loaded.public_key), "allowed-ips", f"{net['tun']}.2/32",
-           netns=hub)
-        yield {**net, "conf": conf, "root": root, "public_key": loaded.public_key}
-    finally:
-        for ns in reversed(created):
-            for pid in sh("ip", "netns", "pids", ns, check=False).split():
-                try:
-                    os.kill(int(pid), signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            sh("ip", "netns", "delete", ns, check=False)
-        for name in (net["hub_if"], net["site_if"]):
-            try:
-                os.unlink(uapi.socket_path(name))
-            except FileNotFoundError:
-                pass
-
-
-def wireguard_gos(lab) -> list[str]:
-    """The wireguard-go daemons in the site namespace (the agent runs there too)."""
-    pids = sh("ip", "netns", "pids", lab["site_ns"]).split()
-    return [p for p in pids if Path(f"/proc/{p}/comm").read_text().strip() == "wireguard-go"]
+    with wireguard_lab(tmp_path) as net:
+        yield net
 
 
 def device_up(lab) -> dict:
@@ -131,23 +60,6 @@ def handshake(lab) -> float | None:
     state = uapi.parse_get(asyncio.run(uapi.transact(uapi.socket_path(lab["site_if"]), "get=1\n\n",
                                                      interface=lab["site_if"])))
     return state.peers[0].last_handshake
-
-
-# A connection refused by the hub's tunnel address proves the packet crossed the tunnel and the answer came back;
-# a timeout proves it did not.
-PROBE = """
-import socket, sys
-try:
-    socket.create_connection((sys.argv[1], 9), 1).close()
-except ConnectionRefusedError:
-    print("reached")
-except OSError as exc:
-    print(exc)
-"""
-
-
-def reaches_hub(lab) -> bool:
-    return sh(sys.executable, "-c", PROBE, f"{lab['tun']}.1", netns=lab["site_ns"]).strip() == "reached"
 
 
 def tcp_through(lab) -> str:
