@@ -163,7 +163,8 @@ class Tunnel:
                 await self.runner(["ip", "link", "delete", "dev", self.interface])
             # wireguard-go daemonizes once the TUN device and the socket exist: its exit means ready (or failed).
             await self.runner([self.wireguard_go, self.interface])
-        await self.configure()
+        present = frozenset(p.public_key for p in (await self.state()).peers) if adopted else None
+        await self.configure(present)
         for argv in ip_commands(self.interface, self.config):
             await self.runner(argv)
         self.status = Status(up=True, last_handshake=self.status.last_handshake)
@@ -177,12 +178,13 @@ class Tunnel:
             return False
         return True
 
-    async def configure(self) -> None:
+    async def configure(self, present: frozenset[bytes] | None = None) -> None:
+        """Apply the whole config; `present`: the peers of an adopted device, updated in place (uapi.set_request)."""
         for peer in self.config.peers:
             resolved = await self.resolver(peer.endpoint)
             if resolved is not None:
                 self.endpoints[peer.public_key] = resolved
-        await self._ask(uapi.set_request(self.config, self.endpoints))
+        await self._ask(uapi.set_request(self.config, self.endpoints, present))
 
     async def state(self) -> uapi.DeviceState:
         return uapi.parse_get(await self._ask("get=1\n\n"))

@@ -22,17 +22,24 @@ def socket_path(interface: str, directory: str = SOCKET_DIR) -> str:
     return os.path.join(directory, f"{interface}.sock")
 
 
-def set_request(config: TunnelConfig, endpoints: dict[bytes, str]) -> str:
-    """The `set=1` request that makes the device exactly `config` (peers replaced, allowed IPs replaced).
+def set_request(config: TunnelConfig, endpoints: dict[bytes, str], present: frozenset[bytes] | None = None) -> str:
+    """The `set=1` request that makes the device exactly `config` (each peer's allowed IPs replaced).
 
     `endpoints` maps a peer's public key to its resolved `ip:port` (`[v6]:port`); a peer missing from it
-    keeps no endpoint until its name resolves.
+    keeps no endpoint until its name resolves. `present` is the peers a running (adopted) device has: those
+    the config keeps are updated in place, so their sessions survive an agent restart, and only the others are
+    removed (wg syncconf's way); None (a new device) replaces every peer.
     """
     assert config.private_key is not None, "load the key first (tunnel.keys.load)"
     lines = ["set=1", f"private_key={config.private_key.hex()}"]
     if config.listen_port is not None:
         lines.append(f"listen_port={config.listen_port}")
-    lines.append("replace_peers=true")
+    if present is None:
+        lines.append("replace_peers=true")
+    else:
+        wanted = {peer.public_key for peer in config.peers}
+        for gone in sorted(present - wanted):
+            lines += [f"public_key={gone.hex()}", "remove=true"]
     for peer in config.peers:
         lines.append(f"public_key={peer.public_key.hex()}")
         if peer.preshared_key is not None:

@@ -95,9 +95,11 @@ def test_device_dials_the_hub_and_the_hub_reaches_it(lab):
 def test_a_restarted_agent_adopts_the_interface(lab):
     device_up(lab)
     wait_for(lambda: reaches_hub(lab), what="a packet through the tunnel", timeout=30)
-    daemons = wireguard_gos(lab)
+    wait_for(lambda: handshake(lab), what="a handshake")
+    before, daemons = handshake(lab), wireguard_gos(lab)
     assert device_up(lab) == {"adopted": True}
     assert wireguard_gos(lab) == daemons  # no second wireguard-go
+    assert handshake(lab) == before  # the session survived: the peer was updated in place, not replaced
     assert reaches_hub(lab)
 
 

@@ -165,6 +165,10 @@ def test_set_request():
         f"public_key={bytes(range(32)).hex()}\nendpoint=192.0.2.9:51820\npersistent_keepalive_interval=25\n"
         "replace_allowed_ips=true\nallowed_ip=10.99.0.0/24\nallowed_ip=192.168.50.0/24\n\n")
     assert "endpoint=" not in uapi.set_request(cfg, {})  # a name that does not resolve yet: no endpoint
+    # An adopted device: the peers the config keeps are updated in place (their sessions survive), others go.
+    adopted = uapi.set_request(cfg, {}, frozenset({bytes(range(32)), b"\x07" * 32}))
+    assert "replace_peers" not in adopted
+    assert f"public_key={'07' * 32}\nremove=true\npublic_key={bytes(range(32)).hex()}\n" in adopted
 
 
 def test_parse_get():
