@@ -28,10 +28,12 @@ class Loaded:
     generated: bool  # the key came from (or was just written to) the root dir, not from the file
 
 
-def readable_by_others(mode: int) -> str | None:
-    """Why a secret of `mode` is exposed (group or world may read or write it), or None (pure)."""
+def readable_by_others(mode: int, owner: int | None = None, me: int | None = None) -> str | None:
+    """Why a secret of `mode` (owned by uid `owner`) is exposed to users other than `me` and root, or None (pure)."""
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
         return f"mode {stat.S_IMODE(mode):04o} lets other users read it (chmod 600)"
+    if owner is not None and owner not in (0, me):
+        return f"it belongs to uid {owner}, who may read and change it (chown root)"
     return None
 
 
@@ -43,7 +45,7 @@ def read_config(path: Path) -> TunnelConfig:
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as exc:
         raise TunnelConfigError(name, f"cannot be read ({exc})") from exc
-    problem = readable_by_others(st.st_mode) or file_writable_by_others(
+    problem = readable_by_others(st.st_mode, st.st_uid, os.geteuid()) or file_writable_by_others(
         name, "anyone on the device could point the tunnel elsewhere")
     if problem:
         raise TunnelConfigError(name, problem)
@@ -63,7 +65,7 @@ def device_key(config: TunnelConfig, root_dir: Path, *, create: bool) -> tuple[b
         return _generate(path), True
     except OSError as exc:
         raise TunnelConfigError(str(path), f"cannot be read ({exc})") from exc
-    problem = readable_by_others(st.st_mode)
+    problem = readable_by_others(st.st_mode, st.st_uid, os.geteuid())
     if problem:
         raise TunnelConfigError(str(path), problem)
     try:

@@ -337,3 +337,13 @@ def test_the_node_reports_tunnel_ready_only_with_a_tunnel():
         "type": "TunnelReady", "status": "False", "reason": "NoHandshake", "message": "no handshake with the hub yet",
         "lastHeartbeatTime": "", "lastTransitionTime": ""}
     assert status["addresses"][0] == {"type": "InternalIP", "address": "10.99.0.7"}
+
+
+def test_a_config_another_user_owns_is_refused(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give the file away")
+    conf = write(tmp_path / "wg.conf", GOOD)
+    os.chown(conf, 1000, 1000)
+    with pytest.raises(TunnelConfigError, match="wg.conf: it belongs to uid 1000, who may read and change it"):
+        keys.load(conf, tmp_path / "root")
+    assert keys.readable_by_others(0o100600, 1000, 1000) is None  # an agent run by that user may use its own
