@@ -128,7 +128,7 @@ class Tunnel:
 
     def __init__(self, config: TunnelConfig, clock: Clock, *, interface: str | None = None,
                  socket_dir: str = uapi.SOCKET_DIR, wireguard_go: str = "wireguard-go",
-                 resolver: Resolver = resolve, runner: Runner = run) -> None:
+                 resolver: Resolver = resolve, runner: Runner = run, stale_after: float = STALE_AFTER) -> None:
         interface = interface if interface is not None else interface_name(config.path)
         if not _INTERFACE_NAME.match(interface):
             raise DeviceError(interface, "an interface name is 1-15 letters, digits or _=+.-")
@@ -139,6 +139,7 @@ class Tunnel:
         self.wireguard_go = wireguard_go
         self.resolver = resolver
         self.runner = runner
+        self.stale_after = stale_after
         self.endpoints: dict[bytes, str] = {}
         self.status = Status(up=False, last_handshake=None)
         self._backoff = Backoff(initial=1.0, cap=60.0, reset_after=300.0)
@@ -204,7 +205,7 @@ class Tunnel:
         seen = {p.public_key: p.last_handshake for p in device.peers}
         for peer in self.config.peers:
             last = seen.get(peer.public_key)
-            stale = last is None or now - last > STALE_AFTER
+            stale = last is None or now - last > self.stale_after
             if stale and peer.endpoint.is_name:
                 resolved = await self.resolver(peer.endpoint)
                 if resolved is not None and resolved != self.endpoints.get(peer.public_key):

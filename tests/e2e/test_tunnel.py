@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -149,3 +150,59 @@ def test_the_agent_brings_the_tunnel_back_when_wireguard_go_dies(agent, lab):
     wait_for(lambda: [p for p in wireguard_gos(lab) if p != daemon], what="a new wireguard-go", timeout=60)
     wait_for(lambda: reaches_hub(lab), what="a packet through the re-created tunnel", timeout=30)
     assert "Tunnel device not answering: bringing it up" in agent.log()
+
+
+# Run in the site namespace: the agent's keep-up loop, quickened (a 0.5 s period, a handshake stale after 2 s)
+# so the test need not wait WireGuard's 180 s.
+KEEPER = """
+import asyncio, sys
+from pathlib import Path
+from edgelet.tunnel import keys
+from edgelet.tunnel.device import Tunnel
+from edgelet.util.clock import REAL_CLOCK
+
+loaded = keys.load(Path(sys.argv[1]), Path(sys.argv[2]))
+asyncio.run(Tunnel(loaded.config, REAL_CLOCK, stale_after=2.0).keep_up(period=0.5))
+"""
+
+
+def test_a_hub_whose_name_moves_to_a_new_address_is_found_again(lab, tmp_path):
+    """The Endpoint is a DNS name (an /etc/hosts entry in the site namespace, which `ip netns exec` mounts from
+    /etc/netns/NAME/): the hub moves to another address, the name follows, and the silent tunnel resolves it
+    again and reconnects."""
+    name = f"hub-{lab['site_if']}.test"
+    etc = Path("/etc/netns") / lab["site_ns"]
+    etc.mkdir(parents=True)
+    keeper = None
+    try:
+        hosts = etc / "hosts"
+        hosts.write_text(f"127.0.0.1 localhost\n{lab['hub_ip']} {name}\n")
+        conf = lab["conf"]
+        conf.write_text(conf.read_text().replace(f"Endpoint = {lab['hub_ip']}:51820", f"Endpoint = {name}:51820"))
+        # The site answers only what it dialed (a stateful firewall, as its NAT would): a hub that moved cannot
+        # reach it from its new address, so WireGuard's own roaming cannot find the hub; only a new lookup can.
+        for rule in (["-m", "conntrack", "--ctstate", "ESTABLISHED", "-j", "ACCEPT"], ["-j", "DROP"]):
+            sh("iptables", "-A", "INPUT", "-p", "udp", *rule, netns=lab["site_ns"])
+        keeper = subprocess.Popen(["ip", "netns", "exec", lab["site_ns"], sys.executable, "-c", KEEPER, str(conf),
+                                   str(lab["root"])], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for(lambda: reaches_hub(lab), what="a packet through the tunnel", timeout=30)
+        veth = f"vh{lab['hub_ns'].split('-')[1]}"
+        moved = f"{lab['hub_under']}.3"
+        # Deleted first: a primary address's removal takes the secondaries of its subnet with it.
+        sh("ip", "address", "del", f"{lab['hub_ip']}/24", "dev", veth, netns=lab["hub_ns"])
+        sh("ip", "address", "add", f"{moved}/24", "dev", veth, netns=lab["hub_ns"])
+        with open(hosts, "w") as f:  # in place: the bind mount holds this inode
+            f.write(f"127.0.0.1 localhost\n{moved} {name}\n")
+
+        def endpoint() -> str | None:
+            state = uapi.parse_get(asyncio.run(uapi.transact(uapi.socket_path(lab["site_if"]), "get=1\n\n",
+                                                             interface=lab["site_if"])))
+            return state.peers[0].endpoint
+
+        wait_for(lambda: endpoint() == f"{moved}:51820", what="the endpoint to follow the name", timeout=30)
+        wait_for(lambda: reaches_hub(lab), what="a packet through the tunnel to the moved hub", timeout=30)
+    finally:
+        if keeper is not None:
+            keeper.kill()
+            keeper.wait()
+        shutil.rmtree(etc, ignore_errors=True)
