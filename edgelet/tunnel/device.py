@@ -95,9 +95,9 @@ async def run(argv: Sequence[str]) -> None:
         child = await proc.spawn(argv)
         _, err = await asyncio.wait_for(child.communicate(), 30.0)
     except (OSError, asyncio.TimeoutError) as exc:
-        raise DeviceError("-", f"{' '.join(argv)}: {exc or 'timed out'}") from exc
+        raise DeviceError("", f"{' '.join(argv)}: {exc or 'timed out'}") from exc
     if child.returncode != 0:
-        raise DeviceError("-", f"{' '.join(argv)} failed ({child.returncode}): {err.decode(errors='replace')[-300:]}")
+        raise DeviceError("", f"{' '.join(argv)} failed ({child.returncode}): {err.decode(errors='replace')[-300:]}")
 
 
 @dataclass

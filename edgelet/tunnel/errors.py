@@ -26,6 +26,7 @@ class TunnelConfigError(TunnelError):
 
 class DeviceError(TunnelError):
     def __init__(self, interface: str, reason: str) -> None:
-        super().__init__(f"WireGuard interface {interface}: {reason}")
+        # "" when a command failed before anyone knew for which interface (device.run).
+        super().__init__(f"WireGuard interface {interface}: {reason}" if interface else f"WireGuard: {reason}")
         self.interface = interface
         self.reason = reason

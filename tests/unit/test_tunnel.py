@@ -347,3 +347,11 @@ def test_a_config_another_user_owns_is_refused(tmp_path):
     with pytest.raises(TunnelConfigError, match="wg.conf: it belongs to uid 1000, who may read and change it"):
         keys.load(conf, tmp_path / "root")
     assert keys.readable_by_others(0o100600, 1000, 1000) is None  # an agent run by that user may use its own
+
+
+def test_a_command_that_cannot_start_is_named():
+    from edgelet.tunnel.device import run
+
+    with pytest.raises(DeviceError) as err:
+        asyncio.run(run(["/nonexistent/wireguard-go", "wg0"]))
+    assert str(err.value).startswith("WireGuard: /nonexistent/wireguard-go wg0: [Errno 2]")
