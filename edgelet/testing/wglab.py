@@ -30,26 +30,52 @@ def sh(*argv: str, check: bool = True, netns: str | None = None, timeout: float 
 
 
 @contextlib.contextmanager
-def wireguard_lab(tmp: Path, keepalive: int = 1) -> Iterator[dict]:
+def wireguard_lab(tmp: Path, keepalive: int = 1, nat: bool = False) -> Iterator[dict]:
     """The lab as a dict: namespaces, interfaces, addresses, the device's config file (named after its
-    interface) and root dir (whose kept key the hub already knows as its peer)."""
+    interface) and root dir (whose kept key the hub already knows as its peer).
+
+    With `nat`, a "router" namespace sits between them and masquerades the site's own /24: the hub has a route
+    to that /24, but the router forwards from the hub only what the site dialed (conntrack), as a home router
+    or a carrier-grade NAT does."""
     tag = secrets.token_hex(3)
     hub, site = f"wgh-{tag}", f"wgs-{tag}"
     under, tun = random.sample(range(16, 250), 2)
     net = {"hub_ns": hub, "site_ns": site, "hub_if": f"wgh{tag}", "site_if": f"wgs{tag}",
            "hub_under": f"10.{under}.{random.randrange(256)}", "tun": f"10.{tun}.{random.randrange(256)}"}
     net["hub_ip"], net["site_ip"] = f"{net['hub_under']}.1", f"{net['hub_under']}.2"
+    router = f"wgr-{tag}"
     created: list[str] = []
     try:
-        for ns in (hub, site):
+        for ns in (hub, site, router) if nat else (hub, site):
             sh("ip", "netns", "add", ns)
             created.append(ns)
             sh("ip", "link", "set", "lo", "up", netns=ns)
-        sh("ip", "link", "add", f"vh{tag}", "netns", hub, "type", "veth", "peer", "name", f"vs{tag}", "netns", site)
-        sh("ip", "address", "add", f"{net['hub_ip']}/24", "dev", f"vh{tag}", netns=hub)
-        sh("ip", "link", "set", f"vh{tag}", "up", netns=hub)
-        sh("ip", "address", "add", f"{net['site_ip']}/24", "dev", f"vs{tag}", netns=site)
-        sh("ip", "link", "set", f"vs{tag}", "up", netns=site)
+        if nat:
+            site_under = f"10.{random.choice([n for n in range(16, 250) if n not in (under, tun)])}.{random.randrange(256)}"
+            net.update(router_ns=router, site_ip=f"{site_under}.2", router_hub_ip=f"{net['hub_under']}.2")
+            sh("ip", "link", "add", f"vh{tag}", "netns", hub, "type", "veth", "peer", "name", f"vrh{tag}",
+               "netns", router)
+            sh("ip", "link", "add", f"vs{tag}", "netns", site, "type", "veth", "peer", "name", f"vrs{tag}",
+               "netns", router)
+            for ns, dev, addr in ((hub, f"vh{tag}", net["hub_ip"]), (router, f"vrh{tag}", net["router_hub_ip"]),
+                                  (router, f"vrs{tag}", f"{site_under}.1"), (site, f"vs{tag}", net["site_ip"])):
+                sh("ip", "address", "add", f"{addr}/24", "dev", dev, netns=ns)
+                sh("ip", "link", "set", dev, "up", netns=ns)
+            sh("ip", "route", "add", f"{net['hub_under']}.0/24", "via", f"{site_under}.1", netns=site)
+            sh("ip", "route", "add", f"{site_under}.0/24", "via", net["router_hub_ip"], netns=hub)
+            sh("sysctl", "-qw", "net.ipv4.ip_forward=1", netns=router)
+            sh("iptables", "-t", "nat", "-A", "POSTROUTING", "-s", f"{site_under}.0/24", "-o", f"vrh{tag}",
+               "-j", "MASQUERADE", netns=router)
+            sh("iptables", "-A", "FORWARD", "-i", f"vrh{tag}", "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED",
+               "-j", "ACCEPT", netns=router)
+            sh("iptables", "-A", "FORWARD", "-i", f"vrh{tag}", "-j", "DROP", netns=router)
+        else:
+            sh("ip", "link", "add", f"vh{tag}", "netns", hub, "type", "veth", "peer", "name", f"vs{tag}",
+               "netns", site)
+            sh("ip", "address", "add", f"{net['hub_ip']}/24", "dev", f"vh{tag}", netns=hub)
+            sh("ip", "link", "set", f"vh{tag}", "up", netns=hub)
+            sh("ip", "address", "add", f"{net['site_ip']}/24", "dev", f"vs{tag}", netns=site)
+            sh("ip", "link", "set", f"vs{tag}", "up", netns=site)
         # The hub: wireguard-go configured by wg(8), so edgelet's side is checked against WireGuard's own tool.
         hub_key = tmp / "hub.key"
         hub_key.write_text(sh("wg", "genkey"))

@@ -9,6 +9,7 @@ edgelet's tunnel package over the UAPI socket, so each side checks the other.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -172,6 +173,7 @@ def test_a_hub_whose_name_moves_to_a_new_address_is_found_again(lab, tmp_path):
     again and reconnects."""
     name = f"hub-{lab['site_if']}.test"
     etc = Path("/etc/netns") / lab["site_ns"]
+    made_parent = not etc.parent.exists()
     etc.mkdir(parents=True)
     keeper = None
     try:
@@ -206,3 +208,21 @@ def test_a_hub_whose_name_moves_to_a_new_address_is_found_again(lab, tmp_path):
             keeper.kill()
             keeper.wait()
         shutil.rmtree(etc, ignore_errors=True)
+        if made_parent:
+            with contextlib.suppress(OSError):  # another test's namespace may have its own files there now
+                etc.parent.rmdir()
+
+
+def test_through_a_nat_the_hub_reaches_the_device_only_by_the_tunnel(tmp_path):
+    """A router namespace masquerades the site: the hub cannot dial the device's own address (the router drops
+    what the site did not dial), and reaches it through the tunnel the device dialed out on."""
+    with wireguard_lab(tmp_path, nat=True) as nat_lab:
+        direct = ("import socket,sys\ntry:\n    socket.create_connection((sys.argv[1], 10250), 2)\n"
+                  "    print('connected')\nexcept OSError as exc:\n    print(type(exc).__name__)")
+        assert sh(sys.executable, "-c", direct, nat_lab["site_ip"], netns=nat_lab["hub_ns"]).strip() == "TimeoutError"
+        assert device_up(nat_lab) == {"adopted": False}
+        wait_for(lambda: reaches_hub(nat_lab), what="a packet through the tunnel, across the NAT", timeout=30)
+        assert tcp_through(nat_lab) == "node api via tunnel"
+        # The hub sees the device at the router's address: the masquerade, not the device's own.
+        endpoint = sh("wg", "show", nat_lab["hub_if"], "endpoints", netns=nat_lab["hub_ns"]).split()[1]
+        assert endpoint.startswith(f"{nat_lab['router_hub_ip']}:")
