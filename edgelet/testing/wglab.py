@@ -82,10 +82,6 @@ def wireguard_lab(tmp: Path, keepalive: int = 1, nat: bool = False) -> Iterator[
         hub_key.chmod(0o600)
         hub_pub = subprocess.run(["wg", "pubkey"], input=hub_key.read_text(), capture_output=True, text=True,
                                  check=True).stdout.strip()
-        sh("wireguard-go", net["hub_if"], netns=hub)
-        sh("wg", "set", net["hub_if"], "private-key", str(hub_key), "listen-port", "51820", netns=hub)
-        sh("ip", "address", "add", f"{net['tun']}.1/24", "dev", net["hub_if"], netns=hub)
-        sh("ip", "link", "set", net["hub_if"], "up", netns=hub)
         conf = tmp / f"{net['site_if']}.conf"
         conf.write_text(f"""[Interface]
 Address = {net['tun']}.2/24
@@ -100,9 +96,9 @@ PersistentKeepalive = {keepalive}
         root = tmp / "root"
         loaded = keys.load(conf, root)  # the first start's key, kept under root
         assert loaded is not None
-        sh("wg", "set", net["hub_if"], "peer", encode_key(loaded.public_key), "allowed-ips", f"{net['tun']}.2/32",
-           netns=hub)
-        yield {**net, "conf": conf, "root": root, "public_key": loaded.public_key}
+        lab = {**net, "conf": conf, "root": root, "public_key": loaded.public_key, "hub_key": hub_key}
+        start_hub(lab)
+        yield lab
     finally:
         for ns in reversed(created):
             for pid in sh("ip", "netns", "pids", ns, check=False).split():
@@ -135,3 +131,12 @@ except OSError as exc:
 
 def reaches_hub(lab: dict) -> bool:
     return sh(sys.executable, "-c", PROBE, f"{lab['tun']}.1", netns=lab["site_ns"]).strip() == "reached"
+
+
+def start_hub(lab: dict) -> None:
+    """(Re)start the hub's wireguard-go with its key, address and the device as its peer, as a hub's boot does."""
+    sh("wireguard-go", lab["hub_if"], netns=lab["hub_ns"])
+    sh("wg", "set", lab["hub_if"], "private-key", str(lab["hub_key"]), "listen-port", "51820", "peer",
+       encode_key(lab["public_key"]), "allowed-ips", f"{lab['tun']}.2/32", netns=lab["hub_ns"])
+    sh("ip", "address", "add", f"{lab['tun']}.1/24", "dev", lab["hub_if"], netns=lab["hub_ns"])
+    sh("ip", "link", "set", lab["hub_if"], "up", netns=lab["hub_ns"])

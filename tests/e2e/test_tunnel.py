@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from edgelet.testing.wglab import reaches_hub, sh, wireguard_gos, wireguard_lab
+from edgelet.testing.wglab import reaches_hub, sh, start_hub, wireguard_gos, wireguard_lab
 from edgelet.tunnel import keys, uapi
 from edgelet.tunnel.config import encode_key
 from tests.e2e.conftest import wait_for
@@ -226,3 +226,19 @@ def test_through_a_nat_the_hub_reaches_the_device_only_by_the_tunnel(tmp_path):
         # The hub sees the device at the router's address: the masquerade, not the device's own.
         endpoint = sh("wg", "show", nat_lab["hub_if"], "endpoints", netns=nat_lab["hub_ns"]).split()[1]
         assert endpoint.startswith(f"{nat_lab['router_hub_ip']}:")
+
+
+def test_a_restarted_hub_is_reached_again(lab):
+    """The hub's wireguard-go dies and comes back (a hub reboot): the device's session is gone at the hub, and
+    the device's next packets make a new handshake (WireGuard's own timers; the agent leaves the device be)."""
+    device_up(lab)
+    wait_for(lambda: reaches_hub(lab), what="a packet through the tunnel", timeout=30)
+    hub_daemons = [p for p in sh("ip", "netns", "pids", lab["hub_ns"]).split()
+                   if Path(f"/proc/{p}/comm").read_text().strip() == "wireguard-go"]
+    for pid in hub_daemons:
+        os.kill(int(pid), signal.SIGKILL)
+    wait_for(lambda: not reaches_hub(lab), what="the tunnel to fail with the hub down", timeout=30)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(uapi.socket_path(lab["hub_if"]))
+    start_hub(lab)
+    wait_for(lambda: reaches_hub(lab), what="a packet through the tunnel to the restarted hub", timeout=60)
