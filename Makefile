@@ -8,6 +8,8 @@ APT_PACKAGES := runc conmon catatonit busybox-static skopeo umoci docker-registr
 	openssl etcd-server dbus-daemon
 # Trusted delivery's tests sign with the real tools.
 APT_PACKAGES += minisign signify-openbsd openssh-client
+# The WireGuard tunnel: wireguard-go runs it in user space where the kernel has no module (this machine).
+APT_PACKAGES += wireguard-go wireguard-tools
 RUN_DIR ?= $(CURDIR)/.run
 SAMPLE_IMAGE := build/images/busybox-1.36.oci.tar
 # Its own cgroup parent, so the demo never mixes with a kubelet's /kubepods.

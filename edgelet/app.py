@@ -191,6 +191,9 @@ class Agent:
         self.mirror = None
         self._base_facts = None
         self._taints: tuple = ()
+        # The WireGuard tunnel, first: the Node's InternalIP and the node API's certificate name its address.
+        self.tunnel = _build_tunnel(self) if settings.wireguard_config is not None and not settings.runonce else None
+        self.tunnel_address = str(self.tunnel.config.addresses[0].ip) if self.tunnel is not None else None
         if settings.kubeconfig is not None and not settings.runonce:
             self.mirror = _build_mirror(self)
         # Node-pressure eviction; its thresholds are checked for --runonce too, so a bad one is refused there as
@@ -324,6 +327,8 @@ class Agent:
                     tg.create_task(self._check_networks(), name="cni-check")
                 if self.mirror is not None:
                     tg.create_task(self._run_mirror(), name="mirror")
+                if self.tunnel is not None:
+                    tg.create_task(self.tunnel.keep_up(), name="tunnel")
         finally:
             notifier.stopping()
             watchdog.cancel()
@@ -415,7 +420,8 @@ class Agent:
             self._base_facts = host_facts(
                 self.settings.node_name, root_dir=self.paths.root_dir,
                 runtime_version=parse_runc_version(getattr(self, "_runtime_version", "")),
-                edgelet_version=__version__, node_ip=self.settings.node_ip or self.publisher.host_ip)
+                edgelet_version=__version__,
+                node_ip=self.settings.node_ip or self.tunnel_address or self.publisher.host_ip)
             base = self._base_facts
             self._base_facts = with_reservations(
                 dataclasses.replace(base, labels=self.settings.node_labels, taints=self._taints),
@@ -425,7 +431,7 @@ class Agent:
         images = tuple((tuple(r.references) + (r.id,), r.size) for r in self.images.list())
         pressure = self.eviction.conditions if self.eviction is not None else frozenset()
         port = self.node_api.port if self.node_api is not None else None
-        return dataclasses.replace(self._base_facts, images=images, pressure=pressure,
+        return dataclasses.replace(self._base_facts, images=images, pressure=pressure, tunnel=self._tunnel_ready(),
                                    **({"port": port} if port is not None else {}))
 
     def _node_conditions(self) -> list[dict[str, str]]:
@@ -434,7 +440,12 @@ class Agent:
 
         ready, message = self._is_ready()
         pressure = self.eviction.conditions if self.eviction is not None else frozenset()
-        return node_conditions(pressure, ready=ready, ready_message=message)
+        return node_conditions(pressure, ready=ready, ready_message=message, tunnel=self._tunnel_ready())
+
+    def _tunnel_ready(self) -> tuple[bool, str, str] | None:
+        from edgelet.tunnel.device import readiness
+
+        return readiness(self.tunnel.status, self.clock.now()) if self.tunnel is not None else None
 
     def _is_ready(self) -> tuple[bool, str]:
         last = self.loop.last_iteration
@@ -686,6 +697,23 @@ def _build_node_shutdown(agent: "Agent"):
                         running=running, restart=restart)
 
 
+def _build_tunnel(agent: "Agent"):
+    """The WireGuard tunnel of --wireguard-config: the file is read (and the key generated) now, so a bad one
+    stops the start with its file:line; bringing the interface up waits for the run and never stops the agent."""
+    from edgelet.tunnel import keys
+    from edgelet.tunnel.device import Tunnel
+    from edgelet.tunnel.errors import TunnelError
+
+    s = agent.settings
+    assert s.wireguard_config is not None
+    try:
+        loaded = keys.load(s.wireguard_config, s.root_dir)
+    except TunnelError as exc:
+        raise ConfigurationError(str(exc)) from exc
+    assert loaded is not None
+    return Tunnel(loaded.config, agent.clock)
+
+
 def _build_mirror(agent: "Agent"):
     """The apiserver reporting of --kubeconfig; every import of it happens here, so standalone pays nothing."""
     from edgelet.mirror.client import KubeClient
@@ -746,7 +774,7 @@ class _NodeApiPlan:
         try:
             config = await build_config(
                 node_name=s.node_name, root_dir=s.root_dir,
-                addresses=[x for x in (s.node_ip or a.publisher.host_ip, s.address) if x],
+                addresses=[x for x in (s.node_ip or a.tunnel_address or a.publisher.host_ip, s.address) if x],
                 cert=s.tls_cert_file, key=s.tls_private_key_file, client_ca=s.client_ca_file,
                 token_file=s.api_token_file, grants=s.node_api_grants)
         except (TlsError, AuthConfigError) as exc:

@@ -15,6 +15,7 @@ edgelet means to raise and lets programming errors through::
     ├── ocispec.errors.SpecError           a pod that cannot be expressed as an OCI spec
     │                                      (CreateContainerConfigError at the runtime boundary)
     ├── network.errors.NetworkError        CNI: the conflist, a plugin's failure
+    ├── tunnel.errors.TunnelError          the WireGuard tunnel: its config file (file:line), the interface
     ├── cgroups.errors.CgroupError         cgroup files cannot be written or removed
     ├── probes.errors.ProbeError           probes and lifecycle hooks
     ├── eviction.errors.EvictionConfigError  an eviction threshold or grace period that cannot be parsed

@@ -510,6 +510,9 @@ class Settings:
                                    "register the Node, renew its Lease and mirror the static pods (default: "
                                    "standalone, no apiserver)", metavar="FILE")
     register_node: bool = _opt(True, _bool, "with --kubeconfig, create the Node when it does not exist")
+    wireguard_config: Path | None = _opt(
+        None, _path(optional=True), "wg-quick file of the WireGuard tunnel the device dials out on, so the hub reaches "
+        "it behind NAT (no PrivateKey: one is generated under --root-dir); root-only, 0600", metavar="FILE")
     node_labels: tuple[tuple[str, str], ...] = _opt(
         (), _labels, "labels of the Node, key=value comma-separated (only those NodeRestriction lets a node set)",
         metavar="KEY=VALUE")

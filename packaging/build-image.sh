@@ -42,6 +42,7 @@ IMAGE_PACKAGES=(
     openssh-server ca-certificates iproute2 iputils-ping less nano       # a shell for a person
     cloud-guest-utils e2fsprogs fdisk                                    # grow the root at first boot
     runc conmon catatonit containernetworking-plugins                     # what pods run on
+    wireguard-go wireguard-tools                                          # --wireguard-config (docs/tunnel.md)
 )
 
 deb="" output="$REPO/dist" size=2G dry_run=0 base_only=0

@@ -149,8 +149,13 @@ def build_parser() -> argparse.ArgumentParser:
     exe.add_argument("-t", "--tty", action="store_true", help="run the command in a terminal (with -i)")
     check = sub.add_parser("check", parents=[common], help="check that this machine can run edgelet")
     for key in ("runtime", "conmon", "pod_infra_container_image", "cni_conf_dir", "cni_bin_dir", "trusted_keys",
-                "signature_policy", "kubeconfig"):
+                "signature_policy", "kubeconfig", "wireguard_config"):
         _add_setting(check, key)
+    tunnel = sub.add_parser("tunnel", parents=[common], help="the WireGuard tunnel the device dials out on")
+    _add_setting(tunnel, "wireguard_config")
+    tunnel_sub = tunnel.add_subparsers(dest="tunnel_command", metavar="SUBCOMMAND", required=True)
+    tunnel_sub.add_parser("peer-line", parents=[common], help="print the hub's [Peer] block for this device "
+                          "(generates the device's key when the file has none and none is kept yet)")
     images = sub.add_parser("images", parents=[common], help="list the images in the local store")
     images_sub = images.add_subparsers(dest="images_command", metavar="SUBCOMMAND")
     images_sub.add_parser("list", parents=[common], help="list the images (the default)")
@@ -180,7 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
 # Each command's module, imported only when that command runs: the agent (no command) never loads them.
 COMMANDS = {"version": "version", "node": "node", "pods": "pods", "describe": "pods", "events": "events",
             "images": "images", "logs": "logs", "exec": "exec", "check": "check", "top": "top",
-            "rollout": "rollout"}
+            "rollout": "rollout", "tunnel": "tunnel"}
 
 
 def command(name: str) -> Any:

@@ -66,6 +66,8 @@ class HostFacts:
     kubeconfig: tuple[str, str] | None = None
     # Secrets edgelet-card-setup took off the card but set aside as unusable: (path, why).
     card_rejected: tuple[tuple[str, str], ...] = ()
+    # The WireGuard tunnel: (verdict, detail) of reading --wireguard-config as the agent will; None: no tunnel.
+    tunnel: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -233,6 +235,11 @@ def check_kubeconfig(f: HostFacts) -> CheckResult:
                             "fix the file named (the agent refuses to start with it), or drop --kubeconfig")
 
 
+def check_tunnel(f: HostFacts) -> CheckResult:
+    return _configured_file("tunnel", f.tunnel, "no WireGuard tunnel (the apiserver must reach the device directly)",
+                            "fix what is named (the agent refuses to start with it), or drop --wireguard-config")
+
+
 def check_card(f: HostFacts) -> CheckResult:
     """The card folder: its config.toml (ignored when invalid, so a WARN) and secrets left on its FAT partition."""
     name = "card folder"
@@ -258,7 +265,7 @@ def check_card(f: HostFacts) -> CheckResult:
 CHECKS: tuple[Callable[[HostFacts], CheckResult], ...] = (
     check_root, check_runtime, check_conmon, check_pause, check_cgroups, check_memory_controller, check_overlay,
     check_read_only_mounts, check_capabilities, check_cni, check_disk, check_trusted_keys, check_signature_policy,
-    check_card, check_kubeconfig,
+    check_card, check_kubeconfig, check_tunnel,
 )
 
 
@@ -392,6 +399,27 @@ def kubeconfig_status(path: Path) -> tuple[str, str]:
     return "OK", f"{path}: server {cfg.server}"
 
 
+def tunnel_status(path: Path, root_dir: Path) -> tuple[str, str]:
+    """Read the tunnel's config as the agent does at start (permissions, every line) and name the device's key."""
+    from edgelet.tunnel import keys
+    from edgelet.tunnel.config import encode_key
+    from edgelet.tunnel.device import interface_name
+    from edgelet.tunnel.errors import TunnelError
+
+    try:
+        interface = interface_name(str(path))
+        loaded = keys.load(path, root_dir, create=False)
+    except TunnelError as exc:
+        return "FAIL", str(exc)
+    if loaded is None:
+        return "OK", (f"{path}: no PrivateKey; the agent generates one at first start under {root_dir} "
+                      "(`edgelet tunnel peer-line` does it now and prints the hub's [Peer] block)")
+    hubs = ", ".join(str(p.endpoint) for p in loaded.config.peers)
+    address = ", ".join(str(a) for a in loaded.config.addresses)
+    return "OK", (f"{path}: interface {interface}, address {address}, hub {hubs}, "
+                  f"public key {encode_key(loaded.public_key)}")
+
+
 def rejected_card_secrets(etc_dir: Path) -> tuple[tuple[str, str], ...]:
     """What edgelet-card-setup set aside in etc_dir as NAME.rejected, and why (the kubeconfig: the loader's error)."""
     found = []
@@ -413,7 +441,7 @@ def gather_facts(*, runtime: str, conmon: str, pause_image: str | None, root_dir
                  cni_conf_dir: Path | None = None, cni_bin_dirs: list[str] | None = None,
                  trusted_keys: Path | None = None, signature_policy: Path | None = None,
                  card_dir: Path | None = None, card_config_error: str | None = None,
-                 kubeconfig: Path | None = None) -> HostFacts:
+                 kubeconfig: Path | None = None, wireguard_config: Path | None = None) -> HostFacts:
     """Look at this machine once."""
     from edgelet.cgroups.controllers import probe_cmdline_file
     from edgelet.runtime.bundle import probe_recursive_read_only
@@ -464,6 +492,7 @@ def gather_facts(*, runtime: str, conmon: str, pause_image: str | None, root_dir
         signature_policy=signature_policy_status(signature_policy) if signature_policy is not None else None,
         kubeconfig=kubeconfig_status(kubeconfig) if kubeconfig is not None else None,
         card_rejected=() if card_dir is None else rejected_card_secrets(DEFAULT_CONFIG.parent),
+        tunnel=tunnel_status(wireguard_config, root_dir) if wireguard_config is not None else None,
     )
 
 
@@ -474,7 +503,7 @@ def cmd_check(settings: Settings, args: argparse.Namespace, out: TextIO, err: Te
                          cni_bin_dirs=[d for d in settings.cni_bin_dir.split(":") if d],
                          trusted_keys=settings.trusted_keys, signature_policy=settings.signature_policy,
                          card_dir=settings.card_dir, card_config_error=settings.card_config_error,
-                         kubeconfig=settings.kubeconfig)
+                         kubeconfig=settings.kubeconfig, wireguard_config=settings.wireguard_config)
     results = run_checks(facts)
     print(format_results(results), file=out)
     return EXIT_FAILURE if failed(results) else EXIT_OK

@@ -268,6 +268,8 @@ class MirrorManager:
         facts = self._facts()
         now_status = {t: t in facts.pressure for t, _, _ in PRESSURE_CONDITIONS}
         now_status["Ready"] = ready
+        if facts.tunnel is not None:
+            now_status["TunnelReady"] = facts.tunnel[0]
         self._transitions, self._last_status = advance_transitions(self._transitions, self._last_status,
                                                                    now_status, wall)
         status = build_node_status(facts, ready=ready, ready_message=message, now=wall,

@@ -102,6 +102,8 @@ class NodeFacts:
     port: int = EDGELET_PORT
     # What allocatable leaves out (with_reservations): cpu in millicores, memory and ephemeral-storage in bytes.
     reserved: tuple[tuple[str, int], ...] = ()
+    # The WireGuard tunnel's TunnelReady (status, reason, message), data from the app; None: no tunnel.
+    tunnel: tuple[bool, str, str] | None = None
 
 
 def format_time(ts: float) -> str:
@@ -170,9 +172,11 @@ PRESSURE_CONDITIONS = (
 )
 
 
-def node_conditions(pressure: frozenset[str], *, ready: bool, ready_message: str) -> list[dict[str, str]]:
+def node_conditions(pressure: frozenset[str], *, ready: bool, ready_message: str,
+                    tunnel: tuple[bool, str, str] | None = None) -> list[dict[str, str]]:
     """The Node's conditions without their times: MemoryPressure, DiskPressure, PIDPressure from the eviction
-    manager's `pressure` (data the app passes in), then Ready. `edgelet node` shows the same."""
+    manager's `pressure` (data the app passes in), then Ready, then TunnelReady when a tunnel is configured.
+    `edgelet node` shows the same."""
     out = []
     for type_, when_true, when_false in PRESSURE_CONDITIONS:
         reason, message = when_true if type_ in pressure else when_false
@@ -180,6 +184,9 @@ def node_conditions(pressure: frozenset[str], *, ready: bool, ready_message: str
                     "message": message})
     out.append({"type": "Ready", "status": "True" if ready else "False",
                 "reason": "KubeletReady" if ready else "KubeletNotReady", "message": ready_message})
+    if tunnel is not None:
+        up, reason, message = tunnel
+        out.append({"type": "TunnelReady", "status": "True" if up else "False", "reason": reason, "message": message})
     return out
 
 
@@ -204,7 +211,8 @@ def build_node_status(f: NodeFacts, *, ready: bool, ready_message: str, now: flo
         "allocatable": node_allocatable(f),
         "conditions": [{**c, "lastHeartbeatTime": stamp,
                         "lastTransitionTime": format_time(transitions.get(c["type"], now))}
-                       for c in node_conditions(f.pressure, ready=ready, ready_message=ready_message)],
+                       for c in node_conditions(f.pressure, ready=ready, ready_message=ready_message,
+                                                tunnel=f.tunnel)],
         "addresses": [{"type": "InternalIP", "address": f.node_ip}, {"type": "Hostname", "address": f.hostname or f.name}],
         "daemonEndpoints": {"kubeletEndpoint": {"Port": f.port}},
         "nodeInfo": {

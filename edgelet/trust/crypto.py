@@ -55,3 +55,19 @@ def p256_valid(key: Any, signature: bytes, message: bytes) -> bool:
     except (InvalidSignature, ValueError):
         return False
     return True
+
+
+def x25519_generate() -> bytes:
+    """A new raw 32-byte Curve25519 private key (a WireGuard interface's key), from the system's CSPRNG."""
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+    from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
+
+    return X25519PrivateKey.generate().private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
+
+
+def x25519_public(private: bytes) -> bytes:
+    """The raw 32-byte Curve25519 public key of the raw private key `private`; ValueError when it is not 32 bytes."""
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+    return X25519PrivateKey.from_private_bytes(private).public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)

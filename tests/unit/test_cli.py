@@ -173,7 +173,7 @@ def test_short_flag_clusters_and_negative_values_still_parse() -> None:
 STATE_COMMANDS = [["version"], ["pods"], ["describe", "pod", "x"], ["events"], ["logs", "p"], ["node"], ["top"],
                   ["exec", "p", "sh"], ["check"], ["images"], ["images", "list"], ["images", "import", "f"],
                   ["images", "pull", "r"], ["images", "rm", "r"], ["images", "prune"], ["rollout"], ["rollout", "status"],
-                  ["rollout", "history", "p"], ["rollout", "retry", "p"]]
+                  ["rollout", "history", "p"], ["rollout", "retry", "p"], ["tunnel", "peer-line"]]
 
 
 @pytest.mark.parametrize("argv", STATE_COMMANDS, ids=lambda a: " ".join(a))

@@ -155,6 +155,7 @@ client_ca_file = "/pki/ca.crt"
 api_token_file = "/pki/tokens.csv"
 node_api_grants = ["group:monitoring=stats/metrics", "user:alice=*"]
 kubeconfig = "/etc/edgelet/kubeconfig"
+wireguard_config = "/etc/edgelet/wireguard.conf"
 register_node = false
 node_labels = { "example.com/site" = "lab" }
 register_with_taints = ["edge=true:NoSchedule", "gpu:NoExecute"]
@@ -201,7 +202,8 @@ def test_toml_file_sets_every_key(tmp_path: Path) -> None:
         cni_bin_dir="/usr/lib/cni", cni_check_period=300.0, cluster_dns=("10.43.0.10",), cluster_domain="cluster.local",
         allowed_unsafe_sysctls=("net.core.somaxconn", "kernel.msg*"), shutdown_grace_period_critical_pods=20.0,
         registries=(("10.0.0.9:5000", RegistryHost(insecure=True)), ("docker.io", RegistryHost(mirrors=("https://m.example",)))),
-        kubeconfig=Path("/etc/edgelet/kubeconfig"), register_node=False, node_labels=(("example.com/site", "lab"),),
+        kubeconfig=Path("/etc/edgelet/kubeconfig"), wireguard_config=Path("/etc/edgelet/wireguard.conf"),
+        register_node=False, node_labels=(("example.com/site", "lab"),),
         register_with_taints=(("edge", "true", "NoSchedule"), ("gpu", "", "NoExecute")), node_ip="10.0.0.5",
         node_status_update_frequency=20.0, node_status_report_frequency=600.0, node_lease_duration_seconds=60,
         node_lease_renew_interval=15.0, seccomp_default=False, card_dir=Path("/nonexistent-card"),

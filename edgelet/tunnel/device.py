@@ -1,0 +1,242 @@
+"""Bringing the WireGuard interface up with wireguard-go and keeping it configured: the tunnel's only side effects.
+
+The interface outlives the agent: wireguard-go runs as its own daemon with
+its UAPI socket under /var/run/wireguard, so an agent that restarts finds the
+socket answering and adopts the interface (its configuration is applied
+again, which changes nothing when nothing changed). `keep_up` checks the
+device every period: a socket that stopped answering (wireguard-go died)
+brings the interface up again with back-off; a peer whose last handshake is
+older than `STALE_AFTER` has its endpoint's DNS name resolved again, so a
+hub that moved is found without a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import os
+import re
+import socket
+import time
+from dataclasses import dataclass
+from typing import Awaitable, Callable, Sequence
+
+from edgelet.tunnel import uapi
+from edgelet.tunnel.config import Endpoint, TunnelConfig
+from edgelet.tunnel.errors import DeviceError
+from edgelet.util import proc
+from edgelet.util.backoff import Backoff
+from edgelet.util.clock import Clock
+from edgelet.util.log import get_logger
+
+log = get_logger(__name__)
+
+_INTERFACE_NAME = re.compile(r"^[a-zA-Z0-9_=+.-]{1,15}$")  # wg-quick's rule
+# WireGuard rekeys every 2 minutes while traffic flows and a keepalive makes traffic: a handshake older than
+# REJECT_AFTER_TIME (180 s) means the peer is not answering at the address we have.
+STALE_AFTER = 180.0
+CHECK_PERIOD = 10.0
+
+Resolver = Callable[[Endpoint], Awaitable[str | None]]
+Runner = Callable[[Sequence[str]], Awaitable[None]]
+
+
+def interface_name(config_path: str) -> str:
+    """The interface a config file makes, as wg-quick names it: the file's name without `.conf` (wg0.conf: wg0)."""
+    name = os.path.basename(config_path)
+    name = name[:-5] if name.endswith(".conf") else name
+    if not _INTERFACE_NAME.match(name):
+        raise DeviceError(name, f"the interface is named after the file {config_path} (as wg-quick does): "
+                          "it must be 1-15 letters, digits or _=+.- before .conf")
+    return name
+
+
+def ip_commands(interface: str, config: TunnelConfig) -> list[list[str]]:
+    """The `ip` commands that give the interface its addresses and routes the peers' AllowedIPs (pure).
+
+    `replace` makes each one idempotent, so an adopted interface is set up again with the same commands.
+    Only AllowedIPs are routed into the tunnel: the device's other traffic keeps its own routes.
+    """
+    cmds = [["ip", "address", "replace", str(a), "dev", interface] for a in config.addresses]
+    link = ["ip", "link", "set", "dev", interface]
+    if config.mtu is not None:
+        link += ["mtu", str(config.mtu)]
+    cmds.append(link + ["up"])
+    on_link = {a.network for a in config.addresses}
+    for peer in config.peers:
+        for net in peer.allowed_ips:
+            if net.prefixlen == 0:
+                continue  # a default route through the hub would take the device's own traffic with it
+            if net not in on_link:
+                cmds.append(["ip", "route", "replace", str(net), "dev", interface])
+    return cmds
+
+
+def format_endpoint(address: str, port: int) -> str:
+    return f"[{address}]:{port}" if ipaddress.ip_address(address).version == 6 else f"{address}:{port}"
+
+
+async def resolve(endpoint: Endpoint) -> str | None:
+    """The endpoint as ip:port, resolving a DNS name now; None when the name does not resolve (yet)."""
+    if not endpoint.is_name:
+        return str(endpoint)
+    try:
+        infos = await asyncio.get_running_loop().getaddrinfo(endpoint.host, endpoint.port, type=socket.SOCK_DGRAM)
+    except OSError as exc:
+        log.warning("Tunnel endpoint does not resolve", endpoint=str(endpoint), err=str(exc))
+        return None
+    infos.sort(key=lambda info: info[0] != socket.AF_INET)  # IPv4 first: the usual NAT'd uplink has it
+    return format_endpoint(str(infos[0][4][0]), endpoint.port) if infos else None
+
+
+async def run(argv: Sequence[str]) -> None:
+    """Run one command to its end; DeviceError with its stderr when it fails."""
+    try:
+        child = await proc.spawn(argv)
+        _, err = await asyncio.wait_for(child.communicate(), 30.0)
+    except (OSError, asyncio.TimeoutError) as exc:
+        raise DeviceError("", f"{' '.join(argv)}: {exc or 'timed out'}") from exc
+    if child.returncode != 0:
+        raise DeviceError("", f"{' '.join(argv)} failed ({child.returncode}): {err.decode(errors='replace')[-300:]}")
+
+
+@dataclass
+class Status:
+    up: bool
+    last_handshake: float | None  # unix seconds of the newest handshake with any peer; None: never
+    error: str | None = None
+
+
+def readiness(status: Status, now: float) -> tuple[bool, str, str]:
+    """TunnelReady's (status, reason, message) at `now` (pure).
+
+    Ready means a handshake within STALE_AFTER. The message names that bound rather than the age itself, so
+    the Node's status does not change (and is not patched) at every check while the tunnel is fine.
+    """
+    if not status.up:
+        return False, "TunnelDown", f"the WireGuard interface is not up: {status.error or 'starting'}"
+    if status.last_handshake is None:
+        return False, "NoHandshake", "no handshake with the hub yet"
+    if now - status.last_handshake > STALE_AFTER:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(status.last_handshake))
+        return False, "HandshakeStale", f"no handshake with the hub for over {STALE_AFTER:.0f}s (last at {stamp})"
+    return True, "HandshakeRecent", f"a handshake with the hub within the last {STALE_AFTER:.0f}s"
+
+
+class Tunnel:
+    """One WireGuard interface configured from a loaded TunnelConfig (with its private key), named after its file."""
+
+    def __init__(self, config: TunnelConfig, clock: Clock, *, interface: str | None = None,
+                 socket_dir: str = uapi.SOCKET_DIR, wireguard_go: str = "wireguard-go",
+                 resolver: Resolver = resolve, runner: Runner = run, stale_after: float = STALE_AFTER) -> None:
+        interface = interface if interface is not None else interface_name(config.path)
+        if not _INTERFACE_NAME.match(interface):
+            raise DeviceError(interface, "an interface name is 1-15 letters, digits or _=+.-")
+        self.config = config
+        self.clock = clock
+        self.interface = interface
+        self.socket = uapi.socket_path(interface, socket_dir)
+        self.wireguard_go = wireguard_go
+        self.resolver = resolver
+        self.runner = runner
+        self.stale_after = stale_after
+        self.endpoints: dict[bytes, str] = {}
+        self.status = Status(up=False, last_handshake=None)
+        self._backoff = Backoff(initial=1.0, cap=60.0, reset_after=300.0)
+
+    async def _ask(self, request: str) -> str:
+        return await uapi.transact(self.socket, request, interface=self.interface)
+
+    async def answering(self) -> bool:
+        try:
+            await self._ask("get=1\n\n")
+        except DeviceError:
+            return False
+        return True
+
+    async def up(self) -> bool:
+        """Create the interface unless one answers already (adopted); configure it. Returns whether adopted."""
+        adopted = await self.answering()
+        if not adopted:
+            if os.path.exists(self.socket):
+                os.unlink(self.socket)  # a dead wireguard-go's: the new one cannot bind over it
+            if await self._link_exists():  # a TUN device left without its daemon: start from nothing
+                await self.runner(["ip", "link", "delete", "dev", self.interface])
+            # wireguard-go daemonizes once the TUN device and the socket exist: its exit means ready (or failed).
+            await self.runner([self.wireguard_go, self.interface])
+        present = frozenset(p.public_key for p in (await self.state()).peers) if adopted else None
+        await self.configure(present)
+        for argv in ip_commands(self.interface, self.config):
+            await self.runner(argv)
+        self.status = Status(up=True, last_handshake=self.status.last_handshake)
+        log.info("Tunnel up", interface=self.interface, adopted=adopted)
+        return adopted
+
+    async def _link_exists(self) -> bool:
+        try:
+            socket.if_nametoindex(self.interface)  # this process's network namespace, whatever /sys shows
+        except OSError:
+            return False
+        return True
+
+    async def configure(self, present: frozenset[bytes] | None = None) -> None:
+        """Apply the whole config; `present`: the peers of an adopted device, updated in place (uapi.set_request)."""
+        for peer in self.config.peers:
+            resolved = await self.resolver(peer.endpoint)
+            if resolved is not None:
+                self.endpoints[peer.public_key] = resolved
+        await self._ask(uapi.set_request(self.config, self.endpoints, present))
+
+    async def state(self) -> uapi.DeviceState:
+        return uapi.parse_get(await self._ask("get=1\n\n"))
+
+    async def check(self) -> None:
+        """One round of keeping up: re-create a dead device, re-resolve a silent peer's name."""
+        try:
+            device = await self.state()
+        except DeviceError as exc:
+            self.status = Status(up=False, last_handshake=self.status.last_handshake, error=str(exc))
+            log.info("Tunnel device not answering: bringing it up", interface=self.interface, err=str(exc))
+            await self.up()
+            return
+        newest = max((p.last_handshake for p in device.peers if p.last_handshake), default=None)
+        self.status = Status(up=True, last_handshake=newest)
+        now = self.clock.now()
+        seen = {p.public_key: p.last_handshake for p in device.peers}
+        for peer in self.config.peers:
+            last = seen.get(peer.public_key)
+            stale = last is None or now - last > self.stale_after
+            if stale and peer.endpoint.is_name:
+                resolved = await self.resolver(peer.endpoint)
+                if resolved is not None and resolved != self.endpoints.get(peer.public_key):
+                    log.info("Tunnel endpoint moved", endpoint=str(peer.endpoint), address=resolved)
+                    self.endpoints[peer.public_key] = resolved
+                    await self._ask(uapi.endpoint_request(peer.public_key, resolved))
+
+    async def keep_up(self, stop: asyncio.Event | None = None, period: float = CHECK_PERIOD) -> None:
+        """Bring the interface up (or adopt it) now, then check it every `period` until `stop` (or cancelled).
+
+        A failure (no wireguard-go, `ip` refused) backs off from 1 s doubling to 60 s: the agent and its pods
+        run on without the tunnel meanwhile, and `status` says why it is down. Cancelling leaves the interface
+        up: the pods' traffic through it survives the agent, which adopts it at its next start.
+        """
+        stop = stop if stop is not None else asyncio.Event()
+        while not stop.is_set():
+            delay = period
+            try:
+                # The first round (and the one after a failure) applies the whole config, to a device adopted
+                # from the agent before too: the file may have changed while the agent was down.
+                await (self.check() if self.status.up else self.up())
+                self._backoff.reset("device")
+            except DeviceError as exc:
+                delay = self._backoff.next("device", self.clock.monotonic())
+                self.status = Status(up=False, last_handshake=self.status.last_handshake, error=str(exc))
+                log.warning("Tunnel not up", interface=self.interface, err=str(exc), retry_in=delay)
+            await self.clock.sleep(delay)
+
+    async def down(self) -> None:
+        """Remove the interface (wireguard-go exits when its TUN device goes) and its socket."""
+        if await self._link_exists():
+            await self.runner(["ip", "link", "delete", "dev", self.interface])
+        if os.path.exists(self.socket):
+            os.unlink(self.socket)
