@@ -13,7 +13,7 @@ import os
 import contextlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, AsyncIterator, Callable
+from typing import TYPE_CHECKING, AsyncIterator, Awaitable, Callable
 
 import msgspec
 
@@ -63,7 +63,7 @@ class ApiSources:
     start_exec: "StartExec | None" = None  # the runtime's interactive exec, for `edgelet exec`
     # The rollout records (edgelet.rollout.decide.Record) and `edgelet rollout retry` (edgelet.rollout.errors).
     rollout_records: Callable[[], list] | None = None
-    rollout_retry: Callable[[str], object] | None = None
+    rollout_retry: Callable[[str], Awaitable[object]] | None = None
 
 
 def _json(value: object) -> Response:
@@ -115,19 +115,19 @@ class Api:
             return _json(sorted(self._s.rollout_records() if self._s.rollout_records is not None else [],
                                 key=lambda r: r.name))
         if route.endpoint == "rollout_retry":
-            return self.rollout_retry(f"{p['namespace']}/{p['pod']}")
+            return await self.rollout_retry(f"{p['namespace']}/{p['pod']}")
         if route.endpoint == "exec":
             return self.exec(request, p["pod"], route.query.get("namespace") or None,
                              route.query.get("container") or None)
         return await self.container_logs(p["namespace"], p["pod"], p["container"], parse_log_options(route.query))
 
-    def rollout_retry(self, name: str) -> Response:
+    async def rollout_retry(self, name: str) -> Response:
         if self._s.rollout_retry is None:
             raise HttpError(404, "rollout is not served by this agent")
         from edgelet.rollout.errors import NoSuchRollout, RolloutError
 
         try:
-            return _json(self._s.rollout_retry(name))
+            return _json(await self._s.rollout_retry(name))
         except NoSuchRollout as exc:
             raise HttpError(404, str(exc)) from exc
         except RolloutError as exc:

@@ -144,21 +144,26 @@ class RolloutManager:
         return sorted(s.record.name for s in self._stored.values()
                       if changes_what_runs(s.record, rollback=self._policy.rollback))
 
-    def retry(self, name: str) -> Record:
-        """`edgelet rollout retry`: the blocked version is tried again (NoSuchRollout, NothingToRetry)."""
-        from edgelet.rollout.errors import NoSuchRollout, NothingToRetry
+    async def retry(self, name: str) -> Record:
+        """`edgelet rollout retry`: the blocked version is tried again (NoSuchRollout, NothingToRetry,
+        RolloutError). Its record is written off the loop, as a round's steps are."""
+        from edgelet.rollout.errors import NoSuchRollout, NothingToRetry, RolloutError
 
         stored = self._stored.get(name)
         if stored is None:
             raise NoSuchRollout(name)
         if stored.record.blocked is None:
             raise NothingToRetry(name, stored.record.phase)
+        if name in self._writing:
+            raise RolloutError(name, "a rollout step is being written; try again")
         rec = retry(stored.record, self.gate_now(), wall=self._clock.now())
-        self._pull_error.pop(rec.target, None)
-        if not self._save(StoredRollout(record=rec, pods=stored.pods)):
-            from edgelet.rollout.errors import RolloutError
-
+        stamped = self._stamped(StoredRollout(record=rec, pods=stored.pods))
+        if not await asyncio.to_thread(self._write, stamped, True):
             raise RolloutError(name, "cannot write the rollout record (see the agent's log)")
+        if self._stored.get(name) is not stored:  # a round took a step meanwhile: the written retry is moot
+            raise RolloutError(name, "the rollout moved on while the retry was written; try again")
+        self._pull_error.pop(rec.target, None)
+        self._taken(stamped)
         self.on_change()
         return rec
 

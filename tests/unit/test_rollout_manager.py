@@ -292,9 +292,9 @@ def test_retry_refuses_clearly(tmp_path):
     w = World(tmp_path)
     good_v1(w)
     with pytest.raises(NoSuchRollout, match="default/other"):
-        w.manager.retry("default/other")
+        asyncio.run(w.manager.retry("default/other"))
     with pytest.raises(NothingToRetry, match="phase good"):
-        w.manager.retry("default/app-node")
+        asyncio.run(w.manager.retry("default/app-node"))
 
 
 def test_a_record_that_cannot_be_written_changes_nothing(tmp_path):
