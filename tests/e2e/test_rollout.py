@@ -308,3 +308,26 @@ def test_agent_killed_at_the_replace_step_finishes_the_update(agent):
     assert good["last_good"] == r["active"]
     wait_for(lambda: running_uids(agent) == {r["active"]}, timeout=60, what="v2 alone running")
     assert agent.stop() == 0
+
+
+def test_a_new_version_during_the_first_versions_gate_downloads_first(agent, tmp_path):
+    """v1 is still in its first gate (nothing to roll back to) when v2 arrives with an image that cannot be
+    had: v1 keeps running (it was replaced at once, leaving nothing running), and the failed pull is said."""
+    reg = Registry(tmp_path / "reg")
+    reg.start()
+    try:
+        agent.start("--rollout-deadline", "300s", "--rollout-stability-window", "300s")
+        agent.write_manifest("app.yaml", pod_yaml(IMAGE, "exec sleep 300"))
+        v1 = wait_for(lambda: (r := phase(agent, "gating")()) and running_uids(agent) and r, timeout=90,
+                      what="v1 running in its first gate")["active"]
+        first = app_container(agent)
+        agent.write_manifest("app.yaml", pod_yaml(f"{reg.host}/test/missing:1", "exec sleep 300"))
+        pulling = wait_for(lambda: (r := phase(agent, "pulling")()) and "ErrImagePull" in r["reason"] and r,
+                           timeout=60, what="v2 pulling fails")
+        assert pulling["active"] == v1 and pulling["last_good"] is None
+        still = app_container(agent)
+        assert still is not None and still["id"] == first["id"], "v1 was stopped before v2's image was in"
+        assert running_uids(agent) == {v1}
+        agent.stop()
+    finally:
+        reg.stop()
