@@ -23,6 +23,19 @@ def card_archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_busybox_image(tmp_path_factory.mktemp("card-image") / "card.oci.tar", name=CARD_IMAGE)
 
 
+def _signing_node(agent, tmp_path: Path):
+    """A minisign key trusted by the node (its directory for --trusted-keys) and the fixture's archive signed."""
+    from edgelet.testing.signing import MinisignKey, missing_tools, trusted_dir
+
+    if missing_tools():
+        pytest.skip(f"needs {missing_tools()} (make deps)")
+    minisign = MinisignKey.generate(tmp_path / "k")
+    keys = trusted_dir(tmp_path / "trusted", minisign)
+    [node_archive] = (agent.paths.root_dir / "images" / "import").glob("*.tar")
+    minisign.sign(node_archive, version=1)
+    return minisign, keys
+
+
 def test_card_pods_run_at_boot_are_adopted_and_edits_are_seen(agent, tmp_path: Path, card_archive: Path) -> None:
     card = tmp_path / "card"
     (card / "manifests").mkdir(parents=True)
@@ -64,14 +77,7 @@ def test_card_manifests_and_archives_need_signatures_with_trusted_keys(agent, tm
                                                                         card_archive: Path) -> None:
     """A card is written by a laptop: with --trusted-keys its manifests and archives are held to the same
     signatures as the node's own, so an unsigned file on the FAT partition runs nothing."""
-    from edgelet.testing.signing import MinisignKey, missing_tools, trusted_dir
-
-    if missing_tools():
-        pytest.skip(f"needs {missing_tools()} (make deps)")
-    minisign = MinisignKey.generate(tmp_path / "k")
-    keys = trusted_dir(tmp_path / "trusted", minisign)
-    [node_archive] = (agent.paths.root_dir / "images" / "import").glob("*.tar")
-    minisign.sign(node_archive, version=1)
+    minisign, keys = _signing_node(agent, tmp_path)
     card = tmp_path / "card"
     (card / "manifests").mkdir(parents=True)
     (card / "images").mkdir()
@@ -97,14 +103,7 @@ def test_the_card_cannot_turn_verification_off_nor_name_a_program(agent, tmp_pat
     """The node's config file requires signatures; the card's unsigned config.toml says `trusted_keys = ""` and
     names a program on the card as the runtime. Both are ignored and reported, the card's harmless settings
     apply, an unsigned card manifest still runs nothing and the card's program never runs."""
-    from edgelet.testing.signing import MinisignKey, missing_tools, trusted_dir
-
-    if missing_tools():
-        pytest.skip(f"needs {missing_tools()} (make deps)")
-    minisign = MinisignKey.generate(tmp_path / "k")
-    keys = trusted_dir(tmp_path / "trusted", minisign)
-    [node_archive] = (agent.paths.root_dir / "images" / "import").glob("*.tar")
-    minisign.sign(node_archive, version=1)
+    minisign, keys = _signing_node(agent, tmp_path)
     config = tmp_path / "config.toml"
     config.write_text(f'trusted_keys = "{keys}"\n')
     card = tmp_path / "card"
