@@ -223,7 +223,7 @@ class Pleg:
     async def pods_newer_than(self, since: float) -> Mapping[str, PodRuntimeStatus]:
         """Every pod as a relist that asked runc after `since` (monotonic) saw it, waiting for one if needed.
 
-        A sync reads its after-state here (issue 25.2) instead of a `runc list` of its own, as kubelet's pod
+        A sync reads its after-state here instead of a `runc list` of its own, as kubelet's pod
         workers read the PLEG cache: the syncs that wait at the same time share one relist (see
         `relist_needed`), the cache and its events are PLEG's as for any relist, and the relist PLEG ran after
         every sync that changed something is that same one."""

@@ -528,7 +528,7 @@ class Settings:
     node_lease_renew_interval: float = _opt(10.0, _duration(positive=True), "how often the node Lease is renewed",
                                             metavar="DURATION")
     verbosity: int = _opt(0, _int(minimum=0), "log level (kubelet's --v)", flags=("-v", "--v"), metavar="N")
-    # Health-gated rollout of changed static pods (issue 21; edgelet.rollout).
+    # Health-gated rollout of changed static pods (edgelet.rollout).
     rollout: bool = _opt(True, _bool, "a changed static pod's images are pulled before the old version stops, the new "
                          "version must pass the health gate, and a failed one is rolled back to the last good "
                          "version (--rollout=false: kubelet's kill-and-start; per pod: annotation "

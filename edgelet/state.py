@@ -118,7 +118,7 @@ class StampedWriter:
     the stamp left out, differs from the last write that went through.
 
     The stamp alone would make every write differ: a rewrite of unchanged state every few seconds is wear
-    for nothing on an SD card (issue 13.7). `encode` runs on the loop (it walks tables the loop changes),
+    for nothing on an SD card. `encode` runs on the loop (it walks tables the loop changes),
     `write` in a thread; one write is under way at a time (flush_when_changed).
     """
 

@@ -2,7 +2,7 @@
 periods that stretches while every CHECK passes (the decision is pure).
 
 A CHECK runs every plugin of every pod's chain (20 pods: 80 processes), which was most of an idle node's
-CPU with a CNI network (issue 25). What breaks a pod's network from outside is mostly a link going (a veth,
+CPU with a CNI network. What breaks a pod's network from outside is mostly a link going (a veth,
 the bridge) or changing state; those show in the host's /sys/class/net, read each period for a few
 syscalls (the links the pods' CNI results name: others come and go with other software). A link that
 changed or went while its pod still runs brings a CHECK at the next period. A new sandbox does not: its ADD

@@ -153,7 +153,7 @@ class PodNetwork:
 
     def make(self, pending: "Pending") -> None:
         """The namespace file and the cache entry (blocking: the runtime calls it in its own worker-thread trip).
-        Containers may join the namespace from here on, before `attach` (issue 25: `runc create` beside ADD)."""
+        Containers may join the namespace from here on, before `attach` (a container is `runc create`d beside ADD)."""
         path = Path(pending.entry.netns)
         netns.create(path)
         try:

@@ -347,8 +347,8 @@ def _recreate(
     status = plan.status
     if policy == "Never" and attempt != 0 and any(not rec.never_started for rec in status.containers):
         # kubelet: the pod ran once and must not run again. Stop what still runs; keep the records.
-        # **edgelet:** a container that never started does not count: one created beside its sandbox's CNI ADD
-        # (issue 25), then left by an agent killed before the sandbox started, never ran (kubelet creates
+        # **edgelet:** a container that never started does not count: one created beside its sandbox's CNI ADD,
+        # then left by an agent killed before the sandbox started, never ran (kubelet creates
         # containers only in a ready sandbox, so it never meets one).
         for rec in status.containers:
             if rec.state in ALIVE:

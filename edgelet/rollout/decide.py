@@ -25,7 +25,7 @@ DEFAULT_DEADLINE = 300.0
 DEFAULT_WINDOW = 30.0
 HISTORY_MAX = 20
 
-# Waiting reasons that can never turn good on their own (issue 21 point 3); a pull that failed for a
+# Waiting reasons that can never turn good on their own; a pull that failed for a
 # reason other than "not there" or "refused" (a bad link) waits for the deadline instead.
 _FATAL_WAITING = frozenset({"CreateContainerConfigError", "CrashLoopBackOff", "ErrImageNeverPull",
                             "InvalidImageName"})

@@ -516,7 +516,7 @@ def summarize(pod: "Pod", status: PodStatus) -> tuple[str, str, int]:
 
     if status.reason and status.phase == "Failed":
         # A pod failed as a whole (Evicted, or refused at admission) shows why, not its killed containers'
-        # `Error`: `kubectl get pods` shows kubelet's evicted pods as `Evicted` (issue 23).
+        # `Error`: `kubectl get pods` shows kubelet's evicted pods as `Evicted`.
         reason = status.reason
 
     meta = pod.metadata

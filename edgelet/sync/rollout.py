@@ -101,8 +101,8 @@ class RolloutManager:
     def steady(self) -> bool:
         """Every record rests (good, rolled back or failed): a round changes nothing until something happens
         (a manifest, the runtime, a probe, a pull or a retry: each reaches the sync loop as an item), so an
-        idle loop need not ask every tick (issue 25: 21 pods' rounds every second were most of an idle
-        agent's own CPU). Gating (a clock decides), pulling, replacing and rolling back keep every tick."""
+        idle loop need not ask every tick (a round per pod every second was most of an idle agent's own CPU).
+        Gating (a clock decides), pulling, replacing and rolling back keep every tick."""
         return all(s.record.phase in _RESTING for s in self._stored.values())
 
     def records(self) -> list[Record]:

@@ -2,7 +2,7 @@
 
 watchdog (what the watches used before) runs an observer thread per watcher that wakes every second, an
 emitter thread per watch and a reader thread, and its import with those threads held about 0.75 MB of an
-idle agent's RSS (issue 25); the three watchers an agent keeps (PLEG's exit files, the manifest directory
+idle agent's RSS; the three watchers an agent keeps (PLEG's exit files, the manifest directory
 and its parent, the image import directory) need only "something in this directory changed", which
 inotify(7) says on a descriptor the loop can wait on with the rest. inotify_simple (one small module over
 ctypes) makes the calls and decodes the events; this module puts its descriptor on the loop.
