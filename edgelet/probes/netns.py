@@ -11,21 +11,13 @@ thread is never reused, so no pool thread is ever left in a pod's namespace.
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import os
 import socket
 import threading
 
 from edgelet.probes.errors import NetnsError
-from edgelet.util.libc import libc
+from edgelet.util import linux
 
-CLONE_NEWNET = 0x40000000
-
-
-def _setns(fd: int) -> None:
-    if libc().setns(fd, CLONE_NEWNET) != 0:  # Python 3.11 has no os.setns
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
 
 
 def socket_in(netns: str | None, family: int = socket.AF_INET, type: int = socket.SOCK_STREAM) -> socket.socket:
@@ -41,7 +33,7 @@ def socket_in(netns: str | None, family: int = socket.AF_INET, type: int = socke
         try:
             fd = os.open(netns, os.O_RDONLY | os.O_CLOEXEC)
             try:
-                _setns(fd)
+                linux.setns(fd)
             finally:
                 os.close(fd)
             made.append(socket.socket(family, type))
