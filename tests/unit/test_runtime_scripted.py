@@ -164,13 +164,13 @@ def test_an_exited_containers_record_carries_its_termination_message(tmp_path: P
     assert messages()["file"] == ("exited", "bye now")
     # The cached message goes with its container, whether removed by the runtime or from under it.
     # So does what the runtime remembers of its OOM check: neither may grow over a year of restarts.
-    assert {"c-file", "c-old"} <= rt._oom_checked
+    assert {"c-file", "c-old"} <= rt.observer.oom_checked
     asyncio.run(rt.remove_container("c-file"))
-    assert "c-file" not in rt._messages and "c-file" not in rt._oom_checked
+    assert "c-file" not in rt.observer.messages and "c-file" not in rt.observer.oom_checked
     shutil.rmtree(rt.paths.pods_dir / "u1" / "containers" / "old")
     assert set(messages()) == {"logs", "run"}
-    assert set(rt._messages) == {"c-logs"}
-    assert rt._oom_checked <= {"c-logs"}
+    assert set(rt.observer.messages) == {"c-logs"}
+    assert rt.observer.oom_checked <= {"c-logs"}
 
 
 def test_a_message_read_before_the_exit_is_recorded_is_read_again(tmp_path: Path) -> None:
@@ -281,7 +281,7 @@ def test_removal_drops_the_exit_file_before_the_bundle(tmp_path: Path, monkeypat
 
     monkeypatch.setattr(bl, "remove_tree", killed)
     with pytest.raises(Killed):
-        rt._remove_files("c1", bundle)
+        rt.remove_files("c1", bundle)
     assert not (rt.paths.exit_dir / "c1").exists() and bundle.exists()
 
 
