@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import json
 import os
 import shutil
 import stat
@@ -579,3 +580,21 @@ def remove_tree(path: Path) -> None:
     except OSError as exc:
         if exc.errno != errno.ENOENT:
             raise VolumeError(f"cannot remove {path}: {exc}") from exc
+
+
+def read_id(bundle: Path) -> str | None:
+    """The id of the container (or sandbox) whose bundle this is (None: none recorded)."""
+    try:
+        return (bundle / ID_FILE).read_text().strip() or None
+    except FileNotFoundError:
+        return None
+
+
+def read_annotations(bundle: Path | None) -> dict[str, str]:
+    """The annotations a bundle's config.json holds ({} without a bundle, or when unreadable)."""
+    if bundle is None:
+        return {}
+    try:
+        return json.loads((bundle / CONFIG).read_text()).get("annotations") or {}
+    except (OSError, ValueError):
+        return {}

@@ -20,7 +20,7 @@ import stat
 import threading
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 from edgelet.container.errors import RuntimeError_
 from edgelet.util import linux

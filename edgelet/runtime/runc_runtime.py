@@ -14,12 +14,10 @@ started.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import os
 import secrets
 import shutil
-import signal
 import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
@@ -35,30 +33,23 @@ from edgelet.container.errors import (
     CreateContainerConfigError,
     CreateContainerError,
     ExecError,
-    ExecTimeout,
     RuntimeError_,
     SandboxError,
     StartContainerError,
     StopContainerError,
 )
 from edgelet.container.types import PodRuntimeStatus, PreparedContainer, SandboxRecord
-from edgelet.logs import ensure_log_dir
 from edgelet.ocispec import build as ocispec
-from edgelet.ocispec.apparmor import compute_apparmor
-from edgelet.ocispec.errors import SecurityError, SpecError
-from edgelet.ocispec.seccomp import goarch
+from edgelet.ocispec.errors import SpecError
 from edgelet.runtime import _exec, conmon, rootfs, subpath
 from edgelet.runtime import bundle as bl
 from edgelet.runtime.host import (
-    CGROUP_MOUNT,
     HostFacts,
-    host_devices,
-    loaded_apparmor_profiles,
-    parse_group,
-    parse_group_members,
-    parse_passwd,
     probe_host_facts,
 )
+from edgelet.runtime.containerprep import Prepared, SecurityFacts, container_mounts, prepare_container_dirs
+from edgelet.runtime.containerprep import remove_stale_bundle, unmount_bundle
+from edgelet.runtime.execs import Execs
 from edgelet.runtime.infra_sandbox import InfraSandboxes
 from edgelet.runtime.layout import (
     ANN_ATTEMPT,
@@ -79,7 +70,7 @@ from edgelet.runtime.layout import (
     KIND_SANDBOX,
     RuntimePaths,
 )
-from edgelet.runtime.logrotation import remove_logs
+from edgelet.runtime.logrotation import remove_logs, remove_pod_logs
 from edgelet.runtime.observe import Observer
 from edgelet.runtime.pinned_sandbox import PinnedSandboxes
 from edgelet.runtime.podcgroups import PodCgroups, remove_pod_cgroups
@@ -107,37 +98,8 @@ KILL_WAIT = 10.0  # how long SIGKILL may take to show up as an exit file
 POLL = 0.05
 
 
-def _read_rootfs_file(rootfs_dir: Path, rel: str) -> str:
-    """A file of the image, refusing symlinks (a hostile image must not make edgelet read host files)."""
-    path = rootfs_dir
-    for part in rel.split("/"):
-        path = path / part
-        if path.is_symlink():
-            return ""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:
-        return ""
-    with os.fdopen(fd, "r", errors="replace") as f:
-        return f.read(1 << 20)
-
-
 def _new_id() -> str:
     return secrets.token_hex(32)
-
-
-@dataclasses.dataclass(frozen=True)
-class _Prepared:
-    """The runtime's part of a PreparedContainer: what create_container finishes from."""
-
-    bundle: Path
-    log_path: Path
-    link: Path
-    rootfs_dir: Path
-    passwd: dict[str, tuple[int, int]]
-    groups: dict[str, int]
-    members: dict[str, tuple[str, ...]]
-    facts: dict[str, Any]
 
 
 class RuncRuntime:
@@ -180,7 +142,6 @@ class RuncRuntime:
         self.log_size_max = log_size_max
         self.allowed_unsafe_sysctls = allowed_unsafe_sysctls
         self.paths = paths
-        self.seccomp_default = seccomp_default
         self.on_warning = on_warning
         # conmon execs the runtime by path, without a PATH search.
         self.runtime_path = shutil.which(runtime_bin) or runtime_bin
@@ -189,6 +150,8 @@ class RuncRuntime:
         self.node_hostname = node_hostname or socket.gethostname()
         self.runc = Runc(self.runtime_path, paths.runc_root, runner=runner)
         self.host = host_facts or probe_host_facts()
+        self.security = SecurityFacts(paths.seccomp_dir, self.host, seccomp_default=seccomp_default,
+                                      on_warning=on_warning)
         self.cgroups = PodCgroups(paths.cgroup_root, pod_max_pids=pod_max_pids, node_cgroup=node_cgroup,
                                   allow_missing_controllers=allow_missing_controllers,
                                   controllers=cgroup_controllers)
@@ -202,8 +165,7 @@ class RuncRuntime:
         self.observer = Observer(paths, self.runc, self.clock, pod_cgroups=self.pod_cgroups,
                                  kind_of=self._kind_of_record)
         self._released: set[str] = set()  # exited containers whose runc state and rootfs mount are gone
-        # Names this agent's exec scratch files, so the start sweep tells an earlier agent's apart.
-        self._exec_prefix = secrets.token_hex(4)
+        self.execs = Execs(self.runc, runner, paths.exec_dir)
         # The exit dir must exist before anything watches it (PLEG's inotify).
         self._ensure_dirs()
 
@@ -300,7 +262,7 @@ class RuncRuntime:
         uid = pod_uid(pod)
         layout = self.layout(uid)
         self._ensure_dirs()
-        old = await asyncio.to_thread(_bundle_id, layout.sandbox_dir)
+        old = await asyncio.to_thread(bl.read_id, layout.sandbox_dir)
         if old:
             await self.remove_container(old)
         return SandboxOpening(
@@ -344,7 +306,7 @@ class RuncRuntime:
 
     async def stop_sandbox(self, sandbox_id: str) -> None:
         bundle = await self.observer.bundle_of(sandbox_id)
-        ann = await asyncio.to_thread(_bundle_annotations, bundle)
+        ann = await asyncio.to_thread(bl.read_annotations, bundle)
         await self._sandbox_kind(ann).stop(sandbox_id, bundle)
 
     def _release_sandbox(self, sandbox_id: str) -> None:
@@ -367,55 +329,9 @@ class RuncRuntime:
         """At start: release the network of every sandbox that no longer runs (a crash, a power cut)."""
         return await self.networks.cleanup(self.list_pods)
 
-    # ------------------------------------------------------------ security facts
-
     def seccomp_host(self, pod: "Pod") -> ocispec.SeccompHost:
-        """The settings and host facts seccomp needs, with the text of every Localhost profile the pod names."""
-        profiles: dict[str, str] = {}
-        base = self.paths.seccomp_dir
-        for name in ocispec.seccomp_profile_names(pod):
-            path = base / name
-            # Names with '..' or a leading '/' are refused by the builder; never read outside the dir.
-            if name.startswith("/") or ".." in name.split("/"):
-                continue
-            try:
-                profiles[name] = path.read_text()
-            except FileNotFoundError:
-                continue  # the builder says it is missing, naming it
-            except (OSError, UnicodeDecodeError) as exc:
-                raise SpecError(f"pod {full_name(pod)}: cannot read seccomp profile {str(path)!r}: {exc}") from exc
-        return ocispec.SeccompHost(
-            default_on=self.seccomp_default,
-            arch=goarch(self.host.machine) if self.host.machine else "amd64",
-            kernel_version=self.host.kernel_version,
-            profile_dir=str(base),
-            localhost_profiles=profiles,
-        )
-
-    def _security_facts(self, pod: "Pod", container: "Container") -> dict[str, Any]:
-        """ContainerContext fields read from the host now: seccomp profiles, AppArmor, /dev for privileged."""
-        security_context = container.security_context
-        privileged = bool(security_context is not None and security_context.privileged)
-        facts: dict[str, Any] = {
-            "seccomp": self.seccomp_host(pod),
-            "bounding_capabilities": self.host.bounding_capabilities,
-            "apparmor_enabled": self.host.apparmor_enabled,
-        }
-        if self.host.apparmor_enabled:
-            facts["apparmor_loaded"] = loaded_apparmor_profiles()
-        if privileged:
-            facts["host_devices"] = host_devices()
-        return facts
-
-    def _warn_apparmor(self, pod: "Pod", container: "Container", ctx: ocispec.ContainerContext) -> None:
-        try:
-            decision = compute_apparmor(pod, container, enabled=ctx.apparmor_enabled, loaded=ctx.apparmor_loaded)
-        except SecurityError:
-            return  # the builder has already refused it
-        if decision.warning:
-            log.warning("AppArmor", pod=full_name(pod), container=container.name, detail=decision.warning)
-            if self.on_warning is not None:
-                self.on_warning(pod, container.name, "AppArmorProfileNotApplied", decision.warning)
+        """The settings and host facts seccomp needs (see SecurityFacts.seccomp_host)."""
+        return self.security.seccomp_host(pod)
 
     # ------------------------------------------------------------ containers
 
@@ -438,45 +354,15 @@ class RuncRuntime:
         container_type: str = "regular",
         prepared: PreparedContainer | None = None,
     ) -> str:
-        from edgelet.api.hash import container_hash
-
         uid = pod_uid(pod)
         ns, pod_name = meta(pod).namespace or "", meta(pod).name or ""
-        try:
-            self._kind_of_sandbox(sandbox).check_running(pod, sandbox)
-        except SandboxError:
-            if prepared is not None:
-                await self.discard_prepared(prepared)
-            raise
-        if prepared is None:
-            prepared = await self.prepare_container(pod, container, image, attempt, container_type)
-        elif (prepared.pod_uid, prepared.name, prepared.attempt, prepared.image_id) != (
-                uid, container.name, attempt, image.id):
-            await self.discard_prepared(prepared)
-            raise CreateContainerError(f"pod {full_name(pod)} container {container.name}: prepared for another instance"
-                                       f" ({prepared.name} attempt {prepared.attempt})")
-        prepared_data: _Prepared = prepared.data
+        prepared = await self._prepared_for(pod, container, sandbox, image, attempt, container_type, prepared)
+        prepared_data: Prepared = prepared.data
         cid, bundle, layout = prepared.id, prepared_data.bundle, self.layout(uid)
         done = False
         try:
-            annotations = {
-                ANN_KIND: KIND_CONTAINER,
-                ANN_POD_UID: uid,
-                ANN_POD_NAME: pod_name,
-                ANN_POD_NAMESPACE: ns,
-                ANN_CONTAINER_NAME: container.name,
-                ANN_CONTAINER_TYPE: "init" if container_type == "init" else "regular",
-                ANN_ATTEMPT: str(attempt),
-                ANN_HASH: container_hash(container),
-                ANN_SANDBOX_ID: sandbox.id,
-                ANN_IMAGE: container.image or "",
-                ANN_IMAGE_ID: image.id,
-                ANN_LOG_PATH: str(prepared_data.log_path),
-                ANN_CREATED: repr(self.clock.now()),
-                ANN_GRACE: str(_pod_grace(pod)),
-                # kubelet reads the message by what the container's annotations say, not by today's spec.
-                **termination_annotations(container),
-            }
+            annotations = _container_annotations(pod, container, sandbox, image, attempt, container_type,
+                                                 prepared_data.log_path, self.clock.now())
             ctx_args = dict(
                 rootfs=str(prepared_data.rootfs_dir),
                 cgroups_path=f"{self.cgroups.of(uid, pod)}/{cid}",
@@ -498,7 +384,8 @@ class RuncRuntime:
 
             def write_config() -> ocispec.ContainerContext:
                 # Mounts, spec and config.json in one trip to a worker thread.
-                ctx = ocispec.ContainerContext(mounts=self._container_mounts(pod, container, layout, bundle),
+                mounts = container_mounts(pod, container, layout, bundle, self.host.recursive_read_only)
+                ctx = ocispec.ContainerContext(mounts=mounts,
                                                **ctx_args)  # type: ignore[arg-type]
                 config = ocispec.build_container_spec(pod, container, image.config, ctx)
                 bl.write_file(bundle / bl.CONFIG, json.dumps(config, indent=1))
@@ -511,7 +398,7 @@ class RuncRuntime:
                                                  stdin=bool(container.stdin), stdin_once=bool(container.stdin_once),
                                                  terminal=bool(container.tty)), runner=self.runner,
                                 start=configured)
-            self._warn_apparmor(pod, container, configured.result())
+            self.security.warn_apparmor(pod, container, configured.result())
             # Before `runc start`, not beside it: a process moved into a cgroup is not held to its pids.max, so
             # a conmon joining a pod whose container already forked up to the pod's limit would exceed it.
             await asyncio.to_thread(self.cgroups.move_monitor, bundle, self.cgroups.monitor(uid, pod))
@@ -528,6 +415,25 @@ class RuncRuntime:
         self.observer.bundles[cid] = bundle
         log.info("Container created", pod=full_name(pod), container=container.name, id=cid[:12], attempt=attempt)
         return cid
+
+    async def _prepared_for(self, pod: "Pod", container: "Container", sandbox: SandboxRecord, image: "ImageRecord",
+                            attempt: int, container_type: str, prepared: PreparedContainer | None) -> PreparedContainer:
+        """What create_container finishes from: `prepared` when it is this instance's, else a new preparation.
+        SandboxError when the sandbox cannot hold containers now; a preparation refused is discarded."""
+        try:
+            self._kind_of_sandbox(sandbox).check_running(pod, sandbox)
+        except SandboxError:
+            if prepared is not None:
+                await self.discard_prepared(prepared)
+            raise
+        if prepared is None:
+            return await self.prepare_container(pod, container, image, attempt, container_type)
+        if (prepared.pod_uid, prepared.name, prepared.attempt, prepared.image_id) != (
+                pod_uid(pod), container.name, attempt, image.id):
+            await self.discard_prepared(prepared)
+            raise CreateContainerError(f"pod {full_name(pod)} container {container.name}: prepared for another instance"
+                                       f" ({prepared.name} attempt {prepared.attempt})")
+        return prepared
 
     async def prepare_container(
         self,
@@ -548,15 +454,15 @@ class RuncRuntime:
         done = False
         def make() -> tuple[str | None, Any]:
             # A leftover of the same instance (a crash between create and record) is replaced.
-            old = _bundle_id(bundle)
+            old = bl.read_id(bundle)
             if old:
                 return old, None
             if bundle.exists():
                 # One without an id (a power cut before its directory entries reached storage) names no
                 # container to remove, but its writable layer must not become the new instance's.
-                _remove_stale_bundle(bundle)
-            return None, (self._prepare_container_dirs(container, image, bundle, cid, log_path, link),
-                          self._security_facts(pod, container))
+                remove_stale_bundle(bundle)
+            return None, (prepare_container_dirs(self.paths.log_dir, image, bundle, cid, log_path, link),
+                          self.security.container_facts(pod, container))
 
         try:
             # One trip to a worker thread in the usual case: on a busy machine each trip waits for a core.
@@ -578,11 +484,11 @@ class RuncRuntime:
                 await asyncio.shield(self._undo_prepared(cid, bundle, link))
         return PreparedContainer(
             id=cid, pod_uid=uid, name=container.name, attempt=attempt, image_id=image.id,
-            data=_Prepared(bundle=bundle, log_path=log_path, link=link, rootfs_dir=rootfs_dir, passwd=passwd,
+            data=Prepared(bundle=bundle, log_path=log_path, link=link, rootfs_dir=rootfs_dir, passwd=passwd,
                            groups=groups, members=members, facts=facts))
 
     async def discard_prepared(self, prepared: PreparedContainer) -> None:
-        prepared_data: _Prepared = prepared.data
+        prepared_data: Prepared = prepared.data
         await asyncio.shield(self._undo_prepared(prepared.id, prepared_data.bundle, prepared_data.link))
 
     async def _undo_prepared(self, cid: str, bundle: Path, link: Path) -> None:
@@ -596,31 +502,6 @@ class RuncRuntime:
             await asyncio.to_thread(undo)
         except (RuntimeError_, OSError) as exc:
             log.error("Cleanup after a failed create left things behind", exc, container=cid[:12], bundle=str(bundle))
-
-    def _container_mounts(self, pod: "Pod", container: "Container", layout: bl.PodLayout,
-                          bundle: Path) -> tuple[ocispec.Mount, ...]:
-        # After the sandbox, which made the volumes: never two preparations of one tmpfs at once.
-        plans = bl.plan_volumes(pod, layout)
-        bl.prepare_volumes(plans)
-        return bl.container_mounts(pod, container, layout, plans, bundle, rro_supported=self.host.recursive_read_only)
-
-    def _prepare_container_dirs(
-        self, container: "Container", image: "ImageRecord", bundle: Path, cid: str, log_path: Path, link: Path,
-    ) -> tuple[Path, dict[str, tuple[int, int]], dict[str, int], dict[str, tuple[str, ...]]]:
-        ensure_dir(bundle)
-        bl.write_file(bundle / bl.ID_FILE, cid)
-        (bundle / bl.TERMINATION_LOG).touch(mode=0o666)
-        rootfs_dir = rootfs.mount_rootfs(image.layers, bundle)
-        passwd = parse_passwd(_read_rootfs_file(rootfs_dir, "etc/passwd"))
-        group_text = _read_rootfs_file(rootfs_dir, "etc/group")
-        groups = parse_group(group_text)
-        members = parse_group_members(group_text)
-        ensure_log_dir(self.paths.log_dir, log_path.parent)
-        ensure_log_dir(self.paths.log_dir, link.parent)
-        if os.path.lexists(link):
-            link.unlink()
-        link.symlink_to(log_path)
-        return rootfs_dir, passwd, groups, members
 
     async def start_container(self, container_id: str) -> None:
         bundle = await self.observer.bundle_of(container_id)
@@ -649,62 +530,17 @@ class RuncRuntime:
         await self.kill_and_wait(container_id, bundle)
 
     async def exec_sync(self, container_id: str, argv: Sequence[str], timeout: float | None) -> _exec.Completed:
-        """`runc exec` `argv` in the container and wait for it (probes, hooks); never raises on a non-zero exit.
-
-        Raises ExecTimeout when `timeout` passes. Killing `runc exec` alone would
-        leave the command running in the container, so on a timeout (or a
-        cancellation) the command itself is SIGKILLed through runc's pid file, as
-        containerd's ExecSync does.
-        """
-        exec_dir = self.paths.exec_dir
-        exec_dir.mkdir(parents=True, exist_ok=True)
-        pid_file = exec_dir / f"{self._exec_prefix}-{container_id[:12]}-{secrets.token_hex(6)}.pid"
-        cmd = self.runc.argv("exec", "--pid-file", str(pid_file), container_id, *argv)
-        try:
-            return await self.runner(cmd, timeout=timeout, check=False)
-        except (ExecTimeout, asyncio.CancelledError):
-            _kill_pid_file(pid_file)
-            raise
-        finally:
-            pid_file.unlink(missing_ok=True)
+        """`runc exec` `argv` in the container and wait for it (probes, hooks); never raises on a non-zero exit,
+        ExecTimeout when `timeout` passes (the command killed, see Execs.run)."""
+        return await self.execs.run(container_id, argv, timeout)
 
     async def start_exec(self, container_id: str, argv: Sequence[str], *, tty: bool, stdin: int, stdout: int,
-                         stderr: int) -> ExecSession:
+                         stderr: int) -> "ExecSession":
         """Start `argv` in the running container with its own process spec (`edgelet exec`), on the given
         descriptors; the caller waits for, signals or kills the returned session. ExecSessionError when the
         container is not running or has no bundle."""
-        # Only `edgelet exec` and the node API's exec need it (with termios): not an idle agent.
-        from edgelet.runtime.execsession import ExecSession, ExecSessionError, build_exec_process, terminal_size
-
-        state = await self.runc.state(container_id)
-        status = (state or {}).get("status", "unknown to runc")
-        if status != "running":
-            raise ExecSessionError(f"container {container_id[:12]} is not running ({status})")
-        bundle = await self.observer.bundle_of(container_id)
-        if bundle is None:
-            raise ExecSessionError(f"container {container_id[:12]} has no bundle")
-        try:
-            config = json.loads((bundle / "config.json").read_bytes())
-            # With a terminal, its size goes into the spec (runc's own first resize comes after the command starts).
-            spec = build_exec_process(config["process"], argv, tty=tty, size=terminal_size(stdin) if tty else None)
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise ExecSessionError(f"cannot read the process spec of container {container_id[:12]} in "
-                                   f"{bundle}: {exc}") from exc
-        exec_dir = self.paths.exec_dir
-        exec_dir.mkdir(parents=True, exist_ok=True)
-        name = f"{self._exec_prefix}-{container_id[:12]}-{secrets.token_hex(6)}"
-        pid_file, process_file = exec_dir / f"{name}.pid", exec_dir / f"{name}.process.json"
-        # 0600 from the start: the spec holds the container's environment.
-        fd = os.open(process_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(spec, f)
-        cmd = self.runc.argv("exec", "--process", str(process_file), "--pid-file", str(pid_file), container_id)
-        try:
-            process = await _exec.start(cmd, stdin=stdin, stdout=stdout, stderr=stderr)
-        except ExecError:
-            process_file.unlink(missing_ok=True)
-            raise
-        return ExecSession(process, pid_file, process_file)
+        return await self.execs.start(container_id, self.observer.bundle_of, argv, tty=tty, stdin=stdin,
+                                      stdout=stdout, stderr=stderr)
 
     async def kill_and_wait(self, cid: str, bundle: Path | None) -> None:
         if await self._has_exited(cid, bundle):
@@ -758,7 +594,7 @@ class RuncRuntime:
         if bundle is not None:
             # Let conmon record the exit of a force-deleted process before its exit file is removed.
             await self._wait_monitor_gone(bundle)
-        ann = await asyncio.to_thread(_bundle_annotations, bundle)
+        ann = await asyncio.to_thread(bl.read_annotations, bundle)
         if ann.get(ANN_KIND) == KIND_SANDBOX:
             # A sandbox that died without stop_sandbox (a kill between its death and the DEL, a pause process
             # killed from outside) still holds its network: its bundle is the last thing that remembers it.
@@ -811,13 +647,13 @@ class RuncRuntime:
                 path.unlink()
         if bundle is not None and bundle.exists():
             if ann is None:
-                ann = _bundle_annotations(bundle)
+                ann = bl.read_annotations(bundle)
             if ann.get(ANN_KIND) == KIND_CONTAINER:
                 link = self.paths.container_log_link(ann.get(ANN_POD_NAMESPACE, ""), ann.get(ANN_POD_NAME, ""),
                                                      ann.get(ANN_CONTAINER_NAME, ""), cid)
                 if os.path.lexists(link):
                     link.unlink()
-            _unmount_bundle(bundle)
+            unmount_bundle(bundle)
             bl.remove_tree(bundle)
             # Drop the now empty containers/<name>/ dir, and with the container's last bundle its subPath mounts.
             if bundle.parent.parent.name == "containers":
@@ -846,12 +682,7 @@ class RuncRuntime:
                         removed += 1
             for kind in self.sandbox_kinds:
                 removed += kind.sweep(known)
-            exec_dir = self.paths.exec_dir
-            for entry in (list(exec_dir.iterdir()) if exec_dir.is_dir() else []):
-                # This agent's own sessions (the API serves before this sweep) carry its prefix.
-                if not entry.name.startswith(f"{self._exec_prefix}-") and entry.is_file():
-                    entry.unlink(missing_ok=True)
-                    removed += 1
+            removed += self.execs.sweep()
             return removed
 
         return await asyncio.to_thread(sweep)
@@ -911,36 +742,14 @@ class RuncRuntime:
     def _remove_pod_dir(self, layout: bl.PodLayout) -> None:
         if not layout.dir.exists():
             return
-        sid = _bundle_id(layout.sandbox_dir)
+        sid = bl.read_id(layout.sandbox_dir)
         if sid:
             self._release_sandbox(sid)
         for b in layout.bundles():
-            _unmount_bundle(b)
+            unmount_bundle(b)
         subpath.remove_pod_sub_paths(layout.dir)
         bl.unmount_all_under(layout.dir)
         bl.remove_tree(layout.dir)
-
-
-def _kill_pid_file(pid_file: Path) -> None:
-    """SIGKILL the process whose pid runc wrote to `pid_file`, if it was written and the process lives."""
-    try:
-        pid = int(pid_file.read_text().strip())
-    except (OSError, ValueError):
-        return
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
-def _bundle_annotations(bundle: Path | None) -> dict[str, str]:
-    """The annotations a bundle's config.json holds ({} without a bundle, or when unreadable)."""
-    if bundle is None:
-        return {}
-    try:
-        return json.loads((bundle / bl.CONFIG).read_text()).get("annotations") or {}
-    except (OSError, ValueError):
-        return {}
 
 
 def _container_log_path(ann: Mapping[str, str]) -> Path | None:
@@ -949,44 +758,34 @@ def _container_log_path(ann: Mapping[str, str]) -> Path | None:
     return Path(path) if ann.get(ANN_KIND) == KIND_CONTAINER and path else None
 
 
-def remove_pod_logs(log_dir: Path, uid: str) -> None:
-    """Remove the log dirs of pod `uid` (`pods/<ns>_<name>_<uid>`) and every link under `containers/` into
-    them, dangling ones included."""
-    pods = log_dir / "pods"
-    dirs = [d for d in (pods.glob(f"*_{uid}") if pods.is_dir() else []) if d.name.rsplit("_", 1)[-1] == uid]
-    links = log_dir / "containers"
-    for entry in (list(links.iterdir()) if links.is_dir() else []):
-        # A link points at pods/<ns>_<name>_<uid>/<container>/<n>.log.
-        if entry.is_symlink() and Path(os.readlink(entry)).parent.parent.name.rsplit("_", 1)[-1] == uid:
-            entry.unlink(missing_ok=True)
-    for d in dirs:
-        shutil.rmtree(d)
+def _container_annotations(pod: "Pod", container: "Container", sandbox: SandboxRecord, image: "ImageRecord",
+                           attempt: int, container_type: str, log_path: Path, created: float) -> dict[str, str]:
+    """The container's record in its bundle's config.json: what a relist rebuilds its state from."""
+    from edgelet.api.hash import container_hash
 
-
-def _bundle_id(bundle: Path) -> str | None:
-    try:
-        return (bundle / bl.ID_FILE).read_text().strip() or None
-    except FileNotFoundError:
-        return None
-
-
-def _remove_stale_bundle(bundle: Path) -> None:
-    _unmount_bundle(bundle)
-    bl.remove_tree(bundle)
-
-
-def _unmount_bundle(bundle: Path) -> None:
-    if (bundle / "rootfs").exists() or bl.mounts_under(bundle):
-        try:
-            rootfs.unmount_rootfs(bundle)
-        except NotImplementedError:
-            pass
-        bl.unmount_all_under(bundle)
+    return {
+        ANN_KIND: KIND_CONTAINER,
+        ANN_POD_UID: pod_uid(pod),
+        ANN_POD_NAME: meta(pod).name or "",
+        ANN_POD_NAMESPACE: meta(pod).namespace or "",
+        ANN_CONTAINER_NAME: container.name,
+        ANN_CONTAINER_TYPE: "init" if container_type == "init" else "regular",
+        ANN_ATTEMPT: str(attempt),
+        ANN_HASH: container_hash(container),
+        ANN_SANDBOX_ID: sandbox.id,
+        ANN_IMAGE: container.image or "",
+        ANN_IMAGE_ID: image.id,
+        ANN_LOG_PATH: str(log_path),
+        ANN_CREATED: repr(created),
+        ANN_GRACE: str(_pod_grace(pod)),
+        # kubelet reads the message by what the container's annotations say, not by today's spec.
+        **termination_annotations(container),
+    }
 
 
 def _pod_grace(pod: "Pod") -> int:
-    g = pod_spec(pod).termination_grace_period_seconds if pod.spec is not None else None
-    return 30 if g is None else int(g)
+    grace = pod_spec(pod).termination_grace_period_seconds if pod.spec is not None else None
+    return 30 if grace is None else int(grace)
 
 
 def _create_error(pod: "Pod", container: "Container", exc: Exception) -> CreateContainerError:

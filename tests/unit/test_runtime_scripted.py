@@ -294,11 +294,11 @@ def test_stray_exit_files_are_swept_at_start(tmp_path: Path) -> None:
     # An agent killed during `edgelet exec` left its session's process spec (the container's env) and pid file;
     # this agent's own session, started by the API before the sweep, stays.
     rt.paths.exec_dir.mkdir(parents=True)
-    for name in ("0badc0de-live-1.process.json", "0badc0de-live-1.pid", f"{rt._exec_prefix}-live-2.process.json"):
+    for name in ("0badc0de-live-1.process.json", "0badc0de-live-1.pid", f"{rt.execs.prefix}-live-2.process.json"):
         (rt.paths.exec_dir / name).write_text("{}")
     assert asyncio.run(rt.remove_stray_files()) == 4
     assert sorted(p.name for p in rt.paths.exit_dir.iterdir()) == ["live"]
-    assert [p.name for p in rt.paths.exec_dir.iterdir()] == [f"{rt._exec_prefix}-live-2.process.json"]
+    assert [p.name for p in rt.paths.exec_dir.iterdir()] == [f"{rt.execs.prefix}-live-2.process.json"]
 
 
 def test_a_pod_dir_whose_bundles_are_all_gone_is_still_listed_so_it_is_removed(tmp_path: Path) -> None:
