@@ -41,9 +41,9 @@ def socket_in(netns: str | None, family: int = socket.AF_INET, type: int = socke
             failed.append(exc)
 
     # The thread only makes a syscall or three; joining it costs about what a to_thread hop would.
-    t = threading.Thread(target=enter_and_create, name="edgelet-netns", daemon=True)
-    t.start()
-    t.join()
+    thread = threading.Thread(target=enter_and_create, name="edgelet-netns", daemon=True)
+    thread.start()
+    thread.join()
     if failed:
         raise NetnsError(netns, failed[0]) from failed[0]
     sock = made[0]

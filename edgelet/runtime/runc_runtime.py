@@ -705,13 +705,13 @@ class RuncRuntime:
     async def remove_pod(self, uid: str) -> None:
         observed = await self.observer.observe(uid)
         # Containers before sandboxes: a container may share the sandbox's pid namespace.
-        order = sorted(observed, key=lambda o: o.annotations.get(ANN_KIND) == KIND_SANDBOX)
+        order = sorted(observed, key=lambda item: item.annotations.get(ANN_KIND) == KIND_SANDBOX)
         errors: list[str] = []
-        for o in order:
+        for item in order:
             try:
-                await self.remove_container(o.id)
+                await self.remove_container(item.id)
             except (RuntimeError_, OSError) as exc:
-                errors.append(f"{o.id[:12]}: {exc}")
+                errors.append(f"{item.id[:12]}: {exc}")
         if errors:
             # The bundles are the only record of what is left (exit files, sockets, runc state): the pod dir
             # goes only once every container is gone, and the termination's retry finds them again.
