@@ -163,7 +163,7 @@ class RuncRuntime:
         # Asked in this order which kind an existing sandbox's record is; the infra kind last (see SandboxKind).
         self.sandbox_kinds: tuple[SandboxKind, ...] = (self.pinned, self.infra)
         self.observer = Observer(paths, self.runc, self.clock, pod_cgroups=self.pod_cgroups,
-                                 kind_of=self._kind_of_record)
+                                 kind_of=self.kind_of_record)
         self._released: set[str] = set()  # exited containers whose runc state and rootfs mount are gone
         self.execs = Execs(self.runc, runner, paths.exec_dir)
         # The exit dir must exist before anything watches it (PLEG's inotify).
@@ -242,7 +242,7 @@ class RuncRuntime:
 
     # ------------------------------------------------------------ sandbox
 
-    def _kind_of_record(self, annotations: Mapping[str, str]) -> SandboxKind | None:
+    def kind_of_record(self, annotations: Mapping[str, str]) -> SandboxKind | None:
         """The kind of the sandbox whose record holds `annotations`; None for a container."""
         if annotations.get(ANN_KIND) != KIND_SANDBOX:
             return None
@@ -252,7 +252,7 @@ class RuncRuntime:
         """The kind of a sandbox by its record's annotations (none readable: the infra kind's)."""
         return next(kind for kind in self.sandbox_kinds if kind.owns(annotations))
 
-    def _kind_for(self, pod: "Pod") -> SandboxKind:
+    def kind_for_pod(self, pod: "Pod") -> SandboxKind:
         """The kind of a new sandbox for `pod`."""
         return self.infra if self.infra_container or needs_infra(pod) else self.pinned
 
@@ -275,7 +275,7 @@ class RuncRuntime:
 
     async def create_sandbox(self, pod: "Pod", attempt: int) -> SandboxRecord:
         """run_sandbox's first half where the pod has a CNI network: everything but the plugin chain's ADD."""
-        kind = self._kind_for(pod)
+        kind = self.kind_for_pod(pod)
         opening = await self._open_sandbox(pod, attempt)
         sandbox = await kind.create(opening)
         self.observer.bundles[sandbox.id] = opening.bundle
