@@ -75,3 +75,10 @@ def uid(pod: "Pod") -> str:
     if not value:
         raise IncompletePod(f"pod {meta(pod).name} has no uid")
     return value
+
+
+def full_name(pod: "Pod | None") -> str:
+    """`namespace/name` for messages and logs ("" without a pod or its metadata)."""
+    if pod is None or pod.metadata is None:
+        return ""
+    return f"{pod.metadata.namespace}/{pod.metadata.name}"

@@ -7,23 +7,11 @@ holds it.
 
 from __future__ import annotations
 
-import ctypes
 import os
-import threading
 from pathlib import Path
 
 from edgelet.network.errors import NetworkError
-from edgelet.util.libc import libc
-
-CLONE_NEWNET = 0x40000000
-MS_BIND = 4096
-MNT_DETACH = 2
-
-
-def _check(rc: int, what: str, path: Path) -> None:
-    if rc != 0:
-        err = ctypes.get_errno()
-        raise NetworkError(f"{what} {path}: {os.strerror(err)}")
+from edgelet.util import linux
 
 
 def create(path: Path) -> None:
@@ -31,34 +19,24 @@ def create(path: Path) -> None:
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     os.close(fd)
-    failure: list[BaseException] = []
-
-    def work() -> None:
-        # unshare(CLONE_NEWNET) moves only this thread; it ends right after, the agent's threads never move.
-        try:
-            _check(libc().unshare(CLONE_NEWNET), "unshare for", path)
-            source = f"/proc/self/task/{threading.get_native_id()}/ns/net".encode()
-            _check(libc().mount(source, str(path).encode(), b"none", ctypes.c_ulong(MS_BIND), None), "bind-mount", path)
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller
-            failure.append(exc)
-
-    t = threading.Thread(target=work, name="netns", daemon=True)
-    t.start()
-    t.join()
-    if failure:
+    try:
+        # unshare(CLONE_NEWNET) moves only a thread of its own; the agent's threads never move.
+        linux.pin_namespaces({"net": path}, str(path), thread_name="netns")
+    except BaseException as exc:
         path.unlink(missing_ok=True)
-        raise failure[0]
+        if isinstance(exc, OSError):
+            raise NetworkError(exc.strerror or str(exc)) from exc
+        raise
 
 
 def remove(path: Path) -> None:
     """Unmount and delete; a missing file is fine."""
     if not path.exists():
         return
-    if libc().umount2(str(path).encode(), MNT_DETACH) != 0:
-        err = ctypes.get_errno()
-        if err not in (22,):  # EINVAL: not a mount point (a crash before the bind)
-            raise NetworkError(f"unmount {path}: {os.strerror(err)}")
-    path.unlink(missing_ok=True)
+    try:
+        linux.unpin_file(path)
+    except OSError as exc:
+        raise NetworkError(exc.strerror or str(exc)) from exc
 
 
 def is_live(path: Path) -> bool:

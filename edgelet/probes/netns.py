@@ -11,21 +11,13 @@ thread is never reused, so no pool thread is ever left in a pod's namespace.
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import os
 import socket
 import threading
 
 from edgelet.probes.errors import NetnsError
-from edgelet.util.libc import libc
+from edgelet.util import linux
 
-CLONE_NEWNET = 0x40000000
-
-
-def _setns(fd: int) -> None:
-    if libc().setns(fd, CLONE_NEWNET) != 0:  # Python 3.11 has no os.setns
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
 
 
 def socket_in(netns: str | None, family: int = socket.AF_INET, type: int = socket.SOCK_STREAM) -> socket.socket:
@@ -41,7 +33,7 @@ def socket_in(netns: str | None, family: int = socket.AF_INET, type: int = socke
         try:
             fd = os.open(netns, os.O_RDONLY | os.O_CLOEXEC)
             try:
-                _setns(fd)
+                linux.setns(fd)
             finally:
                 os.close(fd)
             made.append(socket.socket(family, type))
@@ -49,9 +41,9 @@ def socket_in(netns: str | None, family: int = socket.AF_INET, type: int = socke
             failed.append(exc)
 
     # The thread only makes a syscall or three; joining it costs about what a to_thread hop would.
-    t = threading.Thread(target=enter_and_create, name="edgelet-netns", daemon=True)
-    t.start()
-    t.join()
+    thread = threading.Thread(target=enter_and_create, name="edgelet-netns", daemon=True)
+    thread.start()
+    thread.join()
     if failed:
         raise NetnsError(netns, failed[0]) from failed[0]
     sock = made[0]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import json
 import os
 import shutil
 import stat
@@ -31,6 +32,7 @@ from edgelet.api.pod import meta
 from edgelet.api.pod import spec as pod_spec
 from edgelet.ocispec.build import Mount
 from edgelet.container.errors import VolumeError
+from edgelet.util import linux
 from edgelet.util.libc import libc
 
 if TYPE_CHECKING:
@@ -317,10 +319,6 @@ def plan_volumes(pod: "Pod", layout: PodLayout) -> dict[str, VolumePlan]:
     return plans
 
 
-MS_NOSUID = 2
-MS_NODEV = 4
-
-
 def tmpfs_options(size_limit: str | int | float | None) -> list[str]:
     """tmpfs mount data (the nosuid/nodev flags are passed as mount flags)."""
     opts = ["mode=0777"]
@@ -448,16 +446,10 @@ def _unescape(s: str) -> str:
     return s.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
 
 
-MNT_DETACH = 2
-
-
-MS_BIND = 4096
-MS_REC = 16384
-
-
 def mount_bind(source: str, target: Path) -> None:
     """A recursive bind mount by mount(2); `source` may be a `/proc/self/fd/N` magic link (safe subPaths)."""
-    if libc().mount(source.encode(), str(target).encode(), None, ctypes.c_ulong(MS_BIND | MS_REC), None) != 0:
+    flags = ctypes.c_ulong(linux.MS_BIND | linux.MS_REC)
+    if libc().mount(source.encode(), str(target).encode(), None, flags, None) != 0:
         err = ctypes.get_errno()
         raise VolumeError(f"bind mount {source} at {target}: {os.strerror(err)}")
 
@@ -481,14 +473,14 @@ def probe_recursive_read_only() -> bool:
 def mount_tmpfs(target: Path, options: Sequence[str]) -> None:
     """mount(2) a tmpfs directly: a syscall, not a subprocess."""
     data = ",".join(options).encode()
-    flags = ctypes.c_ulong(MS_NOSUID | MS_NODEV)
+    flags = ctypes.c_ulong(linux.MS_NOSUID | linux.MS_NODEV)
     if libc().mount(b"tmpfs", str(target).encode(), b"tmpfs", flags, data) != 0:
         err = ctypes.get_errno()
         raise VolumeError(f"mount tmpfs at {target} ({','.join(options)}): {os.strerror(err)}")
 
 
 def umount(target: str, *, lazy: bool = False) -> None:
-    if libc().umount2(target.encode(), MNT_DETACH if lazy else 0) != 0:
+    if libc().umount2(target.encode(), linux.MNT_DETACH if lazy else 0) != 0:
         err = ctypes.get_errno()
         if err == errno.EINVAL:  # not a mount point (any more): nothing to do
             return
@@ -588,3 +580,21 @@ def remove_tree(path: Path) -> None:
     except OSError as exc:
         if exc.errno != errno.ENOENT:
             raise VolumeError(f"cannot remove {path}: {exc}") from exc
+
+
+def read_id(bundle: Path) -> str | None:
+    """The id of the container (or sandbox) whose bundle this is (None: none recorded)."""
+    try:
+        return (bundle / ID_FILE).read_text().strip() or None
+    except FileNotFoundError:
+        return None
+
+
+def read_annotations(bundle: Path | None) -> dict[str, str]:
+    """The annotations a bundle's config.json holds ({} without a bundle, or when unreadable)."""
+    if bundle is None:
+        return {}
+    try:
+        return json.loads((bundle / CONFIG).read_text()).get("annotations") or {}
+    except (OSError, ValueError):
+        return {}

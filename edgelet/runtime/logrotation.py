@@ -309,3 +309,18 @@ def remove_logs(current: Path) -> None:
                 logs.rotated_stamp(name.removesuffix(_COMPRESS_TMP), attempt) is not None
                 or name == f"{attempt}.log{logs.TMP_SUFFIX}"):
             (current.parent / name).unlink(missing_ok=True)
+
+
+def remove_pod_logs(log_dir: Path, uid: str) -> None:
+    """Remove the log dirs of pod `uid` (`pods/<ns>_<name>_<uid>`) and every link under `containers/` into
+    them, dangling ones included."""
+    pods = log_dir / "pods"
+    dirs = [pod_dir for pod_dir in (pods.glob(f"*_{uid}") if pods.is_dir() else [])
+            if pod_dir.name.rsplit("_", 1)[-1] == uid]
+    links = log_dir / "containers"
+    for entry in (list(links.iterdir()) if links.is_dir() else []):
+        # A link points at pods/<ns>_<name>_<uid>/<container>/<n>.log.
+        if entry.is_symlink() and Path(os.readlink(entry)).parent.parent.name.rsplit("_", 1)[-1] == uid:
+            entry.unlink(missing_ok=True)
+    for pod_dir in dirs:
+        shutil.rmtree(pod_dir)

@@ -20,9 +20,10 @@ import stat
 import threading
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 from edgelet.container.errors import RuntimeError_
+from edgelet.util import linux
 from edgelet.util.log import get_logger
 from edgelet.util.libc import libc
 
@@ -35,7 +36,6 @@ EMPTY_LOWER = "lower-empty"
 COPY_DONE = ".rootfs-copied"  # marks a complete copied rootfs (idempotency without a mount to look at)
 OPAQUE_XATTR = "trusted.overlay.opaque"
 MAX_MOUNT_DATA = 4000  # the kernel copies at most one page (4096) of mount data; keep a margin
-MNT_DETACH = 2
 _COPY_XATTR_PREFIXES = ("user.", "security.capability")
 
 _warned_copy = False
@@ -126,7 +126,7 @@ def probe_overlay() -> str | None:
             _mount("overlay", str(merged), "overlay", 0, build_overlay_options([str(lower)], str(upper), str(work)))
         except OSError as exc:
             return exc.strerror or str(exc)
-        _umount(str(merged), MNT_DETACH)
+        _umount(str(merged), linux.MNT_DETACH)
         return None
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -272,7 +272,7 @@ def release_rootfs(container_dir: Path) -> None:
         _umount(str(rootfs))
     except OSError as exc:
         if exc.errno == errno.EBUSY:
-            _umount(str(rootfs), MNT_DETACH)
+            _umount(str(rootfs), linux.MNT_DETACH)
         elif exc.errno != errno.EINVAL:
             raise RootfsError(container_dir, f"cannot unmount: {exc}", exc.errno or 0) from exc
 
@@ -289,7 +289,7 @@ def unmount_rootfs(container_dir: Path) -> None:
                 if exc.errno == errno.EBUSY:
                     # Something still holds it (a dying process); detach so the dirs can go now.
                     log.warning("Rootfs busy; detaching it lazily", path=str(rootfs))
-                    _umount(str(rootfs), MNT_DETACH)
+                    _umount(str(rootfs), linux.MNT_DETACH)
                 elif exc.errno != errno.EINVAL:  # EINVAL: not mounted after all (a race): fine
                     raise
         for name in (COPY_DONE,):

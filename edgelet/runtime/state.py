@@ -1,6 +1,6 @@
 """The actual state of a pod, rebuilt purely from what runc, the bundles and conmon's exit files say.
 
-Gathering the observations is I/O (`RuncRuntime._observe`); judging them is
+Gathering the observations is I/O (`runtime.observe`); judging them is
 here, so every case (created, running, exited with and without an exit file,
 a bundle runc no longer knows after a reboot) is a table test.
 """

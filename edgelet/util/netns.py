@@ -4,19 +4,11 @@ thread that enters the namespace, so the agent itself never leaves its own and n
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import os
 import socket
 import threading
 
-CLONE_NEWNET = 0x40000000
-
-
-def _setns(fd: int) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.setns(fd, CLONE_NEWNET) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
+from edgelet.util import linux
 
 
 def _make(netns: str, family: int) -> socket.socket:
@@ -24,12 +16,12 @@ def _make(netns: str, family: int) -> socket.socket:
     try:
         own = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
         try:
-            _setns(target)
+            linux.setns(target)
             try:
                 return socket.socket(family, socket.SOCK_STREAM)
             finally:
                 # Only this thread moved; it ends right after, so even a failed return harms no one.
-                _setns(own)
+                linux.setns(own)
         finally:
             os.close(own)
     finally:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from edgelet.runtime.runc_runtime import MONITOR_CGROUP
+from edgelet.runtime.podcgroups import MONITOR_CGROUP
 from edgelet.testing.cleanup import conmon_processes
 from edgelet.testing.images import build_busybox_image
 from edgelet.util.crashpoint import ENV as CRASH_ENV

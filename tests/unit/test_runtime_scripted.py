@@ -164,13 +164,13 @@ def test_an_exited_containers_record_carries_its_termination_message(tmp_path: P
     assert messages()["file"] == ("exited", "bye now")
     # The cached message goes with its container, whether removed by the runtime or from under it.
     # So does what the runtime remembers of its OOM check: neither may grow over a year of restarts.
-    assert {"c-file", "c-old"} <= rt._oom_checked
+    assert {"c-file", "c-old"} <= rt.observer.oom_checked
     asyncio.run(rt.remove_container("c-file"))
-    assert "c-file" not in rt._messages and "c-file" not in rt._oom_checked
+    assert "c-file" not in rt.observer.messages and "c-file" not in rt.observer.oom_checked
     shutil.rmtree(rt.paths.pods_dir / "u1" / "containers" / "old")
     assert set(messages()) == {"logs", "run"}
-    assert set(rt._messages) == {"c-logs"}
-    assert rt._oom_checked <= {"c-logs"}
+    assert set(rt.observer.messages) == {"c-logs"}
+    assert rt.observer.oom_checked <= {"c-logs"}
 
 
 def test_a_message_read_before_the_exit_is_recorded_is_read_again(tmp_path: Path) -> None:
@@ -281,7 +281,7 @@ def test_removal_drops_the_exit_file_before_the_bundle(tmp_path: Path, monkeypat
 
     monkeypatch.setattr(bl, "remove_tree", killed)
     with pytest.raises(Killed):
-        rt._remove_files("c1", bundle)
+        rt.remove_files("c1", bundle)
     assert not (rt.paths.exit_dir / "c1").exists() and bundle.exists()
 
 
@@ -294,11 +294,11 @@ def test_stray_exit_files_are_swept_at_start(tmp_path: Path) -> None:
     # An agent killed during `edgelet exec` left its session's process spec (the container's env) and pid file;
     # this agent's own session, started by the API before the sweep, stays.
     rt.paths.exec_dir.mkdir(parents=True)
-    for name in ("0badc0de-live-1.process.json", "0badc0de-live-1.pid", f"{rt._exec_prefix}-live-2.process.json"):
+    for name in ("0badc0de-live-1.process.json", "0badc0de-live-1.pid", f"{rt.execs.prefix}-live-2.process.json"):
         (rt.paths.exec_dir / name).write_text("{}")
     assert asyncio.run(rt.remove_stray_files()) == 4
     assert sorted(p.name for p in rt.paths.exit_dir.iterdir()) == ["live"]
-    assert [p.name for p in rt.paths.exec_dir.iterdir()] == [f"{rt._exec_prefix}-live-2.process.json"]
+    assert [p.name for p in rt.paths.exec_dir.iterdir()] == [f"{rt.execs.prefix}-live-2.process.json"]
 
 
 def test_a_pod_dir_whose_bundles_are_all_gone_is_still_listed_so_it_is_removed(tmp_path: Path) -> None:
