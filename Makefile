@@ -105,8 +105,11 @@ test: $(VENV)/.installed $(VENV)/.build-installed kube-apiserver lint
 	wait $$binary; brc=$$?; echo "--- make test-binary (exit $$brc):"; cat build/test-binary.log; \
 	[ $$rc -eq 0 ] && [ $$rrc -eq 0 ] && [ $$brc -eq 0 ]
 
-# The gates: the layers of docs/architecture.md (import-linter) and the types (mypy).
+# The gates: the layers of docs/architecture.md (import-linter), the types (mypy), one layout and the lint
+# rules of pyproject.toml's [tool.ruff] (`ruff format .` and `ruff check --fix .` apply them).
 lint: $(VENV)/.installed
+	$(VENV)/bin/ruff format --check --quiet .
+	$(VENV)/bin/ruff check --quiet .
 	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/mypy
 

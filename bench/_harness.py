@@ -32,8 +32,10 @@ def machine() -> str:
     except OSError:
         pass
     # The load says how far the figures can be trusted: the machine may be shared with other work.
-    return (f"{platform.machine()}, {os.cpu_count()} cores, {cpu}, kernel {platform.release()},"
-            f" load average {os.getloadavg()[0]:.1f}")
+    return (
+        f"{platform.machine()}, {os.cpu_count()} cores, {cpu}, kernel {platform.release()},"
+        f" load average {os.getloadavg()[0]:.1f}"
+    )
 
 
 def compile_bytecode() -> None:
@@ -51,7 +53,9 @@ class Bench:
     def __init__(self, name: str) -> None:
         self.base = Path(tempfile.mkdtemp(prefix=f"edgelet-bench-{name}-"))
         self.paths = RuntimePaths(
-            root_dir=self.base / "root", run_dir=self.base / "run", log_dir=self.base / "log",
+            root_dir=self.base / "root",
+            run_dir=self.base / "run",
+            log_dir=self.base / "log",
             cgroup_root=f"/edgelet-bench-{uuid.uuid4().hex[:8]}",
         )
         for d in (self.paths.root_dir, self.paths.run_dir, self.paths.log_dir):
@@ -73,12 +77,25 @@ class Bench:
         agent = [os.environ["EDGELET_BIN"]] if os.environ.get("EDGELET_BIN") else [sys.executable, "-m", "edgelet"]
         return [
             *agent,
-            "--pod-manifest-path", str(self.manifests),
-            "--root-dir", str(self.paths.root_dir), "--run-dir", str(self.paths.run_dir),
-            "--log-dir", str(self.paths.log_dir), "--cgroup-root", self.paths.cgroup_root,
-            "--hostname-override", "bench", "--config", "/dev/null", "--healthz-port", "0",
+            "--pod-manifest-path",
+            str(self.manifests),
+            "--root-dir",
+            str(self.paths.root_dir),
+            "--run-dir",
+            str(self.paths.run_dir),
+            "--log-dir",
+            str(self.paths.log_dir),
+            "--cgroup-root",
+            self.paths.cgroup_root,
+            "--hostname-override",
+            "bench",
+            "--config",
+            "/dev/null",
+            "--healthz-port",
+            "0",
             # Never the machine's /etc/cni: a bench that wants pod networking passes a conf dir of its own.
-            f"--cni-conf-dir={self.base / 'no-cni'}", *extra,
+            f"--cni-conf-dir={self.base / 'no-cni'}",
+            *extra,
         ]
 
     def start_agent(self, *extra: str, source: Path = REPO) -> subprocess.Popen:
@@ -155,8 +172,13 @@ def wait_file(path: Path, timeout: float = 30.0, interval: float = 0.001) -> flo
     raise TimeoutError(f"{path} did not appear within {timeout}s")
 
 
-def wait_files(directory: Path, names: set[str], timeout: float = 300.0, interval: float = 0.01,
-               agent: subprocess.Popen | None = None) -> dict[str, float]:
+def wait_files(
+    directory: Path,
+    names: set[str],
+    timeout: float = 300.0,
+    interval: float = 0.01,
+    agent: subprocess.Popen | None = None,
+) -> dict[str, float]:
     """Poll `directory` until every name in `names` exists; returns the monotonic time each was first seen.
     With `agent`, fails at once if that process has exited."""
     seen: dict[str, float] = {}
@@ -225,21 +247,28 @@ def stop_containers(b: Bench) -> None:
 NS_FILE = {"network": "net", "mount": "mnt"}
 
 
-def pause_config(b: "Bench", cont_cfg: dict) -> dict:
+def pause_config(b: Bench, cont_cfg: dict) -> dict:
     """config.json of a catatonit pause process for the pod whose container config is `cont_cfg`, as
     edgelet's `--pod-infra-container` builds it (its own namespaces, the built-in pause rootfs)."""
     from edgelet.api.types import Container, ObjectMeta, Pod, PodSpec
     from edgelet.ocispec import build as ocispec
     from edgelet.runtime.sandbox import PAUSE_ARGS, ensure_pause_rootfs
 
-    pod = Pod(metadata=ObjectMeta(name="pause", namespace="default", uid="0" * 32),
-              spec=PodSpec(containers=[Container(name="c")]))
+    pod = Pod(
+        metadata=ObjectMeta(name="pause", namespace="default", uid="0" * 32),
+        spec=PodSpec(containers=[Container(name="c")]),
+    )
     from edgelet.runtime.host import probe_host_facts
 
     rootfs = ensure_pause_rootfs(b.paths.root_dir, "catatonit")
-    ctx = ocispec.SandboxContext(rootfs=str(rootfs), args=PAUSE_ARGS, cgroups_path="/pause",
-                                 hostname=cont_cfg.get("hostname", "pause"), annotations={},
-                                 min_oom_score_adj=probe_host_facts().min_oom_score_adj)
+    ctx = ocispec.SandboxContext(
+        rootfs=str(rootfs),
+        args=PAUSE_ARGS,
+        cgroups_path="/pause",
+        hostname=cont_cfg.get("hostname", "pause"),
+        annotations={},
+        min_oom_score_adj=probe_host_facts().min_oom_score_adj,
+    )
     return ocispec.build_sandbox_spec(pod, ctx)
 
 
@@ -307,16 +336,29 @@ class RawRunc:
 
     def _create(self, cid: str, bundle: Path) -> None:
         if not self.conmon:
-            subprocess.run([*self.runc, "create", "--bundle", str(bundle), cid], check=True,
-                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.errors)
+            subprocess.run(
+                [*self.runc, "create", "--bundle", str(bundle), cid],
+                check=True,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=self.errors,
+            )
             return
         import asyncio
 
         from edgelet.runtime import conmon as cm
 
-        args = cm.ConmonArgs(conmon=self.conmon_path, runtime=self.runc_path, runtime_root=self.root,
-                             container_id=cid, name=cid, bundle=bundle, log_path=Path("/dev/null"),
-                             exit_dir=self.exits, socket_dir=self.socks)
+        args = cm.ConmonArgs(
+            conmon=self.conmon_path,
+            runtime=self.runc_path,
+            runtime_root=self.root,
+            container_id=cid,
+            name=cid,
+            bundle=bundle,
+            log_path=Path("/dev/null"),
+            exit_dir=self.exits,
+            socket_dir=self.socks,
+        )
         asyncio.run(cm.create(args))
 
     def start(self, i: int) -> None:

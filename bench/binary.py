@@ -28,7 +28,7 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import REPO, Bench, drop_caches, machine, pod_manifest  # noqa: E402
+from _harness import REPO, Bench, drop_caches, machine, pod_manifest
 
 ONEFILE = REPO / "dist" / "edgelet"
 ONEDIR = REPO / "dist" / "onedir" / "edgelet" / "edgelet"
@@ -43,9 +43,24 @@ def build_onefile(work: Path) -> Path | None:
     if not PYINSTALLER.exists():
         return None
     env = {**os.environ, "EDGELET_RUNTIME_TMPDIR": str(work / "unpack")}
-    subprocess.run([str(PYINSTALLER), "--noconfirm", "--clean", "--log-level", "WARN", "--distpath",
-                    str(work / "dist"), "--workpath", str(work / "build"), str(REPO / "build.spec")],
-                   check=True, env=env, cwd=REPO, capture_output=True)
+    subprocess.run(
+        [
+            str(PYINSTALLER),
+            "--noconfirm",
+            "--clean",
+            "--log-level",
+            "WARN",
+            "--distpath",
+            str(work / "dist"),
+            "--workpath",
+            str(work / "build"),
+            str(REPO / "build.spec"),
+        ],
+        check=True,
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+    )
     return work / "dist" / "edgelet"
 
 
@@ -171,8 +186,11 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--settle", type=float, default=3.0)
     ap.add_argument("--skip-rss", action="store_true")
-    ap.add_argument("--size-only", action="store_true", help="only the sizes: no start, no drop_caches (which "
-                    "slows everything else on the machine)")
+    ap.add_argument(
+        "--size-only",
+        action="store_true",
+        help="only the sizes: no start, no drop_caches (which slows everything else on the machine)",
+    )
     args = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("bench/binary.py: run as root (drop_caches, runc)")
@@ -207,7 +225,9 @@ def run_all(args: argparse.Namespace) -> None:
             drop_caches()
             cold.append(timed_run(argv, outside))
         warm = [timed_run(argv, outside) for _ in range(args.reps)]
-        print(f"  {name:9s} cold {statistics.median(cold) * 1000:6.0f} ms   warm {statistics.median(warm) * 1000:6.0f} ms")
+        print(
+            f"  {name:9s} cold {statistics.median(cold) * 1000:6.0f} ms   warm {statistics.median(warm) * 1000:6.0f} ms"
+        )
 
     print("agent start to /healthz 200 (median of 3):")
     for name, command in found.items():

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import REPO, Bench, machine, percentile, pod_manifest  # noqa: E402
+from _harness import REPO, Bench, machine, percentile, pod_manifest
 
 
 def wall(argv: list[str], expect: int = 0) -> float:
@@ -45,8 +45,9 @@ def main() -> None:
         deadline = time.monotonic() + 120
         cid = None
         while cid is None and time.monotonic() < deadline:
-            out = subprocess.run(["runc", "--root", str(b.paths.runc_root), "list", "--format", "json"],
-                                 capture_output=True, text=True).stdout
+            out = subprocess.run(
+                ["runc", "--root", str(b.paths.runc_root), "list", "--format", "json"], capture_output=True, text=True
+            ).stdout
             for c in json.loads(out or "null") or []:
                 ann = c.get("annotations") or {}
                 if ann.get("io.kubernetes.container.name") == "main" and c["status"] == "running":
@@ -54,8 +55,21 @@ def main() -> None:
             time.sleep(0.2)
         if cid is None:
             raise TimeoutError("the pod's container did not run")
-        edgelet = [sys.executable, "-m", "edgelet", "exec", "--root-dir", str(b.paths.root_dir), "--run-dir",
-                   str(b.paths.run_dir), "--config", "/dev/null", "sh", "--", "true"]
+        edgelet = [
+            sys.executable,
+            "-m",
+            "edgelet",
+            "exec",
+            "--root-dir",
+            str(b.paths.root_dir),
+            "--run-dir",
+            str(b.paths.run_dir),
+            "--config",
+            "/dev/null",
+            "sh",
+            "--",
+            "true",
+        ]
         raw = ["runc", "--root", str(b.paths.runc_root), "exec", cid, "true"]
         for _ in range(60):  # the pod may show in the API a moment after runc runs it
             if subprocess.run(edgelet, capture_output=True, stdin=subprocess.DEVNULL, cwd=REPO).returncode == 0:
@@ -74,8 +88,10 @@ def main() -> None:
     med_o, med_b = percentile(ours, 0.5), percentile(base, 0.5)
     print(f"`edgelet exec POD -- true`, {args.n} runs: median {med_o:.1f} ms, p90 {percentile(ours, 0.9):.1f} ms")
     print(f"`runc exec ID true` by hand, same run: median {med_b:.1f} ms, p90 {percentile(base, 0.9):.1f} ms")
-    print(f"difference: +{med_o - med_b:.1f} ms median ({med_o / med_b:.2f}x); of it, the CLI's interpreter "
-          f"and imports alone (no request): median {percentile(alone, 0.5):.1f} ms")
+    print(
+        f"difference: +{med_o - med_b:.1f} ms median ({med_o / med_b:.2f}x); of it, the CLI's interpreter "
+        f"and imports alone (no request): median {percentile(alone, 0.5):.1f} ms"
+    )
     with open("/proc/loadavg") as f:
         print(f"load average at the end: {f.read().split()[0]}")
 

@@ -23,9 +23,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import Bench, machine, pod_manifest, running_pods  # noqa: E402
+from _harness import Bench, machine, pod_manifest, running_pods
 
-from edgelet.testing.cleanup import conmon_processes  # noqa: E402
+from edgelet.testing.cleanup import conmon_processes
 
 
 def io(pid: int) -> dict[str, int]:
@@ -65,8 +65,12 @@ def main() -> None:
     ap.add_argument("--pods", type=int, default=20)
     ap.add_argument("--window", type=float, default=300.0, help="seconds measured after the pods settled")
     ap.add_argument("--settle", type=float, default=30.0)
-    ap.add_argument("--first-gc", type=float, default=330.0,
-                    help="seconds to wait for the first image GC round before the window opens (0: do not wait)")
+    ap.add_argument(
+        "--first-gc",
+        type=float,
+        default=330.0,
+        help="seconds to wait for the first image GC round before the window opens (0: do not wait)",
+    )
     args = ap.parse_args()
     import tempfile
 
@@ -103,8 +107,10 @@ def main() -> None:
         log1 = log.stat().st_size
         changed = changed_files([b.paths.root_dir, b.paths.run_dir, b.paths.log_dir], t0)
         if proc.poll() is not None or n < args.pods:
-            raise SystemExit(f"the agent exited ({proc.poll()}) or ran {n} of {args.pods} pods; its log ends:\n"
-                             + "\n".join(log.read_text(errors="replace").splitlines()[-30:]))
+            raise SystemExit(
+                f"the agent exited ({proc.poll()}) or ran {n} of {args.pods} pods; its log ends:\n"
+                + "\n".join(log.read_text(errors="replace").splitlines()[-30:])
+            )
     finally:
         b.close()
 

@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import Bench, cpu_split, machine, pod_manifest, running_pods  # noqa: E402
-from _harness import memory_mb as memory  # noqa: E402
+from _harness import Bench, cpu_split, machine, pod_manifest, running_pods
+from _harness import memory_mb as memory
 
 
 def rss_by_mapping(pid: int, top: int = 15) -> list[tuple[str, int]]:
@@ -43,10 +43,16 @@ def main() -> None:
     ap.add_argument("--settle", type=float, default=5.0)
     ap.add_argument("--cni", action="store_true", help="pods on a CNI bridge network instead of none")
     ap.add_argument("--spawns", action="store_true", help="count what the agent spawns in the idle window")
-    ap.add_argument("--one-by-one", action="store_true",
-                    help="start the pods one at a time, each once the one before runs (what one pod start costs)")
-    ap.add_argument("--breakdown", action="store_true",
-                    help="with the pods running, print the agent's RSS by mapping (heap, each library, the rest)")
+    ap.add_argument(
+        "--one-by-one",
+        action="store_true",
+        help="start the pods one at a time, each once the one before runs (what one pod start costs)",
+    )
+    ap.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="with the pods running, print the agent's RSS by mapping (heap, each library, the rest)",
+    )
     args = ap.parse_args()
     b = Bench("footprint")
     trace = b.base / "spawns.txt"
@@ -107,18 +113,26 @@ def main() -> None:
     for name, kib in breakdown:
         print(f"  RSS {kib / 1024:6.2f} MB  {name}")
     print(f"agent idle, 0 pods:        VmRSS {rss0:.1f} MB  PSS {pss0:.1f} MB")
-    print(f"agent idle, {n} pods:       VmRSS {rss1:.1f} MB  PSS {pss1:.1f} MB  (after {args.idle:.0f} s: {rss2:.1f} / {pss2:.1f} MB)")
+    print(
+        f"agent idle, {n} pods:       VmRSS {rss1:.1f} MB  PSS {pss1:.1f} MB  (after {args.idle:.0f} s: {rss2:.1f} / {pss2:.1f} MB)"
+    )
     used = (a1 - a0) + (k1 - k0)
-    print(f"CPU over {args.idle:.0f} s idle with {n} pods: {used:.2f} s  = {100*used/args.idle:.2f} % of one core"
-          f"  (agent {a1 - a0:.2f} s, runc/conmon children {k1 - k0:.2f} s)")
+    print(
+        f"CPU over {args.idle:.0f} s idle with {n} pods: {used:.2f} s  = {100 * used / args.idle:.2f} % of one core"
+        f"  (agent {a1 - a0:.2f} s, runc/conmon children {k1 - k0:.2f} s)"
+    )
     if args.spawns:
         pods = args.pods + 1  # and the job
         how = "one by one" if args.one_by_one else "at once"
-        print(f"spawned while {pods} pods started ({how}) and settled ({args.settle:.0f} s): {sum(starting.values())};"
-              f" runc list per pod: {starting['runc list'] / pods:.2f}"
-              + "".join(f"\n  {n:4d}  {what}" for what, n in starting.most_common()))
-        print(f"spawned in the idle window: {sum(spawned.values())}"
-              + "".join(f"\n  {n:4d}  {what}" for what, n in spawned.most_common()))
+        print(
+            f"spawned while {pods} pods started ({how}) and settled ({args.settle:.0f} s): {sum(starting.values())};"
+            f" runc list per pod: {starting['runc list'] / pods:.2f}"
+            + "".join(f"\n  {n:4d}  {what}" for what, n in starting.most_common())
+        )
+        print(
+            f"spawned in the idle window: {sum(spawned.values())}"
+            + "".join(f"\n  {n:4d}  {what}" for what, n in spawned.most_common())
+        )
 
 
 def _subcommand(prog: str, args: list[str]) -> str:

@@ -58,7 +58,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import REPO, machine  # noqa: E402
+from _harness import REPO, machine
 
 SECTOR = 512
 # What the guest runs: waits for every pod, then RSS and the idle window, reported on ttyS1.
@@ -139,8 +139,17 @@ class LoopMount:
 
     def __enter__(self) -> Path:
         self.dir = Path(tempfile.mkdtemp(prefix="edgelet-bench-image-mnt-"))
-        self.dev = run("losetup", "--find", "--show", "--offset", str(self.part[0]), "--sizelimit",
-                       str(self.part[1]), *(["--read-only"] if self.readonly else []), str(self.image)).stdout.strip()
+        self.dev = run(
+            "losetup",
+            "--find",
+            "--show",
+            "--offset",
+            str(self.part[0]),
+            "--sizelimit",
+            str(self.part[1]),
+            *(["--read-only"] if self.readonly else []),
+            str(self.image),
+        ).stdout.strip()
         try:
             run("mount", *(["-o", "ro"] if self.readonly else []), self.dev, str(self.dir))
         except subprocess.CalledProcessError:
@@ -207,13 +216,19 @@ def boot_files(image: Path, fat: str, out: Path) -> tuple[Path, Path, Path, str]
     names = [n.removeprefix("::/") for n in run("mdir", "-b", "-i", fat, "::", env=env).stdout.split()]
 
     def newest(prefix: str) -> str:
-        return sorted((n for n in names if n.startswith(prefix)),
-                      key=lambda n: [int(x) if x.isdigit() else x for x in re.split(r"(\d+)", n)])[-1]
+        return sorted(
+            (n for n in names if n.startswith(prefix)),
+            key=lambda n: [int(x) if x.isdigit() else x for x in re.split(r"(\d+)", n)],
+        )[-1]
 
     out.mkdir(parents=True, exist_ok=True)
     files = []
-    for src, dest in ((newest("vmlinuz-"), "vmlinuz"), (newest("initrd.img-"), "initrd.img"),
-                      ("bcm2837-rpi-3-b.dtb", "rpi3.dtb"), ("cmdline.txt", "cmdline.txt")):
+    for src, dest in (
+        (newest("vmlinuz-"), "vmlinuz"),
+        (newest("initrd.img-"), "initrd.img"),
+        ("bcm2837-rpi-3-b.dtb", "rpi3.dtb"),
+        ("cmdline.txt", "cmdline.txt"),
+    ):
         run("mcopy", "-n", "-i", fat, f"::{src}", str(out / dest), env=env)
         files.append(out / dest)
     # Emulated on a loaded host, early boot can outlast systemd's 90 s wait for a device (RASPIFIRM, ttyS1).
@@ -224,12 +239,37 @@ def boot_files(image: Path, fat: str, out: Path) -> tuple[Path, Path, Path, str]
 def boot(image: Path, fat: str, work: Path, log: Path, timeout: int) -> dict[str, Any]:
     """Boots the image under raspi3b until the guest says DONE; kills qemu (a power cut); the report."""
     kernel, initrd, dtb, cmdline = boot_files(image, fat, work / "fat")
-    argv = ["qemu-system-aarch64", "-M", "raspi3b", "-m", "1G", "-smp", "4", "-kernel", str(kernel),
-            "-initrd", str(initrd), "-dtb", str(dtb), "-append", cmdline,
-            "-drive", f"file={image},if=sd,format=raw",
-            # A wired Pi: USB Ethernet on the dwc2 controller, user networking with no route out of loopback.
-            "-device", "usb-net,netdev=n0,mac=b8:27:eb:00:00:24,port=1", "-netdev", "user,id=n0,restrict=on",
-            "-serial", "null", "-serial", f"file:{log}", "-display", "none", "-no-reboot"]
+    argv = [
+        "qemu-system-aarch64",
+        "-M",
+        "raspi3b",
+        "-m",
+        "1G",
+        "-smp",
+        "4",
+        "-kernel",
+        str(kernel),
+        "-initrd",
+        str(initrd),
+        "-dtb",
+        str(dtb),
+        "-append",
+        cmdline,
+        "-drive",
+        f"file={image},if=sd,format=raw",
+        # A wired Pi: USB Ethernet on the dwc2 controller, user networking with no route out of loopback.
+        "-device",
+        "usb-net,netdev=n0,mac=b8:27:eb:00:00:24,port=1",
+        "-netdev",
+        "user,id=n0,restrict=on",
+        "-serial",
+        "null",
+        "-serial",
+        f"file:{log}",
+        "-display",
+        "none",
+        "-no-reboot",
+    ]
     start = time.monotonic()
     qemu = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     report: dict[str, Any] = {}
@@ -270,8 +310,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--image", type=Path, default=REPO / "build/image-cache/img/edgelet-rpi-arm64.img")
     ap.add_argument("--xz", type=Path, default=REPO / "dist/edgelet-rpi-arm64.img.xz")
-    ap.add_argument("--root", type=Path, default=REPO / "build/image-cache/root",
-                    help="the image's root directory (the pods' arm64 binaries come from it)")
+    ap.add_argument(
+        "--root",
+        type=Path,
+        default=REPO / "build/image-cache/root",
+        help="the image's root directory (the pods' arm64 binaries come from it)",
+    )
     ap.add_argument("--pods", type=int, default=20)
     ap.add_argument("--window", type=int, default=900, help="idle window in seconds for the flash writes")
     ap.add_argument("--settle", type=int, default=120, help="seconds after every pod runs before measuring")
@@ -287,18 +331,28 @@ def main() -> None:
     print(f"image: {args.image}, pods: {args.pods}, settle: {args.settle}s, idle window: {args.window}s")
     parts = partitions(args.image)
     fat_part, root_part = parts[0], parts[1]
-    sizes = {"xz": args.xz.stat().st_size, "raw": args.image.stat().st_size,
-             "root_used": root_used(args.image, root_part)}
-    print(f"size: .img.xz {sizes['xz'] / 1e6:.1f} MB, raw {sizes['raw'] / 2**30:.2f} GiB,"
-          f" root used {sizes['root_used'] / 1e6:.1f} MB", flush=True)
+    sizes = {
+        "xz": args.xz.stat().st_size,
+        "raw": args.image.stat().st_size,
+        "root_used": root_used(args.image, root_part),
+    }
+    print(
+        f"size: .img.xz {sizes['xz'] / 1e6:.1f} MB, raw {sizes['raw'] / 2**30:.2f} GiB,"
+        f" root used {sizes['root_used'] / 1e6:.1f} MB",
+        flush=True,
+    )
 
     work = Path(tempfile.mkdtemp(prefix="edgelet-bench-image-", dir=REPO / "build"))
     try:
         # The card: N sleeping pods and the arm64 archive their image comes from.
         card = work / "card"
         card.mkdir()
-        run(sys.executable, str(REPO / "packaging/image/test-image-archive.py"), str(args.root),
-            str(card / "test-sh.oci.tar"))
+        run(
+            sys.executable,
+            str(REPO / "packaging/image/test-image-archive.py"),
+            str(args.root),
+            str(card / "test-sh.oci.tar"),
+        )
         tuned = work / "tuned.img"
         run("cp", "--sparse=always", str(args.image), str(tuned))
         fat = f"{tuned}@@{fat_part[0]}"
@@ -325,9 +379,12 @@ spec:
 
         print("boot 1 (first boot, tuned image) ...", flush=True)
         first = boot(tuned, fat, work, work / "console-first.log", args.timeout)
-        print(f"  all {args.pods} pods Running {first['host_running_s']:.0f} s after qemu started"
-              f" (guest uptime {field(first, 'running', 'uptime'):.0f} s); root used then"
-              f" {field(first, 'df', 'used') / 1e6:.1f} MB; network: {first.get('net')}", flush=True)
+        print(
+            f"  all {args.pods} pods Running {first['host_running_s']:.0f} s after qemu started"
+            f" (guest uptime {field(first, 'running', 'uptime'):.0f} s); root used then"
+            f" {field(first, 'df', 'used') / 1e6:.1f} MB; network: {first.get('net')}",
+            flush=True,
+        )
 
         stock = work / "stock.img"
         run("cp", "--sparse=always", str(tuned), str(stock))
@@ -345,25 +402,39 @@ spec:
             seconds = field(r, "window", "t1") - field(r, "window", "t0")
             written = field(r, "window", "sectors") * SECTOR
             results[name] = r | {"per_hour": written * 3600 / seconds, "written": written, "seconds": seconds}
-            print(f"  all pods Running {r['host_running_s']:.0f} s after qemu started"
-                  f" (guest uptime {field(r, 'running', 'uptime'):.0f} s); mount: {r.get('mount')};"
-                  f" journal: {r.get('journal')}", flush=True)
-            print(f"  idle window {seconds:.0f} s: {written / 1e3:.1f} kB written,"
-                  f" {written * 3600 / seconds / 1e6:.2f} MB per hour; agent VmRSS {field(r, 'rss-settled', 'kib') / 1024:.1f}"
-                  f" MiB settled, {field(r, 'rss-after', 'kib') / 1024:.1f} MiB after the window", flush=True)
+            print(
+                f"  all pods Running {r['host_running_s']:.0f} s after qemu started"
+                f" (guest uptime {field(r, 'running', 'uptime'):.0f} s); mount: {r.get('mount')};"
+                f" journal: {r.get('journal')}",
+                flush=True,
+            )
+            print(
+                f"  idle window {seconds:.0f} s: {written / 1e3:.1f} kB written,"
+                f" {written * 3600 / seconds / 1e6:.2f} MB per hour; agent VmRSS {field(r, 'rss-settled', 'kib') / 1024:.1f}"
+                f" MiB settled, {field(r, 'rss-after', 'kib') / 1024:.1f} MiB after the window",
+                flush=True,
+            )
 
         t, s = results["tuned"], results["stock"]
         print()
         print("figures (emulated raspi3b under TCG, 10-30x slower than a Pi 3/4):")
-        print(f"  image: .img.xz {sizes['xz'] / 1e6:.1f} MB, raw {sizes['raw'] / 2**30:.2f} GiB,"
-              f" installed (root used) {sizes['root_used'] / 1e6:.1f} MB")
-        print(f"  first boot to {args.pods} pods Running: {first['host_running_s']:.0f} s;"
-              f" later boot (after a power cut): {t['host_running_s']:.0f} s")
-        print(f"  agent VmRSS with {args.pods} pods (frozen one-dir arm64): {field(t, 'rss-after', 'kib') / 1024:.1f} MiB"
-              f" ({field(t, 'rss-after', 'kib') * 1024 / 1e6:.1f} MB)")
+        print(
+            f"  image: .img.xz {sizes['xz'] / 1e6:.1f} MB, raw {sizes['raw'] / 2**30:.2f} GiB,"
+            f" installed (root used) {sizes['root_used'] / 1e6:.1f} MB"
+        )
+        print(
+            f"  first boot to {args.pods} pods Running: {first['host_running_s']:.0f} s;"
+            f" later boot (after a power cut): {t['host_running_s']:.0f} s"
+        )
+        print(
+            f"  agent VmRSS with {args.pods} pods (frozen one-dir arm64): {field(t, 'rss-after', 'kib') / 1024:.1f} MiB"
+            f" ({field(t, 'rss-after', 'kib') * 1024 / 1e6:.1f} MB)"
+        )
         ratio = t["per_hour"] / s["per_hour"] if s["per_hour"] else float("nan")
-        print(f"  flash writes per idle hour, whole card: image {t['per_hour'] / 1e6:.2f} MB,"
-              f" stock settings {s['per_hour'] / 1e6:.2f} MB ({ratio:.2f}x)")
+        print(
+            f"  flash writes per idle hour, whole card: image {t['per_hour'] / 1e6:.2f} MB,"
+            f" stock settings {s['per_hour'] / 1e6:.2f} MB ({ratio:.2f}x)"
+        )
     finally:
         if args.keep:
             print(f"work dir kept: {work}")

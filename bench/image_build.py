@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import machine  # noqa: E402
+from _harness import machine
 
 REPO = Path(__file__).resolve().parents[1]
 STEP = re.compile(r"^==> (\d\d):(\d\d):(\d\d) (.*)$")
@@ -125,8 +125,10 @@ def main() -> None:
                 print(res.stdout[-3000:], res.stderr[-3000:], sep="\n")
         done.set()
         if loads:
-            print(f"1-min load during the run: min {min(loads):.1f}, mean {sum(loads) / len(loads):.1f}, "
-                  f"max {max(loads):.1f} ({len(loads)} samples)")
+            print(
+                f"1-min load during the run: min {min(loads):.1f}, mean {sum(loads) / len(loads):.1f}, "
+                f"max {max(loads):.1f} ({len(loads)} samples)"
+            )
         print(f"load average after: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     finally:
         if tmp is not None:

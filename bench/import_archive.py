@@ -50,8 +50,15 @@ print(json.dumps({"images": n, "seconds": t1 - t0, "rchar": r1 - r0}))
 def run(tree: Path, imp: Path, trusted: Path) -> dict:
     with tempfile.TemporaryDirectory(prefix="edgelet-bench-import-") as work:
         env = {**os.environ, "PYTHONPATH": str(tree)}
-        out = subprocess.run([sys.executable, "-c", CHILD, str(imp), work, str(trusted)], env=env, check=True, cwd=work,
-                             capture_output=True, text=True, timeout=600)
+        out = subprocess.run(
+            [sys.executable, "-c", CHILD, str(imp), work, str(trusted)],
+            env=env,
+            check=True,
+            cwd=work,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         result = json.loads(out.stdout.strip().splitlines()[-1])
         if result["images"] != 1:
             raise SystemExit(f"{tree}: imported {result['images']} images: {out.stderr[-2000:]}")
@@ -72,8 +79,9 @@ def main() -> None:
         base = Path(tmp)
         imp = base / "import"
         imp.mkdir()
-        archive = build_busybox_image(imp / "big.tar", name="edgelet.local/big:1",
-                                      extra_layers=[{"data/blob": os.urandom(args.mb << 20)}])
+        archive = build_busybox_image(
+            imp / "big.tar", name="edgelet.local/big:1", extra_layers=[{"data/blob": os.urandom(args.mb << 20)}]
+        )
         key = MinisignKey.generate(base / "k")
         key.sign(archive)
         trusted = trusted_dir(base / "trusted", key)

@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import Bench, machine, pod_manifest  # noqa: E402
+from _harness import Bench, machine, pod_manifest
 
-from edgelet.runtime.logrotation import disk_bound  # noqa: E402
+from edgelet.runtime.logrotation import disk_bound
 
 FLOODS = {
     "yes": "exec yes",  # the flood: one short line, again and again
@@ -59,8 +59,9 @@ def run(flood: str, seconds: float, rotation: tuple[str, ...]) -> dict[str, floa
     b = Bench("logrot")
     try:
         agent = b.start_agent("--eviction-hard=", *rotation)
-        b.put_manifest("flood.yaml", pod_manifest("flood", "while [ ! -f /tmp/go ]; do sleep 0.1; done; "
-                                                  + FLOODS[flood]))
+        b.put_manifest(
+            "flood.yaml", pod_manifest("flood", "while [ ! -f /tmp/go ]; do sleep 0.1; done; " + FLOODS[flood])
+        )
         deadline = time.monotonic() + 120
         while True:
             try:
@@ -102,8 +103,10 @@ def main() -> None:
     for label, flags in cases:
         r = run(args.flood, args.seconds, flags)
         results[label] = r
-        print(f"{label:45s} logged {r['gb']:6.2f} GB   agent {r['agent']:6.2f} CPU s/GB   "
-              f"conmon {r['conmon']:6.2f} CPU s/GB   peak on disk {r['peak_mb']:8.1f} MiB")
+        print(
+            f"{label:45s} logged {r['gb']:6.2f} GB   agent {r['agent']:6.2f} CPU s/GB   "
+            f"conmon {r['conmon']:6.2f} CPU s/GB   peak on disk {r['peak_mb']:8.1f} MiB"
+        )
     on, off = (results[label] for label, _ in cases)
     print(f"disk bound at the defaults (logrotation.disk_bound): {disk_bound(10 * 2**20, 5) / 2**20:.0f} MiB")
     print(f"rotation overhead: {on['agent'] - off['agent']:.2f} agent CPU s per GB logged")

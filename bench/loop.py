@@ -23,14 +23,16 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import Bench, cpu_split, machine, memory_mb, percentile, pod_manifest, wait_files  # noqa: E402
-from start_latency import edgelet_latencies  # noqa: E402
+from _harness import Bench, cpu_split, machine, memory_mb, percentile, pod_manifest, wait_files
+from start_latency import edgelet_latencies
 
-SHIM = ("import asyncio, sys, uvloop\n"
-        "asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())\n"
-        "asyncio.set_child_watcher = lambda watcher: None  # uvloop's policy has none; it waits itself\n"
-        "from edgelet.cli import main\n"
-        "sys.exit(main())\n")
+SHIM = (
+    "import asyncio, sys, uvloop\n"
+    "asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())\n"
+    "asyncio.set_child_watcher = lambda watcher: None  # uvloop's policy has none; it waits itself\n"
+    "from edgelet.cli import main\n"
+    "sys.exit(main())\n"
+)
 
 
 class LoopBench(Bench):
@@ -123,21 +125,27 @@ def main() -> None:
         return statistics.median(row[key] for row in rows)
 
     for loop in loops:
-        print(f"{loop:8} start latency, {args.pods} pods one at a time: median {med(lat[loop], 'p50'):.1f} ms,"
-              f" p90 {med(lat[loop], 'p90'):.1f} ms; agent with {args.pods + 1} pods VmRSS"
-              f" {med(lat[loop], 'rss'):.1f} MB, PSS {med(lat[loop], 'pss'):.1f} MB")
+        print(
+            f"{loop:8} start latency, {args.pods} pods one at a time: median {med(lat[loop], 'p50'):.1f} ms,"
+            f" p90 {med(lat[loop], 'p90'):.1f} ms; agent with {args.pods + 1} pods VmRSS"
+            f" {med(lat[loop], 'rss'):.1f} MB, PSS {med(lat[loop], 'pss'):.1f} MB"
+        )
     for loop in loops:
-        print(f"{loop:8} {args.scale} pods at once to every container running: {med(scale[loop], 'took'):.2f} s;"
-              f" agent CPU {med(scale[loop], 'agent_cpu'):.2f} s, runc/conmon children"
-              f" {med(scale[loop], 'children_cpu'):.2f} s; VmRSS after {med(scale[loop], 'rss'):.1f} MB,"
-              f" PSS {med(scale[loop], 'pss'):.1f} MB")
+        print(
+            f"{loop:8} {args.scale} pods at once to every container running: {med(scale[loop], 'took'):.2f} s;"
+            f" agent CPU {med(scale[loop], 'agent_cpu'):.2f} s, runc/conmon children"
+            f" {med(scale[loop], 'children_cpu'):.2f} s; VmRSS after {med(scale[loop], 'rss'):.1f} MB,"
+            f" PSS {med(scale[loop], 'pss'):.1f} MB"
+        )
     print(f"load average at the end {os.getloadavg()[0]:.1f}")
     if len(loops) < 2:
         return
     a, u = lat["asyncio"], lat["uvloop"]
-    print(f"uvloop / asyncio: start latency median {med(u, 'p50') / med(a, 'p50'):.2f}x,"
-          f" {args.scale}-pod scale {med(scale['uvloop'], 'took') / med(scale['asyncio'], 'took'):.2f}x,"
-          f" RSS {med(u, 'rss') - med(a, 'rss'):+.1f} MB  (rounds: {args.rounds})")
+    print(
+        f"uvloop / asyncio: start latency median {med(u, 'p50') / med(a, 'p50'):.2f}x,"
+        f" {args.scale}-pod scale {med(scale['uvloop'], 'took') / med(scale['asyncio'], 'took'):.2f}x,"
+        f" RSS {med(u, 'rss') - med(a, 'rss'):+.1f} MB  (rounds: {args.rounds})"
+    )
 
 
 if __name__ == "__main__":

@@ -19,18 +19,34 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from _harness import Bench, machine, pod_manifest  # noqa: E402
-from footprint import memory, running_pods  # noqa: E402
+from _harness import Bench, machine, pod_manifest
+from footprint import memory, running_pods
 
-from edgelet.testing.apiserver import ApiServer, kube_bin_dir  # noqa: E402
+from edgelet.testing.apiserver import ApiServer, kube_bin_dir
 
 NODE = "bench"
 
 
 def node_state(b: Bench) -> dict:
-    out = subprocess.run([sys.executable, "-m", "edgelet", "node", "-o", "json", "--run-dir", str(b.paths.run_dir),
-                          "--root-dir", str(b.paths.root_dir), "--config", "/dev/null"],
-                         capture_output=True, text=True, timeout=30)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "edgelet",
+            "node",
+            "-o",
+            "json",
+            "--run-dir",
+            str(b.paths.run_dir),
+            "--root-dir",
+            str(b.paths.root_dir),
+            "--config",
+            "/dev/null",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     return json.loads(out.stdout) if out.stdout.startswith("{") else {}
 
 
@@ -91,18 +107,25 @@ def main() -> None:
         time.sleep(args.outage)
         api.start()
         t0 = time.monotonic()
-        wait(lambda: (s := node_state(b)) and s["link"] == "up" and s["resyncs"] > resyncs and s["queue_depth"] == 0,
-             300, "the resync")
+        wait(
+            lambda: (s := node_state(b)) and s["link"] == "up" and s["resyncs"] > resyncs and s["queue_depth"] == 0,
+            300,
+            "the resync",
+        )
         resync = time.monotonic() - t0
     finally:
         b.close()
         api.stop()
     print(f"machine: {machine()}")
-    print(f"requests to the apiserver, steady state with {args.pods} pods: {per_min:.1f}/min "
-          f"(lease renewals alone: 6/min)")
+    print(
+        f"requests to the apiserver, steady state with {args.pods} pods: {per_min:.1f}/min "
+        f"(lease renewals alone: 6/min)"
+    )
     print(f"time from the apiserver back (after a {args.outage:.0f} s outage) to a full resync done: {resync:.1f} s")
-    print(f"agent RSS with {args.pods} pods: {rss_plain:.1f} MB standalone, {rss_kc:.1f} MB with --kubeconfig "
-          f"(+{rss_kc - rss_plain:.1f} MB; PSS {pss_plain:.1f} -> {pss_kc:.1f} MB)")
+    print(
+        f"agent RSS with {args.pods} pods: {rss_plain:.1f} MB standalone, {rss_kc:.1f} MB with --kubeconfig "
+        f"(+{rss_kc - rss_plain:.1f} MB; PSS {pss_plain:.1f} -> {pss_kc:.1f} MB)"
+    )
 
 
 if __name__ == "__main__":

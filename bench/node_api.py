@@ -15,9 +15,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import Bench, machine, percentile, pod_manifest  # noqa: E402
-
-import httpx  # noqa: E402
+import httpx
+from _harness import Bench, machine, percentile, pod_manifest
 
 TOKEN = "bench-token"
 
@@ -41,8 +40,9 @@ def wait_log(b: Bench, pattern: str, timeout: float = 60.0) -> re.Match:
 
 def client(b: Bench, port: int) -> httpx.Client:
     ctx = ssl.create_default_context(cafile=str(b.paths.root_dir / "pki" / "edgelet.crt"))
-    return httpx.Client(base_url=f"https://127.0.0.1:{port}", verify=ctx,
-                        headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
+    return httpx.Client(
+        base_url=f"https://127.0.0.1:{port}", verify=ctx, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30
+    )
 
 
 def api_flags(b: Bench) -> list[str]:
@@ -115,12 +115,16 @@ def main() -> None:
     print(f"machine: {machine()}")
     rows = [rss_run(args.settle) for _ in range(args.runs)]
     base, idle, served = (statistics.median(r[i] for r in rows) for i in range(3))
-    print(f"agent RSS, 0 pods, median of {args.runs}: without node API {base:.1f} MB; with it (TLS, idle) "
-          f"{idle:.1f} MB (+{idle - base:.1f}); after serving stats and metrics {served:.1f} MB (+{served - base:.1f})")
+    print(
+        f"agent RSS, 0 pods, median of {args.runs}: without node API {base:.1f} MB; with it (TLS, idle) "
+        f"{idle:.1f} MB (+{idle - base:.1f}); after serving stats and metrics {served:.1f} MB (+{served - base:.1f})"
+    )
     fresh, cached, size = latency_run(args.pods, args.samples)
-    print(f"/stats/summary over TLS (keep-alive) with {args.pods} pods, {args.samples} samples, body {size} bytes: "
-          f"fresh collection p50 {percentile(fresh, 0.5):.1f} ms, p90 {percentile(fresh, 0.9):.1f} ms; "
-          f"cached p50 {percentile(cached, 0.5):.1f} ms")
+    print(
+        f"/stats/summary over TLS (keep-alive) with {args.pods} pods, {args.samples} samples, body {size} bytes: "
+        f"fresh collection p50 {percentile(fresh, 0.5):.1f} ms, p90 {percentile(fresh, 0.9):.1f} ms; "
+        f"cached p50 {percentile(cached, 0.5):.1f} ms"
+    )
 
 
 if __name__ == "__main__":

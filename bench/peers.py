@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import IMAGE, REPO, Bench, RawRunc, machine, percentile, wait_file  # noqa: E402
+from _harness import IMAGE, REPO, Bench, RawRunc, machine, percentile, wait_file
 
 PAUSE_IMAGE = "edgelet.local/pause:catatonit"
 KUBELET_NODE = "peers-bench"
@@ -45,6 +45,7 @@ SVG = REPO / "docs" / "peers.svg"
 
 
 # ---------------------------------------------------------------- shared pieces
+
 
 def manifest(name: str, out_dir: Path, *, host_network: bool) -> str:
     hn = "\n  hostNetwork: true" if host_network else ""
@@ -70,10 +71,26 @@ spec:{hn}
 
 def conflist(path: Path, name: str, bridge: str, subnet: str, ipam_dir: Path) -> None:
     path.mkdir(parents=True, exist_ok=True)
-    (path / f"10-{name}.conflist").write_text(json.dumps({"cniVersion": "0.4.0", "name": name, "plugins": [
-        {"type": "bridge", "bridge": bridge, "isGateway": True, "ipMasq": True,
-         "ipam": {"type": "host-local", "dataDir": str(ipam_dir), "ranges": [[{"subnet": subnet}]]}},
-        {"type": "portmap", "capabilities": {"portMappings": True}}, {"type": "loopback"}]}, indent=1))
+    (path / f"10-{name}.conflist").write_text(
+        json.dumps(
+            {
+                "cniVersion": "0.4.0",
+                "name": name,
+                "plugins": [
+                    {
+                        "type": "bridge",
+                        "bridge": bridge,
+                        "isGateway": True,
+                        "ipMasq": True,
+                        "ipam": {"type": "host-local", "dataDir": str(ipam_dir), "ranges": [[{"subnet": subnet}]]},
+                    },
+                    {"type": "portmap", "capabilities": {"portMappings": True}},
+                    {"type": "loopback"},
+                ],
+            },
+            indent=1,
+        )
+    )
 
 
 def build_pause_image(output: Path) -> Path:
@@ -101,7 +118,7 @@ def proc_table() -> dict[int, tuple[int, str, str]]:
             cmd = Path(f"/proc/{d}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        comm = stat[stat.index("(") + 1:stat.rindex(")")]
+        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
         ppid = int(stat.rsplit(")", 1)[1].split()[1])
         out[int(d)] = (ppid, comm, cmd)
     return out
@@ -176,6 +193,7 @@ def run(*argv: str, check: bool = True, timeout: float = 120, env: dict | None =
 
 # ---------------------------------------------------------------- the systems
 
+
 class Edgelet:
     name = "edgelet"
 
@@ -221,22 +239,22 @@ class Podman:
         (self.base / "containers.conf").write_text(f"""[network]
 network_backend = "cni"
 cni_plugin_dirs = ["/usr/lib/cni"]
-network_config_dir = "{self.base / 'cni'}"
+network_config_dir = "{self.base / "cni"}"
 [engine]
 cgroup_manager = "cgroupfs"
 events_logger = "file"
-events_logfile_path = "{self.base / 'events.log'}"
+events_logfile_path = "{self.base / "events.log"}"
 infra_image = "{PAUSE_IMAGE}"
 lock_type = "file"
 runtime = "runc"
-tmp_dir = "{self.base / 'tmp'}"
-volume_path = "{self.base / 'volumes'}"
-static_dir = "{self.base / 'static'}"
+tmp_dir = "{self.base / "tmp"}"
+volume_path = "{self.base / "volumes"}"
+static_dir = "{self.base / "static"}"
 """)
         (self.base / "storage.conf").write_text(f"""[storage]
 driver = "overlay"
-graphroot = "{self.base / 'root'}"
-runroot = "{self.base / 'run'}"
+graphroot = "{self.base / "root"}"
+runroot = "{self.base / "run"}"
 """)
         import resource
 
@@ -246,8 +264,11 @@ runroot = "{self.base / 'run'}"
         nproc = min(v for v in (resource.getrlimit(resource.RLIMIT_NPROC)[1], 32768) if v >= 0)
         with open(self.base / "containers.conf", "a") as f:
             f.write(f'[containers]\ndefault_ulimits = ["nofile={soft}:{hard}", "nproc={nproc}:{nproc}"]\n')
-        self.env = {**os.environ, "CONTAINERS_CONF": str(self.base / "containers.conf"),
-                    "CONTAINERS_STORAGE_CONF": str(self.base / "storage.conf")}
+        self.env = {
+            **os.environ,
+            "CONTAINERS_CONF": str(self.base / "containers.conf"),
+            "CONTAINERS_STORAGE_CONF": str(self.base / "storage.conf"),
+        }
         self.pods: set[str] = set()
         self.kube = self.base / "kube"
         self.kube.mkdir()
@@ -255,8 +276,18 @@ runroot = "{self.base / 'run'}"
             self.podman("load", "-q", "-i", str(a))
 
     def podman(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        return run("podman", "--root", str(self.base / "root"), "--runroot", str(self.base / "run"),
-                   "--tmpdir", str(self.base / "tmp"), *args, check=check, env=self.env)
+        return run(
+            "podman",
+            "--root",
+            str(self.base / "root"),
+            "--runroot",
+            str(self.base / "run"),
+            "--tmpdir",
+            str(self.base / "tmp"),
+            *args,
+            check=check,
+            env=self.env,
+        )
 
     def start(self) -> None:
         pass  # no daemon
@@ -266,9 +297,25 @@ runroot = "{self.base / 'run'}"
         f.write_text(text)
         net = () if host_network else ("--network", self.net)
         t0 = time.monotonic()
-        p = subprocess.Popen(["podman", "--root", str(self.base / "root"), "--runroot", str(self.base / "run"),
-                              "--tmpdir", str(self.base / "tmp"), "kube", "play", *net, str(f)],
-                             env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        p = subprocess.Popen(
+            [
+                "podman",
+                "--root",
+                str(self.base / "root"),
+                "--runroot",
+                str(self.base / "run"),
+                "--tmpdir",
+                str(self.base / "tmp"),
+                "kube",
+                "play",
+                *net,
+                str(f),
+            ],
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         self.pods.add(name)
         self._last = p
         return t0
@@ -296,7 +343,9 @@ runroot = "{self.base / 'run'}"
             top = h / "libpod_parent"
             if h.is_symlink() or not top.is_dir():
                 continue
-            for d in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True) + [top]:
+            for d in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True) + [
+                top
+            ]:
                 try:
                     d.rmdir()
                 except OSError:
@@ -321,8 +370,8 @@ class Kubelet:
         conflist(self.base / "cni", f"bench-{net[0]}", net[0], net[1], self.base / "ipam")
         (self.base / "containerd").mkdir()
         (self.base / "containerd.toml").write_text(f"""version = 2
-root = "{self.base / 'containerd' / 'root'}"
-state = "{self.base / 'containerd' / 'state'}"
+root = "{self.base / "containerd" / "root"}"
+state = "{self.base / "containerd" / "state"}"
 plugin_dir = ""
 disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
   "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs", "io.containerd.tracing.processor.v1.otlp"]
@@ -335,7 +384,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 [metrics]
   address = ""
 [plugins."io.containerd.internal.v1.opt"]
-  path = "{self.base / 'containerd' / 'opt'}"
+  path = "{self.base / "containerd" / "opt"}"
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "{PAUSE_IMAGE}"
   disable_tcp_service = true
@@ -352,10 +401,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
-        BinaryName = "{shutil.which('runc') or 'runc'}"
+        BinaryName = "{shutil.which("runc") or "runc"}"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
-    conf_dir = "{self.base / 'cni'}"
+    conf_dir = "{self.base / "cni"}"
 """)
         self.procs: list[subprocess.Popen] = []
 
@@ -390,16 +439,33 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         root = self.base / "kubelet"
-        self._spawn("kubelet", [
-            str(self.kubelet), f"--pod-manifest-path={self.manifests}", f"--root-dir={root}",
-            f"--cert-dir={root / 'pki'}", f"--volume-plugin-dir={root / 'volume-plugins'}",
-            "--container-runtime=remote", f"--container-runtime-endpoint=unix://{self.sock}",
-            f"--image-service-endpoint=unix://{self.sock}", f"--containerd={self.sock}",
-            "--cgroup-driver=cgroupfs", f"--cgroup-root={self.cgroup_root}", "--enforce-node-allocatable=",
-            "--fail-swap-on=false", "--make-iptables-util-chains=false", f"--hostname-override={KUBELET_NODE}",
-            "--address=127.0.0.1", f"--port={port}", "--read-only-port=0", "--healthz-port=0",
-            "--image-gc-high-threshold=100", "--image-gc-low-threshold=99", "--v=0",
-        ])
+        self._spawn(
+            "kubelet",
+            [
+                str(self.kubelet),
+                f"--pod-manifest-path={self.manifests}",
+                f"--root-dir={root}",
+                f"--cert-dir={root / 'pki'}",
+                f"--volume-plugin-dir={root / 'volume-plugins'}",
+                "--container-runtime=remote",
+                f"--container-runtime-endpoint=unix://{self.sock}",
+                f"--image-service-endpoint=unix://{self.sock}",
+                f"--containerd={self.sock}",
+                "--cgroup-driver=cgroupfs",
+                f"--cgroup-root={self.cgroup_root}",
+                "--enforce-node-allocatable=",
+                "--fail-swap-on=false",
+                "--make-iptables-util-chains=false",
+                f"--hostname-override={KUBELET_NODE}",
+                "--address=127.0.0.1",
+                f"--port={port}",
+                "--read-only-port=0",
+                "--healthz-port=0",
+                "--image-gc-high-threshold=100",
+                "--image-gc-low-threshold=99",
+                "--v=0",
+            ],
+        )
 
     def tail(self, name: str) -> str:
         try:
@@ -446,8 +512,15 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 
         kill_processes_mentioning(str(self.base))  # shims and what they run
         for r in (self.base / "containerd" / "state" / "io.containerd.runtime.v2.task" / "k8s.io").glob("*"):
-            run("runc", "--root", str(self.base / "containerd" / "state" / "runc" / "k8s.io"), "delete", "-f",
-                r.name, check=False)
+            run(
+                "runc",
+                "--root",
+                str(self.base / "containerd" / "state" / "runc" / "k8s.io"),
+                "delete",
+                "-f",
+                r.name,
+                check=False,
+            )
         unmount_under(self.base)
         remove_cgroups(self.cgroup_root)
         # containerd 1.6 pins pod netns under /var/run/netns (cni-UUID); kubelet logs under /var/log/pods.
@@ -459,6 +532,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 
 
 # ---------------------------------------------------------------- the run
+
 
 def measure_memory(systems: list) -> dict[str, dict[str, float]]:
     out = {}
@@ -501,9 +575,11 @@ def svg(lat: dict[tuple[str, str], list[float]], mem: dict[str, dict[str, float]
     vmax = max((v for vs in lat.values() for v in vs), default=1.0) * 1000 * 1.05
     rows = [(n, var) for n in names for var in ("hostNetwork", "CNI bridge") if (n, var) in lat]
     step = (py1 - py0) / max(len(rows), 1)
-    e = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">',
-         f'<rect width="{w}" height="{h}" fill="white"/>',
-         f'<text x="{px0}" y="25" font-size="14" font-weight="bold">start latency, manifest to container running (ms)</text>']
+    e = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">',
+        f'<rect width="{w}" height="{h}" fill="white"/>',
+        f'<text x="{px0}" y="25" font-size="14" font-weight="bold">start latency, manifest to container running (ms)</text>',
+    ]
     for i in range(6):
         v = vmax * i / 5
         x = px0 + (px1 - px0) * i / 5
@@ -515,12 +591,16 @@ def svg(lat: dict[tuple[str, str], list[float]], mem: dict[str, dict[str, float]
         e.append(f'<text x="{px0 - 8}" y="{y + 4:.1f}" text-anchor="end">{n}, {var}</text>')
         for k, v in enumerate(sorted(vs)):
             jit = ((k * 7) % 11 - 5) * step / 30
-            e.append(f'<circle cx="{px0 + (px1 - px0) * v * 1000 / vmax:.1f}" cy="{y + jit:.1f}" r="3" '
-                     f'fill="{colors[n]}" fill-opacity="0.5"/>')
+            e.append(
+                f'<circle cx="{px0 + (px1 - px0) * v * 1000 / vmax:.1f}" cy="{y + jit:.1f}" r="3" '
+                f'fill="{colors[n]}" fill-opacity="0.5"/>'
+            )
         med = statistics.median(vs) * 1000
         xm = px0 + (px1 - px0) * med / vmax
-        e.append(f'<line x1="{xm:.1f}" y1="{y - step * 0.35:.1f}" x2="{xm:.1f}" y2="{y + step * 0.35:.1f}" '
-                 f'stroke="black" stroke-width="2"/>')
+        e.append(
+            f'<line x1="{xm:.1f}" y1="{y - step * 0.35:.1f}" x2="{xm:.1f}" y2="{y + step * 0.35:.1f}" '
+            f'stroke="black" stroke-width="2"/>'
+        )
         e.append(f'<text x="{xm + 4:.1f}" y="{y - step * 0.3:.1f}" font-size="10">{med:.0f}</text>')
     # memory panel
     mx0, mx1, my0, my1 = 600, 840, 50, 300
@@ -537,11 +617,17 @@ def svg(lat: dict[tuple[str, str], list[float]], mem: dict[str, dict[str, float]
         for part in ("agent", "helpers", "pause"):
             hh = (my1 - my0) * mem[n][part] / mmax
             y -= hh
-            e.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{bw * 0.7:.1f}" height="{hh:.1f}" fill="{colors[n]}" '
-                     f'fill-opacity="{shades[part]}" stroke="white"><title>{n} {part} {mem[n][part]:.1f} MB</title></rect>')
-        e.append(f'<text x="{x + bw * 0.35:.1f}" y="{y - 5:.1f}" text-anchor="middle">{sum(mem[n].values()):.1f}</text>')
+            e.append(
+                f'<rect x="{x:.1f}" y="{y:.1f}" width="{bw * 0.7:.1f}" height="{hh:.1f}" fill="{colors[n]}" '
+                f'fill-opacity="{shades[part]}" stroke="white"><title>{n} {part} {mem[n][part]:.1f} MB</title></rect>'
+            )
+        e.append(
+            f'<text x="{x + bw * 0.35:.1f}" y="{y - 5:.1f}" text-anchor="middle">{sum(mem[n].values()):.1f}</text>'
+        )
         e.append(f'<text x="{x + bw * 0.35:.1f}" y="{my1 + 15}" text-anchor="middle">{n}</text>')
-    e.append(f'<text x="{mx0}" y="{my1 + 32}" font-size="10">bars: agent/daemons (dark), conmon or shims, pause (light)</text>')
+    e.append(
+        f'<text x="{mx0}" y="{my1 + 32}" font-size="10">bars: agent/daemons (dark), conmon or shims, pause (light)</text>'
+    )
     e.append(f'<text x="20" y="{h - 10}" font-size="10" fill="#555">{note}</text>')
     e.append("</svg>")
     return "\n".join(e) + "\n"
@@ -605,8 +691,12 @@ def main() -> None:
             skipped["podman"] = "podman not installed (make bench-peers installs it)"
         kubelet = args.kubelet
         if kubelet is None:
-            cached = subprocess.run([str(REPO / "tools" / "kubelet.sh")], capture_output=True, text=True,
-                                    env={**os.environ, "KUBELET_SH_NO_BUILD": "1"})
+            cached = subprocess.run(
+                [str(REPO / "tools" / "kubelet.sh")],
+                capture_output=True,
+                text=True,
+                env={**os.environ, "KUBELET_SH_NO_BUILD": "1"},
+            )
             kubelet = Path(cached.stdout.strip()) / "kubelet" if cached.returncode == 0 else None
         if kubelet is None or not kubelet.exists():
             skipped["kubelet"] = "no kubelet binary (tools/kubelet.sh builds it)"
@@ -641,7 +731,7 @@ def main() -> None:
                     raw.start(i)
                     lat.setdefault(("raw runc", var), []).append(wait_file(out / f"raw{i}", timeout=60) - t0)
                     time.sleep(0.2)
-                order = systems[i % len(systems):] + systems[:i % len(systems)]  # who goes first rotates
+                order = systems[i % len(systems) :] + systems[: i % len(systems)]  # who goes first rotates
                 for s in order:
                     name = f"{s.name[0]}{'h' if hn else 'c'}{i}"
                     t0 = s.start_pod(name, manifest(name, out, host_network=hn), hn)
@@ -670,7 +760,7 @@ def main() -> None:
         for s in systems:
             try:
                 s.close()
-            except Exception as e:  # noqa: BLE001 - clean the others whatever happens
+            except Exception as e:
                 print(f"cleanup of {s.name}: {e}", file=sys.stderr)
         from edgelet.network.iptables import remove_tagged
 
@@ -679,32 +769,45 @@ def main() -> None:
             subprocess.run(["ip", "link", "del", bridge], capture_output=True)
 
     print(f"machine: {machine()}")
-    print(f"pods: {args.pods} per system and network mode, interleaved round-robin (after one warm-up pod each);"
-          f" memory and idle CPU with {args.keep} hostNetwork pods each, idle over {args.idle:.0f} s")
+    print(
+        f"pods: {args.pods} per system and network mode, interleaved round-robin (after one warm-up pod each);"
+        f" memory and idle CPU with {args.keep} hostNetwork pods each, idle over {args.idle:.0f} s"
+    )
     print(f"{'system':9} {'network':12} {'median ms':>10} {'p90 ms':>8}")
     for (n, var), v in lat.items():
         print(f"{n:9} {var:12} {statistics.median(v) * 1000:10.1f} {percentile(v, 0.9) * 1000:8.1f}")
     print(f"{'system':9} {'PSS MB':>7} {'agent':>6} {'helpers':>8} {'pause':>6} {'idle CPU s':>11} {'% core':>7}")
     for s in systems:
         m = mem[s.name]
-        print(f"{s.name:9} {sum(m.values()):7.1f} {m['agent']:6.1f} {m['helpers']:8.1f} {m['pause']:6.1f}"
-              f" {idle[s.name]:11.2f} {100 * idle[s.name] / args.idle:7.2f}")
+        print(
+            f"{s.name:9} {sum(m.values()):7.1f} {m['agent']:6.1f} {m['helpers']:8.1f} {m['pause']:6.1f}"
+            f" {idle[s.name]:11.2f} {100 * idle[s.name] / args.idle:7.2f}"
+        )
     if ("raw runc", "hostNetwork") in lat:
         floor = statistics.median(lat[("raw runc", "hostNetwork")])
-        print("ratio to raw runc (pause + container, hostNetwork, median): " + ", ".join(
-            f"{n} {statistics.median(lat[(n, 'hostNetwork')]) / floor:.2f}x" for n in ("edgelet", "podman", "kubelet")
-            if (n, "hostNetwork") in lat))
+        print(
+            "ratio to raw runc (pause + container, hostNetwork, median): "
+            + ", ".join(
+                f"{n} {statistics.median(lat[(n, 'hostNetwork')]) / floor:.2f}x"
+                for n in ("edgelet", "podman", "kubelet")
+                if (n, "hostNetwork") in lat
+            )
+        )
     for peer in ("podman", "kubelet"):
         if any(k[0] == peer for k in lat):
-            ratios = [f"{var}: {statistics.median(lat[('edgelet', var)]) / statistics.median(lat[(peer, var)]):.2f}x"
-                      for var in ("hostNetwork", "CNI bridge")]
+            ratios = [
+                f"{var}: {statistics.median(lat[('edgelet', var)]) / statistics.median(lat[(peer, var)]):.2f}x"
+                for var in ("hostNetwork", "CNI bridge")
+            ]
             mr = sum(mem["edgelet"].values()) / sum(mem[peer].values())
             print(f"edgelet / {peer}: start latency (median) {', '.join(ratios)}; total PSS {mr:.2f}x")
     for n, why in skipped.items():
         print(f"left out: {n}: {why}")
     if not args.no_svg:
-        note = (f"bench/peers.py, {time.strftime('%Y-%m-%d')}, {args.pods} pods per system and mode, interleaved;"
-                f" {machine()}")
+        note = (
+            f"bench/peers.py, {time.strftime('%Y-%m-%d')}, {args.pods} pods per system and mode, interleaved;"
+            f" {machine()}"
+        )
         SVG.write_text(svg(lat, mem, note))
         print(f"chart: {SVG.relative_to(REPO)}")
 

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import Bench, machine  # noqa: E402
+from _harness import Bench, machine
 
 
 def cpu() -> tuple[float, float]:
@@ -52,13 +52,21 @@ async def setup(b: Bench):
     store = ImageStore(b.base / "store")
     (image,) = store.import_archive(b.archive)
     rt = RuncRuntime(b.paths)
-    container = Container(name="web", image=image.references[0], image_pull_policy="IfNotPresent",
-                          termination_message_path="/dev/termination-log",
-                          command=["sh", "-c", "mkdir -p /www && echo ok > /www/index.html && exec httpd -f -p 8080 -h /www"])
-    pod = Pod(api_version="v1", kind="Pod",
-              metadata=ObjectMeta(name="probe-bench", namespace="default", uid="probe-bench-uid", annotations={}),
-              spec=PodSpec(containers=[container], restart_policy="Always", termination_grace_period_seconds=1,
-                           dns_policy="Default"))
+    container = Container(
+        name="web",
+        image=image.references[0],
+        image_pull_policy="IfNotPresent",
+        termination_message_path="/dev/termination-log",
+        command=["sh", "-c", "mkdir -p /www && echo ok > /www/index.html && exec httpd -f -p 8080 -h /www"],
+    )
+    pod = Pod(
+        api_version="v1",
+        kind="Pod",
+        metadata=ObjectMeta(name="probe-bench", namespace="default", uid="probe-bench-uid", annotations={}),
+        spec=PodSpec(
+            containers=[container], restart_policy="Always", termination_grace_period_seconds=1, dns_policy="Default"
+        ),
+    )
     sandbox = await rt.run_sandbox(pod, 0)
     cid = await rt.create_container(pod, container, sandbox, image, 0)
     await rt.start_container(cid)
@@ -73,10 +81,9 @@ def main() -> int:
     b = Bench("probes")
     rows: list = []
     try:
-        from edgelet.api.types import HTTPGetAction
+        from edgelet.api.types import HTTPGetAction, TCPSocketAction
         from edgelet.probes.machine import Result
         from edgelet.probes.probers import exec_probe, http_probe, target_for, tcp_probe
-        from edgelet.api.types import TCPSocketAction
 
         loop = asyncio.new_event_loop()  # the agent's own loop: asyncio's, as in edgelet.app
         rt, pod, container, sandbox, cid = loop.run_until_complete(setup(b))
@@ -133,7 +140,9 @@ def main() -> int:
     print(f"machine: {machine()}")
     if n != 1000:
         print(f"note: {n} probes of each kind were run; CPU figures are scaled x{1000 / n:g} to 1,000")
-    print(f"{'per 1,000 probes':38} {'edgelet CPU s':>13} {'children CPU s':>14} {'total CPU s':>11} {'wall ms/probe':>13}")
+    print(
+        f"{'per 1,000 probes':38} {'edgelet CPU s':>13} {'children CPU s':>14} {'total CPU s':>11} {'wall ms/probe':>13}"
+    )
     for label, own, children, total, wall in rows:
         print(f"{label:38} {own:13.2f} {children:14.2f} {total:11.2f} {wall:13.2f}")
     return 0

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from edgelet.util import openssl  # noqa: E402
+from edgelet.util import openssl
 
 # As in the agent: layer digests by hashlib's own sha256, OpenSSL loaded only for TLS (none here).
 openssl.defer()
@@ -96,8 +96,12 @@ def main() -> None:
     e, b = statistics.median(ed), statistics.median(raw)
     print(f"machine: {machine()}")
     print(f"image: busybox + {args.mib} MiB random layer, {mb:.1f} MB compressed (gzip), {args.runs} runs each")
-    print(f"edgelet Puller pull+unpack:       median {e:.3f} s  ({mb / e:.1f} MB/s)  runs {', '.join(f'{x:.3f}' for x in ed)}")
-    print(f"skopeo copy + umoci unpack:       median {b:.3f} s  ({mb / b:.1f} MB/s)  runs {', '.join(f'{x:.3f}' for x in raw)}")
+    print(
+        f"edgelet Puller pull+unpack:       median {e:.3f} s  ({mb / e:.1f} MB/s)  runs {', '.join(f'{x:.3f}' for x in ed)}"
+    )
+    print(
+        f"skopeo copy + umoci unpack:       median {b:.3f} s  ({mb / b:.1f} MB/s)  runs {', '.join(f'{x:.3f}' for x in raw)}"
+    )
     print(f"throughput ratio edgelet/baseline: {b / e:.2f}x  (target >= 0.8x)")
 
 

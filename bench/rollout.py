@@ -15,10 +15,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import IMAGE, REPO, Bench, machine, wait_files  # noqa: E402
+from _harness import IMAGE, REPO, Bench, machine, wait_files
 
 sys.path.insert(0, str(REPO))
-from tests.integration.registry import Registry  # noqa: E402
+from tests.integration.registry import Registry
 
 DEADLINE = "60s"
 WINDOW = "2s"
@@ -79,8 +79,10 @@ def bad_versions(reg_host: str) -> tuple[float, float, float]:
         v1 = wait(lambda: (r := record(b)) and r["phase"] == "good" and r["active"], what="v1 good")
         # Missing image: v1 never stops; the time until the failure is reported.
         t0 = put(b, out, manifest(f"{reg_host}/bench/missing:1", SERVE, "2"))
-        wait(lambda: (r := record(b)) and r["phase"] == "pulling" and "ErrImagePull" in r["reason"],
-             what="pull failure reported")
+        wait(
+            lambda: (r := record(b)) and r["phase"] == "pulling" and "ErrImagePull" in r["reason"],
+            what="pull failure reported",
+        )
         missing = time.monotonic() - t0
         v1_stopped = (out / "stop-1").exists()
         # Crash-looping v2: replaced, judged, rolled back; until v1 started again.
@@ -132,12 +134,20 @@ def main() -> None:
     print(f"machine: {machine()}")
     print(f"gate: deadline {DEADLINE}, stability window {WINDOW}")
     print(f"crash-looping v2: manifest written -> last good v1 started again: {crash:.2f} s (deadline {DEADLINE})")
-    print(f"v2 image missing (registry 404): manifest written -> failure reported: {missing:.2f} s; "
-          f"v1 downtime {v1_down:.0f} s (never stopped)")
-    print(f"Replace update of a good version, downtime (stop signal -> new start), {args.updates} updates: "
-          + ", ".join(f"{d:.2f}" for d in replace) + " s")
-    print(f"kill-and-start (--rollout=false), same pod, same run:                  "
-          + ", ".join(f"{d:.2f}" for d in kill_start) + " s")
+    print(
+        f"v2 image missing (registry 404): manifest written -> failure reported: {missing:.2f} s; "
+        f"v1 downtime {v1_down:.0f} s (never stopped)"
+    )
+    print(
+        f"Replace update of a good version, downtime (stop signal -> new start), {args.updates} updates: "
+        + ", ".join(f"{d:.2f}" for d in replace)
+        + " s"
+    )
+    print(
+        "kill-and-start (--rollout=false), same pod, same run:                  "
+        + ", ".join(f"{d:.2f}" for d in kill_start)
+        + " s"
+    )
 
 
 if __name__ == "__main__":

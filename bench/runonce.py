@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import Bench, compile_bytecode, machine, pod_manifest  # noqa: E402
+from _harness import Bench, compile_bytecode, machine, pod_manifest
 
 
 def main() -> None:

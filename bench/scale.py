@@ -24,8 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from edgelet.status.runonce import STABLE  # noqa: E402
-from _harness import (  # noqa: E402
+from _harness import (
     Bench,
     RawRunc,
     compile_bytecode,
@@ -39,10 +38,14 @@ from _harness import (  # noqa: E402
     wait_files,
 )
 
+from edgelet.status.runonce import STABLE
+
 # What an agent imports before its first pod (the rest comes with the pods), for the cold-cache start cost.
-IMPORTS = ("import edgelet.cli, edgelet.app, edgelet.sync.loop, edgelet.sync.syncpod, edgelet.sync.workers,"
-           " edgelet.runtime.runc_runtime, edgelet.images.importdir, edgelet.sources.file, edgelet.pleg,"
-           " edgelet.probes.manager, edgelet.status.publisher")
+IMPORTS = (
+    "import edgelet.cli, edgelet.app, edgelet.sync.loop, edgelet.sync.syncpod, edgelet.sync.workers,"
+    " edgelet.runtime.runc_runtime, edgelet.images.importdir, edgelet.sources.file, edgelet.pleg,"
+    " edgelet.probes.manager, edgelet.status.publisher"
+)
 
 # sh as the container's pid 1 leaves on TERM at once, so a replacement measures edgelet, not a grace period.
 COMMAND = "touch /out/{name}; trap 'exit 0' TERM; sleep 3600 & wait"
@@ -158,10 +161,13 @@ def steady_and_churn(n: int, steady: float, churn: int, width: int, churn_raw: i
             t1, r1, c1 = samples[-1]
             rmax = max(s[1] for s in samples)
             half = samples[len(samples) // 2]
-            report([
-                f"steady state, {n} pods, {t1 - t0:.0f} s: agent RSS {r0:.1f} MB at start, {half[1]:.1f} MB midway,"
-                f" {r1:.1f} MB at end (max {rmax:.1f} MB); CPU {c1 - c0:.2f} s = {100 * (c1 - c0) / (t1 - t0):.2f} %"
-                f" of one core (agent and its runc children)"])
+            report(
+                [
+                    f"steady state, {n} pods, {t1 - t0:.0f} s: agent RSS {r0:.1f} MB at start, {half[1]:.1f} MB midway,"
+                    f" {r1:.1f} MB at end (max {rmax:.1f} MB); CPU {c1 - c0:.2f} s = {100 * (c1 - c0) / (t1 - t0):.2f} %"
+                    f" of one core (agent and its runc children)"
+                ]
+            )
         if "churn" in phases:
             report(churn_run(b, names, churn, min(width, n), churn_raw))
     finally:
@@ -180,7 +186,8 @@ def churn_run(b: Bench, names: list[str], count: int, width: int, count_raw: int
         starts = {}
         for name in wave:
             starts[f"{name}.{gen}"] = b.put_manifest(
-                f"{name}.yaml", pod_manifest(name, COMMAND.format(name=f"{name}.{gen}"), host_dir=str(out_dir(b))))
+                f"{name}.yaml", pod_manifest(name, COMMAND.format(name=f"{name}.{gen}"), host_dir=str(out_dir(b)))
+            )
         seen = wait_files(out_dir(b), set(starts), timeout=300, agent=b.proc)
         lat += [seen[k] - starts[k] for k in starts]
     elapsed = time.monotonic() - t_start
@@ -275,8 +282,14 @@ def main() -> None:
     if "cold" in phases:
         report(cold(args.pods))
     if phases & {"steady", "churn"}:
-        steady_and_churn(args.pods, args.steady, args.churn, args.churn_width,
-                         args.churn if args.churn_raw is None else args.churn_raw, phases)
+        steady_and_churn(
+            args.pods,
+            args.steady,
+            args.churn,
+            args.churn_width,
+            args.churn if args.churn_raw is None else args.churn_raw,
+            phases,
+        )
     if "boot" in phases:
         report(boot(args.boot_pods, args.boot_repeat))
     print(f"load average at the end {os.getloadavg()[0]:.1f}")

@@ -15,9 +15,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import Bench, machine  # noqa: E402
-
-import httpx  # noqa: E402
+import httpx
+from _harness import Bench, machine
 
 
 def vmrss_mb(pid: int) -> float:
@@ -45,8 +44,10 @@ def import_cost(modules: str) -> tuple[float, float]:
         f"for m in {modules!r}.split(','): __import__(m)\n"
         "print((time.perf_counter() - t) * 1000, rss() - r0)\n"
     )
-    samples = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
-               for _ in range(5)]
+    samples = [
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+        for _ in range(5)
+    ]
     return statistics.median(float(s[0]) for s in samples), statistics.median(float(s[1]) for s in samples)
 
 
@@ -105,12 +106,18 @@ def main() -> None:
     h11_ms, h11_mb = import_cost("h11")
     prom_ms, prom_mb = import_cost("prometheus_client")
     print(f"machine: {machine()}")
-    print(f"agent idle, 0 pods, median of {args.runs}: VmRSS {statistics.median(without):.1f} MB without the server, "
-          f"{statistics.median(with_server):.1f} MB with it (+{statistics.median(with_server) - statistics.median(without):.1f} MB)")
-    print(f"import over asyncio: h11 {h11_ms:.0f} ms / {h11_mb:.1f} MB (at start); prometheus_client "
-          f"{prom_ms:.0f} ms / {prom_mb:.1f} MB (only at the first /metrics scrape)")
-    print(f"process start -> first /healthz 200: median {statistics.median(healthz) * 1000:.0f} ms, "
-          f"min {min(healthz) * 1000:.0f} ms, max {max(healthz) * 1000:.0f} ms ({args.runs} runs)")
+    print(
+        f"agent idle, 0 pods, median of {args.runs}: VmRSS {statistics.median(without):.1f} MB without the server, "
+        f"{statistics.median(with_server):.1f} MB with it (+{statistics.median(with_server) - statistics.median(without):.1f} MB)"
+    )
+    print(
+        f"import over asyncio: h11 {h11_ms:.0f} ms / {h11_mb:.1f} MB (at start); prometheus_client "
+        f"{prom_ms:.0f} ms / {prom_mb:.1f} MB (only at the first /metrics scrape)"
+    )
+    print(
+        f"process start -> first /healthz 200: median {statistics.median(healthz) * 1000:.0f} ms, "
+        f"min {min(healthz) * 1000:.0f} ms, max {max(healthz) * 1000:.0f} ms ({args.runs} runs)"
+    )
 
 
 if __name__ == "__main__":

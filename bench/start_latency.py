@@ -19,27 +19,32 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import Bench, RawRunc, machine, memory_mb, percentile, pod_manifest, wait_file  # noqa: E402
+from _harness import Bench, RawRunc, machine, memory_mb, percentile, pod_manifest, wait_file
 
 
 def edgelet_latencies(b: Bench, n: int, out_dir: Path, *extra: str, prefix: str = "p") -> list[float]:
     b.start_agent(*extra)
     # Warm-up pod: the image import and the first sandbox build are one-time costs, not per-pod latency.
     warm = f"{prefix}warmup"
-    t0 = b.put_manifest(f"{warm}.yaml", pod_manifest(warm, f"touch /out/{warm}; exec sleep 3600", host_dir=str(out_dir)))
+    t0 = b.put_manifest(
+        f"{warm}.yaml", pod_manifest(warm, f"touch /out/{warm}; exec sleep 3600", host_dir=str(out_dir))
+    )
     wait_file(out_dir / warm, timeout=60)
     lat = []
     for i in range(n):
         name = f"{prefix}{i}"
-        t0 = b.put_manifest(f"{name}.yaml", pod_manifest(name, f"touch /out/{name}; exec sleep 3600", host_dir=str(out_dir)))
+        t0 = b.put_manifest(
+            f"{name}.yaml", pod_manifest(name, f"touch /out/{name}; exec sleep 3600", host_dir=str(out_dir))
+        )
         t1 = wait_file(out_dir / name)
         lat.append(t1 - t0)
         time.sleep(0.2)  # let the agent settle so pods are measured one at a time
     return lat
 
 
-def baseline(b: Bench, n: int, out_dir: Path, *, conmon: bool,
-             prepared: list[float] | None = None, alone: bool = False) -> list[float]:
+def baseline(
+    b: Bench, n: int, out_dir: Path, *, conmon: bool, prepared: list[float] | None = None, alone: bool = False
+) -> list[float]:
     """Re-run edgelet's own bundles (pause sandbox + container) by hand, n times: `runc create` + `start`,
     or with `conmon` running `runc create` as edgelet does (the floor any conmon-based agent has).
     The bundles are written and the overlay rootfs mounted before the clock starts; how long that took
@@ -67,15 +72,26 @@ def run_chain(conf: Path, command: str, cid: str, netns: Path) -> None:
     given the previous result), in reverse for DEL."""
     doc = json.loads(next(conf.glob("*.conflist")).read_text())
     plugins = doc["plugins"] if command == "ADD" else list(reversed(doc["plugins"]))
-    env = {"PATH": os.environ.get("PATH", ""), "CNI_COMMAND": command, "CNI_CONTAINERID": cid,
-           "CNI_NETNS": str(netns), "CNI_IFNAME": "eth0", "CNI_PATH": "/usr/lib/cni"}
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "CNI_COMMAND": command,
+        "CNI_CONTAINERID": cid,
+        "CNI_NETNS": str(netns),
+        "CNI_IFNAME": "eth0",
+        "CNI_PATH": "/usr/lib/cni",
+    }
     prev = None
     for plugin in plugins:
         stdin = {"cniVersion": doc["cniVersion"], "name": doc["name"], **plugin}
         if prev is not None:
             stdin["prevResult"] = prev
-        done = subprocess.run([f"/usr/lib/cni/{plugin['type']}"], input=json.dumps(stdin).encode(), env=env,
-                              capture_output=True, check=command == "ADD")
+        done = subprocess.run(
+            [f"/usr/lib/cni/{plugin['type']}"],
+            input=json.dumps(stdin).encode(),
+            env=env,
+            capture_output=True,
+            check=command == "ADD",
+        )
         if command == "ADD":
             prev = json.loads(done.stdout)
 
@@ -115,11 +131,29 @@ def cni_conf(base: Path) -> tuple[Path, str]:
     bridge = f"edb{secrets.token_hex(4)}"
     conf = base / "cni"
     conf.mkdir()
-    (conf / "10-bench.conflist").write_text(json.dumps({"cniVersion": "1.0.0", "name": f"bench-{bridge}", "plugins": [
-        {"type": "bridge", "bridge": bridge, "isGateway": True, "ipMasq": True,
-         "ipam": {"type": "host-local", "dataDir": str(base / "ipam"),
-                  "ranges": [[{"subnet": "10.231.77.0/24"}]]}},
-        {"type": "portmap", "capabilities": {"portMappings": True}}, {"type": "loopback"}]}))
+    (conf / "10-bench.conflist").write_text(
+        json.dumps(
+            {
+                "cniVersion": "1.0.0",
+                "name": f"bench-{bridge}",
+                "plugins": [
+                    {
+                        "type": "bridge",
+                        "bridge": bridge,
+                        "isGateway": True,
+                        "ipMasq": True,
+                        "ipam": {
+                            "type": "host-local",
+                            "dataDir": str(base / "ipam"),
+                            "ranges": [[{"subnet": "10.231.77.0/24"}]],
+                        },
+                    },
+                    {"type": "portmap", "capabilities": {"portMappings": True}},
+                    {"type": "loopback"},
+                ],
+            }
+        )
+    )
     return conf, bridge
 
 
@@ -149,8 +183,9 @@ def main() -> None:
         if not args.no_cni and Path("/usr/lib/cni/bridge").exists():
             stop_agent(b)
             conf, bridge = cni_conf(b.base)
-            cni = edgelet_latencies(b, args.pods, out_dir, f"--cni-conf-dir={conf}", "--cni-bin-dir=/usr/lib/cni",
-                                    prefix="n")
+            cni = edgelet_latencies(
+                b, args.pods, out_dir, f"--cni-conf-dir={conf}", "--cni-bin-dir=/usr/lib/cni", prefix="n"
+            )
             rss["cni"] = memory_mb(b.proc.pid)[0]
         prep: list[float] = []
         base = baseline(b, args.pods, out_dir, conmon=False, prepared=prep)
@@ -168,33 +203,50 @@ def main() -> None:
             asyncio.run(remove_tagged(f"bench-{bridge}", key="name"))  # the pods' masquerade rules
             subprocess.run(["ip", "link", "del", bridge], capture_output=True)
     print(f"machine: {machine()}")
-    print(f"pods: {args.pods} (1 busybox container each, image present; edgelet's default sandbox, the raw "
-          f"baselines with a pause process except 'alone')")
+    print(
+        f"pods: {args.pods} (1 busybox container each, image present; edgelet's default sandbox, the raw "
+        f"baselines with a pause process except 'alone')"
+    )
     rows = [("edgelet  rename->running", ed)]
     if cni:
         rows.append(("edgelet with CNI bridge ", cni))
-    rows += [("raw runc create+start x2", base), ("conmon+runc by hand x2  ", floor),
-             ("raw runc, container alone in a fresh netns", alone)]
+    rows += [
+        ("raw runc create+start x2", base),
+        ("conmon+runc by hand x2  ", floor),
+        ("raw runc, container alone in a fresh netns", alone),
+    ]
     if cni_raw:
         rows.append(("raw runc, container alone + the CNI chain by hand", cni_raw))
     for label, v in rows:
-        print(f"{label}: median {statistics.median(v)*1000:.1f} ms  p90 {percentile(v, 0.9)*1000:.1f} ms")
-    print(f"ratio to raw runc (median): {statistics.median(ed)/statistics.median(base):.2f}x"
-          f"  (p90): {percentile(ed, 0.9)/percentile(base, 0.9):.2f}x")
-    print(f"ratio to conmon+runc by hand (median): {statistics.median(ed)/statistics.median(floor):.2f}x")
-    print(f"ratio to raw runc of the container alone in a fresh netns (median): "
-          f"{statistics.median(ed)/statistics.median(alone):.2f}x  (p90): {percentile(ed, 0.9)/percentile(alone, 0.9):.2f}x")
-    print(f"not in the raw baselines' time: writing the two bundles and mounting the overlay rootfs, median"
-          f" {statistics.median(prep)*1000:.1f} ms (edgelet does it between rename and running)")
+        print(f"{label}: median {statistics.median(v) * 1000:.1f} ms  p90 {percentile(v, 0.9) * 1000:.1f} ms")
+    print(
+        f"ratio to raw runc (median): {statistics.median(ed) / statistics.median(base):.2f}x"
+        f"  (p90): {percentile(ed, 0.9) / percentile(base, 0.9):.2f}x"
+    )
+    print(f"ratio to conmon+runc by hand (median): {statistics.median(ed) / statistics.median(floor):.2f}x")
+    print(
+        f"ratio to raw runc of the container alone in a fresh netns (median): "
+        f"{statistics.median(ed) / statistics.median(alone):.2f}x  (p90): {percentile(ed, 0.9) / percentile(alone, 0.9):.2f}x"
+    )
+    print(
+        f"not in the raw baselines' time: writing the two bundles and mounting the overlay rootfs, median"
+        f" {statistics.median(prep) * 1000:.1f} ms (edgelet does it between rename and running)"
+    )
     if cni:
-        print(f"CNI bridge networking, ratio to raw runc (median): {statistics.median(cni)/statistics.median(base):.2f}x;"
-              f" added per pod (median): {(statistics.median(cni) - statistics.median(ed))*1000:.1f} ms")
+        print(
+            f"CNI bridge networking, ratio to raw runc (median): {statistics.median(cni) / statistics.median(base):.2f}x;"
+            f" added per pod (median): {(statistics.median(cni) - statistics.median(ed)) * 1000:.1f} ms"
+        )
         if cni_raw:
-            print(f"CNI bridge networking, ratio to raw runc of the container alone + the same plugin chain by hand"
-                  f" (median): {statistics.median(cni)/statistics.median(cni_raw):.2f}x"
-                  f"  (p90): {percentile(cni, 0.9)/percentile(cni_raw, 0.9):.2f}x")
-        print(f"agent RSS after {args.pods} pods: {rss['loopback']:.1f} MB loopback only; after {args.pods} more "
-              f"with CNI: {rss['cni']:.1f} MB (a fresh agent that adopted the first {args.pods})")
+            print(
+                f"CNI bridge networking, ratio to raw runc of the container alone + the same plugin chain by hand"
+                f" (median): {statistics.median(cni) / statistics.median(cni_raw):.2f}x"
+                f"  (p90): {percentile(cni, 0.9) / percentile(cni_raw, 0.9):.2f}x"
+            )
+        print(
+            f"agent RSS after {args.pods} pods: {rss['loopback']:.1f} MB loopback only; after {args.pods} more "
+            f"with CNI: {rss['cni']:.1f} MB (a fresh agent that adopted the first {args.pods})"
+        )
 
 
 if __name__ == "__main__":

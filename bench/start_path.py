@@ -23,22 +23,30 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import IMAGE, Bench, machine, percentile  # noqa: E402
+from _harness import IMAGE, Bench, machine, percentile
 
-from edgelet.api.types import Container, ObjectMeta, Pod, PodSpec  # noqa: E402
-from edgelet.runtime import bundle as bl  # noqa: E402
-from edgelet.runtime.runc_runtime import RuncRuntime  # noqa: E402
+from edgelet.api.types import Container, ObjectMeta, Pod, PodSpec
+from edgelet.runtime import bundle as bl
+from edgelet.runtime.runc_runtime import RuncRuntime
 
 SYNCED, UNSYNCED = "fsync on the path (as edgelet does)", "no fsync at all"
 STEPS = ("run_sandbox", "create_container", "start_container")
 
 
 def _pod(name: str) -> Pod:
-    return Pod(api_version="v1", kind="Pod",
-               metadata=ObjectMeta(name=name, namespace="default", uid=str(uuid.uuid4()), annotations={}),
-               spec=PodSpec(containers=[Container(name="main", image=IMAGE, command=["sleep", "3600"],
-                                                  image_pull_policy="IfNotPresent")],
-                            restart_policy="Always", termination_grace_period_seconds=1, dns_policy="Default"))
+    return Pod(
+        api_version="v1",
+        kind="Pod",
+        metadata=ObjectMeta(name=name, namespace="default", uid=str(uuid.uuid4()), annotations={}),
+        spec=PodSpec(
+            containers=[
+                Container(name="main", image=IMAGE, command=["sleep", "3600"], image_pull_policy="IfNotPresent")
+            ],
+            restart_policy="Always",
+            termination_grace_period_seconds=1,
+            dns_policy="Default",
+        ),
+    )
 
 
 def write_unsynced(path: Path, content: str, mode: int = 0o600, *, durable: bool = True) -> None:
@@ -124,13 +132,15 @@ async def run_cni(b: Bench, pods: int, conf: Path) -> dict[str, dict[str, list[f
             both = add + create
         else:
             (sandbox, add), (cid, create) = await asyncio.gather(
-                timed(rt.start_sandbox(pod, sandbox)), timed(rt.create_container(pod, container, sandbox, image, 0)))
+                timed(rt.start_sandbox(pod, sandbox)), timed(rt.create_container(pod, container, sandbox, image, 0))
+            )
             both = (time.perf_counter() - t1) * 1000
         t2 = time.perf_counter()
         await rt.start_container(cid)
         t3 = time.perf_counter()
-        for step, took in zip((*CNI_STEPS, "total"), ((t1 - t0) * 1000, add, create, both, (t3 - t2) * 1000,
-                                                        (t3 - t0) * 1000)):
+        for step, took in zip(
+            (*CNI_STEPS, "total"), ((t1 - t0) * 1000, add, create, both, (t3 - t2) * 1000, (t3 - t0) * 1000)
+        ):
             times[variant][step].append(took)
         await rt.stop_container(cid, 0)
         await rt.stop_sandbox(sandbox.id)
@@ -158,8 +168,10 @@ def main_cni(pods: int) -> None:
     print(f"machine: {machine()}")
     for variant, steps in times.items():
         parts = ", ".join(f"{s} {statistics.median(steps[s]):.1f}" for s in CNI_STEPS)
-        print(f"{variant}: CNI start path median {statistics.median(steps['total']):.1f} ms, p90"
-              f" {percentile(steps['total'], 0.9):.1f} ms ({parts} ms; {len(steps['total'])} pods, interleaved)")
+        print(
+            f"{variant}: CNI start path median {statistics.median(steps['total']):.1f} ms, p90"
+            f" {percentile(steps['total'], 0.9):.1f} ms ({parts} ms; {len(steps['total'])} pods, interleaved)"
+        )
     gain = statistics.median(times[SERIAL]["total"]) - statistics.median(times[BESIDE]["total"])
     print(f"creating the container beside ADD saves {gain:.1f} ms a pod start (difference of the medians)")
 
@@ -183,8 +195,10 @@ def main() -> None:
     print(f"one bundle file (2 kB): with its fsync {synced:.2f} ms, without {unsynced:.2f} ms (median of 50)")
     for variant, steps in times.items():
         parts = ", ".join(f"{s} {statistics.median(steps[s]):.1f}" for s in STEPS)
-        print(f"{variant}: start path median {statistics.median(steps['total']):.1f} ms, p90"
-              f" {percentile(steps['total'], 0.9):.1f} ms ({parts} ms; {len(steps['total'])} pods, interleaved)")
+        print(
+            f"{variant}: start path median {statistics.median(steps['total']):.1f} ms, p90"
+            f" {percentile(steps['total'], 0.9):.1f} ms ({parts} ms; {len(steps['total'])} pods, interleaved)"
+        )
     gain = statistics.median(times[SYNCED]["total"]) - statistics.median(times[UNSYNCED]["total"])
     print(f"the most leaving the fsyncs for later could save: {gain:.1f} ms a pod start (difference of the medians)")
 

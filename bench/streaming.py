@@ -24,9 +24,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import REPO, Bench, machine, percentile  # noqa: E402
+from _harness import REPO, Bench, machine, percentile
 
-from edgelet.testing.apiserver import ADMIN_TOKEN, ApiServer, kube_bin_dir  # noqa: E402
+from edgelet.testing.apiserver import ADMIN_TOKEN, ApiServer, kube_bin_dir
 
 NODE = "bench"
 
@@ -68,6 +68,7 @@ spec:
 
 def http_get(sock_factory, size: int) -> float:
     """Seconds to GET /big (size bytes) over a connection from `sock_factory()` (async)."""
+
     async def run() -> float:
         sock = await sock_factory()
         loop = asyncio.get_running_loop()
@@ -81,6 +82,7 @@ def http_get(sock_factory, size: int) -> float:
         if got < size:
             raise RuntimeError(f"short transfer: {got} of {size} bytes")
         return elapsed
+
     return asyncio.run(run())
 
 
@@ -99,21 +101,71 @@ def main() -> None:
         kubeconfig = api.kubeconfig(b.base / "kubeconfig", token=api.node_token(NODE))
         crt, key = api.kubelet_serving_cert(NODE)
         b.put_manifest("web.yaml", pod(args.mb))
-        b.start_agent("--kubeconfig", str(kubeconfig), "--node-ip", "127.0.0.1", "--address", "127.0.0.1",
-                      "--port", "0", "--client-ca-file", str(api.ca_file), "--tls-cert-file", str(crt),
-                      "--tls-private-key-file", str(key))
+        b.start_agent(
+            "--kubeconfig",
+            str(kubeconfig),
+            "--node-ip",
+            "127.0.0.1",
+            "--address",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--client-ca-file",
+            str(api.ca_file),
+            "--tls-cert-file",
+            str(crt),
+            "--tls-private-key-file",
+            str(key),
+        )
         admin = api.kubeconfig(b.base / "kubeconfig-admin", token=ADMIN_TOKEN)
         kubectl = [str(api.bin_dir / "kubectl"), f"--kubeconfig={admin}"]
         podname = f"web-{NODE}"
-        wait(lambda: subprocess.run([*kubectl, "exec", podname, "--", "test", "-f", "/www/ready"],
-                                    capture_output=True).returncode == 0, 300, "the pod serving")
-        cid, pid = wait(lambda: next(((c["id"], c["pid"]) for c in json.loads(subprocess.run(
-            ["runc", "--root", str(b.paths.runc_root), "list", "--format", "json"], capture_output=True,
-            text=True).stdout or "[]") if (c.get("annotations") or {}).get("io.kubernetes.container.name") == "main"
-            and c["status"] == "running"), None), 60, "the container")
+        wait(
+            lambda: (
+                subprocess.run(
+                    [*kubectl, "exec", podname, "--", "test", "-f", "/www/ready"], capture_output=True
+                ).returncode
+                == 0
+            ),
+            300,
+            "the pod serving",
+        )
+        cid, pid = wait(
+            lambda: next(
+                (
+                    (c["id"], c["pid"])
+                    for c in json.loads(
+                        subprocess.run(
+                            ["runc", "--root", str(b.paths.runc_root), "list", "--format", "json"],
+                            capture_output=True,
+                            text=True,
+                        ).stdout
+                        or "[]"
+                    )
+                    if (c.get("annotations") or {}).get("io.kubernetes.container.name") == "main"
+                    and c["status"] == "running"
+                ),
+                None,
+            ),
+            60,
+            "the container",
+        )
         netns = f"/proc/{pid}/ns/net"
-        edgelet = [sys.executable, "-m", "edgelet", "exec", "--root-dir", str(b.paths.root_dir), "--run-dir",
-                   str(b.paths.run_dir), "--config", "/dev/null", "web", "--", "true"]
+        edgelet = [
+            sys.executable,
+            "-m",
+            "edgelet",
+            "exec",
+            "--root-dir",
+            str(b.paths.root_dir),
+            "--run-dir",
+            str(b.paths.run_dir),
+            "--config",
+            "/dev/null",
+            "web",
+            "--",
+            "true",
+        ]
         kexec = [*kubectl, "exec", podname, "--", "true"]
         wall(kexec), wall(edgelet)  # warm-up
         ours, local = [], []
@@ -121,8 +173,9 @@ def main() -> None:
             ours.append(wall(kexec))
             local.append(wall(edgelet))
 
-        pf = subprocess.Popen([*kubectl, "port-forward", podname, ":8080"], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE)
+        pf = subprocess.Popen(
+            [*kubectl, "port-forward", podname, ":8080"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
         line = pf.stdout.readline().decode()
         port = int(re.search(r"127\.0\.0\.1:(\d+)", line)[1])
         from edgelet.util.netns import connect_local, socket_in
@@ -145,14 +198,22 @@ def main() -> None:
         b.close()
         api.stop()
     print(f"machine: {machine()}")
-    print(f"`kubectl exec POD -- true` through the apiserver, {args.n} runs: median {percentile(ours, 0.5):.1f} ms, "
-          f"p90 {percentile(ours, 0.9):.1f} ms")
-    print(f"`edgelet exec POD -- true` on the device, same run: median {percentile(local, 0.5):.1f} ms, "
-          f"p90 {percentile(local, 0.9):.1f} ms")
-    print(f"port-forward of a {args.mb} MB GET through kubectl and the apiserver: best {max(fwd):.1f} MB/s, "
-          f"median {percentile(fwd, 0.5):.1f} MB/s")
-    print(f"the same GET over a direct connection in the pod's netns, same run: best {max(direct):.1f} MB/s, "
-          f"median {percentile(direct, 0.5):.1f} MB/s")
+    print(
+        f"`kubectl exec POD -- true` through the apiserver, {args.n} runs: median {percentile(ours, 0.5):.1f} ms, "
+        f"p90 {percentile(ours, 0.9):.1f} ms"
+    )
+    print(
+        f"`edgelet exec POD -- true` on the device, same run: median {percentile(local, 0.5):.1f} ms, "
+        f"p90 {percentile(local, 0.9):.1f} ms"
+    )
+    print(
+        f"port-forward of a {args.mb} MB GET through kubectl and the apiserver: best {max(fwd):.1f} MB/s, "
+        f"median {percentile(fwd, 0.5):.1f} MB/s"
+    )
+    print(
+        f"the same GET over a direct connection in the pod's netns, same run: best {max(direct):.1f} MB/s, "
+        f"median {percentile(direct, 0.5):.1f} MB/s"
+    )
     with open("/proc/loadavg") as f:
         print(f"load average at the end: {f.read().split()[0]}")
 

@@ -22,11 +22,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import REPO, Bench, machine  # noqa: E402
-from streaming import NODE, wait  # noqa: E402 - bench/streaming.py's
+from _harness import REPO, Bench, machine
+from streaming import NODE, wait
 
-from edgelet.testing import wsflood  # noqa: E402 - this checkout's (_harness puts it first on the path)
-from edgelet.testing.apiserver import ADMIN_TOKEN, ApiServer, kube_bin_dir, make_cert  # noqa: E402
+from edgelet.testing import wsflood
+from edgelet.testing.apiserver import ADMIN_TOKEN, ApiServer, kube_bin_dir, make_cert
 
 STALL = 3.0
 
@@ -44,9 +44,15 @@ spec:
     image: edgelet.local/busybox:1.36
     command: ["sh", "-c", {command!r}]
 """
-    return {"box": pod("box", "sleep 3600"),
-            "sink": pod("sink", "mkdir -p /www && echo ok > /www/ok && httpd -p 127.0.0.1:8080 -h /www && "
-                                "exec nc -ll -p 9000 -e sleep 3600")}
+
+    return {
+        "box": pod("box", "sleep 3600"),
+        "sink": pod(
+            "sink",
+            "mkdir -p /www && echo ok > /www/ok && httpd -p 127.0.0.1:8080 -h /www && "
+            "exec nc -ll -p 9000 -e sleep 3600",
+        ),
+    }
 
 
 def http_ok(port: int) -> bool:
@@ -78,18 +84,40 @@ def main() -> None:
         client = make_cert(pki, "flood", (pki / "ca.crt", pki / "ca.key"), "/O=ops/CN=flood")
         for name, text in pods().items():
             b.put_manifest(f"{name}.yaml", text)
-        b.start_agent("--kubeconfig", str(kubeconfig), "--node-ip", "127.0.0.1", "--address", "127.0.0.1",
-                      "--port", "0", "--client-ca-file", str(api.ca_file), "--tls-cert-file", str(crt),
-                      "--tls-private-key-file", str(key), "--node-api-grants", "group:ops=proxy", source=source)
+        b.start_agent(
+            "--kubeconfig",
+            str(kubeconfig),
+            "--node-ip",
+            "127.0.0.1",
+            "--address",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--client-ca-file",
+            str(api.ca_file),
+            "--tls-cert-file",
+            str(crt),
+            "--tls-private-key-file",
+            str(key),
+            "--node-api-grants",
+            "group:ops=proxy",
+            source=source,
+        )
         log = b.base / "agent.log"
-        port = int(wait(lambda: re.search(r"Node API listening.*?port=(\d+)", log.read_text()), 120,
-                        "the node API")[1])
+        port = int(wait(lambda: re.search(r"Node API listening.*?port=(\d+)", log.read_text()), 120, "the node API")[1])
         admin = api.kubeconfig(b.base / "kubeconfig-admin", token=ADMIN_TOKEN)
         kubectl = [str(api.bin_dir / "kubectl"), f"--kubeconfig={admin}"]
         for name in ("box", "sink"):
-            wait(lambda name=name: subprocess.run([*kubectl, "exec", f"{name}-{NODE}", "--", "true"],
-                                                  capture_output=True, check=False).returncode == 0,
-                 300, f"{name} running")
+            wait(
+                lambda name=name: (
+                    subprocess.run(
+                        [*kubectl, "exec", f"{name}-{NODE}", "--", "true"], capture_output=True, check=False
+                    ).returncode
+                    == 0
+                ),
+                300,
+                f"{name} running",
+            )
         ctx = ssl.create_default_context(cafile=str(api.ca_file))
         ctx.load_cert_chain(*map(str, client))
         pid = b.proc.pid
@@ -97,19 +125,26 @@ def main() -> None:
         def measure(name: str, flood) -> None:
             with wsflood.RssPeak(pid) as rss:
                 done = flood()
-            results.append(f"{name}: sent {done.sent / 1e6:.0f} MB of {total / 1e6:.0f} MB, "
-                           f"{'pushed back' if done.pushed_back else 'not pushed back'}; agent RSS "
-                           f"{rss.before / 1024:.1f} MiB before, peak +{rss.growth_kib / 1024:.1f} MiB")
+            results.append(
+                f"{name}: sent {done.sent / 1e6:.0f} MB of {total / 1e6:.0f} MB, "
+                f"{'pushed back' if done.pushed_back else 'not pushed back'}; agent RSS "
+                f"{rss.before / 1024:.1f} MiB before, peak +{rss.growth_kib / 1024:.1f} MiB"
+            )
 
         def ws(path: str, sub: str):
             return lambda: wsflood.ws_flood(port, ctx, path, sub, channel=0, total=total, stall=STALL)
 
-        measure("WebSocket exec -i into sleep",
-                ws(f"/exec/default/box-{NODE}/c?command=sleep&command=3600&input=1", "v5.channel.k8s.io"))
-        measure("WebSocket port-forward into a listener that never reads",
-                ws(f"/portForward/default/sink-{NODE}?port=9000", "v4.channel.k8s.io"))
-        pf = subprocess.Popen([*kubectl, "port-forward", f"sink-{NODE}", ":9000", ":8080"], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE)
+        measure(
+            "WebSocket exec -i into sleep",
+            ws(f"/exec/default/box-{NODE}/c?command=sleep&command=3600&input=1", "v5.channel.k8s.io"),
+        )
+        measure(
+            "WebSocket port-forward into a listener that never reads",
+            ws(f"/portForward/default/sink-{NODE}?port=9000", "v4.channel.k8s.io"),
+        )
+        pf = subprocess.Popen(
+            [*kubectl, "port-forward", f"sink-{NODE}", ":9000", ":8080"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
         local: dict[int, int] = {}  # the pod's port -> kubectl's local one
         while len(local) < 2:
             if m := re.search(r"127\.0\.0\.1:(\d+) -> (\d+)", pf.stdout.readline().decode()):
@@ -128,11 +163,15 @@ def main() -> None:
 
         getter = threading.Thread(target=get_meanwhile)
         getter.start()
-        measure("kubectl port-forward (SPDY via the apiserver) into a listener that never reads",
-                lambda: wsflood.tcp_flood(ports[0], total, STALL))
+        measure(
+            "kubectl port-forward (SPDY via the apiserver) into a listener that never reads",
+            lambda: wsflood.tcp_flood(ports[0], total, STALL),
+        )
         getter.join(120)
-        results.append("a GET through the same kubectl port-forward during that flood: "
-                       + (f"answered in {get[0]:.1f} s" if get else "no answer in 60 s"))
+        results.append(
+            "a GET through the same kubectl port-forward during that flood: "
+            + (f"answered in {get[0]:.1f} s" if get else "no answer in 60 s")
+        )
     finally:
         if pf is not None:
             pf.terminate()

@@ -14,12 +14,22 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import Bench, machine, percentile, pod_manifest, running_pods  # noqa: E402
+from _harness import Bench, machine, percentile, pod_manifest, running_pods
 
 
 def timed(b: Bench, *args: str) -> tuple[float, str]:
-    argv = [sys.executable, "-m", "edgelet", *args, "--root-dir", str(b.paths.root_dir),
-            "--run-dir", str(b.paths.run_dir), "--config", "/dev/null"]
+    argv = [
+        sys.executable,
+        "-m",
+        "edgelet",
+        *args,
+        "--root-dir",
+        str(b.paths.root_dir),
+        "--run-dir",
+        str(b.paths.run_dir),
+        "--config",
+        "/dev/null",
+    ]
     t = time.monotonic()
     out = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     took = time.monotonic() - t
@@ -56,8 +66,10 @@ def main() -> None:
     print(f"machine: {machine()}")
     print(f"{n} running pods, `edgelet top pods` listed {rows}")
     print(f"edgelet top pods, first call (samples twice, {1.2:g} s apart): {first:.0f} ms")
-    print(f"edgelet top pods, later calls: median {percentile(top, 0.5):.0f} ms, p90 {percentile(top, 0.9):.0f} ms"
-          f"  (of {len(top)})")
+    print(
+        f"edgelet top pods, later calls: median {percentile(top, 0.5):.0f} ms, p90 {percentile(top, 0.9):.0f} ms"
+        f"  (of {len(top)})"
+    )
     print(f"baseline edgelet pods:          median {percentile(pods, 0.5):.0f} ms, p90 {percentile(pods, 0.9):.0f} ms")
 
 

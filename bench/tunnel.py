@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from edgelet.testing.wglab import sh, wireguard_gos, wireguard_lab  # noqa: E402
+from edgelet.testing.wglab import sh, wireguard_gos, wireguard_lab
 
 # Run in the site namespace: bring the tunnel up, time the first handshake, then kill wireguard-go and time the
 # keep-up loop's recovery to the next handshake.
@@ -76,8 +76,9 @@ asyncio.run(main())
 def one_round() -> dict:
     with tempfile.TemporaryDirectory(prefix="edgelet-bench-tunnel-") as tmp:
         with wireguard_lab(Path(tmp)) as lab:
-            out = sh(sys.executable, "-c", DEVICE, str(lab["conf"]), str(lab["root"]), netns=lab["site_ns"],
-                     timeout=120)
+            out = sh(
+                sys.executable, "-c", DEVICE, str(lab["conf"]), str(lab["root"]), netns=lab["site_ns"], timeout=120
+            )
             assert len(wireguard_gos(lab)) == 1  # brought back, once
             return json.loads(out.strip().splitlines()[-1])
 
@@ -87,11 +88,17 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     rounds = [one_round() for _ in range(args.rounds)]
-    for key, unit, scale in (("up", "ms", 1000), ("first_handshake", "ms", 1000), ("healed", "s", 1),
-                             ("rss_kib", "MiB", 1 / 1024)):
+    for key, unit, scale in (
+        ("up", "ms", 1000),
+        ("first_handshake", "ms", 1000),
+        ("healed", "s", 1),
+        ("rss_kib", "MiB", 1 / 1024),
+    ):
         values = [r[key] * scale for r in rounds]
-        print(f"{key:16} median {statistics.median(values):8.2f} {unit}  (min {min(values):.2f}, "
-              f"max {max(values):.2f}, {len(values)} rounds)")
+        print(
+            f"{key:16} median {statistics.median(values):8.2f} {unit}  (min {min(values):.2f}, "
+            f"max {max(values):.2f}, {len(values)} rounds)"
+        )
 
 
 if __name__ == "__main__":

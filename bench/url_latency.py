@@ -21,7 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import Bench, machine, percentile, pod_manifest, wait_file  # noqa: E402
+from _harness import Bench, machine, percentile, pod_manifest, wait_file
 
 
 class Server:
@@ -35,7 +35,7 @@ class Server:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            def do_GET(self) -> None:
                 with lock:
                     body, version = outer.body, outer.version
                     outer.first_served.setdefault(version, time.monotonic())
@@ -86,8 +86,10 @@ def main() -> None:
         b.close()
     print(f"machine: {machine()}")
     print(f"changes: {args.changes} (each: REMOVE the old pod, ADD a new one; pause sandbox + 1 busybox container)")
-    print(f"edgelet  URL fetch->running: median {statistics.median(lat)*1000:.1f} ms"
-          f"  p90 {percentile(lat, 0.9)*1000:.1f} ms")
+    print(
+        f"edgelet  URL fetch->running: median {statistics.median(lat) * 1000:.1f} ms"
+        f"  p90 {percentile(lat, 0.9) * 1000:.1f} ms"
+    )
 
 
 if __name__ == "__main__":

@@ -38,19 +38,22 @@ def median_ms(fn, n: int) -> float:
 
 def import_cost() -> tuple[float, float]:
     """(ms, MB of RSS) that importing cryptography's Ed25519 adds, in a fresh interpreter."""
-    code = ("import time\n"
-            "def rss():\n"
-            "    return int([l for l in open('/proc/self/status') if l.startswith('VmRSS')][0].split()[1]) / 1024\n"
-            "r0 = rss(); t = time.perf_counter()\n"
-            "from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey\n"
-            "print((time.perf_counter() - t) * 1000, rss() - r0)\n")
+    code = (
+        "import time\n"
+        "def rss():\n"
+        "    return int([l for l in open('/proc/self/status') if l.startswith('VmRSS')][0].split()[1]) / 1024\n"
+        "r0 = rss(); t = time.perf_counter()\n"
+        "from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey\n"
+        "print((time.perf_counter() - t) * 1000, rss() - r0)\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     return float(out[0]), float(out[1])
 
 
 def pod_list(n: int) -> str:
     return "# edgelet-version: 7\napiVersion: v1\nkind: PodList\nitems:\n" + "".join(
-        "- " + pod_manifest(f"p{i}", "exec sleep 3600").replace("\n", "\n  ").rstrip() + "\n" for i in range(n))
+        "- " + pod_manifest(f"p{i}", "exec sleep 3600").replace("\n", "\n  ").rstrip() + "\n" for i in range(n)
+    )
 
 
 def manifest_figures(work: Path, n: int) -> None:
@@ -61,8 +64,10 @@ def manifest_figures(work: Path, n: int) -> None:
     trust = Trust.load(trusted, work / "state", RealClock())
     load_ms = (time.perf_counter() - t) * 1000
     ms, mb = import_cost()
-    print(f"loading 3 trusted keys: {load_ms:.2f} ms; importing cryptography's Ed25519 (at the first verification): "
-          f"{ms:.0f} ms, +{mb:.1f} MB RSS in a fresh interpreter")
+    print(
+        f"loading 3 trusted keys: {load_ms:.2f} ms; importing cryptography's Ed25519 (at the first verification): "
+        f"{ms:.0f} ms, +{mb:.1f} MB RSS in a fresh interpreter"
+    )
     for pods in (1, 10):
         body = work / f"pods{pods}.yaml"
         body.write_text(pod_list(pods))
@@ -86,8 +91,10 @@ def manifest_figures(work: Path, n: int) -> None:
     plain = median_ms(lambda: scan_directory(mdir, "bench", FileSourceState()), max(n // 4, 10))
     mini.sign(mdir / "pods.yaml", version=7)
     signed = median_ms(lambda: scan_directory(mdir, "bench", FileSourceState(), trust=trust), max(n // 4, 10))
-    print(f"file source scan of one 10-pod manifest, median: signed {signed:.2f} ms, unsigned (no keys) {plain:.2f} ms "
-          f"({signed - plain:+.2f} ms)")
+    print(
+        f"file source scan of one 10-pod manifest, median: signed {signed:.2f} ms, unsigned (no keys) {plain:.2f} ms "
+        f"({signed - plain:+.2f} ms)"
+    )
     return trust, mini, ssh
 
 
@@ -101,12 +108,15 @@ def archive_figures(trust: Trust, mini: MinisignKey, ssh: SshKey, archive: Path,
     os.unlink(str(copy) + ".minisig")
     ssh.sign(copy, namespace="edgelet-image")
     b = median_ms(lambda: trust.check_archive(copy), n)
-    print(f"verify one image archive ({size_mb:.1f} MB, page cache warm), median of {n}: minisign {a:.1f} ms, "
-          f"ssh-keygen {b:.1f} ms; the import dir's own sha256 of it (baseline): {baseline:.1f} ms")
+    print(
+        f"verify one image archive ({size_mb:.1f} MB, page cache warm), median of {n}: minisign {a:.1f} ms, "
+        f"ssh-keygen {b:.1f} ms; the import dir's own sha256 of it (baseline): {baseline:.1f} ms"
+    )
 
 
-def rss_figures(b: Bench, mini: MinisignKey, ssh: SshKey, trusted: Path, pods: int, runs: int,
-                settle: float) -> tuple[list[float], list[float]]:
+def rss_figures(
+    b: Bench, mini: MinisignKey, ssh: SshKey, trusted: Path, pods: int, runs: int, settle: float
+) -> tuple[list[float], list[float]]:
     for i in range(pods):
         b.put_manifest(f"p{i}.yaml", pod_manifest(f"p{i}", "exec sleep 3600"))
     [archive] = (b.paths.root_dir / "images" / "import").glob("*.tar")
@@ -154,10 +164,12 @@ def main() -> None:
         trust, mini, ssh = manifest_figures(work, args.n)
         archive_figures(trust, mini, ssh, b.archive, work, max(args.n // 20, 5))
         off, on = rss_figures(b, mini, ssh, work / "trusted", args.pods, args.runs, args.settle)
-        print(f"agent RSS with {args.pods} pods running, idle {args.settle:g} s, median of {args.runs} starts each "
-              f"(alternating): verification off {statistics.median(off):.1f} MB ({', '.join(f'{x:.1f}' for x in off)}), "
-              f"on {statistics.median(on):.1f} MB ({', '.join(f'{x:.1f}' for x in on)}): "
-              f"{statistics.median(on) - statistics.median(off):+.1f} MB")
+        print(
+            f"agent RSS with {args.pods} pods running, idle {args.settle:g} s, median of {args.runs} starts each "
+            f"(alternating): verification off {statistics.median(off):.1f} MB ({', '.join(f'{x:.1f}' for x in off)}), "
+            f"on {statistics.median(on):.1f} MB ({', '.join(f'{x:.1f}' for x in on)}): "
+            f"{statistics.median(on) - statistics.median(off):+.1f} MB"
+        )
     finally:
         b.close()
 

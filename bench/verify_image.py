@@ -27,14 +27,14 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import IMAGE, Bench, machine, memory_mb, pod_manifest, running_pods  # noqa: E402  (repo on sys.path)
+from _harness import IMAGE, Bench, machine, memory_mb, pod_manifest, running_pods
 
-from edgelet.images.puller import Puller  # noqa: E402
-from edgelet.images.store import ImageStore  # noqa: E402
-from edgelet.testing.cosign import CosignKey, push_signatures, simple_signing  # noqa: E402
-from edgelet.trust import cosign  # noqa: E402
-from edgelet.trust.policy import evaluate, load_policy  # noqa: E402
-from tests.integration.registry import Layout, Registry, big_file_layer, busybox_tar  # noqa: E402
+from edgelet.images.puller import Puller
+from edgelet.images.store import ImageStore
+from edgelet.testing.cosign import CosignKey, push_signatures, simple_signing
+from edgelet.trust import cosign
+from edgelet.trust.policy import evaluate, load_policy
+from tests.integration.registry import Layout, Registry, big_file_layer, busybox_tar
 
 REPO_TAG = "bench/signed:1"
 
@@ -51,8 +51,18 @@ def setup(base: Path, mib: int) -> tuple[Registry, Path, str]:
     ref = f"{reg.host}/{REPO_TAG}"
     push_signatures(reg.host, REPO_TAG.split(":")[0], desc["digest"], [key.sign(simple_signing(ref, desc["digest"]))])
     policy = base / "policy.json"
-    policy.write_text(json.dumps({"default": [{"type": "reject"}], "transports": {"docker": {
-        reg.host: [{"type": "sigstoreSigned", "keyPath": str(key.write_public(base / "cosign.pub"))}]}}}))
+    policy.write_text(
+        json.dumps(
+            {
+                "default": [{"type": "reject"}],
+                "transports": {
+                    "docker": {
+                        reg.host: [{"type": "sigstoreSigned", "keyPath": str(key.write_public(base / "cosign.pub"))}]
+                    }
+                },
+            }
+        )
+    )
     return reg, policy, desc["digest"]
 
 
@@ -100,8 +110,9 @@ def in_memory(digest: str, host: str, n: int = 500) -> float:
     base = Path(tempfile.mkdtemp(prefix="edgelet-bench-verify-key-"))
     try:
         policy = base / "p.json"
-        policy.write_text(json.dumps({"default": [{"type": "sigstoreSigned",
-                                                   "keyPath": str(key.write_public(base / "k.pub"))}]}))
+        policy.write_text(
+            json.dumps({"default": [{"type": "sigstoreSigned", "keyPath": str(key.write_public(base / "k.pub"))}]})
+        )
         req = evaluate(load_policy(policy), ref).requirements[0]
     finally:
         shutil.rmtree(base, ignore_errors=True)
@@ -115,16 +126,24 @@ def in_memory(digest: str, host: str, n: int = 500) -> float:
 
 def import_cost(n: int = 5) -> float:
     """Median seconds a fresh interpreter takes to import what the first verification imports."""
-    code = ("import time; import edgelet.trust.cosign; t = time.perf_counter(); "
-            "from cryptography.exceptions import InvalidSignature; "
-            "from cryptography.hazmat.primitives import hashes; "
-            "from cryptography.hazmat.primitives.asymmetric import ec; "
-            "from cryptography.hazmat.primitives.serialization import load_pem_public_key; "
-            "print(time.perf_counter() - t)")
+    code = (
+        "import time; import edgelet.trust.cosign; t = time.perf_counter(); "
+        "from cryptography.exceptions import InvalidSignature; "
+        "from cryptography.hazmat.primitives import hashes; "
+        "from cryptography.hazmat.primitives.asymmetric import ec; "
+        "from cryptography.hazmat.primitives.serialization import load_pem_public_key; "
+        "print(time.perf_counter() - t)"
+    )
     times = []
     for _ in range(n):
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                             cwd=Path(__file__).resolve().parent.parent, check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=Path(__file__).resolve().parent.parent,
+            check=True,
+        )
         times.append(float(out.stdout))
     return statistics.median(times)
 
@@ -178,22 +197,30 @@ def main() -> None:
     p, v, t = statistics.median(plain), statistics.median(verified), statistics.median(verify)
     print(f"machine: {machine()}")
     print(f"image: busybox + {args.mib} MiB random layer, one cosign signature (ECDSA P-256); {args.runs} pulls each")
-    print(f"verification per image (enforce: .sig manifest + payload over loopback, ECDSA, checks): median "
-          f"{t * 1e3:.2f} ms  runs {', '.join(f'{x * 1e3:.2f}' for x in verify)}")
+    print(
+        f"verification per image (enforce: .sig manifest + payload over loopback, ECDSA, checks): median "
+        f"{t * 1e3:.2f} ms  runs {', '.join(f'{x * 1e3:.2f}' for x in verify)}"
+    )
     print(f"  of which in memory (ECDSA verify + payload parse + identity match): median {mem * 1e6:.0f} us")
-    print(f"  the first verification after start also imports cryptography: median {cold * 1e3:.1f} ms "
-          "(fresh interpreter)")
+    print(
+        f"  the first verification after start also imports cryptography: median {cold * 1e3:.1f} ms "
+        "(fresh interpreter)"
+    )
     print(f"pull+unpack without policy: median {p:.3f} s  runs {', '.join(f'{x:.3f}' for x in plain)}")
     print(f"pull+unpack with policy:    median {v:.3f} s  runs {', '.join(f'{x:.3f}' for x in verified)}")
     print(f"difference of the medians: {(v - p) * 1e3:+.1f} ms ({(v / p - 1) * 100:+.1f}%)")
     if rss is not None:
         [(r0, s0), (q0, t0)], [(r1, s1), (q1, t1)] = rss
         print(f"agent that pulled the image for its pod, verification off: RSS {r0:.1f} MB, PSS {s0:.1f} MB")
-        print(f"agent that pulled the image for its pod, verification on:  RSS {r1:.1f} MB, PSS {s1:.1f} MB "
-              f"(RSS {r1 - r0:+.1f} MB, PSS {s1 - s0:+.1f} MB: the cryptography package, loaded to verify)")
+        print(
+            f"agent that pulled the image for its pod, verification on:  RSS {r1:.1f} MB, PSS {s1:.1f} MB "
+            f"(RSS {r1 - r0:+.1f} MB, PSS {s1 - s0:+.1f} MB: the cryptography package, loaded to verify)"
+        )
         print(f"restarted over the running pod (image present), off:       RSS {q0:.1f} MB, PSS {t0:.1f} MB")
-        print(f"restarted over the running pod (image present), on:        RSS {q1:.1f} MB, PSS {t1:.1f} MB "
-              f"(RSS {q1 - q0:+.1f} MB: nothing to verify, cryptography not loaded)")
+        print(
+            f"restarted over the running pod (image present), on:        RSS {q1:.1f} MB, PSS {t1:.1f} MB "
+            f"(RSS {q1 - q0:+.1f} MB: nothing to verify, cryptography not loaded)"
+        )
 
 
 if __name__ == "__main__":

@@ -9,17 +9,17 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from edgelet.errors import EdgeletError
 from edgelet.util.clock import clock_from_environ
 from edgelet.util.log import configure, get_logger
 from edgelet.util.memory import limit_arenas, trim, trim_periodically
 from edgelet.util.table import format_table
-from edgelet.errors import EdgeletError
 
 if TYPE_CHECKING:
     from edgelet.api.types import Pod
-    from edgelet.container.types import PodRuntimeStatus
     from edgelet.cgroups.controllers import Admission
     from edgelet.cgroups.qos import PodResources
+    from edgelet.container.types import PodRuntimeStatus
     from edgelet.sdnotify import Notifier
     from edgelet.settings import Settings
     from edgelet.sources import SourceSnapshot
@@ -35,13 +35,13 @@ class ConfigurationError(EdgeletError):
 class Agent:
     """Every long-lived component of a running edgelet, built from Settings."""
 
-    def __init__(self, settings: "Settings") -> None:
+    def __init__(self, settings: Settings) -> None:
         limit_arenas()  # before the worker threads exist, so they share arenas
         from edgelet.images.importdir import ImportDir
         from edgelet.images.store import ImageStore
         from edgelet.pleg import Pleg
-        from edgelet.runtime.runc_runtime import RuncRuntime
         from edgelet.runtime.logrotation import LogRotator, backstop_size
+        from edgelet.runtime.runc_runtime import RuncRuntime
         from edgelet.sources.file import FileSource, FileSources
         from edgelet.status.publisher import StatusPublisher
         from edgelet.sync.loop import SyncLoop
@@ -63,9 +63,18 @@ class Agent:
         from edgelet.state import remove_temp_files
 
         # What a crash left half-written by write_atomic: never read, so removed before anything reads.
-        swept = remove_temp_files([paths.root_dir / "state", settings.images_dir, paths.root_dir / "sources",
-                                   paths.root_dir / "cni", paths.run_dir, paths.root_dir / "trust",
-                                   paths.root_dir / "trust" / "accepted", paths.root_dir / "state" / "rollout"])
+        swept = remove_temp_files(
+            [
+                paths.root_dir / "state",
+                settings.images_dir,
+                paths.root_dir / "sources",
+                paths.root_dir / "cni",
+                paths.run_dir,
+                paths.root_dir / "trust",
+                paths.root_dir / "trust" / "accepted",
+                paths.root_dir / "state" / "rollout",
+            ]
+        )
         if swept:
             log.info("Removed temp files a crash left behind", count=swept)
         # Trusted delivery: loaded (with the cryptography library) only when asked for; a key file that cannot
@@ -75,8 +84,11 @@ class Agent:
             from edgelet.trust.verify import Trust
 
             self.trust = Trust.load(settings.trusted_keys, paths.root_dir / "trust", self.clock)
-            log.info("Trusted keys loaded: every manifest and imported archive needs a signature",
-                     path=str(settings.trusted_keys), keys=len(self.trust.keys))
+            log.info(
+                "Trusted keys loaded: every manifest and imported archive needs a signature",
+                path=str(settings.trusted_keys),
+                keys=len(self.trust.keys),
+            )
         elif settings.manifest_url_signature:
             log.warning("--manifest-url-signature is ignored without --trusted-keys")
         self.images = ImageStore(settings.images_dir)
@@ -84,15 +96,20 @@ class Agent:
             # Its records are gone: let the archives in the import dir be imported again.
             (settings.images_dir / "imported.json").unlink(missing_ok=True)
             (settings.images_dir / "imported-card.json").unlink(missing_ok=True)
-        self.import_dir = ImportDir(settings.import_dir, self.images, settings.images_dir / "imported.json",
-                                   clock=self.clock, trust=self.trust)
+        self.import_dir = ImportDir(
+            settings.import_dir, self.images, settings.images_dir / "imported.json", clock=self.clock, trust=self.trust
+        )
         # The card's images/ (a FAT partition a laptop wrote): imported the same way, with its own cache
         # because the cache is keyed by file name.
         self.card_import_dir = None
         if settings.card_import_dir is not None:
-            self.card_import_dir = ImportDir(settings.card_import_dir, self.images,
-                                             settings.images_dir / "imported-card.json",
-                                             clock=self.clock, trust=self.trust)
+            self.card_import_dir = ImportDir(
+                settings.card_import_dir,
+                self.images,
+                settings.images_dir / "imported-card.json",
+                clock=self.clock,
+                trust=self.trust,
+            )
         pause = None
         if settings.pod_infra_container_image:
             pause = self.images.get(settings.pod_infra_container_image)
@@ -103,21 +120,37 @@ class Agent:
                 )
         from edgelet.network.manager import PodNetwork
 
-        network = PodNetwork(settings.cni_conf_dir, [d for d in settings.cni_bin_dir.split(":") if d],
-                             paths.run_dir / "netns", paths.root_dir / "cni")
+        network = PodNetwork(
+            settings.cni_conf_dir,
+            [d for d in settings.cni_bin_dir.split(":") if d],
+            paths.run_dir / "netns",
+            paths.root_dir / "cni",
+        )
         self.runtime = RuncRuntime(
-            paths, runtime_bin=settings.runtime, conmon_bin=settings.conmon, pause_image=pause, clock=self.clock,
-            pod_max_pids=settings.pod_max_pids, node_cgroup=_node_cgroup(settings),
+            paths,
+            runtime_bin=settings.runtime,
+            conmon_bin=settings.conmon,
+            pause_image=pause,
+            clock=self.clock,
+            pod_max_pids=settings.pod_max_pids,
+            node_cgroup=_node_cgroup(settings),
             allow_missing_controllers=settings.allow_missing_cgroup_controllers,
-            network=network, cluster_dns=settings.cluster_dns,
-            cluster_domain=settings.cluster_domain or "", allowed_unsafe_sysctls=settings.allowed_unsafe_sysctls,
-            seccomp_default=settings.seccomp_default, on_warning=self._runtime_warning,
+            network=network,
+            cluster_dns=settings.cluster_dns,
+            cluster_domain=settings.cluster_domain or "",
+            allowed_unsafe_sysctls=settings.allowed_unsafe_sysctls,
+            seccomp_default=settings.seccomp_default,
+            on_warning=self._runtime_warning,
             log_size_max=backstop_size(settings.container_log_max_size),
             infra_container=settings.pod_infra_container,
         )
-        self.log_rotator = LogRotator(paths, self.clock, max_size=settings.container_log_max_size,
-                                      max_files=settings.container_log_max_files,
-                                      interval=settings.container_log_monitor_interval)
+        self.log_rotator = LogRotator(
+            paths,
+            self.clock,
+            max_size=settings.container_log_max_size,
+            max_files=settings.container_log_max_files,
+            interval=settings.container_log_monitor_interval,
+        )
         # The local API and its metrics (not for --runonce, which serves nobody).
         self.metrics = None
         if settings.enable_server and not settings.runonce:
@@ -141,24 +174,42 @@ class Agent:
         from edgelet.images.puller import Puller
         from edgelet.trust.policy import load_optional_policy
 
-        self.puller = Puller(self.images, registries=dict(settings.registries),
-                             credentials=load_credentials(credential_paths(settings.image_credential_file)),
-                             clock=self.clock, signature_policy=load_optional_policy(settings.signature_policy))
-        self.image_manager = ImageManager(self.images, self.puller, events=self.events, backoff=self.backoff,
-                                          clock=self.clock)
+        self.puller = Puller(
+            self.images,
+            registries=dict(settings.registries),
+            credentials=load_credentials(credential_paths(settings.image_credential_file)),
+            clock=self.clock,
+            signature_policy=load_optional_policy(settings.signature_policy),
+        )
+        self.image_manager = ImageManager(
+            self.images, self.puller, events=self.events, backoff=self.backoff, clock=self.clock
+        )
         self.publisher.pull_progress = self.puller.progress  # `pods -o wide` and `describe pod` show pulls
         from edgelet.images.gc import ImageGC
 
-        self.image_gc = ImageGC(self.images, self._images_in_use, self.clock, high=settings.image_gc_high_threshold,
-                                low=settings.image_gc_low_threshold, min_age=settings.image_minimum_gc_age)
+        self.image_gc = ImageGC(
+            self.images,
+            self._images_in_use,
+            self.clock,
+            high=settings.image_gc_high_threshold,
+            low=settings.image_gc_low_threshold,
+            min_age=settings.image_minimum_gc_age,
+        )
         from edgelet.probes.manager import ProbeManager
 
         self.probes = ProbeManager(self.runtime, self.clock, self.events)
-        self.syncer = Syncer(self.runtime, self.image_manager, self.backoff, self.clock,  # type: ignore[arg-type]
-                             publish=self.publisher.update if self.metrics is None
-                             else self.metrics.observing_publish(self.publisher), events=self.events,
-                             probes=self.probes, admit=self._admit, newer_than=self._relisted_newer_than,
-                             relisted_after=self._relisted_after)
+        self.syncer = Syncer(
+            self.runtime,
+            self.image_manager,  # type: ignore[arg-type]
+            self.backoff,
+            self.clock,
+            publish=self.publisher.update if self.metrics is None else self.metrics.observing_publish(self.publisher),
+            events=self.events,
+            probes=self.probes,
+            admit=self._admit,
+            newer_than=self._relisted_newer_than,
+            relisted_after=self._relisted_after,
+        )
         self.workers = PodWorkers(self.syncer, clock=self.clock)
         self.rollout = _build_rollout(self)
         self.loop = SyncLoop(
@@ -174,10 +225,13 @@ class Agent:
         self.probes.state_of = self.syncer.state
         self.probes.on_change = self.loop.emit_probe_result
         self.workers._on_terminated = self.loop.on_terminated
-        self.file_source = FileSources([
-            FileSource(path, settings.node_name, settings.file_check_frequency, self.clock, trust=self.trust)
-            for path in (settings.pod_manifest_path, settings.card_manifest_path) if path is not None
-        ])
+        self.file_source = FileSources(
+            [
+                FileSource(path, settings.node_name, settings.file_check_frequency, self.clock, trust=self.trust)
+                for path in (settings.pod_manifest_path, settings.card_manifest_path)
+                if path is not None
+            ]
+        )
         if settings.card_config_error is not None:
             # Reported, never fatal: a device must boot whatever a laptop wrote onto its card.
             log.error("Card configuration ignored", err=settings.card_config_error)
@@ -186,8 +240,11 @@ class Agent:
 
             for name in CARD_SECRETS:
                 if (settings.card_dir / name).exists():
-                    log.warning("Secret on the card's FAT partition, readable by every local user; "
-                                "edgelet-card-setup moves it to /etc/edgelet at boot", path=str(settings.card_dir / name))
+                    log.warning(
+                        "Secret on the card's FAT partition, readable by every local user; "
+                        "edgelet-card-setup moves it to /etc/edgelet at boot",
+                        path=str(settings.card_dir / name),
+                    )
         self.mirror = None
         self._base_facts = None
         self._taints: tuple = ()
@@ -207,20 +264,39 @@ class Agent:
             from edgelet.stats.collector import StatsCollector
 
             self.metrics.watch_publisher(self.publisher)
-            self.stats = StatsCollector(paths, self.pleg.pods, self.clock, node_name=settings.node_name,
-                                        pod_cgroup=self.runtime.pod_cgroup,
-                                        images_dir=settings.images_dir)
-            api = Api(ApiSources(
-                publisher=self.publisher, events=self.events, paths=paths, clock=self.clock, metrics=self.metrics,
-                last_sync_iteration=lambda: self.loop.last_iteration, last_relist=lambda: self.pleg.last_relist,
-                node_state=self.mirror.snapshot if self.mirror is not None else None, stats=self.stats,
-                start_exec=self.runtime.start_exec, node_conditions=self._node_conditions,
-                rollout_records=self.rollout.records, rollout_retry=self.rollout.retry,
-            ))
+            self.stats = StatsCollector(
+                paths,
+                self.pleg.pods,
+                self.clock,
+                node_name=settings.node_name,
+                pod_cgroup=self.runtime.pod_cgroup,
+                images_dir=settings.images_dir,
+            )
+            api = Api(
+                ApiSources(
+                    publisher=self.publisher,
+                    events=self.events,
+                    paths=paths,
+                    clock=self.clock,
+                    metrics=self.metrics,
+                    last_sync_iteration=lambda: self.loop.last_iteration,
+                    last_relist=lambda: self.pleg.last_relist,
+                    node_state=self.mirror.snapshot if self.mirror is not None else None,
+                    stats=self.stats,
+                    start_exec=self.runtime.start_exec,
+                    node_conditions=self._node_conditions,
+                    rollout_records=self.rollout.records,
+                    rollout_retry=self.rollout.retry,
+                )
+            )
             if settings.node_api_enabled:
                 self.node_api = _NodeApiPlan(self, api)
-            self.api_server = ApiServer(api, paths.run_dir, healthz_port=settings.healthz_port,
-                                        healthz_bind_address=settings.healthz_bind_address)
+            self.api_server = ApiServer(
+                api,
+                paths.run_dir,
+                healthz_port=settings.healthz_port,
+                healthz_bind_address=settings.healthz_bind_address,
+            )
         self.http_source = None
         if settings.manifest_url:
             from edgelet.sources.http import HttpSource
@@ -238,7 +314,7 @@ class Agent:
                 signature_url=settings.manifest_url_signature,
             )
 
-    def _admit(self, pod: "Pod") -> "Admission | None":
+    def _admit(self, pod: Pod) -> Admission | None:
         """The runtime's word on whether the pod's limits can be applied here (cgroup controllers)."""
         return self.runtime.admit(pod)
 
@@ -248,18 +324,18 @@ class Agent:
         # A last good version's images stay, whether or not it runs: a rollback must not need a pull.
         return used | self.rollout.kept_images()
 
-    def _runtime_warning(self, pod: "Pod", container: str | None, reason: str, message: str) -> None:
+    def _runtime_warning(self, pod: Pod, container: str | None, reason: str, message: str) -> None:
         """The runtime's word on what a container runs without although asked (an AppArmor default not loaded)."""
         from edgelet.events import pod_ref
 
         self.events.warning(pod_ref(pod, container), reason, message)
 
-    def _relisted_newer_than(self, uid: str, since: float) -> "PodRuntimeStatus | None":
+    def _relisted_newer_than(self, uid: str, since: float) -> PodRuntimeStatus | None:
         """PLEG's last relist of the pod for a sync's before-state, if newer than `since` and than the last
         time a network CHECK marked sandboxes broken (that mark is applied when the runtime lists)."""
         return self.pleg.status_newer_than(uid, max(since, self._networks_marked))
 
-    async def _relisted_after(self, uid: str, since: float) -> "PodRuntimeStatus":
+    async def _relisted_after(self, uid: str, since: float) -> PodRuntimeStatus:
         """The pod as a relist that asked runc after `since` (and after the last network CHECK's mark) saw it: a
         sync's after-state, from the relist it shares with the syncs waiting beside it and with PLEG."""
         from edgelet.container.types import PodRuntimeStatus
@@ -267,7 +343,7 @@ class Agent:
         status = (await self.pleg.pods_newer_than(max(since, self._networks_marked))).get(uid)
         return status if status is not None else PodRuntimeStatus(uid=uid)
 
-    def _on_sync_result(self, uid: str, result: "SyncResult") -> None:
+    def _on_sync_result(self, uid: str, result: SyncResult) -> None:
         self.loop.on_result(uid, result)
         # A sync that created or stopped containers: relist soon, so PLEG knows them (between
         # relists it only checks the processes it knows, see pleg.FULL_RELIST_EVERY) — unless the
@@ -276,7 +352,7 @@ class Agent:
         if result.changed and not result.relisted:
             self.pleg.kick()
 
-    async def run(self, notifier: "Notifier | None" = None) -> None:
+    async def run(self, notifier: Notifier | None = None) -> None:
         """Run until cancelled; cancellation stops edgelet and leaves every pod running.
 
         With a `notifier` (systemd's Type=notify): READY=1 once the sync loop
@@ -296,8 +372,12 @@ class Agent:
             await asyncio.to_thread(self._import_all)
             await self.pleg.adopt()  # adopt what runs before the first config arrives
             await self._release_stale_networks()
-            log.info("edgelet started", node=self.settings.node_name,
-                     manifests=",".join(str(p) for p in self.file_source.paths), adopted=len(self.pleg.uids()))
+            log.info(
+                "edgelet started",
+                node=self.settings.node_name,
+                manifests=",".join(str(p) for p in self.file_source.paths),
+                adopted=len(self.pleg.uids()),
+            )
             trim()  # what importing and the image scan allocated only for a moment
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(self._notify_ready(notifier), name="sd-ready")
@@ -343,14 +423,14 @@ class Agent:
         of containers a killed removal left behind."""
         try:
             released = await self.runtime.cleanup_networks()
-        except Exception as exc:  # noqa: BLE001 - never a reason not to start
+        except Exception as exc:
             log.warning("Cannot release stale pod networks", err=str(exc))
             return
         if released:
             log.info("Released the networks of sandboxes that are gone", count=released)
         try:
             swept = await self.runtime.remove_stray_files()
-        except Exception as exc:  # noqa: BLE001 - never a reason not to start
+        except Exception as exc:
             log.warning("Cannot sweep stray exit files", err=str(exc))
             return
         if swept:
@@ -375,7 +455,7 @@ class Agent:
                 continue
             try:
                 broken = await self.runtime.check_networks(pods)
-            except Exception as exc:  # noqa: BLE001 - a failed check is no reason to stop the agent
+            except Exception as exc:
                 log.warning("Cannot check pod networks", err=str(exc))
                 plan = checked(plan, now, broken=True)
                 continue
@@ -390,8 +470,11 @@ class Agent:
                 log.warning("Pod network check failed; the sandbox will be re-created", uid=uid, err=why)
                 pod = desired.get(uid)
                 if pod is not None:
-                    self.events.warning(pod_ref(pod, None), "SandboxChanged",
-                                        f"Pod sandbox network check failed ({why}); it will be killed and re-created.")
+                    self.events.warning(
+                        pod_ref(pod, None),
+                        "SandboxChanged",
+                        f"Pod sandbox network check failed ({why}); it will be killed and re-created.",
+                    )
             self.loop.emit_lifecycle(broken)
 
     async def _run_mirror(self) -> None:
@@ -418,21 +501,30 @@ class Agent:
 
         if self._base_facts is None:
             self._base_facts = host_facts(
-                self.settings.node_name, root_dir=self.paths.root_dir,
+                self.settings.node_name,
+                root_dir=self.paths.root_dir,
                 runtime_version=parse_runc_version(getattr(self, "_runtime_version", "")),
                 edgelet_version=__version__,
-                node_ip=self.settings.node_ip or self.tunnel_address or self.publisher.host_ip)
+                node_ip=self.settings.node_ip or self.tunnel_address or self.publisher.host_ip,
+            )
             base = self._base_facts
             self._base_facts = with_reservations(
                 dataclasses.replace(base, labels=self.settings.node_labels, taints=self._taints),
                 total_reserved(self.settings.system_reserved, self.settings.kube_reserved),
-                hard_reserved(self.settings.eviction_hard, memory_bytes=base.memory_bytes,
-                              disk_bytes=base.ephemeral_bytes))
+                hard_reserved(
+                    self.settings.eviction_hard, memory_bytes=base.memory_bytes, disk_bytes=base.ephemeral_bytes
+                ),
+            )
         images = tuple((tuple(r.references) + (r.id,), r.size) for r in self.images.list())
         pressure = self.eviction.conditions if self.eviction is not None else frozenset()
         port = self.node_api.port if self.node_api is not None else None
-        return dataclasses.replace(self._base_facts, images=images, pressure=pressure, tunnel=self._tunnel_ready(),
-                                   **({"port": port} if port is not None else {}))
+        return dataclasses.replace(
+            self._base_facts,
+            images=images,
+            pressure=pressure,
+            tunnel=self._tunnel_ready(),
+            **({"port": port} if port is not None else {}),
+        )
 
     def _node_conditions(self) -> list[dict[str, str]]:
         """The Node's conditions as the mirror reports them (for `edgelet node`, with or without an apiserver)."""
@@ -455,7 +547,7 @@ class Agent:
             return False, f"edgelet's sync loop has not run for {self.clock.monotonic() - last:.0f}s"
         return True, "edgelet is posting ready status"
 
-    async def _notify_ready(self, notifier: "Notifier") -> None:
+    async def _notify_ready(self, notifier: Notifier) -> None:
         await self.loop.first_sync_done.wait()
         if notifier.ready(pods_summary(self.publisher.entries())):
             log.info("Notified systemd: ready")
@@ -484,7 +576,7 @@ class Agent:
             await self.pleg.adopt()
             await self._release_stale_networks()
 
-        async def fetched() -> "SourceSnapshot | None":
+        async def fetched() -> SourceSnapshot | None:
             if self.http_source is None:
                 return None
             try:
@@ -494,8 +586,9 @@ class Agent:
 
         # Images, the runtime's state and the sources do not depend on each other: read side by side (a cold
         # `runc list`, the manifests from a cold cache, a URL), and only then is anything synced.
-        _, _, local, remote = await asyncio.gather(asyncio.to_thread(self._import_all), runtime_state(),
-                                                   self.file_source.scan_once(), fetched())
+        _, _, local, remote = await asyncio.gather(
+            asyncio.to_thread(self._import_all), runtime_state(), self.file_source.scan_once(), fetched()
+        )
         self.loop.apply_snapshot(local)
         if remote is not None:
             self.loop.apply_snapshot(remote)
@@ -507,10 +600,13 @@ class Agent:
 
         started: dict[str, float] = {}  # containerID -> monotonic start of its process
         pids: dict[str, int] = {}
-        self.publisher.observed = lambda rt: note_started(started, pids, rt.containers, self.clock.monotonic(),
-                                                          self.clock.now())
-        tasks = [asyncio.create_task(self.loop.run(), name="syncloop"),
-                 asyncio.create_task(self.pleg.run(self.loop.emit_lifecycle), name="pleg")]
+        self.publisher.observed = lambda rt: note_started(
+            started, pids, rt.containers, self.clock.monotonic(), self.clock.now()
+        )
+        tasks = [
+            asyncio.create_task(self.loop.run(), name="syncloop"),
+            asyncio.create_task(self.pleg.run(self.loop.emit_lifecycle), name="pleg"),
+        ]
         try:
             while True:
                 # Judged on every publish, not once the workers are idle: the resyncs PLEG's events cause
@@ -526,8 +622,11 @@ class Agent:
                 note_running(started, statuses.values(), now)
                 # Whether each running process is still there, read now: the verdict does not wait for an
                 # exit to reach PLEG, a sync and a status.
-                gone = {cid for cid in running_ids(statuses.values())
-                        if _instance_gone(self.paths.exit_dir, cid, pids.get(cid))}
+                gone = {
+                    cid
+                    for cid in running_ids(statuses.values())
+                    if _instance_gone(self.paths.exit_dir, cid, pids.get(cid))
+                }
                 verdict = runonce_verdict(desired, statuses, started, now, gone=gone)
                 # A changed pod at boot goes through the same health gate (the sync loop's rounds judge it):
                 # runonce waits for its decision too.
@@ -537,8 +636,9 @@ class Agent:
                 wake = deadline if verdict.next_check is None else min(deadline, verdict.next_check)
                 # Woken by a status published, a container's window ending, or, while a gate decides (in the
                 # sync loop's rounds), by the loop's next round.
-                await _any_set([self.publisher.changed, *([self.loop.iterated] if gating else [])],
-                               max(0.0, wake - now))
+                await _any_set(
+                    [self.publisher.changed, *([self.loop.iterated] if gating else [])], max(0.0, wake - now)
+                )
         finally:
             for t in tasks:
                 t.cancel()
@@ -554,15 +654,18 @@ class Agent:
             print(f"rolled back: {r.name}: {r.reason}", file=out)
         if rolled_back or gating:
             if gating:
-                print(f"runonce: health gate not decided for: {', '.join(gating)} (gave up after {timeout:g}s)",
-                      file=out)
-            print(f"runonce: {len(rolled_back)} pod(s) rolled back: {', '.join(r.name for r in rolled_back)}",
-                  file=out)
+                print(
+                    f"runonce: health gate not decided for: {', '.join(gating)} (gave up after {timeout:g}s)", file=out
+                )
+            print(f"runonce: {len(rolled_back)} pod(s) rolled back: {', '.join(r.name for r in rolled_back)}", file=out)
             return 1
         if verdict.failed or not verdict.done:
             bad = verdict.failed or verdict.pending
-            print(f"runonce: {len(bad)} pod(s) not running or completed: {', '.join(bad)}"
-                  + ("" if verdict.done else f" (gave up after {timeout:g}s)"), file=out)
+            print(
+                f"runonce: {len(bad)} pod(s) not running or completed: {', '.join(bad)}"
+                + ("" if verdict.done else f" (gave up after {timeout:g}s)"),
+                file=out,
+            )
             return 1
         return 0
 
@@ -595,15 +698,19 @@ def _instance_gone(exit_dir: Path, cid: str, pid: int | None) -> bool:
 READY_STALE = 60.0  # seconds without a sync loop iteration before the Node is reported NotReady
 
 
-def _build_eviction(agent: "Agent"):
+def _build_eviction(agent: Agent):
     """The eviction manager over this agent's pods, or None when no threshold is configured."""
     from edgelet.eviction.errors import EvictionConfigError
     from edgelet.eviction.thresholds import configure
 
     s = agent.settings
     try:
-        thresholds = configure(s.eviction_hard or "", s.eviction_soft or "", s.eviction_soft_grace_period or "",
-                               s.eviction_minimum_reclaim or "")
+        thresholds = configure(
+            s.eviction_hard or "",
+            s.eviction_soft or "",
+            s.eviction_soft_grace_period or "",
+            s.eviction_minimum_reclaim or "",
+        )
     except EvictionConfigError as exc:
         raise ConfigurationError(str(exc)) from exc
     if not thresholds or s.runonce:
@@ -620,8 +727,9 @@ def _build_eviction(agent: "Agent"):
         return [paths.pod_dir(meta.uid), paths.pod_log_dir(meta.namespace, meta.name, meta.uid)]
 
     async def usage():
-        return await asyncio.to_thread(pod_usages, list(agent.loop.desired().values()), agent.runtime.pod_cgroup,
-                                       dirs_of)
+        return await asyncio.to_thread(
+            pod_usages, list(agent.loop.desired().values()), agent.runtime.pod_cgroup, dirs_of
+        )
 
     async def evict(uid: str, reason: str, message: str, grace: float | None) -> None:
         agent.syncer.evict(uid, reason, message, grace)
@@ -634,13 +742,21 @@ def _build_eviction(agent: "Agent"):
     async def reclaim(signal: str) -> None:
         await agent.image_gc.collect(force=True)
 
-    return EvictionManager(thresholds, clock=agent.clock, observe=signals.observe, usage=usage, evict=evict,
-                           readmit=readmit, reclaim=reclaim, interval=s.eviction_monitoring_interval,
-                           transition_period=s.eviction_pressure_transition_period,
-                           max_pod_grace=s.eviction_max_pod_grace_period)
+    return EvictionManager(
+        thresholds,
+        clock=agent.clock,
+        observe=signals.observe,
+        usage=usage,
+        evict=evict,
+        readmit=readmit,
+        reclaim=reclaim,
+        interval=s.eviction_monitoring_interval,
+        transition_period=s.eviction_pressure_transition_period,
+        max_pod_grace=s.eviction_max_pod_grace_period,
+    )
 
 
-def _build_rollout(agent: "Agent"):
+def _build_rollout(agent: Agent):
     """The rollout manager (issue 21): between the merged config and the pod workers; --rollout=false (or a
     pod's annotation) gives kubelet's kill-and-start."""
     from edgelet.rollout.decide import Policy
@@ -654,16 +770,26 @@ def _build_rollout(agent: "Agent"):
         return entry.status if entry is not None else None
 
     manager = RolloutManager(
-        RolloutStore(agent.paths.root_dir), clock=agent.clock, events=agent.events, enabled=s.rollout,
-        policy=Policy(deadline=s.rollout_deadline, window=s.rollout_stability_window,
-                      strategy="Surge" if s.rollout_strategy == "Surge" else "Replace"),
-        images=agent.image_manager, backoff=agent.backoff, runtime_pods=agent.pleg.pods, status_of=status_of)
+        RolloutStore(agent.paths.root_dir),
+        clock=agent.clock,
+        events=agent.events,
+        enabled=s.rollout,
+        policy=Policy(
+            deadline=s.rollout_deadline,
+            window=s.rollout_stability_window,
+            strategy="Surge" if s.rollout_strategy == "Surge" else "Replace",
+        ),
+        images=agent.image_manager,
+        backoff=agent.backoff,
+        runtime_pods=agent.pleg.pods,
+        status_of=status_of,
+    )
     agent.publisher.rollout_note = manager.note
     agent.workers.may_run_beside = manager.is_surging  # Surge: the new version starts beside the old one
     return manager
 
 
-def _build_node_shutdown(agent: "Agent"):
+def _build_node_shutdown(agent: Agent):
     """Graceful node shutdown over this agent's pods, or None when --shutdown-grace-period is 0."""
     from edgelet.api.pod import spec
     from edgelet.eviction.decide import pod_priority
@@ -674,8 +800,9 @@ def _build_node_shutdown(agent: "Agent"):
         return None
 
     def priorities() -> dict[str, int]:
-        return {uid: pod_priority(spec(p).priority_class_name, spec(p).priority)
-                for uid, p in agent.loop.desired().items()}
+        return {
+            uid: pod_priority(spec(p).priority_class_name, spec(p).priority) for uid, p in agent.loop.desired().items()
+        }
 
     def stop(uid: str, cap: float) -> None:
         pod = agent.loop.desired().get(uid)
@@ -685,19 +812,26 @@ def _build_node_shutdown(agent: "Agent"):
 
     async def running(uid: str) -> bool:
         rt = await agent.runtime.pod_status(uid)
-        return any(c.state in ("running", "created") for c in rt.containers) or \
-            any(sb.state in ("running", "created") for sb in rt.sandboxes)
+        return any(c.state in ("running", "created") for c in rt.containers) or any(
+            sb.state in ("running", "created") for sb in rt.sandboxes
+        )
 
     def restart(uid: str) -> None:
         agent.syncer.readmit(uid)
         agent.loop.emit_probe_result(uid)
 
-    return NodeShutdown(clock=agent.clock, total=s.shutdown_grace_period,
-                        critical=s.shutdown_grace_period_critical_pods, priorities=priorities, stop=stop,
-                        running=running, restart=restart)
+    return NodeShutdown(
+        clock=agent.clock,
+        total=s.shutdown_grace_period,
+        critical=s.shutdown_grace_period_critical_pods,
+        priorities=priorities,
+        stop=stop,
+        running=running,
+        restart=restart,
+    )
 
 
-def _build_tunnel(agent: "Agent"):
+def _build_tunnel(agent: Agent):
     """The WireGuard tunnel of --wireguard-config: the file is read (and the key generated) now, so a bad one
     stops the start with its file:line; bringing the interface up waits for the run and never stops the agent."""
     from edgelet.tunnel import keys
@@ -714,14 +848,14 @@ def _build_tunnel(agent: "Agent"):
     return Tunnel(loaded.config, agent.clock)
 
 
-def _build_mirror(agent: "Agent"):
+def _build_mirror(agent: Agent):
     """The apiserver reporting of --kubeconfig; every import of it happens here, so standalone pays nothing."""
+    from edgelet import __version__
     from edgelet.mirror.client import KubeClient
     from edgelet.mirror.errors import MirrorError
     from edgelet.mirror.kubeconfig import load_kubeconfig
     from edgelet.mirror.manager import MirrorManager
     from edgelet.mirror.node import Taint, validate_node_labels
-    from edgelet import __version__
 
     s = agent.settings
     assert s.kubeconfig is not None
@@ -733,10 +867,20 @@ def _build_mirror(agent: "Agent"):
         raise ConfigurationError(str(exc)) from exc
     agent._taints = tuple(Taint(k, v, e) for k, v, e in s.register_with_taints)
     mirror = MirrorManager(
-        client, node=s.node_name, server=cfg.server, facts=agent._node_facts, publisher=agent.publisher,
-        events=agent.events, clock=agent.clock, is_ready=agent._is_ready, register_node=s.register_node,
-        status_frequency=s.node_status_update_frequency, report_frequency=s.node_status_report_frequency,
-        lease_duration=s.node_lease_duration_seconds, lease_renew_interval=s.node_lease_renew_interval)
+        client,
+        node=s.node_name,
+        server=cfg.server,
+        facts=agent._node_facts,
+        publisher=agent.publisher,
+        events=agent.events,
+        clock=agent.clock,
+        is_ready=agent._is_ready,
+        register_node=s.register_node,
+        status_frequency=s.node_status_update_frequency,
+        report_frequency=s.node_status_report_frequency,
+        lease_duration=s.node_lease_duration_seconds,
+        lease_renew_interval=s.node_lease_renew_interval,
+    )
     log.info("Reporting to the apiserver", server=cfg.server, node=s.node_name)
     return mirror
 
@@ -744,7 +888,7 @@ def _build_mirror(agent: "Agent"):
 class _NodeApiPlan:
     """The node API of this agent, checked at construction and opened at start (a self-signed pair may be made)."""
 
-    def __init__(self, agent: "Agent", api) -> None:
+    def __init__(self, agent: Agent, api) -> None:
         from edgelet.server.auth import parse_grant
 
         s = agent.settings
@@ -773,19 +917,29 @@ class _NodeApiPlan:
         a, s = self._agent, self._agent.settings
         try:
             config = await build_config(
-                node_name=s.node_name, root_dir=s.root_dir,
+                node_name=s.node_name,
+                root_dir=s.root_dir,
                 addresses=[x for x in (s.node_ip or a.tunnel_address or a.publisher.host_ip, s.address) if x],
-                cert=s.tls_cert_file, key=s.tls_private_key_file, client_ca=s.client_ca_file,
-                token_file=s.api_token_file, grants=s.node_api_grants)
+                cert=s.tls_cert_file,
+                key=s.tls_private_key_file,
+                client_ca=s.client_ca_file,
+                token_file=s.api_token_file,
+                grants=s.node_api_grants,
+            )
         except (TlsError, AuthConfigError) as exc:
             raise ConfigurationError(str(exc)) from exc
         from edgelet.server.spdy import Limits
 
-        handler = NodeApi(self._api, config, stats=a.stats, runtime_pods=a.pleg.pods, metrics=a.metrics,
-                          cgroup_root=s.cgroup_root,
-                          spdy_limits=Limits(idle_timeout=s.streaming_connection_idle_timeout))
-        self.server = NodeApiServer(handler, config, s.address or "0.0.0.0",
-                                    DEFAULT_PORT if s.port is None else s.port)
+        handler = NodeApi(
+            self._api,
+            config,
+            stats=a.stats,
+            runtime_pods=a.pleg.pods,
+            metrics=a.metrics,
+            cgroup_root=s.cgroup_root,
+            spdy_limits=Limits(idle_timeout=s.streaming_connection_idle_timeout),
+        )
+        self.server = NodeApiServer(handler, config, s.address or "0.0.0.0", DEFAULT_PORT if s.port is None else s.port)
         await self.server.start()
         return self.server
 
@@ -798,7 +952,7 @@ def _small_executor() -> None:
     asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=4, thread_name_prefix="edgelet"))
 
 
-def _node_cgroup(settings: "Settings") -> "PodResources | None":
+def _node_cgroup(settings: Settings) -> PodResources | None:
     """The root pods cgroup's caps when --enforce-node-allocatable includes pods: capacity less the reservations."""
     if "pods" not in settings.enforce_node_allocatable:
         return None
@@ -854,7 +1008,7 @@ def _die_with_bootloader() -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-async def _main(settings: "Settings", notifier: "Notifier | None" = None) -> int:
+async def _main(settings: Settings, notifier: Notifier | None = None) -> int:
     agent = Agent(settings)
     loop = asyncio.get_running_loop()
     if settings.runonce:
@@ -956,7 +1110,7 @@ def logging_flush() -> None:
         handler.flush()
 
 
-def run_agent(settings: "Settings") -> int:
+def run_agent(settings: Settings) -> int:
     """Entry point for the CLI: run the agent, returning its exit status; --runonce ends the process instead."""
     from edgelet.sdnotify import Notifier
 

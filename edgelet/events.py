@@ -13,8 +13,8 @@ entries; `edgelet events` reads the copy the agent writes under the run dir
 from __future__ import annotations
 
 import asyncio
-import threading
 import os
+import threading
 from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -63,7 +63,7 @@ def events_path(run_dir: Path | str) -> Path:
     return Path(run_dir) / "events.json"
 
 
-def pod_ref(pod: "Pod | None", container: str | None = None, *, init: bool = False) -> InvolvedObject:
+def pod_ref(pod: Pod | None, container: str | None = None, *, init: bool = False) -> InvolvedObject:
     """The object an event about `pod` (or one of its containers) names."""
     meta = pod.metadata if pod is not None else None
     field_path = ""
@@ -81,8 +81,9 @@ def pod_ref(pod: "Pod | None", container: str | None = None, *, init: bool = Fal
 class EventRecorder:
     """Records events into the ring; `run` keeps `<run_dir>/events.json` current for `edgelet events`."""
 
-    def __init__(self, clock: "Clock", path: Path | None = None, capacity: int = DEFAULT_CAPACITY,
-                 interval: float = 0.5) -> None:
+    def __init__(
+        self, clock: Clock, path: Path | None = None, capacity: int = DEFAULT_CAPACITY, interval: float = 0.5
+    ) -> None:
         self._clock = clock
         self._path = path
         self._capacity = capacity
@@ -109,7 +110,7 @@ class EventRecorder:
         except (OSError, msgspec.DecodeError, ValueError) as exc:
             log.warning("Cannot read the earlier events; starting without them", path=str(self._path), err=str(exc))
             return
-        for e in (earlier.events if earlier is not None else [])[-self._capacity:]:
+        for e in (earlier.events if earlier is not None else [])[-self._capacity :]:
             self._ring[(e.object, e.type, e.reason, e.message)] = e
 
     def record(self, obj: InvolvedObject, type: EventType, reason: str, message: str) -> Event:
@@ -118,8 +119,9 @@ class EventRecorder:
         with self._lock:
             event = self._ring.pop(key, None)
             if event is None:
-                event = Event(type=type, reason=reason, message=message, object=obj, first_timestamp=now,
-                              last_timestamp=now)
+                event = Event(
+                    type=type, reason=reason, message=message, object=obj, first_timestamp=now, last_timestamp=now
+                )
             else:
                 event.count += 1
                 event.last_timestamp = now
@@ -127,8 +129,14 @@ class EventRecorder:
             while len(self._ring) > self._capacity:
                 self._ring.popitem(last=False)
         what = f"{obj.namespace}/{obj.name}" if obj.namespace else obj.name or obj.kind
-        fields = {"type": type, "reason": reason, "object": what, "field": obj.field_path or None,
-                  "count": event.count, "message": message}
+        fields = {
+            "type": type,
+            "reason": reason,
+            "object": what,
+            "field": obj.field_path or None,
+            "count": event.count,
+            "message": message,
+        }
         if type == "Warning":
             log.warning("Event", **fields)
         else:

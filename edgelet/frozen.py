@@ -14,8 +14,8 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from edgelet.util.log import get_logger
 
@@ -33,11 +33,13 @@ def own_unpack_dir() -> Path | None:
     return Path(meipass)
 
 
-def stale_unpack_dirs(candidates: Iterable[tuple[str, float]], mapped: set[str], own: str, now: float,
-                      grace: float = GRACE_SECONDS) -> list[str]:
+def stale_unpack_dirs(
+    candidates: Iterable[tuple[str, float]], mapped: set[str], own: str, now: float, grace: float = GRACE_SECONDS
+) -> list[str]:
     """Of (name, mtime) candidates, the names to remove: not ours, mapped by no process, older than `grace`."""
     return sorted(
-        name for name, mtime in candidates
+        name
+        for name, mtime in candidates
         if name.startswith(UNPACK_PREFIX) and name != own and name not in mapped and now - mtime >= grace
     )
 
@@ -54,7 +56,7 @@ def mapped_names(parent: Path, proc: Path = Path("/proc")) -> set[str]:
         for line in text.splitlines():
             at = line.find(prefix)
             if at >= 0:
-                names.add(line[at + len(prefix):].split("/", 1)[0])
+                names.add(line[at + len(prefix) :].split("/", 1)[0])
     return names
 
 

@@ -23,10 +23,12 @@ import gzip
 import os
 import re
 import zlib
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import IO, AsyncIterator, Callable, Iterable, Sequence
+from typing import IO
+
 from edgelet.errors import EdgeletError
 from edgelet.util.clock import REAL_CLOCK, Clock
 
@@ -153,10 +155,10 @@ def rotated_names(names: Iterable[str], attempt: int) -> list[str]:
 def rotated_name(attempt: int, existing: Iterable[str], now: float) -> str:
     """The name the current log of `attempt` gets when rotated at wall time `now`: newer than every
     existing one even when the clock stepped back, so names always sort by age."""
-    stamp = datetime.fromtimestamp(now, timezone.utc)
+    stamp = datetime.fromtimestamp(now, UTC)
     stamps = [s for n in existing if (s := rotated_stamp(n, attempt)) is not None]
     if stamps:
-        newest = datetime.strptime(max(stamps), _STAMP_FORMAT).replace(tzinfo=timezone.utc)
+        newest = datetime.strptime(max(stamps), _STAMP_FORMAT).replace(tzinfo=UTC)
         if stamp <= newest:
             stamp = newest + timedelta(microseconds=1)
     return f"{attempt}.log.{stamp.strftime(_STAMP_FORMAT)}"
@@ -231,7 +233,7 @@ def instance_files(current: Path) -> list[Path]:
     for name in rotated_names(names, attempt):
         path = current.parent / name
         if name.endswith(GZ_SUFFIX):
-            if name[:-len(GZ_SUFFIX)] in names:
+            if name[: -len(GZ_SUFFIX)] in names:
                 continue  # an interrupted compression: the plain file is complete
         elif (st is not None and same_file(path, st)) or (spare is not None and same_file(path, spare)):
             continue
@@ -285,7 +287,7 @@ def _last_lines(data: bytes, lines: int) -> bytes:
         cut = data.rfind(b"\n", 0, cut)
         if cut < 0:
             return data
-    return data[cut + 1:]
+    return data[cut + 1 :]
 
 
 class LogCursor:
@@ -327,7 +329,7 @@ class LogCursor:
             self._f.close()
             self._f = None
 
-    def __enter__(self) -> "LogCursor":
+    def __enter__(self) -> LogCursor:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -371,7 +373,7 @@ class LogCursor:
             mine = os.fstat(self._f.fileno())
             for i, f in enumerate(files[:-1]):
                 if not f.name.endswith(GZ_SUFFIX) and same_file(f, mine):
-                    return files[i + 1:]
+                    return files[i + 1 :]
         m = _ATTEMPT_FILE.fullmatch(self.path.name)
         if self._stamp is not None and m is not None:
             # Gzipped (or pruned) already: the files named after it came after it.
@@ -442,7 +444,7 @@ def open_log(path: Path, *, tail: int | None = None, timestamps: bool = False) -
         mine = os.fstat(f.fileno())
         ours = next((i for i, p in enumerate(files) if not p.name.endswith(GZ_SUFFIX) and same_file(p, mine)), None)
         # (Not found: gone from the listing already; what it holds is still read through f, as the newest.)
-        files = files[:ours + 1] if ours is not None else [p for p in files if p != path] + [path]
+        files = files[: ours + 1] if ours is not None else [p for p in files if p != path] + [path]
     if f is None and files and not files[-1].name.endswith(GZ_SUFFIX):
         try:
             f = open(files[-1], "rb")
@@ -511,7 +513,7 @@ async def follow_cursor(
     should_stop: Callable[[], bool],
     *,
     poll: float = FOLLOW_POLL,
-    clock: "Clock | None" = None,
+    clock: Clock | None = None,
 ) -> AsyncIterator[bytes]:
     """Decoded content arriving at `cursor` (across rotations), until `should_stop()` once drained.
 
@@ -542,11 +544,10 @@ async def follow_log(
     *,
     timestamps: bool = False,
     poll: float = FOLLOW_POLL,
-    clock: "Clock | None" = None,
+    clock: Clock | None = None,
 ) -> AsyncIterator[bytes]:
     """Decoded content appended to `path` after `offset` (and, after a rotation, to its successor)."""
     f = open(path, "rb")
     f.seek(offset)
-    async for chunk in follow_cursor(LogCursor(path, f, timestamps=timestamps), should_stop, poll=poll,
-                                     clock=clock):
+    async for chunk in follow_cursor(LogCursor(path, f, timestamps=timestamps), should_stop, poll=poll, clock=clock):
         yield chunk

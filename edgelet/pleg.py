@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Literal, Mapping
+from typing import TYPE_CHECKING, Literal
 
 from edgelet.container.errors import RuntimeError_
 from edgelet.container.types import ContainerState, PodRuntimeStatus, SandboxRecord
@@ -119,8 +120,9 @@ def next_full_every(current: int, *, periodic: bool, changed: bool) -> int:
     return min(current * 2, FULL_RELIST_MAX_EVERY)
 
 
-def relist_needed(since: float, last_asked: float | None, running: tuple[int, float] | None, started: int
-                  ) -> int | None:
+def relist_needed(
+    since: float, last_asked: float | None, running: tuple[int, float] | None, started: int
+) -> int | None:
     """Which relist shows everything done before `since` (monotonic): None for the last one done, which asked runc
     after it; else the generation to wait for: the one running if it asked after `since`, else the next to start.
 
@@ -144,7 +146,7 @@ def all_alive(last: Mapping[str, PodRuntimeStatus], exists: Callable[[str], bool
     period is left to the next full relist.
     """
     for status in last.values():
-        recs: list["SandboxRecord | ContainerRecord"] = [*status.sandboxes, *status.containers]
+        recs: list[SandboxRecord | ContainerRecord] = [*status.sandboxes, *status.containers]
         for rec in recs:
             if rec.state == "running":
                 if isinstance(rec, SandboxRecord) and not rec.infra:
@@ -175,8 +177,9 @@ class Pleg:
     loop like those of any relist, and its view is the cache.
     """
 
-    def __init__(self, runtime: "Runtime", exit_dir: Path, relist_period: float = 10.0,
-                 clock: "Clock | None" = None) -> None:
+    def __init__(
+        self, runtime: Runtime, exit_dir: Path, relist_period: float = 10.0, clock: Clock | None = None
+    ) -> None:
         self._runtime = runtime
         self._exit_dir = exit_dir
         self._period = relist_period
@@ -192,7 +195,7 @@ class Pleg:
         # the last done, the running one and when it asked, and the events of the last one.
         self._started = 0
         self._done = 0
-        self._running: "asyncio.Task[list[PodLifecycleEvent]] | None" = None
+        self._running: asyncio.Task[list[PodLifecycleEvent]] | None = None
         self._running_asked = 0.0
         self._last_events: list[PodLifecycleEvent] = []
         # Where a relist's events go (the sync loop, once `run` has started), and the pods of those found before.
@@ -254,7 +257,7 @@ class Pleg:
                 return events
         return self._last_events
 
-    def _start_relist(self) -> "asyncio.Task[list[PodLifecycleEvent]]":
+    def _start_relist(self) -> asyncio.Task[list[PodLifecycleEvent]]:
         self._started += 1
         # Read before the relist runs: the `runc list` starts later still, so its view is at least this new.
         asked = (self._clock or REAL_CLOCK).monotonic()

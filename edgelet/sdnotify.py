@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import TYPE_CHECKING, MutableMapping
+from collections.abc import MutableMapping
+from typing import TYPE_CHECKING
 
-from edgelet.util.log import get_logger
 from edgelet.errors import EdgeletError
+from edgelet.util.log import get_logger
 
 if TYPE_CHECKING:
     from edgelet.util.clock import Clock
@@ -105,7 +106,7 @@ class Notifier:
         self._warned = False
 
     @classmethod
-    def from_environ(cls, environ: MutableMapping[str, str] | None = None, *, unset: bool = True) -> "Notifier":
+    def from_environ(cls, environ: MutableMapping[str, str] | None = None, *, unset: bool = True) -> Notifier:
         """The notifier systemd configured through the environment (os.environ by default).
 
         With `unset` (the default) the variables are removed from `environ`,
@@ -143,8 +144,9 @@ class Notifier:
                 sock.sendto(state.encode(), self.address)
         except OSError as exc:
             shown = "@" + self.address[1:] if self.address.startswith("\0") else self.address
-            raise NotifyError(f"sd_notify to {shown} failed: {exc.strerror or exc}", address=shown,
-                              state=state) from exc
+            raise NotifyError(
+                f"sd_notify to {shown} failed: {exc.strerror or exc}", address=shown, state=state
+            ) from exc
         return True
 
     def _send_quietly(self, **fields: str) -> bool:
@@ -178,7 +180,7 @@ class Notifier:
         """WATCHDOG=1: the keep-alive ping for WatchdogSec=."""
         return self._send_quietly(WATCHDOG="1")
 
-    async def run_watchdog(self, clock: "Clock") -> None:
+    async def run_watchdog(self, clock: Clock) -> None:
         """Ping WATCHDOG=1 every half interval until cancelled; returns at once when there is no watchdog.
 
         This proves only that the event loop turns; a caller that wants it to

@@ -59,8 +59,9 @@ def ensure_dir(path: Path, mode: int = PRIVATE_DIR, *, tighten_from: Path | None
             os.chmod(d, st.st_mode & mode & 0o7777)
 
 
-def write_atomic(path: Path, data: bytes, mode: int = PRIVATE_FILE, *, sync_dir: bool = True,
-                 durable: bool = True) -> None:
+def write_atomic(
+    path: Path, data: bytes, mode: int = PRIVATE_FILE, *, sync_dir: bool = True, durable: bool = True
+) -> None:
     """Replace `path` with `data` so that a power cut leaves either the old or the new file, never a mix.
 
     `sync_dir` False skips the directory's fsync, for files a crash may lose whole because the state is
@@ -94,7 +95,7 @@ def write_atomic(path: Path, data: bytes, mode: int = PRIVATE_FILE, *, sync_dir:
         os.close(dir_fd)
 
 
-def remove_temp_files(directories: "list[Path]") -> int:
+def remove_temp_files(directories: list[Path]) -> int:
     """At start: the temp files a crash left in the middle of `write_atomic` (`.<name>.XXXXXXXX`) and
     `bundle.write_file` (`.<name>.tmp`) in `directories`; nothing else is touched."""
     import re
@@ -149,9 +150,14 @@ class StampedWriter:
         return True
 
 
-async def flush_when_changed(changed: asyncio.Event, encode: Callable[[], bytes | None],
-                             write: Callable[[bytes], bool], interval: float, clock: "Clock",
-                             max_retry: float = 30.0) -> None:
+async def flush_when_changed(
+    changed: asyncio.Event,
+    encode: Callable[[], bytes | None],
+    write: Callable[[bytes], bool],
+    interval: float,
+    clock: Clock,
+    max_retry: float = 30.0,
+) -> None:
     """Whenever `changed` is set, at most once every `interval` seconds: `encode` on the loop, `write` the
     bytes in a thread.
 

@@ -15,8 +15,12 @@ class _DropDocstrings(ast.NodeTransformer):
     def _drop(self, node):
         self.generic_visit(node)
         body = node.body
-        if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
-                and isinstance(body[0].value.value, str):
+        if (
+            body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
             docstring = body.pop(0)
             if not body:  # a body that was only its docstring still needs a statement
                 body.append(ast.copy_location(ast.Pass(), docstring))

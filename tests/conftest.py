@@ -18,8 +18,10 @@ from edgelet.runtime.layout import RuntimePaths
 from edgelet.testing.cleanup import cleanup_all
 
 REPO = Path(__file__).resolve().parent.parent
-SPECS = (REPO.parent / "shared" / "specs") if (REPO.parent / "shared" / "specs").is_dir() else Path(
-    os.environ.get("EDGELET_SPECS", "/work/shared/specs")
+SPECS = (
+    (REPO.parent / "shared" / "specs")
+    if (REPO.parent / "shared" / "specs").is_dir()
+    else Path(os.environ.get("EDGELET_SPECS", "/work/shared/specs"))
 )
 
 NEEDED_BINARIES = ("runc", "conmon", "catatonit")

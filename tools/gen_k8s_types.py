@@ -20,9 +20,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_CORE = REPO.parent / "shared" / "specs" / "kubernetes" / "api__v1_openapi.json"
-DEFAULT_COORD = (
-    REPO.parent / "shared" / "specs" / "kubernetes" / "apis__coordination.k8s.io__v1_openapi.json"
-)
+DEFAULT_COORD = REPO.parent / "shared" / "specs" / "kubernetes" / "apis__coordination.k8s.io__v1_openapi.json"
 DEFAULT_OUTPUT = REPO / "edgelet" / "api" / "types.py"
 
 ROOTS = (

@@ -10,7 +10,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from edgelet.settings import KEYS, format_duration  # noqa: E402
+from edgelet.settings import KEYS, format_duration
 
 
 def _default(spec) -> str:

@@ -129,8 +129,12 @@ def _prescan(data: bytes, origin: str) -> None:
         if isinstance(event, yaml.CollectionStartEvent):
             if len(stack) >= MAX_DEPTH:
                 line = event.start_mark.line + 1 if event.start_mark else None
-                raise ManifestDecodeError(f"document {index}: nested more than {MAX_DEPTH} levels deep",
-                                          origin=origin, document=index, line=line)
+                raise ManifestDecodeError(
+                    f"document {index}: nested more than {MAX_DEPTH} levels deep",
+                    origin=origin,
+                    document=index,
+                    line=line,
+                )
             stack.append((event.anchor, running))
             running += 1
         elif isinstance(event, yaml.CollectionEndEvent):
@@ -146,8 +150,11 @@ def _prescan(data: bytes, origin: str) -> None:
         else:
             continue
         if running > _MAX_NODES:
-            raise ManifestDecodeError(f"document {index}: more than {_MAX_NODES} values (aliases and merge keys "
-                                      "expanded)", origin=origin, document=index)
+            raise ManifestDecodeError(
+                f"document {index}: more than {_MAX_NODES} values (aliases and merge keys expanded)",
+                origin=origin,
+                document=index,
+            )
 
 
 def _load_yaml(data: bytes, origin: str) -> Iterator[tuple[int, int | None, Any]]:
@@ -170,16 +177,12 @@ def _load_yaml(data: bytes, origin: str) -> Iterator[tuple[int, int | None, Any]
     except yaml.YAMLError as exc:  # ReaderError: not UTF-8/UTF-16, or control characters
         raise ManifestDecodeError(f"invalid YAML: {exc}", origin=origin) from exc
     except RecursionError as exc:
-        raise ManifestDecodeError(
-            f"document {index}: nested too deeply", origin=origin, document=index
-        ) from exc
+        raise ManifestDecodeError(f"document {index}: nested too deeply", origin=origin, document=index) from exc
     finally:
         loader.dispose()
 
 
-def _yaml_error(
-    exc: yaml.MarkedYAMLError, data: bytes, origin: str, index: int
-) -> ManifestDecodeError:
+def _yaml_error(exc: yaml.MarkedYAMLError, data: bytes, origin: str, index: int) -> ManifestDecodeError:
     mark = exc.problem_mark or exc.context_mark
     problem = exc.problem or "invalid YAML"
     if exc.context:

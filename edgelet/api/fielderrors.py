@@ -42,8 +42,6 @@ _LABEL_VALUE_MSG = (
 )
 
 
-
-
 # ---------------------------------------------------------------------------
 # Error constructors: the text of field.Error.ErrorBody() for each error type.
 

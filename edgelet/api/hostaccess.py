@@ -17,7 +17,7 @@ def is_host_root(path: str) -> bool:
     return path.startswith("/") and not posixpath.normpath(path).strip("/")
 
 
-def describe_host_access(pod: "Pod") -> list[str]:
+def describe_host_access(pod: Pod) -> list[str]:
     """One phrase per host access the pod is granted, in a fixed order; empty for a confined pod."""
     spec = pod.spec
     if spec is None:
@@ -30,8 +30,11 @@ def describe_host_access(pod: "Pod") -> list[str]:
     if spec.host_ipc:
         found.append("hostIPC (the node's IPC namespace)")
     roots = {v.name for v in spec.volumes or [] if v.host_path is not None and is_host_root(v.host_path.path)}
-    every: list["Container | EphemeralContainer"] = [*(spec.init_containers or []), *spec.containers,
-                                                     *(spec.ephemeral_containers or [])]
+    every: list[Container | EphemeralContainer] = [
+        *(spec.init_containers or []),
+        *spec.containers,
+        *(spec.ephemeral_containers or []),
+    ]
     for c in every:
         for vm in c.volume_mounts or []:
             if vm.name in roots and not vm.read_only:

@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     from edgelet.api.types import Container, ObjectMeta, Pod, PodSpec
 
 
-def is_sidecar(container: "Container") -> bool:
+def is_sidecar(container: Container) -> bool:
     """An init container with restartPolicy Always (kubelet IsRestartableInitContainer)."""
     return container.restart_policy == "Always"
 
@@ -26,7 +26,7 @@ class ContainerInstance(Protocol):
     def never_started(self) -> bool: ...
 
 
-def should_restart(rec: "ContainerInstance | None", restart_policy: str) -> bool:
+def should_restart(rec: ContainerInstance | None, restart_policy: str) -> bool:
     """kubelet ShouldContainerBeRestarted for a container that is not running."""
     if rec is None:
         return True
@@ -41,7 +41,7 @@ def should_restart(rec: "ContainerInstance | None", restart_policy: str) -> bool
     return True
 
 
-def container_spec(pod: "Pod | None", name: str) -> "Container | None":
+def container_spec(pod: Pod | None, name: str) -> Container | None:
     """The init or regular container of the pod named `name`."""
     if pod is None or pod.spec is None:
         return None
@@ -55,21 +55,21 @@ class IncompletePod(ApiError):
     """A Pod without metadata, spec or uid where only a validated static pod can be."""
 
 
-def meta(pod: "Pod") -> "ObjectMeta":
+def meta(pod: Pod) -> ObjectMeta:
     """The metadata of a validated pod (the types keep it optional, as the API does)."""
     if pod.metadata is None:
         raise IncompletePod("pod has no metadata")
     return pod.metadata
 
 
-def spec(pod: "Pod") -> "PodSpec":
+def spec(pod: Pod) -> PodSpec:
     """The spec of a validated pod."""
     if pod.spec is None:
         raise IncompletePod(f"pod {pod.metadata.name if pod.metadata else '?'} has no spec")
     return pod.spec
 
 
-def uid(pod: "Pod") -> str:
+def uid(pod: Pod) -> str:
     """The uid every static pod gets from its source."""
     value = meta(pod).uid
     if not value:
@@ -77,7 +77,7 @@ def uid(pod: "Pod") -> str:
     return value
 
 
-def full_name(pod: "Pod | None") -> str:
+def full_name(pod: Pod | None) -> str:
     """`namespace/name` for messages and logs ("" without a pod or its metadata)."""
     if pod is None or pod.metadata is None:
         return ""

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from fractions import Fraction
-from typing import TYPE_CHECKING, Literal, Mapping
+from typing import TYPE_CHECKING, Literal
 
 from edgelet.api.quantity import parse_quantity
 
@@ -20,12 +21,12 @@ def parse_resource_list(raw: Mapping[str, str | int | float] | None) -> Resource
     return {name: parse_quantity(q) for name, q in (raw or {}).items()}
 
 
-def container_limits(container: "Container") -> ResourceList:
+def container_limits(container: Container) -> ResourceList:
     res = container.resources
     return parse_resource_list(res.limits if res else None)
 
 
-def container_requests(container: "Container") -> ResourceList:
+def container_requests(container: Container) -> ResourceList:
     """Requests with API defaulting applied: a resource with a limit and no request requests its limit."""
     res = container.resources
     requests = parse_resource_list(res.requests if res else None)
@@ -34,14 +35,14 @@ def container_requests(container: "Container") -> ResourceList:
     return requests
 
 
-def all_containers(pod: "Pod") -> list["Container"]:
+def all_containers(pod: Pod) -> list[Container]:
     spec = pod.spec
     if spec is None:
         return []
     return [*(spec.containers or []), *(spec.init_containers or [])]
 
 
-def qos_class(pod: "Pod") -> QOSClass:
+def qos_class(pod: Pod) -> QOSClass:
     """The pod's QoS class, computed as kubelet's ComputePodQOS does (containers and init containers)."""
     requests: ResourceList = {}
     limits: ResourceList = {}

@@ -7,7 +7,7 @@ from typing import Literal
 
 import msgspec
 
-from edgelet.api.annotations import CONFIG_SOURCE, CONFIG_HASH, CONFIG_SEEN
+from edgelet.api.annotations import CONFIG_HASH, CONFIG_SEEN, CONFIG_SOURCE
 from edgelet.api.defaults import apply_defaults
 from edgelet.api.errors import FieldError, ValidationError
 from edgelet.api.hash import canonical_json, pod_full_name

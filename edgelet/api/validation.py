@@ -41,6 +41,7 @@ from edgelet.api.fielderrors import (
     too_long,
     too_many,
 )
+from edgelet.api.quantity import QuantityError, parse_quantity
 from edgelet.api.types import (
     Container,
     ContainerPort,
@@ -57,7 +58,6 @@ from edgelet.api.types import (
     Volume,
     VolumeMount,
 )
-from edgelet.api.quantity import QuantityError, parse_quantity
 
 __all__ = [
     "FieldError",
@@ -105,10 +105,36 @@ _INIT_FORBIDDEN = "may not be set for init containers without restartPolicy=Alwa
 # Volume sources in the order ValidateVolumes checks them: with two sources
 # set, the error names the later one, as the API server's does.
 _VOLUME_SOURCE_ORDER = (
-    "emptyDir", "hostPath", "gitRepo", "gcePersistentDisk", "awsElasticBlockStore", "secret", "nfs", "iscsi",
-    "glusterfs", "flocker", "persistentVolumeClaim", "rbd", "cinder", "cephfs", "quobyte", "downwardAPI", "fc",
-    "flexVolume", "configMap", "azureFile", "vsphereVolume", "photonPersistentDisk", "portworxVolume", "azureDisk",
-    "storageos", "projected", "scaleIO", "csi", "ephemeral", "image",
+    "emptyDir",
+    "hostPath",
+    "gitRepo",
+    "gcePersistentDisk",
+    "awsElasticBlockStore",
+    "secret",
+    "nfs",
+    "iscsi",
+    "glusterfs",
+    "flocker",
+    "persistentVolumeClaim",
+    "rbd",
+    "cinder",
+    "cephfs",
+    "quobyte",
+    "downwardAPI",
+    "fc",
+    "flexVolume",
+    "configMap",
+    "azureFile",
+    "vsphereVolume",
+    "photonPersistentDisk",
+    "portworxVolume",
+    "azureDisk",
+    "storageos",
+    "projected",
+    "scaleIO",
+    "csi",
+    "ephemeral",
+    "image",
 )
 _VOLUME_SOURCES = sorted(
     ((attr, json) for attr, json in zip(Volume.__struct_fields__, Volume.__struct_encode_fields__) if attr != "name"),
@@ -120,6 +146,7 @@ _STANDARD_CONTAINER_RESOURCES = ("cpu", "memory", "ephemeral-storage")
 # Pod-level resources (PodLevelResources) also take a pids limit: kubernetes/website's pod-level-pid-limit.yaml.
 _STANDARD_POD_RESOURCES = ("cpu", "memory", "ephemeral-storage", "pids")
 _HUGEPAGES_PREFIX = "hugepages-"
+
 
 def _backstep_errors(path: str, value: str) -> list[FieldError]:
     if ".." in value.split("/"):
@@ -182,8 +209,11 @@ def _validate_spec(spec: PodSpec, errors: list[FieldError]) -> None:
             sc = container.security_context
             if sc is not None and sc.proc_mount == "Unmasked" and spec.host_users is not False:
                 # The API server's rule: an unmasked /proc outside a user namespace is the host's /proc/sys.
-                errors.append(invalid(f"{path}.securityContext.procMount", "Unmasked",
-                                      "`hostUsers` must be false to use `Unmasked`"))
+                errors.append(
+                    invalid(
+                        f"{path}.securityContext.procMount", "Unmasked", "`hostUsers` must be false to use `Unmasked`"
+                    )
+                )
             _validate_container(
                 container,
                 path,
@@ -221,8 +251,13 @@ def _validate_spec(spec: PodSpec, errors: list[FieldError]) -> None:
     if spec.host_users is False:
         # edgelet's own refusal (kubelet would try): runc 1.1 cannot idmap the rootfs and volumes, so in a
         # user namespace the container's root would own nothing of its own filesystem.
-        errors.append(forbidden("$.spec.hostUsers", "user namespaces (hostUsers: false) are not supported by "
-                                "edgelet: its runtime (runc 1.1) cannot give the rootfs and volumes idmapped mounts"))
+        errors.append(
+            forbidden(
+                "$.spec.hostUsers",
+                "user namespaces (hostUsers: false) are not supported by "
+                "edgelet: its runtime (runc 1.1) cannot give the rootfs and volumes idmapped mounts",
+            )
+        )
     if spec.resources is not None:
         _validate_resources(spec.resources, "$.spec.resources", errors, pod_level=True)
     for name, quantity in sorted((spec.overhead or {}).items()):
@@ -500,8 +535,11 @@ def _validate_env(container: Container, path: str, errors: list[FieldError]) -> 
         vpath = f"{epath}.valueFrom"
         if count == 0:
             errors.append(
-                invalid(vpath, "", "must specify one of: `fieldRef`, `resourceFieldRef`, `configMapKeyRef` or "
-                        "`secretKeyRef`")
+                invalid(
+                    vpath,
+                    "",
+                    "must specify one of: `fieldRef`, `resourceFieldRef`, `configMapKeyRef` or `secretKeyRef`",
+                )
             )
         elif count > 1:
             errors.append(invalid(vpath, "", "may not have more than one field specified at a time"))
@@ -509,9 +547,7 @@ def _validate_env(container: Container, path: str, errors: list[FieldError]) -> 
             errors.append(invalid(vpath, "", "may not be specified when `value` is not empty"))
 
 
-def _validate_mounts(
-    mounts: Sequence[VolumeMount], path: str, volumes: set[str], errors: list[FieldError]
-) -> None:
+def _validate_mounts(mounts: Sequence[VolumeMount], path: str, volumes: set[str], errors: list[FieldError]) -> None:
     seen: set[str] = set()
     for j, mount in enumerate(mounts):
         mpath = f"{path}.volumeMounts[{j}]"
@@ -598,8 +634,9 @@ def _validate_resource_name(name: str, path: str, errors: list[FieldError], *, p
     return True
 
 
-def _validate_resources(resources: ResourceRequirements, path: str, errors: list[FieldError], *,
-                        pod_level: bool = False) -> None:
+def _validate_resources(
+    resources: ResourceRequirements, path: str, errors: list[FieldError], *, pod_level: bool = False
+) -> None:
     raw_limits = resources.limits or {}
     limits: dict[str, Fraction] = {}
     shown: dict[str, str] = {}
@@ -635,9 +672,7 @@ def _validate_resources(resources: ResourceRequirements, path: str, errors: list
 # Probes and lifecycle hooks.
 
 
-def _validate_probe(
-    probe: Probe, path: str, kind: str, port_names: set[str], errors: list[FieldError]
-) -> None:
+def _validate_probe(probe: Probe, path: str, kind: str, port_names: set[str], errors: list[FieldError]) -> None:
     _validate_handler(probe, _PROBE_ACTIONS, path, port_names, None, errors)
     if probe.initial_delay_seconds is not None and probe.initial_delay_seconds < 0:
         errors.append(invalid(f"{path}.initialDelaySeconds", probe.initial_delay_seconds, _NEGATIVE))

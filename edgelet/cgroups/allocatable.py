@@ -8,8 +8,8 @@ tasks), so every case is a table test.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Iterable, Mapping
 
 from edgelet.api.quantity import QuantityError, milli_value, parse_quantity, value
 from edgelet.cgroups.qos import MIN_SHARES, PodResources, milli_cpu_to_shares
@@ -76,7 +76,9 @@ BESTEFFORT_TIER = PodResources(cpu_shares=MIN_SHARES)
 BURSTABLE_TIER = PodResources()
 
 
-def read_capacity(meminfo: Path = Path("/proc/meminfo"), pid_max: Path = Path("/proc/sys/kernel/pid_max")) -> dict[str, int]:
+def read_capacity(
+    meminfo: Path = Path("/proc/meminfo"), pid_max: Path = Path("/proc/sys/kernel/pid_max")
+) -> dict[str, int]:
     """This node's cpu (millicores), memory (bytes) and pid capacity; a resource that cannot be read is left out."""
     out: dict[str, int] = {"cpu": (os.cpu_count() or 1) * 1000}
     try:

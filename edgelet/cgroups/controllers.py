@@ -11,9 +11,10 @@ applied.
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Collection, Iterable
+from typing import TYPE_CHECKING
 
 from edgelet.api.qos import container_limits, container_requests
 
@@ -50,14 +51,17 @@ def available_controllers(mount: Path = Path("/sys/fs/cgroup")) -> frozenset[str
     except OSError:
         return frozenset()
     try:
-        names = [p.name for p in mount.iterdir()
-                 if p.is_dir() and (p / "cgroup.procs").exists() and not (p / "cgroup.controllers").exists()]
+        names = [
+            p.name
+            for p in mount.iterdir()
+            if p.is_dir() and (p / "cgroup.procs").exists() and not (p / "cgroup.controllers").exists()
+        ]
     except OSError:
         return frozenset()
     return parse_v1_hierarchies(names)
 
 
-def needed_controllers(pod: "Pod", pids_limit: int | None) -> frozenset[str]:
+def needed_controllers(pod: Pod, pids_limit: int | None) -> frozenset[str]:
     """The controllers the pod's resources ask for: cpu for cpu requests or limits, memory for memory limits,
     pids for a pids limit (the node's --pod-max-pids or the pod's own)."""
     spec = pod.spec
@@ -104,8 +108,11 @@ def probe_cmdline_file(root: Path = Path("/")) -> str | None:
 
 def kernel_cmdline_fix(cmdline_file: str | None) -> str:
     """The words that turn the memory controller on: the file to edit, or the boot loader when there is none."""
-    where = (f"the kernel command line ({cmdline_file}, one line)" if cmdline_file is not None
-             else "the kernel command line (the boot loader's, e.g. GRUB_CMDLINE_LINUX in /etc/default/grub)")
+    where = (
+        f"the kernel command line ({cmdline_file}, one line)"
+        if cmdline_file is not None
+        else "the kernel command line (the boot loader's, e.g. GRUB_CMDLINE_LINUX in /etc/default/grub)"
+    )
     return f"add `cgroup_enable=memory cgroup_memory=1` to {where} and reboot"
 
 
@@ -123,8 +130,14 @@ def fix_for(missing: Iterable[str], *, v2: bool, cmdline_file: str | None = FIRM
     return f"mount the {', '.join(names)} cgroup controller(s) under /sys/fs/cgroup"
 
 
-def admit(needed: frozenset[str], available: frozenset[str], *, allow_missing: bool, v2: bool,
-          cmdline_file: str | None = FIRMWARE_CMDLINE) -> Admission | None:
+def admit(
+    needed: frozenset[str],
+    available: frozenset[str],
+    *,
+    allow_missing: bool,
+    v2: bool,
+    cmdline_file: str | None = FIRMWARE_CMDLINE,
+) -> Admission | None:
     """None when every needed controller is there; else a refusal carrying the fix, or (allowed) a warning."""
     missing = tuple(sorted(c for c in needed if c in LIMIT_CONTROLLERS and c not in available))
     if not missing:
@@ -132,10 +145,18 @@ def admit(needed: frozenset[str], available: frozenset[str], *, allow_missing: b
     fix = fix_for(missing, v2=v2, cmdline_file=cmdline_file)
     which = ", ".join(missing)
     if allow_missing:
-        return Admission(False, missing, REASON,
-                         f"running without {which} limits: this kernel has no {which} cgroup controller "
-                         f"(--allow-missing-cgroup-controllers); to enforce them, {fix}")
-    return Admission(True, missing, REASON,
-                     f"the pod's limits need the {which} cgroup controller(s), which this kernel does not offer: "
-                     f"{fix}, or start edgelet with --allow-missing-cgroup-controllers to run pods without "
-                     f"those limits")
+        return Admission(
+            False,
+            missing,
+            REASON,
+            f"running without {which} limits: this kernel has no {which} cgroup controller "
+            f"(--allow-missing-cgroup-controllers); to enforce them, {fix}",
+        )
+    return Admission(
+        True,
+        missing,
+        REASON,
+        f"the pod's limits need the {which} cgroup controller(s), which this kernel does not offer: "
+        f"{fix}, or start edgelet with --allow-missing-cgroup-controllers to run pods without "
+        f"those limits",
+    )

@@ -1,12 +1,13 @@
 """Errors of the cgroups package.
 
-    CgroupError            a cgroup could not be created, written, read or removed (carries path)
-    └── CgroupBusyError    a cgroup still held tasks after the removal retries
+CgroupError            a cgroup could not be created, written, read or removed (carries path)
+└── CgroupBusyError    a cgroup still held tasks after the removal retries
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+
 from edgelet.errors import EdgeletError
 
 

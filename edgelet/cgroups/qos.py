@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 from edgelet.api.qos import (
     QOSClass,
     ResourceList,
-    all_containers,
     container_limits,
     container_requests,
     parse_resource_list,
@@ -101,7 +100,7 @@ def _milli(q: Fraction | None) -> int:
     return milli_value(q) if q is not None else 0
 
 
-def container_resources(container: "Container") -> ContainerResources:
+def container_resources(container: Container) -> ContainerResources:
     """cpu shares from the request (or the limit when no request), quota from the limit, memory limit."""
     res = container.resources
     raw_requests = parse_resource_list(res.requests if res else None)
@@ -121,11 +120,11 @@ def container_resources(container: "Container") -> ContainerResources:
     )
 
 
-def _is_sidecar(c: "Container") -> bool:
+def _is_sidecar(c: Container) -> bool:
     return c.restart_policy == "Always"
 
 
-def _pod_aggregate(pod: "Pod", per_container) -> tuple[ResourceList, bool, bool]:
+def _pod_aggregate(pod: Pod, per_container) -> tuple[ResourceList, bool, bool]:
     """kubelet's PodRequests/PodLimits: regular containers and sidecars add up, other init containers take the max.
 
     Also reports whether every container declared a cpu and a memory value.
@@ -165,7 +164,7 @@ def _pod_aggregate(pod: "Pod", per_container) -> tuple[ResourceList, bool, bool]
     return total, cpu_declared, memory_declared
 
 
-def pod_pids_limit(pod: "Pod", pod_max_pids: int) -> int | None:
+def pod_pids_limit(pod: Pod, pod_max_pids: int) -> int | None:
     """kubelet's --pod-max-pids (0 or less: none), lowered by a pod-level `spec.resources.limits.pids`."""
     limits = []
     if pod_max_pids > 0:
@@ -177,14 +176,14 @@ def pod_pids_limit(pod: "Pod", pod_max_pids: int) -> int | None:
     return min(limits) if limits else None
 
 
-def pod_resources(pod: "Pod", pod_max_pids: int = 0) -> PodResources:
+def pod_resources(pod: Pod, pod_max_pids: int = 0) -> PodResources:
     """The pod cgroup's settings, as kubelet's ResourceConfigForPod (CFS quota enforced, 100 ms period)."""
     from dataclasses import replace
 
     return replace(_pod_cpu_memory(pod), pids_limit=pod_pids_limit(pod, pod_max_pids))
 
 
-def _pod_cpu_memory(pod: "Pod") -> PodResources:
+def _pod_cpu_memory(pod: Pod) -> PodResources:
     requests, _, _ = _pod_aggregate(pod, container_requests)
     limits, cpu_limited, memory_limited = _pod_aggregate(pod, container_limits)
     qos = qos_class(pod)
@@ -203,13 +202,13 @@ def _pod_cpu_memory(pod: "Pod") -> PodResources:
     )
 
 
-def is_node_critical(pod: "Pod") -> bool:
+def is_node_critical(pod: Pod) -> bool:
     # Every pod edgelet runs is a static pod, which kubelet's IsCriticalPod
     # accepts, so the priority class alone decides.
     return pod.spec is not None and pod.spec.priority_class_name == _SYSTEM_NODE_CRITICAL
 
 
-def oom_score_adj(pod: "Pod", container: "Container", memory_capacity: int) -> int:
+def oom_score_adj(pod: Pod, container: Container, memory_capacity: int) -> int:
     """kubelet's GetContainerOOMScoreAdjust; `memory_capacity` is the node's memory in bytes (0 if unknown)."""
     if is_node_critical(pod):
         return GUARANTEED_OOM_SCORE_ADJ

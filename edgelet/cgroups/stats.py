@@ -57,8 +57,9 @@ def working_set(usage: int | None, inactive_file: int | None) -> int | None:
     return max(0, usage - (inactive_file or 0))
 
 
-def usage_v1(cpuacct_usage: str | None, memory_usage: str | None, memory_stat: str | None,
-             pids_current: str | None) -> CgroupUsage:
+def usage_v1(
+    cpuacct_usage: str | None, memory_usage: str | None, memory_stat: str | None, pids_current: str | None
+) -> CgroupUsage:
     """A v1 sample from the text of cpuacct.usage, memory.usage_in_bytes, memory.stat and pids.current."""
     stat = parse_flat_keyed(memory_stat) if memory_stat is not None else {}
     usage = parse_int(memory_usage)
@@ -75,8 +76,9 @@ def usage_v1(cpuacct_usage: str | None, memory_usage: str | None, memory_stat: s
     )
 
 
-def usage_v2(cpu_stat: str | None, memory_current: str | None, memory_stat: str | None,
-             pids_current: str | None) -> CgroupUsage:
+def usage_v2(
+    cpu_stat: str | None, memory_current: str | None, memory_stat: str | None, pids_current: str | None
+) -> CgroupUsage:
     """A v2 sample from the text of cpu.stat, memory.current, memory.stat and pids.current."""
     cpu = parse_flat_keyed(cpu_stat) if cpu_stat is not None else {}
     stat = parse_flat_keyed(memory_stat) if memory_stat is not None else {}
@@ -140,11 +142,16 @@ def read_usage(path: str, mount: Path = CGROUP_MOUNT) -> CgroupUsage | None:
         d = mount / rel
         if not d.is_dir():
             return None
-        return usage_v2(_read(d / "cpu.stat"), _read(d / "memory.current"), _read(d / "memory.stat"),
-                        _read(d / "pids.current"))
+        return usage_v2(
+            _read(d / "cpu.stat"), _read(d / "memory.current"), _read(d / "memory.stat"), _read(d / "pids.current")
+        )
     mem = _v1_hierarchy(mount, "memory") / rel
     cpu = _v1_hierarchy(mount, "cpuacct") / rel
     if not mem.is_dir() and not cpu.is_dir():
         return None
-    return usage_v1(_read(cpu / "cpuacct.usage"), _read(mem / "memory.usage_in_bytes"), _read(mem / "memory.stat"),
-                    _read(_v1_hierarchy(mount, "pids") / rel / "pids.current"))
+    return usage_v1(
+        _read(cpu / "cpuacct.usage"),
+        _read(mem / "memory.usage_in_bytes"),
+        _read(mem / "memory.stat"),
+        _read(_v1_hierarchy(mount, "pids") / rel / "pids.current"),
+    )

@@ -13,8 +13,9 @@ from __future__ import annotations
 import errno
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from edgelet.cgroups.errors import CgroupBusyError, CgroupError
 from edgelet.cgroups.qos import PodResources
@@ -54,8 +55,9 @@ def set_value(controller: CpuController | MemoryController, name: str, value: in
         setattr(controller, name, value)
     except OSError as exc:
         interface = controller.get_interface(name)
-        raise CgroupError(f"cannot write {value!r} ({exc.strerror})",
-                          controller.filepath(interface.filename).decode()) from exc
+        raise CgroupError(
+            f"cannot write {value!r} ({exc.strerror})", controller.filepath(interface.filename).decode()
+        ) from exc
 
 
 def read_pids(directory: Path) -> set[int]:
@@ -224,8 +226,7 @@ class CgroupV1:
         busy: list[CgroupError] = []
         for top in tops:
             try:
-                remove_tree(top, rmdir=self._rmdir, sleep=self._sleep, attempts=self._attempts,
-                            interval=self._interval)
+                remove_tree(top, rmdir=self._rmdir, sleep=self._sleep, attempts=self._attempts, interval=self._interval)
             except CgroupBusyError as exc:
                 busy.append(exc)
         if busy:

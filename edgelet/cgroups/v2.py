@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from edgelet.cgroups.errors import CgroupError
 from edgelet.cgroups.qos import PodResources, shares_to_weight
-from edgelet.cgroups.v1 import relative_path, write_value, read_pids, remove_tree
+from edgelet.cgroups.v1 import read_pids, relative_path, remove_tree, write_value
 
 # Controllers a pod's containers may need; others (rdma, misc) stay off.
 WANTED_CONTROLLERS = ("cpuset", "cpu", "io", "memory", "hugetlb", "pids")

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, NoReturn, Sequence, TextIO
+from collections.abc import Sequence
+from typing import Any, NoReturn, TextIO
 
 from edgelet.util import openssl
 
@@ -37,8 +38,11 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
         self._argv: list[str] = []
 
-    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
-                         namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
+    def parse_known_args(  # type: ignore[override]
+        self,
+        args: Sequence[str] | None = None,
+        namespace: argparse.Namespace | None = None,
+    ) -> tuple[argparse.Namespace, list[str]]:
         self._argv = list(sys.argv[1:] if args is None else args)
         return super().parse_known_args(args, namespace)
 
@@ -79,8 +83,16 @@ def _add_setting(parser: argparse.ArgumentParser, key: str) -> None:
     if spec.is_bool:
         # `--flag` or `--flag=false`, as kubelet's boolean flags: a default of true can be turned off.
         shown = " (default: true)" if spec.default is True else ""
-        parser.add_argument(*spec.flags, dest=key, nargs="?", const="true", choices=("true", "false"),
-                            default=argparse.SUPPRESS, metavar="true|false", help=_escape(spec.help + shown))
+        parser.add_argument(
+            *spec.flags,
+            dest=key,
+            nargs="?",
+            const="true",
+            choices=("true", "false"),
+            default=argparse.SUPPRESS,
+            metavar="true|false",
+            help=_escape(spec.help + shown),
+        )
     else:
         default = spec.default
         if spec.metavar == "DURATION":
@@ -88,13 +100,23 @@ def _add_setting(parser: argparse.ArgumentParser, key: str) -> None:
         shown = f" (default: {default})" if default not in (None, "", ()) else ""
         # A tuple-valued key (headers) may be given several times, as kubelet's flag may.
         action = "append" if isinstance(spec.default, tuple) else "store"
-        parser.add_argument(*spec.flags, dest=key, action=action, default=argparse.SUPPRESS,
-                            metavar=spec.metavar or "VALUE", help=_escape(spec.help + shown))
+        parser.add_argument(
+            *spec.flags,
+            dest=key,
+            action=action,
+            default=argparse.SUPPRESS,
+            metavar=spec.metavar or "VALUE",
+            help=_escape(spec.help + shown),
+        )
 
 
 def _add_config(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", default=argparse.SUPPRESS, metavar="FILE",
-                        help="TOML configuration file (default: /etc/edgelet/config.toml if present)")
+    parser.add_argument(
+        "--config",
+        default=argparse.SUPPRESS,
+        metavar="FILE",
+        help="TOML configuration file (default: /etc/edgelet/config.toml if present)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -102,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="A standalone kubelet for edge devices: runs static pods on runc and conmon.",
         epilog="Every flag can also be set in the config file (the key in snake_case, e.g. pod_manifest_path) "
-               "or as EDGELET_<KEY> in the environment; flags win over the environment, which wins over the file.",
+        "or as EDGELET_<KEY> in the environment; flags win over the environment, which wins over the file.",
     )
     _add_config(parser)
     for key in KEYS:
@@ -122,8 +144,12 @@ def build_parser() -> argparse.ArgumentParser:
     describe.add_argument("name", metavar="NAME", help="pod name, with or without the -NODE suffix of static pods")
     describe.add_argument("-n", "--namespace", default=None, help="the pod's namespace (needed when ambiguous)")
     events = sub.add_parser("events", parents=[common], help="list recent events (kubelet-style, since boot)")
-    events.add_argument("--for", dest="for_pod", metavar="[NAMESPACE/]POD",
-                        help="only the events of this pod (with or without the -NODE suffix of static pods)")
+    events.add_argument(
+        "--for",
+        dest="for_pod",
+        metavar="[NAMESPACE/]POD",
+        help="only the events of this pod (with or without the -NODE suffix of static pods)",
+    )
     events.add_argument("-o", "--output", choices=("table", "json"), default="table")
     logs = sub.add_parser("logs", parents=[common], help="print a container's log (kubectl logs)")
     logs.add_argument("pod", metavar="POD", help="pod name, with or without the -NODE suffix of static pods")
@@ -133,14 +159,22 @@ def build_parser() -> argparse.ArgumentParser:
     logs.add_argument("--tail", type=int, default=None, metavar="N", help="only the last N lines")
     logs.add_argument("-p", "--previous", action="store_true", help="the previous (terminated) instance")
     logs.add_argument("--timestamps", action="store_true", help="prefix each line with its time")
-    node = sub.add_parser("node", parents=[common], help="show the node's capacity, allocatable and usage, and the "
-                                                       "apiserver link: Node registration, lease, link state, queue")
+    node = sub.add_parser(
+        "node",
+        parents=[common],
+        help="show the node's capacity, allocatable and usage, and the "
+        "apiserver link: Node registration, lease, link state, queue",
+    )
     node.add_argument("-o", "--output", choices=("text", "json"), default="text")
     top = sub.add_parser("top", parents=[common], help="CPU and memory of the running pods (kubectl top)")
     top.add_argument("what", nargs="?", choices=("pods", "pod", "po", "containers"), default="pods")
     top.add_argument("-n", "--namespace", default=None, help="only pods of this namespace")
-    exe = sub.add_parser("exec", parents=[common], help="run a command in a running container (kubectl exec)",
-                         usage=f"{PROG} exec [-i] [-t] POD [-c CONTAINER] [-n NAMESPACE] -- COMMAND [ARG...]")
+    exe = sub.add_parser(
+        "exec",
+        parents=[common],
+        help="run a command in a running container (kubectl exec)",
+        usage=f"{PROG} exec [-i] [-t] POD [-c CONTAINER] [-n NAMESPACE] -- COMMAND [ARG...]",
+    )
     exe.add_argument("pod", metavar="POD", help="pod name, with or without the -NODE suffix of static pods")
     exe.add_argument("command_argv", nargs="*", metavar="COMMAND", help="the command and its arguments, after --")
     exe.add_argument("-c", "--container", default=None, help="container name (default: the pod's first)")
@@ -148,14 +182,27 @@ def build_parser() -> argparse.ArgumentParser:
     exe.add_argument("-i", "--stdin", action="store_true", help="pass stdin to the command")
     exe.add_argument("-t", "--tty", action="store_true", help="run the command in a terminal (with -i)")
     check = sub.add_parser("check", parents=[common], help="check that this machine can run edgelet")
-    for key in ("runtime", "conmon", "pod_infra_container_image", "cni_conf_dir", "cni_bin_dir", "trusted_keys",
-                "signature_policy", "kubeconfig", "wireguard_config"):
+    for key in (
+        "runtime",
+        "conmon",
+        "pod_infra_container_image",
+        "cni_conf_dir",
+        "cni_bin_dir",
+        "trusted_keys",
+        "signature_policy",
+        "kubeconfig",
+        "wireguard_config",
+    ):
         _add_setting(check, key)
     tunnel = sub.add_parser("tunnel", parents=[common], help="the WireGuard tunnel the device dials out on")
     _add_setting(tunnel, "wireguard_config")
     tunnel_sub = tunnel.add_subparsers(dest="tunnel_command", metavar="SUBCOMMAND", required=True)
-    tunnel_sub.add_parser("peer-line", parents=[common], help="print the hub's [Peer] block for this device "
-                          "(generates the device's key when the file has none and none is kept yet)")
+    tunnel_sub.add_parser(
+        "peer-line",
+        parents=[common],
+        help="print the hub's [Peer] block for this device "
+        "(generates the device's key when the file has none and none is kept yet)",
+    )
     images = sub.add_parser("images", parents=[common], help="list the images in the local store")
     images_sub = images.add_subparsers(dest="images_command", metavar="SUBCOMMAND")
     images_sub.add_parser("list", parents=[common], help="list the images (the default)")
@@ -170,22 +217,37 @@ def build_parser() -> argparse.ArgumentParser:
     prune = images_sub.add_parser("prune", parents=[common], help="remove every unused, unpinned image")
     for key in ("runtime", "conmon", "cgroup_root"):
         _add_setting(prune, key)
-    rollout = sub.add_parser("rollout", parents=[common], help="health-gated rollout of changed static pods: "
-                             "status, history, retry")
+    rollout = sub.add_parser(
+        "rollout", parents=[common], help="health-gated rollout of changed static pods: status, history, retry"
+    )
     rollout_sub = rollout.add_subparsers(dest="rollout_command", metavar="SUBCOMMAND")
-    rollout_sub.add_parser("status", parents=[common], help="each pod's rollout phase and running version "
-                           "(the default)").add_argument("pod", nargs="?", metavar="[NAMESPACE/]NAME")
+    rollout_sub.add_parser(
+        "status", parents=[common], help="each pod's rollout phase and running version (the default)"
+    ).add_argument("pod", nargs="?", metavar="[NAMESPACE/]NAME")
     rollout_sub.add_parser("history", parents=[common], help="a pod's versions, their outcome and why").add_argument(
-        "pod", metavar="[NAMESPACE/]NAME")
+        "pod", metavar="[NAMESPACE/]NAME"
+    )
     rollout_sub.add_parser("retry", parents=[common], help="try a rolled-back version again").add_argument(
-        "pod", metavar="[NAMESPACE/]NAME")
+        "pod", metavar="[NAMESPACE/]NAME"
+    )
     return parser
 
 
 # Each command's module, imported only when that command runs: the agent (no command) never loads them.
-COMMANDS = {"version": "version", "node": "node", "pods": "pods", "describe": "pods", "events": "events",
-            "images": "images", "logs": "logs", "exec": "exec", "check": "check", "top": "top",
-            "rollout": "rollout", "tunnel": "tunnel"}
+COMMANDS = {
+    "version": "version",
+    "node": "node",
+    "pods": "pods",
+    "describe": "pods",
+    "events": "events",
+    "images": "images",
+    "logs": "logs",
+    "exec": "exec",
+    "check": "check",
+    "top": "top",
+    "rollout": "rollout",
+    "tunnel": "tunnel",
+}
 
 
 def command(name: str) -> Any:
@@ -208,10 +270,10 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     tail = None
-    if "--" in argv and "exec" in argv[:argv.index("--")]:
+    if "--" in argv and "exec" in argv[: argv.index("--")]:
         # `exec POD -c C -- CMD -x`: options may follow POD, so argparse alone cannot tell where CMD begins.
         cut = argv.index("--")
-        argv, tail = argv[:cut], argv[cut + 1:]
+        argv, tail = argv[:cut], argv[cut + 1 :]
     try:
         args = parser.parse_args(argv)
         if tail is not None:

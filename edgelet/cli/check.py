@@ -10,9 +10,10 @@ import argparse
 import os
 import re
 import shutil
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Literal, TextIO
+from typing import Literal, TextIO
 
 from edgelet.cli.common import EXIT_FAILURE, EXIT_OK
 from edgelet.settings import CARD_SECRETS, DEFAULT_CONFIG, Settings
@@ -81,8 +82,12 @@ class CheckResult:
 def check_root(f: HostFacts) -> CheckResult:
     if f.euid == 0:
         return CheckResult("root privileges", "OK", "running as root")
-    return CheckResult("root privileges", "FAIL", f"running as uid {f.euid}",
-                       "run edgelet as root (it creates namespaces, cgroups and mounts; user namespaces are not used)")
+    return CheckResult(
+        "root privileges",
+        "FAIL",
+        f"running as uid {f.euid}",
+        "run edgelet as root (it creates namespaces, cgroups and mounts; user namespaces are not used)",
+    )
 
 
 _VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
@@ -91,15 +96,25 @@ _VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
 def check_runtime(f: HostFacts) -> CheckResult:
     name = f"runtime ({f.runtime})"
     if f.runtime_path is None:
-        return CheckResult(name, "FAIL", "not found", "apt-get install runc (or set runtime = the path of runc or crun)")
+        return CheckResult(
+            name, "FAIL", "not found", "apt-get install runc (or set runtime = the path of runc or crun)"
+        )
     m = _VERSION.search(f.runtime_version)
     if m is None:
-        return CheckResult(name, "FAIL", f"{f.runtime_path}: cannot read its version ({f.runtime_version or 'no output'})",
-                           f"check that `{f.runtime_path} --version` works")
+        return CheckResult(
+            name,
+            "FAIL",
+            f"{f.runtime_path}: cannot read its version ({f.runtime_version or 'no output'})",
+            f"check that `{f.runtime_path} --version` works",
+        )
     version = tuple(int(x or 0) for x in m.groups())
     if Path(f.runtime_path).name == "runc" and version < (1, 1, 0):
-        return CheckResult(name, "FAIL", f"{f.runtime_path} {m.group(0)} is older than 1.1",
-                           "install runc 1.1 or newer (Debian 12: apt-get install runc)")
+        return CheckResult(
+            name,
+            "FAIL",
+            f"{f.runtime_path} {m.group(0)} is older than 1.1",
+            "install runc 1.1 or newer (Debian 12: apt-get install runc)",
+        )
     return CheckResult(name, "OK", f"{f.runtime_path} {m.group(0)}")
 
 
@@ -107,32 +122,52 @@ def check_conmon(f: HostFacts) -> CheckResult:
     if f.conmon_path is None:
         return CheckResult("conmon", "FAIL", "not found", "apt-get install conmon")
     m = _VERSION.search(f.conmon_version)
-    return CheckResult("conmon", "OK", f"{f.conmon_path} {m.group(0) if m else f.conmon_version or '(version unknown)'}")
+    return CheckResult(
+        "conmon", "OK", f"{f.conmon_path} {m.group(0) if m else f.conmon_version or '(version unknown)'}"
+    )
 
 
 def check_pause(f: HostFacts) -> CheckResult:
     if f.pause_image:
         return CheckResult("pause", "OK", f"sandbox image {f.pause_image}")
     if f.pause_path is None:
-        return CheckResult("pause", "FAIL", "catatonit not found (the built-in pause sandbox runs it)",
-                           "apt-get install catatonit, or set pod_infra_container_image")
+        return CheckResult(
+            "pause",
+            "FAIL",
+            "catatonit not found (the built-in pause sandbox runs it)",
+            "apt-get install catatonit, or set pod_infra_container_image",
+        )
     return CheckResult("pause", "OK", f"{f.pause_path}")
 
 
 def check_cgroups(f: HostFacts) -> CheckResult:
     mounted = f.cgroup_v1_controllers | f.cgroup_v2_controllers
     if not mounted:
-        return CheckResult("cgroups", "FAIL", "no cgroup controller is mounted",
-                           "mount cgroup2 on /sys/fs/cgroup (systemd does this at boot)")
-    missing = [c for c in REQUIRED_CONTROLLERS if c not in mounted
-               and not (c == "cpuacct" and f.cgroup_v2_controllers)  # v2 has no cpuacct: cpu accounts
-               and not (c == "devices" and f.cgroup_v2_controllers)  # v2 devices are eBPF, not a controller
-               and not (c == "freezer" and f.cgroup_v2_controllers)]  # v2 freezer is cgroup.freeze
+        return CheckResult(
+            "cgroups",
+            "FAIL",
+            "no cgroup controller is mounted",
+            "mount cgroup2 on /sys/fs/cgroup (systemd does this at boot)",
+        )
+    missing = [
+        c
+        for c in REQUIRED_CONTROLLERS
+        if c not in mounted
+        and not (c == "cpuacct" and f.cgroup_v2_controllers)  # v2 has no cpuacct: cpu accounts
+        and not (c == "devices" and f.cgroup_v2_controllers)  # v2 devices are eBPF, not a controller
+        and not (c == "freezer" and f.cgroup_v2_controllers)
+    ]  # v2 freezer is cgroup.freeze
     layout = "v2" if f.cgroup_v2_controllers and not f.cgroup_v1_controllers else "v1"
     if missing:
-        return CheckResult("cgroups", "FAIL", f"cgroup {layout}: {', '.join(missing)} not mounted",
-                           "mount the missing controllers under /sys/fs/cgroup")
-    return CheckResult("cgroups", "OK", f"cgroup {layout}: {', '.join(c for c in REQUIRED_CONTROLLERS if c in mounted)}")
+        return CheckResult(
+            "cgroups",
+            "FAIL",
+            f"cgroup {layout}: {', '.join(missing)} not mounted",
+            "mount the missing controllers under /sys/fs/cgroup",
+        )
+    return CheckResult(
+        "cgroups", "OK", f"cgroup {layout}: {', '.join(c for c in REQUIRED_CONTROLLERS if c in mounted)}"
+    )
 
 
 def check_memory_controller(f: HostFacts) -> CheckResult:
@@ -143,9 +178,11 @@ def check_memory_controller(f: HostFacts) -> CheckResult:
     # Raspberry Pi OS boots with the memory controller off; the kernel command line turns it on.
     from edgelet.cgroups.controllers import kernel_cmdline_fix
 
-    hint = (kernel_cmdline_fix(f.cmdline_file)
-            if f.is_raspberry_pi or enabled is False
-            else "enable the memory cgroup controller (kernel command line `cgroup_enable=memory cgroup_memory=1`)")
+    hint = (
+        kernel_cmdline_fix(f.cmdline_file)
+        if f.is_raspberry_pi or enabled is False
+        else "enable the memory cgroup controller (kernel command line `cgroup_enable=memory cgroup_memory=1`)"
+    )
     # Until then pods with memory limits are refused with this fix; the flag runs them without the limits.
     hint += " (or start edgelet with --allow-missing-cgroup-controllers to run pods without memory limits)"
     return CheckResult("memory cgroup", "FAIL", "disabled" if enabled is False else "not mounted", hint)
@@ -156,20 +193,32 @@ def check_overlay(f: HostFacts) -> CheckResult:
     if f.overlay_error is None:
         return CheckResult("overlayfs", "OK", "a trial mount worked")
     if f.overlay_error != "not tried":
-        return CheckResult("overlayfs", "WARN", f"a trial mount failed: {f.overlay_error} (containers get a copied "
-                           "rootfs: slower, larger)", "modprobe overlay (and add `overlay` to /etc/modules)")
+        return CheckResult(
+            "overlayfs",
+            "WARN",
+            f"a trial mount failed: {f.overlay_error} (containers get a copied rootfs: slower, larger)",
+            "modprobe overlay (and add `overlay` to /etc/modules)",
+        )
     if "overlay" in f.filesystems:
         return CheckResult("overlayfs", "OK", "available")
-    return CheckResult("overlayfs", "WARN", "not in /proc/filesystems (containers get a copied rootfs: slower, larger)",
-                       "modprobe overlay (and add `overlay` to /etc/modules)")
+    return CheckResult(
+        "overlayfs",
+        "WARN",
+        "not in /proc/filesystems (containers get a copied rootfs: slower, larger)",
+        "modprobe overlay (and add `overlay` to /etc/modules)",
+    )
 
 
 def check_read_only_mounts(f: HostFacts) -> CheckResult:
     name = "recursive read-only mounts"
     if f.recursive_read_only:
         return CheckResult(name, "OK", "read-only volume mounts are read-only in their submounts too (rro)")
-    return CheckResult(name, "WARN", "no mount_setattr(2): a read-only hostPath leaves its submounts writable",
-                       "a Linux 5.12 or later kernel")
+    return CheckResult(
+        name,
+        "WARN",
+        "no mount_setattr(2): a read-only hostPath leaves its submounts writable",
+        "a Linux 5.12 or later kernel",
+    )
 
 
 def check_capabilities(f: HostFacts) -> CheckResult:
@@ -182,22 +231,36 @@ def check_capabilities(f: HostFacts) -> CheckResult:
     missing = [c for c in ALL_CAPABILITIES if c not in f.bounding_capabilities]
     if not missing:
         return CheckResult(name, "OK", "full bounding set")
-    return CheckResult(name, "WARN", f"reduced bounding set, without {', '.join(missing)}: privileged containers "
-                       "run without these, and adding them to a container fails it",
-                       "run edgelet with every capability (not inside a container, or a systemd unit without "
-                       "CapabilityBoundingSet) if a pod needs them")
+    return CheckResult(
+        name,
+        "WARN",
+        f"reduced bounding set, without {', '.join(missing)}: privileged containers "
+        "run without these, and adding them to a container fails it",
+        "run edgelet with every capability (not inside a container, or a systemd unit without "
+        "CapabilityBoundingSet) if a pod needs them",
+    )
 
 
 def check_cni(f: HostFacts) -> CheckResult:
     if f.cni_network is not None:
         verdict, detail = f.cni_network
-        hint = "" if verdict == "OK" else ("apt-get install containernetworking-plugins, then install "
-                                           "/usr/share/edgelet/10-edgelet.conflist in the CNI conf dir")
+        hint = (
+            ""
+            if verdict == "OK"
+            else (
+                "apt-get install containernetworking-plugins, then install "
+                "/usr/share/edgelet/10-edgelet.conflist in the CNI conf dir"
+            )
+        )
         return CheckResult("CNI network", verdict, detail, hint)  # type: ignore[arg-type]
     if f.cni_plugins:
         return CheckResult("CNI plugins", "OK", f"{len(f.cni_plugins)} plugins ({', '.join(f.cni_plugins[:4])}...)")
-    return CheckResult("CNI plugins", "WARN", f"none in {' or '.join(CNI_DIRS)}: pods without hostNetwork get loopback only",
-                       "apt-get install containernetworking-plugins")
+    return CheckResult(
+        "CNI plugins",
+        "WARN",
+        f"none in {' or '.join(CNI_DIRS)}: pods without hostNetwork get loopback only",
+        "apt-get install containernetworking-plugins",
+    )
 
 
 def check_disk(f: HostFacts) -> CheckResult:
@@ -206,8 +269,12 @@ def check_disk(f: HostFacts) -> CheckResult:
         return CheckResult(name, "FAIL", "cannot stat the root dir or any parent", "create the root dir")
     free_mb = f.root_free_bytes // (1 << 20)
     if f.root_free_bytes < MIN_FREE_BYTES:
-        return CheckResult(name, "FAIL", f"{free_mb} MiB free, want at least {MIN_FREE_BYTES >> 20} MiB",
-                           "free space or point root_dir at a larger filesystem")
+        return CheckResult(
+            name,
+            "FAIL",
+            f"{free_mb} MiB free, want at least {MIN_FREE_BYTES >> 20} MiB",
+            "free space or point root_dir at a larger filesystem",
+        )
     return CheckResult(name, "OK", f"{free_mb} MiB free")
 
 
@@ -220,24 +287,40 @@ def _configured_file(name: str, status: tuple[str, str] | None, off: str, hint: 
 
 
 def check_trusted_keys(f: HostFacts) -> CheckResult:
-    return _configured_file("trusted keys", f.trusted_keys, "manifests and image archives are accepted unsigned",
-                            "fix the file named (the agent refuses to start with it), or drop --trusted-keys")
+    return _configured_file(
+        "trusted keys",
+        f.trusted_keys,
+        "manifests and image archives are accepted unsigned",
+        "fix the file named (the agent refuses to start with it), or drop --trusted-keys",
+    )
 
 
 def check_signature_policy(f: HostFacts) -> CheckResult:
-    return _configured_file("signature policy", f.signature_policy, "every registry pull is accepted unsigned",
-                            "fix the field named (the agent refuses to start with it); see containers-policy.json(5) "
-                            "and docs/trusted-delivery.md")
+    return _configured_file(
+        "signature policy",
+        f.signature_policy,
+        "every registry pull is accepted unsigned",
+        "fix the field named (the agent refuses to start with it); see containers-policy.json(5) "
+        "and docs/trusted-delivery.md",
+    )
 
 
 def check_kubeconfig(f: HostFacts) -> CheckResult:
-    return _configured_file("kubeconfig", f.kubeconfig, "standalone, no apiserver",
-                            "fix the file named (the agent refuses to start with it), or drop --kubeconfig")
+    return _configured_file(
+        "kubeconfig",
+        f.kubeconfig,
+        "standalone, no apiserver",
+        "fix the file named (the agent refuses to start with it), or drop --kubeconfig",
+    )
 
 
 def check_tunnel(f: HostFacts) -> CheckResult:
-    return _configured_file("tunnel", f.tunnel, "no WireGuard tunnel (the apiserver must reach the device directly)",
-                            "fix what is named (the agent refuses to start with it), or drop --wireguard-config")
+    return _configured_file(
+        "tunnel",
+        f.tunnel,
+        "no WireGuard tunnel (the apiserver must reach the device directly)",
+        "fix what is named (the agent refuses to start with it), or drop --wireguard-config",
+    )
 
 
 def check_card(f: HostFacts) -> CheckResult:
@@ -246,26 +329,51 @@ def check_card(f: HostFacts) -> CheckResult:
     if f.card_dir is None:
         return CheckResult(name, "OK", "none configured (card_dir)")
     if f.card_config_error is not None:
-        return CheckResult(name, "WARN", f.card_config_error,
-                           f"fix {f.card_dir}/config.toml (edgelet runs with the other settings until then)")
+        return CheckResult(
+            name,
+            "WARN",
+            f.card_config_error,
+            f"fix {f.card_dir}/config.toml (edgelet runs with the other settings until then)",
+        )
     if f.card_rejected:
         why = "; ".join(reason for _, reason in f.card_rejected)
-        return CheckResult(name, "WARN", f"set aside by edgelet-card-setup, not used: {why}",
-                           "write a corrected file onto the card's edgelet/ folder and reboot "
-                           f"(then remove {', '.join(p for p, _ in f.card_rejected)})")
+        return CheckResult(
+            name,
+            "WARN",
+            f"set aside by edgelet-card-setup, not used: {why}",
+            "write a corrected file onto the card's edgelet/ folder and reboot "
+            f"(then remove {', '.join(p for p, _ in f.card_rejected)})",
+        )
     if f.card_secrets:
         files = ", ".join(f"{f.card_dir}/{n}" for n in f.card_secrets)
-        return CheckResult(name, "WARN", f"secrets readable by every local user on the FAT partition: {files}",
-                           "run edgelet-card-setup (the image runs it at boot) to move them to /etc/edgelet")
+        return CheckResult(
+            name,
+            "WARN",
+            f"secrets readable by every local user on the FAT partition: {files}",
+            "run edgelet-card-setup (the image runs it at boot) to move them to /etc/edgelet",
+        )
     if not f.card_present:
         return CheckResult(name, "OK", f"{f.card_dir} does not exist (no card pods)")
     return CheckResult(name, "OK", f"{f.card_dir}: manifests/, images/ and config.toml are read")
 
 
 CHECKS: tuple[Callable[[HostFacts], CheckResult], ...] = (
-    check_root, check_runtime, check_conmon, check_pause, check_cgroups, check_memory_controller, check_overlay,
-    check_read_only_mounts, check_capabilities, check_cni, check_disk, check_trusted_keys, check_signature_policy,
-    check_card, check_kubeconfig, check_tunnel,
+    check_root,
+    check_runtime,
+    check_conmon,
+    check_pause,
+    check_cgroups,
+    check_memory_controller,
+    check_overlay,
+    check_read_only_mounts,
+    check_capabilities,
+    check_cni,
+    check_disk,
+    check_trusted_keys,
+    check_signature_policy,
+    check_card,
+    check_kubeconfig,
+    check_tunnel,
 )
 
 
@@ -311,8 +419,24 @@ def parse_mounts_cgroup_v1(text: str) -> frozenset[str]:
 
 
 def parse_known_controllers() -> frozenset[str]:
-    return frozenset({"cpu", "cpuacct", "cpuset", "memory", "pids", "devices", "freezer", "blkio", "net_cls",
-                      "net_prio", "perf_event", "hugetlb", "rdma", "misc"})
+    return frozenset(
+        {
+            "cpu",
+            "cpuacct",
+            "cpuset",
+            "memory",
+            "pids",
+            "devices",
+            "freezer",
+            "blkio",
+            "net_cls",
+            "net_prio",
+            "perf_event",
+            "hugetlb",
+            "rdma",
+            "misc",
+        }
+    )
 
 
 def parse_filesystems(text: str) -> frozenset[str]:
@@ -412,12 +536,15 @@ def tunnel_status(path: Path, root_dir: Path) -> tuple[str, str]:
     except TunnelError as exc:
         return "FAIL", str(exc)
     if loaded is None:
-        return "OK", (f"{path}: no PrivateKey; the agent generates one at first start under {root_dir} "
-                      "(`edgelet tunnel peer-line` does it now and prints the hub's [Peer] block)")
+        return "OK", (
+            f"{path}: no PrivateKey; the agent generates one at first start under {root_dir} "
+            "(`edgelet tunnel peer-line` does it now and prints the hub's [Peer] block)"
+        )
     hubs = ", ".join(str(p.endpoint) for p in loaded.config.peers)
     address = ", ".join(str(a) for a in loaded.config.addresses)
-    return "OK", (f"{path}: interface {interface}, address {address}, hub {hubs}, "
-                  f"public key {encode_key(loaded.public_key)}")
+    return "OK", (
+        f"{path}: interface {interface}, address {address}, hub {hubs}, public key {encode_key(loaded.public_key)}"
+    )
 
 
 def rejected_card_secrets(etc_dir: Path) -> tuple[tuple[str, str], ...]:
@@ -437,21 +564,32 @@ def rejected_card_secrets(etc_dir: Path) -> tuple[tuple[str, str], ...]:
     return tuple(found)
 
 
-def gather_facts(*, runtime: str, conmon: str, pause_image: str | None, root_dir: Path,
-                 cni_conf_dir: Path | None = None, cni_bin_dirs: list[str] | None = None,
-                 trusted_keys: Path | None = None, signature_policy: Path | None = None,
-                 card_dir: Path | None = None, card_config_error: str | None = None,
-                 kubeconfig: Path | None = None, wireguard_config: Path | None = None) -> HostFacts:
+def gather_facts(
+    *,
+    runtime: str,
+    conmon: str,
+    pause_image: str | None,
+    root_dir: Path,
+    cni_conf_dir: Path | None = None,
+    cni_bin_dirs: list[str] | None = None,
+    trusted_keys: Path | None = None,
+    signature_policy: Path | None = None,
+    card_dir: Path | None = None,
+    card_config_error: str | None = None,
+    kubeconfig: Path | None = None,
+    wireguard_config: Path | None = None,
+) -> HostFacts:
     """Look at this machine once."""
     from edgelet.cgroups.controllers import probe_cmdline_file
     from edgelet.runtime.bundle import probe_recursive_read_only
-    from edgelet.runtime.rootfs import probe_overlay
     from edgelet.runtime.host import parse_cap_mask
+    from edgelet.runtime.rootfs import probe_overlay
 
     runtime_path = shutil.which(runtime)
     conmon_path = shutil.which(conmon)
     v2 = frozenset(_read("/sys/fs/cgroup/cgroup.controllers").split()) or frozenset(
-        _read("/sys/fs/cgroup/unified/cgroup.controllers").split())
+        _read("/sys/fs/cgroup/unified/cgroup.controllers").split()
+    )
     cni: list[str] = []
     for d in CNI_DIRS:
         try:
@@ -465,11 +603,16 @@ def gather_facts(*, runtime: str, conmon: str, pause_image: str | None, root_dir
             bounding = parse_cap_mask(int(line.split()[1], 16))
     return HostFacts(
         euid=os.geteuid(),
-        runtime=runtime, runtime_path=runtime_path, runtime_version=_version(runtime_path),
-        conmon_path=conmon_path, conmon_version=_version(conmon_path),
-        pause_path=shutil.which("catatonit") or next(
+        runtime=runtime,
+        runtime_path=runtime_path,
+        runtime_version=_version(runtime_path),
+        conmon_path=conmon_path,
+        conmon_version=_version(conmon_path),
+        pause_path=shutil.which("catatonit")
+        or next(
             (p for p in ("/usr/libexec/catatonit/catatonit", "/usr/libexec/podman/catatonit") if os.access(p, os.X_OK)),
-            None),
+            None,
+        ),
         pause_image=pause_image,
         cgroup_v1_controllers=parse_mounts_cgroup_v1(_read("/proc/self/mounts")),
         cgroup_v2_controllers=v2,
@@ -497,13 +640,20 @@ def gather_facts(*, runtime: str, conmon: str, pause_image: str | None, root_dir
 
 
 def cmd_check(settings: Settings, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    facts = gather_facts(runtime=settings.runtime, conmon=settings.conmon,
-                         pause_image=settings.pod_infra_container_image, root_dir=settings.root_dir,
-                         cni_conf_dir=settings.cni_conf_dir,
-                         cni_bin_dirs=[d for d in settings.cni_bin_dir.split(":") if d],
-                         trusted_keys=settings.trusted_keys, signature_policy=settings.signature_policy,
-                         card_dir=settings.card_dir, card_config_error=settings.card_config_error,
-                         kubeconfig=settings.kubeconfig, wireguard_config=settings.wireguard_config)
+    facts = gather_facts(
+        runtime=settings.runtime,
+        conmon=settings.conmon,
+        pause_image=settings.pod_infra_container_image,
+        root_dir=settings.root_dir,
+        cni_conf_dir=settings.cni_conf_dir,
+        cni_bin_dirs=[d for d in settings.cni_bin_dir.split(":") if d],
+        trusted_keys=settings.trusted_keys,
+        signature_policy=settings.signature_policy,
+        card_dir=settings.card_dir,
+        card_config_error=settings.card_config_error,
+        kubeconfig=settings.kubeconfig,
+        wireguard_config=settings.wireguard_config,
+    )
     results = run_checks(facts)
     print(format_results(results), file=out)
     return EXIT_FAILURE if failed(results) else EXIT_OK

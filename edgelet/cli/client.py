@@ -7,8 +7,9 @@ agent leaves under the root and run dirs when it is not running.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 from edgelet.errors import EdgeletError
 
@@ -32,14 +33,17 @@ def _socket(run_dir: Path | str) -> Path:
     return socket_path(run_dir)
 
 
-def _client(sock: Path, read_timeout: float | None = TIMEOUT) -> "httpx.Client":
+def _client(sock: Path, read_timeout: float | None = TIMEOUT) -> httpx.Client:
     import httpx
 
-    return httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), base_url="http://edgelet",
-                        timeout=httpx.Timeout(TIMEOUT, read=read_timeout))
+    return httpx.Client(
+        transport=httpx.HTTPTransport(uds=str(sock)),
+        base_url="http://edgelet",
+        timeout=httpx.Timeout(TIMEOUT, read=read_timeout),
+    )
 
 
-def _error(response: "httpx.Response") -> AgentError:
+def _error(response: httpx.Response) -> AgentError:
     import msgspec
 
     try:

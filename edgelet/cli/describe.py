@@ -9,8 +9,9 @@ columns, and a `v1 List` for several objects in yaml/json.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from edgelet.events import Event
@@ -103,7 +104,7 @@ def rfc1123z(stamp: str | None) -> str:
     if not stamp:
         return ""
     try:
-        t = datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+        t = datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
     except ValueError:
         return stamp
     return t.strftime("%a, %d %b %Y %H:%M:%S +0000")
@@ -112,16 +113,21 @@ def rfc1123z(stamp: str | None) -> str:
 # --- get -o wide / yaml / json -----------------------------------------------------
 
 
-def pod_objects(rows: Iterable["PodRow"]) -> list[dict[str, Any]]:
+def pod_objects(rows: Iterable[PodRow]) -> list[dict[str, Any]]:
     """The full Pod objects of the rows (a snapshot of an older agent has none: a stub from the row)."""
     out = []
     for r in rows:
         if r.pod is not None:
             out.append(r.pod)
         else:
-            out.append({"apiVersion": "v1", "kind": "Pod",
-                        "metadata": {"name": r.name, "namespace": r.namespace, "uid": r.uid},
-                        "status": {"phase": r.phase}})
+            out.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": r.name, "namespace": r.namespace, "uid": r.uid},
+                    "status": {"phase": r.phase},
+                }
+            )
     return out
 
 
@@ -150,7 +156,7 @@ def readiness_gates_column(pod: dict[str, Any] | None) -> str:
     return f"{ready}/{len(gates)}"
 
 
-def wide_columns(row: "PodRow") -> list[str]:
+def wide_columns(row: PodRow) -> list[str]:
     """IP, NODE, NOMINATED NODE, READINESS GATES, as `kubectl get pods -o wide` adds them."""
     pod = row.pod or {}
     status = pod.get("status") or {}
@@ -161,7 +167,7 @@ def wide_columns(row: "PodRow") -> list[str]:
 # --- describe pod ---------------------------------------------------------------
 
 
-def find_pods(snapshot: "PodsSnapshot", name: str, namespace: str | None) -> list["PodRow"]:
+def find_pods(snapshot: PodsSnapshot, name: str, namespace: str | None) -> list[PodRow]:
     """Rows named `name`, or `name-<node>` (a static pod's name without its node suffix)."""
     wanted = {name, f"{name}-{snapshot.node_name}"}
     return [r for r in snapshot.pods if r.name in wanted and (namespace is None or r.namespace == namespace)]
@@ -199,9 +205,11 @@ def _multiline(w: _Writer, title: str, values: dict[str, str] | None, sep: str) 
 
 
 def _probe(probe: dict[str, Any], pod_ip: str) -> str:
-    attrs = (f"delay={probe.get('initialDelaySeconds', 0)}s timeout={probe.get('timeoutSeconds', 1)}s "
-             f"period={probe.get('periodSeconds', 10)}s #success={probe.get('successThreshold', 1)} "
-             f"#failure={probe.get('failureThreshold', 3)}")
+    attrs = (
+        f"delay={probe.get('initialDelaySeconds', 0)}s timeout={probe.get('timeoutSeconds', 1)}s "
+        f"period={probe.get('periodSeconds', 10)}s #success={probe.get('successThreshold', 1)} "
+        f"#failure={probe.get('failureThreshold', 3)}"
+    )
     if "exec" in probe:
         return f"exec [{' '.join((probe['exec'] or {}).get('command') or [])}] {attrs}"
     if "httpGet" in probe:
@@ -246,8 +254,14 @@ def _ports(ports: list[dict[str, Any]], key: str) -> str:
     return ",".join(f"{p.get(key)}/{p.get('protocol') or 'TCP'}" for p in ports if p.get(key))
 
 
-def _containers(w: _Writer, title: str, containers: list[dict], statuses: list[dict], pod_ip: str,
-                pulls: Mapping[str, Sequence[int]] | None = None) -> None:
+def _containers(
+    w: _Writer,
+    title: str,
+    containers: list[dict],
+    statuses: list[dict],
+    pod_ip: str,
+    pulls: Mapping[str, Sequence[int]] | None = None,
+) -> None:
     w.w(0, f"{title}:\n")
     by_name = {s.get("name"): s for s in statuses}
     for c in containers:
@@ -286,8 +300,7 @@ def _containers(w: _Writer, title: str, containers: list[dict], statuses: list[d
                 w.w(2, f"{label}:\n")
                 for rname in sorted(resources[key]):
                     w.w(3, f"{rname}:\t{resources[key][rname]}\n")
-        for key, label in (("livenessProbe", "Liveness"), ("readinessProbe", "Readiness"),
-                           ("startupProbe", "Startup")):
+        for key, label in (("livenessProbe", "Liveness"), ("readinessProbe", "Readiness"), ("startupProbe", "Startup")):
             if c.get(key):
                 w.w(2, f"{label}:\t{_probe(c[key], pod_ip)}\n")
         env = c.get("env") or []
@@ -363,7 +376,7 @@ def _tolerations(w: _Writer, tolerations: list[dict[str, Any]]) -> None:
         w.w(0, text + "\n")
 
 
-def _events(w: _Writer, events: Sequence["Event"], now: float) -> None:
+def _events(w: _Writer, events: Sequence[Event], now: float) -> None:
     if not events:
         w.w(0, "Events:\t<none>\n")
         return
@@ -379,8 +392,9 @@ def _events(w: _Writer, events: Sequence["Event"], now: float) -> None:
         w.w(1, f"{e.type}\t{e.reason}\t{age}\tkubelet\t{e.message.strip()}\n")
 
 
-def describe_pod(pod: dict[str, Any], events: Sequence["Event"], now: float,
-                 pulls: Mapping[str, Sequence[int]] | None = None) -> str:
+def describe_pod(
+    pod: dict[str, Any], events: Sequence[Event], now: float, pulls: Mapping[str, Sequence[int]] | None = None
+) -> str:
     """`kubectl describe pod` of one Pod object (as the snapshot holds it) and its events; a container waiting
     for a pull under way (`pulls`: image -> [done, total]) shows how far it is."""
     meta = pod.get("metadata") or {}
@@ -422,8 +436,9 @@ def describe_pod(pod: dict[str, Any], events: Sequence["Event"], now: float,
         for ip in ips:
             w.w(1, f"IP:\t{ip.get('ip')}\n")
     if spec.get("initContainers"):
-        _containers(w, "Init Containers", spec["initContainers"], status.get("initContainerStatuses") or [], pod_ip,
-                    pulls)
+        _containers(
+            w, "Init Containers", spec["initContainers"], status.get("initContainerStatuses") or [], pod_ip, pulls
+        )
     _containers(w, "Containers", spec.get("containers") or [], status.get("containerStatuses") or [], pod_ip, pulls)
     gates = spec.get("readinessGates") or []
     conditions = status.get("conditions") or []

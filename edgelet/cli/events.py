@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, Sequence, TextIO
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, TextIO
 
 from edgelet.cli import common
 from edgelet.cli.common import (
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     from edgelet.events import Event
 
 
-def events_table(events: Sequence["Event"], now: float) -> str:
+def events_table(events: Sequence[Event], now: float) -> str:
     """kubectl get events' columns: LAST SEEN, TYPE, REASON, OBJECT, MESSAGE (with a repeat count)."""
     rows = [["LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]]
     for e in sorted(events, key=lambda e: e.last_timestamp):
@@ -35,7 +36,7 @@ def events_table(events: Sequence["Event"], now: float) -> str:
     return format_table(rows)
 
 
-def events_for(events: Sequence["Event"], pod: str, node_name: str) -> list["Event"]:
+def events_for(events: Sequence[Event], pod: str, node_name: str) -> list[Event]:
     """The events of `pod` ([NAMESPACE/]NAME; a static pod's name with or without its -NODE suffix)."""
     ns, _, name = pod.rpartition("/")
     names = {name, f"{name}-{node_name}"}
@@ -63,8 +64,10 @@ def cmd_events(settings: Settings, args: argparse.Namespace, out: TextIO, err: T
         # The agent's node name, not this command's: `--for web` finds web-<node> as describe does.
         events = events_for(events, args.for_pod, agent_node_name(settings))
     if not is_agent_alive(snapshot.agent_pid):
-        print(f"edgelet is not running (pid {snapshot.agent_pid}); events as of {format_time(snapshot.written_at)}",
-              file=err)
+        print(
+            f"edgelet is not running (pid {snapshot.agent_pid}); events as of {format_time(snapshot.written_at)}",
+            file=err,
+        )
     if args.output == "json":
         out.write(msgspec.json.format(msgspec.json.encode(events), indent=2).decode() + "\n")
     elif events:

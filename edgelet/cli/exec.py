@@ -15,8 +15,9 @@ import os
 import signal
 import socket
 import sys
+from collections.abc import Sequence
 from types import FrameType
-from typing import TYPE_CHECKING, Sequence, TextIO
+from typing import TYPE_CHECKING, TextIO
 from urllib.parse import quote, urlencode
 
 from edgelet.cli.common import EXIT_USAGE, PROG, CommandError
@@ -61,9 +62,16 @@ def _upgrade(sock: socket.socket, target: str) -> tuple[bytes, dict[str, str]]:
     from edgelet.server.execproto import UPGRADE
 
     conn = h11.Connection(h11.CLIENT)
-    sock.sendall(conn.send(h11.Request(method="POST", target=target, headers=[
-        ("Host", "edgelet"), ("Upgrade", UPGRADE), ("Connection", "Upgrade"), ("Content-Length", "0")]))
-        + conn.send(h11.EndOfMessage()))
+    sock.sendall(
+        conn.send(
+            h11.Request(
+                method="POST",
+                target=target,
+                headers=[("Host", "edgelet"), ("Upgrade", UPGRADE), ("Connection", "Upgrade"), ("Content-Length", "0")],
+            )
+        )
+        + conn.send(h11.EndOfMessage())
+    )
     status, body = 0, b""
     while True:
         event = conn.next_event()
@@ -86,8 +94,9 @@ def _upgrade(sock: socket.socket, target: str) -> tuple[bytes, dict[str, str]]:
     raise ExecCommandError(message)
 
 
-def run_session(sock_path: str, target: str, hello: "Hello", fds: Sequence[int] = (0, 1, 2),
-                err: TextIO | None = None) -> int:
+def run_session(
+    sock_path: str, target: str, hello: Hello, fds: Sequence[int] = (0, 1, 2), err: TextIO | None = None
+) -> int:
     """Run one exec session (see edgelet.server.execproto); returns the command's exit code. The agent's
     note (a defaulted container) goes to `err`."""
     import termios
@@ -154,7 +163,7 @@ def exec_target(pod: str, namespace: str | None, container: str | None) -> str:
     return f"/exec/{quote(pod, safe='')}" + (f"?{urlencode(query)}" if query else "")
 
 
-def cmd_exec(settings: "Settings", args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+def cmd_exec(settings: Settings, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from edgelet.server.api import socket_path
     from edgelet.server.execproto import Hello
 
@@ -167,5 +176,9 @@ def cmd_exec(settings: "Settings", args: argparse.Namespace, out: TextIO, err: T
         print(warning, file=err)
     for stream in (out, err, sys.stdout, sys.stderr):
         stream.flush()  # the command writes to the same descriptors next
-    return run_session(str(socket_path(settings.run_dir)), exec_target(args.pod, args.namespace, args.container),
-                       Hello(command=command, tty=tty, stdin=args.stdin), err=err)
+    return run_session(
+        str(socket_path(settings.run_dir)),
+        exec_target(args.pod, args.namespace, args.container),
+        Hello(command=command, tty=tty, stdin=args.stdin),
+        err=err,
+    )

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from edgelet.cli import common
 from edgelet.cli.common import (
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
     from edgelet.images.types import ImageRecord
 
 
-def images_table(records: Sequence["ImageRecord"], now: float) -> str:
+def images_table(records: Sequence[ImageRecord], now: float) -> str:
     """REFERENCE, DIGEST (the manifest's: `name@digest` pins it), SIZE, PINNED, LAST USED (a container
     created from it; "never" when none was). An image without a name shows `<none>`: `images rm DIGEST`."""
     rows = [["REFERENCE", "DIGEST", "SIZE", "PINNED", "LAST USED"]]
@@ -69,14 +70,19 @@ def cmd_images_change(settings: Settings, args: argparse.Namespace, out: TextIO,
         from edgelet.images.puller import Puller
         from edgelet.trust.policy import load_optional_policy
 
-        puller = Puller(store, registries=dict(settings.registries),
-                        credentials=load_credentials(credential_paths(settings.image_credential_file)),
-                        signature_policy=load_optional_policy(settings.signature_policy))
+        puller = Puller(
+            store,
+            registries=dict(settings.registries),
+            credentials=load_credentials(credential_paths(settings.image_credential_file)),
+            signature_policy=load_optional_policy(settings.signature_policy),
+        )
         started = common.clock.monotonic()
-        r = with_progress(lambda progress: puller.pull_sync(args.reference, progress=progress), out,
-                          tty=_is_tty(out))
-        print(f"Pulled {', '.join(r.references)} ({r.digest}, {format_size(r.size)}) in "
-              f"{common.clock.monotonic() - started:.1f}s", file=out)
+        r = with_progress(lambda progress: puller.pull_sync(args.reference, progress=progress), out, tty=_is_tty(out))
+        print(
+            f"Pulled {', '.join(r.references)} ({r.digest}, {format_size(r.size)}) in "
+            f"{common.clock.monotonic() - started:.1f}s",
+            file=out,
+        )
         return EXIT_OK
     if args.images_command == "rm":
         for ref in args.references:
@@ -104,9 +110,13 @@ def cmd_images_import(settings: Settings, args: argparse.Namespace, out: TextIO,
     for name in args.files:
         path = Path(name)
         try:
-            records = with_progress(lambda progress: store.import_archive(path, progress=progress), out,
-                                    tty=_is_tty(out))
-        except Exception as exc:  # noqa: BLE001 - reported per file, then the others are still imported
+            # with_progress returns only once the work is done: the closure never outlives this iteration.
+            records = with_progress(
+                lambda progress: store.import_archive(path, progress=progress),  # noqa: B023
+                out,
+                tty=_is_tty(out),
+            )
+        except Exception as exc:
             if not is_expected_error(exc):
                 raise
             text = str(exc)

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence, TextIO
+from typing import TYPE_CHECKING, TextIO
 from urllib.parse import quote, urlencode
 
 from edgelet import logs
@@ -21,7 +22,6 @@ from edgelet.cli.common import EXIT_OK, CommandError
 
 if TYPE_CHECKING:
     from edgelet.settings import Settings
-
 
 
 class LogCommandError(CommandError):
@@ -77,19 +77,22 @@ def log_query(req: LogRequest) -> str:
     return ("?" + urlencode(params)) if params else ""
 
 
-def print_logs(settings: "Settings", req: LogRequest, out: TextIO, err: TextIO) -> int:
+def print_logs(settings: Settings, req: LogRequest, out: TextIO, err: TextIO) -> int:
     """Write the log to `out`; raises LogCommandError (or the client's AgentError) when it cannot."""
     import msgspec
 
-    from edgelet.cli import client
     from edgelet.api.types import PodList
+    from edgelet.cli import client
 
     live = client.get(settings.run_dir, "/pods")
     if live is None:
         return _print_from_files(settings, req, out)
     pods = msgspec.json.decode(live, type=PodList).items
-    full = resolve_pod([(meta(p).namespace or "default", meta(p).name or "", pod_spec(p).node_name or "")
-                        for p in pods], req.namespace, req.pod)
+    full = resolve_pod(
+        [(meta(p).namespace or "default", meta(p).name or "", pod_spec(p).node_name or "") for p in pods],
+        req.namespace,
+        req.pod,
+    )
     pod = next(p for p in pods if meta(p).name == full and (meta(p).namespace or "default") == req.namespace)
     names = [c.name for c in [*(pod_spec(pod).init_containers or []), *(pod_spec(pod).containers or [])]]
     container = resolve_container(names, req.container, f"{req.namespace}/{full}")
@@ -119,7 +122,7 @@ def _pod_log_dirs(log_dir: Path, namespace: str, name: str) -> list[Path]:
     return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
 
 
-def _print_from_files(settings: "Settings", req: LogRequest, out: TextIO) -> int:
+def _print_from_files(settings: Settings, req: LogRequest, out: TextIO) -> int:
     """The agent is not running: read the CRI log files directly (follow lasts until interrupted)."""
     import msgspec
 
@@ -137,8 +140,9 @@ def _print_from_files(settings: "Settings", req: LogRequest, out: TextIO) -> int
         full = req.pod
     pod_dirs = _pod_log_dirs(settings.log_dir, req.namespace, full)
     if not pod_dirs:
-        raise LogCommandError(f"pod {req.namespace}/{req.pod}: no logs under {settings.log_dir / 'pods'} "
-                              "(and edgelet is not running)")
+        raise LogCommandError(
+            f"pod {req.namespace}/{req.pod}: no logs under {settings.log_dir / 'pods'} (and edgelet is not running)"
+        )
     pod_dir = pod_dirs[0]
     containers = sorted(p.name for p in pod_dir.iterdir() if p.is_dir())
     container = resolve_container(containers, req.container, f"{req.namespace}/{full}")
@@ -160,7 +164,14 @@ def _print_from_files(settings: "Settings", req: LogRequest, out: TextIO) -> int
                 time.sleep(logs.FOLLOW_POLL)
 
 
-def cmd_logs(settings: "Settings", args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    request = LogRequest(namespace=args.namespace, pod=args.pod, container=args.container, follow=args.follow,
-                         tail=args.tail, previous=args.previous, timestamps=args.timestamps)
+def cmd_logs(settings: Settings, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    request = LogRequest(
+        namespace=args.namespace,
+        pod=args.pod,
+        container=args.container,
+        follow=args.follow,
+        tail=args.tail,
+        previous=args.previous,
+        timestamps=args.timestamps,
+    )
     return print_logs(settings, request, out, err)

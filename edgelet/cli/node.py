@@ -16,11 +16,14 @@ def capacity(settings: Settings) -> tuple[dict[str, str], dict[str, str]]:
     from edgelet.eviction.thresholds import hard_reserved
     from edgelet.mirror.node import host_facts, node_allocatable, node_resources, with_reservations
 
-    facts = host_facts(settings.node_name, root_dir=settings.root_dir, runtime_version="", edgelet_version="",
-                       node_ip="")
-    facts = with_reservations(facts, total_reserved(settings.system_reserved, settings.kube_reserved),
-                              hard_reserved(settings.eviction_hard, memory_bytes=facts.memory_bytes,
-                                            disk_bytes=facts.ephemeral_bytes))
+    facts = host_facts(
+        settings.node_name, root_dir=settings.root_dir, runtime_version="", edgelet_version="", node_ip=""
+    )
+    facts = with_reservations(
+        facts,
+        total_reserved(settings.system_reserved, settings.kube_reserved),
+        hard_reserved(settings.eviction_hard, memory_bytes=facts.memory_bytes, disk_bytes=facts.ephemeral_bytes),
+    )
     return node_resources(facts), node_allocatable(facts)
 
 
@@ -37,11 +40,18 @@ def usage_rows(summary: dict[str, Any] | None, cap: dict[str, str]) -> list[tupl
     nano = (node.get("cpu") or {}).get("usageNanoCores")
     ws = (node.get("memory") or {}).get("workingSetBytes")
     fs = node.get("fs") or {}
-    rows = [("  cpu:", format_cpu(nano) + ("" if nano is None else f" ({nano / 1e9 / cores:.0%})")),
-            ("  memory:", format_memory(ws) + ("" if ws is None or not mem_total else f" ({ws / mem_total:.0%})"))]
+    rows = [
+        ("  cpu:", format_cpu(nano) + ("" if nano is None else f" ({nano / 1e9 / cores:.0%})")),
+        ("  memory:", format_memory(ws) + ("" if ws is None or not mem_total else f" ({ws / mem_total:.0%})")),
+    ]
     if fs.get("capacityBytes"):
-        rows.append(("  ephemeral-storage:", f"{format_memory(fs.get('usedBytes'))} of "
-                                             f"{format_memory(fs['capacityBytes'])} ({fs['usedBytes'] / fs['capacityBytes']:.0%})"))
+        rows.append(
+            (
+                "  ephemeral-storage:",
+                f"{format_memory(fs.get('usedBytes'))} of "
+                f"{format_memory(fs['capacityBytes'])} ({fs['usedBytes'] / fs['capacityBytes']:.0%})",
+            )
+        )
     rows.append(("  pods:", f"{len(summary.get('pods', []))} running"))
     return [("Usage:", ""), *rows]
 
@@ -92,11 +102,28 @@ def cmd_node(settings: Settings, args: argparse.Namespace, out: TextIO, err: Tex
     conditions = fetch_conditions(settings) if running else None
     cap, allocatable = capacity(settings)
     if args.output == "json":
-        usage = None if summary is None else {"cpuNanoCores": (summary["node"].get("cpu") or {}).get("usageNanoCores"),
-                                              "memoryWorkingSetBytes": (summary["node"].get("memory") or {}).get(
-                                                  "workingSetBytes"), "pods": len(summary.get("pods", []))}
-        print(json.dumps({**(state or {}), "conditions": conditions, "capacity": cap, "allocatable": allocatable,
-                          "usage": usage}, indent=2), file=out)
+        usage = (
+            None
+            if summary is None
+            else {
+                "cpuNanoCores": (summary["node"].get("cpu") or {}).get("usageNanoCores"),
+                "memoryWorkingSetBytes": (summary["node"].get("memory") or {}).get("workingSetBytes"),
+                "pods": len(summary.get("pods", [])),
+            }
+        )
+        print(
+            json.dumps(
+                {
+                    **(state or {}),
+                    "conditions": conditions,
+                    "capacity": cap,
+                    "allocatable": allocatable,
+                    "usage": usage,
+                },
+                indent=2,
+            ),
+            file=out,
+        )
         return EXIT_OK if running else EXIT_FAILURE
     rows: list[tuple[str, str]] = [("Node:", agent_node_name(settings))]
     if conditions is None:
@@ -109,13 +136,17 @@ def cmd_node(settings: Settings, args: argparse.Namespace, out: TextIO, err: Tex
             return "never" if ts is None else f"{format_age(now - ts)} ago ({format_time(ts)})"
 
         link = state["link"] + (f" ({state['last_error']})" if state.get("last_error") else "")
-        rows += [("Server:", state["server"]),
-                 ("Registered:", f"yes (uid {state['node_uid']})" if state["registered"] else "no"),
-                 ("Link:", link), ("Last lease renewal:", ago(state.get("last_lease_renewal"))),
-                 ("Last node status:", ago(state.get("last_status_update"))),
-                 ("Last full resync:", ago(state.get("last_resync")) + f", {state['resyncs']} in all"),
-                 ("Mirror pods:", str(state["mirror_pods"])), ("Queue depth:", str(state["queue_depth"])),
-                 ("Requests sent:", str(state["requests"]))]
+        rows += [
+            ("Server:", state["server"]),
+            ("Registered:", f"yes (uid {state['node_uid']})" if state["registered"] else "no"),
+            ("Link:", link),
+            ("Last lease renewal:", ago(state.get("last_lease_renewal"))),
+            ("Last node status:", ago(state.get("last_status_update"))),
+            ("Last full resync:", ago(state.get("last_resync")) + f", {state['resyncs']} in all"),
+            ("Mirror pods:", str(state["mirror_pods"])),
+            ("Queue depth:", str(state["queue_depth"])),
+            ("Requests sent:", str(state["requests"])),
+        ]
     elif running:
         rows.append(("Apiserver:", "none (standalone; --kubeconfig reports to one)"))
     width = max(len(k) for k, _ in rows)

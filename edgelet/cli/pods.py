@@ -23,12 +23,12 @@ if TYPE_CHECKING:
     from edgelet.status.snapshot import PodRow, PodsSnapshot
 
 
-def pod_images(row: "PodRow") -> list[str]:
+def pod_images(row: PodRow) -> list[str]:
     spec = (row.pod or {}).get("spec") or {}
     return [c.get("image") or "" for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]]
 
 
-def pulls_message(row: "PodRow", pulls: dict[str, list[int]]) -> str:
+def pulls_message(row: PodRow, pulls: dict[str, list[int]]) -> str:
     """The pulls under way for `row`'s images: `pulling IMAGE: 12.3MB of 53.5MB (23%)`."""
     from edgelet.cli.progress import pull_text
 
@@ -36,7 +36,7 @@ def pulls_message(row: "PodRow", pulls: dict[str, list[int]]) -> str:
     return "; ".join(f"pulling {i}: {pull_text(*pulls[i])}" for i in shown)
 
 
-def pods_table(snapshot: "PodsSnapshot", now: float, *, wide: bool = False) -> str:
+def pods_table(snapshot: PodsSnapshot, now: float, *, wide: bool = False) -> str:
     from edgelet.cli.describe import wide_columns
 
     header = ["NAMESPACE", "NAME", "READY", "STATUS", "RESTARTS", "AGE"]
@@ -57,13 +57,13 @@ def pods_table(snapshot: "PodsSnapshot", now: float, *, wide: bool = False) -> s
     return format_table(rows)
 
 
-def rejected_table(snapshot: "PodsSnapshot") -> str:
+def rejected_table(snapshot: PodsSnapshot) -> str:
     rows = [["SOURCE", "ORIGIN", "POD", "REASON", "MESSAGE"]]
     rows += [[r.source, r.origin, r.pod or "-", r.reason, r.message] for r in snapshot.rejected]
     return format_table(rows)
 
 
-def read_pods_snapshot(settings: Settings, err: TextIO) -> "PodsSnapshot | None":
+def read_pods_snapshot(settings: Settings, err: TextIO) -> PodsSnapshot | None:
     """The pods snapshot (live from the agent, else its checkpoint); None, said on `err`, when there is none."""
     import msgspec
 
@@ -83,8 +83,11 @@ def read_pods_snapshot(settings: Settings, err: TextIO) -> "PodsSnapshot | None"
     except msgspec.DecodeError as exc:
         raise CommandError(f"{path}: unreadable pods snapshot: {exc}") from exc
     if not is_agent_alive(snapshot.agent_pid):
-        print(f"edgelet is not running (pid {snapshot.agent_pid}); pods as of {format_time(snapshot.written_at)} "
-              f"({format_age(common.clock.now() - snapshot.written_at)} ago)", file=err)
+        print(
+            f"edgelet is not running (pid {snapshot.agent_pid}); pods as of {format_time(snapshot.written_at)} "
+            f"({format_age(common.clock.now() - snapshot.written_at)} ago)",
+            file=err,
+        )
     return snapshot
 
 
@@ -141,8 +144,8 @@ def cmd_pods(settings: Settings, args: argparse.Namespace, out: TextIO, err: Tex
 def cmd_describe(settings: Settings, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     import msgspec
 
-    from edgelet.events import events_path, read_events
     from edgelet.cli import describe
+    from edgelet.events import events_path, read_events
 
     snapshot = read_pods_snapshot(settings, err)
     if snapshot is None:
@@ -159,9 +162,13 @@ def cmd_describe(settings: Settings, args: argparse.Namespace, out: TextIO, err:
     except (OSError, msgspec.DecodeError) as exc:
         print(f"{PROG}: cannot read events: {exc}", file=err)
         recorded = None
-    events = [e for e in (recorded.events if recorded is not None else [])
-              if e.object.name == row.name and e.object.namespace == row.namespace
-              and (not e.object.uid or e.object.uid == row.uid)]
+    events = [
+        e
+        for e in (recorded.events if recorded is not None else [])
+        if e.object.name == row.name
+        and e.object.namespace == row.namespace
+        and (not e.object.uid or e.object.uid == row.uid)
+    ]
     (obj,) = describe.pod_objects([row])
     out.write(describe.describe_pod(obj, events, common.clock.now(), snapshot.pulls))
     return EXIT_OK

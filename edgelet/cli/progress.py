@@ -4,7 +4,8 @@ plain lines as blobs start and finish otherwise; the formatting is pure, the dra
 from __future__ import annotations
 
 import threading
-from typing import Callable, Sequence, TextIO, TypeVar
+from collections.abc import Callable, Sequence
+from typing import TextIO, TypeVar
 
 from edgelet.cli.common import format_size
 from edgelet.images.progress import BlobProgress, Progress, ProgressSnapshot
@@ -59,15 +60,18 @@ def blob_line(b: BlobProgress, now: float) -> str:
     if b.finished:
         return f"{name}  done {format_size(b.done)} in {elapsed:.1f}s ({format_rate(rate)})"
     total = format_size(b.total) if b.total is not None else "?"
-    return (f"{name}  {format_size(b.done)}/{total}  {percent(b.done, b.total)}  {format_rate(rate)}  "
-            f"ETA {format_eta(eta)}")
+    return (
+        f"{name}  {format_size(b.done)}/{total}  {percent(b.done, b.total)}  {format_rate(rate)}  ETA {format_eta(eta)}"
+    )
 
 
 def total_line(s: ProgressSnapshot) -> str:
     """All blobs: `total  12.3MB/53.5MB  23%  4.1MB/s  ETA 10s`."""
     rate, eta = rate_and_eta(s.done, s.total, s.now - s.started)
-    return (f"total  {format_size(s.done)}/{format_size(s.total)}  {percent(s.done, s.total)}  "
-            f"{format_rate(rate)}  ETA {format_eta(eta)}")
+    return (
+        f"total  {format_size(s.done)}/{format_size(s.total)}  {percent(s.done, s.total)}  "
+        f"{format_rate(rate)}  ETA {format_eta(eta)}"
+    )
 
 
 def terminal_lines(s: ProgressSnapshot) -> list[str]:
@@ -103,7 +107,7 @@ def with_progress(work: Callable[[Progress], T], out: TextIO, *, tty: bool) -> T
     def run() -> None:
         try:
             result.append(work(progress))
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread below
+        except BaseException as exc:
             error.append(exc)
 
     thread = threading.Thread(target=run, name="images-progress", daemon=True)

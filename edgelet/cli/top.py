@@ -86,8 +86,10 @@ def cmd_top(settings: Settings, args: argparse.Namespace, out: TextIO, err: Text
         return EXIT_FAILURE
     rows = container_rows(summary, args.namespace) if args.what == "containers" else pod_rows(summary, args.namespace)
     if len(rows) == 1:
-        print("No pods running." if args.namespace is None else f"No pods running in namespace {args.namespace}.",
-              file=out)
+        print(
+            "No pods running." if args.namespace is None else f"No pods running in namespace {args.namespace}.",
+            file=out,
+        )
         return EXIT_OK
     print(format_table(rows), file=out)
     return EXIT_OK

@@ -10,34 +10,35 @@ state that `list_pods` will report and a later sync will clean.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from edgelet.api.types import Container, Pod
-    from edgelet.images.types import ImageRecord
     from edgelet.container.types import Completed, PodRuntimeStatus, PreparedContainer, SandboxRecord
+    from edgelet.images.types import ImageRecord
 
 
 class Runtime(Protocol):
-    async def list_pods(self) -> dict[str, "PodRuntimeStatus"]:
+    async def list_pods(self) -> dict[str, PodRuntimeStatus]:
         """The actual state of every pod, rebuilt from runc state, annotations and exit files."""
         ...
 
-    async def pod_status(self, uid: str) -> "PodRuntimeStatus":
+    async def pod_status(self, uid: str) -> PodRuntimeStatus:
         """The actual state of one pod (empty when the runtime holds nothing for it)."""
         ...
 
-    async def run_sandbox(self, pod: "Pod", attempt: int) -> "SandboxRecord":
+    async def run_sandbox(self, pod: Pod, attempt: int) -> SandboxRecord:
         """Create the pod dir, cgroup and a running pause sandbox holding the pod's namespaces."""
         ...
 
-    async def create_sandbox(self, pod: "Pod", attempt: int) -> "SandboxRecord":
+    async def create_sandbox(self, pod: Pod, attempt: int) -> SandboxRecord:
         """run_sandbox up to the pod network's attachment: the pod's namespaces exist, and containers may be
         created in them but not started. Returns the sandbox "created" when `start_sandbox` has the network
         to attach (a CNI network), "running" when nothing is left to do. On failure nothing stays."""
         ...
 
-    async def start_sandbox(self, pod: "Pod", sandbox: "SandboxRecord") -> "SandboxRecord":
+    async def start_sandbox(self, pod: Pod, sandbox: SandboxRecord) -> SandboxRecord:
         """Attach a created sandbox's network (CNI ADD) and finish it; returns it "running". On failure (or a
         cancellation) the sandbox stays created, never started: the caller removes the containers it created
         in it, then the sandbox (`remove_container(sandbox.id)`)."""
@@ -49,13 +50,13 @@ class Runtime(Protocol):
 
     async def create_container(
         self,
-        pod: "Pod",
-        container: "Container",
-        sandbox: "SandboxRecord",
-        image: "ImageRecord",
+        pod: Pod,
+        container: Container,
+        sandbox: SandboxRecord,
+        image: ImageRecord,
         attempt: int,
         container_type: str = "regular",
-        prepared: "PreparedContainer | None" = None,
+        prepared: PreparedContainer | None = None,
     ) -> str:
         """Build the bundle, mount the rootfs and `conmon`+`runc create` it; returns the container id.
 
@@ -65,17 +66,17 @@ class Runtime(Protocol):
 
     async def prepare_container(
         self,
-        pod: "Pod",
-        container: "Container",
-        image: "ImageRecord",
+        pod: Pod,
+        container: Container,
+        image: ImageRecord,
         attempt: int,
         container_type: str = "regular",
-    ) -> "PreparedContainer":
+    ) -> PreparedContainer:
         """What of `create_container` needs no sandbox (bundle dir, rootfs mount, log link), so sync can do it
         while the sandbox is set up; raises as `create_container` does, leaving nothing behind."""
         ...
 
-    async def discard_prepared(self, prepared: "PreparedContainer") -> None:
+    async def discard_prepared(self, prepared: PreparedContainer) -> None:
         """Undo a `prepare_container` whose container will not be created (its sandbox failed); never raises."""
         ...
 
@@ -87,7 +88,7 @@ class Runtime(Protocol):
         """Send `signal`, wait up to `grace` seconds (at least 2 s), then SIGKILL; returns once exited."""
         ...
 
-    async def exec_sync(self, container_id: str, argv: "Sequence[str]", timeout: float | None) -> "Completed":
+    async def exec_sync(self, container_id: str, argv: Sequence[str], timeout: float | None) -> Completed:
         """Run `argv` in the running container and wait (probes, hooks); a non-zero exit is not an error.
 
         Raises ExecTimeout after killing the command when `timeout` passes, ExecError when it cannot run.

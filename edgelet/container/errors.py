@@ -16,7 +16,7 @@ Hierarchy::
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from edgelet.errors import EdgeletError
 
@@ -33,7 +33,9 @@ class RuntimeError_(EdgeletError):
 
 
 class ExecError(RuntimeError_):
-    def __init__(self, argv: Sequence[str], returncode: int | None, stderr: bytes | str = b"", message: str = "") -> None:
+    def __init__(
+        self, argv: Sequence[str], returncode: int | None, stderr: bytes | str = b"", message: str = ""
+    ) -> None:
         self.argv = tuple(argv)
         self.returncode = returncode
         self.stderr = stderr_tail(stderr)

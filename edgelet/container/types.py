@@ -104,7 +104,8 @@ class ContainerRecord:
         ("created", or "exited" with an unknown status once killed). Its run never happened: it is no
         restart and no lastState."""
         return self.started_at is None and (
-            self.state == "created" or (self.state == "exited" and self.reason == "ContainerStatusUnknown"))
+            self.state == "created" or (self.state == "exited" and self.reason == "ContainerStatusUnknown")
+        )
 
 
 @dataclass(frozen=True)

@@ -12,16 +12,18 @@ disk usage; PID pressure by priority, then by process count.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 from edgelet.eviction.signals import Observation
 from edgelet.eviction.thresholds import CONDITION, MEMORY, PIDS, RESOURCE, Threshold
 
 # kubelet's scheduling.SystemCriticalPriority and the two built-in critical classes.
 SYSTEM_CRITICAL_PRIORITY = 2_000_000_000
-CRITICAL_CLASSES = {"system-node-critical": SYSTEM_CRITICAL_PRIORITY + 1000,
-                    "system-cluster-critical": SYSTEM_CRITICAL_PRIORITY}
+CRITICAL_CLASSES = {
+    "system-node-critical": SYSTEM_CRITICAL_PRIORITY + 1000,
+    "system-cluster-critical": SYSTEM_CRITICAL_PRIORITY,
+}
 
 
 @dataclass(frozen=True)
@@ -57,8 +59,11 @@ def _key(t: Threshold) -> tuple[str, bool]:
     return (t.signal, t.hard)
 
 
-def thresholds_met(thresholds: Sequence[Threshold], observed: Mapping[str, Observation],
-                   already: frozenset[tuple[str, bool]] = frozenset()) -> list[Threshold]:
+def thresholds_met(
+    thresholds: Sequence[Threshold],
+    observed: Mapping[str, Observation],
+    already: frozenset[tuple[str, bool]] = frozenset(),
+) -> list[Threshold]:
     """The thresholds whose signal is below them; those `already` met must also recover their minimum reclaim."""
     out = []
     for t in thresholds:
@@ -82,8 +87,13 @@ class PressureState:
     condition_seen: Mapping[str, float] = field(default_factory=dict)  # condition -> last time it was met
 
 
-def step(state: PressureState, thresholds: Sequence[Threshold], observed: Mapping[str, Observation], now: float,
-         transition_period: float) -> tuple[PressureState, list[Threshold], frozenset[str]]:
+def step(
+    state: PressureState,
+    thresholds: Sequence[Threshold],
+    observed: Mapping[str, Observation],
+    now: float,
+    transition_period: float,
+) -> tuple[PressureState, list[Threshold], frozenset[str]]:
     """One round: (the new state, the thresholds to act on, the node conditions to report)."""
     met = thresholds_met(thresholds, observed, state.active)
     first = {_key(t): state.first_met.get(_key(t), now) for t in met}
@@ -106,14 +116,18 @@ def rank(pods: Sequence[PodUsage], signal: str) -> list[PodUsage]:
     """The pods to evict for `signal`, first first; critical pods are never candidates."""
     candidates = [p for p in pods if not p.critical]
     if signal == MEMORY:
+
         def key(p: PodUsage) -> tuple[bool, int, int, str]:
             return (p.memory <= p.memory_request, p.priority, -(p.memory - p.memory_request), p.name)
     elif signal == PIDS:
+
         def key(p: PodUsage) -> tuple[bool, int, int, str]:
             return (False, p.priority, -p.pids, p.name)
     else:
+
         def key(p: PodUsage) -> tuple[bool, int, int, str]:
             return (p.disk_request > 0 and p.disk <= p.disk_request, p.priority, -p.disk, p.name)
+
     return sorted(candidates, key=key)
 
 

@@ -1,7 +1,7 @@
 """The eviction package's errors.
 
-    EdgeletError
-    └── EvictionConfigError    a threshold, grace period or minimum-reclaim flag that cannot be parsed
+EdgeletError
+└── EvictionConfigError    a threshold, grace period or minimum-reclaim flag that cannot be parsed
 """
 
 from __future__ import annotations

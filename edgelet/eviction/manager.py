@@ -13,7 +13,7 @@ so it evicts all but the critical ones and starts them again afterwards
 
 from __future__ import annotations
 
-from typing import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from edgelet.eviction.decide import PodUsage, PressureState, message, rank, step, to_reclaim
 from edgelet.eviction.signals import Observation
@@ -64,7 +64,7 @@ class EvictionManager:
         while True:
             try:
                 await self.synchronize()
-            except Exception as exc:  # noqa: BLE001 - a failed round must not end eviction for good
+            except Exception as exc:
                 log.error("Eviction round failed", exc)
             await self._clock.sleep(self._interval)
 
@@ -73,8 +73,9 @@ class EvictionManager:
         import asyncio
 
         observed = await asyncio.to_thread(self._observe)
-        self._state, active, conditions = step(self._state, self._thresholds, observed, self._clock.monotonic(),
-                                               self._transition)
+        self._state, active, conditions = step(
+            self._state, self._thresholds, observed, self._clock.monotonic(), self._transition
+        )
         if conditions != self.conditions:
             log.info("Node conditions changed", pressure=",".join(sorted(conditions)) or "none")
             self.conditions = conditions
@@ -91,8 +92,9 @@ class EvictionManager:
             # Disk: images and dead containers go before any running pod.
             await self._reclaim(threshold.signal)
             observed = await asyncio.to_thread(self._observe)
-            self._state, active, _ = step(self._state, self._thresholds, observed, self._clock.monotonic(),
-                                          self._transition)
+            self._state, active, _ = step(
+                self._state, self._thresholds, observed, self._clock.monotonic(), self._transition
+            )
             threshold = to_reclaim(active)
             if threshold is None:
                 log.info("Node-level reclaim relieved the pressure")

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 
 from edgelet.eviction.thresholds import IMAGEFS, IMAGEFS_INODES, MEMORY, NODEFS, NODEFS_INODES, PIDS
 from edgelet.util.log import get_logger
@@ -62,8 +62,7 @@ def memory_observation(meminfo: Mapping[str, int], usage: int | None, stat: Mapp
 
 def fs_observations(st: os.statvfs_result) -> tuple[Observation, Observation]:
     """(bytes, inodes) available to unprivileged users of a filesystem, as cAdvisor reports them."""
-    return (Observation(st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize),
-            Observation(st.f_favail, st.f_files))
+    return (Observation(st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize), Observation(st.f_favail, st.f_files))
 
 
 def pid_observation(pid_max: int, loadavg: str) -> Observation:
@@ -92,8 +91,9 @@ class HostSignals:
 
     def _memory(self) -> Observation:
         meminfo = parse_meminfo(_read("/proc/meminfo"))
-        for usage_file, stat_file in ((self._cgroup / "memory" / "memory.usage_in_bytes",
-                                       self._cgroup / "memory" / "memory.stat"),):
+        for usage_file, stat_file in (
+            (self._cgroup / "memory" / "memory.usage_in_bytes", self._cgroup / "memory" / "memory.stat"),
+        ):
             usage = _read(usage_file).strip()
             if usage.isdigit():
                 return memory_observation(meminfo, int(usage), parse_memory_stat(_read(stat_file)))

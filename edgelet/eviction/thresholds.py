@@ -23,11 +23,23 @@ SIGNALS = (MEMORY, NODEFS, NODEFS_INODES, IMAGEFS, IMAGEFS_INODES, PIDS)
 DEFAULT_HARD = EVICTION_HARD_DEFAULT
 
 # The node condition each signal sets (kubelet's signalToNodeCondition).
-CONDITION = {MEMORY: "MemoryPressure", NODEFS: "DiskPressure", NODEFS_INODES: "DiskPressure",
-             IMAGEFS: "DiskPressure", IMAGEFS_INODES: "DiskPressure", PIDS: "PIDPressure"}
+CONDITION = {
+    MEMORY: "MemoryPressure",
+    NODEFS: "DiskPressure",
+    NODEFS_INODES: "DiskPressure",
+    IMAGEFS: "DiskPressure",
+    IMAGEFS_INODES: "DiskPressure",
+    PIDS: "PIDPressure",
+}
 # The resource named in events and the eviction message (kubelet's signalToResource).
-RESOURCE = {MEMORY: "memory", NODEFS: "ephemeral-storage", NODEFS_INODES: "inodes", IMAGEFS: "ephemeral-storage",
-            IMAGEFS_INODES: "inodes", PIDS: "pids"}
+RESOURCE = {
+    MEMORY: "memory",
+    NODEFS: "ephemeral-storage",
+    NODEFS_INODES: "inodes",
+    IMAGEFS: "ephemeral-storage",
+    IMAGEFS_INODES: "inodes",
+    PIDS: "pids",
+}
 
 
 @dataclass(frozen=True)
@@ -137,6 +149,8 @@ def configure(hard: str, soft: str = "", soft_grace: str = "", min_reclaim: str 
         if grace < 0:
             raise EvictionConfigError("eviction-soft-grace-period", f"{signal}: must not be negative")
         out.append(replace(th, grace_period=grace))
-    reclaims = {s: _value("eviction-minimum-reclaim", s, v, allow_zero=True)
-                for s, v in parse_signal_map(min_reclaim, flag="eviction-minimum-reclaim").items()}
+    reclaims = {
+        s: _value("eviction-minimum-reclaim", s, v, allow_zero=True)
+        for s, v in parse_signal_map(min_reclaim, flag="eviction-minimum-reclaim").items()
+    }
     return [replace(t, min_reclaim=reclaims.get(t.signal, t.min_reclaim)) for t in out]

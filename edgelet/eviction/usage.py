@@ -7,8 +7,9 @@ Read only under pressure; cgroup v1 (per-controller hierarchies) and v2
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING
 
 from edgelet.api.pod import meta, spec, uid
 from edgelet.api.qos import container_requests
@@ -31,9 +32,13 @@ def cgroup_memory(mount: Path, cgroup: str) -> int | None:
     """The working set of a cgroup (usage less inactive file pages, as cAdvisor); None when it does not exist."""
     rel = cgroup.strip("/")
     for usage_file, stat_file, inactive in (
-            (mount / "memory" / rel / "memory.usage_in_bytes", mount / "memory" / rel / "memory.stat",
-             "total_inactive_file"),
-            (mount / rel / "memory.current", mount / rel / "memory.stat", "inactive_file")):
+        (
+            mount / "memory" / rel / "memory.usage_in_bytes",
+            mount / "memory" / rel / "memory.stat",
+            "total_inactive_file",
+        ),
+        (mount / rel / "memory.current", mount / rel / "memory.stat", "inactive_file"),
+    ):
         usage = _read_int(usage_file)
         if usage is not None:
             try:
@@ -81,7 +86,7 @@ def dir_bytes(paths: Iterable[Path]) -> int:
     return total
 
 
-def _requests(pod: "Pod", name: str) -> int:
+def _requests(pod: Pod, name: str) -> int:
     total = 0
     for c in spec(pod).containers or []:
         q = container_requests(c).get(name)
@@ -89,8 +94,12 @@ def _requests(pod: "Pod", name: str) -> int:
     return total
 
 
-def pod_usages(pods: Iterable["Pod"], cgroup_of: Callable[[str], str], dirs_of: Callable[["Pod"], list[Path]],
-               mount: Path = Path("/sys/fs/cgroup")) -> list[PodUsage]:
+def pod_usages(
+    pods: Iterable[Pod],
+    cgroup_of: Callable[[str], str],
+    dirs_of: Callable[[Pod], list[Path]],
+    mount: Path = Path("/sys/fs/cgroup"),
+) -> list[PodUsage]:
     """The usage of every pod that has a cgroup (runs); blocking I/O, for a worker thread."""
     out = []
     for pod in pods:
@@ -98,11 +107,16 @@ def pod_usages(pods: Iterable["Pod"], cgroup_of: Callable[[str], str], dirs_of: 
         memory = cgroup_memory(mount, cg)
         if memory is None:
             continue
-        out.append(PodUsage(
-            uid=uid(pod), name=f"{meta(pod).namespace}/{meta(pod).name}",
-            priority=pod_priority(spec(pod).priority_class_name, spec(pod).priority),
-            memory=memory, memory_request=_requests(pod, "memory"),
-            disk=dir_bytes(dirs_of(pod)), disk_request=_requests(pod, "ephemeral-storage"),
-            pids=cgroup_pids(mount, cg) or 0,
-        ))
+        out.append(
+            PodUsage(
+                uid=uid(pod),
+                name=f"{meta(pod).namespace}/{meta(pod).name}",
+                priority=pod_priority(spec(pod).priority_class_name, spec(pod).priority),
+                memory=memory,
+                memory_request=_requests(pod, "memory"),
+                disk=dir_bytes(dirs_of(pod)),
+                disk_request=_requests(pod, "ephemeral-storage"),
+                pids=cgroup_pids(mount, cg) or 0,
+            )
+        )
     return out

@@ -22,9 +22,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
-from edgelet.images.types import ByteSource
 from edgelet.images import zstd
-from edgelet.images.errors import ArchiveError, BlobError, DecompressError, ImageError, InvalidReference, PlatformNotFound
+from edgelet.images.errors import (
+    ArchiveError,
+    BlobError,
+    DecompressError,
+    ImageError,
+    InvalidReference,
+    PlatformNotFound,
+)
 from edgelet.images.reference import (
     Platform,
     describe_platforms,
@@ -34,6 +40,7 @@ from edgelet.images.reference import (
     select_platform,
     validate_digest,
 )
+from edgelet.images.types import ByteSource
 from edgelet.util.log import get_logger
 
 log = get_logger(__name__)
@@ -57,7 +64,8 @@ ZSTD_LAYER_TYPES = (
     "application/vnd.docker.image.rootfs.diff.tar.zstd",
 )
 SUPPORTED_LAYER_TYPES = (
-    MT_OCI_LAYER, MT_OCI_LAYER_GZIP,
+    MT_OCI_LAYER,
+    MT_OCI_LAYER_GZIP,
     "application/vnd.docker.image.rootfs.diff.tar",
     "application/vnd.docker.image.rootfs.diff.tar.gzip",
     "application/vnd.oci.image.layer.nondistributable.v1.tar",
@@ -75,8 +83,9 @@ _MAX_NESTING = 4
 class BlobSink(Protocol):
     """Where blobs go: the image store's content store (a puller will write through the same methods)."""
 
-    def add_blob(self, src: ByteSource, *, digest: str | None = None, size: int | None = None,
-                 source: str = "") -> tuple[str, int]:
+    def add_blob(
+        self, src: ByteSource, *, digest: str | None = None, size: int | None = None, source: str = ""
+    ) -> tuple[str, int]:
         """Copy `src` in, verifying `digest`/`size` when given; returns (digest, size)."""
         ...
 
@@ -171,8 +180,9 @@ class _Contents:
                 raise BlobError(digest, "referenced but not in the archive", source=self.archive)
             self.path_digest(f"blobs/{alg}/{hex_}")
         if size is not None and self.sink.blob_size(digest) != size:
-            raise BlobError(digest, f"size {self.sink.blob_size(digest)} does not match descriptor size {size}",
-                            source=self.archive)
+            raise BlobError(
+                digest, f"size {self.sink.blob_size(digest)} does not match descriptor size {size}", source=self.archive
+            )
 
     def json_blob(self, digest: str, size: int | None, what: str) -> Any:
         if size is not None and size > MAX_JSON:
@@ -202,7 +212,7 @@ class _Tar:
         self.archive = archive
         self.dec: zstd.ZstdDecoder | None = None
         try:
-            with (contextlib.nullcontext(fileobj) if fileobj is not None else open(archive, "rb")) as f:
+            with contextlib.nullcontext(fileobj) if fileobj is not None else open(archive, "rb") as f:
                 start = f.tell()
                 head = f.read(4)
                 if head == zstd.MAGIC:
@@ -273,8 +283,7 @@ def _read_members(archive: Path, tar: tarfile.TarFile, contents: _Contents, sink
                 f = tar.extractfile(member)
                 if f is None:
                     continue
-                contents.files[name] = sink.add_blob(f, digest=expected, size=member.size,
-                                                     source=f"{archive}:{name}")
+                contents.files[name] = sink.add_blob(f, digest=expected, size=member.size, source=f"{archive}:{name}")
         except (tarfile.TarError, EOFError, OSError) as exc:
             raise ArchiveError(archive, f"cannot read archive: {type(exc).__name__}: {exc}") from exc
 
@@ -303,8 +312,11 @@ def _manifest_image(contents: _Contents, desc: dict[str, Any], names: list[str])
     if not isinstance(digest, str):
         raise ArchiveError(archive, "manifest descriptor without a digest")
     manifest = contents.json_blob(digest, desc.get("size"), "manifest")
-    if not isinstance(manifest, dict) or not isinstance(manifest.get("config"), dict) \
-            or not isinstance(manifest.get("layers"), list):
+    if (
+        not isinstance(manifest, dict)
+        or not isinstance(manifest.get("config"), dict)
+        or not isinstance(manifest.get("layers"), list)
+    ):
         raise ArchiveError(archive, f"manifest {digest} has no config or layers")
     config = manifest["config"]
     contents.blob(str(config.get("digest")), config.get("size"))
@@ -317,12 +329,14 @@ def _manifest_image(contents: _Contents, desc: dict[str, Any], names: list[str])
             raise ArchiveError(archive, f"layer {layer.get('digest')} has unsupported media type {mt!r}")
         contents.blob(str(layer.get("digest")), layer.get("size"))
         layers.append(str(layer["digest"]))
-    return ArchiveImage(names=tuple(names), manifest_digest=digest, config_digest=str(config["digest"]),
-                        layer_digests=tuple(layers))
+    return ArchiveImage(
+        names=tuple(names), manifest_digest=digest, config_digest=str(config["digest"]), layer_digests=tuple(layers)
+    )
 
 
-def _resolve_descriptor(contents: _Contents, desc: dict[str, Any], wanted: Platform, depth: int = 0
-                        ) -> dict[str, Any] | None:
+def _resolve_descriptor(
+    contents: _Contents, desc: dict[str, Any], wanted: Platform, depth: int = 0
+) -> dict[str, Any] | None:
     """The image manifest descriptor for `wanted` under `desc` (which may be an index); None if none fits."""
     mt = desc.get("mediaType")
     if mt in MANIFEST_TYPES:
@@ -373,8 +387,11 @@ def _docker_images(contents: _Contents, sink: BlobSink) -> list[ArchiveImage]:
         raise ArchiveError(archive, "manifest.json is not a non-empty list")
     images = []
     for entry in entries:
-        if not isinstance(entry, dict) or not isinstance(entry.get("Config"), str) \
-                or not isinstance(entry.get("Layers"), list):
+        if (
+            not isinstance(entry, dict)
+            or not isinstance(entry.get("Config"), str)
+            or not isinstance(entry.get("Layers"), list)
+        ):
             raise ArchiveError(archive, "manifest.json entry without Config or Layers")
         config_digest, config_size = contents.path_digest(entry["Config"])
         if config_size > MAX_JSON:
@@ -386,12 +403,16 @@ def _docker_images(contents: _Contents, sink: BlobSink) -> list[ArchiveImage]:
                 head = f.read(2)
             mt = MT_OCI_LAYER_GZIP if head.startswith(b"\x1f\x8b") else MT_OCI_LAYER
             layers.append({"mediaType": mt, "digest": digest, "size": size})
-        manifest = json.dumps({
-            "schemaVersion": 2,
-            "mediaType": MT_OCI_MANIFEST,
-            "config": {"mediaType": MT_OCI_CONFIG, "digest": config_digest, "size": config_size},
-            "layers": layers,
-        }, sort_keys=True, separators=(",", ":")).encode()
+        manifest = json.dumps(
+            {
+                "schemaVersion": 2,
+                "mediaType": MT_OCI_MANIFEST,
+                "config": {"mediaType": MT_OCI_CONFIG, "digest": config_digest, "size": config_size},
+                "layers": layers,
+            },
+            sort_keys=True,
+            separators=(",", ":"),
+        ).encode()
         manifest_digest, _ = sink.add_blob(io.BytesIO(manifest), source=f"{archive}:manifest.json (synthesised)")
         names = []
         for tag in entry.get("RepoTags") or []:
@@ -399,13 +420,20 @@ def _docker_images(contents: _Contents, sink: BlobSink) -> list[ArchiveImage]:
                 names.append(normalize_reference(str(tag)))
             except InvalidReference as exc:
                 log.warning("Ignoring invalid RepoTag in archive", archive=str(archive), tag=tag, err=str(exc))
-        images.append(ArchiveImage(names=tuple(dict.fromkeys(names)), manifest_digest=manifest_digest,
-                                   config_digest=config_digest, layer_digests=tuple(str(d["digest"]) for d in layers)))
+        images.append(
+            ArchiveImage(
+                names=tuple(dict.fromkeys(names)),
+                manifest_digest=manifest_digest,
+                config_digest=config_digest,
+                layer_digests=tuple(str(d["digest"]) for d in layers),
+            )
+        )
     return images
 
 
-def read_archive(archive: Path, sink: BlobSink, *, wanted: Platform | None = None,
-                 fileobj: BinaryIO | None = None) -> list[ArchiveImage]:
+def read_archive(
+    archive: Path, sink: BlobSink, *, wanted: Platform | None = None, fileobj: BinaryIO | None = None
+) -> list[ArchiveImage]:
     """Store every blob of `archive` in `sink` and return its images (for `wanted`, default this machine).
 
     `archive` is a docker-archive or OCI archive (tar, optionally gzip'd) or an OCI layout directory;

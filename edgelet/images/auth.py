@@ -13,11 +13,12 @@ from __future__ import annotations
 import base64
 import json
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
-from edgelet.images.errors import CredentialError, ImageError
+from edgelet.images.errors import CredentialError
 from edgelet.images.reference import DEFAULT_DOMAIN, LEGACY_DEFAULT_DOMAIN
 from edgelet.util.log import get_logger
 
@@ -73,7 +74,7 @@ def load_credentials(paths: Iterable[Path]) -> dict[str, Credential]:
     """The first of `paths` that exists, parsed; {} when none does."""
     for path in paths:
         try:
-            data = Path(path).read_bytes()[:MAX_CONFIG + 1]
+            data = Path(path).read_bytes()[: MAX_CONFIG + 1]
         except FileNotFoundError:
             continue
         except OSError as exc:
@@ -121,5 +122,14 @@ def parse_challenge(header: str) -> Challenge | None:
     return Challenge(scheme.lower(), params)
 
 
-__all__ = ["Challenge", "Credential", "CredentialError", "DEFAULT_CREDENTIAL_FILES", "credential_paths",
-           "load_credentials", "normalize_registry_key", "parse_challenge", "parse_docker_config"]
+__all__ = [
+    "Challenge",
+    "Credential",
+    "CredentialError",
+    "DEFAULT_CREDENTIAL_FILES",
+    "credential_paths",
+    "load_credentials",
+    "normalize_registry_key",
+    "parse_challenge",
+    "parse_docker_config",
+]

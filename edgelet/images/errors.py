@@ -25,6 +25,7 @@ Adapters wrap OSError, tarfile and JSON errors at the boundary with `raise ... f
 from __future__ import annotations
 
 from pathlib import Path
+
 from edgelet.errors import EdgeletError
 
 

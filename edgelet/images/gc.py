@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Awaitable, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from edgelet.images.errors import ImageError
 from edgelet.util.log import get_logger
@@ -49,8 +50,17 @@ class GCPlan:
     freed: int
 
 
-def plan_image_gc(images: Sequence[ImageUsage], *, capacity: int, available: int, high: int, low: int,
-                  min_age: float, now: float, force: bool = False) -> GCPlan:
+def plan_image_gc(
+    images: Sequence[ImageUsage],
+    *,
+    capacity: int,
+    available: int,
+    high: int,
+    low: int,
+    min_age: float,
+    now: float,
+    force: bool = False,
+) -> GCPlan:
     """Which images to remove (pure; see the module docstring). `high` 100 disables GC, as in kubelet;
     `force` (prune) removes every eligible image whatever the usage."""
     usage = 100.0 * (capacity - available) / capacity if capacity > 0 else 0.0
@@ -60,8 +70,7 @@ def plan_image_gc(images: Sequence[ImageUsage], *, capacity: int, available: int
         return GCPlan(usage, 0, (), 0)
     else:
         to_free = int(capacity * (100 - low) / 100 - available)
-    candidates = [i for i in images if not i.pinned and not i.in_use
-                  and now - max(i.last_used, i.created) >= min_age]
+    candidates = [i for i in images if not i.pinned and not i.in_use and now - max(i.last_used, i.created) >= min_age]
     candidates.sort(key=lambda i: (max(i.last_used, i.created), i.id))
     chosen: list[str] = []
     freed = 0
@@ -79,22 +88,39 @@ def fs_usage(path: Path) -> tuple[int, int]:
     return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
 
 
-def image_usages(store: "ImageStore", in_use_refs: Iterable[str]) -> list[ImageUsage]:
+def image_usages(store: ImageStore, in_use_refs: Iterable[str]) -> list[ImageUsage]:
     used_ids = set()
     for ref in in_use_refs:
         rec = store.get(ref)
         if rec is not None:
             used_ids.add(rec.id)
-    return [ImageUsage(id=r.id, size=r.size, last_used=float(r.extra.get("last_used", 0) or 0),
-                       created=float(r.extra.get("created", 0) or 0), pinned=r.pinned, in_use=r.id in used_ids)
-            for r in store.list()]
+    return [
+        ImageUsage(
+            id=r.id,
+            size=r.size,
+            last_used=float(r.extra.get("last_used", 0) or 0),
+            created=float(r.extra.get("created", 0) or 0),
+            pinned=r.pinned,
+            in_use=r.id in used_ids,
+        )
+        for r in store.list()
+    ]
 
 
 class ImageGC:
     """Runs `plan_image_gc` every GC_PERIOD and removes what it names; errors are logged, the next round retries."""
 
-    def __init__(self, store: "ImageStore", in_use: Callable[[], Awaitable[set[str]]], clock: "Clock", *,
-                 high: int = 85, low: int = 80, min_age: float = 120.0, period: float = GC_PERIOD) -> None:
+    def __init__(
+        self,
+        store: ImageStore,
+        in_use: Callable[[], Awaitable[set[str]]],
+        clock: Clock,
+        *,
+        high: int = 85,
+        low: int = 80,
+        min_age: float = 120.0,
+        period: float = GC_PERIOD,
+    ) -> None:
         self.store = store
         self._in_use = in_use
         self._clock = clock
@@ -105,8 +131,16 @@ class ImageGC:
         refs = await self._in_use()
         usages = await asyncio.to_thread(image_usages, self.store, refs)
         capacity, available = await asyncio.to_thread(fs_usage, self.store.root)
-        plan = plan_image_gc(usages, capacity=capacity, available=available, high=self.high, low=self.low,
-                             min_age=self.min_age, now=self._clock.now(), force=force)
+        plan = plan_image_gc(
+            usages,
+            capacity=capacity,
+            available=available,
+            high=self.high,
+            low=self.low,
+            min_age=self.min_age,
+            now=self._clock.now(),
+            force=force,
+        )
         for image_id in plan.remove:
             try:
                 await asyncio.to_thread(self.store.remove, image_id)
@@ -117,11 +151,15 @@ class ImageGC:
         if swept is None:
             log.debug("Image GC skipped the sweep of unreferenced content: a pull is under way")
         if plan.remove:
-            log.info("Image GC removed images", count=len(plan.remove), freed=plan.freed,
-                     usage=f"{plan.usage_percent:.1f}%")
+            log.info(
+                "Image GC removed images", count=len(plan.remove), freed=plan.freed, usage=f"{plan.usage_percent:.1f}%"
+            )
         elif plan.to_free > 0 and not force:
-            log.warning("Disk usage above the image GC threshold and nothing can be removed",
-                        usage=f"{plan.usage_percent:.1f}%", to_free=plan.to_free)
+            log.warning(
+                "Disk usage above the image GC threshold and nothing can be removed",
+                usage=f"{plan.usage_percent:.1f}%",
+                to_free=plan.to_free,
+            )
         return plan
 
     async def run(self) -> None:

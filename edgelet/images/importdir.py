@@ -18,13 +18,14 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from edgelet.state import write_atomic
 from edgelet.trust.message import Message
-from edgelet.util.files import open_regular
 from edgelet.util.clock import REAL_CLOCK, Clock
+from edgelet.util.files import open_regular
 from edgelet.util.log import get_logger
 
 if TYPE_CHECKING:
@@ -48,10 +49,14 @@ def is_archive_name(name: str) -> bool:
 
 
 def cache_verdict(cached: Any, size: int, mtime_ns: int, sig: list[int] | None = None) -> str:
-    """"skip" when size and mtime (and the signature files' stats, with trust) match the cache, else "hash"
+    """ "skip" when size and mtime (and the signature files' stats, with trust) match the cache, else "hash"
     (the digest decides) (pure)."""
-    if isinstance(cached, dict) and cached.get("size") == size and cached.get("mtime_ns") == mtime_ns \
-            and cached.get("sig") == sig:
+    if (
+        isinstance(cached, dict)
+        and cached.get("size") == size
+        and cached.get("mtime_ns") == mtime_ns
+        and cached.get("sig") == sig
+    ):
         return "skip"
     return "hash"
 
@@ -75,8 +80,15 @@ class ImportDir:
     """Imports each archive once per content (size + mtime, then digest); a failed one is retried only when
     it changes."""
 
-    def __init__(self, directory: Path, store: "ImageStore", cache_file: Path, clock: Clock = REAL_CLOCK,
-                 trust: "Trust | None" = None, events: "EventRecorder | None" = None) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        store: ImageStore,
+        cache_file: Path,
+        clock: Clock = REAL_CLOCK,
+        trust: Trust | None = None,
+        events: EventRecorder | None = None,
+    ) -> None:
         self._clock = clock
         self._trust = trust
         self.events = events
@@ -183,7 +195,7 @@ class ImportDir:
         self._seen[path.name] = entry
         return True
 
-    def _refusal(self, path: Path, message: "Message") -> str | None:
+    def _refusal(self, path: Path, message: Message) -> str | None:
         """Why the archive's signature is refused (after the warning event), or None: trusted, or no trust asked."""
         if self._trust is None:
             return None
@@ -197,8 +209,7 @@ class ImportDir:
             if self.events is not None:
                 from edgelet.events import InvolvedObject
 
-                self.events.warning(InvolvedObject(kind="ImageArchive", name=str(path)), UNTRUSTED_REASON,
-                                    message_text)
+                self.events.warning(InvolvedObject(kind="ImageArchive", name=str(path)), UNTRUSTED_REASON, message_text)
             return message_text
         log.info("Image archive signature verified", path=str(path), key=verified.key_id)
         return None

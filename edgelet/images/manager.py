@@ -19,8 +19,8 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Protocol
 
-from edgelet.api.pod import uid as pod_uid
 from edgelet.api.pod import meta
+from edgelet.api.pod import uid as pod_uid
 from edgelet.events import EventRecorder, pod_ref
 from edgelet.images.errors import ImageError, ImageUnavailable
 from edgelet.images.reference import is_latest_or_untagged
@@ -37,10 +37,10 @@ log = get_logger(__name__)
 
 
 class Pulls(Protocol):
-    async def pull(self, ref: str) -> "ImageRecord": ...
+    async def pull(self, ref: str) -> ImageRecord: ...
 
 
-def effective_pull_policy(container: "Container") -> str:
+def effective_pull_policy(container: Container) -> str:
     """The container's imagePullPolicy, or kubelet's default for its image (pure)."""
     if container.image_pull_policy:
         return container.image_pull_policy
@@ -57,18 +57,19 @@ def should_pull(policy: str, present: bool) -> bool:
 class ImageManager:
     """Answers `ensure(pod, container)` for the Syncer; `get` is the store's, for lookups such as STOPSIGNAL."""
 
-    def __init__(self, store: "ImageStore", puller: Pulls | None, *, events: EventRecorder,
-                 backoff: "Backoff", clock: "Clock") -> None:
+    def __init__(
+        self, store: ImageStore, puller: Pulls | None, *, events: EventRecorder, backoff: Backoff, clock: Clock
+    ) -> None:
         self.store = store
         self.puller = puller
         self._events = events
         self._backoff = backoff
         self._clock = clock
 
-    def get(self, ref: str) -> "ImageRecord | None":
+    def get(self, ref: str) -> ImageRecord | None:
         return self.store.get(ref)
 
-    async def ensure(self, pod: "Pod", container: "Container", *, init: bool = False) -> "ImageRecord":
+    async def ensure(self, pod: Pod, container: Container, *, init: bool = False) -> ImageRecord:
         """The image record to run `container` with; ImageUnavailable(reason, message) when there is none now."""
         image = container.image or ""
         ref = pod_ref(pod, container.name, init=init)
@@ -94,27 +95,38 @@ class ImageManager:
         started = self._clock.monotonic()
         try:
             if self.puller is None:
-                raise ImageError("registry pulls are not configured; import the image with `edgelet images "
-                                 "import` or the import directory")
+                raise ImageError(
+                    "registry pulls are not configured; import the image with `edgelet images "
+                    "import` or the import directory"
+                )
             record = await self.puller.pull(image)
         except asyncio.CancelledError:
             raise
         except (ImageError, OSError) as exc:
             self._backoff.next(key, self._clock.monotonic())
             msg = f'Failed to pull image "{image}": {exc}'
-            log.warning("Failed to pull image", pod=f"{meta(pod).namespace}/{meta(pod).name}",
-                        container=container.name, image=image, err=str(exc))
+            log.warning(
+                "Failed to pull image",
+                pod=f"{meta(pod).namespace}/{meta(pod).name}",
+                container=container.name,
+                image=image,
+                err=str(exc),
+            )
             self._events.warning(ref, "Failed", msg)
             self._events.warning(ref, "Failed", "Error: ErrImagePull")
             raise ImageUnavailable("ErrImagePull", msg) from exc
         self._backoff.reset(key)
         took = self._clock.monotonic() - started
-        self._events.normal(ref, "Pulled", f'Successfully pulled image "{image}" in {took:.3g}s '
-                                           f"({took:.3g}s including waiting). Image size: {record.size} bytes.")
+        self._events.normal(
+            ref,
+            "Pulled",
+            f'Successfully pulled image "{image}" in {took:.3g}s '
+            f"({took:.3g}s including waiting). Image size: {record.size} bytes.",
+        )
         await self._used(record)
         return record
 
-    async def _used(self, record: "ImageRecord") -> None:
+    async def _used(self, record: ImageRecord) -> None:
         """Stamp the image's last use (a container is about to be created from it) for image GC and
         `edgelet images`; a failure to record it never holds back the container."""
         try:

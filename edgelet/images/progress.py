@@ -59,8 +59,9 @@ class Progress:
         with self._lock:
             b = self._blobs.get(name)
             if b is not None and not b.finished:
-                self._blobs[name] = BlobProgress(b.name, b.total if b.total is not None else b.done, b.done, True,
-                                                 b.started, self._clock.monotonic())
+                self._blobs[name] = BlobProgress(
+                    b.name, b.total if b.total is not None else b.done, b.done, True, b.started, self._clock.monotonic()
+                )
 
     def snapshot(self) -> ProgressSnapshot:
         with self._lock:

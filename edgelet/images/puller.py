@@ -35,10 +35,12 @@ import asyncio
 import base64
 import io
 import json
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
+from edgelet.images import zstd as zstd_reader
 from edgelet.images.archive import (
     INDEX_TYPES,
     MAX_JSON,
@@ -49,8 +51,15 @@ from edgelet.images.archive import (
     host_platform,
 )
 from edgelet.images.auth import Credential, parse_challenge
-from edgelet.images.errors import (BlobError, ImageError, ImageSignatureRefused, InvalidReference, ManifestError,
-                                   PullError)
+from edgelet.images.errors import (
+    BlobError,
+    ImageError,
+    ImageSignatureRefused,
+    InvalidReference,
+    ManifestError,
+    PullError,
+)
+from edgelet.images.progress import Progress, ProgressSnapshot
 from edgelet.images.reference import (
     Platform,
     Reference,
@@ -60,9 +69,7 @@ from edgelet.images.reference import (
     sha256_digest,
     validate_digest,
 )
-from edgelet.images.progress import Progress, ProgressSnapshot
 from edgelet.images.registries import Endpoint, RegistryHost, registry_endpoints
-from edgelet.images import zstd as zstd_reader
 from edgelet.util.clock import REAL_CLOCK, Clock
 from edgelet.util.log import get_logger
 
@@ -75,8 +82,10 @@ if TYPE_CHECKING:
 
 log = get_logger(__name__)
 
-MT_DOCKER_SCHEMA1 = ("application/vnd.docker.distribution.manifest.v1+json",
-                     "application/vnd.docker.distribution.manifest.v1+prettyjws")
+MT_DOCKER_SCHEMA1 = (
+    "application/vnd.docker.distribution.manifest.v1+json",
+    "application/vnd.docker.distribution.manifest.v1+prettyjws",
+)
 PULL_LAYER_TYPES = SUPPORTED_LAYER_TYPES
 ACCEPT = ", ".join((MT_OCI_MANIFEST, MT_DOCKER_MANIFEST, *INDEX_TYPES))
 DEFAULT_PARALLEL = 3
@@ -101,7 +110,7 @@ class ResolvedManifest:
 
 
 def classify_manifest(media_type: str | None, doc: Any) -> str:
-    """"index", "manifest" or "schema1" from the Content-Type and the body; ValueError otherwise (pure)."""
+    """ "index", "manifest" or "schema1" from the Content-Type and the body; ValueError otherwise (pure)."""
     mt = (media_type or "").split(";", 1)[0].strip()
     if not isinstance(doc, dict):
         raise ValueError("manifest is not a JSON object")
@@ -112,8 +121,11 @@ def classify_manifest(media_type: str | None, doc: Any) -> str:
         if "layers" in doc or "config" in doc:
             raise ValueError("document has both `manifests` and `layers`/`config` (ambiguous)")
         return "index"
-    if mt in (MT_OCI_MANIFEST, MT_DOCKER_MANIFEST) or body_mt in (MT_OCI_MANIFEST, MT_DOCKER_MANIFEST) \
-            or ("layers" in doc and "config" in doc):
+    if (
+        mt in (MT_OCI_MANIFEST, MT_DOCKER_MANIFEST)
+        or body_mt in (MT_OCI_MANIFEST, MT_DOCKER_MANIFEST)
+        or ("layers" in doc and "config" in doc)
+    ):
         if "manifests" in doc:
             raise ValueError("document has both `manifests` and `layers` (ambiguous)")
         return "manifest"
@@ -128,8 +140,13 @@ def check_image_manifest(doc: dict[str, Any], *, zstd: bool = True) -> tuple[dic
     if not isinstance(config, dict) or not isinstance(layers, list):
         raise ValueError("manifest has no config or layers")
     for desc in (config, *layers):
-        if not isinstance(desc, dict) or not isinstance(desc.get("digest"), str) \
-                or not isinstance(desc.get("size"), int) or isinstance(desc.get("size"), bool) or desc["size"] < 0:
+        if (
+            not isinstance(desc, dict)
+            or not isinstance(desc.get("digest"), str)
+            or not isinstance(desc.get("size"), int)
+            or isinstance(desc.get("size"), bool)
+            or desc["size"] < 0
+        ):
             raise ValueError(f"malformed descriptor {desc!r}")
         validate_digest(desc["digest"])
         if not desc["digest"].startswith("sha256:"):
@@ -156,14 +173,23 @@ class _Unauthorized(Exception):
 class _Session:
     """Requests to one endpoint for one repository, with the auth the registry asks for."""
 
-    def __init__(self, endpoint: Endpoint, ref: Reference, credential: Credential | None, *,
-                 timeout: float, transport: httpx.BaseTransport | None) -> None:
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        ref: Reference,
+        credential: Credential | None,
+        *,
+        timeout: float,
+        transport: httpx.BaseTransport | None,
+    ) -> None:
         import httpx  # on first use: an agent that never pulls does not pay its 3.7 MB
+
         self.endpoint = endpoint
         self.ref = ref
         self.credential = credential
-        self.client = httpx.Client(timeout=timeout, follow_redirects=True, transport=transport,
-                                   headers={"User-Agent": "edgelet"})
+        self.client = httpx.Client(
+            timeout=timeout, follow_redirects=True, transport=transport, headers={"User-Agent": "edgelet"}
+        )
         self._auth: str | None = None
 
     def close(self) -> None:
@@ -178,8 +204,9 @@ class _Session:
             h["Authorization"] = self._auth
         return h
 
-    def send(self, method: str, url: str, headers: Mapping[str, str] | None = None, *, stream: bool = False
-             ) -> httpx.Response:
+    def send(
+        self, method: str, url: str, headers: Mapping[str, str] | None = None, *, stream: bool = False
+    ) -> httpx.Response:
         """One request; a 401 is answered once with the challenge's auth and retried."""
         headers = headers or {}
         for attempt in (0, 1):
@@ -198,13 +225,17 @@ class _Session:
 
     def _authenticate(self, header: str) -> None:
         import httpx  # on first use: an agent that never pulls does not pay its 3.7 MB
+
         challenge = parse_challenge(header) if header else None
         if challenge is None:
             raise PullError(str(self.ref), f"{self.endpoint.url} answered 401 without a WWW-Authenticate challenge")
         if challenge.scheme == "basic":
             if self.credential is None:
-                raise PullError(str(self.ref), f"{self.endpoint.url} requires basic auth and there are no "
-                                "credentials for it (--image-credential-file)")
+                raise PullError(
+                    str(self.ref),
+                    f"{self.endpoint.url} requires basic auth and there are no "
+                    "credentials for it (--image-credential-file)",
+                )
             self._auth = _basic(self.credential)
             return
         if challenge.scheme != "bearer" or "realm" not in challenge.params:
@@ -229,8 +260,9 @@ class _Session:
             raise PullError(str(self.ref), f"token response from {realm} has no token")
         self._auth = f"Bearer {token}"
 
-    def get_manifest(self, ref: str, expected_digest: str | None, expected_size: int | None
-                     ) -> tuple[str, str, bytes, Any]:
+    def get_manifest(
+        self, ref: str, expected_digest: str | None, expected_size: int | None
+    ) -> tuple[str, str, bytes, Any]:
         """(media type, digest, body, parsed) of a manifest or index; verified when a digest is expected."""
         url = self.url("manifests", ref)
         resp = self.send("GET", url, {"Accept": ACCEPT}, stream=True)
@@ -243,8 +275,11 @@ class _Session:
             raise ManifestError(str(self.ref), f"manifest at {url} is larger than {MAX_JSON} bytes")
         digest = sha256_digest(data)
         if expected_size is not None and len(data) != expected_size:
-            raise BlobError(expected_digest or digest, f"manifest is {len(data)} bytes, the descriptor says "
-                            f"{expected_size}", source=url)
+            raise BlobError(
+                expected_digest or digest,
+                f"manifest is {len(data)} bytes, the descriptor says {expected_size}",
+                source=url,
+            )
         if expected_digest is not None and digest != expected_digest:
             raise BlobError(expected_digest, f"manifest content has digest {digest}", source=url)
         try:
@@ -301,6 +336,7 @@ def _basic(c: Credential) -> str:
 
 def _tail(resp: httpx.Response) -> str:
     import httpx  # on first use: an agent that never pulls does not pay its 3.7 MB
+
     try:
         text = resp.read().decode(errors="replace")
     except httpx.HTTPError:
@@ -317,6 +353,7 @@ def _check_status(resp: httpx.Response, ref: str, url: str) -> None:
 def _raw_chunks(resp: httpx.Response, size: int | None = None) -> Iterator[bytes]:
     """The body as sent (no content decoding: digests are of the bytes on the wire)."""
     import httpx  # on first use: an agent that never pulls does not pay its 3.7 MB
+
     try:
         yield from resp.iter_raw(size)
     except httpx.StreamConsumed:  # a response built in memory (httpx.MockTransport in tests)
@@ -366,11 +403,19 @@ class _StreamReader:
 class Puller:
     """Pulls references into `store`. Thread-safe; `pull` deduplicates concurrent pulls of one reference."""
 
-    def __init__(self, store: "ImageStore", *, registries: Mapping[str, RegistryHost] | None = None,
-                 credentials: Mapping[str, Credential] | None = None, platform: Platform | None = None,
-                 max_parallel: int = DEFAULT_PARALLEL, timeout: float = DEFAULT_TIMEOUT,
-                 transport: httpx.BaseTransport | None = None, clock: Clock = REAL_CLOCK,
-                 signature_policy: "Policy | None" = None) -> None:
+    def __init__(
+        self,
+        store: ImageStore,
+        *,
+        registries: Mapping[str, RegistryHost] | None = None,
+        credentials: Mapping[str, Credential] | None = None,
+        platform: Platform | None = None,
+        max_parallel: int = DEFAULT_PARALLEL,
+        timeout: float = DEFAULT_TIMEOUT,
+        transport: httpx.BaseTransport | None = None,
+        clock: Clock = REAL_CLOCK,
+        signature_policy: Policy | None = None,
+    ) -> None:
         self._clock = clock
         self.signature_policy = signature_policy
         self.store = store
@@ -388,7 +433,7 @@ class Puller:
         """Whether a pull is under way (image GC leaves unreferenced blobs alone meanwhile)."""
         return bool(self._inflight)
 
-    async def pull(self, ref: str) -> "ImageRecord":
+    async def pull(self, ref: str) -> ImageRecord:
         """Pull `ref` off the event loop; callers asking for the same reference share one pull."""
         key = str(parse_reference(ref))
         fut = self._inflight.get(key)
@@ -398,7 +443,7 @@ class Puller:
             self._inflight[key] = fut
             self._progress[key] = progress
 
-            def _done(f: "asyncio.Future[ImageRecord]") -> None:
+            def _done(f: asyncio.Future[ImageRecord]) -> None:
                 self._inflight.pop(key, None)
                 self._progress.pop(key, None)
                 if not f.cancelled():
@@ -415,7 +460,7 @@ class Puller:
             return None
         return p.snapshot() if p is not None else None
 
-    def pull_sync(self, ref: str, progress: Progress | None = None) -> "ImageRecord":
+    def pull_sync(self, ref: str, progress: Progress | None = None) -> ImageRecord:
         """Pull `ref` (blocking), counting the blobs' bytes into `progress`.
         Raises PullError, ManifestError, BlobError, UnpackError, StoreError."""
         try:
@@ -433,14 +478,18 @@ class Puller:
                 raise  # the image itself is unusable: another mirror would serve the same
             except (PullError, BlobError) as exc:
                 if ep.mirror:
-                    log.warning("Pull from mirror failed; trying the next endpoint", image=str(parsed),
-                                mirror=ep.url, err=str(exc))
+                    log.warning(
+                        "Pull from mirror failed; trying the next endpoint",
+                        image=str(parsed),
+                        mirror=ep.url,
+                        err=str(exc),
+                    )
                 errors.append(exc)
         if len(errors) == 1:
             raise errors[0]
         raise PullError(str(parsed), "; ".join(str(e) for e in errors))
 
-    def _policy_match(self, ref: Reference) -> "Match | None":
+    def _policy_match(self, ref: Reference) -> Match | None:
         """The signature policy's requirements for `ref` (None without a policy); a scope that refuses every
         image (reject) refuses here, before any request."""
         if self.signature_policy is None:
@@ -450,14 +499,18 @@ class Puller:
         try:
             match = evaluate(self.signature_policy, str(ref))
         except ValueError as exc:  # the policy's reader disagrees with ours: refuse rather than guess
-            raise ImageSignatureRefused(str(ref), f"the reference cannot be matched against the policy: {exc}",
-                                   policy=self.signature_policy.path, scope="none") from exc
+            raise ImageSignatureRefused(
+                str(ref),
+                f"the reference cannot be matched against the policy: {exc}",
+                policy=self.signature_policy.path,
+                scope="none",
+            ) from exc
         why = refusal(match)
         if why is not None:
             raise ImageSignatureRefused(str(ref), why, policy=self.signature_policy.path, scope=match.name)
         return match
 
-    def _verify(self, session: _Session, ref: Reference, match: "Match", digest: str) -> None:
+    def _verify(self, session: _Session, ref: Reference, match: Match, digest: str) -> None:
         from edgelet.trust.cosign import enforce
         from edgelet.trust.errors import ImageSignatureError
 
@@ -467,15 +520,21 @@ class Puller:
             enforce(match, str(ref), digest, _SignatureSource(session), policy=policy)
         except ImageSignatureError as exc:
             raise ImageSignatureRefused(str(ref), exc.reason, policy=policy, scope=exc.scope) from exc
-        log.info("Image signature accepted", image=str(ref), digest=digest, scope=match.name,
-                 seconds=f"{self._clock.monotonic() - started:.3f}")
+        log.info(
+            "Image signature accepted",
+            image=str(ref),
+            digest=digest,
+            scope=match.name,
+            seconds=f"{self._clock.monotonic() - started:.3f}",
+        )
 
-    def _pull_from(self, ep: Endpoint, ref: Reference, progress: Progress | None = None,
-                   match: "Match | None" = None) -> "ImageRecord":
+    def _pull_from(
+        self, ep: Endpoint, ref: Reference, progress: Progress | None = None, match: Match | None = None
+    ) -> ImageRecord:
         import httpx  # on first use: an agent that never pulls does not pay its 3.7 MB
+
         started = self._clock.monotonic()
-        session = _Session(ep, ref, self.credentials.get(ref.domain), timeout=self.timeout,
-                           transport=self._transport)
+        session = _Session(ep, ref, self.credentials.get(ref.domain), timeout=self.timeout, transport=self._transport)
         try:
             manifest = self._resolve(session, ref)
             if match is not None:  # before anything of the image is stored
@@ -484,33 +543,48 @@ class Puller:
                 config, layers = check_image_manifest(manifest.doc, zstd=zstd_reader.program() is not None)
             except ValueError as exc:
                 raise ManifestError(str(ref), f"manifest {manifest.digest}: {exc}") from exc
-            self.store.add_blob(io.BytesIO(manifest.body), digest=manifest.digest, size=len(manifest.body),
-                                source=session.url("manifests", manifest.digest))
+            self.store.add_blob(
+                io.BytesIO(manifest.body),
+                digest=manifest.digest,
+                size=len(manifest.body),
+                source=session.url("manifests", manifest.digest),
+            )
             wanted = [config, *[la for la in layers]]
             missing = list({d["digest"]: d for d in wanted if not self.store.has_blob(d["digest"])}.values())
             if missing and progress is not None:
                 for d in missing:  # every size is known from the manifest: the total is right from the start
                     progress.begin(d["digest"], d["size"])
             if missing:
-                with ThreadPoolExecutor(max_workers=min(self.max_parallel, len(missing)),
-                                        thread_name_prefix="pull") as pool:
+                with ThreadPoolExecutor(
+                    max_workers=min(self.max_parallel, len(missing)), thread_name_prefix="pull"
+                ) as pool:
                     # list() re-raises the first failure; the pool waits for the others first.
                     list(pool.map(lambda d: self._fetch_blob(session, d, progress), missing))
             for d in wanted:  # present before the pull: still the size the manifest says?
                 if self.store.blob_size(d["digest"]) != d["size"]:
-                    raise BlobError(d["digest"], f"stored blob is {self.store.blob_size(d['digest'])} bytes, the "
-                                    f"manifest says {d['size']}")
+                    raise BlobError(
+                        d["digest"],
+                        f"stored blob is {self.store.blob_size(d['digest'])} bytes, the manifest says {d['size']}",
+                    )
             record = self.store.commit_image(
-                manifest_digest=manifest.digest, config_digest=config["digest"],
-                layer_digests=[la["digest"] for la in layers], references=[str(ref)],
+                manifest_digest=manifest.digest,
+                config_digest=config["digest"],
+                layer_digests=[la["digest"] for la in layers],
+                references=[str(ref)],
                 source=ep.url,
             )
         except httpx.HTTPError as exc:
             raise PullError(str(ref), f"{ep.url}: {type(exc).__name__}: {exc}") from exc
         finally:
             session.close()
-        log.info("Pulled image", image=str(ref), endpoint=ep.url, digest=manifest.digest,
-                 layers=len(layers), seconds=f"{self._clock.monotonic() - started:.3f}")
+        log.info(
+            "Pulled image",
+            image=str(ref),
+            endpoint=ep.url,
+            digest=manifest.digest,
+            layers=len(layers),
+            seconds=f"{self._clock.monotonic() - started:.3f}",
+        )
         return record
 
     def _resolve(self, session: _Session, ref: Reference) -> ResolvedManifest:
@@ -524,16 +598,22 @@ class Puller:
             except ValueError as exc:
                 raise ManifestError(str(ref), f"manifest {digest}: {exc}") from exc
             if kind == "schema1":
-                raise ManifestError(str(ref), "the registry serves a Docker schema 1 manifest, which edgelet does "
-                                    "not support (deprecated since 2017); push the image again with a current "
-                                    "docker, buildah or skopeo")
+                raise ManifestError(
+                    str(ref),
+                    "the registry serves a Docker schema 1 manifest, which edgelet does "
+                    "not support (deprecated since 2017); push the image again with a current "
+                    "docker, buildah or skopeo",
+                )
             if kind == "manifest":
                 return ResolvedManifest(digest, body, doc, named)
             manifests = [m for m in doc.get("manifests") or [] if isinstance(m, dict)]
             chosen = select_platform(manifests, self.platform)
             if chosen is None:
-                raise ManifestError(str(ref), f"no image for platform {self.platform} in the index (available: "
-                                    f"{', '.join(describe_platforms(manifests)) or 'none'})")
+                raise ManifestError(
+                    str(ref),
+                    f"no image for platform {self.platform} in the index (available: "
+                    f"{', '.join(describe_platforms(manifests)) or 'none'})",
+                )
             try:
                 want_digest = validate_digest(str(chosen.get("digest")))
             except InvalidReference as exc:
@@ -550,11 +630,11 @@ class Puller:
             length = resp.headers.get("content-length")
             if length is not None and length.isdigit() and int(length) != size:
                 raise BlobError(digest, f"registry sends {length} bytes, the manifest says {size}", source=url)
-            self.store.add_blob(_StreamReader(_raw_chunks(resp, _CHUNK)), digest=digest, size=size, source=url,
-                                progress=progress)
+            self.store.add_blob(
+                _StreamReader(_raw_chunks(resp, _CHUNK)), digest=digest, size=size, source=url, progress=progress
+            )
         finally:
             resp.close()
 
 
-__all__ = ["ImageSignatureRefused", "ManifestError", "PullError", "Puller", "check_image_manifest",
-           "classify_manifest"]
+__all__ = ["ImageSignatureRefused", "ManifestError", "PullError", "Puller", "check_image_manifest", "classify_manifest"]

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from edgelet.images.errors import InvalidReference
 
@@ -130,7 +131,7 @@ def parse_reference(text: str, *, default_tag: bool = True) -> Reference:
     tag: str | None = None
     colon = remainder.rfind(":")
     if colon > remainder.rfind("/"):
-        remainder, tag = remainder[:colon], remainder[colon + 1:]
+        remainder, tag = remainder[:colon], remainder[colon + 1 :]
         if not _TAG_RE.fullmatch(tag):
             raise InvalidReference(text, f"invalid tag {tag!r}")
     if not remainder:
@@ -171,10 +172,17 @@ def is_latest_or_untagged(ref: str | Reference) -> bool:
 
 
 _ARCH_ALIASES = {
-    "x86_64": "amd64", "x86-64": "amd64", "amd64": "amd64",
-    "aarch64": "arm64", "arm64": "arm64",
-    "armhf": "arm", "armel": "arm", "arm": "arm",
-    "i386": "386", "i686": "386", "386": "386",
+    "x86_64": "amd64",
+    "x86-64": "amd64",
+    "amd64": "amd64",
+    "aarch64": "arm64",
+    "arm64": "arm64",
+    "armhf": "arm",
+    "armel": "arm",
+    "arm": "arm",
+    "i386": "386",
+    "i686": "386",
+    "386": "386",
 }
 
 
@@ -203,8 +211,11 @@ def parse_platform(doc: Mapping[str, Any] | None) -> Platform | None:
     if not doc or not isinstance(doc.get("architecture"), str) or not isinstance(doc.get("os"), str):
         return None
     variant = doc.get("variant")
-    return Platform(doc["os"], _ARCH_ALIASES.get(doc["architecture"], doc["architecture"]),
-                    variant if isinstance(variant, str) else "")
+    return Platform(
+        doc["os"],
+        _ARCH_ALIASES.get(doc["architecture"], doc["architecture"]),
+        variant if isinstance(variant, str) else "",
+    )
 
 
 def _platform_score(candidate: Platform, wanted: Platform) -> int | None:

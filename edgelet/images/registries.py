@@ -16,8 +16,9 @@ so a registry on the device itself needs no configuration.
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from edgelet.images.reference import DEFAULT_DOMAIN
 

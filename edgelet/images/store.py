@@ -17,7 +17,6 @@ methods `import_archive` uses. Methods are safe to call from several threads
 from __future__ import annotations
 
 import builtins
-
 import fcntl
 import hashlib
 import json
@@ -25,12 +24,12 @@ import os
 import shutil
 import tempfile
 import threading
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, BinaryIO, Iterator, Sequence
+from typing import Any, BinaryIO
 
-from edgelet.images.types import ByteSource
 from edgelet.images.archive import MAX_JSON, read_archive
 from edgelet.images.errors import BlobError, ImageNotFound, InvalidReference, StoreError, UnpackError
 from edgelet.images.progress import Progress
@@ -41,13 +40,13 @@ from edgelet.images.reference import (
     parse_reference,
     validate_digest,
 )
-from edgelet.images.types import ImageConfig, ImageRecord
+from edgelet.images.types import ByteSource, ImageConfig, ImageRecord
 from edgelet.images.unpack import LayerTooLarge, unpack_layer_file
 from edgelet.state import write_atomic
 from edgelet.util.clock import Clock, RealClock
 from edgelet.util.crashpoint import crash_point
-from edgelet.util.log import get_logger
 from edgelet.util.libc import libc
+from edgelet.util.log import get_logger
 
 log = get_logger(__name__)
 
@@ -113,25 +112,46 @@ class _Entry:
     layer_sizes: list[int] = field(default_factory=list)  # uncompressed, per chain id
     persisted_last_used: float = field(default=0.0, compare=False)
 
-    def copy(self) -> "_Entry":
-        return replace(self, references=list(self.references), chain_ids=list(self.chain_ids),
-                       blobs=list(self.blobs), layer_sizes=list(self.layer_sizes))
+    def copy(self) -> _Entry:
+        return replace(
+            self,
+            references=list(self.references),
+            chain_ids=list(self.chain_ids),
+            blobs=list(self.blobs),
+            layer_sizes=list(self.layer_sizes),
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "id": self.id, "digest": self.digest, "references": self.references, "config": self.config,
-            "chain_ids": self.chain_ids, "blobs": self.blobs, "size": self.size, "pinned": self.pinned,
-            "platform": self.platform, "created": self.created, "last_used": self.last_used,
+            "id": self.id,
+            "digest": self.digest,
+            "references": self.references,
+            "config": self.config,
+            "chain_ids": self.chain_ids,
+            "blobs": self.blobs,
+            "size": self.size,
+            "pinned": self.pinned,
+            "platform": self.platform,
+            "created": self.created,
+            "last_used": self.last_used,
             "layer_sizes": self.layer_sizes,
         }
 
     @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> "_Entry":
+    def from_json(cls, doc: dict[str, Any]) -> _Entry:
         e = cls(
-            id=doc["id"], digest=doc["digest"], references=list(doc["references"]), config=dict(doc["config"]),
-            chain_ids=list(doc["chain_ids"]), blobs=list(doc["blobs"]), size=int(doc["size"]),
-            pinned=bool(doc["pinned"]), platform=str(doc["platform"]), created=float(doc["created"]),
-            last_used=float(doc.get("last_used", 0.0)), layer_sizes=[int(x) for x in doc.get("layer_sizes", [])],
+            id=doc["id"],
+            digest=doc["digest"],
+            references=list(doc["references"]),
+            config=dict(doc["config"]),
+            chain_ids=list(doc["chain_ids"]),
+            blobs=list(doc["blobs"]),
+            size=int(doc["size"]),
+            pinned=bool(doc["pinned"]),
+            platform=str(doc["platform"]),
+            created=float(doc["created"]),
+            last_used=float(doc.get("last_used", 0.0)),
+            layer_sizes=[int(x) for x in doc.get("layer_sizes", [])],
         )
         e.persisted_last_used = e.last_used
         return e
@@ -225,8 +245,12 @@ class ImageStore:
                     # A torn or corrupt index (a power cut on a card that lies about fsync): set it aside and
                     # start empty, rather than not start; blobs stay, and imports and pulls fill it again.
                     aside = self._index.with_name(f"images.json.corrupt-{int(self._clock.now())}")
-                    log.error("Image records unreadable; set aside, starting with none", exc,
-                              path=str(self._index), moved_to=str(aside))
+                    log.error(
+                        "Image records unreadable; set aside, starting with none",
+                        exc,
+                        path=str(self._index),
+                        moved_to=str(aside),
+                    )
                     try:
                         os.replace(self._index, aside)
                     except OSError as move_exc:
@@ -308,8 +332,15 @@ class ImageStore:
         with self.open_blob(digest) as f:
             return f.read()
 
-    def add_blob(self, src: ByteSource, *, digest: str | None = None, size: int | None = None,
-                 source: str = "", progress: "Progress | None" = None) -> tuple[str, int]:
+    def add_blob(
+        self,
+        src: ByteSource,
+        *,
+        digest: str | None = None,
+        size: int | None = None,
+        source: str = "",
+        progress: Progress | None = None,
+    ) -> tuple[str, int]:
         """Copy `src` into the store, hashing as it goes; with `digest`/`size`, a mismatch is a BlobError and
         nothing is kept. Returns (digest, size). A blob already present is not read again. `progress`
         counts the bytes as they come, under the digest (or the source when the digest is not known yet)."""
@@ -344,11 +375,13 @@ class ImageStore:
                     if progress is not None:
                         progress.advance(key, len(chunk))
                     if size is not None and written > size:
-                        raise BlobError(digest or "unknown", f"longer than the {size} bytes expected",
-                                        source=source or None)
+                        raise BlobError(
+                            digest or "unknown", f"longer than the {size} bytes expected", source=source or None
+                        )
                     if written > budget:
-                        raise BlobError(digest or "unknown", f"more than {budget} bytes do not fit: {why}",
-                                        source=source or None)
+                        raise BlobError(
+                            digest or "unknown", f"more than {budget} bytes do not fit: {why}", source=source or None
+                        )
                     sha.update(chunk)
                     out.write(chunk)
                 out.flush()
@@ -391,8 +424,9 @@ class ImageStore:
         budget, why = self.disk_budget()
         return min(self.max_image_size, budget), f"{why}, {self.max_image_size} at most per image"
 
-    def ensure_layer(self, blob_digest: str, diff_id: str, chain_id: str, *, max_size: int | None = None,
-                     why: str = "") -> int:
+    def ensure_layer(
+        self, blob_digest: str, diff_id: str, chain_id: str, *, max_size: int | None = None, why: str = ""
+    ) -> int:
         """Unpack a stored layer blob to layers/<chainID>, verifying its diffID; returns its uncompressed size
         (0 when it was already there). Complete or absent: it is unpacked into tmp/ and renamed. More than
         `max_size` bytes uncompressed is a LayerTooLarge (`why` says where the cap comes from)."""
@@ -407,11 +441,11 @@ class ImageStore:
             try:
                 result = unpack_layer_file(blob, work, label=label, max_size=max_size)
             except LayerTooLarge as exc:
-                raise LayerTooLarge(label, f"{exc.reason}: {why}" if why else exc.reason,
-                                    member=exc.member) from exc
+                raise LayerTooLarge(label, f"{exc.reason}: {why}" if why else exc.reason, member=exc.member) from exc
             if result.diff_id != diff_id:
-                raise BlobError(blob_digest, f"uncompressed content has diffID {result.diff_id}, the image config "
-                                f"says {diff_id}")
+                raise BlobError(
+                    blob_digest, f"uncompressed content has diffID {result.diff_id}, the image config says {diff_id}"
+                )
             _syncfs(work)
             try:
                 os.rename(work, final)
@@ -426,8 +460,16 @@ class ImageStore:
 
     # ------------------------------------------------------------------ images
 
-    def commit_image(self, *, manifest_digest: str, config_digest: str, layer_digests: Sequence[str],
-                     references: Sequence[str], pinned: bool = False, source: str = "") -> ImageRecord:
+    def commit_image(
+        self,
+        *,
+        manifest_digest: str,
+        config_digest: str,
+        layer_digests: Sequence[str],
+        references: Sequence[str],
+        pinned: bool = False,
+        source: str = "",
+    ) -> ImageRecord:
         """Unpack the layers of an image whose blobs are stored, and record it under `references`.
 
         A reference held by another image moves to this one (a re-tag), as docker does."""
@@ -437,8 +479,12 @@ class ImageStore:
             raise BlobError(config_digest, f"image config is not valid JSON: {exc}", source=source or None) from exc
         diff_ids = (config.get("rootfs") or {}).get("diff_ids") if isinstance(config, dict) else None
         if not isinstance(diff_ids, list) or len(diff_ids) != len(layer_digests):
-            raise BlobError(config_digest, f"config lists {len(diff_ids) if isinstance(diff_ids, list) else 'no'} "
-                            f"diff_ids for {len(layer_digests)} layers", source=source or None)
+            raise BlobError(
+                config_digest,
+                f"config lists {len(diff_ids) if isinstance(diff_ids, list) else 'no'} "
+                f"diff_ids for {len(layer_digests)} layers",
+                source=source or None,
+            )
         for d in diff_ids:
             try:
                 validate_digest(str(d))
@@ -466,7 +512,9 @@ class ImageStore:
                 config={k: config[k] for k in ("config", "os", "architecture", "variant", "created") if k in config},
                 chain_ids=chains,
                 # The same image imported from another format brings other manifest/layer blobs: keep them all.
-                blobs=list(dict.fromkeys([manifest_digest, config_digest, *layer_digests, *(old.blobs if old else [])])),
+                blobs=list(
+                    dict.fromkeys([manifest_digest, config_digest, *layer_digests, *(old.blobs if old else [])])
+                ),
                 size=sum(sizes),
                 layer_sizes=sizes,
                 pinned=pinned or (old.pinned if old else False),
@@ -479,8 +527,9 @@ class ImageStore:
             self._save(entries)
             return self._record(entry)
 
-    def import_archive(self, path: Path, *, pinned: bool = False, progress: "Progress | None" = None,
-                       fileobj: "BinaryIO | None" = None) -> "builtins.list[ImageRecord]":
+    def import_archive(
+        self, path: Path, *, pinned: bool = False, progress: Progress | None = None, fileobj: BinaryIO | None = None
+    ) -> builtins.list[ImageRecord]:
         """Import every image of a docker-archive, OCI archive or OCI layout dir (see archive.py).
 
         Blobs the archive brought that no image ends up using are removed again. `progress` counts the
@@ -491,12 +540,20 @@ class ImageStore:
             self._reload()
             before = set(self._stored_blobs())
             try:
-                images = read_archive(path, self if progress is None else _CountingSink(self, progress),
-                                      fileobj=fileobj)
-                records = [self.commit_image(manifest_digest=im.manifest_digest, config_digest=im.config_digest,
-                                             layer_digests=im.layer_digests, references=im.names, pinned=pinned,
-                                             source=str(path))
-                           for im in images]
+                images = read_archive(
+                    path, self if progress is None else _CountingSink(self, progress), fileobj=fileobj
+                )
+                records = [
+                    self.commit_image(
+                        manifest_digest=im.manifest_digest,
+                        config_digest=im.config_digest,
+                        layer_digests=im.layer_digests,
+                        references=im.names,
+                        pinned=pinned,
+                        source=str(path),
+                    )
+                    for im in images
+                ]
             except UnpackError as exc:  # same class (UnsafeLayerError, LayerTooLarge), with the archive named
                 raise type(exc)(exc.layer, f"{exc.reason} (importing {path})", member=exc.member) from exc
             finally:
@@ -614,12 +671,13 @@ class ImageStore:
 class _CountingSink:
     """The store as an archive's BlobSink, counting what each add_blob reads into `progress`."""
 
-    def __init__(self, store: ImageStore, progress: "Progress") -> None:
+    def __init__(self, store: ImageStore, progress: Progress) -> None:
         self._store = store
         self._progress = progress
 
-    def add_blob(self, src: ByteSource, *, digest: str | None = None, size: int | None = None,
-                 source: str = "") -> tuple[str, int]:
+    def add_blob(
+        self, src: ByteSource, *, digest: str | None = None, size: int | None = None, source: str = ""
+    ) -> tuple[str, int]:
         return self._store.add_blob(src, digest=digest, size=size, source=source, progress=self._progress)
 
     def has_blob(self, digest: str) -> bool:
@@ -687,12 +745,14 @@ def _tree_size_hint(path: Path) -> int:
 
 def _remove_tree(path: Path) -> None:
     """rmtree that also copes with read-only directories and overlay whiteout devices."""
+
     def onerror(func: Any, p: str, exc_info: Any) -> None:
         try:
             os.chmod(os.path.dirname(p), 0o755)
             func(p)
         except OSError:
             pass
+
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path, onerror=onerror)
     else:

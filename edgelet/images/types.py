@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Protocol
-
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 
 @dataclass(frozen=True)

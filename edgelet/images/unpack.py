@@ -27,9 +27,10 @@ import os
 import shutil
 import stat
 import tarfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO
 
 from edgelet.images import zstd
 from edgelet.images.errors import DecompressError, LayerTooLarge, UnpackError, UnsafeLayerError
@@ -77,8 +78,9 @@ class _HashingReader:
         self.sha.update(data)
         self.size += len(data)
         if self.limit is not None and self.size > self.limit:
-            raise LayerTooLarge(self._label, f"uncompressed, the layer is larger than the {self.limit} bytes "
-                                "of space it may take")
+            raise LayerTooLarge(
+                self._label, f"uncompressed, the layer is larger than the {self.limit} bytes of space it may take"
+            )
         return data
 
     def drain(self) -> None:
@@ -170,7 +172,7 @@ class _Applier:
         for key, value in member.pax_headers.items():
             if not key.startswith("SCHILY.xattr."):
                 continue
-            attr = key[len("SCHILY.xattr."):]
+            attr = key[len("SCHILY.xattr.") :]
             if not (attr.startswith(_ALLOWED_XATTR_PREFIXES) or attr in _ALLOWED_XATTRS):
                 log.debug("Skipping layer xattr", layer=self.label, member=member.name, xattr=attr)
                 continue
@@ -217,7 +219,9 @@ class _Applier:
                     return
                 self.clear(parent, base, keep_dir=False)
                 kind = stat.S_IFCHR if member.ischr() else stat.S_IFBLK
-                os.mknod(base, kind | (member.mode & 0o7777), os.makedev(member.devmajor, member.devminor), dir_fd=parent)
+                os.mknod(
+                    base, kind | (member.mode & 0o7777), os.makedev(member.devmajor, member.devminor), dir_fd=parent
+                )
                 self.finish_path(member, parent, base)
             else:
                 log.debug("Skipping unsupported tar member", layer=self.label, member=member.name, type=member.type)
@@ -250,8 +254,11 @@ class _Applier:
         self.declared += member.size
         if self.limit is not None and self.declared > self.limit:
             # Refused on the header, before a byte of it is written: a bomb fails at once, not at ENOSPC.
-            raise LayerTooLarge(self.label, f"its files add up to more than the {self.limit} bytes of space the "
-                                "layer may take", member=member.name)
+            raise LayerTooLarge(
+                self.label,
+                f"its files add up to more than the {self.limit} bytes of space the layer may take",
+                member=member.name,
+            )
         self.clear(parent, base, keep_dir=False)
         fd = os.open(base, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=parent)
         try:
@@ -278,7 +285,9 @@ class _Applier:
             try:
                 st = os.stat(target[-1], dir_fd=tparent, follow_symlinks=False)
             except FileNotFoundError:
-                raise self.unsafe(member.name, f"hardlink target {member.linkname!r} does not exist in the layer") from None
+                raise self.unsafe(
+                    member.name, f"hardlink target {member.linkname!r} does not exist in the layer"
+                ) from None
             if not stat.S_ISREG(st.st_mode):
                 raise self.unsafe(member.name, f"hardlink target {member.linkname!r} is not a regular file")
             if target[:-1] == clean_member_path(member.name)[:-1] and target[-1] == base:
@@ -295,12 +304,13 @@ class _Applier:
             try:
                 os.setxattr(fd, OPAQUE_XATTR, b"y")
             except OSError as exc:
-                raise UnpackError(self.label, f"cannot mark directory opaque ({OPAQUE_XATTR} needs root): {exc}",
-                                  member=member.name) from exc
+                raise UnpackError(
+                    self.label, f"cannot mark directory opaque ({OPAQUE_XATTR} needs root): {exc}", member=member.name
+                ) from exc
             finally:
                 os.close(fd)
             return
-        hidden = base[len(WHITEOUT_PREFIX):]
+        hidden = base[len(WHITEOUT_PREFIX) :]
         if hidden in ("", ".", "..") or "/" in hidden:
             raise self.unsafe(member.name, f"whiteout names {hidden!r}, which is not an entry of its directory")
         if hidden.startswith(WHITEOUT_PREFIX):
@@ -311,8 +321,9 @@ class _Applier:
             try:
                 os.mknod(hidden, stat.S_IFCHR | 0o000, os.makedev(0, 0), dir_fd=parent)
             except PermissionError as exc:
-                raise UnpackError(self.label, "cannot create an overlay whiteout (needs CAP_MKNOD)",
-                                  member=member.name) from exc
+                raise UnpackError(
+                    self.label, "cannot create an overlay whiteout (needs CAP_MKNOD)", member=member.name
+                ) from exc
             if self.is_root:
                 os.chown(hidden, member.uid, member.gid, dir_fd=parent, follow_symlinks=False)
         finally:
@@ -358,8 +369,9 @@ def _members(tar: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
         yield member
 
 
-def apply_layer(src: BinaryIO, dest: Path, *, label: str | None = None, is_root: bool | None = None,
-                max_size: int | None = None) -> UnpackResult:
+def apply_layer(
+    src: BinaryIO, dest: Path, *, label: str | None = None, is_root: bool | None = None, max_size: int | None = None
+) -> UnpackResult:
     """Apply the layer tar read from `src` (gzip and zstd detected by their magic) into the existing directory
     `dest`.
 
@@ -430,8 +442,9 @@ def _apply_stream(stream: BinaryIO, dest: Path, label: str, is_root: bool, max_s
     return UnpackResult(diff_id="sha256:" + reader.sha.hexdigest(), size=reader.size, compressed=False)
 
 
-def unpack_layer_file(path: Path, dest: Path, *, label: str | None = None, is_root: bool | None = None,
-                      max_size: int | None = None) -> UnpackResult:
+def unpack_layer_file(
+    path: Path, dest: Path, *, label: str | None = None, is_root: bool | None = None, max_size: int | None = None
+) -> UnpackResult:
     """`apply_layer` from a file."""
     try:
         f = open(path, "rb")

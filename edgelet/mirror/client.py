@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 import ssl
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 from urllib.parse import quote
 
 import httpx
@@ -40,13 +41,24 @@ def _clock_skew_message(exc: BaseException) -> str | None:
 
 
 class KubeClient:
-    def __init__(self, cfg: ClientConfig, *, version: str, timeout: float = DEFAULT_TIMEOUT,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        cfg: ClientConfig,
+        *,
+        version: str,
+        timeout: float = DEFAULT_TIMEOUT,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
         self._cfg = cfg
         self.requests = 0
         verify: ssl.SSLContext | bool = ssl_context(cfg) if cfg.server.startswith("https://") else False
-        self._http = httpx.AsyncClient(base_url=cfg.server, verify=verify, timeout=timeout, transport=transport,
-                                       headers={"User-Agent": user_agent(version), "Accept": "application/json"})
+        self._http = httpx.AsyncClient(
+            base_url=cfg.server,
+            verify=verify,
+            timeout=timeout,
+            transport=transport,
+            headers={"User-Agent": user_agent(version), "Accept": "application/json"},
+        )
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -60,18 +72,34 @@ class KubeClient:
             headers["Content-Type"] = content_type
         return headers
 
-    async def request(self, method: str, path: str, body: Any = None, *, content_type: str = "application/json",
-                      params: dict[str, str] | None = None) -> Any:
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        content_type: str = "application/json",
+        params: dict[str, str] | None = None,
+    ) -> Any:
         """The decoded JSON answer; ApiStatusError for a non-2xx answer, Unreachable for no answer."""
         data = json.dumps(body).encode() if body is not None else None
         self.requests += 1
         try:
-            resp = await self._http.request(method, path, content=data, params=params,
-                                            headers=self._headers(content_type if data is not None else None))
+            resp = await self._http.request(
+                method,
+                path,
+                content=data,
+                params=params,
+                headers=self._headers(content_type if data is not None else None),
+            )
         except httpx.HTTPError as exc:
             skew = _clock_skew_message(exc)
-            raise Unreachable(skew or f"{type(exc).__name__}: {exc}" or type(exc).__name__, method=method, path=path,
-                              clock_skew=skew is not None) from exc
+            raise Unreachable(
+                skew or f"{type(exc).__name__}: {exc}" or type(exc).__name__,
+                method=method,
+                path=path,
+                clock_skew=skew is not None,
+            ) from exc
         if resp.status_code >= 300:
             raise _status_error(resp, method, path)
         return resp.json() if resp.content else None
@@ -80,8 +108,13 @@ class KubeClient:
         """Stream watch events ({type, object}) until the server ends the watch."""
         self.requests += 1
         try:
-            async with self._http.stream("GET", path, params={**params, "watch": "1"}, headers=self._headers(None),
-                                         timeout=httpx.Timeout(DEFAULT_TIMEOUT, read=timeout)) as resp:
+            async with self._http.stream(
+                "GET",
+                path,
+                params={**params, "watch": "1"},
+                headers=self._headers(None),
+                timeout=httpx.Timeout(DEFAULT_TIMEOUT, read=timeout),
+            ) as resp:
                 if resp.status_code >= 300:
                     await resp.aread()
                     raise _status_error(resp, "WATCH", path)
@@ -90,8 +123,9 @@ class KubeClient:
                         yield json.loads(line)
         except httpx.HTTPError as exc:
             skew = _clock_skew_message(exc)
-            raise Unreachable(skew or f"{type(exc).__name__}: {exc}", method="WATCH", path=path,
-                              clock_skew=skew is not None) from exc
+            raise Unreachable(
+                skew or f"{type(exc).__name__}: {exc}", method="WATCH", path=path, clock_skew=skew is not None
+            ) from exc
 
 
 def _status_error(resp: httpx.Response, method: str, path: str) -> ApiStatusError:
@@ -102,7 +136,9 @@ def _status_error(resp: httpx.Response, method: str, path: str) -> ApiStatusErro
     except ValueError:
         pass
     if resp.status_code == 401:
-        message = f"{message} (the apiserver did not accept our credentials: check the kubeconfig's token or certificate)"
+        message = (
+            f"{message} (the apiserver did not accept our credentials: check the kubeconfig's token or certificate)"
+        )
     return ApiStatusError(resp.status_code, message, method=method, path=path, reason=reason)
 
 

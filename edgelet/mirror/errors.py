@@ -1,10 +1,10 @@
 """Failures talking to the apiserver, each carrying the request and the server's answer.
 
-    MirrorError (edgelet.errors.EdgeletError)
-    ├── KubeconfigError      the kubeconfig cannot be read or lacks what edgelet needs (fatal at start)
-    ├── NodeLabelError       --node-labels outside what NodeRestriction lets a node set (fatal at start)
-    ├── Unreachable          no HTTP answer: connection refused, timeout, TLS failure (the link is down)
-    └── ApiStatusError       an HTTP answer that is not 2xx: 401, 403, 404, 409, 422, 5xx
+MirrorError (edgelet.errors.EdgeletError)
+├── KubeconfigError      the kubeconfig cannot be read or lacks what edgelet needs (fatal at start)
+├── NodeLabelError       --node-labels outside what NodeRestriction lets a node set (fatal at start)
+├── Unreachable          no HTTP answer: connection refused, timeout, TLS failure (the link is down)
+└── ApiStatusError       an HTTP answer that is not 2xx: 401, 403, 404, 409, 422, 5xx
 """
 
 from __future__ import annotations

@@ -71,16 +71,20 @@ def parse_kubeconfig(doc: Any, *, path: str = "", base_dir: str = ".", context: 
     user = _named(doc.get("users"), str(ctx.get("user", "")), "user", path) if ctx.get("user") else {}
     server = cluster.get("server")
     if not isinstance(server, str) or not server.startswith(("https://", "http://")):
-        raise KubeconfigError(f"cluster {ctx.get('cluster')!r}: server must be an https:// URL, got {server!r}",
-                              path=path)
+        raise KubeconfigError(
+            f"cluster {ctx.get('cluster')!r}: server must be an https:// URL, got {server!r}", path=path
+        )
 
     def file(value: Any) -> str | None:
         return None if not value else os.path.join(base_dir, str(value))
 
     for unsupported in ("exec", "auth-provider", "username"):
         if user.get(unsupported):
-            raise KubeconfigError(f"user {ctx.get('user')!r}: {unsupported} credentials are not supported "
-                                  "(use a client certificate or a token)", path=path)
+            raise KubeconfigError(
+                f"user {ctx.get('user')!r}: {unsupported} credentials are not supported "
+                "(use a client certificate or a token)",
+                path=path,
+            )
     return ClientConfig(
         server=server.rstrip("/"),
         ca_file=file(cluster.get("certificate-authority")),
@@ -135,6 +139,7 @@ def _load_cert_chain(ctx: ssl.SSLContext, cfg: ClientConfig) -> None:
     # ssl loads certificates only from files: inline data goes through private temp files, removed at once.
     temps: list[str] = []
     try:
+
         def materialize(data: bytes | None, given: str | None) -> str | None:
             if data is None:
                 return given

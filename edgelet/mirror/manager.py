@@ -28,17 +28,34 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import random
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from edgelet.api.annotations import CONFIG_HASH
-from edgelet.mirror.client import KubeClient, STRATEGIC_MERGE, q
+from edgelet.mirror.client import STRATEGIC_MERGE, KubeClient, q
 from edgelet.mirror.errors import ApiStatusError, MirrorError, Unreachable
-from edgelet.mirror.node import LEASE_NAMESPACE, PRESSURE_CONDITIONS, NodeFacts, advance_transitions, build_lease, \
-    build_node, build_node_status, format_time, status_fingerprint
-from edgelet.mirror.reconcile import MirrorInfo, build_mirror_pod, build_status_patch, decide, key_of, mirror_info, \
-    statuses_to_push
+from edgelet.mirror.node import (
+    LEASE_NAMESPACE,
+    PRESSURE_CONDITIONS,
+    NodeFacts,
+    advance_transitions,
+    build_lease,
+    build_node,
+    build_node_status,
+    format_time,
+    status_fingerprint,
+)
+from edgelet.mirror.reconcile import (
+    MirrorInfo,
+    build_mirror_pod,
+    build_status_patch,
+    decide,
+    key_of,
+    mirror_info,
+    statuses_to_push,
+)
 from edgelet.util.backoff import Backoff
 from edgelet.util.log import get_logger
 
@@ -77,12 +94,25 @@ class _Down(Exception):
 
 
 class MirrorManager:
-    def __init__(self, client: KubeClient, *, node: str, server: str, facts: Callable[[], NodeFacts],
-                 publisher: "StatusPublisher", events: "EventRecorder", clock: "Clock",
-                 is_ready: Callable[[], tuple[bool, str]], register_node: bool = True,
-                 status_frequency: float = 10.0, report_frequency: float = 300.0, lease_duration: int = 40,
-                 lease_renew_interval: float = 10.0, batch_interval: float = 1.0,
-                 rng: random.Random | None = None) -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        *,
+        node: str,
+        server: str,
+        facts: Callable[[], NodeFacts],
+        publisher: StatusPublisher,
+        events: EventRecorder,
+        clock: Clock,
+        is_ready: Callable[[], tuple[bool, str]],
+        register_node: bool = True,
+        status_frequency: float = 10.0,
+        report_frequency: float = 300.0,
+        lease_duration: int = 40,
+        lease_renew_interval: float = 10.0,
+        batch_interval: float = 1.0,
+        rng: random.Random | None = None,
+    ) -> None:
         self._c = client
         self._node = node
         self._facts = facts
@@ -147,11 +177,15 @@ class MirrorManager:
         # Logged when the link goes down or the reason changes, not on every probe of a months-long outage.
         if was_up or error != self.state.last_error:
             if isinstance(exc, ApiStatusError) and exc.is_auth:
-                log.error("The apiserver refuses this node; pods keep running, statuses and events wait",
-                          node=self._node, err=error)
+                log.error(
+                    "The apiserver refuses this node; pods keep running, statuses and events wait",
+                    node=self._node,
+                    err=error,
+                )
             else:
-                log.warning("apiserver unreachable; pods keep running, statuses and events wait", node=self._node,
-                            err=error)
+                log.warning(
+                    "apiserver unreachable; pods keep running, statuses and events wait", node=self._node, err=error
+                )
         self.state.last_error = error
 
     def _went_up(self) -> None:
@@ -162,8 +196,9 @@ class MirrorManager:
 
     def _link_error(self, exc: MirrorError) -> bool:
         """Whether `exc` means the apiserver as a whole is not usable (rather than one object being refused)."""
-        return isinstance(exc, Unreachable) or (isinstance(exc, ApiStatusError)
-                                                and (exc.status in (401, 403, 429) or exc.status >= 500))
+        return isinstance(exc, Unreachable) or (
+            isinstance(exc, ApiStatusError) and (exc.status in (401, 403, 429) or exc.status >= 500)
+        )
 
     async def _sleep_backoff(self) -> None:
         delay = self._backoff.next("link", self._clock.monotonic())
@@ -228,21 +263,29 @@ class MirrorManager:
                 raise
             facts = self._facts()
             body = build_node(facts)
-            body["status"] = build_node_status(facts, ready=False, ready_message="edgelet is starting",
-                                               now=self._clock.now())
+            body["status"] = build_node_status(
+                facts, ready=False, ready_message="edgelet is starting", now=self._clock.now()
+            )
             try:
                 node = await self._c.request("POST", "/api/v1/nodes", body)
                 log.info("Registered the node", node=self._node, uid=node["metadata"]["uid"])
-                self._events.normal(_node_ref(self._node, node["metadata"]["uid"]), "RegisteredNode",
-                                    f"Node {self._node} registered by edgelet")
+                self._events.normal(
+                    _node_ref(self._node, node["metadata"]["uid"]),
+                    "RegisteredNode",
+                    f"Node {self._node} registered by edgelet",
+                )
             except ApiStatusError as exc2:
                 if exc2.status != 409:
                     raise
                 node = await self._c.request("GET", path)
         uid = node["metadata"]["uid"]
         if uid != self._node_uid and self._node_uid:
-            log.warning("The Node was replaced (deleted by an admin?); mirror pods follow the new one",
-                        node=self._node, old_uid=self._node_uid, uid=uid)
+            log.warning(
+                "The Node was replaced (deleted by an admin?); mirror pods follow the new one",
+                node=self._node,
+                old_uid=self._node_uid,
+                uid=uid,
+            )
             self._lease = None
         self._node_uid = uid
         self.state.node_uid = uid
@@ -262,24 +305,28 @@ class MirrorManager:
         wall = self._clock.now()
         if ready != self._ready:
             if self._ready is not None or ready:
-                self._events.normal(_node_ref(self._node, self._node_uid), "NodeReady" if ready else "NodeNotReady",
-                                    f"Node {self._node} status is now: {'NodeReady' if ready else 'NodeNotReady'}")
+                self._events.normal(
+                    _node_ref(self._node, self._node_uid),
+                    "NodeReady" if ready else "NodeNotReady",
+                    f"Node {self._node} status is now: {'NodeReady' if ready else 'NodeNotReady'}",
+                )
             self._ready = ready
         facts = self._facts()
         now_status = {t: t in facts.pressure for t, _, _ in PRESSURE_CONDITIONS}
         now_status["Ready"] = ready
         if facts.tunnel is not None:
             now_status["TunnelReady"] = facts.tunnel[0]
-        self._transitions, self._last_status = advance_transitions(self._transitions, self._last_status,
-                                                                   now_status, wall)
-        status = build_node_status(facts, ready=ready, ready_message=message, now=wall,
-                                   transitions=self._transitions)
+        self._transitions, self._last_status = advance_transitions(
+            self._transitions, self._last_status, now_status, wall
+        )
+        status = build_node_status(facts, ready=ready, ready_message=message, now=wall, transitions=self._transitions)
         fp = status_fingerprint(status)
         if fp == self._node_fp and mono - self._last_report < self._report_frequency:
             return
         try:
-            await self._c.request("PATCH", f"/api/v1/nodes/{q(self._node)}/status", {"status": status},
-                                  content_type=STRATEGIC_MERGE)
+            await self._c.request(
+                "PATCH", f"/api/v1/nodes/{q(self._node)}/status", {"status": status}, content_type=STRATEGIC_MERGE
+            )
         except ApiStatusError as exc:
             if exc.status == 404:
                 log.warning("The Node is gone (deleted by an admin?); registering it again", node=self._node)
@@ -313,9 +360,16 @@ class MirrorManager:
                 continue
             ns, name = key.split("/", 1)
             try:
-                await self._c.request("DELETE", f"/api/v1/namespaces/{q(ns)}/pods/{q(name)}",
-                                      {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0,
-                                       "preconditions": {"uid": uid}})
+                await self._c.request(
+                    "DELETE",
+                    f"/api/v1/namespaces/{q(ns)}/pods/{q(name)}",
+                    {
+                        "kind": "DeleteOptions",
+                        "apiVersion": "v1",
+                        "gracePeriodSeconds": 0,
+                        "preconditions": {"uid": uid},
+                    },
+                )
                 log.info("Deleted mirror pod", pod=key, uid=uid)
             except ApiStatusError as exc:
                 if exc.status not in (404, 409):
@@ -369,8 +423,9 @@ class MirrorManager:
             ns, name = key.split("/", 1)
             patch = build_status_patch(msgspec.to_builtins(statuses[key]), m.uid)
             try:
-                await self._c.request("PATCH", f"/api/v1/namespaces/{q(ns)}/pods/{q(name)}/status", patch,
-                                      content_type=STRATEGIC_MERGE)
+                await self._c.request(
+                    "PATCH", f"/api/v1/namespaces/{q(ns)}/pods/{q(name)}/status", patch, content_type=STRATEGIC_MERGE
+                )
             except ApiStatusError as exc:
                 if self._link_error(exc):
                     raise
@@ -380,7 +435,7 @@ class MirrorManager:
                 raise
             self._pushed[key] = (m.uid, fps[key])
 
-    def _pending_events(self) -> list["Event"]:
+    def _pending_events(self) -> list[Event]:
         out = []
         for ev in self._events.events():
             posted = self._posted.get(_event_key(ev))
@@ -406,8 +461,13 @@ class MirrorManager:
                     if key not in static:  # the pod is gone (or never ran): its events have nothing to name
                         self._posted[_event_key(ev)] = ("", ev.count)
                     continue  # posted once its mirror exists
-                ref = {"kind": "Pod", "apiVersion": "v1", "namespace": obj.namespace or "default", "name": obj.name,
-                       "uid": m.uid}
+                ref = {
+                    "kind": "Pod",
+                    "apiVersion": "v1",
+                    "namespace": obj.namespace or "default",
+                    "name": obj.name,
+                    "uid": m.uid,
+                }
                 ns = obj.namespace or "default"
             else:
                 ref = {"kind": obj.kind, "apiVersion": "v1", "name": obj.name or self._node, "uid": self._node_uid}
@@ -419,17 +479,31 @@ class MirrorManager:
             try:
                 if posted is None:
                     name = f"{ref['name']}.{int(ev.first_timestamp * 1e9):x}{hashlib.sha1(repr(k).encode()).hexdigest()[:6]}"
-                    await self._c.request("POST", f"/api/v1/namespaces/{q(ns)}/events", {
-                        "apiVersion": "v1", "kind": "Event", "metadata": {"name": name, "namespace": ns},
-                        "involvedObject": ref, "reason": ev.reason, "message": ev.message, "type": ev.type,
-                        "count": ev.count, "firstTimestamp": format_time(ev.first_timestamp),
-                        "lastTimestamp": format_time(ev.last_timestamp),
-                        "source": {"component": "kubelet", "host": self._node}})
+                    await self._c.request(
+                        "POST",
+                        f"/api/v1/namespaces/{q(ns)}/events",
+                        {
+                            "apiVersion": "v1",
+                            "kind": "Event",
+                            "metadata": {"name": name, "namespace": ns},
+                            "involvedObject": ref,
+                            "reason": ev.reason,
+                            "message": ev.message,
+                            "type": ev.type,
+                            "count": ev.count,
+                            "firstTimestamp": format_time(ev.first_timestamp),
+                            "lastTimestamp": format_time(ev.last_timestamp),
+                            "source": {"component": "kubelet", "host": self._node},
+                        },
+                    )
                 else:
                     name = posted[0]
-                    await self._c.request("PATCH", f"/api/v1/namespaces/{q(ns)}/events/{q(name)}",
-                                          {"count": ev.count, "lastTimestamp": format_time(ev.last_timestamp)},
-                                          content_type=STRATEGIC_MERGE)
+                    await self._c.request(
+                        "PATCH",
+                        f"/api/v1/namespaces/{q(ns)}/events/{q(name)}",
+                        {"count": ev.count, "lastTimestamp": format_time(ev.last_timestamp)},
+                        content_type=STRATEGIC_MERGE,
+                    )
             except ApiStatusError as exc:
                 if self._link_error(exc):
                     raise
@@ -473,11 +547,11 @@ class MirrorManager:
                 except ApiStatusError as exc:
                     if exc.status != 404:
                         raise
-                    body = build_lease(self._node, self._node_uid, duration=self._lease_duration,
-                                       now=self._clock.now())
+                    body = build_lease(self._node, self._node_uid, duration=self._lease_duration, now=self._clock.now())
                     try:
                         self._lease = await self._c.request(
-                            "POST", f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases", body)
+                            "POST", f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases", body
+                        )
                     except ApiStatusError as exc2:
                         if exc2.status == 409:
                             continue
@@ -488,8 +562,9 @@ class MirrorManager:
                     self._last_report = -1e18
                     return
             rv = (self._lease.get("metadata") or {}).get("resourceVersion", "")
-            body = build_lease(self._node, self._node_uid, duration=self._lease_duration, now=self._clock.now(),
-                               resource_version=rv)
+            body = build_lease(
+                self._node, self._node_uid, duration=self._lease_duration, now=self._clock.now(), resource_version=rv
+            )
             try:
                 self._lease = await self._c.request("PUT", path, body)
             except ApiStatusError as exc:
@@ -511,10 +586,16 @@ class MirrorManager:
             await self._up.wait()
             rv = self._list_rv
             try:
-                async for ev in self._c.watch("/api/v1/pods", {"fieldSelector": f"spec.nodeName={self._node}",
-                                                               "resourceVersion": rv, "allowWatchBookmarks": "true",
-                                                               "timeoutSeconds": str(WATCH_TIMEOUT)},
-                                              timeout=WATCH_TIMEOUT + 30):
+                async for ev in self._c.watch(
+                    "/api/v1/pods",
+                    {
+                        "fieldSelector": f"spec.nodeName={self._node}",
+                        "resourceVersion": rv,
+                        "allowWatchBookmarks": "true",
+                        "timeoutSeconds": str(WATCH_TIMEOUT),
+                    },
+                    timeout=WATCH_TIMEOUT + 30,
+                ):
                     self._on_watch_event(ev)
             except MirrorError as exc:
                 if isinstance(exc, ApiStatusError) and exc.status == 410:
@@ -553,7 +634,7 @@ class MirrorManager:
         self._wake.set()
 
 
-def _event_key(ev: "Event") -> tuple:
+def _event_key(ev: Event) -> tuple:
     return (ev.object, ev.type, ev.reason, ev.message, ev.first_timestamp)
 
 

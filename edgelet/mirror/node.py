@@ -21,17 +21,27 @@ from edgelet.mirror.errors import NodeLabelError
 
 MAX_PODS = 110  # kubelet's default --max-pods
 LEASE_NAMESPACE = "kube-node-lease"
-EDGELET_PORT = 10250  # daemonEndpoints.kubeletEndpoint: the node API's port (edgelet.server.nodeapi) unless bound elsewhere
+EDGELET_PORT = (
+    10250  # daemonEndpoints.kubeletEndpoint: the node API's port (edgelet.server.nodeapi) unless bound elsewhere
+)
 
 # NodeRestriction (plugin/pkg/admission/noderestriction, v1.20): labels in the kubernetes.io and k8s.io
 # namespaces a node may set on itself; any other label in those namespaces is refused.
-ALLOWED_LABELS = frozenset({
-    "kubernetes.io/hostname", "kubernetes.io/arch", "kubernetes.io/os",
-    "beta.kubernetes.io/arch", "beta.kubernetes.io/os", "beta.kubernetes.io/instance-type",
-    "node.kubernetes.io/instance-type",
-    "failure-domain.beta.kubernetes.io/region", "failure-domain.beta.kubernetes.io/zone",
-    "topology.kubernetes.io/region", "topology.kubernetes.io/zone",
-})
+ALLOWED_LABELS = frozenset(
+    {
+        "kubernetes.io/hostname",
+        "kubernetes.io/arch",
+        "kubernetes.io/os",
+        "beta.kubernetes.io/arch",
+        "beta.kubernetes.io/os",
+        "beta.kubernetes.io/instance-type",
+        "node.kubernetes.io/instance-type",
+        "failure-domain.beta.kubernetes.io/region",
+        "failure-domain.beta.kubernetes.io/zone",
+        "topology.kubernetes.io/region",
+        "topology.kubernetes.io/zone",
+    }
+)
 ALLOWED_LABEL_DOMAINS = ("kubelet.kubernetes.io", "node.kubernetes.io")
 
 
@@ -43,7 +53,8 @@ def validate_node_labels(labels: dict[str, str]) -> None:
             f"--node-labels: {', '.join(sorted(bad))}: a node may not set labels in the kubernetes.io or k8s.io "
             "namespaces except kubernetes.io/{hostname,arch,os}, topology/instance-type labels and "
             "kubelet.kubernetes.io/* or node.kubernetes.io/* (NodeRestriction); let an admin set it "
-            "with kubectl label")
+            "with kubectl label"
+        )
 
 
 def is_allowed_node_label(key: str) -> bool:
@@ -107,16 +118,21 @@ class NodeFacts:
 
 
 def format_time(ts: float) -> str:
-    return datetime.datetime.fromtimestamp(ts, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.datetime.fromtimestamp(ts, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def format_micro_time(ts: float) -> str:
-    return datetime.datetime.fromtimestamp(ts, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return datetime.datetime.fromtimestamp(ts, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def node_labels(f: NodeFacts) -> dict[str, str]:
-    labels = {"kubernetes.io/hostname": f.hostname or f.name, "kubernetes.io/os": f.os, "kubernetes.io/arch": f.arch,
-              "beta.kubernetes.io/os": f.os, "beta.kubernetes.io/arch": f.arch}
+    labels = {
+        "kubernetes.io/hostname": f.hostname or f.name,
+        "kubernetes.io/os": f.os,
+        "kubernetes.io/arch": f.arch,
+        "beta.kubernetes.io/os": f.os,
+        "beta.kubernetes.io/arch": f.arch,
+    }
     labels.update(dict(f.labels))
     return labels
 
@@ -126,16 +142,26 @@ def build_node(f: NodeFacts) -> dict[str, Any]:
     spec: dict[str, Any] = {}
     if f.taints:
         spec["taints"] = [t.to_api() for t in f.taints]
-    return {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": f.name, "labels": node_labels(f),
-                         "annotations": {"volumes.kubernetes.io/controller-managed-attach-detach": "true"}},
-            "spec": spec}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": f.name,
+            "labels": node_labels(f),
+            "annotations": {"volumes.kubernetes.io/controller-managed-attach-detach": "true"},
+        },
+        "spec": spec,
+    }
 
 
 def node_resources(f: NodeFacts) -> dict[str, str]:
     """The Node's capacity."""
-    return {"cpu": str(f.cpus), "memory": f"{f.memory_bytes // 1024}Ki", "pods": str(MAX_PODS),
-            "ephemeral-storage": f"{f.ephemeral_bytes // 1024}Ki"}
+    return {
+        "cpu": str(f.cpus),
+        "memory": f"{f.memory_bytes // 1024}Ki",
+        "pods": str(MAX_PODS),
+        "ephemeral-storage": f"{f.ephemeral_bytes // 1024}Ki",
+    }
 
 
 def with_reservations(f: NodeFacts, *reservations: dict[str, int]) -> NodeFacts:
@@ -157,41 +183,63 @@ def node_allocatable(f: NodeFacts) -> dict[str, str]:
     cpu = max(0, f.cpus * 1000 - reserved.get("cpu", 0))
     memory = max(0, f.memory_bytes - reserved.get("memory", 0))
     disk = max(0, f.ephemeral_bytes - reserved.get("ephemeral-storage", 0))
-    return {"cpu": str(cpu // 1000) if cpu % 1000 == 0 else f"{cpu}m", "memory": f"{memory // 1024}Ki",
-            "pods": str(MAX_PODS), "ephemeral-storage": f"{disk // 1024}Ki"}
+    return {
+        "cpu": str(cpu // 1000) if cpu % 1000 == 0 else f"{cpu}m",
+        "memory": f"{memory // 1024}Ki",
+        "pods": str(MAX_PODS),
+        "ephemeral-storage": f"{disk // 1024}Ki",
+    }
 
 
 # Pressure conditions as kubelet words them (setters.go): (type, reason and message when true, when false).
 PRESSURE_CONDITIONS = (
-    ("MemoryPressure", ("KubeletHasInsufficientMemory", "edgelet has insufficient memory available"),
-     ("KubeletHasSufficientMemory", "edgelet has sufficient memory available")),
-    ("DiskPressure", ("KubeletHasDiskPressure", "edgelet has disk pressure"),
-     ("KubeletHasNoDiskPressure", "edgelet has no disk pressure")),
-    ("PIDPressure", ("KubeletHasInsufficientPID", "edgelet has insufficient PID available"),
-     ("KubeletHasSufficientPID", "edgelet has sufficient PID available")),
+    (
+        "MemoryPressure",
+        ("KubeletHasInsufficientMemory", "edgelet has insufficient memory available"),
+        ("KubeletHasSufficientMemory", "edgelet has sufficient memory available"),
+    ),
+    (
+        "DiskPressure",
+        ("KubeletHasDiskPressure", "edgelet has disk pressure"),
+        ("KubeletHasNoDiskPressure", "edgelet has no disk pressure"),
+    ),
+    (
+        "PIDPressure",
+        ("KubeletHasInsufficientPID", "edgelet has insufficient PID available"),
+        ("KubeletHasSufficientPID", "edgelet has sufficient PID available"),
+    ),
 )
 
 
-def node_conditions(pressure: frozenset[str], *, ready: bool, ready_message: str,
-                    tunnel: tuple[bool, str, str] | None = None) -> list[dict[str, str]]:
+def node_conditions(
+    pressure: frozenset[str], *, ready: bool, ready_message: str, tunnel: tuple[bool, str, str] | None = None
+) -> list[dict[str, str]]:
     """The Node's conditions without their times: MemoryPressure, DiskPressure, PIDPressure from the eviction
     manager's `pressure` (data the app passes in), then Ready, then TunnelReady when a tunnel is configured.
     `edgelet node` shows the same."""
     out = []
     for type_, when_true, when_false in PRESSURE_CONDITIONS:
         reason, message = when_true if type_ in pressure else when_false
-        out.append({"type": type_, "status": "True" if type_ in pressure else "False", "reason": reason,
-                    "message": message})
-    out.append({"type": "Ready", "status": "True" if ready else "False",
-                "reason": "KubeletReady" if ready else "KubeletNotReady", "message": ready_message})
+        out.append(
+            {"type": type_, "status": "True" if type_ in pressure else "False", "reason": reason, "message": message}
+        )
+    out.append(
+        {
+            "type": "Ready",
+            "status": "True" if ready else "False",
+            "reason": "KubeletReady" if ready else "KubeletNotReady",
+            "message": ready_message,
+        }
+    )
     if tunnel is not None:
         up, reason, message = tunnel
         out.append({"type": "TunnelReady", "status": "True" if up else "False", "reason": reason, "message": message})
     return out
 
 
-def advance_transitions(transitions: dict[str, float], last: dict[str, bool], now_status: dict[str, bool],
-                        now: float) -> tuple[dict[str, float], dict[str, bool]]:
+def advance_transitions(
+    transitions: dict[str, float], last: dict[str, bool], now_status: dict[str, bool], now: float
+) -> tuple[dict[str, float], dict[str, bool]]:
     """Each condition's lastTransitionTime: `now` for a type seen for the first time or whose status flipped
     since `last`, kept otherwise (kubelet's setters.go moves it only on a change, never with the heartbeat)."""
     out = dict(transitions)
@@ -201,25 +249,35 @@ def advance_transitions(transitions: dict[str, float], last: dict[str, bool], no
     return out, dict(now_status)
 
 
-def build_node_status(f: NodeFacts, *, ready: bool, ready_message: str, now: float,
-                      transitions: dict[str, float] | None = None) -> dict[str, Any]:
+def build_node_status(
+    f: NodeFacts, *, ready: bool, ready_message: str, now: float, transitions: dict[str, float] | None = None
+) -> dict[str, Any]:
     """Node.status; `transitions` maps condition type to when it last changed (kept by the caller)."""
     stamp = format_time(now)
     transitions = transitions or {}
     return {
         "capacity": node_resources(f),
         "allocatable": node_allocatable(f),
-        "conditions": [{**c, "lastHeartbeatTime": stamp,
-                        "lastTransitionTime": format_time(transitions.get(c["type"], now))}
-                       for c in node_conditions(f.pressure, ready=ready, ready_message=ready_message,
-                                                tunnel=f.tunnel)],
-        "addresses": [{"type": "InternalIP", "address": f.node_ip}, {"type": "Hostname", "address": f.hostname or f.name}],
+        "conditions": [
+            {**c, "lastHeartbeatTime": stamp, "lastTransitionTime": format_time(transitions.get(c["type"], now))}
+            for c in node_conditions(f.pressure, ready=ready, ready_message=ready_message, tunnel=f.tunnel)
+        ],
+        "addresses": [
+            {"type": "InternalIP", "address": f.node_ip},
+            {"type": "Hostname", "address": f.hostname or f.name},
+        ],
         "daemonEndpoints": {"kubeletEndpoint": {"Port": f.port}},
         "nodeInfo": {
-            "machineID": f.machine_id, "systemUUID": f.machine_id, "bootID": f.boot_id,
-            "kernelVersion": f.kernel, "osImage": f.os_image, "containerRuntimeVersion": f.runtime_version,
-            "kubeletVersion": f"v1.20.0-edgelet-{f.edgelet_version}", "kubeProxyVersion": "",
-            "operatingSystem": f.os, "architecture": f.arch,
+            "machineID": f.machine_id,
+            "systemUUID": f.machine_id,
+            "bootID": f.boot_id,
+            "kernelVersion": f.kernel,
+            "osImage": f.os_image,
+            "containerRuntimeVersion": f.runtime_version,
+            "kubeletVersion": f"v1.20.0-edgelet-{f.edgelet_version}",
+            "kubeProxyVersion": "",
+            "operatingSystem": f.os,
+            "architecture": f.arch,
         },
         "images": [{"names": list(names), "sizeBytes": size} for names, size in f.images if names],
     }
@@ -228,25 +286,41 @@ def build_node_status(f: NodeFacts, *, ready: bool, ready_message: str, now: flo
 def status_fingerprint(status: dict[str, Any]) -> str:
     """What decides whether a status must be sent: everything but the heartbeat times."""
     stripped = dict(status)
-    stripped["conditions"] = [{k: v for k, v in c.items() if k != "lastHeartbeatTime"}
-                              for c in status.get("conditions", [])]
+    stripped["conditions"] = [
+        {k: v for k, v in c.items() if k != "lastHeartbeatTime"} for c in status.get("conditions", [])
+    ]
     return hashlib.sha256(json.dumps(stripped, sort_keys=True).encode()).hexdigest()
 
 
 def build_lease(node: str, node_uid: str, *, duration: int, now: float, resource_version: str = "") -> dict[str, Any]:
     """The node's Lease, owned by its Node as kubelet sets it (so it goes when the Node goes)."""
-    meta: dict[str, Any] = {"name": node, "namespace": LEASE_NAMESPACE,
-                            "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid}]}
+    meta: dict[str, Any] = {
+        "name": node,
+        "namespace": LEASE_NAMESPACE,
+        "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid}],
+    }
     if resource_version:
         meta["resourceVersion"] = resource_version
-    return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta,
-            "spec": {"holderIdentity": node, "leaseDurationSeconds": duration, "renewTime": format_micro_time(now)}}
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": meta,
+        "spec": {"holderIdentity": node, "leaseDurationSeconds": duration, "renewTime": format_micro_time(now)},
+    }
 
 
 # --- host probes (thin) -------------------------------------------------------------------------------------
 
-_ARCH = {"x86_64": "amd64", "aarch64": "arm64", "armv7l": "arm", "armv6l": "arm", "i686": "386", "ppc64le": "ppc64le",
-         "s390x": "s390x", "riscv64": "riscv64"}
+_ARCH = {
+    "x86_64": "amd64",
+    "aarch64": "arm64",
+    "armv7l": "arm",
+    "armv6l": "arm",
+    "i686": "386",
+    "ppc64le": "ppc64le",
+    "s390x": "s390x",
+    "riscv64": "riscv64",
+}
 
 
 def go_arch(machine: str) -> str:
@@ -280,10 +354,21 @@ def host_facts(name: str, *, root_dir: Path, runtime_version: str, edgelet_versi
         disk = shutil.disk_usage(root_dir).total
     except OSError:
         disk = 0
-    return NodeFacts(name=name, arch=go_arch(uname.machine), kernel=uname.release, os_image=os_image(),
-                     runtime_version=runtime_version, edgelet_version=edgelet_version, cpus=os.cpu_count() or 1,
-                     memory_bytes=memory_bytes(), ephemeral_bytes=disk, node_ip=node_ip, hostname=name,
-                     machine_id=_read("/etc/machine-id"), boot_id=_read("/proc/sys/kernel/random/boot_id"))
+    return NodeFacts(
+        name=name,
+        arch=go_arch(uname.machine),
+        kernel=uname.release,
+        os_image=os_image(),
+        runtime_version=runtime_version,
+        edgelet_version=edgelet_version,
+        cpus=os.cpu_count() or 1,
+        memory_bytes=memory_bytes(),
+        ephemeral_bytes=disk,
+        node_ip=node_ip,
+        hostname=name,
+        machine_id=_read("/etc/machine-id"),
+        boot_id=_read("/proc/sys/kernel/random/boot_id"),
+    )
 
 
 def parse_runc_version(output: str) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
 from edgelet.api.annotations import CONFIG_HASH, CONFIG_MIRROR
 
 
@@ -35,8 +36,12 @@ def mirror_info(obj: dict[str, Any]) -> MirrorInfo | None:
     if CONFIG_MIRROR not in ann:
         return None
     owners = [o for o in meta.get("ownerReferences") or [] if o.get("kind") == "Node" and o.get("controller")]
-    return MirrorInfo(uid=meta.get("uid", ""), hash=ann[CONFIG_MIRROR], deleting=bool(meta.get("deletionTimestamp")),
-                      owner_uid=owners[0].get("uid", "") if owners else "")
+    return MirrorInfo(
+        uid=meta.get("uid", ""),
+        hash=ann[CONFIG_MIRROR],
+        deleting=bool(meta.get("deletionTimestamp")),
+        owner_uid=owners[0].get("uid", "") if owners else "",
+    )
 
 
 def key_of(obj: dict[str, Any]) -> str:
@@ -61,8 +66,9 @@ def decide(static: dict[str, str], mirrors: dict[str, MirrorInfo], node_uid: str
     return Actions(delete=tuple(delete), create=tuple(create))
 
 
-def statuses_to_push(current: dict[str, str], pushed: dict[str, tuple[str, str]],
-                     mirrors: dict[str, MirrorInfo]) -> list[str]:
+def statuses_to_push(
+    current: dict[str, str], pushed: dict[str, tuple[str, str]], mirrors: dict[str, MirrorInfo]
+) -> list[str]:
     """Pods whose status (by fingerprint in `current`) differs from what was last sent to their present mirror.
 
     `pushed` maps namespace/name to (mirror uid, fingerprint sent); a mirror replaced since gets its status again.
@@ -78,8 +84,17 @@ def statuses_to_push(current: dict[str, str], pushed: dict[str, tuple[str, str]]
 
 
 # What a node may not put in a mirror pod (NodeRestriction) or the apiserver fills itself.
-_DROP_META = ("uid", "resourceVersion", "creationTimestamp", "generation", "selfLink", "managedFields",
-              "deletionTimestamp", "deletionGracePeriodSeconds", "ownerReferences")
+_DROP_META = (
+    "uid",
+    "resourceVersion",
+    "creationTimestamp",
+    "generation",
+    "selfLink",
+    "managedFields",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "ownerReferences",
+)
 
 
 def build_mirror_pod(pod: dict[str, Any], node: str, node_uid: str) -> dict[str, Any]:
@@ -88,8 +103,7 @@ def build_mirror_pod(pod: dict[str, Any], node: str, node_uid: str) -> dict[str,
     ann = dict(meta.get("annotations") or {})
     ann[CONFIG_MIRROR] = ann.get(CONFIG_HASH, "")
     meta["annotations"] = ann
-    meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid,
-                                "controller": True}]
+    meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid, "controller": True}]
     spec = dict(pod.get("spec") or {})
     spec["nodeName"] = node
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}

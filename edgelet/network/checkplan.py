@@ -15,8 +15,8 @@ to MAX_STRETCH (10 minutes at the default 1 minute); a change or a failure bring
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 MAX_STRETCH = 10
 

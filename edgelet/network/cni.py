@@ -10,8 +10,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from edgelet.network.conf import NetworkConfig, find_plugin, plugin_stdin
 from edgelet.network.errors import PluginError
@@ -34,8 +35,10 @@ class Attachment:
     ifname: str = DEFAULT_IFNAME
 
     def args(self) -> str:
-        return (f"IgnoreUnknown=1;K8S_POD_NAMESPACE={self.pod_namespace};K8S_POD_NAME={self.pod_name};"
-                f"K8S_POD_INFRA_CONTAINER_ID={self.container_id};K8S_POD_UID={self.pod_uid}")
+        return (
+            f"IgnoreUnknown=1;K8S_POD_NAMESPACE={self.pod_namespace};K8S_POD_NAME={self.pod_name};"
+            f"K8S_POD_INFRA_CONTAINER_ID={self.container_id};K8S_POD_UID={self.pod_uid}"
+        )
 
 
 class CNI:
@@ -50,11 +53,18 @@ class CNI:
             raise PluginError(name, command, f"not found in {':'.join(self.bin_dirs)}")
         env = {
             "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
-            "CNI_COMMAND": command, "CNI_PATH": ":".join(self.bin_dirs),
+            "CNI_COMMAND": command,
+            "CNI_PATH": ":".join(self.bin_dirs),
         }
         if att is not None:  # STATUS and GC are about the network, not one attachment
-            env.update({"CNI_CONTAINERID": att.container_id, "CNI_NETNS": att.netns, "CNI_IFNAME": att.ifname,
-                        "CNI_ARGS": att.args()})
+            env.update(
+                {
+                    "CNI_CONTAINERID": att.container_id,
+                    "CNI_NETNS": att.netns,
+                    "CNI_IFNAME": att.ifname,
+                    "CNI_ARGS": att.args(),
+                }
+            )
         try:
             p = await proc.spawn([path], stdin=proc.PIPE, env=env)
         except OSError as exc:
@@ -88,8 +98,13 @@ class CNI:
                     raise PluginError(str(plugin["type"]), "ADD", f"answered no JSON: {out[:200]!r}") from exc
         return result or {}
 
-    async def delete(self, config: NetworkConfig, att: Attachment, runtime_config: Mapping[str, Any],
-                     prev_result: Mapping[str, Any] | None) -> None:
+    async def delete(
+        self,
+        config: NetworkConfig,
+        att: Attachment,
+        runtime_config: Mapping[str, Any],
+        prev_result: Mapping[str, Any] | None,
+    ) -> None:
         """DEL in reverse order; every plugin is asked even after one fails, then the first failure is raised.
 
         Without a saved result (the agent died between ADD and saving it) prevResult is left out, as the spec
@@ -104,8 +119,9 @@ class CNI:
         if first is not None:
             raise first
 
-    async def check(self, config: NetworkConfig, att: Attachment, runtime_config: Mapping[str, Any],
-                    prev_result: Mapping[str, Any]) -> None:
+    async def check(
+        self, config: NetworkConfig, att: Attachment, runtime_config: Mapping[str, Any], prev_result: Mapping[str, Any]
+    ) -> None:
         """CHECK in order, stopping at the first failure; nothing before 0.4.0, which had no CHECK."""
         if not supports(config, "0.4.0"):
             return
@@ -160,6 +176,8 @@ def false_check_failure(exc: PluginError, result: Mapping[str, Any]) -> bool:
 
 def supports(config: NetworkConfig, version: str) -> bool:
     """Whether the network's cniVersion is at least `version` (both dotted numbers)."""
+
     def key(v: str) -> tuple[int, ...]:
         return tuple(int(x) for x in v.split("."))
+
     return key(config.cni_version) >= key(version)

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from edgelet.network.errors import ConfigError
 
@@ -85,8 +86,12 @@ def find_plugin(plugin: str, bin_dirs: Sequence[str]) -> str | None:
     return None
 
 
-def plugin_stdin(config: NetworkConfig, plugin: Mapping[str, Any], prev_result: Mapping[str, Any] | None,
-                 runtime_config: Mapping[str, Any]) -> bytes:
+def plugin_stdin(
+    config: NetworkConfig,
+    plugin: Mapping[str, Any],
+    prev_result: Mapping[str, Any] | None,
+    runtime_config: Mapping[str, Any],
+) -> bytes:
     """One plugin's stdin: its own section with the network's name and version, the previous plugin's
     result, and the runtimeConfig entries of the capabilities it declares (libcni's buildOneConfig)."""
     doc = dict(plugin)

@@ -1,9 +1,9 @@
 """The network package's errors.
 
-    EdgeletError
-    └── NetworkError            the pod network cannot be set up or torn down
-        ├── ConfigError         the conflist is missing, unreadable or invalid (file, reason)
-        └── PluginError         a plugin failed (plugin, command, CNI error code and message, stderr tail)
+EdgeletError
+└── NetworkError            the pod network cannot be set up or torn down
+    ├── ConfigError         the conflist is missing, unreadable or invalid (file, reason)
+    └── PluginError         a plugin failed (plugin, command, CNI error code and message, stderr tail)
 """
 
 from __future__ import annotations

@@ -66,6 +66,7 @@ async def remove_tagged(container_id: str, *, key: str = "id") -> int:
             await _run("iptables", "-t", table, "-F", chain)
             await _run("iptables", "-t", table, "-X", chain)
     if removed:
-        log.info("Removed iptables rules of a sandbox whose namespace was gone", sandbox=container_id[:12],
-                 rules=removed)
+        log.info(
+            "Removed iptables rules of a sandbox whose namespace was gone", sandbox=container_id[:12], rules=removed
+        )
     return removed

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from edgelet.api.quantity import QuantityError, value
 from edgelet.network import conf as netconf
@@ -37,7 +38,7 @@ MAX_BURST = 2**31 - 1  # kubelet: no burst annotation, so no burst limit
 MAX_FRESH_FAILURES = 2
 
 
-def runtime_config(pod: "Pod") -> dict[str, Any]:
+def runtime_config(pod: Pod) -> dict[str, Any]:
     """The CNI capabilities' runtimeConfig of a pod: portMappings from hostPorts, bandwidth from annotations."""
     out: dict[str, Any] = {}
     mappings = []
@@ -45,8 +46,11 @@ def runtime_config(pod: "Pod") -> dict[str, Any]:
     for c in [*((spec.init_containers if spec else None) or []), *((spec.containers if spec else None) or [])]:
         for p in c.ports or []:
             if p.host_port:
-                m: dict[str, Any] = {"hostPort": p.host_port, "containerPort": p.container_port,
-                                     "protocol": (p.protocol or "TCP").lower()}
+                m: dict[str, Any] = {
+                    "hostPort": p.host_port,
+                    "containerPort": p.container_port,
+                    "protocol": (p.protocol or "TCP").lower(),
+                }
                 if p.host_ip:
                     m["hostIP"] = p.host_ip
                 mappings.append(m)
@@ -111,7 +115,7 @@ class PodNetwork:
             return False, f"CNI plugins not found in {':'.join(self.bin_dirs)}: {', '.join(missing)}"
         return True, ""
 
-    async def setup(self, pod: "Pod", sandbox_id: str) -> Attached | None:
+    async def setup(self, pod: Pod, sandbox_id: str) -> Attached | None:
         """The pod's network namespace, attached by the plugin chain; None when no network is configured.
         Whatever fails (or a cancellation), nothing of it stays."""
         pending = await self.begin(pod, sandbox_id)
@@ -132,7 +136,7 @@ class PodNetwork:
             await asyncio.shield(self._release(pending.entry))
             raise
 
-    async def begin(self, pod: "Pod", sandbox_id: str) -> "Pending | None":
+    async def begin(self, pod: Pod, sandbox_id: str) -> Pending | None:
         """What attaching the pod will take (config, its namespace file's path, the cache entry), making
         nothing yet; None when no network is configured. Then `make`, then `attach`."""
         # On the loop: a small directory and one file (0.14 ms), less than a trip to a worker thread costs.
@@ -147,11 +151,12 @@ class PodNetwork:
         assert meta is not None
         att = Attachment(sandbox_id, str(path), meta.name or "", meta.namespace or "", meta.uid or "")
         rc = runtime_config(pod)
-        entry = Entry(sandbox_id, str(path), att.ifname, att.pod_name, att.pod_namespace, att.pod_uid,
-                      dict(cfg.raw), rc, None)
+        entry = Entry(
+            sandbox_id, str(path), att.ifname, att.pod_name, att.pod_namespace, att.pod_uid, dict(cfg.raw), rc, None
+        )
         return Pending(cfg, att, rc, entry)
 
-    def make(self, pending: "Pending") -> None:
+    def make(self, pending: Pending) -> None:
         """The namespace file and the cache entry (blocking: the runtime calls it in its own worker-thread trip).
         Containers may join the namespace from here on, before `attach` (a container is `runc create`d beside ADD)."""
         path = Path(pending.entry.netns)
@@ -163,7 +168,7 @@ class PodNetwork:
             netns.remove(path)
             raise
 
-    async def attach(self, pending: "Pending", *, record: bool = True) -> Attached:
+    async def attach(self, pending: Pending, *, record: bool = True) -> Attached:
         """ADD through the chain in the namespace `make` made, and its result cached (`record=False`: the
         caller calls `record` in a worker-thread trip of its own). A failure (or a cancellation) leaves the
         namespace and the entry for `teardown` (the sandbox's removal), since a container may be joining that
@@ -174,11 +179,16 @@ class PodNetwork:
         attached = Attached(pending.entry.netns, pod_ips(result), result)
         if record:
             await asyncio.to_thread(self.record, pending, attached)
-        log.info("Pod network attached", pod=f"{att.pod_namespace}/{att.pod_name}", sandbox=att.container_id[:12],
-                 ips=",".join(attached.ips) or None, network=cfg.name)
+        log.info(
+            "Pod network attached",
+            pod=f"{att.pod_namespace}/{att.pod_name}",
+            sandbox=att.container_id[:12],
+            ips=",".join(attached.ips) or None,
+            network=cfg.name,
+        )
         return attached
 
-    def record(self, pending: "Pending", attached: Attached) -> None:
+    def record(self, pending: Pending, attached: Attached) -> None:
         """ADD's result into the cache entry (blocking), what a later DEL and CHECK are given."""
         self.cache.write(Entry(**{**pending.entry.__dict__, "result": attached.result}), replacing=True)
 
@@ -198,12 +208,12 @@ class PodNetwork:
         namespace_gone = broken or not netns.is_live(Path(entry.netns))
         try:
             cfg = netconf.parse(json.dumps(entry.config), f"cache of {entry.container_id[:12]}")
-            att = Attachment(entry.container_id, entry.netns, entry.pod_name, entry.pod_namespace, entry.pod_uid,
-                             entry.ifname)
+            att = Attachment(
+                entry.container_id, entry.netns, entry.pod_name, entry.pod_namespace, entry.pod_uid, entry.ifname
+            )
             await self.cni.delete(cfg, att, entry.runtime_config, entry.result)
         except NetworkError as exc:
-            log.warning("CNI DEL failed; will retry at the next start", sandbox=entry.container_id[:12],
-                        err=str(exc))
+            log.warning("CNI DEL failed; will retry at the next start", sandbox=entry.container_id[:12], err=str(exc))
             await asyncio.to_thread(netns.remove, Path(entry.netns))
             return
         if namespace_gone:
@@ -220,8 +230,11 @@ class PodNetwork:
         kept: list[tuple[str, str]] = []
         for entry in await asyncio.to_thread(self.cache.entries):
             if entry.container_id not in live:
-                log.info("Releasing the network of a sandbox that is gone", sandbox=entry.container_id[:12],
-                         pod=f"{entry.pod_namespace}/{entry.pod_name}")
+                log.info(
+                    "Releasing the network of a sandbox that is gone",
+                    sandbox=entry.container_id[:12],
+                    pod=f"{entry.pod_namespace}/{entry.pod_name}",
+                )
                 await self._release(entry)
                 count += 1
             else:
@@ -270,8 +283,9 @@ class PodNetwork:
                 continue
             if any(netconf.find_plugin(t, self.bin_dirs) is None for t in cfg.plugin_types()):
                 continue
-            att = Attachment(entry.container_id, entry.netns, entry.pod_name, entry.pod_namespace, entry.pod_uid,
-                             entry.ifname)
+            att = Attachment(
+                entry.container_id, entry.netns, entry.pod_name, entry.pod_namespace, entry.pod_uid, entry.ifname
+            )
             sid, uid = entry.container_id, entry.pod_uid
             try:
                 await self.cni.check(cfg, att, entry.runtime_config, entry.result)
@@ -286,9 +300,13 @@ class PodNetwork:
                     failed[sid] = str(exc)
                 elif sid not in self._ignored:
                     self._ignored.add(sid)
-                    log.warning("CNI CHECK fails on every new sandbox of this pod; taking it for the plugin's bug "
-                                "and leaving the pod alone", pod=f"{entry.pod_namespace}/{entry.pod_name}",
-                                sandbox=sid[:12], err=str(exc))
+                    log.warning(
+                        "CNI CHECK fails on every new sandbox of this pod; taking it for the plugin's bug "
+                        "and leaving the pod alone",
+                        pod=f"{entry.pod_namespace}/{entry.pod_name}",
+                        sandbox=sid[:12],
+                        err=str(exc),
+                    )
             else:
                 self._passed.add(sid)
                 self._fresh_failures.pop(uid, None)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import ipaddress
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 
 def pod_ips(result: Mapping[str, Any]) -> tuple[str, ...]:

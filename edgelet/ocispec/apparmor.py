@@ -10,8 +10,9 @@ privileged ones; a Localhost profile applies even to privileged containers.
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, AbstractSet
+from typing import TYPE_CHECKING
 
 from edgelet.ocispec.errors import SecurityError
 
@@ -39,7 +40,7 @@ class AppArmorDecision:
     warning: str | None = None
 
 
-def _requested(pod: "Pod", container: "Container") -> tuple[str | None, str | None, str]:
+def _requested(pod: Pod, container: Container) -> tuple[str | None, str | None, str]:
     """(type, localhost name, field) as asked, or (None, None, "") when nothing is."""
     sc = container.security_context
     if sc is not None and sc.app_armor_profile is not None and sc.app_armor_profile.type:
@@ -55,7 +56,7 @@ def _requested(pod: "Pod", container: "Container") -> tuple[str | None, str | No
         if value == "unconfined":
             return "Unconfined", None, where
         if value.startswith("localhost/"):
-            return "Localhost", value[len("localhost/"):], where
+            return "Localhost", value[len("localhost/") :], where
         raise SecurityError(f"{where}: {value!r} is not runtime/default, unconfined or localhost/<profile>")
     psc = pod.spec.security_context if pod.spec is not None else None
     if psc is not None and psc.app_armor_profile is not None and psc.app_armor_profile.type:
@@ -64,9 +65,7 @@ def _requested(pod: "Pod", container: "Container") -> tuple[str | None, str | No
     return None, None, ""
 
 
-def compute_apparmor(
-    pod: "Pod", container: "Container", *, enabled: bool, loaded: AbstractSet[str]
-) -> AppArmorDecision:
+def compute_apparmor(pod: Pod, container: Container, *, enabled: bool, loaded: AbstractSet[str]) -> AppArmorDecision:
     """The profile for `container` given whether AppArmor is enabled and which profiles are loaded.
 
     A Localhost profile that is not loaded (or AppArmor missing) is a
@@ -82,7 +81,9 @@ def compute_apparmor(
         if not name:
             raise SecurityError(f"{where}.localhostProfile is required for type Localhost")
         if not enabled:
-            raise SecurityError(f"{where}: AppArmor profile {name!r} asked for, but AppArmor is not enabled on this host")
+            raise SecurityError(
+                f"{where}: AppArmor profile {name!r} asked for, but AppArmor is not enabled on this host"
+            )
         if name not in loaded:
             raise SecurityError(f"{where}: AppArmor profile {name!r} is not loaded on this host")
         return AppArmorDecision(profile=name)
@@ -92,12 +93,16 @@ def compute_apparmor(
         return AppArmorDecision()
     explicit = kind == "RuntimeDefault"
     if not enabled:
-        warning = (f"{where}: RuntimeDefault asked for, but AppArmor is not enabled on this host; "
-                   "the container runs without an AppArmor profile")
+        warning = (
+            f"{where}: RuntimeDefault asked for, but AppArmor is not enabled on this host; "
+            "the container runs without an AppArmor profile"
+        )
         return AppArmorDecision(warning=warning if explicit else None)
     for candidate in RUNTIME_DEFAULT_PROFILES:
         if candidate in loaded:
             return AppArmorDecision(profile=candidate)
-    warning = (f"{where or 'AppArmor'}: no runtime default AppArmor profile is loaded (one of "
-               f"{', '.join(RUNTIME_DEFAULT_PROFILES)}); the container runs without an AppArmor profile")
+    warning = (
+        f"{where or 'AppArmor'}: no runtime default AppArmor profile is loaded (one of "
+        f"{', '.join(RUNTIME_DEFAULT_PROFILES)}); the container runs without an AppArmor profile"
+    )
     return AppArmorDecision(warning=warning if explicit else None)

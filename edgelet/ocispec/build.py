@@ -8,16 +8,16 @@ asks of containerd's CRI plugin and what that plugin then writes for runc.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-from edgelet.ocispec.errors import SpecError
+from edgelet.api.quantity import QuantityError
 from edgelet.cgroups import qos
 from edgelet.ocispec import defaults
-from edgelet.ocispec.env import container_env, expand, merge_env, process_args
-from edgelet.ocispec.errors import EnvError, SecurityError
-from edgelet.api.quantity import QuantityError
 from edgelet.ocispec.apparmor import compute_apparmor
+from edgelet.ocispec.env import container_env, expand, merge_env, process_args
+from edgelet.ocispec.errors import EnvError, SecurityError, SpecError
 from edgelet.ocispec.seccomp import compute_seccomp, resolve_seccomp
 from edgelet.ocispec.security import compute_capabilities, resolve_user
 
@@ -156,12 +156,22 @@ def _sysctl_namespace(name: str) -> str | None:
 
 
 # kubelet's SafeSysctlAllowlist: namespaced and unable to hurt other pods or the node.
-SAFE_SYSCTLS = frozenset({
-    "kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range", "net.ipv4.tcp_syncookies", "net.ipv4.ping_group_range",
-    "net.ipv4.ip_unprivileged_port_start", "net.ipv4.ip_local_reserved_ports", "net.ipv4.tcp_keepalive_time",
-    "net.ipv4.tcp_fin_timeout", "net.ipv4.tcp_keepalive_intvl", "net.ipv4.tcp_keepalive_probes",
-    "net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem",
-})
+SAFE_SYSCTLS = frozenset(
+    {
+        "kernel.shm_rmid_forced",
+        "net.ipv4.ip_local_port_range",
+        "net.ipv4.tcp_syncookies",
+        "net.ipv4.ping_group_range",
+        "net.ipv4.ip_unprivileged_port_start",
+        "net.ipv4.ip_local_reserved_ports",
+        "net.ipv4.tcp_keepalive_time",
+        "net.ipv4.tcp_fin_timeout",
+        "net.ipv4.tcp_keepalive_intvl",
+        "net.ipv4.tcp_keepalive_probes",
+        "net.ipv4.tcp_rmem",
+        "net.ipv4.tcp_wmem",
+    }
+)
 
 
 def sysctl_allowed(name: str, allowed_unsafe: tuple[str, ...]) -> bool:
@@ -171,7 +181,7 @@ def sysctl_allowed(name: str, allowed_unsafe: tuple[str, ...]) -> bool:
     return any(name == p or (p.endswith("*") and name.startswith(p[:-1])) for p in allowed_unsafe)
 
 
-def build_sysctls(pod: "Pod", allowed_unsafe: tuple[str, ...] = ()) -> dict[str, str]:
+def build_sysctls(pod: Pod, allowed_unsafe: tuple[str, ...] = ()) -> dict[str, str]:
     """Pod securityContext.sysctls, refusing those that would change the host's namespaces, and unsafe ones
     not allowed by --allowed-unsafe-sysctls (kubelet's SysctlForbidden)."""
     spec = pod.spec
@@ -194,7 +204,7 @@ def build_sysctls(pod: "Pod", allowed_unsafe: tuple[str, ...] = ()) -> dict[str,
     return out
 
 
-def _host_flags(pod: "Pod") -> dict[str, bool]:
+def _host_flags(pod: Pod) -> dict[str, bool]:
     spec = pod.spec
     return {
         "network": bool(spec and spec.host_network),
@@ -209,22 +219,25 @@ def _clamp_oom(adj: int, minimum: int | None) -> int:
     return adj if minimum is None else max(adj, minimum)
 
 
-def _pod_label(pod: "Pod", container: "Container | None" = None) -> str:
+def _pod_label(pod: Pod, container: Container | None = None) -> str:
     meta = pod.metadata
     label = f"pod {meta.namespace}/{meta.name}" if meta else "pod ?"
     return f"{label} container {container.name}" if container is not None else label
 
 
-def _seccomp(pod: "Pod", container: "Container | None", host: SeccompHost,
-             caps: Sequence[str]) -> dict[str, Any] | None:
+def _seccomp(pod: Pod, container: Container | None, host: SeccompHost, caps: Sequence[str]) -> dict[str, Any] | None:
     choice = compute_seccomp(pod, container, default_on=host.default_on)
     return resolve_seccomp(
-        choice, localhost_profiles=host.localhost_profiles, profile_dir=host.profile_dir,
-        arch=host.arch, caps=list(caps), kernel=host.kernel_version,
+        choice,
+        localhost_profiles=host.localhost_profiles,
+        profile_dir=host.profile_dir,
+        arch=host.arch,
+        caps=list(caps),
+        kernel=host.kernel_version,
     )
 
 
-def seccomp_profile_names(pod: "Pod") -> set[str]:
+def seccomp_profile_names(pod: Pod) -> set[str]:
     """The Localhost seccomp profiles a pod names (pod and containers), for the caller to read."""
     spec = pod.spec
     names: set[str] = set()
@@ -238,7 +251,7 @@ def seccomp_profile_names(pod: "Pod") -> set[str]:
     return names
 
 
-def _is_unmasked(pod: "Pod", container: "Container") -> bool:
+def _is_unmasked(pod: Pod, container: Container) -> bool:
     """procMount: Unmasked, which kubelet allows only in a user namespace (hostUsers: false).
 
     Without one, an unmasked /proc gives the container the host's writable
@@ -253,10 +266,12 @@ def _is_unmasked(pod: "Pod", container: "Container") -> bool:
     host_users = pod.spec.host_users if pod.spec is not None else None
     if host_users is not False:
         raise SecurityError("securityContext.procMount: Unmasked needs a user namespace (spec.hostUsers: false)")
-    raise SecurityError("spec.hostUsers: false: user namespaces are not supported by edgelet (see docs/kubelet-differences.md)")
+    raise SecurityError(
+        "spec.hostUsers: false: user namespaces are not supported by edgelet (see docs/kubelet-differences.md)"
+    )
 
 
-def build_container_spec(pod: "Pod", container: "Container", image: "ImageConfig", ctx: ContainerContext) -> dict[str, Any]:
+def build_container_spec(pod: Pod, container: Container, image: ImageConfig, ctx: ContainerContext) -> dict[str, Any]:
     """config.json for one container of `pod`, joining the sandbox's namespaces given in ctx."""
     where = _pod_label(pod, container)
     sc = container.security_context
@@ -344,7 +359,7 @@ def build_container_spec(pod: "Pod", container: "Container", image: "ImageConfig
     return spec
 
 
-def _container_namespaces(pod: "Pod", ctx: ContainerContext) -> list[dict[str, str]]:
+def _container_namespaces(pod: Pod, ctx: ContainerContext) -> list[dict[str, str]]:
     """The sandbox's namespaces the container joins, and new ones for those the pod does not share with the host."""
     namespaces = [{"type": "mount"}]
     host = _host_flags(pod)
@@ -377,7 +392,7 @@ def _linux_resources(resources: qos.ContainerResources, privileged: bool, ctx: C
     return linux_resources
 
 
-def build_sandbox_spec(pod: "Pod", ctx: SandboxContext) -> dict[str, Any]:
+def build_sandbox_spec(pod: Pod, ctx: SandboxContext) -> dict[str, Any]:
     """config.json for the pod's pause process, which creates and holds the pod's namespaces."""
     host = _host_flags(pod)
     namespaces: list[dict[str, str]] = [{"type": "mount"}]

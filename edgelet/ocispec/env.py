@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from fractions import Fraction
-from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
-from edgelet.ocispec.errors import EnvError
 from edgelet.api.qos import container_limits, container_requests
 from edgelet.api.quantity import QuantityError, parse_quantity
+from edgelet.ocispec.errors import EnvError
 
 if TYPE_CHECKING:
     from edgelet.api.types import Container, EnvVar, Pod, ResourceFieldSelector
@@ -56,7 +57,7 @@ def _subscript(path: str, prefix: str) -> str | None:
     return m.group(1) if m else None
 
 
-def _field_ref(pod: "Pod", path: str, pod_ips: Sequence[str], host_ips: Sequence[str]) -> str:
+def _field_ref(pod: Pod, path: str, pod_ips: Sequence[str], host_ips: Sequence[str]) -> str:
     meta = pod.metadata
     spec = pod.spec
     simple: dict[str, str | None] = {
@@ -83,8 +84,7 @@ def _field_ref(pod: "Pod", path: str, pod_ips: Sequence[str], host_ips: Sequence
 
 
 def _resource_field_ref(
-    pod: "Pod", container: "Container", ref: "ResourceFieldSelector",
-    node_allocatable: Mapping[str, str | int | float]
+    pod: Pod, container: Container, ref: ResourceFieldSelector, node_allocatable: Mapping[str, str | int | float]
 ) -> str:
     target = container
     if ref.container_name and ref.container_name != container.name:
@@ -119,8 +119,8 @@ def _resource_field_ref(
 
 
 def container_env(
-    pod: "Pod",
-    container: "Container",
+    pod: Pod,
+    container: Container,
     *,
     pod_ips: Sequence[str] = (),
     host_ips: Sequence[str] = (),
@@ -132,7 +132,7 @@ def container_env(
     Services, so edgelet adds none.
     """
     resolved: dict[str, str] = {}
-    env: Iterable["EnvVar"] = container.env or []
+    env: Iterable[EnvVar] = container.env or []
     for var in env:
         if var.value:
             text = expand(var.value, resolved.get)

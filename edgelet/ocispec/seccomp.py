@@ -11,9 +11,10 @@ as moby's `setupSeccomp` and containerd's CRI plugin do.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from edgelet.ocispec.errors import SecurityError
 
@@ -65,11 +66,11 @@ class SeccompChoice:
     field: str = ""  # where it came from, for messages ("" when it is the node's default)
 
 
-def _field(profile: "SeccompProfile | None") -> "SeccompProfile | None":
+def _field(profile: SeccompProfile | None) -> SeccompProfile | None:
     return profile if profile is not None and profile.type else None
 
 
-def compute_seccomp(pod: "Pod", container: "Container | None", *, default_on: bool) -> SeccompChoice:
+def compute_seccomp(pod: Pod, container: Container | None, *, default_on: bool) -> SeccompChoice:
     """Container's seccompProfile over the pod's; privileged -> none; neither -> RuntimeDefault when default_on.
 
     `container` None means the pod's sandbox, which follows the pod-level

@@ -7,8 +7,9 @@ kubelet's verifyRunAsNonRoot and determineEffectiveSecurityContext.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from edgelet.ocispec.errors import SecurityError
 
@@ -24,11 +25,11 @@ class ResolvedUser:
     username: str = ""  # passwd name of uid, when known
 
 
-def _pod_sc(pod: "Pod") -> "PodSecurityContext | None":
+def _pod_sc(pod: Pod) -> PodSecurityContext | None:
     return pod.spec.security_context if pod.spec is not None else None
 
 
-def _effective(container_sc: "SecurityContext | None", pod_sc: "PodSecurityContext | None", attr: str) -> Any:
+def _effective(container_sc: SecurityContext | None, pod_sc: PodSecurityContext | None, attr: str) -> Any:
     """Container securityContext over pod securityContext, as kubelet merges them."""
     if container_sc is not None and getattr(container_sc, attr, None) is not None:
         return getattr(container_sc, attr)
@@ -66,8 +67,8 @@ def _parse_image_user(user: str, passwd: Mapping[str, tuple[int, int]], groups: 
 
 
 def resolve_user(
-    pod: "Pod",
-    container: "Container",
+    pod: Pod,
+    container: Container,
     image_user: str,
     passwd: Mapping[str, tuple[int, int]],
     groups: Mapping[str, int],
@@ -122,7 +123,7 @@ def _cap_name(name: str) -> str:
 
 
 def compute_capabilities(
-    container: "Container",
+    container: Container,
     default: Sequence[str],
     all_caps: Sequence[str],
     bounding: Sequence[str] | None = None,

@@ -31,7 +31,9 @@ The back-off is only read here; the syncer records a failure
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, AbstractSet, Mapping, TypedDict
+from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
+from typing import TYPE_CHECKING, TypedDict
 
 from edgelet.api.pod import is_sidecar, meta, should_restart
 from edgelet.api.pod import spec as pod_spec
@@ -74,18 +76,18 @@ def go_duration(seconds: float) -> str:
     return f"{secs}s"
 
 
-def format_pod(pod: "Pod") -> str:
+def format_pod(pod: Pod) -> str:
     """kubelet format.Pod: `name_namespace(uid)`."""
     m = meta(pod)
     return f"{m.name}_{m.namespace}({m.uid})"
 
 
-def crash_loop_message(pod: "Pod", name: str, delay: float) -> str:
+def crash_loop_message(pod: Pod, name: str, delay: float) -> str:
     # kubelet doBackOff's error text, which becomes the waiting message.
     return f"back-off {go_duration(delay)} restarting failed container={name} pod={format_pod(pod)}"
 
 
-def sandbox_changed(pod: "Pod", status: "PodRuntimeStatus") -> tuple[bool, int, str | None]:
+def sandbox_changed(pod: Pod, status: PodRuntimeStatus) -> tuple[bool, int, str | None]:
     """kubelet PodSandboxChanged: (create a new sandbox?, its attempt, the sandbox id in use or to kill)."""
     if not status.sandboxes:
         return True, 0, None
@@ -98,28 +100,32 @@ def sandbox_changed(pod: "Pod", status: "PodRuntimeStatus") -> tuple[bool, int, 
     return False, newest.attempt, newest.id
 
 
-def _newest_sandbox(status: "PodRuntimeStatus") -> "SandboxRecord":
+def _newest_sandbox(status: PodRuntimeStatus) -> SandboxRecord:
     return max(status.sandboxes, key=lambda s: (s.created_at, s.attempt))
 
 
-def _failed(rec: "ContainerRecord") -> bool:
+def _failed(rec: ContainerRecord) -> bool:
     """kubelet isInitContainerFailed: OOM-killed, exited non-zero, or in an unknown state."""
     if rec.reason == "OOMKilled" or rec.state == "unknown":
         return True
     return rec.state == "exited" and rec.exit_code != 0
 
 
-def _succeeded(rec: "ContainerRecord | None") -> bool:
+def _succeeded(rec: ContainerRecord | None) -> bool:
     return rec is not None and rec.state == "exited" and rec.exit_code == 0
-
-
 
 
 class _Plan:
     """Accumulates the actions of one computation (local to compute_pod_actions)."""
 
-    def __init__(self, pod: "Pod", status: "PodRuntimeStatus", backoff: "Backoff", now: float,
-                 start_failed: AbstractSet[str] = frozenset()) -> None:
+    def __init__(
+        self,
+        pod: Pod,
+        status: PodRuntimeStatus,
+        backoff: Backoff,
+        now: float,
+        start_failed: AbstractSet[str] = frozenset(),
+    ) -> None:
         self.pod = pod
         self.sandbox_id: str | None = None  # the live sandbox the containers start in (None: a new one)
         self.start_failed = start_failed
@@ -131,10 +137,10 @@ class _Plan:
         self.start: list[ContainerToStart] = []
         self.waiting: dict[str, tuple[str, str]] = {}
 
-    def latest(self, name: str) -> "ContainerRecord | None":
+    def latest(self, name: str) -> ContainerRecord | None:
         return self.status.latest(name)
 
-    def resumable(self, container: "Container", rec: "ContainerRecord") -> bool:
+    def resumable(self, container: Container, rec: ContainerRecord) -> bool:
         """Whether a created, never-started instance is the one to start rather than kill and replace.
 
         **edgelet:** kubelet never sees one (containerd's create and start are one CRI call apart, and a
@@ -149,16 +155,23 @@ class _Plan:
         """
         from edgelet.api.hash import container_hash
 
-        return (rec.state == "created" and rec.pid is not None and rec.monitored and self.sandbox_id is not None
-                and rec.sandbox_id == self.sandbox_id and rec.id not in self.start_failed
-                and rec.spec_hash == container_hash(container))
+        return (
+            rec.state == "created"
+            and rec.pid is not None
+            and rec.monitored
+            and self.sandbox_id is not None
+            and rec.sandbox_id == self.sandbox_id
+            and rec.id not in self.start_failed
+            and rec.spec_hash == container_hash(container)
+        )
 
-    def try_start(self, container: "Container", container_type: str) -> ContainerToStart | None:
+    def try_start(self, container: Container, container_type: str) -> ContainerToStart | None:
         """The start of `container`'s next instance, or None (and a CrashLoopBackOff wait) while backing off."""
         rec = self.latest(container.name)
         if rec is not None and self.resumable(container, rec):
-            return ContainerToStart(name=container.name, attempt=rec.attempt, container_type=container_type,
-                                    existing=rec.id)
+            return ContainerToStart(
+                name=container.name, attempt=rec.attempt, container_type=container_type, existing=rec.id
+            )
         if rec is not None and rec.state in ALIVE and rec.state != "running":
             # kubelet kills a container in an unknown state before restarting it, so two instances
             # never run; edgelet does the same for one left "created" (a sync interrupted between
@@ -181,9 +194,9 @@ class _Plan:
 
 
 def compute_pod_actions(
-    pod: "Pod",
-    status: "PodRuntimeStatus",
-    backoff: "Backoff",
+    pod: Pod,
+    status: PodRuntimeStatus,
+    backoff: Backoff,
     now: float,
     *,
     probe_failures: Mapping[str, str] | None = None,
@@ -248,7 +261,7 @@ class _InitOutcome(TypedDict, total=False):
 
 
 def _plan_init(
-    plan: _Plan, policy: str, inits: list["Container"], regular: list["Container"], started: Mapping[str, bool]
+    plan: _Plan, policy: str, inits: list[Container], regular: list[Container], started: Mapping[str, bool]
 ) -> _InitOutcome | None:
     """While the pod initializes: what this sync does with its init containers (None once it is initialized).
 
@@ -283,7 +296,7 @@ def _plan_init(
     return None
 
 
-def _plan_sidecars(plan: _Plan, inits: list["Container"]) -> None:
+def _plan_sidecars(plan: _Plan, inits: list[Container]) -> None:
     """Sidecars keep running next to the main containers and restart whatever the pod's policy."""
     from edgelet.api.hash import container_hash
 
@@ -301,9 +314,7 @@ def _plan_sidecars(plan: _Plan, inits: list["Container"]) -> None:
             plan.start.append(sidecar)
 
 
-def _plan_regular(
-    plan: _Plan, policy: str, regular: list["Container"], failures: Mapping[str, str]
-) -> tuple[int, int]:
+def _plan_regular(plan: _Plan, policy: str, regular: list[Container], failures: Mapping[str, str]) -> tuple[int, int]:
     """Starts and kills of the main containers; returns how many keep running and how many wait out a back-off."""
     from edgelet.api.hash import container_hash
 
@@ -338,8 +349,8 @@ def _plan_regular(
 def _recreate(
     plan: _Plan,
     policy: str,
-    inits: list["Container"],
-    regular: list["Container"],
+    inits: list[Container],
+    regular: list[Container],
     attempt: int,
     sandbox_id: str | None,
 ) -> PodActions:
@@ -378,7 +389,7 @@ def _recreate(
     return _actions(plan, kill_pod=True, create_sandbox=True, **base)
 
 
-def _old_instances(status: "PodRuntimeStatus", killing: Mapping[str, str]) -> tuple[str, ...]:
+def _old_instances(status: PodRuntimeStatus, killing: Mapping[str, str]) -> tuple[str, ...]:
     """Exited instances that are neither a container's current instance nor its lastState.
 
     Per container name, the newest instance (whatever its state) is the
@@ -392,7 +403,7 @@ def _old_instances(status: "PodRuntimeStatus", killing: Mapping[str, str]) -> tu
     container are ever kept. Instances still alive (or being killed) are never
     listed: the kill step deals with them.
     """
-    by_name: dict[str, list["ContainerRecord"]] = {}
+    by_name: dict[str, list[ContainerRecord]] = {}
     for rec in status.containers:
         by_name.setdefault(rec.name, []).append(rec)
     remove: list[str] = []
@@ -437,7 +448,7 @@ def _actions(
     )
 
 
-def compute_pod_kill(pod: "Pod | None", status: "PodRuntimeStatus") -> list[str]:
+def compute_pod_kill(pod: Pod | None, status: PodRuntimeStatus) -> list[str]:
     """Ids of everything of the pod that may still hold a process: containers, then sandboxes.
 
     The worker stops them all when the pod is removed; order does not matter to it.

@@ -9,8 +9,8 @@ kubelet, where the sandbox is ready before any container is created.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 from edgelet.plan import ContainerToStart
 

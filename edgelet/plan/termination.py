@@ -10,7 +10,8 @@ the 2 s minimum between its stop signal and SIGKILL.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
 
 from edgelet.api.pod import is_sidecar
 
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 DEFAULT_STOP_SIGNAL = "SIGTERM"
 
 
-def termination_order(pod: "Pod | None", records: Iterable["ContainerRecord"]) -> dict[str, tuple[str, ...]]:
+def termination_order(pod: Pod | None, records: Iterable[ContainerRecord]) -> dict[str, tuple[str, ...]]:
     """For each container id being stopped, the ids it must wait for before its own stop signal.
 
     Without the pod (an orphan found at start-up), or for a container no longer in the spec,
@@ -39,13 +40,13 @@ def termination_order(pod: "Pod | None", records: Iterable["ContainerRecord"]) -
     for r in recs:
         by_name.setdefault(r.name, []).append(r.id)
     for i, name in enumerate(sidecar_names):
-        later = tuple(cid for n in sidecar_names[i + 1:] for cid in by_name.get(n, []))
+        later = tuple(cid for n in sidecar_names[i + 1 :] for cid in by_name.get(n, []))
         for cid in by_name.get(name, []):
             deps[cid] = mains + later
     return deps
 
 
-def stop_signal(container: "Container | None", image_stop_signal: str = "") -> str:
+def stop_signal(container: Container | None, image_stop_signal: str = "") -> str:
     """The signal that asks a container to stop: its lifecycle.stopSignal, else the image's STOPSIGNAL, else SIGTERM.
 
     kubelet (ContainerStopSignals) lets the container's own stopSignal win over the image's.
@@ -61,6 +62,6 @@ def remaining_grace(grace: float, waited: float) -> float:
     return grace - int(waited) if grace > 0 else grace
 
 
-def alive(records: Iterable["ContainerRecord"], ids: Mapping[str, object] | None = None) -> list["ContainerRecord"]:
+def alive(records: Iterable[ContainerRecord], ids: Mapping[str, object] | None = None) -> list[ContainerRecord]:
     """The records that may still hold a process (optionally only those in `ids`)."""
     return [r for r in records if r.state in ("running", "created") and (ids is None or r.id in ids)]

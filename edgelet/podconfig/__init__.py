@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Mapping
+from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from edgelet.api.types import Pod
@@ -15,14 +16,14 @@ Op = Literal["REMOVE", "ADD", "UPDATE", "RECONCILE"]
 @dataclass(frozen=True)
 class PodChange:
     op: Op
-    pod: "Pod"
+    pod: Pod
 
 
 @dataclass(frozen=True)
 class RejectedPod:
     """A pod that parsed but cannot run, e.g. its name is taken by another pod."""
 
-    source: "SourceName"
+    source: SourceName
     origin: str  # file path or URL the pod came from (config.source annotation's origin)
     pod: str  # "namespace/name"
     reason: str  # kubelet event reason, e.g. "FailedValidation"
@@ -33,15 +34,15 @@ class RejectedPod:
 class ConfigState:
     """The merged view: accepted pods per source keyed by UID, plus what was rejected."""
 
-    pods: Mapping["SourceName", Mapping[str, "Pod"]] = field(default_factory=dict)
+    pods: Mapping[SourceName, Mapping[str, Pod]] = field(default_factory=dict)
     rejected: tuple[RejectedPod, ...] = ()
-    errors: Mapping["SourceName", tuple["ManifestProblem", ...]] = field(default_factory=dict)
+    errors: Mapping[SourceName, tuple[ManifestProblem, ...]] = field(default_factory=dict)
     seen_sources: frozenset[str] = frozenset()
     # The latest snapshot's pods of every source, rejected ones included, so that a merge of one
     # source can admit a pod of another whose name it frees (see merge.py).
-    snapshots: Mapping["SourceName", tuple["Pod", ...]] = field(default_factory=dict)
+    snapshots: Mapping[SourceName, tuple[Pod, ...]] = field(default_factory=dict)
 
-    def all_pods(self) -> list["Pod"]:
+    def all_pods(self) -> list[Pod]:
         """Accepted pods of every source, in source order."""
         from edgelet.sources import SOURCE_ORDER
 

@@ -15,13 +15,14 @@ the same merge that frees its name, whichever source freed it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
-from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Mapping
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import msgspec
 
-from edgelet.api.annotations import CONFIG_SOURCE, CONFIG_SEEN, CONFIG_MIRROR, ORIGIN
+from edgelet.api.annotations import CONFIG_MIRROR, CONFIG_SEEN, CONFIG_SOURCE, ORIGIN
 from edgelet.podconfig import ConfigState, PodChange, RejectedPod
 from edgelet.sources import SOURCE_ORDER
 
@@ -42,7 +43,7 @@ def format_seen(now: float) -> str:
     # A float holds about microseconds at today's epoch; nanoseconds beyond that would be noise.
     micros = round(now * 1_000_000)
     seconds, frac_us = divmod(micros, 1_000_000)
-    base = datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    base = datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
     frac = f"{frac_us * 1000:09d}".rstrip("0")
     return f"{base}.{frac}Z" if frac else f"{base}Z"
 
@@ -51,20 +52,20 @@ def is_local_annotation(key: str) -> bool:
     return key in LOCAL_ANNOTATIONS or key.startswith(EDGELET_ANNOTATION_PREFIX)
 
 
-def full_name(pod: "Pod") -> str:
+def full_name(pod: Pod) -> str:
     meta = pod.metadata
     return f"{(meta.namespace if meta else None) or 'default'}/{(meta.name if meta else None) or ''}"
 
 
-def pod_uid(pod: "Pod") -> str:
+def pod_uid(pod: Pod) -> str:
     return (pod.metadata.uid if pod.metadata else None) or ""
 
 
-def _annotations(pod: "Pod") -> dict[str, str]:
+def _annotations(pod: Pod) -> dict[str, str]:
     return dict((pod.metadata.annotations if pod.metadata else None) or {})
 
 
-def _origin(pod: "Pod", source: str) -> str:
+def _origin(pod: Pod, source: str) -> str:
     return _annotations(pod).get(ORIGIN) or source
 
 
@@ -72,7 +73,7 @@ def _non_local(annotations: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in annotations.items() if not is_local_annotation(k)}
 
 
-def pods_differ_semantically(old: "Pod", new: "Pod") -> bool:
+def pods_differ_semantically(old: Pod, new: Pod) -> bool:
     """kubelet podsDifferSemantically (spec, labels, deletion fields, non-local annotations), plus the full name."""
     om, nm = old.metadata, new.metadata
     if full_name(old) != full_name(new):
@@ -90,7 +91,7 @@ def pods_differ_semantically(old: "Pod", new: "Pod") -> bool:
     return _non_local(_annotations(old)) != _non_local(_annotations(new))
 
 
-def _with_annotation(pod: "Pod", key: str, value: str) -> "Pod":
+def _with_annotation(pod: Pod, key: str, value: str) -> Pod:
     from edgelet.api.types import ObjectMeta
 
     meta = pod.metadata if pod.metadata is not None else ObjectMeta()
@@ -100,10 +101,10 @@ def _with_annotation(pod: "Pod", key: str, value: str) -> "Pod":
 
 
 def _admit(
-    snapshots: Mapping["SourceName", tuple["Pod", ...]],
-) -> tuple[dict["SourceName", dict[str, "Pod"]], list[RejectedPod]]:
+    snapshots: Mapping[SourceName, tuple[Pod, ...]],
+) -> tuple[dict[SourceName, dict[str, Pod]], list[RejectedPod]]:
     """The pods that may run, per source keyed by UID, and the rejected ones, from every source's latest pods."""
-    accepted: dict["SourceName", dict[str, "Pod"]] = {}
+    accepted: dict[SourceName, dict[str, Pod]] = {}
     rejected: list[RejectedPod] = []
     # full name / uid -> (source, origin) of the pod that holds it
     names: dict[str, tuple[str, str]] = {}
@@ -111,7 +112,7 @@ def _admit(
     for source in SOURCE_ORDER:
         if source not in snapshots:
             continue
-        kept: dict[str, "Pod"] = {}
+        kept: dict[str, Pod] = {}
         for pod in snapshots[source]:
             name, uid, origin = full_name(pod), pod_uid(pod), _origin(pod, source)
             if name in names:
@@ -148,13 +149,13 @@ def _admit(
     return accepted, rejected
 
 
-def merge(state: ConfigState, snapshot: "SourceSnapshot", now: float) -> tuple[ConfigState, list[PodChange]]:
+def merge(state: ConfigState, snapshot: SourceSnapshot, now: float) -> tuple[ConfigState, list[PodChange]]:
     """Apply one source's snapshot: the new state and the changes, REMOVEs first, then ADD, UPDATE, RECONCILE.
 
     `now` is wall time; it becomes `kubernetes.io/config.seen` of added pods.
     An updated or reconciled pod keeps the config.seen of the pod it replaces.
     """
-    snapshots: dict["SourceName", tuple["Pod", ...]] = {
+    snapshots: dict[SourceName, tuple[Pod, ...]] = {
         source: tuple(state.pods.get(source, {}).values()) for source in state.pods
     }
     snapshots.update(state.snapshots)
@@ -170,11 +171,11 @@ def merge(state: ConfigState, snapshot: "SourceSnapshot", now: float) -> tuple[C
     adds: list[PodChange] = []
     updates: list[PodChange] = []
     reconciles: list[PodChange] = []
-    new_pods: dict["SourceName", dict[str, "Pod"]] = {}
+    new_pods: dict[SourceName, dict[str, Pod]] = {}
     for source in SOURCE_ORDER:
         if source not in admitted:
             continue
-        kept: dict[str, "Pod"] = {}
+        kept: dict[str, Pod] = {}
         for uid, pod in admitted[source].items():
             existing = old_all.get(uid)
             if existing is None:

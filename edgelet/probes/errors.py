@@ -9,6 +9,7 @@ Hierarchy::
 """
 
 from __future__ import annotations
+
 from edgelet.errors import EdgeletError
 
 

@@ -18,7 +18,6 @@ Plain-text HTTP/2 (h2c with prior knowledge), as kubelet's grpc probe uses.
 from __future__ import annotations
 
 import asyncio
-import socket
 import struct
 from typing import TYPE_CHECKING
 
@@ -83,7 +82,7 @@ def parse_status(message: bytes) -> int | None:
     if len(message) < 5 or message[0] != 0:  # compressed responses are not negotiated, so never sent
         return None
     (length,) = struct.unpack(">I", message[1:5])
-    body = message[5:5 + length]
+    body = message[5 : 5 + length]
     i = 0
     while i < len(body):
         key, i = _read_varint(body, i)
@@ -118,17 +117,29 @@ def _read_varint(data: bytes, i: int) -> tuple[int, int]:
 
 
 def build_call(authority: str, service: str) -> bytes:
-    block = b"".join(hpack_literal(n, v) for n, v in (
-        (":method", "POST"), (":scheme", "http"), (":path", "/grpc.health.v1.Health/Check"),
-        (":authority", authority), ("content-type", "application/grpc"), ("te", "trailers"),
-        ("user-agent", USER_AGENT),
-    ))
-    return (PREFACE + frame(SETTINGS, 0, 0) + frame(HEADERS, END_HEADERS, 1, block)
-            + frame(DATA, END_STREAM, 1, check_request(service)))
+    block = b"".join(
+        hpack_literal(n, v)
+        for n, v in (
+            (":method", "POST"),
+            (":scheme", "http"),
+            (":path", "/grpc.health.v1.Health/Check"),
+            (":authority", authority),
+            ("content-type", "application/grpc"),
+            ("te", "trailers"),
+            ("user-agent", USER_AGENT),
+        )
+    )
+    return (
+        PREFACE
+        + frame(SETTINGS, 0, 0)
+        + frame(HEADERS, END_HEADERS, 1, block)
+        + frame(DATA, END_STREAM, 1, check_request(service))
+    )
 
 
-async def health_check(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, authority: str,
-                       service: str) -> int | None:
+async def health_check(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, authority: str, service: str
+) -> int | None:
     """Run one Check on an open connection; the serving status, or None when no response message came."""
     writer.write(build_call(authority, service))
     await writer.drain()
@@ -151,13 +162,13 @@ async def health_check(reader: asyncio.StreamReader, writer: asyncio.StreamWrite
             raise ConnectionError(f"stream reset (error code {int.from_bytes(payload[:4], 'big')})")
         elif kind == DATA and stream == 1:
             if flags & PADDED and payload:
-                payload = payload[1:len(payload) - payload[0]]
+                payload = payload[1 : len(payload) - payload[0]]
             data += payload
         if stream == 1 and kind in (DATA, HEADERS) and flags & END_STREAM:
             return parse_status(bytes(data)) if data else None
 
 
-async def grpc_probe(action: "GRPCAction", target: ProbeTarget, timeout: float) -> Outcome:
+async def grpc_probe(action: GRPCAction, target: ProbeTarget, timeout: float) -> Outcome:
     """kubelet prober/grpc: SERVING is success; anything else, or no connection within the timeout, failure."""
     host = DEFAULT_HOST
     port = action.port
@@ -182,9 +193,9 @@ async def grpc_probe(action: "GRPCAction", target: ProbeTarget, timeout: float) 
             status = await call()
     except netns.NetnsError as exc:
         return Outcome(Result.UNKNOWN, str(exc), error=True)
-    except (asyncio.TimeoutError, TimeoutError):
+    except TimeoutError:
         return Outcome(Result.FAILURE, f'timeout: failed to connect service "{authority}" within {timeout:g}s')
-    except (OSError, asyncio.IncompleteReadError, ValueError, socket.error) as exc:
+    except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
         return Outcome(Result.FAILURE, f'error: failed to connect service "{authority}": {exc}')
     if status == 1:
         return Outcome(Result.SUCCESS)

@@ -12,17 +12,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import TYPE_CHECKING, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
+from edgelet.container.errors import ExecError
 from edgelet.probes.errors import HookError, ProbeError
 from edgelet.probes.probers import Executor, ProbeTarget, http_get
-from edgelet.container.errors import ExecError
 
 if TYPE_CHECKING:
     from edgelet.api.types import Container, LifecycleHandler, Pod
 
 
-def _format_pod(pod: "Pod") -> str:
+def _format_pod(pod: Pod) -> str:
     from edgelet.plan.actions import format_pod
 
     return format_pod(pod)
@@ -33,12 +34,12 @@ def _go_list(items: list[str]) -> str:
 
 
 async def run_handler(
-    handler: "LifecycleHandler",
+    handler: LifecycleHandler,
     *,
     runtime: Executor,
     target: ProbeTarget,
-    pod: "Pod",
-    container: "Container",
+    pod: Pod,
+    container: Container,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> None:
     """Run one handler to completion; raises HookError with kubelet's message when it fails."""
@@ -48,10 +49,11 @@ async def run_handler(
         try:
             done = await runtime.exec_sync(target.container_id, command, None)
         except ExecError as exc:
-            raise HookError(f"Exec lifecycle hook ({_go_list(command)}) {where} failed - error: {exc}, "
-                            f"message: {json.dumps('')}") from exc
+            raise HookError(
+                f"Exec lifecycle hook ({_go_list(command)}) {where} failed - error: {exc}, message: {json.dumps('')}"
+            ) from exc
         if done.returncode != 0:
-            output = (done.stdout + done.stderr)[:10 * 1024].decode(errors="replace")
+            output = (done.stdout + done.stderr)[: 10 * 1024].decode(errors="replace")
             raise HookError(
                 f"Exec lifecycle hook ({_go_list(command)}) {where} failed - error: command "
                 f"'{' '.join(command)}' exited with {done.returncode}: {done.stderr.decode(errors='replace')}, "
@@ -61,8 +63,10 @@ async def run_handler(
     if handler.http_get is not None:
         try:
             await http_get(handler.http_get, target, None)
-        except (ProbeError, OSError, asyncio.TimeoutError) as exc:  # OSError includes ssl.SSLError
-            raise HookError(f"HTTP lifecycle hook ({handler.http_get.path or '/'}) {where} failed - error: {exc}") from exc
+        except (TimeoutError, ProbeError, OSError) as exc:  # OSError includes ssl.SSLError
+            raise HookError(
+                f"HTTP lifecycle hook ({handler.http_get.path or '/'}) {where} failed - error: {exc}"
+            ) from exc
         return
     if handler.sleep is not None:
         await sleep(max(0, handler.sleep.seconds))

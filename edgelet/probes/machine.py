@@ -23,8 +23,9 @@ Semantics (KUBELET-SEMANTICS "Probes"):
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Literal
+from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from edgelet.api.types import Probe
@@ -67,7 +68,7 @@ class ProbeParams:
     termination_grace: int | None = None
 
     @classmethod
-    def from_probe(cls, kind: ProbeKind, probe: "Probe") -> "ProbeParams":
+    def from_probe(cls, kind: ProbeKind, probe: Probe) -> ProbeParams:
         def pos(value: int | None, default: int) -> int:
             # Validation rejects values below 1; a defaulted 0 would mean "every tick" and spin.
             return value if value is not None and value >= 1 else default

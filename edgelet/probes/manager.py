@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Awaitable, Callable, Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from edgelet.api.pod import uid as pod_uid
 from edgelet.api.pod import meta
 from edgelet.api.pod import spec as pod_spec
+from edgelet.api.pod import uid as pod_uid
 from edgelet.events import EventRecorder, pod_ref
 from edgelet.probes.machine import (
     KINDS,
@@ -36,7 +37,8 @@ from edgelet.probes.machine import (
     event_name,
     initial_jitter,
 )
-from edgelet.probes.probers import Executor, Outcome, ProbeTarget, run_probe, target_for
+from edgelet.probes.probers import Executor, Outcome, ProbeTarget, run_probe
+from edgelet.probes.target import target_for
 from edgelet.util.log import get_logger
 
 if TYPE_CHECKING:
@@ -63,7 +65,7 @@ class _Worker:
     task: asyncio.Task | None = None
 
 
-def probes_of(container: "Container") -> list[tuple[ProbeKind, "Probe"]]:
+def probes_of(container: Container) -> list[tuple[ProbeKind, Probe]]:
     found = zip(KINDS, (container.startup_probe, container.liveness_probe, container.readiness_probe))
     return [(kind, probe) for kind, probe in found if probe is not None]
 
@@ -74,12 +76,12 @@ class ProbeManager:
     def __init__(
         self,
         runtime: Executor,
-        clock: "Clock",
+        clock: Clock,
         events: EventRecorder,
         *,
         state_of: Callable[[str], ProbeVerdicts] | None = None,
         on_change: Callable[[str], None] | None = None,
-        runner: Callable[["Probe", ProbeTarget, Executor], Awaitable[Outcome]] = run_probe,
+        runner: Callable[[Probe, ProbeTarget, Executor], Awaitable[Outcome]] = run_probe,
         rand: Callable[[], float] = random.random,
     ) -> None:
         self._runtime = runtime
@@ -95,13 +97,13 @@ class ProbeManager:
 
     # ---------------------------------------------------------------- called by the syncer
 
-    def sync_pod(self, pod: "Pod", rt: "PodRuntimeStatus") -> None:
+    def sync_pod(self, pod: Pod, rt: PodRuntimeStatus) -> None:
         """Start the workers the pod's running containers need, stop those whose container is gone."""
         uid = pod_uid(pod)
         specs = {c.name: c for c in pod_spec(pod).init_containers or [] if c.restart_policy == "Always"}
         specs.update({c.name: c for c in pod_spec(pod).containers or []})
         sandboxes = {s.id: s for s in rt.sandboxes}
-        wanted: dict[WorkerKey, tuple["ContainerRecord", "Probe", ProbeTarget]] = {}
+        wanted: dict[WorkerKey, tuple[ContainerRecord, Probe, ProbeTarget]] = {}
         for name, container in specs.items():
             rec = rt.latest(name)
             if rec is None or rec.state != "running":
@@ -135,8 +137,13 @@ class ProbeManager:
     def kill_grace(self, uid: str, cid: str) -> float | None:
         """The failed probe's terminationGracePeriodSeconds, which kubelet uses instead of the pod's."""
         for key, w in self._workers.items():
-            if key[0] == uid and w.cid == cid and key[2] in ("liveness", "startup") \
-                    and w.machine.result == Result.FAILURE and w.machine.params.termination_grace is not None:
+            if (
+                key[0] == uid
+                and w.cid == cid
+                and key[2] in ("liveness", "startup")
+                and w.machine.result == Result.FAILURE
+                and w.machine.params.termination_grace is not None
+            ):
                 return float(w.machine.params.termination_grace)
         return None
 
@@ -153,8 +160,9 @@ class ProbeManager:
 
     # ---------------------------------------------------------------- workers
 
-    def _start_worker(self, pod: "Pod", key: WorkerKey, rec: "ContainerRecord", probe: "Probe",
-                      target: ProbeTarget, *, has_startup: bool) -> None:
+    def _start_worker(
+        self, pod: Pod, key: WorkerKey, rec: ContainerRecord, probe: Probe, target: ProbeTarget, *, has_startup: bool
+    ) -> None:
         uid, name, kind = key
         machine = ProbeMachine(ProbeParams.from_probe(kind, probe))
         worker = _Worker(cid=rec.id, machine=machine)
@@ -188,21 +196,34 @@ class ProbeManager:
         """kubelet's containerStatus.started: its startup probe succeeded, or it has none."""
         return not has_startup or self.results.get("startup", uid, name, cid) == Result.SUCCESS
 
-    async def _run_worker(self, pod: "Pod", key: WorkerKey, worker: _Worker, rec: "ContainerRecord", probe: "Probe",
-                          target: ProbeTarget, has_startup: bool) -> None:
+    async def _run_worker(
+        self,
+        pod: Pod,
+        key: WorkerKey,
+        worker: _Worker,
+        rec: ContainerRecord,
+        probe: Probe,
+        target: ProbeTarget,
+        has_startup: bool,
+    ) -> None:
         uid, name, kind = key
         machine = worker.machine
         started_at = rec.started_at if rec.started_at is not None else rec.created_at
         ref = pod_ref(pod, name, init=rec.container_type == "init")
         period = float(machine.params.period)
-        jitter = initial_jitter(machine.params.period, agent_uptime=self._clock.now() - self._started_at,
-                                adopted=started_at < self._started_at, rand=self._rand)
+        jitter = initial_jitter(
+            machine.params.period,
+            agent_uptime=self._clock.now() - self._started_at,
+            adopted=started_at < self._started_at,
+            rand=self._rand,
+        )
         if jitter > 0:
             await self._clock.sleep(jitter)
         while True:
             began = self._clock.monotonic()
-            if machine.should_probe(now=self._clock.now(), started_at=started_at,
-                                    started=self._started(uid, name, rec.id, has_startup)):
+            if machine.should_probe(
+                now=self._clock.now(), started_at=started_at, started=self._started(uid, name, rec.id, has_startup)
+            ):
                 outcome = await self._probe(probe, target)
                 try:
                     self._judge(pod, key, worker, outcome, ref)
@@ -210,7 +231,7 @@ class ProbeManager:
                     log.error("Probe result handling failed", exc, container=name, probe=kind)
             await self._clock.sleep(max(0.0, period - (self._clock.monotonic() - began)))
 
-    async def _probe(self, probe: "Probe", target: ProbeTarget) -> Outcome:
+    async def _probe(self, probe: Probe, target: ProbeTarget) -> Outcome:
         """kubelet runProbeWithRetries: a probe that errored (not one that failed) is run again at once, 3 tries in all."""
         outcome = Outcome(Result.UNKNOWN, "", error=True)
         for _ in range(MAX_PROBE_TRIES):
@@ -225,12 +246,13 @@ class ProbeManager:
                 break
         return outcome
 
-    def _judge(self, pod: "Pod", key: WorkerKey, worker: _Worker, outcome: Outcome, ref) -> None:
+    def _judge(self, pod: Pod, key: WorkerKey, worker: _Worker, outcome: Outcome, ref) -> None:
         uid, name, kind = key
         if outcome.error:
             # kubelet prober.probe: the error is reported and the result thrown away.
-            self._events.warning(ref, "Unhealthy",
-                                 f"{event_name(kind)} probe errored and resulted in unknown state: {outcome.message}")
+            self._events.warning(
+                ref, "Unhealthy", f"{event_name(kind)} probe errored and resulted in unknown state: {outcome.message}"
+            )
             return
         if outcome.warning:
             # kubelet probe.Warning (an httpGet redirect it did not follow): a success, with a warning.
@@ -241,6 +263,11 @@ class ProbeManager:
             result = worker.machine.result
             self.results.set(kind, uid, name, worker.cid, result)
             self._apply(uid, name, kind, result)
-            log.info("Probe result changed", pod=f"{meta(pod).namespace}/{meta(pod).name}", container=name,
-                     probe=kind, result=result.value)
+            log.info(
+                "Probe result changed",
+                pod=f"{meta(pod).namespace}/{meta(pod).name}",
+                container=name,
+                probe=kind,
+                result=result.value,
+            )
             self.on_change(uid)

@@ -19,7 +19,6 @@ from edgelet.probes.errors import NetnsError
 from edgelet.util import linux
 
 
-
 def socket_in(netns: str | None, family: int = socket.AF_INET, type: int = socket.SOCK_STREAM) -> socket.socket:
     """A new non-blocking socket in the namespace at path `netns` (the host's when None)."""
     if netns is None:

@@ -22,25 +22,28 @@ import asyncio
 import json
 import os
 import socket
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, Sequence
+from typing import TYPE_CHECKING, Protocol
 from urllib.parse import urljoin, urlsplit
 
+from edgelet.container.errors import ExecError, ExecTimeout
 from edgelet.probes import netns
 from edgelet.probes.errors import ProbeError
 from edgelet.probes.machine import Result
-from edgelet.probes.target import DEFAULT_HOST, USER_AGENT, Outcome, ProbeTarget, target_for
-from edgelet.container.errors import ExecError, ExecTimeout
+from edgelet.probes.target import DEFAULT_HOST, USER_AGENT, Outcome, ProbeTarget
 
 if TYPE_CHECKING:
     import ssl
 
-    from edgelet.api.types import Container, HTTPGetAction, Probe, TCPSocketAction
+    from edgelet.api.types import HTTPGetAction, Probe, TCPSocketAction
     from edgelet.container.types import Completed
 
 MAX_OUTPUT = 10 * 1024  # kubelet probe.maxReadLength
+
+
 class Executor(Protocol):
-    async def exec_sync(self, container_id: str, argv: Sequence[str], timeout: float | None) -> "Completed": ...
+    async def exec_sync(self, container_id: str, argv: Sequence[str], timeout: float | None) -> Completed: ...
 
 
 def resolve_port(port: int | str, target: ProbeTarget) -> int:
@@ -104,7 +107,7 @@ def _dial_error(host: str, port: int, exc: BaseException) -> str:
     return f"dial tcp {where}: {exc}"
 
 
-async def tcp_probe(action: "TCPSocketAction", target: ProbeTarget, timeout: float) -> Outcome:
+async def tcp_probe(action: TCPSocketAction, target: ProbeTarget, timeout: float) -> Outcome:
     try:
         port = resolve_port(action.port, target)
     except ProbeError as exc:
@@ -114,7 +117,7 @@ async def tcp_probe(action: "TCPSocketAction", target: ProbeTarget, timeout: flo
         sock = await _open(target, host, port, timeout)
     except netns.NetnsError as exc:
         return Outcome(Result.UNKNOWN, str(exc), error=True)
-    except (OSError, asyncio.TimeoutError) as exc:
+    except (TimeoutError, OSError) as exc:
         return Outcome(Result.FAILURE, _dial_error(host, port, exc))
     sock.close()
     return Outcome(Result.SUCCESS)
@@ -122,10 +125,10 @@ async def tcp_probe(action: "TCPSocketAction", target: ProbeTarget, timeout: flo
 
 # ------------------------------------------------------------------ http
 
-_insecure: "ssl.SSLContext | None" = None
+_insecure: ssl.SSLContext | None = None
 
 
-def _insecure_context() -> "ssl.SSLContext":
+def _insecure_context() -> ssl.SSLContext:
     global _insecure
     if _insecure is None:
         import ssl  # only for an https probe: an agent without one never loads OpenSSL (util/openssl.py)
@@ -163,13 +166,14 @@ class HttpRequest:
         return f"{self.scheme}://{self.hostport}{self.path}"
 
 
-def _path(action: "HTTPGetAction") -> str:
+def _path(action: HTTPGetAction) -> str:
     path = action.path or "/"
     return path if path.startswith("/") else "/" + path
 
 
-def request_for(action: "HTTPGetAction", target: ProbeTarget, host: str | None = None, port: int | None = None
-                ) -> HttpRequest:
+def request_for(
+    action: HTTPGetAction, target: ProbeTarget, host: str | None = None, port: int | None = None
+) -> HttpRequest:
     """The request an httpGet action makes (to `host`/`port` when given); raises ProbeError for an unknown port name."""
     return HttpRequest(
         scheme=(action.scheme or "HTTP").lower(),
@@ -193,15 +197,19 @@ def encode_request(req: HttpRequest) -> bytes:
             headers[name.lower()] = (name, value)
         else:
             extra.append((name, value))
-    lines = [f"GET {req.path} HTTP/1.1", *(f"{n}: {v}" for n, v in headers.values()), *(f"{n}: {v}" for n, v in extra),
-             "Connection: close"]
+    lines = [
+        f"GET {req.path} HTTP/1.1",
+        *(f"{n}: {v}" for n, v in headers.values()),
+        *(f"{n}: {v}" for n, v in extra),
+        "Connection: close",
+    ]
     for line in lines:
         if "\r" in line or "\n" in line:
             raise ProbeError(f"invalid header or path: {line!r}")
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
-def build_request(action: "HTTPGetAction", host: str, port: int) -> bytes:
+def build_request(action: HTTPGetAction, host: str, port: int) -> bytes:
     """The bytes of the GET an httpGet action sends to host:port."""
     return encode_request(request_for(action, ProbeTarget("", None), host, port))
 
@@ -215,7 +223,9 @@ async def send(req: HttpRequest, target: ProbeTarget, timeout: float | None) -> 
         sock = await _open(target, req.host, req.port, timeout if timeout is not None else 3600.0)
         try:
             reader, writer = await asyncio.open_connection(
-                sock=sock, ssl=_insecure_context() if https else None, server_hostname=req.host if https else None,
+                sock=sock,
+                ssl=_insecure_context() if https else None,
+                server_hostname=req.host if https else None,
                 limit=MAX_OUTPUT * 8,
             )
         except BaseException:
@@ -248,7 +258,7 @@ async def send(req: HttpRequest, target: ProbeTarget, timeout: float | None) -> 
         return await exchange()
 
 
-async def http_get(action: "HTTPGetAction", target: ProbeTarget, timeout: float | None) -> HttpResponse:
+async def http_get(action: HTTPGetAction, target: ProbeTarget, timeout: float | None) -> HttpResponse:
     """One GET of an httpGet action (lifecycle hooks); raises ProbeError (bad port), OSError or TimeoutError."""
     return await send(request_for(action, target), target, timeout)
 
@@ -295,7 +305,7 @@ def next_request(first: HttpRequest, current: HttpRequest, response: HttpRespons
     return HttpRequest(target.scheme, target.hostname, port, path, headers)
 
 
-async def http_probe(action: "HTTPGetAction", target: ProbeTarget, timeout: float) -> Outcome:
+async def http_probe(action: HTTPGetAction, target: ProbeTarget, timeout: float) -> Outcome:
     """kubelet prober/http: 200-399 success, redirects to the same host followed (`next_request`).
 
     A 3xx that ends the chain (a redirect to another host, or one Go does not
@@ -327,9 +337,11 @@ async def http_probe(action: "HTTPGetAction", target: ProbeTarget, timeout: floa
         return Outcome(Result.UNKNOWN, str(exc), error=True)
     except ProbeError as exc:
         return Outcome(Result.UNKNOWN, str(exc), error=True)
-    except (asyncio.TimeoutError, TimeoutError):
-        return Outcome(Result.FAILURE,
-                       f'Get "{current.url}": context deadline exceeded (Client.Timeout exceeded while awaiting headers)')
+    except TimeoutError:
+        return Outcome(
+            Result.FAILURE,
+            f'Get "{current.url}": context deadline exceeded (Client.Timeout exceeded while awaiting headers)',
+        )
     except OSError as exc:  # ssl.SSLError included
         return Outcome(Result.FAILURE, f'Get "{current.url}": {_dial_error(current.host, current.port, exc)}')
     body = response.body.decode(errors="replace")
@@ -343,7 +355,7 @@ async def http_probe(action: "HTTPGetAction", target: ProbeTarget, timeout: floa
 # ------------------------------------------------------------------ dispatch
 
 
-async def run_probe(probe: "Probe", target: ProbeTarget, runtime: Executor) -> Outcome:
+async def run_probe(probe: Probe, target: ProbeTarget, runtime: Executor) -> Outcome:
     """Run whichever action the probe has, with its timeout."""
     timeout = float(probe.timeout_seconds or 1)
     if probe.exec is not None:

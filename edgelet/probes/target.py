@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING
 
 from edgelet.probes.machine import Result
 
@@ -33,7 +34,7 @@ class ProbeTarget:
     ports: Mapping[str, int] = field(default_factory=dict)  # named container ports
 
 
-def target_for(container_id: str, container: "Container", sandbox_netns: str | None, host_network: bool) -> ProbeTarget:
+def target_for(container_id: str, container: Container, sandbox_netns: str | None, host_network: bool) -> ProbeTarget:
     """The probe target of one container instance, in its sandbox's network namespace (`SandboxRecord.netns_path`)."""
     ns = None if host_network else sandbox_netns
     ports = {p.name: p.container_port for p in container.ports or [] if p.name}

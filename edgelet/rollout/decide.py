@@ -14,8 +14,9 @@ a new record that the caller writes to disk before it acts on it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from typing import Iterable, Literal
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from typing import Literal
 
 Strategy = Literal["Replace", "Surge"]
 Phase = Literal["pulling", "replacing", "gating", "good", "rolling-back", "rolled-back", "failed"]
@@ -27,10 +28,19 @@ HISTORY_MAX = 20
 
 # Waiting reasons that can never turn good on their own; a pull that failed for a
 # reason other than "not there" or "refused" (a bad link) waits for the deadline instead.
-_FATAL_WAITING = frozenset({"CreateContainerConfigError", "CrashLoopBackOff", "ErrImageNeverPull",
-                            "InvalidImageName"})
-_PULL_REFUSED = ("not found", "manifest unknown", "name unknown", "unauthorized", "denied", "forbidden",
-                 "status 401", "status 403", "status 404", "refused")
+_FATAL_WAITING = frozenset({"CreateContainerConfigError", "CrashLoopBackOff", "ErrImageNeverPull", "InvalidImageName"})
+_PULL_REFUSED = (
+    "not found",
+    "manifest unknown",
+    "name unknown",
+    "unauthorized",
+    "denied",
+    "forbidden",
+    "status 401",
+    "status 403",
+    "status 404",
+    "refused",
+)
 
 
 @dataclass(frozen=True)
@@ -106,8 +116,15 @@ def _missing(g: GateObs | None) -> str:
     return "the pod is not Ready"
 
 
-def assess_gate(g: GateObs | None, *, started_at: float, now: float, policy: Policy,
-                ready_since: float | None, restarts_at_ready: int) -> GateVerdict:
+def assess_gate(
+    g: GateObs | None,
+    *,
+    started_at: float,
+    now: float,
+    policy: Policy,
+    ready_since: float | None,
+    restarts_at_ready: int,
+) -> GateVerdict:
     """Good once every container started and the pod is Ready for `window` seconds without a restart (a
     run-to-completion pod: once it succeeded); failed on an unambiguous failure or at the deadline."""
     if g is not None:
@@ -118,8 +135,9 @@ def assess_gate(g: GateObs | None, *, started_at: float, now: float, policy: Pol
             return GateVerdict("good", "the pod succeeded")
         restarts = sum(c.restarts for c in g.containers)
         # A run-to-completion pod (OnFailure, Never) is good only once it succeeded.
-        healthy = g.restart_policy == "Always" and g.ready and bool(g.containers) and \
-            all(c.started for c in g.containers)
+        healthy = (
+            g.restart_policy == "Always" and g.ready and bool(g.containers) and all(c.started for c in g.containers)
+        )
         if healthy:
             if ready_since is None or restarts > restarts_at_ready:
                 # Ready now, or a restart since: the stability window starts (again).
@@ -209,9 +227,15 @@ def changes_what_runs(rec: Record, *, rollback: bool) -> bool:
 def start(name: str, desired: str, now: float, *, wall: float | None = None) -> Record:
     """A pod seen for the first time: no last good version, so it runs at once (as today) under the gate.
     `now` is gate time (see decide), `wall` the history's timestamp (default: now)."""
-    return Record(name=name, phase="gating", target=desired, active=desired, since=now,
-                  reason="first version: nothing to roll back to",
-                  history=(HistoryEntry(desired, "gating", "first version", now if wall is None else wall),))
+    return Record(
+        name=name,
+        phase="gating",
+        target=desired,
+        active=desired,
+        since=now,
+        reason="first version: nothing to roll back to",
+        history=(HistoryEntry(desired, "gating", "first version", now if wall is None else wall),),
+    )
 
 
 def decide(rec: Record, obs: Observation, now: float, policy: Policy, *, wall: float | None = None) -> Decision:
@@ -225,63 +249,143 @@ def decide(rec: Record, obs: Observation, now: float, policy: Policy, *, wall: f
         return _new_target(rec, obs, now, policy, wall)
     if rec.phase == "pulling":
         if obs.pulled and policy.strategy == "Surge" and rec.active is not None and not obs.clash:
-            r = replace(rec, phase="gating", active=rec.target, surge_from=rec.active, since=now, ready_since=None,
-                        restarts_at_ready=0, reason="waiting for the health gate (Surge: the previous version runs)",
-                        history=_hist(rec, rec.target, "gating", f"started beside {short(rec.active)} (Surge)", wall))
-            return Decision(r, (Event("Normal", "RolloutSurging",
-                                      f"Images of version {short(rec.target)} present: started beside version "
-                                      f"{short(rec.active)}, which stops once the new one is good"),))
+            r = replace(
+                rec,
+                phase="gating",
+                active=rec.target,
+                surge_from=rec.active,
+                since=now,
+                ready_since=None,
+                restarts_at_ready=0,
+                reason="waiting for the health gate (Surge: the previous version runs)",
+                history=_hist(rec, rec.target, "gating", f"started beside {short(rec.active)} (Surge)", wall),
+            )
+            return Decision(
+                r,
+                (
+                    Event(
+                        "Normal",
+                        "RolloutSurging",
+                        f"Images of version {short(rec.target)} present: started beside version "
+                        f"{short(rec.active)}, which stops once the new one is good",
+                    ),
+                ),
+            )
         if obs.pulled:
-            refused = (Event("Warning", "SurgeRefused", f"Surge refused: {obs.clash}; replacing instead"),) \
-                if policy.strategy == "Surge" and obs.clash else ()
+            refused = (
+                (Event("Warning", "SurgeRefused", f"Surge refused: {obs.clash}; replacing instead"),)
+                if policy.strategy == "Surge" and obs.clash
+                else ()
+            )
             r = replace(rec, phase="replacing", active=rec.target, since=now, reason="images present")
-            return Decision(r, (*refused, Event("Normal", "RolloutReplacing",
-                                                f"Images of version {short(rec.target)} present: replacing "
-                                                f"version {short(rec.active)}")))
-        reason = f"pulling the images of version {short(rec.target)}; version {short(rec.active)} keeps running" \
-            + (f": {obs.pull_error}" if obs.pull_error else "")
+            return Decision(
+                r,
+                (
+                    *refused,
+                    Event(
+                        "Normal",
+                        "RolloutReplacing",
+                        f"Images of version {short(rec.target)} present: replacing version {short(rec.active)}",
+                    ),
+                ),
+            )
+        reason = f"pulling the images of version {short(rec.target)}; version {short(rec.active)} keeps running" + (
+            f": {obs.pull_error}" if obs.pull_error else ""
+        )
         return Decision(replace(rec, reason=reason), pull=True)
     if rec.phase == "replacing":
         if obs.running <= {rec.target}:
-            return Decision(replace(rec, phase="gating", since=now, ready_since=None, restarts_at_ready=0,
-                                    reason="waiting for the health gate",
-                                    history=_hist(rec, rec.target, "gating", "replaced the previous version",
-                                                  wall)))
+            return Decision(
+                replace(
+                    rec,
+                    phase="gating",
+                    since=now,
+                    ready_since=None,
+                    restarts_at_ready=0,
+                    reason="waiting for the health gate",
+                    history=_hist(rec, rec.target, "gating", "replaced the previous version", wall),
+                )
+            )
         return Decision(rec)
     if rec.phase == "gating":
-        v = assess_gate(obs.gate, started_at=rec.since, now=now, policy=policy, ready_since=rec.ready_since,
-                        restarts_at_ready=rec.restarts_at_ready)
+        v = assess_gate(
+            obs.gate,
+            started_at=rec.since,
+            now=now,
+            policy=policy,
+            ready_since=rec.ready_since,
+            restarts_at_ready=rec.restarts_at_ready,
+        )
         if v.outcome == "pending":
             return Decision(replace(rec, ready_since=v.ready_since, restarts_at_ready=v.restarts_at_ready))
         if v.outcome == "good":
-            r = replace(rec, phase="good", last_good=rec.target, blocked=None, since=now, ready_since=None,
-                        surge_from=None,
-                        reason=v.reason, history=_hist(rec, rec.target, "good", v.reason, wall))
-            return Decision(r, (Event("Normal", "RolloutSucceeded",
-                                      f"Version {short(rec.target)} is good: {v.reason}"),))
+            r = replace(
+                rec,
+                phase="good",
+                last_good=rec.target,
+                blocked=None,
+                since=now,
+                ready_since=None,
+                surge_from=None,
+                reason=v.reason,
+                history=_hist(rec, rec.target, "good", v.reason, wall),
+            )
+            return Decision(
+                r, (Event("Normal", "RolloutSucceeded", f"Version {short(rec.target)} is good: {v.reason}"),)
+            )
         if rec.last_good is not None and rec.last_good != rec.target and policy.rollback:
             why = f"version {short(rec.target)} failed: {v.reason}"
-            r = replace(rec, phase="rolling-back", active=rec.last_good, blocked=rec.target, since=now,
-                        surge_from=None,
-                        ready_since=None, reason=why, history=_hist(rec, rec.target, "failed", v.reason, wall))
-            return Decision(r, (Event("Warning", "RollingBack",
-                                      f"{why}; rolling back to version {short(rec.last_good)}"),))
-        why = "no last good version to roll back to" if rec.last_good is None or rec.last_good == rec.target \
+            r = replace(
+                rec,
+                phase="rolling-back",
+                active=rec.last_good,
+                blocked=rec.target,
+                since=now,
+                surge_from=None,
+                ready_since=None,
+                reason=why,
+                history=_hist(rec, rec.target, "failed", v.reason, wall),
+            )
+            return Decision(
+                r, (Event("Warning", "RollingBack", f"{why}; rolling back to version {short(rec.last_good)}"),)
+            )
+        why = (
+            "no last good version to roll back to"
+            if rec.last_good is None or rec.last_good == rec.target
             else "rollback is off"
-        r = replace(rec, phase="failed", since=now, surge_from=None,
-                    reason=f"{v.reason} ({why}; it stays, as with kubelet)",
-                    history=_hist(rec, rec.target, "failed", f"{v.reason} ({why})", wall))
-        return Decision(r, (Event("Warning", "RolloutFailed",
-                                  f"Version {short(rec.target)} failed: {v.reason}; {why}"),))
+        )
+        r = replace(
+            rec,
+            phase="failed",
+            since=now,
+            surge_from=None,
+            reason=f"{v.reason} ({why}; it stays, as with kubelet)",
+            history=_hist(rec, rec.target, "failed", f"{v.reason} ({why})", wall),
+        )
+        return Decision(
+            r, (Event("Warning", "RolloutFailed", f"Version {short(rec.target)} failed: {v.reason}; {why}"),)
+        )
     if rec.phase == "rolling-back":
         if rec.target not in obs.running:
             reason = rec.reason
-            r = replace(rec, phase="rolled-back", since=now,
-                        history=_hist(rec, rec.target, "rolled-back", f"back to {short(rec.active)}", wall))
-            return Decision(r, (Event("Warning", "RolledBack",
-                                      f"Rolled back to version {short(rec.active)}: {reason}; version "
-                                      f"{short(rec.target)} is not tried again until its manifest changes or "
-                                      f"`edgelet rollout retry {rec.name}`"),))
+            r = replace(
+                rec,
+                phase="rolled-back",
+                since=now,
+                history=_hist(rec, rec.target, "rolled-back", f"back to {short(rec.active)}", wall),
+            )
+            return Decision(
+                r,
+                (
+                    Event(
+                        "Warning",
+                        "RolledBack",
+                        f"Rolled back to version {short(rec.active)}: {reason}; version "
+                        f"{short(rec.target)} is not tried again until its manifest changes or "
+                        f"`edgelet rollout retry {rec.name}`",
+                    ),
+                ),
+            )
         return Decision(rec)
     return Decision(rec)  # good, rolled-back, failed: steady
 
@@ -290,34 +394,70 @@ def _new_target(rec: Record, obs: Observation, now: float, policy: Policy, wall:
     """The sources want another version than the record's target."""
     history = rec.history
     if rec.target != rec.last_good and rec.phase not in ("rolled-back", "failed"):
-        history = (*history, HistoryEntry(rec.target, "superseded", f"manifest changed to {short(obs.desired)}",
-                                          wall))[-HISTORY_MAX:]
+        history = (*history, HistoryEntry(rec.target, "superseded", f"manifest changed to {short(obs.desired)}", wall))[
+            -HISTORY_MAX:
+        ]
     # A Surge under way ends: the version it started goes, the one it started beside stays.
-    base = replace(rec, target=obs.desired, blocked=None, since=now, ready_since=None, restarts_at_ready=0,
-                   history=history, surge_from=None, active=rec.surge_from or rec.active)
+    base = replace(
+        rec,
+        target=obs.desired,
+        blocked=None,
+        since=now,
+        ready_since=None,
+        restarts_at_ready=0,
+        history=history,
+        surge_from=None,
+        active=rec.surge_from or rec.active,
+    )
     if obs.desired == rec.last_good:
-        r = replace(base, phase="good", active=obs.desired, reason="manifest back to the last good version",
-                    history=(*history, HistoryEntry(obs.desired, "good", "manifest back to the last good version",
-                                                    wall))[-HISTORY_MAX:])
+        r = replace(
+            base,
+            phase="good",
+            active=obs.desired,
+            reason="manifest back to the last good version",
+            history=(*history, HistoryEntry(obs.desired, "good", "manifest back to the last good version", wall))[
+                -HISTORY_MAX:
+            ],
+        )
         return Decision(r)
     # Download first, always: even with no last good version to fall back to (a first version still in its
     # gate) or rollback off, what runs keeps running until the new version's images are in; a new version
     # whose image cannot be had never leaves the device with nothing running.
-    r = replace(base, phase="pulling", reason=f"pulling the images of version {short(obs.desired)}",
-                history=(*history, HistoryEntry(obs.desired, "pulling", "manifest changed", wall))[-HISTORY_MAX:])
+    r = replace(
+        base,
+        phase="pulling",
+        reason=f"pulling the images of version {short(obs.desired)}",
+        history=(*history, HistoryEntry(obs.desired, "pulling", "manifest changed", wall))[-HISTORY_MAX:],
+    )
     # What runs stays: the last good version, or the one under the gate that this one supersedes.
-    return Decision(r, (Event("Normal", "RolloutStarted",
-                              f"New version {short(obs.desired)}: pulling its images while version "
-                              f"{short(base.active)} keeps running"),), pull=True)
+    return Decision(
+        r,
+        (
+            Event(
+                "Normal",
+                "RolloutStarted",
+                f"New version {short(obs.desired)}: pulling its images while version "
+                f"{short(base.active)} keeps running",
+            ),
+        ),
+        pull=True,
+    )
 
 
 def retry(rec: Record, now: float, *, wall: float | None = None) -> Record:
     """`edgelet rollout retry`: try the blocked version again (pulling first, the last good one still running)."""
     if rec.blocked is None:
         return rec
-    return replace(rec, phase="pulling", blocked=None, since=now, ready_since=None, restarts_at_ready=0,
-                   reason="retry asked by the operator",
-                   history=_hist(rec, rec.target, "retry", "asked by the operator", now if wall is None else wall))
+    return replace(
+        rec,
+        phase="pulling",
+        blocked=None,
+        since=now,
+        ready_since=None,
+        restarts_at_ready=0,
+        reason="retry asked by the operator",
+        history=_hist(rec, rec.target, "retry", "asked by the operator", now if wall is None else wall),
+    )
 
 
 def gate_clock_offset(saved: Iterable[tuple[str, float, float]], boot_id: str, monotonic: float) -> float:
@@ -361,5 +501,20 @@ def condition(rec: Record) -> tuple[str, str] | None:
     return None
 
 
-__all__ = ["ContainerObs", "Decision", "Event", "GateObs", "GateVerdict", "HistoryEntry", "Observation",
-           "Policy", "Record", "assess_gate", "condition", "decide", "fatal_failure", "retry", "start"]
+__all__ = [
+    "ContainerObs",
+    "Decision",
+    "Event",
+    "GateObs",
+    "GateVerdict",
+    "HistoryEntry",
+    "Observation",
+    "Policy",
+    "Record",
+    "assess_gate",
+    "condition",
+    "decide",
+    "fatal_failure",
+    "retry",
+    "start",
+]

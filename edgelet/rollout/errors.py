@@ -1,9 +1,9 @@
 """The rollout package's errors.
 
-    EdgeletError
-    └── RolloutError          a rollout request that cannot be carried out
-        ├── NoSuchRollout     the pod has no rollout record (not a static pod here, or rollout is off for it)
-        └── NothingToRetry    `edgelet rollout retry` of a pod with no failed version
+EdgeletError
+└── RolloutError          a rollout request that cannot be carried out
+    ├── NoSuchRollout     the pod has no rollout record (not a static pod here, or rollout is off for it)
+    └── NothingToRetry    `edgelet rollout retry` of a pod with no failed version
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from edgelet.rollout.decide import ContainerObs, GateObs
 
@@ -10,7 +11,7 @@ if TYPE_CHECKING:
     from edgelet.api.types import ContainerStatus, Pod, PodStatus
 
 
-def _container(cs: "ContainerStatus") -> ContainerObs:
+def _container(cs: ContainerStatus) -> ContainerObs:
     state = cs.state
     waiting = state.waiting if state is not None else None
     terminated = state.terminated if state is not None else None
@@ -26,11 +27,11 @@ def _container(cs: "ContainerStatus") -> ContainerObs:
     )
 
 
-def _all(statuses: "Sequence[ContainerStatus] | None") -> tuple[ContainerObs, ...]:
+def _all(statuses: Sequence[ContainerStatus] | None) -> tuple[ContainerObs, ...]:
     return tuple(_container(cs) for cs in statuses or ())
 
 
-def gate_observation(pod: "Pod", status: "PodStatus") -> GateObs:
+def gate_observation(pod: Pod, status: PodStatus) -> GateObs:
     ready = any(c.type == "Ready" and c.status == "True" for c in status.conditions or ())
     spec = pod.spec
     return GateObs(
@@ -42,7 +43,7 @@ def gate_observation(pod: "Pod", status: "PodStatus") -> GateObs:
     )
 
 
-def _host_ports(pod: "Pod") -> set[tuple[str, int, str]]:
+def _host_ports(pod: Pod) -> set[tuple[str, int, str]]:
     spec = pod.spec
     out: set[tuple[str, int, str]] = set()
     for c in [*(spec.init_containers or []), *spec.containers] if spec is not None else []:
@@ -52,14 +53,17 @@ def _host_ports(pod: "Pod") -> set[tuple[str, int, str]]:
     return out
 
 
-def surge_clash(old: "Pod", new: "Pod") -> str:
+def surge_clash(old: Pod, new: Pod) -> str:
     """Why two versions of a pod cannot run side by side (Surge), "" when they can."""
     for pod, which in ((old, "the running version"), (new, "the new version")):
         if pod.spec is not None and pod.spec.host_network:
             return f"{which} uses hostNetwork: both versions would share the node's ports"
     old_ports = _host_ports(old)
-    same = sorted(p for p in _host_ports(new)
-                  if any(o[1] == p[1] and o[2] == p[2] and (not o[0] or not p[0] or o[0] == p[0]) for o in old_ports))
+    same = sorted(
+        p
+        for p in _host_ports(new)
+        if any(o[1] == p[1] and o[2] == p[2] and (not o[0] or not p[0] or o[0] == p[0]) for o in old_ports)
+    )
     if same:
         return "both versions ask for hostPort " + ", ".join(f"{port}/{proto}" for _, port, proto in same)
     return ""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from edgelet.api.annotations import ROLLOUT, ROLLOUT_DEADLINE, ROLLOUT_STABILITY_WINDOW, ROLLOUT_STRATEGY
 from edgelet.rollout.decide import Policy, Strategy
@@ -51,8 +51,9 @@ def policy_for(annotations: Mapping[str, str], node: Policy, *, enabled: bool) -
         elif raw.strip().lower() == "replace":
             strategy = "Replace"
         else:
-            problems.append(f'annotation {ROLLOUT_STRATEGY}: expected "Replace" or "Surge", got {raw!r}; '
-                            f"using {node.strategy}")
+            problems.append(
+                f'annotation {ROLLOUT_STRATEGY}: expected "Replace" or "Surge", got {raw!r}; using {node.strategy}'
+            )
     return Policy(deadline=deadline, window=window, rollback=node.rollback, strategy=strategy), problems
 
 

@@ -43,11 +43,11 @@ def _file(directory: Path, name: str) -> Path:
     return directory / (hashlib.sha256(name.encode()).hexdigest()[:32] + ".json")
 
 
-def encode_pod(pod: "Pod") -> Any:
+def encode_pod(pod: Pod) -> Any:
     return msgspec.to_builtins(pod)
 
 
-def decode_pod(data: Any) -> "Pod":
+def decode_pod(data: Any) -> Pod:
     from edgelet.api.types import Pod
 
     return msgspec.convert(data, Pod)

@@ -8,20 +8,29 @@ from __future__ import annotations
 import asyncio
 import os
 import tempfile
-from typing import Mapping, Protocol, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 from edgelet.container.errors import ExecError, ExecTimeout
-from edgelet.util import proc as proc_
 from edgelet.container.types import Completed
+from edgelet.util import proc as proc_
 
 
 class Runner(Protocol):
     """The signature of `run`: what the runtime calls to run runc and conmon, so unit tests can script them."""
 
-    async def __call__(self, argv: Sequence[str], *, timeout: float | None = 30, input: bytes | None = None,
-                       check: bool = True, env: Mapping[str, str] | None = None,
-                       cwd: str | os.PathLike[str] | None = None, pass_fds: Sequence[int] = (),
-                       daemonizes: bool = False) -> Completed: ...
+    async def __call__(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float | None = 30,
+        input: bytes | None = None,
+        check: bool = True,
+        env: Mapping[str, str] | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+        pass_fds: Sequence[int] = (),
+        daemonizes: bool = False,
+    ) -> Completed: ...
 
 
 async def run(
@@ -50,8 +59,9 @@ async def run(
     if daemonizes:
         return await _run_daemonizing(argv, timeout=timeout, check=check, env=env, cwd=cwd, pass_fds=pass_fds)
     try:
-        proc = await proc_.spawn(argv, stdin=proc_.PIPE if input is not None else proc_.DEVNULL, env=env, cwd=cwd,
-                                 pass_fds=pass_fds)
+        proc = await proc_.spawn(
+            argv, stdin=proc_.PIPE if input is not None else proc_.DEVNULL, env=env, cwd=cwd, pass_fds=pass_fds
+        )
     except OSError as exc:
         raise ExecError(argv, None, message=f"cannot start: {exc}") from exc
     try:

@@ -23,15 +23,16 @@ import json
 import os
 import shutil
 import stat
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Iterable, Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Literal
 
 from edgelet.api.defaults import DEFAULT_TERMINATION_MESSAGE_PATH
 from edgelet.api.pod import meta
 from edgelet.api.pod import spec as pod_spec
-from edgelet.ocispec.build import Mount
 from edgelet.container.errors import VolumeError
+from edgelet.ocispec.build import Mount
 from edgelet.util import linux
 from edgelet.util.libc import libc
 
@@ -99,7 +100,7 @@ class PodLayout:
 # ---------------------------------------------------------------- pure builders
 
 
-def pod_hostname(pod: "Pod", node_hostname: str, cluster_domain: str = "") -> str:
+def pod_hostname(pod: Pod, node_hostname: str, cluster_domain: str = "") -> str:
     """The hostname a pod's containers see: the node's with hostNetwork, else spec.hostname or the pod name;
     with setHostnameAsFQDN, a subdomain and a cluster domain, the pod's FQDN (at most 64 characters)."""
     spec = pod.spec
@@ -114,7 +115,7 @@ def pod_hostname(pod: "Pod", node_hostname: str, cluster_domain: str = "") -> st
     return name
 
 
-def pod_fqdn(pod: "Pod", hostname: str, cluster_domain: str) -> str:
+def pod_fqdn(pod: Pod, hostname: str, cluster_domain: str) -> str:
     """`<hostname>.<subdomain>.<namespace>.svc.<domain>` when the pod has a subdomain and the node a domain."""
     spec = pod.spec
     if spec is None or not spec.subdomain or not cluster_domain:
@@ -204,8 +205,9 @@ def build_resolv_conf(
         ns, search, opts = [], [], []
     elif cluster_first and cluster_dns:
         ns = list(cluster_dns)
-        domains = [f"{namespace}.svc.{cluster_domain}", f"svc.{cluster_domain}", cluster_domain] \
-            if cluster_domain else []
+        domains = (
+            [f"{namespace}.svc.{cluster_domain}", f"svc.{cluster_domain}", cluster_domain] if cluster_domain else []
+        )
         search = domains + [s for s in host_search if s not in domains]
         opts = ["ndots:5"]
     else:
@@ -235,8 +237,9 @@ def build_resolv_conf(
     return "\n".join(lines) + "\n", warnings
 
 
-def pod_resolv_conf(pod: "Pod", host_resolv: str, cluster_dns: Sequence[str] = (),
-                    cluster_domain: str = "") -> tuple[str, list[str]]:
+def pod_resolv_conf(
+    pod: Pod, host_resolv: str, cluster_dns: Sequence[str] = (), cluster_domain: str = ""
+) -> tuple[str, list[str]]:
     spec = pod.spec
     cfg = spec.dns_config if spec is not None else None
     return build_resolv_conf(
@@ -246,7 +249,8 @@ def pod_resolv_conf(pod: "Pod", host_resolv: str, cluster_dns: Sequence[str] = (
         nameservers=tuple((cfg.nameservers or []) if cfg else ()),
         searches=tuple((cfg.searches or []) if cfg else ()),
         options=tuple((o.name or "", o.value) for o in ((cfg.options or []) if cfg else ()) if o.name),
-        cluster_dns=cluster_dns, cluster_domain=cluster_domain,
+        cluster_dns=cluster_dns,
+        cluster_domain=cluster_domain,
         namespace=(meta(pod).namespace if pod.metadata else None) or "default",
     )
 
@@ -261,7 +265,7 @@ def check_sub_path(sub_path: str) -> PurePosixPath:
     return p
 
 
-def volume_mount_options(vm: "VolumeMount", rro_supported: bool) -> tuple[str, ...]:
+def volume_mount_options(vm: VolumeMount, rro_supported: bool) -> tuple[str, ...]:
     """runc options of a volumeMount's bind mount.
 
     A read-only mount is made recursively read-only (runc's `rro`, mount_setattr
@@ -281,8 +285,10 @@ def volume_mount_options(vm: "VolumeMount", rro_supported: bool) -> tuple[str, .
         if vm.mount_propagation not in (None, "None"):
             raise VolumeError(f"volumeMount {vm.name!r}: recursiveReadOnly Enabled needs mountPropagation None")
         if not rro_supported:
-            raise VolumeError(f"volumeMount {vm.name!r}: recursiveReadOnly Enabled, but this kernel cannot make "
-                              "mounts recursively read-only (needs mount_setattr, Linux 5.12)")
+            raise VolumeError(
+                f"volumeMount {vm.name!r}: recursiveReadOnly Enabled, but this kernel cannot make "
+                "mounts recursively read-only (needs mount_setattr, Linux 5.12)"
+            )
     if rro != "Disabled" and rro_supported:
         return ("rbind", "rprivate", "ro", "rro")
     return ("rbind", "rprivate", "ro")
@@ -303,16 +309,22 @@ class VolumePlan:
     host_path_type: str = ""  # hostPath: "", Directory, DirectoryOrCreate, File, FileOrCreate, Socket, ...
 
 
-def plan_volumes(pod: "Pod", layout: PodLayout) -> dict[str, VolumePlan]:
+def plan_volumes(pod: Pod, layout: PodLayout) -> dict[str, VolumePlan]:
     """The volumes of a pod that edgelet can provide; raises VolumeError for any other kind."""
     plans: dict[str, VolumePlan] = {}
     for vol in (pod_spec(pod).volumes if pod.spec is not None else None) or []:
         if vol.host_path is not None:
-            plans[vol.name] = VolumePlan(vol.name, "hostPath", Path(vol.host_path.path),
-                                         host_path_type=vol.host_path.type or "")
+            plans[vol.name] = VolumePlan(
+                vol.name, "hostPath", Path(vol.host_path.path), host_path_type=vol.host_path.type or ""
+            )
         elif vol.empty_dir is not None:
-            plans[vol.name] = VolumePlan(vol.name, "emptyDir", layout.volume_dir(vol.name),
-                                         medium=vol.empty_dir.medium or "", size_limit=vol.empty_dir.size_limit)
+            plans[vol.name] = VolumePlan(
+                vol.name,
+                "emptyDir",
+                layout.volume_dir(vol.name),
+                medium=vol.empty_dir.medium or "",
+                size_limit=vol.empty_dir.size_limit,
+            )
         else:
             # A volume without source is defaulted to emptyDir upstream; anything else is an API object.
             raise VolumeError(f"volume {vol.name!r}: only emptyDir and hostPath volumes are supported")
@@ -328,8 +340,19 @@ def tmpfs_options(size_limit: str | int | float | None) -> list[str]:
 
 
 _SUFFIXES = {
-    "Ki": 1024, "Mi": 1024**2, "Gi": 1024**3, "Ti": 1024**4, "Pi": 1024**5, "Ei": 1024**6,
-    "k": 1000, "M": 1000**2, "G": 1000**3, "T": 1000**4, "P": 1000**5, "E": 1000**6, "m": 0.001,
+    "Ki": 1024,
+    "Mi": 1024**2,
+    "Gi": 1024**3,
+    "Ti": 1024**4,
+    "Pi": 1024**5,
+    "Ei": 1024**6,
+    "k": 1000,
+    "M": 1000**2,
+    "G": 1000**3,
+    "T": 1000**4,
+    "P": 1000**5,
+    "E": 1000**6,
+    "m": 0.001,
 }
 
 
@@ -394,8 +417,13 @@ def _kind_of(path: Path) -> str:
         mode = path.stat().st_mode
     except FileNotFoundError:
         return ""
-    for check, kind in ((stat.S_ISDIR, "Directory"), (stat.S_ISREG, "File"), (stat.S_ISSOCK, "Socket"),
-                        (stat.S_ISCHR, "CharDevice"), (stat.S_ISBLK, "BlockDevice")):
+    for check, kind in (
+        (stat.S_ISDIR, "Directory"),
+        (stat.S_ISREG, "File"),
+        (stat.S_ISSOCK, "Socket"),
+        (stat.S_ISCHR, "CharDevice"),
+        (stat.S_ISBLK, "BlockDevice"),
+    ):
         if check(mode):
             return kind
     return "other"
@@ -512,8 +540,8 @@ def unmount_all_under(prefix: Path) -> None:
 
 
 def container_mounts(
-    pod: "Pod",
-    container: "Container",
+    pod: Pod,
+    container: Container,
     layout: PodLayout,
     plans: Mapping[str, VolumePlan],
     bundle: Path,
@@ -539,8 +567,15 @@ def container_mounts(
         options = volume_mount_options(vm, rro_supported)
         source = plan.path
         if vm.sub_path:
-            source = subpath.mount_sub_path(layout.dir, plan.path, pod=_pod_label(pod), volume=vm.name,
-                                            container=container.name, index=index, sub_path=vm.sub_path)
+            source = subpath.mount_sub_path(
+                layout.dir,
+                plan.path,
+                pod=_pod_label(pod),
+                volume=vm.name,
+                container=container.name,
+                index=index,
+                sub_path=vm.sub_path,
+            )
         mounts.append(Mount(destination=vm.mount_path, source=str(source), options=options))
         taken.add(vm.mount_path.rstrip("/"))
     files = [("/etc/hosts", layout.hosts), ("/etc/hostname", layout.hostname), ("/etc/resolv.conf", layout.resolv_conf)]
@@ -549,11 +584,13 @@ def container_mounts(
             mounts.append(Mount(destination=dest, source=str(src), options=("rbind", "rprivate", "rw")))
     tpath = termination_log_path(container)
     if tpath is not None:
-        mounts.append(Mount(destination=tpath, source=str(bundle / TERMINATION_LOG), options=("rbind", "rprivate", "rw")))
+        mounts.append(
+            Mount(destination=tpath, source=str(bundle / TERMINATION_LOG), options=("rbind", "rprivate", "rw"))
+        )
     return tuple(mounts)
 
 
-def termination_log_path(container: "Container") -> str | None:
+def termination_log_path(container: Container) -> str | None:
     """Where the bundle's termination-log file is mounted in the container: its terminationMessagePath,
     None when a volume is mounted there (the volume wins; nothing is then read from the file)."""
     tpath = container.termination_message_path or DEFAULT_TERMINATION_MESSAGE_PATH
@@ -561,7 +598,7 @@ def termination_log_path(container: "Container") -> str | None:
     return None if tpath.rstrip("/") in taken else tpath
 
 
-def _pod_label(pod: "Pod") -> str:
+def _pod_label(pod: Pod) -> str:
     meta = pod.metadata
     return f"{meta.namespace or 'default'}/{meta.name or ''}" if meta is not None else ""
 

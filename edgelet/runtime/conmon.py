@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edgelet.runtime import _exec
 from edgelet.container.errors import CreateContainerError, ExecError, stderr_tail
+from edgelet.runtime import _exec
 from edgelet.util.crashpoint import crash_point
 
 PIDFILE = "pidfile"
@@ -62,22 +62,37 @@ def conmon_argv(a: ConmonArgs) -> list[str]:
     """The conmon command line (runtime args are global runc flags, placed before `create`)."""
     argv = [
         a.conmon,
-        "--api-version", "1",
-        "-c", a.container_id,
-        "-u", a.container_id,
-        "-n", a.name,
-        "-r", a.runtime,
-        "--runtime-arg", "--root",
-        "--runtime-arg", str(a.runtime_root),
-        "-b", str(a.bundle),
-        "-p", str(a.bundle / PIDFILE),
-        "--conmon-pidfile", str(a.bundle / CONMON_PIDFILE),
-        "-l", f"k8s-file:{a.log_path}",
-        "--exit-dir", str(a.exit_dir),
+        "--api-version",
+        "1",
+        "-c",
+        a.container_id,
+        "-u",
+        a.container_id,
+        "-n",
+        a.name,
+        "-r",
+        a.runtime,
+        "--runtime-arg",
+        "--root",
+        "--runtime-arg",
+        str(a.runtime_root),
+        "-b",
+        str(a.bundle),
+        "-p",
+        str(a.bundle / PIDFILE),
+        "--conmon-pidfile",
+        str(a.bundle / CONMON_PIDFILE),
+        "-l",
+        f"k8s-file:{a.log_path}",
+        "--exit-dir",
+        str(a.exit_dir),
         # The persist dir gets `exit` and `oom` files next to the bundle, so an OOM kill is visible.
-        "--persist-dir", str(a.bundle),
-        "--socket-dir-path", str(a.socket_dir),
-        "--log-level", a.log_level,
+        "--persist-dir",
+        str(a.bundle),
+        "--socket-dir-path",
+        str(a.socket_dir),
+        "--log-level",
+        a.log_level,
     ]
     if a.log_size_max is not None:
         argv += ["--log-size-max", str(a.log_size_max)]
@@ -167,8 +182,9 @@ def kill_conmon(bundle: Path) -> None:
                 pass
 
 
-async def create(a: ConmonArgs, *, timeout: float = 30, runner: _exec.Runner = _exec.run,
-                 start: "asyncio.Future[Any] | None" = None) -> int:
+async def create(
+    a: ConmonArgs, *, timeout: float = 30, runner: _exec.Runner = _exec.run, start: asyncio.Future[Any] | None = None
+) -> int:
     """Start conmon, which runs `runc create`; returns the container's pid once runc created it.
 
     On failure raises CreateContainerError with runc's stderr; the caller undoes the rest.
@@ -189,8 +205,9 @@ async def create(a: ConmonArgs, *, timeout: float = 30, runner: _exec.Runner = _
     argv = conmon_argv(a)
     try:
         # The first conmon exits at once after forking the monitor (after the start pipe says go).
-        run = asyncio.ensure_future(runner(argv, timeout=timeout, env=env, cwd=a.bundle, pass_fds=tuple(fds),
-                                           daemonizes=True))
+        run = asyncio.ensure_future(
+            runner(argv, timeout=timeout, env=env, cwd=a.bundle, pass_fds=tuple(fds), daemonizes=True)
+        )
         try:
             if start is not None:
                 await _open_gate(run, start, gate_w)
@@ -208,7 +225,7 @@ async def create(a: ConmonArgs, *, timeout: float = 30, runner: _exec.Runner = _
             line = await _read_line(r)
     except ExecError as exc:
         raise CreateContainerError(f"conmon for {a.name} ({a.container_id[:12]}) failed: {exc}") from exc
-    except asyncio.TimeoutError as exc:
+    except TimeoutError as exc:
         raise CreateContainerError(
             f"conmon for {a.name} ({a.container_id[:12]}): no answer from runc create within {timeout:g}s"
         ) from exc
@@ -225,7 +242,7 @@ async def create(a: ConmonArgs, *, timeout: float = 30, runner: _exec.Runner = _
     return pid
 
 
-async def _open_gate(run: "asyncio.Future[Any]", start: "asyncio.Future[Any]", gate_w: int) -> None:
+async def _open_gate(run: asyncio.Future[Any], start: asyncio.Future[Any], gate_w: int) -> None:
     """Wait for `start` (raising what it raises) while conmon starts up, then tell conmon to go on. A conmon
     that exits before (it could not start) is let through: awaiting it raises its error."""
     await asyncio.wait({run, start}, return_when=asyncio.FIRST_COMPLETED)

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from edgelet.api.pod import full_name
 from edgelet.logs import ensure_log_dir
@@ -17,8 +18,14 @@ from edgelet.ocispec.errors import SecurityError, SpecError
 from edgelet.ocispec.seccomp import goarch
 from edgelet.runtime import bundle as bl
 from edgelet.runtime import rootfs
-from edgelet.runtime.host import HostFacts, host_devices, loaded_apparmor_profiles, parse_group
-from edgelet.runtime.host import parse_group_members, parse_passwd
+from edgelet.runtime.host import (
+    HostFacts,
+    host_devices,
+    loaded_apparmor_profiles,
+    parse_group,
+    parse_group_members,
+    parse_passwd,
+)
 from edgelet.state import ensure_dir
 from edgelet.util.log import get_logger
 
@@ -59,7 +66,12 @@ def _read_rootfs_file(rootfs_dir: Path, rel: str) -> str:
 
 
 def prepare_container_dirs(
-    log_dir: Path, image: "ImageRecord", bundle: Path, cid: str, log_path: Path, link: Path,
+    log_dir: Path,
+    image: ImageRecord,
+    bundle: Path,
+    cid: str,
+    log_path: Path,
+    link: Path,
 ) -> tuple[Path, dict[str, tuple[int, int]], dict[str, int], dict[str, tuple[str, ...]]]:
     """The bundle with its id and termination log, the rootfs mounted, the log dir and link (blocking); the
     rootfs and the image's users, groups and group members."""
@@ -79,8 +91,9 @@ def prepare_container_dirs(
     return rootfs_dir, passwd, groups, members
 
 
-def container_mounts(pod: "Pod", container: "Container", layout: bl.PodLayout, bundle: Path,
-                     rro_supported: bool) -> tuple[ocispec.Mount, ...]:
+def container_mounts(
+    pod: Pod, container: Container, layout: bl.PodLayout, bundle: Path, rro_supported: bool
+) -> tuple[ocispec.Mount, ...]:
     # After the sandbox, which made the volumes: never two preparations of one tmpfs at once.
     plans = bl.plan_volumes(pod, layout)
     bl.prepare_volumes(plans)
@@ -90,14 +103,20 @@ def container_mounts(pod: "Pod", container: "Container", layout: bl.PodLayout, b
 class SecurityFacts:
     """The host's facts a container's (or pause process's) security settings are built from."""
 
-    def __init__(self, seccomp_dir: Path, host: HostFacts, *, seccomp_default: bool,
-                 on_warning: "Callable[[Pod, str | None, str, str], None] | None") -> None:
+    def __init__(
+        self,
+        seccomp_dir: Path,
+        host: HostFacts,
+        *,
+        seccomp_default: bool,
+        on_warning: Callable[[Pod, str | None, str, str], None] | None,
+    ) -> None:
         self.seccomp_dir = seccomp_dir
         self.host = host
         self.seccomp_default = seccomp_default
         self.on_warning = on_warning
 
-    def seccomp_host(self, pod: "Pod") -> ocispec.SeccompHost:
+    def seccomp_host(self, pod: Pod) -> ocispec.SeccompHost:
         """The settings and host facts seccomp needs, with the text of every Localhost profile the pod names."""
         profiles: dict[str, str] = {}
         base = self.seccomp_dir
@@ -120,7 +139,7 @@ class SecurityFacts:
             localhost_profiles=profiles,
         )
 
-    def container_facts(self, pod: "Pod", container: "Container") -> dict[str, Any]:
+    def container_facts(self, pod: Pod, container: Container) -> dict[str, Any]:
         """ContainerContext fields read from the host now: seccomp profiles, AppArmor, /dev for privileged."""
         security_context = container.security_context
         privileged = bool(security_context is not None and security_context.privileged)
@@ -135,7 +154,7 @@ class SecurityFacts:
             facts["host_devices"] = host_devices()
         return facts
 
-    def warn_apparmor(self, pod: "Pod", container: "Container", ctx: ocispec.ContainerContext) -> None:
+    def warn_apparmor(self, pod: Pod, container: Container, ctx: ocispec.ContainerContext) -> None:
         """Tell (log and `on_warning`) when the container runs without the AppArmor profile it asked for."""
         try:
             decision = compute_apparmor(pod, container, enabled=ctx.apparmor_enabled, loaded=ctx.apparmor_loaded)

@@ -8,8 +8,9 @@ import json
 import os
 import secrets
 import signal
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING
 
 from edgelet.container.errors import ExecError, ExecTimeout
 from edgelet.runtime import _exec
@@ -63,8 +64,17 @@ class Execs:
         finally:
             pid_file.unlink(missing_ok=True)
 
-    async def start(self, container_id: str, bundle_of: Callable[[str], Awaitable[Path | None]],
-                    argv: Sequence[str], *, tty: bool, stdin: int, stdout: int, stderr: int) -> "ExecSession":
+    async def start(
+        self,
+        container_id: str,
+        bundle_of: Callable[[str], Awaitable[Path | None]],
+        argv: Sequence[str],
+        *,
+        tty: bool,
+        stdin: int,
+        stdout: int,
+        stderr: int,
+    ) -> ExecSession:
         """Start `argv` in the running container with its own process spec (read from the bundle `bundle_of`
         finds), on the given descriptors. ExecSessionError when the container is not running or has no
         bundle."""
@@ -83,8 +93,9 @@ class Execs:
             # With a terminal, its size goes into the spec (runc's own first resize comes after the command starts).
             spec = build_exec_process(config["process"], argv, tty=tty, size=terminal_size(stdin) if tty else None)
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise ExecSessionError(f"cannot read the process spec of container {container_id[:12]} in "
-                                   f"{bundle}: {exc}") from exc
+            raise ExecSessionError(
+                f"cannot read the process spec of container {container_id[:12]} in {bundle}: {exc}"
+            ) from exc
         name = self._scratch(container_id).name
         pid_file, process_file = self.exec_dir / f"{name}.pid", self.exec_dir / f"{name}.process.json"
         # 0600 from the start: the spec holds the container's environment.
@@ -103,7 +114,7 @@ class Execs:
         """At start: the exec scratch of an agent killed during an exec (its process spec holds the container's
         environment); this agent's own sessions (the API serves before this sweep) carry its prefix."""
         removed = 0
-        for entry in (list(self.exec_dir.iterdir()) if self.exec_dir.is_dir() else []):
+        for entry in list(self.exec_dir.iterdir()) if self.exec_dir.is_dir() else []:
             if not entry.name.startswith(f"{self.prefix}-") and entry.is_file():
                 entry.unlink(missing_ok=True)
                 removed += 1

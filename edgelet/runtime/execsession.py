@@ -24,15 +24,17 @@ import os
 import signal
 import struct
 import termios
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from edgelet.container.errors import RuntimeError_
 
 # Signals a client may forward to its command: what a terminal user sends, never SIGKILL/SIGSTOP of runc itself.
-FORWARDABLE = frozenset({signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGWINCH,
-                         signal.SIGUSR1, signal.SIGUSR2})
+FORWARDABLE = frozenset(
+    {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGWINCH, signal.SIGUSR1, signal.SIGUSR2}
+)
 KILL_WAIT = 10.0  # after SIGKILL of the command, runc exec is due to exit within this
 
 
@@ -40,8 +42,9 @@ class ExecSessionError(RuntimeError_):
     """An exec session could not start: no bundle, no process spec, runc missing."""
 
 
-def build_exec_process(process: Mapping[str, Any], argv: Sequence[str], *, tty: bool,
-                       size: tuple[int, int] | None = None) -> dict[str, Any]:
+def build_exec_process(
+    process: Mapping[str, Any], argv: Sequence[str], *, tty: bool, size: tuple[int, int] | None = None
+) -> dict[str, Any]:
     """The container's process spec running `argv` instead, with a terminal when asked (TERM=xterm unless set,
     as containerd's exec does) of the client's `size` (width, height) when known; everything else is the
     container's."""

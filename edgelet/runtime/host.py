@@ -153,15 +153,17 @@ def host_devices(root: Path = Path("/dev")) -> tuple[dict, ...]:
                 kind = "b"
             else:
                 continue
-            found.append({
-                "path": "/dev/" + str(Path(e.path).relative_to(root)),
-                "type": kind,
-                "major": os.major(st.st_rdev),
-                "minor": os.minor(st.st_rdev),
-                "fileMode": stat.S_IMODE(st.st_mode),
-                "uid": st.st_uid,
-                "gid": st.st_gid,
-            })
+            found.append(
+                {
+                    "path": "/dev/" + str(Path(e.path).relative_to(root)),
+                    "type": kind,
+                    "major": os.major(st.st_rdev),
+                    "minor": os.minor(st.st_rdev),
+                    "fileMode": stat.S_IMODE(st.st_mode),
+                    "uid": st.st_uid,
+                    "gid": st.st_gid,
+                }
+            )
 
     walk(root)
     return tuple(found)

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from edgelet.api.pod import full_name, meta
 from edgelet.container.errors import RuntimeError_, SandboxError
@@ -39,8 +40,9 @@ class InfraSandboxes:
 
     monitored = True
 
-    def __init__(self, host: SandboxHost, *, catatonit_bin: str = "catatonit",
-                 pause_image: "ImageRecord | None" = None) -> None:
+    def __init__(
+        self, host: SandboxHost, *, catatonit_bin: str = "catatonit", pause_image: ImageRecord | None = None
+    ) -> None:
         self.host = host
         self.catatonit_bin = catatonit_bin
         self.pause_image = pause_image
@@ -70,8 +72,9 @@ class InfraSandboxes:
             if not opening.host_network:
                 attached = await self.host.networks.setup(pod, sid)
                 if attached is not None and attached.ips:
-                    await asyncio.to_thread(self.host.pod_files.write, pod, opening.layout, opening.hostname,
-                                            attached.ips)
+                    await asyncio.to_thread(
+                        self.host.pod_files.write, pod, opening.layout, opening.hostname, attached.ips
+                    )
             config = await self._spec(opening, pause, rootfs_dir, attached)
             await asyncio.to_thread(bl.write_file, bundle / bl.CONFIG, json.dumps(config, indent=1))
             pid = await self._start(opening)
@@ -84,11 +87,16 @@ class InfraSandboxes:
                 await asyncio.shield(self.host.undo_container(sid, bundle))
                 await asyncio.shield(self.host.networks.detach(sid))
         log.info("Sandbox started", pod=opening.pod_name, sandbox=sid[:12], pid=pid)
-        return opening.record(state="running", pid=pid, ips=attached.ips if attached is not None else (),
-                              netns=attached.netns if attached is not None else "")
+        return opening.record(
+            state="running",
+            pid=pid,
+            ips=attached.ips if attached is not None else (),
+            netns=attached.netns if attached is not None else "",
+        )
 
-    async def _spec(self, opening: SandboxOpening, pause: PauseSpec, rootfs_dir: Path,
-                    attached: "Attached | None") -> dict[str, Any]:
+    async def _spec(
+        self, opening: SandboxOpening, pause: PauseSpec, rootfs_dir: Path, attached: Attached | None
+    ) -> dict[str, Any]:
         """The pause process's OCI spec, its record's annotations in it."""
         annotations = {**opening.annotations(), ANN_LOG_PATH: str(opening.log_path)}
         if attached is not None:
@@ -115,15 +123,16 @@ class InfraSandboxes:
         await asyncio.to_thread(self.host.cgroups.make, pod, uid, opening.pod_name)
         runc = self.host.runc_for(pod)
         name = f"k8s_POD_{meta(pod).name}_{meta(pod).namespace}_{uid}_{opening.attempt}"
-        pid = await conmon.create(self.host.conmon_args(sid, name, bundle, opening.log_path, runc=runc),
-                                  runner=self.host.runner)
+        pid = await conmon.create(
+            self.host.conmon_args(sid, name, bundle, opening.log_path, runc=runc), runner=self.host.runner
+        )
         await asyncio.to_thread(self.host.cgroups.move_monitor, bundle, self.host.cgroups.monitor(uid, pod))
         crash_point("sandbox.create")
         await runc.start(sid)
         await asyncio.to_thread(bl.write_file, bundle / bl.STARTED_FILE, repr(self.host.clock.now()))
         return pid
 
-    async def start(self, pod: "Pod", sandbox: SandboxRecord) -> SandboxRecord:
+    async def start(self, pod: Pod, sandbox: SandboxRecord) -> SandboxRecord:
         return sandbox  # created running
 
     async def undo(self, sandbox: SandboxRecord) -> None:
@@ -132,7 +141,7 @@ class InfraSandboxes:
     def is_live(self, annotations: Mapping[str, str]) -> bool:
         return False  # never asked: its pause process's conmon and runc say
 
-    def check_running(self, pod: "Pod", sandbox: SandboxRecord) -> None:
+    def check_running(self, pod: Pod, sandbox: SandboxRecord) -> None:
         if sandbox.pid is None or not conmon.is_alive(sandbox.pid):
             raise SandboxError(f"pod {full_name(pod)}: sandbox {sandbox.id[:12]} is not running")
 

@@ -82,8 +82,16 @@ class _Seen:
 class LogRotator:
     """Rotates every container's log under `paths.log_dir`; `run()` under the app's TaskGroup."""
 
-    def __init__(self, paths: RuntimePaths, clock: Clock, *, max_size: int, max_files: int, interval: float,
-                 min_delay: float = MIN_CHECK_DELAY) -> None:
+    def __init__(
+        self,
+        paths: RuntimePaths,
+        clock: Clock,
+        *,
+        max_size: int,
+        max_files: int,
+        interval: float,
+        min_delay: float = MIN_CHECK_DELAY,
+    ) -> None:
         self.paths = paths
         self.clock = clock
         self.max_size = max_size
@@ -153,8 +161,9 @@ class LogRotator:
         others = [n for n in rotated if n not in (link, spare_link)]
         fd = conmon.open_control(self._bundle(current))
         try:
-            plan = logs.plan_rotation(st.st_size, others, max_size=self.max_size, max_files=self.max_files,
-                                      live=fd is not None)
+            plan = logs.plan_rotation(
+                st.st_size, others, max_size=self.max_size, max_files=self.max_files, live=fd is not None
+            )
             for name in plan.remove:
                 (directory / name).unlink(missing_ok=True)
             for name in plan.compress:
@@ -207,8 +216,10 @@ class LogRotator:
         """
         directory = current.parent
         rotated = logs.rotated_names(os.listdir(directory), attempt)
-        own = {logs.link_name(directory, rotated, logs.stat_or_none(current)),
-               logs.link_name(directory, rotated, logs.stat_or_none(logs.spare_path(current)))}
+        own = {
+            logs.link_name(directory, rotated, logs.stat_or_none(current)),
+            logs.link_name(directory, rotated, logs.stat_or_none(logs.spare_path(current))),
+        }
         others = [n for n in rotated if n not in own]
         plan = logs.plan_rotation(0, others, max_size=self.max_size, max_files=self.max_files, live=True)
         for name in plan.remove:
@@ -264,8 +275,9 @@ class LogRotator:
             return self.min_delay
         # A smaller file than last time was cut by conmon meanwhile: all of it is new.
         grown = size - before.size if size >= before.size else size
-        return logs.next_check_delay(size, grown / (now - before.at), max_size=self.max_size,
-                                     interval=self.interval, min_delay=self.min_delay)
+        return logs.next_check_delay(
+            size, grown / (now - before.at), max_size=self.max_size, interval=self.interval, min_delay=self.min_delay
+        )
 
     def _compress(self, path: Path) -> None:
         """gzip `path` to `path.gz` (through a temp file, so a crash leaves either whole) and remove it."""
@@ -277,8 +289,10 @@ class LogRotator:
             return
         with src:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o640)
-            with os.fdopen(fd, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw,
-                                                            compresslevel=COMPRESS_LEVEL, mtime=0) as gz:
+            with (
+                os.fdopen(fd, "wb") as raw,
+                gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=COMPRESS_LEVEL, mtime=0) as gz,
+            ):
                 shutil.copyfileobj(src, gz, 1 << 20)
             self.compressed_bytes += src.tell()
         os.rename(tmp, target)
@@ -305,9 +319,14 @@ def remove_logs(current: Path) -> None:
         return
     attempt = int(current.name.split(".", 1)[0])
     for name in names:
-        if name == current.name or name.startswith(f"{attempt}.log.") and (
+        if (
+            name == current.name
+            or name.startswith(f"{attempt}.log.")
+            and (
                 logs.rotated_stamp(name.removesuffix(_COMPRESS_TMP), attempt) is not None
-                or name == f"{attempt}.log{logs.TMP_SUFFIX}"):
+                or name == f"{attempt}.log{logs.TMP_SUFFIX}"
+            )
+        ):
             (current.parent / name).unlink(missing_ok=True)
 
 
@@ -315,10 +334,13 @@ def remove_pod_logs(log_dir: Path, uid: str) -> None:
     """Remove the log dirs of pod `uid` (`pods/<ns>_<name>_<uid>`) and every link under `containers/` into
     them, dangling ones included."""
     pods = log_dir / "pods"
-    dirs = [pod_dir for pod_dir in (pods.glob(f"*_{uid}") if pods.is_dir() else [])
-            if pod_dir.name.rsplit("_", 1)[-1] == uid]
+    dirs = [
+        pod_dir
+        for pod_dir in (pods.glob(f"*_{uid}") if pods.is_dir() else [])
+        if pod_dir.name.rsplit("_", 1)[-1] == uid
+    ]
     links = log_dir / "containers"
-    for entry in (list(links.iterdir()) if links.is_dir() else []):
+    for entry in list(links.iterdir()) if links.is_dir() else []:
         # A link points at pods/<ns>_<name>_<uid>/<container>/<n>.log.
         if entry.is_symlink() and Path(os.readlink(entry)).parent.parent.name.rsplit("_", 1)[-1] == uid:
             entry.unlink(missing_ok=True)

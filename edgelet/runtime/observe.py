@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from edgelet.cgroups.stats import read_oom_kills
 from edgelet.container.types import ContainerRecord
@@ -58,9 +59,15 @@ class Observer:
     """Observes the runtime's containers and sandboxes; `kind_of` names the sandbox kind of a bundle's
     annotations (None for a container), which says how a sandbox without a monitored process is live."""
 
-    def __init__(self, paths: RuntimePaths, runc: Runc, clock: Clock, *,
-                 pod_cgroups: Callable[[str], list[str]],
-                 kind_of: "Callable[[Mapping[str, str]], SandboxKind | None]") -> None:
+    def __init__(
+        self,
+        paths: RuntimePaths,
+        runc: Runc,
+        clock: Clock,
+        *,
+        pod_cgroups: Callable[[str], list[str]],
+        kind_of: Callable[[Mapping[str, str]], SandboxKind | None],
+    ) -> None:
         self.paths = paths
         self.runc = runc
         self.clock = clock
@@ -91,8 +98,9 @@ class Observer:
         self.bundles.pop(cid, None)
         self.messages.pop(cid, None)
 
-    def observe_bundle(self, cid: str, ann: Mapping[str, str], entry: Mapping[str, Any] | None,
-                       bundle: Path | None) -> Observed:
+    def observe_bundle(
+        self, cid: str, ann: Mapping[str, str], entry: Mapping[str, Any] | None, bundle: Path | None
+    ) -> Observed:
         exit_info = read_exit(self.paths.exit_dir / cid, self.clock.now())
         if exit_info is None and bundle is not None:
             exit_info = read_exit(bundle / bl.EXIT_FILE, self.clock.now())
@@ -111,8 +119,9 @@ class Observer:
             pinned_live = started is not None and exit_info is None and kind.is_live(ann)
         elif bundle is not None and exit_info is None and (entry is None or status in ("stopped", "created")):
             alive = conmon.is_alive(conmon.conmon_pid(bundle))
-        return self._with_message(Observed(cid, dict(ann), entry, exit_info, started, oom, alive,
-                                           pinned_live=pinned_live), bundle)
+        return self._with_message(
+            Observed(cid, dict(ann), entry, exit_info, started, oom, alive, pinned_live=pinned_live), bundle
+        )
 
     def _with_message(self, observed: Observed, bundle: Path | None) -> Observed:
         """`observed` with its termination message once it exited (blocking I/O: kubelet's runtime reads it in

@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING
 
 from edgelet.api.pod import full_name
 from edgelet.api.pod import uid as pod_uid
@@ -43,7 +44,7 @@ class _PendingSandbox:
     """A created sandbox's part start needs: the attachment to make, its sysctls, the namespace files
     ({"ipc"|"uts"|...: path}) and the annotations its record is written again with."""
 
-    pending: "Pending"
+    pending: Pending
     sysctls: Mapping[str, str]
     pinned: Mapping[str, str]
     annotations: dict[str, str]
@@ -51,8 +52,10 @@ class _PendingSandbox:
 
 def write_config(bundle: Path, annotations: Mapping[str, str]) -> None:
     """No process: the bundle's config.json is the record, holding only what a relist rebuilds it from."""
-    bl.write_file(bundle / bl.CONFIG, json.dumps({"ociVersion": oci_defaults.OCI_VERSION,
-                                                  "annotations": dict(annotations)}, indent=1))
+    bl.write_file(
+        bundle / bl.CONFIG,
+        json.dumps({"ociVersion": oci_defaults.OCI_VERSION, "annotations": dict(annotations)}, indent=1),
+    )
 
 
 class PinnedSandboxes:
@@ -103,14 +106,29 @@ class PinnedSandboxes:
                 await asyncio.shield(self._undo(opening.sid, opening.bundle))
         if pending is not None:
             self._pending[opening.sid] = _PendingSandbox(pending, sysctls, files, annotations)
-        log.info("Sandbox started" if pending is None else "Sandbox created, its network to attach",
-                 pod=opening.pod_name, sandbox=opening.sid[:12], namespaces=",".join(sorted(pinned)) or None)
-        return opening.record(state="running" if pending is None else "created", pid=None, ips=(),
-                              netns=pending.entry.netns if pending is not None else "", infra=False,
-                              namespaces=tuple(sorted(pinned.items())))
+        log.info(
+            "Sandbox started" if pending is None else "Sandbox created, its network to attach",
+            pod=opening.pod_name,
+            sandbox=opening.sid[:12],
+            namespaces=",".join(sorted(pinned)) or None,
+        )
+        return opening.record(
+            state="running" if pending is None else "created",
+            pid=None,
+            ips=(),
+            netns=pending.entry.netns if pending is not None else "",
+            infra=False,
+            namespaces=tuple(sorted(pinned.items())),
+        )
 
-    def _make(self, opening: SandboxOpening, annotations: dict[str, str], pending: "Pending | None",
-              files: dict[str, str], sysctls: Mapping[str, str]) -> None:
+    def _make(
+        self,
+        opening: SandboxOpening,
+        annotations: dict[str, str],
+        pending: Pending | None,
+        files: dict[str, str],
+        sysctls: Mapping[str, str],
+    ) -> None:
         """create's blocking part; `annotations` and `files` grow as it goes, for the caller's record."""
         bundle = opening.bundle
         self.host.pod_files.prepare_sandbox_dirs(opening)
@@ -142,7 +160,7 @@ class PinnedSandboxes:
         crash_point("sandbox.create")
         bl.write_file(bundle / bl.STARTED_FILE, repr(self.host.clock.now()), durable=False)
 
-    async def start(self, pod: "Pod", sandbox: SandboxRecord) -> SandboxRecord:
+    async def start(self, pod: Pod, sandbox: SandboxRecord) -> SandboxRecord:
         """ADD in the namespace made, then /etc/hosts with the pod IPs (rewritten in place: a container created
         meanwhile has it bind-mounted), the sysctls and the start time, the mark of a started sandbox."""
         held = self._pending.pop(sandbox.id, None)
@@ -181,8 +199,9 @@ class PinnedSandboxes:
             await self.host.networks.detach(sandbox_id)
             await asyncio.to_thread(self.host.remove_files, sandbox_id, bundle)
         except (RuntimeError_, OSError) as exc:
-            log.error("Cleanup after a failed sandbox left things behind", exc, sandbox=sandbox_id[:12],
-                      bundle=str(bundle))
+            log.error(
+                "Cleanup after a failed sandbox left things behind", exc, sandbox=sandbox_id[:12], bundle=str(bundle)
+            )
 
     def is_live(self, annotations: Mapping[str, str]) -> bool:
         """Runs from its start until its namespace files go (a stop, a reboot)."""
@@ -191,10 +210,11 @@ class PinnedSandboxes:
             files.append(annotations[ANN_NETNS])
         return all(pinns.is_pinned(path) for path in files)
 
-    def check_running(self, pod: "Pod", sandbox: SandboxRecord) -> None:
+    def check_running(self, pod: Pod, sandbox: SandboxRecord) -> None:
         if not all(pinns.is_pinned(path) for _, path in sandbox.namespaces):
             raise SandboxError(
-                f"pod {full_name(pod)}: sandbox {sandbox.id[:12]} is not running (its namespaces are gone)")
+                f"pod {full_name(pod)}: sandbox {sandbox.id[:12]} is not running (its namespaces are gone)"
+            )
 
     async def stop(self, sandbox_id: str, bundle: Path | None) -> None:
         assert bundle is not None  # its record is what named it pinned
@@ -212,10 +232,9 @@ class PinnedSandboxes:
     def sweep(self, known: set[str]) -> int:
         removed = 0
         ns_dir = self.host.paths.ns_dir
-        for entry in (list(ns_dir.iterdir()) if ns_dir.is_dir() else []):
+        for entry in list(ns_dir.iterdir()) if ns_dir.is_dir() else []:
             # Namespaces pinned for a sandbox whose bundle is gone (a kill while it was made or removed).
             if entry.name not in known and not entry.name.startswith("."):
                 pinns.unpin(entry)
                 removed += 1
         return removed
-

@@ -15,8 +15,8 @@ import fcntl
 import os
 import socket
 import struct
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Callable, Mapping
 
 from edgelet.container.errors import SandboxError
 from edgelet.util import linux

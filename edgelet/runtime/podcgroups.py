@@ -10,8 +10,13 @@ from edgelet.api.qos import qos_class
 from edgelet.cgroups import CgroupError, detect
 from edgelet.cgroups import qos as cg_qos
 from edgelet.cgroups.allocatable import BESTEFFORT_TIER, BURSTABLE_TIER
-from edgelet.cgroups.controllers import LIMIT_CONTROLLERS, Admission, available_controllers, needed_controllers
-from edgelet.cgroups.controllers import probe_cmdline_file
+from edgelet.cgroups.controllers import (
+    LIMIT_CONTROLLERS,
+    Admission,
+    available_controllers,
+    needed_controllers,
+    probe_cmdline_file,
+)
 from edgelet.cgroups.controllers import admit as admit_controllers
 from edgelet.cgroups.qos import PodResources
 from edgelet.cgroups.stats import is_v2
@@ -30,8 +35,15 @@ MONITOR_CGROUP = "conmon"  # the leaf under each pod cgroup holding the pod's co
 class PodCgroups:
     """The cgroups of the pods under `cgroup_root`; the writer and the host's controllers are read at first use."""
 
-    def __init__(self, cgroup_root: str, *, pod_max_pids: int = 0, node_cgroup: PodResources | None = None,
-                 allow_missing_controllers: bool = False, controllers: frozenset[str] | None = None) -> None:
+    def __init__(
+        self,
+        cgroup_root: str,
+        *,
+        pod_max_pids: int = 0,
+        node_cgroup: PodResources | None = None,
+        allow_missing_controllers: bool = False,
+        controllers: frozenset[str] | None = None,
+    ) -> None:
         self.cgroup_root = cgroup_root
         self.pod_max_pids = pod_max_pids
         # The root pods cgroup's limits (node allocatable, --enforce-node-allocatable=pods); None: none written.
@@ -50,10 +62,12 @@ class PodCgroups:
     def candidates(self, uid: str) -> list[str]:
         """Every place kubelet's cgroupfs layout may put the pod: `<root>/pod<uid>` (Guaranteed), then the
         `burstable/` and `besteffort/` tiers."""
-        return [cg_qos.pod_cgroup_path(self.cgroup_root, qos, uid)  # type: ignore[arg-type]
-                for qos in ("Guaranteed", "Burstable", "BestEffort")]
+        return [
+            cg_qos.pod_cgroup_path(self.cgroup_root, qos, uid)  # type: ignore[arg-type]
+            for qos in ("Guaranteed", "Burstable", "BestEffort")
+        ]
 
-    def of(self, uid: str, pod: "Pod | None" = None) -> str:
+    def of(self, uid: str, pod: Pod | None = None) -> str:
         """The pod's cgroup: from its QoS class when the pod is known, else the one that exists."""
         if pod is not None:
             return cg_qos.pod_cgroup_path(self.cgroup_root, qos_class(pod), uid)
@@ -70,12 +84,16 @@ class PodCgroups:
             self._controllers = available_controllers(CGROUP_MOUNT)
         return self._controllers
 
-    def admit(self, pod: "Pod") -> Admission | None:
+    def admit(self, pod: Pod) -> Admission | None:
         """Whether the pod's limits can be applied here: None, a refusal with the fix, or a warning that it runs
         without some (--allow-missing-cgroup-controllers)."""
         return admit_controllers(
-            needed_controllers(pod, cg_qos.pod_pids_limit(pod, self.pod_max_pids)), self.controllers(),
-            allow_missing=self.allow_missing_controllers, v2=is_v2(CGROUP_MOUNT), cmdline_file=self.cmdline_file())
+            needed_controllers(pod, cg_qos.pod_pids_limit(pod, self.pod_max_pids)),
+            self.controllers(),
+            allow_missing=self.allow_missing_controllers,
+            v2=is_v2(CGROUP_MOUNT),
+            cmdline_file=self.cmdline_file(),
+        )
 
     def cmdline_file(self) -> str | None:
         """The device's cmdline.txt (None: not one the Pi firmware boots), probed once like the controllers."""
@@ -97,7 +115,7 @@ class PodCgroups:
             writer.create_pod(cg_qos.qos_cgroup_path(root, qos), tier)  # type: ignore[arg-type]
         self._node_cgroup_ready = True
 
-    def make(self, pod: "Pod", uid: str, pod_name: str) -> None:
+    def make(self, pod: Pod, uid: str, pod_name: str) -> None:
         """kubelet's pod cgroup with the pod's totals (cpu, memory, pids) before anything runs in it."""
         path = self.of(uid, pod)
         try:
@@ -106,7 +124,7 @@ class PodCgroups:
         except CgroupError as exc:
             raise SandboxError(f"pod {pod_name}: cannot set up its cgroup {path}: {exc}") from exc
 
-    def monitor(self, uid: str, pod: "Pod | None" = None) -> str:
+    def monitor(self, uid: str, pod: Pod | None = None) -> str:
         """Where the pod's conmons live: a leaf `conmon` under the pod's cgroup (CRI-O's conmon_cgroup="pod").
 
         Started by edgelet, a conmon would stay in the cgroup of the systemd

@@ -18,14 +18,14 @@ import os
 import shutil
 import stat
 import threading
+from collections.abc import Sequence
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Sequence
 
 from edgelet.container.errors import RuntimeError_
 from edgelet.util import linux
-from edgelet.util.log import get_logger
 from edgelet.util.libc import libc
+from edgelet.util.log import get_logger
 
 log = get_logger(__name__)
 
@@ -249,15 +249,21 @@ def mount_rootfs(layers: Sequence[Path], container_dir: Path) -> Path:
     with _warn_lock:
         if not _warned_copy:
             _warned_copy = True
-            log.warning("Overlay mount failed; copying image layers into each rootfs instead (slower, uses disk)",
-                        path=str(rootfs), err=str(overlay_error))
+            log.warning(
+                "Overlay mount failed; copying image layers into each rootfs instead (slower, uses disk)",
+                path=str(rootfs),
+                err=str(overlay_error),
+            )
     try:
         for d in (UPPER, WORK, EMPTY_LOWER):
             shutil.rmtree(container_dir / d, ignore_errors=True)
         _copy_layers(layers, container_dir, rootfs)
     except OSError as exc:
-        raise RootfsError(container_dir, f"overlay mount failed ({overlay_error}) and copying the layers failed: "
-                          f"{exc}", exc.errno or 0) from exc
+        raise RootfsError(
+            container_dir,
+            f"overlay mount failed ({overlay_error}) and copying the layers failed: {exc}",
+            exc.errno or 0,
+        ) from exc
     return rootfs
 
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-from edgelet.runtime import _exec
 from edgelet.container.errors import ContainerNotFound, ExecError
+from edgelet.runtime import _exec
 
 _NOT_FOUND = ("does not exist", "not exist", "no such file")
 LIST_ATTEMPTS = 5

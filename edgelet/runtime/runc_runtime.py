@@ -19,8 +19,9 @@ import os
 import secrets
 import shutil
 import socket
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from edgelet.api.pod import full_name, meta
 from edgelet.api.pod import spec as pod_spec
@@ -43,13 +44,19 @@ from edgelet.ocispec import build as ocispec
 from edgelet.ocispec.errors import SpecError
 from edgelet.runtime import _exec, conmon, rootfs, subpath
 from edgelet.runtime import bundle as bl
+from edgelet.runtime.containerprep import (
+    Prepared,
+    SecurityFacts,
+    container_mounts,
+    prepare_container_dirs,
+    remove_stale_bundle,
+    unmount_bundle,
+)
+from edgelet.runtime.execs import Execs
 from edgelet.runtime.host import (
     HostFacts,
     probe_host_facts,
 )
-from edgelet.runtime.containerprep import Prepared, SecurityFacts, container_mounts, prepare_container_dirs
-from edgelet.runtime.containerprep import remove_stale_bundle, unmount_bundle
-from edgelet.runtime.execs import Execs
 from edgelet.runtime.infra_sandbox import InfraSandboxes
 from edgelet.runtime.layout import (
     ANN_ATTEMPT,
@@ -113,7 +120,7 @@ class RuncRuntime:
         runtime_bin: str = "runc",
         conmon_bin: str = "conmon",
         catatonit_bin: str = "catatonit",
-        pause_image: "ImageRecord | None" = None,
+        pause_image: ImageRecord | None = None,
         clock: Clock | None = None,
         node_hostname: str | None = None,
         host_facts: HostFacts | None = None,
@@ -122,12 +129,12 @@ class RuncRuntime:
         node_cgroup: PodResources | None = None,
         allow_missing_controllers: bool = False,
         cgroup_controllers: frozenset[str] | None = None,
-        network: "PodNetwork | None" = None,
+        network: PodNetwork | None = None,
         cluster_dns: Sequence[str] = (),
         cluster_domain: str = "",
         allowed_unsafe_sysctls: tuple[str, ...] = (),
         seccomp_default: bool = True,
-        on_warning: "Callable[[Pod, str | None, str, str], None] | None" = None,
+        on_warning: Callable[[Pod, str | None, str, str], None] | None = None,
         log_size_max: int | None = None,
         infra_container: bool = False,
     ) -> None:
@@ -150,27 +157,34 @@ class RuncRuntime:
         self.node_hostname = node_hostname or socket.gethostname()
         self.runc = Runc(self.runtime_path, paths.runc_root, runner=runner)
         self.host = host_facts or probe_host_facts()
-        self.security = SecurityFacts(paths.seccomp_dir, self.host, seccomp_default=seccomp_default,
-                                      on_warning=on_warning)
-        self.cgroups = PodCgroups(paths.cgroup_root, pod_max_pids=pod_max_pids, node_cgroup=node_cgroup,
-                                  allow_missing_controllers=allow_missing_controllers,
-                                  controllers=cgroup_controllers)
+        self.security = SecurityFacts(
+            paths.seccomp_dir, self.host, seccomp_default=seccomp_default, on_warning=on_warning
+        )
+        self.cgroups = PodCgroups(
+            paths.cgroup_root,
+            pod_max_pids=pod_max_pids,
+            node_cgroup=node_cgroup,
+            allow_missing_controllers=allow_missing_controllers,
+            controllers=cgroup_controllers,
+        )
         self.networks = SandboxNetworks(network, on_warning)
-        self.pod_files = PodFiles(paths.log_dir, cluster_dns=cluster_dns, cluster_domain=cluster_domain,
-                                  on_warning=on_warning)
+        self.pod_files = PodFiles(
+            paths.log_dir, cluster_dns=cluster_dns, cluster_domain=cluster_domain, on_warning=on_warning
+        )
         self.pinned = PinnedSandboxes(self)
         self.infra = InfraSandboxes(self, catatonit_bin=catatonit_bin, pause_image=pause_image)
         # Asked in this order which kind an existing sandbox's record is; the infra kind last (see SandboxKind).
         self.sandbox_kinds: tuple[SandboxKind, ...] = (self.pinned, self.infra)
-        self.observer = Observer(paths, self.runc, self.clock, pod_cgroups=self.pod_cgroups,
-                                 kind_of=self.kind_of_record)
+        self.observer = Observer(
+            paths, self.runc, self.clock, pod_cgroups=self.pod_cgroups, kind_of=self.kind_of_record
+        )
         self._released: set[str] = set()  # exited containers whose runc state and rootfs mount are gone
         self.execs = Execs(self.runc, runner, paths.exec_dir)
         # The exit dir must exist before anything watches it (PLEG's inotify).
         self._ensure_dirs()
 
     @property
-    def network(self) -> "PodNetwork | None":
+    def network(self) -> PodNetwork | None:
         """CNI; None: pods without hostNetwork get loopback only."""
         return self.networks.network
 
@@ -178,7 +192,7 @@ class RuncRuntime:
     def pod_max_pids(self) -> int:
         return self.cgroups.pod_max_pids
 
-    def runc_for(self, pod: "Pod | None") -> Runc:
+    def runc_for(self, pod: Pod | None) -> Runc:
         """The OCI runtime (runc's command line) the pod's sandbox and containers run under: one per agent
         today; the seam where a runtime handler chosen per pod (runtimeClassName) plugs in."""
         return self.runc
@@ -192,21 +206,21 @@ class RuncRuntime:
         """Every place kubelet's cgroupfs layout may put the pod (see PodCgroups.candidates)."""
         return self.cgroups.candidates(uid)
 
-    def pod_cgroup(self, uid: str, pod: "Pod | None" = None) -> str:
+    def pod_cgroup(self, uid: str, pod: Pod | None = None) -> str:
         """The pod's cgroup: from its QoS class when the pod is known, else the one that exists."""
         return self.cgroups.of(uid, pod)
 
     def cgroup_controllers(self) -> frozenset[str]:
         return self.cgroups.controllers()
 
-    def admit(self, pod: "Pod") -> Admission | None:
+    def admit(self, pod: Pod) -> Admission | None:
         """Whether the pod's limits can be applied here (see PodCgroups.admit)."""
         return self.cgroups.admit(pod)
 
     def cmdline_file(self) -> str | None:
         return self.cgroups.cmdline_file()
 
-    def monitor_cgroup(self, uid: str, pod: "Pod | None" = None) -> str:
+    def monitor_cgroup(self, uid: str, pod: Pod | None = None) -> str:
         """Where the pod's conmons live (see PodCgroups.monitor)."""
         return self.cgroups.monitor(uid, pod)
 
@@ -214,8 +228,13 @@ class RuncRuntime:
         # Private: bundles and checkpoints hold pod specs with their env values.
         for directory in (self.paths.root_dir, self.paths.run_dir):
             ensure_dir(directory, tighten_from=directory)
-        for directory in (self.paths.runc_root, self.paths.exit_dir, self.paths.socket_dir, self.paths.pods_dir,
-                          self.paths.ns_dir):
+        for directory in (
+            self.paths.runc_root,
+            self.paths.exit_dir,
+            self.paths.socket_dir,
+            self.paths.pods_dir,
+            self.paths.ns_dir,
+        ):
             ensure_dir(directory, tighten_from=directory)
 
     # ------------------------------------------------------------ observation
@@ -252,11 +271,11 @@ class RuncRuntime:
         """The kind of a sandbox by its record's annotations (none readable: the infra kind's)."""
         return next(kind for kind in self.sandbox_kinds if kind.owns(annotations))
 
-    def kind_for_pod(self, pod: "Pod") -> SandboxKind:
+    def kind_for_pod(self, pod: Pod) -> SandboxKind:
         """The kind of a new sandbox for `pod`."""
         return self.infra if self.infra_container or needs_infra(pod) else self.pinned
 
-    async def _open_sandbox(self, pod: "Pod", attempt: int) -> SandboxOpening:
+    async def _open_sandbox(self, pod: Pod, attempt: int) -> SandboxOpening:
         """What every new sandbox starts from; a sandbox left in the bundle dir is removed first (a new
         sandbox means the old one is done)."""
         uid = pod_uid(pod)
@@ -266,14 +285,19 @@ class RuncRuntime:
         if old:
             await self.remove_container(old)
         return SandboxOpening(
-            pod=pod, attempt=attempt, uid=uid, layout=layout, sid=_new_id(),
+            pod=pod,
+            attempt=attempt,
+            uid=uid,
+            layout=layout,
+            sid=_new_id(),
             host_network=bool(pod.spec is not None and pod_spec(pod).host_network),
             hostname=bl.pod_hostname(pod, self.node_hostname, self.pod_files.cluster_domain),
             created=self.clock.now(),
-            log_path=self.paths.pod_log_dir(meta(pod).namespace or "default", meta(pod).name or "", uid) / "sandbox.log",
+            log_path=self.paths.pod_log_dir(meta(pod).namespace or "default", meta(pod).name or "", uid)
+            / "sandbox.log",
         )
 
-    async def create_sandbox(self, pod: "Pod", attempt: int) -> SandboxRecord:
+    async def create_sandbox(self, pod: Pod, attempt: int) -> SandboxRecord:
         """run_sandbox's first half where the pod has a CNI network: everything but the plugin chain's ADD."""
         kind = self.kind_for_pod(pod)
         opening = await self._open_sandbox(pod, attempt)
@@ -281,7 +305,7 @@ class RuncRuntime:
         self.observer.bundles[sandbox.id] = opening.bundle
         return sandbox
 
-    async def run_sandbox(self, pod: "Pod", attempt: int) -> SandboxRecord:
+    async def run_sandbox(self, pod: Pod, attempt: int) -> SandboxRecord:
         sandbox = await self.create_sandbox(pod, attempt)
         if sandbox.state == "running":
             return sandbox
@@ -295,7 +319,7 @@ class RuncRuntime:
     def _kind_of_sandbox(self, sandbox: SandboxRecord) -> SandboxKind:
         return self.pinned if not sandbox.infra else self.infra
 
-    async def start_sandbox(self, pod: "Pod", sandbox: SandboxRecord) -> SandboxRecord:
+    async def start_sandbox(self, pod: Pod, sandbox: SandboxRecord) -> SandboxRecord:
         """The second half: ADD in the namespace made, then /etc/hosts with the pod IPs (rewritten in place:
         a container created meanwhile has it bind-mounted), the sysctls and the start time, the mark of a
         started sandbox. On failure (or a cancellation) the sandbox is left created, never started, for the
@@ -329,27 +353,47 @@ class RuncRuntime:
         """At start: release the network of every sandbox that no longer runs (a crash, a power cut)."""
         return await self.networks.cleanup(self.list_pods)
 
-    def seccomp_host(self, pod: "Pod") -> ocispec.SeccompHost:
+    def seccomp_host(self, pod: Pod) -> ocispec.SeccompHost:
         """The settings and host facts seccomp needs (see SecurityFacts.seccomp_host)."""
         return self.security.seccomp_host(pod)
 
     # ------------------------------------------------------------ containers
 
-    def conmon_args(self, cid: str, name: str, bundle: Path, log_path: Path, *, runc: Runc, stdin: bool = False,
-                    stdin_once: bool = False, terminal: bool = False) -> conmon.ConmonArgs:
+    def conmon_args(
+        self,
+        cid: str,
+        name: str,
+        bundle: Path,
+        log_path: Path,
+        *,
+        runc: Runc,
+        stdin: bool = False,
+        stdin_once: bool = False,
+        terminal: bool = False,
+    ) -> conmon.ConmonArgs:
         """conmon's arguments for container (or pause process) `cid`, run by `runc`'s binary and root."""
         return conmon.ConmonArgs(
-            conmon=self.conmon_bin, runtime=runc.binary, runtime_root=runc.root, container_id=cid,
-            name=name, bundle=bundle, log_path=log_path, exit_dir=self.paths.exit_dir, socket_dir=self.paths.socket_dir,
-            log_size_max=self.log_size_max, stdin=stdin, stdin_once=stdin_once, terminal=terminal,
+            conmon=self.conmon_bin,
+            runtime=runc.binary,
+            runtime_root=runc.root,
+            container_id=cid,
+            name=name,
+            bundle=bundle,
+            log_path=log_path,
+            exit_dir=self.paths.exit_dir,
+            socket_dir=self.paths.socket_dir,
+            log_size_max=self.log_size_max,
+            stdin=stdin,
+            stdin_once=stdin_once,
+            terminal=terminal,
         )
 
     async def create_container(
         self,
-        pod: "Pod",
-        container: "Container",
+        pod: Pod,
+        container: Container,
         sandbox: SandboxRecord,
-        image: "ImageRecord",
+        image: ImageRecord,
         attempt: int,
         container_type: str = "regular",
         prepared: PreparedContainer | None = None,
@@ -361,16 +405,18 @@ class RuncRuntime:
         cid, bundle, layout = prepared.id, prepared_data.bundle, self.layout(uid)
         done = False
         try:
-            annotations = _container_annotations(pod, container, sandbox, image, attempt, container_type,
-                                                 prepared_data.log_path, self.clock.now())
+            annotations = _container_annotations(
+                pod, container, sandbox, image, attempt, container_type, prepared_data.log_path, self.clock.now()
+            )
             ctx_args = dict(
                 rootfs=str(prepared_data.rootfs_dir),
                 cgroups_path=f"{self.cgroups.of(uid, pod)}/{cid}",
                 pids_limit=cg_qos.pod_pids_limit(pod, self.cgroups.pod_max_pids),
                 without_controllers=self.cgroups.missing_controllers(),
                 allowed_unsafe_sysctls=self.allowed_unsafe_sysctls,
-                namespace_paths=sandbox_namespace_paths(pod, sandbox.pid, sandbox.netns,
-                                                        None if sandbox.infra else dict(sandbox.namespaces)),
+                namespace_paths=sandbox_namespace_paths(
+                    pod, sandbox.pid, sandbox.netns, None if sandbox.infra else dict(sandbox.namespaces)
+                ),
                 hostname=bl.pod_hostname(pod, self.node_hostname, self.pod_files.cluster_domain),
                 annotations=annotations,
                 passwd=prepared_data.passwd,
@@ -385,8 +431,7 @@ class RuncRuntime:
             def write_config() -> ocispec.ContainerContext:
                 # Mounts, spec and config.json in one trip to a worker thread.
                 mounts = container_mounts(pod, container, layout, bundle, self.host.recursive_read_only)
-                ctx = ocispec.ContainerContext(mounts=mounts,
-                                               **ctx_args)  # type: ignore[arg-type]
+                ctx = ocispec.ContainerContext(mounts=mounts, **ctx_args)  # type: ignore[arg-type]
                 config = ocispec.build_container_spec(pod, container, image.config, ctx)
                 bl.write_file(bundle / bl.CONFIG, json.dumps(config, indent=1))
                 return ctx
@@ -394,10 +439,20 @@ class RuncRuntime:
             # conmon starts up meanwhile and waits on its start pipe for the config (conmon.create's `start`).
             configured = asyncio.ensure_future(asyncio.to_thread(write_config))
             name = f"k8s_{container.name}_{pod_name}_{ns}_{uid}_{attempt}"
-            await conmon.create(self.conmon_args(cid, name, bundle, prepared_data.log_path, runc=self.runc_for(pod),
-                                                 stdin=bool(container.stdin), stdin_once=bool(container.stdin_once),
-                                                 terminal=bool(container.tty)), runner=self.runner,
-                                start=configured)
+            await conmon.create(
+                self.conmon_args(
+                    cid,
+                    name,
+                    bundle,
+                    prepared_data.log_path,
+                    runc=self.runc_for(pod),
+                    stdin=bool(container.stdin),
+                    stdin_once=bool(container.stdin_once),
+                    terminal=bool(container.tty),
+                ),
+                runner=self.runner,
+                start=configured,
+            )
             self.security.warn_apparmor(pod, container, configured.result())
             # Before `runc start`, not beside it: a process moved into a cgroup is not held to its pids.max, so
             # a conmon joining a pod whose container already forked up to the pod's limit would exceed it.
@@ -416,8 +471,16 @@ class RuncRuntime:
         log.info("Container created", pod=full_name(pod), container=container.name, id=cid[:12], attempt=attempt)
         return cid
 
-    async def _prepared_for(self, pod: "Pod", container: "Container", sandbox: SandboxRecord, image: "ImageRecord",
-                            attempt: int, container_type: str, prepared: PreparedContainer | None) -> PreparedContainer:
+    async def _prepared_for(
+        self,
+        pod: Pod,
+        container: Container,
+        sandbox: SandboxRecord,
+        image: ImageRecord,
+        attempt: int,
+        container_type: str,
+        prepared: PreparedContainer | None,
+    ) -> PreparedContainer:
         """What create_container finishes from: `prepared` when it is this instance's, else a new preparation.
         SandboxError when the sandbox cannot hold containers now; a preparation refused is discarded."""
         try:
@@ -429,17 +492,23 @@ class RuncRuntime:
         if prepared is None:
             return await self.prepare_container(pod, container, image, attempt, container_type)
         if (prepared.pod_uid, prepared.name, prepared.attempt, prepared.image_id) != (
-                pod_uid(pod), container.name, attempt, image.id):
+            pod_uid(pod),
+            container.name,
+            attempt,
+            image.id,
+        ):
             await self.discard_prepared(prepared)
-            raise CreateContainerError(f"pod {full_name(pod)} container {container.name}: prepared for another instance"
-                                       f" ({prepared.name} attempt {prepared.attempt})")
+            raise CreateContainerError(
+                f"pod {full_name(pod)} container {container.name}: prepared for another instance"
+                f" ({prepared.name} attempt {prepared.attempt})"
+            )
         return prepared
 
     async def prepare_container(
         self,
-        pod: "Pod",
-        container: "Container",
-        image: "ImageRecord",
+        pod: Pod,
+        container: Container,
+        image: ImageRecord,
         attempt: int,
         container_type: str = "regular",
     ) -> PreparedContainer:
@@ -452,6 +521,7 @@ class RuncRuntime:
         log_path = self.paths.container_log_path(ns, pod_name, uid, container.name, attempt)
         link = self.paths.container_log_link(ns, pod_name, container.name, cid)
         done = False
+
         def make() -> tuple[str | None, Any]:
             # A leftover of the same instance (a crash between create and record) is replaced.
             old = bl.read_id(bundle)
@@ -461,8 +531,10 @@ class RuncRuntime:
                 # One without an id (a power cut before its directory entries reached storage) names no
                 # container to remove, but its writable layer must not become the new instance's.
                 remove_stale_bundle(bundle)
-            return None, (prepare_container_dirs(self.paths.log_dir, image, bundle, cid, log_path, link),
-                          self.security.container_facts(pod, container))
+            return None, (
+                prepare_container_dirs(self.paths.log_dir, image, bundle, cid, log_path, link),
+                self.security.container_facts(pod, container),
+            )
 
         try:
             # One trip to a worker thread in the usual case: on a busy machine each trip waits for a core.
@@ -471,8 +543,10 @@ class RuncRuntime:
                 await self.remove_container(old)
                 old, made = await asyncio.to_thread(make)
                 if old:
-                    raise CreateContainerError(f"pod {full_name(pod)} container {container.name}: the previous"
-                                               f" instance {old[:12]} in {bundle} was not removed")
+                    raise CreateContainerError(
+                        f"pod {full_name(pod)} container {container.name}: the previous"
+                        f" instance {old[:12]} in {bundle} was not removed"
+                    )
             (rootfs_dir, passwd, groups, members), facts = made
             done = True
         except CreateContainerError:
@@ -483,9 +557,22 @@ class RuncRuntime:
             if not done:
                 await asyncio.shield(self._undo_prepared(cid, bundle, link))
         return PreparedContainer(
-            id=cid, pod_uid=uid, name=container.name, attempt=attempt, image_id=image.id,
-            data=Prepared(bundle=bundle, log_path=log_path, link=link, rootfs_dir=rootfs_dir, passwd=passwd,
-                           groups=groups, members=members, facts=facts))
+            id=cid,
+            pod_uid=uid,
+            name=container.name,
+            attempt=attempt,
+            image_id=image.id,
+            data=Prepared(
+                bundle=bundle,
+                log_path=log_path,
+                link=link,
+                rootfs_dir=rootfs_dir,
+                passwd=passwd,
+                groups=groups,
+                members=members,
+                facts=facts,
+            ),
+        )
 
     async def discard_prepared(self, prepared: PreparedContainer) -> None:
         prepared_data: Prepared = prepared.data
@@ -493,6 +580,7 @@ class RuncRuntime:
 
     async def _undo_prepared(self, cid: str, bundle: Path, link: Path) -> None:
         """Remove what prepare_container made: no conmon and no runc state exist yet, only files and the mount."""
+
         def undo() -> None:
             if os.path.lexists(link):
                 link.unlink()
@@ -534,13 +622,15 @@ class RuncRuntime:
         ExecTimeout when `timeout` passes (the command killed, see Execs.run)."""
         return await self.execs.run(container_id, argv, timeout)
 
-    async def start_exec(self, container_id: str, argv: Sequence[str], *, tty: bool, stdin: int, stdout: int,
-                         stderr: int) -> "ExecSession":
+    async def start_exec(
+        self, container_id: str, argv: Sequence[str], *, tty: bool, stdin: int, stdout: int, stderr: int
+    ) -> ExecSession:
         """Start `argv` in the running container with its own process spec (`edgelet exec`), on the given
         descriptors; the caller waits for, signals or kills the returned session. ExecSessionError when the
         container is not running or has no bundle."""
-        return await self.execs.start(container_id, self.observer.bundle_of, argv, tty=tty, stdin=stdin,
-                                      stdout=stdout, stderr=stderr)
+        return await self.execs.start(
+            container_id, self.observer.bundle_of, argv, tty=tty, stdin=stdin, stdout=stdout, stderr=stderr
+        )
 
     async def kill_and_wait(self, cid: str, bundle: Path | None) -> None:
         if await self._has_exited(cid, bundle):
@@ -649,8 +739,9 @@ class RuncRuntime:
             if ann is None:
                 ann = bl.read_annotations(bundle)
             if ann.get(ANN_KIND) == KIND_CONTAINER:
-                link = self.paths.container_log_link(ann.get(ANN_POD_NAMESPACE, ""), ann.get(ANN_POD_NAME, ""),
-                                                     ann.get(ANN_CONTAINER_NAME, ""), cid)
+                link = self.paths.container_log_link(
+                    ann.get(ANN_POD_NAMESPACE, ""), ann.get(ANN_POD_NAME, ""), ann.get(ANN_CONTAINER_NAME, ""), cid
+                )
                 if os.path.lexists(link):
                     link.unlink()
             unmount_bundle(bundle)
@@ -674,7 +765,7 @@ class RuncRuntime:
         def sweep() -> int:
             removed = 0
             for directory in (self.paths.exit_dir, self.paths.socket_dir):
-                for entry in (list(directory.iterdir()) if directory.is_dir() else []):
+                for entry in list(directory.iterdir()) if directory.is_dir() else []:
                     if entry.name not in known and not entry.name.startswith("."):
                         if entry.is_dir() and not entry.is_symlink():
                             continue
@@ -758,8 +849,16 @@ def _container_log_path(ann: Mapping[str, str]) -> Path | None:
     return Path(path) if ann.get(ANN_KIND) == KIND_CONTAINER and path else None
 
 
-def _container_annotations(pod: "Pod", container: "Container", sandbox: SandboxRecord, image: "ImageRecord",
-                           attempt: int, container_type: str, log_path: Path, created: float) -> dict[str, str]:
+def _container_annotations(
+    pod: Pod,
+    container: Container,
+    sandbox: SandboxRecord,
+    image: ImageRecord,
+    attempt: int,
+    container_type: str,
+    log_path: Path,
+    created: float,
+) -> dict[str, str]:
     """The container's record in its bundle's config.json: what a relist rebuilds its state from."""
     from edgelet.api.hash import container_hash
 
@@ -783,12 +882,12 @@ def _container_annotations(pod: "Pod", container: "Container", sandbox: SandboxR
     }
 
 
-def _pod_grace(pod: "Pod") -> int:
+def _pod_grace(pod: Pod) -> int:
     grace = pod_spec(pod).termination_grace_period_seconds if pod.spec is not None else None
     return 30 if grace is None else int(grace)
 
 
-def _create_error(pod: "Pod", container: "Container", exc: Exception) -> CreateContainerError:
+def _create_error(pod: Pod, container: Container, exc: Exception) -> CreateContainerError:
     """What a failed create (or its preparation) reports: a spec the pod asks for that cannot be expressed is
     kubelet's CreateContainerConfigError with the message unchanged; anything else names pod and container."""
     if isinstance(exc, SpecError):

@@ -6,9 +6,10 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING
 
 from edgelet.container.errors import SandboxError
 
@@ -27,7 +28,7 @@ class PauseSpec:
 
     rootfs: Path | None  # None: the pause image's layers are mounted into the sandbox bundle
     args: tuple[str, ...]
-    image: "ImageRecord | None" = None
+    image: ImageRecord | None = None
 
 
 def ensure_pause_rootfs(root_dir: Path, catatonit_bin: str) -> Path:
@@ -59,7 +60,7 @@ def ensure_pause_rootfs(root_dir: Path, catatonit_bin: str) -> Path:
     return target
 
 
-def pause_spec(root_dir: Path, catatonit_bin: str, image: "ImageRecord | None") -> PauseSpec:
+def pause_spec(root_dir: Path, catatonit_bin: str, image: ImageRecord | None) -> PauseSpec:
     if image is None:
         return PauseSpec(ensure_pause_rootfs(root_dir, catatonit_bin), PAUSE_ARGS)
     args = tuple(image.config.entrypoint) + tuple(image.config.cmd)
@@ -68,14 +69,14 @@ def pause_spec(root_dir: Path, catatonit_bin: str, image: "ImageRecord | None") 
     return PauseSpec(None, args, image)
 
 
-def needs_infra(pod: "Pod") -> bool:
+def needs_infra(pod: Pod) -> bool:
     """Whether the pod needs a pause process (pure): only as PID 1 of a shared PID namespace
     (shareProcessNamespace without hostPID); every other namespace can be pinned as a file."""
     spec = pod.spec
     return bool(spec is not None and spec.share_process_namespace and not spec.host_pid)
 
 
-def pinned_kinds(pod: "Pod", own_netns: bool) -> tuple[str, ...]:
+def pinned_kinds(pod: Pod, own_netns: bool) -> tuple[str, ...]:
     """The namespaces to pin for a sandbox without an infra container (pure): uts unless hostNetwork, ipc
     unless hostIPC, net unless hostNetwork or CNI made the network namespace (`own_netns` False)."""
     spec = pod.spec
@@ -91,8 +92,9 @@ def pinned_kinds(pod: "Pod", own_netns: bool) -> tuple[str, ...]:
     return tuple(kinds)
 
 
-def sandbox_namespace_paths(pod: "Pod", pause_pid: int | None, netns: str = "",
-                            pinned: "Mapping[str, str] | None" = None) -> dict[str, str]:
+def sandbox_namespace_paths(
+    pod: Pod, pause_pid: int | None, netns: str = "", pinned: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """The namespaces a container joins from its sandbox (pure): net and uts unless hostNetwork, ipc unless
     hostIPC, pid only with shareProcessNamespace (and not hostPID). The network namespace is the CNI file
     when there is one. `pinned` ({OCI type: file}) is a sandbox without an infra container: its files are

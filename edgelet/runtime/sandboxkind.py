@@ -9,8 +9,9 @@ As CRI-O keeps pinns apart from its sandbox code: `pinned_sandbox` pins the pod'
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from edgelet.api.pod import full_name, meta
 from edgelet.container.types import SandboxRecord
@@ -48,7 +49,7 @@ log = get_logger("edgelet.runtime")
 class SandboxOpening:
     """What every new sandbox starts from, whatever its kind: decided before anything is made."""
 
-    pod: "Pod"
+    pod: Pod
     attempt: int
     uid: str
     layout: bl.PodLayout
@@ -81,23 +82,34 @@ class SandboxOpening:
     def record(self, **fields: object) -> SandboxRecord:
         """The sandbox's record; `fields` are the kind's (state, pid, ips, netns, infra, namespaces)."""
         return SandboxRecord(
-            id=self.sid, pod_uid=self.uid, pod_name=meta(self.pod).name or "",
-            pod_namespace=meta(self.pod).namespace or "", attempt=self.attempt, created_at=self.created,
-            host_network=self.host_network, **fields,  # type: ignore[arg-type]
+            id=self.sid,
+            pod_uid=self.uid,
+            pod_name=meta(self.pod).name or "",
+            pod_namespace=meta(self.pod).namespace or "",
+            attempt=self.attempt,
+            created_at=self.created,
+            host_network=self.host_network,
+            **fields,  # type: ignore[arg-type]
         )
 
 
 class PodFiles:
     """The pod's /etc/hosts, resolv.conf and hostname files, bind-mounted into its containers."""
 
-    def __init__(self, log_dir: Path, *, cluster_dns: Sequence[str] = (), cluster_domain: str = "",
-                 on_warning: "Callable[[Pod, str | None, str, str], None] | None" = None) -> None:
+    def __init__(
+        self,
+        log_dir: Path,
+        *,
+        cluster_dns: Sequence[str] = (),
+        cluster_domain: str = "",
+        on_warning: Callable[[Pod, str | None, str, str], None] | None = None,
+    ) -> None:
         self.log_dir = log_dir
         self.cluster_dns = tuple(cluster_dns)
         self.cluster_domain = cluster_domain
         self.on_warning = on_warning
 
-    def hosts_text(self, pod: "Pod", hostname: str, pod_ips: Sequence[str]) -> str:
+    def hosts_text(self, pod: Pod, hostname: str, pod_ips: Sequence[str]) -> str:
         """The pod's /etc/hosts (blocking: with hostNetwork it starts from the node's)."""
         spec = pod.spec
         host_network = bool(spec is not None and spec.host_network)
@@ -108,10 +120,16 @@ class PodFiles:
             except OSError:
                 host_hosts = ""
         aliases = [(alias.ip, tuple(alias.hostnames or ())) for alias in ((spec.host_aliases if spec else None) or [])]
-        return bl.build_hosts_file(hostname, pod_ips=pod_ips, host_aliases=aliases, host_network=host_network,
-                                   host_hosts=host_hosts, fqdn=bl.pod_fqdn(pod, hostname, self.cluster_domain))
+        return bl.build_hosts_file(
+            hostname,
+            pod_ips=pod_ips,
+            host_aliases=aliases,
+            host_network=host_network,
+            host_hosts=host_hosts,
+            fqdn=bl.pod_fqdn(pod, hostname, self.cluster_domain),
+        )
 
-    def write(self, pod: "Pod", layout: bl.PodLayout, hostname: str, pod_ips: Sequence[str] = ()) -> None:
+    def write(self, pod: Pod, layout: bl.PodLayout, hostname: str, pod_ips: Sequence[str] = ()) -> None:
         try:
             host_resolv = bl.HOST_RESOLV_CONF.read_text()
         except OSError:
@@ -144,20 +162,20 @@ class SandboxHost(Protocol):
     monitored process shares with containers."""
 
     paths: RuntimePaths
-    clock: "Clock"
-    host: "HostFacts"
-    cgroups: "PodCgroups"
-    networks: "SandboxNetworks"
+    clock: Clock
+    host: HostFacts
+    cgroups: PodCgroups
+    networks: SandboxNetworks
     pod_files: PodFiles
     allowed_unsafe_sysctls: tuple[str, ...]
     node_hostname: str
-    runner: "Runner"
+    runner: Runner
 
-    def runc_for(self, pod: "Pod | None") -> "Runc": ...
+    def runc_for(self, pod: Pod | None) -> Runc: ...
 
-    def conmon_args(self, cid: str, name: str, bundle: Path, log_path: Path, *, runc: "Runc") -> "conmon.ConmonArgs": ...
+    def conmon_args(self, cid: str, name: str, bundle: Path, log_path: Path, *, runc: Runc) -> conmon.ConmonArgs: ...
 
-    def seccomp_host(self, pod: "Pod") -> "ocispec.SeccompHost": ...
+    def seccomp_host(self, pod: Pod) -> ocispec.SeccompHost: ...
 
     async def kill_and_wait(self, cid: str, bundle: Path | None) -> None: ...
 
@@ -183,7 +201,7 @@ class SandboxKind(Protocol):
         attached by `start`. On failure (or a cancellation) nothing it made stays behind."""
         ...
 
-    async def start(self, pod: "Pod", sandbox: SandboxRecord) -> SandboxRecord:
+    async def start(self, pod: Pod, sandbox: SandboxRecord) -> SandboxRecord:
         """Finish a sandbox `create` left "created" (its CNI ADD); on failure it stays created."""
         ...
 
@@ -196,7 +214,7 @@ class SandboxKind(Protocol):
         (blocking)."""
         ...
 
-    def check_running(self, pod: "Pod", sandbox: SandboxRecord) -> None:
+    def check_running(self, pod: Pod, sandbox: SandboxRecord) -> None:
         """Raise SandboxError unless containers can be created in the sandbox now."""
         ...
 

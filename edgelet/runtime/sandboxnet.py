@@ -4,7 +4,8 @@ it found broken (reported not ready, so their pods get a new sandbox)."""
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING
 
 from edgelet.container.types import PodRuntimeStatus
 from edgelet.network.errors import NetworkError
@@ -22,12 +23,12 @@ class SandboxNetworks:
     """The pod network (None: pods without hostNetwork get loopback only) and the sandboxes whose network
     failed a CNI CHECK."""
 
-    def __init__(self, network: "PodNetwork | None", on_warning: Warn | None) -> None:
+    def __init__(self, network: PodNetwork | None, on_warning: Warn | None) -> None:
         self.network = network
         self.on_warning = on_warning
         self.broken: set[str] = set()
 
-    async def begin(self, pod: "Pod", sid: str) -> "Pending | None":
+    async def begin(self, pod: Pod, sid: str) -> Pending | None:
         """The network of a sandbox to create, its ADD left for `attach` (None: loopback only)."""
         if self.network is None:
             return None
@@ -36,7 +37,7 @@ class SandboxNetworks:
             self.warn_loopback_only(pod)
         return pending
 
-    async def setup(self, pod: "Pod", sid: str) -> "Attached | None":
+    async def setup(self, pod: Pod, sid: str) -> Attached | None:
         """The whole network of a sandbox in one step, its ADD included (None: loopback only)."""
         if self.network is None:
             return None
@@ -45,7 +46,7 @@ class SandboxNetworks:
             self.warn_loopback_only(pod)
         return attached
 
-    def warn_loopback_only(self, pod: "Pod") -> None:
+    def warn_loopback_only(self, pod: Pod) -> None:
         """A pod that wanted a network and got none (no CNI config yet): NetworkNotReady, and why."""
         if self.network is not None and self.on_warning is not None:
             _, why = self.network.readiness()
@@ -68,14 +69,21 @@ class SandboxNetworks:
         out = {}
         for uid, status in statuses.items():
             if any(sandbox.id in self.broken for sandbox in status.sandboxes):
-                status = dataclasses.replace(status, sandboxes=tuple(
-                    dataclasses.replace(sandbox, network_ready=sandbox.id not in self.broken)
-                    for sandbox in status.sandboxes))
+                status = dataclasses.replace(
+                    status,
+                    sandboxes=tuple(
+                        dataclasses.replace(sandbox, network_ready=sandbox.id not in self.broken)
+                        for sandbox in status.sandboxes
+                    ),
+                )
             out[uid] = status
         return out
 
-    async def check(self, pods: Mapping[str, PodRuntimeStatus] | None,
-                    list_pods: Callable[[], Awaitable[dict[str, PodRuntimeStatus]]]) -> dict[str, str]:
+    async def check(
+        self,
+        pods: Mapping[str, PodRuntimeStatus] | None,
+        list_pods: Callable[[], Awaitable[dict[str, PodRuntimeStatus]]],
+    ) -> dict[str, str]:
         """CNI CHECK of every running sandbox's network; {pod uid: why} for the pods whose sandbox network is
         broken. Those sandboxes are reported not ready from now on (their pods get a new sandbox with a new
         network at their next sync).

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import calendar
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from edgelet.container.types import ContainerRecord, ContainerState, PodRuntimeStatus, SandboxRecord
 from edgelet.runtime.layout import (
@@ -18,17 +19,17 @@ from edgelet.runtime.layout import (
     ANN_CONTAINER_NAME,
     ANN_CONTAINER_TYPE,
     ANN_CREATED,
-    ANN_HASH,
     ANN_GRACE,
+    ANN_HASH,
     ANN_HOST_NETWORK,
+    ANN_IMAGE,
+    ANN_IMAGE_ID,
     ANN_INFRA,
+    ANN_KIND,
+    ANN_LOG_PATH,
     ANN_NAMESPACES,
     ANN_NETNS,
     ANN_POD_IPS,
-    ANN_IMAGE,
-    ANN_IMAGE_ID,
-    ANN_KIND,
-    ANN_LOG_PATH,
     ANN_POD_NAME,
     ANN_POD_NAMESPACE,
     ANN_POD_UID,
@@ -170,22 +171,43 @@ def build_record(o: Observed) -> SandboxRecord | ContainerRecord | None:
     created = _float(ann.get(ANN_CREATED), runc_created or 0.0)
     if kind == KIND_SANDBOX:
         return SandboxRecord(
-            id=o.id, pod_uid=uid, pod_name=ann.get(ANN_POD_NAME, ""), pod_namespace=ann.get(ANN_POD_NAMESPACE, ""),
-            attempt=_int(ann.get(ANN_ATTEMPT)), state=state, pid=pid, created_at=created,
+            id=o.id,
+            pod_uid=uid,
+            pod_name=ann.get(ANN_POD_NAME, ""),
+            pod_namespace=ann.get(ANN_POD_NAMESPACE, ""),
+            attempt=_int(ann.get(ANN_ATTEMPT)),
+            state=state,
+            pid=pid,
+            created_at=created,
             host_network=ann.get(ANN_HOST_NETWORK) == "true",
-            ips=tuple(ip for ip in ann.get(ANN_POD_IPS, "").split(",") if ip), netns=ann.get(ANN_NETNS, ""),
-            infra=ann.get(ANN_INFRA) != "false", namespaces=parse_namespaces(ann.get(ANN_NAMESPACES, "")),
+            ips=tuple(ip for ip in ann.get(ANN_POD_IPS, "").split(",") if ip),
+            netns=ann.get(ANN_NETNS, ""),
+            infra=ann.get(ANN_INFRA) != "false",
+            namespaces=parse_namespaces(ann.get(ANN_NAMESPACES, "")),
         )
     started = o.started_at
     if started is None and state != "created" and runc_created is not None and o.runc is not None:
         started = runc_created
     ctype = ann.get(ANN_CONTAINER_TYPE, "regular")
     return ContainerRecord(
-        id=o.id, pod_uid=uid, pod_name=ann.get(ANN_POD_NAME, ""), pod_namespace=ann.get(ANN_POD_NAMESPACE, ""),
-        name=ann.get(ANN_CONTAINER_NAME, ""), attempt=_int(ann.get(ANN_ATTEMPT)), spec_hash=ann.get(ANN_HASH, ""),
-        sandbox_id=ann.get(ANN_SANDBOX_ID, ""), state=state, pid=pid, created_at=created,
-        started_at=started if state != "created" else None, finished_at=finished, exit_code=code, reason=reason,
-        image=ann.get(ANN_IMAGE, ""), image_id=ann.get(ANN_IMAGE_ID, ""), log_path=ann.get(ANN_LOG_PATH, ""),
+        id=o.id,
+        pod_uid=uid,
+        pod_name=ann.get(ANN_POD_NAME, ""),
+        pod_namespace=ann.get(ANN_POD_NAMESPACE, ""),
+        name=ann.get(ANN_CONTAINER_NAME, ""),
+        attempt=_int(ann.get(ANN_ATTEMPT)),
+        spec_hash=ann.get(ANN_HASH, ""),
+        sandbox_id=ann.get(ANN_SANDBOX_ID, ""),
+        state=state,
+        pid=pid,
+        created_at=created,
+        started_at=started if state != "created" else None,
+        finished_at=finished,
+        exit_code=code,
+        reason=reason,
+        image=ann.get(ANN_IMAGE, ""),
+        image_id=ann.get(ANN_IMAGE_ID, ""),
+        log_path=ann.get(ANN_LOG_PATH, ""),
         container_type="init" if ctype == "init" else "regular",
         grace_period=_grace(ann.get(ANN_GRACE)),
         termination_message=o.termination_message if state == "exited" else "",

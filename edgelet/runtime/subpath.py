@@ -27,8 +27,8 @@ import stat
 from contextlib import ExitStack
 from pathlib import Path, PurePosixPath
 
-from edgelet.runtime import bundle as bl
 from edgelet.container.errors import VolumeError
+from edgelet.runtime import bundle as bl
 
 SUBPATHS_DIR = "volume-subpaths"
 
@@ -130,8 +130,9 @@ def _prepare_mount_point(target: Path, is_dir: bool) -> None:
         target.touch(mode=0o640)
 
 
-def mount_sub_path(pod_dir: Path, volume_path: Path, *, pod: str, volume: str, container: str, index: int,
-                   sub_path: str) -> Path:
+def mount_sub_path(
+    pod_dir: Path, volume_path: Path, *, pod: str, volume: str, container: str, index: int, sub_path: str
+) -> Path:
     """Bind-mount `volume_path/sub_path` safely at the container's mount point; returns the mount point."""
     try:
         fd = open_sub_path(volume_path, sub_path)

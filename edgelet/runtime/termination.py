@@ -16,8 +16,9 @@ longer change, and puts it in the container's record.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING
 
 from edgelet.logs import read_log
 from edgelet.runtime.bundle import TERMINATION_LOG, termination_log_path
@@ -37,7 +38,7 @@ MAX_LOG_LINES = 80  # kubecontainer.MaxContainerTerminationMessageLogLines
 DEFAULT_POLICY = "File"  # kubelet's default for terminationMessagePolicy
 
 
-def termination_annotations(container: "Container") -> dict[str, str]:
+def termination_annotations(container: Container) -> dict[str, str]:
     """What `create_container` records in the bundle for the read after the exit: the policy, and whether
     the runtime's own file is read (not when terminationMessagePath is empty, as kubelet; not when a volume
     is mounted there, since then the container never wrote to the bundle's file)."""
@@ -53,9 +54,12 @@ def should_read_file(annotations: Mapping[str, str]) -> bool:
     return annotations.get(ANN_TERMINATION_MESSAGE_FILE, "true") != "false"
 
 
-def wants_log_fallback(annotations: Mapping[str, str], rec: "ContainerRecord") -> bool:
-    return (annotations.get(ANN_TERMINATION_MESSAGE_POLICY, DEFAULT_POLICY) == "FallbackToLogsOnError"
-            and rec.exit_code not in (None, 0) and rec.reason != "ContainerCannotRun")
+def wants_log_fallback(annotations: Mapping[str, str], rec: ContainerRecord) -> bool:
+    return (
+        annotations.get(ANN_TERMINATION_MESSAGE_POLICY, DEFAULT_POLICY) == "FallbackToLogsOnError"
+        and rec.exit_code not in (None, 0)
+        and rec.reason != "ContainerCannotRun"
+    )
 
 
 def read_at_most(path: Path, limit: int) -> bytes:
@@ -68,7 +72,7 @@ def read_at_most(path: Path, limit: int) -> bytes:
         return f.read(limit)
 
 
-def termination_message(bundle: Path, annotations: Mapping[str, str], rec: "ContainerRecord") -> str:
+def termination_message(bundle: Path, annotations: Mapping[str, str], rec: ContainerRecord) -> str:
     """The message of the exited container instance whose bundle is `bundle` ("" when there is none)."""
     fallback = wants_log_fallback(annotations, rec)
     text = ""

@@ -9,11 +9,12 @@ only, so no pod data is served unauthenticated off the socket.
 from __future__ import annotations
 
 import asyncio
-import os
 import contextlib
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -50,17 +51,17 @@ def socket_path(run_dir: Path | str) -> Path:
 class ApiSources:
     """What the handlers read; the health times are monotonic seconds (None: never happened)."""
 
-    publisher: "StatusPublisher"
-    events: "EventRecorder"
-    paths: "RuntimePaths"
-    clock: "Clock"
+    publisher: StatusPublisher
+    events: EventRecorder
+    paths: RuntimePaths
+    clock: Clock
     last_sync_iteration: Callable[[], float | None]
     last_relist: Callable[[], float | None]
-    metrics: "Metrics | None" = None
+    metrics: Metrics | None = None
     node_state: Callable[[], object] | None = None  # the apiserver link (edgelet.mirror), with --kubeconfig
     node_conditions: Callable[[], object] | None = None  # the Node's conditions, with or without an apiserver
-    stats: "StatsCollector | None" = None
-    start_exec: "StartExec | None" = None  # the runtime's interactive exec, for `edgelet exec`
+    stats: StatsCollector | None = None
+    start_exec: StartExec | None = None  # the runtime's interactive exec, for `edgelet exec`
     # The rollout records (edgelet.rollout.decide.Record) and `edgelet rollout retry` (edgelet.rollout.errors).
     rollout_records: Callable[[], list] | None = None
     rollout_retry: Callable[[str], Awaitable[object]] | None = None
@@ -78,14 +79,17 @@ class Api:
         self._poll = follow_poll
 
     @property
-    def clock(self) -> "Clock":
+    def clock(self) -> Clock:
         return self._s.clock
 
     async def handle_public(self, request: Request) -> Response:
         route = match_route(request.method, request.target)
         if route.endpoint not in PUBLIC_ENDPOINTS:
-            raise HttpError(404, f"the server could not find the requested resource: {route.endpoint} is served "
-                                 "only on the local socket")
+            raise HttpError(
+                404,
+                f"the server could not find the requested resource: {route.endpoint} is served "
+                "only on the local socket",
+            )
         return await self.handle(request)
 
     async def handle(self, request: Request) -> Response:
@@ -112,13 +116,15 @@ class Api:
             return await self.stats_summary()
         p = route.params
         if route.endpoint == "rollout":
-            return _json(sorted(self._s.rollout_records() if self._s.rollout_records is not None else [],
-                                key=lambda r: r.name))
+            return _json(
+                sorted(self._s.rollout_records() if self._s.rollout_records is not None else [], key=lambda r: r.name)
+            )
         if route.endpoint == "rollout_retry":
             return await self.rollout_retry(f"{p['namespace']}/{p['pod']}")
         if route.endpoint == "exec":
-            return self.exec(request, p["pod"], route.query.get("namespace") or None,
-                             route.query.get("container") or None)
+            return self.exec(
+                request, p["pod"], route.query.get("namespace") or None, route.query.get("container") or None
+            )
         return await self.container_logs(p["namespace"], p["pod"], p["container"], parse_log_options(route.query))
 
     async def rollout_retry(self, name: str) -> Response:
@@ -135,16 +141,18 @@ class Api:
 
     def healthz(self, *, verbose: bool = False) -> Response:
         s = self._s
-        status, body = render_health(check_health(s.clock.monotonic(), s.last_sync_iteration(), s.last_relist()),
-                                     verbose=verbose)
+        status, body = render_health(
+            check_health(s.clock.monotonic(), s.last_sync_iteration(), s.last_relist()), verbose=verbose
+        )
         return Response(status, body)
 
     def pods(self) -> Response:
         """A v1 PodList of the pods edgelet runs, each with its latest status (kubelet's /pods)."""
         from edgelet.api.types import ListMeta, PodList
 
-        entries = sorted(self._s.publisher.entries(),
-                         key=lambda e: (meta(e.pod).namespace or "", meta(e.pod).name or ""))
+        entries = sorted(
+            self._s.publisher.entries(), key=lambda e: (meta(e.pod).namespace or "", meta(e.pod).name or "")
+        )
         items = [msgspec.structs.replace(e.pod, status=e.status) for e in entries]
         return _json(PodList(items=items, api_version="v1", kind="PodList", metadata=ListMeta()))
 
@@ -179,8 +187,7 @@ class Api:
         headers = {k.lower(): v for k, v in request.headers}
         if headers.get("upgrade", "").lower() != execproto.UPGRADE:
             raise HttpError(400, f"exec needs `Upgrade: {execproto.UPGRADE}` (use `edgelet exec`)")
-        entries = [(meta(e.pod).namespace or "default", meta(e.pod).name or "", e)
-                   for e in self._s.publisher.entries()]
+        entries = [(meta(e.pod).namespace or "default", meta(e.pod).name or "", e) for e in self._s.publisher.entries()]
         entry = pick_pod(entries, pod, namespace, self._s.publisher.node_name)
         ns, name = meta(entry.pod).namespace or "default", meta(entry.pod).name or ""
         spec = pod_spec(entry.pod)
@@ -189,11 +196,12 @@ class Api:
         cid = running_container_id(entry.status, chosen, f"{ns}/{name}")
         what = f"{ns}/{name}/{chosen}"
         extra = [(execproto.CONTAINER_HEADER, chosen)] + ([(execproto.NOTE_HEADER, note)] if note else [])
-        return Upgrade(101, headers=extra, protocol=execproto.UPGRADE,
-                       run=lambda sock: serve_session(sock, cid, start, what))
+        return Upgrade(
+            101, headers=extra, protocol=execproto.UPGRADE, run=lambda sock: serve_session(sock, cid, start, what)
+        )
 
     @property
-    def start_exec(self) -> "StartExec | None":
+    def start_exec(self) -> StartExec | None:
         return self._s.start_exec
 
     def running_container(self, namespace: str, pod: str, container: str) -> str:
@@ -223,7 +231,7 @@ class Api:
         finally:
             os.close(fd)
 
-    def _entry(self, namespace: str, pod: str) -> "PodEntry":
+    def _entry(self, namespace: str, pod: str) -> PodEntry:
         for e in self._s.publisher.entries():
             if (meta(e.pod).namespace or "default") == namespace and meta(e.pod).name == pod:
                 return e
@@ -254,15 +262,16 @@ class Api:
         since = opts.since_seconds
         try:
             # Across the instance's rotated files; the cursor follows on across later rotations.
-            data, cursor = await asyncio.to_thread(logs.open_log, path, tail=opts.tail_lines,
-                                                   timestamps=opts.timestamps or since is not None)
+            data, cursor = await asyncio.to_thread(
+                logs.open_log, path, tail=opts.tail_lines, timestamps=opts.timestamps or since is not None
+            )
         except OSError as exc:
             raise HttpError(500, f"cannot read {path}: {exc.strerror or exc}") from exc
         if since is not None:
             data = since_filter(data, self._s.clock.now() - since, keep_timestamps=opts.timestamps)
         if not opts.follow or opts.previous:
             cursor.close()
-            return Response(200, data if opts.limit_bytes is None else data[:opts.limit_bytes])
+            return Response(200, data if opts.limit_bytes is None else data[: opts.limit_bytes])
         cursor.timestamps = opts.timestamps
         attempt = int(path.stem)
 
@@ -273,7 +282,7 @@ class Api:
         return Response(200, body if opts.limit_bytes is None else _limit(body, opts.limit_bytes))
 
 
-def is_instance_finished(cs: "ContainerStatus", attempt: int) -> bool:
+def is_instance_finished(cs: ContainerStatus, attempt: int) -> bool:
     """Whether instance `attempt` of a container has exited, as its status tells (a follow then ends).
 
     Status lags the runtime by a sync: a container not yet reported running
@@ -352,8 +361,9 @@ async def _prepend(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[by
 class ApiServer:
     """Runs the listeners under the agent's TaskGroup; cancellation closes them and removes the socket."""
 
-    def __init__(self, api: Api, run_dir: Path, *, healthz_port: int = 10248,
-                 healthz_bind_address: str = "127.0.0.1") -> None:
+    def __init__(
+        self, api: Api, run_dir: Path, *, healthz_port: int = 10248, healthz_bind_address: str = "127.0.0.1"
+    ) -> None:
         self._api = api
         self.socket = socket_path(run_dir)
         self._port = healthz_port

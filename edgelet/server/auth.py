@@ -18,9 +18,10 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from edgelet.errors import EdgeletError
 
@@ -64,7 +65,7 @@ def parse_token_file(text: str, source: str = "token file") -> dict[bytes, Ident
             raise AuthConfigError(f"{source}: line {n}: expected token,user[,groups], got {len(fields)} field(s)")
         groups = fields[3] if len(fields) >= 4 else fields[2] if len(fields) == 3 else ""
         if len(fields) > 4:
-            raise AuthConfigError(f"{source}: line {n}: too many fields (quote the groups: token,user,\"g1,g2\")")
+            raise AuthConfigError(f'{source}: line {n}: too many fields (quote the groups: token,user,"g1,g2")')
         key = token_digest(fields[0])
         if key in out:
             raise AuthConfigError(f"{source}: line {n}: duplicate token")
@@ -108,8 +109,9 @@ def cert_identity(peer_cert: Mapping[str, Any] | None) -> Identity | None:
     return Identity(user, tuple(groups), "x509") if user else None
 
 
-def authenticate(peer_cert: Mapping[str, Any] | None, headers: Iterable[tuple[str, str]],
-                 tokens: Mapping[bytes, Identity]) -> Identity | None:
+def authenticate(
+    peer_cert: Mapping[str, Any] | None, headers: Iterable[tuple[str, str]], tokens: Mapping[bytes, Identity]
+) -> Identity | None:
     """The certificate's identity first, then the bearer token's, as kubelet's union authenticator tries them."""
     ident = cert_identity(peer_cert)
     if ident is not None:
@@ -159,8 +161,10 @@ def parse_grant(text: str) -> Grant:
     wanted = frozenset(s.strip() for s in subs.split("/") if s.strip())
     bad = sorted(wanted - set(SUBRESOURCES) - {"*"})
     if not wanted or bad:
-        raise ValueError(f"grant {text!r}: unknown subresource(s) {', '.join(bad) or '(none)'}; "
-                         f"use * or some of {'/'.join(SUBRESOURCES)}")
+        raise ValueError(
+            f"grant {text!r}: unknown subresource(s) {', '.join(bad) or '(none)'}; "
+            f"use * or some of {'/'.join(SUBRESOURCES)}"
+        )
     return Grant(kind, name, wanted)
 
 
@@ -180,5 +184,7 @@ def authorize(ident: Identity, attrs: Attributes, grants: Iterable[Grant]) -> bo
 
 def forbidden_message(ident: Identity, attrs: Attributes, node: str) -> str:
     """kubelet's 403 text, so an operator recognises what to grant."""
-    return (f"Forbidden (user={ident.user}, verb={attrs.verb}, resource=nodes, subresource={attrs.subresource}, "
-            f"node={node})")
+    return (
+        f"Forbidden (user={ident.user}, verb={attrs.verb}, resource=nodes, subresource={attrs.subresource}, "
+        f"node={node})"
+    )

@@ -80,7 +80,7 @@ def decode_message(line: bytes) -> Message:
         raise ProtocolError(f"bad message: {exc}") from exc
     if not isinstance(raw, dict) or len(raw) != 1:
         raise ProtocolError(f"bad message: {line[:80]!r}")
-    (key, value), = raw.items()
+    ((key, value),) = raw.items()
     if key in ("signal", "exit") and isinstance(value, int) and not isinstance(value, bool):
         return Message(signal=value) if key == "signal" else Message(exit=value)
     if key == "error" and isinstance(value, str):

@@ -12,7 +12,8 @@ import contextlib
 import os
 import socket
 import subprocess
-from typing import TYPE_CHECKING, Any, Awaitable, Protocol, Sequence, TypeVar
+from collections.abc import Awaitable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from edgelet.errors import EdgeletError
 from edgelet.server import execproto as proto
@@ -30,8 +31,9 @@ HELLO_TIMEOUT = 10.0  # an upgraded connection that sends no hello within this i
 
 
 class StartExec(Protocol):
-    def __call__(self, container_id: str, argv: Sequence[str], *, tty: bool, stdin: int, stdout: int,
-                 stderr: int) -> Awaitable["ExecSession"]: ...
+    def __call__(
+        self, container_id: str, argv: Sequence[str], *, tty: bool, stdin: int, stdout: int, stderr: int
+    ) -> Awaitable[ExecSession]: ...
 
 
 E = TypeVar("E")
@@ -63,7 +65,7 @@ def pick_container(names: Sequence[str], requested: str | None, pod: str) -> tup
     return names[0], f'Defaulted container "{names[0]}" out of: {", ".join(names)}'
 
 
-def running_container_id(status: "PodStatus", container: str, pod: str) -> str:
+def running_container_id(status: PodStatus, container: str, pod: str) -> str:
     """The runtime id of `container` when its status says it runs; HttpError 409 naming pod and container
     (and what it does instead) when it does not."""
     statuses: list[ContainerStatus] = [*(status.init_container_statuses or []), *(status.container_statuses or [])]
@@ -97,8 +99,14 @@ async def serve_session(sock: socket.socket, container_id: str, start: StartExec
         hello = proto.decode_hello(lines[0])
         if len(fds) != proto.FDS:
             raise proto.ProtocolError(f"the hello carried {len(fds)} descriptors, expected {proto.FDS}")
-        session = await start(container_id, hello.command, tty=hello.tty,
-                              stdin=fds[0] if hello.stdin else subprocess.DEVNULL, stdout=fds[1], stderr=fds[2])
+        session = await start(
+            container_id,
+            hello.command,
+            tty=hello.tty,
+            stdin=fds[0] if hello.stdin else subprocess.DEVNULL,
+            stdout=fds[1],
+            stderr=fds[2],
+        )
     except (proto.ProtocolError, EdgeletError) as exc:
         with contextlib.suppress(OSError):
             await loop.sock_sendall(sock, proto.encode(proto.Message(error=str(exc))))
@@ -124,8 +132,13 @@ async def serve_session(sock: socket.socket, container_id: str, start: StartExec
         await loop.sock_sendall(sock, proto.encode(proto.Message(exit=code)))
 
 
-async def _relay(sock: socket.socket, session: "ExecSession", waiter: "asyncio.Future[int]",
-                 buffer: proto.LineBuffer, pending: list[bytes]) -> int | None:
+async def _relay(
+    sock: socket.socket,
+    session: ExecSession,
+    waiter: asyncio.Future[int],
+    buffer: proto.LineBuffer,
+    pending: list[bytes],
+) -> int | None:
     """Apply the client's control lines until the command exits (its code) or the client hangs up (None,
     the command killed)."""
     loop = asyncio.get_running_loop()
@@ -156,7 +169,7 @@ async def _relay(sock: socket.socket, session: "ExecSession", waiter: "asyncio.F
             _apply(session, line)
 
 
-def _apply(session: "ExecSession", line: bytes) -> None:
+def _apply(session: ExecSession, line: bytes) -> None:
     try:
         msg = proto.decode_message(line)
         if msg.signal is not None:

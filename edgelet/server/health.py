@@ -42,16 +42,24 @@ def check_health(
     if last_sync_iteration is None:
         checks.append(HealthCheck("syncloop", "sync loop not started yet"))
     elif now - last_sync_iteration > sync_threshold:
-        checks.append(HealthCheck("syncloop", f"sync loop took longer than expected (last iteration "
-                                              f"{_ago(now - last_sync_iteration)} ago; threshold is "
-                                              f"{_ago(sync_threshold)})"))
+        checks.append(
+            HealthCheck(
+                "syncloop",
+                f"sync loop took longer than expected (last iteration "
+                f"{_ago(now - last_sync_iteration)} ago; threshold is "
+                f"{_ago(sync_threshold)})",
+            )
+        )
     else:
         checks.append(HealthCheck("syncloop"))
     if last_relist is None:
         checks.append(HealthCheck("pleg", "pleg has yet to be successful"))
     elif now - last_relist > pleg_threshold:
-        checks.append(HealthCheck("pleg", f"pleg was last seen active {_ago(now - last_relist)} ago; "
-                                          f"threshold is {_ago(pleg_threshold)}"))
+        checks.append(
+            HealthCheck(
+                "pleg", f"pleg was last seen active {_ago(now - last_relist)} ago; threshold is {_ago(pleg_threshold)}"
+            )
+        )
     else:
         checks.append(HealthCheck("pleg"))
     return checks

@@ -13,9 +13,10 @@ import contextlib
 import os
 import socket
 import stat
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, AsyncIterator, Awaitable, Callable, cast
+from typing import TYPE_CHECKING, cast
 
 import h11
 
@@ -87,8 +88,14 @@ class ServerError(EdgeletError):
 class HttpServer:
     """Serves `handler` on any number of listeners; `close()` stops listening and drops open connections."""
 
-    def __init__(self, handler: Handler, *, max_connections: int = MAX_CONNECTIONS,
-                 idle_timeout: float = IDLE_TIMEOUT, request_timeout: float = REQUEST_TIMEOUT) -> None:
+    def __init__(
+        self,
+        handler: Handler,
+        *,
+        max_connections: int = MAX_CONNECTIONS,
+        idle_timeout: float = IDLE_TIMEOUT,
+        request_timeout: float = REQUEST_TIMEOUT,
+    ) -> None:
         self._handler = handler
         self._max = max_connections
         self._idle = idle_timeout
@@ -110,17 +117,28 @@ class HttpServer:
             sock.close()
             raise ServerError(f"cannot listen on {path}: {exc.strerror or exc}") from exc
         listener = _Listener(str(path), self._max)
-        self._servers.append(await asyncio.start_unix_server(
-            lambda r, w: self._on_connection(r, w, None, listener), sock=sock))
+        self._servers.append(
+            await asyncio.start_unix_server(lambda r, w: self._on_connection(r, w, None, listener), sock=sock)
+        )
 
-    async def listen_tcp(self, host: str, port: int, handler: Handler | None = None,
-                         ssl: "ssl_.SSLContext | None" = None) -> int:
+    async def listen_tcp(
+        self, host: str, port: int, handler: Handler | None = None, ssl: ssl_.SSLContext | None = None
+    ) -> int:
         """Listen on TCP (optionally with its own handler, optionally TLS); returns the port (useful with port 0)."""
         listener = _Listener(f"{host}:{port}", self._max)
-        cb = (lambda r, w: self._on_connection(r, w, handler, listener))
+
+        def cb(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> Awaitable[None]:
+            return self._on_connection(r, w, handler, listener)
+
         try:
-            server = await asyncio.start_server(cb, host, port, reuse_address=True, ssl=ssl,
-                                                ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT if ssl else None)
+            server = await asyncio.start_server(
+                cb,
+                host,
+                port,
+                reuse_address=True,
+                ssl=ssl,
+                ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT if ssl else None,
+            )
         except OSError as exc:
             raise ServerError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
         self._servers.append(server)
@@ -138,14 +156,20 @@ class HttpServer:
                 await asyncio.wait_for(s.wait_closed(), 1.0)
         self._servers.clear()
 
-    async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                             handler: Handler | None = None, listener: "_Listener | None" = None) -> None:
+    async def _on_connection(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        handler: Handler | None = None,
+        listener: _Listener | None = None,
+    ) -> None:
         task = asyncio.current_task()
         assert task is not None
         listener = listener or _Listener("?", self._max)
         if len(listener.connections) >= listener.limit and not listener.make_room():
-            log.warning("Too many API connections, all busy; closing a new one", listener=listener.name,
-                        limit=listener.limit)
+            log.warning(
+                "Too many API connections, all busy; closing a new one", listener=listener.name, limit=listener.limit
+            )
             writer.close()
             return
         conn = Connection(reader, writer, handler or self._handler, self._idle, self._request_timeout)
@@ -171,7 +195,7 @@ class _Listener:
     def __init__(self, name: str, limit: int) -> None:
         self.name = name
         self.limit = limit
-        self.connections: dict[asyncio.Task, "Connection"] = {}
+        self.connections: dict[asyncio.Task, Connection] = {}
 
     def make_room(self) -> bool:
         """Drop the connection that has waited longest without a complete request; False when every one is
@@ -188,8 +212,14 @@ class _Listener:
 class Connection:
     """One client connection: requests served one at a time, as HTTP/1.1 without pipelining does."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, handler: Handler,
-                 idle_timeout: float, request_timeout: float = REQUEST_TIMEOUT) -> None:
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        handler: Handler,
+        idle_timeout: float,
+        request_timeout: float = REQUEST_TIMEOUT,
+    ) -> None:
         self._reader = reader
         self._writer = writer
         self._handler = handler
@@ -230,7 +260,8 @@ class Connection:
                     return
                 assert isinstance(event, h11.Request)
                 request = Request(
-                    event.method.decode("ascii", "replace"), event.target.decode("ascii", "replace"),
+                    event.method.decode("ascii", "replace"),
+                    event.target.decode("ascii", "replace"),
                     tuple((k.decode("latin-1"), v.decode("latin-1")) for k, v in event.headers),
                     self._writer.get_extra_info("peercert"),
                 )
@@ -248,7 +279,7 @@ class Connection:
             except HttpError as exc:
                 await self._refuse(exc)
                 return
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 return  # idle keep-alive connection, or a request that did not arrive in time
             self.reading = False
             response = await self._respond(request)
@@ -277,9 +308,12 @@ class Connection:
 
     async def _upgrade(self, upgrade: Upgrade) -> None:
         if upgrade.run_streams is not None:
-            await self._send(h11.InformationalResponse(
-                status_code=101,
-                headers=[("Upgrade", upgrade.protocol), ("Connection", "Upgrade"), *upgrade.headers]))
+            await self._send(
+                h11.InformationalResponse(
+                    status_code=101,
+                    headers=[("Upgrade", upgrade.protocol), ("Connection", "Upgrade"), *upgrade.headers],
+                )
+            )
             trailing, _closed = self._conn.trailing_data
             await upgrade.run_streams(self._reader, self._writer, bytes(trailing))
             return
@@ -287,8 +321,11 @@ class Connection:
         # A read transport (uvloop's too, though it does not subclass asyncio.ReadTransport).
         transport = cast(asyncio.ReadTransport, self._writer.transport)
         transport.pause_reading()  # from here on the socket is `run`'s (see Upgrade)
-        await self._send(h11.InformationalResponse(
-            status_code=101, headers=[("Upgrade", upgrade.protocol), ("Connection", "Upgrade"), *upgrade.headers]))
+        await self._send(
+            h11.InformationalResponse(
+                status_code=101, headers=[("Upgrade", upgrade.protocol), ("Connection", "Upgrade"), *upgrade.headers]
+            )
+        )
         raw = self._writer.get_extra_info("socket")
         sock = socket.socket(fileno=os.dup(raw.fileno()))
         sock.setblocking(False)

@@ -12,14 +12,15 @@ by wrapping the syncer's publish callback.
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import TYPE_CHECKING, Any, Callable, Iterable
-
 import bisect
 from collections import Counter
-from edgelet.api.pod import uid as pod_uid
-from edgelet.api.pod import meta
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
 from edgelet.api.annotations import CONFIG_SEEN
+from edgelet.api.pod import meta
+from edgelet.api.pod import uid as pod_uid
 
 if TYPE_CHECKING:
     from edgelet.api.types import Pod, PodStatus
@@ -28,14 +29,49 @@ if TYPE_CHECKING:
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"  # prometheus_client's CONTENT_TYPE_PLAIN_0_0_4
 # kubelet metrics.PodStartDuration's buckets (seconds).
-POD_START_BUCKETS = (0.5, 1, 2, 3, 4, 5, 6, 8, 10, 20, 30, 45, 60, 120, 180, 240, 300, 360, 480, 600, 900, 1200,
-                     1800, 2700, 3600)
+POD_START_BUCKETS = (
+    0.5,
+    1,
+    2,
+    3,
+    4,
+    5,
+    6,
+    8,
+    10,
+    20,
+    30,
+    45,
+    60,
+    120,
+    180,
+    240,
+    300,
+    360,
+    480,
+    600,
+    900,
+    1200,
+    1800,
+    2700,
+    3600,
+)
 # The Runtime protocol's methods: each call is one runtime operation.
-RUNTIME_OPERATIONS = frozenset({
-    "list_pods", "pod_status", "run_sandbox", "create_sandbox", "start_sandbox", "stop_sandbox", "create_container",
-    "start_container",
-    "stop_container", "remove_container", "remove_pod",
-})
+RUNTIME_OPERATIONS = frozenset(
+    {
+        "list_pods",
+        "pod_status",
+        "run_sandbox",
+        "create_sandbox",
+        "start_sandbox",
+        "stop_sandbox",
+        "create_container",
+        "start_container",
+        "stop_container",
+        "remove_container",
+        "remove_pod",
+    }
+)
 
 
 def parse_seen(value: str | None) -> float | None:
@@ -56,7 +92,7 @@ def should_observe_start(previous_phase: str | None, phase: str | None) -> bool:
     return phase == "Running" and previous_phase in (None, "Pending")
 
 
-def count_running(statuses: Iterable["PodStatus"]) -> tuple[int, dict[str, int]]:
+def count_running(statuses: Iterable[PodStatus]) -> tuple[int, dict[str, int]]:
     """Pods with something running, and containers by kubelet's container_state label (running, exited)."""
     pods = 0
     containers = {"running": 0, "exited": 0}
@@ -99,7 +135,7 @@ class _Histogram:
 class _Collector:
     """Yields every edgelet metric family from the counts above (prometheus_client's collector protocol)."""
 
-    def __init__(self, metrics: "Metrics", prefix: str = "edgelet") -> None:
+    def __init__(self, metrics: Metrics, prefix: str = "edgelet") -> None:
         self._m = metrics
         self._p = prefix
 
@@ -114,10 +150,16 @@ class _Collector:
         hist.add_metric([], m.pod_start_duration.cumulative(), m.pod_start_duration.sum)
         yield hist
         for name, doc, counts in (
-            (f"{self._p}_runtime_operations", "Cumulative number of runtime operations by operation type",
-             m.runtime_operations),
-            (f"{self._p}_runtime_operations_errors", "Cumulative number of runtime operation errors by operation type",
-             m.runtime_errors),
+            (
+                f"{self._p}_runtime_operations",
+                "Cumulative number of runtime operations by operation type",
+                m.runtime_operations,
+            ),
+            (
+                f"{self._p}_runtime_operations_errors",
+                "Cumulative number of runtime operation errors by operation type",
+                m.runtime_errors,
+            ),
         ):
             counter = CounterMetricFamily(name, doc, labels=["operation_type"])
             for op, n in sorted(counts.items()):
@@ -125,10 +167,12 @@ class _Collector:
             yield counter
         if m.publisher is not None:
             pods, containers = count_running(e.status for e in m.publisher.entries())
-            yield GaugeMetricFamily(f"{self._p}_running_pods", "Number of pods that have a running container",
-                                    value=pods)
-            family = GaugeMetricFamily(f"{self._p}_running_containers", "Number of containers currently running",
-                                       labels=["container_state"])
+            yield GaugeMetricFamily(
+                f"{self._p}_running_pods", "Number of pods that have a running container", value=pods
+            )
+            family = GaugeMetricFamily(
+                f"{self._p}_running_containers", "Number of containers currently running", labels=["container_state"]
+            )
             for state, n in sorted(containers.items()):
                 family.add_metric([state], n)
             yield family
@@ -137,21 +181,21 @@ class _Collector:
 class Metrics:
     """Every metric of one agent; `render()` is the /metrics body."""
 
-    def __init__(self, clock: "Clock") -> None:
+    def __init__(self, clock: Clock) -> None:
         self._clock = clock
         self.pod_start_duration = _Histogram(POD_START_BUCKETS)
         self.runtime_operations: Counter[str] = Counter()
         self.runtime_errors: Counter[str] = Counter()
-        self.publisher: "StatusPublisher | None" = None
+        self.publisher: StatusPublisher | None = None
         self._registries: dict[str, Any] = {}
 
-    def watch_publisher(self, publisher: "StatusPublisher") -> None:
+    def watch_publisher(self, publisher: StatusPublisher) -> None:
         self.publisher = publisher
 
-    def observing_publish(self, publisher: "StatusPublisher") -> Callable[..., None]:
+    def observing_publish(self, publisher: StatusPublisher) -> Callable[..., None]:
         """`publisher.update`, observing the pod start duration when a pod first runs."""
 
-        def publish(pod: "Pod", *args: Any, **kwargs: Any) -> None:
+        def publish(pod: Pod, *args: Any, **kwargs: Any) -> None:
             uid = pod_uid(pod)
             before = publisher.get(uid)
             publisher.update(pod, *args, **kwargs)
@@ -201,4 +245,3 @@ class InstrumentedRuntime:
 
         call.__name__ = name
         return call
-

@@ -13,14 +13,15 @@ only kubelet's TCP port has.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, AsyncIterator, Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
 import msgspec
 
-from edgelet.server.auth import (Grant, Identity, authenticate, authorize, forbidden_message, request_attributes)
+from edgelet.server.auth import Grant, Identity, authenticate, authorize, forbidden_message, request_attributes
 from edgelet.server.http import JSON, HttpServer, Request, Response, ServerError, Upgrade
 from edgelet.server.routes import HttpError, parse_log_options
 from edgelet.util.log import get_logger
@@ -62,9 +63,15 @@ def match_node_route(method: str, target: str) -> NodeRoute:
         query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
     except ValueError as exc:
         raise HttpError(400, f"malformed query string: {exc}") from exc
-    simple = {("healthz",): "healthz", ("pods",): "pods", ("runningpods",): "runningpods",
-              ("metrics",): "metrics", ("metrics", "resource"): "metrics_resource",
-              ("metrics", "cadvisor"): "metrics_cadvisor", ("stats", "summary"): "stats_summary"}
+    simple = {
+        ("healthz",): "healthz",
+        ("pods",): "pods",
+        ("runningpods",): "runningpods",
+        ("metrics",): "metrics",
+        ("metrics", "resource"): "metrics_resource",
+        ("metrics", "cadvisor"): "metrics_cadvisor",
+        ("stats", "summary"): "stats_summary",
+    }
     route = None
     if tuple(segs) in simple:
         route = NodeRoute(simple[tuple(segs)], query=query)
@@ -95,16 +102,20 @@ def _streaming_route(method: str, segs: list[str], query: dict[str, str], path: 
     return NodeRoute("port_forward", {"namespace": segs[1], "pod": segs[2]}, query)
 
 
-def running_pods(pods: Mapping[str, "PodRuntimeStatus"]) -> dict:
+def running_pods(pods: Mapping[str, PodRuntimeStatus]) -> dict:
     """kubelet's /runningpods/: a PodList of what runs, from the runtime (name, namespace, uid, running containers)."""
     items = []
     for uid, rt in sorted(pods.items(), key=lambda kv: (kv[1].namespace, kv[1].name)):
         running = sorted((c for c in rt.containers if c.state == "running"), key=lambda c: c.name)
         if not running and not any(s.state == "running" for s in rt.sandboxes):
             continue
-        items.append({"metadata": {"name": rt.name, "namespace": rt.namespace, "uid": uid},
-                      "spec": {"containers": [{"name": c.name, "image": c.image} for c in running]},
-                      "status": {}})
+        items.append(
+            {
+                "metadata": {"name": rt.name, "namespace": rt.namespace, "uid": uid},
+                "spec": {"containers": [{"name": c.name, "image": c.image} for c in running]},
+                "status": {},
+            }
+        )
     return {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}
 
 
@@ -112,7 +123,7 @@ def running_pods(pods: Mapping[str, "PodRuntimeStatus"]) -> dict:
 class NodeApiConfig:
     """Who may come in: the TLS context, the static tokens (by digest) and the grants."""
 
-    ssl: "ssl.SSLContext"
+    ssl: ssl.SSLContext
     tokens: Mapping[bytes, Identity]
     grants: tuple[Grant, ...]
     node_name: str
@@ -121,10 +132,19 @@ class NodeApiConfig:
 class NodeApi:
     """The request handler: authenticate, authorize, then serve."""
 
-    def __init__(self, api: "Api", config: NodeApiConfig, *, stats: "StatsCollector",
-                 runtime_pods: Callable[[], Mapping[str, "PodRuntimeStatus"]], metrics: "Metrics | None",
-                 cgroup_root: str, max_follows: int = MAX_FOLLOWS, max_sessions: int = MAX_SESSIONS,
-                 spdy_limits: "SpdyLimits | None" = None) -> None:
+    def __init__(
+        self,
+        api: Api,
+        config: NodeApiConfig,
+        *,
+        stats: StatsCollector,
+        runtime_pods: Callable[[], Mapping[str, PodRuntimeStatus]],
+        metrics: Metrics | None,
+        cgroup_root: str,
+        max_follows: int = MAX_FOLLOWS,
+        max_sessions: int = MAX_SESSIONS,
+        spdy_limits: SpdyLimits | None = None,
+    ) -> None:
         self._api = api
         self._c = config
         self._stats = stats
@@ -140,14 +160,17 @@ class NodeApi:
         self._spdy_limits = spdy_limits or Limits()
 
     @property
-    def clock(self) -> "Clock":
+    def clock(self) -> Clock:
         return self._api.clock
 
     async def handle(self, request: Request) -> Response:
         ident = authenticate(request.peer_cert, request.headers, self._c.tokens)
         if ident is None:
-            raise HttpError(401, "Unauthorized: a client certificate signed by the client CA or a bearer token "
-                                 "is required", headers=(("WWW-Authenticate", 'Bearer realm="edgelet"'),))
+            raise HttpError(
+                401,
+                "Unauthorized: a client certificate signed by the client CA or a bearer token is required",
+                headers=(("WWW-Authenticate", 'Bearer realm="edgelet"'),),
+            )
         path = urlsplit(request.target).path
         attrs = request_attributes(request.method, path)
         if not authorize(ident, attrs, self._c.grants):
@@ -163,14 +186,13 @@ class NodeApi:
         runs in edgelet.server.streaming)."""
         from urllib.parse import parse_qs
 
-        from edgelet.server import spdy, streaming
-
-        from edgelet.server import wschannel
+        from edgelet.server import spdy, streaming, wschannel
 
         websocket = wschannel.is_websocket_upgrade(request.headers)
         if not websocket and not streaming.is_spdy_upgrade(request.headers):
-            raise HttpError(400, f"Upgrade request required (Connection: Upgrade, Upgrade: {spdy.UPGRADE} or "
-                                 "websocket)")
+            raise HttpError(
+                400, f"Upgrade request required (Connection: Upgrade, Upgrade: {spdy.UPGRADE} or websocket)"
+            )
         if websocket:
             return self._websocket_exec(route, request)
         p = route.params
@@ -192,8 +214,9 @@ class NodeApi:
             clock = self.clock
 
             async def runner(conn: spdy.SpdyConnection) -> None:
-                await streaming.serve_exec(conn, opts=opts, protocol=protocol, container_id=cid, start=start,
-                                           clock=clock, what=what)
+                await streaming.serve_exec(
+                    conn, opts=opts, protocol=protocol, container_id=cid, start=start, clock=clock, what=what
+                )
         elif route.endpoint == "attach":
             protocol = streaming.negotiate(offered, streaming.EXEC_PROTOCOLS)
             query = parse_qs(urlsplit(request.target).query, keep_blank_values=True)
@@ -208,8 +231,15 @@ class NodeApi:
             api = self._api
 
             async def runner(conn: spdy.SpdyConnection) -> None:
-                await streaming.serve_attach(conn, opts=opts, protocol=protocol, socket_path=sock_path, clock=clock,
-                                             what=what, resize=lambda w, h: api.attach_resize(cid, w, h))
+                await streaming.serve_attach(
+                    conn,
+                    opts=opts,
+                    protocol=protocol,
+                    socket_path=sock_path,
+                    clock=clock,
+                    what=what,
+                    resize=lambda w, h: api.attach_resize(cid, w, h),
+                )
         else:
             protocol = streaming.negotiate(offered, streaming.PORT_FORWARD_PROTOCOLS)
             netns = self._pod_netns(p["namespace"], p["pod"])
@@ -218,16 +248,23 @@ class NodeApi:
 
             async def runner(conn: spdy.SpdyConnection) -> None:
                 await streaming.serve_port_forward(conn, netns=netns, clock=clock, what=what)
+
         self._check_session_room()
         limits = self._spdy_limits
 
         async def run(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, initial: bytes) -> None:
-            conn = spdy.SpdyConnection(reader, writer, clock=clock, accept=accept, limits=limits, initial=initial,
-                                       name=f"{route.endpoint} {what}")
+            conn = spdy.SpdyConnection(
+                reader,
+                writer,
+                clock=clock,
+                accept=accept,
+                limits=limits,
+                initial=initial,
+                name=f"{route.endpoint} {what}",
+            )
             await self._counted_session(lambda: conn.run(runner), writer)
 
-        return Upgrade(101, headers=[(streaming.PROTOCOL_HEADER, protocol)], protocol=spdy.UPGRADE,
-                       run_streams=run)
+        return Upgrade(101, headers=[(streaming.PROTOCOL_HEADER, protocol)], protocol=spdy.UPGRADE, run_streams=run)
 
     def _websocket_exec(self, route: NodeRoute, request: Request) -> Response:
         """exec and attach over kubelet's WebSocket channel protocols (edgelet.server.wschannel)."""
@@ -256,17 +293,28 @@ class NodeApi:
         async def handler(session: wschannel.WsSession) -> None:
             channels = {name: session.channel(name) for name in streaming.expected_streams(opts, protocol)}
             if attach:
-                await streaming.run_attach(channels, opts=opts, protocol=protocol, socket_path=api.attach_socket(cid),
-                                           what=what, resize=lambda w, h: api.attach_resize(cid, w, h))
+                await streaming.run_attach(
+                    channels,
+                    opts=opts,
+                    protocol=protocol,
+                    socket_path=api.attach_socket(cid),
+                    what=what,
+                    resize=lambda w, h: api.attach_resize(cid, w, h),
+                )
                 return
             assert start is not None
-            await streaming.run_exec(channels, opts=opts, protocol=protocol, container_id=cid, start=start,
-                                     what=what)
+            await streaming.run_exec(channels, opts=opts, protocol=protocol, container_id=cid, start=start, what=what)
 
         async def run(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, initial: bytes) -> None:
-            session = wschannel.WsSession(reader, writer, subprotocol=subprotocol, clock=clock, initial=initial,
-                                          name=f"{route.endpoint} {what}",
-                                          idle_timeout=self._spdy_limits.idle_timeout)
+            session = wschannel.WsSession(
+                reader,
+                writer,
+                subprotocol=subprotocol,
+                clock=clock,
+                initial=initial,
+                name=f"{route.endpoint} {what}",
+                idle_timeout=self._spdy_limits.idle_timeout,
+            )
             await self._counted_session(lambda: session.run(handler), writer)
 
         return Upgrade(101, headers=headers, protocol="websocket", run_streams=run)
@@ -302,10 +350,17 @@ class NodeApi:
                 await asyncio.gather(*tasks, return_exceptions=True)
 
         async def run(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, initial: bytes) -> None:
-            session = wschannel.WsSession(reader, writer, subprotocol=subprotocol, clock=clock, initial=initial,
-                                          name=f"portforward {what}", idle_timeout=self._spdy_limits.idle_timeout,
-                                          channels=2 * len(ports),
-                                          readable=frozenset(range(0, 2 * len(ports), 2)))
+            session = wschannel.WsSession(
+                reader,
+                writer,
+                subprotocol=subprotocol,
+                clock=clock,
+                initial=initial,
+                name=f"portforward {what}",
+                idle_timeout=self._spdy_limits.idle_timeout,
+                channels=2 * len(ports),
+                readable=frozenset(range(0, 2 * len(ports), 2)),
+            )
             await self._counted_session(lambda: session.run(handler), writer)
 
         return Upgrade(101, headers=headers, protocol="websocket", run_streams=run)
@@ -313,8 +368,11 @@ class NodeApi:
     def _check_session_room(self) -> None:
         """HttpError 429 when `max_sessions` exec, attach and port-forward sessions are already open."""
         if self.sessions >= self._max_sessions:
-            raise HttpError(429, f"too many exec and port-forward sessions are open ({self._max_sessions}); "
-                                 "try again later", headers=(("Retry-After", "5"),))
+            raise HttpError(
+                429,
+                f"too many exec and port-forward sessions are open ({self._max_sessions}); try again later",
+                headers=(("Retry-After", "5"),),
+            )
 
     async def _counted_session(self, session: Callable[[], Awaitable[None]], writer: asyncio.StreamWriter) -> None:
         """Run one SPDY or WebSocket session, counted in `sessions` while it runs. The room is checked again
@@ -367,15 +425,21 @@ class NodeApi:
             snap = await asyncio.to_thread(self._stats.snapshot)
             if e == "stats_summary":
                 return Response(200, msgspec.json.encode(summary.summary(snap)), JSON)
-            body = summary.resource_metrics(snap) if e == "metrics_resource" else \
-                summary.cadvisor_metrics(snap, self._cgroup_root)
+            body = (
+                summary.resource_metrics(snap)
+                if e == "metrics_resource"
+                else summary.cadvisor_metrics(snap, self._cgroup_root)
+            )
             return Response(200, body, summary.CONTENT_TYPE)
         p = route.params
         opts = parse_log_options(route.query)
         if opts.follow and not opts.previous:
             if self.follows >= self._max_follows:
-                raise HttpError(429, f"too many log streams are open ({self._max_follows}); try again later",
-                                headers=(("Retry-After", "5"),))
+                raise HttpError(
+                    429,
+                    f"too many log streams are open ({self._max_follows}); try again later",
+                    headers=(("Retry-After", "5"),),
+                )
             response = await self._api.container_logs(p["namespace"], p["pod"], p["container"], opts)
             if not isinstance(response.body, bytes):
                 response.body = _Counted(self, response.body)
@@ -397,7 +461,7 @@ class _Counted:
             self._open = False
             self._owner.follows -= 1
 
-    def __aiter__(self) -> "_Counted":
+    def __aiter__(self) -> _Counted:
         return self
 
     async def __anext__(self) -> bytes:
@@ -442,8 +506,17 @@ class NodeApiServer:
             await self._server.close()
 
 
-async def build_config(*, node_name: str, root_dir: Path, addresses: list[str], cert: Path | None, key: Path | None,
-                       client_ca: Path | None, token_file: Path | None, grants: tuple[str, ...]) -> NodeApiConfig:
+async def build_config(
+    *,
+    node_name: str,
+    root_dir: Path,
+    addresses: list[str],
+    cert: Path | None,
+    key: Path | None,
+    client_ca: Path | None,
+    token_file: Path | None,
+    grants: tuple[str, ...],
+) -> NodeApiConfig:
     """The TLS context (the given pair, else a self-signed one under ROOT_DIR/pki), tokens and grants."""
     from edgelet.server.auth import load_token_file, parse_grant
     from edgelet.server.tls import ensure_self_signed, server_context
@@ -454,6 +527,9 @@ async def build_config(*, node_name: str, root_dir: Path, addresses: list[str], 
         raise TlsError("--tls-cert-file and --tls-private-key-file go together: give both or neither")
     if cert is None or key is None:
         cert, key = await ensure_self_signed(root_dir / "pki", node_name, addresses)
-    return NodeApiConfig(ssl=server_context(cert, key, client_ca),
-                         tokens=load_token_file(token_file) if token_file is not None else {},
-                         grants=tuple(parse_grant(g) for g in grants), node_name=node_name)
+    return NodeApiConfig(
+        ssl=server_context(cert, key, client_ca),
+        tokens=load_token_file(token_file) if token_file is not None else {},
+        grants=tuple(parse_grant(g) for g in grants),
+        node_name=node_name,
+    )

@@ -15,13 +15,33 @@ import msgspec
 from edgelet.errors import EdgeletError
 
 # Endpoints and the methods they answer; HEAD is GET without the body.
-ENDPOINTS = ("healthz", "pods", "pods_table", "events", "metrics", "node", "container_logs", "stats_summary", "exec",
-             "node_conditions", "rollout", "rollout_retry")
+ENDPOINTS = (
+    "healthz",
+    "pods",
+    "pods_table",
+    "events",
+    "metrics",
+    "node",
+    "container_logs",
+    "stats_summary",
+    "exec",
+    "node_conditions",
+    "rollout",
+    "rollout_retry",
+)
 # What the TCP healthz listener may serve: nothing with pod data leaves the unix socket.
 PUBLIC_ENDPOINTS = frozenset({"healthz"})
-_REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 429: "TooManyRequests", 404: "NotFound",
-            405: "MethodNotAllowed", 409: "Conflict",
-            500: "InternalError", 503: "ServiceUnavailable"}
+_REASONS = {
+    400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
+    429: "TooManyRequests",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    409: "Conflict",
+    500: "InternalError",
+    503: "ServiceUnavailable",
+}
 
 
 class HttpError(EdgeletError):
@@ -42,7 +62,7 @@ class StatusBody(msgspec.Struct, kw_only=True):
     """meta/v1 Status as a failure body (only the fields edgelet fills)."""
 
     kind: str = "Status"
-    apiVersion: str = "v1"  # noqa: N815 - the JSON name
+    apiVersion: str = "v1"
     metadata: dict = msgspec.field(default_factory=dict)
     status: str = "Failure"
     message: str
@@ -149,8 +169,9 @@ def _int_param(query: dict[str, str], name: str, minimum: int) -> int | None:
     except ValueError:
         raise HttpError(400, f"{name}: expected an integer, got {raw!r}") from None
     if value < minimum:
-        raise HttpError(400, f"{name}: must be {'zero or more' if minimum == 0 else f'at least {minimum}'}, "
-                             f"got {value}")
+        raise HttpError(
+            400, f"{name}: must be {'zero or more' if minimum == 0 else f'at least {minimum}'}, got {value}"
+        )
     return value
 
 

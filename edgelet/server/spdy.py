@@ -36,8 +36,9 @@ import contextlib
 import struct
 import zlib
 from collections import deque
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Awaitable, Callable, Mapping, Sequence, Union
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Union
 
 from edgelet.errors import EdgeletError
 from edgelet.util.log import get_logger
@@ -73,21 +74,28 @@ _HEADER = struct.Struct(">II")
 def _dictionary() -> bytes:
     """SPDY/3's header compression dictionary (draft-mbelshe-httpbis-spdy-00, 2.6.10.1): length-prefixed names
     and values, then a run of bare tokens."""
-    words = ("options head post put delete trace accept accept-charset accept-encoding accept-language "
-             "accept-ranges age allow authorization cache-control connection content-base content-encoding "
-             "content-language content-length content-location content-md5 content-range content-type date etag "
-             "expect expires from host if-match if-modified-since if-none-match if-range if-unmodified-since "
-             "last-modified location max-forwards pragma proxy-authenticate proxy-authorization range referer "
-             "retry-after server te trailer transfer-encoding upgrade user-agent vary via warning "
-             "www-authenticate method get status").split() + ["200 OK"] + \
-            "version HTTP/1.1 url public set-cookie keep-alive origin".split()
-    tail = ("100101201202205206300302303304305306307402405406407408409410411412413414415416417502504505"
-            "203 Non-Authoritative Information204 No Content301 Moved Permanently400 Bad Request"
-            "401 Unauthorized403 Forbidden404 Not Found500 Internal Server Error501 Not Implemented"
-            "503 Service UnavailableJan Feb Mar Apr May Jun Jul Aug Sept Oct Nov Dec 00:00:00 "
-            "Mon, Tue, Wed, Thu, Fri, Sat, Sun, GMTchunked,text/html,image/png,image/jpg,image/gif,"
-            "application/xml,application/xhtml+xml,text/plain,text/javascript,publicprivatemax-age=gzip,"
-            "deflate,sdchcharset=utf-8charset=iso-8859-1,utf-,*,enq=0.")
+    words = (
+        (
+            "options head post put delete trace accept accept-charset accept-encoding accept-language "
+            "accept-ranges age allow authorization cache-control connection content-base content-encoding "
+            "content-language content-length content-location content-md5 content-range content-type date etag "
+            "expect expires from host if-match if-modified-since if-none-match if-range if-unmodified-since "
+            "last-modified location max-forwards pragma proxy-authenticate proxy-authorization range referer "
+            "retry-after server te trailer transfer-encoding upgrade user-agent vary via warning "
+            "www-authenticate method get status"
+        ).split()
+        + ["200 OK"]
+        + "version HTTP/1.1 url public set-cookie keep-alive origin".split()
+    )
+    tail = (
+        "100101201202205206300302303304305306307402405406407408409410411412413414415416417502504505"
+        "203 Non-Authoritative Information204 No Content301 Moved Permanently400 Bad Request"
+        "401 Unauthorized403 Forbidden404 Not Found500 Internal Server Error501 Not Implemented"
+        "503 Service UnavailableJan Feb Mar Apr May Jun Jul Aug Sept Oct Nov Dec 00:00:00 "
+        "Mon, Tue, Wed, Thu, Fri, Sat, Sun, GMTchunked,text/html,image/png,image/jpg,image/gif,"
+        "application/xml,application/xhtml+xml,text/plain,text/javascript,publicprivatemax-age=gzip,"
+        "deflate,sdchcharset=utf-8charset=iso-8859-1,utf-,*,enq=0."
+    )
     return b"".join(struct.pack(">I", len(w)) + w.encode() for w in words) + tail.encode()
 
 
@@ -216,13 +224,14 @@ def encode_header_block(headers: Sequence[tuple[str, str]]) -> bytes:
 def decode_header_block(block: bytes, limits: Limits = Limits()) -> Headers:
     """The pairs of an inflated block; SpdyError on a truncated block, an empty or upper-case or repeated name,
     or more pairs than `limits.max_headers`. Multi-valued headers come out as repeated pairs."""
+
     def take(pos: int) -> tuple[bytes, int]:
         if pos + 4 > len(block):
             raise SpdyError("truncated header block")
         (n,) = struct.unpack_from(">I", block, pos)
         if pos + 4 + n > len(block):
             raise SpdyError("truncated header block")
-        return block[pos + 4:pos + 4 + n], pos + 4 + n
+        return block[pos + 4 : pos + 4 + n], pos + 4 + n
 
     if len(block) < 4:
         raise SpdyError("truncated header block")
@@ -252,8 +261,9 @@ class HeaderCompressor:
     """Our direction's zlib context: every block we send continues it (SYNC_FLUSH at the end of each)."""
 
     def __init__(self) -> None:
-        self._z = zlib.compressobj(zlib.Z_DEFAULT_COMPRESSION, zlib.DEFLATED, 15, 9, zlib.Z_DEFAULT_STRATEGY,
-                                   zdict=DICTIONARY)
+        self._z = zlib.compressobj(
+            zlib.Z_DEFAULT_COMPRESSION, zlib.DEFLATED, 15, 9, zlib.Z_DEFAULT_STRATEGY, zdict=DICTIONARY
+        )
 
     def compress(self, headers: Sequence[tuple[str, str]]) -> bytes:
         return self._z.compress(encode_header_block(headers)) + self._z.flush(zlib.Z_SYNC_FLUSH)
@@ -286,8 +296,10 @@ def encode_frame(frame: Frame, compressor: HeaderCompressor | None = None) -> by
     if isinstance(frame, Data):
         if len(frame.data) >= 1 << 24:
             raise ValueError("DATA payload too large for one frame")
-        return _HEADER.pack(frame.stream_id & MAX_WINDOW, (FLAG_FIN if frame.fin else 0) << 24 | len(frame.data)) \
+        return (
+            _HEADER.pack(frame.stream_id & MAX_WINDOW, (FLAG_FIN if frame.fin else 0) << 24 | len(frame.data))
             + frame.data
+        )
     if isinstance(frame, (SynStream, SynReply, HeadersFrame)):
         assert compressor is not None, "header frames need the connection's compressor"
         block = compressor.compress(frame.headers)
@@ -296,13 +308,15 @@ def encode_frame(frame: Frame, compressor: HeaderCompressor | None = None) -> by
             flags |= FLAG_UNIDIRECTIONAL if frame.unidirectional else 0
             head = struct.pack(">IIBB", frame.stream_id, frame.associated_id, (frame.priority & 7) << 5, 0)
             return _control(SYN_STREAM, flags, head + block)
-        return _control(SYN_REPLY if isinstance(frame, SynReply) else HEADERS, flags,
-                        struct.pack(">I", frame.stream_id) + block)
+        return _control(
+            SYN_REPLY if isinstance(frame, SynReply) else HEADERS, flags, struct.pack(">I", frame.stream_id) + block
+        )
     if isinstance(frame, RstStream):
         return _control(RST_STREAM, 0, struct.pack(">II", frame.stream_id, frame.status))
     if isinstance(frame, Settings):
         body = struct.pack(">I", len(frame.values)) + b"".join(
-            struct.pack(">II", (f << 24) | i, v) for f, i, v in frame.values)
+            struct.pack(">II", (f << 24) | i, v) for f, i, v in frame.values
+        )
         return _control(SETTINGS, FLAG_CLEAR_SETTINGS if frame.clear else 0, body)
     if isinstance(frame, Ping):
         return _control(PING, 0, struct.pack(">I", frame.ping_id))
@@ -341,8 +355,9 @@ def decode_frame(first: int, second: int, payload: bytes, decompressor: HeaderDe
             raise SpdyError(f"control frame type {ftype} on stream 0")
         if ftype == SYN_STREAM:
             assoc = struct.unpack_from(">I", payload, 4)[0] & MAX_WINDOW
-            return SynStream(stream_id, headers, assoc, payload[8] >> 5, bool(flags & FLAG_FIN),
-                             bool(flags & FLAG_UNIDIRECTIONAL))
+            return SynStream(
+                stream_id, headers, assoc, payload[8] >> 5, bool(flags & FLAG_FIN), bool(flags & FLAG_UNIDIRECTIONAL)
+            )
         if ftype == SYN_REPLY:
             return SynReply(stream_id, headers, bool(flags & FLAG_FIN))
         return HeadersFrame(stream_id, headers, bool(flags & FLAG_FIN))
@@ -392,17 +407,18 @@ class FrameParser:
             raise SpdyError(f"frame of {length} bytes (at most {self._limits.max_frame})")
         if len(self._buf) < 8 + length:
             return None
-        payload = bytes(self._buf[8:8 + length])
-        del self._buf[:8 + length]
+        payload = bytes(self._buf[8 : 8 + length])
+        del self._buf[: 8 + length]
         return decode_frame(first, second, payload, self._decompressor)
 
 
 # --------------------------------------------------------------------------------------------------------- streams
 
+
 class Stream:
     """One accepted stream: its headers, what the peer sent (read), what we send (write, close)."""
 
-    def __init__(self, conn: "SpdyConnection", stream_id: int, headers: Headers) -> None:
+    def __init__(self, conn: SpdyConnection, stream_id: int, headers: Headers) -> None:
         self._conn = conn
         self.id = stream_id
         self.headers: dict[str, str] = {}
@@ -507,9 +523,17 @@ class SpdyConnection:
     refused.
     """
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, clock: "Clock",
-                 accept: Accept | None = None, limits: Limits = Limits(), initial: bytes = b"",
-                 name: str = "") -> None:
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        *,
+        clock: Clock,
+        accept: Accept | None = None,
+        limits: Limits = Limits(),
+        initial: bytes = b"",
+        name: str = "",
+    ) -> None:
         self._reader = reader
         self._writer = writer
         self._clock = clock
@@ -602,7 +626,7 @@ class SpdyConnection:
             await asyncio.gather(watchdog, return_exceptions=True)
             await self._shutdown()
 
-    async def run(self, handler: "SessionRunner") -> None:
+    async def run(self, handler: SessionRunner) -> None:
         """Serve the session with `handler(conn)` beside it: the session closes when the handler returns (or
         fails), and the handler is cancelled when the session ends first (the client gone, a protocol error,
         the idle timeout), so what it started is cleaned up in every case."""
@@ -764,8 +788,11 @@ class SpdyConnection:
         for `stall_timeout`, which drops the buffer and lets the other streams go on."""
         while not stream.drained.is_set() and not stream.remote_closed:
             stream.progressed.clear()
-            waiters = [asyncio.ensure_future(stream.drained.wait()), asyncio.ensure_future(stream.progressed.wait()),
-                       asyncio.ensure_future(self._clock.sleep(self.limits.stall_timeout))]
+            waiters = [
+                asyncio.ensure_future(stream.drained.wait()),
+                asyncio.ensure_future(stream.progressed.wait()),
+                asyncio.ensure_future(self._clock.sleep(self.limits.stall_timeout)),
+            ]
             try:
                 await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
             finally:
@@ -773,9 +800,12 @@ class SpdyConnection:
                     w.cancel()
                 await asyncio.gather(*waiters, return_exceptions=True)
             if not stream.drained.is_set() and not stream.progressed.is_set():
-                raise StreamError(stream.id, FLOW_CONTROL_ERROR,
-                                  f"{stream.buffered} bytes unread for {self.limits.stall_timeout:g} s "
-                                  f"(the peer ignores the {self.limits.initial_window} byte window)")
+                raise StreamError(
+                    stream.id,
+                    FLOW_CONTROL_ERROR,
+                    f"{stream.buffered} bytes unread for {self.limits.stall_timeout:g} s "
+                    f"(the peer ignores the {self.limits.initial_window} byte window)",
+                )
 
     def _on_settings(self, frame: Settings) -> None:
         for _flags, sid, value in frame.values:

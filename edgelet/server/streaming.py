@@ -24,8 +24,9 @@ import socket
 import struct
 import subprocess
 import termios
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
@@ -58,6 +59,7 @@ class SessionError(spdy.SpdyError):
 
 # ------------------------------------------------------------------------------------------------- decisions
 
+
 def client_protocols(headers: Iterable[tuple[str, str]]) -> list[str]:
     """Every protocol the client offers, in its order (repeated headers and comma-separated values)."""
     out = []
@@ -75,8 +77,11 @@ def negotiate(offered: Sequence[str], supported: Sequence[str]) -> str:
     for p in offered:
         if p in supported:
             return p
-    raise HttpError(403, f"unable to upgrade: unable to negotiate protocol: client supports {list(offered)}, "
-                         f"server supports {list(supported)}")
+    raise HttpError(
+        403,
+        f"unable to upgrade: unable to negotiate protocol: client supports {list(offered)}, "
+        f"server supports {list(supported)}",
+    )
 
 
 def is_spdy_upgrade(headers: Iterable[tuple[str, str]]) -> bool:
@@ -111,8 +116,13 @@ def parse_exec_options(query: Mapping[str, Sequence[str]]) -> ExecOptions:
     command = tuple(query.get("command", ()))
     if not command or not command[0]:
         raise HttpError(400, "exec: no command given (the `command` query parameter)")
-    opts = ExecOptions(command, stdin=_flag(query, "input", "stdin"), stdout=_flag(query, "output", "stdout"),
-                       stderr=_flag(query, "error", "stderr"), tty=_flag(query, "tty"))
+    opts = ExecOptions(
+        command,
+        stdin=_flag(query, "input", "stdin"),
+        stdout=_flag(query, "output", "stdout"),
+        stderr=_flag(query, "error", "stderr"),
+        tty=_flag(query, "tty"),
+    )
     if not (opts.stdin or opts.stdout or opts.stderr):
         raise HttpError(400, "you must specify at least 1 of stdin, stdout, stderr")
     if opts.tty and opts.stderr:
@@ -144,15 +154,24 @@ def error_stream_body(protocol: str, command: Sequence[str], code: int | None, e
     cause, which kubectl turns into its own exit code; InternalError), older protocols the error text alone."""
     if protocol == "v4.channel.k8s.io":
         if error is not None:
-            status: dict[str, Any] = {"metadata": {}, "status": "Failure", "message": f"Internal error occurred: "
-                                      f"{error}", "reason": "InternalError", "code": 500,
-                                      "details": {"causes": [{"message": error}]}}
+            status: dict[str, Any] = {
+                "metadata": {},
+                "status": "Failure",
+                "message": f"Internal error occurred: {error}",
+                "reason": "InternalError",
+                "code": 500,
+                "details": {"causes": [{"message": error}]},
+            }
         elif code == 0:
             status = {"metadata": {}, "status": "Success"}
         else:
-            status = {"metadata": {}, "status": "Failure", "message": exit_message(command, code or 0),
-                      "reason": "NonZeroExitCode",
-                      "details": {"causes": [{"reason": "ExitCode", "message": str(code)}]}}
+            status = {
+                "metadata": {},
+                "status": "Failure",
+                "message": exit_message(command, code or 0),
+                "reason": "NonZeroExitCode",
+                "details": {"causes": [{"reason": "ExitCode", "message": str(code)}]},
+            }
         return msgspec.json.encode(status)
     if error is not None:
         return error.encode()
@@ -175,7 +194,7 @@ class ResizeDecoder:
             end = self._buf.find(b"}", start)
             if start < 0 or end < 0:
                 break
-            raw, self._buf = self._buf[start:end + 1], self._buf[end + 1:]
+            raw, self._buf = self._buf[start : end + 1], self._buf[end + 1 :]
             try:
                 msg = msgspec.json.decode(raw)
                 w, h = int(msg.get("Width", 0)), int(msg.get("Height", 0))
@@ -207,6 +226,7 @@ def accept_port_forward_stream(headers: Mapping[str, str]) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------- descriptors
+
 
 async def _wait_fd(fd: int, write: bool) -> None:
     loop = asyncio.get_running_loop()
@@ -260,12 +280,19 @@ class ExecIO:
     _theirs: list[int] = field(default_factory=list)
 
     @classmethod
-    def open(cls, opts: ExecOptions) -> "ExecIO":
+    def open(cls, opts: ExecOptions) -> ExecIO:
         if opts.tty:
             master, slave = os.openpty()
             os.set_blocking(master, False)
-            return cls((slave, slave, slave), master if opts.stdin else None, master if opts.stdout else None,
-                       None, master, [master], [slave])
+            return cls(
+                (slave, slave, slave),
+                master if opts.stdin else None,
+                master if opts.stdout else None,
+                None,
+                master,
+                [master],
+                [slave],
+            )
         mine, theirs = [], []
         child = []
         ours: list[int | None] = []
@@ -311,8 +338,10 @@ class ExecIO:
 
 # ---------------------------------------------------------------------------------------------------- sessions
 
-async def collect_streams(conn: spdy.SpdyConnection, expected: frozenset[str], clock: "Clock",
-                          timeout: float = STREAM_CREATION_TIMEOUT) -> dict[str, spdy.Stream]:
+
+async def collect_streams(
+    conn: spdy.SpdyConnection, expected: frozenset[str], clock: Clock, timeout: float = STREAM_CREATION_TIMEOUT
+) -> dict[str, spdy.Stream]:
     """Wait until the client has opened every stream in `expected`; SessionError after `timeout` (the
     Clock's) or when the connection ends first."""
     got: dict[str, spdy.Stream] = {}
@@ -329,8 +358,9 @@ async def collect_streams(conn: spdy.SpdyConnection, expected: frozenset[str], c
     try:
         await asyncio.wait({task, timer}, return_when=asyncio.FIRST_COMPLETED)
         if not task.done():
-            raise SessionError(f"timed out waiting for streams: got {sorted(got) or 'none'} of {sorted(expected)} "
-                               f"within {timeout:g}s")
+            raise SessionError(
+                f"timed out waiting for streams: got {sorted(got) or 'none'} of {sorted(expected)} within {timeout:g}s"
+            )
         task.result()
         return got
     finally:
@@ -351,18 +381,34 @@ class Channel(Protocol):
     async def close(self) -> None: ...
 
 
-async def serve_exec(conn: spdy.SpdyConnection, *, opts: ExecOptions, protocol: str, container_id: str,
-                     start: "StartExec", clock: "Clock", what: str,
-                     creation_timeout: float = STREAM_CREATION_TIMEOUT) -> None:
+async def serve_exec(
+    conn: spdy.SpdyConnection,
+    *,
+    opts: ExecOptions,
+    protocol: str,
+    container_id: str,
+    start: StartExec,
+    clock: Clock,
+    what: str,
+    creation_timeout: float = STREAM_CREATION_TIMEOUT,
+) -> None:
     """One `kubectl exec` session over SPDY: its streams, then `run_exec`."""
-    streams = await _session_streams(conn, opts, protocol, clock, creation_timeout, what,
-                                     "Exec session without its streams")
+    streams = await _session_streams(
+        conn, opts, protocol, clock, creation_timeout, what, "Exec session without its streams"
+    )
     if streams is not None:
         await run_exec(streams, opts=opts, protocol=protocol, container_id=container_id, start=start, what=what)
 
 
-async def _session_streams(conn: spdy.SpdyConnection, opts: ExecOptions, protocol: str, clock: "Clock",
-                           creation_timeout: float, what: str, missing: str) -> dict[str, Channel] | None:
+async def _session_streams(
+    conn: spdy.SpdyConnection,
+    opts: ExecOptions,
+    protocol: str,
+    clock: Clock,
+    creation_timeout: float,
+    what: str,
+    missing: str,
+) -> dict[str, Channel] | None:
     """The streams an exec or attach session needs; None, logged as `missing`, when they never all come."""
     try:
         streams = await collect_streams(conn, expected_streams(opts, protocol), clock, creation_timeout)
@@ -372,14 +418,15 @@ async def _session_streams(conn: spdy.SpdyConnection, opts: ExecOptions, protoco
     return dict(streams)
 
 
-async def run_exec(streams: Mapping[str, Channel], *, opts: ExecOptions, protocol: str, container_id: str,
-                   start: "StartExec", what: str) -> None:
+async def run_exec(
+    streams: Mapping[str, Channel], *, opts: ExecOptions, protocol: str, container_id: str, start: StartExec, what: str
+) -> None:
     """`runc exec`, the copying between it and the streams (`error` and those `opts` asks for), and the exit
     status on the error stream."""
     error = streams["error"]
     stopping = False
     io = ExecIO.open(opts)
-    session: "ExecSession | None" = None
+    session: ExecSession | None = None
     tasks: list[asyncio.Future[Any]] = []
     decoder = ResizeDecoder()
     try:
@@ -392,8 +439,9 @@ async def run_exec(streams: Mapping[str, Channel], *, opts: ExecOptions, protoco
                     with contextlib.suppress(OSError):
                         io.resize(width, height)
         try:
-            session = await start(container_id, opts.command, tty=opts.tty, stdin=io.child[0], stdout=io.child[1],
-                                  stderr=io.child[2])
+            session = await start(
+                container_id, opts.command, tty=opts.tty, stdin=io.child[0], stdout=io.child[1], stderr=io.child[2]
+            )
         except EdgeletError as exc:
             log.info("Exec session could not start its command", target=what, err=str(exc))
             await error.write(error_stream_body(protocol, opts.command, None, str(exc)))
@@ -401,10 +449,19 @@ async def run_exec(streams: Mapping[str, Channel], *, opts: ExecOptions, protoco
             return
         finally:
             io.close_theirs()  # runc has its own copies; ours would hold the pipes open past its exit
-        log.info("Exec session started", target=what, command=opts.command[0], tty=opts.tty, pid=session.pid,
-                 protocol=protocol)
-        outputs = [asyncio.ensure_future(_pump_out(fd, streams[name]))
-                   for name, fd in (("stdout", io.stdout), ("stderr", io.stderr)) if fd is not None and name in streams]
+        log.info(
+            "Exec session started",
+            target=what,
+            command=opts.command[0],
+            tty=opts.tty,
+            pid=session.pid,
+            protocol=protocol,
+        )
+        outputs = [
+            asyncio.ensure_future(_pump_out(fd, streams[name]))
+            for name, fd in (("stdout", io.stdout), ("stderr", io.stderr))
+            if fd is not None and name in streams
+        ]
         tasks += outputs
         if "stdin" in streams:
             tasks.append(asyncio.ensure_future(_pump_in(streams["stdin"], io)))
@@ -439,8 +496,7 @@ async def run_exec(streams: Mapping[str, Channel], *, opts: ExecOptions, protoco
         io.close()
         if stopping and not error.local_closed:
             # Say so, rather than let the client take a closed connection for a clean exit.
-            body = error_stream_body(protocol, opts.command, None, "the node agent is stopping; the command was "
-                                                                   "killed")
+            body = error_stream_body(protocol, opts.command, None, "the node agent is stopping; the command was killed")
             with contextlib.suppress(spdy.StreamReset, TimeoutError):
                 await asyncio.wait_for(asyncio.shield(_last_words(error, body)), 2.0)
 
@@ -453,7 +509,6 @@ async def _last_words(stream: Channel, body: bytes) -> None:
 async def _pump_out(fd: int, stream: Channel) -> None:
     while data := await read_fd(fd):
         await stream.write(data)
-
 
 
 async def _pump_in(stream: Channel, io: ExecIO) -> None:
@@ -469,7 +524,7 @@ async def _pump_in(stream: Channel, io: ExecIO) -> None:
         io.close_stdin()
 
 
-async def _pump_resize(stream: Channel, io: ExecIO, session: "ExecSession", decoder: ResizeDecoder) -> None:
+async def _pump_resize(stream: Channel, io: ExecIO, session: ExecSession, decoder: ResizeDecoder) -> None:
     while data := await stream.read():
         for width, height in decoder.feed(data):
             with contextlib.suppress(OSError):
@@ -482,19 +537,34 @@ ATTACH_PACKET = 8192 + 1  # conmon's attach packets: one byte naming the pipe, t
 _ATTACH_PIPES = {2: "stdout", 3: "stderr"}
 
 
-async def serve_attach(conn: spdy.SpdyConnection, *, opts: ExecOptions, protocol: str, socket_path: "os.PathLike[str]",
-                       clock: "Clock", what: str, creation_timeout: float = STREAM_CREATION_TIMEOUT,
-                       resize: Callable[[int, int], None] | None = None) -> None:
+async def serve_attach(
+    conn: spdy.SpdyConnection,
+    *,
+    opts: ExecOptions,
+    protocol: str,
+    socket_path: os.PathLike[str],
+    clock: Clock,
+    what: str,
+    creation_timeout: float = STREAM_CREATION_TIMEOUT,
+    resize: Callable[[int, int], None] | None = None,
+) -> None:
     """One `kubectl attach` session over SPDY: its streams, then `run_attach`."""
-    streams = await _session_streams(conn, opts, protocol, clock, creation_timeout, what,
-                                     "Attach session without its streams")
+    streams = await _session_streams(
+        conn, opts, protocol, clock, creation_timeout, what, "Attach session without its streams"
+    )
     if streams is not None:
         await run_attach(streams, opts=opts, protocol=protocol, socket_path=socket_path, what=what, resize=resize)
 
 
-async def run_attach(streams: Mapping[str, Channel], *, opts: ExecOptions, protocol: str,
-                     socket_path: "os.PathLike[str]", what: str,
-                     resize: Callable[[int, int], None] | None = None) -> None:
+async def run_attach(
+    streams: Mapping[str, Channel],
+    *,
+    opts: ExecOptions,
+    protocol: str,
+    socket_path: os.PathLike[str],
+    what: str,
+    resize: Callable[[int, int], None] | None = None,
+) -> None:
     """What the container writes from now on, read from conmon's attach socket, until the container exits or
     the client goes, and the client's stdin to the container's when it has one (`stdin: true`: conmon holds it
     open; kubectl itself sends none to other containers); a `tty: true` container's console is resized
@@ -575,7 +645,7 @@ async def _attach_stdin(stream: Channel, sock: socket.socket) -> None:
     try:
         while data := await stream.read():
             for i in range(0, len(data), 8192):
-                await loop.sock_sendall(sock, data[i:i + 8192])
+                await loop.sock_sendall(sock, data[i : i + 8192])
         sock.shutdown(socket.SHUT_WR)
     except OSError:
         pass
@@ -586,11 +656,17 @@ class _Pair:
     request_id: str
     data: spdy.Stream | None = None
     error: spdy.Stream | None = None
-    timer: "asyncio.Future[None] | None" = None
+    timer: asyncio.Future[None] | None = None
 
 
-async def serve_port_forward(conn: spdy.SpdyConnection, *, netns: str | None, clock: "Clock", what: str,
-                             creation_timeout: float = STREAM_CREATION_TIMEOUT) -> None:
+async def serve_port_forward(
+    conn: spdy.SpdyConnection,
+    *,
+    netns: str | None,
+    clock: Clock,
+    what: str,
+    creation_timeout: float = STREAM_CREATION_TIMEOUT,
+) -> None:
     """One `kubectl port-forward` session: each forwarded connection is a (data, error) stream pair sharing a
     requestID, connected to the port on the loopback of the pod's network namespace (`netns`; None: the
     agent's own, for hostNetwork pods)."""

@@ -32,7 +32,7 @@ class TlsError(EdgeletError):
 def fingerprint(cert_pem: str) -> str:
     """SHA-256 of the certificate's DER form, as `openssl x509 -fingerprint -sha256` prints it."""
     digest = hashlib.sha256(ssl.PEM_cert_to_DER_cert(cert_pem)).hexdigest().upper()
-    return ":".join(digest[i:i + 2] for i in range(0, len(digest), 2))
+    return ":".join(digest[i : i + 2] for i in range(0, len(digest), 2))
 
 
 def subject_alt_names(node_name: str, addresses: list[str]) -> str:
@@ -55,16 +55,38 @@ async def ensure_self_signed(pki_dir: Path, node_name: str, addresses: list[str]
     # Made in a private temp dir and renamed in: no reader ever sees a half-written key or a key with a wide mode.
     with tempfile.TemporaryDirectory(dir=pki_dir, prefix=".new-") as tmp:
         tkey, tcert = Path(tmp) / KEY_NAME, Path(tmp) / CERT_NAME
-        argv = ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-                "-keyout", str(tkey), "-out", str(tcert), "-days", str(VALID_DAYS),
-                "-subj", f"/CN={node_name}@edgelet", "-addext", f"subjectAltName={subject_alt_names(node_name, addresses)}",
-                "-addext", "extendedKeyUsage=serverAuth", "-addext", "keyUsage=critical,digitalSignature"]
+        argv = [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            str(tkey),
+            "-out",
+            str(tcert),
+            "-days",
+            str(VALID_DAYS),
+            "-subj",
+            f"/CN={node_name}@edgelet",
+            "-addext",
+            f"subjectAltName={subject_alt_names(node_name, addresses)}",
+            "-addext",
+            "extendedKeyUsage=serverAuth",
+            "-addext",
+            "keyUsage=critical,digitalSignature",
+        ]
         try:
             child = await proc.spawn(argv)
             _, err = await child.communicate()
         except OSError as exc:
-            raise TlsError(f"cannot run openssl to make the node API's certificate: {exc.strerror or exc} "
-                           "(install openssl, or give --tls-cert-file and --tls-private-key-file)") from exc
+            raise TlsError(
+                f"cannot run openssl to make the node API's certificate: {exc.strerror or exc} "
+                "(install openssl, or give --tls-cert-file and --tls-private-key-file)"
+            ) from exc
         if child.returncode != 0:
             tail = err.decode(errors="replace").strip()[-400:]
             raise TlsError(f"openssl failed to make the node API's certificate in {pki_dir}: {tail}")
@@ -72,8 +94,9 @@ async def ensure_self_signed(pki_dir: Path, node_name: str, addresses: list[str]
         os.chmod(tcert, 0o644)
         os.replace(tkey, key)
         os.replace(tcert, cert)
-    log.info("Generated a self-signed certificate for the node API", cert=str(cert),
-             sha256=fingerprint(cert.read_text()))
+    log.info(
+        "Generated a self-signed certificate for the node API", cert=str(cert), sha256=fingerprint(cert.read_text())
+    )
     return cert, key
 
 

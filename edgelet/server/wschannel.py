@@ -23,7 +23,8 @@ import binascii
 import contextlib
 import hashlib
 from collections import deque
-from typing import TYPE_CHECKING, Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from edgelet.server.routes import HttpError
 from edgelet.server.spdy import StreamReset
@@ -35,8 +36,13 @@ if TYPE_CHECKING:
 log = get_logger(__name__)
 
 PORT_FORWARD_PROTOCOLS = ("v4.channel.k8s.io", "v4.base64.channel.k8s.io")
-EXEC_PROTOCOLS = ("v5.channel.k8s.io", "v4.channel.k8s.io", "v4.base64.channel.k8s.io", "channel.k8s.io",
-                  "base64.channel.k8s.io")
+EXEC_PROTOCOLS = (
+    "v5.channel.k8s.io",
+    "v4.channel.k8s.io",
+    "v4.base64.channel.k8s.io",
+    "channel.k8s.io",
+    "base64.channel.k8s.io",
+)
 CHANNELS = {"stdin": 0, "stdout": 1, "stderr": 2, "error": 3, "resize": 4}
 CLOSE_SIGNAL = 255
 MAX_MESSAGE = 1024 * 1024
@@ -67,15 +73,17 @@ def parse_ports(query: dict[str, list[str]]) -> list[int]:
 def negotiate(headers: Iterable[tuple[str, str]], supported: Sequence[str] = EXEC_PROTOCOLS) -> str:
     """The subprotocol of `Sec-WebSocket-Protocol` we speak, in the client's order ("" when it offers none: v1
     binary, as kubelet); HttpError 400 when it offers only others."""
-    offered = [p.strip() for k, v in headers if k.lower() == "sec-websocket-protocol" for p in v.split(",")
-               if p.strip()]
+    offered = [
+        p.strip() for k, v in headers if k.lower() == "sec-websocket-protocol" for p in v.split(",") if p.strip()
+    ]
     if not offered:
         return ""
     for p in offered:
         if p in supported:
             return p
-    raise HttpError(400, f"unable to upgrade: no supported WebSocket subprotocol in {offered} "
-                         f"(supported: {list(supported)})")
+    raise HttpError(
+        400, f"unable to upgrade: no supported WebSocket subprotocol in {offered} (supported: {list(supported)})"
+    )
 
 
 def exec_protocol(subprotocol: str) -> str:
@@ -117,7 +125,7 @@ def decode_message(message: bytes | str) -> tuple[int, bytes]:
 class WsChannel:
     """One channel, read and written like a SPDY stream."""
 
-    def __init__(self, session: "WsSession", number: int) -> None:
+    def __init__(self, session: WsSession, number: int) -> None:
         self._session = session
         self.number = number
         self._inbox: deque[bytes] = deque()
@@ -144,7 +152,7 @@ class WsChannel:
         if self.local_closed or self._session.closed:
             raise StreamReset(f"channel {self.number} is closed")
         for i in range(0, len(data), 32 * 1024):
-            await self._session.send(self.number, data[i:i + 32 * 1024])
+            await self._session.send(self.number, data[i : i + 32 * 1024])
 
     async def close(self) -> None:
         self.local_closed = True  # the session's close ends every channel for the client
@@ -166,9 +174,19 @@ class WsChannel:
 class WsSession:
     """The server side of one WebSocket channel session over an upgraded stream pair."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, subprotocol: str,
-                 clock: "Clock", initial: bytes = b"", name: str = "", idle_timeout: float = IDLE_TIMEOUT,
-                 channels: int = len(CHANNELS), readable: frozenset[int] = frozenset({0, 4})) -> None:
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        *,
+        subprotocol: str,
+        clock: Clock,
+        initial: bytes = b"",
+        name: str = "",
+        idle_timeout: float = IDLE_TIMEOUT,
+        channels: int = len(CHANNELS),
+        readable: frozenset[int] = frozenset({0, 4}),
+    ) -> None:
         from wsproto.connection import Connection, ConnectionType
 
         self._reader = reader
@@ -220,7 +238,7 @@ class WsSession:
                 ch.local_closed = True
                 ch.finish()
 
-    async def run(self, handler: Callable[["WsSession"], Awaitable[None]]) -> None:
+    async def run(self, handler: Callable[[WsSession], Awaitable[None]]) -> None:
         """Like SpdyConnection.run: the handler beside the reading; whichever ends first ends the other."""
         task = asyncio.ensure_future(handler(self))
         reading = asyncio.ensure_future(self._read_loop())
@@ -267,8 +285,9 @@ class WsSession:
             try:
                 for event in self._ws.events():
                     if isinstance(event, (BytesMessage, TextMessage)):
-                        self._on_fragment(event.data if isinstance(event.data, str) else bytes(event.data),
-                                          event.message_finished)
+                        self._on_fragment(
+                            event.data if isinstance(event.data, str) else bytes(event.data), event.message_finished
+                        )
                     elif isinstance(event, Ping):
                         await self._write(event.response())
                     elif isinstance(event, CloseConnection):

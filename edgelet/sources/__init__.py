@@ -46,7 +46,7 @@ class SourceSnapshot:
     """
 
     source: SourceName
-    pods: tuple["Pod", ...]
+    pods: tuple[Pod, ...]
     errors: tuple[ManifestProblem, ...] = field(default=())
     # Accepted manifests with fields the Kubernetes types do not know (kubectl's
     # field validation Warn): the pods run, the typo is reported.

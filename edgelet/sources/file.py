@@ -12,23 +12,26 @@ import functools
 import os
 import stat
 import threading
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from edgelet.api import decode as _decode  # noqa: F401  (imported before any scan thread: see its warm-up)
-from edgelet.api.types import ObjectMeta
 from edgelet.api.annotations import ORIGIN
+from edgelet.api.types import ObjectMeta
 from edgelet.sources import ManifestProblem, SourceName, SourceSnapshot, snapshot_key
 from edgelet.util.log import get_logger
 from edgelet.util.watch import CHANGE_EVENTS
 
 # What the directory's watch reports (opens and closes too: a file open for writing is not read on an event), and
 # the parent's (only the directory itself appearing, going or being replaced).
-WATCHED = {"dir": frozenset({"created", "deleted", "modified", "closed", "closed_no_write", "opened"}),
-           "parent": frozenset({"created", "deleted"})}
+WATCHED = {
+    "dir": frozenset({"created", "deleted", "modified", "closed", "closed_no_write", "opened"}),
+    "parent": frozenset({"created", "deleted"}),
+}
 
 if TYPE_CHECKING:
     from edgelet.api.types import Pod
@@ -47,7 +50,7 @@ MAX_MANIFEST_BYTES = 10 * 1024 * 1024  # kubelet's maxConfigLength
 class FileSourceState:
     """What the last scan found: the last valid pods of every file (by path), and whether the dir was missing."""
 
-    files: Mapping[str, tuple["Pod", ...]] = field(default_factory=dict)
+    files: Mapping[str, tuple[Pod, ...]] = field(default_factory=dict)
     missing: bool = False
     warnings: tuple[ManifestProblem, ...] = ()
     # Per valid file: its stat signature and unknown-field warnings, so an unchanged
@@ -116,14 +119,14 @@ def _read_manifest(path: Path) -> bytes:
     return data
 
 
-def _with_origin(pod: "Pod", origin: str) -> "Pod":
+def _with_origin(pod: Pod, origin: str) -> Pod:
     meta = pod.metadata or ObjectMeta()
     annotations = dict(meta.annotations or {})
     annotations[ORIGIN] = origin
     return msgspec.structs.replace(pod, metadata=msgspec.structs.replace(meta, annotations=annotations))
 
 
-def _pods_of(path: Path, data: bytes, node_name: str) -> tuple[tuple["Pod", ...], list[str]]:
+def _pods_of(path: Path, data: bytes, node_name: str) -> tuple[tuple[Pod, ...], list[str]]:
     """The file's static pods, and a warning per unknown field in it."""
     from edgelet.api.decode import parse_manifests_with_warnings
     from edgelet.api.static import make_static_pod
@@ -143,7 +146,7 @@ def _error(path: Path, reason: str, pod: str | None = None) -> ManifestProblem:
     return ManifestProblem(source=SOURCE, origin=origin, message=message, pod=pod)
 
 
-def _signature(path: Path, trust: "Trust | None" = None) -> tuple[int, ...] | None:
+def _signature(path: Path, trust: Trust | None = None) -> tuple[int, ...] | None:
     try:
         st = os.stat(path)
     except OSError:
@@ -173,7 +176,7 @@ def _is_signature_file(path: Path) -> bool:
     return path.name.endswith(SIGNATURE_SUFFIXES)
 
 
-def _trusted_pods(path: Path, data: bytes, node_name: str, trust: "Trust") -> tuple[tuple["Pod", ...], list[str]]:
+def _trusted_pods(path: Path, data: bytes, node_name: str, trust: Trust) -> tuple[tuple[Pod, ...], list[str]]:
     """`_pods_of`, once the detached signature beside the file holds and its version is no replay.
 
     Raises SignatureRefused; records the accepted version (a failed record is logged: the pods still run).
@@ -195,7 +198,7 @@ def _trusted_pods(path: Path, data: bytes, node_name: str, trust: "Trust") -> tu
     return pods, unknown
 
 
-def _last_accepted(path: Path, node_name: str, trust: "Trust") -> tuple["Pod", ...] | None:
+def _last_accepted(path: Path, node_name: str, trust: Trust) -> tuple[Pod, ...] | None:
     """The pods of the file's last accepted body, kept by the trust state and verified again; None if none."""
     found = trust.load_accepted(f"file:{os.path.abspath(path)}")
     if found is None:
@@ -207,12 +210,13 @@ def _last_accepted(path: Path, node_name: str, trust: "Trust") -> tuple["Pod", .
         return None
 
 
-def _pod_names(pods: Iterable["Pod"]) -> list[str]:
+def _pod_names(pods: Iterable[Pod]) -> list[str]:
     return [f"{p.metadata.namespace}/{p.metadata.name}" for p in pods if p.metadata is not None]
 
 
-def _revoke_deletions(directory: Path, before: Mapping[str, tuple["Pod", ...]], now: Mapping[str, tuple["Pod", ...]],
-                      trust: "Trust") -> None:
+def _revoke_deletions(
+    directory: Path, before: Mapping[str, tuple[Pod, ...]], now: Mapping[str, tuple[Pod, ...]], trust: Trust
+) -> None:
     """A deletion is a signed fact: a manifest gone from `directory` and a pod no file holds any more become
     tombstones, so their accepted bodies put back (under any name) are replays, and their kept copies go.
 
@@ -243,8 +247,12 @@ def _revoke_deletions(directory: Path, before: Mapping[str, tuple["Pod", ...]], 
 
 
 def scan_directory(
-    path: Path, node_name: str, previous: FileSourceState, *, writing: frozenset[str] = frozenset(),
-    trust: "Trust | None" = None,
+    path: Path,
+    node_name: str,
+    previous: FileSourceState,
+    *,
+    writing: frozenset[str] = frozenset(),
+    trust: Trust | None = None,
 ) -> tuple[SourceSnapshot, FileSourceState]:
     """Read every manifest in `path` once; a failing file keeps its last valid pods from `previous`.
 
@@ -288,8 +296,9 @@ def scan_directory(
             continue
         try:
             data = _read_manifest(file)
-            files[key], unknown = (_pods_of(file, data, node_name) if trust is None
-                                   else _trusted_pods(file, data, node_name, trust))
+            files[key], unknown = (
+                _pods_of(file, data, node_name) if trust is None else _trusted_pods(file, data, node_name, trust)
+            )
             if sig is not None and _signature(file, trust) == sig:  # not rewritten while we read it
                 stats[key] = sig
             file_warnings[key] = tuple(_error(file, w) for w in unknown)
@@ -332,8 +341,9 @@ class FileSource:
     runs until cancelled; cancellation closes the watch.
     """
 
-    def __init__(self, path: Path, node_name: str, file_check_frequency: float, clock: "Clock",
-                 trust: "Trust | None" = None) -> None:
+    def __init__(
+        self, path: Path, node_name: str, file_check_frequency: float, clock: Clock, trust: Trust | None = None
+    ) -> None:
         self.path = Path(path)
         self.trust = trust
         self.node_name = node_name
@@ -359,8 +369,7 @@ class FileSource:
         with self._writing_lock:
             writing = frozenset(self._writing) if self._by_event else frozenset()
         snapshot, self._state = await asyncio.to_thread(
-            functools.partial(scan_directory, self.path, self.node_name, self._state, writing=writing,
-                              trust=self.trust)
+            functools.partial(scan_directory, self.path, self.node_name, self._state, writing=writing, trust=self.trust)
         )
         return snapshot
 
@@ -382,8 +391,9 @@ class FileSource:
                     self._wake.set()
                 key = snapshot_key(snapshot)
                 if key != last:
-                    log.debug("File source changed", path=str(self.path), pods=len(snapshot.pods),
-                              errors=len(snapshot.errors))
+                    log.debug(
+                        "File source changed", path=str(self.path), pods=len(snapshot.pods), errors=len(snapshot.errors)
+                    )
                     await emit(snapshot)
                     last = key
                 await self._wait()
@@ -432,8 +442,7 @@ class FileSource:
                 watch = watcher.add(str(target), WATCHED[role], functools.partial(self._on_inotify, role))
             except OSError as exc:
                 # Out of inotify watches, or no permission: the periodic rescan still works.
-                log.warning("Cannot watch manifest path; relying on periodic rescans", path=str(target),
-                            err=str(exc))
+                log.warning("Cannot watch manifest path; relying on periodic rescans", path=str(target), err=str(exc))
                 continue
             self._watches[role] = (watch, ident)
             added = added or role == "dir"

@@ -31,9 +31,9 @@ import functools
 import hashlib
 import ssl
 import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -42,7 +42,6 @@ import msgspec
 from edgelet.api.annotations import ORIGIN
 from edgelet.errors import EdgeletError
 from edgelet.sources import ManifestProblem, SourceName, SourceSnapshot, snapshot_key
-
 from edgelet.util.log import get_logger
 
 if TYPE_CHECKING:
@@ -131,7 +130,7 @@ class CachedManifest(msgspec.Struct, frozen=True, kw_only=True):
 class HttpSourceState:
     """What the source holds: the last good pods and body identity, and the current error."""
 
-    pods: tuple["Pod", ...] = ()
+    pods: tuple[Pod, ...] = ()
     digest: str | None = None  # sha256 of the last good body; None until there is one
     etag: str | None = None  # validators sent back with the next request
     last_modified: str | None = None
@@ -144,11 +143,12 @@ class HttpSourceState:
     from_cache: bool = False
     warnings: tuple[ManifestProblem, ...] = ()  # unknown fields in the last good body
     # With trusted keys: the signature check of the last good body (its version is recorded by the source).
-    verified: "Verified | None" = None
+    verified: Verified | None = None
 
     def snapshot(self) -> SourceSnapshot:
-        return SourceSnapshot(source=SOURCE, pods=self.pods, errors=(self.error,) if self.error else (),
-                              warnings=self.warnings)
+        return SourceSnapshot(
+            source=SOURCE, pods=self.pods, errors=(self.error,) if self.error else (), warnings=self.warnings
+        )
 
     def conditional_headers(self) -> dict[str, str]:
         """If-None-Match / If-Modified-Since for the last good body, when the server gave validators."""
@@ -191,7 +191,7 @@ def parse_header_lines(text: str) -> list[tuple[str, str]]:
     return out
 
 
-def redirect_refusal(current: "httpx.URL", target: "httpx.URL") -> str | None:
+def redirect_refusal(current: httpx.URL, target: httpx.URL) -> str | None:
     """Why a redirect from `current` to `target` is not followed, or None.
 
     Go's client follows an https page to http; edgelet does not: the pods
@@ -257,7 +257,7 @@ def _item_locations(docs: list[Any]) -> list[str]:
     return locations
 
 
-def _with_origin(pod: "Pod", origin: str) -> "Pod":
+def _with_origin(pod: Pod, origin: str) -> Pod:
     meta = pod.metadata
     assert meta is not None  # make_static_pod always sets it
     annotations = dict(meta.annotations or {})
@@ -265,7 +265,7 @@ def _with_origin(pod: "Pod", origin: str) -> "Pod":
     return msgspec.structs.replace(pod, metadata=msgspec.structs.replace(meta, annotations=annotations))
 
 
-def decode_body(body: bytes, url: str, node_name: str) -> tuple["Pod", ...]:
+def decode_body(body: bytes, url: str, node_name: str) -> tuple[Pod, ...]:
     """The static pods served in `body`; raise BodyProblem naming the item and field.
 
     One invalid pod rejects the whole body, as kubelet does: a served list is
@@ -274,7 +274,7 @@ def decode_body(body: bytes, url: str, node_name: str) -> tuple["Pod", ...]:
     return decode_body_with_warnings(body, url, node_name)[0]
 
 
-def decode_body_with_warnings(body: bytes, url: str, node_name: str) -> tuple[tuple["Pod", ...], list[str]]:
+def decode_body_with_warnings(body: bytes, url: str, node_name: str) -> tuple[tuple[Pod, ...], list[str]]:
     """decode_body, plus one warning per unknown field of the body."""
     from edgelet.api.decode import parse_manifests_with_warnings
     from edgelet.api.errors import ApiError, ValidationError
@@ -325,12 +325,13 @@ def _error(url: str, reason: str, pod: str | None = None, *, kind: str = "Failed
 UNTRUSTED_REASON = "UntrustedManifest"  # the event reason of a refused signature
 
 
-def _pod_names(pods: tuple["Pod", ...]) -> list[str]:
+def _pod_names(pods: tuple[Pod, ...]) -> list[str]:
     return [f"{p.metadata.namespace}/{p.metadata.name}" for p in pods if p.metadata is not None]
 
 
-def _check_trust(trust: "Trust", body: bytes, signature: bytes | None, signature_url: str, url: str,
-                 node_name: str) -> tuple[tuple["Pod", ...], list[str], "Verified"]:
+def _check_trust(
+    trust: Trust, body: bytes, signature: bytes | None, signature_url: str, url: str, node_name: str
+) -> tuple[tuple[Pod, ...], list[str], Verified]:
     """The body's pods once its signature holds and its version is no replay; SignatureRefused or BodyProblem."""
     verified = trust.check_manifest(body, signature, redact_url(signature_url))
     pods, unknown = decode_body_with_warnings(body, url, node_name)
@@ -338,8 +339,9 @@ def _check_trust(trust: "Trust", body: bytes, signature: bytes | None, signature
     return pods, unknown, verified
 
 
-def apply_outcome(state: HttpSourceState, outcome: Outcome, *, url: str, node_name: str,
-                  trust: "Trust | None" = None) -> HttpSourceState:
+def apply_outcome(
+    state: HttpSourceState, outcome: Outcome, *, url: str, node_name: str, trust: Trust | None = None
+) -> HttpSourceState:
     """The source's state after one GET: a failure keeps the last good pods and reports why.
 
     The same body as the last good one, or a 304, changes nothing but
@@ -369,20 +371,28 @@ def apply_outcome(state: HttpSourceState, outcome: Outcome, *, url: str, node_na
             from edgelet.trust.errors import SignatureRefused
 
             try:
-                pods, unknown, verified = _check_trust(trust, outcome.body, outcome.signature,
-                                                       outcome.signature_url, url, node_name)
+                pods, unknown, verified = _check_trust(
+                    trust, outcome.body, outcome.signature, outcome.signature_url, url, node_name
+                )
             except SignatureRefused as exc:
                 # Not remembered as a bad body: the same body with a fixed signature must be tried again.
                 return replace(state, error=_error(url, str(exc), kind=UNTRUSTED_REASON), from_cache=False)
     except BodyProblem as exc:
         error = _error(url, str(exc), exc.pod)
         return replace(state, error=error, bad_digest=digest, bad_error=error, from_cache=False)
-    return HttpSourceState(pods=pods, digest=digest, etag=outcome.etag, last_modified=outcome.last_modified,
-                           warnings=tuple(_error(url, w) for w in unknown), verified=verified)
+    return HttpSourceState(
+        pods=pods,
+        digest=digest,
+        etag=outcome.etag,
+        last_modified=outcome.last_modified,
+        warnings=tuple(_error(url, w) for w in unknown),
+        verified=verified,
+    )
 
 
-def apply_cache(state: HttpSourceState, cached: CachedManifest, *, url: str, node_name: str,
-                trust: "Trust | None" = None) -> HttpSourceState:
+def apply_cache(
+    state: HttpSourceState, cached: CachedManifest, *, url: str, node_name: str, trust: Trust | None = None
+) -> HttpSourceState:
     """The state seeded from the on-disk copy (no error: running offline on it is expected).
 
     Raises BodyProblem when the copy is for another URL or no longer decodes
@@ -401,8 +411,14 @@ def apply_cache(state: HttpSourceState, cached: CachedManifest, *, url: str, nod
             pods, _, verified = _check_trust(trust, cached.body, cached.signature, "cached copy", url, node_name)
         except SignatureRefused as exc:
             raise BodyProblem(str(exc)) from exc
-    return HttpSourceState(pods=pods, digest=_digest(cached.body), etag=cached.etag,
-                           last_modified=cached.last_modified, from_cache=True, verified=verified)
+    return HttpSourceState(
+        pods=pods,
+        digest=_digest(cached.body),
+        etag=cached.etag,
+        last_modified=cached.last_modified,
+        from_cache=True,
+        verified=verified,
+    )
 
 
 def should_log_failure(consecutive: int, now: float, last_logged: float | None) -> bool:
@@ -435,12 +451,12 @@ class HttpSource:
         *,
         headers: Mapping[str, str] | Iterable[tuple[str, str]],
         check_frequency: float,
-        clock: "Clock",
+        clock: Clock,
         cache_dir: Path,
         ca_file: Path | None = None,
         timeout: float = DEFAULT_TIMEOUT,
         header_file: Path | None = None,
-        trust: "Trust | None" = None,
+        trust: Trust | None = None,
         signature_url: str | None = None,
     ) -> None:
         self.url = url
@@ -480,8 +496,9 @@ class HttpSource:
             outcome = await self._with_signature(outcome)
         if isinstance(outcome, Fetched):
             # Decoding a large body takes a while: keep the event loop free.
-            state = await asyncio.to_thread(apply_outcome, previous, outcome, url=self.url, node_name=self.node_name,
-                                            trust=self.trust)
+            state = await asyncio.to_thread(
+                apply_outcome, previous, outcome, url=self.url, node_name=self.node_name, trust=self.trust
+            )
         else:
             state = apply_outcome(previous, outcome, url=self.url, node_name=self.node_name, trust=self.trust)
         if state.digest is None and state.error is not None and not self._cache_tried:
@@ -505,8 +522,9 @@ class HttpSource:
                 else:
                     key = snapshot_key(snapshot)
                     if key != last:
-                        log.debug("URL source changed", url=self._shown, pods=len(snapshot.pods),
-                                  errors=len(snapshot.errors))
+                        log.debug(
+                            "URL source changed", url=self._shown, pods=len(snapshot.pods), errors=len(snapshot.errors)
+                        )
                         await emit(snapshot)
                         last = key
                 await self._clock.sleep(self.period)
@@ -527,7 +545,7 @@ class HttpSource:
         self._warned_plain = True
         log.warning("Manifest URL uses plain http: its pods can be read and changed on the way", url=self._shown)
 
-    def _make_client(self) -> "httpx.AsyncClient":
+    def _make_client(self) -> httpx.AsyncClient:
         import httpx
 
         from edgelet import __version__
@@ -574,8 +592,13 @@ class HttpSource:
         if body is None or _digest(body) != state.digest:
             return
         try:
-            await asyncio.to_thread(functools.partial(self.trust.accept, revoke_dropped=True), f"url:{self.url}",
-                                    _pod_names(state.pods), state.verified, body)
+            await asyncio.to_thread(
+                functools.partial(self.trust.accept, revoke_dropped=True),
+                f"url:{self.url}",
+                _pod_names(state.pods),
+                state.verified,
+                body,
+            )
         except OSError as exc:
             log.error("Cannot record the accepted signed version", exc, url=self._shown)
             return
@@ -626,20 +649,22 @@ class HttpSource:
         try:
             text = self.header_file.read_text()
         except OSError as exc:
-            raise HeaderFileError(f"cannot read --manifest-url-header-file {self.header_file}: "
-                              f"{exc.strerror or exc}") from exc
+            raise HeaderFileError(
+                f"cannot read --manifest-url-header-file {self.header_file}: {exc.strerror or exc}"
+            ) from exc
         try:
             return parse_header_lines(text)
         except ValueError as exc:
             raise HeaderFileError(f"--manifest-url-header-file {self.header_file}: {exc}") from exc
 
-    async def _read(self, response: "httpx.Response") -> Outcome:
+    async def _read(self, response: httpx.Response) -> Outcome:
         """The outcome of a response whose headers have arrived; the body is read up to the limit only."""
         if response.status_code == 304:
             return NotModified()
         if not 200 <= response.status_code < 300:
-            return FetchFailed(f"HTTP status {response.status_code} {response.reason_phrase}".rstrip(),
-                               status=response.status_code)
+            return FetchFailed(
+                f"HTTP status {response.status_code} {response.reason_phrase}".rstrip(), status=response.status_code
+            )
         too_big = f"body is larger than the limit of {MAX_BODY_BYTES} bytes"
         length = response.headers.get("content-length", "")
         if length.isdigit() and int(length) > MAX_BODY_BYTES:
@@ -664,19 +689,27 @@ class HttpSource:
         if cached is None:
             return state
         try:
-            seeded = await asyncio.to_thread(apply_cache, state, cached, url=self.url, node_name=self.node_name,
-                                             trust=self.trust)
+            seeded = await asyncio.to_thread(
+                apply_cache, state, cached, url=self.url, node_name=self.node_name, trust=self.trust
+            )
         except BodyProblem as exc:
-            log.warning("Not using cached copy of manifest URL", url=self._shown, path=str(self.cache_path),
-                        reason=str(exc))
+            log.warning(
+                "Not using cached copy of manifest URL", url=self._shown, path=str(self.cache_path), reason=str(exc)
+            )
             return state
         self._persisted = (seeded.digest, cached.etag, cached.last_modified)
         reason = outcome.reason if isinstance(outcome, FetchFailed) else state.error.message if state.error else ""
-        log.warning("Using cached copy of manifest URL", **{"from": format_timestamp(cached.fetched_at)},
-                    url=self._shown, pods=len(seeded.pods), reason=reason)
+        log.warning(
+            "Using cached copy of manifest URL",
+            **{"from": format_timestamp(cached.fetched_at)},
+            url=self._shown,
+            pods=len(seeded.pods),
+            reason=reason,
+        )
         if not isinstance(outcome, FetchFailed):
-            seeded = replace(seeded, error=state.error, bad_digest=state.bad_digest, bad_error=state.bad_error,
-                             from_cache=False)
+            seeded = replace(
+                seeded, error=state.error, bad_digest=state.bad_digest, bad_error=state.bad_error, from_cache=False
+            )
         return seeded
 
     def _read_cache(self) -> CachedManifest | None:
@@ -685,8 +718,9 @@ class HttpSource:
         except FileNotFoundError:
             return None
         except OSError as exc:
-            log.warning("Cannot read cached copy of manifest URL", path=str(self.cache_path),
-                        err=exc.strerror or str(exc))
+            log.warning(
+                "Cannot read cached copy of manifest URL", path=str(self.cache_path), err=exc.strerror or str(exc)
+            )
             return None
         try:
             return msgspec.json.decode(data, type=CachedManifest)
@@ -700,14 +734,21 @@ class HttpSource:
             return
         from edgelet.state import write_atomic
 
-        entry = CachedManifest(url=self.url, fetched_at=self._clock.now(), body=outcome.body, etag=outcome.etag,
-                               last_modified=outcome.last_modified, signature=outcome.signature)
+        entry = CachedManifest(
+            url=self.url,
+            fetched_at=self._clock.now(),
+            body=outcome.body,
+            etag=outcome.etag,
+            last_modified=outcome.last_modified,
+            signature=outcome.signature,
+        )
         try:
             # 0600: the pods' env may hold credentials.
             await asyncio.to_thread(write_atomic, self.cache_path, msgspec.json.encode(entry), 0o600)
         except OSError as exc:  # the pods still run; only an offline boot would miss the copy
-            log.warning("Cannot write cached copy of manifest URL", path=str(self.cache_path),
-                        err=exc.strerror or str(exc))
+            log.warning(
+                "Cannot write cached copy of manifest URL", path=str(self.cache_path), err=exc.strerror or str(exc)
+            )
             return
         self._persisted = key
 
@@ -725,5 +766,11 @@ class HttpSource:
             return
         self._last_logged = now
         reason = outcome.reason if isinstance(outcome, FetchFailed) else state.error.message if state.error else ""
-        log.warning("Cannot use manifest URL; keeping the last good pods", url=self._shown, reason=reason,
-                    failures=self._failures, pods=len(state.pods), cached=state.from_cache or None)
+        log.warning(
+            "Cannot use manifest URL; keeping the last good pods",
+            url=self._shown,
+            reason=reason,
+            failures=self._failures,
+            pods=len(state.pods),
+            cached=state.from_cache or None,
+        )

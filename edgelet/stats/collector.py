@@ -11,14 +11,25 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Mapping
+from typing import TYPE_CHECKING
 
 from edgelet.cgroups.stats import CGROUP_MOUNT, CgroupUsage, read_usage
 from edgelet.runtime.bundle import PodLayout
-from edgelet.stats.procfs import (DiskUsage, FsInfo, InterfaceStats, NodeMemory, disk_usage, fs_info, node_memory,
-                                  parse_meminfo, parse_net_dev, parse_proc_stat_cpu)
+from edgelet.stats.procfs import (
+    DiskUsage,
+    FsInfo,
+    InterfaceStats,
+    NodeMemory,
+    disk_usage,
+    fs_info,
+    node_memory,
+    parse_meminfo,
+    parse_net_dev,
+    parse_proc_stat_cpu,
+)
 
 if TYPE_CHECKING:
     from edgelet.container.types import PodRuntimeStatus
@@ -91,10 +102,18 @@ def rate(prev: tuple[float, int] | None, now: float, value: int | None) -> int |
 class StatsCollector:
     """`snapshot()` is the usage of the node and of every pod the runtime ran at the last relist."""
 
-    def __init__(self, paths: "RuntimePaths", pods: Callable[[], Mapping[str, "PodRuntimeStatus"]],
-                 clock: "Clock", *, node_name: str, images_dir: Path | None = None,
-                 cgroup_mount: Path = CGROUP_MOUNT, proc: Path = Path("/proc"),
-                 pod_cgroup: Callable[[str], str] | None = None) -> None:
+    def __init__(
+        self,
+        paths: RuntimePaths,
+        pods: Callable[[], Mapping[str, PodRuntimeStatus]],
+        clock: Clock,
+        *,
+        node_name: str,
+        images_dir: Path | None = None,
+        cgroup_mount: Path = CGROUP_MOUNT,
+        proc: Path = Path("/proc"),
+        pod_cgroup: Callable[[str], str] | None = None,
+    ) -> None:
         self._paths = paths
         # Where a pod's cgroup is (the runtime knows its QoS tier); flat under the root without it.
         self._pod_cgroup = pod_cgroup or (lambda uid: f"{paths.cgroup_root.rstrip('/')}/pod{uid}")
@@ -151,11 +170,18 @@ class StatsCollector:
                 cg = f"{pod_cg}/{c.id}"
                 usage = read_usage(cg, self._mount) or CgroupUsage()
                 keys.add(cg)
-                containers.append(ContainerStats(
-                    name=c.name, id=c.id, start_time=c.started_at or c.created_at, usage=usage,
-                    nano_cores=self._rate(cg, mono, usage.cpu_ns),
-                    rootfs=self._du_cached(layout.container_dir(c.name, c.attempt) / "upper", mono),
-                    logs=self._du_cached(log_dir / c.name, mono), image=c.image))
+                containers.append(
+                    ContainerStats(
+                        name=c.name,
+                        id=c.id,
+                        start_time=c.started_at or c.created_at,
+                        usage=usage,
+                        nano_cores=self._rate(cg, mono, usage.cpu_ns),
+                        rootfs=self._du_cached(layout.container_dir(c.name, c.attempt) / "upper", mono),
+                        logs=self._du_cached(log_dir / c.name, mono),
+                        image=c.image,
+                    )
+                )
             usage = read_usage(pod_cg, self._mount) or CgroupUsage()
             keys.add(pod_cg)
             interfaces: tuple[InterfaceStats, ...] = ()
@@ -166,24 +192,38 @@ class StatsCollector:
                 net_pid = next((c.pid for c in running if c.pid), None)
             if sandbox is not None and net_pid and not sandbox.host_network:
                 interfaces = tuple(parse_net_dev(_read(self._proc / str(net_pid) / "net" / "dev")))
-            pods.append(PodStats(
-                uid=uid, name=rt.name, namespace=rt.namespace,
-                start_time=sandbox.created_at if sandbox is not None else min(c.created_at for c in running),
-                usage=usage, nano_cores=self._rate(pod_cg, mono, usage.cpu_ns), containers=tuple(containers),
-                interfaces=interfaces, host_network=sandbox.host_network if sandbox is not None else False,
-                volumes=self._du_cached(layout.volumes_dir, mono), cgroup=pod_cg))
+            pods.append(
+                PodStats(
+                    uid=uid,
+                    name=rt.name,
+                    namespace=rt.namespace,
+                    start_time=sandbox.created_at if sandbox is not None else min(c.created_at for c in running),
+                    usage=usage,
+                    nano_cores=self._rate(pod_cg, mono, usage.cpu_ns),
+                    containers=tuple(containers),
+                    interfaces=interfaces,
+                    host_network=sandbox.host_network if sandbox is not None else False,
+                    volumes=self._du_cached(layout.volumes_dir, mono),
+                    cgroup=pod_cg,
+                )
+            )
         # Forget the samples of cgroups that are gone, so the dicts do not grow with every restart.
         self._prev = {k: v for k, v in self._prev.items() if k in keys or k == "node"}
         live = {p for p in self._du if mono - self._du[p][0] < FS_CACHE}
         self._du = {p: self._du[p] for p in live}
         cpu = parse_proc_stat_cpu(_read(self._proc / "stat"), _clock_ticks())
         node = NodeStats(
-            name=self._node, start_time=self._boot, cpu_ns=cpu, nano_cores=self._rate("node", mono, cpu),
+            name=self._node,
+            start_time=self._boot,
+            cpu_ns=cpu,
+            nano_cores=self._rate("node", mono, cpu),
             memory=node_memory(parse_meminfo(_read(self._proc / "meminfo"))),
-            fs=fs_info(self._paths.root_dir), imagefs=fs_info(self._images_dir),
+            fs=fs_info(self._paths.root_dir),
+            imagefs=fs_info(self._images_dir),
             interfaces=tuple(parse_net_dev(_read(self._proc / "1" / "net" / "dev"))),
             max_pids=_int(_read(self._proc / "sys" / "kernel" / "pid_max")),
-            running_pids=sum(1 for n in _listdir(self._proc) if n.isdigit()))
+            running_pids=sum(1 for n in _listdir(self._proc) if n.isdigit()),
+        )
         return Snapshot(time=self._clock.now(), node=node, pods=tuple(pods))
 
 

@@ -29,8 +29,9 @@ def parse_net_dev(text: str) -> list[InterfaceStats]:
             nums = [int(f) for f in fields[:16]]
         except ValueError:
             continue
-        out.append(InterfaceStats(name.strip(), rx_bytes=nums[0], rx_errors=nums[2], tx_bytes=nums[8],
-                                  tx_errors=nums[10]))
+        out.append(
+            InterfaceStats(name.strip(), rx_bytes=nums[0], rx_errors=nums[2], tx_bytes=nums[8], tx_errors=nums[10])
+        )
     return out
 
 
@@ -86,9 +87,13 @@ def node_memory(meminfo: dict[str, int]) -> NodeMemory | None:
         return None
     free = meminfo.get("MemFree", 0)
     usage = max(0, total - free)
-    return NodeMemory(total=total, available=meminfo.get("MemAvailable", free),
-                      usage=usage, working_set=max(0, usage - meminfo.get("Inactive(file)", 0)),
-                      rss=meminfo.get("AnonPages", 0))
+    return NodeMemory(
+        total=total,
+        available=meminfo.get("MemAvailable", free),
+        usage=usage,
+        working_set=max(0, usage - meminfo.get("Inactive(file)", 0)),
+        rss=meminfo.get("AnonPages", 0),
+    )
 
 
 @dataclass(frozen=True)
@@ -149,5 +154,10 @@ def fs_info(path: Path) -> FsInfo | None:
     except OSError:
         return None
     capacity = st.f_blocks * st.f_frsize
-    return FsInfo(capacity=capacity, available=st.f_bavail * st.f_frsize,
-                  used=(st.f_blocks - st.f_bfree) * st.f_frsize, inodes=st.f_files, inodes_free=st.f_ffree)
+    return FsInfo(
+        capacity=capacity,
+        available=st.f_bavail * st.f_frsize,
+        used=(st.f_blocks - st.f_bfree) * st.f_frsize,
+        inodes=st.f_files,
+        inodes_free=st.f_ffree,
+    )

@@ -9,7 +9,8 @@ Prometheus rules and dashboards written for kubelet work unchanged.
 from __future__ import annotations
 
 import datetime
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from edgelet.cgroups.stats import CgroupUsage
 from edgelet.stats.collector import ContainerStats, NodeStats, PodStats, Snapshot
@@ -19,7 +20,7 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 def rfc3339(ts: float) -> str:
-    return datetime.datetime.fromtimestamp(ts, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.datetime.fromtimestamp(ts, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
@@ -35,14 +36,24 @@ def cpu_stats(t: str, cpu_ns: int | None, nano_cores: int | None) -> dict[str, A
 def memory_stats(t: str, u: CgroupUsage, available: int | None = None) -> dict[str, Any] | None:
     if u.memory_usage is None:
         return None
-    return _drop_none({"time": t, "availableBytes": available, "usageBytes": u.memory_usage,
-                       "workingSetBytes": u.memory_working_set, "rssBytes": u.memory_rss,
-                       "pageFaults": u.page_faults, "majorPageFaults": u.major_page_faults})
+    return _drop_none(
+        {
+            "time": t,
+            "availableBytes": available,
+            "usageBytes": u.memory_usage,
+            "workingSetBytes": u.memory_working_set,
+            "rssBytes": u.memory_rss,
+            "pageFaults": u.page_faults,
+            "majorPageFaults": u.major_page_faults,
+        }
+    )
 
 
 def network_stats(t: str, interfaces: Iterable[InterfaceStats]) -> dict[str, Any] | None:
-    ifaces = [{"name": i.name, "rxBytes": i.rx_bytes, "rxErrors": i.rx_errors, "txBytes": i.tx_bytes,
-               "txErrors": i.tx_errors} for i in interfaces]
+    ifaces = [
+        {"name": i.name, "rxBytes": i.rx_bytes, "rxErrors": i.rx_errors, "txBytes": i.tx_bytes, "txErrors": i.tx_errors}
+        for i in interfaces
+    ]
     if not ifaces:
         return None
     # kubelet names the default interface eth0 and inlines its figures; the first one stands in without eth0.
@@ -56,8 +67,7 @@ def fs_stats(t: str, fs: FsInfo | None, used: DiskUsage | None = None) -> dict[s
         return None
     out: dict[str, Any] = {"time": t}
     if fs is not None:
-        out.update(availableBytes=fs.available, capacityBytes=fs.capacity, inodesFree=fs.inodes_free,
-                   inodes=fs.inodes)
+        out.update(availableBytes=fs.available, capacityBytes=fs.capacity, inodesFree=fs.inodes_free, inodes=fs.inodes)
     if used is not None:
         out.update(usedBytes=used.bytes, inodesUsed=used.inodes)
     elif fs is not None:
@@ -66,9 +76,16 @@ def fs_stats(t: str, fs: FsInfo | None, used: DiskUsage | None = None) -> dict[s
 
 
 def _container(t: str, c: ContainerStats, fs: FsInfo | None) -> dict[str, Any]:
-    return _drop_none({"name": c.name, "startTime": rfc3339(c.start_time),
-                       "cpu": cpu_stats(t, c.usage.cpu_ns, c.nano_cores), "memory": memory_stats(t, c.usage),
-                       "rootfs": fs_stats(t, fs, c.rootfs), "logs": fs_stats(t, fs, c.logs)})
+    return _drop_none(
+        {
+            "name": c.name,
+            "startTime": rfc3339(c.start_time),
+            "cpu": cpu_stats(t, c.usage.cpu_ns, c.nano_cores),
+            "memory": memory_stats(t, c.usage),
+            "rootfs": fs_stats(t, fs, c.rootfs),
+            "logs": fs_stats(t, fs, c.logs),
+        }
+    )
 
 
 def _sum(parts: Iterable[DiskUsage | None]) -> DiskUsage:
@@ -78,32 +95,44 @@ def _sum(parts: Iterable[DiskUsage | None]) -> DiskUsage:
 
 def _pod(t: str, p: PodStats, fs: FsInfo | None) -> dict[str, Any]:
     ephemeral = _sum([*(c.rootfs for c in p.containers), *(c.logs for c in p.containers), p.volumes])
-    return _drop_none({
-        "podRef": {"name": p.name, "namespace": p.namespace, "uid": p.uid},
-        "startTime": rfc3339(p.start_time),
-        "containers": [_container(t, c, fs) for c in p.containers],
-        "cpu": cpu_stats(t, p.usage.cpu_ns, p.nano_cores),
-        "memory": memory_stats(t, p.usage),
-        "network": None if p.host_network else network_stats(t, p.interfaces),
-        "ephemeral-storage": fs_stats(t, fs, ephemeral),
-        "process_stats": {"process_count": p.usage.pids} if p.usage.pids is not None else None,
-    })
+    return _drop_none(
+        {
+            "podRef": {"name": p.name, "namespace": p.namespace, "uid": p.uid},
+            "startTime": rfc3339(p.start_time),
+            "containers": [_container(t, c, fs) for c in p.containers],
+            "cpu": cpu_stats(t, p.usage.cpu_ns, p.nano_cores),
+            "memory": memory_stats(t, p.usage),
+            "network": None if p.host_network else network_stats(t, p.interfaces),
+            "ephemeral-storage": fs_stats(t, fs, ephemeral),
+            "process_stats": {"process_count": p.usage.pids} if p.usage.pids is not None else None,
+        }
+    )
 
 
 def _node(t: str, n: NodeStats) -> dict[str, Any]:
     memory = None
     if n.memory is not None:
         m = n.memory
-        memory = {"time": t, "availableBytes": m.available, "usageBytes": m.usage, "workingSetBytes": m.working_set,
-                  "rssBytes": m.rss}
+        memory = {
+            "time": t,
+            "availableBytes": m.available,
+            "usageBytes": m.usage,
+            "workingSetBytes": m.working_set,
+            "rssBytes": m.rss,
+        }
     imagefs = fs_stats(t, n.imagefs)
-    return _drop_none({
-        "nodeName": n.name, "startTime": rfc3339(n.start_time),
-        "cpu": cpu_stats(t, n.cpu_ns, n.nano_cores), "memory": memory,
-        "network": network_stats(t, n.interfaces), "fs": fs_stats(t, n.fs),
-        "runtime": {"imageFs": imagefs} if imagefs is not None else None,
-        "rlimit": _drop_none({"time": t, "maxpid": n.max_pids, "curproc": n.running_pids}),
-    })
+    return _drop_none(
+        {
+            "nodeName": n.name,
+            "startTime": rfc3339(n.start_time),
+            "cpu": cpu_stats(t, n.cpu_ns, n.nano_cores),
+            "memory": memory,
+            "network": network_stats(t, n.interfaces),
+            "fs": fs_stats(t, n.fs),
+            "runtime": {"imageFs": imagefs} if imagefs is not None else None,
+            "rlimit": _drop_none({"time": t, "maxpid": n.max_pids, "curproc": n.running_pids}),
+        }
+    )
 
 
 def summary(snap: Snapshot) -> dict[str, Any]:
@@ -129,8 +158,14 @@ class _Text:
     def __init__(self) -> None:
         self.lines: list[str] = []
 
-    def family(self, name: str, kind: str, doc: str, samples: Iterable[tuple[dict[str, str], float | None]],
-               ts_ms: int | None = None) -> None:
+    def family(
+        self,
+        name: str,
+        kind: str,
+        doc: str,
+        samples: Iterable[tuple[dict[str, str], float | None]],
+        ts_ms: int | None = None,
+    ) -> None:
         rows = [(labels, v) for labels, v in samples if v is not None]
         self.lines += [f"# HELP {name} {doc}", f"# TYPE {name} {kind}"]
         self.lines += [_sample(name, labels, float(v), ts_ms) for labels, v in rows]
@@ -148,10 +183,20 @@ def resource_metrics(snap: Snapshot) -> bytes:
     ts = int(snap.time * 1000)
     n = snap.node
     out = _Text()
-    out.family("node_cpu_usage_seconds_total", "counter",
-               "Cumulative cpu time consumed by the node in core-seconds", [({}, _seconds(n.cpu_ns))], ts)
-    out.family("node_memory_working_set_bytes", "gauge", "Current working set of the node in bytes",
-               [({}, n.memory.working_set if n.memory else None)], ts)
+    out.family(
+        "node_cpu_usage_seconds_total",
+        "counter",
+        "Cumulative cpu time consumed by the node in core-seconds",
+        [({}, _seconds(n.cpu_ns))],
+        ts,
+    )
+    out.family(
+        "node_memory_working_set_bytes",
+        "gauge",
+        "Current working set of the node in bytes",
+        [({}, n.memory.working_set if n.memory else None)],
+        ts,
+    )
 
     def pod_labels(p: PodStats) -> dict[str, str]:
         return {"namespace": p.namespace, "pod": p.name}
@@ -159,19 +204,44 @@ def resource_metrics(snap: Snapshot) -> bytes:
     def container_labels(p: PodStats, c: ContainerStats) -> dict[str, str]:
         return {"container": c.name, "namespace": p.namespace, "pod": p.name}
 
-    out.family("pod_cpu_usage_seconds_total", "counter", "Cumulative cpu time consumed by the pod in core-seconds",
-               [(pod_labels(p), _seconds(p.usage.cpu_ns)) for p in snap.pods], ts)
-    out.family("pod_memory_working_set_bytes", "gauge", "Current working set of the pod in bytes",
-               [(pod_labels(p), p.usage.memory_working_set) for p in snap.pods], ts)
-    out.family("container_cpu_usage_seconds_total", "counter",
-               "Cumulative cpu time consumed by the container in core-seconds",
-               [(container_labels(p, c), _seconds(c.usage.cpu_ns)) for p in snap.pods for c in p.containers], ts)
-    out.family("container_memory_working_set_bytes", "gauge", "Current working set of the container in bytes",
-               [(container_labels(p, c), c.usage.memory_working_set) for p in snap.pods for c in p.containers], ts)
-    out.family("container_start_time_seconds", "gauge", "Start time of the container since unix epoch in seconds",
-               [(container_labels(p, c), c.start_time) for p in snap.pods for c in p.containers], ts)
-    out.family("scrape_error", "gauge", "1 if there was an error while getting container metrics, 0 otherwise",
-               [({}, 0)])
+    out.family(
+        "pod_cpu_usage_seconds_total",
+        "counter",
+        "Cumulative cpu time consumed by the pod in core-seconds",
+        [(pod_labels(p), _seconds(p.usage.cpu_ns)) for p in snap.pods],
+        ts,
+    )
+    out.family(
+        "pod_memory_working_set_bytes",
+        "gauge",
+        "Current working set of the pod in bytes",
+        [(pod_labels(p), p.usage.memory_working_set) for p in snap.pods],
+        ts,
+    )
+    out.family(
+        "container_cpu_usage_seconds_total",
+        "counter",
+        "Cumulative cpu time consumed by the container in core-seconds",
+        [(container_labels(p, c), _seconds(c.usage.cpu_ns)) for p in snap.pods for c in p.containers],
+        ts,
+    )
+    out.family(
+        "container_memory_working_set_bytes",
+        "gauge",
+        "Current working set of the container in bytes",
+        [(container_labels(p, c), c.usage.memory_working_set) for p in snap.pods for c in p.containers],
+        ts,
+    )
+    out.family(
+        "container_start_time_seconds",
+        "gauge",
+        "Start time of the container since unix epoch in seconds",
+        [(container_labels(p, c), c.start_time) for p in snap.pods for c in p.containers],
+        ts,
+    )
+    out.family(
+        "scrape_error", "gauge", "1 if there was an error while getting container metrics, 0 otherwise", [({}, 0)]
+    )
     return out.render()
 
 
@@ -182,28 +252,75 @@ def cadvisor_metrics(snap: Snapshot, cgroup_root: str) -> bytes:
     rows: list[tuple[dict[str, str], CgroupUsage]] = []
     for p in snap.pods:
         pod_cg = p.cgroup or f"{root}/pod{p.uid}"
-        rows.append(({"container": "", "id": pod_cg, "image": "", "name": "", "namespace": p.namespace,
-                      "pod": p.name}, p.usage))
+        rows.append(
+            ({"container": "", "id": pod_cg, "image": "", "name": "", "namespace": p.namespace, "pod": p.name}, p.usage)
+        )
         for c in p.containers:
-            rows.append(({"container": c.name, "id": f"{pod_cg}/{c.id}", "image": c.image, "name": c.id,
-                          "namespace": p.namespace, "pod": p.name}, c.usage))
+            rows.append(
+                (
+                    {
+                        "container": c.name,
+                        "id": f"{pod_cg}/{c.id}",
+                        "image": c.image,
+                        "name": c.id,
+                        "namespace": p.namespace,
+                        "pod": p.name,
+                    },
+                    c.usage,
+                )
+            )
     out = _Text()
-    out.family("container_cpu_usage_seconds_total", "counter", "Cumulative cpu time consumed in seconds.",
-               [(lab, _seconds(u.cpu_ns)) for lab, u in rows], ts)
-    out.family("container_memory_working_set_bytes", "gauge", "Current working set in bytes.",
-               [(lab, u.memory_working_set) for lab, u in rows], ts)
-    out.family("container_memory_usage_bytes", "gauge",
-               "Current memory usage in bytes, including all memory regardless of when it was accessed",
-               [(lab, u.memory_usage) for lab, u in rows], ts)
+    out.family(
+        "container_cpu_usage_seconds_total",
+        "counter",
+        "Cumulative cpu time consumed in seconds.",
+        [(lab, _seconds(u.cpu_ns)) for lab, u in rows],
+        ts,
+    )
+    out.family(
+        "container_memory_working_set_bytes",
+        "gauge",
+        "Current working set in bytes.",
+        [(lab, u.memory_working_set) for lab, u in rows],
+        ts,
+    )
+    out.family(
+        "container_memory_usage_bytes",
+        "gauge",
+        "Current memory usage in bytes, including all memory regardless of when it was accessed",
+        [(lab, u.memory_usage) for lab, u in rows],
+        ts,
+    )
     out.family("container_memory_rss", "gauge", "Size of RSS in bytes.", [(lab, u.memory_rss) for lab, u in rows], ts)
-    out.family("container_processes", "gauge", "Number of processes running inside the container.",
-               [(lab, u.pids) for lab, u in rows], ts)
+    out.family(
+        "container_processes",
+        "gauge",
+        "Number of processes running inside the container.",
+        [(lab, u.pids) for lab, u in rows],
+        ts,
+    )
     net = [(p, i) for p in snap.pods if not p.host_network for i in p.interfaces]
-    for name, doc, attr in (("container_network_receive_bytes_total", "Cumulative count of bytes received",
-                             "rx_bytes"),
-                            ("container_network_transmit_bytes_total", "Cumulative count of bytes transmitted",
-                             "tx_bytes")):
-        out.family(name, "counter", doc, [({"container": "", "id": p.cgroup or f"{root}/pod{p.uid}", "interface": i.name,
-                                            "namespace": p.namespace, "pod": p.name}, getattr(i, attr))
-                                          for p, i in net], ts)
+    for name, doc, attr in (
+        ("container_network_receive_bytes_total", "Cumulative count of bytes received", "rx_bytes"),
+        ("container_network_transmit_bytes_total", "Cumulative count of bytes transmitted", "tx_bytes"),
+    ):
+        out.family(
+            name,
+            "counter",
+            doc,
+            [
+                (
+                    {
+                        "container": "",
+                        "id": p.cgroup or f"{root}/pod{p.uid}",
+                        "interface": i.name,
+                        "namespace": p.namespace,
+                        "pod": p.name,
+                    },
+                    getattr(i, attr),
+                )
+                for p, i in net
+            ],
+            ts,
+        )
     return out.render()

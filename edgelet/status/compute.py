@@ -8,23 +8,23 @@ kubectl's printPod (the STATUS column).
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Mapping
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
+from edgelet.api.pod import is_sidecar, should_restart
+from edgelet.api.pod import spec as pod_spec
 from edgelet.api.types import (
     ContainerState,
-    HostIP,
     ContainerStateRunning,
     ContainerStateTerminated,
     ContainerStateWaiting,
     ContainerStatus,
+    HostIP,
     PodCondition,
     PodIP,
     PodStatus,
 )
-from edgelet.api.pod import is_sidecar
-from edgelet.api.pod import spec as pod_spec
-from edgelet.api.pod import should_restart
 from edgelet.plan.actions import sandbox_changed
 
 if TYPE_CHECKING:
@@ -43,15 +43,15 @@ SCHEDULED = "PodScheduled"
 
 def format_time(t: float) -> str:
     """Wall time as metav1.Time serialises it: RFC 3339, UTC, whole seconds."""
-    return datetime.fromtimestamp(int(t), tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.fromtimestamp(int(t), tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _exit_code(rec: "ContainerRecord") -> int:
+def _exit_code(rec: ContainerRecord) -> int:
     # KUBELET-SEMANTICS "Exit codes": 255 when the monitor could not tell.
     return rec.exit_code if rec.exit_code is not None else 255
 
 
-def _terminated(rec: "ContainerRecord") -> ContainerState:
+def _terminated(rec: ContainerRecord) -> ContainerState:
     code = _exit_code(rec)
     reason = rec.reason or ("Completed" if code == 0 else "Error")
     # `signal` stays unset, as kubelet leaves it: CRI reports no signal, only 128+n in the exit code.
@@ -67,7 +67,7 @@ def _terminated(rec: "ContainerRecord") -> ContainerState:
     )
 
 
-def _state(rec: "ContainerRecord") -> ContainerState:
+def _state(rec: ContainerRecord) -> ContainerState:
     if rec.state == "running":
         started = rec.started_at if rec.started_at is not None else rec.created_at
         return ContainerState(running=ContainerStateRunning(started_at=format_time(started)))
@@ -90,7 +90,7 @@ def _state(rec: "ContainerRecord") -> ContainerState:
     )
 
 
-def _instances(rt: "PodRuntimeStatus", name: str) -> list["ContainerRecord"]:
+def _instances(rt: PodRuntimeStatus, name: str) -> list[ContainerRecord]:
     """Every instance of the named container, newest (highest attempt) first."""
     recs = [c for c in rt.containers if c.name == name]
     recs.sort(key=lambda c: (c.attempt, c.created_at), reverse=True)
@@ -98,9 +98,9 @@ def _instances(rt: "PodRuntimeStatus", name: str) -> list["ContainerRecord"]:
 
 
 def _container_status(
-    pod: "Pod",
-    container: "Container",
-    rt: "PodRuntimeStatus",
+    pod: Pod,
+    container: Container,
+    rt: PodRuntimeStatus,
     *,
     is_init: bool,
     waiting: Mapping[str, tuple[str, str]],
@@ -115,7 +115,9 @@ def _container_status(
     last: ContainerState | None = None
     if rec is None:
         # kubelet: every container of a pod with init containers waits in PodInitializing until created.
-        state = ContainerState(waiting=ContainerStateWaiting(reason="PodInitializing" if has_init else "ContainerCreating"))
+        state = ContainerState(
+            waiting=ContainerStateWaiting(reason="PodInitializing" if has_init else "ContainerCreating")
+        )
     else:
         state = _state(rec)
         previous = next((r for r in recs[1:] if r.state == "exited" and not r.never_started), None)
@@ -161,7 +163,7 @@ def _find(statuses: list[ContainerStatus], name: str) -> ContainerStatus | None:
     return next((s for s in statuses if s.name == name), None)
 
 
-def _has_any_regular_started(pod: "Pod", statuses: list[ContainerStatus]) -> bool:
+def _has_any_regular_started(pod: Pod, statuses: list[ContainerStatus]) -> bool:
     """kubecontainer.HasAnyRegularContainerStarted."""
     for c in pod_spec(pod).containers or []:
         s = _find(statuses, c.name)
@@ -174,7 +176,7 @@ def _has_any_regular_started(pod: "Pod", statuses: list[ContainerStatus]) -> boo
     return False
 
 
-def compute_phase(pod: "Pod", init_statuses: list[ContainerStatus], statuses: list[ContainerStatus]) -> str:
+def compute_phase(pod: Pod, init_statuses: list[ContainerStatus], statuses: list[ContainerStatus]) -> str:
     """kubelet getPhase, line for line (static pods are never marked terminal by the kubelet itself)."""
     spec = pod_spec(pod)
     policy = spec.restart_policy or "Always"
@@ -261,7 +263,7 @@ def _go_list(names: list[str]) -> str:
     return "[" + " ".join(names) + "]"  # how Go's %s prints a []string
 
 
-def _initialized_condition(pod: "Pod", all_statuses: list[ContainerStatus], phase: str) -> PodCondition:
+def _initialized_condition(pod: Pod, all_statuses: list[ContainerStatus], phase: str) -> PodCondition:
     """GeneratePodInitializedCondition."""
     unknown: list[str] = []
     incomplete: list[str] = []
@@ -290,7 +292,7 @@ def _initialized_condition(pod: "Pod", all_statuses: list[ContainerStatus], phas
     return PodCondition(type=INITIALIZED, status="True")
 
 
-def _containers_ready_condition(pod: "Pod", all_statuses: list[ContainerStatus], phase: str) -> PodCondition:
+def _containers_ready_condition(pod: Pod, all_statuses: list[ContainerStatus], phase: str) -> PodCondition:
     """GenerateContainersReadyCondition (sidecars count like main containers)."""
     unknown: list[str] = []
     unready: list[str] = []
@@ -311,15 +313,18 @@ def _containers_ready_condition(pod: "Pod", all_statuses: list[ContainerStatus],
     if unready:
         messages.append(f"containers with unready status: {_go_list(unready)}")
     if messages:
-        return PodCondition(type=CONTAINERS_READY, status="False", reason="ContainersNotReady", message=", ".join(messages))
+        return PodCondition(
+            type=CONTAINERS_READY, status="False", reason="ContainersNotReady", message=", ".join(messages)
+        )
     return PodCondition(type=CONTAINERS_READY, status="True")
 
 
-def _ready_condition(pod: "Pod", containers_ready: PodCondition, conditions: list[PodCondition]) -> PodCondition:
+def _ready_condition(pod: Pod, containers_ready: PodCondition, conditions: list[PodCondition]) -> PodCondition:
     """GeneratePodReadyCondition: ContainersReady, then the readiness gates (nothing sets their conditions here)."""
     if containers_ready.status != "True":
-        return PodCondition(type=READY, status=containers_ready.status, reason=containers_ready.reason,
-                            message=containers_ready.message)
+        return PodCondition(
+            type=READY, status=containers_ready.status, reason=containers_ready.reason, message=containers_ready.message
+        )
     unready: list[str] = []
     for gate in pod_spec(pod).readiness_gates or []:
         c = next((c for c in conditions if c.type == gate.condition_type), None)
@@ -332,7 +337,7 @@ def _ready_condition(pod: "Pod", containers_ready: PodCondition, conditions: lis
     return PodCondition(type=READY, status="True")
 
 
-def _with_transition(cond: PodCondition, previous: "PodStatus | None", now: float) -> PodCondition:
+def _with_transition(cond: PodCondition, previous: PodStatus | None, now: float) -> PodCondition:
     """The status manager's lastTransitionTime: kept while the condition's status stays, else `now`."""
     old = next((c for c in (previous.conditions or []) if c.type == cond.type), None) if previous else None
     if old is not None and old.status == cond.status and old.last_transition_time:
@@ -343,13 +348,13 @@ def _with_transition(cond: PodCondition, previous: "PodStatus | None", now: floa
 
 
 def compute_pod_status(
-    pod: "Pod",
-    rt: "PodRuntimeStatus",
+    pod: Pod,
+    rt: PodRuntimeStatus,
     *,
     waiting: Mapping[str, tuple[str, str]],
     pod_failed: bool,
     now: float,
-    previous: "PodStatus | None" = None,
+    previous: PodStatus | None = None,
     readiness: Mapping[str, bool] | None = None,
     started: Mapping[str, bool] | None = None,
     host_ip: str | None = None,
@@ -377,10 +382,15 @@ def compute_pod_status(
     from edgelet.api.qos import qos_class
 
     if rejected is not None:
-        return PodStatus(phase="Failed", reason=rejected[0], message=f"Pod was rejected: {rejected[1]}",
-                         host_ip=host_ip or None, host_ips=[HostIP(ip=host_ip)] if host_ip else None,
-                         qos_class=qos_class(pod),
-                         start_time=previous.start_time if previous is not None else format_time(now))
+        return PodStatus(
+            phase="Failed",
+            reason=rejected[0],
+            message=f"Pod was rejected: {rejected[1]}",
+            host_ip=host_ip or None,
+            host_ips=[HostIP(ip=host_ip)] if host_ip else None,
+            qos_class=qos_class(pod),
+            start_time=previous.start_time if previous is not None else format_time(now),
+        )
 
     probes = readiness or {}
     startup = started or {}
@@ -442,7 +452,7 @@ def compute_pod_status(
     )
 
 
-def summarize(pod: "Pod", status: PodStatus) -> tuple[str, str, int]:
+def summarize(pod: Pod, status: PodStatus) -> tuple[str, str, int]:
     """kubectl get pods' READY, STATUS and RESTARTS columns (kubectl printers.go printPod); a Failed pod's own
     status.reason (Evicted) wins over its containers' reasons."""
     spec = pod_spec(pod)

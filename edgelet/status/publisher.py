@@ -5,21 +5,21 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
-
-from edgelet.api.pod import meta
-from edgelet.api.pod import uid as pod_uid
 from edgelet.api.annotations import CONFIG_SOURCE, ORIGIN
+from edgelet.api.pod import meta
+from edgelet.api.pod import spec as pod_spec
+from edgelet.api.pod import uid as pod_uid
 from edgelet.state import StampedWriter, flush_when_changed
 from edgelet.status.snapshot import PodRow, PodsSnapshot, RejectedRow, snapshot_path
 from edgelet.util.log import get_logger
 
-from edgelet.api.pod import spec as pod_spec
 
 class PullShown(Protocol):
     """What the table shows of a pull under way (the images package's ProgressSnapshot has it)."""
@@ -33,8 +33,8 @@ class PullShown(Protocol):
 
 if TYPE_CHECKING:
     from edgelet.api.types import Pod, PodStatus
-    from edgelet.podconfig import ConfigState
     from edgelet.container.types import PodRuntimeStatus
+    from edgelet.podconfig import ConfigState
     from edgelet.status.syncstate import PodSyncState
     from edgelet.util.clock import Clock
 
@@ -57,7 +57,7 @@ def node_ip() -> str:
     return addr if addr and addr != "0.0.0.0" else LOOPBACK
 
 
-def pod_object(pod: "Pod", status: "PodStatus") -> dict[str, Any]:
+def pod_object(pod: Pod, status: PodStatus) -> dict[str, Any]:
     """The whole Pod as the API would return it (apiVersion, kind, metadata, spec, status), JSON-able."""
     obj: dict[str, Any] = msgspec.to_builtins(pod)
     obj["apiVersion"] = "v1"
@@ -68,8 +68,8 @@ def pod_object(pod: "Pod", status: "PodStatus") -> dict[str, Any]:
 
 @dataclass
 class PodEntry:
-    pod: "Pod"
-    status: "PodStatus"
+    pod: Pod
+    status: PodStatus
     row: PodRow
 
 
@@ -77,7 +77,12 @@ class StatusPublisher:
     """The status manager: `update` after each sync; `run` writes the checkpoint when it changed."""
 
     def __init__(
-        self, root_dir: Path, node_name: str, clock: "Clock", interval: float = 0.5, host_ip: str | None = None,
+        self,
+        root_dir: Path,
+        node_name: str,
+        clock: Clock,
+        interval: float = 0.5,
+        host_ip: str | None = None,
     ) -> None:
         self._path = snapshot_path(root_dir)
         self._host_ip = host_ip if host_ip is not None else node_ip()
@@ -90,12 +95,12 @@ class StatusPublisher:
         self.changed = asyncio.Event()  # set on every update or removal (--runonce judges the pods on it)
         self._file = StampedWriter(self._path, "pods checkpoint")
         # The puller's progress of an image's pull under way (set by the app when pulls are possible).
-        self.pull_progress: "Callable[[str], PullShown | None] | None" = None
+        self.pull_progress: Callable[[str], PullShown | None] | None = None
         # The rollout's word on a pod (reason, message), e.g. RolledBack, shown as a condition and in the
         # table's message (set by the app; edgelet.sync.rollout).
-        self.rollout_note: "Callable[[Pod], tuple[str, str] | None] | None" = None
+        self.rollout_note: Callable[[Pod], tuple[str, str] | None] | None = None
         # Told the runtime's view of each pod as it is published (--runonce reads when each process started).
-        self.observed: "Callable[[PodRuntimeStatus], None] | None" = None
+        self.observed: Callable[[PodRuntimeStatus], None] | None = None
 
     @property
     def node_name(self) -> str:
@@ -105,7 +110,7 @@ class StatusPublisher:
     def host_ip(self) -> str:
         return self._host_ip
 
-    def update(self, pod: "Pod", rt: "PodRuntimeStatus", st: "PodSyncState") -> None:
+    def update(self, pod: Pod, rt: PodRuntimeStatus, st: PodSyncState) -> None:
         from edgelet.status.compute import compute_pod_status, summarize
 
         if self.observed is not None:
@@ -115,16 +120,21 @@ class StatusPublisher:
             prev = None  # an evicted pod that starts again is a new run, not a Failed pod forever
             st.readmitted = False
         status = compute_pod_status(
-            pod, rt, waiting=st.waiting, pod_failed=st.pod_failed, now=self._clock.now(), evicted=st.evicted,
+            pod,
+            rt,
+            waiting=st.waiting,
+            pod_failed=st.pod_failed,
+            now=self._clock.now(),
+            evicted=st.evicted,
             rejected=st.refused,
             previous=prev.status if prev is not None else None,
-            readiness=st.ready, started=st.started,  # probe verdicts (edgelet.probes.manager)
+            readiness=st.ready,
+            started=st.started,  # probe verdicts (edgelet.probes.manager)
             host_ip=self._host_ip,
         )
         note = self.rollout_note(pod) if self.rollout_note is not None else None
         if note is not None:
-            status = _with_rollout_condition(status, note, prev.status if prev is not None else None,
-                                             self._clock.now())
+            status = _with_rollout_condition(status, note, prev.status if prev is not None else None, self._clock.now())
         ready, text, restarts = summarize(pod, status)
         ann = meta(pod).annotations or {}
         created = min((s.created_at for s in rt.sandboxes), default=self._clock.now())
@@ -141,10 +151,17 @@ class StatusPublisher:
             phase=status.phase or "Pending",
             # A pod failed as a whole (evicted, refused) says why in its own message.
             # The pod's own word first (the table cuts messages), then the rollout's.
-            message="; ".join([m for m in ("; ".join(f"{n}: {m}" for n, (_, m) in st.waiting.items() if m)
-                                           or (status.message or "" if status.reason and status.phase == "Failed"
-                                               else ""),) if m]
-                              + ([f"{note[0]}: {note[1]}"] if note is not None else [])),
+            message="; ".join(
+                [
+                    m
+                    for m in (
+                        "; ".join(f"{n}: {m}" for n, (_, m) in st.waiting.items() if m)
+                        or (status.message or "" if status.reason and status.phase == "Failed" else ""),
+                    )
+                    if m
+                ]
+                + ([f"{note[0]}: {note[1]}"] if note is not None else [])
+            ),
             pod=pod_object(pod, status),
         )
         self._pods[pod_uid(pod)] = PodEntry(pod, status, row)
@@ -158,7 +175,7 @@ class StatusPublisher:
         self._dirty.set()
         self.changed.set()
 
-    def set_config(self, config: "ConfigState") -> None:
+    def set_config(self, config: ConfigState) -> None:
         rows = [
             RejectedRow(source=r.source, origin=r.origin, pod=r.pod, reason=r.reason, message=r.message)
             for r in config.rejected
@@ -226,16 +243,21 @@ class StatusPublisher:
 ROLLOUT_CONDITION = "edgelet.io/Rollout"
 
 
-def _with_rollout_condition(status: "PodStatus", note: tuple[str, str], previous: "PodStatus | None",
-                            now: float) -> "PodStatus":
+def _with_rollout_condition(
+    status: PodStatus, note: tuple[str, str], previous: PodStatus | None, now: float
+) -> PodStatus:
     """The status with the rollout's condition (type edgelet.io/Rollout, its reason RolledBack, ...) added."""
     from edgelet.api.types import PodCondition
     from edgelet.status.compute import format_time
 
-    old = next((c for c in (previous.conditions or []) if c.type == ROLLOUT_CONDITION), None) \
-        if previous is not None else None
+    old = (
+        next((c for c in (previous.conditions or []) if c.type == ROLLOUT_CONDITION), None)
+        if previous is not None
+        else None
+    )
     since = old.last_transition_time if old is not None and old.reason == note[0] else format_time(now)
-    cond = PodCondition(type=ROLLOUT_CONDITION, status="True", reason=note[0], message=note[1],
-                        last_transition_time=since)
+    cond = PodCondition(
+        type=ROLLOUT_CONDITION, status="True", reason=note[0], message=note[1], last_transition_time=since
+    )
     others = [c for c in status.conditions or [] if c.type != ROLLOUT_CONDITION]
     return msgspec.structs.replace(status, conditions=[*others, cond])

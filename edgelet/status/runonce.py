@@ -25,8 +25,10 @@ are final, instead of on a timer:
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, MutableMapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, AbstractSet, Iterable, Mapping, MutableMapping
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from edgelet.api.types import ContainerStatus, Pod, PodStatus
@@ -54,8 +56,13 @@ class RunonceVerdict:
         return not self.pending
 
 
-def note_started(started: MutableMapping[str, float], pids: MutableMapping[str, int],
-                 records: Iterable["ContainerRecord"], now: float, wall: float) -> None:
+def note_started(
+    started: MutableMapping[str, float],
+    pids: MutableMapping[str, int],
+    records: Iterable[ContainerRecord],
+    now: float,
+    wall: float,
+) -> None:
     """Record, by containerID, the monotonic time each running instance's process started (from the wall time
     the runtime wrote at its `runc start`; never in the future, so a clock step cannot delay a verdict) and its
     pid; an instance without a start time counts from `now`, when it was first seen running."""
@@ -70,7 +77,7 @@ def note_started(started: MutableMapping[str, float], pids: MutableMapping[str, 
             pids[cid] = rec.pid
 
 
-def note_running(seen: MutableMapping[str, float], statuses: Iterable["PodStatus | None"], now: float) -> None:
+def note_running(seen: MutableMapping[str, float], statuses: Iterable[PodStatus | None], now: float) -> None:
     """Record when each running container instance (by containerID) was first seen running, for one whose
     runtime record was not noted (the verdict counts its window from then)."""
     for status in statuses:
@@ -79,8 +86,14 @@ def note_running(seen: MutableMapping[str, float], statuses: Iterable["PodStatus
                 seen.setdefault(cs.container_id, now)
 
 
-def _container_final(cs: "ContainerStatus | None", policy: str, started: Mapping[str, float],
-                     gone: AbstractSet[str], now: float, stable: float) -> tuple[bool, float | None]:
+def _container_final(
+    cs: ContainerStatus | None,
+    policy: str,
+    started: Mapping[str, float],
+    gone: AbstractSet[str],
+    now: float,
+    stable: float,
+) -> tuple[bool, float | None]:
     """(final?, when it may become final by itself) of one regular container."""
     if cs is None or cs.state is None:
         return False, None
@@ -99,9 +112,14 @@ def _container_final(cs: "ContainerStatus | None", policy: str, started: Mapping
     return False, since + stable
 
 
-def runonce_verdict(desired: Mapping[str, "Pod"], statuses: Mapping[str, "PodStatus | None"],
-                    started: Mapping[str, float], now: float, stable: float = STABLE,
-                    gone: AbstractSet[str] = frozenset()) -> RunonceVerdict:
+def runonce_verdict(
+    desired: Mapping[str, Pod],
+    statuses: Mapping[str, PodStatus | None],
+    started: Mapping[str, float],
+    now: float,
+    stable: float = STABLE,
+    gone: AbstractSet[str] = frozenset(),
+) -> RunonceVerdict:
     """The verdict over every desired pod (uid -> pod) given its published status (uid -> status), the start
     of each running instance (containerID -> monotonic time) and the instances whose process is gone."""
     failed: list[str] = []
@@ -132,15 +150,19 @@ def runonce_verdict(desired: Mapping[str, "Pod"], statuses: Mapping[str, "PodSta
     return RunonceVerdict(tuple(failed), tuple(pending), min(wakes) if wakes and pending else None)
 
 
-def running_ids(statuses: Iterable["PodStatus | None"]) -> list[str]:
+def running_ids(statuses: Iterable[PodStatus | None]) -> list[str]:
     """The containerIDs the statuses show running (those whose process the caller checks is still there)."""
-    return [cs.container_id for status in statuses if status is not None
-            for cs in status.container_statuses or []
-            if cs.container_id and cs.state is not None and cs.state.running is not None]
+    return [
+        cs.container_id
+        for status in statuses
+        if status is not None
+        for cs in status.container_statuses or []
+        if cs.container_id and cs.state is not None and cs.state.running is not None
+    ]
 
 
 def exited_by_stat(stat: bytes) -> bool:
     """Whether /proc/PID/stat's text says the process has exited (a zombie its conmon has not reaped yet, or
     dead); the state follows the command name's closing parenthesis, which may itself hold one."""
-    state = stat[stat.rfind(b")") + 1:].split(None, 1)[:1]
+    state = stat[stat.rfind(b")") + 1 :].split(None, 1)[:1]
     return state in ([b"Z"], [b"X"], [b"x"], [])

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any
 
-from edgelet.api.pod import uid as pod_uid
 from edgelet.api.pod import meta
+from edgelet.api.pod import uid as pod_uid
 from edgelet.events import EventRecorder, InvolvedObject
 from edgelet.podconfig import ConfigState, merge
 from edgelet.podconfig.merge import pods_differ_semantically
@@ -29,7 +30,7 @@ HOUSEKEEPING_PERIOD = 2.0
 
 @dataclass(frozen=True)
 class _Config:
-    snapshot: "SourceSnapshot"
+    snapshot: SourceSnapshot
 
 
 @dataclass(frozen=True)
@@ -58,13 +59,13 @@ class SyncLoop:
     def __init__(
         self,
         *,
-        workers: "PodWorkers",
-        publisher: "StatusPublisher",
-        clock: "Clock",
+        workers: PodWorkers,
+        publisher: StatusPublisher,
+        clock: Clock,
         expected_sources: Iterable[str],
         runtime_uids=None,
         events: EventRecorder | None = None,
-        rollout: "RolloutManager | None" = None,
+        rollout: RolloutManager | None = None,
     ) -> None:
         self._workers = workers
         self._publisher = publisher
@@ -78,10 +79,10 @@ class SyncLoop:
         self.config = ConfigState()
         # With a rollout manager, what runs is its decision over what the sources want (`_source`).
         self._rollout = rollout
-        self._source: dict[str, "Pod"] = {}
+        self._source: dict[str, Pod] = {}
         if rollout is not None:
             rollout.on_change = lambda: self._queue.put_nowait(_RolloutRound())
-        self._desired: dict[str, "Pod"] = {}
+        self._desired: dict[str, Pod] = {}
         self._requeue: dict[str, float] = {}
         self._next_housekeeping = 0.0
         self.first_sync_done = asyncio.Event()
@@ -89,7 +90,7 @@ class SyncLoop:
         self.last_iteration: float | None = None  # monotonic end of the last iteration, for /healthz
 
     # Producers (sources, PLEG, image import) call these.
-    async def emit_config(self, snapshot: "SourceSnapshot") -> None:
+    async def emit_config(self, snapshot: SourceSnapshot) -> None:
         self._queue.put_nowait(_Config(snapshot))
 
     def emit_lifecycle(self, uids: Iterable[str]) -> None:
@@ -103,7 +104,7 @@ class SyncLoop:
         self._queue.put_nowait(_ResyncAll())
 
     # Callbacks from the pod workers.
-    def on_result(self, uid: str, result: "SyncResult") -> None:
+    def on_result(self, uid: str, result: SyncResult) -> None:
         if result.requeue_after is None:
             self._requeue.pop(uid, None)
         else:
@@ -120,10 +121,10 @@ class SyncLoop:
     def sources_ready(self) -> bool:
         return self._expected <= self.config.seen_sources
 
-    def desired(self) -> dict[str, "Pod"]:
+    def desired(self) -> dict[str, Pod]:
         return dict(self._desired)
 
-    def apply_snapshot(self, snapshot: "SourceSnapshot") -> None:
+    def apply_snapshot(self, snapshot: SourceSnapshot) -> None:
         """Merge one snapshot and dispatch the changes (also used directly by --runonce)."""
         self.config, changes = merge(self.config, snapshot, self._clock.now())
         self._publisher.set_config(self.config)
@@ -153,7 +154,7 @@ class SyncLoop:
         assert self._rollout is not None
         try:
             wanted, poke = self._rollout.effective(self._source, self.sources_ready)
-        except Exception as exc:  # noqa: BLE001 - a loop never dies: what runs stays, the next round retries
+        except Exception as exc:
             log.error("Rollout round failed", exc)
             return
         for uid in [u for u in self._desired if u not in wanted]:
@@ -224,8 +225,11 @@ class SyncLoop:
             elif isinstance(item, _ResyncAll):
                 for pod in self._desired.values():
                     self._workers.sync(pod)
-            if self._rollout is not None and self.config.seen_sources and (item is not None
-                                                                          or not self._rollout.steady()):
+            if (
+                self._rollout is not None
+                and self.config.seen_sources
+                and (item is not None or not self._rollout.steady())
+            ):
                 # Every tick while a version is under the gate (it judges them as their statuses change and
                 # its clock runs); once all rest, only what arrives can change a verdict.
                 self.rollout_round()
@@ -249,7 +253,7 @@ def _with_origin(origin: str, message: str) -> str:
     return message if message.startswith(origin) else f"{origin}: {message}"
 
 
-def _full(pod: "Pod") -> str:
+def _full(pod: Pod) -> str:
     return f"{meta(pod).namespace}/{meta(pod).name}"
 
 

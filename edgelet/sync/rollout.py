@@ -13,15 +13,28 @@ only once the previous pod of its name has terminated).
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from edgelet.api.pod import meta
 from edgelet.api.pod import uid as pod_uid
 from edgelet.events import EventRecorder, pod_ref
-from edgelet.rollout.decide import (Decision, Observation, Policy, Record, after_reboot, changes_what_runs, condition,
-                                    decide, gate_clock_offset, retry, short, start)
+from edgelet.rollout.decide import (
+    Decision,
+    Observation,
+    Policy,
+    Record,
+    after_reboot,
+    changes_what_runs,
+    condition,
+    decide,
+    gate_clock_offset,
+    retry,
+    short,
+    start,
+)
 from edgelet.rollout.observe import gate_observation, surge_clash
 from edgelet.rollout.policy import policy_for
 from edgelet.rollout.store import RolloutStore, StoredRollout, decode_pod, encode_pod
@@ -42,13 +55,14 @@ log = get_logger(__name__)
 _CRASH_POINTS = {"replacing": "rollout.replace", "gating": "rollout.gate", "rolling-back": "rollout.rollback"}
 
 
-def full_name(pod: "Pod") -> str:
+def full_name(pod: Pod) -> str:
     return f"{meta(pod).namespace or 'default'}/{meta(pod).name or ''}"
 
 
-def _live(rt: "PodRuntimeStatus") -> bool:
-    return any(c.state in ("running", "created") for c in rt.containers) or \
-        any(s.state in ("running", "created") for s in rt.sandboxes)
+def _live(rt: PodRuntimeStatus) -> bool:
+    return any(c.state in ("running", "created") for c in rt.containers) or any(
+        s.state in ("running", "created") for s in rt.sandboxes
+    )
 
 
 _RESTING = frozenset({"good", "rolled-back", "failed"})  # decide() keeps these until the observation changes
@@ -57,11 +71,20 @@ _RESTING = frozenset({"good", "rolled-back", "failed"})  # decide() keeps these 
 class RolloutManager:
     """Decides, per static pod name, which version runs; see the module docstring."""
 
-    def __init__(self, store: RolloutStore, *, clock: "Clock", events: EventRecorder, policy: Policy,
-                 enabled: bool = True, images: "ImageManager | None" = None, backoff: "Backoff | None" = None,
-                 runtime_pods: Callable[[], Mapping[str, "PodRuntimeStatus"]] = dict,
-                 status_of: Callable[[str], "PodStatus | None"] = lambda uid: None,
-                 boot_id: str | None = None) -> None:
+    def __init__(
+        self,
+        store: RolloutStore,
+        *,
+        clock: Clock,
+        events: EventRecorder,
+        policy: Policy,
+        enabled: bool = True,
+        images: ImageManager | None = None,
+        backoff: Backoff | None = None,
+        runtime_pods: Callable[[], Mapping[str, PodRuntimeStatus]] = dict,
+        status_of: Callable[[str], PodStatus | None] = lambda uid: None,
+        boot_id: str | None = None,
+    ) -> None:
         self._store = store
         self._clock = clock
         self._events = events
@@ -76,13 +99,16 @@ class RolloutManager:
         # without an RTC moves no deadline nor stability window.
         self._boot_id = read_boot_id() if boot_id is None else boot_id
         self._gate_offset = gate_clock_offset(
-            ((s.boot_id, s.gate_offset, s.saved_gate) for s in self._stored.values()), self._boot_id,
-            clock.monotonic())
+            ((s.boot_id, s.gate_offset, s.saved_gate) for s in self._stored.values()), self._boot_id, clock.monotonic()
+        )
         now = self.gate_now()
-        self._stored = {name: msgspec.structs.replace(s, record=after_reboot(
-            s.record, boot_changed=s.boot_id != self._boot_id, legacy=not s.boot_id, now=now))
-            for name, s in self._stored.items()}
-        self._decoded: dict[str, "Pod"] = {}  # hash -> Pod decoded from a record
+        self._stored = {
+            name: msgspec.structs.replace(
+                s, record=after_reboot(s.record, boot_changed=s.boot_id != self._boot_id, legacy=not s.boot_id, now=now)
+            )
+            for name, s in self._stored.items()
+        }
+        self._decoded: dict[str, Pod] = {}  # hash -> Pod decoded from a record
         self._pulls: dict[str, asyncio.Task] = {}  # name -> the pull under way
         self._pulling: dict[str, str] = {}  # name -> the version that pull is for
         self._pulled: set[str] = set()  # hashes whose images are all in the store
@@ -112,7 +138,7 @@ class RolloutManager:
         s = self._stored.get(name)
         return s.record if s is not None else None
 
-    def note(self, pod: "Pod") -> tuple[str, str] | None:
+    def note(self, pod: Pod) -> tuple[str, str] | None:
         """(reason, message) the pod's status shows about its rollout, or None."""
         rec = self.record(full_name(pod))
         if rec is None or rec.active != pod_uid(pod):
@@ -141,8 +167,9 @@ class RolloutManager:
     def unsettled(self) -> list[str]:
         """Names whose open rollout step can still change which version runs (--runonce waits for these; a first
         version's gate is finished by the daemon that adopts the pod: `changes_what_runs`)."""
-        return sorted(s.record.name for s in self._stored.values()
-                      if changes_what_runs(s.record, rollback=self._policy.rollback))
+        return sorted(
+            s.record.name for s in self._stored.values() if changes_what_runs(s.record, rollback=self._policy.rollback)
+        )
 
     async def retry(self, name: str) -> Record:
         """`edgelet rollout retry`: the blocked version is tried again (NoSuchRollout, NothingToRetry,
@@ -168,11 +195,11 @@ class RolloutManager:
         return rec
 
     # One round, from the sync loop.
-    def effective(self, source: Mapping[str, "Pod"], sources_ready: bool) -> tuple[dict[str, "Pod"], set[str]]:
+    def effective(self, source: Mapping[str, Pod], sources_ready: bool) -> tuple[dict[str, Pod], set[str]]:
         """The pods that must run (uid -> Pod) for the pods the sources want, and the uids whose rollout
         changed (their status is worth publishing again)."""
         now, wall = self.gate_now(), self._clock.now()
-        out: dict[str, "Pod"] = {}
+        out: dict[str, Pod] = {}
         poke: set[str] = set()
         seen: set[str] = set()
         running = self._running_by_name()
@@ -199,15 +226,17 @@ class RolloutManager:
                 if not self._save(StoredRollout(record=rec, pods={uid: encode_pod(pod)}), durable=False):
                     out[uid] = pod  # nothing to roll back to either way: it runs as today, recorded later
                     continue
-                self._events.normal(pod_ref(pod), "RolloutStarted",
-                                    f"First version {short(uid)}: started at once (nothing to roll back to)")
+                self._events.normal(
+                    pod_ref(pod),
+                    "RolloutStarted",
+                    f"First version {short(uid)}: started at once (nothing to roll back to)",
+                )
                 stored = self._stored[name]
             elif name not in self._writing:  # else its next record is being written: acted on once it is
                 obs = self._observe(stored.record, uid, running.get(name, set()), pod, policy.strategy == "Surge")
                 d = decide(stored.record, obs, now, policy, wall=wall)
                 if d.record != stored.record:
-                    keep = {h for h in (d.record.active, d.record.target, d.record.last_good, d.record.surge_from)
-                            if h}
+                    keep = {h for h in (d.record.active, d.record.target, d.record.last_good, d.record.surge_from) if h}
                     pods = {h: v for h, v in stored.pods.items() if h in keep}
                     if uid in keep:
                         pods[uid] = encode_pod(pod)
@@ -232,7 +261,7 @@ class RolloutManager:
         self._poke = set()
         return out, poke
 
-    def _observe(self, rec: Record, desired: str, running: set[str], pod: "Pod", surge: bool) -> Observation:
+    def _observe(self, rec: Record, desired: str, running: set[str], pod: Pod, surge: bool) -> Observation:
         gate = None
         clash = ""
         stored = self._stored[rec.name]
@@ -242,8 +271,14 @@ class RolloutManager:
             status = self._status_of(rec.target)
             if status is not None and rec.target in stored.pods:
                 gate = gate_observation(self._pod(rec.target, stored.pods[rec.target]), status)
-        return Observation(desired=desired, pulled=desired in self._pulled, clash=clash,
-                           pull_error=self._pull_error.get(desired, ""), running=frozenset(running), gate=gate)
+        return Observation(
+            desired=desired,
+            pulled=desired in self._pulled,
+            clash=clash,
+            pull_error=self._pull_error.get(desired, ""),
+            running=frozenset(running),
+            gate=gate,
+        )
 
     def _running_by_name(self) -> dict[str, set[str]]:
         out: dict[str, set[str]] = {}
@@ -252,7 +287,7 @@ class RolloutManager:
                 out.setdefault(f"{rt.namespace or 'default'}/{rt.name}", set()).add(uid)
         return out
 
-    def _pod(self, h: str, data: Any) -> "Pod":
+    def _pod(self, h: str, data: Any) -> Pod:
         pod = self._decoded.get(h)
         if pod is None:
             pod = self._decoded[h] = decode_pod(data)
@@ -269,8 +304,9 @@ class RolloutManager:
         return True
 
     def _stamped(self, stored: StoredRollout) -> StoredRollout:
-        return msgspec.structs.replace(stored, boot_id=self._boot_id, gate_offset=self._gate_offset,
-                                       saved_gate=self.gate_now())
+        return msgspec.structs.replace(
+            stored, boot_id=self._boot_id, gate_offset=self._gate_offset, saved_gate=self.gate_now()
+        )
 
     def _write(self, stored: StoredRollout, durable: bool) -> bool:
         """The file alone (safe in a worker thread); False, logged once, when it cannot be written."""
@@ -291,14 +327,18 @@ class RolloutManager:
         live = {h for s in self._stored.values() for h in s.pods}
         for h in [h for h in self._decoded if h not in live]:
             del self._decoded[h]
-        named = live | {h for s in self._stored.values()
-                        for h in (s.record.active, s.record.target, s.record.last_good, s.record.surge_from) if h}
+        named = live | {
+            h
+            for s in self._stored.values()
+            for h in (s.record.active, s.record.target, s.record.last_good, s.record.surge_from)
+            if h
+        }
         for h in [h for h in self._pulled if h not in named]:
             self._pulled.discard(h)
         for h in [h for h in self._pull_error if h not in named]:
             del self._pull_error[h]
 
-    def _write_then_act(self, new: StoredRollout, old: StoredRollout, d: Decision, pod: "Pod") -> None:
+    def _write_then_act(self, new: StoredRollout, old: StoredRollout, d: Decision, pod: Pod) -> None:
         """Write `new` in a worker thread, then (back on the loop) take it and carry out `d`; a round that runs
         meanwhile keeps acting on `old`. A record not written changes nothing: the next round decides again."""
         name = new.record.name
@@ -315,15 +355,21 @@ class RolloutManager:
                 if d.record.phase != old.record.phase and d.record.phase in _CRASH_POINTS:
                     crash_point(_CRASH_POINTS[d.record.phase])
                 if d.record.phase != old.record.phase:
-                    log.info("Rollout step", pod=name, phase=d.record.phase, target=short(d.record.target),
-                             active=short(d.record.active), reason=d.record.reason)
+                    log.info(
+                        "Rollout step",
+                        pod=name,
+                        phase=d.record.phase,
+                        target=short(d.record.target),
+                        active=short(d.record.active),
+                        reason=d.record.reason,
+                    )
                 self._poke.update(h for h in (old.record.active, d.record.active) if h)
                 self._act(d, pod)
             self.on_change()
 
         self._writing[name] = asyncio.get_running_loop().create_task(write(), name=f"rollout-write-{name}")
 
-    def _act(self, d: Decision, pod: "Pod") -> None:
+    def _act(self, d: Decision, pod: Pod) -> None:
         """A decision's events and pull, once its record is what the manager holds."""
         for e in d.events:
             (self._events.warning if e.type == "Warning" else self._events.normal)(pod_ref(pod), e.reason, e.message)
@@ -350,7 +396,7 @@ class RolloutManager:
             task.cancel()
 
     # Pulls.
-    def _start_pull(self, name: str, pod: "Pod") -> None:
+    def _start_pull(self, name: str, pod: Pod) -> None:
         uid = pod_uid(pod)
         under_way = self._pulls.get(name)
         if under_way is not None and not under_way.done():
@@ -368,7 +414,7 @@ class RolloutManager:
         self._pulling[name] = uid
         self._pulls[name] = asyncio.get_running_loop().create_task(self._pull(pod), name=f"rollout-pull-{name}")
 
-    async def _pull(self, pod: "Pod") -> None:
+    async def _pull(self, pod: Pod) -> None:
         from edgelet.images.manager import ImageUnavailable
 
         uid = pod_uid(pod)
@@ -381,11 +427,16 @@ class RolloutManager:
                 await self._images.ensure(pod, c)
         except ImageUnavailable as exc:
             self._pull_error[uid] = f"{exc.reason}: {exc.message}"
-            log.warning("Pull of a new version failed; the running version stays", pod=full_name(pod),
-                        version=short(uid), reason=exc.reason, err=exc.message)
+            log.warning(
+                "Pull of a new version failed; the running version stays",
+                pod=full_name(pod),
+                version=short(uid),
+                reason=exc.reason,
+                err=exc.message,
+            )
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # noqa: BLE001 - a pull never takes the loop down; the next round retries
+        except Exception as exc:
             self._pull_error[uid] = str(exc)
             log.error("Pull of a new version failed", exc, pod=full_name(pod))
         else:

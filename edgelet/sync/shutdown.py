@@ -14,8 +14,8 @@ the pods running).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Mapping
 
 from edgelet.util.clock import Clock
 from edgelet.util.log import get_logger
@@ -108,9 +108,12 @@ class NodeShutdown:
             async with factory() as logind:  # type: ignore[attr-defined]
                 delay_max = await logind.inhibit_delay_max()
                 if delay_max < self.total:
-                    log.warning("logind lets a shutdown wait less than shutdown_grace_period: pods get less time; "
-                                "raise InhibitDelayMaxSec in /etc/systemd/logind.conf.d/",
-                                inhibit_delay_max=delay_max, shutdown_grace_period=self.total)
+                    log.warning(
+                        "logind lets a shutdown wait less than shutdown_grace_period: pods get less time; "
+                        "raise InhibitDelayMaxSec in /etc/systemd/logind.conf.d/",
+                        inhibit_delay_max=delay_max,
+                        shutdown_grace_period=self.total,
+                    )
                 fd: int | None = await logind.inhibit_shutdown("Stopping pods gracefully")
                 self.lock_held = True
                 log.info("Holding a shutdown inhibitor lock", grace=self.total)
@@ -128,8 +131,7 @@ class NodeShutdown:
                             fd = await logind.inhibit_shutdown("Stopping pods gracefully")
                             self.lock_held = True
         except LogindUnavailable as exc:
-            log.info("No logind: pods are stopped gracefully only on SIGTERM during a system shutdown",
-                     reason=str(exc))
+            log.info("No logind: pods are stopped gracefully only on SIGTERM during a system shutdown", reason=str(exc))
         except asyncio.CancelledError:
             raise
 

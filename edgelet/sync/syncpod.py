@@ -17,19 +17,19 @@ SyncPod):
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
-from edgelet.api.pod import uid as pod_uid
-from edgelet.api.pod import meta
+from edgelet.api.pod import container_spec, meta
 from edgelet.api.pod import spec as pod_spec
-from edgelet.status.syncstate import PodSyncState
+from edgelet.api.pod import uid as pod_uid
+from edgelet.container.errors import RuntimeError_
 from edgelet.events import EventRecorder, InvolvedObject, pod_ref
 from edgelet.images.manager import ImageUnavailable
 from edgelet.plan import compute_pod_actions
 from edgelet.plan.actions import is_pod_termination
-from edgelet.api.pod import container_spec
-from edgelet.container.errors import RuntimeError_
 from edgelet.plan.termination import remaining_grace, stop_signal, termination_order
+from edgelet.status.syncstate import PodSyncState
 from edgelet.sync.workers import SyncResult
 from edgelet.util.crashpoint import crash_point
 from edgelet.util.log import get_logger
@@ -37,13 +37,13 @@ from edgelet.util.log import get_logger
 if TYPE_CHECKING:
     from edgelet.api.types import Container, Pod
     from edgelet.cgroups.controllers import Admission
+    from edgelet.container import Runtime
+    from edgelet.container.types import ContainerRecord, PodRuntimeStatus, PreparedContainer, SandboxRecord
     from edgelet.images.manager import ImageManager
     from edgelet.images.store import ImageStore
     from edgelet.images.types import ImageRecord
-    from edgelet.probes.manager import ProbeManager
-    from edgelet.container import Runtime
-    from edgelet.container.types import ContainerRecord, PodRuntimeStatus, PreparedContainer, SandboxRecord
     from edgelet.plan import ContainerToStart
+    from edgelet.probes.manager import ProbeManager
     from edgelet.util.backoff import Backoff
     from edgelet.util.clock import Clock
 
@@ -58,9 +58,16 @@ CLEANUP_RETRY = 5.0
 _NO_CONTAINER_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName"})
 
 
-async def resolve_image(images: "ImageStore | ImageManager", pod: "Pod", container: "Container", *,
-                        events: EventRecorder, backoff: "Backoff", clock: "Clock", init: bool = False
-                        ) -> "ImageRecord":
+async def resolve_image(
+    images: ImageStore | ImageManager,
+    pod: Pod,
+    container: Container,
+    *,
+    events: EventRecorder,
+    backoff: Backoff,
+    clock: Clock,
+    init: bool = False,
+) -> ImageRecord:
     """The image a container runs, honouring imagePullPolicy, pulling and backing off as kubelet does.
 
     `images` is the agent's ImageManager; a bare store (tests, a Syncer built without a puller)
@@ -69,8 +76,11 @@ async def resolve_image(images: "ImageStore | ImageManager", pod: "Pod", contain
     """
     from edgelet.images.manager import ImageManager
 
-    manager = images if isinstance(images, ImageManager) else ImageManager(
-        images, None, events=events, backoff=backoff, clock=clock)  # type: ignore[arg-type]
+    manager = (
+        images
+        if isinstance(images, ImageManager)
+        else ImageManager(images, None, events=events, backoff=backoff, clock=clock)
+    )  # type: ignore[arg-type]
     return await manager.ensure(pod, container, init=init)
 
 
@@ -79,17 +89,17 @@ class Syncer:
 
     def __init__(
         self,
-        runtime: "Runtime",
-        images: "ImageStore",
-        backoff: "Backoff",
-        clock: "Clock",
-        publish: Callable[["Pod", "PodRuntimeStatus", PodSyncState], None],
+        runtime: Runtime,
+        images: ImageStore,
+        backoff: Backoff,
+        clock: Clock,
+        publish: Callable[[Pod, PodRuntimeStatus, PodSyncState], None],
         forget: Callable[[str], None] = lambda uid: None,
         events: EventRecorder | None = None,
-        probes: "ProbeManager | None" = None,
-        admit: "Callable[[Pod], Admission | None] | None" = None,
-        newer_than: "Callable[[str, float], PodRuntimeStatus | None] | None" = None,
-        relisted_after: "Callable[[str, float], Awaitable[PodRuntimeStatus]] | None" = None,
+        probes: ProbeManager | None = None,
+        admit: Callable[[Pod], Admission | None] | None = None,
+        newer_than: Callable[[str, float], PodRuntimeStatus | None] | None = None,
+        relisted_after: Callable[[str, float], Awaitable[PodRuntimeStatus]] | None = None,
     ) -> None:
         self._runtime = runtime
         # PLEG's last relist of a pod if it is newer than a time (Pleg.status_newer_than); None: always list.
@@ -111,7 +121,7 @@ class Syncer:
     def state(self, uid: str) -> PodSyncState:
         return self._state.setdefault(uid, PodSyncState())
 
-    async def sync_pod(self, pod: "Pod") -> SyncResult:
+    async def sync_pod(self, pod: Pod) -> SyncResult:
         st = self.state(pod_uid(pod))
         st.settled_at = None
         try:
@@ -123,7 +133,7 @@ class Syncer:
         st.synced_at = next_synced_at(st.settled_at, self._clock.monotonic())
         return result
 
-    async def _sync_pod(self, pod: "Pod", st: PodSyncState) -> SyncResult:
+    async def _sync_pod(self, pod: Pod, st: PodSyncState) -> SyncResult:
         uid = pod_uid(pod)
         now = self._clock.monotonic()
 
@@ -148,8 +158,9 @@ class Syncer:
         # its events started), else from a `runc list` of its own.
         rt = await self._before_state(uid, st)
         failures = self._probes.failures(uid) if self._probes is not None else None
-        actions = compute_pod_actions(pod, rt, self._backoff, now, started=st.started, probe_failures=failures,
-                                      start_failed=st.start_failed)
+        actions = compute_pod_actions(
+            pod, rt, self._backoff, now, started=st.started, probe_failures=failures, start_failed=st.start_failed
+        )
         st.waiting = dict(actions.waiting)
         if st.start_failed:
             st.start_failed &= {c.id for c in rt.containers}  # only instances that still exist
@@ -175,17 +186,18 @@ class Syncer:
         if actions.next_init_container is not None:
             to_start.append(actions.next_init_container)
         to_start.extend(actions.containers_to_start)
-        ahead: dict[str, "ImageRecord | ImageUnavailable"] = {}
-        prepared: dict[str, "PreparedContainer"] = {}
+        ahead: dict[str, ImageRecord | ImageUnavailable] = {}
+        prepared: dict[str, PreparedContainer] = {}
         # Created while the sandbox's network was attached, not yet started: name -> id, or the create's error.
-        early: dict[str, "str | Exception"] = {}
+        early: dict[str, str | Exception] = {}
         sandbox = _live_sandbox(rt, actions.sandbox_id)
         try:
             if actions.create_sandbox:
                 log.info("Creating pod sandbox", pod=_full(pod), attempt=actions.sandbox_attempt)
                 try:
-                    sandbox = await self._sandbox_and_prepare(pod, actions.sandbox_attempt, to_start, ahead, prepared,
-                                                              early)
+                    sandbox = await self._sandbox_and_prepare(
+                        pod, actions.sandbox_attempt, to_start, ahead, prepared, early
+                    )
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:
@@ -206,13 +218,21 @@ class Syncer:
                     container = specs[item.name]
                     assert sandbox is not None  # the branch above handles a pod without one
                     if item.existing is not None:
-                        reason = await self._resume_container(pod, container, sandbox, item.existing, item.attempt,
-                                                              item.container_type, st)
+                        reason = await self._resume_container(
+                            pod, container, sandbox, item.existing, item.attempt, item.container_type, st
+                        )
                     else:
-                        reason = await self._start_container(pod, container, sandbox, item.attempt,
-                                                             item.container_type, st, image=ahead.get(item.name),
-                                                             prepared=prepared.pop(item.name, None),
-                                                             created=early.pop(item.name, None))
+                        reason = await self._start_container(
+                            pod,
+                            container,
+                            sandbox,
+                            item.attempt,
+                            item.container_type,
+                            st,
+                            image=ahead.get(item.name),
+                            prepared=prepared.pop(item.name, None),
+                            created=early.pop(item.name, None),
+                        )
                     if reason is not None:
                         st.waiting[item.name] = reason
                     if reason is None or reason[0] not in _NO_CONTAINER_REASONS:
@@ -238,8 +258,13 @@ class Syncer:
         # 7. Garbage: older exited instances, and dead sandboxes once a newer one runs.
         garbage = list(actions.containers_to_remove)
         if sandbox is not None:
-            garbage += [s.id for s in rt.sandboxes if s.id != sandbox.id and s.state not in ("running", "created")
-                        and not any(c.sandbox_id == s.id for c in rt.containers if c.id not in garbage)]
+            garbage += [
+                s.id
+                for s in rt.sandboxes
+                if s.id != sandbox.id
+                and s.state not in ("running", "created")
+                and not any(c.sandbox_id == s.id for c in rt.containers if c.id not in garbage)
+            ]
         cleanup_failed = False
         for cid in garbage:
             try:
@@ -259,16 +284,23 @@ class Syncer:
                     raise
                 except Exception as exc:
                     cleanup_failed = True
-                    log.warning("Failed to release an exited container", pod=_full(pod), container=rec.id[:12],
-                                err=str(exc))
+                    log.warning(
+                        "Failed to release an exited container", pod=_full(pod), container=rec.id[:12], err=str(exc)
+                    )
 
         # 8. Status (probe workers follow the containers that now run, and fill st.ready/started).
         # A sync that changed nothing reuses what it read in step 1 (a start that failed before anything was
         # created, the image backing off, say, changed nothing). One that changed something publishes a relist
         # that asked runc after its changes, shared with the syncs waiting at the same time, and PLEG's own
         # relist after them (Pleg.pods_newer_than): no `runc list` of its own.
-        changed = bool(actions.kill_pod or actions.containers_to_kill or actions.create_sandbox or started
-                       or actions.pod_finished or garbage)
+        changed = bool(
+            actions.kill_pod
+            or actions.containers_to_kill
+            or actions.create_sandbox
+            or started
+            or actions.pod_finished
+            or garbage
+        )
         relisted = False
         if changed:
             rt, relisted = await self._state_after(uid, st)
@@ -284,10 +316,15 @@ class Syncer:
             wake = CLEANUP_RETRY if wake is None else min(wake, CLEANUP_RETRY)
         return SyncResult(requeue_after=wake, changed=changed, relisted=relisted)
 
-    async def _sandbox_and_prepare(self, pod: "Pod", attempt: int, items: Sequence["ContainerToStart"],
-                                   ahead: dict[str, "ImageRecord | ImageUnavailable"],
-                                   prepared: dict[str, "PreparedContainer"],
-                                   early: dict[str, "str | Exception"]) -> "SandboxRecord":
+    async def _sandbox_and_prepare(
+        self,
+        pod: Pod,
+        attempt: int,
+        items: Sequence[ContainerToStart],
+        ahead: dict[str, ImageRecord | ImageUnavailable],
+        prepared: dict[str, PreparedContainer],
+        early: dict[str, str | Exception],
+    ) -> SandboxRecord:
         """The sandbox, and beside it each new container's image and `prepare_container`, filling `ahead` and
         `prepared` (the caller discards what it does not use). A preparation that fails is left to the
         container's own create, which meets the error again and reports it as it always has.
@@ -306,33 +343,45 @@ class Syncer:
             finally:
                 first_settled.set()
 
-        async def prepare_one(item: "ContainerToStart") -> None:
+        async def prepare_one(item: ContainerToStart) -> None:
             if item.existing is not None or item.name not in specs:
                 return
             container = specs[item.name]
             try:
-                image = await resolve_image(self._images, pod, container, events=self._events,
-                                            backoff=self._backoff, clock=self._clock,
-                                            init=item.container_type != "regular")
+                image = await resolve_image(
+                    self._images,
+                    pod,
+                    container,
+                    events=self._events,
+                    backoff=self._backoff,
+                    clock=self._clock,
+                    init=item.container_type != "regular",
+                )
             except ImageUnavailable as exc:
                 ahead[item.name] = exc
                 return
             ahead[item.name] = image
             try:
-                prepared[item.name] = await self._runtime.prepare_container(pod, container, image, item.attempt,
-                                                                            item.container_type)
+                prepared[item.name] = await self._runtime.prepare_container(
+                    pod, container, image, item.attempt, item.container_type
+                )
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.warning("Preparing a container ahead of its sandbox failed", pod=_full(pod),
-                            container=container.name, err=str(exc))
+                log.warning(
+                    "Preparing a container ahead of its sandbox failed",
+                    pod=_full(pod),
+                    container=container.name,
+                    err=str(exc),
+                )
 
         prep = asyncio.ensure_future(prepare_all())
         try:
             sandbox = await self._runtime.create_sandbox(pod, attempt)
             if sandbox.state != "running":
-                sandbox = await self._network_beside_create(pod, sandbox, items, specs, ahead, prepared, early,
-                                                            first_settled)
+                sandbox = await self._network_beside_create(
+                    pod, sandbox, items, specs, ahead, prepared, early, first_settled
+                )
         except asyncio.CancelledError:
             prep.cancel()
             await asyncio.gather(prep, return_exceptions=True)
@@ -345,18 +394,24 @@ class Syncer:
         return sandbox
 
     async def _network_beside_create(
-        self, pod: "Pod", sandbox: "SandboxRecord", items: Sequence["ContainerToStart"],
-        specs: Mapping[str, "Container"], ahead: Mapping[str, "ImageRecord | ImageUnavailable"],
-        prepared: dict[str, "PreparedContainer"], early: dict[str, "str | Exception"], first_settled: asyncio.Event,
-    ) -> "SandboxRecord":
+        self,
+        pod: Pod,
+        sandbox: SandboxRecord,
+        items: Sequence[ContainerToStart],
+        specs: Mapping[str, Container],
+        ahead: Mapping[str, ImageRecord | ImageUnavailable],
+        prepared: dict[str, PreparedContainer],
+        early: dict[str, str | Exception],
+        first_settled: asyncio.Event,
+    ) -> SandboxRecord:
         """start_sandbox (the CNI ADD) of a created sandbox, and the first container's `runc create` beside it
         (plan.overlap decides which, and what a failure of either half undoes). The container is only
         created: it starts after this returns, so never before the pod's network is ready."""
         from edgelet.plan.overlap import beside_network, overlap_outcome
 
         network = asyncio.ensure_future(self._runtime.start_sandbox(pod, sandbox))
-        creating: "asyncio.Future[str | Exception] | None" = None
-        first: "ContainerToStart | None" = None
+        creating: asyncio.Future[str | Exception] | None = None
+        first: ContainerToStart | None = None
         try:
             await first_settled.wait()
             at_hand = {name: not isinstance(image, ImageUnavailable) for name, image in ahead.items()}
@@ -364,8 +419,9 @@ class Syncer:
             if first is not None:
                 image = ahead[first.name]
                 assert not isinstance(image, ImageUnavailable)
-                creating = asyncio.ensure_future(self._create_only(pod, specs[first.name], sandbox, image, first,
-                                                                   prepared.pop(first.name, None)))
+                creating = asyncio.ensure_future(
+                    self._create_only(pod, specs[first.name], sandbox, image, first, prepared.pop(first.name, None))
+                )
             await asyncio.shield(asyncio.gather(network, *([creating] if creating else []), return_exceptions=True))
         except asyncio.CancelledError:
             # Shutdown: both halves end (a create undoes itself when cancelled), then neither stays.
@@ -389,35 +445,44 @@ class Syncer:
                 crash_point("sandbox.ready")
         return network.result()
 
-    async def _create_only(self, pod: "Pod", container: "Container", sandbox: "SandboxRecord", image: "ImageRecord",
-                           item: "ContainerToStart", prepared: "PreparedContainer | None") -> "str | Exception":
+    async def _create_only(
+        self,
+        pod: Pod,
+        container: Container,
+        sandbox: SandboxRecord,
+        image: ImageRecord,
+        item: ContainerToStart,
+        prepared: PreparedContainer | None,
+    ) -> str | Exception:
         """`create_container` of `item`, its failure returned (reported with its back-off when it would have
         started, as a create failing then is)."""
         try:
             if prepared is not None:
-                return await self._runtime.create_container(pod, container, sandbox, image, item.attempt,
-                                                            item.container_type, prepared=prepared)
-            return await self._runtime.create_container(pod, container, sandbox, image, item.attempt,
-                                                        item.container_type)
+                return await self._runtime.create_container(
+                    pod, container, sandbox, image, item.attempt, item.container_type, prepared=prepared
+                )
+            return await self._runtime.create_container(
+                pod, container, sandbox, image, item.attempt, item.container_type
+            )
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             return exc
 
-    async def _undo_overlap(self, pod: "Pod", sandbox: "SandboxRecord", created: str | None) -> None:
+    async def _undo_overlap(self, pod: Pod, sandbox: SandboxRecord, created: str | None) -> None:
         """A sandbox that never started goes, the container created in it first (never a container without its
         sandbox's record); a removal that fails is logged, and what it left is found by the next sync."""
         if created is not None:
             await self._remove_quietly(pod, created)
         await self._remove_quietly(pod, sandbox.id)
 
-    async def _remove_quietly(self, pod: "Pod", cid: str) -> None:
+    async def _remove_quietly(self, pod: Pod, cid: str) -> None:
         try:
             await self._runtime.remove_container(cid)
-        except Exception as exc:  # noqa: BLE001 - the failure being handled matters more; the next sync retries
+        except Exception as exc:
             log.warning("Removing what a failed pod start created failed", pod=_full(pod), id=cid[:12], err=str(exc))
 
-    async def _before_state(self, uid: str, st: PodSyncState) -> "PodRuntimeStatus":
+    async def _before_state(self, uid: str, st: PodSyncState) -> PodRuntimeStatus:
         st.cached_read = False
         if self._newer_than is not None and st.synced_at is not None:
             cached = self._newer_than(uid, st.synced_at)
@@ -426,7 +491,7 @@ class Syncer:
                 return cached
         return await self._runtime.pod_status(uid)
 
-    async def _state_after(self, uid: str, st: PodSyncState | None = None) -> "tuple[PodRuntimeStatus, bool]":
+    async def _state_after(self, uid: str, st: PodSyncState | None = None) -> tuple[PodRuntimeStatus, bool]:
         """The pod as read after everything this sync did so far, and whether a relist (PLEG's) read it.
 
         Read from a relist that asked runc after now, so never older than the sync's own actions; with `st`
@@ -446,7 +511,7 @@ class Syncer:
             st.settled_at = None  # what it publishes is newer than the cache: the next sync needs a newer one
         return await self._runtime.pod_status(uid), False
 
-    def _warn_host_access(self, pod: "Pod") -> None:
+    def _warn_host_access(self, pod: Pod) -> None:
         """kubelet runs static pods with host namespaces or a writable host `/` without a word; edgelet says so."""
         from edgelet.api.hostaccess import REASON, describe_host_access, host_access_message
 
@@ -455,9 +520,17 @@ class Syncer:
             self._events.warning(pod_ref(pod), REASON, host_access_message(found))
 
     async def _start_container(
-        self, pod: "Pod", container: "Container", sandbox: "SandboxRecord", attempt: int, ctype: str,
-        st: PodSyncState | None = None, *, image: "ImageRecord | ImageUnavailable | None" = None,
-        prepared: "PreparedContainer | None" = None, created: "str | Exception | None" = None,
+        self,
+        pod: Pod,
+        container: Container,
+        sandbox: SandboxRecord,
+        attempt: int,
+        ctype: str,
+        st: PodSyncState | None = None,
+        *,
+        image: ImageRecord | ImageUnavailable | None = None,
+        prepared: PreparedContainer | None = None,
+        created: str | Exception | None = None,
     ) -> tuple[str, str] | None:
         """Image, create, start; returns a waiting (reason, message) on failure. `image` and `prepared`: what
         was resolved and prepared while the sandbox was set up (create_container then owns `prepared`);
@@ -469,10 +542,19 @@ class Syncer:
                 raise image
             if image is None:
                 # Events and the image back-off (uid, "image:<name>") are the manager's; _next_wake sees the latter.
-                image = await resolve_image(self._images, pod, container, events=self._events,
-                                            backoff=self._backoff, clock=self._clock, init=ctype != "regular")
+                image = await resolve_image(
+                    self._images,
+                    pod,
+                    container,
+                    events=self._events,
+                    backoff=self._backoff,
+                    clock=self._clock,
+                    init=ctype != "regular",
+                )
         except ImageUnavailable as exc:
-            log.warning("Image not available", pod=_full(pod), container=container.name, reason=exc.reason, err=exc.message)
+            log.warning(
+                "Image not available", pod=_full(pod), container=container.name, reason=exc.reason, err=exc.message
+            )
             return (exc.reason, exc.message)
         ref = pod_ref(pod, container.name, init=ctype != "regular")
         if attempt > 0:
@@ -484,8 +566,9 @@ class Syncer:
             if created is not None:
                 cid = created
             elif prepared is not None:
-                cid = await self._runtime.create_container(pod, container, sandbox, image, attempt, ctype,
-                                                           prepared=prepared)
+                cid = await self._runtime.create_container(
+                    pod, container, sandbox, image, attempt, ctype, prepared=prepared
+                )
             else:
                 cid = await self._runtime.create_container(pod, container, sandbox, image, attempt, ctype)
         except asyncio.CancelledError:
@@ -500,7 +583,13 @@ class Syncer:
         return await self._start_created(pod, container, sandbox, cid, attempt, ref, st)
 
     async def _resume_container(
-        self, pod: "Pod", container: "Container", sandbox: "SandboxRecord", cid: str, attempt: int, ctype: str,
+        self,
+        pod: Pod,
+        container: Container,
+        sandbox: SandboxRecord,
+        cid: str,
+        attempt: int,
+        ctype: str,
         st: PodSyncState,
     ) -> tuple[str, str] | None:
         """Start an instance a killed agent created but never started (plan.actions resumable).
@@ -512,12 +601,23 @@ class Syncer:
         ref = pod_ref(pod, container.name, init=ctype != "regular")
         if attempt > 0:
             self._backoff.next(key, self._clock.monotonic())
-        log.info("Starting a container created by the previous agent", pod=_full(pod), container=container.name,
-                 id=cid[:12], attempt=attempt)
+        log.info(
+            "Starting a container created by the previous agent",
+            pod=_full(pod),
+            container=container.name,
+            id=cid[:12],
+            attempt=attempt,
+        )
         return await self._start_created(pod, container, sandbox, cid, attempt, ref, st)
 
     async def _start_created(
-        self, pod: "Pod", container: "Container", sandbox: "SandboxRecord", cid: str, attempt: int, ref: InvolvedObject,
+        self,
+        pod: Pod,
+        container: Container,
+        sandbox: SandboxRecord,
+        cid: str,
+        attempt: int,
+        ref: InvolvedObject,
         st: PodSyncState | None,
     ) -> tuple[str, str] | None:
         """Start a created instance, then its postStart hook; a waiting (reason, message) on failure.
@@ -544,18 +644,24 @@ class Syncer:
         return None
 
     async def _post_start(
-        self, pod: "Pod", container: "Container", sandbox: "SandboxRecord", cid: str, ref
+        self, pod: Pod, container: Container, sandbox: SandboxRecord, cid: str, ref
     ) -> tuple[str, str] | None:
         """kubelet startContainer step 4: run postStart; on failure FailedPostStartHook, kill, PostStartHookError."""
         from edgelet.probes.errors import HookError
         from edgelet.probes.hooks import run_handler
-        from edgelet.probes.probers import target_for
+        from edgelet.probes.target import target_for
 
         target = target_for(cid, container, sandbox.netns_path(), sandbox.host_network)
         try:
             assert container.lifecycle is not None and container.lifecycle.post_start is not None
-            await run_handler(container.lifecycle.post_start, runtime=self._runtime, target=target, pod=pod,
-                              container=container, sleep=self._clock.sleep)
+            await run_handler(
+                container.lifecycle.post_start,
+                runtime=self._runtime,
+                target=target,
+                pod=pod,
+                container=container,
+                sleep=self._clock.sleep,
+            )
         except HookError as exc:
             log.warning("PostStart hook failed", pod=_full(pod), container=container.name, err=str(exc))
             self._events.warning(ref, "FailedPostStartHook", str(exc))
@@ -564,8 +670,13 @@ class Syncer:
         return None
 
     async def _stop(
-        self, pod: "Pod | None", cid: str, why: str, grace: float | None = None,
-        turn: Sequence[asyncio.Event] = (), event_message: str | None = None,
+        self,
+        pod: Pod | None,
+        cid: str,
+        why: str,
+        grace: float | None = None,
+        turn: Sequence[asyncio.Event] = (),
+        event_message: str | None = None,
     ) -> None:
         """kubelet killContainer: event, (preStop), wait for this container's turn, stop signal, SIGKILL.
 
@@ -574,22 +685,34 @@ class Syncer:
         (the termination ordering's waitForTurn); the wait is bounded by, and taken
         from, the grace period.
         """
-        if pod is not None and self._probes is not None and grace is None \
-                and cid in self._probes.failures(pod_uid(pod)):
+        if (
+            pod is not None
+            and self._probes is not None
+            and grace is None
+            and cid in self._probes.failures(pod_uid(pod))
+        ):
             # kubelet setTerminationGracePeriod: a liveness/startup kill uses the probe's grace when it has one.
             grace = self._probes.kill_grace(pod_uid(pod), cid)
         record = await self._find(cid, pod_uid(pod) if pod is not None else None)
         if grace is None:
             # Without the pod (an orphan), the grace period it had, kept on the container.
-            grace = record.grace_period if pod is None and record is not None and record.grace_period is not None \
+            grace = (
+                record.grace_period
+                if pod is None and record is not None and record.grace_period is not None
                 else _grace(pod)
+            )
         log.info("Killing container", pod=_full(pod), container=cid[:12], reason=why, grace=grace)
         if record is not None and pod is not None:
             ref = pod_ref(pod, record.name, init=record.container_type == "init")
             self._events.normal(ref, "Killing", event_message or f"Stopping container {record.name}")
             spec = container_spec(pod, record.name)
-            if spec is not None and spec.lifecycle is not None and spec.lifecycle.pre_stop is not None \
-                    and record.state == "running" and grace > 0:
+            if (
+                spec is not None
+                and spec.lifecycle is not None
+                and spec.lifecycle.pre_stop is not None
+                and record.state == "running"
+                and grace > 0
+            ):
                 began = self._clock.monotonic()
                 await self._pre_stop(pod, spec, record, ref, grace)
                 # kubelet: the hook's time (whole seconds) comes out of the grace period.
@@ -604,21 +727,31 @@ class Syncer:
         # The runtime gives at least 2 s between the stop signal and SIGKILL (kubelet minimumGracePeriodInSeconds).
         await self._runtime.stop_container(cid, grace, self._stop_signal(pod, record))
 
-    async def _pre_stop(self, pod: "Pod", spec: "Container", record: "ContainerRecord", ref, grace: float) -> None:
+    async def _pre_stop(self, pod: Pod, spec: Container, record: ContainerRecord, ref, grace: float) -> None:
         """kubelet executePreStopHook: run preStop for at most `grace` seconds; a failure is an event, not an error."""
         from edgelet.probes.errors import HookError
         from edgelet.probes.hooks import run_handler
-        from edgelet.probes.probers import target_for
+        from edgelet.probes.target import target_for
 
         rt = await self._runtime.pod_status(record.pod_uid)
         sandbox = next((s for s in rt.sandboxes if s.id == record.sandbox_id), None)
-        target = target_for(record.id, spec, sandbox.netns_path() if sandbox is not None else None,
-                            sandbox.host_network if sandbox is not None else bool(pod_spec(pod).host_network))
+        target = target_for(
+            record.id,
+            spec,
+            sandbox.netns_path() if sandbox is not None else None,
+            sandbox.host_network if sandbox is not None else bool(pod_spec(pod).host_network),
+        )
         assert spec.lifecycle is not None and spec.lifecycle.pre_stop is not None
         try:
             await asyncio.wait_for(
-                run_handler(spec.lifecycle.pre_stop, runtime=self._runtime, target=target, pod=pod, container=spec,
-                            sleep=self._clock.sleep),
+                run_handler(
+                    spec.lifecycle.pre_stop,
+                    runtime=self._runtime,
+                    target=target,
+                    pod=pod,
+                    container=spec,
+                    sleep=self._clock.sleep,
+                ),
                 timeout=grace,
             )
         except HookError as exc:
@@ -628,8 +761,13 @@ class Syncer:
             log.info("PreStop hook not completed in grace period", pod=_full(pod), container=spec.name, grace=grace)
 
     async def _stop_ordered(
-        self, pod: "Pod | None", rt: "PodRuntimeStatus", kills: Mapping[str, str], grace: float | None = None,
-        *, say_reason: bool = False,
+        self,
+        pod: Pod | None,
+        rt: PodRuntimeStatus,
+        kills: Mapping[str, str],
+        grace: float | None = None,
+        *,
+        say_reason: bool = False,
     ) -> None:
         """Stop `kills` (id -> reason) in parallel, sidecars after main containers in reverse order.
 
@@ -650,7 +788,7 @@ class Syncer:
 
         await asyncio.gather(*(one(cid) for cid in kills))
 
-    async def _find(self, cid: str, uid: str | None = None) -> "ContainerRecord | None":
+    async def _find(self, cid: str, uid: str | None = None) -> ContainerRecord | None:
         """The container as read now: of its pod from the shared relist (the containers of a pod stopped side by
         side wait for one `runc list` together), else from a list of every pod (an orphan's)."""
         if uid is not None and self._relisted_after is not None:
@@ -662,7 +800,7 @@ class Syncer:
                     return c
         return None
 
-    def _stop_signal(self, pod: "Pod | None", record: "ContainerRecord | None") -> str:
+    def _stop_signal(self, pod: Pod | None, record: ContainerRecord | None) -> str:
         """The container's lifecycle.stopSignal, else the image's STOPSIGNAL, else SIGTERM."""
         image_signal = ""
         if record is not None and record.image:
@@ -671,8 +809,7 @@ class Syncer:
                 image_signal = rec.config.stop_signal
         return stop_signal(container_spec(pod, record.name) if record is not None else None, image_signal)
 
-    async def _kill_all(self, pod: "Pod | None", rt: "PodRuntimeStatus", reason: str,
-                        grace: float | None = None) -> None:
+    async def _kill_all(self, pod: Pod | None, rt: PodRuntimeStatus, reason: str, grace: float | None = None) -> None:
         """Stop every container in parallel, then the sandboxes (kubelet killPodWithSyncResult).
 
         Exited containers are kept: the newest of each is the container's lastState and
@@ -698,7 +835,7 @@ class Syncer:
             st.evicted = None
             st.readmitted = True
 
-    async def _sync_held(self, pod: "Pod", st: PodSyncState, why: tuple[str, str], grace: float | None) -> SyncResult:
+    async def _sync_held(self, pod: Pod, st: PodSyncState, why: tuple[str, str], grace: float | None) -> SyncResult:
         """Keep a pod stopped (evicted, or refused before it ran): kill what runs, publish it Failed with `why`."""
         uid = pod_uid(pod)
         rt = await self._before_state(uid, st)
@@ -712,7 +849,7 @@ class Syncer:
         self._publish(pod, rt, st)
         return SyncResult(changed=live, relisted=relisted)
 
-    async def terminate_pod(self, uid: str, pod: "Pod | None") -> None:
+    async def terminate_pod(self, uid: str, pod: Pod | None) -> None:
         """Stop everything with the pod's grace period, then remove all the pod left behind."""
         st = self._state.get(uid)
         rt = await self._before_state(uid, st) if st is not None else await self._runtime.pod_status(uid)
@@ -736,14 +873,18 @@ class Syncer:
         self._forget(uid)
         log.info("Pod terminated", pod=name, uid=uid)
 
-    def _record_backoffs(self, pod: "Pod", st: PodSyncState) -> None:
+    def _record_backoffs(self, pod: Pod, st: PodSyncState) -> None:
         """A BackOff event for each container held back, as kubelet emits one per sync that hits it."""
         init_names = {c.name for c in pod_spec(pod).init_containers or []}
         for name, (reason, _) in st.waiting.items():
             ref = pod_ref(pod, name, init=name in init_names)
             if reason == "CrashLoopBackOff":
-                self._events.warning(ref, "BackOff", f"Back-off restarting failed container {name} in pod "
-                                                     f"{meta(pod).name}_{meta(pod).namespace}({pod_uid(pod)})")
+                self._events.warning(
+                    ref,
+                    "BackOff",
+                    f"Back-off restarting failed container {name} in pod "
+                    f"{meta(pod).name}_{meta(pod).namespace}({pod_uid(pod)})",
+                )
             elif reason == "ImagePullBackOff":
                 self._events.normal(ref, "BackOff", f'Back-off pulling image "{_image_of(pod, name)}"')
 
@@ -755,7 +896,7 @@ class Syncer:
     def _retry_delay(self, uid: str, what: str, now: float) -> float:
         return self._backoff.next((uid, what), now)
 
-    def _next_wake(self, pod: "Pod", st: PodSyncState, now: float) -> float | None:
+    def _next_wake(self, pod: Pod, st: PodSyncState, now: float) -> float | None:
         """When a waiting container's back-off ends, so the loop syncs the pod again then."""
         delays = []
         for name, (reason, _) in st.waiting.items():
@@ -772,7 +913,7 @@ class Syncer:
         return 1.0 if st.waiting else None
 
 
-def _created_id(creating: "asyncio.Future[str | Exception] | None") -> str | None:
+def _created_id(creating: asyncio.Future[str | Exception] | None) -> str | None:
     """The id a finished `_create_only` created; None when it failed, was cancelled or never ran."""
     if creating is None or not creating.done() or creating.cancelled() or creating.exception() is not None:
         return None
@@ -787,31 +928,32 @@ def next_synced_at(settled_at: float | None, now: float) -> float:
     return settled_at if settled_at is not None else now
 
 
-def _live(rt: "PodRuntimeStatus") -> bool:
+def _live(rt: PodRuntimeStatus) -> bool:
     """Whether anything of the pod runs (or is created): what a kill of the whole pod stops."""
-    return any(c.state in ("running", "created") for c in rt.containers) or \
-        any(s.state in ("running", "created") for s in rt.sandboxes)
+    return any(c.state in ("running", "created") for c in rt.containers) or any(
+        s.state in ("running", "created") for s in rt.sandboxes
+    )
 
 
-def _live_sandbox(rt: "PodRuntimeStatus", sandbox_id: str | None) -> "SandboxRecord | None":
+def _live_sandbox(rt: PodRuntimeStatus, sandbox_id: str | None) -> SandboxRecord | None:
     for s in rt.sandboxes:
         if s.state == "running" and (sandbox_id is None or s.id == sandbox_id):
             return s
     return None
 
 
-def _grace(pod: "Pod | None") -> float:
+def _grace(pod: Pod | None) -> float:
     grace = pod.spec.termination_grace_period_seconds if pod is not None and pod.spec is not None else None
     return DEFAULT_GRACE if grace is None else float(grace)
 
 
-def _full(pod: "Pod | None") -> str | None:
+def _full(pod: Pod | None) -> str | None:
     if pod is None or pod.metadata is None:
         return None
     return f"{meta(pod).namespace}/{meta(pod).name}"
 
 
-def _image_of(pod: "Pod", name: str) -> str:
+def _image_of(pod: Pod, name: str) -> str:
     for c in [*(pod_spec(pod).init_containers or []), *pod_spec(pod).containers]:
         if c.name == name:
             return c.image or ""

@@ -10,11 +10,12 @@ terminated, a fresh worker starts.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
-from edgelet.api.pod import uid as pod_uid
 from edgelet.api.pod import meta
+from edgelet.api.pod import uid as pod_uid
 from edgelet.util.clock import REAL_CLOCK, Clock
 from edgelet.util.log import get_logger
 
@@ -40,15 +41,15 @@ class SyncResult:
 class PodSyncer(Protocol):
     """The side-effect half of a sync (see sync.syncpod)."""
 
-    async def sync_pod(self, pod: "Pod") -> SyncResult: ...
+    async def sync_pod(self, pod: Pod) -> SyncResult: ...
 
-    async def terminate_pod(self, uid: str, pod: "Pod | None") -> None: ...
+    async def terminate_pod(self, uid: str, pod: Pod | None) -> None: ...
 
 
 @dataclass
 class _Work:
     kind: Literal["sync", "terminate"]
-    pod: "Pod | None"
+    pod: Pod | None
 
 
 @dataclass
@@ -68,7 +69,7 @@ class PodWorkers:
         self._on_result = on_result or (lambda uid, result: None)
         self._on_terminated = on_terminated or (lambda uid: None)
         self._names: dict[str, str] = {}  # uid -> namespace/name of every pod with a worker
-        self._parked: dict[str, "Pod"] = {}  # namespace/name -> the pod waiting for that name
+        self._parked: dict[str, Pod] = {}  # namespace/name -> the pod waiting for that name
         # A uid the rollout starts beside the running pod of its name (its Surge strategy); else one at a time.
         self.may_run_beside: Callable[[str], bool] = lambda uid: False
 
@@ -79,7 +80,7 @@ class PodWorkers:
     def known(self) -> set[str]:
         return set(self._workers)
 
-    def sync(self, pod: "Pod") -> None:
+    def sync(self, pod: Pod) -> None:
         uid = pod_uid(pod)
         w = self._workers.get(uid)
         if w is not None and w.terminating:
@@ -87,8 +88,11 @@ class PodWorkers:
             log.debug("Ignoring sync of a terminating pod", pod=uid)
             return
         name = _name(pod) or uid
-        if w is None and not self.may_run_beside(uid) and \
-                any(n == name and other != uid for other, n in self._names.items()):
+        if (
+            w is None
+            and not self.may_run_beside(uid)
+            and any(n == name and other != uid for other, n in self._names.items())
+        ):
             # kubelet allowStaticPodStart: one pod per full name at a time, so an edited
             # static pod (new UID) starts only once the old one has fully terminated.
             if name not in self._parked:
@@ -99,7 +103,7 @@ class PodWorkers:
         self._names[uid] = name
         self._submit(uid, _Work("sync", pod))
 
-    def terminate(self, uid: str, pod: "Pod | None") -> None:
+    def terminate(self, uid: str, pod: Pod | None) -> None:
         # A pod waiting for its name that is no longer wanted (the rollout went back to the running version)
         # must not start once the name is free.
         for name in [n for n, p in self._parked.items() if pod_uid(p) == uid]:
@@ -135,7 +139,7 @@ class PodWorkers:
                 result = SyncResult(requeue_after=5.0)
             self._on_result(uid, result)
 
-    async def _terminate(self, uid: str, pod: "Pod | None") -> None:
+    async def _terminate(self, uid: str, pod: Pod | None) -> None:
         while True:
             try:
                 await self._syncer.terminate_pod(uid, pod)
@@ -182,7 +186,7 @@ class PodWorkers:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def _name(pod: "Pod | None") -> str | None:
+def _name(pod: Pod | None) -> str | None:
     if pod is None or pod.metadata is None:
         return None
     return f"{meta(pod).namespace}/{meta(pod).name}"

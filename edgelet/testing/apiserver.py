@@ -48,20 +48,49 @@ def _openssl(*args: str) -> None:
 
 def make_ca(d: Path, name: str = "ca") -> tuple[Path, Path]:
     key, crt = d / f"{name}.key", d / f"{name}.crt"
-    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(crt),
-             "-days", "2", "-subj", f"/CN=edgelet-test-{name}")
+    _openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        str(key),
+        "-out",
+        str(crt),
+        "-days",
+        "2",
+        "-subj",
+        f"/CN=edgelet-test-{name}",
+    )
     return crt, key
 
 
-def make_cert(d: Path, name: str, ca: tuple[Path, Path], subject: str, *, sans: str = "",
-              server: bool = False) -> tuple[Path, Path]:
+def make_cert(
+    d: Path, name: str, ca: tuple[Path, Path], subject: str, *, sans: str = "", server: bool = False
+) -> tuple[Path, Path]:
     """A key and a certificate signed by `ca`; `subject` like `/O=system:nodes/CN=system:node:n1`."""
     key, csr, crt, ext = d / f"{name}.key", d / f"{name}.csr", d / f"{name}.crt", d / f"{name}.ext"
     _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(csr), "-subj", subject)
     usage = "serverAuth" if server else "clientAuth"
     ext.write_text(f"extendedKeyUsage={usage}\n" + (f"subjectAltName={sans}\n" if sans else ""))
-    _openssl("x509", "-req", "-in", str(csr), "-CA", str(ca[0]), "-CAkey", str(ca[1]), "-CAcreateserial",
-             "-out", str(crt), "-days", "2", "-extfile", str(ext))
+    _openssl(
+        "x509",
+        "-req",
+        "-in",
+        str(csr),
+        "-CA",
+        str(ca[0]),
+        "-CAkey",
+        str(ca[1]),
+        "-CAcreateserial",
+        "-out",
+        str(crt),
+        "-days",
+        "2",
+        "-extfile",
+        str(ext),
+    )
     return crt, key
 
 
@@ -109,30 +138,55 @@ class ApiServer:
         self.port = self.port or free_port()
         logs = self.base / "logs"
         logs.mkdir(exist_ok=True)
-        self._spawn(["etcd", "--name", "default", "--data-dir", str(etcd_dir),
-                     "--listen-client-urls", f"http://127.0.0.1:{client}",
-                     "--advertise-client-urls", f"http://127.0.0.1:{client}",
-                     "--listen-peer-urls", f"http://127.0.0.1:{peer}",
-                     "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
-                     "--initial-cluster", f"default=http://127.0.0.1:{peer}"], logs / "etcd.log")
-        self._spawn([str(self.bin_dir / "kube-apiserver"),
-                     f"--etcd-servers=http://127.0.0.1:{client}",
-                     "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
-                     f"--secure-port={self.port}", "--insecure-port=0", "--endpoint-reconciler-type=none",
-                     f"--cert-dir={pki}",
-                     f"--tls-cert-file={pki / 'server.crt'}", f"--tls-private-key-file={pki / 'server.key'}",
-                     f"--client-ca-file={pki / 'ca.crt'}", f"--token-auth-file={self._write_tokens()}",
-                     f"--kubelet-client-certificate={pki / 'kubelet-client.crt'}",
-                     f"--kubelet-client-key={pki / 'kubelet-client.key'}",
-                     f"--kubelet-certificate-authority={pki / 'ca.crt'}",
-                     # Reach a node at its InternalIP (tests advertise 127.0.0.1), never by resolving its name.
-                     "--kubelet-preferred-address-types=InternalIP",
-                     "--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction",
-                     "--allow-privileged=true",
-                     "--service-account-issuer=https://kubernetes.default.svc",
-                     f"--service-account-key-file={pki / 'sa.pub'}",
-                     f"--service-account-signing-key-file={pki / 'sa.key'}",
-                     "--service-cluster-ip-range=10.96.0.0/24"], logs / "apiserver.log")
+        self._spawn(
+            [
+                "etcd",
+                "--name",
+                "default",
+                "--data-dir",
+                str(etcd_dir),
+                "--listen-client-urls",
+                f"http://127.0.0.1:{client}",
+                "--advertise-client-urls",
+                f"http://127.0.0.1:{client}",
+                "--listen-peer-urls",
+                f"http://127.0.0.1:{peer}",
+                "--initial-advertise-peer-urls",
+                f"http://127.0.0.1:{peer}",
+                "--initial-cluster",
+                f"default=http://127.0.0.1:{peer}",
+            ],
+            logs / "etcd.log",
+        )
+        self._spawn(
+            [
+                str(self.bin_dir / "kube-apiserver"),
+                f"--etcd-servers=http://127.0.0.1:{client}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={self.port}",
+                "--insecure-port=0",
+                "--endpoint-reconciler-type=none",
+                f"--cert-dir={pki}",
+                f"--tls-cert-file={pki / 'server.crt'}",
+                f"--tls-private-key-file={pki / 'server.key'}",
+                f"--client-ca-file={pki / 'ca.crt'}",
+                f"--token-auth-file={self._write_tokens()}",
+                f"--kubelet-client-certificate={pki / 'kubelet-client.crt'}",
+                f"--kubelet-client-key={pki / 'kubelet-client.key'}",
+                f"--kubelet-certificate-authority={pki / 'ca.crt'}",
+                # Reach a node at its InternalIP (tests advertise 127.0.0.1), never by resolving its name.
+                "--kubelet-preferred-address-types=InternalIP",
+                "--authorization-mode=Node,RBAC",
+                "--enable-admission-plugins=NodeRestriction",
+                "--allow-privileged=true",
+                "--service-account-issuer=https://kubernetes.default.svc",
+                f"--service-account-key-file={pki / 'sa.pub'}",
+                f"--service-account-signing-key-file={pki / 'sa.key'}",
+                "--service-cluster-ip-range=10.96.0.0/24",
+            ],
+            logs / "apiserver.log",
+        )
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -148,8 +202,9 @@ class ApiServer:
 
     def _spawn(self, argv: list[str], log: Path) -> None:
         with open(log, "ab") as out:
-            self.procs.append(subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                                               start_new_session=True))
+            self.procs.append(
+                subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True)
+            )
 
     def stop(self) -> None:
         for p in reversed(self.procs):
@@ -165,11 +220,22 @@ class ApiServer:
     def context(self) -> ssl.SSLContext:
         return ssl.create_default_context(cafile=str(self.ca_file))
 
-    def request(self, method: str, path: str, body: object = None, *, token: str = ADMIN_TOKEN,
-                content_type: str = "application/json") -> tuple[int, bytes]:
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: object = None,
+        *,
+        token: str = ADMIN_TOKEN,
+        content_type: str = "application/json",
+    ) -> tuple[int, bytes]:
         data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers={"Authorization": f"Bearer {token}", "Content-Type": content_type})
+        req = urllib.request.Request(
+            self.url + path,
+            data=data,
+            method=method,
+            headers={"Authorization": f"Bearer {token}", "Content-Type": content_type},
+        )
         try:
             with urllib.request.urlopen(req, context=self.context(), timeout=30) as resp:
                 return resp.status, resp.read()
@@ -183,12 +249,20 @@ class ApiServer:
         return body if raw else json.loads(body)
 
     def kubeconfig(self, path: Path, *, token: str) -> Path:
-        path.write_text(json.dumps({
-            "apiVersion": "v1", "kind": "Config", "current-context": "test",
-            "clusters": [{"name": "test", "cluster": {"server": self.url, "certificate-authority": str(self.ca_file)}}],
-            "users": [{"name": "test", "user": {"token": token}}],
-            "contexts": [{"name": "test", "context": {"cluster": "test", "user": "test"}}],
-        }))
+        path.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "test",
+                    "clusters": [
+                        {"name": "test", "cluster": {"server": self.url, "certificate-authority": str(self.ca_file)}}
+                    ],
+                    "users": [{"name": "test", "user": {"token": token}}],
+                    "contexts": [{"name": "test", "context": {"cluster": "test", "user": "test"}}],
+                }
+            )
+        )
         return path
 
     def cert_kubeconfig(self, path: Path, *, node: str) -> Path:
@@ -196,18 +270,32 @@ class ApiServer:
         import base64
 
         pki = self.base / "pki"
-        crt, key = make_cert(pki, f"node-{node}", (pki / "ca.crt", pki / "ca.key"),
-                             f"/O=system:nodes/CN=system:node:{node}")
+        crt, key = make_cert(
+            pki, f"node-{node}", (pki / "ca.crt", pki / "ca.key"), f"/O=system:nodes/CN=system:node:{node}"
+        )
 
         def b64(p: Path) -> str:
             return base64.b64encode(p.read_bytes()).decode()
 
-        path.write_text(json.dumps({
-            "apiVersion": "v1", "kind": "Config", "current-context": "node",
-            "clusters": [{"name": "test", "cluster": {"server": self.url, "certificate-authority-data": b64(self.ca_file)}}],
-            "users": [{"name": node, "user": {"client-certificate-data": b64(crt), "client-key-data": b64(key)}}],
-            "contexts": [{"name": "node", "context": {"cluster": "test", "user": node}}],
-        }))
+        path.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "node",
+                    "clusters": [
+                        {
+                            "name": "test",
+                            "cluster": {"server": self.url, "certificate-authority-data": b64(self.ca_file)},
+                        }
+                    ],
+                    "users": [
+                        {"name": node, "user": {"client-certificate-data": b64(crt), "client-key-data": b64(key)}}
+                    ],
+                    "contexts": [{"name": "node", "context": {"cluster": "test", "user": node}}],
+                }
+            )
+        )
         return path
 
     def kubelet_serving_cert(self, node: str) -> tuple[Path, Path]:
@@ -215,13 +303,23 @@ class ApiServer:
         --kubelet-certificate-authority asks), valid for 127.0.0.1; the CA also signs the apiserver's kubelet
         client certificate (O=system:masters), so a node trusting `ca_file` lets the apiserver in."""
         pki = self.base / "pki"
-        return make_cert(pki, f"kubelet-serving-{node}", (pki / "ca.crt", pki / "ca.key"), f"/CN=system:node:{node}",
-                         sans=f"IP:127.0.0.1,DNS:{node}", server=True)
+        return make_cert(
+            pki,
+            f"kubelet-serving-{node}",
+            (pki / "ca.crt", pki / "ca.key"),
+            f"/CN=system:node:{node}",
+            sans=f"IP:127.0.0.1,DNS:{node}",
+            server=True,
+        )
 
     def kubectl(self, *args: str, token: str = ADMIN_TOKEN) -> str:
         cfg = self.kubeconfig(self.base / f"kubeconfig-{abs(hash(token))}", token=token)
-        done = subprocess.run([str(self.bin_dir / "kubectl"), f"--kubeconfig={cfg}", *args],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+        done = subprocess.run(
+            [str(self.bin_dir / "kubectl"), f"--kubeconfig={cfg}", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         if done.returncode != 0:
             raise ValueError(f"kubectl {' '.join(args)}: {done.stderr.strip()}")
         return done.stdout

@@ -11,8 +11,8 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 CGROUP_MOUNT = Path("/sys/fs/cgroup")
 

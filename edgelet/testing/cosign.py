@@ -11,9 +11,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import httpx
 
@@ -44,8 +44,9 @@ class CosignKey:
     def public_pem(self) -> bytes:
         from cryptography.hazmat.primitives import serialization
 
-        return self._key.public_key().public_bytes(serialization.Encoding.PEM,
-                                                   serialization.PublicFormat.SubjectPublicKeyInfo)
+        return self._key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
 
     def write_public(self, path: Path) -> Path:
         path.write_bytes(self.public_pem)
@@ -61,10 +62,14 @@ class CosignKey:
 
 def simple_signing(docker_reference: str, manifest_digest: str, *, optional: dict | None = None) -> bytes:
     """The payload cosign signs (its own key order and compact separators)."""
-    doc = {"critical": {"identity": {"docker-reference": docker_reference},
-                        "image": {"docker-manifest-digest": manifest_digest},
-                        "type": "cosign container image signature"},
-           "optional": optional}
+    doc = {
+        "critical": {
+            "identity": {"docker-reference": docker_reference},
+            "image": {"docker-manifest-digest": manifest_digest},
+            "type": "cosign container image signature",
+        },
+        "optional": optional,
+    }
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
@@ -76,33 +81,55 @@ def _push_blob(client: httpx.Client, base: str, repo: str, data: bytes) -> dict:
     if location.startswith("/"):
         location = base + location
     sep = "&" if "?" in location else "?"
-    resp = client.put(f"{location}{sep}digest={digest}", content=data,
-                      headers={"Content-Type": "application/octet-stream"})
+    resp = client.put(
+        f"{location}{sep}digest={digest}", content=data, headers={"Content-Type": "application/octet-stream"}
+    )
     resp.raise_for_status()
     return {"digest": digest, "size": len(data)}
 
 
-def signature_manifest(host: str, repo: str, signatures: Sequence[Signature], *, extra_layers: Sequence[dict] = ()
-                       ) -> tuple[bytes, dict[str, bytes]]:
+def signature_manifest(
+    host: str, repo: str, signatures: Sequence[Signature], *, extra_layers: Sequence[dict] = ()
+) -> tuple[bytes, dict[str, bytes]]:
     """The `.sig` manifest and the blobs it names (payloads and config), not pushed."""
     blobs: dict[str, bytes] = {}
     layers = []
     for sig in signatures:
         blobs[_sha(sig.payload)] = sig.payload
-        layers.append({"mediaType": MT_SIMPLESIGNING, "size": len(sig.payload), "digest": _sha(sig.payload),
-                       "annotations": {"dev.cosignproject.cosign/signature": sig.signature}})
-    config = json.dumps({"architecture": "", "created": "0001-01-01T00:00:00Z", "history": [{"created": "0001-01-01"
-                         "T00:00:00Z"}], "os": "", "rootfs": {"type": "layers", "diff_ids": [
-                             l["digest"] for l in layers]}, "config": {}}, separators=(",", ":")).encode()
+        layers.append(
+            {
+                "mediaType": MT_SIMPLESIGNING,
+                "size": len(sig.payload),
+                "digest": _sha(sig.payload),
+                "annotations": {"dev.cosignproject.cosign/signature": sig.signature},
+            }
+        )
+    config = json.dumps(
+        {
+            "architecture": "",
+            "created": "0001-01-01T00:00:00Z",
+            "history": [{"created": "0001-01-01T00:00:00Z"}],
+            "os": "",
+            "rootfs": {"type": "layers", "diff_ids": [layer["digest"] for layer in layers]},
+            "config": {},
+        },
+        separators=(",", ":"),
+    ).encode()
     blobs[_sha(config)] = config
-    manifest = json.dumps({"schemaVersion": 2, "mediaType": MT_MANIFEST,
-                           "config": {"mediaType": MT_CONFIG, "size": len(config), "digest": _sha(config)},
-                           "layers": [*layers, *extra_layers]}).encode()
+    manifest = json.dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": MT_MANIFEST,
+            "config": {"mediaType": MT_CONFIG, "size": len(config), "digest": _sha(config)},
+            "layers": [*layers, *extra_layers],
+        }
+    ).encode()
     return manifest, blobs
 
 
-def push_signatures(host: str, repo: str, manifest_digest: str, signatures: Sequence[Signature], *,
-                    extra_layers: Sequence[dict] = ()) -> str:
+def push_signatures(
+    host: str, repo: str, manifest_digest: str, signatures: Sequence[Signature], *, extra_layers: Sequence[dict] = ()
+) -> str:
     """Store `signatures` under the tag `sha256-<hex>.sig` of `repo` (replacing what was there); returns the tag."""
     base = f"http://{host}"
     manifest, blobs = signature_manifest(host, repo, signatures, extra_layers=extra_layers)
@@ -110,8 +137,7 @@ def push_signatures(host: str, repo: str, manifest_digest: str, signatures: Sequ
     with httpx.Client(timeout=30) as client:
         for data in blobs.values():
             _push_blob(client, base, repo, data)
-        resp = client.put(f"{base}/v2/{repo}/manifests/{tag}", content=manifest,
-                          headers={"Content-Type": MT_MANIFEST})
+        resp = client.put(f"{base}/v2/{repo}/manifests/{tag}", content=manifest, headers={"Content-Type": MT_MANIFEST})
         resp.raise_for_status()
     return tag
 

@@ -6,8 +6,8 @@ import itertools
 from dataclasses import replace
 from pathlib import Path
 
-from edgelet.images.types import ImageConfig, ImageRecord
 from edgelet.container.types import ContainerRecord, ContainerState, PodRuntimeStatus, PreparedContainer, SandboxRecord
+from edgelet.images.types import ImageConfig, ImageRecord
 
 _ids = itertools.count(1)
 
@@ -15,8 +15,13 @@ _ids = itertools.count(1)
 class FakeImageStore:
     def __init__(self, refs: tuple[str, ...] = ("edgelet.local/busybox:1.36",)) -> None:
         self.records = {
-            r: ImageRecord(id=f"sha256:{i:064x}", digest=f"sha256:{i+100:064x}", references=(r,),
-                           config=ImageConfig(cmd=("sh",)), layers=(Path("/nonexistent"),))
+            r: ImageRecord(
+                id=f"sha256:{i:064x}",
+                digest=f"sha256:{i + 100:064x}",
+                references=(r,),
+                config=ImageConfig(cmd=("sh",)),
+                layers=(Path("/nonexistent"),),
+            )
             for i, r in enumerate(refs)
         }
 
@@ -71,9 +76,16 @@ class FakeRuntime:
         if self.fail_sandbox:
             raise OSError("sandbox failed")
         sid = f"sb{next(_ids)}"
-        rec = SandboxRecord(id=sid, pod_uid=pod.metadata.uid, pod_name=pod.metadata.name,
-                            pod_namespace=pod.metadata.namespace, attempt=attempt, state=state,
-                            pid=1000 + len(self.sandboxes), created_at=self.clock.now() + next(_ids) * 1e-6)
+        rec = SandboxRecord(
+            id=sid,
+            pod_uid=pod.metadata.uid,
+            pod_name=pod.metadata.name,
+            pod_namespace=pod.metadata.namespace,
+            attempt=attempt,
+            state=state,
+            pid=1000 + len(self.sandboxes),
+            created_at=self.clock.now() + next(_ids) * 1e-6,
+        )
         self.sandboxes[sid] = rec
         return rec
 
@@ -94,8 +106,9 @@ class FakeRuntime:
         self.prep_calls.append(("prepare_container", container.name, attempt))
         if container.name in self.fail_prepare:
             raise OSError(f"prepare failed for {container.name}")
-        p = PreparedContainer(id=f"c{next(_ids)}", pod_uid=pod.metadata.uid, name=container.name, attempt=attempt,
-                              image_id=image.id)
+        p = PreparedContainer(
+            id=f"c{next(_ids)}", pod_uid=pod.metadata.uid, name=container.name, attempt=attempt, image_id=image.id
+        )
         self.prepared[p.id] = p
         return p
 
@@ -103,8 +116,16 @@ class FakeRuntime:
         self.prep_calls.append(("discard_prepared", prepared.name, prepared.attempt))
         self.prepared.pop(prepared.id, None)
 
-    async def create_container(self, pod, container, sandbox, image, attempt, container_type="regular",
-                               prepared: PreparedContainer | None = None) -> str:
+    async def create_container(
+        self,
+        pod,
+        container,
+        sandbox,
+        image,
+        attempt,
+        container_type="regular",
+        prepared: PreparedContainer | None = None,
+    ) -> str:
         from edgelet.api.hash import container_hash
 
         self.calls.append(("create_container", container.name, attempt))
@@ -114,13 +135,24 @@ class FakeRuntime:
             raise OSError(f"create failed for {container.name}")
         cid = f"c{next(_ids)}"
         self.containers[cid] = ContainerRecord(
-            id=cid, pod_uid=pod.metadata.uid, pod_name=pod.metadata.name, pod_namespace=pod.metadata.namespace,
-            name=container.name, attempt=attempt, spec_hash=container_hash(container), sandbox_id=sandbox.id,
+            id=cid,
+            pod_uid=pod.metadata.uid,
+            pod_name=pod.metadata.name,
+            pod_namespace=pod.metadata.namespace,
+            name=container.name,
+            attempt=attempt,
+            spec_hash=container_hash(container),
+            sandbox_id=sandbox.id,
             # runc's init process waits for `runc start` with a pid of its own.
-            state="created", pid=3000 + next(_ids), created_at=self.clock.now() + next(_ids) * 1e-6, image=container.image,
-            image_id=image.id, container_type=container_type,
+            state="created",
+            pid=3000 + next(_ids),
+            created_at=self.clock.now() + next(_ids) * 1e-6,
+            image=container.image,
+            image_id=image.id,
+            container_type=container_type,
             grace_period=float(pod.spec.termination_grace_period_seconds)
-            if pod.spec.termination_grace_period_seconds is not None else 30.0,
+            if pod.spec.termination_grace_period_seconds is not None
+            else 30.0,
         )
         return cid
 
@@ -134,7 +166,11 @@ class FakeRuntime:
     def exit(self, container_id: str, code: int) -> None:
         c = self.containers[container_id]
         self.containers[container_id] = replace(
-            c, state="exited", pid=None, exit_code=code, finished_at=self.clock.now(),
+            c,
+            state="exited",
+            pid=None,
+            exit_code=code,
+            finished_at=self.clock.now(),
             reason="Completed" if code == 0 else "Error",
         )
 

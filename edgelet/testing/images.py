@@ -27,9 +27,10 @@ import platform
 import shutil
 import tarfile
 import tempfile
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Literal, Mapping, Sequence
+from typing import Literal
 
 ImageFormat = Literal["oci-layout", "oci-archive", "docker-archive"]
 
@@ -39,11 +40,70 @@ CREATED = "2023-11-14T22:13:20Z"  # MTIME as RFC 3339
 DEFAULT_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 APPLETS = (
-    "[", "awk", "basename", "cat", "chmod", "chown", "cp", "cut", "date", "dd", "df", "dirname", "du",
-    "echo", "env", "expr", "false", "find", "grep", "head", "hostname", "httpd", "id", "ip", "kill",
-    "ln", "ls", "mkdir", "mkfifo", "mktemp", "mount", "mv", "nc", "nslookup", "printf", "ps", "pwd",
-    "readlink", "rm", "rmdir", "sed", "seq", "sh", "sleep", "sort", "stat", "stty", "tail", "tee", "test",
-    "tar", "timeout", "top", "touch", "tr", "true", "tty", "uname", "uniq", "wc", "wget", "which", "whoami", "xargs",
+    "[",
+    "awk",
+    "basename",
+    "cat",
+    "chmod",
+    "chown",
+    "cp",
+    "cut",
+    "date",
+    "dd",
+    "df",
+    "dirname",
+    "du",
+    "echo",
+    "env",
+    "expr",
+    "false",
+    "find",
+    "grep",
+    "head",
+    "hostname",
+    "httpd",
+    "id",
+    "ip",
+    "kill",
+    "ln",
+    "ls",
+    "mkdir",
+    "mkfifo",
+    "mktemp",
+    "mount",
+    "mv",
+    "nc",
+    "nslookup",
+    "printf",
+    "ps",
+    "pwd",
+    "readlink",
+    "rm",
+    "rmdir",
+    "sed",
+    "seq",
+    "sh",
+    "sleep",
+    "sort",
+    "stat",
+    "stty",
+    "tail",
+    "tee",
+    "test",
+    "tar",
+    "timeout",
+    "top",
+    "touch",
+    "tr",
+    "true",
+    "tty",
+    "uname",
+    "uniq",
+    "wc",
+    "wget",
+    "which",
+    "whoami",
+    "xargs",
     "yes",
 )
 PASSWD = b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/home:/bin/false\n"
@@ -61,9 +121,19 @@ _CONFIG_KEYS = ("Entrypoint", "Cmd", "Env", "User", "WorkingDir", "StopSignal", 
 def host_architecture() -> str:
     """This machine's architecture in OCI terms (the host busybox is copied, so the image matches)."""
     machine = platform.machine().lower()
-    return {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64", "armv7l": "arm",
-            "armv6l": "arm", "i686": "386", "i386": "386", "riscv64": "riscv64", "ppc64le": "ppc64le",
-            "s390x": "s390x"}.get(machine, machine)
+    return {
+        "x86_64": "amd64",
+        "amd64": "amd64",
+        "aarch64": "arm64",
+        "arm64": "arm64",
+        "armv7l": "arm",
+        "armv6l": "arm",
+        "i686": "386",
+        "i386": "386",
+        "riscv64": "riscv64",
+        "ppc64le": "ppc64le",
+        "s390x": "s390x",
+    }.get(machine, machine)
 
 
 @dataclass(frozen=True)
@@ -191,27 +261,33 @@ def _write(path: Path, data: bytes) -> None:
 
 def write_oci_layout(directory: Path, name: str, layers: Sequence[Layer], config_json: bytes) -> str:
     """Write an OCI image layout into `directory`; returns the manifest digest."""
-    manifest = _canonical({
-        "schemaVersion": 2,
-        "mediaType": MT_OCI_MANIFEST,
-        "config": {"mediaType": MT_OCI_CONFIG, "digest": _sha(config_json), "size": len(config_json)},
-        "layers": [{"mediaType": MT_OCI_LAYER_GZIP, "digest": la.digest, "size": len(la.blob)} for la in layers],
-    })
+    manifest = _canonical(
+        {
+            "schemaVersion": 2,
+            "mediaType": MT_OCI_MANIFEST,
+            "config": {"mediaType": MT_OCI_CONFIG, "digest": _sha(config_json), "size": len(config_json)},
+            "layers": [{"mediaType": MT_OCI_LAYER_GZIP, "digest": la.digest, "size": len(la.blob)} for la in layers],
+        }
+    )
     blobs = directory / "blobs" / "sha256"
     for data in (config_json, manifest, *(la.blob for la in layers)):
         _write(blobs / hashlib.sha256(data).hexdigest(), data)
     _, tag = _split_name(name)
-    index = _canonical({
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.index.v1+json",
-        "manifests": [{
-            "mediaType": MT_OCI_MANIFEST,
-            "digest": _sha(manifest),
-            "size": len(manifest),
-            "annotations": {ANN_REF_NAME: tag, ANN_IMAGE_NAME: name},
-            "platform": {"architecture": host_architecture(), "os": "linux"},
-        }],
-    })
+    index = _canonical(
+        {
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.index.v1+json",
+            "manifests": [
+                {
+                    "mediaType": MT_OCI_MANIFEST,
+                    "digest": _sha(manifest),
+                    "size": len(manifest),
+                    "annotations": {ANN_REF_NAME: tag, ANN_IMAGE_NAME: name},
+                    "platform": {"architecture": host_architecture(), "os": "linux"},
+                }
+            ],
+        }
+    )
     _write(directory / "index.json", index)
     _write(directory / "oci-layout", _canonical({"imageLayoutVersion": "1.0.0"}))
     return _sha(manifest)
@@ -250,7 +326,10 @@ def write_docker_archive(output: Path, name: str, layers: Sequence[Layer], confi
     add(f"{config_hex}.json", config_json)
     repo, tag = _split_name(name)
     top = layers[-1].diff_id.split(":", 1)[1]
-    add("manifest.json", json.dumps([{"Config": f"{config_hex}.json", "RepoTags": [name], "Layers": layer_paths}]).encode())
+    add(
+        "manifest.json",
+        json.dumps([{"Config": f"{config_hex}.json", "RepoTags": [name], "Layers": layer_paths}]).encode(),
+    )
     add("repositories", json.dumps({repo: {tag: top}}).encode())
     output.write_bytes(build_tar(entries))
 
@@ -285,7 +364,9 @@ def build_busybox_image(
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--format", dest="fmt", default="oci-archive", choices=("oci-layout", "oci-archive", "docker-archive"))
+    parser.add_argument(
+        "--format", dest="fmt", default="oci-archive", choices=("oci-layout", "oci-archive", "docker-archive")
+    )
     parser.add_argument("--name", default="edgelet.local/busybox:1.36")
     parser.add_argument("--output", required=True, type=Path)
     parser.add_argument("--cmd", nargs="+", help="override the image Cmd")

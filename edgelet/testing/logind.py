@@ -36,13 +36,16 @@ BUS_CONFIG = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Config
 """
 
 
-def start_bus(directory: Path) -> tuple["subprocess.Popen[bytes]", str]:
+def start_bus(directory: Path) -> tuple[subprocess.Popen[bytes], str]:
     """A private dbus-daemon; (its process, its address)."""
     conf = directory / "bus.conf"
     socket = directory / "bus.sock"
     conf.write_text(BUS_CONFIG.format(socket=socket))
-    proc = subprocess.Popen(["dbus-daemon", "--nofork", "--nopidfile", f"--config-file={conf}", "--print-address"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        ["dbus-daemon", "--nofork", "--nopidfile", f"--config-file={conf}", "--print-address"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     assert proc.stdout is not None
     address = proc.stdout.readline().decode().strip()
     if not address:

@@ -27,14 +27,21 @@ class MinisignKey:
     secret: Path
 
     @classmethod
-    def generate(cls, directory: Path, name: str = "minisign") -> "MinisignKey":
+    def generate(cls, directory: Path, name: str = "minisign") -> MinisignKey:
         directory.mkdir(parents=True, exist_ok=True)
         key = cls(directory / f"{name}.pub", directory / f"{name}.key")
         _run(["minisign", "-G", "-W", "-f", "-p", str(key.public), "-s", str(key.secret)])
         return key
 
-    def sign(self, path: Path, *, version: int | None = None, comment: str | None = None, legacy: bool = False,
-             out: Path | None = None) -> Path:
+    def sign(
+        self,
+        path: Path,
+        *,
+        version: int | None = None,
+        comment: str | None = None,
+        legacy: bool = False,
+        out: Path | None = None,
+    ) -> Path:
         """`minisign -S` (prehashed unless `legacy`); the trusted comment is `edgelet-version: N` when given."""
         out = out or Path(str(path) + ".minisig")
         argv = ["minisign", "-S", "-s", str(self.secret), "-m", str(path), "-x", str(out)]
@@ -54,7 +61,7 @@ class SignifyKey:
     secret: Path
 
     @classmethod
-    def generate(cls, directory: Path, name: str = "signify") -> "SignifyKey":
+    def generate(cls, directory: Path, name: str = "signify") -> SignifyKey:
         directory.mkdir(parents=True, exist_ok=True)
         key = cls(directory / f"{name}.pub", directory / f"{name}.sec")
         _run(["signify-openbsd", "-G", "-n", "-p", str(key.public), "-s", str(key.secret)])
@@ -73,7 +80,7 @@ class SshKey:
     public_line: str  # "ssh-ed25519 AAAA..."
 
     @classmethod
-    def generate(cls, directory: Path, name: str = "ssh") -> "SshKey":
+    def generate(cls, directory: Path, name: str = "ssh") -> SshKey:
         directory.mkdir(parents=True, exist_ok=True)
         private = directory / name
         private.unlink(missing_ok=True)
@@ -87,8 +94,9 @@ class SshKey:
     def sign(self, path: Path, *, namespace: str = "edgelet-manifest", out: Path | None = None) -> Path:
         """`ssh-keygen -Y sign -n NAMESPACE` of the file's content (through stdin, so `out` can be anywhere)."""
         out = out or Path(str(path) + ".sig")
-        out.write_bytes(_run(["ssh-keygen", "-Y", "sign", "-q", "-f", str(self.private), "-n", namespace],
-                             stdin=path.read_bytes()))
+        out.write_bytes(
+            _run(["ssh-keygen", "-Y", "sign", "-q", "-f", str(self.private), "-n", namespace], stdin=path.read_bytes())
+        )
         return out
 
     def fingerprint(self) -> str:
@@ -96,7 +104,7 @@ class SshKey:
         return text.split()[1]
 
 
-def trusted_dir(directory: Path, *keys: "MinisignKey | SignifyKey | SshKey", ssh_options: str = "") -> Path:
+def trusted_dir(directory: Path, *keys: MinisignKey | SignifyKey | SshKey, ssh_options: str = "") -> Path:
     """A `--trusted-keys` directory (0755, as the agent requires) of `keys`: each minisign or signify public key
     under its own file name, every SSH key on one `allowed_signers` (with `ssh_options`)."""
     directory.mkdir(mode=0o755)

@@ -13,8 +13,8 @@ import secrets
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from edgelet.tunnel import keys, uapi
 from edgelet.tunnel.config import encode_key
@@ -40,8 +40,14 @@ def wireguard_lab(tmp: Path, keepalive: int = 1, nat: bool = False) -> Iterator[
     tag = secrets.token_hex(3)
     hub, site = f"wgh-{tag}", f"wgs-{tag}"
     under, tun = random.sample(range(16, 250), 2)
-    net = {"hub_ns": hub, "site_ns": site, "hub_if": f"wgh{tag}", "site_if": f"wgs{tag}",
-           "hub_under": f"10.{under}.{random.randrange(256)}", "tun": f"10.{tun}.{random.randrange(256)}"}
+    net = {
+        "hub_ns": hub,
+        "site_ns": site,
+        "hub_if": f"wgh{tag}",
+        "site_if": f"wgs{tag}",
+        "hub_under": f"10.{under}.{random.randrange(256)}",
+        "tun": f"10.{tun}.{random.randrange(256)}",
+    }
     net["hub_ip"], net["site_ip"] = f"{net['hub_under']}.1", f"{net['hub_under']}.2"
     router = f"wgr-{tag}"
     created: list[str] = []
@@ -51,27 +57,82 @@ def wireguard_lab(tmp: Path, keepalive: int = 1, nat: bool = False) -> Iterator[
             created.append(ns)
             sh("ip", "link", "set", "lo", "up", netns=ns)
         if nat:
-            site_under = f"10.{random.choice([n for n in range(16, 250) if n not in (under, tun)])}.{random.randrange(256)}"
+            site_under = (
+                f"10.{random.choice([n for n in range(16, 250) if n not in (under, tun)])}.{random.randrange(256)}"
+            )
             net.update(router_ns=router, site_ip=f"{site_under}.2", router_hub_ip=f"{net['hub_under']}.2")
-            sh("ip", "link", "add", f"vh{tag}", "netns", hub, "type", "veth", "peer", "name", f"vrh{tag}",
-               "netns", router)
-            sh("ip", "link", "add", f"vs{tag}", "netns", site, "type", "veth", "peer", "name", f"vrs{tag}",
-               "netns", router)
-            for ns, dev, addr in ((hub, f"vh{tag}", net["hub_ip"]), (router, f"vrh{tag}", net["router_hub_ip"]),
-                                  (router, f"vrs{tag}", f"{site_under}.1"), (site, f"vs{tag}", net["site_ip"])):
+            sh(
+                "ip",
+                "link",
+                "add",
+                f"vh{tag}",
+                "netns",
+                hub,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                f"vrh{tag}",
+                "netns",
+                router,
+            )
+            sh(
+                "ip",
+                "link",
+                "add",
+                f"vs{tag}",
+                "netns",
+                site,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                f"vrs{tag}",
+                "netns",
+                router,
+            )
+            for ns, dev, addr in (
+                (hub, f"vh{tag}", net["hub_ip"]),
+                (router, f"vrh{tag}", net["router_hub_ip"]),
+                (router, f"vrs{tag}", f"{site_under}.1"),
+                (site, f"vs{tag}", net["site_ip"]),
+            ):
                 sh("ip", "address", "add", f"{addr}/24", "dev", dev, netns=ns)
                 sh("ip", "link", "set", dev, "up", netns=ns)
             sh("ip", "route", "add", f"{net['hub_under']}.0/24", "via", f"{site_under}.1", netns=site)
             sh("ip", "route", "add", f"{site_under}.0/24", "via", net["router_hub_ip"], netns=hub)
             sh("sysctl", "-qw", "net.ipv4.ip_forward=1", netns=router)
-            sh("iptables", "-t", "nat", "-A", "POSTROUTING", "-s", f"{site_under}.0/24", "-o", f"vrh{tag}",
-               "-j", "MASQUERADE", netns=router)
-            sh("iptables", "-A", "FORWARD", "-i", f"vrh{tag}", "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED",
-               "-j", "ACCEPT", netns=router)
+            sh(
+                "iptables",
+                "-t",
+                "nat",
+                "-A",
+                "POSTROUTING",
+                "-s",
+                f"{site_under}.0/24",
+                "-o",
+                f"vrh{tag}",
+                "-j",
+                "MASQUERADE",
+                netns=router,
+            )
+            sh(
+                "iptables",
+                "-A",
+                "FORWARD",
+                "-i",
+                f"vrh{tag}",
+                "-m",
+                "conntrack",
+                "--ctstate",
+                "ESTABLISHED,RELATED",
+                "-j",
+                "ACCEPT",
+                netns=router,
+            )
             sh("iptables", "-A", "FORWARD", "-i", f"vrh{tag}", "-j", "DROP", netns=router)
         else:
-            sh("ip", "link", "add", f"vh{tag}", "netns", hub, "type", "veth", "peer", "name", f"vs{tag}",
-               "netns", site)
+            sh("ip", "link", "add", f"vh{tag}", "netns", hub, "type", "veth", "peer", "name", f"vs{tag}", "netns", site)
             sh("ip", "address", "add", f"{net['hub_ip']}/24", "dev", f"vh{tag}", netns=hub)
             sh("ip", "link", "set", f"vh{tag}", "up", netns=hub)
             sh("ip", "address", "add", f"{net['site_ip']}/24", "dev", f"vs{tag}", netns=site)
@@ -80,16 +141,17 @@ def wireguard_lab(tmp: Path, keepalive: int = 1, nat: bool = False) -> Iterator[
         hub_key = tmp / "hub.key"
         hub_key.write_text(sh("wg", "genkey"))
         hub_key.chmod(0o600)
-        hub_pub = subprocess.run(["wg", "pubkey"], input=hub_key.read_text(), capture_output=True, text=True,
-                                 check=True).stdout.strip()
+        hub_pub = subprocess.run(
+            ["wg", "pubkey"], input=hub_key.read_text(), capture_output=True, text=True, check=True
+        ).stdout.strip()
         conf = tmp / f"{net['site_if']}.conf"
         conf.write_text(f"""[Interface]
-Address = {net['tun']}.2/24
+Address = {net["tun"]}.2/24
 
 [Peer]
 PublicKey = {hub_pub}
-Endpoint = {net['hub_ip']}:51820
-AllowedIPs = {net['tun']}.0/24
+Endpoint = {net["hub_ip"]}:51820
+AllowedIPs = {net["tun"]}.0/24
 PersistentKeepalive = {keepalive}
 """)
         conf.chmod(0o600)
@@ -136,7 +198,19 @@ def reaches_hub(lab: dict) -> bool:
 def start_hub(lab: dict) -> None:
     """(Re)start the hub's wireguard-go with its key, address and the device as its peer, as a hub's boot does."""
     sh("wireguard-go", lab["hub_if"], netns=lab["hub_ns"])
-    sh("wg", "set", lab["hub_if"], "private-key", str(lab["hub_key"]), "listen-port", "51820", "peer",
-       encode_key(lab["public_key"]), "allowed-ips", f"{lab['tun']}.2/32", netns=lab["hub_ns"])
+    sh(
+        "wg",
+        "set",
+        lab["hub_if"],
+        "private-key",
+        str(lab["hub_key"]),
+        "listen-port",
+        "51820",
+        "peer",
+        encode_key(lab["public_key"]),
+        "allowed-ips",
+        f"{lab['tun']}.2/32",
+        netns=lab["hub_ns"],
+    )
     sh("ip", "address", "add", f"{lab['tun']}.1/24", "dev", lab["hub_if"], netns=lab["hub_ns"])
     sh("ip", "link", "set", lab["hub_if"], "up", netns=lab["hub_ns"])

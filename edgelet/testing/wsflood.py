@@ -34,7 +34,7 @@ class RssPeak:
         while not self._stop.wait(self.interval):
             self.peak = max(self.peak, rss_kib(self.pid))
 
-    def __enter__(self) -> "RssPeak":
+    def __enter__(self) -> RssPeak:
         self._thread.start()
         return self
 
@@ -54,16 +54,19 @@ class Flood:
     pushed_back: bool  # a send blocked for `stall` seconds: the server stopped reading
 
 
-def ws_flood(port: int, ctx: ssl.SSLContext, path: str, subprotocol: str, *, channel: int, total: int,
-             stall: float = 3.0) -> Flood:
+def ws_flood(
+    port: int, ctx: ssl.SSLContext, path: str, subprotocol: str, *, channel: int, total: int, stall: float = 3.0
+) -> Flood:
     """Upgrade `path` on the node API at `port` and send `total` bytes on `channel` (never reading what the
     server sends), until done or until one send blocks for `stall` seconds."""
     from wsproto import ConnectionType, WSConnection
     from wsproto.events import AcceptConnection, BytesMessage, RejectConnection, Request
 
     ws = WSConnection(ConnectionType.CLIENT)
-    with socket.create_connection(("127.0.0.1", port), timeout=60) as raw, \
-            ctx.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=60) as raw,
+        ctx.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
+    ):
         tls.sendall(ws.send(Request(host="127.0.0.1", target=path, subprotocols=[subprotocol])))
         accepted = False
         while not accepted:

@@ -29,8 +29,9 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 from edgelet.trust.crypto import p256_public_key, p256_valid
 from edgelet.trust.errors import ImageSignatureError
@@ -115,18 +116,26 @@ def parse_payload(data: bytes) -> Payload:
     if crit["type"] != PAYLOAD_TYPE:
         raise ValueError(f"payload type is {crit['type']!r}, not {PAYLOAD_TYPE!r}")
     ident, image = crit["identity"], crit["image"]
-    if not isinstance(ident, dict) or set(ident) != {"docker-reference"} \
-            or not isinstance(ident["docker-reference"], str):
+    if (
+        not isinstance(ident, dict)
+        or set(ident) != {"docker-reference"}
+        or not isinstance(ident["docker-reference"], str)
+    ):
         raise ValueError("payload `critical.identity` must have exactly a docker-reference string")
-    if not isinstance(image, dict) or set(image) != {"docker-manifest-digest"} \
-            or not isinstance(image["docker-manifest-digest"], str):
+    if (
+        not isinstance(image, dict)
+        or set(image) != {"docker-manifest-digest"}
+        or not isinstance(image["docker-manifest-digest"], str)
+    ):
         raise ValueError("payload `critical.image` must have exactly a docker-manifest-digest string")
     return Payload(ident["docker-reference"], image["docker-manifest-digest"])
 
 
 # The DER prefix of a SubjectPublicKeyInfo of id-ecPublicKey on prime256v1, uncompressed and compressed point.
-_P256_SPKI = {bytes.fromhex("3059301306072a8648ce3d020106082a8648ce3d030107034200"): (b"\x04", 64),
-              bytes.fromhex("3039301306072a8648ce3d020106082a8648ce3d030107032200"): (b"\x02\x03", 32)}
+_P256_SPKI = {
+    bytes.fromhex("3059301306072a8648ce3d020106082a8648ce3d030107034200"): (b"\x04", 64),
+    bytes.fromhex("3039301306072a8648ce3d020106082a8648ce3d030107032200"): (b"\x02\x03", 32),
+}
 
 
 def check_p256_pem(pem: bytes) -> None:
@@ -140,7 +149,7 @@ def check_p256_pem(pem: bytes) -> None:
     if not text.startswith(head) or not text.endswith(foot):
         raise ValueError("not a PEM public key (-----BEGIN PUBLIC KEY-----)")
     try:
-        der = base64.b64decode("".join(text[len(head):-len(foot)].split()), validate=True)
+        der = base64.b64decode("".join(text[len(head) : -len(foot)].split()), validate=True)
     except (binascii.Error, ValueError):
         raise ValueError("not a PEM public key (the body is not base64)") from None
     for prefix, (first, length) in _P256_SPKI.items():
@@ -184,14 +193,17 @@ def judge_signature(req: Requirement, reference: str, digest: str, payload: byte
     if claims.manifest_digest != digest:
         return f"signs manifest {claims.manifest_digest}, the image is {digest}"
     if not identity_matches(req.identity, reference, claims.docker_reference):
-        return f"signed identity {claims.docker_reference!r} does not match {reference} " \
-               f"(signedIdentity {req.identity.type})"
+        return (
+            f"signed identity {claims.docker_reference!r} does not match {reference} "
+            f"(signedIdentity {req.identity.type})"
+        )
     return None
 
 
 def enforce(match: Match, reference: str, digest: str, source: SignatureSource, *, policy: str = "") -> None:
     """Check every requirement of `match` for the image `reference` whose named manifest is `digest`;
     ImageSignatureError with the reason when one is not met."""
+
     def refuse(reason: str) -> ImageSignatureError:
         return ImageSignatureError(reference, reason, scope=match.name, policy=policy)
 
@@ -229,6 +241,18 @@ def _fetch(source: SignatureSource, reference: str, digest: str, refuse: Any) ->
     return [(layer, source.blob(layer.digest, layer.size)) for layer in layers]
 
 
-__all__ = ["MT_SIMPLESIGNING", "PAYLOAD_TYPE", "SIGNATURE_ANNOTATION", "Payload", "SignatureLayer",
-           "SignatureSource", "enforce", "judge_signature", "parse_payload", "parse_signature_manifest",
-           "check_p256_pem", "signature_tag", "signature_verifies"]
+__all__ = [
+    "MT_SIMPLESIGNING",
+    "PAYLOAD_TYPE",
+    "SIGNATURE_ANNOTATION",
+    "Payload",
+    "SignatureLayer",
+    "SignatureSource",
+    "enforce",
+    "judge_signature",
+    "parse_payload",
+    "parse_signature_manifest",
+    "check_p256_pem",
+    "signature_tag",
+    "signature_verifies",
+]

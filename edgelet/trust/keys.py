@@ -156,8 +156,14 @@ def parse_ssh_time(text: str) -> float:
     digits = text[:-1] if utc else text
     if not digits.isdigit() or len(digits) not in (8, 12, 14):
         raise ValueError(f"time {text!r} is not YYYYMMDD[HHMM[SS]][Z]")
-    fields = [int(digits[0:4]), int(digits[4:6]), int(digits[6:8]), int(digits[8:10] or 0),
-              int(digits[10:12] or 0), int(digits[12:14] or 0)]
+    fields = [
+        int(digits[0:4]),
+        int(digits[4:6]),
+        int(digits[6:8]),
+        int(digits[8:10] or 0),
+        int(digits[10:12] or 0),
+        int(digits[12:14] or 0),
+    ]
     try:
         parsed = time.strptime(" ".join(str(f) for f in fields), "%Y %m %d %H %M %S")
     except ValueError as exc:
@@ -266,8 +272,14 @@ def parse_allowed_signer(line: str, origin: str) -> SshKey:
         public = parse_ssh_public_blob(blob)
     except ValueError as exc:
         raise ValueError(f"the key: {exc}") from exc
-    return SshKey(principals=principals, public=public, namespaces=namespaces, valid_after=after,
-                  valid_before=before, origin=origin)
+    return SshKey(
+        principals=principals,
+        public=public,
+        namespaces=namespaces,
+        valid_after=after,
+        valid_before=before,
+        origin=origin,
+    )
 
 
 def parse_key_text(text: str, name: str) -> tuple[list[Ed25519Key], list[SshKey]]:

@@ -54,6 +54,8 @@ class Message:
         self.file.seek(0)
         data = self.file.read(MAX_WHOLE_BYTES + 1)
         if len(data) > MAX_WHOLE_BYTES:
-            raise ValueError(f"larger than {MAX_WHOLE_BYTES} bytes: sign it with minisign (prehashed, its default) "
-                             "or ssh-keygen -Y sign, which do not need it whole in memory")
+            raise ValueError(
+                f"larger than {MAX_WHOLE_BYTES} bytes: sign it with minisign (prehashed, its default) "
+                "or ssh-keygen -Y sign, which do not need it whole in memory"
+            )
         return data

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 
 from edgelet.trust.crypto import ed25519_valid
-from edgelet.trust.errors import BAD, MALFORMED, SignatureRefused, UNKNOWN_KEY
+from edgelet.trust.errors import BAD, MALFORMED, UNKNOWN_KEY, SignatureRefused
 from edgelet.trust.keys import Ed25519Key, TrustedKeys, minisign_key_id
 from edgelet.trust.message import Message
 
@@ -72,12 +72,13 @@ def parse_signature(text: str) -> MinisignSignature:
         return MinisignSignature(algorithm=raw[:2], keynum=raw[2:10], signature=raw[10:])
     if not lines[2].startswith(_TRUSTED):
         raise SignatureRefused(MALFORMED, "the third line is no `trusted comment:`")
-    comment = lines[2][len(_TRUSTED):].lstrip(" ")
+    comment = lines[2][len(_TRUSTED) :].lstrip(" ")
     global_sig = _b64(lines[3], "the trusted comment's signature")
     if len(global_sig) != 64:
         raise SignatureRefused(MALFORMED, f"the trusted comment's signature has {len(global_sig)} bytes")
-    return MinisignSignature(algorithm=raw[:2], keynum=raw[2:10], signature=raw[10:], trusted_comment=comment,
-                             global_signature=global_sig)
+    return MinisignSignature(
+        algorithm=raw[:2], keynum=raw[2:10], signature=raw[10:], trusted_comment=comment, global_signature=global_sig
+    )
 
 
 def version_of_comment(comment: str | None) -> int | None:
@@ -99,8 +100,9 @@ def verify(sig: MinisignSignature, message: Message, keys: TrustedKeys) -> Ed255
     try:
         signed = message.digest("blake2b") if sig.algorithm == ALG_PREHASHED else message.whole()
     except ValueError as exc:
-        raise SignatureRefused(MALFORMED, f"cannot check a signature of the whole message: {exc}",
-                               key_id=sig.key_id) from exc
+        raise SignatureRefused(
+            MALFORMED, f"cannot check a signature of the whole message: {exc}", key_id=sig.key_id
+        ) from exc
     for key in candidates:
         if not ed25519_valid(key.public, sig.signature, signed):
             continue

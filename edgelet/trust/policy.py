@@ -26,9 +26,10 @@ import base64
 import binascii
 import json
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from edgelet.trust.errors import PolicyError
 from edgelet.trust.perms import path_problem
@@ -46,8 +47,20 @@ _REQUIREMENT_FIELDS = {
     ACCEPT_ANYTHING: {"type"},
     REJECT: {"type"},
     SIGNED_BY: {"type", "keyType", "keyPath", "keyPaths", "keyData", "signedIdentity"},
-    SIGSTORE_SIGNED: {"type", "keyPath", "keyPaths", "keyData", "keyDatas", "fulcio", "pki", "rekorPublicKeyPath",
-                      "rekorPublicKeyPaths", "rekorPublicKeyData", "rekorPublicKeyDatas", "signedIdentity"},
+    SIGSTORE_SIGNED: {
+        "type",
+        "keyPath",
+        "keyPaths",
+        "keyData",
+        "keyDatas",
+        "fulcio",
+        "pki",
+        "rekorPublicKeyPath",
+        "rekorPublicKeyPaths",
+        "rekorPublicKeyData",
+        "rekorPublicKeyDatas",
+        "signedIdentity",
+    },
 }
 _KEY_SOURCES = ("keyPath", "keyPaths", "keyData", "keyDatas", "fulcio", "pki")
 
@@ -108,8 +121,10 @@ class Policy:
 
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|[-]+)[a-z0-9]+)*"
 _NAME_PATH = re.compile(rf"{_COMPONENT}(?:/{_COMPONENT})*")
-_DOMAIN = re.compile(r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*"
-                     r"|\[[a-fA-F0-9:]+\])(?::[0-9]+)?")
+_DOMAIN = re.compile(
+    r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*"
+    r"|\[[a-fA-F0-9:]+\])(?::[0-9]+)?"
+)
 _TAG = re.compile(r"[\w][\w.-]{0,127}")
 _DIGEST = re.compile(r"sha256:[a-f0-9]{64}|sha512:[a-f0-9]{128}")
 _WILDCARD = re.compile(r"\*\.[a-zA-Z0-9](?:[a-zA-Z0-9.-]*[a-zA-Z0-9])?")
@@ -142,7 +157,7 @@ def split_reference(text: str) -> ImageName:
     tag = None
     colon, slash = name.rfind(":"), name.rfind("/")
     if colon > slash:
-        name, tag = name[:colon], name[colon + 1:]
+        name, tag = name[:colon], name[colon + 1 :]
         if not _TAG.fullmatch(tag):
             raise ValueError(f"invalid tag in {text!r}")
     first, sep, rest = name.partition("/")
@@ -199,8 +214,9 @@ def refusal(match: Match) -> str | None:
         if req.type == REJECT:
             return "the policy rejects every image of this scope (type reject)"
         if req.type == SIGNED_BY:
-            return "the scope requires a GPG signature (type signedBy), which edgelet does not verify; " \
-                   "use sigstoreSigned"
+            return (
+                "the scope requires a GPG signature (type signedBy), which edgelet does not verify; use sigstoreSigned"
+            )
     return None
 
 
@@ -301,8 +317,9 @@ def load_policy(path: Path | str) -> Policy:
     for reqs in (policy.default, *policy.docker.values()):
         for req in reqs:
             for key in req.keys:
-                problem = path_problem(key.origin, "anyone on the device could replace the key") \
-                    if key.from_file else None
+                problem = (
+                    path_problem(key.origin, "anyone on the device could replace the key") if key.from_file else None
+                )
                 if problem:
                     raise PolicyError(p, key.field, f"key file {key.origin}: {problem}")
                 try:
@@ -344,8 +361,7 @@ def _check_scope(scope: str, fld: str, path: str) -> None:
         raise PolicyError(path, fld, f"scopes must be fully expanded: write {str(parsed)!r}")
 
 
-def _requirements(value: Any, fld: str, path: str, read_key: Callable[[str], bytes] | None
-                  ) -> tuple[Requirement, ...]:
+def _requirements(value: Any, fld: str, path: str, read_key: Callable[[str], bytes] | None) -> tuple[Requirement, ...]:
     if not isinstance(value, list) or not value:
         raise PolicyError(path, fld, "must be a non-empty list of requirements")
     return tuple(_requirement(r, f"{fld}[{i}]", path, read_key) for i, r in enumerate(value))
@@ -357,30 +373,46 @@ def _requirement(obj: Any, fld: str, path: str, read_key: Callable[[str], bytes]
     kind = obj.get("type")
     if not isinstance(kind, str) or kind not in _REQUIREMENT_FIELDS:
         known = ", ".join(_REQUIREMENT_FIELDS)
-        raise PolicyError(path, f"{fld}.type", f"unknown requirement type {kind!r} (known: {known})"
-                          if kind is not None else "missing")
+        raise PolicyError(
+            path,
+            f"{fld}.type",
+            f"unknown requirement type {kind!r} (known: {known})" if kind is not None else "missing",
+        )
     _only(obj, _REQUIREMENT_FIELDS[kind], fld, path)
-    identity = _identity(obj.get("signedIdentity"), f"{fld}.signedIdentity", path) \
-        if "signedIdentity" in obj else Identity()
+    identity = (
+        _identity(obj.get("signedIdentity"), f"{fld}.signedIdentity", path) if "signedIdentity" in obj else Identity()
+    )
     if kind != SIGSTORE_SIGNED:
         return Requirement(kind, identity=identity)
     sources = [k for k in _KEY_SOURCES if k in obj]
     if len(sources) != 1:
-        raise PolicyError(path, fld, "sigstoreSigned needs exactly one of keyPath, keyPaths, keyData, keyDatas"
-                          + (f" (found {', '.join(sources)})" if sources else ""))
+        raise PolicyError(
+            path,
+            fld,
+            "sigstoreSigned needs exactly one of keyPath, keyPaths, keyData, keyDatas"
+            + (f" (found {', '.join(sources)})" if sources else ""),
+        )
     src = sources[0]
     if src in ("fulcio", "pki"):
-        raise PolicyError(path, f"{fld}.{src}", "keyless (Fulcio/Rekor) and PKI verification are not supported by "
-                          "edgelet; sign with a cosign key pair and use keyPath")
+        raise PolicyError(
+            path,
+            f"{fld}.{src}",
+            "keyless (Fulcio/Rekor) and PKI verification are not supported by "
+            "edgelet; sign with a cosign key pair and use keyPath",
+        )
     for rekor in ("rekorPublicKeyPath", "rekorPublicKeyPaths", "rekorPublicKeyData", "rekorPublicKeyDatas"):
         if rekor in obj:
-            raise PolicyError(path, f"{fld}.{rekor}", "Rekor transparency-log verification is not supported by "
-                              "edgelet (keys only)")
+            raise PolicyError(
+                path, f"{fld}.{rekor}", "Rekor transparency-log verification is not supported by edgelet (keys only)"
+            )
     value = obj[src]
     items = value if src.endswith("s") else [value]
     if not isinstance(items, list) or not items or not all(isinstance(v, str) and v for v in items):
-        raise PolicyError(path, f"{fld}.{src}", "must be a non-empty string" if not src.endswith("s")
-                          else "must be a non-empty list of non-empty strings")
+        raise PolicyError(
+            path,
+            f"{fld}.{src}",
+            "must be a non-empty string" if not src.endswith("s") else "must be a non-empty list of non-empty strings",
+        )
     keys = []
     for i, item in enumerate(items):
         kfld = f"{fld}.{src}" + (f"[{i}]" if src.endswith("s") else "")
@@ -410,8 +442,13 @@ def _identity(obj: Any, fld: str, path: str) -> Identity:
     if kind == "remapIdentity":
         raise PolicyError(path, f"{fld}.type", "remapIdentity is not supported by edgelet")
     if kind not in IDENTITY_TYPES:
-        raise PolicyError(path, f"{fld}.type", f"unknown signedIdentity type {kind!r} (known: "
-                          f"{', '.join(IDENTITY_TYPES)})" if kind is not None else "missing")
+        raise PolicyError(
+            path,
+            f"{fld}.type",
+            f"unknown signedIdentity type {kind!r} (known: {', '.join(IDENTITY_TYPES)})"
+            if kind is not None
+            else "missing",
+        )
     extra = {"exactReference": "dockerReference", "exactRepository": "dockerRepository"}.get(kind)
     _only(obj, {"type", extra} if extra else {"type"}, fld, path)
     if extra is None:
@@ -427,6 +464,20 @@ def _identity(obj: Any, fld: str, path: str) -> Identity:
     return Identity(kind, str(ref))
 
 
-__all__ = ["CONVENTIONAL_PATH", "Identity", "ImageName", "Match", "Policy", "PublicKey", "Requirement",
-           "evaluate", "identity_matches", "load_optional_policy", "load_policy", "parse_policy", "refusal", "scope_candidates",
-           "split_reference"]
+__all__ = [
+    "CONVENTIONAL_PATH",
+    "Identity",
+    "ImageName",
+    "Match",
+    "Policy",
+    "PublicKey",
+    "Requirement",
+    "evaluate",
+    "identity_matches",
+    "load_optional_policy",
+    "load_policy",
+    "parse_policy",
+    "refusal",
+    "scope_candidates",
+    "split_reference",
+]

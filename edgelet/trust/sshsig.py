@@ -17,7 +17,7 @@ import struct
 from dataclasses import dataclass
 
 from edgelet.trust.crypto import ed25519_valid
-from edgelet.trust.errors import BAD, EXPIRED, MALFORMED, SignatureRefused, UNKNOWN_KEY, WRONG_NAMESPACE
+from edgelet.trust.errors import BAD, EXPIRED, MALFORMED, UNKNOWN_KEY, WRONG_NAMESPACE, SignatureRefused
 from edgelet.trust.keys import SSH_ED25519, SshKey, TrustedKeys, parse_ssh_public_blob, ssh_string
 from edgelet.trust.message import Message
 
@@ -38,7 +38,7 @@ class Reader:
     def take(self, n: int) -> bytes:
         if n < 0 or self._pos + n > len(self._data):
             raise ValueError("truncated")
-        out = self._data[self._pos:self._pos + n]
+        out = self._data[self._pos : self._pos + n]
         self._pos += n
         return out
 
@@ -100,13 +100,19 @@ def parse_signature(text: str) -> SshSignature:
         raise SignatureRefused(MALFORMED, f"SSH signature: {exc}") from exc
     if hash_algorithm not in HASHES:
         raise SignatureRefused(MALFORMED, f"SSH signature: unsupported hash {hash_algorithm!r}")
-    return SshSignature(public=public, namespace=namespace, reserved=reserved, hash_algorithm=hash_algorithm,
-                        signature=signature)
+    return SshSignature(
+        public=public, namespace=namespace, reserved=reserved, hash_algorithm=hash_algorithm, signature=signature
+    )
 
 
 def signed_data(sig: SshSignature, message_hash: bytes) -> bytes:
-    return (MAGIC + ssh_string(sig.namespace.encode()) + ssh_string(sig.reserved)
-            + ssh_string(sig.hash_algorithm.encode()) + ssh_string(message_hash))
+    return (
+        MAGIC
+        + ssh_string(sig.namespace.encode())
+        + ssh_string(sig.reserved)
+        + ssh_string(sig.hash_algorithm.encode())
+        + ssh_string(message_hash)
+    )
 
 
 def verify(sig: SshSignature, message: Message, keys: TrustedKeys, *, namespace: str, now: float) -> SshKey:
@@ -114,11 +120,15 @@ def verify(sig: SshSignature, message: Message, keys: TrustedKeys, *, namespace:
     candidates = keys.by_ssh_key(sig.public)
     if not candidates:
         probe = SshKey(principals="?", public=sig.public)
-        raise SignatureRefused(UNKNOWN_KEY, f"SSH key {probe.fingerprint} is not in the allowed signers",
-                               key_id=probe.fingerprint)
+        raise SignatureRefused(
+            UNKNOWN_KEY, f"SSH key {probe.fingerprint} is not in the allowed signers", key_id=probe.fingerprint
+        )
     if sig.namespace != namespace:
-        raise SignatureRefused(WRONG_NAMESPACE, f"signed for namespace {sig.namespace!r}, {namespace!r} is needed",
-                               key_id=candidates[0].key_id)
+        raise SignatureRefused(
+            WRONG_NAMESPACE,
+            f"signed for namespace {sig.namespace!r}, {namespace!r} is needed",
+            key_id=candidates[0].key_id,
+        )
     data = signed_data(sig, message.digest(HASHES[sig.hash_algorithm]))
     if not ed25519_valid(sig.public, sig.signature, data):
         raise SignatureRefused(BAD, "the signature does not match the content", key_id=candidates[0].key_id)

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -48,8 +49,9 @@ def body_version(body: bytes) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def check_signature(message: Message, signature: bytes | None, keys: TrustedKeys, *, namespace: str, now: float,
-                    name: str = "") -> Verified:
+def check_signature(
+    message: Message, signature: bytes | None, keys: TrustedKeys, *, namespace: str, now: float, name: str = ""
+) -> Verified:
     """Who signed `message` with `signature` and what version it carries; SignatureRefused otherwise.
 
     `name` is the signature's file or URL, for messages.
@@ -81,8 +83,9 @@ def check_signature(message: Message, signature: bytes | None, keys: TrustedKeys
             raise SignatureRefused(exc.reason, exc.detail, key_id=exc.key_id, signature=name) from exc
         raise
     except OSError as exc:  # an archive that vanished or cannot be read while hashing
-        raise SignatureRefused(MALFORMED, f"cannot read what was signed: {exc.strerror or exc}",
-                               signature=name or None) from exc
+        raise SignatureRefused(
+            MALFORMED, f"cannot read what was signed: {exc.strerror or exc}", signature=name or None
+        ) from exc
 
 
 def read_signature_beside(path: Path) -> tuple[bytes | None, str]:
@@ -95,8 +98,7 @@ def read_signature_beside(path: Path) -> tuple[bytes | None, str]:
         except FileNotFoundError:
             continue
         except OSError as exc:
-            raise SignatureRefused(MALFORMED, f"cannot read: {exc.strerror or exc}", signature=str(candidate)) \
-                from exc
+            raise SignatureRefused(MALFORMED, f"cannot read: {exc.strerror or exc}", signature=str(candidate)) from exc
         return data, str(candidate)
     return None, " or ".join(str(path) + s for s in SIGNATURE_SUFFIXES)
 
@@ -108,42 +110,45 @@ def digest_of(body: bytes) -> str:
 class Trust:
     """The trusted keys and the version records: what the sources and the import directory ask."""
 
-    def __init__(self, keys: TrustedKeys, versions: VersionStore, clock: "Clock") -> None:
+    def __init__(self, keys: TrustedKeys, versions: VersionStore, clock: Clock) -> None:
         self.keys = keys
         self.versions = versions
         self._clock = clock
 
     @classmethod
-    def load(cls, keys_path: Path, state_dir: Path, clock: "Clock") -> "Trust":
+    def load(cls, keys_path: Path, state_dir: Path, clock: Clock) -> Trust:
         """Read the keys (KeyFileError when they cannot be used) and the version records."""
         return cls(load_trusted_keys(keys_path), VersionStore(state_dir), clock)
 
     def check_manifest(self, body: bytes, signature: bytes | None, name: str) -> Verified:
-        return check_signature(Message(data=body), signature, self.keys, namespace=MANIFEST_NAMESPACE,
-                               now=self._clock.now(), name=name)
+        return check_signature(
+            Message(data=body), signature, self.keys, namespace=MANIFEST_NAMESPACE, now=self._clock.now(), name=name
+        )
 
     def check_archive(self, path: Path, message: Message) -> Verified:
         """The archive at `path`, as `message` (its open descriptor) reads it, against the signature beside it."""
         signature, name = read_signature_beside(path)
         if signature is None:
             raise SignatureRefused(MISSING, f"no {name}")
-        return check_signature(message, signature, self.keys, namespace=ARCHIVE_NAMESPACE,
-                               now=self._clock.now(), name=name)
+        return check_signature(
+            message, signature, self.keys, namespace=ARCHIVE_NAMESPACE, now=self._clock.now(), name=name
+        )
 
     def check_replay(self, source_key: str, pods: Iterable[str], verified: Verified, body: bytes) -> None:
-        problem = self.versions.problem(source_key, [f"pod:{p}" for p in pods], verified.version,
-                                        digest_of(body))
+        problem = self.versions.problem(source_key, [f"pod:{p}" for p in pods], verified.version, digest_of(body))
         if problem:
             raise SignatureRefused(REPLAY, problem, key_id=verified.key_id, signature=verified.signature or None)
 
-    def accept(self, source_key: str, pods: Iterable[str], verified: Verified, body: bytes, *,
-               revoke_dropped: bool = False) -> None:
+    def accept(
+        self, source_key: str, pods: Iterable[str], verified: Verified, body: bytes, *, revoke_dropped: bool = False
+    ) -> None:
         """Record an accepted body (OSError when the record cannot be written). With `revoke_dropped` (a source
         that alone holds its pods: the URL), the pods its previous body held and this one does not are revoked."""
         names = list(pods)
         before = self.versions.get(source_key) if revoke_dropped else None
-        self.versions.record([source_key, *(f"pod:{p}" for p in names)], verified.version, digest_of(body),
-                             pods={source_key: names})
+        self.versions.record(
+            [source_key, *(f"pod:{p}" for p in names)], verified.version, digest_of(body), pods={source_key: names}
+        )
         if before is not None and not before.get("deleted"):
             dropped = sorted(set(before.get("pods") or ()) - set(names))
             self.versions.revoke(f"pod:{p}" for p in dropped)
@@ -176,7 +181,7 @@ class Trust:
             pass
         write_atomic(path, data)
 
-    def load_accepted(self, source_key: str) -> tuple[bytes, "Verified"] | None:
+    def load_accepted(self, source_key: str) -> tuple[bytes, Verified] | None:
         """The last accepted body of `source_key` once its kept signature holds again, or None."""
         try:
             copy = msgspec.json.decode(self._copy_path(source_key).read_bytes(), type=AcceptedCopy)

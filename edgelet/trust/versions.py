@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from edgelet.state import write_atomic
 from edgelet.util.log import get_logger
@@ -104,8 +105,9 @@ class VersionStore:
                     return f"{key.removeprefix('pod:')}: {found}"
         return None
 
-    def record(self, keys: Iterable[str], version: int | None, digest: str,
-               pods: Mapping[str, Iterable[str]] | None = None) -> None:
+    def record(
+        self, keys: Iterable[str], version: int | None, digest: str, pods: Mapping[str, Iterable[str]] | None = None
+    ) -> None:
         """Remember an accepted body for each key (never lowering a version; a tombstone is lifted) and write
         the file if it changed. `pods` gives a manifest key the names of the pods it holds."""
         with self._lock:
@@ -140,8 +142,11 @@ class VersionStore:
     def live_manifests(self, prefix: str) -> dict[str, list[str]]:
         """Manifest keys starting with `prefix` that are not deleted, with the pod names each held."""
         with self._lock:
-            return {key: [str(p) for p in rec.get("pods") or ()] for key, rec in self._records.items()
-                    if key.startswith(prefix) and not rec.get("deleted")}
+            return {
+                key: [str(p) for p in rec.get("pods") or ()]
+                for key, rec in self._records.items()
+                if key.startswith(prefix) and not rec.get("deleted")
+            }
 
     def _write(self) -> None:
         write_atomic(self.path, json.dumps(self._records, sort_keys=True).encode())

@@ -29,11 +29,16 @@ from dataclasses import dataclass, field
 from edgelet.tunnel.errors import TunnelConfigError
 
 DEFAULT_KEEPALIVE = 25  # seconds: under the 30 s UDP timeout of most NAT mappings
-_HOSTNAME = re.compile(r"^(?=.{1,253}$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?$")
+_HOSTNAME = re.compile(
+    r"^(?=.{1,253}$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?$"
+)
 _UNSUPPORTED = {
-    "preup": "edgelet runs no shell hooks", "postup": "edgelet runs no shell hooks",
-    "predown": "edgelet runs no shell hooks", "postdown": "edgelet runs no shell hooks",
-    "dns": "edgelet does not change the device's resolver", "table": "edgelet routes only the peers' AllowedIPs",
+    "preup": "edgelet runs no shell hooks",
+    "postup": "edgelet runs no shell hooks",
+    "predown": "edgelet runs no shell hooks",
+    "postdown": "edgelet runs no shell hooks",
+    "dns": "edgelet does not change the device's resolver",
+    "table": "edgelet routes only the peers' AllowedIPs",
     "saveconfig": "edgelet never writes the file back",
 }
 
@@ -204,17 +209,21 @@ def parse_config(text: str, path: str) -> TunnelConfig:
             if required not in entries:
                 why = "" if required == "publickey" else " (the device dials out: the hub's host:port)"
                 raise TunnelConfigError(path, f"a [Peer] has no {key_name_of(required)}{why}")
-        built.append(Peer(
-            public_key=field_of(entries, "publickey", decode_key),  # type: ignore[arg-type]
-            endpoint=field_of(entries, "endpoint", parse_endpoint),  # type: ignore[arg-type]
-            allowed_ips=tuple(ips),
-            persistent_keepalive=field_of(  # type: ignore[arg-type]
-                entries, "persistentkeepalive",
-                lambda v: 0 if v.lower() == "off" else _int(v, "interval", 0, 65535))
-            if "persistentkeepalive" in entries else DEFAULT_KEEPALIVE,
-            preshared_key=field_of(entries, "presharedkey", decode_key)  # type: ignore[arg-type]
-            if "presharedkey" in entries else None,
-        ))
+        built.append(
+            Peer(
+                public_key=field_of(entries, "publickey", decode_key),  # type: ignore[arg-type]
+                endpoint=field_of(entries, "endpoint", parse_endpoint),  # type: ignore[arg-type]
+                allowed_ips=tuple(ips),
+                persistent_keepalive=field_of(  # type: ignore[arg-type]
+                    entries, "persistentkeepalive", lambda v: 0 if v.lower() == "off" else _int(v, "interval", 0, 65535)
+                )
+                if "persistentkeepalive" in entries
+                else DEFAULT_KEEPALIVE,
+                preshared_key=field_of(entries, "presharedkey", decode_key)  # type: ignore[arg-type]
+                if "presharedkey" in entries
+                else None,
+            )
+        )
     keys = [p.public_key for p in built]
     if len(set(keys)) != len(keys):
         raise TunnelConfigError(path, "two [Peer] sections have the same PublicKey")
@@ -227,16 +236,27 @@ def parse_config(text: str, path: str) -> TunnelConfig:
         addresses=tuple(addresses),
         peers=tuple(built),
         listen_port=field_of(iface, "listenport", lambda v: _int(v, "port", 1, 65535))  # type: ignore[arg-type]
-        if "listenport" in iface else None,
+        if "listenport" in iface
+        else None,
         mtu=field_of(iface, "mtu", lambda v: _int(v, "MTU", 1280, 65535))  # type: ignore[arg-type]
-        if "mtu" in iface else None,
+        if "mtu" in iface
+        else None,
         key_line=iface["privatekey"][0] if "privatekey" in iface else None,
     )
 
 
-_NAMES = {"privatekey": "PrivateKey", "listenport": "ListenPort", "mtu": "MTU", "fwmark": "FwMark",
-          "publickey": "PublicKey", "endpoint": "Endpoint", "persistentkeepalive": "PersistentKeepalive",
-          "presharedkey": "PresharedKey", "allowedips": "AllowedIPs", "address": "Address"}
+_NAMES = {
+    "privatekey": "PrivateKey",
+    "listenport": "ListenPort",
+    "mtu": "MTU",
+    "fwmark": "FwMark",
+    "publickey": "PublicKey",
+    "endpoint": "Endpoint",
+    "persistentkeepalive": "PersistentKeepalive",
+    "presharedkey": "PresharedKey",
+    "allowedips": "AllowedIPs",
+    "address": "Address",
+}
 
 
 def key_name_of(key: str) -> str:

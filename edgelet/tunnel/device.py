@@ -18,8 +18,8 @@ import os
 import re
 import socket
 import time
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Sequence
 
 from edgelet.tunnel import uapi
 from edgelet.tunnel.config import Endpoint, TunnelConfig
@@ -46,8 +46,11 @@ def interface_name(config_path: str) -> str:
     name = os.path.basename(config_path)
     name = name[:-5] if name.endswith(".conf") else name
     if not _INTERFACE_NAME.match(name):
-        raise DeviceError(name, f"the interface is named after the file {config_path} (as wg-quick does): "
-                          "it must be 1-15 letters, digits or _=+.- before .conf")
+        raise DeviceError(
+            name,
+            f"the interface is named after the file {config_path} (as wg-quick does): "
+            "it must be 1-15 letters, digits or _=+.- before .conf",
+        )
     return name
 
 
@@ -94,7 +97,7 @@ async def run(argv: Sequence[str]) -> None:
     try:
         child = await proc.spawn(argv)
         _, err = await asyncio.wait_for(child.communicate(), 30.0)
-    except (OSError, asyncio.TimeoutError) as exc:
+    except (TimeoutError, OSError) as exc:
         raise DeviceError("", f"{' '.join(argv)}: {exc or 'timed out'}") from exc
     if child.returncode != 0:
         raise DeviceError("", f"{' '.join(argv)} failed ({child.returncode}): {err.decode(errors='replace')[-300:]}")
@@ -126,9 +129,18 @@ def readiness(status: Status, now: float) -> tuple[bool, str, str]:
 class Tunnel:
     """One WireGuard interface configured from a loaded TunnelConfig (with its private key), named after its file."""
 
-    def __init__(self, config: TunnelConfig, clock: Clock, *, interface: str | None = None,
-                 socket_dir: str = uapi.SOCKET_DIR, wireguard_go: str = "wireguard-go",
-                 resolver: Resolver = resolve, runner: Runner = run, stale_after: float = STALE_AFTER) -> None:
+    def __init__(
+        self,
+        config: TunnelConfig,
+        clock: Clock,
+        *,
+        interface: str | None = None,
+        socket_dir: str = uapi.SOCKET_DIR,
+        wireguard_go: str = "wireguard-go",
+        resolver: Resolver = resolve,
+        runner: Runner = run,
+        stale_after: float = STALE_AFTER,
+    ) -> None:
         interface = interface if interface is not None else interface_name(config.path)
         if not _INTERFACE_NAME.match(interface):
             raise DeviceError(interface, "an interface name is 1-15 letters, digits or _=+.-")

@@ -1,9 +1,9 @@
 """The tunnel package's errors.
 
-    EdgeletError
-    └── TunnelError             the WireGuard tunnel cannot be configured or brought up
-        ├── TunnelConfigError   the config file is unreadable, readable by others, or wrong (file, line, reason)
-        └── DeviceError         the interface cannot be created or configured (interface, what failed)
+EdgeletError
+└── TunnelError             the WireGuard tunnel cannot be configured or brought up
+    ├── TunnelConfigError   the config file is unreadable, readable by others, or wrong (file, line, reason)
+    └── DeviceError         the interface cannot be created or configured (interface, what failed)
 """
 
 from __future__ import annotations

@@ -46,7 +46,8 @@ def read_config(path: Path) -> TunnelConfig:
     except (OSError, UnicodeDecodeError) as exc:
         raise TunnelConfigError(name, f"cannot be read ({exc})") from exc
     problem = readable_by_others(st.st_mode, st.st_uid, os.geteuid()) or path_problem(
-        name, "anyone on the device could point the tunnel elsewhere")
+        name, "anyone on the device could point the tunnel elsewhere"
+    )
     if problem:
         raise TunnelConfigError(name, problem)
     return parse_config(text, name)
@@ -71,8 +72,11 @@ def device_key(config: TunnelConfig, root_dir: Path, *, create: bool) -> tuple[b
     try:
         return decode_key(path.read_text()), True
     except (OSError, ValueError) as exc:
-        raise TunnelConfigError(str(path), f"not a WireGuard private key ({exc}): remove it to generate a new one "
-                                "(and give the hub the new public key)") from exc
+        raise TunnelConfigError(
+            str(path),
+            f"not a WireGuard private key ({exc}): remove it to generate a new one "
+            "(and give the hub the new public key)",
+        ) from exc
 
 
 def _generate(path: Path) -> bytes:

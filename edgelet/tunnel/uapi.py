@@ -103,10 +103,15 @@ def parse_get(text: str) -> DeviceState:
         if current:
             sec = int(current.get("last_handshake_time_sec", "0"))
             nsec = int(current.get("last_handshake_time_nsec", "0"))
-            peers.append(PeerState(
-                public_key=bytes.fromhex(current["public_key"]), endpoint=current.get("endpoint"),
-                last_handshake=sec + nsec / 1e9 if sec or nsec else None,
-                rx_bytes=int(current.get("rx_bytes", "0")), tx_bytes=int(current.get("tx_bytes", "0"))))
+            peers.append(
+                PeerState(
+                    public_key=bytes.fromhex(current["public_key"]),
+                    endpoint=current.get("endpoint"),
+                    last_handshake=sec + nsec / 1e9 if sec or nsec else None,
+                    rx_bytes=int(current.get("rx_bytes", "0")),
+                    tx_bytes=int(current.get("tx_bytes", "0")),
+                )
+            )
             current.clear()
 
     for key, value in parse_answer(text):
@@ -125,7 +130,7 @@ async def transact(path: str, request: str, *, interface: str, timeout: float = 
     """Send one request on the device's socket and return its whole answer; DeviceError on any failure."""
     try:
         reader, writer = await asyncio.wait_for(asyncio.open_unix_connection(path), timeout)
-    except (OSError, asyncio.TimeoutError) as exc:
+    except (TimeoutError, OSError) as exc:
         raise DeviceError(interface, f"cannot reach its UAPI socket {path} ({exc or 'timed out'})") from exc
     try:
         writer.write(request.encode())
@@ -141,7 +146,7 @@ async def transact(path: str, request: str, *, interface: str, timeout: float = 
         text = "".join(answer)
         parse_answer(text)  # raises on errno != 0
         return text
-    except (OSError, asyncio.TimeoutError, ValueError) as exc:
+    except (TimeoutError, OSError, ValueError) as exc:
         raise DeviceError(interface, f"UAPI {request.split(chr(10), 1)[0]} failed: {exc or 'timed out'}") from exc
     finally:
         writer.close()

@@ -11,8 +11,8 @@ syncer uses the monotonic clock.
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Iterator
 from dataclasses import dataclass
-from typing import Hashable, Iterator
 
 DEFAULT_INITIAL = 10.0
 DEFAULT_CAP = 300.0

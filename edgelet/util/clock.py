@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Mapping, Protocol
+from collections.abc import Mapping
+from typing import Protocol
 
 
 class Clock(Protocol):

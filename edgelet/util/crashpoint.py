@@ -16,23 +16,25 @@ import signal
 ENV = "EDGELET_TEST_CRASH_AT"
 
 # The points the product passes, so that a test naming another one is told (see `parse`).
-POINTS = frozenset({
-    "image.import",      # an archive's blobs are in the store, its index record is not yet written
-    "image.unpack",      # between two members of a layer's tar
-    "sandbox.create",    # the namespaces are pinned (or the pause container created), the sandbox not yet started
-    "cni.add",           # the plugin chain has attached the pod, its result is not yet cached
-    "container.create",  # a container is created under conmon, not yet started
-    "sandbox.ready",  # a sandbox's CNI ADD and its first container's create (beside it) succeeded, not yet started
-    "conmon.answer",  # conmon runs `runc create` (a sandbox's or a container's), its answer not yet read
-    "container.stop",    # the stop signal is sent, the exit not yet seen
-    "container.remove",  # runc state is deleted, the exit file and bundle are not yet removed
-    "pod.remove",  # a removed pod's containers, logs and cgroups are gone, its pod dir is not yet
-    "rollout.step",  # a rollout record is written, the step it decided not yet taken (any step)
-    "rollout.replace",  # the record says replacing: the old version is not yet stopped, the new not started
-    "rollout.gate",  # the record says gating: the new version runs, the gate has not judged it
-    "rollout.rollback",  # the record says rolling back: the failed version still runs, the last good not yet
-    "checkpoint.write",  # write_atomic's temp file is written and synced, not yet renamed over the file
-})
+POINTS = frozenset(
+    {
+        "image.import",  # an archive's blobs are in the store, its index record is not yet written
+        "image.unpack",  # between two members of a layer's tar
+        "sandbox.create",  # the namespaces are pinned (or the pause container created), the sandbox not yet started
+        "cni.add",  # the plugin chain has attached the pod, its result is not yet cached
+        "container.create",  # a container is created under conmon, not yet started
+        "sandbox.ready",  # a sandbox's CNI ADD and its first container's create (beside it) succeeded, not yet started
+        "conmon.answer",  # conmon runs `runc create` (a sandbox's or a container's), its answer not yet read
+        "container.stop",  # the stop signal is sent, the exit not yet seen
+        "container.remove",  # runc state is deleted, the exit file and bundle are not yet removed
+        "pod.remove",  # a removed pod's containers, logs and cgroups are gone, its pod dir is not yet
+        "rollout.step",  # a rollout record is written, the step it decided not yet taken (any step)
+        "rollout.replace",  # the record says replacing: the old version is not yet stopped, the new not started
+        "rollout.gate",  # the record says gating: the new version runs, the gate has not judged it
+        "rollout.rollback",  # the record says rolling back: the failed version still runs, the last good not yet
+        "checkpoint.write",  # write_atomic's temp file is written and synced, not yet renamed over the file
+    }
+)
 
 
 def parse(text: str) -> dict[str, int]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Callable
+from collections.abc import Callable
 
 import inotify_simple
 from inotify_simple import INotify, flags, parse_events

@@ -11,8 +11,8 @@ import ctypes
 import errno
 import os
 import threading
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Callable, Mapping
 
 from edgelet.util.libc import libc
 
@@ -44,7 +44,7 @@ def in_thread(work: Callable[[], None], name: str) -> None:
     def run() -> None:
         try:
             work()
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+        except BaseException as exc:
             failure.append(exc)
 
     thread = threading.Thread(target=run, name=name, daemon=True)
@@ -72,8 +72,9 @@ def join_namespace(path: str | Path, kind: str = "net") -> None:
         os.close(fd)
 
 
-def pin_namespaces(paths: Mapping[str, Path], label: str, setup: Callable[[], None] | None = None,
-                   thread_name: str = "pinns") -> None:
+def pin_namespaces(
+    paths: Mapping[str, Path], label: str, setup: Callable[[], None] | None = None, thread_name: str = "pinns"
+) -> None:
     """New namespaces of the kinds of `paths` ({"net"|"ipc"|"uts": existing file}), each bind-mounted at
     its file, made by a thread that unshares them, runs `setup` inside them and ends.
 
@@ -89,8 +90,16 @@ def pin_namespaces(paths: Mapping[str, Path], label: str, setup: Callable[[], No
             setup()
         tid = threading.get_native_id()
         for kind, path in paths.items():
-            check(libc().mount(f"/proc/self/task/{tid}/ns/{kind}".encode(), str(path).encode(), b"none",
-                               ctypes.c_ulong(MS_BIND), None), f"bind-mount {path}")
+            check(
+                libc().mount(
+                    f"/proc/self/task/{tid}/ns/{kind}".encode(),
+                    str(path).encode(),
+                    b"none",
+                    ctypes.c_ulong(MS_BIND),
+                    None,
+                ),
+                f"bind-mount {path}",
+            )
 
     in_thread(work, thread_name)
 

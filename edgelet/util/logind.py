@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 from edgelet.errors import EdgeletError
 
@@ -32,7 +33,7 @@ class Logind:
         self._conn: Any = None
         self._addr: Any = None
 
-    async def __aenter__(self) -> "Logind":
+    async def __aenter__(self) -> Logind:
         try:
             from jeepney import DBusAddress
             from jeepney.io.blocking import open_dbus_connection
@@ -71,8 +72,9 @@ class Logind:
         """Take a delay lock on shutdown; the returned descriptor holds it until closed."""
         from jeepney import new_method_call
 
-        (fd,) = await self._request(new_method_call(self._addr, "Inhibit", "ssss",
-                                                    ("shutdown", "edgelet", why, "delay")), "Inhibit")
+        (fd,) = await self._request(
+            new_method_call(self._addr, "Inhibit", "ssss", ("shutdown", "edgelet", why, "delay")), "Inhibit"
+        )
         return int(fd.to_raw_fd())
 
     async def prepare_for_shutdown(self) -> AsyncIterator[bool]:

@@ -46,7 +46,7 @@ def trim() -> bool:
     return bool(lib is not None and lib.malloc_trim(0))
 
 
-async def trim_periodically(clock: "Clock", period: float = TRIM_PERIOD) -> None:
+async def trim_periodically(clock: Clock, period: float = TRIM_PERIOD) -> None:
     while True:
         await clock.sleep(period)
         trim()

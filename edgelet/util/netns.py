@@ -28,12 +28,12 @@ def _make(netns: str, family: int) -> socket.socket:
         os.close(target)
 
 
-def _fail(done: "asyncio.Future[socket.socket]", exc: BaseException) -> None:
+def _fail(done: asyncio.Future[socket.socket], exc: BaseException) -> None:
     if not done.done():
         done.set_exception(exc)
 
 
-def _succeed(done: "asyncio.Future[socket.socket]", sock: socket.socket) -> None:
+def _succeed(done: asyncio.Future[socket.socket], sock: socket.socket) -> None:
     if done.done():  # the caller was cancelled meanwhile
         sock.close()
     else:
@@ -76,8 +76,9 @@ async def connect_local(netns: str | None, port: int) -> socket.socket:
             if family == socket.AF_INET6:  # no IPv6 in there: the IPv4 answer stands
                 errors.append(f"{host}: {exc.strerror or exc}")
                 continue
-            raise OSError(exc.errno, f"cannot make a socket in the network namespace {netns}: "
-                                     f"{exc.strerror or exc}") from exc
+            raise OSError(
+                exc.errno, f"cannot make a socket in the network namespace {netns}: {exc.strerror or exc}"
+            ) from exc
         try:
             await loop.sock_connect(sock, (host, port))
             return sock

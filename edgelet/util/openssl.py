@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import importlib.machinery
 import sys
+from collections.abc import Sequence
 from types import ModuleType
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # importlib.abc imports importlib.resources: tens of ms of a cold start, for two base classes
     import importlib.abc
@@ -32,7 +33,7 @@ def defer() -> bool:
     for name in _HIDDEN:
         sys.modules[name] = None  # type: ignore[assignment]  # the documented way to make an import fail
     try:
-        import asyncio  # noqa: F401
+        import asyncio
         import asyncio.sslproto  # noqa: F401
         import hashlib  # noqa: F401
         import hmac  # noqa: F401
@@ -58,8 +59,12 @@ def attach(ssl: ModuleType) -> None:
 class _SslFinder:
     """Finds `ssl` through the other finders (the path, or a frozen build's archive) and wraps its loader."""
 
-    def find_spec(self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None,
-                  ) -> importlib.machinery.ModuleSpec | None:
+    def find_spec(
+        self,
+        fullname: str,
+        path: Sequence[str] | None,
+        target: ModuleType | None = None,
+    ) -> importlib.machinery.ModuleSpec | None:
         if fullname != "ssl":
             return None
         for finder in sys.meta_path:

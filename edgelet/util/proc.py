@@ -14,7 +14,8 @@ import os
 import shutil
 import subprocess
 import sys
-from typing import IO, Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import IO, Any
 
 PIPE = subprocess.PIPE
 DEVNULL = subprocess.DEVNULL
@@ -53,7 +54,7 @@ def _pidfd_watcher_class() -> Any:
         def close(self) -> None:
             pass
 
-        def __enter__(self) -> "PidfdWatcher":
+        def __enter__(self) -> PidfdWatcher:
             return self
 
         def __exit__(self, *exc: object) -> None:
@@ -100,21 +101,34 @@ def _install_watcher() -> None:
     asyncio.set_child_watcher(cls())
 
 
-async def spawn(argv: Sequence[str], *, stdin: Any = DEVNULL, stdout: Any = PIPE, stderr: Any = PIPE,
-                env: Mapping[str, str] | None = None, cwd: str | os.PathLike[str] | None = None,
-                pass_fds: Sequence[int] = ()) -> asyncio.subprocess.Process:
+async def spawn(
+    argv: Sequence[str],
+    *,
+    stdin: Any = DEVNULL,
+    stdout: Any = PIPE,
+    stderr: Any = PIPE,
+    env: Mapping[str, str] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+    pass_fds: Sequence[int] = (),
+) -> asyncio.subprocess.Process:
     """Start `argv` as an asyncio child process; OSError when it cannot start."""
     if _TRACE:
         _trace(argv)
     _install_watcher()
     return await asyncio.create_subprocess_exec(
-        *argv, stdin=stdin, stdout=stdout, stderr=stderr,
-        env=dict(env) if env is not None else None, cwd=cwd, pass_fds=tuple(pass_fds),
+        *argv,
+        stdin=stdin,
+        stdout=stdout,
+        stderr=stderr,
+        env=dict(env) if env is not None else None,
+        cwd=cwd,
+        pass_fds=tuple(pass_fds),
     )
 
 
-def popen(argv: Sequence[str], *, stdin: int | IO[bytes] | None = DEVNULL, stdout: Any = PIPE,
-          stderr: Any = PIPE) -> "subprocess.Popen[bytes]":
+def popen(
+    argv: Sequence[str], *, stdin: int | IO[bytes] | None = DEVNULL, stdout: Any = PIPE, stderr: Any = PIPE
+) -> subprocess.Popen[bytes]:
     """Start `argv` for streaming from a worker thread (a decompressor feeding tarfile); OSError when it cannot."""
     if _TRACE:
         _trace(argv)

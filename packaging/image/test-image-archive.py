@@ -1,6 +1,6 @@
 """make test-image's pod image: an arm64 OCI archive made of the image's own dash, sleep and libc (nothing downloaded).
 
-    python packaging/image/test-image-archive.py ROOT OUTPUT   # ROOT: the image's arm64 root directory
+python packaging/image/test-image-archive.py ROOT OUTPUT   # ROOT: the image's arm64 root directory
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ FILES = {
 
 def main(root: Path, out: Path) -> None:
     entries: list[tuple[tarfile.TarInfo, bytes | None]] = [
-        (im._info(d, tarfile.DIRTYPE, 0o755), None) for d in ("bin/", "lib/", "lib/aarch64-linux-gnu/", "tmp/")]
+        (im._info(d, tarfile.DIRTYPE, 0o755), None) for d in ("bin/", "lib/", "lib/aarch64-linux-gnu/", "tmp/")
+    ]
     for dest, src in FILES.items():
         data = (root / src).read_bytes()
         entries.append((im._info(dest, tarfile.REGTYPE, 0o755, len(data)), data))

@@ -17,9 +17,9 @@ import re
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from edgelet.runtime.podcgroups import MONITOR_CGROUP
 from edgelet.testing.cleanup import conmon_processes
@@ -33,11 +33,22 @@ LOOP = "trap 'exit 0' TERM; while true; do sleep 1; done"
 MAX_PODS = 8
 
 # Crash points and the change that makes the agent pass each (see `_provoke`).
-POINTS = ("image.import", "image.unpack", "sandbox.create", "cni.add", "container.create", "sandbox.ready",
-          "container.stop",
-          "container.remove", "pod.remove", "checkpoint.write",
-          # The health-gated rollout's steps (issue 21): an edit of a pod whose version passed the gate.
-          "rollout.replace", "rollout.gate", "rollout.rollback")
+POINTS = (
+    "image.import",
+    "image.unpack",
+    "sandbox.create",
+    "cni.add",
+    "container.create",
+    "sandbox.ready",
+    "container.stop",
+    "container.remove",
+    "pod.remove",
+    "checkpoint.write",
+    # The health-gated rollout's steps (issue 21): an edit of a pod whose version passed the gate.
+    "rollout.replace",
+    "rollout.gate",
+    "rollout.rollback",
+)
 BAD = "echo bad version; exit 9"  # a bad edit's every container: CrashLoopBackOff, so the rollout rolls it back
 # Short, so that versions pass the health gate within a round and edits go through pull, replace and gate.
 ROLLOUT_ARGS = ("--rollout-stability-window", "3s")
@@ -51,11 +62,11 @@ class Kind:
     containers: tuple[tuple[str, str], ...]
     init: tuple[tuple[str, str], ...] = ()
     probes: bool = False
-    phase: str = "Running"        # the settled phase
+    phase: str = "Running"  # the settled phase
     exit_code: int | None = None  # a terminated main container's code, once settled
-    restarts: int | None = 0      # the exact restart count once settled (None: any, never decreasing)
+    restarts: int | None = 0  # the exact restart count once settled (None: any, never decreasing)
     last_exit: int | None = None  # lastState's exit code whenever there is one
-    own_image: bool = False       # uses an image the campaign imported itself
+    own_image: bool = False  # uses an image the campaign imported itself
 
 
 KINDS: dict[str, Kind] = {
@@ -63,8 +74,14 @@ KINDS: dict[str, Kind] = {
     "init": Kind("Always", (("app", LOOP),), init=(("setup", "echo init-done"),)),
     "ok": Kind("Never", (("main", "echo done; exit 0"),), phase="Succeeded", exit_code=0),
     "fail": Kind("Never", (("main", "echo failing; exit 3"),), phase="Failed", exit_code=3),
-    "retry": Kind("OnFailure", (("main", "if [ -f /data/ran ]; then exit 0; fi; touch /data/ran; exit 7"),),
-                  phase="Succeeded", exit_code=0, restarts=1, last_exit=7),
+    "retry": Kind(
+        "OnFailure",
+        (("main", "if [ -f /data/ran ]; then exit 0; fi; touch /data/ran; exit 7"),),
+        phase="Succeeded",
+        exit_code=0,
+        restarts=1,
+        last_exit=7,
+    ),
     "crash": Kind("Always", (("main", "sleep 1; exit 5"),), restarts=None, last_exit=5),
     "img": Kind("Always", (("app", LOOP),), own_image=True),
 }
@@ -135,9 +152,11 @@ class Report:
 
     def summary(self) -> str:
         points = ", ".join(f"{k} {v}" for k, v in sorted(self.point_kills.items())) or "none"
-        return (f"chaos: seed {self.seed}, {self.rounds} rounds, {self.kills} kills "
-                f"({self.timing_kills} at random times; at crash points: {points}), "
-                f"{len(self.violations)} invariant violations")
+        return (
+            f"chaos: seed {self.seed}, {self.rounds} rounds, {self.kills} kills "
+            f"({self.timing_kills} at random times; at crash points: {points}), "
+            f"{len(self.violations)} invariant violations"
+        )
 
 
 def _sh(*argv: str) -> str:
@@ -147,8 +166,16 @@ def _sh(*argv: str) -> str:
 class Campaign:
     """One agent's dirs, its manifests and the record of what has been seen."""
 
-    def __init__(self, agent: AgentProc, network: dict, seed: int, kills: int, base_archive: Path,
-                 say: Callable[[str], None] = print, settle_timeout: float = 180.0) -> None:
+    def __init__(
+        self,
+        agent: AgentProc,
+        network: dict,
+        seed: int,
+        kills: int,
+        base_archive: Path,
+        say: Callable[[str], None] = print,
+        settle_timeout: float = 180.0,
+    ) -> None:
         self.agent = agent
         self.net = network
         self.rng = random.Random(seed)
@@ -158,14 +185,14 @@ class Campaign:
         self._t0 = time.monotonic()
         self.settle_timeout = settle_timeout
         self.wanted: dict[str, Wanted] = {}
-        self.images_ready: list[str] = []   # imported and seen in the store
+        self.images_ready: list[str] = []  # imported and seen in the store
         self.images_dropped: list[str] = []  # archives dropped, not yet seen imported
         self.image_count = 0
         self.max_restarts: dict[tuple[str, str], int] = {}
         self.serial = 0
         self.base_archive = base_archive
         self.extra_args: list[str] = [*ROLLOUT_ARGS]  # more agent flags (the fault tests' runtime wrapper)
-        self.env: dict[str, str] = {}    # more agent environment (the fault tests' clock offset)
+        self.env: dict[str, str] = {}  # more agent environment (the fault tests' clock offset)
         self.test_mounts: set[str] = set()  # mounts the test made itself (relative to the temp dir)
         self.archive_dir = agent.paths.root_dir.parent / "archives"
         self.archive_dir.mkdir(exist_ok=True)
@@ -177,8 +204,9 @@ class Campaign:
 
     def start(self, crash_at: str | None = None) -> None:
         env = {**self.env, CRASH_ENV: crash_at} if crash_at else self.env
-        self.agent.start(f"--cni-conf-dir={self.net['conf_dir']}", "--cni-bin-dir=/usr/lib/cni", *self.extra_args,
-                         env=env or None)
+        self.agent.start(
+            f"--cni-conf-dir={self.net['conf_dir']}", "--cni-bin-dir=/usr/lib/cni", *self.extra_args, env=env or None
+        )
 
     def kill(self) -> None:
         """SIGKILL the agent if it still runs, and reap it."""
@@ -194,8 +222,9 @@ class Campaign:
 
     def _write(self, name: str) -> None:
         w = self.wanted[name]
-        self.agent.write_manifest(f"{name}.yaml", manifest(name, KINDS[w.kind], w.gen, w.image,
-                                                           self.rng.randint(1, 3), bad=w.bad))
+        self.agent.write_manifest(
+            f"{name}.yaml", manifest(name, KINDS[w.kind], w.gen, w.image, self.rng.randint(1, 3), bad=w.bad)
+        )
 
     def add(self, kind: str | None = None) -> str:
         if kind is None:
@@ -231,9 +260,16 @@ class Campaign:
 
     def bad_edit(self) -> str:
         """A crashing generation of a long-running pod whose current one passed the gate: it must be rolled back."""
-        good = [n for n, w in sorted(self.wanted.items()) if KINDS[w.kind].phase == "Running" and not w.bad
-                and KINDS[w.kind].restarts == 0 and (r := self.rollout_record(n)) is not None
-                and r["phase"] == "good" and r["active_gen"] == str(w.gen)]
+        good = [
+            n
+            for n, w in sorted(self.wanted.items())
+            if KINDS[w.kind].phase == "Running"
+            and not w.bad
+            and KINDS[w.kind].restarts == 0
+            and (r := self.rollout_record(n)) is not None
+            and r["phase"] == "good"
+            and r["active_gen"] == str(w.gen)
+        ]
         if not good:
             return self.edit()
         name = self.rng.choice(good)
@@ -271,8 +307,13 @@ class Campaign:
         if self.image_count < 6:
             ops.append("drop")
         op = self.rng.choice(ops)
-        return {"add": self.add, "edit": self.edit, "remove": self.remove, "drop": self.drop_archive,
-                "bad": self.bad_edit}[op]()
+        return {
+            "add": self.add,
+            "edit": self.edit,
+            "remove": self.remove,
+            "drop": self.drop_archive,
+            "bad": self.bad_edit,
+        }[op]()
 
     def _provoke(self, point: str) -> str:
         """A change that makes the agent pass `point` soon."""
@@ -289,8 +330,11 @@ class Campaign:
         if point == "rollout.rollback" and self.wanted:
             return self.bad_edit()
         if point in ("rollout.replace", "rollout.gate") and self.wanted:
-            running = [n for n, w in self.wanted.items() if KINDS[w.kind].phase == "Running"
-                       and KINDS[w.kind].restarts is not None]
+            running = [
+                n
+                for n, w in self.wanted.items()
+                if KINDS[w.kind].phase == "Running" and KINDS[w.kind].restarts is not None
+            ]
             return self.edit(self.rng.choice(running or sorted(self.wanted)))
         return self.add() if len(self.wanted) < MAX_PODS else self.edit()
 
@@ -324,8 +368,9 @@ class Campaign:
         self.report.kills += 1
         if died_by_itself:
             if rc != -signal.SIGKILL:
-                self.report.violations.append(f"round {self.report.rounds}: the agent exited {rc} before the "
-                                              f"kill at {point}")
+                self.report.violations.append(
+                    f"round {self.report.rounds}: the agent exited {rc} before the kill at {point}"
+                )
             self.report.point_kills[point] = self.report.point_kills.get(point, 0) + 1
             how = f"killed itself at {point}:{count}"
         else:
@@ -384,8 +429,11 @@ class Campaign:
         """`runc list`, tried again when it fails: runc 1.1.5's list races a concurrent delete, and an empty
         answer would hide every container from the checks."""
         for _ in range(20):
-            out = subprocess.run(["runc", "--root", str(self.agent.paths.runc_root), "list", "--format", "json"],
-                                 capture_output=True, text=True)
+            out = subprocess.run(
+                ["runc", "--root", str(self.agent.paths.runc_root), "list", "--format", "json"],
+                capture_output=True,
+                text=True,
+            )
             if out.returncode == 0:
                 return json.loads(out.stdout or "null") or []
             time.sleep(0.1)
@@ -401,7 +449,8 @@ class Campaign:
         for c in runc:
             ann = c.get("annotations") or {}
             by_name.setdefault(ann.get("io.kubernetes.pod.name", "?").removesuffix(f"-{NODE}"), set()).add(
-                ann.get("io.kubernetes.pod.uid", "?"))
+                ann.get("io.kubernetes.pod.uid", "?")
+            )
         missing_images = [r for r in self.images_dropped if r not in self._store_text()]
         off = [f"image {r} not imported" for r in missing_images]
         for name, w in self.wanted.items():
@@ -416,8 +465,10 @@ class Campaign:
                 # Rolled back: the last good generation runs, and the record says why.
                 rec = self.rollout_record(name)
                 if rec is None or rec["phase"] != "rolled-back":
-                    off.append(f"{name}: bad generation {w.gen} not rolled back (rollout "
-                               f"{rec['phase'] if rec else 'without a record'})")
+                    off.append(
+                        f"{name}: bad generation {w.gen} not rolled back (rollout "
+                        f"{rec['phase'] if rec else 'without a record'})"
+                    )
                     continue
                 gen = w.good_gen or 0
             if (pod.get("metadata", {}).get("annotations") or {}).get(GEN_ANN) != str(gen):
@@ -510,10 +561,14 @@ class Campaign:
             if row is None:
                 continue
             mine = [c for c in runc if (c.get("annotations") or {}).get("io.kubernetes.pod.uid") == row["uid"]]
-            live_sb = [c for c in mine if c["annotations"].get("io.edgelet.kind") == "sandbox"
-                       and c["status"] == "running"] + [sid for sid, up in pinned.get(row["uid"], {}).items() if up]
-            running = sorted(c["annotations"].get("io.kubernetes.container.name", "?") for c in mine
-                             if c["annotations"].get("io.edgelet.kind") == "container" and c["status"] == "running")
+            live_sb = [
+                c for c in mine if c["annotations"].get("io.edgelet.kind") == "sandbox" and c["status"] == "running"
+            ] + [sid for sid, up in pinned.get(row["uid"], {}).items() if up]
+            running = sorted(
+                c["annotations"].get("io.kubernetes.container.name", "?")
+                for c in mine
+                if c["annotations"].get("io.edgelet.kind") == "container" and c["status"] == "running"
+            )
             kind = KINDS[w.kind]
             if kind.phase == "Running" and kind.restarts is not None:
                 if len(live_sb) != 1:
@@ -537,8 +592,11 @@ class Campaign:
 
     def _exit_code_of(self, uid: str, cid: str) -> int | None:
         path = self.agent.paths.run_dir / "exits" / cid
-        candidates = [path] + [p.parent / "exit" for p in (self.agent.paths.root_dir / "pods" / uid).glob(
-            "containers/*/*/id") if _read(p) == cid]
+        candidates = [path] + [
+            p.parent / "exit"
+            for p in (self.agent.paths.root_dir / "pods" / uid).glob("containers/*/*/id")
+            if _read(p) == cid
+        ]
         for p in candidates:
             text = _read(p)
             if text is not None and text.strip().lstrip("-").isdigit():
@@ -565,12 +623,15 @@ class Campaign:
                 cid = (term.get("containerID") or "").split("://", 1)[-1]
                 on_disk = self._exit_code_of(uid, cid) if cid else None
                 if on_disk is not None and on_disk != term.get("exitCode"):
-                    out.append(f"{name}/{s['name']}: {which} exitCode {term.get('exitCode')}, conmon's file says "
-                               f"{on_disk}")
+                    out.append(
+                        f"{name}/{s['name']}: {which} exitCode {term.get('exitCode')}, conmon's file says {on_disk}"
+                    )
                 want = kind.exit_code if which == "state" else kind.last_exit
                 if main and want is not None and term.get("exitCode") != want:
-                    out.append(f"{name}/{s['name']}: {which} exitCode {term.get('exitCode')} "
-                               f"({term.get('reason')}), want {want}")
+                    out.append(
+                        f"{name}/{s['name']}: {which} exitCode {term.get('exitCode')} "
+                        f"({term.get('reason')}), want {want}"
+                    )
         return out
 
     def leftovers(self, uids: set[str], ids: set[str], sandboxes: set[str] | None = None) -> list[str]:
@@ -586,11 +647,14 @@ class Campaign:
                 out.append(f"conmon {pid} for {cid[:12]}")
         base = str(p.root_dir.parent.resolve())
         for mp in _mounts_under(base):
-            rel = mp[len(base) + 1:]
+            rel = mp[len(base) + 1 :]
             m = re.match(r"root/pods/([0-9a-f-]+)/", rel + "/")
             n = re.match(r"run/netns/([0-9a-f]+)$", rel) or re.match(r"run/ns/([0-9a-f]+)/(net|ipc|uts)$", rel)
-            if (m and m.group(1) in uids) or (n and sandboxes is not None and n.group(1) in sandboxes) \
-                    or rel in self.test_mounts:
+            if (
+                (m and m.group(1) in uids)
+                or (n and sandboxes is not None and n.group(1) in sandboxes)
+                or rel in self.test_mounts
+            ):
                 continue
             out.append(f"mount {rel}")
         for cg in _pod_cgroups(p.cgroup_root):
@@ -639,8 +703,9 @@ class Campaign:
         if len(veths) > len(netns):
             out.append(f"{len(veths)} veths on the bridge for {len(netns)} netns")
         ipam = self.net["ipam"]
-        leases = [f for f in ipam.rglob("*") if f.is_file() and re.fullmatch(r"[0-9.]+", f.name)] \
-            if ipam.exists() else []
+        leases = (
+            [f for f in ipam.rglob("*") if f.is_file() and re.fullmatch(r"[0-9.]+", f.name)] if ipam.exists() else []
+        )
         if len(leases) > len(netns):
             out.append(f"{len(leases)} host-local leases for {len(netns)} netns")
         return out
@@ -686,13 +751,19 @@ def _read(path: Path) -> str | None:
 
 def _conmons(runc_root: str) -> list[tuple[int, str]]:
     """(pid, container id) of the conmons running under `runc_root`."""
-    return [(pid, argv[argv.index("-c") + 1] if "-c" in argv[:-1] else "?")
-            for pid, argv in conmon_processes() if runc_root in argv]
+    return [
+        (pid, argv[argv.index("-c") + 1] if "-c" in argv[:-1] else "?")
+        for pid, argv in conmon_processes()
+        if runc_root in argv
+    ]
 
 
 def _mounts_under(prefix: str) -> list[str]:
-    return [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()
-            if line.split()[4].startswith(prefix + "/")]
+    return [
+        line.split()[4]
+        for line in Path("/proc/self/mountinfo").read_text().splitlines()
+        if line.split()[4].startswith(prefix + "/")
+    ]
 
 
 def _pod_cgroups(cgroup_root: str) -> list[Path]:

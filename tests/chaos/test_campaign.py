@@ -11,8 +11,11 @@ import pytest
 from tests.chaos.conftest import PLUGINS, SUMMARIES
 from tests.chaos.harness import Campaign
 
-pytestmark = [pytest.mark.privileged, pytest.mark.chaos,
-              pytest.mark.skipif(not (PLUGINS / "bridge").exists(), reason="needs containernetworking-plugins")]
+pytestmark = [
+    pytest.mark.privileged,
+    pytest.mark.chaos,
+    pytest.mark.skipif(not (PLUGINS / "bridge").exists(), reason="needs containernetworking-plugins"),
+]
 
 KILLS = int(os.environ.get("EDGELET_CHAOS_KILLS", "20"))
 SEED = int(os.environ.get("EDGELET_CHAOS_SEED", "16"))

@@ -22,8 +22,12 @@ from tests.chaos.conftest import PLUGINS
 from tests.chaos.harness import Campaign, Wanted, _conmons
 from tests.e2e.conftest import IMAGE, wait_for
 
-pytestmark = [pytest.mark.privileged, pytest.mark.chaos, pytest.mark.timeout(900),
-              pytest.mark.skipif(not (PLUGINS / "bridge").exists(), reason="needs containernetworking-plugins")]
+pytestmark = [
+    pytest.mark.privileged,
+    pytest.mark.chaos,
+    pytest.mark.timeout(900),
+    pytest.mark.skipif(not (PLUGINS / "bridge").exists(), reason="needs containernetworking-plugins"),
+]
 
 
 def _campaign(agent, network, busybox_archive, seed: int = 1) -> Campaign:
@@ -54,12 +58,15 @@ def _finish(c: Campaign) -> None:
 
 
 @pytest.mark.parametrize("restart", ["Always", "Never"])
-def test_a_container_whose_conmon_was_killed_exits_unknown_255_and_restarts_by_policy(agent, network,
-                                                                                        busybox_archive, restart):
+def test_a_container_whose_conmon_was_killed_exits_unknown_255_and_restarts_by_policy(
+    agent, network, busybox_archive, restart
+):
     c = _campaign(agent, network, busybox_archive)
     c.start()
     # A long-running container under either policy: its exit is what conmon would have recorded.
-    agent.write_manifest("victim.yaml", f"""apiVersion: v1
+    agent.write_manifest(
+        "victim.yaml",
+        f"""apiVersion: v1
 kind: Pod
 metadata:
   name: victim
@@ -70,21 +77,32 @@ spec:
   - name: app
     image: {IMAGE}
     command: ["sh", "-c", "exec sleep 3600"]
-""")
-    wait_for(lambda: "running" in (_status(c, "victim", "app").get("state") or {}), timeout=120,
-             what="victim running")
+""",
+    )
+    wait_for(lambda: "running" in (_status(c, "victim", "app").get("state") or {}), timeout=120, what="victim running")
     (ctr,) = [x for x in agent.containers_of("victim") if x["annotations"]["io.edgelet.kind"] == "container"]
     (conmon_pid,) = [pid for pid, cid in _conmons(str(agent.paths.runc_root)) if cid == ctr["id"]]
     os.kill(conmon_pid, signal.SIGKILL)
     time.sleep(0.5)
     os.kill(ctr["pid"], signal.SIGKILL)  # conmon would have recorded 137; nobody records it now
     if restart == "Always":
-        st = wait_for(lambda: (s := _status(c, "victim", "app")) and s.get("restartCount") == 1
-                      and "running" in (s.get("state") or {}) and s, timeout=120, what="victim restarted")
+        st = wait_for(
+            lambda: (
+                (s := _status(c, "victim", "app"))
+                and s.get("restartCount") == 1
+                and "running" in (s.get("state") or {})
+                and s
+            ),
+            timeout=120,
+            what="victim restarted",
+        )
         last = st["lastState"]["terminated"]
     else:
-        st = wait_for(lambda: (s := _status(c, "victim", "app")) and (s.get("state") or {}).get("terminated")
-                      and s, timeout=120, what="victim terminated")
+        st = wait_for(
+            lambda: (s := _status(c, "victim", "app")) and (s.get("state") or {}).get("terminated") and s,
+            timeout=120,
+            what="victim terminated",
+        )
         assert st["restartCount"] == 0
         last = st["state"]["terminated"]
         row = (c.snapshot_rows() or {})["victim"]
@@ -92,9 +110,15 @@ spec:
     assert last["exitCode"] == 255 and last["reason"] == "ContainerStatusUnknown", last
     # What is left is the new container (Always) or nothing running (Never); no stray conmon or exit file.
     c.wanted["victim"] = Wanted("svc" if restart == "Always" else "fail", 1, IMAGE)
-    assert [v for v in c.leftovers({(c.snapshot_rows() or {})["victim"]["uid"]},
-                                   {x["id"] for x in agent.runc_list()},
-                                   {x["id"] for x in agent.runc_list()}) if "conmon" in v or "exits" in v] == []
+    assert [
+        v
+        for v in c.leftovers(
+            {(c.snapshot_rows() or {})["victim"]["uid"]},
+            {x["id"] for x in agent.runc_list()},
+            {x["id"] for x in agent.runc_list()},
+        )
+        if "conmon" in v or "exits" in v
+    ] == []
     c.remove("victim")
     c.wait_empty()
     assert c.report.violations == [], "\n".join(c.report.violations)
@@ -121,8 +145,7 @@ exec {runc} "$@"
 """
 
 
-def test_a_runtime_failing_a_fraction_of_calls_converges_and_leaks_nothing(agent, network, busybox_archive,
-                                                                           tmp_path):
+def test_a_runtime_failing_a_fraction_of_calls_converges_and_leaks_nothing(agent, network, busybox_archive, tmp_path):
     runc = shutil.which("runc")
     wrapper = tmp_path / "flaky-runc"
     counter = tmp_path / "injected"
@@ -164,7 +187,8 @@ def _used_kib(path: Path) -> int:
 
 
 def test_a_disk_full_during_unpack_fails_the_import_cleanly_and_it_succeeds_once_there_is_room(
-        agent, network, busybox_archive, tmp_path):
+    agent, network, busybox_archive, tmp_path
+):
     # The image store on a tmpfs of its own (the fixtures unmount it); the agent fixture put the archive there.
     images = agent.paths.root_dir / "images"
     import_dir = images / "import"
@@ -187,8 +211,11 @@ def test_a_disk_full_during_unpack_fails_the_import_cleanly_and_it_succeeds_once
     subprocess.run(["mount", "-o", f"remount,size={room}k", str(images)], check=True)
     shutil.copy(archive, import_dir / ".big.tar.part")
     os.rename(import_dir / ".big.tar.part", import_dir / "big.tar")
-    wait_for(lambda: "Image import failed" in agent.log() and "big.tar" in agent.log(), timeout=120,
-             what="the import to fail")
+    wait_for(
+        lambda: "Image import failed" in agent.log() and "big.tar" in agent.log(),
+        timeout=120,
+        what="the import to fail",
+    )
     assert "edgelet.local/chaos:big" not in c._store_text()
     assert agent.proc.poll() is None, "the agent survives a full disk"
     # Nothing half-unpacked stays: no layer of the new image, no work dir, no temp file.
@@ -204,15 +231,27 @@ def test_a_disk_full_during_unpack_fails_the_import_cleanly_and_it_succeeds_once
     _settle(c)
     img = next(n for n in c.wanted if n.startswith("img"))
     (ctr,) = [x for x in agent.containers_of(img) if x["annotations"]["io.edgelet.kind"] == "container"]
-    out = subprocess.run(["runc", "--root", str(agent.paths.runc_root), "exec", ctr["id"], "sh", "-c",
-                          "ls /big | wc -l; wc -c < /big/f7"], capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [
+            "runc",
+            "--root",
+            str(agent.paths.runc_root),
+            "exec",
+            ctr["id"],
+            "sh",
+            "-c",
+            "ls /big | wc -l; wc -c < /big/f7",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.stdout.split() == ["8", str(256 * 1024)], out
     _finish(c)
     c.kill()
 
 
-def test_a_disk_full_during_a_checkpoint_write_keeps_the_old_checkpoint_and_the_agent(agent, network,
-                                                                                        busybox_archive):
+def test_a_disk_full_during_a_checkpoint_write_keeps_the_old_checkpoint_and_the_agent(agent, network, busybox_archive):
     state = agent.paths.root_dir / "state"
     _tmpfs(state, "1m")  # the fixtures unmount it
     c = _campaign(agent, network, busybox_archive)
@@ -231,8 +270,9 @@ def test_a_disk_full_during_a_checkpoint_write_keeps_the_old_checkpoint_and_the_
     except OSError as exc:
         assert exc.errno == errno.ENOSPC
     c.add("ok")  # a change pods.json must show
-    wait_for(lambda: "No space left" in agent.log() or "ENOSPC" in agent.log(), timeout=60,
-             what="a failed checkpoint write")
+    wait_for(
+        lambda: "No space left" in agent.log() or "ENOSPC" in agent.log(), timeout=60, what="a failed checkpoint write"
+    )
     time.sleep(2)
     assert agent.proc.poll() is None, "the agent survives a full disk"
     assert (state / "pods.json").read_bytes() == before, "the old checkpoint stays whole"
@@ -247,8 +287,9 @@ def test_a_disk_full_during_a_checkpoint_write_keeps_the_old_checkpoint_and_the_
 # --- a kill in the middle of a pod's removal ------------------------------------------------------------
 
 
-def test_a_kill_in_the_middle_of_a_pods_removal_leaves_nothing_once_the_next_agent_runs(agent, network,
-                                                                                        busybox_archive):
+def test_a_kill_in_the_middle_of_a_pods_removal_leaves_nothing_once_the_next_agent_runs(
+    agent, network, busybox_archive
+):
     """Killed after the pod's containers, logs and cgroups went but before its dir: the dir makes the pod an
     orphan for the next agent, which finishes the removal (gone first, it left the cgroups to nobody)."""
     c = _campaign(agent, network, busybox_archive)
@@ -271,8 +312,7 @@ def test_a_kill_in_the_middle_of_a_pods_removal_leaves_nothing_once_the_next_age
 # --- the wall clock jumping ------------------------------------------------------------------------
 
 
-def test_wall_clock_jumps_neither_restart_running_pods_nor_stall_restarts(agent, network, busybox_archive,
-                                                                          tmp_path):
+def test_wall_clock_jumps_neither_restart_running_pods_nor_stall_restarts(agent, network, busybox_archive, tmp_path):
     offset = tmp_path / "clock-offset"
     offset.write_text("0")
     c = _campaign(agent, network, busybox_archive)
@@ -289,8 +329,11 @@ def test_wall_clock_jumps_neither_restart_running_pods_nor_stall_restarts(agent,
         c.edit(edited)
         _settle(c)  # the steady pod's restartCount stays 0 (checked by the kind)
     # The crash-looping pod kept restarting through the jumps (back-off runs on the monotonic clock).
-    wait_for(lambda: _status(c, crash, "main").get("restartCount", 0) > first, timeout=240,
-             what="a restart of the crash-looping pod after the jumps")
+    wait_for(
+        lambda: _status(c, crash, "main").get("restartCount", 0) > first,
+        timeout=240,
+        what="a restart of the crash-looping pod after the jumps",
+    )
     # A new pod and an edit under a shifted clock, then an agent restart: adopted, not restarted.
     offset.write_text("-7200")
     c.add("init")

@@ -87,18 +87,28 @@ class AgentProc:
     def argv(self, *extra: str) -> list[str]:
         return [
             *edgelet_command(),
-            "--pod-manifest-path", str(self.manifests),
-            "--root-dir", str(self.paths.root_dir),
-            "--run-dir", str(self.paths.run_dir),
-            "--log-dir", str(self.paths.log_dir),
-            "--cgroup-root", self.paths.cgroup_root,
-            "--hostname-override", "testnode",
-            "--config", "/dev/null",
-            "-v", "2",
-            "--healthz-port", "0",  # never the real 10248: tests must not clash with each other or a device agent
+            "--pod-manifest-path",
+            str(self.manifests),
+            "--root-dir",
+            str(self.paths.root_dir),
+            "--run-dir",
+            str(self.paths.run_dir),
+            "--log-dir",
+            str(self.paths.log_dir),
+            "--cgroup-root",
+            self.paths.cgroup_root,
+            "--hostname-override",
+            "testnode",
+            "--config",
+            "/dev/null",
+            "-v",
+            "2",
+            "--healthz-port",
+            "0",  # never the real 10248: tests must not clash with each other or a device agent
             # A shared test machine's disk may be below kubelet's 10% nodefs threshold: eviction tests set their own.
             "--eviction-hard=",
-            "--cni-conf-dir", str(self.cni_conf_dir),
+            "--cni-conf-dir",
+            str(self.cni_conf_dir),
             *extra,
         ]
 
@@ -106,8 +116,12 @@ class AgentProc:
         """Start the agent; `env` adds to (or overrides) this process's environment; `wrapper` is a command
         that execs the agent's argv given after it (unshare, say)."""
         self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([*wrapper, *self.argv(*extra)], stdout=self._log, stderr=subprocess.STDOUT,
-                                     env={**os.environ, **env} if env else None)
+        self.proc = subprocess.Popen(
+            [*wrapper, *self.argv(*extra)],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **env} if env else None,
+        )
 
     def run_once(self, *extra: str, timeout: float = 120) -> subprocess.CompletedProcess:
         return subprocess.run(self.argv("--runonce", *extra), capture_output=True, text=True, timeout=timeout)
@@ -118,8 +132,10 @@ class AgentProc:
         try:
             rc = self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            raise AssertionError(f"edgelet did not exit within 30 s of {signal.Signals(sig).name}; log tail:\n"
-                                 + "\n".join(self.log().splitlines()[-40:])) from None
+            raise AssertionError(
+                f"edgelet did not exit within 30 s of {signal.Signals(sig).name}; log tail:\n"
+                + "\n".join(self.log().splitlines()[-40:])
+            ) from None
         self.proc = None
         self._log.close()
         return rc
@@ -127,9 +143,19 @@ class AgentProc:
     def cli(self, *args: str) -> str:
         """An `edgelet` subcommand on this agent's dirs; its stdout."""
         out = subprocess.run(
-            [*edgelet_command(), *args, "--root-dir", str(self.paths.root_dir),
-             "--run-dir", str(self.paths.run_dir), "--config", "/dev/null"],
-            capture_output=True, text=True, timeout=30,
+            [
+                *edgelet_command(),
+                *args,
+                "--root-dir",
+                str(self.paths.root_dir),
+                "--run-dir",
+                str(self.paths.run_dir),
+                "--config",
+                "/dev/null",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
         )
         return out.stdout
 
@@ -149,7 +175,8 @@ class AgentProc:
     def runc_list(self) -> list[dict]:
         out = subprocess.run(
             ["runc", "--root", str(self.paths.runc_root), "list", "--format", "json"],
-            capture_output=True, text=True,
+            capture_output=True,
+            text=True,
         )
         return json.loads(out.stdout or "null") or []
 
@@ -188,11 +215,21 @@ def network(tmp_path):
     conf_dir.mkdir()
     ipam = tmp_path / "ipam"
     conflist = {
-        "cniVersion": "1.0.0", "name": f"test-{bridge}",
+        "cniVersion": "1.0.0",
+        "name": f"test-{bridge}",
         "plugins": [
-            {"type": "bridge", "bridge": bridge, "isGateway": True, "ipMasq": True, "hairpinMode": True,
-             "ipam": {"type": "host-local", "dataDir": str(ipam),
-                      "ranges": [[{"subnet": f"{subnet}.0/24", "gateway": f"{subnet}.1"}]]}},
+            {
+                "type": "bridge",
+                "bridge": bridge,
+                "isGateway": True,
+                "ipMasq": True,
+                "hairpinMode": True,
+                "ipam": {
+                    "type": "host-local",
+                    "dataDir": str(ipam),
+                    "ranges": [[{"subnet": f"{subnet}.0/24", "gateway": f"{subnet}.1"}]],
+                },
+            },
             {"type": "portmap", "capabilities": {"portMappings": True}, "snat": True},
             {"type": "loopback"},
         ],

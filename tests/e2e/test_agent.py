@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -102,8 +100,9 @@ def test_crashing_container_backs_off(agent):
     wait_for(lambda: agent.pod("crash")["restarts"] >= count, what="restart count stable")
     assert "back-off" in agent.pod("crash")["message"]
     # The same story as kubelet events, read by `edgelet events` from the running agent.
-    out = wait_for(lambda: (o := agent.cli("events", "--for", "crash-testnode")) and "BackOff" in o and o,
-                   what="BackOff event")
+    out = wait_for(
+        lambda: (o := agent.cli("events", "--for", "crash-testnode")) and "BackOff" in o and o, what="BackOff event"
+    )
     for reason in ("Pulled", "Created", "Started", "BackOff"):
         assert reason in out, out
     assert "x2" in out or "x3" in out, "repeats are aggregated with a count"
@@ -152,11 +151,18 @@ def test_sigkill_restart_adopts_without_restarting(agent):
     before = {c["id"]: c["pid"] for c in agent.containers_of("adopt")}
     agent.stop(signal.SIGKILL)
     # While the agent is down, a container exits.
-    wait_for(lambda: all(c["status"] == "stopped" for c in agent.containers_of("dies")
-                         if c["annotations"].get("io.edgelet.kind") == "container"), what="dies exited")
+    wait_for(
+        lambda: all(
+            c["status"] == "stopped"
+            for c in agent.containers_of("dies")
+            if c["annotations"].get("io.edgelet.kind") == "container"
+        ),
+        what="dies exited",
+    )
     agent.start()
-    row = wait_for(lambda: (r := agent.pod("dies")) and r["status"] == "Error" and r, timeout=30,
-                   what="exit while down recorded")
+    row = wait_for(
+        lambda: (r := agent.pod("dies")) and r["status"] == "Error" and r, timeout=30, what="exit while down recorded"
+    )
     assert row["restarts"] == 0
     after = {c["id"]: c["pid"] for c in agent.containers_of("adopt")}
     assert after == before, "running containers keep their ids and pids"
@@ -175,7 +181,10 @@ def test_sigterm_leaves_pods_running(agent):
 def test_rejected_manifest_is_visible(agent):
     agent.start()
     agent.write_manifest("good.yaml", pod_yaml("good", "exec sleep 300"))
-    agent.write_manifest("broken.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: broken}\nspec:\n  containers:\n  - name: c\n    image: x\n    ports: [{containerPort: http}]\n")
+    agent.write_manifest(
+        "broken.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: broken}\nspec:\n  containers:\n  - name: c\n    image: x\n    ports: [{containerPort: http}]\n",
+    )
     wait_for(lambda: (r := agent.pod("good")) and r["status"] == "Running", what="good pod runs")
     rejected = wait_for(lambda: agent.snapshot()["rejected"], what="rejection recorded")
     assert any("broken.yaml" in r["origin"] and "containerPort" in r["message"] for r in rejected)
@@ -229,7 +238,8 @@ def test_parser_bombs_are_rejected_files_and_the_agent_lives_on(agent):
     agent.write_manifest("good.yaml", pod_yaml("good", "exec sleep 300"))
     wait_for(lambda: (r := agent.pod("good")) and r["status"] == "Running", what="good pod runs")
     merge = "a0: &a0 {k0: v, k1: v, k2: v, k3: v, k4: v, k5: v, k6: v, k7: v}\n" + "".join(
-        f"a{i}: &a{i} {{<<: [*a{i - 1}, *a{i - 1}], x{i}: {{<<: *a{i - 1}}}}}\n" for i in range(1, 12))
+        f"a{i}: &a{i} {{<<: [*a{i - 1}, *a{i - 1}], x{i}: {{<<: *a{i - 1}}}}}\n" for i in range(1, 12)
+    )
     agent.write_manifest("deep.yaml", "- " * 30000 + "x\n")
     agent.write_manifest("merge.yaml", merge)
     rejected = wait_for(lambda: len(r := agent.snapshot()["rejected"]) == 2 and r, what="both rejections", timeout=60)
@@ -253,8 +263,11 @@ def test_a_manifest_deleted_while_the_agent_was_down_removes_its_pod_once(agent)
     (agent.manifests / "web.yaml").unlink()
     agent.start()
     wait_for(lambda: "edgelet started" in agent.log(), what="the restart")
-    wait_for(lambda: agent.pod("web") is None and not agent.containers_of("web"), timeout=60,
-             what="web gone from the runtime and the pods table")
+    wait_for(
+        lambda: agent.pod("web") is None and not agent.containers_of("web"),
+        timeout=60,
+        what="web gone from the runtime and the pods table",
+    )
     time.sleep(5)  # several housekeeping rounds (every 2 s)
     assert agent.log().count("Cleaning up orphaned pod") == 1
     agent.stop()

@@ -73,8 +73,9 @@ def test_card_pods_run_at_boot_are_adopted_and_edits_are_seen(agent, tmp_path: P
     assert agent.stop(signal.SIGTERM) == 0
 
 
-def test_card_manifests_and_archives_need_signatures_with_trusted_keys(agent, tmp_path: Path,
-                                                                        card_archive: Path) -> None:
+def test_card_manifests_and_archives_need_signatures_with_trusted_keys(
+    agent, tmp_path: Path, card_archive: Path
+) -> None:
     """A card is written by a laptop: with --trusted-keys its manifests and archives are held to the same
     signatures as the node's own, so an unsigned file on the FAT partition runs nothing."""
     minisign, keys = _signing_node(agent, tmp_path)
@@ -89,9 +90,15 @@ def test_card_manifests_and_archives_need_signatures_with_trusted_keys(agent, tm
 
     agent.start("--card-dir", str(card), "--trusted-keys", str(keys))
     wait_for(lambda: (r := agent.pod("signed")) and r["status"] == "Running", timeout=90, what="signed card pod")
-    refused = wait_for(lambda: [r for r in agent.snapshot().get("rejected", [])
-                                if r["reason"] == "UntrustedManifest" and r["origin"].endswith("unsigned.yaml")],
-                       timeout=60, what="the unsigned card manifest refused")
+    refused = wait_for(
+        lambda: [
+            r
+            for r in agent.snapshot().get("rejected", [])
+            if r["reason"] == "UntrustedManifest" and r["origin"].endswith("unsigned.yaml")
+        ],
+        timeout=60,
+        what="the unsigned card manifest refused",
+    )
     assert "signature refused (missing)" in refused[0]["message"]
     wait_for(lambda: "UntrustedArchive" in agent.cli("events"), timeout=60, what="the unsigned card archive refused")
     assert agent.pod("unsigned") is None
@@ -110,7 +117,7 @@ def test_the_card_cannot_turn_verification_off_nor_name_a_program(agent, tmp_pat
     (card / "manifests").mkdir(parents=True)
     marker = tmp_path / "card-program-ran"
     program = card / "runtime"
-    program.write_text(f"#!/bin/sh\ntouch {marker}\nexec runc \"$@\"\n")
+    program.write_text(f'#!/bin/sh\ntouch {marker}\nexec runc "$@"\n')
     program.chmod(0o755)
     (card / "config.toml").write_text(f'trusted_keys = ""\nruntime = "{program}"\nfile_check_frequency = "3s"\n')
     signed = card / "manifests" / "signed.yaml"
@@ -120,9 +127,15 @@ def test_the_card_cannot_turn_verification_off_nor_name_a_program(agent, tmp_pat
 
     agent.start("--card-dir", str(card), "--config", str(config))
     wait_for(lambda: (r := agent.pod("signed")) and r["status"] == "Running", timeout=90, what="signed card pod")
-    wait_for(lambda: [r for r in agent.snapshot().get("rejected", [])
-                      if r["reason"] == "UntrustedManifest" and r["origin"].endswith("unsigned.yaml")],
-             timeout=60, what="the unsigned card manifest refused")
+    wait_for(
+        lambda: [
+            r
+            for r in agent.snapshot().get("rejected", [])
+            if r["reason"] == "UntrustedManifest" and r["origin"].endswith("unsigned.yaml")
+        ],
+        timeout=60,
+        what="the unsigned card manifest refused",
+    )
     assert agent.pod("unsigned") is None
     assert not marker.exists()
     log = agent.log()

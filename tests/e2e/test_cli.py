@@ -29,9 +29,23 @@ spec:
 def run_cli(agent, *args: str) -> subprocess.CompletedProcess:
     """An `edgelet` subcommand on the agent's dirs, without its --hostname-override (the CLI's node is this
     machine's hostname)."""
-    return subprocess.run([*edgelet_command(), *args, "--root-dir", str(agent.paths.root_dir),
-                           "--run-dir", str(agent.paths.run_dir), "--log-dir", str(agent.paths.log_dir),
-                           "--config", "/dev/null"], capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [
+            *edgelet_command(),
+            *args,
+            "--root-dir",
+            str(agent.paths.root_dir),
+            "--run-dir",
+            str(agent.paths.run_dir),
+            "--log-dir",
+            str(agent.paths.log_dir),
+            "--config",
+            "/dev/null",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def conditions(node_output: str) -> dict[str, list[str]]:
@@ -53,26 +67,40 @@ def test_a_static_pod_is_found_by_its_short_name_and_the_node_shows_its_conditio
     wait_for(lambda: (r := agent.pod("web")) and r["status"] == "Running", timeout=90, what="web Running")
 
     # events --for takes the node name from the agent, as describe does: it printed nothing before.
-    events = wait_for(lambda: (e := run_cli(agent, "events", "--for", "web")).returncode == 0 and "Started" in e.stdout
-                      and e, timeout=30, what="web's Started event")
+    events = wait_for(
+        lambda: (e := run_cli(agent, "events", "--for", "web")).returncode == 0 and "Started" in e.stdout and e,
+        timeout=30,
+        what="web's Started event",
+    )
     assert "pod/web-testnode" in events.stdout
     assert "Name:" in run_cli(agent, "describe", "pod", "web").stdout
     assert run_cli(agent, "pods", "web").stdout.splitlines()[1].split()[1] == "web-testnode"
     assert "hello from web" in run_cli(agent, "logs", "web").stdout
 
     # Every subcommand that reads the agent's state takes the same common flags.
-    for args in (["pods"], ["describe", "pod", "web"], ["events", "--for", "web"], ["logs", "web"], ["node"],
-                 ["images"]):
+    for args in (
+        ["pods"],
+        ["describe", "pod", "web"],
+        ["events", "--for", "web"],
+        ["logs", "web"],
+        ["node"],
+        ["images"],
+    ):
         done = run_cli(agent, *args, "--hostname-override", "testnode")
         assert done.returncode == 0, (args, done.stderr)
 
-    node = wait_for(lambda: (n := run_cli(agent, "node")).returncode == 0 and "KubeletReady" in n.stdout and n,
-                    timeout=60, what="the node Ready")
+    node = wait_for(
+        lambda: (n := run_cli(agent, "node")).returncode == 0 and "KubeletReady" in n.stdout and n,
+        timeout=60,
+        what="the node Ready",
+    )
     assert node.stdout.splitlines()[0].split() == ["Node:", "testnode"]
-    assert conditions(node.stdout) == {"MemoryPressure": ["False", "KubeletHasSufficientMemory"],
-                                       "DiskPressure": ["False", "KubeletHasNoDiskPressure"],
-                                       "PIDPressure": ["False", "KubeletHasSufficientPID"],
-                                       "Ready": ["True", "KubeletReady"]}
+    assert conditions(node.stdout) == {
+        "MemoryPressure": ["False", "KubeletHasSufficientMemory"],
+        "DiskPressure": ["False", "KubeletHasNoDiskPressure"],
+        "PIDPressure": ["False", "KubeletHasSufficientPID"],
+        "Ready": ["True", "KubeletReady"],
+    }
 
 
 def test_an_abbreviated_flag_starts_no_agent(agent):

@@ -38,8 +38,10 @@ spec:
 PODS = {
     "besteffort": _manifest("besteffort"),
     # Requests far above what `sleep` uses: not over its requests, so after the BestEffort pod.
-    "burstable": _manifest("burstable", resources="    resources:\n      requests:\n        memory: 256Mi\n"
-                                                  "      limits:\n        memory: 512Mi\n"),
+    "burstable": _manifest(
+        "burstable",
+        resources="    resources:\n      requests:\n        memory: 256Mi\n      limits:\n        memory: 512Mi\n",
+    ),
     "critical": _manifest("critical", extra_spec="  priorityClassName: system-node-critical\n"),
 }
 
@@ -59,15 +61,21 @@ def _phase(agent, name: str) -> tuple[str | None, str | None]:
 
 
 def _running(agent, name: str) -> bool:
-    return any(c.get("status") == "running" and (c.get("annotations") or {}).get("io.edgelet.kind") == "container"
-               for c in agent.containers_of(name))
+    return any(
+        c.get("status") == "running" and (c.get("annotations") or {}).get("io.edgelet.kind") == "container"
+        for c in agent.containers_of(name)
+    )
 
 
 def test_memory_pressure_evicts_in_order_keeps_the_critical_pod_and_restarts_the_others(agent, tmp_path):
     signals = tmp_path / "signals.json"
     _signals(signals, 8 * Gi)
-    agent.start("--eviction-hard=memory.available<1Gi", "--eviction-monitoring-interval=1s",
-                "--eviction-pressure-transition-period=3s", env={"EDGELET_TEST_EVICTION_SIGNALS": str(signals)})
+    agent.start(
+        "--eviction-hard=memory.available<1Gi",
+        "--eviction-monitoring-interval=1s",
+        "--eviction-pressure-transition-period=3s",
+        env={"EDGELET_TEST_EVICTION_SIGNALS": str(signals)},
+    )
     for name, text in PODS.items():
         agent.write_manifest(f"{name}.yaml", text)
     for name in PODS:
@@ -94,11 +102,17 @@ def test_memory_pressure_evicts_in_order_keeps_the_critical_pod_and_restarts_the
 
     _signals(signals, 8 * Gi)
     for name in ("besteffort", "burstable"):
-        wait_for(lambda n=name: _running(agent, n) and _phase(agent, n) == ("Running", None), timeout=90,
-                 what=f"{name} to run again")
+        wait_for(
+            lambda n=name: _running(agent, n) and _phase(agent, n) == ("Running", None),
+            timeout=90,
+            what=f"{name} to run again",
+        )
     assert _running(agent, "critical")
-    wait_for(lambda: re.search(r"\n  MemoryPressure +False ", agent.cli("node")), timeout=60,
-             what="MemoryPressure False again")
+    wait_for(
+        lambda: re.search(r"\n  MemoryPressure +False ", agent.cli("node")),
+        timeout=60,
+        what="MemoryPressure False again",
+    )
 
 
 def test_a_bad_threshold_stops_the_start_with_the_flag_named(agent):

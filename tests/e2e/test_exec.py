@@ -49,13 +49,27 @@ spec:
 
 def exec_argv(agent, *args: str) -> list[str]:
     """`edgelet exec` on the agent's dirs; `args` are exec's own (options, POD, --, COMMAND...)."""
-    return [*edgelet_command(), "exec", "--root-dir", str(agent.paths.root_dir), "--run-dir",
-            str(agent.paths.run_dir), "--config", "/dev/null", *args]
+    return [
+        *edgelet_command(),
+        "exec",
+        "--root-dir",
+        str(agent.paths.root_dir),
+        "--run-dir",
+        str(agent.paths.run_dir),
+        "--config",
+        "/dev/null",
+        *args,
+    ]
 
 
 def run_exec(agent, *args: str, input: bytes | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(exec_argv(agent, *args), input=input, capture_output=True, timeout=60,
-                          stdin=None if input is not None else subprocess.DEVNULL)
+    return subprocess.run(
+        exec_argv(agent, *args),
+        input=input,
+        capture_output=True,
+        timeout=60,
+        stdin=None if input is not None else subprocess.DEVNULL,
+    )
 
 
 @pytest.fixture
@@ -66,13 +80,15 @@ def shell(agent):
     def ready() -> bool:
         row = agent.pod("shell") or {}
         statuses = {c["name"]: c for c in ((row.get("pod") or {}).get("status") or {}).get("containerStatuses") or []}
-        return ("running" in statuses.get("main", {}).get("state", {})
-                and "terminated" in statuses.get("done", {}).get("state", {}))
+        return "running" in statuses.get("main", {}).get("state", {}) and "terminated" in statuses.get("done", {}).get(
+            "state", {}
+        )
 
     wait_for(ready, timeout=90, what="main running and done terminated")
     # main has written its confinement once this file is in (exec sees it as the container does).
-    wait_for(lambda: run_exec(agent, "shell", "--", "cat", "/tmp/status").stdout, timeout=30,
-             what="main's recorded status")
+    wait_for(
+        lambda: run_exec(agent, "shell", "--", "cat", "/tmp/status").stdout, timeout=30, what="main's recorded status"
+    )
     return agent
 
 
@@ -101,8 +117,9 @@ def test_exec_runs_as_the_container(shell):
     done = run_exec(shell, "shell", "--", "sh", "-c", "echo $GREETING; id -u; id -g; pwd")
     assert done.stdout.decode().split() == ["hello", "1000", "1001", "/tmp"]
     recorded = run_exec(shell, "shell", "--", "cat", "/tmp/status").stdout
-    mine = run_exec(shell, "shell", "--", "grep", "-E", "^(Seccomp|CapEff|CapBnd|NoNewPrivs):",
-                    "/proc/self/status").stdout
+    mine = run_exec(
+        shell, "shell", "--", "grep", "-E", "^(Seccomp|CapEff|CapBnd|NoNewPrivs):", "/proc/self/status"
+    ).stdout
     assert b"Seccomp:\t2" in recorded  # RuntimeDefault: a filter is on
     assert mine == recorded
 
@@ -157,9 +174,19 @@ class Terminal:
 
 
 def test_exec_with_tty_and_resize(shell):
-    term = Terminal(exec_argv(shell, "-i", "-t", "shell", "--", "sh", "-c",
-                              "busybox tty; echo TERM=$TERM; busybox stty size; "
-                              "while read x; do [ \"$x\" = quit ] && exit 3; busybox stty size; done"))
+    term = Terminal(
+        exec_argv(
+            shell,
+            "-i",
+            "-t",
+            "shell",
+            "--",
+            "sh",
+            "-c",
+            "busybox tty; echo TERM=$TERM; busybox stty size; "
+            'while read x; do [ "$x" = quit ] && exit 3; busybox stty size; done',
+        )
+    )
     try:
         wait_for(lambda: b"33 101" in term.read(), timeout=30, what="the pty sized as the client's terminal")
         assert b"/dev/pts/" in term.output and b"TERM=xterm" in term.output
@@ -182,9 +209,20 @@ def test_exec_with_tty_and_resize(shell):
 
 def test_signals_are_forwarded_and_a_vanished_client_kills_its_command(shell):
     # SIGINT to the CLI reaches the command (no TTY: the terminal would send ^C as a byte instead).
-    with subprocess.Popen(exec_argv(shell, "shell", "-c", "main", "--", "sh", "-c",
-                                    'trap "exit 42" INT; echo ready; while :; do sleep 0.1; done'),
-                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE) as proc:
+    with subprocess.Popen(
+        exec_argv(
+            shell,
+            "shell",
+            "-c",
+            "main",
+            "--",
+            "sh",
+            "-c",
+            'trap "exit 42" INT; echo ready; while :; do sleep 0.1; done',
+        ),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+    ) as proc:
         try:
             assert proc.stdout.readline() == b"ready\n"
             proc.send_signal(signal.SIGINT)
@@ -193,10 +231,16 @@ def test_signals_are_forwarded_and_a_vanished_client_kills_its_command(shell):
             if proc.poll() is None:
                 proc.kill()
     # A client killed outright: the agent kills its command in the container.
-    with subprocess.Popen(exec_argv(shell, "shell", "-c", "main", "--", "sh", "-c", "echo ready; exec sleep 1234"),
-                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE) as proc:
+    with subprocess.Popen(
+        exec_argv(shell, "shell", "-c", "main", "--", "sh", "-c", "echo ready; exec sleep 1234"),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+    ) as proc:
         assert proc.stdout.readline() == b"ready\n"
         assert b"sleep 1234" in run_exec(shell, "shell", "-c", "main", "--", "ps").stdout
         proc.kill()
-    wait_for(lambda: b"sleep 1234" not in run_exec(shell, "shell", "-c", "main", "--", "ps").stdout, timeout=60,
-             what="the orphaned command killed")
+    wait_for(
+        lambda: b"sleep 1234" not in run_exec(shell, "shell", "-c", "main", "--", "ps").stdout,
+        timeout=60,
+        what="the orphaned command killed",
+    )

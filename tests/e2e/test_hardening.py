@@ -94,17 +94,33 @@ def _row_status(agent, name: str) -> dict:
 
 def test_default_seccomp_privileged_pods_and_refused_confinement_through_the_agent(agent):
     agent.start()
-    agent.write_manifest("plain.yaml", _confined(
-        "plain", "grep Seccomp: /proc/self/status; unshare -U -r id; echo unshare=$?"))
-    agent.write_manifest("priv.yaml", _confined(
-        "priv", "grep Seccomp: /proc/self/status; ls /dev/loop-control /dev/autofs 2>&1; echo done",
-        "    securityContext:\n      privileged: true\n"))
-    agent.write_manifest("gone.yaml", _confined(
-        "gone", "true", "    securityContext:\n      seccompProfile:\n        type: Localhost\n"
-        "        localhostProfile: missing/profile.json\n"))
-    agent.write_manifest("userns.yaml", _confined(
-        "userns", "true", "    securityContext:\n      procMount: Unmasked\n", "  hostUsers: false\n"))
-    agent.write_manifest("unmasked.yaml", _confined("unmasked", "true", "    securityContext:\n      procMount: Unmasked\n"))
+    agent.write_manifest(
+        "plain.yaml", _confined("plain", "grep Seccomp: /proc/self/status; unshare -U -r id; echo unshare=$?")
+    )
+    agent.write_manifest(
+        "priv.yaml",
+        _confined(
+            "priv",
+            "grep Seccomp: /proc/self/status; ls /dev/loop-control /dev/autofs 2>&1; echo done",
+            "    securityContext:\n      privileged: true\n",
+        ),
+    )
+    agent.write_manifest(
+        "gone.yaml",
+        _confined(
+            "gone",
+            "true",
+            "    securityContext:\n      seccompProfile:\n        type: Localhost\n"
+            "        localhostProfile: missing/profile.json\n",
+        ),
+    )
+    agent.write_manifest(
+        "userns.yaml",
+        _confined("userns", "true", "    securityContext:\n      procMount: Unmasked\n", "  hostUsers: false\n"),
+    )
+    agent.write_manifest(
+        "unmasked.yaml", _confined("unmasked", "true", "    securityContext:\n      procMount: Unmasked\n")
+    )
     logs = agent.paths.log_dir
 
     def log_of(name: str, last: str) -> str:
@@ -118,8 +134,9 @@ def test_default_seccomp_privileged_pods_and_refused_confinement_through_the_age
     priv = wait_for(lambda: log_of("priv", "done"), what="privileged pod's output", timeout=60)
     assert "Seccomp:\t0" in priv, priv
     host_devices = [p for p in ("/dev/loop-control", "/dev/autofs") if Path(p).exists()]
-    assert all("No such file or directory" not in line for line in priv.splitlines()
-               if any(p in line for p in host_devices)), priv
+    assert all(
+        "No such file or directory" not in line for line in priv.splitlines() if any(p in line for p in host_devices)
+    ), priv
 
     def waiting_reason(name: str):
         statuses = _row_status(agent, name).get("containerStatuses") or []
@@ -127,8 +144,9 @@ def test_default_seccomp_privileged_pods_and_refused_confinement_through_the_age
 
     waiting = wait_for(lambda: waiting_reason("gone"), what="gone pod waiting", timeout=60)
     assert waiting["reason"] == "CreateContainerConfigError" and "'missing/profile.json'" in waiting["message"]
-    rejected = wait_for(lambda: len(agent.snapshot()["rejected"]) >= 2 and agent.snapshot()["rejected"],
-                        what="two rejections")
+    rejected = wait_for(
+        lambda: len(agent.snapshot()["rejected"]) >= 2 and agent.snapshot()["rejected"], what="two rejections"
+    )
     messages = {Path(r["origin"]).name: r["message"] for r in rejected}
     assert "spec.hostUsers" in messages["userns.yaml"], messages
     assert "`hostUsers` must be false to use `Unmasked`" in messages["unmasked.yaml"], messages

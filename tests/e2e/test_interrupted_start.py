@@ -36,8 +36,11 @@ def test_a_container_created_by_a_killed_agent_is_started_by_the_next_one(agent)
     assert [c["status"] for c in created] == ["created"], created
 
     agent.start()
-    status = wait_for(lambda: (s := _status(agent, "svc")) and "running" in (s.get("state") or {}) and s,
-                      timeout=60, what="svc's container running under the new agent")
+    status = wait_for(
+        lambda: (s := _status(agent, "svc")) and "running" in (s.get("state") or {}) and s,
+        timeout=60,
+        what="svc's container running under the new agent",
+    )
     assert status["restartCount"] == 0, status
     assert not status.get("lastState"), status
     running = _instances(agent, "svc")
@@ -59,13 +62,19 @@ def test_a_created_container_whose_conmon_died_with_the_agent_is_replaced(agent)
     assert agent.proc.returncode == -signal.SIGKILL, agent.log()[-2000:]
     agent.proc = None
     agent._log.close()
-    created = wait_for(lambda: (c := _instances(agent, "fail")) and c[0]["status"] == "created" and c,
-                       timeout=30, what="runc create to finish")
+    created = wait_for(
+        lambda: (c := _instances(agent, "fail")) and c[0]["status"] == "created" and c,
+        timeout=30,
+        what="runc create to finish",
+    )
     assert len(created) == 1, created
 
     agent.start()
-    terminated = wait_for(lambda: (s := _status(agent, "fail")) and (s.get("state") or {}).get("terminated"),
-                          timeout=60, what="fail's container to terminate under the new agent")
+    terminated = wait_for(
+        lambda: (s := _status(agent, "fail")) and (s.get("state") or {}).get("terminated"),
+        timeout=60,
+        what="fail's container to terminate under the new agent",
+    )
     assert terminated["exitCode"] == 3, terminated
     assert "Starting a container created by the previous agent" not in agent.log()
     agent.stop()

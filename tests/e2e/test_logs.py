@@ -14,8 +14,14 @@ from tests.e2e.conftest import IMAGE, wait_for
 
 pytestmark = pytest.mark.privileged
 
-ROTATION = ("--container-log-max-size", "8Ki", "--container-log-max-files", "4",
-            "--container-log-monitor-interval", "1s")
+ROTATION = (
+    "--container-log-max-size",
+    "8Ki",
+    "--container-log-max-files",
+    "4",
+    "--container-log-monitor-interval",
+    "1s",
+)
 
 
 def pod_yaml(name: str, script: str, restart: str = "Always") -> str:
@@ -44,21 +50,32 @@ def log_dir_of(agent, name: str) -> Path:
 
 
 def cli_argv(agent, *args: str) -> list[str]:
-    return [sys.executable, "-m", "edgelet", *args, "--root-dir", str(agent.paths.root_dir),
-            "--run-dir", str(agent.paths.run_dir), "--config", "/dev/null"]
+    return [
+        sys.executable,
+        "-m",
+        "edgelet",
+        *args,
+        "--root-dir",
+        str(agent.paths.root_dir),
+        "--run-dir",
+        str(agent.paths.run_dir),
+        "--config",
+        "/dev/null",
+    ]
 
 
 def test_logs_follow_across_rotations_misses_and_repeats_nothing_and_pod_removal_takes_the_logs(agent):
     agent.start(*ROTATION)
     count = 1500
     # Says it is there and waits until the test follows, then about 9 kB/s of numbered lines against 8 KiB files.
-    script = ("echo ready; while [ ! -f /data/go ]; do sleep 0.1; done; i=0; "
-              f"while [ $i -lt {count} ]; do echo line-$i; i=$((i+1)); [ $((i % 10)) -eq 0 ] && sleep 0.05; done; "
-              "echo done; exec sleep 3600")
+    script = (
+        "echo ready; while [ ! -f /data/go ]; do sleep 0.1; done; i=0; "
+        f"while [ $i -lt {count} ]; do echo line-$i; i=$((i+1)); [ $((i % 10)) -eq 0 ] && sleep 0.05; done; "
+        "echo done; exec sleep 3600"
+    )
     agent.write_manifest("steady.yaml", pod_yaml("steady", script))
     wait_for(lambda: (r := agent.pod("steady")) and r["status"] == "Running", timeout=60, what="pod Running")
-    proc = subprocess.Popen(cli_argv(agent, "logs", "-f", "steady"), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+    proc = subprocess.Popen(cli_argv(agent, "logs", "-f", "steady"), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         uid = agent.pod("steady")["uid"]
         # The follower is connected once it shows the first line: only then do the numbered lines start.
@@ -87,16 +104,25 @@ def test_logs_follow_across_rotations_misses_and_repeats_nothing_and_pod_removal
     assert [p for p in links.iterdir() if "steady" in p.name]
 
     (agent.manifests / "steady.yaml").unlink()
-    wait_for(lambda: agent.pod("steady") is None and not directory.parent.exists(), timeout=60,
-             what="the removed pod's log dir gone")
+    wait_for(
+        lambda: agent.pod("steady") is None and not directory.parent.exists(),
+        timeout=60,
+        what="the removed pod's log dir gone",
+    )
     assert not [p for p in links.iterdir() if "steady" in p.name]
 
 
 def test_gc_keeps_the_last_exited_instance_with_its_state_and_removes_older_ones_with_their_logs(agent):
     agent.start()
-    agent.write_manifest("crash.yaml", pod_yaml("crash", "echo run-$(cat /data/n 2>/dev/null || echo 0); "
-                                                         "echo $(( $(cat /data/n 2>/dev/null || echo 0) + 1 )) "
-                                                         "> /data/n; exit 3"))
+    agent.write_manifest(
+        "crash.yaml",
+        pod_yaml(
+            "crash",
+            "echo run-$(cat /data/n 2>/dev/null || echo 0); "
+            "echo $(( $(cat /data/n 2>/dev/null || echo 0) + 1 )) "
+            "> /data/n; exit 3",
+        ),
+    )
 
     def restarts() -> int:
         row = agent.pod("crash") or {}
@@ -104,9 +130,15 @@ def test_gc_keeps_the_last_exited_instance_with_its_state_and_removes_older_ones
         return statuses[0].get("restartCount") or 0
 
     # Back-off: 10 s, then 20 s; the third instance has run once restartCount reaches 2.
-    wait_for(lambda: restarts() >= 2 and len(os.listdir(log_dir_of(agent, "crash") / "c")) <= 2
-             and "run-2" in agent.cli("logs", "crash"), timeout=120,
-             what="three instances run and the oldest collected")
+    wait_for(
+        lambda: (
+            restarts() >= 2
+            and len(os.listdir(log_dir_of(agent, "crash") / "c")) <= 2
+            and "run-2" in agent.cli("logs", "crash")
+        ),
+        timeout=120,
+        what="three instances run and the oldest collected",
+    )
     status = agent.pod("crash")["pod"]["status"]["containerStatuses"][0]
     assert status["lastState"]["terminated"]["exitCode"] == 3
     directory = log_dir_of(agent, "crash") / "c"
@@ -116,8 +148,16 @@ def test_gc_keeps_the_last_exited_instance_with_its_state_and_removes_older_ones
     containers = agent.paths.pod_dir(uid) / "containers" / "c"
     assert sorted(os.listdir(containers)) == ["1", "2"]
     # Exited instances keep their bundle (their record) but not their runc state or rootfs mount.
-    wait_for(lambda: not [c for c in agent.containers_of("crash")
-                          if (c.get("annotations") or {}).get("io.edgelet.kind") == "container"],
-             timeout=30, what="exited instances released from runc")
+    wait_for(
+        lambda: (
+            not [
+                c
+                for c in agent.containers_of("crash")
+                if (c.get("annotations") or {}).get("io.edgelet.kind") == "container"
+            ]
+        ),
+        timeout=30,
+        what="exited instances released from runc",
+    )
     mounts = Path("/proc/self/mountinfo").read_text()
     assert str(containers) not in mounts

@@ -19,8 +19,10 @@ import pytest
 from tests.e2e.conftest import IMAGE, wait_for
 
 PLUGINS = Path("/usr/lib/cni")
-pytestmark = [pytest.mark.privileged,
-              pytest.mark.skipif(not (PLUGINS / "bridge").exists(), reason="needs containernetworking-plugins")]
+pytestmark = [
+    pytest.mark.privileged,
+    pytest.mark.skipif(not (PLUGINS / "bridge").exists(), reason="needs containernetworking-plugins"),
+]
 
 
 def _sh(*argv: str) -> str:
@@ -44,21 +46,34 @@ spec:
 {ports}"""
 
 
-SERVER = _pod("server", "mkdir -p /www && echo hello-from-pod > /www/index.html && exec httpd -f -p 8080 -h /www",
-              "    ports:\n    - containerPort: 8080\n      hostPort: 18089\n")
+SERVER = _pod(
+    "server",
+    "mkdir -p /www && echo hello-from-pod > /www/index.html && exec httpd -f -p 8080 -h /www",
+    "    ports:\n    - containerPort: 8080\n      hostPort: 18089\n",
+)
 CLIENT = _pod("client", "exec sleep 3600")
 
 
 def _ctr(agent, pod: str) -> dict | None:
-    return next((c for c in agent.containers_of(pod) if c["annotations"].get("io.edgelet.kind") == "container"
-                 and c["status"] == "running"), None)
+    return next(
+        (
+            c
+            for c in agent.containers_of(pod)
+            if c["annotations"].get("io.edgelet.kind") == "container" and c["status"] == "running"
+        ),
+        None,
+    )
 
 
 def _exec(agent, pod: str, *argv: str) -> subprocess.CompletedProcess:
     c = _ctr(agent, pod)
     assert c is not None, f"{pod} has no running container"
-    return subprocess.run(["runc", "--root", str(agent.paths.runc_root), "exec", c["id"], *argv],
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        ["runc", "--root", str(agent.paths.runc_root), "exec", c["id"], *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def _fetch(url: str) -> str:
@@ -78,9 +93,11 @@ def _leftovers(agent, network) -> dict[str, object]:
     ipam = network["ipam"]
     return {
         "veths": _sh("ip", "-o", "link", "show", "master", network["bridge"]).strip(),
-        "ipam": sorted(p.name for p in ipam.rglob("*") if p.is_file() and not p.name.startswith(("last_reserved",
-                                                                                                 "lock")))
-        if ipam.exists() else [],
+        "ipam": sorted(
+            p.name for p in ipam.rglob("*") if p.is_file() and not p.name.startswith(("last_reserved", "lock"))
+        )
+        if ipam.exists()
+        else [],
         "rules": [line for line in _sh("iptables-save", "-t", "nat").splitlines() if network["subnet"] in line],
         "netns": sorted(os.listdir(agent.paths.run_dir / "netns")) if (agent.paths.run_dir / "netns").exists() else [],
         "cache": sorted(os.listdir(agent.paths.root_dir / "cni")) if (agent.paths.root_dir / "cni").exists() else [],
@@ -91,8 +108,12 @@ NOTHING = {"veths": "", "ipam": [], "rules": [], "netns": [], "cache": []}
 
 
 def test_pods_get_addresses_reach_each_other_and_a_host_port_and_leave_nothing(agent, network):
-    agent.start(f"--cni-conf-dir={network['conf_dir']}", f"--cni-bin-dir={PLUGINS}", "--cluster-dns=10.96.0.10",
-                "--cluster-domain=cluster.local")
+    agent.start(
+        f"--cni-conf-dir={network['conf_dir']}",
+        f"--cni-bin-dir={PLUGINS}",
+        "--cluster-dns=10.96.0.10",
+        "--cluster-domain=cluster.local",
+    )
     agent.write_manifest("server.yaml", SERVER)
     agent.write_manifest("client.yaml", CLIENT)
     for name in ("server", "client"):
@@ -104,20 +125,31 @@ def test_pods_get_addresses_reach_each_other_and_a_host_port_and_leave_nothing(a
     resolv = _exec(agent, "server", "cat", "/etc/resolv.conf").stdout
     assert "nameserver 10.96.0.10" in resolv and "search default.svc.cluster.local svc.cluster.local" in resolv
     # Pod to pod by IP.
-    got = wait_for(lambda: (r := _exec(agent, "client", "wget", "-qO-", f"http://{ip}:8080/")) and
-                   "hello-from-pod" in r.stdout and r, timeout=30, what="client to reach server")
+    got = wait_for(
+        lambda: (
+            (r := _exec(agent, "client", "wget", "-qO-", f"http://{ip}:8080/")) and "hello-from-pod" in r.stdout and r
+        ),
+        timeout=30,
+        what="client to reach server",
+    )
     assert got.returncode == 0
     # The host port, from the host, through the bridge's address.
-    out = wait_for(lambda: "hello-from-pod" in (b := _fetch(f"http://{network['gateway']}:18089/")) and b,
-                   timeout=60, what="the host port")
+    out = wait_for(
+        lambda: "hello-from-pod" in (b := _fetch(f"http://{network['gateway']}:18089/")) and b,
+        timeout=60,
+        what="the host port",
+    )
     assert "hello-from-pod" in out
     assert agent.pod("server")["pod"]["status"]["podIPs"] == [{"ip": ip}]
     assert ip in agent.cli("pods", "-o", "wide")
 
     for name in ("server", "client"):
         (agent.manifests / f"{name}.yaml").unlink()
-    wait_for(lambda: not agent.containers_of("server") and not agent.containers_of("client"), timeout=60,
-             what="the pods to go")
+    wait_for(
+        lambda: not agent.containers_of("server") and not agent.containers_of("client"),
+        timeout=60,
+        what="the pods to go",
+    )
     wait_for(lambda: _leftovers(agent, network) == NOTHING, timeout=30, what="nothing left of the pods' network")
 
 
@@ -125,8 +157,9 @@ def test_a_kill_and_a_power_cut_leak_nothing_and_the_pods_come_back_networked(ag
     agent.start(f"--cni-conf-dir={network['conf_dir']}", f"--cni-bin-dir={PLUGINS}")
     agent.write_manifest("server.yaml", SERVER)
     wait_for(lambda: _ctr(agent, "server") and _pod_ip(agent, "server"), timeout=90, what="server to run")
-    first_sandbox = json.loads((agent.paths.root_dir / "cni" / os.listdir(agent.paths.root_dir / "cni")[0])
-                               .read_text())["container_id"]
+    first_sandbox = json.loads(
+        (agent.paths.root_dir / "cni" / os.listdir(agent.paths.root_dir / "cni")[0]).read_text()
+    )["container_id"]
 
     # A power cut: every process dies, the run dir (tmpfs) is gone with the namespaces; the root dir stays.
     agent.proc.kill()
@@ -143,8 +176,11 @@ def test_a_kill_and_a_power_cut_leak_nothing_and_the_pods_come_back_networked(ag
 
     agent._log.close()
     agent.start(f"--cni-conf-dir={network['conf_dir']}", f"--cni-bin-dir={PLUGINS}")
-    wait_for(lambda: "Releasing the network of a sandbox that is gone" in agent.log(), timeout=60,
-             what="the old sandbox's network to be released")
+    wait_for(
+        lambda: "Releasing the network of a sandbox that is gone" in agent.log(),
+        timeout=60,
+        what="the old sandbox's network to be released",
+    )
     wait_for(lambda: _ctr(agent, "server") and _pod_ip(agent, "server"), timeout=120, what="server back")
     ip = _pod_ip(agent, "server")
     out = wait_for(lambda: _fetch(f"http://{ip}:8080/"), timeout=60, what="the new sandbox to answer")
@@ -171,8 +207,11 @@ def test_a_sandbox_killed_from_outside_gives_back_its_network(agent, network):
         return bool(sandboxes) and all(c["id"] != old["id"] for c in sandboxes) and bool(_ctr(agent, "client"))
 
     wait_for(replaced, timeout=120, what="a new sandbox, and the dead one removed")
-    left = wait_for(lambda: (f"{old['id']}.json" not in (lo := _leftovers(agent, network))["cache"]) and lo,
-                    timeout=30, what="the dead sandbox's cache entry to go")
+    left = wait_for(
+        lambda: (f"{old['id']}.json" not in (lo := _leftovers(agent, network))["cache"]) and lo,
+        timeout=30,
+        what="the dead sandbox's cache entry to go",
+    )
     assert old["id"] not in left["netns"] and len(left["ipam"]) == 1  # the new sandbox's address only
     assert not [r for r in left["rules"] if old["id"] in r]
     (agent.manifests / "client.yaml").unlink()
@@ -216,10 +255,16 @@ def test_a_sandbox_whose_namespaces_are_unmounted_from_outside_gives_back_its_ne
     assert old and not [c for c in agent.containers_of("client") if c["annotations"]["io.edgelet.kind"] == "sandbox"]
     for f in ("ipc", "uts"):
         subprocess.run(["umount", str(agent.paths.run_dir / "ns" / old / f)], check=True)
-    wait_for(lambda: (s := _sandbox(agent, "client")) and s != old and _ctr(agent, "client"), timeout=120,
-             what="a new sandbox")
-    left = wait_for(lambda: (f"{old}.json" not in (lo := _leftovers(agent, network))["cache"]) and lo,
-                    timeout=30, what="the dead sandbox's cache entry to go")
+    wait_for(
+        lambda: (s := _sandbox(agent, "client")) and s != old and _ctr(agent, "client"),
+        timeout=120,
+        what="a new sandbox",
+    )
+    left = wait_for(
+        lambda: (f"{old}.json" not in (lo := _leftovers(agent, network))["cache"]) and lo,
+        timeout=30,
+        what="the dead sandbox's cache entry to go",
+    )
     assert old not in left["netns"] and len(left["ipam"]) == 1
     assert not (agent.paths.run_dir / "ns" / old).exists()
     (agent.manifests / "client.yaml").unlink()
@@ -238,32 +283,54 @@ def test_a_broken_pod_network_fails_its_check_and_the_pod_gets_a_new_one(agent, 
         wait_for(lambda n=name: _ctr(agent, n) and _pod_ip(agent, n), timeout=90, what=f"{name} to run with an IP")
     broken, healthy = _sandbox(agent, "server"), _sandbox(agent, "client")
     # Healthy networks pass their checks, the server's hostPort chain too (portmap 1.1.1's false IPv6 failure).
-    wait_for(lambda: agent.log().count("Checked pod networks checked=2 failed=0") >= 3, timeout=120,
-             what="three clean checks of both pods")
+    wait_for(
+        lambda: agent.log().count("Checked pod networks checked=2 failed=0") >= 3,
+        timeout=120,
+        what="three clean checks of both pods",
+    )
     assert not [e for e in json.loads(agent.cli("events", "-o", "json")) if e["reason"] == "SandboxChanged"]
     netns = agent.paths.run_dir / "netns" / broken
     assert _sh("nsenter", f"--net={netns}", "ip", "-o", "addr", "show", "dev", "eth0").count("inet ") == 1
     subprocess.run(["nsenter", f"--net={netns}", "ip", "addr", "flush", "dev", "eth0"], check=True)
 
-    events = wait_for(lambda: [e for e in json.loads(agent.cli("events", "-o", "json"))
-                               if e["reason"] == "SandboxChanged"], timeout=60, what="the failed check reported")
+    events = wait_for(
+        lambda: [e for e in json.loads(agent.cli("events", "-o", "json")) if e["reason"] == "SandboxChanged"],
+        timeout=60,
+        what="the failed check reported",
+    )
     assert events[0]["object"]["name"] == "server-testnode"
     assert "CNI plugin bridge CHECK failed" in events[0]["message"]
-    new = wait_for(lambda: (s := _sandbox(agent, "server")) and s != broken and _ctr(agent, "server") and s,
-                   timeout=120, what="the server in a new sandbox")
+    new = wait_for(
+        lambda: (s := _sandbox(agent, "server")) and s != broken and _ctr(agent, "server") and s,
+        timeout=120,
+        what="the server in a new sandbox",
+    )
     ip = _sandbox_annotations(agent, "server")["io.edgelet.pod-ips"]
     wait_for(lambda: _pod_ip(agent, "server") == ip, timeout=60, what="the status to show the new address")
-    out = wait_for(lambda: (r := _exec(agent, "client", "wget", "-qO-", f"http://{ip}:8080/"))
-                   and "hello-from-pod" in r.stdout and r.stdout, timeout=60, what="the new network to answer")
+    out = wait_for(
+        lambda: (
+            (r := _exec(agent, "client", "wget", "-qO-", f"http://{ip}:8080/"))
+            and "hello-from-pod" in r.stdout
+            and r.stdout
+        ),
+        timeout=60,
+        what="the new network to answer",
+    )
     assert "hello-from-pod" in out
     # The healthy pod lived through every check untouched, and so far only the broken one was reported.
     assert _sandbox(agent, "client") == healthy
-    assert all(e["object"]["name"] == "server-testnode" for e in json.loads(agent.cli("events", "-o", "json"))
-               if e["reason"] == "SandboxChanged")
+    assert all(
+        e["object"]["name"] == "server-testnode"
+        for e in json.loads(agent.cli("events", "-o", "json"))
+        if e["reason"] == "SandboxChanged"
+    )
     for name in ("server", "client"):
         (agent.manifests / f"{name}.yaml").unlink()
-    wait_for(lambda: not agent.containers_of("server") and not agent.containers_of("client"), timeout=60,
-             what="the pods to go")
+    wait_for(
+        lambda: not agent.containers_of("server") and not agent.containers_of("client"),
+        timeout=60,
+        what="the pods to go",
+    )
     try:
         wait_for(lambda: _leftovers(agent, network) == NOTHING, timeout=30, what="nothing left of the pods' network")
     except AssertionError:
@@ -311,8 +378,11 @@ def test_a_sigkill_between_add_and_the_container_start_leaks_nothing(agent, netw
     assert cached["result"] is None  # written before ADD, never completed
 
     # Created in the pod's namespaces while ADD stalls; never started.
-    (created,) = wait_for(lambda: [c for c in agent.containers_of("server") if c["status"] == "created"],
-                          timeout=60, what="the container created beside ADD")
+    (created,) = wait_for(
+        lambda: [c for c in agent.containers_of("server") if c["status"] == "created"],
+        timeout=60,
+        what="the container created beside ADD",
+    )
 
     agent.proc.send_signal(signal.SIGKILL)
     agent.proc.wait()
@@ -321,8 +391,11 @@ def test_a_sigkill_between_add_and_the_container_start_leaks_nothing(agent, netw
 
     agent._log.close()
     agent.start(*flags)
-    wait_for(lambda: "Releasing the network of a sandbox that is gone" in agent.log(), timeout=60,
-             what="the killed ADD to be released")
+    wait_for(
+        lambda: "Releasing the network of a sandbox that is gone" in agent.log(),
+        timeout=60,
+        what="the killed ADD to be released",
+    )
     wait_for(lambda: _ctr(agent, "server") and _pod_ip(agent, "server"), timeout=120, what="server back")
     assert created["id"] not in [c["id"] for c in agent.containers_of("server")]
     assert _ctr(agent, "server")["annotations"]["io.kubernetes.cri.sandbox-id"] != sandbox

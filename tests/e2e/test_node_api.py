@@ -41,8 +41,18 @@ def pki(tmp_path):
 
 def start(agent, pki) -> int:
     ca, _, tokens = pki
-    agent.start("--address", "127.0.0.1", "--port", "0", "--client-ca-file", str(ca), "--api-token-file", str(tokens),
-                "--node-api-grants", GRANTS)
+    agent.start(
+        "--address",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--client-ca-file",
+        str(ca),
+        "--api-token-file",
+        str(tokens),
+        "--node-api-grants",
+        GRANTS,
+    )
     m = wait_for(lambda: re.search(r"Node API listening.*?port=(\d+)", agent.log()), what="node API listening")
     return int(m.group(1))
 
@@ -140,12 +150,14 @@ def test_endpoints(agent, pki, specs_dir):
     from prometheus_client.parser import text_string_to_metric_families
 
     port = start(agent, pki)
-    agent.write_manifest("talk.yaml", pod_yaml("talk", "i=0; while true; do echo line-$i; i=$((i+1)); sleep 0.3; "
-                                                       "done"))
+    agent.write_manifest("talk.yaml", pod_yaml("talk", "i=0; while true; do echo line-$i; i=$((i+1)); sleep 0.3; done"))
     _, certs, _ = pki
     with client(agent, port, token="full-token") as c:
-        wait_for(lambda: "line-3" in c.get("/containerLogs/default/talk-testnode/main").text, timeout=60,
-                 what="the pod's log")
+        wait_for(
+            lambda: "line-3" in c.get("/containerLogs/default/talk-testnode/main").text,
+            timeout=60,
+            what="the pod's log",
+        )
         pods = c.get("/pods").json()
         assert [p["metadata"]["name"] for p in pods["items"]] == ["talk-testnode"]
         validate_pod_list(pods, specs_dir)
@@ -157,9 +169,17 @@ def test_endpoints(agent, pki, specs_dir):
 
         # Summary, field by field; a second sample gives the CPU rates.
         first = c.get("/stats/summary").json()
-        summary = wait_for(lambda: (s := c.get("/stats/summary").json()) and
-                           s["pods"] and "usageNanoCores" in s["pods"][0]["containers"][0].get("cpu", {}) and s,
-                           timeout=30, interval=0.6, what="a second CPU sample")
+        summary = wait_for(
+            lambda: (
+                (s := c.get("/stats/summary").json())
+                and s["pods"]
+                and "usageNanoCores" in s["pods"][0]["containers"][0].get("cpu", {})
+                and s
+            ),
+            timeout=30,
+            interval=0.6,
+            what="a second CPU sample",
+        )
         node = summary["node"]
         assert node["nodeName"] == "testnode"
         assert node["cpu"]["usageCoreNanoSeconds"] >= first["node"]["cpu"]["usageCoreNanoSeconds"] > 0
@@ -207,7 +227,7 @@ def test_endpoints(agent, pki, specs_dir):
         assert c.get(base + "?limitBytes=5").text == "line-"
         everything = c.get(base).text.splitlines()
         recent = c.get(base + "?sinceSeconds=1").text.splitlines()
-        assert 0 < len(recent) < len(everything) and recent == everything[-len(recent):]
+        assert 0 < len(recent) < len(everything) and recent == everything[-len(recent) :]
         assert c.get(base + "?sinceSeconds=0").status_code == 400
         assert c.get(base + "?previous=true").status_code == 400
         with c.stream("GET", base + "?follow=true&tailLines=0") as r:

@@ -18,8 +18,10 @@ import pytest
 from edgelet.testing.logind import start_bus
 from tests.e2e.conftest import IMAGE, wait_for
 
-pytestmark = [pytest.mark.privileged,
-              pytest.mark.skipif(shutil.which("dbus-daemon") is None, reason="needs dbus-daemon (apt: dbus-daemon)")]
+pytestmark = [
+    pytest.mark.privileged,
+    pytest.mark.skipif(shutil.which("dbus-daemon") is None, reason="needs dbus-daemon (apt: dbus-daemon)"),
+]
 
 
 def _manifest(name: str, extra: str = "") -> str:
@@ -40,8 +42,12 @@ spec:
 
 class StandIn:
     def __init__(self, address: str) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "edgelet.testing.logind", address],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "edgelet.testing.logind", address],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         self.lines: queue.Queue[str] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
         assert self.next(30) == "ready"
@@ -71,8 +77,10 @@ def logind(tmp_path):
 
 
 def _running(agent, name: str) -> bool:
-    return any(c.get("status") == "running" and (c.get("annotations") or {}).get("io.edgelet.kind") == "container"
-               for c in agent.containers_of(name))
+    return any(
+        c.get("status") == "running" and (c.get("annotations") or {}).get("io.edgelet.kind") == "container"
+        for c in agent.containers_of(name)
+    )
 
 
 def _status(agent, name: str) -> tuple[str | None, str | None]:
@@ -83,8 +91,11 @@ def _status(agent, name: str) -> tuple[str | None, str | None]:
 
 def test_shutdown_stops_regular_then_critical_pods_within_the_grace_period_then_releases_the_lock(agent, logind):
     address, stand_in = logind
-    agent.start("--shutdown-grace-period=8s", "--shutdown-grace-period-critical-pods=3s",
-                env={"DBUS_SYSTEM_BUS_ADDRESS": address})
+    agent.start(
+        "--shutdown-grace-period=8s",
+        "--shutdown-grace-period-critical-pods=3s",
+        env={"DBUS_SYSTEM_BUS_ADDRESS": address},
+    )
     agent.write_manifest("regular.yaml", _manifest("regular"))
     agent.write_manifest("critical.yaml", _manifest("critical", "  priorityClassName: system-node-critical\n"))
     assert stand_in.next(60) == "inhibited"
@@ -96,8 +107,9 @@ def test_shutdown_stops_regular_then_critical_pods_within_the_grace_period_then_
     assert stand_in.next(60) == "released"
     assert not _running(agent, "regular") and not _running(agent, "critical")
     wait_for(lambda: _status(agent, "regular") == ("Failed", "Terminated"), timeout=30, what="regular's status")
-    assert agent.pod("regular")["pod"]["status"]["message"] == \
-        "Pod was terminated in response to imminent node shutdown."
+    assert (
+        agent.pod("regular")["pod"]["status"]["message"] == "Pod was terminated in response to imminent node shutdown."
+    )
     log = agent.log()
     # Regular pods first, the critical one in the second group.
     assert log.index("Shutting down pods pods=1 grace=5.0") < log.index("Shutting down pods pods=1 grace=3.0")
@@ -111,10 +123,15 @@ def test_shutdown_stops_regular_then_critical_pods_within_the_grace_period_then_
 
 def test_without_logind_a_plain_stop_leaves_the_pods_running(agent, tmp_path):
     # No bus at this address: no lock, and SIGTERM outside a system shutdown stops only the agent.
-    agent.start("--shutdown-grace-period=5s", "--shutdown-grace-period-critical-pods=1s", env={"DBUS_SYSTEM_BUS_ADDRESS": f"unix:path={tmp_path}/none"})
+    agent.start(
+        "--shutdown-grace-period=5s",
+        "--shutdown-grace-period-critical-pods=1s",
+        env={"DBUS_SYSTEM_BUS_ADDRESS": f"unix:path={tmp_path}/none"},
+    )
     agent.write_manifest("regular.yaml", _manifest("regular"))
     wait_for(lambda: _running(agent, "regular"), timeout=90, what="regular to run")
-    wait_for(lambda: "only on SIGTERM during a system shutdown" in agent.log(), timeout=30,
-             what="the fallback to be logged")
+    wait_for(
+        lambda: "only on SIGTERM during a system shutdown" in agent.log(), timeout=30, what="the fallback to be logged"
+    )
     assert agent.stop() == 0
     assert _running(agent, "regular")

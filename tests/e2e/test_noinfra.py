@@ -12,8 +12,10 @@ import pytest
 from tests.e2e.conftest import IMAGE, wait_for
 
 PLUGINS = Path("/usr/lib/cni")
-pytestmark = [pytest.mark.privileged,
-              pytest.mark.skipif(not (PLUGINS / "bridge").exists(), reason="needs containernetworking-plugins")]
+pytestmark = [
+    pytest.mark.privileged,
+    pytest.mark.skipif(not (PLUGINS / "bridge").exists(), reason="needs containernetworking-plugins"),
+]
 
 POD = f"""apiVersion: v1
 kind: Pod
@@ -37,13 +39,17 @@ spec:
 
 
 def _running(agent, pod: str) -> dict[str, dict]:
-    return {c["annotations"]["io.kubernetes.container.name"]: c for c in agent.containers_of(pod)
-            if c["annotations"].get("io.edgelet.kind") == "container" and c["status"] == "running"}
+    return {
+        c["annotations"]["io.kubernetes.container.name"]: c
+        for c in agent.containers_of(pod)
+        if c["annotations"].get("io.edgelet.kind") == "container" and c["status"] == "running"
+    }
 
 
 def _exec(agent, cid: str, *argv: str) -> str:
-    return subprocess.run(["runc", "--root", str(agent.paths.runc_root), "exec", cid, *argv],
-                          capture_output=True, text=True, timeout=60).stdout.strip()
+    return subprocess.run(
+        ["runc", "--root", str(agent.paths.runc_root), "exec", cid, *argv], capture_output=True, text=True, timeout=60
+    ).stdout.strip()
 
 
 def _conmons(agent) -> list[str]:
@@ -53,8 +59,9 @@ def _conmons(agent) -> list[str]:
 
 def _mounts(agent) -> list[str]:
     base = str(agent.paths.root_dir.parent.resolve())
-    return [ln.split()[4] for ln in Path("/proc/self/mountinfo").read_text().splitlines()
-            if ln.split()[4].startswith(base)]
+    return [
+        ln.split()[4] for ln in Path("/proc/self/mountinfo").read_text().splitlines() if ln.split()[4].startswith(base)
+    ]
 
 
 def _sandbox_id(agent) -> str:
@@ -68,8 +75,13 @@ def _ip(agent) -> str | None:
 
 def _gone(agent) -> bool:
     ns = agent.paths.run_dir / "ns"
-    return (not agent.runc_list() and not _conmons(agent) and not _mounts(agent)
-            and not (ns.exists() and os.listdir(ns)) and not os.listdir(agent.paths.root_dir / "pods"))
+    return (
+        not agent.runc_list()
+        and not _conmons(agent)
+        and not _mounts(agent)
+        and not (ns.exists() and os.listdir(ns))
+        and not os.listdir(agent.paths.root_dir / "pods")
+    )
 
 
 def test_a_pod_without_a_pause_process_shares_its_namespaces_has_its_ip_and_survives_a_kill(agent, network):
@@ -81,8 +93,10 @@ def test_a_pod_without_a_pause_process_shares_its_namespaces_has_its_ip_and_surv
     # No sandbox in runc and no conmon but the containers'.
     assert [c for c in agent.runc_list() if c["annotations"].get("io.edgelet.kind") == "sandbox"] == []
     assert len(_conmons(agent)) == 2
-    show = "for n in net ipc uts; do readlink /proc/self/ns/$n; done; hostname; " \
-           "cat /proc/sys/net/ipv4/ip_unprivileged_port_start"
+    show = (
+        "for n in net ipc uts; do readlink /proc/self/ns/$n; done; hostname; "
+        "cat /proc/sys/net/ipv4/ip_unprivileged_port_start"
+    )
     a, b = (_exec(agent, running[n]["id"], "sh", "-c", show) for n in ("a", "b"))
     assert a == b and a.splitlines()[3:] == ["duohost", "80"], (a, b)
     assert a.splitlines()[0] != os.readlink("/proc/self/ns/net")
@@ -97,10 +111,16 @@ def test_a_pod_without_a_pause_process_shares_its_namespaces_has_its_ip_and_surv
     agent.proc.wait()
     agent._log.close()
     agent.start(*flags)
-    wait_for(lambda: "Adopted" in agent.log() or "adopt" in agent.log().lower() or agent.pod("duo"), timeout=60,
-             what="the agent to come back")
-    wait_for(lambda: (agent.pod("duo") or {}).get("pod", {}).get("status", {}).get("phase") == "Running",
-             timeout=60, what="duo running again")
+    wait_for(
+        lambda: "Adopted" in agent.log() or "adopt" in agent.log().lower() or agent.pod("duo"),
+        timeout=60,
+        what="the agent to come back",
+    )
+    wait_for(
+        lambda: (agent.pod("duo") or {}).get("pod", {}).get("status", {}).get("phase") == "Running",
+        timeout=60,
+        what="duo running again",
+    )
     assert _sandbox_id(agent) == sid
     assert {n: c["id"] for n, c in _running(agent, "duo").items()} == {n: c["id"] for n, c in running.items()}
     statuses = agent.pod("duo")["pod"]["status"]["containerStatuses"]
@@ -114,9 +134,12 @@ def test_a_pod_without_a_pause_process_shares_its_namespaces_has_its_ip_and_surv
 
 def test_a_pod_started_with_a_pause_process_is_adopted_and_removed_after_an_upgrade(agent):
     agent.start("--pod-infra-container")
-    agent.write_manifest("duo.yaml", POD.replace("  securityContext:\n    sysctls:\n"
-                                                 "    - name: net.ipv4.ip_unprivileged_port_start\n"
-                                                 "      value: \"80\"\n", ""))
+    agent.write_manifest(
+        "duo.yaml",
+        POD.replace(
+            '  securityContext:\n    sysctls:\n    - name: net.ipv4.ip_unprivileged_port_start\n      value: "80"\n', ""
+        ),
+    )
     wait_for(lambda: len(_running(agent, "duo")) == 2, timeout=90, what="duo to run")
     [pause] = [c for c in agent.runc_list() if c["annotations"].get("io.edgelet.kind") == "sandbox"]
     running = _running(agent, "duo")
@@ -124,10 +147,12 @@ def test_a_pod_started_with_a_pause_process_is_adopted_and_removed_after_an_upgr
 
     agent.stop()
     agent.start()  # the new default: no pause process for new pods
-    wait_for(lambda: (agent.pod("duo") or {}).get("pod", {}).get("status", {}).get("phase") == "Running",
-             timeout=60, what="duo adopted")
-    assert [c["id"] for c in agent.runc_list() if c["annotations"].get("io.edgelet.kind") == "sandbox"] == \
-        [pause["id"]]
+    wait_for(
+        lambda: (agent.pod("duo") or {}).get("pod", {}).get("status", {}).get("phase") == "Running",
+        timeout=60,
+        what="duo adopted",
+    )
+    assert [c["id"] for c in agent.runc_list() if c["annotations"].get("io.edgelet.kind") == "sandbox"] == [pause["id"]]
     assert {n: c["id"] for n, c in _running(agent, "duo").items()} == {n: c["id"] for n, c in running.items()}
     assert not (agent.paths.run_dir / "ns").exists() or not os.listdir(agent.paths.run_dir / "ns")
 
@@ -137,8 +162,10 @@ def test_a_pod_started_with_a_pause_process_is_adopted_and_removed_after_an_upgr
 
 def test_share_process_namespace_keeps_the_pause_process(agent):
     agent.start()
-    agent.write_manifest("shared.yaml", POD.replace(
-        "  hostname: duohost\n", "  shareProcessNamespace: true\n").replace("name: duo", "name: shared"))
+    agent.write_manifest(
+        "shared.yaml",
+        POD.replace("  hostname: duohost\n", "  shareProcessNamespace: true\n").replace("name: duo", "name: shared"),
+    )
     wait_for(lambda: len(_running(agent, "shared")) == 2, timeout=90, what="shared to run")
     [pause] = [c for c in agent.runc_list() if c["annotations"].get("io.edgelet.kind") == "sandbox"]
     # Each container sees the other's processes, and PID 1 is the pause process.

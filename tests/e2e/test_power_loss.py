@@ -36,8 +36,9 @@ def test_pods_come_back_after_a_power_cut(agent):
     power_cut(agent)
     agent.start()
     fresh = lambda: agent.snapshot()["agent_pid"] == agent.proc.pid  # noqa: E731 (pods.json survived the cut)
-    after = wait_for(lambda: fresh() and (r := agent.pod("svc")) and r["ready"] == "2/2" and r, timeout=30,
-                     what="svc back")
+    after = wait_for(
+        lambda: fresh() and (r := agent.pod("svc")) and r["ready"] == "2/2" and r, timeout=30, what="svc back"
+    )
     assert after["uid"] == before["uid"]
     running = [c for c in agent.containers_of("svc") if c["status"] == "running"]
     assert len(running) == 2, "both containers run again (their sandbox has no pause process)"
@@ -46,8 +47,11 @@ def test_pods_come_back_after_a_power_cut(agent):
     assert {c["annotations"]["io.kubernetes.cri.sandbox-id"] for c in running} == {new_sandbox}
     assert {"ipc", "uts"} <= {p.name for p in (agent.paths.run_dir / "ns" / new_sandbox).iterdir()}
     # A completed OnFailure pod is not run again: conmon's persist dir (in the root dir) kept its exit code.
-    job = wait_for(lambda: fresh() and (r := agent.pod("job")) and r["status"] == "Completed" and r, timeout=30,
-                   what="job completed")
+    job = wait_for(
+        lambda: fresh() and (r := agent.pod("job")) and r["status"] == "Completed" and r,
+        timeout=30,
+        what="job completed",
+    )
     assert job["restarts"] == 0
     assert not (agent.paths.root_dir / "pods" / job["uid"] / "containers" / "c0" / "1").exists(), "not run again"
     out = agent.cli("pods")
@@ -81,8 +85,11 @@ spec:
     agent.start()
     agent.write_manifest("steady.yaml", manifest)
     wait_for(lambda: (r := agent.pod("steady")) and r["status"] == "Running", timeout=90, what="steady runs")
-    wait_for(lambda: (agent.paths.root_dir / rel).exists() if base == "root" else
-             (agent.paths.run_dir / rel).exists(), timeout=30, what=f"{rel} written")
+    wait_for(
+        lambda: (agent.paths.root_dir / rel).exists() if base == "root" else (agent.paths.run_dir / rel).exists(),
+        timeout=30,
+        what=f"{rel} written",
+    )
     (before,) = [c["id"] for c in agent.containers_of("steady") if c["annotations"]["io.edgelet.kind"] == "container"]
     assert agent.stop() == 0
     target = (agent.paths.root_dir if base == "root" else agent.paths.run_dir) / rel
@@ -92,8 +99,11 @@ spec:
 
     agent.start()
     wait_for(lambda: "edgelet started" in agent.log().split("Stopping edgelet")[-1], timeout=60, what="restart")
-    wait_for(lambda: (r := agent.pod("steady")) and r["status"] == "Running" and r["restarts"] == 0, timeout=90,
-             what="steady running on, as before")
+    wait_for(
+        lambda: (r := agent.pod("steady")) and r["status"] == "Running" and r["restarts"] == 0,
+        timeout=90,
+        what="steady running on, as before",
+    )
     (after,) = [c["id"] for c in agent.containers_of("steady") if c["annotations"]["io.edgelet.kind"] == "container"]
     assert after == before  # adopted, not restarted
     assert not leftover.exists()

@@ -34,9 +34,12 @@ def events(agent, reason: str | None = None) -> list[dict]:
 
 
 def container_id(agent, pod_name: str, container: str) -> str:
-    running = [c for c in agent.containers_of(pod_name)
-               if (c.get("annotations") or {}).get("io.kubernetes.container.name") == container
-               and c.get("status") == "running"]
+    running = [
+        c
+        for c in agent.containers_of(pod_name)
+        if (c.get("annotations") or {}).get("io.kubernetes.container.name") == container
+        and c.get("status") == "running"
+    ]
     assert running, f"no running {container} in {pod_name}"
     return running[0]["id"]
 
@@ -47,14 +50,20 @@ def runc_exec(agent, cid: str, *argv: str) -> None:
 
 def test_liveness_exec_failure_restarts_the_container(agent):
     agent.start()
-    agent.write_manifest("live.yaml", pod("live", """    command: ["sh", "-c", "touch /tmp/healthy; sleep 2; rm -f /tmp/healthy; exec sleep 300"]
+    agent.write_manifest(
+        "live.yaml",
+        pod(
+            "live",
+            """    command: ["sh", "-c", "touch /tmp/healthy; sleep 2; rm -f /tmp/healthy; exec sleep 300"]
     livenessProbe:
       exec:
         command: ["cat", "/tmp/healthy"]
       periodSeconds: 1
       failureThreshold: 1
       terminationGracePeriodSeconds: 1
-"""))
+""",
+        ),
+    )
     wait_for(lambda: (r := agent.pod("live")) and r["restarts"] >= 1, timeout=30, what="a liveness restart")
     unhealthy = wait_for(lambda: events(agent, "Unhealthy"), what="Unhealthy event")
     assert any(e["message"].startswith("Liveness probe failed: cat: can't open '/tmp/healthy'") for e in unhealthy)
@@ -65,7 +74,11 @@ def test_liveness_exec_failure_restarts_the_container(agent):
 
 def test_readiness_http_get_flips_ready_both_ways(agent):
     agent.start()
-    agent.write_manifest("web.yaml", pod("web", """    command: ["sh", "-c", "mkdir -p /www && echo ok > /www/healthz && exec httpd -f -p 8080 -h /www"]
+    agent.write_manifest(
+        "web.yaml",
+        pod(
+            "web",
+            """    command: ["sh", "-c", "mkdir -p /www && echo ok > /www/healthz && exec httpd -f -p 8080 -h /www"]
     ports:
     - name: http
       containerPort: 8080
@@ -78,11 +91,16 @@ def test_readiness_http_get_flips_ready_both_ways(agent):
           value: edgelet
       periodSeconds: 1
       failureThreshold: 1
-"""))
+""",
+        ),
+    )
     wait_for(lambda: (r := agent.pod("web")) and r["ready"] == "1/1", what="ready via httpGet")
     # kubectl describe's probe line, with the defaults filled in.
-    assert re.search(r"\n    Readiness: +http-get http://:http/healthz delay=0s timeout=1s period=1s #success=1 "
-                     r"#failure=1\n", agent.cli("describe", "pod", "web"))
+    assert re.search(
+        r"\n    Readiness: +http-get http://:http/healthz delay=0s timeout=1s period=1s #success=1 "
+        r"#failure=1\n",
+        agent.cli("describe", "pod", "web"),
+    )
     cid = container_id(agent, "web", "app")
     runc_exec(agent, cid, "rm", "/www/healthz")  # 404 from now on
     wait_for(lambda: agent.pod("web")["ready"] == "0/1", what="not ready after 404")
@@ -94,19 +112,29 @@ def test_readiness_http_get_flips_ready_both_ways(agent):
 
 def test_tcp_socket_readiness(agent):
     agent.start()
-    agent.write_manifest("tcp.yaml", pod("tcp", """    command: ["sh", "-c", "sleep 1; exec httpd -f -p 9000 -h /"]
+    agent.write_manifest(
+        "tcp.yaml",
+        pod(
+            "tcp",
+            """    command: ["sh", "-c", "sleep 1; exec httpd -f -p 9000 -h /"]
     readinessProbe:
       tcpSocket:
         port: 9000
       periodSeconds: 1
-"""))
+""",
+        ),
+    )
     wait_for(lambda: (r := agent.pod("tcp")) and r["ready"] == "1/1", what="ready via tcpSocket")
 
 
 def test_startup_probe_gates_liveness(agent):
     agent.start()
     # Liveness would fail at once if it ran before the startup probe passed: the file appears after 3 s.
-    agent.write_manifest("slow.yaml", pod("slow", """    command: ["sh", "-c", "sleep 3; touch /tmp/started; exec sleep 300"]
+    agent.write_manifest(
+        "slow.yaml",
+        pod(
+            "slow",
+            """    command: ["sh", "-c", "sleep 3; touch /tmp/started; exec sleep 300"]
     startupProbe:
       exec:
         command: ["test", "-f", "/tmp/started"]
@@ -117,7 +145,9 @@ def test_startup_probe_gates_liveness(agent):
         command: ["test", "-f", "/tmp/started"]
       periodSeconds: 1
       failureThreshold: 1
-"""))
+""",
+        ),
+    )
     wait_for(lambda: (r := agent.pod("slow")) and r["ready"] == "1/1", timeout=30, what="started and ready")
     assert any(e["message"].startswith("Startup probe failed") for e in events(agent, "Unhealthy"))
     assert not any(e["message"].startswith("Liveness") for e in events(agent, "Unhealthy"))
@@ -128,7 +158,11 @@ def test_prestop_runs_before_the_stop(agent, tmp_path):
     shared = tmp_path / "shared"
     shared.mkdir()
     agent.start()
-    path = agent.write_manifest("bye.yaml", pod("bye", """    command: ["sh", "-c", "exec sleep 300"]
+    path = agent.write_manifest(
+        "bye.yaml",
+        pod(
+            "bye",
+            """    command: ["sh", "-c", "exec sleep 300"]
     volumeMounts:
     - name: shared
       mountPath: /shared
@@ -136,11 +170,14 @@ def test_prestop_runs_before_the_stop(agent, tmp_path):
       preStop:
         exec:
           command: ["sh", "-c", "echo prestop-ran > /shared/prestop"]
-""", volumes=f"""  volumes:
+""",
+            volumes=f"""  volumes:
   - name: shared
     hostPath:
       path: {shared}
-"""))
+""",
+        ),
+    )
     wait_for(lambda: (r := agent.pod("bye")) and r["status"] == "Running", what="pod Running")
     path.unlink()
     wait_for(lambda: agent.pod("bye") is None, what="pod removed")
@@ -151,12 +188,18 @@ def test_prestop_runs_before_the_stop(agent, tmp_path):
 
 def test_failing_post_start_kills_the_container(agent):
     agent.start()
-    agent.write_manifest("ps.yaml", pod("ps", """    command: ["sh", "-c", "exec sleep 300"]
+    agent.write_manifest(
+        "ps.yaml",
+        pod(
+            "ps",
+            """    command: ["sh", "-c", "exec sleep 300"]
     lifecycle:
       postStart:
         exec:
           command: ["sh", "-c", "echo nope; exit 3"]
-"""))
+""",
+        ),
+    )
     failed = wait_for(lambda: events(agent, "FailedPostStartHook"), what="FailedPostStartHook event")
     assert "exited with 3" in failed[0]["message"] and "nope" in failed[0]["message"]
     assert "FailedPostStartHook" in [e["message"] for e in events(agent, "Killing")]

@@ -11,8 +11,10 @@ from tests.integration.registry import Layout, Registry, busybox_tar, free_port
 
 pytestmark = [
     pytest.mark.privileged,
-    pytest.mark.skipif(shutil.which("docker-registry") is None or shutil.which("skopeo") is None,
-                       reason="needs docker-registry and skopeo"),
+    pytest.mark.skipif(
+        shutil.which("docker-registry") is None or shutil.which("skopeo") is None,
+        reason="needs docker-registry and skopeo",
+    ),
 ]
 
 
@@ -26,21 +28,31 @@ def test_pull_on_demand_and_dead_registry_backs_off(agent, tmp_path):
         agent.start()
         image = f"{reg.host}/test/busybox:1"
         agent.write_manifest("pulled.yaml", sleeper_yaml("pulled", image))
-        wait_for(lambda: (r := agent.pod("pulled")) and r["status"] == "Running" and r, timeout=60,
-                 what="pod with a pulled image Running")
+        wait_for(
+            lambda: (r := agent.pod("pulled")) and r["status"] == "Running" and r,
+            timeout=60,
+            what="pod with a pulled image Running",
+        )
         assert image in agent.cli("images")
 
         # Nothing listens on this port: the pull fails, then backs off; the other pod keeps running.
         dead = f"127.0.0.1:{free_port()}/test/busybox:1"
         agent.write_manifest("dead.yaml", sleeper_yaml("dead", dead))
-        wait_for(lambda: (r := agent.pod("dead")) and r["status"] == "ErrImagePull" and r, timeout=60,
-                 what="ErrImagePull")
-        wait_for(lambda: (r := agent.pod("dead")) and r["status"] == "ImagePullBackOff" and r, timeout=60,
-                 what="ImagePullBackOff")
+        wait_for(
+            lambda: (r := agent.pod("dead")) and r["status"] == "ErrImagePull" and r, timeout=60, what="ErrImagePull"
+        )
+        wait_for(
+            lambda: (r := agent.pod("dead")) and r["status"] == "ImagePullBackOff" and r,
+            timeout=60,
+            what="ImagePullBackOff",
+        )
         assert agent.pod("pulled")["status"] == "Running"
         agent.write_manifest("local.yaml", sleeper_yaml("local", IMAGE))
-        wait_for(lambda: (r := agent.pod("local")) and r["status"] == "Running" and r, timeout=60,
-                 what="a pod with an imported image Running meanwhile")
+        wait_for(
+            lambda: (r := agent.pod("local")) and r["status"] == "Running" and r,
+            timeout=60,
+            what="a pod with an imported image Running meanwhile",
+        )
     finally:
         reg.stop()
 
@@ -71,8 +83,11 @@ class HalfwayProxy:
                 self.do_GET(body=False)
 
             def do_GET(self, body: bool = True) -> None:
-                req = urllib.request.Request(f"http://{upstream}{self.path}", method=self.command,
-                                             headers={k: v for k, v in self.headers.items() if k.lower() != "host"})
+                req = urllib.request.Request(
+                    f"http://{upstream}{self.path}",
+                    method=self.command,
+                    headers={k: v for k, v in self.headers.items() if k.lower() != "host"},
+                )
                 try:
                     resp = urllib.request.urlopen(req, timeout=30)
                 except urllib.error.HTTPError as err:
@@ -91,10 +106,10 @@ class HalfwayProxy:
                 self.end_headers()
                 try:
                     if "/blobs/" in self.path and len(data) > 1 << 20:
-                        self.wfile.write(data[:len(data) // 2])
+                        self.wfile.write(data[: len(data) // 2])
                         self.wfile.flush()
                         proxy.gate.wait(60)
-                        data = data[len(data) // 2:]
+                        data = data[len(data) // 2 :]
                     self.wfile.write(data)
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the puller gave up on a held blob (its read timeout) and will ask again
@@ -132,15 +147,21 @@ def test_a_pull_under_way_shows_in_describe_and_wide(agent, tmp_path):
         agent.write_manifest("slow.yaml", sleeper_yaml("slow", image))
         # Held at half a layer; should the puller's 30 s read timeout strike on a loaded machine, the next
         # retry is held again, so the pull shows for as long as the test looks.
-        described = wait_for(lambda: (t := agent.cli("describe", "pod", "slow")) and "Pulling:" in t and t,
-                             timeout=180, what="describe pod showing the pull")
+        described = wait_for(
+            lambda: (t := agent.cli("describe", "pod", "slow")) and "Pulling:" in t and t,
+            timeout=180,
+            what="describe pod showing the pull",
+        )
         line = next(x for x in described.splitlines() if "Pulling:" in x)
         assert " of " in line and "%)" in line  # e.g. "Pulling:  2.1MB of 5.3MB (40%)"
         wide = agent.cli("pods", "-o", "wide")
         assert f"pulling {image}: " in wide
         proxy.release()
-        wait_for(lambda: (r := agent.pod("slow")) and r["status"] == "Running" and r, timeout=90,
-                 what="the pod Running once the pull is done")
+        wait_for(
+            lambda: (r := agent.pod("slow")) and r["status"] == "Running" and r,
+            timeout=90,
+            what="the pod Running once the pull is done",
+        )
         assert "Pulling:" not in agent.cli("describe", "pod", "slow")
         events = agent.cli("events", "--for", "slow-testnode")
         assert "Pulled" in events and "Image size:" in events

@@ -50,17 +50,27 @@ def phase(agent, want: str, target: str | None = None):
     def check():
         r = record(agent)
         return r if r is not None and r["phase"] == want and (target is None or r["target"] == target) else None
+
     return check
 
 
 def running_uids(agent) -> set[str]:
-    return {c["annotations"]["io.kubernetes.pod.uid"] for c in agent.containers_of("app")
-            if c["status"] == "running" and c["annotations"].get("io.kubernetes.container.name") == "c"}
+    return {
+        c["annotations"]["io.kubernetes.pod.uid"]
+        for c in agent.containers_of("app")
+        if c["status"] == "running" and c["annotations"].get("io.kubernetes.container.name") == "c"
+    }
 
 
 def app_container(agent) -> dict | None:
-    return next((c for c in agent.containers_of("app") if c["status"] == "running"
-                 and c["annotations"].get("io.kubernetes.container.name") == "c"), None)
+    return next(
+        (
+            c
+            for c in agent.containers_of("app")
+            if c["status"] == "running" and c["annotations"].get("io.kubernetes.container.name") == "c"
+        ),
+        None,
+    )
 
 
 def test_missing_image_then_crash_roll_back_then_good(agent, tmp_path):
@@ -76,12 +86,18 @@ def test_missing_image_then_crash_roll_back_then_good(agent, tmp_path):
 
         # v2's image does not exist: v1 never stops; the record and the table say why.
         agent.write_manifest("app.yaml", pod_yaml(f"{reg.host}/test/missing:1", "exec sleep 300"))
-        pulling = wait_for(lambda: (r := phase(agent, "pulling")()) and "ErrImagePull" in r["reason"] and r,
-                           timeout=60, what="v2 pulling fails")
+        pulling = wait_for(
+            lambda: (r := phase(agent, "pulling")()) and "ErrImagePull" in r["reason"] and r,
+            timeout=60,
+            what="v2 pulling fails",
+        )
         assert pulling["active"] == v1
         assert "manifest unknown" in pulling["reason"] or "not found" in pulling["reason"].lower()
-        row = wait_for(lambda: (r := agent.pod("app")) and "RolloutPulling" in r["message"] and r, timeout=30,
-                       what="edgelet pods says the pull failed")
+        row = wait_for(
+            lambda: (r := agent.pod("app")) and "RolloutPulling" in r["message"] and r,
+            timeout=30,
+            what="edgelet pods says the pull failed",
+        )
         assert row["status"] == "Running"
         still = app_container(agent)
         assert still is not None and still["id"] == first["id"], "v1 was stopped while v2 could not be pulled"
@@ -103,8 +119,17 @@ def test_missing_image_then_crash_roll_back_then_good(agent, tmp_path):
         done = wait_for(phase(agent, "rolled-back"), timeout=90, what="rolled back after the restart")
         assert done["active"] == v1 and done["target"] == v2
         wait_for(lambda: running_uids(agent) == {v1}, timeout=60, what="v1 running again, v2 gone")
-        row = wait_for(lambda: (r := agent.pod("app")) and r["uid"] == v1 and "RolledBack" in r["message"]
-                       and r["status"] == "Running" and r, timeout=60, what="edgelet pods says RolledBack")
+        row = wait_for(
+            lambda: (
+                (r := agent.pod("app"))
+                and r["uid"] == v1
+                and "RolledBack" in r["message"]
+                and r["status"] == "Running"
+                and r
+            ),
+            timeout=60,
+            what="edgelet pods says RolledBack",
+        )
         conds = {c["type"]: c for c in row["pod"]["status"]["conditions"]}
         assert conds["edgelet.io/Rollout"]["reason"] == "RolledBack"
         assert v2[:8] in conds["edgelet.io/Rollout"]["message"]
@@ -123,15 +148,22 @@ def test_missing_image_then_crash_roll_back_then_good(agent, tmp_path):
         # An operator retry tries v2 again (it fails again, and is rolled back again).
         out = agent.cli("rollout", "retry", "app-testnode")
         assert "tried again" in out, out
-        wait_for(lambda: (r := record(agent)) and r["phase"] == "rolled-back"
-                 and sum(h["outcome"] == "failed" for h in r["history"]) == 2, timeout=120,
-                 what="the retried v2 rolled back again")
+        wait_for(
+            lambda: (
+                (r := record(agent))
+                and r["phase"] == "rolled-back"
+                and sum(h["outcome"] == "failed" for h in r["history"]) == 2
+            ),
+            timeout=120,
+            what="the retried v2 rolled back again",
+        )
         wait_for(lambda: running_uids(agent) == {v1}, timeout=60, what="v1 running again after the retry")
 
         # v3 is good: it replaces v1 and becomes the last good version.
         agent.write_manifest("app.yaml", pod_yaml(IMAGE, "exec sleep 301"))
-        good = wait_for(lambda: (r := phase(agent, "good")()) and r["target"] not in (v1, v2) and r, timeout=120,
-                        what="v3 good")
+        good = wait_for(
+            lambda: (r := phase(agent, "good")()) and r["target"] not in (v1, v2) and r, timeout=120, what="v3 good"
+        )
         assert good["last_good"] == good["active"] == good["target"]
         wait_for(lambda: running_uids(agent) == {good["active"]}, timeout=60, what="v3 alone running")
         assert agent.stop() == 0
@@ -199,8 +231,12 @@ def test_never_ready_is_rolled_back_at_the_deadline_and_the_off_switch_keeps_it(
 
 
 def surge_yaml(command: str, host_port: int | None = None) -> str:
-    ports = f"""
-      ports: [{{containerPort: 8080, hostPort: {host_port}}}]""" if host_port else ""
+    ports = (
+        f"""
+      ports: [{{containerPort: 8080, hostPort: {host_port}}}]"""
+        if host_port
+        else ""
+    )
     return f"""apiVersion: v1
 kind: Pod
 metadata:
@@ -226,8 +262,9 @@ def test_surge_keeps_the_old_version_until_the_new_is_good_and_is_refused_on_a_h
     agent.write_manifest("app.yaml", surge_yaml("exec sleep 299"))
     both = wait_for(lambda: (u := running_uids(agent)) and len(u) == 2 and u, timeout=90, what="v1 and v2 side by side")
     assert v1 in both
-    v2 = wait_for(lambda: (r := phase(agent, "good")()) and r["active"] != v1 and r, timeout=90,
-                  what="v2 good")["active"]
+    v2 = wait_for(lambda: (r := phase(agent, "good")()) and r["active"] != v1 and r, timeout=90, what="v2 good")[
+        "active"
+    ]
     wait_for(lambda: running_uids(agent) == {v2}, timeout=60, what="v1 stopped once v2 was good")
 
     # v3 crashes: v2 is never stopped, v3 goes.
@@ -241,11 +278,13 @@ def test_surge_keeps_the_old_version_until_the_new_is_good_and_is_refused_on_a_h
 
     # With the same hostPort in both versions, Surge is refused and the update replaces instead.
     agent.write_manifest("app.yaml", surge_yaml("exec sleep 298", host_port=18080))
-    v4 = wait_for(lambda: (r := phase(agent, "good")()) and r["active"] not in (v1, v2) and r, timeout=90,
-                  what="v4 good")["active"]
+    v4 = wait_for(
+        lambda: (r := phase(agent, "good")()) and r["active"] not in (v1, v2) and r, timeout=90, what="v4 good"
+    )["active"]
     agent.write_manifest("app.yaml", surge_yaml("exec sleep 297", host_port=18080))
-    wait_for(lambda: (r := phase(agent, "good")()) and r["active"] not in (v1, v2, v4) and r, timeout=90,
-             what="v5 good")
+    wait_for(
+        lambda: (r := phase(agent, "good")()) and r["active"] not in (v1, v2, v4) and r, timeout=90, what="v5 good"
+    )
     events = agent.cli("events", "--for", "app-testnode")
     assert "SurgeRefused" in events and "hostPort 18080/TCP" in events, events
 
@@ -264,8 +303,11 @@ def test_url_source_version_is_rolled_back_too(agent):
         wait_for(lambda: running_uids(agent) == {v1}, timeout=60, what="v1 running again")
         # The source still serves v2: it is not tried again.
         assert record(agent)["phase"] == "rolled-back" and running_uids(agent) == {v1}
-        wait_for(lambda: (row := agent.pod("app")) and row["uid"] == v1 and row["source"] == "http", timeout=30,
-                 what="the table shows the URL pod's v1")
+        wait_for(
+            lambda: (row := agent.pod("app")) and row["uid"] == v1 and row["source"] == "http",
+            timeout=30,
+            what="the table shows the URL pod's v1",
+        )
     finally:
         server.down()
 
@@ -303,8 +345,11 @@ def test_agent_killed_at_the_replace_step_finishes_the_update(agent):
     assert r["phase"] == "replacing" and r["active"] != v1
     assert running_uids(agent) == {v1}, "the record was written before anything was stopped"
     agent.start(*GATE)
-    good = wait_for(lambda: (x := phase(agent, "good")()) and x["active"] == r["active"] and x, timeout=120,
-                    what="v2 good after the restart")
+    good = wait_for(
+        lambda: (x := phase(agent, "good")()) and x["active"] == r["active"] and x,
+        timeout=120,
+        what="v2 good after the restart",
+    )
     assert good["last_good"] == r["active"]
     wait_for(lambda: running_uids(agent) == {r["active"]}, timeout=60, what="v2 alone running")
     assert agent.stop() == 0
@@ -318,12 +363,18 @@ def test_a_new_version_during_the_first_versions_gate_downloads_first(agent, tmp
     try:
         agent.start("--rollout-deadline", "300s", "--rollout-stability-window", "300s")
         agent.write_manifest("app.yaml", pod_yaml(IMAGE, "exec sleep 300"))
-        v1 = wait_for(lambda: (r := phase(agent, "gating")()) and running_uids(agent) and r, timeout=90,
-                      what="v1 running in its first gate")["active"]
+        v1 = wait_for(
+            lambda: (r := phase(agent, "gating")()) and running_uids(agent) and r,
+            timeout=90,
+            what="v1 running in its first gate",
+        )["active"]
         first = app_container(agent)
         agent.write_manifest("app.yaml", pod_yaml(f"{reg.host}/test/missing:1", "exec sleep 300"))
-        pulling = wait_for(lambda: (r := phase(agent, "pulling")()) and "ErrImagePull" in r["reason"] and r,
-                           timeout=60, what="v2 pulling fails")
+        pulling = wait_for(
+            lambda: (r := phase(agent, "pulling")()) and "ErrImagePull" in r["reason"] and r,
+            timeout=60,
+            what="v2 pulling fails",
+        )
         assert pulling["active"] == v1 and pulling["last_good"] is None
         still = app_container(agent)
         assert still is not None and still["id"] == first["id"], "v1 was stopped before v2's image was in"

@@ -12,12 +12,17 @@ from tests.e2e.test_rollout import phase, pod_yaml
 pytestmark = [pytest.mark.privileged, pytest.mark.apiserver]
 
 
-def test_mirror_pod_shows_the_rollback(agent, cluster):  # noqa: F811 - the fixture
+def test_mirror_pod_shows_the_rollback(agent, cluster):
     agent.write_manifest("app.yaml", pod_yaml(IMAGE, "exec sleep 300"))
     start_agent(agent, cluster, "--rollout-stability-window", "2s", "--rollout-deadline", "120s")
     v1 = wait_for(phase(agent, "good"), timeout=90, what="v1 good")["active"]
-    wait_for(lambda: (p := mirror(cluster, "app")) and p["metadata"]["annotations"]["kubernetes.io/config.mirror"]
-             == v1 and p, timeout=60, what="v1's mirror")
+    wait_for(
+        lambda: (
+            (p := mirror(cluster, "app")) and p["metadata"]["annotations"]["kubernetes.io/config.mirror"] == v1 and p
+        ),
+        timeout=60,
+        what="v1's mirror",
+    )
 
     agent.write_manifest("app.yaml", pod_yaml(IMAGE, "echo broken; exit 1"))
     r = wait_for(phase(agent, "rolled-back"), timeout=120, what="v2 rolled back")

@@ -59,8 +59,10 @@ def test_ready_watchdog_and_stopping_reach_systemd(agent, notify_socket):
     # container's own READY=1 and never start it), and neither did the container.
     wait_for(lambda: (r := agent.pod("notified")) and r["status"] == "Running", what="pod Running")
     log_file = agent.paths.container_log_path("default", "notified-testnode", agent.pod("notified")["uid"], "main", 0)
-    env_dump = wait_for(lambda: log_file.exists() and "PATH=" in log_file.read_text() and log_file.read_text(),
-                        what="container env in its log")
+    env_dump = wait_for(
+        lambda: log_file.exists() and "PATH=" in log_file.read_text() and log_file.read_text(),
+        what="container env in its log",
+    )
     assert "NOTIFY_SOCKET" not in env_dump and "WATCHDOG_USEC" not in env_dump
 
     # systemd's STATUS= follows the pods (it said "syncing 0 pods" for ever before, issue 15).
@@ -76,4 +78,3 @@ def test_ready_watchdog_and_stopping_reach_systemd(agent, notify_socket):
     receive_until(sock, "STOPPING=1", seen)
     # Stopping edgelet leaves the pod running.
     assert [c for c in agent.containers_of("notified") if c["status"] == "running"]
-

@@ -44,8 +44,9 @@ def healthz_status(port: int) -> int | None:
 
 
 def api(agent) -> httpx.Client:
-    return httpx.Client(transport=httpx.HTTPTransport(uds=str(socket_path(agent.paths.run_dir))),
-                        base_url="http://edgelet", timeout=10)
+    return httpx.Client(
+        transport=httpx.HTTPTransport(uds=str(socket_path(agent.paths.run_dir))), base_url="http://edgelet", timeout=10
+    )
 
 
 def test_api_end_to_end(agent):
@@ -59,19 +60,23 @@ def test_api_end_to_end(agent):
     # Pod data never leaves the socket.
     assert httpx.get(f"http://127.0.0.1:{port}/pods", timeout=2).status_code == 404
 
-    agent.write_manifest("talk.yaml", pod_yaml("talk", "echo one; echo two; echo three; sleep 1; echo four; "
-                                                       "exec sleep 300"))
+    agent.write_manifest(
+        "talk.yaml", pod_yaml("talk", "echo one; echo two; echo three; sleep 1; echo four; exec sleep 300")
+    )
     with api(agent) as c:
-        wait_for(lambda: any(p["status"]["phase"] == "Running" for p in c.get("/pods").json()["items"]),
-                 what="pod Running in /pods")
+        wait_for(
+            lambda: any(p["status"]["phase"] == "Running" for p in c.get("/pods").json()["items"]),
+            what="pod Running in /pods",
+        )
         pods = c.get("/pods").json()
         assert pods["kind"] == "PodList" and pods["apiVersion"] == "v1"
         (pod,) = pods["items"]
         assert pod["metadata"]["name"] == "talk-testnode"
         assert pod["status"]["containerStatuses"][0]["name"] == "main"
 
-        metrics = wait_for(lambda: (t := c.get("/metrics").text) and "edgelet_running_pods 1.0" in t and t,
-                           what="running pods metric")
+        metrics = wait_for(
+            lambda: (t := c.get("/metrics").text) and "edgelet_running_pods 1.0" in t and t, what="running pods metric"
+        )
         assert 'edgelet_running_containers{container_state="running"} 1.0' in metrics
         assert 'edgelet_runtime_operations_total{operation_type="start_container"}' in metrics
         assert "edgelet_pod_start_duration_seconds_count 1.0" in metrics
@@ -86,8 +91,11 @@ def test_api_end_to_end(agent):
 
         # follow: the tail, then what the container writes later, until the client hangs up.
         exec_echo = ["runc", "--root", str(agent.paths.runc_root), "exec"]
-        cid = next(x["id"] for x in agent.containers_of("talk")
-                   if x["annotations"].get("io.kubernetes.container.name") == "main")
+        cid = next(
+            x["id"]
+            for x in agent.containers_of("talk")
+            if x["annotations"].get("io.kubernetes.container.name") == "main"
+        )
         with c.stream("GET", "/containerLogs/default/talk-testnode/main?follow=true&tailLines=1") as r:
             assert r.status_code == 200
             chunks = r.iter_bytes()
@@ -115,9 +123,22 @@ def test_cli_logs_follow_through_the_socket(agent):
     agent.write_manifest("tick.yaml", pod_yaml("tick", "i=0; while true; do echo tick-$i; i=$((i+1)); sleep 0.2; done"))
     wait_for(lambda: (r := agent.pod("tick")) and r["status"] == "Running", what="pod Running")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "edgelet", "logs", "-f", "tick", "--root-dir", str(agent.paths.root_dir),
-         "--run-dir", str(agent.paths.run_dir), "--config", "/dev/null"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        [
+            sys.executable,
+            "-m",
+            "edgelet",
+            "logs",
+            "-f",
+            "tick",
+            "--root-dir",
+            str(agent.paths.root_dir),
+            "--run-dir",
+            str(agent.paths.run_dir),
+            "--config",
+            "/dev/null",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     try:
         seen = [proc.stdout.readline() for _ in range(5)]

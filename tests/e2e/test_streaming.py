@@ -34,8 +34,15 @@ from tests.e2e.test_mirror import NODE, apiserver, cluster, mirror, start_agent 
 pytestmark = [pytest.mark.privileged, pytest.mark.apiserver]
 
 
-def pod_yaml(name: str, command: str, *, host_network: bool = False, restart: str = "Always",
-             stdin: bool = False, tty: bool = False) -> str:
+def pod_yaml(
+    name: str,
+    command: str,
+    *,
+    host_network: bool = False,
+    restart: str = "Always",
+    stdin: bool = False,
+    tty: bool = False,
+) -> str:
     return f"""apiVersion: v1
 kind: Pod
 metadata:
@@ -59,22 +66,47 @@ def start(agent, cluster, *pods: tuple[str, str], extra: tuple[str, ...] = ()) -
     crt, key = cluster.kubelet_serving_cert(NODE)
     for name, text in pods:
         agent.write_manifest(f"{name}.yaml", text)
-    start_agent(agent, cluster, "--node-ip", "127.0.0.1", "--client-ca-file", str(cluster.ca_file),
-                "--tls-cert-file", str(crt), "--tls-private-key-file", str(key), *extra)
+    start_agent(
+        agent,
+        cluster,
+        "--node-ip",
+        "127.0.0.1",
+        "--client-ca-file",
+        str(cluster.ca_file),
+        "--tls-cert-file",
+        str(crt),
+        "--tls-private-key-file",
+        str(key),
+        *extra,
+    )
     port = int(wait_for(lambda: re.search(r"Node API listening.*?port=(\d+)", agent.log()), what="node API")[1])
-    wait_for(lambda: (n := cluster.get(f"/api/v1/nodes/{NODE}")) and
-             n["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"] == port, timeout=60, what="the node's port")
+    wait_for(
+        lambda: (
+            (n := cluster.get(f"/api/v1/nodes/{NODE}"))
+            and n["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"] == port
+        ),
+        timeout=60,
+        what="the node's port",
+    )
     for name, _ in pods:
-        wait_for(lambda: (p := mirror(cluster, name)) and p.get("status", {}).get("phase") == "Running",
-                 timeout=90, what=f"the mirror of {name} Running")
+        wait_for(
+            lambda: (p := mirror(cluster, name)) and p.get("status", {}).get("phase") == "Running",
+            timeout=90,
+            what=f"the mirror of {name} Running",
+        )
     return port
 
 
-def kubectl(cluster, *args: str, input: bytes | None = None, token: str = ADMIN_TOKEN,
-            timeout: float = 90) -> subprocess.CompletedProcess:
+def kubectl(
+    cluster, *args: str, input: bytes | None = None, token: str = ADMIN_TOKEN, timeout: float = 90
+) -> subprocess.CompletedProcess:
     cfg = cluster.kubeconfig(cluster.base / f"kubeconfig-{abs(hash(token))}", token=token)
-    return subprocess.run([str(cluster.bin_dir / "kubectl"), f"--kubeconfig={cfg}", *args], input=input,
-                          capture_output=True, timeout=timeout)
+    return subprocess.run(
+        [str(cluster.bin_dir / "kubectl"), f"--kubeconfig={cfg}", *args],
+        input=input,
+        capture_output=True,
+        timeout=timeout,
+    )
 
 
 def agent_fds(agent) -> dict[str, int]:
@@ -122,8 +154,11 @@ def assert_clean(agent, baseline: dict[str, int]) -> None:
     wait_for_sessions_gone(agent)
     seen: list[dict[str, int]] = []
     try:
-        wait_for(lambda: seen.append(agent_fds(agent)) or seen[-1] == baseline, timeout=90,
-                 what=f"the agent's fds back to {baseline}")
+        wait_for(
+            lambda: seen.append(agent_fds(agent)) or seen[-1] == baseline,
+            timeout=90,
+            what=f"the agent's fds back to {baseline}",
+        )
     except AssertionError as e:
         raise AssertionError(f"{e}; the agent's fds last seen: {seen[-1:]}") from None
 
@@ -179,8 +214,13 @@ def test_kubectl_exec_with_a_terminal(agent, cluster):
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 33, 111, 0, 0))
     cfg = cluster.kubeconfig(cluster.base / "kubeconfig-tty", token=ADMIN_TOKEN)
-    proc = subprocess.Popen([str(cluster.bin_dir / "kubectl"), f"--kubeconfig={cfg}", "exec", "-it", pod, "--",
-                             "sh"], stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
+    proc = subprocess.Popen(
+        [str(cluster.bin_dir / "kubectl"), f"--kubeconfig={cfg}", "exec", "-it", pod, "--", "sh"],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        start_new_session=True,
+    )
     os.close(slave)
     seen = bytearray()
 
@@ -193,6 +233,7 @@ def test_kubectl_exec_with_a_terminal(agent, cluster):
                 except OSError:
                     pass
             return re.search(pattern, seen, re.DOTALL)
+
         try:
             wait_for(check, timeout=timeout, what=f"{pattern!r} on the terminal")
         except AssertionError as exc:
@@ -230,9 +271,12 @@ def test_kubectl_port_forward_through_the_apiserver(agent, cluster, tmp_path):
         s.bind(("127.0.0.1", 0))
         host_port = s.getsockname()[1]
     serve = "mkdir -p /www && echo hello-from-{} > /www/index.html && exec httpd -f -p {} -h /www"
-    node_port = start(agent, cluster, ("web", pod_yaml("web", serve.format("pod", "127.0.0.1:8080"))),
-                      ("hostweb", pod_yaml("hostweb", serve.format("host", f"127.0.0.1:{host_port}"),
-                                           host_network=True)))
+    node_port = start(
+        agent,
+        cluster,
+        ("web", pod_yaml("web", serve.format("pod", "127.0.0.1:8080"))),
+        ("hostweb", pod_yaml("hostweb", serve.format("host", f"127.0.0.1:{host_port}"), host_network=True)),
+    )
     baseline = settled_fds(agent)
     # Nothing outside the pod's namespace reaches its port: the host's 8080 is not the pod's.
     with socket.socket() as s:
@@ -248,8 +292,13 @@ def test_kubectl_port_forward_through_the_apiserver(agent, cluster, tmp_path):
     procs = []
     try:
         for pod, port in ((f"web-{NODE}", "8080"), (f"hostweb-{NODE}", str(host_port)), (f"web-{NODE}", "9999")):
-            procs.append(subprocess.Popen([str(cluster.bin_dir / "kubectl"), f"--kubeconfig={cfg}", "port-forward",
-                                           pod, f":{port}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+            procs.append(
+                subprocess.Popen(
+                    [str(cluster.bin_dir / "kubectl"), f"--kubeconfig={cfg}", "port-forward", pod, f":{port}"],
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                )
+            )
         local = []
         for p in procs:
             line = p.stdout.readline().decode()
@@ -294,8 +343,13 @@ def test_kubectl_port_forward_through_the_apiserver(agent, cluster, tmp_path):
     admin = make_cert(pki, "pf-admin", (pki / "ca.crt", pki / "ca.key"), "/O=system:masters/CN=admin")
     ctx = ssl.create_default_context(cafile=str(cluster.ca_file))
     ctx.load_cert_chain(*map(str, admin))
-    chosen, out = ws_exec(node_port, ctx, f"/portForward/default/web-{NODE}?port=8080&port=9999",
-                          "v4.channel.k8s.io", send=[b"\x00GET / HTTP/1.0\r\n\r\n"])
+    chosen, out = ws_exec(
+        node_port,
+        ctx,
+        f"/portForward/default/web-{NODE}?port=8080&port=9999",
+        "v4.channel.k8s.io",
+        send=[b"\x00GET / HTTP/1.0\r\n\r\n"],
+    )
     assert chosen == "v4.channel.k8s.io"
     assert out[0].startswith((8080).to_bytes(2, "little")) and out[0].endswith(b"hello-from-pod\n"), out[0][:200]
     assert out[1] == (8080).to_bytes(2, "little")
@@ -305,21 +359,23 @@ def test_kubectl_port_forward_through_the_apiserver(agent, cluster, tmp_path):
     assert agent.stop() == 0
 
 
-def ws_exec(port: int, ctx: ssl.SSLContext, path: str, subprotocol: str, *, send: list[bytes | str] = ()
-            ) -> tuple[str, dict[int, bytes]]:
+def ws_exec(
+    port: int, ctx: ssl.SSLContext, path: str, subprotocol: str, *, send: list[bytes | str] = ()
+) -> tuple[str, dict[int, bytes]]:
     """A WebSocket client straight to the node API (as the Python client is): the subprotocol the server chose
     and what each channel carried, until the server closes."""
     import base64
 
     from wsproto import ConnectionType, WSConnection
-    from wsproto.events import (AcceptConnection, BytesMessage, CloseConnection, RejectConnection, Request,
-                                TextMessage)
+    from wsproto.events import AcceptConnection, BytesMessage, CloseConnection, RejectConnection, Request, TextMessage
 
     ws = WSConnection(ConnectionType.CLIENT)
     out: dict[int, bytearray] = {}
     chosen = None
-    with socket.create_connection(("127.0.0.1", port), timeout=60) as raw, \
-            ctx.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=60) as raw,
+        ctx.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
+    ):
         tls.sendall(ws.send(Request(host="127.0.0.1", target=path, subprotocols=[subprotocol])))
         pending: dict[bool, list] = {True: [], False: []}
         while True:
@@ -338,7 +394,7 @@ def ws_exec(port: int, ctx: ssl.SSLContext, path: str, subprotocol: str, *, send
                     text = isinstance(ev, TextMessage)
                     pending[text].append(ev.data)
                     if ev.message_finished:
-                        msg = ("".join(pending[text]) if text else b"".join(pending[text]))
+                        msg = "".join(pending[text]) if text else b"".join(pending[text])
                         pending[text] = []
                         if text:
                             ch, payload = int(msg[0]), base64.b64decode(msg[1:])
@@ -357,10 +413,18 @@ def test_node_api_direct_clients_grants_and_websocket(agent, cluster):
     reader = make_cert(pki, "stream-reader", (pki / "ca.crt", pki / "ca.key"), "/O=readers/CN=reader")
     ops = make_cert(pki, "stream-ops", (pki / "ca.crt", pki / "ca.key"), "/O=ops/CN=operator")
     last = "while [ ! -f /tmp/go ]; do sleep 0.2; done; echo bye; exit 0"
-    port = start(agent, cluster, ("box", pod_yaml("box", "sleep 3600")),
-                 ("last", pod_yaml("last", last, restart="Never")),
-                 extra=("--node-api-grants", "group:readers=pods/log,group:ops=proxy",
-                        "--streaming-connection-idle-timeout", "4s"))
+    port = start(
+        agent,
+        cluster,
+        ("box", pod_yaml("box", "sleep 3600")),
+        ("last", pod_yaml("last", last, restart="Never")),
+        extra=(
+            "--node-api-grants",
+            "group:readers=pods/log,group:ops=proxy",
+            "--streaming-connection-idle-timeout",
+            "4s",
+        ),
+    )
     path = f"/exec/default/box-{NODE}/c"
     target = f"https://127.0.0.1:{port}{path}?command=true&output=1"
     headers = {"Connection": "Upgrade", "Upgrade": "SPDY/3.1", "X-Stream-Protocol-Version": "v4.channel.k8s.io"}
@@ -382,8 +446,12 @@ def test_node_api_direct_clients_grants_and_websocket(agent, cluster):
     baseline = settled_fds(agent)
 
     # v4 binary: stdout, stderr, and the exit code as a NonZeroExitCode Status on the error channel.
-    chosen, out = ws_exec(port, ctx, f"{path}?command=sh&command=-c&command=echo+out%3B+echo+err+>%262%3B+exit+3"
-                                     "&output=1&error=1", "v4.channel.k8s.io")
+    chosen, out = ws_exec(
+        port,
+        ctx,
+        f"{path}?command=sh&command=-c&command=echo+out%3B+echo+err+>%262%3B+exit+3&output=1&error=1",
+        "v4.channel.k8s.io",
+    )
     assert chosen == "v4.channel.k8s.io"
     assert out[1] == b"out\n" and out[2] == b"err\n"
     status = json.loads(out[3])
@@ -392,17 +460,28 @@ def test_node_api_direct_clients_grants_and_websocket(agent, cluster):
     chosen, out = ws_exec(port, ctx, f"{path}?command=echo&command=hi&output=1", "base64.channel.k8s.io")
     assert chosen == "base64.channel.k8s.io" and out[1] == b"hi\n" and not out.get(3)
     # v5: stdin, closed by the close signal, and a Success status.
-    chosen, out = ws_exec(port, ctx, f"{path}?command=cat&input=1&output=1", "v5.channel.k8s.io",
-                          send=[b"\x00hello ", b"\x00websocket", bytes([255, 0])])
+    chosen, out = ws_exec(
+        port,
+        ctx,
+        f"{path}?command=cat&input=1&output=1",
+        "v5.channel.k8s.io",
+        send=[b"\x00hello ", b"\x00websocket", bytes([255, 0])],
+    )
     assert chosen == "v5.channel.k8s.io" and out[1] == b"hello websocket"
     assert json.loads(out[3]) == {"metadata": {}, "status": "Success"}
     # attach over WebSocket: the container's output until it exits, then a Success status.
     got: list = []
-    attach = threading.Thread(target=lambda: got.append(ws_exec(
-        port, ctx, f"/attach/default/last-{NODE}/c?output=1&error=1", "v4.channel.k8s.io")))
+    attach = threading.Thread(
+        target=lambda: got.append(
+            ws_exec(port, ctx, f"/attach/default/last-{NODE}/c?output=1&error=1", "v4.channel.k8s.io")
+        )
+    )
     attach.start()
-    wait_for(lambda: re.search(r"Attach session started target=default/last", agent.log()), timeout=60,
-             what="the WebSocket attach")
+    wait_for(
+        lambda: re.search(r"Attach session started target=default/last", agent.log()),
+        timeout=60,
+        what="the WebSocket attach",
+    )
     assert kubectl(cluster, "exec", f"last-{NODE}", "--", "touch", "/tmp/go").returncode == 0
     attach.join(90)
     assert got and got[0][1][1] == b"bye\n" and json.loads(got[0][1][3])["status"] == "Success", got
@@ -425,9 +504,12 @@ def test_sessions_end_clean_when_the_client_goes_the_container_exits_or_the_agen
         return marker.encode() in kubectl(cluster, "exec", pod, "--", "ps", "-o", "args").stdout
 
     # The client goes away mid-command: the command is killed inside the container, not only runc.
-    proc = subprocess.Popen([str(cluster.bin_dir / "kubectl"), f"--kubeconfig={cfg}", "exec", "-i", pod, "--",
-                             "sleep", "1001"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [str(cluster.bin_dir / "kubectl"), f"--kubeconfig={cfg}", "exec", "-i", pod, "--", "sleep", "1001"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     wait_for(lambda: in_container("sleep 1001"), timeout=60, what="the command running")
     proc.kill()
     proc.wait()
@@ -436,18 +518,27 @@ def test_sessions_end_clean_when_the_client_goes_the_container_exits_or_the_agen
     assert_clean(agent, baseline)
 
     # The container goes (its pod removed) mid-session: the session ends with the command's death.
-    proc = subprocess.Popen([str(cluster.bin_dir / "kubectl"), f"--kubeconfig={cfg}", "exec", f"gone-{NODE}", "--",
-                             "sleep", "1005"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    wait_for(lambda: b"sleep 1005" in kubectl(cluster, "exec", f"gone-{NODE}", "--", "ps", "-o", "args").stdout,
-             timeout=60, what="the command running")
+    proc = subprocess.Popen(
+        [str(cluster.bin_dir / "kubectl"), f"--kubeconfig={cfg}", "exec", f"gone-{NODE}", "--", "sleep", "1005"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    wait_for(
+        lambda: b"sleep 1005" in kubectl(cluster, "exec", f"gone-{NODE}", "--", "ps", "-o", "args").stdout,
+        timeout=60,
+        what="the command running",
+    )
     (agent.manifests / "gone.yaml").unlink()
     _, err = proc.communicate(timeout=90)
     assert proc.returncode != 0, err
     assert_clean(agent, baseline)
 
     # The agent stops mid-session: the session ends (kubectl fails), the command is killed, nothing is left.
-    proc = subprocess.Popen([str(cluster.bin_dir / "kubectl"), f"--kubeconfig={cfg}", "exec", pod, "--",
-                             "sleep", "1002"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [str(cluster.bin_dir / "kubectl"), f"--kubeconfig={cfg}", "exec", pod, "--", "sleep", "1002"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     wait_for(lambda: in_container("sleep 1002"), timeout=60, what="the command running")
     assert agent.stop() == 0
     _, err = proc.communicate(timeout=60)
@@ -461,14 +552,23 @@ def test_kubectl_attach_streams_the_containers_output_until_it_exits(agent, clus
     talk = "i=0; while true; do echo out-$i; echo err-$i >&2; i=$((i+1)); sleep 0.3; done"
     last = "while [ ! -f /tmp/go ]; do sleep 0.2; done; echo bye; exit 0"
     ask = "echo ready; while read line; do echo got-$line; done; echo stdin-closed; sleep 3600"
-    start(agent, cluster, ("talk", pod_yaml("talk", talk)), ("last", pod_yaml("last", last, restart="Never")),
-          ("ask", pod_yaml("ask", ask, stdin=True)), ("term", pod_yaml("term", "exec sh", stdin=True, tty=True)))
+    start(
+        agent,
+        cluster,
+        ("talk", pod_yaml("talk", talk)),
+        ("last", pod_yaml("last", last, restart="Never")),
+        ("ask", pod_yaml("ask", ask, stdin=True)),
+        ("term", pod_yaml("term", "exec sh", stdin=True, tty=True)),
+    )
     assert kubectl(cluster, "exec", f"talk-{NODE}", "--", "true").returncode == 0
     baseline = settled_fds(agent)
     cfg = cluster.kubeconfig(cluster.base / "kubeconfig-attach", token=ADMIN_TOKEN)
     # What the container writes from now on, stdout and stderr apart; the client going ends the session.
-    proc = subprocess.Popen([str(cluster.bin_dir / "kubectl"), f"--kubeconfig={cfg}", "attach", f"talk-{NODE}"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [str(cluster.bin_dir / "kubectl"), f"--kubeconfig={cfg}", "attach", f"talk-{NODE}"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         lines = [proc.stdout.readline().decode().strip() for _ in range(3)]
         assert all(re.fullmatch(r"out-\d+", x) for x in lines), lines
@@ -479,22 +579,35 @@ def test_kubectl_attach_streams_the_containers_output_until_it_exits(agent, clus
         _, err = proc.communicate()
     assert b"err-" in err
     # The container exiting ends the session, cleanly.
-    proc = subprocess.Popen([str(cluster.bin_dir / "kubectl"), f"--kubeconfig={cfg}", "attach", f"last-{NODE}"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    wait_for(lambda: re.search(r"Attach session started target=default/last", agent.log()), timeout=60,
-             what="the second attach")
+    proc = subprocess.Popen(
+        [str(cluster.bin_dir / "kubectl"), f"--kubeconfig={cfg}", "attach", f"last-{NODE}"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    wait_for(
+        lambda: re.search(r"Attach session started target=default/last", agent.log()),
+        timeout=60,
+        what="the second attach",
+    )
     assert kubectl(cluster, "exec", f"last-{NODE}", "--", "touch", "/tmp/go").returncode == 0
     out, err = proc.communicate(timeout=90)
     assert proc.returncode == 0 and b"bye" in out, (out, err)
     # attach -i to a `stdin: true, stdinOnce: true` container: conmon holds its stdin; the client's EOF closes it.
     # The session lasts as long as the container, as with kubelet: the client is stopped once it has seen.
-    proc = subprocess.Popen([str(cluster.bin_dir / "kubectl"), f"--kubeconfig={cfg}", "attach", "-i",
-                             f"ask-{NODE}"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [str(cluster.bin_dir / "kubectl"), f"--kubeconfig={cfg}", "attach", "-i", f"ask-{NODE}"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         proc.stdin.write(b"one\ntwo\n")
         proc.stdin.close()
-        logs = wait_for(lambda: (o := cluster.kubectl("logs", f"ask-{NODE}")) and "stdin-closed" in o and o,
-                        timeout=60, what="the container's stdin read and closed")
+        logs = wait_for(
+            lambda: (o := cluster.kubectl("logs", f"ask-{NODE}")) and "stdin-closed" in o and o,
+            timeout=60,
+            what="the container's stdin read and closed",
+        )
         assert "got-one\ngot-two\nstdin-closed" in logs, logs
         assert [proc.stdout.readline() for _ in range(3)] == [b"got-one\n", b"got-two\n", b"stdin-closed\n"]
     finally:
@@ -506,8 +619,13 @@ def test_kubectl_attach_streams_the_containers_output_until_it_exits(agent, clus
     # attach -it to a `tty: true` container (conmon holds its console): a terminal, sized and resized by the client.
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 33, 111, 0, 0))
-    proc = subprocess.Popen([str(cluster.bin_dir / "kubectl"), f"--kubeconfig={cfg}", "attach", "-it",
-                             f"term-{NODE}"], stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
+    proc = subprocess.Popen(
+        [str(cluster.bin_dir / "kubectl"), f"--kubeconfig={cfg}", "attach", "-it", f"term-{NODE}"],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        start_new_session=True,
+    )
     os.close(slave)
     seen = bytearray()
 
@@ -524,8 +642,11 @@ def test_kubectl_attach_streams_the_containers_output_until_it_exits(agent, clus
 
     try:
         try:
-            wait_for(lambda: answers(b"tty; stty size\n", rb"/dev/\S+\s+33 111"), timeout=90,
-                     what="a sized terminal in the container")
+            wait_for(
+                lambda: answers(b"tty; stty size\n", rb"/dev/\S+\s+33 111"),
+                timeout=90,
+                what="a sized terminal in the container",
+            )
         except AssertionError as exc:
             raise AssertionError(f"{exc}; the terminal showed {bytes(seen[-300:])!r}") from None
         fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", 44, 122, 0, 0))
@@ -547,23 +668,41 @@ def test_floods_into_a_command_and_a_listener_that_never_read_keep_the_agent_bou
 
     pki = cluster.base / "pki"
     ops = make_cert(pki, "flood-ops", (pki / "ca.crt", pki / "ca.key"), "/O=ops/CN=operator")
-    port = start(agent, cluster, ("box", pod_yaml("box", "sleep 3600")),
-                 ("sink", pod_yaml("sink", "mkdir -p /www && echo ok > /www/ok && httpd -p 127.0.0.1:8080 -h /www && "
-                                           "exec nc -ll -p 9000 -e sleep 3600")),
-                 extra=("--node-api-grants", "group:ops=proxy", "--streaming-connection-idle-timeout", "20s"))
+    port = start(
+        agent,
+        cluster,
+        ("box", pod_yaml("box", "sleep 3600")),
+        (
+            "sink",
+            pod_yaml(
+                "sink",
+                "mkdir -p /www && echo ok > /www/ok && httpd -p 127.0.0.1:8080 -h /www && "
+                "exec nc -ll -p 9000 -e sleep 3600",
+            ),
+        ),
+        extra=("--node-api-grants", "group:ops=proxy", "--streaming-connection-idle-timeout", "20s"),
+    )
     ctx = ssl.create_default_context(cafile=str(cluster.ca_file))
     ctx.load_cert_chain(*map(str, ops))
     assert ws_exec(port, ctx, f"/exec/default/box-{NODE}/c?command=true&output=1", "v4.channel.k8s.io")[0]
     total = 256 * 1024 * 1024
     floods = {}
     with RssPeak(agent.proc.pid) as rss:
-        floods["exec"] = ws_flood(port, ctx, f"/exec/default/box-{NODE}/c?command=sleep&command=3600&input=1",
-                                  "v5.channel.k8s.io", channel=0, total=total)
-        floods["portforward"] = ws_flood(port, ctx, f"/portForward/default/sink-{NODE}?port=9000",
-                                         "v4.channel.k8s.io", channel=0, total=total)
+        floods["exec"] = ws_flood(
+            port,
+            ctx,
+            f"/exec/default/box-{NODE}/c?command=sleep&command=3600&input=1",
+            "v5.channel.k8s.io",
+            channel=0,
+            total=total,
+        )
+        floods["portforward"] = ws_flood(
+            port, ctx, f"/portForward/default/sink-{NODE}?port=9000", "v4.channel.k8s.io", channel=0, total=total
+        )
         # Other sessions are served meanwhile.
-        _, out = ws_exec(port, ctx, f"/exec/default/box-{NODE}/c?command=echo&command=alive&output=1",
-                         "v4.channel.k8s.io")
+        _, out = ws_exec(
+            port, ctx, f"/exec/default/box-{NODE}/c?command=echo&command=alive&output=1", "v4.channel.k8s.io"
+        )
         assert out[1] == b"alive\n"
     for name, flood in floods.items():
         assert flood.pushed_back and flood.sent < total, (name, flood)
@@ -571,10 +710,18 @@ def test_floods_into_a_command_and_a_listener_that_never_read_keep_the_agent_bou
 
     # SPDY through the apiserver: kubectl's spdystream ignores SPDY windows; the unread stream is held to its
     # buffer, then reset, and a connection to another port through the same session is served.
-    pf = subprocess.Popen([str(cluster.bin_dir / "kubectl"),
-                           f"--kubeconfig={cluster.kubeconfig(cluster.base / 'kubeconfig-pf', token=ADMIN_TOKEN)}",
-                           "port-forward", f"sink-{NODE}", ":9000", ":8080"], stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE)
+    pf = subprocess.Popen(
+        [
+            str(cluster.bin_dir / "kubectl"),
+            f"--kubeconfig={cluster.kubeconfig(cluster.base / 'kubeconfig-pf', token=ADMIN_TOKEN)}",
+            "port-forward",
+            f"sink-{NODE}",
+            ":9000",
+            ":8080",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         local: dict[int, int] = {}
         while len(local) < 2:

@@ -11,13 +11,16 @@ from edgelet.testing.signing import MinisignKey, SshKey, missing_tools, trusted_
 from tests.e2e.conftest import wait_for
 from tests.e2e.test_url_source import pod_yaml
 
-pytestmark = [pytest.mark.privileged,
-              pytest.mark.skipif(bool(missing_tools()), reason=f"needs {missing_tools()} (make deps)")]
+pytestmark = [
+    pytest.mark.privileged,
+    pytest.mark.skipif(bool(missing_tools()), reason=f"needs {missing_tools()} (make deps)"),
+]
 
 
 def app_containers(agent, pod: str) -> list[dict]:
-    return [c for c in agent.containers_of(pod)
-            if (c.get("annotations") or {}).get("io.kubernetes.container.name") == "app"]
+    return [
+        c for c in agent.containers_of(pod) if (c.get("annotations") or {}).get("io.kubernetes.container.name") == "app"
+    ]
 
 
 def rejected(agent) -> list[dict]:
@@ -39,8 +42,9 @@ def test_signed_manifest_runs_and_an_unsigned_update_leaves_it_running(agent, tm
     agent.write_manifest("web.yaml", staged.read_text())
     agent.start("--trusted-keys", str(keys))
 
-    row = wait_for(lambda: (r := agent.pod("web")) and r["status"] == "Running" and r, timeout=60,
-                   what="signed pod Running")
+    row = wait_for(
+        lambda: (r := agent.pod("web")) and r["status"] == "Running" and r, timeout=60, what="signed pod Running"
+    )
     uid = row["uid"]
     [before] = wait_for(lambda: app_containers(agent, "web"), what="container")
 
@@ -48,8 +52,11 @@ def test_signed_manifest_runs_and_an_unsigned_update_leaves_it_running(agent, tm
     agent.write_manifest("web.yaml", pod_yaml("web", "echo evil; exec sleep 300"))
     # And a new manifest nobody signed.
     agent.write_manifest("evil.yaml", pod_yaml("evil", "exec sleep 300"))
-    rows = wait_for(lambda: len([r for r in rejected(agent) if r["reason"] == "UntrustedManifest"]) == 2
-                    and rejected(agent), timeout=60, what="both manifests refused in the pods table")
+    rows = wait_for(
+        lambda: len([r for r in rejected(agent) if r["reason"] == "UntrustedManifest"]) == 2 and rejected(agent),
+        timeout=60,
+        what="both manifests refused in the pods table",
+    )
     by_origin = {r["origin"].rsplit("/", 1)[1]: r["message"] for r in rows}
     assert "signature refused (bad)" in by_origin["web.yaml"]
     assert "key " in by_origin["web.yaml"]  # names the key that signed the old body
@@ -70,9 +77,15 @@ def test_signed_manifest_runs_and_an_unsigned_update_leaves_it_running(agent, tm
     assert agent.stop() == 0
     agent.start("--trusted-keys", str(keys))
     # (the pods table of the new process: rows of the old one must not pass for it)
-    wait_for(lambda: agent.snapshot()["agent_pid"] == agent.proc.pid and "UntrustedManifest" in
-             json.dumps(rejected(agent)) and agent.pod("web"), timeout=60,
-             what="the agent back, the refusal reported again")
+    wait_for(
+        lambda: (
+            agent.snapshot()["agent_pid"] == agent.proc.pid
+            and "UntrustedManifest" in json.dumps(rejected(agent))
+            and agent.pod("web")
+        ),
+        timeout=60,
+        what="the agent back, the refusal reported again",
+    )
     wait_for(lambda: agent.pod("web")["status"] == "Running", timeout=60, what="web Running after the restart")
     row = agent.pod("web")
     assert row["uid"] == uid and row["restarts"] == 0
@@ -84,8 +97,11 @@ def test_signed_manifest_runs_and_an_unsigned_update_leaves_it_running(agent, tm
     sig = minisign.sign(staged, version=2)
     (agent.manifests / "web.yaml.minisig").write_bytes(sig.read_bytes())
     agent.write_manifest("web.yaml", staged.read_text())
-    wait_for(lambda: any(c["id"] != before["id"] and c["status"] == "running" for c in app_containers(agent, "web")),
-             timeout=60, what="the signed update running")
+    wait_for(
+        lambda: any(c["id"] != before["id"] and c["status"] == "running" for c in app_containers(agent, "web")),
+        timeout=60,
+        what="the signed update running",
+    )
     versions = json.loads((agent.paths.root_dir / "trust" / "versions.json").read_text())
     assert versions[f"file:{agent.manifests / 'web.yaml'}"]["version"] == 2
 
@@ -124,8 +140,11 @@ def test_a_url_serving_a_new_body_with_the_old_signature_changes_nothing(agent, 
         wait_for(lambda: (r := agent.pod("web")) and r["status"] == "Running", timeout=60, what="URL pod Running")
         [before] = wait_for(lambda: app_containers(agent, "web"), what="container")
         server.put("/pods.yaml", pod_yaml("web", "echo evil; exec sleep 300").encode())  # the old signature stays
-        [row] = wait_for(lambda: [r for r in rejected(agent) if r["reason"] == "UntrustedManifest"], timeout=60,
-                         what="the new body refused")
+        [row] = wait_for(
+            lambda: [r for r in rejected(agent) if r["reason"] == "UntrustedManifest"],
+            timeout=60,
+            what="the new body refused",
+        )
         assert row["origin"] == server.url and "signature refused (bad)" in row["message"]
         [after] = app_containers(agent, "web")
         assert after["id"] == before["id"] and agent.pod("web")["restarts"] == 0

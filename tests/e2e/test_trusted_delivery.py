@@ -16,29 +16,35 @@ import pytest
 
 from edgelet.testing.cosign import CosignKey, push_signatures, simple_signing
 from edgelet.testing.signing import MinisignKey, missing_tools, trusted_dir
-from tests.e2e.conftest import wait_for
 from tests.e2e.conftest import sleeper_yaml as pod_yaml
+from tests.e2e.conftest import wait_for
 from tests.integration.registry import Layout, Registry, busybox_tar, file_layer
 
 pytestmark = [
     pytest.mark.privileged,
-    pytest.mark.skipif(shutil.which("docker-registry") is None or shutil.which("skopeo") is None,
-                       reason="needs docker-registry and skopeo"),
+    pytest.mark.skipif(
+        shutil.which("docker-registry") is None or shutil.which("skopeo") is None,
+        reason="needs docker-registry and skopeo",
+    ),
     pytest.mark.skipif(bool(missing_tools()), reason=f"needs {missing_tools()} (make deps)"),
 ]
 
 
 def _containers(agent, pod: str) -> list[dict]:
-    return [c for c in agent.containers_of(pod)
-            if (c.get("annotations") or {}).get("io.kubernetes.container.name") == "c"]
+    return [
+        c for c in agent.containers_of(pod) if (c.get("annotations") or {}).get("io.kubernetes.container.name") == "c"
+    ]
 
 
 def _gated_pod_yaml(name: str, image: str, rollout: str = "on") -> str:
     """pod_yaml with a 2 s stability window, so v1 becomes the last good version in seconds (never asserted on)."""
-    return pod_yaml(name, image).replace(f"  name: {name}\n",
-                                         f"  name: {name}\n  annotations:\n"
-                                         '    edgelet.io/rollout-stability-window: "2s"\n'
-                                         f'    edgelet.io/rollout: "{rollout}"\n', 1)
+    return pod_yaml(name, image).replace(
+        f"  name: {name}\n",
+        f"  name: {name}\n  annotations:\n"
+        '    edgelet.io/rollout-stability-window: "2s"\n'
+        f'    edgelet.io/rollout: "{rollout}"\n',
+        1,
+    )
 
 
 def _record(agent, pod: str) -> dict | None:
@@ -53,8 +59,13 @@ def _record(agent, pod: str) -> dict | None:
 def _pull_refused(agent, reason: str, image: str):
     """The rollout record once the new version's pull is refused with `reason` for `image`, else None."""
     rec = _record(agent, "web")
-    if rec is None or rec["phase"] != "pulling" or "ErrImagePull" not in rec["reason"] \
-            or reason not in rec["reason"] or image not in rec["reason"]:
+    if (
+        rec is None
+        or rec["phase"] != "pulling"
+        or "ErrImagePull" not in rec["reason"]
+        or reason not in rec["reason"]
+        or image not in rec["reason"]
+    ):
         return None
     return rec
 
@@ -73,14 +84,31 @@ def test_a_signed_update_naming_an_unsigned_or_foreign_signed_image_is_refused_a
             digests[tag] = desc["digest"]
         # v1 signed by the trusted key, v2 not at all, v3 by a key the policy does not name (as `cosign sign --key`
         # stores them: the repository, no tag, in the identity).
-        push_signatures(reg.host, "fleet/app", digests["1"],
-                        [trusted.sign(simple_signing(f"{reg.host}/fleet/app", digests["1"]))])
-        push_signatures(reg.host, "fleet/app", digests["3"],
-                        [stranger.sign(simple_signing(f"{reg.host}/fleet/app", digests["3"]))])
+        push_signatures(
+            reg.host, "fleet/app", digests["1"], [trusted.sign(simple_signing(f"{reg.host}/fleet/app", digests["1"]))]
+        )
+        push_signatures(
+            reg.host, "fleet/app", digests["3"], [stranger.sign(simple_signing(f"{reg.host}/fleet/app", digests["3"]))]
+        )
         policy = tmp_path / "policy.json"
-        policy.write_text(json.dumps({"default": [{"type": "insecureAcceptAnything"}], "transports": {"docker": {
-            f"{reg.host}/fleet": [{"type": "sigstoreSigned", "keyPath": str(trusted.write_public(tmp_path / "k.pub")),
-                                   "signedIdentity": {"type": "matchRepository"}}]}}}))
+        policy.write_text(
+            json.dumps(
+                {
+                    "default": [{"type": "insecureAcceptAnything"}],
+                    "transports": {
+                        "docker": {
+                            f"{reg.host}/fleet": [
+                                {
+                                    "type": "sigstoreSigned",
+                                    "keyPath": str(trusted.write_public(tmp_path / "k.pub")),
+                                    "signedIdentity": {"type": "matchRepository"},
+                                }
+                            ]
+                        }
+                    },
+                }
+            )
+        )
         minisign = MinisignKey.generate(tmp_path / "mk")
         keys = trusted_dir(tmp_path / "trusted", minisign)
         [archive] = (agent.paths.root_dir / "images" / "import").glob("*.tar")
@@ -96,25 +124,38 @@ def test_a_signed_update_naming_an_unsigned_or_foreign_signed_image_is_refused_a
 
         publish("web", "1", 1)
         agent.start("--trusted-keys", str(keys), "--signature-policy", str(policy))
-        v1 = wait_for(lambda: (r := _record(agent, "web")) and r["phase"] == "good" and r, timeout=120,
-                      what="the signed pod of the signed image a good version")["active"]
+        v1 = wait_for(
+            lambda: (r := _record(agent, "web")) and r["phase"] == "good" and r,
+            timeout=120,
+            what="the signed pod of the signed image a good version",
+        )["active"]
         [first] = wait_for(lambda: _containers(agent, "web"), what="the v1 container")
         assert agent.pod("web")["uid"] == v1
         assert f"{reg.host}/fleet/app:1" in agent.cli("images")
 
-        for tag, version, reason in (("2", 2, "a signature is required and the image has none"),
-                                     ("3", 3, "not signed by a trusted key")):
+        for tag, version, reason in (
+            ("2", 2, "a signature is required and the image has none"),
+            ("3", 3, "not signed by a trusted key"),
+        ):
             image = f"{reg.host}/fleet/app:{tag}"
             publish("web", tag, version)
-            rec = wait_for(lambda reason=reason, image=image: _pull_refused(agent, reason, image), timeout=90,
-                           what=f"ErrImagePull of v{tag}: {reason}")
+            rec = wait_for(
+                lambda reason=reason, image=image: _pull_refused(agent, reason, image),
+                timeout=90,
+                what=f"ErrImagePull of v{tag}: {reason}",
+            )
             assert rec["active"] == v1 and rec["last_good"] == v1 and rec["target"] != v1, rec
             assert str(policy) in rec["reason"], rec
             # The operator sees why: `edgelet rollout status` and the pods row (v1 still Running).
             status = agent.cli("rollout", "status")
             assert "pulling" in status and reason in status and v1[:8] in status, status
-            row = wait_for(lambda reason=reason: (r := agent.pod("web")) and "RolloutPulling" in r["message"]
-                           and reason in r["message"] and r, timeout=30, what="edgelet pods says the pull was refused")
+            row = wait_for(
+                lambda reason=reason: (
+                    (r := agent.pod("web")) and "RolloutPulling" in r["message"] and reason in r["message"] and r
+                ),
+                timeout=30,
+                what="edgelet pods says the pull was refused",
+            )
             assert row["status"] == "Running" and row["uid"] == v1, row
             events = agent.cli("events")
             assert image in events and str(policy) in events, events
@@ -130,8 +171,11 @@ def test_a_signed_update_naming_an_unsigned_or_foreign_signed_image_is_refused_a
             assert [p["name"] for p in agent.snapshot()["pods"]] == ["web-testnode"]
             # No container of the refused version was ever created (the pull comes first), and v1's container is
             # the very one that ran before the update: never stopped, never restarted.
-            assert not [c for c in agent.containers_of("web")
-                        if (c.get("annotations") or {}).get("io.kubernetes.pod.uid") == rec["target"]]
+            assert not [
+                c
+                for c in agent.containers_of("web")
+                if (c.get("annotations") or {}).get("io.kubernetes.pod.uid") == rec["target"]
+            ]
             running = [c for c in _containers(agent, "web") if c["status"] == "running"]
             assert [c["id"] for c in running] == [first["id"]], running
             assert [c["annotations"]["io.kubernetes.pod.uid"] for c in running] == [v1]
@@ -140,9 +184,16 @@ def test_a_signed_update_naming_an_unsigned_or_foreign_signed_image_is_refused_a
         # ErrImagePull/ImagePullBackOff with the reason, as any pod whose image cannot be pulled.
         publish("fresh", "2", 1)
         reason = "a signature is required and the image has none"
-        row = wait_for(lambda: (r := agent.pod("fresh")) and r["status"] in ("ErrImagePull", "ImagePullBackOff")
-                       and reason in agent.cli("events", "--for", "fresh-testnode") and r, timeout=90,
-                       what="the new pod in ErrImagePull")
+        row = wait_for(
+            lambda: (
+                (r := agent.pod("fresh"))
+                and r["status"] in ("ErrImagePull", "ImagePullBackOff")
+                and reason in agent.cli("events", "--for", "fresh-testnode")
+                and r
+            ),
+            timeout=90,
+            what="the new pod in ErrImagePull",
+        )
         assert not _containers(agent, "fresh")
         assert f"{reg.host}/fleet/app:2" not in agent.cli("images")
         # ... and the refused update of web is still refused, v1 still the same container.
@@ -151,11 +202,18 @@ def test_a_signed_update_naming_an_unsigned_or_foreign_signed_image_is_refused_a
         # With the rollout off for the pod (kubelet's kill-and-start, as --rollout=false), the same refused update
         # removes v1: its manifest changed, and the new version waits for an image it will never get.
         publish("web", "2", 4, rollout="off")
-        row = wait_for(lambda: (r := agent.pod("web")) and r["uid"] != v1
-                       and r["status"] in ("ErrImagePull", "ImagePullBackOff") and r, timeout=90,
-                       what="the rollout-off update in ErrImagePull")
-        wait_for(lambda: not [c for c in agent.runc_list() if c["id"] == first["id"]], timeout=60,
-                 what="v1's container removed")
+        row = wait_for(
+            lambda: (
+                (r := agent.pod("web")) and r["uid"] != v1 and r["status"] in ("ErrImagePull", "ImagePullBackOff") and r
+            ),
+            timeout=90,
+            what="the rollout-off update in ErrImagePull",
+        )
+        wait_for(
+            lambda: not [c for c in agent.runc_list() if c["id"] == first["id"]],
+            timeout=60,
+            what="v1's container removed",
+        )
         assert _record(agent, "web") is None
         assert f"{reg.host}/fleet/app:2" not in agent.cli("images")
     finally:
@@ -180,11 +238,15 @@ def test_a_bad_policy_or_key_file_stops_the_start_naming_it_as_edgelet_check_doe
     (agent.manifests / "web.yaml.minisig").write_bytes(minisign.sign(staged, version=1).read_bytes())
     agent.write_manifest("web.yaml", staged.read_text())
     policy = tmp_path / "policy.json"
-    policy.write_text('{"default": [{"type": "insecureAcceptAnything"}], "transports": {"docker": {'
-                      '"registry.example/fleet": [{"type": "sigstoreSigned", "keyPath": "/nonexistent/cosign.pub"}]}}}')
+    policy.write_text(
+        '{"default": [{"type": "insecureAcceptAnything"}], "transports": {"docker": {'
+        '"registry.example/fleet": [{"type": "sigstoreSigned", "keyPath": "/nonexistent/cosign.pub"}]}}}'
+    )
     flags = ("--trusted-keys", str(keys), "--signature-policy", str(policy))
-    want = f'signature policy {policy} field transports.docker["registry.example/fleet"][0].keyPath: key file ' \
-           "/nonexistent/cosign.pub"
+    want = (
+        f'signature policy {policy} field transports.docker["registry.example/fleet"][0].keyPath: key file '
+        "/nonexistent/cosign.pub"
+    )
     assert want in _refused_start(agent, *flags)
     assert want in agent.cli("check", *flags)
 
@@ -233,8 +295,11 @@ def test_a_deleted_signed_manifest_stays_deleted_across_restarts(agent, tmp_path
         (agent.manifests / f"{name}.minisig").unlink()
 
     def refused(name: str) -> list:
-        return [r for r in agent.snapshot().get("rejected", [])
-                if r["reason"] == "UntrustedManifest" and r["origin"].endswith(name)]
+        return [
+            r
+            for r in agent.snapshot().get("rejected", [])
+            if r["reason"] == "UntrustedManifest" and r["origin"].endswith(name)
+        ]
 
     put("web.yaml")
     agent.start("--trusted-keys", str(keys))
@@ -260,11 +325,16 @@ def test_a_deleted_signed_manifest_stays_deleted_across_restarts(agent, tmp_path
     agent.start("--trusted-keys", str(keys))
     wait_for(lambda: "edgelet started" in agent.log(), what="the restart")
     try:
-        wait_for(lambda: agent.pod("web") is None and not agent.containers_of("web"), timeout=60,
-                 what="web removed after a deletion while the agent was down")
+        wait_for(
+            lambda: agent.pod("web") is None and not agent.containers_of("web"),
+            timeout=60,
+            what="web removed after a deletion while the agent was down",
+        )
     except AssertionError as exc:
-        raise AssertionError(f"{exc}: pod {agent.pod('web')}, containers {agent.containers_of('web')}\n"
-                             + "\n".join(agent.log().splitlines()[-30:])) from None
+        raise AssertionError(
+            f"{exc}: pod {agent.pod('web')}, containers {agent.containers_of('web')}\n"
+            + "\n".join(agent.log().splitlines()[-30:])
+        ) from None
     agent.write_manifest("web.yaml", "junk: [unsigned\n")
     wait_for(lambda: refused("web.yaml"), timeout=60, what="the junk refused")
     assert agent.pod("web") is None and not agent.containers_of("web")
@@ -273,8 +343,11 @@ def test_a_deleted_signed_manifest_stays_deleted_across_restarts(agent, tmp_path
     put("web.yaml")  # the exact signed v2, after another restart
     agent.start("--trusted-keys", str(keys))
     # (the table the previous agent wrote still shows the junk's refusal until this one's first scan)
-    wait_for(lambda: [r for r in refused("web.yaml") if "version 2 was deleted" in r["message"]], timeout=60,
-             what="v2 put back refused as deleted")
+    wait_for(
+        lambda: [r for r in refused("web.yaml") if "version 2 was deleted" in r["message"]],
+        timeout=60,
+        what="v2 put back refused as deleted",
+    )
     assert agent.pod("web") is None
 
     staged.write_text(pod_yaml("web", policy="Never"))  # a newer signed version brings it back

@@ -59,8 +59,9 @@ def device_up(lab) -> dict:
 
 
 def handshake(lab) -> float | None:
-    state = uapi.parse_get(asyncio.run(uapi.transact(uapi.socket_path(lab["site_if"]), "get=1\n\n",
-                                                     interface=lab["site_if"])))
+    state = uapi.parse_get(
+        asyncio.run(uapi.transact(uapi.socket_path(lab["site_if"]), "get=1\n\n", interface=lab["site_if"]))
+    )
     return state.peers[0].last_handshake
 
 
@@ -68,15 +69,27 @@ def tcp_through(lab) -> str:
     """A TCP connection from the hub to the device's tunnel address (what the apiserver does for kubectl logs)."""
     port = random.randrange(20000, 30000)
     server = subprocess.Popen(
-        ["ip", "netns", "exec", lab["site_ns"], sys.executable, "-c",
-         "import socket,sys; s=socket.create_server((sys.argv[1], int(sys.argv[2]))); c,_=s.accept(); "
-         "c.sendall(b'node api via ' + c.recv(64)); c.close()", f"{lab['tun']}.2", str(port)])
+        [
+            "ip",
+            "netns",
+            "exec",
+            lab["site_ns"],
+            sys.executable,
+            "-c",
+            "import socket,sys; s=socket.create_server((sys.argv[1], int(sys.argv[2]))); c,_=s.accept(); "
+            "c.sendall(b'node api via ' + c.recv(64)); c.close()",
+            f"{lab['tun']}.2",
+            str(port),
+        ]
+    )
     try:
-        client = ("import socket,sys,time\n"
-                  "for _ in range(100):\n"
-                  "    try: c=socket.create_connection((sys.argv[1], int(sys.argv[2])), 2); break\n"
-                  "    except OSError: time.sleep(0.1)\n"
-                  "c.sendall(b'tunnel'); print(c.recv(64).decode())")
+        client = (
+            "import socket,sys,time\n"
+            "for _ in range(100):\n"
+            "    try: c=socket.create_connection((sys.argv[1], int(sys.argv[2])), 2); break\n"
+            "    except OSError: time.sleep(0.1)\n"
+            "c.sendall(b'tunnel'); print(c.recv(64).decode())"
+        )
         return sh(sys.executable, "-c", client, f"{lab['tun']}.2", str(port), netns=lab["hub_ns"]).strip()
     finally:
         server.kill()
@@ -128,15 +141,21 @@ def test_the_agent_keeps_the_tunnel_and_a_sigkilled_agent_adopts_it(agent, lab):
     wait_for(lambda: reaches_hub(lab), what="a packet through the agent's tunnel", timeout=30)
     assert tcp_through(lab) == "node api via tunnel"
     # `edgelet node` shows the condition the Node reports; its first check after the handshake makes it True.
-    wait_for(lambda: "TunnelReady" in agent.cli("node") and "HandshakeRecent" in agent.cli("node"),
-             what="TunnelReady in `edgelet node`", timeout=60)
+    wait_for(
+        lambda: "TunnelReady" in agent.cli("node") and "HandshakeRecent" in agent.cli("node"),
+        what="TunnelReady in `edgelet node`",
+        timeout=60,
+    )
     daemons = wireguard_gos(lab)
     assert len(daemons) == 1
     agent.stop(signal.SIGKILL)
     assert reaches_hub(lab)  # the interface and its daemon outlive the agent
     agent.start("--wireguard-config", str(lab["conf"]), wrapper=wrapper)
-    wait_for(lambda: f"interface={lab['site_if']} adopted=True" in agent.log(), what="the restarted agent to adopt it",
-             timeout=60)
+    wait_for(
+        lambda: f"interface={lab['site_if']} adopted=True" in agent.log(),
+        what="the restarted agent to adopt it",
+        timeout=60,
+    )
     assert wireguard_gos(lab) == daemons  # adopted, not a second daemon
     assert reaches_hub(lab)
 
@@ -185,8 +204,11 @@ def test_a_hub_whose_name_moves_to_a_new_address_is_found_again(lab, tmp_path):
         # reach it from its new address, so WireGuard's own roaming cannot find the hub; only a new lookup can.
         for rule in (["-m", "conntrack", "--ctstate", "ESTABLISHED", "-j", "ACCEPT"], ["-j", "DROP"]):
             sh("iptables", "-A", "INPUT", "-p", "udp", *rule, netns=lab["site_ns"])
-        keeper = subprocess.Popen(["ip", "netns", "exec", lab["site_ns"], sys.executable, "-c", KEEPER, str(conf),
-                                   str(lab["root"])], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        keeper = subprocess.Popen(
+            ["ip", "netns", "exec", lab["site_ns"], sys.executable, "-c", KEEPER, str(conf), str(lab["root"])],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         wait_for(lambda: reaches_hub(lab), what="a packet through the tunnel", timeout=30)
         veth = f"vh{lab['hub_ns'].split('-')[1]}"
         moved = f"{lab['hub_under']}.3"
@@ -197,8 +219,9 @@ def test_a_hub_whose_name_moves_to_a_new_address_is_found_again(lab, tmp_path):
             f.write(f"127.0.0.1 localhost\n{moved} {name}\n")
 
         def endpoint() -> str | None:
-            state = uapi.parse_get(asyncio.run(uapi.transact(uapi.socket_path(lab["site_if"]), "get=1\n\n",
-                                                             interface=lab["site_if"])))
+            state = uapi.parse_get(
+                asyncio.run(uapi.transact(uapi.socket_path(lab["site_if"]), "get=1\n\n", interface=lab["site_if"]))
+            )
             return state.peers[0].endpoint
 
         wait_for(lambda: endpoint() == f"{moved}:51820", what="the endpoint to follow the name", timeout=30)
@@ -217,8 +240,10 @@ def test_through_a_nat_the_hub_reaches_the_device_only_by_the_tunnel(tmp_path):
     """A router namespace masquerades the site: the hub cannot dial the device's own address (the router drops
     what the site did not dial), and reaches it through the tunnel the device dialed out on."""
     with wireguard_lab(tmp_path, nat=True) as nat_lab:
-        direct = ("import socket,sys\ntry:\n    socket.create_connection((sys.argv[1], 10250), 2)\n"
-                  "    print('connected')\nexcept OSError as exc:\n    print(type(exc).__name__)")
+        direct = (
+            "import socket,sys\ntry:\n    socket.create_connection((sys.argv[1], 10250), 2)\n"
+            "    print('connected')\nexcept OSError as exc:\n    print(type(exc).__name__)"
+        )
         assert sh(sys.executable, "-c", direct, nat_lab["site_ip"], netns=nat_lab["hub_ns"]).strip() == "TimeoutError"
         assert device_up(nat_lab) == {"adopted": False}
         wait_for(lambda: reaches_hub(nat_lab), what="a packet through the tunnel, across the NAT", timeout=30)
@@ -233,8 +258,11 @@ def test_a_restarted_hub_is_reached_again(lab):
     the device's next packets make a new handshake (WireGuard's own timers; the agent leaves the device be)."""
     device_up(lab)
     wait_for(lambda: reaches_hub(lab), what="a packet through the tunnel", timeout=30)
-    hub_daemons = [p for p in sh("ip", "netns", "pids", lab["hub_ns"]).split()
-                   if Path(f"/proc/{p}/comm").read_text().strip() == "wireguard-go"]
+    hub_daemons = [
+        p
+        for p in sh("ip", "netns", "pids", lab["hub_ns"]).split()
+        if Path(f"/proc/{p}/comm").read_text().strip() == "wireguard-go"
+    ]
     for pid in hub_daemons:
         os.kill(int(pid), signal.SIGKILL)
     wait_for(lambda: not reaches_hub(lab), what="the tunnel to fail with the hub down", timeout=30)

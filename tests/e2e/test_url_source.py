@@ -34,7 +34,7 @@ class ManifestServer:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            def do_GET(self) -> None:
                 body = outer.body
                 self.send_response(200)
                 self.send_header("Content-Type", "application/yaml")
@@ -74,11 +74,15 @@ def test_url_pod_runs_and_an_edit_replaces_it(agent, server):
     first = wait_for(lambda: (r := agent.pod("web")) and r["status"] == "Running" and r, what="URL pod running")
     assert first["source"] == "http" and first["origin"] == server.url
     server.body = pod_yaml("web", "echo v2; exec sleep 300").encode()
-    second = wait_for(lambda: (r := agent.pod("web")) and r["uid"] != first["uid"] and r["status"] == "Running" and r,
-                      what="edited URL pod replaced (REMOVE + ADD)")
+    second = wait_for(
+        lambda: (r := agent.pod("web")) and r["uid"] != first["uid"] and r["status"] == "Running" and r,
+        what="edited URL pod replaced (REMOVE + ADD)",
+    )
     assert second["restarts"] == 0
-    wait_for(lambda: all(c["annotations"]["io.kubernetes.pod.uid"] == second["uid"]
-                         for c in agent.containers_of("web")), what="old pod's containers gone")
+    wait_for(
+        lambda: all(c["annotations"]["io.kubernetes.pod.uid"] == second["uid"] for c in agent.containers_of("web")),
+        what="old pod's containers gone",
+    )
 
 
 def test_file_pod_wins_a_name_collision_visibly(agent, server):
@@ -115,8 +119,9 @@ def test_explicit_empty_list_removes_url_pods_but_an_empty_body_does_not(agent, 
 
 
 def test_runonce_offline_uses_the_cached_copy(agent, server):
-    server.body = pod_yaml("job", "echo ran", extra="").replace("spec:\n", "spec:\n  restartPolicy: OnFailure\n",
-                                                                  1).encode()
+    server.body = (
+        pod_yaml("job", "echo ran", extra="").replace("spec:\n", "spec:\n  restartPolicy: OnFailure\n", 1).encode()
+    )
     first = agent.run_once(*url_args(server), "--runonce-timeout", "60s")
     assert first.returncode == 0, first.stdout + first.stderr
     server.down()

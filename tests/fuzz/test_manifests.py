@@ -31,15 +31,27 @@ from edgelet.testing.ocischema import runtime_schema_dir, validate_runtime_confi
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = int(os.environ.get("EDGELET_FUZZ_EXAMPLES", "150"))
-FUZZ = settings(max_examples=EXAMPLES, deadline=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+)
 SEEDS = sorted((REPO / "manifests.d").glob("*.yaml"))
 IMAGE = ImageConfig(entrypoint=("/bin/app",), cmd=("--serve",), env=("PATH=/bin",), working_dir="/srv")
-CTX = ContainerContext(rootfs="/r/rootfs", cgroups_path="/kubepods/pod1/c1",
-                       namespace_paths={"network": "/proc/1/ns/net", "ipc": "/proc/1/ns/ipc", "uts": "/proc/1/ns/uts",
-                                        "pid": "/proc/1/ns/pid"},
-                       hostname="web", passwd={"root": (0, 0), "app": (1000, 1000)}, groups={"root": 0, "app": 1000},
-                       memory_capacity=1 << 30)
+CTX = ContainerContext(
+    rootfs="/r/rootfs",
+    cgroups_path="/kubepods/pod1/c1",
+    namespace_paths={
+        "network": "/proc/1/ns/net",
+        "ipc": "/proc/1/ns/ipc",
+        "uts": "/proc/1/ns/uts",
+        "pid": "/proc/1/ns/pid",
+    },
+    hostname="web",
+    passwd={"root": (0, 0), "app": (1000, 1000)},
+    groups={"root": 0, "app": 1000},
+    memory_capacity=1 << 30,
+)
 SANDBOX = SandboxContext(rootfs="/pause", args=("/catatonit", "-P"), cgroups_path="/kubepods/pod1/s1", hostname="web")
 
 
@@ -119,8 +131,18 @@ def _from(schema: dict[str, Any], depth: int) -> st.SearchStrategy[Any]:
 
 
 CONTAINER = "io.k8s.api.core.v1.Container"
-SPEC_PARTS = ["securityContext", "volumes", "hostNetwork", "dnsPolicy", "restartPolicy", "hostAliases",
-              "terminationGracePeriodSeconds", "priorityClassName", "resources", "initContainers"]
+SPEC_PARTS = [
+    "securityContext",
+    "volumes",
+    "hostNetwork",
+    "dnsPolicy",
+    "restartPolicy",
+    "hostAliases",
+    "terminationGracePeriodSeconds",
+    "priorityClassName",
+    "resources",
+    "initContainers",
+]
 
 
 @st.composite
@@ -156,12 +178,31 @@ def mutated_manifests(draw: st.DrawFn) -> bytes:
         if op == "flip" and at < len(data):
             data[at] = draw(st.integers(0, 255))
         elif op == "insert":
-            data[at:at] = draw(st.sampled_from([b"[", b"{", b"&a ", b"*a", b"<<: ", b"- ", b": ", b"\n  ", b"\t",
-                                                 b"\x00", b"'", b'"', b"!!python/object ", b"---\n", b"~"]))
+            data[at:at] = draw(
+                st.sampled_from(
+                    [
+                        b"[",
+                        b"{",
+                        b"&a ",
+                        b"*a",
+                        b"<<: ",
+                        b"- ",
+                        b": ",
+                        b"\n  ",
+                        b"\t",
+                        b"\x00",
+                        b"'",
+                        b'"',
+                        b"!!python/object ",
+                        b"---\n",
+                        b"~",
+                    ]
+                )
+            )
         elif op == "delete":
-            del data[at:at + draw(st.integers(1, 8))]
+            del data[at : at + draw(st.integers(1, 8))]
         elif op == "dup":
-            data[at:at] = data[at:at + draw(st.integers(1, 40))]
+            data[at:at] = data[at : at + draw(st.integers(1, 40))]
     return bytes(data)
 
 

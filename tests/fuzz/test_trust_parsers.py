@@ -16,22 +16,55 @@ from edgelet.trust.errors import ImageSignatureError, PolicyError
 from edgelet.trust.policy import Match, PublicKey, Requirement, evaluate, parse_policy, split_reference
 
 EXAMPLES = int(os.environ.get("EDGELET_FUZZ_EXAMPLES", "150"))
-FUZZ = settings(max_examples=EXAMPLES, deadline=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FUZZ = settings(
+    max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 PEM = b"-----BEGIN PUBLIC KEY-----\n-----END PUBLIC KEY-----\n"
 
 _scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=12))
-_json = st.recursive(_scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
-                                                         st.dictionaries(st.text(max_size=10), inner, max_size=4)),
-                     max_leaves=20)
-_words = st.sampled_from(["default", "transports", "docker", "type", "reject", "insecureAcceptAnything",
-                          "sigstoreSigned", "signedBy", "keyPath", "keyPaths", "keyData", "keyDatas", "fulcio",
-                          "signedIdentity", "matchRepository", "matchExact", "exactReference", "dockerReference",
-                          "exactRepository", "dockerRepository", "remapIdentity", "", "x.io", "x.io/a", "*.io",
-                          "library/busybox", "UPPER", "a:b@c", "TUZrdw=="])
-_policyish = st.recursive(st.one_of(_words, _scalars),
-                          lambda inner: st.one_of(st.lists(inner, max_size=3),
-                                                  st.dictionaries(_words, inner, max_size=4)), max_leaves=25)
+_json = st.recursive(
+    _scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=10), inner, max_size=4)),
+    max_leaves=20,
+)
+_words = st.sampled_from(
+    [
+        "default",
+        "transports",
+        "docker",
+        "type",
+        "reject",
+        "insecureAcceptAnything",
+        "sigstoreSigned",
+        "signedBy",
+        "keyPath",
+        "keyPaths",
+        "keyData",
+        "keyDatas",
+        "fulcio",
+        "signedIdentity",
+        "matchRepository",
+        "matchExact",
+        "exactReference",
+        "dockerReference",
+        "exactRepository",
+        "dockerRepository",
+        "remapIdentity",
+        "",
+        "x.io",
+        "x.io/a",
+        "*.io",
+        "library/busybox",
+        "UPPER",
+        "a:b@c",
+        "TUZrdw==",
+    ]
+)
+_policyish = st.recursive(
+    st.one_of(_words, _scalars),
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(_words, inner, max_size=4)),
+    max_leaves=25,
+)
 
 
 def _check_policy(text: str | bytes) -> None:
@@ -80,9 +113,15 @@ GOOD = simple_signing("x.io/a:1", "sha256:" + "0" * 64)
 
 
 @FUZZ
-@given(st.one_of(st.binary(max_size=400), _json.map(lambda d: json.dumps(d).encode()),
-                 st.integers(0, len(GOOD) - 1).flatmap(lambda i: st.integers(0, 255).map(
-                     lambda b: GOOD[:i] + bytes([b]) + GOOD[i + 1:]))))
+@given(
+    st.one_of(
+        st.binary(max_size=400),
+        _json.map(lambda d: json.dumps(d).encode()),
+        st.integers(0, len(GOOD) - 1).flatmap(
+            lambda i: st.integers(0, 255).map(lambda b: GOOD[:i] + bytes([b]) + GOOD[i + 1 :])
+        ),
+    )
+)
 def test_payloads_parse_or_refuse(data):
     try:
         parse_payload(data)
@@ -118,14 +157,19 @@ def test_enforce_over_signed_garbage_refuses_with_a_reason(payload, signature):
 
 
 _component = st.from_regex(r"[a-z0-9]{1,5}(?:[._-][a-z0-9]{1,4})?", fullmatch=True)
-_host = st.one_of(st.just(""), st.sampled_from(["localhost/", "x.io/", "127.0.0.1:5000/", "index.docker.io/",
-                                                "docker.io/", "[::1]:80/", "A.b/"]))
+_host = st.one_of(
+    st.just(""),
+    st.sampled_from(["localhost/", "x.io/", "127.0.0.1:5000/", "index.docker.io/", "docker.io/", "[::1]:80/", "A.b/"]),
+)
 
 
 @FUZZ
-@given(_host, st.lists(_component, min_size=1, max_size=3),
-       st.one_of(st.none(), st.from_regex(r"[\w][\w.-]{0,10}", fullmatch=True)),
-       st.one_of(st.none(), st.just("sha256:" + "e" * 64)))
+@given(
+    _host,
+    st.lists(_component, min_size=1, max_size=3),
+    st.one_of(st.none(), st.from_regex(r"[\w][\w.-]{0,10}", fullmatch=True)),
+    st.one_of(st.none(), st.just("sha256:" + "e" * 64)),
+)
 def test_the_policy_reads_references_as_the_puller_does(host, path, tag, digest):
     from edgelet.images.errors import InvalidReference
     from edgelet.images.reference import parse_reference

@@ -27,10 +27,10 @@ import threading
 import time
 import urllib.parse
 import uuid
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
-from edgelet.testing.images import build_config, build_layer, build_tar, _info
+from edgelet.testing.images import _info, build_config, build_layer, build_tar
 
 REGISTRY_BIN = "/usr/bin/docker-registry"
 MT_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -57,8 +57,9 @@ def _sha(data: bytes) -> str:
 class Registry:
     """One docker-registry process; storage survives stop()/start() so a restart serves the same content."""
 
-    def __init__(self, base: Path, *, htpasswd: tuple[str, str] | None = None,
-                 token: "TokenServer | None" = None) -> None:
+    def __init__(
+        self, base: Path, *, htpasswd: tuple[str, str] | None = None, token: TokenServer | None = None
+    ) -> None:
         self.base = Path(base)
         self.storage = self.base / "storage"
         self.storage.mkdir(parents=True, exist_ok=True)
@@ -68,13 +69,16 @@ class Registry:
         auth = ""
         if htpasswd is not None:
             pw_file = self.base / "htpasswd"
-            subprocess.run(["htpasswd", "-Bbc", str(pw_file), htpasswd[0], htpasswd[1]], check=True,
-                           capture_output=True)
+            subprocess.run(
+                ["htpasswd", "-Bbc", str(pw_file), htpasswd[0], htpasswd[1]], check=True, capture_output=True
+            )
             auth = f"auth:\n  htpasswd:\n    realm: edgelet-test\n    path: {pw_file}\n"
         if token is not None:
             self.creds = token.creds
-            auth = (f"auth:\n  token:\n    realm: {token.realm}\n    service: {token.service}\n"
-                    f"    issuer: {token.issuer}\n    rootcertbundle: {token.cert}\n")
+            auth = (
+                f"auth:\n  token:\n    realm: {token.realm}\n    service: {token.service}\n"
+                f"    issuer: {token.issuer}\n    rootcertbundle: {token.cert}\n"
+            )
         self.config = self.base / "config.yml"
         self.config.write_text(
             "version: 0.1\nlog:\n  level: error\n  accesslog:\n    disabled: true\n"
@@ -89,8 +93,9 @@ class Registry:
 
     def start(self) -> None:
         with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen([REGISTRY_BIN, "serve", str(self.config)], stdout=log, stderr=log,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(
+                [REGISTRY_BIN, "serve", str(self.config)], stdout=log, stderr=log, start_new_session=True
+            )
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -151,12 +156,33 @@ class TokenServer:
         self.base.mkdir(parents=True, exist_ok=True)
         self.creds = creds
         self.key, self.cert = self.base / "token.key", self.base / "token.pem"
-        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(self.key),
-                        "-out", str(self.cert), "-days", "2", "-subj", "/CN=edgelet-test-token",
-                        "-addext", "keyUsage=critical,digitalSignature,keyCertSign",
-                        "-addext", "basicConstraints=critical,CA:TRUE"], check=True, capture_output=True)
-        der = subprocess.run(["openssl", "x509", "-in", str(self.cert), "-outform", "DER"], check=True,
-                             capture_output=True).stdout
+        subprocess.run(
+            [
+                "openssl",
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-keyout",
+                str(self.key),
+                "-out",
+                str(self.cert),
+                "-days",
+                "2",
+                "-subj",
+                "/CN=edgelet-test-token",
+                "-addext",
+                "keyUsage=critical,digitalSignature,keyCertSign",
+                "-addext",
+                "basicConstraints=critical,CA:TRUE",
+            ],
+            check=True,
+            capture_output=True,
+        )
+        der = subprocess.run(
+            ["openssl", "x509", "-in", str(self.cert), "-outform", "DER"], check=True, capture_output=True
+        ).stdout
         self._x5c = base64.b64encode(der).decode()
         self.requests: list[tuple[str | None, list[str]]] = []
         self._server: http.server.ThreadingHTTPServer | None = None
@@ -170,8 +196,12 @@ class TokenServer:
     def sign(self, claims: dict) -> str:
         header = {"typ": "JWT", "alg": "RS256", "x5c": [self._x5c]}
         signing_input = f"{_b64url(_canon(header))}.{_b64url(_canon(claims))}"
-        sig = subprocess.run(["openssl", "dgst", "-sha256", "-sign", str(self.key)], input=signing_input.encode(),
-                             check=True, capture_output=True).stdout
+        sig = subprocess.run(
+            ["openssl", "dgst", "-sha256", "-sign", str(self.key)],
+            input=signing_input.encode(),
+            check=True,
+            capture_output=True,
+        ).stdout
         return f"{signing_input}.{_b64url(sig)}"
 
     def _token_for(self, user: str, scopes: list[str]) -> str:
@@ -182,8 +212,18 @@ class TokenServer:
             if kind == "repository" and name:
                 access.append({"type": kind, "name": name, "actions": [a for a in actions.split(",") if a]})
         now = int(time.time())
-        return self.sign({"iss": self.issuer, "sub": user, "aud": self.service, "exp": now + 300,
-                          "nbf": now - 10, "iat": now, "jti": uuid.uuid4().hex, "access": access})
+        return self.sign(
+            {
+                "iss": self.issuer,
+                "sub": user,
+                "aud": self.service,
+                "exp": now + 300,
+                "nbf": now - 10,
+                "iat": now,
+                "jti": uuid.uuid4().hex,
+                "access": access,
+            }
+        )
 
     def start(self) -> None:
         outer = self
@@ -192,7 +232,7 @@ class TokenServer:
             def log_message(self, *args: object) -> None:
                 pass
 
-            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            def do_GET(self) -> None:
                 url = urllib.parse.urlsplit(self.path)
                 query = urllib.parse.parse_qs(url.query)
                 scopes = [s for v in query.get("scope", []) for s in v.split(" ") if s]
@@ -207,8 +247,10 @@ class TokenServer:
                 outer.requests.append((user, scopes))
                 if url.path != "/token" or user is None or query.get("service") != [outer.service]:
                     # Anonymous: a token with no access, as Docker Hub's token service gives for private repos.
-                    self._reply(200 if url.path == "/token" else 404,
-                                {"token": outer._token_for("", []) if url.path == "/token" else ""})
+                    self._reply(
+                        200 if url.path == "/token" else 404,
+                        {"token": outer._token_for("", []) if url.path == "/token" else ""},
+                    )
                     return
                 token = outer._token_for(user, scopes)
                 self._reply(200, {"token": token, "access_token": token, "expires_in": 300})
@@ -248,12 +290,20 @@ class Layout:
         path.write_bytes(data)
         return {"digest": _sha(data), "size": len(data)}
 
-    def image(self, layers: Sequence[tuple[bytes, bool]], *, architecture: str | None = None,
-              variant: str | None = None, config: Mapping | None = None) -> dict:
+    def image(
+        self,
+        layers: Sequence[tuple[bytes, bool]],
+        *,
+        architecture: str | None = None,
+        variant: str | None = None,
+        config: Mapping | None = None,
+    ) -> dict:
         """Store an image of (uncompressed tar, gzip it?) layers; returns its manifest descriptor."""
+
         class _L:
             def __init__(self, tar: bytes) -> None:
                 self.diff_id = _sha(tar)
+
         cfg = json.loads(build_config([_L(t) for t, _ in layers], config))  # type: ignore[arg-type]
         if architecture:
             cfg["architecture"] = architecture

@@ -55,8 +55,9 @@ def test_the_v2_writer_builds_the_pod_tree_on_a_real_unified_hierarchy(v2_root: 
     root = "/kubepods"
     pod = pod_cgroup_path(root, "Burstable", "u1")
     cg.create_pod(root, PodResources(cpu_shares=2048, memory_limit=1 << 30, pids_limit=4096))
-    cg.create_pod(pod, PodResources(cpu_shares=256, cpu_quota=50000, cpu_period=100000, memory_limit=64 << 20,
-                                    pids_limit=100))
+    cg.create_pod(
+        pod, PodResources(cpu_shares=256, cpu_quota=50000, cpu_period=100000, memory_limit=64 << 20, pids_limit=100)
+    )
     target = v2_root / pod.strip("/")
     assert target.is_dir() and cg.exists(pod)
     # Each limit is written where the kernel offers its controller, and left out (not failed) where not.
@@ -73,8 +74,9 @@ def test_the_v2_writer_builds_the_pod_tree_on_a_real_unified_hierarchy(v2_root: 
 
     # A real process inside: seen by pids(), its CPU time read back from cpu.stat (a core file on v2).
     # It spins only once inside (a line on stdin lets it go), so the CPU time is charged to the new cgroup.
-    proc = subprocess.Popen(["sh", "-c", "read go; i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; sleep 60"],
-                            stdin=subprocess.PIPE)
+    proc = subprocess.Popen(
+        ["sh", "-c", "read go; i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; sleep 60"], stdin=subprocess.PIPE
+    )
     try:
         ctr = target / "c1"
         ctr.mkdir()
@@ -84,8 +86,9 @@ def test_the_v2_writer_builds_the_pod_tree_on_a_real_unified_hierarchy(v2_root: 
         proc.stdin.write(b"go\n")
         proc.stdin.close()
         deadline = time.monotonic() + 60
-        while (usage := read_usage(f"{pod}/c1", v2_root)) is not None and not usage.cpu_ns and \
-                time.monotonic() < deadline:
+        while (
+            (usage := read_usage(f"{pod}/c1", v2_root)) is not None and not usage.cpu_ns and time.monotonic() < deadline
+        ):
             time.sleep(0.1)
         assert usage is not None and usage.cpu_ns is not None and usage.cpu_ns > 0
         # No memory controller: no OOM counter to read, and no guess either.

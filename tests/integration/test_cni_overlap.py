@@ -32,8 +32,10 @@ from tests.e2e.conftest import network  # noqa: F401 - the fixture: a bridge, su
 from tests.integration.test_runtime_runc import aio
 
 PLUGINS = Path("/usr/lib/cni")
-pytestmark = [pytest.mark.privileged,
-              pytest.mark.skipif(not (PLUGINS / "bridge").exists(), reason="needs containernetworking-plugins")]
+pytestmark = [
+    pytest.mark.privileged,
+    pytest.mark.skipif(not (PLUGINS / "bridge").exists(), reason="needs containernetworking-plugins"),
+]
 
 # The chain's last plugin: ADD says it began, waits for the test to open its gate (the file `open`; 60 s at
 # most), then passes the previous result on, or fails when told to (the file `fail`). DEL and CHECK succeed.
@@ -55,7 +57,7 @@ exit 0
 
 
 @pytest.fixture
-def gated(network, runtime_paths, tmp_path: Path, busybox):  # noqa: F811 - `network` is the imported fixture
+def gated(network, runtime_paths, tmp_path: Path, busybox):
     bin_dir = tmp_path / "cni-bin"
     bin_dir.mkdir()
     (bin_dir / "gate").write_text(GATE)
@@ -64,23 +66,42 @@ def gated(network, runtime_paths, tmp_path: Path, busybox):  # noqa: F811 - `net
     conf = json.loads(conf_path.read_text())
     conf["plugins"].append({"type": "gate"})
     conf_path.write_text(json.dumps(conf))
-    net = PodNetwork(network["conf_dir"], [str(bin_dir), str(PLUGINS)], runtime_paths.run_dir / "netns",
-                     runtime_paths.root_dir / "cni")
+    net = PodNetwork(
+        network["conf_dir"],
+        [str(bin_dir), str(PLUGINS)],
+        runtime_paths.run_dir / "netns",
+        runtime_paths.root_dir / "cni",
+    )
     rt = RuncRuntime(runtime_paths, network=net)
     images = FakeImageStore()
     images.records = {"edgelet.local/busybox:1.36": busybox}
     published: dict[str, object] = {}
-    syncer = Syncer(rt, images, Backoff(), RealClock(),
-                    publish=lambda pod, status, st: published.__setitem__("waiting", dict(st.waiting)))
+    syncer = Syncer(
+        rt,
+        images,
+        Backoff(),
+        RealClock(),
+        publish=lambda pod, status, st: published.__setitem__("waiting", dict(st.waiting)),
+    )
     yield rt, syncer, bin_dir, published, network
 
 
 def _pod(name: str) -> Pod:
-    return Pod(metadata=ObjectMeta(name=name, namespace="default", uid=uuid.uuid4().hex),
-               spec=PodSpec(containers=[Container(name="app", image="edgelet.local/busybox:1.36",
-                                                  command=["sh", "-c", "touch /tmp/ran; exec sleep 3600"],
-                                                  image_pull_policy="IfNotPresent")],
-                            restart_policy="Always", termination_grace_period_seconds=1))
+    return Pod(
+        metadata=ObjectMeta(name=name, namespace="default", uid=uuid.uuid4().hex),
+        spec=PodSpec(
+            containers=[
+                Container(
+                    name="app",
+                    image="edgelet.local/busybox:1.36",
+                    command=["sh", "-c", "touch /tmp/ran; exec sleep 3600"],
+                    image_pull_policy="IfNotPresent",
+                )
+            ],
+            restart_policy="Always",
+            termination_grace_period_seconds=1,
+        ),
+    )
 
 
 async def _until(predicate, what: str, timeout: float = 60.0):
@@ -96,28 +117,34 @@ def _ours(rt: RuncRuntime) -> list[dict]:
     """`runc list` of the runtime's own root, as JSON."""
     if not rt.paths.runc_root.exists():
         return []
-    out = subprocess.run(["runc", "--root", str(rt.paths.runc_root), "list", "--format", "json"],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        ["runc", "--root", str(rt.paths.runc_root), "list", "--format", "json"], capture_output=True, text=True
+    )
     return json.loads(out.stdout or "null") or []
 
 
 def _mounts_under(base: Path) -> list[str]:
-    return [ln.split()[4] for ln in Path("/proc/self/mountinfo").read_text().splitlines()
-            if ln.split()[4].startswith(str(base))]
+    return [
+        ln.split()[4]
+        for ln in Path("/proc/self/mountinfo").read_text().splitlines()
+        if ln.split()[4].startswith(str(base))
+    ]
 
 
 def _container_cgroups(rt: RuncRuntime, uid: str) -> list[str]:
     out = []
     for cg in rt.pod_cgroups(uid):
         d = CGROUP_MOUNT / cg.lstrip("/")
-        out += [p.name for p in d.rglob("*") if p.is_dir() and re.fullmatch(r"[0-9a-f]{64}", p.name)] \
-            if d.is_dir() else []
+        out += (
+            [p.name for p in d.rglob("*") if p.is_dir() and re.fullmatch(r"[0-9a-f]{64}", p.name)] if d.is_dir() else []
+        )
     return out
 
 
 def _exec(rt: RuncRuntime, cid: str, *argv: str) -> str:
-    return subprocess.run(["runc", "--root", str(rt.paths.runc_root), "exec", cid, *argv],
-                          capture_output=True, text=True, timeout=60).stdout
+    return subprocess.run(
+        ["runc", "--root", str(rt.paths.runc_root), "exec", cid, *argv], capture_output=True, text=True, timeout=60
+    ).stdout
 
 
 @aio
@@ -127,11 +154,13 @@ async def test_the_first_container_is_created_during_add_and_starts_after_it_wit
     uid = pod.metadata.uid
     sync = asyncio.ensure_future(syncer.sync_pod(pod))
     try:
-        sid = (await _until(lambda: (bin_dir / "adding").exists() and (bin_dir / "adding").read_text().strip(),
-                            "ADD to reach the gate"))
+        sid = await _until(
+            lambda: (bin_dir / "adding").exists() and (bin_dir / "adding").read_text().strip(), "ADD to reach the gate"
+        )
         # ADD is held: the container is created in the pod's namespaces, its process waiting in runc init.
-        (created,) = await _until(lambda: [c for c in _ours(rt) if c["status"] == "created"],
-                                  "the container created beside ADD")
+        (created,) = await _until(
+            lambda: [c for c in _ours(rt) if c["status"] == "created"], "the container created beside ADD"
+        )
         assert created["annotations"][ANN_SANDBOX_ID] == sid
         assert not sync.done()
         assert not [c for c in _ours(rt) if c["status"] == "running"]
@@ -167,8 +196,9 @@ async def test_a_failed_add_leaves_nothing_of_the_container_created_beside_it(ga
     (bin_dir / "fail").touch()
     sync = asyncio.ensure_future(syncer.sync_pod(pod))
     try:
-        (created,) = await _until(lambda: [c for c in _ours(rt) if c["status"] == "created"],
-                                  "the container created beside ADD")
+        (created,) = await _until(
+            lambda: [c for c in _ours(rt) if c["status"] == "created"], "the container created beside ADD"
+        )
         (bin_dir / "open").touch()
         await asyncio.wait_for(sync, 120)
     finally:

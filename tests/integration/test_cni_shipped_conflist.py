@@ -22,8 +22,10 @@ from edgelet.network.manager import PodNetwork
 
 REPO = Path(__file__).resolve().parents[2]
 PLUGINS = Path("/usr/lib/cni")
-pytestmark = [pytest.mark.privileged,
-              pytest.mark.skipif(not (PLUGINS / "bandwidth").exists(), reason="needs containernetworking-plugins")]
+pytestmark = [
+    pytest.mark.privileged,
+    pytest.mark.skipif(not (PLUGINS / "bandwidth").exists(), reason="needs containernetworking-plugins"),
+]
 
 
 @pytest.fixture
@@ -46,16 +48,24 @@ def shipped(tmp_path: Path):
     subprocess.run(["ip", "link", "del", bridge], capture_output=True, check=False)
 
 
-@pytest.mark.parametrize("annotations, ports", [
-    ({}, []),
-    ({"kubernetes.io/ingress-bandwidth": "1M", "kubernetes.io/egress-bandwidth": "2M"},
-     [ContainerPort(container_port=80, host_port=18779)]),
-], ids=["plain", "hostport-and-bandwidth"])
+@pytest.mark.parametrize(
+    "annotations, ports",
+    [
+        ({}, []),
+        (
+            {"kubernetes.io/ingress-bandwidth": "1M", "kubernetes.io/egress-bandwidth": "2M"},
+            [ContainerPort(container_port=80, host_port=18779)],
+        ),
+    ],
+    ids=["plain", "hostport-and-bandwidth"],
+)
 def test_a_healthy_pod_on_the_shipped_network_passes_its_check(shipped, annotations, ports) -> None:
     net, tmp_path, subnet = shipped
     sid = secrets.token_hex(16)
-    pod = Pod(metadata=ObjectMeta(name="p", namespace="default", uid=f"u{sid}", annotations=annotations),
-              spec=PodSpec(containers=[Container(name="c", ports=ports)]))
+    pod = Pod(
+        metadata=ObjectMeta(name="p", namespace="default", uid=f"u{sid}", annotations=annotations),
+        spec=PodSpec(containers=[Container(name="c", ports=ports)]),
+    )
 
     async def scenario() -> tuple[tuple[str, ...], dict[str, str]]:
         attached = await net.setup(pod, sid)

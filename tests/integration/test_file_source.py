@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Awaitable, Callable
 
 import pytest
 
@@ -91,8 +91,12 @@ def test_files_in_sorted_name_order(mdir: Path) -> None:
 
 def test_no_extension_filter(mdir: Path) -> None:
     put(mdir, "manifest", pod_yaml("noext"))
-    put(mdir, "pod.json", '{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "js"},'
-                          ' "spec": {"containers": [{"name": "a", "image": "busybox"}]}}')
+    put(
+        mdir,
+        "pod.json",
+        '{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "js"},'
+        ' "spec": {"containers": [{"name": "a", "image": "busybox"}]}}',
+    )
     assert names(scan(mdir)[0]) == ["noext-node1", "js-node1"]
 
 
@@ -195,7 +199,10 @@ def test_edit_gives_a_new_uid(mdir: Path) -> None:
 
 def test_multi_document_yaml_and_list(mdir: Path) -> None:
     put(mdir, "a-multi.yaml", pod_yaml("one") + "---\n" + pod_yaml("two"))
-    put(mdir, "b-list.yaml", """apiVersion: v1
+    put(
+        mdir,
+        "b-list.yaml",
+        """apiVersion: v1
 kind: List
 items:
 - apiVersion: v1
@@ -206,7 +213,8 @@ items:
   kind: Pod
   metadata: {name: four}
   spec: {containers: [{name: a, image: busybox}]}
-""")
+""",
+    )
     snap, state = scan(mdir)
     assert names(snap) == ["one-node1", "two-node1", "three-node1", "four-node1"]
     assert len({p.metadata.uid for p in snap.pods}) == 4
@@ -256,8 +264,7 @@ class Collector:
                 return snap
 
 
-def with_source(path: Path, period: float,
-                body: Callable[[FileSource, Collector], Awaitable[None]]) -> None:
+def with_source(path: Path, period: float, body: Callable[[FileSource, Collector], Awaitable[None]]) -> None:
     async def main() -> None:
         source = FileSource(path, NODE, period, RealClock())
         got = Collector()
@@ -442,7 +449,7 @@ def test_a_slow_writer_is_not_reported_half_way(mdir: Path) -> None:
             f.write(text[: len(text) // 2])
             f.flush()
             await asyncio.sleep(0.3)  # events for the open, create and write are seen and scanned meanwhile
-            f.write(text[len(text) // 2:])
+            f.write(text[len(text) // 2 :])
         snap = await got.until(lambda s: names(s) == ["slow-node1"], "slow appeared after the close")
         assert snap.errors == ()
         assert got.count == 2, "no snapshot with a half-written file was emitted"

@@ -8,10 +8,11 @@ import shutil
 import ssl
 import subprocess
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -26,7 +27,8 @@ WAIT = 10.0  # upper bound of every wait; tests pass long before
 
 # 600 bytes whose `<<:` merges copy 2^11 times over: refused while parsing, not after building 400 MB.
 MERGE_BOMB = b"a0: &a0 {k0: v, k1: v, k2: v, k3: v, k4: v, k5: v, k6: v, k7: v}\n" + b"".join(
-    f"a{i}: &a{i} {{<<: [*a{i - 1}, *a{i - 1}], x{i}: {{<<: *a{i - 1}}}}}\n".encode() for i in range(1, 12))
+    f"a{i}: &a{i} {{<<: [*a{i - 1}, *a{i - 1}], x{i}: {{<<: *a{i - 1}}}}}\n".encode() for i in range(1, 12)
+)
 
 
 def pod_yaml(name: str, image: str = "busybox:1.36") -> str:
@@ -71,9 +73,9 @@ class Reply:
 
 
 class _Handler(BaseHTTPRequestHandler):
-    server: "_Server"
+    server: _Server
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+    def do_GET(self) -> None:
         owner = self.server.owner
         with owner.lock:
             reply = owner.reply
@@ -107,7 +109,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
-    owner: "ManifestServer"
+    owner: ManifestServer
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         pass  # aborted TLS handshakes and clients that hang up are part of the tests
@@ -234,18 +236,26 @@ def test_pod_list_and_v1_list(server: ManifestServer, tmp_path: Path) -> None:
 
 def test_multi_document_yaml_and_json(server: ManifestServer, tmp_path: Path) -> None:
     source = make_source(server.url, tmp_path)
-    json_pod = b'{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "j"}, ' \
-               b'"spec": {"containers": [{"name": "c", "image": "busybox"}]}}'
-    multi, js = scan_after(source, server, {"body": pod_yaml("x") + "---\n" + pod_list_yaml("y", "z")},
-                           {"body": json_pod})
+    json_pod = (
+        b'{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "j"}, '
+        b'"spec": {"containers": [{"name": "c", "image": "busybox"}]}}'
+    )
+    multi, js = scan_after(
+        source, server, {"body": pod_yaml("x") + "---\n" + pod_list_yaml("y", "z")}, {"body": json_pod}
+    )
     assert names(multi) == ["x-node1", "y-node1", "z-node1"] and multi.errors == ()
     assert names(js) == ["j-node1"]
 
 
 def test_same_body_gives_same_uids_and_a_changed_body_new_ones(server: ManifestServer, tmp_path: Path) -> None:
     source = make_source(server.url, tmp_path)
-    s1, s2, s3 = scan_after(source, server, {"body": pod_yaml("web")}, {"body": pod_yaml("web")},
-                            {"body": pod_yaml("web", image="busybox:1.37")})
+    s1, s2, s3 = scan_after(
+        source,
+        server,
+        {"body": pod_yaml("web")},
+        {"body": pod_yaml("web")},
+        {"body": pod_yaml("web", image="busybox:1.37")},
+    )
     assert uids(s1) == uids(s2)
     assert uids(s3) != uids(s1)
 
@@ -267,7 +277,7 @@ def _after_good(server: ManifestServer, tmp_path: Path, bad: dict[str, Any], **k
         ({"status": 500, "body": b"oops"}, "HTTP status 500"),
         ({"status": 404}, "HTTP status 404"),
         ({"body": b"\x00\x01 not: [yaml"}, ""),
-        ({"body": b"{\"kind\": \"Deployment\", \"apiVersion\": \"apps/v1\"}"}, "unsupported kind Deployment"),
+        ({"body": b'{"kind": "Deployment", "apiVersion": "apps/v1"}'}, "unsupported kind Deployment"),
         ({"body": b""}, "empty body"),
         ({"body": b"  \n\n"}, "empty body"),
         ({"body": b"# nothing here\n---\n"}, "no manifest"),
@@ -276,11 +286,23 @@ def _after_good(server: ManifestServer, tmp_path: Path, bad: dict[str, Any], **k
         ({"body": b"- " * 30000 + b"x\n"}, "nested more than 100 levels deep"),
         ({"body": MERGE_BOMB}, "more than 100000 values (aliases and merge keys expanded)"),
     ],
-    ids=["500", "404", "garbage", "wrong-kind", "empty", "blank", "comments-only", "11MiB", "11MiB-streamed",
-         "deep-nesting", "merge-bomb"],
+    ids=[
+        "500",
+        "404",
+        "garbage",
+        "wrong-kind",
+        "empty",
+        "blank",
+        "comments-only",
+        "11MiB",
+        "11MiB-streamed",
+        "deep-nesting",
+        "merge-bomb",
+    ],
 )
-def test_bad_answers_keep_the_last_good_pods(server: ManifestServer, tmp_path: Path, bad: dict[str, Any],
-                                             fragment: str) -> None:
+def test_bad_answers_keep_the_last_good_pods(
+    server: ManifestServer, tmp_path: Path, bad: dict[str, Any], fragment: str
+) -> None:
     good, after = _after_good(server, tmp_path, bad)
     assert after.pods == good.pods
     message = only_error(after)
@@ -293,7 +315,7 @@ def test_fetch_failures_and_bad_bodies_have_their_own_event_reasons(server: Mani
     """A URL that cannot be read is FailedToFetch, not FailedValidation (issue 15)."""
     _, failed = _after_good(server, tmp_path, {"status": 500, "body": b"oops"})
     assert failed.errors[0].reason == "FailedToFetch"
-    _, bad = _after_good(server, tmp_path, {"body": b"{\"kind\": \"Deployment\", \"apiVersion\": \"apps/v1\"}"})
+    _, bad = _after_good(server, tmp_path, {"body": b'{"kind": "Deployment", "apiVersion": "apps/v1"}'})
     assert bad.errors[0].reason == "FailedValidation"
 
 
@@ -343,7 +365,9 @@ def test_connection_refused_with_nothing_cached(tmp_path: Path) -> None:
 
 
 def test_one_invalid_item_rejects_the_whole_list(server: ManifestServer, tmp_path: Path) -> None:
-    bad = pod_list_yaml("a", "b").replace("image: busybox:1.36", "image: ''", 2).replace("image: ''", "image: busybox", 1)
+    bad = (
+        pod_list_yaml("a", "b").replace("image: busybox:1.36", "image: ''", 2).replace("image: ''", "image: busybox", 1)
+    )
     good, after = _after_good(server, tmp_path, {"body": bad})
     assert after.pods == good.pods
     message = only_error(after)
@@ -378,8 +402,12 @@ def test_explicit_empty_list_removes_every_pod(server: ManifestServer, tmp_path:
 
 def test_etag_is_sent_back_and_304_changes_nothing(server: ManifestServer, tmp_path: Path) -> None:
     source = make_source(server.url, tmp_path)
-    first, second = scan_after(source, server, {"body": pod_yaml("web"), "etag": '"v1"'},
-                               {"body": pod_yaml("changed-but-same-etag"), "etag": '"v1"'})
+    first, second = scan_after(
+        source,
+        server,
+        {"body": pod_yaml("web"), "etag": '"v1"'},
+        {"body": pod_yaml("changed-but-same-etag"), "etag": '"v1"'},
+    )
     assert "If-None-Match" not in server.requests[0]
     assert server.requests[1]["If-None-Match"] == '"v1"'
     assert second == first  # the server answered 304: the pods of the first body stay
@@ -388,8 +416,12 @@ def test_etag_is_sent_back_and_304_changes_nothing(server: ManifestServer, tmp_p
 def test_last_modified_is_sent_back(server: ManifestServer, tmp_path: Path) -> None:
     stamp = "Wed, 21 Oct 2015 07:28:00 GMT"
     source = make_source(server.url, tmp_path)
-    first, second = scan_after(source, server, {"body": pod_yaml("web"), "last_modified": stamp},
-                               {"body": pod_yaml("other"), "last_modified": stamp})
+    first, second = scan_after(
+        source,
+        server,
+        {"body": pod_yaml("web"), "last_modified": stamp},
+        {"body": pod_yaml("other"), "last_modified": stamp},
+    )
     assert server.requests[1]["If-Modified-Since"] == stamp
     assert second == first
 
@@ -404,16 +436,18 @@ def test_configured_headers_are_sent(server: ManifestServer, tmp_path: Path) -> 
     assert ",".join(second.get_all("X-Multi")).replace(" ", "") == "a,b"
 
 
-def test_plain_http_is_warned_about_once(server: ManifestServer, tmp_path: Path,
-                                         caplog: pytest.LogCaptureFixture) -> None:
+def test_plain_http_is_warned_about_once(
+    server: ManifestServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     server.set(pod_yaml("web"))
     with caplog.at_level(logging.WARNING, logger="edgelet.sources.http"):
         scan(make_source(server.url, tmp_path), times=3)
     assert sum("plain http" in r.getMessage() for r in caplog.records) == 1
 
 
-def test_failures_are_logged_then_recovery_once(server: ManifestServer, tmp_path: Path,
-                                                caplog: pytest.LogCaptureFixture) -> None:
+def test_failures_are_logged_then_recovery_once(
+    server: ManifestServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     source = make_source(server.url, tmp_path)
     replies = [{"status": 503}] * 5 + [{"body": pod_yaml("web")}] * 2
     with caplog.at_level(logging.INFO, logger="edgelet.sources.http"):
@@ -506,10 +540,29 @@ def tls_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     d = tmp_path_factory.mktemp("tls")
     cert, key = d / "cert.pem", d / "key.pem"
     subprocess.run(
-        [openssl, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-         "-keyout", str(key), "-out", str(cert), "-days", "2", "-subj", "/CN=127.0.0.1",
-         "-addext", "subjectAltName=IP:127.0.0.1"],
-        check=True, capture_output=True, timeout=60,
+        [
+            openssl,
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+            "-days",
+            "2",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
     )
     return cert, key
 
@@ -524,8 +577,9 @@ def tls_server(tls_files: tuple[Path, Path]) -> Iterator[ManifestServer]:
     srv.stop()
 
 
-def test_https_with_a_ca_bundle(tls_server: ManifestServer, tls_files: tuple[Path, Path], tmp_path: Path,
-                                caplog: pytest.LogCaptureFixture) -> None:
+def test_https_with_a_ca_bundle(
+    tls_server: ManifestServer, tls_files: tuple[Path, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     tls_server.set(pod_yaml("web"))
     with caplog.at_level(logging.WARNING, logger="edgelet.sources.http"):
         (snap,) = scan(make_source(tls_server.url, tmp_path, ca_file=tls_files[0]))
@@ -607,8 +661,9 @@ def test_run_emits_only_on_change(server: ManifestServer, tmp_path: Path) -> Non
 # --- redirects and header secrets (issue 11.9) ------------------------------------------------------
 
 
-def test_an_https_url_redirected_to_plain_http_is_refused(tls_server: ManifestServer, tls_files: tuple[Path, Path],
-                                                          server: ManifestServer, tmp_path: Path) -> None:
+def test_an_https_url_redirected_to_plain_http_is_refused(
+    tls_server: ManifestServer, tls_files: tuple[Path, Path], server: ManifestServer, tmp_path: Path
+) -> None:
     server.set(pod_yaml("web"))
     tls_server.set(status=302, headers={"Location": server.url})
     (snap,) = scan(make_source(tls_server.url, tmp_path, ca_file=tls_files[0]))
@@ -628,8 +683,9 @@ def test_configured_headers_stay_with_the_first_host(tmp_path: Path) -> None:
         second.set(pod_yaml("web"))
         # Same address, another port: another origin.
         first.set(status=307, headers={"Location": second.url})
-        (snap,) = scan(make_source(first.url, tmp_path, headers=[("X-Api-Key", "s3cret"),
-                                                                  ("Authorization", "Bearer t")]))
+        (snap,) = scan(
+            make_source(first.url, tmp_path, headers=[("X-Api-Key", "s3cret"), ("Authorization", "Bearer t")])
+        )
         assert names(snap) == ["web-node1"]
         assert first.requests[0]["X-Api-Key"] == "s3cret"
         assert second.requests[0]["X-Api-Key"] is None and second.requests[0]["Authorization"] is None

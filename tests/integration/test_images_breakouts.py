@@ -13,8 +13,8 @@ import io
 import os
 import stat
 import tarfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
@@ -54,54 +54,104 @@ def ln(name: str, target: str):
 Case = tuple[Callable[[str], list], Callable[[Path, str], None] | None, str]
 
 CASES: dict[str, Case] = {
-    "HardlinkRelative": (lambda o: [d("breakouts"), sym("breakouts/d1", f"{UP}{o}"),
-                                    ln("breakouts/mypasswd", "breakouts/d1/sentinel")], None, "refused"),
-    "HardlinkDownAndOut": (lambda o: [d("breakouts"), d("downandout"),
-                                      sym("breakouts/d1", f"../downandout/{UP}{o}"),
-                                      ln("breakouts/mypasswd", "breakouts/d1/sentinel")], None, "refused"),
+    "HardlinkRelative": (
+        lambda o: [d("breakouts"), sym("breakouts/d1", f"{UP}{o}"), ln("breakouts/mypasswd", "breakouts/d1/sentinel")],
+        None,
+        "refused",
+    ),
+    "HardlinkDownAndOut": (
+        lambda o: [
+            d("breakouts"),
+            d("downandout"),
+            sym("breakouts/d1", f"../downandout/{UP}{o}"),
+            ln("breakouts/mypasswd", "breakouts/d1/sentinel"),
+        ],
+        None,
+        "refused",
+    ),
     "HardlinkAbsolute": (lambda o: [sym("localetc", o), ln("localpasswd", "localetc/sentinel")], None, "refused"),
-    "HardlinkRelativeLong": (lambda o: [sym("localetc", f"{UP}{o}"), ln("localpasswd", "/localetc/sentinel")],
-                             None, "refused"),
-    "HardlinkRelativeUpAndOut": (lambda o: [sym("localetc", f"upandout/{UP}{o}"),
-                                            ln("localpasswd", "/localetc/sentinel")], None, "refused"),
+    "HardlinkRelativeLong": (
+        lambda o: [sym("localetc", f"{UP}{o}"), ln("localpasswd", "/localetc/sentinel")],
+        None,
+        "refused",
+    ),
+    "HardlinkRelativeUpAndOut": (
+        lambda o: [sym("localetc", f"upandout/{UP}{o}"), ln("localpasswd", "/localetc/sentinel")],
+        None,
+        "refused",
+    ),
     "HardlinkDirectRelative": (lambda o: [ln("localpasswd", f"{UP}{o}/sentinel")], None, "refused"),
     "HardlinkDirectAbsolute": (lambda o: [ln("localpasswd", f"{o}/sentinel")], None, "refused"),
     "SymlinkParentDirectory": (lambda o: [sym("..", o), ln("localpasswd", "../sentinel")], None, "refused"),
     "SymlinkEmptyFilename": (lambda o: [sym("", o), ln("localpasswd", "sentinel")], None, "refused"),
-    "SymlinkParentRelative": (lambda o: [sym("localetc/sub/..", o), f("localetc/sentinel", b"pwned")],
-                              None, "refused"),
-    "SymlinkOverrideDirectory": (lambda o: [sym("localetc", o), f("localetc/sentinel", b"pwned")],
-                                 lambda r, o: (r / "localetc").mkdir(), "refused"),
-    "SymlinkOverrideDirectoryRelative": (lambda o: [sym("localetc", f"{UP}{o}"), ln("localetc/l", "x")],
-                                         lambda r, o: (r / "localetc").mkdir(), "refused"),
-    "DirectoryOverrideSymlink": (lambda o: [d("localetc/"), f("localetc/sentinel", b"inside")],
-                                 lambda r, o: (r / "localetc").symlink_to(o), "applied"),
-    "DirectoryOverrideSymlinkAndHardlink": (lambda o: [d("localetc/"), f("localetc/sentinel", b"different")],
-                                            lambda r, o: (r / "localetc").symlink_to(o), "applied"),
+    "SymlinkParentRelative": (lambda o: [sym("localetc/sub/..", o), f("localetc/sentinel", b"pwned")], None, "refused"),
+    "SymlinkOverrideDirectory": (
+        lambda o: [sym("localetc", o), f("localetc/sentinel", b"pwned")],
+        lambda r, o: (r / "localetc").mkdir(),
+        "refused",
+    ),
+    "SymlinkOverrideDirectoryRelative": (
+        lambda o: [sym("localetc", f"{UP}{o}"), ln("localetc/l", "x")],
+        lambda r, o: (r / "localetc").mkdir(),
+        "refused",
+    ),
+    "DirectoryOverrideSymlink": (
+        lambda o: [d("localetc/"), f("localetc/sentinel", b"inside")],
+        lambda r, o: (r / "localetc").symlink_to(o),
+        "applied",
+    ),
+    "DirectoryOverrideSymlinkAndHardlink": (
+        lambda o: [d("localetc/"), f("localetc/sentinel", b"different")],
+        lambda r, o: (r / "localetc").symlink_to(o),
+        "applied",
+    ),
     "WhiteoutRootParent": (lambda o: [f(".wh...")], None, "refused"),
     "WhiteoutParent": (lambda o: [d("etc"), f("etc/.wh...")], None, "refused"),
     "WhiteoutRoot": (lambda o: [f(".wh..")], None, "refused"),
     "WhiteoutCurrentDirectory": (lambda o: [d("etc"), f("etc/.wh..")], None, "refused"),
     "WhiteoutOutsideByPath": (lambda o: [f(f"{UP}{o}/.wh.sentinel")], None, "either"),
-    "WhiteoutSymlinkPath": (lambda o: [f("localetc/.wh.sentinel")],
-                            lambda r, o: (r / "localetc").symlink_to(o), "refused"),
-    "WhiteoutDeadSymlinkParent": (lambda o: [f("localetc/.wh.etc")],
-                                  lambda r, o: (r / "localetc").symlink_to("/dne"), "refused"),
+    "WhiteoutSymlinkPath": (
+        lambda o: [f("localetc/.wh.sentinel")],
+        lambda r, o: (r / "localetc").symlink_to(o),
+        "refused",
+    ),
+    "WhiteoutDeadSymlinkParent": (
+        lambda o: [f("localetc/.wh.etc")],
+        lambda r, o: (r / "localetc").symlink_to("/dne"),
+        "refused",
+    ),
     "WhiteoutSymlink": (lambda o: [f(".wh.localetc")], lambda r, o: (r / "localetc").symlink_to(o), "applied"),
-    "HardlinkSymlinkBeforeCreateTarget": (lambda o: [sym("localpasswd", f"{o}/sentinel"),
-                                                     ln("localpasswd-dup", "localpasswd")], None, "refused"),
-    "HardlinkSymlinkRelative": (lambda o: [sym("passwdlink", f"{UP}{o}/sentinel"), ln("localpasswd", "/passwdlink")],
-                                None, "refused"),
-    "HardlinkSymlinkAbsolute": (lambda o: [sym("passwdlink", f"{o}/sentinel"), ln("localpasswd", "/passwdlink")],
-                                None, "refused"),
+    "HardlinkSymlinkBeforeCreateTarget": (
+        lambda o: [sym("localpasswd", f"{o}/sentinel"), ln("localpasswd-dup", "localpasswd")],
+        None,
+        "refused",
+    ),
+    "HardlinkSymlinkRelative": (
+        lambda o: [sym("passwdlink", f"{UP}{o}/sentinel"), ln("localpasswd", "/passwdlink")],
+        None,
+        "refused",
+    ),
+    "HardlinkSymlinkAbsolute": (
+        lambda o: [sym("passwdlink", f"{o}/sentinel"), ln("localpasswd", "/passwdlink")],
+        None,
+        "refused",
+    ),
     # A symlink to an outside 0400 file, a hardlink to the symlink, then entries that chmod the link's name:
     # a chmod that follows the symlink would make the outside file 0777.
-    "HardlinkSymlinkChmod": (lambda o: [sym(f"{o}/also-exists-outside-root", f"{o}/perm400"),
-                                        ln("sketchylink", f"{o}/also-exists-outside-root")], None, "refused"),
-    "SymlinkThenChmodByFile": (lambda o: [sym("sketchylink", f"{o}/perm400"), f("sketchylink", b"", 0o777)],
-                               None, "applied"),
-    "SymlinkThenChmodByDir": (lambda o: [sym("sketchylink", f"{o}/perm400"), d("sketchylink", 0o777)],
-                              None, "applied"),
+    "HardlinkSymlinkChmod": (
+        lambda o: [
+            sym(f"{o}/also-exists-outside-root", f"{o}/perm400"),
+            ln("sketchylink", f"{o}/also-exists-outside-root"),
+        ],
+        None,
+        "refused",
+    ),
+    "SymlinkThenChmodByFile": (
+        lambda o: [sym("sketchylink", f"{o}/perm400"), f("sketchylink", b"", 0o777)],
+        None,
+        "applied",
+    ),
+    "SymlinkThenChmodByDir": (lambda o: [sym("sketchylink", f"{o}/perm400"), d("sketchylink", 0o777)], None, "applied"),
 }
 
 

@@ -18,15 +18,17 @@ from edgelet.images.errors import ImageSignatureRefused
 from edgelet.images.manager import ImageManager, ImageUnavailable
 from edgelet.images.puller import Puller
 from edgelet.images.store import ImageStore
+from edgelet.testing.cosign import CosignKey, push_signatures, simple_signing
 from edgelet.trust.errors import PolicyError
 from edgelet.trust.policy import load_policy
 from edgelet.util.backoff import Backoff
 from edgelet.util.clock import FakeClock
-from edgelet.testing.cosign import CosignKey, push_signatures, simple_signing
 from tests.integration.registry import Layout, Registry, busybox_tar, file_layer
 
-pytestmark = pytest.mark.skipif(shutil.which("docker-registry") is None or shutil.which("skopeo") is None,
-                                reason="needs docker-registry and skopeo (make deps)")
+pytestmark = pytest.mark.skipif(
+    shutil.which("docker-registry") is None or shutil.which("skopeo") is None,
+    reason="needs docker-registry and skopeo (make deps)",
+)
 
 
 class Env:
@@ -39,22 +41,38 @@ class Env:
         self.policy_path = base / "policy.json"
         key = self.trusted.write_public(base / "cosign.pub")
         h = reg.host
-        self.policy_path.write_text(json.dumps({
-            "default": [{"type": "insecureAcceptAnything"}],
-            "transports": {"docker": {
-                f"{h}/signed": [{"type": "sigstoreSigned", "keyPath": str(key)}],
-                f"{h}/cosign": [{"type": "sigstoreSigned", "keyPath": str(key),
-                                 "signedIdentity": {"type": "matchRepository"}}],
-                f"{h}/blocked": [{"type": "reject"}],
-            }}}))
+        self.policy_path.write_text(
+            json.dumps(
+                {
+                    "default": [{"type": "insecureAcceptAnything"}],
+                    "transports": {
+                        "docker": {
+                            f"{h}/signed": [{"type": "sigstoreSigned", "keyPath": str(key)}],
+                            f"{h}/cosign": [
+                                {
+                                    "type": "sigstoreSigned",
+                                    "keyPath": str(key),
+                                    "signedIdentity": {"type": "matchRepository"},
+                                }
+                            ],
+                            f"{h}/blocked": [{"type": "reject"}],
+                        }
+                    },
+                }
+            )
+        )
 
     def push(self, repo_tag: str, marker: str, *, multi: bool = False) -> str:
         lay = Layout(self.base / "layouts" / repo_tag.replace("/", "_").replace(":", "_"))
         if multi:
-            amd = lay.image([(busybox_tar(), True), (file_layer({"etc/m": marker.encode()}), True)],
-                            architecture="amd64")
-            arm = lay.image([(busybox_tar(), True), (file_layer({"etc/m": marker.encode()}), True)],
-                            architecture="arm64", variant="v8")
+            amd = lay.image(
+                [(busybox_tar(), True), (file_layer({"etc/m": marker.encode()}), True)], architecture="amd64"
+            )
+            arm = lay.image(
+                [(busybox_tar(), True), (file_layer({"etc/m": marker.encode()}), True)],
+                architecture="arm64",
+                variant="v8",
+            )
             desc = lay.index([arm, amd])
         else:
             desc = lay.image([(busybox_tar(), True), (file_layer({"etc/m": marker.encode()}), False)])
@@ -66,8 +84,15 @@ class Env:
     def ref(self, repo_tag: str) -> str:
         return f"{self.reg.host}/{repo_tag}"
 
-    def sign(self, repo_tag: str, *, key: CosignKey | None = None, identity: str | None = None,
-             digest: str | None = None, extra: list | None = None) -> None:
+    def sign(
+        self,
+        repo_tag: str,
+        *,
+        key: CosignKey | None = None,
+        identity: str | None = None,
+        digest: str | None = None,
+        extra: list | None = None,
+    ) -> None:
         """Sign `repo_tag`'s manifest; `identity`/`digest` override what the payload claims (the attacks)."""
         named = self.digests[repo_tag]
         payload = simple_signing(identity if identity is not None else self.ref(repo_tag), digest or named)
@@ -99,7 +124,9 @@ def env(tmp_path_factory):
         e.push("signed/wrongref:1", "wrongref")
         e.sign("signed/wrongref:1", identity=e.ref("signed/app:1"))
         e.push("signed/two:1", "two")  # one bad signature beside a good one: the good one is enough
-        e.sign("signed/two:1", extra=[e.stranger.sign(simple_signing(e.ref("signed/two:1"), e.digests["signed/two:1"]))])
+        e.sign(
+            "signed/two:1", extra=[e.stranger.sign(simple_signing(e.ref("signed/two:1"), e.digests["signed/two:1"]))]
+        )
         e.push("cosign/tagonly:1", "tagonly")
         e.sign("cosign/tagonly:1", identity=e.reg.host + "/cosign/other")
         e.push("blocked/app:1", "blocked")
@@ -131,15 +158,21 @@ def test_signed_images_pull(env, tmp_path):
     assert puller.pull_sync(env.ref("free/app:1"))
 
 
-@pytest.mark.parametrize("repo_tag, reason", [
-    ("signed/unsigned:1", "a signature is required and the image has none (no tag sha256-"),
-    ("signed/otherkey:1", "not signed by a trusted key"),
-    ("signed/swapped:1", "signs manifest {app}, the image is {self}"),
-    ("signed/wrongref:1", "signed identity '{host}/signed/app:1' does not match {host}/signed/wrongref:1 "
-                          "(signedIdentity matchRepoDigestOrExact)"),
-    ("cosign/tagonly:1", "signed identity '{host}/cosign/other' does not match"),
-    ("blocked/app:1", "the policy rejects every image of this scope (type reject)"),
-])
+@pytest.mark.parametrize(
+    "repo_tag, reason",
+    [
+        ("signed/unsigned:1", "a signature is required and the image has none (no tag sha256-"),
+        ("signed/otherkey:1", "not signed by a trusted key"),
+        ("signed/swapped:1", "signs manifest {app}, the image is {self}"),
+        (
+            "signed/wrongref:1",
+            "signed identity '{host}/signed/app:1' does not match {host}/signed/wrongref:1 "
+            "(signedIdentity matchRepoDigestOrExact)",
+        ),
+        ("cosign/tagonly:1", "signed identity '{host}/cosign/other' does not match"),
+        ("blocked/app:1", "the policy rejects every image of this scope (type reject)"),
+    ],
+)
 def test_attacks_are_refused_with_their_reason(env, tmp_path, repo_tag, reason):
     store = ImageStore(tmp_path / "s")
     with pytest.raises(ImageSignatureRefused) as exc:
@@ -163,9 +196,16 @@ def test_without_a_policy_every_pull_is_todays(env, tmp_path):
 
 def test_a_malformed_policy_names_file_and_field(env, tmp_path):
     bad = tmp_path / "policy.json"
-    bad.write_text(json.dumps({"default": [{"type": "insecureAcceptAnything"}],
-                               "transports": {"docker": {"x.io/a": [{"type": "sigstoreSigned", "keyPath":
-                                                                     str(tmp_path / "missing.pub")}]}}}))
+    bad.write_text(
+        json.dumps(
+            {
+                "default": [{"type": "insecureAcceptAnything"}],
+                "transports": {
+                    "docker": {"x.io/a": [{"type": "sigstoreSigned", "keyPath": str(tmp_path / "missing.pub")}]}
+                },
+            }
+        )
+    )
     with pytest.raises(PolicyError) as exc:
         load_policy(bad)
     assert str(bad) in str(exc.value) and 'transports.docker["x.io/a"][0].keyPath' in str(exc.value)
@@ -180,8 +220,15 @@ def test_a_malformed_policy_names_file_and_field(env, tmp_path):
 
 
 def _pod(image: str) -> Pod:
-    raw = msgspec.convert({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
-                           "spec": {"containers": [{"name": "c", "image": image, "imagePullPolicy": "Always"}]}}, Pod)
+    raw = msgspec.convert(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "c", "image": image, "imagePullPolicy": "Always"}]},
+        },
+        Pod,
+    )
     return make_static_pod(raw, node_name="n", source="file", origin="/m/p.yaml")
 
 
@@ -206,26 +253,44 @@ def test_the_image_manager_reports_err_image_pull_with_the_reason(env, tmp_path)
 def _cli(root: Path, *args: str) -> list[str]:
     import sys
 
-    return [sys.executable, "-m", "edgelet", "images", *args, "--root-dir", str(root / "root"), "--run-dir",
-            str(root / "run"), "--config", "/dev/null"]
+    return [
+        sys.executable,
+        "-m",
+        "edgelet",
+        "images",
+        *args,
+        "--root-dir",
+        str(root / "root"),
+        "--run-dir",
+        str(root / "run"),
+        "--config",
+        "/dev/null",
+    ]
 
 
 def test_edgelet_images_pull_applies_the_policy(env, tmp_path):
     import subprocess
 
     policy = ["--signature-policy", str(env.policy_path)]
-    done = subprocess.run(_cli(tmp_path, "pull", env.ref("signed/swapped:1"), *policy), capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run(
+        _cli(tmp_path, "pull", env.ref("signed/swapped:1"), *policy), capture_output=True, text=True, timeout=120
+    )
     assert done.returncode != 0
     assert f"signs manifest {env.digests['signed/app:1']}" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
-    done = subprocess.run(_cli(tmp_path, "pull", env.ref("signed/app:1"), *policy), capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        _cli(tmp_path, "pull", env.ref("signed/app:1"), *policy), capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     bad = tmp_path / "bad.json"
     bad.write_text('{"default": [{"type": "sigstoreSigned", "fulcio": {}}]}')
-    done = subprocess.run(_cli(tmp_path, "pull", env.ref("signed/app:1"), "--signature-policy", str(bad)),
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode != 0 and f"signature policy {bad} field default[0].fulcio: keyless" in done.stderr, \
+    done = subprocess.run(
+        _cli(tmp_path, "pull", env.ref("signed/app:1"), "--signature-policy", str(bad)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0 and f"signature policy {bad} field default[0].fulcio: keyless" in done.stderr, (
         done.stderr
+    )
     assert "Traceback" not in done.stderr

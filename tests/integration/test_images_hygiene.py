@@ -103,7 +103,7 @@ class _Spaces(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, b) -> int:  # noqa: ANN001 - memoryview
+    def readinto(self, b) -> int:
         n = min(len(b), self.left)
         b[:n] = b" " * n
         self.left -= n

@@ -20,18 +20,34 @@ from edgelet.testing.images import build_busybox_image
 from edgelet.util.clock import FakeClock
 
 
-@pytest.mark.parametrize("name, want", [
-    ("a.tar", True), ("a.tar.gz", True), ("a.TGZ", True), ("a.tar.zst", True), ("a.tar.xz", True),
-    (".a.tar", False), ("a.tar.part", False), ("README", False), ("a.zip", False),
-])
+@pytest.mark.parametrize(
+    "name, want",
+    [
+        ("a.tar", True),
+        ("a.tar.gz", True),
+        ("a.TGZ", True),
+        ("a.tar.zst", True),
+        ("a.tar.xz", True),
+        (".a.tar", False),
+        ("a.tar.part", False),
+        ("README", False),
+        ("a.zip", False),
+    ],
+)
 def test_is_archive_name(name, want):
     assert is_archive_name(name) is want
 
 
-@pytest.mark.parametrize("cached, size, mtime, want", [
-    (None, 1, 2, "hash"), ({"size": 1, "mtime_ns": 2, "digest": "x"}, 1, 2, "skip"),
-    ({"size": 1, "mtime_ns": 2}, 1, 3, "hash"), ({"size": 1, "mtime_ns": 2}, 5, 2, "hash"), ([1.0, 2.0], 1, 2, "hash"),
-])
+@pytest.mark.parametrize(
+    "cached, size, mtime, want",
+    [
+        (None, 1, 2, "hash"),
+        ({"size": 1, "mtime_ns": 2, "digest": "x"}, 1, 2, "skip"),
+        ({"size": 1, "mtime_ns": 2}, 1, 3, "hash"),
+        ({"size": 1, "mtime_ns": 2}, 5, 2, "hash"),
+        ([1.0, 2.0], 1, 2, "hash"),
+    ],
+)
 def test_cache_verdict(cached, size, mtime, want):
     assert cache_verdict(cached, size, mtime) == want
 
@@ -107,8 +123,9 @@ def test_gc_thresholds_on_a_small_tmpfs(tmp_path: Path, tarball: Path) -> None:
         shutil.copy(tarball, imp / "pinned.tar")
         assert ImportDir(imp, store, mnt / "imported.json").scan() == 1
         for i in range(3):  # three unpinned images, each with 1 MB of its own
-            arch = build_busybox_image(tmp_path / f"u{i}.tar", name=f"edgelet.local/u:{i}",
-                                       extra_layers=[{"blob": os.urandom(1 << 20)}])
+            arch = build_busybox_image(
+                tmp_path / f"u{i}.tar", name=f"edgelet.local/u:{i}", extra_layers=[{"blob": os.urandom(1 << 20)}]
+            )
             store.import_archive(arch)
             clock.advance(10)
         store.touch("edgelet.local/u:0")  # most recently used of the three

@@ -14,8 +14,10 @@ import pytest
 
 from tests.integration.registry import Layout, Registry, big_file_layer, busybox_tar
 
-pytestmark = pytest.mark.skipif(shutil.which("docker-registry") is None or shutil.which("skopeo") is None,
-                                reason="needs docker-registry and skopeo (make deps)")
+pytestmark = pytest.mark.skipif(
+    shutil.which("docker-registry") is None or shutil.which("skopeo") is None,
+    reason="needs docker-registry and skopeo (make deps)",
+)
 
 
 @pytest.fixture(scope="module")
@@ -32,14 +34,26 @@ def pushed(tmp_path_factory):
 
 
 def cli(root, *args: str) -> list[str]:
-    return [sys.executable, "-m", "edgelet", "images", *args, "--root-dir", str(root / "root"), "--run-dir",
-            str(root / "run"), "--config", "/dev/null"]
+    return [
+        sys.executable,
+        "-m",
+        "edgelet",
+        "images",
+        *args,
+        "--root-dir",
+        str(root / "root"),
+        "--run-dir",
+        str(root / "run"),
+        "--config",
+        "/dev/null",
+    ]
 
 
 def test_pull_prints_a_line_per_layer_start_and_finish(pushed, tmp_path):
     reg, _ = pushed
-    done = subprocess.run(cli(tmp_path, "pull", f"{reg.host}/test/progress:1"), capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        cli(tmp_path, "pull", f"{reg.host}/test/progress:1"), capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     started = [line for line in lines if line.endswith(")") and "  started (" in line]
@@ -53,8 +67,9 @@ def test_pull_prints_a_line_per_layer_start_and_finish(pushed, tmp_path):
 def test_pull_on_a_terminal_redraws_bytes_rate_and_eta(pushed, tmp_path):
     reg, _ = pushed
     master, slave = pty.openpty()
-    proc = subprocess.Popen(cli(tmp_path, "pull", f"{reg.host}/test/progress:1"), stdin=subprocess.DEVNULL,
-                            stdout=slave, stderr=slave)
+    proc = subprocess.Popen(
+        cli(tmp_path, "pull", f"{reg.host}/test/progress:1"), stdin=subprocess.DEVNULL, stdout=slave, stderr=slave
+    )
     os.close(slave)
     out = b""
     while True:

@@ -12,13 +12,15 @@ import pytest
 
 from edgelet.images.auth import Credential
 from edgelet.images.errors import BlobError, ImageError
-from edgelet.images.puller import ManifestError, PullError, Puller
+from edgelet.images.puller import ManifestError, Puller, PullError
 from edgelet.images.store import ImageStore
 from edgelet.images.unpack import LayerTooLarge
 from tests.integration.registry import Layout, Registry, TokenServer, big_file_layer, busybox_tar, file_layer
 
-pytestmark = pytest.mark.skipif(shutil.which("docker-registry") is None or shutil.which("skopeo") is None,
-                                reason="needs docker-registry and skopeo (make deps)")
+pytestmark = pytest.mark.skipif(
+    shutil.which("docker-registry") is None or shutil.which("skopeo") is None,
+    reason="needs docker-registry and skopeo (make deps)",
+)
 
 
 @pytest.fixture(scope="module")
@@ -30,8 +32,9 @@ def registry(tmp_path_factory):
     lay.tag(lay.image([(busybox_tar(), True), (file_layer({"etc/motd": b"hello\n"}), False)]))
     reg.push_layout(lay.dir, "test/busybox:1")
     amd = lay.image([(busybox_tar(), True), (file_layer({"etc/arch": b"amd64\n"}), True)], architecture="amd64")
-    arm = lay.image([(busybox_tar(), True), (file_layer({"etc/arch": b"arm64\n"}), True)],
-                    architecture="arm64", variant="v8")
+    arm = lay.image(
+        [(busybox_tar(), True), (file_layer({"etc/arch": b"arm64\n"}), True)], architecture="arm64", variant="v8"
+    )
     lay.tag(lay.index([arm, amd]))
     reg.push_layout(lay.dir, "test/multi:1", all_platforms=True)
     yield reg
@@ -82,7 +85,8 @@ def test_pull_multi_arch_index_picks_this_platform(registry, tmp_path):
     assert (arm.pull_sync(f"{registry.host}/test/multi:1").layers[-1] / "etc" / "arch").read_text() == "arm64\n"
     with pytest.raises(ImageError, match="no image for platform linux/s390x"):
         Puller(ImageStore(tmp_path / "s390x"), platform=Platform("linux", "s390x")).pull_sync(
-            f"{registry.host}/test/multi:1")
+            f"{registry.host}/test/multi:1"
+        )
 
 
 def test_missing_tag_and_repository(registry, tmp_path):
@@ -176,14 +180,29 @@ def test_zstd_layers_pull_unpack_and_run(tmp_path, monkeypatch):
     try:
         lay = Layout(tmp_path / "lay")
         lay.tag(lay.image([(busybox_tar(), True), (file_layer({"z": b"zstd"}), False)]))
-        out = subprocess.run(["skopeo", "copy", "--quiet", "--dest-tls-verify=false", "--dest-compress-format",
-                              "zstd", "--dest-compress", f"oci:{lay.dir}:img", f"docker://{reg.host}/test/zstd:1"],
-                             capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            [
+                "skopeo",
+                "copy",
+                "--quiet",
+                "--dest-tls-verify=false",
+                "--dest-compress-format",
+                "zstd",
+                "--dest-compress",
+                f"oci:{lay.dir}:img",
+                f"docker://{reg.host}/test/zstd:1",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert out.returncode == 0, out.stderr
         # Without the zstd program: refused before a byte of a layer is downloaded, naming the program.
         monkeypatch.setattr(zstd_mod, "program", lambda: None)
         store = ImageStore(tmp_path / "store")
-        with pytest.raises(ManifestError, match=r"tar\+zstd\): zstd-compressed data needs the zstd program \(apt install zstd\)"):
+        with pytest.raises(
+            ManifestError, match=r"tar\+zstd\): zstd-compressed data needs the zstd program \(apt install zstd\)"
+        ):
             Puller(store).pull_sync(f"{reg.host}/test/zstd:1")
         assert store.list() == [] and list((store.root / "blobs" / "sha256").iterdir()) == []
         monkeypatch.undo()
@@ -192,8 +211,9 @@ def test_zstd_layers_pull_unpack_and_run(tmp_path, monkeypatch):
         manifest = json.loads(store.read_blob(rec.digest, 1 << 20))
         assert {la["mediaType"] for la in manifest["layers"]} == {"application/vnd.oci.image.layer.v1.tar+zstd"}
         assert (rec.layers[1] / "z").read_bytes() == b"zstd"
-        ran = subprocess.run([str(rec.layers[0] / "bin" / "busybox"), "echo", "unpacked"], capture_output=True,
-                             text=True, timeout=10)
+        ran = subprocess.run(
+            [str(rec.layers[0] / "bin" / "busybox"), "echo", "unpacked"], capture_output=True, text=True, timeout=10
+        )
         assert ran.stdout == "unpacked\n"
         assert_consistent(store)
     finally:
@@ -280,7 +300,9 @@ def test_decompression_bomb_fails_cleanly_on_a_small_filesystem(tmp_path):
         # 256 MiB of zeros gzip to a few hundred KiB.
         _push_one(reg, tmp_path / "lay", "test/bomb:1", [(big_file_layer("zeros", 256 << 20, random=False), True)])
         store = ImageStore(mnt / "store")
-        with pytest.raises(LayerTooLarge, match="more than the .* bytes of space the layer may take: .* free on the filesystem"):
+        with pytest.raises(
+            LayerTooLarge, match="more than the .* bytes of space the layer may take: .* free on the filesystem"
+        ):
             Puller(store).pull_sync(f"{reg.host}/test/bomb:1")
         assert store.list() == []
         assert list((store.root / "layers").iterdir()) == []

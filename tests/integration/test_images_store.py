@@ -34,8 +34,10 @@ NAME = "edgelet.local/busybox:1.36"
 @pytest.fixture(scope="module")
 def archives(tmp_path_factory) -> dict[str, Path]:
     base = tmp_path_factory.mktemp("archives")
-    out = {fmt: build_busybox_image(base / f"bb-{fmt}", name=NAME, fmt=fmt)  # type: ignore[arg-type]
-           for fmt in ("oci-archive", "docker-archive", "oci-layout")}
+    out = {
+        fmt: build_busybox_image(base / f"bb-{fmt}", name=NAME, fmt=fmt)  # type: ignore[arg-type]
+        for fmt in ("oci-archive", "docker-archive", "oci-layout")
+    }
     for fmt in ("oci-archive", "docker-archive"):
         gz = base / f"bb-{fmt}.tar.gz"
         gz.write_bytes(gzip.compress(out[fmt].read_bytes()))
@@ -56,7 +58,9 @@ def assert_clean_tmp(store: ImageStore) -> None:
     assert os.listdir(store.root / "tmp") == []
 
 
-@pytest.mark.parametrize("fmt", ["oci-archive", "docker-archive", "oci-layout", "oci-archive+gzip", "docker-archive+gzip"])
+@pytest.mark.parametrize(
+    "fmt", ["oci-archive", "docker-archive", "oci-layout", "oci-archive+gzip", "docker-archive+gzip"]
+)
 def test_import_every_format(store: ImageStore, archives: dict[str, Path], fmt: str) -> None:
     [rec] = store.import_archive(archives[fmt])
     assert rec.references == (NAME,)
@@ -81,8 +85,17 @@ def test_get_by_every_kind_of_name(store: ImageStore, tmp_path: Path) -> None:
     archive = build_busybox_image(tmp_path / "bb.tar", name="busybox")
     [rec] = store.import_archive(archive)
     assert rec.references == ("docker.io/library/busybox:latest",)
-    for ref in ("busybox", "busybox:latest", "docker.io/library/busybox", "library/busybox:latest", rec.id,
-                rec.digest, rec.id.split(":")[1], f"busybox@{rec.digest}", f"busybox:other@{rec.digest}"):
+    for ref in (
+        "busybox",
+        "busybox:latest",
+        "docker.io/library/busybox",
+        "library/busybox:latest",
+        rec.id,
+        rec.digest,
+        rec.id.split(":")[1],
+        f"busybox@{rec.digest}",
+        f"busybox:other@{rec.digest}",
+    ):
         got = store.get(ref)
         assert got is not None and got.id == rec.id, ref
     for ref in ("busybox:1", "other", f"other@{rec.digest}", "", "NOT A REF", "sha256:" + "0" * 64):
@@ -119,8 +132,11 @@ def test_tag_moves_to_the_newer_image(store: ImageStore, tmp_path: Path) -> None
 def test_remove_untags_then_drops_unshared_content(store: ImageStore, tmp_path: Path) -> None:
     [base] = store.import_archive(build_busybox_image(tmp_path / "a.tar", name="x.local/base:1"))
     store.import_archive(build_busybox_image(tmp_path / "a2.tar", name="x.local/base:2"))
-    [top] = store.import_archive(build_busybox_image(tmp_path / "b.tar", name="x.local/top:1", config={"Cmd": ["id"]},
-                                                     extra_layers=[{"etc/motd": b"hello\n"}]))
+    [top] = store.import_archive(
+        build_busybox_image(
+            tmp_path / "b.tar", name="x.local/top:1", config={"Cmd": ["id"]}, extra_layers=[{"etc/motd": b"hello\n"}]
+        )
+    )
     assert store.get("x.local/base:2").id == base.id
     store.remove("x.local/base:2")  # only untags: base:1 still names it
     assert store.get("x.local/base:2") is None and store.get("x.local/base:1").id == base.id
@@ -255,19 +271,44 @@ def _multi_arch_layout(tmp_path: Path, arches: list[str]) -> Path:
         if arch == host_architecture():
             digest, size = manifest_digest, len(manifest)
         else:  # a manifest for another machine: its blobs are absent, which is fine since it is not chosen
-            other = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-                                "config": {"digest": "sha256:" + "1" * 64, "size": 1}, "layers": []}).encode()
+            other = json.dumps(
+                {
+                    "schemaVersion": 2,
+                    "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                    "config": {"digest": "sha256:" + "1" * 64, "size": 1},
+                    "layers": [],
+                }
+            ).encode()
             digest, size = "sha256:" + hashlib.sha256(other).hexdigest(), len(other)
             (blobs / digest.split(":")[1]).write_bytes(other)
-        entries.append({"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": digest, "size": size,
-                        "platform": {"os": "linux", "architecture": arch}})
-    nested = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
-                         "manifests": entries}).encode()
+        entries.append(
+            {
+                "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "digest": digest,
+                "size": size,
+                "platform": {"os": "linux", "architecture": arch},
+            }
+        )
+    nested = json.dumps(
+        {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": entries}
+    ).encode()
     nested_digest = "sha256:" + hashlib.sha256(nested).hexdigest()
     (blobs / nested_digest.split(":")[1]).write_bytes(nested)
-    (layout / "index.json").write_text(json.dumps({"schemaVersion": 2, "manifests": [{
-        "mediaType": "application/vnd.oci.image.index.v1+json", "digest": nested_digest, "size": len(nested),
-        "annotations": {"io.containerd.image.name": NAME, "org.opencontainers.image.ref.name": "1.36"}}]}))
+    (layout / "index.json").write_text(
+        json.dumps(
+            {
+                "schemaVersion": 2,
+                "manifests": [
+                    {
+                        "mediaType": "application/vnd.oci.image.index.v1+json",
+                        "digest": nested_digest,
+                        "size": len(nested),
+                        "annotations": {"io.containerd.image.name": NAME, "org.opencontainers.image.ref.name": "1.36"},
+                    }
+                ],
+            }
+        )
+    )
     return layout
 
 
@@ -299,9 +340,20 @@ def test_docker_archive_with_gzipped_layers_and_linked_duplicates(store: ImageSt
 
     link = tarfile.TarInfo("c/layer.tar")
     link.type, link.linkname = tarfile.SYMTYPE, "../a/layer.tar"
-    manifest = [{"Config": cfg_name, "RepoTags": ["busybox:gz", "INVALID TAG"], "Layers": ["a/layer.tar", "b/layer.tar", "c/layer.tar"]}]
-    entries = [reg("a/layer.tar", layer.blob), reg("b/layer.tar", extra.tar), (link, None), reg(cfg_name, config),
-               reg("manifest.json", json.dumps(manifest).encode())]
+    manifest = [
+        {
+            "Config": cfg_name,
+            "RepoTags": ["busybox:gz", "INVALID TAG"],
+            "Layers": ["a/layer.tar", "b/layer.tar", "c/layer.tar"],
+        }
+    ]
+    entries = [
+        reg("a/layer.tar", layer.blob),
+        reg("b/layer.tar", extra.tar),
+        (link, None),
+        reg(cfg_name, config),
+        reg("manifest.json", json.dumps(manifest).encode()),
+    ]
     archive = tmp_path / "docker.tar"
     archive.write_bytes(build_tar(entries))
     [rec] = store.import_archive(archive)

@@ -18,9 +18,18 @@ from edgelet.testing.images import build_tar
 MTIME = 1_600_000_000
 
 
-def member(name: str, kind: bytes = tarfile.REGTYPE, data: bytes | None = None, *, mode: int = 0o644,
-           link: str = "", uid: int = 0, gid: int = 0, pax: dict[str, str] | None = None,
-           mtime: int = MTIME) -> tuple[tarfile.TarInfo, bytes | None]:
+def member(
+    name: str,
+    kind: bytes = tarfile.REGTYPE,
+    data: bytes | None = None,
+    *,
+    mode: int = 0o644,
+    link: str = "",
+    uid: int = 0,
+    gid: int = 0,
+    pax: dict[str, str] | None = None,
+    mtime: int = MTIME,
+) -> tuple[tarfile.TarInfo, bytes | None]:
     ti = tarfile.TarInfo(name)
     ti.type = kind
     ti.mode = mode
@@ -152,8 +161,12 @@ def test_contents_modes_hardlinks_and_diff_id(tmp_path: Path, compress: bool) ->
     import hashlib
 
     entries = [
-        d("bin/", 0o755), member("bin/tool", data=b"#!/bin/sh\n", mode=0o4755), hard("bin/tool2", "bin/tool"),
-        d("ro/", 0o555), member("ro/file", data=b"r", mode=0o400), member("fifo", tarfile.FIFOTYPE, mode=0o600),
+        d("bin/", 0o755),
+        member("bin/tool", data=b"#!/bin/sh\n", mode=0o4755),
+        hard("bin/tool2", "bin/tool"),
+        d("ro/", 0o555),
+        member("ro/file", data=b"r", mode=0o400),
+        member("fifo", tarfile.FIFOTYPE, mode=0o600),
         member("implied/parent/file", data=b"p"),
     ]
     data = build_tar(entries)
@@ -170,8 +183,16 @@ def test_contents_modes_hardlinks_and_diff_id(tmp_path: Path, compress: bool) ->
 
 
 def test_later_member_overrides_earlier(tmp_path: Path) -> None:
-    apply([member("f", data=b"one"), member("f", data=b"two"), d("x/"), member("x/a", data=b"a"), member("x", data=b"file")],
-          tmp_path)
+    apply(
+        [
+            member("f", data=b"one"),
+            member("f", data=b"two"),
+            d("x/"),
+            member("x/a", data=b"a"),
+            member("x", data=b"file"),
+        ],
+        tmp_path,
+    )
     assert (tmp_path / "f").read_bytes() == b"two"
     assert (tmp_path / "x").read_bytes() == b"file"
 
@@ -188,8 +209,17 @@ def test_zstd_and_garbage_are_clear_errors(tmp_path: Path) -> None:
 
 @pytest.mark.privileged
 def test_whiteouts_become_overlay_form(tmp_path: Path) -> None:
-    apply([d("etc/"), member("etc/.wh.passwd"), d("usr/"), member("usr/.wh..wh..opq"), member(".wh.top"),
-           member("usr/keep", data=b"k")], tmp_path)
+    apply(
+        [
+            d("etc/"),
+            member("etc/.wh.passwd"),
+            d("usr/"),
+            member("usr/.wh..wh..opq"),
+            member(".wh.top"),
+            member("usr/keep", data=b"k"),
+        ],
+        tmp_path,
+    )
     for p in (tmp_path / "etc/passwd", tmp_path / "top"):
         st = p.lstat()
         assert stat.S_ISCHR(st.st_mode) and st.st_rdev == 0
@@ -203,12 +233,17 @@ def test_whiteouts_become_overlay_form(tmp_path: Path) -> None:
 def test_owners_devices_and_xattr_filter(tmp_path: Path) -> None:
     dev = member("dev/null", tarfile.CHRTYPE, mode=0o666)
     dev[0].devmajor, dev[0].devminor = 1, 3
-    apply([
-        member("owned", data=b"o", uid=1234, gid=5678, mode=0o2755),
-        sym("link", "owned"),
-        dev,
-        member("x", data=b"x", pax={"SCHILY.xattr.user.note": "hello", "SCHILY.xattr.trusted.overlay.redirect": "/etc"}),
-    ], tmp_path)
+    apply(
+        [
+            member("owned", data=b"o", uid=1234, gid=5678, mode=0o2755),
+            sym("link", "owned"),
+            dev,
+            member(
+                "x", data=b"x", pax={"SCHILY.xattr.user.note": "hello", "SCHILY.xattr.trusted.overlay.redirect": "/etc"}
+            ),
+        ],
+        tmp_path,
+    )
     st = (tmp_path / "owned").stat()
     assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (1234, 5678, 0o2755)  # chown did not clear setgid
     dst = (tmp_path / "dev/null").lstat()

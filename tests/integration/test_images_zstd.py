@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 import edgelet.images.unpack as unpack_mod
+import edgelet.images.zstd as zstd_mod
 from edgelet.images.errors import UnpackError
 from edgelet.images.store import ImageStore
-import edgelet.images.zstd as zstd_mod
 from edgelet.images.unpack import LayerTooLarge, apply_layer, unpack_layer_file
 from edgelet.testing.images import build_tar
 from tests.integration.registry import Layout, big_file_layer, file_layer
@@ -47,8 +47,8 @@ def zstd_children() -> list[int]:
             stat_line = Path(f"/proc/{entry}/stat").read_text()
         except OSError:
             continue
-        comm = stat_line[stat_line.index("(") + 1:stat_line.rindex(")")]
-        ppid = int(stat_line[stat_line.rindex(")") + 2:].split()[1])
+        comm = stat_line[stat_line.index("(") + 1 : stat_line.rindex(")")]
+        ppid = int(stat_line[stat_line.rindex(")") + 2 :].split()[1])
         if ppid == os.getpid() and comm == "zstd":
             found.append(int(entry))
     return found
@@ -61,8 +61,9 @@ def no_leftover_zstd():
     assert zstd_children() == before, "a zstd process was left running (or unreaped)"
 
 
-LAYER = build_tar([reg("bin/tool", b"#!/bin/sh\necho hi\n", 0o755), reg("etc/motd", b"zstd layer\n"),
-                   reg("big", os.urandom(3 << 20))])  # several MiB: more than a pipe buffer in both directions
+LAYER = build_tar(
+    [reg("bin/tool", b"#!/bin/sh\necho hi\n", 0o755), reg("etc/motd", b"zstd layer\n"), reg("big", os.urandom(3 << 20))]
+)  # several MiB: more than a pipe buffer in both directions
 
 
 def check_layer(root: Path, res, tar: bytes = LAYER) -> None:
@@ -168,14 +169,28 @@ def test_zstd_is_killed_when_the_unpack_is_interrupted(tmp_path: Path, monkeypat
 def _store_image(store: ImageStore, layer_blob: bytes, diff_id: str) -> dict:
     """Put a one-layer image's blobs into the store (as a pull would); the commit_image arguments."""
     layer_digest, _ = store.add_blob(io.BytesIO(layer_blob))
-    cfg = json.dumps({"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers", "diff_ids": [diff_id]},
-                      "config": {}}).encode()
+    cfg = json.dumps(
+        {"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers", "diff_ids": [diff_id]}, "config": {}}
+    ).encode()
     config_digest, _ = store.add_blob(io.BytesIO(cfg))
-    manifest = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-                           "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
-                                      "digest": config_digest, "size": len(cfg)},
-                           "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+zstd",
-                                       "digest": layer_digest, "size": len(layer_blob)}]}).encode()
+    manifest = json.dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": {
+                "mediaType": "application/vnd.oci.image.config.v1+json",
+                "digest": config_digest,
+                "size": len(cfg),
+            },
+            "layers": [
+                {
+                    "mediaType": "application/vnd.oci.image.layer.v1.tar+zstd",
+                    "digest": layer_digest,
+                    "size": len(layer_blob),
+                }
+            ],
+        }
+    ).encode()
     manifest_digest, _ = store.add_blob(io.BytesIO(manifest))
     return {"manifest_digest": manifest_digest, "config_digest": config_digest, "layer_digests": [layer_digest]}
 
@@ -201,9 +216,21 @@ def test_import_oci_archive_with_zstd_layers(tmp_path: Path) -> None:
     lay = Layout(tmp_path / "lay")
     lay.tag(lay.image([(file_layer({"etc/motd": b"from a zstd archive\n"}), False)]))
     archive = tmp_path / "img.tar"
-    out = subprocess.run(["skopeo", "copy", "--quiet", "--dest-compress-format", "zstd", "--dest-compress",
-                          f"oci:{lay.dir}:img", f"oci-archive:{archive}:example.com/zstd:1"],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [
+            "skopeo",
+            "copy",
+            "--quiet",
+            "--dest-compress-format",
+            "zstd",
+            "--dest-compress",
+            f"oci:{lay.dir}:img",
+            f"oci-archive:{archive}:example.com/zstd:1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     store = ImageStore(tmp_path / "store")
     (rec,) = store.import_archive(archive)

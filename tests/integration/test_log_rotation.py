@@ -27,19 +27,28 @@ MAX_FILES = 3
 LINE = re.compile(rb"line-(\d+)")
 
 
-
 def _pod(name: str, *containers: Container) -> Pod:
     return Pod(
-        api_version="v1", kind="Pod",
+        api_version="v1",
+        kind="Pod",
         metadata=ObjectMeta(name=name, namespace="default", uid=str(uuid.uuid4()), annotations={}),
-        spec=PodSpec(containers=list(containers), restart_policy="Always", termination_grace_period_seconds=1,
-                     dns_policy="Default"),
+        spec=PodSpec(
+            containers=list(containers),
+            restart_policy="Always",
+            termination_grace_period_seconds=1,
+            dns_policy="Default",
+        ),
     )
 
 
 def _c(name: str, script: str) -> Container:
-    return Container(name=name, image="edgelet.local/busybox:1.36", command=["sh", "-c", script],
-                     image_pull_policy="IfNotPresent", termination_message_path="/dev/termination-log")
+    return Container(
+        name=name,
+        image="edgelet.local/busybox:1.36",
+        command=["sh", "-c", script],
+        image_pull_policy="IfNotPresent",
+        termination_message_path="/dev/termination-log",
+    )
 
 
 @pytest.fixture
@@ -70,15 +79,23 @@ async def _wait(predicate, timeout: float = 60.0, what: str = "condition"):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-async def _run_and_follow(rt: RuncRuntime, busybox, name: str, script: str, *, max_size: int, max_files: int,
-                          timeout: float = 180, poll: float = 0.01) -> tuple[list[int], int, LogRotator, Pod]:
+async def _run_and_follow(
+    rt: RuncRuntime,
+    busybox,
+    name: str,
+    script: str,
+    *,
+    max_size: int,
+    max_files: int,
+    timeout: float = 180,
+    poll: float = 0.01,
+) -> tuple[list[int], int, LogRotator, Pod]:
     """Run `script` in a container under a rotator, follow its log until it exits, sample the log's disk use.
 
     Returns the line numbers the follower saw, the peak bytes on disk, the rotator and the pod (removed).
     """
     pod = _pod(name, _c("c", script))
-    rotator = LogRotator(rt.paths, RealClock(), max_size=max_size, max_files=max_files, interval=1.0,
-                         min_delay=0.05)
+    rotator = LogRotator(rt.paths, RealClock(), max_size=max_size, max_files=max_files, interval=1.0, min_delay=0.05)
     current = rt.paths.container_log_path("default", name, pod.metadata.uid, "c", 0)
     peak = 0
     sandbox = await rt.run_sandbox(pod, 0)
@@ -119,8 +136,7 @@ async def _run_and_follow(rt: RuncRuntime, busybox, name: str, script: str, *, m
     # Line by line, whole lines only: conmon writes a line its read from the pipe split as a partial (P)
     # entry and the rest as the next one, and when a flood loses the file holding the rest to conmon's
     # cut, the reader joins the head to a later line ("line-1189" + "line-14232"): not a number seen.
-    return [int(m.group(1)) for line in b"".join(got).split(b"\n") if (m := LINE.fullmatch(line))], \
-        peak, rotator, pod
+    return [int(m.group(1)) for line in b"".join(got).split(b"\n") if (m := LINE.fullmatch(line))], peak, rotator, pod
 
 
 @aio
@@ -128,7 +144,13 @@ async def test_a_flood_stays_within_the_disk_bound(rt: RuncRuntime, busybox):
     # Numbered lines as fast as the shell writes them (megabytes a second).
     count = 60000
     numbers, peak, rotator, _ = await _run_and_follow(
-        rt, busybox, "flood", f"i=0; while [ $i -lt {count} ]; do echo line-$i; i=$((i+1)); done; echo done", max_size=MAX_SIZE, max_files=MAX_FILES)
+        rt,
+        busybox,
+        "flood",
+        f"i=0; while [ $i -lt {count} ]; do echo line-$i; i=$((i+1)); done; echo done",
+        max_size=MAX_SIZE,
+        max_files=MAX_FILES,
+    )
     bound = disk_bound(MAX_SIZE, MAX_FILES)
     # The flood wrote many times what may stay on disk (CRI lines of `line-N` are over 40 bytes).
     assert numbers and numbers[-1] * 40 > 2 * bound
@@ -147,31 +169,42 @@ async def test_follow_across_rotations_misses_and_repeats_nothing(rt: RuncRuntim
     # About 50 kB/s against 16 KiB files: a rotation every few tenths of a second, never outrun.
     count = 6000
     numbers, _, rotator, _ = await _run_and_follow(
-        rt, busybox, "steady", f"i=0; while [ $i -lt {count} ]; do echo line-$i; i=$((i+1)); "
-                               "[ $((i % 20)) -eq 0 ] && sleep 0.02; done; echo done",
-        max_size=16 * 1024, max_files=5)
+        rt,
+        busybox,
+        "steady",
+        f"i=0; while [ $i -lt {count} ]; do echo line-$i; i=$((i+1)); "
+        "[ $((i % 20)) -eq 0 ] && sleep 0.02; done; echo done",
+        max_size=16 * 1024,
+        max_files=5,
+    )
     assert rotator.rotations >= 5
     assert numbers == list(range(count))
 
 
 @aio
-async def test_follow_with_conmons_cut_at_twice_the_rotation_size_misses_and_repeats_nothing(
-        rt: RuncRuntime, busybox):
+async def test_follow_with_conmons_cut_at_twice_the_rotation_size_misses_and_repeats_nothing(rt: RuncRuntime, busybox):
     # As the agent runs it: conmon cuts at twice the rotation size on its own count of bytes, so its cuts
     # fall right after our reopens and in the middle of checks; the follower looks as seldom as the API's.
     rt.log_size_max = backstop_size(4 * 1024)
     count = 1500
     numbers, _, rotator, _ = await _run_and_follow(
-        rt, busybox, "cut", f"i=0; while [ $i -lt {count} ]; do echo line-$i; i=$((i+1)); "
-                            "[ $((i % 10)) -eq 0 ] && sleep 0.05; done; echo done",
-        max_size=4 * 1024, max_files=4, poll=logs.FOLLOW_POLL)
+        rt,
+        busybox,
+        "cut",
+        f"i=0; while [ $i -lt {count} ]; do echo line-$i; i=$((i+1)); "
+        "[ $((i % 10)) -eq 0 ] && sleep 0.05; done; echo done",
+        max_size=4 * 1024,
+        max_files=4,
+        poll=logs.FOLLOW_POLL,
+    )
     assert numbers == list(range(count)), sorted(set(range(count)) - set(numbers))
     assert rotator.rotations >= 5
 
 
 @aio
 async def test_gc_removes_old_instances_with_their_logs_and_exited_ones_release_mount_and_runc_state(
-        rt: RuncRuntime, busybox):
+    rt: RuncRuntime, busybox
+):
     pod = _pod("gc", _c("once", "echo hello; exit 3"))
     uid = pod.metadata.uid
     sandbox = await rt.run_sandbox(pod, 0)
@@ -197,8 +230,9 @@ async def test_gc_removes_old_instances_with_their_logs_and_exited_ones_release_
     await rt.remove_container(ids[0])
     assert sorted(os.listdir(log_dir)) == ["1.log", "2.log"]
     assert not rt.layout(uid).container_dir("once", 0).exists()
-    assert [c.id for c in (await rt.pod_status(uid)).containers] == ids[2:0:-1] or \
-        sorted(c.id for c in (await rt.pod_status(uid)).containers) == sorted(ids[1:])
+    assert [c.id for c in (await rt.pod_status(uid)).containers] == ids[2:0:-1] or sorted(
+        c.id for c in (await rt.pod_status(uid)).containers
+    ) == sorted(ids[1:])
     links = [json.loads((rt.layout(uid).container_dir("once", a) / "config.json").read_text()) for a in (1, 2)]
     assert all(c["annotations"]["io.kubernetes.container.name"] == "once" for c in links)
     await rt.remove_pod(uid)

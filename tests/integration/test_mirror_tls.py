@@ -26,10 +26,25 @@ def _openssl(*args: str, cwd: Path) -> None:
 
 def _certs(d: Path, start: str, end: str) -> tuple[Path, Path, Path]:
     """(CA, server certificate, server key); the server's validity is [start, end] (YYYYMMDDHHMMSSZ)."""
-    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days", "2",
-             "-subj", "/CN=edgelet-test-ca", cwd=d)
-    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "srv.key", "-out", "srv.csr",
-             "-subj", "/CN=apiserver", cwd=d)
+    _openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=edgelet-test-ca",
+        cwd=d,
+    )
+    _openssl(
+        "req", "-newkey", "rsa:2048", "-nodes", "-keyout", "srv.key", "-out", "srv.csr", "-subj", "/CN=apiserver", cwd=d
+    )
     (d / "index.txt").touch()
     (d / "serial").write_text("01\n")
     (d / "ext").write_text("subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n")
@@ -44,8 +59,27 @@ policy = any
 [any]
 commonName = supplied
 """)
-    _openssl("ca", "-batch", "-config", "ca.cnf", "-cert", "ca.crt", "-keyfile", "ca.key", "-in", "srv.csr",
-             "-out", "srv.crt", "-startdate", start, "-enddate", end, "-extfile", "ext", cwd=d)
+    _openssl(
+        "ca",
+        "-batch",
+        "-config",
+        "ca.cnf",
+        "-cert",
+        "ca.crt",
+        "-keyfile",
+        "ca.key",
+        "-in",
+        "srv.csr",
+        "-out",
+        "srv.crt",
+        "-startdate",
+        start,
+        "-enddate",
+        end,
+        "-extfile",
+        "ext",
+        cwd=d,
+    )
     return d / "ca.crt", d / "srv.crt", d / "srv.key"
 
 
@@ -76,18 +110,23 @@ def _serve(cert: Path, key: Path) -> tuple[int, threading.Event]:
     return sock.getsockname()[1], stop
 
 
-@pytest.mark.parametrize("start, end, says", [
-    ("20991231000000Z", "21000101000000Z", "clock is probably behind"),
-    ("20000101000000Z", "20000201000000Z", "certificate has expired"),
-])
-def test_a_certificate_outside_its_dates_is_blamed_on_the_clock(tmp_path: Path, start: str, end: str,
-                                                                says: str) -> None:
+@pytest.mark.parametrize(
+    "start, end, says",
+    [
+        ("20991231000000Z", "21000101000000Z", "clock is probably behind"),
+        ("20000101000000Z", "20000201000000Z", "certificate has expired"),
+    ],
+)
+def test_a_certificate_outside_its_dates_is_blamed_on_the_clock(
+    tmp_path: Path, start: str, end: str, says: str
+) -> None:
     ca, cert, key = _certs(tmp_path, start, end)
     port, stop = _serve(cert, key)
 
     async def ask() -> None:
-        client = KubeClient(ClientConfig(server=f"https://127.0.0.1:{port}", ca_file=str(ca), token="t"),
-                            version="test", timeout=30)
+        client = KubeClient(
+            ClientConfig(server=f"https://127.0.0.1:{port}", ca_file=str(ca), token="t"), version="test", timeout=30
+        )
         try:
             await client.request("GET", "/api/v1/nodes/n1")
         finally:

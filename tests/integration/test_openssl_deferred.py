@@ -17,15 +17,21 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def run_python(code: str, tmp_path: Path) -> str:
-    res = subprocess.run([sys.executable, "-c", textwrap.dedent(code), str(tmp_path)], capture_output=True,
-                         text=True, cwd=REPO, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
     assert res.returncode == 0, res.stderr
     return res.stdout
 
 
 def test_agent_modules_load_no_openssl(tmp_path):
     # What `edgelet` (no subcommand) imports before and while running pods without TLS.
-    out = run_python("""
+    out = run_python(
+        """
         import sys
         import edgelet.cli
         import edgelet.app, edgelet.sync.loop, edgelet.sync.syncpod, edgelet.sync.workers, edgelet.pleg
@@ -36,14 +42,16 @@ def test_agent_modules_load_no_openssl(tmp_path):
         maps = open("/proc/self/maps").read()
         print(sorted(m for m in ("ssl", "_ssl", "_hashlib") if m in sys.modules), "libcrypto" in maps)
         print(hashlib.sha256(b"abc").hexdigest())
-    """, tmp_path)
-    assert out.splitlines() == [
-        "[] False", "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"]
+    """,
+        tmp_path,
+    )
+    assert out.splitlines() == ["[] False", "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"]
 
 
 def test_tls_works_after_deferral(tmp_path):
     # The node API's own certificate and context, a TLS client over loopback: asyncio gets the real ssl.
-    out = run_python("""
+    out = run_python(
+        """
         import sys
         from pathlib import Path
         from edgelet.util import openssl
@@ -71,15 +79,20 @@ def test_tls_works_after_deferral(tmp_path):
             writer.close()
             server.close()
         asyncio.run(main())
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
     assert out.split()[:3] == ["hello", "over", "tls"]
 
 
 @pytest.mark.parametrize("already", ["asyncio", "hashlib"])
 def test_defer_is_a_no_op_once_loaded(tmp_path, already):
-    out = run_python(f"""
+    out = run_python(
+        f"""
         import {already}
         from edgelet.util import openssl
         print(openssl.defer())
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
     assert out.strip() == "False"

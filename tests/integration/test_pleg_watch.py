@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from edgelet.pleg import Pleg
 from edgelet.container.types import PodRuntimeStatus
+from edgelet.pleg import Pleg
 
 
 class ReadingRuntime:

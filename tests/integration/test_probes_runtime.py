@@ -11,11 +11,9 @@ from edgelet.api.types import HTTPGetAction, TCPSocketAction
 from edgelet.probes.machine import Result
 from edgelet.probes.probers import exec_probe, http_probe, target_for, tcp_probe
 from edgelet.runtime.runc_runtime import RuncRuntime
-from tests.integration.test_runtime_runc import aio, _c, _pod, _run
+from tests.integration.test_runtime_runc import _c, _pod, _run, aio
 
 pytestmark = pytest.mark.privileged
-
-
 
 
 def _procs_with(marker: str) -> list[int]:
@@ -32,7 +30,7 @@ def _procs_with(marker: str) -> list[int]:
 
 
 @aio
-async def test_exec_probe_and_timeout_kills_the_command(rt: RuncRuntime, busybox) -> None:  # noqa: F811
+async def test_exec_probe_and_timeout_kills_the_command(rt: RuncRuntime, busybox) -> None:
     container = _c("app", "sh", "-c", "mkdir -p /www && echo ok > /www/index.html && exec httpd -f -p 8080 -h /www")
     pod = _pod("probed", [container])
     uid = pod.metadata.uid

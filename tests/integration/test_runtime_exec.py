@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from edgelet.runtime._exec import run
 from edgelet.container.errors import ExecError, ExecTimeout
+from edgelet.runtime._exec import run
 
 
 def test_run_captures_output_and_input() -> None:

@@ -28,23 +28,29 @@ from tests.integration.test_runtime_runc import aio
 pytestmark = pytest.mark.privileged
 
 # Each container prints the inodes of its namespaces, its hostname and two pod sysctls, then waits.
-SHOW = ("echo net=$(readlink /proc/self/ns/net) ipc=$(readlink /proc/self/ns/ipc) "
-        "uts=$(readlink /proc/self/ns/uts) host=$(hostname) shm=$(cat /proc/sys/kernel/shm_rmid_forced) "
-        "ports=$(cat /proc/sys/net/ipv4/ip_unprivileged_port_start) lo=$(cat /sys/class/net/lo/operstate); "
-        "trap 'exit 0' TERM; while true; do sleep 1; done")
+SHOW = (
+    "echo net=$(readlink /proc/self/ns/net) ipc=$(readlink /proc/self/ns/ipc) "
+    "uts=$(readlink /proc/self/ns/uts) host=$(hostname) shm=$(cat /proc/sys/kernel/shm_rmid_forced) "
+    "ports=$(cat /proc/sys/net/ipv4/ip_unprivileged_port_start) lo=$(cat /sys/class/net/lo/operstate); "
+    "trap 'exit 0' TERM; while true; do sleep 1; done"
+)
 
 
 def _pod(name: str, containers: list[Container], **spec) -> Pod:
-    return Pod(metadata=ObjectMeta(name=name, namespace="default", uid=uuid.uuid4().hex),
-               spec=PodSpec(containers=containers, restart_policy="Never", termination_grace_period_seconds=2,
-                            **spec))
+    return Pod(
+        metadata=ObjectMeta(name=name, namespace="default", uid=uuid.uuid4().hex),
+        spec=PodSpec(containers=containers, restart_policy="Never", termination_grace_period_seconds=2, **spec),
+    )
 
 
 def _c(name: str, *cmd: str) -> Container:
-    return Container(name=name, image="edgelet.local/busybox:1.36", command=list(cmd),
-                     image_pull_policy="IfNotPresent", termination_message_path="/dev/termination-log")
-
-
+    return Container(
+        name=name,
+        image="edgelet.local/busybox:1.36",
+        command=list(cmd),
+        image_pull_policy="IfNotPresent",
+        termination_message_path="/dev/termination-log",
+    )
 
 
 def _conmons_under(base: Path) -> list[int]:
@@ -52,8 +58,11 @@ def _conmons_under(base: Path) -> list[int]:
 
 
 def _mounts_under(base: Path) -> list[str]:
-    return [ln.split()[4] for ln in Path("/proc/self/mountinfo").read_text().splitlines()
-            if ln.split()[4].startswith(str(base))]
+    return [
+        ln.split()[4]
+        for ln in Path("/proc/self/mountinfo").read_text().splitlines()
+        if ln.split()[4].startswith(str(base))
+    ]
 
 
 def _assert_pod_gone(rt: RuncRuntime, uid: str) -> None:
@@ -86,10 +95,17 @@ async def _start(rt: RuncRuntime, pod: Pod, busybox, sandbox) -> list[str]:
 
 @aio
 async def test_containers_join_the_pinned_namespaces_and_no_pause_runs(rt: RuncRuntime, busybox) -> None:
-    pod = _pod("pinned", [_c("a", "sh", "-c", SHOW), _c("b", "sh", "-c", SHOW)],
-               hostname="pinnedhost", security_context=PodSecurityContext(sysctls=[
-                   Sysctl(name="kernel.shm_rmid_forced", value="1"),
-                   Sysctl(name="net.ipv4.ip_unprivileged_port_start", value="80")]))
+    pod = _pod(
+        "pinned",
+        [_c("a", "sh", "-c", SHOW), _c("b", "sh", "-c", SHOW)],
+        hostname="pinnedhost",
+        security_context=PodSecurityContext(
+            sysctls=[
+                Sysctl(name="kernel.shm_rmid_forced", value="1"),
+                Sysctl(name="net.ipv4.ip_unprivileged_port_start", value="80"),
+            ]
+        ),
+    )
     uid = pod.metadata.uid
     sandbox = await rt.run_sandbox(pod, 0)
     assert sandbox.state == "running" and sandbox.pid is None and not sandbox.infra
@@ -116,8 +132,13 @@ async def test_containers_join_the_pinned_namespaces_and_no_pause_runs(rt: RuncR
     # A fresh instance (an agent restart) adopts it as it is.
     again = (await RuncRuntime(rt.paths).list_pods())[uid]
     [sb] = again.sandboxes
-    assert (sb.id, sb.state, sb.pid, sb.infra, sb.namespaces) == (sandbox.id, "running", None, False,
-                                                                    sandbox.namespaces)
+    assert (sb.id, sb.state, sb.pid, sb.infra, sb.namespaces) == (
+        sandbox.id,
+        "running",
+        None,
+        False,
+        sandbox.namespaces,
+    )
     assert sorted(c.state for c in again.containers) == ["running", "running"]
 
     for cid in ids:
@@ -164,7 +185,8 @@ async def test_share_process_namespace_keeps_the_pause_process(rt: RuncRuntime, 
 
 @aio
 async def test_a_pod_of_an_older_edgelet_with_a_pause_process_is_adopted_and_removed(
-        runtime_paths: RuntimePaths, busybox) -> None:
+    runtime_paths: RuntimePaths, busybox
+) -> None:
     old = RuncRuntime(runtime_paths, infra_container=True)
     pod = _pod("old", [_c("a", "sleep", "300"), _c("b", "sleep", "300")])
     uid = pod.metadata.uid
@@ -182,8 +204,11 @@ async def test_a_pod_of_an_older_edgelet_with_a_pause_process_is_adopted_and_rem
     status = await new.pod_status(uid)
     a, b = status.latest("a"), status.latest("b")
     assert a.state == b.state == "running"
-    assert os.readlink(f"/proc/{a.pid}/ns/net") == os.readlink(f"/proc/{b.pid}/ns/net") == \
-        os.readlink(f"/proc/{sandbox.pid}/ns/net")
+    assert (
+        os.readlink(f"/proc/{a.pid}/ns/net")
+        == os.readlink(f"/proc/{b.pid}/ns/net")
+        == os.readlink(f"/proc/{sandbox.pid}/ns/net")
+    )
     await new.remove_pod(uid)
     _assert_pod_gone(new, uid)
 
@@ -228,8 +253,11 @@ async def test_a_sandbox_whose_sysctl_cannot_be_set_is_undone(runtime_paths: Run
     from edgelet.container.errors import SandboxError
 
     rt = RuncRuntime(runtime_paths, allowed_unsafe_sysctls=("net.ipv4.no_such_sysctl",))
-    pod = _pod("nosysctl", [_c("a", "true")], security_context=PodSecurityContext(sysctls=[
-        Sysctl(name="net.ipv4.no_such_sysctl", value="1")]))
+    pod = _pod(
+        "nosysctl",
+        [_c("a", "true")],
+        security_context=PodSecurityContext(sysctls=[Sysctl(name="net.ipv4.no_such_sysctl", value="1")]),
+    )
     with pytest.raises(SandboxError, match="no_such_sysctl"):
         await rt.run_sandbox(pod, 0)
     assert (await rt.pod_status(pod.metadata.uid)).sandboxes == ()

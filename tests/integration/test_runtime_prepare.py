@@ -24,18 +24,30 @@ pytestmark = pytest.mark.privileged
 
 
 def _pod(name: str, *names: str) -> Pod:
-    return Pod(metadata=ObjectMeta(name=name, namespace="default", uid=uuid.uuid4().hex),
-               spec=PodSpec(containers=[Container(name=n, image="edgelet.local/busybox:1.36",
-                                                  command=["sleep", "3600"], image_pull_policy="IfNotPresent")
-                                        for n in names],
-                            restart_policy="Always", termination_grace_period_seconds=1))
-
-
+    return Pod(
+        metadata=ObjectMeta(name=name, namespace="default", uid=uuid.uuid4().hex),
+        spec=PodSpec(
+            containers=[
+                Container(
+                    name=n,
+                    image="edgelet.local/busybox:1.36",
+                    command=["sleep", "3600"],
+                    image_pull_policy="IfNotPresent",
+                )
+                for n in names
+            ],
+            restart_policy="Always",
+            termination_grace_period_seconds=1,
+        ),
+    )
 
 
 def _mounts_under(base: Path) -> list[str]:
-    return [ln.split()[4] for ln in Path("/proc/self/mountinfo").read_text().splitlines()
-            if ln.split()[4].startswith(str(base))]
+    return [
+        ln.split()[4]
+        for ln in Path("/proc/self/mountinfo").read_text().splitlines()
+        if ln.split()[4].startswith(str(base))
+    ]
 
 
 def _containers_left(rt: RuncRuntime, uid: str) -> list[Path]:

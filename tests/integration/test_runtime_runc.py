@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from edgelet.api.types import Container, EmptyDirVolumeSource, ObjectMeta, Pod, PodSpec, Volume, VolumeMount
+from edgelet.container.errors import CreateContainerError, SandboxError, StartContainerError
 from edgelet.ocispec import build as ocispec
 from edgelet.runtime import conmon as conmon_mod
-from edgelet.container.errors import CreateContainerError, SandboxError, StartContainerError
 from edgelet.runtime.runc_runtime import RuncRuntime
 from edgelet.testing.cleanup import conmon_processes
 
@@ -29,17 +29,28 @@ CRI_LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+(Z|[+-]\d\d:\d\d) (s
 
 def _pod(name: str, containers: list[Container], **spec) -> Pod:
     return Pod(
-        api_version="v1", kind="Pod",
+        api_version="v1",
+        kind="Pod",
         metadata=ObjectMeta(name=name, namespace="default", uid=str(uuid.uuid4()), annotations={}),
-        spec=PodSpec(containers=containers, restart_policy="Always", termination_grace_period_seconds=30,
-                     dns_policy="Default", **spec),
+        spec=PodSpec(
+            containers=containers,
+            restart_policy="Always",
+            termination_grace_period_seconds=30,
+            dns_policy="Default",
+            **spec,
+        ),
     )
 
 
 def _c(name: str, *cmd: str, **kw) -> Container:
-    return Container(name=name, image="edgelet.local/busybox:1.36", command=list(cmd),
-                     image_pull_policy="IfNotPresent", termination_message_path="/dev/termination-log", **kw)
-
+    return Container(
+        name=name,
+        image="edgelet.local/busybox:1.36",
+        command=list(cmd),
+        image_pull_policy="IfNotPresent",
+        termination_message_path="/dev/termination-log",
+        **kw,
+    )
 
 
 async def _run(rt: RuncRuntime, pod: Pod, busybox, container: Container, attempt: int = 0, sandbox=None):
@@ -89,12 +100,20 @@ def aio(fn):
 
 @aio
 async def test_containers_share_the_sandbox_network_and_log_in_cri_format(rt: RuncRuntime, busybox) -> None:
-    pod = _pod("web", [
-        # pid 1 of a pid namespace ignores SIGTERM without a handler: the shell forwards it.
-        _c("server", "sh", "-c", "httpd -f -p 8080 -h /etc & p=$!; trap 'kill $p; exit 0' TERM; wait"),
-        _c("client", "sh", "-c", "for i in 1 2 3 4 5 6 7 8 9 10; do "
-           "wget -q -O - http://127.0.0.1:8080/hostname && exit 0; sleep 0.2; done; exit 1"),
-    ])
+    pod = _pod(
+        "web",
+        [
+            # pid 1 of a pid namespace ignores SIGTERM without a handler: the shell forwards it.
+            _c("server", "sh", "-c", "httpd -f -p 8080 -h /etc & p=$!; trap 'kill $p; exit 0' TERM; wait"),
+            _c(
+                "client",
+                "sh",
+                "-c",
+                "for i in 1 2 3 4 5 6 7 8 9 10; do "
+                "wget -q -O - http://127.0.0.1:8080/hostname && exit 0; sleep 0.2; done; exit 1",
+            ),
+        ],
+    )
     uid = pod.metadata.uid
     sandbox, server = await _run(rt, pod, busybox, pod.spec.containers[0])
     assert sandbox.state == "running"
@@ -120,12 +139,17 @@ async def test_containers_share_the_sandbox_network_and_log_in_cri_format(rt: Ru
     again = (await RuncRuntime(rt.paths).list_pods())[uid]
     assert again.name == "web" and again.namespace == "default"
     assert [(s.id, s.pid, s.attempt, s.state) for s in again.sandboxes] == [
-        (s.id, s.pid, s.attempt, s.state) for s in status.sandboxes]
-    assert [(c.id, c.name, c.pid, c.attempt, c.spec_hash, c.state, c.exit_code, c.sandbox_id, c.image_id)
-            for c in again.containers] == [
+        (s.id, s.pid, s.attempt, s.state) for s in status.sandboxes
+    ]
+    assert [
         (c.id, c.name, c.pid, c.attempt, c.spec_hash, c.state, c.exit_code, c.sandbox_id, c.image_id)
-        for c in status.containers]
+        for c in again.containers
+    ] == [
+        (c.id, c.name, c.pid, c.attempt, c.spec_hash, c.state, c.exit_code, c.sandbox_id, c.image_id)
+        for c in status.containers
+    ]
     from edgelet.api.hash import container_hash
+
     assert running.spec_hash == container_hash(pod.spec.containers[0])
 
     await rt.stop_container(server, grace=5)
@@ -166,10 +190,14 @@ async def test_exit_codes_come_from_conmon(rt: RuncRuntime, busybox) -> None:
 
 @aio
 async def test_an_exited_containers_record_carries_its_termination_message(rt: RuncRuntime, busybox) -> None:
-    pod = _pod("msg", [_c("file", "sh", "-c", "printf 'bye now' > /dev/termination-log; exit 3"),
-                       _c("logs", "sh", "-c", "echo from-the-log; exit 4",
-                          termination_message_policy="FallbackToLogsOnError"),
-                       _c("ok", "true")])
+    pod = _pod(
+        "msg",
+        [
+            _c("file", "sh", "-c", "printf 'bye now' > /dev/termination-log; exit 3"),
+            _c("logs", "sh", "-c", "echo from-the-log; exit 4", termination_message_policy="FallbackToLogsOnError"),
+            _c("ok", "true"),
+        ],
+    )
     uid = pod.metadata.uid
     sandbox, _ = await _run(rt, pod, busybox, pod.spec.containers[0])
     for c in pod.spec.containers[1:]:
@@ -223,9 +251,11 @@ async def test_failed_create_leaves_nothing_behind(rt: RuncRuntime, busybox) -> 
     pod = _pod("broken", [_c("app", "/no/such/binary")])
     uid = pod.metadata.uid
     sandbox = await rt.run_sandbox(pod, 0)
-    bad_hostpath = _pod("broken", [_c("app", "true", volume_mounts=[VolumeMount(name="v", mount_path="/v",
-                                                                                   sub_path="../../etc")])],
-                        volumes=[Volume(name="v", empty_dir=EmptyDirVolumeSource())])
+    bad_hostpath = _pod(
+        "broken",
+        [_c("app", "true", volume_mounts=[VolumeMount(name="v", mount_path="/v", sub_path="../../etc")])],
+        volumes=[Volume(name="v", empty_dir=EmptyDirVolumeSource())],
+    )
     bad_hostpath.metadata.uid = uid
     with pytest.raises(CreateContainerError, match="subPath"):
         await rt.create_container(bad_hostpath, bad_hostpath.spec.containers[0], sandbox, busybox, 0)
@@ -244,9 +274,19 @@ async def test_failed_create_leaves_nothing_behind(rt: RuncRuntime, busybox) -> 
 
 @aio
 async def test_memory_emptydir_is_a_tmpfs_and_is_unmounted_with_the_pod(rt: RuncRuntime, busybox) -> None:
-    pod = _pod("vols", [_c("app", "sh", "-c", "echo hi > /cache/sub/f && grep -q ' /cache ' /proc/mounts",
-                           volume_mounts=[VolumeMount(name="cache", mount_path="/cache")])],
-               volumes=[Volume(name="cache", empty_dir=EmptyDirVolumeSource(medium="Memory", size_limit="16Mi"))])
+    pod = _pod(
+        "vols",
+        [
+            _c(
+                "app",
+                "sh",
+                "-c",
+                "echo hi > /cache/sub/f && grep -q ' /cache ' /proc/mounts",
+                volume_mounts=[VolumeMount(name="cache", mount_path="/cache")],
+            )
+        ],
+        volumes=[Volume(name="cache", empty_dir=EmptyDirVolumeSource(medium="Memory", size_limit="16Mi"))],
+    )
     pod.spec.containers[0].volume_mounts.append(VolumeMount(name="cache", mount_path="/sub", sub_path="sub"))
     uid = pod.metadata.uid
     await _run(rt, pod, busybox, pod.spec.containers[0])
@@ -298,7 +338,8 @@ def test_overlay_is_probed_by_a_trial_mount_that_leaves_nothing_behind(tmp_path,
 
 @aio
 async def test_a_bundle_left_without_its_id_is_cleared_before_its_instance_is_made_again(
-        rt: RuncRuntime, busybox) -> None:
+    rt: RuncRuntime, busybox
+) -> None:
     """A power cut can leave an instance's bundle dir without its id file (only the files are fsynced, not the
     directory entries): it names no container to remove, but the new container must not get its old
     writable layer."""

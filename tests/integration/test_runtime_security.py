@@ -42,17 +42,28 @@ def aio(fn):
 
 def _pod(containers: list[Container], **spec) -> Pod:
     return Pod(
-        api_version="v1", kind="Pod",
+        api_version="v1",
+        kind="Pod",
         metadata=ObjectMeta(name="sec", namespace="default", uid=str(uuid.uuid4()), annotations={}),
-        spec=PodSpec(containers=containers, restart_policy="Never", termination_grace_period_seconds=1,
-                     dns_policy="Default", **spec),
+        spec=PodSpec(
+            containers=containers,
+            restart_policy="Never",
+            termination_grace_period_seconds=1,
+            dns_policy="Default",
+            **spec,
+        ),
     )
 
 
 def _c(name: str, script: str, **sc) -> Container:
-    return Container(name=name, image="edgelet.local/busybox:1.36", command=["sh", "-c", script],
-                     image_pull_policy="IfNotPresent", termination_message_path="/dev/termination-log",
-                     security_context=SecurityContext(**sc) if sc else None)
+    return Container(
+        name=name,
+        image="edgelet.local/busybox:1.36",
+        command=["sh", "-c", script],
+        image_pull_policy="IfNotPresent",
+        termination_message_path="/dev/termination-log",
+        security_context=SecurityContext(**sc) if sc else None,
+    )
 
 
 async def _output(rt: RuncRuntime, pod: Pod, busybox, timeout: float = 30.0) -> dict[str, tuple[int, str]]:
@@ -103,18 +114,32 @@ async def test_seccomp_mode_for_each_profile_type(rt: RuncRuntime, busybox) -> N
     seccomp_dir = rt.paths.seccomp_dir
     (seccomp_dir / "profiles").mkdir(parents=True)
     (seccomp_dir / "profiles" / "deny-mkdir.json").write_text(json.dumps(DENY_MKDIR))
-    pod = _pod([
-        _c("default", STATUS + "; unshare -U -r id; echo unshare=$?"),
-        _c("runtime-default", STATUS, seccomp_profile=SeccompProfile(type="RuntimeDefault")),
-        _c("localhost", STATUS + "; mkdir /tmp/x; echo mkdir=$?",
-           seccomp_profile=SeccompProfile(type="Localhost", localhost_profile="profiles/deny-mkdir.json")),
-        _c("unconfined", STATUS + "; mkdir /tmp/x; echo mkdir=$?", seccomp_profile=SeccompProfile(type="Unconfined")),
-        _c("privileged", STATUS, privileged=True),
-    ], security_context=PodSecurityContext(seccomp_profile=SeccompProfile(type="RuntimeDefault")))
+    pod = _pod(
+        [
+            _c("default", STATUS + "; unshare -U -r id; echo unshare=$?"),
+            _c("runtime-default", STATUS, seccomp_profile=SeccompProfile(type="RuntimeDefault")),
+            _c(
+                "localhost",
+                STATUS + "; mkdir /tmp/x; echo mkdir=$?",
+                seccomp_profile=SeccompProfile(type="Localhost", localhost_profile="profiles/deny-mkdir.json"),
+            ),
+            _c(
+                "unconfined",
+                STATUS + "; mkdir /tmp/x; echo mkdir=$?",
+                seccomp_profile=SeccompProfile(type="Unconfined"),
+            ),
+            _c("privileged", STATUS, privileged=True),
+        ],
+        security_context=PodSecurityContext(seccomp_profile=SeccompProfile(type="RuntimeDefault")),
+    )
     out = await _output(rt, pod, busybox)
     # 2 is SECCOMP_MODE_FILTER; 0 is none.
     assert {name: _seccomp_mode(text) for name, (_code, text) in out.items()} == {
-        "default": 2, "runtime-default": 2, "localhost": 2, "unconfined": 0, "privileged": 0,
+        "default": 2,
+        "runtime-default": 2,
+        "localhost": 2,
+        "unconfined": 0,
+        "privileged": 0,
     }, out
     # The default profile refuses new user namespaces (unshare needs CAP_SYS_ADMIN under it).
     assert "unshare=0" not in out["default"][1] and "uid=0" not in out["default"][1], out["default"]
@@ -133,7 +158,9 @@ async def test_seccomp_default_off_leaves_unset_containers_unconfined(runtime_pa
     assert _seccomp_mode(out["unset"][1]) == 0 and _seccomp_mode(out["asked"][1]) == 2
 
 
-@pytest.mark.parametrize("content", [None, "{not json", '{"syscalls": []}'], ids=["missing", "not JSON", "no defaultAction"])
+@pytest.mark.parametrize(
+    "content", [None, "{not json", '{"syscalls": []}'], ids=["missing", "not JSON", "no defaultAction"]
+)
 @aio
 async def test_a_missing_or_invalid_localhost_profile_fails_the_container_naming_it(
     rt: RuncRuntime, busybox, content: str | None
@@ -153,8 +180,10 @@ async def test_a_missing_or_invalid_localhost_profile_fails_the_container_naming
 @aio
 async def test_proc_sys_is_read_only_unless_privileged_and_unmasked_is_refused(rt: RuncRuntime, busybox) -> None:
     # Writing the value /proc/sys already holds changes nothing on the host even where it succeeds.
-    probe = ("grep ' /proc/sys ' /proc/mounts; v=$(cat /proc/sys/kernel/printk_ratelimit); "
-             "echo $v > /proc/sys/kernel/printk_ratelimit; echo write=$?")
+    probe = (
+        "grep ' /proc/sys ' /proc/mounts; v=$(cat /proc/sys/kernel/printk_ratelimit); "
+        "echo $v > /proc/sys/kernel/printk_ratelimit; echo write=$?"
+    )
     out = await _output(rt, _pod([_c("default", probe)]), busybox)
     _code, text = out["default"]
     assert "/proc/sys proc ro," in text and "write=0" not in text, text
@@ -183,8 +212,7 @@ async def test_privileged_gets_the_agents_bounding_set_host_devices_and_no_masks
     extra = [d["path"] for d in host_devices() if d["path"] not in defaults]
     assert extra, "this host has no devices beyond the defaults to look for"
     wanted = extra[:3]
-    probe = (STATUS + "; grep -c ' /proc/sys ' /proc/mounts; " + "; ".join(f"ls -l {p}" for p in wanted)
-             + "; echo done")
+    probe = STATUS + "; grep -c ' /proc/sys ' /proc/mounts; " + "; ".join(f"ls -l {p}" for p in wanted) + "; echo done"
     pod = _pod([_c("priv", probe, privileged=True), _c("plain", probe)])
     out = await _output(rt, pod, busybox)
     code, text = out["priv"]

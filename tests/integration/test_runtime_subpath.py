@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from edgelet.api.types import EmptyDirVolumeSource, HostPathVolumeSource, Volume, VolumeMount
+from edgelet.container.errors import CreateContainerError
 from edgelet.runtime import bundle as bl
 from edgelet.runtime import subpath
-from edgelet.container.errors import CreateContainerError
 from edgelet.runtime.host import probe_host_facts
 from edgelet.runtime.runc_runtime import RuncRuntime
 from edgelet.runtime.subpath import SubPathError
@@ -21,7 +21,6 @@ pytestmark = pytest.mark.privileged
 
 SIBLINGS = 12
 ROUNDS = 3
-
 
 
 def _mounts_under(path: Path) -> list[str]:
@@ -39,10 +38,23 @@ async def test_swap_race_never_mounts_the_host_directory(rt: RuncRuntime, busybo
     (host / "secret").write_text("host data\n")
     vol = [Volume(name="v", empty_dir=EmptyDirVolumeSource())]
     # The flipper swaps /v/d between a directory and a symlink to the host directory, pausing so both states last.
-    flip = _c("flipper", "sh", "-c", f"while :; do mkdir /v/d; sleep 0.1; rm -rf /v/d; ln -s {host} /v/d; sleep 0.1; rm /v/d; done",
-              volume_mounts=[VolumeMount(name="v", mount_path="/v")])
-    siblings = [_c(f"sib{i}", "sh", "-c", "if [ -e /m/secret ]; then echo ESCAPED; exit 3; fi",
-                   volume_mounts=[VolumeMount(name="v", mount_path="/m", sub_path="d")]) for i in range(SIBLINGS)]
+    flip = _c(
+        "flipper",
+        "sh",
+        "-c",
+        f"while :; do mkdir /v/d; sleep 0.1; rm -rf /v/d; ln -s {host} /v/d; sleep 0.1; rm /v/d; done",
+        volume_mounts=[VolumeMount(name="v", mount_path="/v")],
+    )
+    siblings = [
+        _c(
+            f"sib{i}",
+            "sh",
+            "-c",
+            "if [ -e /m/secret ]; then echo ESCAPED; exit 3; fi",
+            volume_mounts=[VolumeMount(name="v", mount_path="/m", sub_path="d")],
+        )
+        for i in range(SIBLINGS)
+    ]
     pod = _pod("race", [flip, *siblings], volumes=vol)
     uid = pod.metadata.uid
     sandbox, _ = await _run(rt, pod, busybox, flip)
@@ -74,15 +86,23 @@ async def test_swap_race_never_mounts_the_host_directory(rt: RuncRuntime, busybo
 
 
 @aio
-async def test_planted_symlink_creates_nothing_outside_and_fails_clearly(rt: RuncRuntime, busybox,
-                                                                        tmp_path: Path) -> None:
+async def test_planted_symlink_creates_nothing_outside_and_fails_clearly(
+    rt: RuncRuntime, busybox, tmp_path: Path
+) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
     vol = [Volume(name="v", empty_dir=EmptyDirVolumeSource())]
-    planter = _c("planter", "sh", "-c", f"ln -s {outside} /v/link && ln -s {tmp_path}/absent/x /v/dangling",
-                 volume_mounts=[VolumeMount(name="v", mount_path="/v")])
-    victims = {sub: _c(f"victim{i}", "true", volume_mounts=[VolumeMount(name="v", mount_path="/m", sub_path=sub)])
-               for i, sub in enumerate(["link", "link/new/dir", "dangling", "dangling/deeper"])}
+    planter = _c(
+        "planter",
+        "sh",
+        "-c",
+        f"ln -s {outside} /v/link && ln -s {tmp_path}/absent/x /v/dangling",
+        volume_mounts=[VolumeMount(name="v", mount_path="/v")],
+    )
+    victims = {
+        sub: _c(f"victim{i}", "true", volume_mounts=[VolumeMount(name="v", mount_path="/m", sub_path=sub)])
+        for i, sub in enumerate(["link", "link/new/dir", "dangling", "dangling/deeper"])
+    }
     pod = _pod("planted", [planter, *victims.values()], volumes=vol)
     uid = pod.metadata.uid
     sandbox, _ = await _run(rt, pod, busybox, planter)
@@ -104,9 +124,16 @@ async def test_planted_symlink_creates_nothing_outside_and_fails_clearly(rt: Run
 @aio
 async def test_sub_path_mounts_go_with_the_container_and_the_pod(rt: RuncRuntime, busybox) -> None:
     vol = [Volume(name="v", empty_dir=EmptyDirVolumeSource())]
-    app = _c("app", "sh", "-c", "echo hi > /m/g && cat /f1",
-             volume_mounts=[VolumeMount(name="v", mount_path="/m", sub_path="a/b"),
-                            VolumeMount(name="v", mount_path="/f1", sub_path="a/b/f", read_only=True)])
+    app = _c(
+        "app",
+        "sh",
+        "-c",
+        "echo hi > /m/g && cat /f1",
+        volume_mounts=[
+            VolumeMount(name="v", mount_path="/m", sub_path="a/b"),
+            VolumeMount(name="v", mount_path="/f1", sub_path="a/b/f", read_only=True),
+        ],
+    )
     stay = _c("stay", "sleep", "3600", volume_mounts=[VolumeMount(name="v", mount_path="/m", sub_path="a")])
     pod = _pod("subpaths", [app, stay], volumes=vol)
     uid = pod.metadata.uid
@@ -143,8 +170,15 @@ async def test_sub_path_mounts_are_cleaned_after_a_crash(runtime_paths, busybox)
     uid = pod.metadata.uid
     await _run(rt, pod, busybox, app)
     # The agent dies between a subPath mount and `runc create` of another container: its mount is left too.
-    subpath.mount_sub_path(rt.paths.pod_dir(uid), rt.paths.pod_dir(uid) / "volumes" / "v", pod="default/crash",
-                           volume="v", container="half-made", index=0, sub_path="e")
+    subpath.mount_sub_path(
+        rt.paths.pod_dir(uid),
+        rt.paths.pod_dir(uid) / "volumes" / "v",
+        pod="default/crash",
+        volume="v",
+        container="half-made",
+        index=0,
+        sub_path="e",
+    )
     assert len(_mounts_under(subpath.subpaths_dir(rt.paths.pod_dir(uid)))) == 2
     del rt  # crash: nothing in memory survives
     fresh = RuncRuntime(runtime_paths)
@@ -154,11 +188,16 @@ async def test_sub_path_mounts_are_cleaned_after_a_crash(runtime_paths, busybox)
 
 
 def _ro_pod(host: Path):
-    writer = _c("writer", "sh", "-c", "touch /h/top 2>/dev/null && echo top-writable; "
-                "touch /h/sub/x 2>/dev/null && echo sub-writable; echo done",
-                volume_mounts=[VolumeMount(name="h", mount_path="/h", read_only=True)])
-    return _pod("rro", [writer], volumes=[Volume(name="h", host_path=HostPathVolumeSource(path=str(host),
-                                                                                        type="Directory"))])
+    writer = _c(
+        "writer",
+        "sh",
+        "-c",
+        "touch /h/top 2>/dev/null && echo top-writable; touch /h/sub/x 2>/dev/null && echo sub-writable; echo done",
+        volume_mounts=[VolumeMount(name="h", mount_path="/h", read_only=True)],
+    )
+    return _pod(
+        "rro", [writer], volumes=[Volume(name="h", host_path=HostPathVolumeSource(path=str(host), type="Directory"))]
+    )
 
 
 @pytest.fixture
@@ -188,8 +227,9 @@ async def test_read_only_host_path_is_read_only_in_its_submounts(runtime_paths, 
 
 
 @aio
-async def test_without_rro_a_read_only_mount_leaves_submounts_writable(runtime_paths, busybox,
-                                                                       host_with_submount) -> None:
+async def test_without_rro_a_read_only_mount_leaves_submounts_writable(
+    runtime_paths, busybox, host_with_submount
+) -> None:
     # The fallback where the kernel cannot (documented): plain `ro` covers the top mount only.
     rt = RuncRuntime(runtime_paths, host_facts=dataclasses.replace(probe_host_facts(), recursive_read_only=False))
     pod = _ro_pod(host_with_submount)

@@ -50,7 +50,9 @@ async def echo(request: Request) -> Response:
 def test_socket_mode_keepalive_and_errors(tmp_path):
     async def scenario(sock: Path):
         assert stat.S_IMODE(sock.stat().st_mode) == 0o600
-        two = await _raw(sock, b"GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET /b HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        two = await _raw(
+            sock, b"GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET /b HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
         boom = await _raw(sock, b"GET /boom HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         missing = await _raw(sock, b"GET /missing HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         garbage = await _raw(sock, b"NOT HTTP AT ALL\r\n\r\n")
@@ -145,7 +147,9 @@ def test_api_server_tcp_serves_healthz_only_and_removes_its_socket(tmp_path):
         await server.start()
         port = await server._server.listen_tcp("127.0.0.1", 0, api.handle_public)
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /pods HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        writer.write(
+            b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /pods HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
         out = await asyncio.wait_for(reader.read(-1), 5)
         writer.close()
         sock_existed = server.socket.exists()
@@ -182,7 +186,6 @@ for _ in range(600):  # a byte now and then on every connection, until killed
 @pytest.mark.privileged
 def test_a_local_flood_neither_locks_root_out_of_the_socket_nor_starves_healthz(tmp_path):
     """70 trickling connections from uid 65534 (nobody): the socket answers root, /healthz answers too."""
-    import subprocess
     import sys
 
     sock = tmp_path / "t.sock"
@@ -193,13 +196,16 @@ def test_a_local_flood_neither_locks_root_out_of_the_socket_nor_starves_healthz(
         port = await server.listen_tcp("127.0.0.1", 0)
         # The system's python: nobody may not read the venv's; the script needs only the standard library.
         python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.base_executable
-        flood = await asyncio.create_subprocess_exec(python, "-c", FLOOD, str(port), "70", user=65534, cwd="/",
-                                                     stdout=asyncio.subprocess.PIPE)
+        flood = await asyncio.create_subprocess_exec(
+            python, "-c", FLOOD, str(port), "70", user=65534, cwd="/", stdout=asyncio.subprocess.PIPE
+        )
         try:
             assert (await asyncio.wait_for(flood.stdout.readline(), 30)).strip() == b"flooding"
             answers = []
             for i in range(5):
-                answers.append(await _raw(sock, f"GET /root{i} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode()))
+                answers.append(
+                    await _raw(sock, f"GET /root{i} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+                )
                 reader, writer = await asyncio.open_connection("127.0.0.1", port)
                 writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
                 await writer.drain()

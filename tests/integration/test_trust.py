@@ -35,15 +35,21 @@ def pod_yaml(name: str, image: str = "busybox:1.36", version: int | None = None)
 @pytest.fixture(scope="module")
 def tools(tmp_path_factory) -> dict:
     d = tmp_path_factory.mktemp("keys")
-    return {"minisign": MinisignKey.generate(d), "signify": SignifyKey.generate(d), "ssh": SshKey.generate(d),
-            "stranger": MinisignKey.generate(d, "stranger"), "ssh_stranger": SshKey.generate(d, "ssh_stranger"),
-            "dir": d}
+    return {
+        "minisign": MinisignKey.generate(d),
+        "signify": SignifyKey.generate(d),
+        "ssh": SshKey.generate(d),
+        "stranger": MinisignKey.generate(d, "stranger"),
+        "ssh_stranger": SshKey.generate(d, "ssh_stranger"),
+        "dir": d,
+    }
 
 
 @pytest.fixture
 def keydir(tmp_path: Path, tools: dict) -> Path:
-    return trusted_dir(tmp_path / "trusted", tools["minisign"], tools["signify"], tools["ssh"],
-                       ssh_options='namespaces="edgelet-*"')
+    return trusted_dir(
+        tmp_path / "trusted", tools["minisign"], tools["signify"], tools["ssh"], ssh_options='namespaces="edgelet-*"'
+    )
 
 
 @pytest.fixture
@@ -58,7 +64,7 @@ def flip_signature_byte(sig: Path) -> None:
         raw = bytearray(base64.b64decode("".join(lines[1:-1])))
         raw[-5] ^= 0x01
         b64 = base64.b64encode(bytes(raw)).decode()
-        lines = [lines[0], *[b64[i:i + 70] for i in range(0, len(b64), 70)], lines[-1]]
+        lines = [lines[0], *[b64[i : i + 70] for i in range(0, len(b64), 70)], lines[-1]]
     else:
         raw = bytearray(base64.b64decode(lines[1]))
         raw[-5] ^= 0x01
@@ -124,14 +130,20 @@ def test_key_files_as_sshds_strict_modes(keydir: Path, tmp_path: Path) -> None:
     assert len(load_trusted_keys(keydir))
 
 
-@pytest.mark.parametrize("text, line, match", [
-    ("untrusted comment: x\nRWSnotbase64!!\n", 2, "not base64"),
-    ("# ok\n\nops@x ssh-rsa AAAAB3NzaC1yc2E=\n", 3, "unsupported key type 'ssh-rsa'"),
-    ("ops@x cert-authority ssh-ed25519 AAAA\n", 1, "cert-authority"),
-    ('ops@x valid-before="2027" ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKK8gRRUkEnVHqOlke9N694pakkyWVpXtr5yU4FSxzs8\n',
-     1, "YYYYMMDD"),
-    ('ops@x namespaces="a ssh-ed25519 AAAA\n', 1, "unterminated quote"),
-])
+@pytest.mark.parametrize(
+    "text, line, match",
+    [
+        ("untrusted comment: x\nRWSnotbase64!!\n", 2, "not base64"),
+        ("# ok\n\nops@x ssh-rsa AAAAB3NzaC1yc2E=\n", 3, "unsupported key type 'ssh-rsa'"),
+        ("ops@x cert-authority ssh-ed25519 AAAA\n", 1, "cert-authority"),
+        (
+            'ops@x valid-before="2027" ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKK8gRRUkEnVHqOlke9N694pakkyWVpXtr5yU4FSxzs8\n',
+            1,
+            "YYYYMMDD",
+        ),
+        ('ops@x namespaces="a ssh-ed25519 AAAA\n', 1, "unterminated quote"),
+    ],
+)
 def test_a_malformed_key_file_names_file_and_line(tmp_path: Path, text: str, line: int, match: str) -> None:
     f = tmp_path / "keys"
     f.write_text(text)
@@ -167,8 +179,9 @@ def _sign(tools: dict, how: str, path: Path) -> Path:
 
 
 def _check(trust: Trust, body: Path, sig: Path, namespace: str = "edgelet-manifest"):
-    return check_signature(Message(data=body.read_bytes()), sig.read_bytes(), trust.keys, namespace=namespace,
-                           now=NOW, name=str(sig))
+    return check_signature(
+        Message(data=body.read_bytes()), sig.read_bytes(), trust.keys, namespace=namespace, now=NOW, name=str(sig)
+    )
 
 
 SIGNERS = ["minisign", "minisign-legacy", "signify", "ssh"]
@@ -238,13 +251,16 @@ def test_a_tampered_trusted_comment_is_bad(tmp_path: Path, tools: dict, trust: T
     assert err.value.reason == "bad"
 
 
-@pytest.mark.parametrize("options, reason", [
-    ('valid-before="20260101Z"', "expired"),
-    ('valid-after="20990101Z"', "expired"),
-    ('namespaces="edgelet-image"', "wrong namespace"),
-    ('namespaces="*,!edgelet-manifest"', "wrong namespace"),
-    ('valid-after="20250101",valid-before="20990101Z",namespaces="edgelet-manifest"', None),
-])
+@pytest.mark.parametrize(
+    "options, reason",
+    [
+        ('valid-before="20260101Z"', "expired"),
+        ('valid-after="20990101Z"', "expired"),
+        ('namespaces="edgelet-image"', "wrong namespace"),
+        ('namespaces="*,!edgelet-manifest"', "wrong namespace"),
+        ('valid-after="20250101",valid-before="20990101Z",namespaces="edgelet-manifest"', None),
+    ],
+)
 def test_ssh_key_validity_and_namespaces(tmp_path: Path, tools: dict, options: str, reason: str | None) -> None:
     keys = tmp_path / "allowed_signers"
     keys.write_text(tools["ssh"].allowed_signer(options=options))
@@ -321,8 +337,7 @@ def test_a_refused_update_keeps_the_running_pods(mdir: Path, tools: dict, trust:
 
     # An unsigned update (the signature removed), then a new body beside the old signature.
     attempt(lambda: (mdir / "web.yaml.minisig").unlink(), "missing")
-    attempt(lambda: ((mdir / "web.yaml.minisig").write_bytes(good_sig), f.write_text(pod_yaml("web", "evil:1"))),
-            "bad")
+    attempt(lambda: ((mdir / "web.yaml.minisig").write_bytes(good_sig), f.write_text(pod_yaml("web", "evil:1"))), "bad")
     # Signed by a key the device does not trust.
     attempt(lambda: tools["stranger"].sign(f), "unknown key")
     # A signed update is taken, and re-verified when only its signature changes.
@@ -335,8 +350,9 @@ def test_a_refused_update_keeps_the_running_pods(mdir: Path, tools: dict, trust:
     assert _images(snap) == {"web-node1": "busybox:2"} and "(bad)" in snap.errors[0].message
 
 
-def test_an_older_signed_version_is_a_replay_even_after_a_restart(mdir: Path, tools: dict, trust: Trust,
-                                                                    keydir: Path, tmp_path: Path) -> None:
+def test_an_older_signed_version_is_a_replay_even_after_a_restart(
+    mdir: Path, tools: dict, trust: Trust, keydir: Path, tmp_path: Path
+) -> None:
     f = mdir / "web.yaml"
     f.write_text(pod_yaml("web", "vulnerable:1"))
     tools["minisign"].sign(f, version=41)
@@ -354,8 +370,10 @@ def test_an_older_signed_version_is_a_replay_even_after_a_restart(mdir: Path, to
     (mdir / "web.yaml.minisig").write_bytes(old_sig)
     snap, state = _scan(mdir, trust, state)
     assert _images(snap) == {"web-node1": "fixed:2"}
-    assert "signature refused (replay)" in snap.errors[0].message and "41 is older than version 42" in \
-        snap.errors[0].message
+    assert (
+        "signature refused (replay)" in snap.errors[0].message
+        and "41 is older than version 42" in snap.errors[0].message
+    )
     # ... after a restart (fresh source state, records read from disk): still refused, and the pods are those
     # of the last accepted version, from its kept copy.
     restarted = Trust.load(keydir, tmp_path / "state" / "trust", FakeClock(NOW))
@@ -378,8 +396,10 @@ def test_the_same_version_for_another_body_is_refused(mdir: Path, tools: dict, t
     f.write_text(pod_yaml("web", "b:1"))
     tools["minisign"].sign(f, version=5)
     snap, state = _scan(mdir, trust, state)
-    assert _images(snap) == {"web-node1": "a:1"} and "version 5 was accepted before for another body" in \
-        snap.errors[0].message
+    assert (
+        _images(snap) == {"web-node1": "a:1"}
+        and "version 5 was accepted before for another body" in snap.errors[0].message
+    )
 
 
 def test_ssh_and_signify_versions_come_from_the_signed_body(mdir: Path, tools: dict, trust: Trust) -> None:
@@ -417,8 +437,9 @@ def test_version_records_are_written_atomically_and_survive_garbage(tmp_path: Pa
     assert [p.name for p in tmp_path.iterdir()] == [VERSIONS_FILE]  # no temp file left
 
 
-def test_a_file_refused_at_start_keeps_its_last_accepted_pods(mdir: Path, tools: dict, trust: Trust, keydir: Path,
-                                                               tmp_path: Path) -> None:
+def test_a_file_refused_at_start_keeps_its_last_accepted_pods(
+    mdir: Path, tools: dict, trust: Trust, keydir: Path, tmp_path: Path
+) -> None:
     f = mdir / "web.yaml"
     f.write_text(pod_yaml("web", "good:1"))
     tools["minisign"].sign(f, version=1)
@@ -517,8 +538,9 @@ def test_a_rename_in_one_scan_keeps_its_pods(mdir: Path, tools: dict, trust: Tru
     assert sorted(_images(snap)) == ["web-node1"] and snap.errors == ()
 
 
-def test_a_file_deleted_while_down_then_junk_at_its_path_runs_nothing(mdir: Path, tools: dict, trust: Trust,
-                                                                       keydir: Path, tmp_path: Path) -> None:
+def test_a_file_deleted_while_down_then_junk_at_its_path_runs_nothing(
+    mdir: Path, tools: dict, trust: Trust, keydir: Path, tmp_path: Path
+) -> None:
     f = mdir / "web.yaml"
     body, sig = _sign_as(tools, f, pod_yaml("web", "good:1"), 5)
     _scan(mdir, trust)

@@ -7,9 +7,10 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import msgspec
 import pytest
@@ -27,14 +28,16 @@ NODE = "node1"
 
 def pod_yaml(name: str, image: str = "busybox:1.36", version: int | None = None) -> str:
     head = f"# edgelet-version: {version}\n" if version is not None else ""
-    return f"{head}apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  containers:\n" \
-           f"  - name: app\n    image: {image}\n"
+    return (
+        f"{head}apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  containers:\n"
+        f"  - name: app\n    image: {image}\n"
+    )
 
 
 class _Handler(BaseHTTPRequestHandler):
-    server: "_Server"
+    server: _Server
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         owner = self.server.owner
         path = self.path.split("?")[0]
         with owner.lock:
@@ -57,7 +60,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
-    owner: "FileServer"
+    owner: FileServer
 
 
 class FileServer:
@@ -117,8 +120,17 @@ def signed(keys: dict, tmp_path: Path, text: str, version: int, tool: str = "min
 
 def make_source(url: str, tmp_path: Path, keys: dict, **kw: Any) -> HttpSource:
     trust = Trust.load(keys["trusted"], tmp_path / "trust", RealClock())
-    return HttpSource(url, NODE, headers=kw.pop("headers", {"X-Token": "t1"}), check_frequency=0.05, timeout=5.0,
-                      clock=RealClock(), cache_dir=tmp_path / "sources", trust=trust, **kw)
+    return HttpSource(
+        url,
+        NODE,
+        headers=kw.pop("headers", {"X-Token": "t1"}),
+        check_frequency=0.05,
+        timeout=5.0,
+        clock=RealClock(),
+        cache_dir=tmp_path / "sources",
+        trust=trust,
+        **kw,
+    )
 
 
 def scans(source: HttpSource, *steps: Any) -> list[SourceSnapshot]:
@@ -141,8 +153,9 @@ def images(snap: SourceSnapshot) -> dict[str, str]:
     return {p.metadata.name: p.spec.containers[0].image for p in snap.pods}
 
 
-def test_a_signed_body_is_taken_and_its_signature_fetched_with_the_same_headers(server: FileServer, tmp_path: Path,
-                                                                                  keys: dict) -> None:
+def test_a_signed_body_is_taken_and_its_signature_fetched_with_the_same_headers(
+    server: FileServer, tmp_path: Path, keys: dict
+) -> None:
     body, sig = signed(keys, tmp_path, pod_yaml("web"), 1)
     server.put("/pods.yaml", body)
     server.put("/pods.yaml.minisig", sig)
@@ -158,12 +171,12 @@ def test_ssh_signature_at_dot_sig_and_a_query_string_url(server: FileServer, tmp
     server.put("/pods.yaml.sig", sig)
     [snap] = scans(make_source(server.url + "?node=n1", tmp_path, keys), lambda: None)
     assert list(images(snap)) == ["web-node1"]
-    assert [p for p in server.paths()] == ["/pods.yaml?node=n1", "/pods.yaml.minisig?node=n1",
-                                           "/pods.yaml.sig?node=n1"]
+    assert [p for p in server.paths()] == ["/pods.yaml?node=n1", "/pods.yaml.minisig?node=n1", "/pods.yaml.sig?node=n1"]
 
 
-def test_attacks_on_the_url_are_refused_and_the_pods_keep_running(server: FileServer, tmp_path: Path,
-                                                                    keys: dict) -> None:
+def test_attacks_on_the_url_are_refused_and_the_pods_keep_running(
+    server: FileServer, tmp_path: Path, keys: dict
+) -> None:
     v1, sig1 = signed(keys, tmp_path, pod_yaml("web", "good:1"), 1)
     v2, sig2 = signed(keys, tmp_path, pod_yaml("web", "good:2"), 2)
     evil = pod_yaml("web", "evil:1").encode()
@@ -200,8 +213,9 @@ def test_not_modified_needs_no_signature_fetch(server: FileServer, tmp_path: Pat
     assert server.paths() == ["/pods.yaml", "/pods.yaml.minisig", "/pods.yaml"]
 
 
-def test_the_offline_copy_keeps_the_signature_and_is_verified_again(server: FileServer, tmp_path: Path,
-                                                                     keys: dict) -> None:
+def test_the_offline_copy_keeps_the_signature_and_is_verified_again(
+    server: FileServer, tmp_path: Path, keys: dict
+) -> None:
     body, sig = signed(keys, tmp_path, pod_yaml("web"), 1)
     server.put("/pods.yaml", body)
     server.put("/pods.yaml.minisig", sig)

@@ -42,8 +42,12 @@ def setup(tmp_path: Path, keys: dict, tarball: Path) -> tuple[ImportDir, ImageSt
     store = ImageStore(tmp_path / "s", clock=clock)
     events = EventRecorder(clock)
     trust = Trust.load(keys["trusted"], tmp_path / "trust", clock)
-    return ImportDir(imp, store, tmp_path / "s" / "imported.json", clock=clock, trust=trust, events=events), \
-        store, events, imp / "app.tar"
+    return (
+        ImportDir(imp, store, tmp_path / "s" / "imported.json", clock=clock, trust=trust, events=events),
+        store,
+        events,
+        imp / "app.tar",
+    )
 
 
 def refusals(events: EventRecorder) -> list[str]:
@@ -91,8 +95,9 @@ def test_a_changed_archive_beside_its_old_signature_is_refused(tmp_path: Path, k
     assert "(bad)" in refusals(events)[0]
 
 
-def test_an_archive_renamed_over_the_path_after_its_check_is_never_imported(tmp_path: Path, keys: dict,
-                                                                            tarball: Path) -> None:
+def test_an_archive_renamed_over_the_path_after_its_check_is_never_imported(
+    tmp_path: Path, keys: dict, tarball: Path
+) -> None:
     """Hashed, verified and imported through one descriptor: a file renamed over the path between the check
     and the import (a fault hook makes the race certain) is not what gets imported and pinned."""
     d, store, events, archive = setup(tmp_path, keys, tarball)
@@ -109,8 +114,9 @@ def test_an_archive_renamed_over_the_path_after_its_check_is_never_imported(tmp_
 
 
 @pytest.mark.timeout(60)
-def test_a_fifo_or_symlink_in_the_import_dir_is_refused_never_waited_on(tmp_path: Path, keys: dict,
-                                                                       tarball: Path) -> None:
+def test_a_fifo_or_symlink_in_the_import_dir_is_refused_never_waited_on(
+    tmp_path: Path, keys: dict, tarball: Path
+) -> None:
     d, store, events, archive = setup(tmp_path, keys, tarball)
     os.mkfifo(archive.parent / "pipe.tar")
     (archive.parent / "link.tar").symlink_to(archive)

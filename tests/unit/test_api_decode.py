@@ -63,22 +63,38 @@ def test_single_yaml_pod() -> None:
         pytest.param(b"# only a comment\n", [], id="comment-only"),
         pytest.param(b"---\n---\n", [], id="empty-documents"),
         pytest.param(POD, ["web"], id="yaml"),
-        pytest.param(b"---\n" + POD + b"---\n\n---\n" + POD.replace(b"name: web", b"name: two"), ["web", "two"],
-                     id="multi-document"),
+        pytest.param(
+            b"---\n" + POD + b"---\n\n---\n" + POD.replace(b"name: web", b"name: two"),
+            ["web", "two"],
+            id="multi-document",
+        ),
         pytest.param(
             b"{apiVersion: v1, kind: Pod, metadata: {name: flow}, spec: {containers: [{name: c, image: x}]}}",
             ["flow"],
             id="flow-style",
         ),
         pytest.param(
-            json.dumps({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "j"},
-                        "spec": {"containers": [{"name": "c", "image": "x"}]}}).encode(),
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": "j"},
+                    "spec": {"containers": [{"name": "c", "image": "x"}]},
+                }
+            ).encode(),
             ["j"],
             id="json",
         ),
         pytest.param(
-            b"\xef\xbb\xbf" + json.dumps({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bom"},
-                                          "spec": {"containers": [{"name": "c"}]}}).encode(),
+            b"\xef\xbb\xbf"
+            + json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": "bom"},
+                    "spec": {"containers": [{"name": "c"}]},
+                }
+            ).encode(),
             ["bom"],
             id="json-with-bom",
         ),
@@ -193,8 +209,9 @@ def bad_port(value: str) -> bytes:
             "$.items[0]: missing required field kind",
             id="list-item-without-kind",
         ),
-        pytest.param(b"apiVersion: v1\nkind: PodList\nitems: {}\n", "$.items: expected array, got dict",
-                     id="items-not-array"),
+        pytest.param(
+            b"apiVersion: v1\nkind: PodList\nitems: {}\n", "$.items: expected array, got dict", id="items-not-array"
+        ),
         pytest.param(
             b'{"apiVersion": "v1", "kind": "Pod", "spec": {"containers": [{"name": 5}]}}',
             "$.spec.containers[0].name: expected str, got int",
@@ -212,8 +229,12 @@ def test_rejected_inputs(data: bytes, message: str) -> None:
 @pytest.mark.parametrize(
     ("data", "line", "fragment"),
     [
-        pytest.param(b"apiVersion: v1\nkind: Pod\nmetadata:\n\tname: a\n", 4,
-                     "YAML does not allow tabs for indentation", id="tab"),
+        pytest.param(
+            b"apiVersion: v1\nkind: Pod\nmetadata:\n\tname: a\n",
+            4,
+            "YAML does not allow tabs for indentation",
+            id="tab",
+        ),
         pytest.param(b"apiVersion: v1\nkind: Pod\nmetadata: {name: [\n", 4, "", id="unclosed-flow"),
         pytest.param(b"a: b\n c: d\n", 2, "mapping values are not allowed", id="bad-indent"),
         pytest.param(b"a: !!python/object:os.system x\n", 1, "could not determine a constructor", id="unsafe-tag"),
@@ -243,11 +264,14 @@ def test_alias_bomb_is_rejected_quickly() -> None:
         parse_manifests(data, "bomb.yaml")
 
 
-@pytest.mark.parametrize("data", [
-    b"a: " + b"[" * 500 + b"]" * 500,  # flow style, under libyaml's own limit of 1000
-    b"- " * 30000 + b"x\n",  # block sequences on one line
-    b"a:\n" + b"".join(b"  " * i + b"b:\n" for i in range(1, 150)),
-])
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"a: " + b"[" * 500 + b"]" * 500,  # flow style, under libyaml's own limit of 1000
+        b"- " * 30000 + b"x\n",  # block sequences on one line
+        b"a:\n" + b"".join(b"  " * i + b"b:\n" for i in range(1, 150)),
+    ],
+)
 def test_nesting_is_bounded_before_anything_is_composed(data: bytes) -> None:
     with pytest.raises(ManifestDecodeError, match="nested more than 100 levels deep"):
         parse_manifests(data, "deep.yaml")
@@ -257,7 +281,8 @@ def test_merge_key_bomb_is_refused_while_parsing() -> None:
     import tracemalloc
 
     data = b"a0: &a0 {k0: v, k1: v, k2: v, k3: v, k4: v, k5: v, k6: v, k7: v}\n" + b"".join(
-        f"a{i}: &a{i} {{<<: [*a{i - 1}, *a{i - 1}], x{i}: {{<<: *a{i - 1}}}}}\n".encode() for i in range(1, 12))
+        f"a{i}: &a{i} {{<<: [*a{i - 1}, *a{i - 1}], x{i}: {{<<: *a{i - 1}}}}}\n".encode() for i in range(1, 12)
+    )
     tracemalloc.start()
     try:
         with pytest.raises(ManifestDecodeError, match=r"more than 100000 values \(aliases and merge keys expanded\)"):
@@ -313,8 +338,9 @@ def test_arbitrary_text_raises_only_api_errors(text: str) -> None:
 @st.composite
 def pod_like(draw: st.DrawFn) -> bytes:
     scalar = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=5))
-    value = st.recursive(scalar, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=5), c,
-                                                                                       max_size=3), max_leaves=10)
+    value = st.recursive(
+        scalar, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=5), c, max_size=3), max_leaves=10
+    )
     doc = {"apiVersion": "v1", "kind": draw(st.sampled_from(["Pod", "PodList", "List"]))}
     doc.update(draw(st.dictionaries(st.sampled_from(["metadata", "spec", "items", "status"]), value)))
     return json.dumps(doc).encode()

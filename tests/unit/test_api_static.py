@@ -7,7 +7,7 @@ from collections.abc import Callable
 import msgspec
 import pytest
 
-from edgelet.api.annotations import CONFIG_SOURCE, CONFIG_HASH
+from edgelet.api.annotations import CONFIG_HASH, CONFIG_SOURCE
 from edgelet.api.decode import parse_manifests
 from edgelet.api.defaults import apply_defaults, default_image_pull_policy
 from edgelet.api.errors import ApiError, ValidationError
@@ -100,13 +100,14 @@ def _set(path: str, value: object) -> Callable[[dict], None]:
     [
         pytest.param(
             _set("spec.containers.0.ports", [{"containerPort": 80}, {"containerPort": 53, "protocol": "UDP"}]),
-            lambda s: s["containers"][0]["ports"] == [{"containerPort": 80, "protocol": "TCP"},
-                                                       {"containerPort": 53, "protocol": "UDP"}],
+            lambda s: (
+                s["containers"][0]["ports"]
+                == [{"containerPort": 80, "protocol": "TCP"}, {"containerPort": 53, "protocol": "UDP"}]
+            ),
             id="port-protocol",
         ),
         pytest.param(
-            lambda d: (_set("spec.hostNetwork", True)(d),
-                       _set("spec.containers.0.ports", [{"containerPort": 80}])(d)),
+            lambda d: (_set("spec.hostNetwork", True)(d), _set("spec.containers.0.ports", [{"containerPort": 80}])(d)),
             lambda s: s["containers"][0]["ports"] == [{"containerPort": 80, "hostPort": 80, "protocol": "TCP"}],
             id="host-network-host-port",
         ),
@@ -117,8 +118,10 @@ def _set(path: str, value: object) -> Callable[[dict], None]:
         ),
         pytest.param(
             _set("spec.initContainers", [{"name": "init", "image": "busybox"}]),
-            lambda s: s["initContainers"][0]["imagePullPolicy"] == "Always"
-            and s["initContainers"][0]["terminationMessagePolicy"] == "File",
+            lambda s: (
+                s["initContainers"][0]["imagePullPolicy"] == "Always"
+                and s["initContainers"][0]["terminationMessagePolicy"] == "File"
+            ),
             id="init-containers",
         ),
         pytest.param(
@@ -128,17 +131,29 @@ def _set(path: str, value: object) -> Callable[[dict], None]:
         ),
         pytest.param(
             _set("spec.containers.0.readinessProbe", {"httpGet": {"port": 80}}),
-            lambda s: s["containers"][0]["readinessProbe"] == {
-                "httpGet": {"port": 80, "path": "/", "scheme": "HTTP"},
-                "timeoutSeconds": 1, "periodSeconds": 10, "successThreshold": 1, "failureThreshold": 3,
-            },
+            lambda s: (
+                s["containers"][0]["readinessProbe"]
+                == {
+                    "httpGet": {"port": 80, "path": "/", "scheme": "HTTP"},
+                    "timeoutSeconds": 1,
+                    "periodSeconds": 10,
+                    "successThreshold": 1,
+                    "failureThreshold": 3,
+                }
+            ),
             id="probe",
         ),
         pytest.param(
-            lambda d: (_set("spec.restartPolicy", "Never")(d), _set("spec.terminationGracePeriodSeconds", 0)(d),
-                       _set("spec.containers.0.imagePullPolicy", "Never")(d)),
-            lambda s: s["restartPolicy"] == "Never" and s["terminationGracePeriodSeconds"] == 0
-            and s["containers"][0]["imagePullPolicy"] == "Never",
+            lambda d: (
+                _set("spec.restartPolicy", "Never")(d),
+                _set("spec.terminationGracePeriodSeconds", 0)(d),
+                _set("spec.containers.0.imagePullPolicy", "Never")(d),
+            ),
+            lambda s: (
+                s["restartPolicy"] == "Never"
+                and s["terminationGracePeriodSeconds"] == 0
+                and s["containers"][0]["imagePullPolicy"] == "Never"
+            ),
             id="explicit-values-kept",
         ),
         pytest.param(
@@ -180,10 +195,14 @@ def uid(pod: Pod, node: str = "edge", source: str = "file", origin: str = "/m/we
 
 
 def test_uid_is_stable_for_equal_content() -> None:
-    yaml_text = b"apiVersion: v1\nkind: Pod\nmetadata: {name: web, labels: {b: '2', a: '1'}}\n" \
-                b"spec: {containers: [{name: app, image: 'nginx:1.25'}]}\n"
-    json_text = b'{"kind": "Pod", "apiVersion": "v1", "spec": {"containers": [{"image": "nginx:1.25", ' \
-                b'"name": "app"}]}, "metadata": {"labels": {"a": "1", "b": "2"}, "name": "web"}}'
+    yaml_text = (
+        b"apiVersion: v1\nkind: Pod\nmetadata: {name: web, labels: {b: '2', a: '1'}}\n"
+        b"spec: {containers: [{name: app, image: 'nginx:1.25'}]}\n"
+    )
+    json_text = (
+        b'{"kind": "Pod", "apiVersion": "v1", "spec": {"containers": [{"image": "nginx:1.25", '
+        b'"name": "app"}]}, "metadata": {"labels": {"a": "1", "b": "2"}, "name": "web"}}'
+    )
     [a] = parse_manifests(yaml_text, "x")
     [b] = parse_manifests(json_text, "x")
     assert uid(a) == uid(b) == uid(pod_from(lambda d: d["metadata"].update(labels={"a": "1", "b": "2"})))
@@ -208,11 +227,12 @@ def test_uid_changes_with_content_node_and_origin(change: Callable[[Pod], str]) 
 @pytest.mark.parametrize(
     ("mutate", "message"),
     [
-        pytest.param(lambda d: d["metadata"].pop("name"), "$.metadata.name: name is needed for the pod",
-                     id="no-name"),
-        pytest.param(_set("spec.serviceAccountName", "robot"),
-                     "$.spec.serviceAccountName: static pods may not reference ServiceAccount objects",
-                     id="service-account"),
+        pytest.param(lambda d: d["metadata"].pop("name"), "$.metadata.name: name is needed for the pod", id="no-name"),
+        pytest.param(
+            _set("spec.serviceAccountName", "robot"),
+            "$.spec.serviceAccountName: static pods may not reference ServiceAccount objects",
+            id="service-account",
+        ),
         pytest.param(
             _set("spec.volumes", [{"name": "a"}, {"name": "s", "secret": {"secretName": "x"}}]),
             "$.spec.volumes[1].secret: static pods may not reference Secret objects",
@@ -229,8 +249,17 @@ def test_uid_changes_with_content_node_and_origin(change: Callable[[Pod], str]) 
             id="pvc-volume",
         ),
         pytest.param(
-            _set("spec.volumes", [{"name": "p", "projected": {"sources": [
-                {"downwardAPI": {"items": []}}, {"serviceAccountToken": {"path": "t"}}]}}]),
+            _set(
+                "spec.volumes",
+                [
+                    {
+                        "name": "p",
+                        "projected": {
+                            "sources": [{"downwardAPI": {"items": []}}, {"serviceAccountToken": {"path": "t"}}]
+                        },
+                    }
+                ],
+            ),
             "$.spec.volumes[0].projected.sources[1].serviceAccountToken: "
             "static pods may not reference ServiceAccount objects",
             id="projected-token",
@@ -241,8 +270,10 @@ def test_uid_changes_with_content_node_and_origin(change: Callable[[Pod], str]) 
             id="volume-secret-ref",
         ),
         pytest.param(
-            _set("spec.containers.0.env", [{"name": "A", "value": "1"},
-                                           {"name": "B", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]),
+            _set(
+                "spec.containers.0.env",
+                [{"name": "A", "value": "1"}, {"name": "B", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}],
+            ),
             "$.spec.containers[0].env[1].valueFrom.secretKeyRef: static pods may not reference Secret objects",
             id="env-secret",
         ),
@@ -268,7 +299,7 @@ def test_uid_changes_with_content_node_and_origin(change: Callable[[Pod], str]) 
             id="duplicate-container",
         ),
         pytest.param(
-            lambda d: (_set("spec.initContainers", [{"name": "app", "image": "x"}])(d)),
+            lambda d: _set("spec.initContainers", [{"name": "app", "image": "x"}])(d),
             '$.spec.containers[0].name: Duplicate value: "app"',
             id="init-and-regular-share-name",
         ),
@@ -290,8 +321,10 @@ def test_uid_changes_with_content_node_and_origin(change: Callable[[Pod], str]) 
             id="undeclared-volume",
         ),
         pytest.param(
-            lambda d: (_set("spec.volumes", [{"name": "v"}])(d),
-                       _set("spec.containers.0.volumeMounts", [{"name": "v", "mountPath": "data"}])(d)),
+            lambda d: (
+                _set("spec.volumes", [{"name": "v"}])(d),
+                _set("spec.containers.0.volumeMounts", [{"name": "v", "mountPath": "data"}])(d),
+            ),
             '$.spec.containers[0].volumeMounts[0].mountPath: Invalid value: "data": must be an absolute path',
             id="relative-mount-path",
         ),
@@ -321,8 +354,7 @@ def test_uid_changes_with_content_node_and_origin(change: Callable[[Pod], str]) 
             "$.spec.containers[0].restartPolicy: Forbidden: may not be set for non-init containers",
             id="container-restart-policy",
         ),
-        pytest.param(_set("spec.containers", []), "$.spec.containers: Required value",
-                     id="no-containers"),
+        pytest.param(_set("spec.containers", []), "$.spec.containers: Required value", id="no-containers"),
         pytest.param(lambda d: d.pop("spec"), "$.spec: Required value", id="no-spec"),
     ],
 )
@@ -359,10 +391,11 @@ def test_default_service_account_is_allowed(account: str | None) -> None:
 def test_sidecar_init_container_and_downward_api_are_allowed() -> None:
     def mutate(doc: dict) -> None:
         doc["spec"]["initContainers"] = [{"name": "side", "image": "x", "restartPolicy": "Always"}]
-        doc["spec"]["volumes"] = [{"name": "info", "downwardAPI": {"items": []}},
-                                  {"name": "p", "projected": {"sources": [{"downwardAPI": {"items": []}}]}}]
-        doc["spec"]["containers"][0]["env"] = [
-            {"name": "N", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]
+        doc["spec"]["volumes"] = [
+            {"name": "info", "downwardAPI": {"items": []}},
+            {"name": "p", "projected": {"sources": [{"downwardAPI": {"items": []}}]}},
+        ]
+        doc["spec"]["containers"][0]["env"] = [{"name": "N", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]
 
     out = static(pod_from(mutate))
     assert out.spec is not None and out.spec.containers[0].env is not None

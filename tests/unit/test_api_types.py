@@ -150,8 +150,11 @@ def test_decoded_pod_round_trips_its_json_names() -> None:
                     "ports": [{"containerPort": 8080, "hostPort": 8080, "protocol": "UDP", "name": "p"}],
                     "resources": {"limits": {"cpu": "500m", "memory": 1048576}, "requests": {"cpu": 0.1}},
                     "livenessProbe": {"httpGet": {"port": "http", "path": "/h"}, "periodSeconds": 3},
-                    "securityContext": {"runAsUser": 0, "readOnlyRootFilesystem": True,
-                                        "capabilities": {"add": ["NET_ADMIN"]}},
+                    "securityContext": {
+                        "runAsUser": 0,
+                        "readOnlyRootFilesystem": True,
+                        "capabilities": {"add": ["NET_ADMIN"]},
+                    },
                     "volumeMounts": [{"name": "data", "mountPath": "/data", "readOnly": True}],
                 }
             ],

@@ -17,27 +17,61 @@ from edgelet.api.unknown import find_unknown_fields, unknown_field_warning
     ("raw", "paths"),
     [
         pytest.param({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}}, [], id="all-known"),
-        pytest.param({"kind": "Pod", "extra": 1, "metadata": {"nmae": "x"}}, ["extra", "metadata.nmae"],
-                     id="top-level-and-nested"),
-        pytest.param({"spec": {"containers": [{"name": "a"}, {"name": "b", "imagePullPolcy": "Always"}]}},
-                     ["spec.containers[1].imagePullPolcy"], id="list-of-structs"),
-        pytest.param({"spec": {"containers": [{"name": "a", "ports": [{"containerPort": 1}, {"hostPrt": 2}]}]}},
-                     ["spec.containers[0].ports[1].hostPrt"], id="list-in-list"),
-        pytest.param({"spec": {"volumes": [{"name": "v", "hostPath": {"path": "/x", "tpye": "File"}}]}},
-                     ["spec.volumes[0].hostPath.tpye"], id="struct-in-list"),
-        pytest.param({"spec": {"containers": [{"livenessProbe": {"httpGet": {"port": 80, "pth": "/"}}}]}},
-                     ["spec.containers[0].livenessProbe.httpGet.pth"], id="deep"),
-        pytest.param({"metadata": {"labels": {"anything": "goes", "a/b": "c"}, "annotations": {"x": "y"}}}, [],
-                     id="free-maps-have-no-unknown-keys"),
-        pytest.param({"metadata": {"managedFields": [{"fieldsV1": {"f:spec": {"f:whatever": {}}}}]}}, [],
-                     id="any-typed-values-are-not-walked"),
-        pytest.param({"spec": {"containers": [{"resources": {"limits": {"cpu": 1, "x/y": "2"}, "limts": {}}}]}},
-                     ["spec.containers[0].resources.limts"], id="quantity-map"),
-        pytest.param({"spec": {"containers": [{"env": [{"name": "A", "valueFrom": {"fieldRef": {"fieldPth": "x"}}}]}]}},
-                     ["spec.containers[0].env[0].valueFrom.fieldRef.fieldPth"], id="env-value-from"),
-        pytest.param({"spec": {"tolerations": [{"operator": "Exists", "effct": "NoExecute"}],
-                               "securityContext": {"sysctls": [{"name": "a", "value": "b", "vaule": "c"}]}}},
-                     ["spec.tolerations[0].effct", "spec.securityContext.sysctls[0].vaule"], id="several"),
+        pytest.param(
+            {"kind": "Pod", "extra": 1, "metadata": {"nmae": "x"}},
+            ["extra", "metadata.nmae"],
+            id="top-level-and-nested",
+        ),
+        pytest.param(
+            {"spec": {"containers": [{"name": "a"}, {"name": "b", "imagePullPolcy": "Always"}]}},
+            ["spec.containers[1].imagePullPolcy"],
+            id="list-of-structs",
+        ),
+        pytest.param(
+            {"spec": {"containers": [{"name": "a", "ports": [{"containerPort": 1}, {"hostPrt": 2}]}]}},
+            ["spec.containers[0].ports[1].hostPrt"],
+            id="list-in-list",
+        ),
+        pytest.param(
+            {"spec": {"volumes": [{"name": "v", "hostPath": {"path": "/x", "tpye": "File"}}]}},
+            ["spec.volumes[0].hostPath.tpye"],
+            id="struct-in-list",
+        ),
+        pytest.param(
+            {"spec": {"containers": [{"livenessProbe": {"httpGet": {"port": 80, "pth": "/"}}}]}},
+            ["spec.containers[0].livenessProbe.httpGet.pth"],
+            id="deep",
+        ),
+        pytest.param(
+            {"metadata": {"labels": {"anything": "goes", "a/b": "c"}, "annotations": {"x": "y"}}},
+            [],
+            id="free-maps-have-no-unknown-keys",
+        ),
+        pytest.param(
+            {"metadata": {"managedFields": [{"fieldsV1": {"f:spec": {"f:whatever": {}}}}]}},
+            [],
+            id="any-typed-values-are-not-walked",
+        ),
+        pytest.param(
+            {"spec": {"containers": [{"resources": {"limits": {"cpu": 1, "x/y": "2"}, "limts": {}}}]}},
+            ["spec.containers[0].resources.limts"],
+            id="quantity-map",
+        ),
+        pytest.param(
+            {"spec": {"containers": [{"env": [{"name": "A", "valueFrom": {"fieldRef": {"fieldPth": "x"}}}]}]}},
+            ["spec.containers[0].env[0].valueFrom.fieldRef.fieldPth"],
+            id="env-value-from",
+        ),
+        pytest.param(
+            {
+                "spec": {
+                    "tolerations": [{"operator": "Exists", "effct": "NoExecute"}],
+                    "securityContext": {"sysctls": [{"name": "a", "value": "b", "vaule": "c"}]},
+                }
+            },
+            ["spec.tolerations[0].effct", "spec.securityContext.sysctls[0].vaule"],
+            id="several",
+        ),
     ],
 )
 def test_unknown_fields(raw: dict[str, Any], paths: list[str]) -> None:
@@ -46,8 +80,18 @@ def test_unknown_fields(raw: dict[str, Any], paths: list[str]) -> None:
 
 @pytest.mark.parametrize(
     "raw",
-    [None, 1, "x", [], [{"a": 1}], {"spec": "nope"}, {"spec": {"containers": {"name": "a"}}},
-     {"spec": {"containers": [1, None, "x", [{"bad": 1}]]}}, {1: {"x": 2}}, {"metadata": {"labels": [1, 2]}}],
+    [
+        None,
+        1,
+        "x",
+        [],
+        [{"a": 1}],
+        {"spec": "nope"},
+        {"spec": {"containers": {"name": "a"}}},
+        {"spec": {"containers": [1, None, "x", [{"bad": 1}]]}},
+        {1: {"x": 2}},
+        {"metadata": {"labels": [1, 2]}},
+    ],
 )
 def test_wrong_shapes_are_skipped(raw: Any) -> None:
     # Type mismatches are decode errors, reported by conversion; the walker only names unknown keys.
@@ -93,13 +137,17 @@ def test_parse_with_warnings_single_document() -> None:
 
 
 def test_parse_with_warnings_names_documents_and_list_items() -> None:
-    data = POD_YAML + b"---\n" + b"""
+    data = (
+        POD_YAML
+        + b"---\n"
+        + b"""
 apiVersion: v1
 kind: PodList
 items:
 - metadata: {name: a, lables: {}}
   spec: {containers: [{name: c, image: x}]}
 """
+    )
     pods, warnings = parse_manifests_with_warnings(data, "many.yaml")
     assert len(pods) == 2
     assert warnings == [
@@ -110,8 +158,10 @@ items:
 
 
 def test_clean_manifest_has_no_warnings() -> None:
-    data = b'{"apiVersion": "v1", "kind": "List", "items": [{"apiVersion": "v1", "kind": "Pod", ' \
-           b'"metadata": {"name": "a"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}]}'
+    data = (
+        b'{"apiVersion": "v1", "kind": "List", "items": [{"apiVersion": "v1", "kind": "Pod", '
+        b'"metadata": {"name": "a"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}]}'
+    )
     assert parse_manifests_with_warnings(data, "list.json")[1] == []
 
 

@@ -20,8 +20,14 @@ from edgelet.settings import (
 NO_DEFAULT = Path("/nonexistent/edgelet-config.toml")
 
 
-def load(tmp_path: Path, card_toml: str | bytes | None, *, main: str = "", env: dict[str, str] | None = None,
-         flags: dict[str, str] | None = None) -> Settings:
+def load(
+    tmp_path: Path,
+    card_toml: str | bytes | None,
+    *,
+    main: str = "",
+    env: dict[str, str] | None = None,
+    flags: dict[str, str] | None = None,
+) -> Settings:
     card = tmp_path / "card"
     card.mkdir(exist_ok=True)
     if card_toml is not None:
@@ -47,29 +53,41 @@ def test_card_paths(tmp_path: Path) -> None:
 
 def test_card_overrides_the_file_and_env_and_flags_override_the_card(tmp_path: Path) -> None:
     card = 'manifest_url = "https://card.example/pods"\nfile_check_frequency = "5s"\nverbosity = 2\n'
-    s = load(tmp_path, card, main='manifest_url = "https://file.example/pods"\nverbosity = 1\n'
-             'trusted_keys = "/etc/edgelet/trusted"\n',
-             env={"EDGELET_FILE_CHECK_FREQUENCY": "7s"}, flags={"verbosity": "3"})
+    s = load(
+        tmp_path,
+        card,
+        main='manifest_url = "https://file.example/pods"\nverbosity = 1\ntrusted_keys = "/etc/edgelet/trusted"\n',
+        env={"EDGELET_FILE_CHECK_FREQUENCY": "7s"},
+        flags={"verbosity": "3"},
+    )
     assert s.manifest_url == "https://card.example/pods"  # card > config file
     assert s.file_check_frequency == 7.0  # environment > card
     assert s.verbosity == 3  # flag > card
     assert s.card_config_error is None
 
 
-@pytest.mark.parametrize("label, card, error", [
-    ("bad TOML", "manifest_url = \n", "invalid TOML"),
-    ("not UTF-8", b"verbosity = 1\n\xff\xfe\n", "not UTF-8"),
-    ("unknown key, with a hint", 'manifest_ur = "https://x"\n', "unknown key 'manifest_ur' (did you mean manifest_url?)"),
-    ("bad value", 'file_check_frequency = "soon"\n', "file_check_frequency: invalid duration"),
-    ("a key only the device sets", 'root_dir = "/mnt"\n', "root_dir cannot be set on the card"),
-    ("the card naming another card", 'card_dir = "/elsewhere"\n', "card_dir cannot be set on the card"),
-    ("verification turned off", 'trusted_keys = ""\n', "trusted_keys cannot be set on the card"),
-    ("keys valid alone, not together", "image_gc_low_threshold = 90\n", "must not exceed image_gc_high_threshold"),
-    # The node API's certificate names it: a bad one used to pass here and stop the agent at start.
-    ("node_ip not an address", 'node_ip = "sensor.local"\n', "node_ip: 'sensor.local' is not an IP address"),
-])
-def test_an_invalid_card_config_is_reported_and_ignored(tmp_path: Path, label: str, card: str | bytes,
-                                                         error: str) -> None:
+@pytest.mark.parametrize(
+    "label, card, error",
+    [
+        ("bad TOML", "manifest_url = \n", "invalid TOML"),
+        ("not UTF-8", b"verbosity = 1\n\xff\xfe\n", "not UTF-8"),
+        (
+            "unknown key, with a hint",
+            'manifest_ur = "https://x"\n',
+            "unknown key 'manifest_ur' (did you mean manifest_url?)",
+        ),
+        ("bad value", 'file_check_frequency = "soon"\n', "file_check_frequency: invalid duration"),
+        ("a key only the device sets", 'root_dir = "/mnt"\n', "root_dir cannot be set on the card"),
+        ("the card naming another card", 'card_dir = "/elsewhere"\n', "card_dir cannot be set on the card"),
+        ("verification turned off", 'trusted_keys = ""\n', "trusted_keys cannot be set on the card"),
+        ("keys valid alone, not together", "image_gc_low_threshold = 90\n", "must not exceed image_gc_high_threshold"),
+        # The node API's certificate names it: a bad one used to pass here and stop the agent at start.
+        ("node_ip not an address", 'node_ip = "sensor.local"\n', "node_ip: 'sensor.local' is not an IP address"),
+    ],
+)
+def test_an_invalid_card_config_is_reported_and_ignored(
+    tmp_path: Path, label: str, card: str | bytes, error: str
+) -> None:
     s = load(tmp_path, card, main='manifest_url = "https://file.example/pods"\nverbosity = 1\n')
     # The device starts with everything else: the file's settings, and the card's folders still read.
     assert s.manifest_url == "https://file.example/pods" and s.verbosity == 1
@@ -90,14 +108,20 @@ def test_read_card_config_without_a_file(tmp_path: Path) -> None:
     assert read_card_config(tmp_path) == {}
 
 
-@pytest.mark.parametrize("label, existing, expected", [
-    ("Debian raspi image", {"/boot/firmware", "/boot/firmware/cmdline.txt"}, "/boot/firmware/cmdline.txt"),
-    ("Raspberry Pi OS bookworm (a stub left at /boot)",
-     {"/boot/firmware", "/boot/firmware/cmdline.txt", "/boot/cmdline.txt"}, "/boot/firmware/cmdline.txt"),
-    ("Raspberry Pi OS bullseye", {"/boot/cmdline.txt"}, "/boot/cmdline.txt"),
-    ("firmware partition, file not written yet", {"/boot/firmware"}, "/boot/firmware/cmdline.txt"),
-    ("a PC or a VM", set(), None),
-])
+@pytest.mark.parametrize(
+    "label, existing, expected",
+    [
+        ("Debian raspi image", {"/boot/firmware", "/boot/firmware/cmdline.txt"}, "/boot/firmware/cmdline.txt"),
+        (
+            "Raspberry Pi OS bookworm (a stub left at /boot)",
+            {"/boot/firmware", "/boot/firmware/cmdline.txt", "/boot/cmdline.txt"},
+            "/boot/firmware/cmdline.txt",
+        ),
+        ("Raspberry Pi OS bullseye", {"/boot/cmdline.txt"}, "/boot/cmdline.txt"),
+        ("firmware partition, file not written yet", {"/boot/firmware"}, "/boot/firmware/cmdline.txt"),
+        ("a PC or a VM", set(), None),
+    ],
+)
 def test_choose_cmdline_file(label: str, existing: set[str], expected: str | None) -> None:
     assert choose_cmdline_file(existing) == expected, label
 
@@ -113,15 +137,19 @@ def test_probe_cmdline_file_on_a_fixture_root(tmp_path: Path) -> None:
     assert probe_cmdline_file(tmp_path) == "/boot/firmware/cmdline.txt"
 
 
-@pytest.mark.parametrize("cmdline_file, text", [
-    ("/boot/firmware/cmdline.txt", "to the kernel command line (/boot/firmware/cmdline.txt, one line) and reboot"),
-    ("/boot/cmdline.txt", "(/boot/cmdline.txt, one line)"),
-    (None, "GRUB_CMDLINE_LINUX in /etc/default/grub"),
-])
+@pytest.mark.parametrize(
+    "cmdline_file, text",
+    [
+        ("/boot/firmware/cmdline.txt", "to the kernel command line (/boot/firmware/cmdline.txt, one line) and reboot"),
+        ("/boot/cmdline.txt", "(/boot/cmdline.txt, one line)"),
+        (None, "GRUB_CMDLINE_LINUX in /etc/default/grub"),
+    ],
+)
 def test_the_cgroup_reason_names_the_devices_file(cmdline_file: str | None, text: str) -> None:
     assert text in kernel_cmdline_fix(cmdline_file)
-    verdict = admit(frozenset({"memory"}), frozenset({"cpu", "pids"}), allow_missing=False, v2=True,
-                    cmdline_file=cmdline_file)
+    verdict = admit(
+        frozenset({"memory"}), frozenset({"cpu", "pids"}), allow_missing=False, v2=True, cmdline_file=cmdline_file
+    )
     assert verdict is not None and verdict.reason == "CgroupControllersMissing" and text in verdict.message
     other = "/boot/cmdline.txt" if cmdline_file != "/boot/cmdline.txt" else "/boot/firmware/cmdline.txt"
     assert other not in verdict.message
@@ -170,7 +198,7 @@ REFUSED_ON_THE_CARD = [
 @pytest.mark.parametrize("line, key", REFUSED_ON_THE_CARD, ids=[k for _, k in REFUSED_ON_THE_CARD])
 def test_a_card_cannot_weaken_the_node(tmp_path: Path, line: str, key: str) -> None:
     main = 'verbosity = 1\nruntime = "runc"\n'
-    s = load(tmp_path, f"{line}\nfile_check_frequency = \"5s\"\n", main=main)
+    s = load(tmp_path, f'{line}\nfile_check_frequency = "5s"\n', main=main)
     (tmp_path / "x").mkdir()
     defaults = load(tmp_path / "x", None, main=main)
     assert getattr(s, key) == getattr(defaults, key), key  # ignored: the node's own value stays
@@ -207,7 +235,11 @@ def test_a_named_pipe_as_the_cards_config_is_refused_never_waited_on(tmp_path: P
 def test_a_card_url_never_receives_the_nodes_url_headers(tmp_path: Path) -> None:
     """With headers (a token) in the node's settings, a card's manifest URL would be sent them: refused."""
     card = 'manifest_url = "https://card.example/pods"\n'
-    s = load(tmp_path, card, main='trusted_keys = "/etc/edgelet/trusted"\n'
-             'manifest_url = "https://fleet.example/pods"\nmanifest_url_header_file = "/etc/edgelet/h"\n')
+    s = load(
+        tmp_path,
+        card,
+        main='trusted_keys = "/etc/edgelet/trusted"\n'
+        'manifest_url = "https://fleet.example/pods"\nmanifest_url_header_file = "/etc/edgelet/h"\n',
+    )
     assert s.manifest_url == "https://fleet.example/pods"
     assert s.card_config_error is not None and "manifest_url cannot be set on the card" in s.card_config_error

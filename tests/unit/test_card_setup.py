@@ -26,7 +26,8 @@ def root(tmp_path: Path) -> Path:
     (tmp_path / "etc" / "hostname").write_text("edgelet\n")
     # The image's config: a key set, then a table (a key appended after it would land in the table).
     (tmp_path / "etc" / "edgelet" / "config.toml").write_text(
-        'card_dir = "/boot/firmware/edgelet"\n\n[registries."10.0.0.9:5000"]\ninsecure = true\n')
+        'card_dir = "/boot/firmware/edgelet"\n\n[registries."10.0.0.9:5000"]\ninsecure = true\n'
+    )
     return tmp_path
 
 
@@ -35,16 +36,23 @@ def card(root: Path) -> Path:
 
 
 # A kubeconfig edgelet loads (the apiserver need not exist: only the file is judged).
-KUBECONFIG = ("apiVersion: v1\nkind: Config\ncurrent-context: c\n"
-              "clusters: [{name: k, cluster: {server: 'https://192.0.2.1:6443', insecure-skip-tls-verify: true}}]\n"
-              "users: [{name: u, user: {token: t}}]\ncontexts: [{name: c, context: {cluster: k, user: u}}]\n")
+KUBECONFIG = (
+    "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+    "clusters: [{name: k, cluster: {server: 'https://192.0.2.1:6443', insecure-skip-tls-verify: true}}]\n"
+    "users: [{name: u, user: {token: t}}]\ncontexts: [{name: c, context: {cluster: k, user: u}}]\n"
+)
 # The real CLI of this checkout judges the card's kubeconfig (`edgelet check`), as the image's binary does.
 EDGELET = str(Path(sys.executable).with_name("edgelet"))
 
 
 def run(root: Path, edgelet: str = EDGELET) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["sh", str(SCRIPT), "--root", str(root)], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "EDGELET_BIN": edgelet})
+    return subprocess.run(
+        ["sh", str(SCRIPT), "--root", str(root)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "EDGELET_BIN": edgelet},
+    )
 
 
 def test_secrets_move_off_the_card_and_edgelet_is_pointed_at_them(root: Path) -> None:
@@ -73,11 +81,11 @@ def test_a_card_never_replaces_a_secret_the_device_holds(root: Path, name: str) 
     """Whoever can write the card must not add a token in system:masters or swap the cluster identity: a
     secret moves off the card once, while the device has none; a later one is set aside, unused."""
     etc = root / "etc" / "edgelet"
-    first = KUBECONFIG if name == "kubeconfig" else "token1,admin,\"system:masters\"\n"
+    first = KUBECONFIG if name == "kubeconfig" else 'token1,admin,"system:masters"\n'
     (card(root) / name).write_text(first)
     assert run(root).returncode == 0
     assert (etc / name).read_text() == first
-    later = KUBECONFIG + "# theirs\n" if name == "kubeconfig" else "evil,mallory,\"system:masters\"\n"
+    later = KUBECONFIG + "# theirs\n" if name == "kubeconfig" else 'evil,mallory,"system:masters"\n'
     (card(root) / name).write_text(later)
     res = run(root)
     assert res.returncode == 1

@@ -73,8 +73,9 @@ def test_v1_hierarchies_skip_symlinks_and_unified(v1_mount: Path):
 def test_v1_create_write_pids_remove(v1_mount: Path):
     cg = CgroupV1(v1_mount, rmdir=fake_rmdir)
     path = "/edgelet/burstable/podabc"
-    cg.create_pod(path, PodResources(cpu_shares=512, cpu_quota=50000, cpu_period=100000, memory_limit=2**27,
-                                     pids_limit=1024))
+    cg.create_pod(
+        path, PodResources(cpu_shares=512, cpu_quota=50000, cpu_period=100000, memory_limit=2**27, pids_limit=1024)
+    )
     assert (v1_mount / "pids/edgelet/burstable/podabc/pids.max").read_text() == "1024"
     for name in V1_HIERARCHIES:
         assert (v1_mount / name / "edgelet/burstable/podabc").is_dir()
@@ -159,8 +160,9 @@ def test_write_errors_carry_the_path(v1_mount: Path):
 def test_v2_create_write_pids_remove(v2_mount: Path):
     cg = CgroupV2(v2_mount, rmdir=fake_rmdir)
     path = "/kubepods/podabc"
-    cg.create_pod(path, PodResources(cpu_shares=1024, cpu_quota=200000, cpu_period=100000, memory_limit=2**30,
-                                     pids_limit=64))
+    cg.create_pod(
+        path, PodResources(cpu_shares=1024, cpu_quota=200000, cpu_period=100000, memory_limit=2**30, pids_limit=64)
+    )
     pod = v2_mount / "kubepods/podabc"
     assert (pod / "pids.max").read_text() == "64"
     enable = "+cpuset +cpu +io +memory +hugetlb +pids"
@@ -206,12 +208,15 @@ def test_v1_removal_includes_the_hybrid_unified_dir_and_tries_every_hierarchy(v1
     assert busy.exists()
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("oom_kill_disable 0\nunder_oom 0\noom_kill 2\n", 2),  # v1 memory.oom_control
-    ("low 0\nhigh 0\nmax 7\noom 1\noom_kill 1\noom_group_kill 0\n", 1),  # v2 memory.events
-    ("oom_kill_disable 0\nunder_oom 0\n", None),  # v1 before 4.13: no counter
-    (None, None),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("oom_kill_disable 0\nunder_oom 0\noom_kill 2\n", 2),  # v1 memory.oom_control
+        ("low 0\nhigh 0\nmax 7\noom 1\noom_kill 1\noom_group_kill 0\n", 1),  # v2 memory.events
+        ("oom_kill_disable 0\nunder_oom 0\n", None),  # v1 before 4.13: no counter
+        (None, None),
+    ],
+)
 def test_parse_oom_kills(text, expected):
     assert parse_oom_kills(text) == expected
 

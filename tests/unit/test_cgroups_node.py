@@ -15,20 +15,29 @@ from tests.unit.test_cgroups_qos import FULL, ctr, pod
 MI = 2**20
 
 
-@pytest.mark.parametrize("pairs, expected", [
-    ([], {}),
-    ([("cpu", "500m"), ("memory", "256Mi")], {"cpu": 500, "memory": 256 * MI}),
-    ([("cpu", "1"), ("pid", "100"), ("ephemeral-storage", "1Gi")], {"cpu": 1000, "pid": 100, "ephemeral-storage": 2**30}),
-])
+@pytest.mark.parametrize(
+    "pairs, expected",
+    [
+        ([], {}),
+        ([("cpu", "500m"), ("memory", "256Mi")], {"cpu": 500, "memory": 256 * MI}),
+        (
+            [("cpu", "1"), ("pid", "100"), ("ephemeral-storage", "1Gi")],
+            {"cpu": 1000, "pid": 100, "ephemeral-storage": 2**30},
+        ),
+    ],
+)
 def test_parse_reserved(pairs, expected):
     assert parse_reserved(pairs) == expected
 
 
-@pytest.mark.parametrize("pairs, error", [
-    ([("gpu", "1")], "unknown resource"),
-    ([("memory", "x")], "memory=x"),
-    ([("cpu", "-100m")], "negative"),
-])
+@pytest.mark.parametrize(
+    "pairs, error",
+    [
+        ([("gpu", "1")], "unknown resource"),
+        ([("memory", "x")], "memory=x"),
+        ([("cpu", "-100m")], "negative"),
+    ],
+)
 def test_parse_reserved_refuses(pairs, error):
     with pytest.raises(ValueError, match=error):
         parse_reserved(pairs)
@@ -37,24 +46,34 @@ def test_parse_reserved_refuses(pairs, error):
 CAPACITY = {"cpu": 4000, "memory": 4096 * MI, "pid": 32768}
 
 
-@pytest.mark.parametrize("reserved, expected", [
-    ((), CAPACITY),
-    (({"cpu": 500, "memory": 512 * MI},), {"cpu": 3500, "memory": 3584 * MI, "pid": 32768}),
-    # system-reserved and kube-reserved add up; ephemeral-storage is not part of the capacity read here
-    (({"memory": 512 * MI, "pid": 1000}, {"memory": 256 * MI, "ephemeral-storage": 1}),
-     {"cpu": 4000, "memory": 3328 * MI, "pid": 31768}),
-    (({"memory": 8192 * MI},), {"cpu": 4000, "memory": 0, "pid": 32768}),  # never below zero
-])
+@pytest.mark.parametrize(
+    "reserved, expected",
+    [
+        ((), CAPACITY),
+        (({"cpu": 500, "memory": 512 * MI},), {"cpu": 3500, "memory": 3584 * MI, "pid": 32768}),
+        # system-reserved and kube-reserved add up; ephemeral-storage is not part of the capacity read here
+        (
+            ({"memory": 512 * MI, "pid": 1000}, {"memory": 256 * MI, "ephemeral-storage": 1}),
+            {"cpu": 4000, "memory": 3328 * MI, "pid": 31768},
+        ),
+        (({"memory": 8192 * MI},), {"cpu": 4000, "memory": 0, "pid": 32768}),  # never below zero
+    ],
+)
 def test_node_allocatable(reserved, expected):
     assert node_allocatable(CAPACITY, *reserved) == expected
 
 
-@pytest.mark.parametrize("allocatable, expected", [
-    ({"cpu": 3500, "memory": 3584 * MI, "pid": 31768},
-     PodResources(cpu_shares=3584, memory_limit=3584 * MI, pids_limit=31768)),  # kubelet: MilliCPUToShares(3500)
-    ({"cpu": 1000}, PodResources(cpu_shares=1024)),
-    ({"cpu": 4000, "memory": 0}, PodResources(cpu_shares=4096)),  # nothing left is no limit written, not 0
-])
+@pytest.mark.parametrize(
+    "allocatable, expected",
+    [
+        (
+            {"cpu": 3500, "memory": 3584 * MI, "pid": 31768},
+            PodResources(cpu_shares=3584, memory_limit=3584 * MI, pids_limit=31768),
+        ),  # kubelet: MilliCPUToShares(3500)
+        ({"cpu": 1000}, PodResources(cpu_shares=1024)),
+        ({"cpu": 4000, "memory": 0}, PodResources(cpu_shares=4096)),  # nothing left is no limit written, not 0
+    ],
+)
 def test_pods_cgroup_resources(allocatable, expected):
     assert pods_cgroup_resources(allocatable) == expected
 
@@ -67,14 +86,17 @@ def test_read_capacity(tmp_path: Path):
     assert "memory" not in read_capacity(tmp_path / "absent", tmp_path / "absent")
 
 
-@pytest.mark.parametrize("label, p, pids, expected", [
-    ("best effort, no pids limit", pod(ctr()), None, set()),
-    ("best effort, node pids limit", pod(ctr()), 1024, {"pids"}),
-    ("memory limit", pod(ctr(limits={"memory": "64Mi"})), None, {"memory"}),
-    ("cpu request", pod(ctr(requests={"cpu": "100m"})), None, {"cpu"}),
-    ("guaranteed", pod(ctr(limits=FULL)), 1024, {"cpu", "memory", "pids"}),
-    ("an init container's memory limit", pod(ctr(), init=[ctr("i", limits={"memory": "1Gi"})]), None, {"memory"}),
-])
+@pytest.mark.parametrize(
+    "label, p, pids, expected",
+    [
+        ("best effort, no pids limit", pod(ctr()), None, set()),
+        ("best effort, node pids limit", pod(ctr()), 1024, {"pids"}),
+        ("memory limit", pod(ctr(limits={"memory": "64Mi"})), None, {"memory"}),
+        ("cpu request", pod(ctr(requests={"cpu": "100m"})), None, {"cpu"}),
+        ("guaranteed", pod(ctr(limits=FULL)), 1024, {"cpu", "memory", "pids"}),
+        ("an init container's memory limit", pod(ctr(), init=[ctr("i", limits={"memory": "1Gi"})]), None, {"memory"}),
+    ],
+)
 def test_needed_controllers(label, p, pids, expected):
     assert needed_controllers(p, pids) == expected
 
@@ -83,17 +105,25 @@ PI_V2 = frozenset({"cpuset", "cpu", "io", "pids"})  # Raspberry Pi OS without cg
 ALL = frozenset({"cpuset", "cpu", "io", "memory", "hugetlb", "pids"})
 
 
-@pytest.mark.parametrize("label, needed, available, allow, refused, fix", [
-    ("all there", {"cpu", "memory", "pids"}, ALL, False, None, None),
-    ("nothing needed", set(), frozenset(), False, None, None),
-    ("pi without memory", {"memory", "pids"}, PI_V2, False, True, "cgroup_enable=memory cgroup_memory=1"),
-    ("pi without memory, allowed", {"memory"}, PI_V2, True, False, "cgroup_enable=memory cgroup_memory=1"),
-    ("pi, a pod without a memory limit runs", {"cpu", "pids"}, PI_V2, False, None, None),
-    ("v1 without pids", {"pids"}, frozenset({"cpu", "cpuacct", "memory"}), False, True, "mount the pids"),
-])
+@pytest.mark.parametrize(
+    "label, needed, available, allow, refused, fix",
+    [
+        ("all there", {"cpu", "memory", "pids"}, ALL, False, None, None),
+        ("nothing needed", set(), frozenset(), False, None, None),
+        ("pi without memory", {"memory", "pids"}, PI_V2, False, True, "cgroup_enable=memory cgroup_memory=1"),
+        ("pi without memory, allowed", {"memory"}, PI_V2, True, False, "cgroup_enable=memory cgroup_memory=1"),
+        ("pi, a pod without a memory limit runs", {"cpu", "pids"}, PI_V2, False, None, None),
+        ("v1 without pids", {"pids"}, frozenset({"cpu", "cpuacct", "memory"}), False, True, "mount the pids"),
+    ],
+)
 def test_admit(label, needed, available, allow, refused, fix):
-    verdict = admit(frozenset(needed), available, allow_missing=allow, v2=label.startswith("pi"),
-                    cmdline_file="/boot/firmware/cmdline.txt")
+    verdict = admit(
+        frozenset(needed),
+        available,
+        allow_missing=allow,
+        v2=label.startswith("pi"),
+        cmdline_file="/boot/firmware/cmdline.txt",
+    )
     if refused is None:
         assert verdict is None
         return

@@ -2,6 +2,7 @@
 
 import pytest
 
+from edgelet.api.qos import qos_class
 from edgelet.api.types import Container, ObjectMeta, Pod, PodSpec, ResourceRequirements
 from edgelet.cgroups.qos import (
     PodResources,
@@ -14,7 +15,6 @@ from edgelet.cgroups.qos import (
     pod_resources,
     shares_to_weight,
 )
-from edgelet.api.qos import qos_class
 
 GI = 2**30
 
@@ -43,7 +43,11 @@ QOS_CASES = [
     ("zero requests", pod(ctr(requests={"cpu": "0", "memory": "0"})), "BestEffort"),
     ("limits only, both", pod(ctr(limits=FULL)), "Guaranteed"),
     ("requests == limits", pod(ctr(requests=FULL, limits=FULL)), "Guaranteed"),
-    ("equal but spelled differently", pod(ctr(requests={"cpu": "0.5", "memory": "134217728"}, limits=FULL)), "Guaranteed"),
+    (
+        "equal but spelled differently",
+        pod(ctr(requests={"cpu": "0.5", "memory": "134217728"}, limits=FULL)),
+        "Guaranteed",
+    ),
     ("requests < limits", pod(ctr(requests={"cpu": "100m", "memory": "128Mi"}, limits=FULL)), "Burstable"),
     ("cpu limit only", pod(ctr(limits={"cpu": "1"})), "Burstable"),
     ("requests only", pod(ctr(requests={"memory": "1Gi"})), "Burstable"),
@@ -76,7 +80,9 @@ def test_pod_cgroup_path(root, qos, expected):
     assert pod_cgroup_path(root, qos, "abc") == expected
 
 
-@pytest.mark.parametrize(("milli", "shares"), [(0, 2), (1, 2), (10, 10), (100, 102), (500, 512), (1000, 1024), (10**6, 262144)])
+@pytest.mark.parametrize(
+    ("milli", "shares"), [(0, 2), (1, 2), (10, 10), (100, 102), (500, 512), (1000, 1024), (10**6, 262144)]
+)
 def test_milli_cpu_to_shares(milli, shares):
     assert milli_cpu_to_shares(milli) == shares
 
@@ -152,14 +158,17 @@ def test_oom_score_adj(p, capacity, expected):
     assert oom_score_adj(p, p.spec.containers[0], capacity) == expected
 
 
-@pytest.mark.parametrize(("pod_level", "max_pids", "expected"), [
-    (None, 1024, 1024),  # --pod-max-pids for every pod
-    (None, 0, None),  # unlimited
-    (None, -1, None),
-    ({"limits": {"pids": "100"}}, 1024, 100),  # the pod's own limit, when lower
-    ({"limits": {"pids": 5000}}, 1024, 1024),  # never above the node's
-    ({"limits": {"pids": 300}}, -1, 300),
-])
+@pytest.mark.parametrize(
+    ("pod_level", "max_pids", "expected"),
+    [
+        (None, 1024, 1024),  # --pod-max-pids for every pod
+        (None, 0, None),  # unlimited
+        (None, -1, None),
+        ({"limits": {"pids": "100"}}, 1024, 100),  # the pod's own limit, when lower
+        ({"limits": {"pids": 5000}}, 1024, 1024),  # never above the node's
+        ({"limits": {"pids": 300}}, -1, 300),
+    ],
+)
 def test_pod_pids_limit(pod_level, max_pids, expected):
     from edgelet.cgroups.qos import pod_pids_limit
 

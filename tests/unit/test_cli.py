@@ -7,8 +7,8 @@ import io
 import json
 import os
 import subprocess
-import time
 import sys
+import time
 import types
 from pathlib import Path
 
@@ -19,11 +19,11 @@ from edgelet import cli
 from edgelet.cli import common
 from edgelet.cli import images as cli_images
 from edgelet.cli.images import images_table
-from edgelet.util.clock import FakeClock
 from edgelet.images.errors import ArchiveError
 from edgelet.images.types import ImageConfig, ImageRecord
 from edgelet.settings import Settings
 from edgelet.status.snapshot import PodRow, PodsSnapshot, RejectedRow, snapshot_path
+from edgelet.util.clock import FakeClock
 
 
 @pytest.fixture(autouse=True)
@@ -56,15 +56,29 @@ def agent_calls(monkeypatch: pytest.MonkeyPatch) -> list[Settings]:
 
 @pytest.mark.parametrize(
     "seconds, text",
-    [(-5, "<invalid>"), (-0.5, "0s"), (0, "0s"), (45, "45s"), (59.9, "59s"), (60, "1m"), (3599, "59m"),
-     (3600, "1h"), (7300, "2h"), (86399, "23h"), (86400, "1d"), (5 * 86400 + 5, "5d"), (400 * 86400, "1y")],
+    [
+        (-5, "<invalid>"),
+        (-0.5, "0s"),
+        (0, "0s"),
+        (45, "45s"),
+        (59.9, "59s"),
+        (60, "1m"),
+        (3599, "59m"),
+        (3600, "1h"),
+        (7300, "2h"),
+        (86399, "23h"),
+        (86400, "1d"),
+        (5 * 86400 + 5, "5d"),
+        (400 * 86400, "1y"),
+    ],
 )
 def test_format_age(seconds: float, text: str) -> None:
     assert common.format_age(seconds) == text
 
 
-@pytest.mark.parametrize("size, text", [(0, "0B"), (999, "999B"), (4_260_000, "4.26MB"), (1_500, "1.5kB"),
-                                        (2_000_000_000, "2GB")])
+@pytest.mark.parametrize(
+    "size, text", [(0, "0B"), (999, "999B"), (4_260_000, "4.26MB"), (1_500, "1.5kB"), (2_000_000_000, "2GB")]
+)
 def test_format_size(size: int, text: str) -> None:
     assert common.format_size(size) == text
 
@@ -74,18 +88,53 @@ def test_format_size(size: int, text: str) -> None:
 
 def test_agent_gets_settings_from_flags(agent_calls: list[Settings], tmp_path: Path) -> None:
     rc, _, _ = run(
-        "--config", "/dev/null", "--pod-manifest-path", str(tmp_path / "m"), "--file-check-frequency", "1m30s",
-        "--runonce", "--runonce-timeout", "2m", "--root-dir", "/r", "--run-dir", "/run/e", "--log-dir", "/l",
-        "--hostname-override", "Node1", "--pod-infra-container-image", "local/pause:1", "--cgroup-root", "/edge",
-        "--runtime", "crun", "--conmon", "/bin/conmon", "--image-import-dir", "/imp", "-v", "3",
+        "--config",
+        "/dev/null",
+        "--pod-manifest-path",
+        str(tmp_path / "m"),
+        "--file-check-frequency",
+        "1m30s",
+        "--runonce",
+        "--runonce-timeout",
+        "2m",
+        "--root-dir",
+        "/r",
+        "--run-dir",
+        "/run/e",
+        "--log-dir",
+        "/l",
+        "--hostname-override",
+        "Node1",
+        "--pod-infra-container-image",
+        "local/pause:1",
+        "--cgroup-root",
+        "/edge",
+        "--runtime",
+        "crun",
+        "--conmon",
+        "/bin/conmon",
+        "--image-import-dir",
+        "/imp",
+        "-v",
+        "3",
     )
     assert rc == 7
     (s,) = agent_calls
     assert s == Settings(
-        pod_manifest_path=tmp_path / "m", file_check_frequency=90.0, runonce=True, runonce_timeout=120.0,
-        root_dir=Path("/r"), run_dir=Path("/run/e"), log_dir=Path("/l"), hostname_override="Node1",
-        pod_infra_container_image="local/pause:1", cgroup_root="/edge", runtime="crun", conmon="/bin/conmon",
-        image_import_dir=Path("/imp"), verbosity=3,
+        pod_manifest_path=tmp_path / "m",
+        file_check_frequency=90.0,
+        runonce=True,
+        runonce_timeout=120.0,
+        root_dir=Path("/r"),
+        run_dir=Path("/run/e"),
+        log_dir=Path("/l"),
+        hostname_override="Node1",
+        pod_infra_container_image="local/pause:1",
+        cgroup_root="/edge",
+        runtime="crun",
+        conmon="/bin/conmon",
+        image_import_dir=Path("/imp"),
+        verbosity=3,
     )
     assert s.node_name == "node1"
 
@@ -96,8 +145,9 @@ def test_kubelet_verbosity_spellings(agent_calls: list[Settings], argv: list[str
     assert agent_calls[-1].verbosity == level
 
 
-def test_flags_beat_environment_beat_file(agent_calls: list[Settings], tmp_path: Path,
-                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_flags_beat_environment_beat_file(
+    agent_calls: list[Settings], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     cfg = tmp_path / "c.toml"
     cfg.write_text('root_dir = "/file"\nrun_dir = "/file-run"\nlog_dir = "/file-log"\n')
     monkeypatch.setenv("EDGELET_RUN_DIR", "/env-run")
@@ -124,28 +174,40 @@ def test_unknown_flag_is_usage_error(capsys: pytest.CaptureFixture[str]) -> None
     assert "unrecognized arguments" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv, flag", [
-    (["--no-such-flag", "/x"], "--no-such-flag"),  # its value once taken for a subcommand: invalid choice '/x'
-    (["--no-such=1", "/x"], "--no-such"),
-    (["-v2", "--bogus", "/x"], "--bogus"),
-    (["--hostname-override", "node", "--bogus", "/x"], "--bogus"),  # a flag's value spelled as a subcommand
-    (["--register-node", "false", "--bogus", "/x"], "--bogus"),
-    (["--pod-manifes", "/tmp"], "--pod-manifes"),  # a prefix of --pod-manifest-path: no abbreviations
-    (["images", "--bogus", "x"], "--bogus"),  # the same in a subcommand with subcommands of its own
-])
-def test_an_unknown_flag_before_a_value_is_named(agent_calls: list[Settings], argv: list[str], flag: str,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["--no-such-flag", "/x"], "--no-such-flag"),  # its value once taken for a subcommand: invalid choice '/x'
+        (["--no-such=1", "/x"], "--no-such"),
+        (["-v2", "--bogus", "/x"], "--bogus"),
+        (["--hostname-override", "node", "--bogus", "/x"], "--bogus"),  # a flag's value spelled as a subcommand
+        (["--register-node", "false", "--bogus", "/x"], "--bogus"),
+        (["--pod-manifes", "/tmp"], "--pod-manifes"),  # a prefix of --pod-manifest-path: no abbreviations
+        (["images", "--bogus", "x"], "--bogus"),  # the same in a subcommand with subcommands of its own
+    ],
+)
+def test_an_unknown_flag_before_a_value_is_named(
+    agent_calls: list[Settings], argv: list[str], flag: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert cli.main(argv) == 2 and agent_calls == []
     err = capsys.readouterr().err
     assert f"error: unknown flag: {flag}" in err and "invalid choice" not in err
 
 
-@pytest.mark.parametrize("argv", [
-    ["--pod-manifes=/tmp"], ["--root-di", "/x", "pods"], ["pods", "--namesp", "x"], ["logs", "--follo", "p"],
-    ["images", "pull", "--registrie", "r", "ref"], ["events", "--hostname-overr", "n"],
-])
-def test_abbreviated_flags_are_refused_everywhere(agent_calls: list[Settings], argv: list[str],
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--pod-manifes=/tmp"],
+        ["--root-di", "/x", "pods"],
+        ["pods", "--namesp", "x"],
+        ["logs", "--follo", "p"],
+        ["images", "pull", "--registrie", "r", "ref"],
+        ["events", "--hostname-overr", "n"],
+    ],
+)
+def test_abbreviated_flags_are_refused_everywhere(
+    agent_calls: list[Settings], argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     assert cli.main(argv) == 2 and agent_calls == []
     err = capsys.readouterr().err
     assert "unrecognized arguments" in err or "unknown flag" in err
@@ -170,19 +232,52 @@ def test_short_flag_clusters_and_negative_values_still_parse() -> None:
 
 
 # Every subcommand that reads the agent's state: the same --config, directory and node-name flags (issue 23).
-STATE_COMMANDS = [["version"], ["pods"], ["describe", "pod", "x"], ["events"], ["logs", "p"], ["node"], ["top"],
-                  ["exec", "p", "sh"], ["check"], ["images"], ["images", "list"], ["images", "import", "f"],
-                  ["images", "pull", "r"], ["images", "rm", "r"], ["images", "prune"], ["rollout"], ["rollout", "status"],
-                  ["rollout", "history", "p"], ["rollout", "retry", "p"], ["tunnel", "peer-line"]]
+STATE_COMMANDS = [
+    ["version"],
+    ["pods"],
+    ["describe", "pod", "x"],
+    ["events"],
+    ["logs", "p"],
+    ["node"],
+    ["top"],
+    ["exec", "p", "sh"],
+    ["check"],
+    ["images"],
+    ["images", "list"],
+    ["images", "import", "f"],
+    ["images", "pull", "r"],
+    ["images", "rm", "r"],
+    ["images", "prune"],
+    ["rollout"],
+    ["rollout", "status"],
+    ["rollout", "history", "p"],
+    ["rollout", "retry", "p"],
+    ["tunnel", "peer-line"],
+]
 
 
 @pytest.mark.parametrize("argv", STATE_COMMANDS, ids=lambda a: " ".join(a))
 def test_state_commands_share_the_common_flags(argv: list[str]) -> None:
-    common_flags = ["--config", "/c.toml", "--root-dir", "/r", "--run-dir", "/u", "--log-dir", "/l",
-                    "--hostname-override", "edge7"]
+    common_flags = [
+        "--config",
+        "/c.toml",
+        "--root-dir",
+        "/r",
+        "--run-dir",
+        "/u",
+        "--log-dir",
+        "/l",
+        "--hostname-override",
+        "edge7",
+    ]
     args = cli.build_parser().parse_args([*argv, *common_flags])
-    assert (args.config, args.root_dir, args.run_dir, args.log_dir, args.hostname_override) == \
-        ("/c.toml", "/r", "/u", "/l", "edge7")
+    assert (args.config, args.root_dir, args.run_dir, args.log_dir, args.hostname_override) == (
+        "/c.toml",
+        "/r",
+        "/u",
+        "/l",
+        "edge7",
+    )
 
 
 def test_state_commands_cover_every_subcommand() -> None:
@@ -226,8 +321,11 @@ def test_version_reports_tools(tmp_path: Path) -> None:
     assert rc == 0
     from edgelet.cli.version import source_commit
 
-    assert out.splitlines() == [f"edgelet 0.1.0 (commit {source_commit()})", "fakerunc: fakerunc version 9.9",
-                                "absent-conmon: not found"]
+    assert out.splitlines() == [
+        f"edgelet 0.1.0 (commit {source_commit()})",
+        "fakerunc: fakerunc version 9.9",
+        "absent-conmon: not found",
+    ]
 
 
 # --- pods -----------------------------------------------------------------------
@@ -242,14 +340,37 @@ def write_snapshot(root: Path, *, pid: int, written_at: float = NOW, rejected: b
         agent_pid=pid,
         node_name="node1",
         pods=[
-            PodRow(namespace="kube-system", name="b-node1", uid="u2", ready="0/1", status="CrashLoopBackOff",
-                   restarts=4, created=written_at - 3 * 3600, source="file", origin="/m/b.yaml",
-                   message="back-off 40s"),
-            PodRow(namespace="default", name="a-node1", uid="u1", ready="1/1", status="Running", restarts=0,
-                   created=written_at - 45, source="file", origin="/m/a.yaml"),
+            PodRow(
+                namespace="kube-system",
+                name="b-node1",
+                uid="u2",
+                ready="0/1",
+                status="CrashLoopBackOff",
+                restarts=4,
+                created=written_at - 3 * 3600,
+                source="file",
+                origin="/m/b.yaml",
+                message="back-off 40s",
+            ),
+            PodRow(
+                namespace="default",
+                name="a-node1",
+                uid="u1",
+                ready="1/1",
+                status="Running",
+                restarts=0,
+                created=written_at - 45,
+                source="file",
+                origin="/m/a.yaml",
+            ),
         ],
-        rejected=[RejectedRow(source="file", origin="/m/c.yaml", pod="default/a", reason="FailedValidation",
-                              message="duplicate name")] if rejected else [],
+        rejected=[
+            RejectedRow(
+                source="file", origin="/m/c.yaml", pod="default/a", reason="FailedValidation", message="duplicate name"
+            )
+        ]
+        if rejected
+        else [],
     )
     path = Path(snapshot_path(root))
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -355,15 +476,24 @@ def test_a_reused_pid_of_another_program_is_not_the_agent() -> None:
 
 
 def record(ref: str | None, n: int, size: int, pinned: bool = False, last_used: float = 0.0) -> ImageRecord:
-    return ImageRecord(id=f"sha256:{n:064x}", digest=f"sha256:{n + 1:064x}", references=(ref,) if ref else (),
-                       config=ImageConfig(), layers=(), size=size, pinned=pinned,
-                       extra={"created": "1.000", "last_used": f"{last_used:.3f}"})
+    return ImageRecord(
+        id=f"sha256:{n:064x}",
+        digest=f"sha256:{n + 1:064x}",
+        references=(ref,) if ref else (),
+        config=ImageConfig(),
+        layers=(),
+        size=size,
+        pinned=pinned,
+        extra={"created": "1.000", "last_used": f"{last_used:.3f}"},
+    )
 
 
 class FakeStore:
     def __init__(self) -> None:
-        self.records = [record("edgelet.local/busybox:1.36", 0xABC, 4_260_000, pinned=True, last_used=1000.0),
-                        record(None, 7, 1200)]
+        self.records = [
+            record("edgelet.local/busybox:1.36", 0xABC, 4_260_000, pinned=True, last_used=1000.0),
+            record(None, 7, 1200),
+        ]
         self.imported: list[Path] = []
 
     def list(self) -> list[ImageRecord]:
@@ -400,8 +530,9 @@ def test_images_list(tmp_path: Path, store: FakeStore) -> None:
     assert lines[2] == ["<none>", f"sha256:{8:064x}", "1.2kB", "false", "never"]
 
 
-@pytest.mark.parametrize("last_used, want", [(0.0, "never"), (999_940.0, "1m ago"), (1e6, "0s ago"),
-                                             (1e6 - 3 * 86400, "3d ago")])
+@pytest.mark.parametrize(
+    "last_used, want", [(0.0, "never"), (999_940.0, "1m ago"), (1e6, "0s ago"), (1e6 - 3 * 86400, "3d ago")]
+)
 def test_images_table_last_used(last_used: float, want: str) -> None:
     table = images_table([record("a/b:1", 1, 10, last_used=last_used)], now=1e6)
     assert table.splitlines()[1].endswith(want)
@@ -414,8 +545,17 @@ def test_images_list_without_store_creates_nothing(tmp_path: Path) -> None:
 
 
 def test_images_import_reports_each_file(tmp_path: Path, store: FakeStore) -> None:
-    rc, out, err = run("images", "import", "--config", "/dev/null", "--root-dir", str(tmp_path),
-                       str(tmp_path / "a.tar"), str(tmp_path / "bad.tar"), str(tmp_path / "b.tar"))
+    rc, out, err = run(
+        "images",
+        "import",
+        "--config",
+        "/dev/null",
+        "--root-dir",
+        str(tmp_path),
+        str(tmp_path / "a.tar"),
+        str(tmp_path / "bad.tar"),
+        str(tmp_path / "b.tar"),
+    )
     assert rc == 1
     assert store.imported == [tmp_path / "a.tar", tmp_path / "b.tar"]
     assert "Imported local/a:1" in out and "Imported local/b:1" in out
@@ -427,18 +567,25 @@ def test_images_import_needs_a_file() -> None:
 
 
 def test_python_dash_m_edgelet_version() -> None:
-    proc = subprocess.run([sys.executable, "-m", "edgelet", "version", "--config", "/dev/null"],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "edgelet", "version", "--config", "/dev/null"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("edgelet ")
 
 
-@pytest.mark.parametrize("argv, expected", [
-    (["--runonce"], True),
-    (["--runonce=true"], True),
-    (["--runonce=false"], False),
-    (["--register-node=false"], None),
-])
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["--runonce"], True),
+        (["--runonce=true"], True),
+        (["--runonce=false"], False),
+        (["--register-node=false"], None),
+    ],
+)
 def test_boolean_flags_take_an_optional_value_as_kubelets_do(argv: list[str], expected: bool | None) -> None:
     args = cli.build_parser().parse_args(["--config", "/dev/null", *argv])
     settings = cli.settings_from_args(args, env={})
@@ -464,8 +611,11 @@ def test_node_leads_with_the_agents_conditions(monkeypatch: pytest.MonkeyPatch, 
 
     conds = node_conditions(frozenset({"DiskPressure"}), ready=True, ready_message="edgelet is posting ready status")
     summary = {"node": {"cpu": {"usageNanoCores": 5e8}, "memory": {"workingSetBytes": 1 << 30}}, "pods": []}
-    answers = {"/node/conditions": json.dumps(conds).encode(), "/stats/summary": json.dumps(summary).encode(),
-               "/pods/table": msgspec.json.encode(PodsSnapshot(written_at=NOW, agent_pid=1, node_name="edge7"))}
+    answers = {
+        "/node/conditions": json.dumps(conds).encode(),
+        "/stats/summary": json.dumps(summary).encode(),
+        "/pods/table": msgspec.json.encode(PodsSnapshot(written_at=NOW, agent_pid=1, node_name="edge7")),
+    }
 
     def from_agent(settings: Settings, path: str) -> bytes | None:
         if path == "/node":
@@ -485,8 +635,9 @@ def test_node_leads_with_the_agents_conditions(monkeypatch: pytest.MonkeyPatch, 
     assert lines[7].endswith("edgelet is posting ready status")
     assert lines[2].index("Reason") == lines[5].index("KubeletHasDiskPressure")  # a table, columns aligned
     assert lines[8] == "Capacity:"
-    rc, out, err = run("node", "-o", "json", "--config", "/dev/null", "--root-dir", str(tmp_path),
-                       "--run-dir", str(tmp_path))
+    rc, out, err = run(
+        "node", "-o", "json", "--config", "/dev/null", "--root-dir", str(tmp_path), "--run-dir", str(tmp_path)
+    )
     assert rc == 0 and json.loads(out)["conditions"] == conds
 
 

@@ -72,12 +72,18 @@ def test_status_and_gc_are_asked_of_1_1_0_networks_only(plugins: Path) -> None:
     asyncio.run(cni.status(new))
     asyncio.run(cni.gc(new, [("sb1", "eth0"), ("sb2", "eth0")]))
     calls = _calls(plugins)
-    assert [(p, c) for p, c, _, _ in calls] == [("alpha", "STATUS"), ("beta", "STATUS"), ("alpha", "GC"),
-                                                 ("beta", "GC")]
+    assert [(p, c) for p, c, _, _ in calls] == [
+        ("alpha", "STATUS"),
+        ("beta", "STATUS"),
+        ("alpha", "GC"),
+        ("beta", "GC"),
+    ]
     assert all(cid == "-" for _, _, cid, _ in calls)  # neither names a container
     assert calls[1][3] == {"type": "beta", "x": 1, "name": "net", "cniVersion": "1.1.0"}
-    assert calls[3][3]["cni.dev/valid-attachments"] == [{"containerID": "sb1", "ifname": "eth0"},
-                                                         {"containerID": "sb2", "ifname": "eth0"}]
+    assert calls[3][3]["cni.dev/valid-attachments"] == [
+        {"containerID": "sb1", "ifname": "eth0"},
+        {"containerID": "sb2", "ifname": "eth0"},
+    ]
 
 
 def test_a_plugin_that_is_not_ready_says_so(plugins: Path) -> None:
@@ -117,8 +123,9 @@ def test_check_names_the_sandboxes_whose_network_failed(tmp_path: Path, plugins:
     assert next(s for p, c, cid, s in _calls(plugins) if cid == "good" and p == "beta")["prevResult"] == result
 
 
-def test_check_gives_no_verdict_when_a_plugin_is_missing_or_the_network_predates_check(tmp_path: Path,
-                                                                                         plugins: Path) -> None:
+def test_check_gives_no_verdict_when_a_plugin_is_missing_or_the_network_predates_check(
+    tmp_path: Path, plugins: Path
+) -> None:
     net = _network(tmp_path, plugins, "1.0.0")
     cache = Cache(tmp_path / "cache")
     result = {"ips": [{"address": "10.99.0.7/24"}]}
@@ -152,17 +159,21 @@ def test_cleanup_collects_garbage_with_the_live_attachments(tmp_path: Path, plug
     assert len(gc) == 2 and gc[0]["cni.dev/valid-attachments"] == [{"containerID": "live", "ifname": "eth0"}]
 
 
-@pytest.mark.parametrize("plugin, message, addresses, false", [
-    # containernetworking/plugins#819, as Debian's portmap 1.1.1 answers for an IPv4-only pod.
-    ("portmap", "could not check ipv6 dnat: chain CNI-DN-x not found in iptables table nat", ["10.1.0.2/24"], True),
-    ("portmap", "could not check ipv6 dnat: chain CNI-DN-x not found", ["10.1.0.2/24", "fd00::2/64"], False),
-    ("portmap", "could not check ipv4 dnat: chain CNI-DN-x not found", ["10.1.0.2/24"], False),
-    ("bridge", "ipv6 address fd00::2 not found", ["10.1.0.2/24"], False),
-    # Debian's bandwidth 1.1.1 panics on CHECK for a pod without a limit: no error document, no verdict.
-    ("bandwidth", "no message", ["10.1.0.2/24"], True),
-])
-def test_a_known_false_check_failure_is_told_apart(plugin: str, message: str, addresses: list[str],
-                                                   false: bool) -> None:
+@pytest.mark.parametrize(
+    "plugin, message, addresses, false",
+    [
+        # containernetworking/plugins#819, as Debian's portmap 1.1.1 answers for an IPv4-only pod.
+        ("portmap", "could not check ipv6 dnat: chain CNI-DN-x not found in iptables table nat", ["10.1.0.2/24"], True),
+        ("portmap", "could not check ipv6 dnat: chain CNI-DN-x not found", ["10.1.0.2/24", "fd00::2/64"], False),
+        ("portmap", "could not check ipv4 dnat: chain CNI-DN-x not found", ["10.1.0.2/24"], False),
+        ("bridge", "ipv6 address fd00::2 not found", ["10.1.0.2/24"], False),
+        # Debian's bandwidth 1.1.1 panics on CHECK for a pod without a limit: no error document, no verdict.
+        ("bandwidth", "no message", ["10.1.0.2/24"], True),
+    ],
+)
+def test_a_known_false_check_failure_is_told_apart(
+    plugin: str, message: str, addresses: list[str], false: bool
+) -> None:
     from edgelet.network.cni import false_check_failure
 
     result = {"ips": [{"address": a} for a in addresses]}
@@ -176,7 +187,9 @@ def test_check_goes_on_past_portmaps_ipv6_false_failure(tmp_path: Path, plugins:
     (plugins / "fail-CHECK-portmap").write_text("999")
     conf = {"cniVersion": "1.0.0", "name": "net", "plugins": [{"type": "alpha"}, {"type": "portmap"}, {"type": "beta"}]}
     cache = Cache(tmp_path / "cache")
-    cache.write(Entry("v4", "/run/netns/v4", "eth0", "p", "default", "u", conf, {}, {"ips": [{"address": "10.1.0.2/24"}]}))
+    cache.write(
+        Entry("v4", "/run/netns/v4", "eth0", "p", "default", "u", conf, {}, {"ips": [{"address": "10.1.0.2/24"}]})
+    )
     net = _network(tmp_path, plugins, "1.0.0")
     assert asyncio.run(net.check({"v4"})) == {}
     assert [p for p, c, _, _ in _calls(plugins) if c == "CHECK"] == ["alpha", "portmap", "beta"]

@@ -14,11 +14,14 @@ from edgelet.util import crashpoint
 from edgelet.util.clock import OFFSET_ENV, OffsetClock, RealClock, clock_from_environ
 
 
-@pytest.mark.parametrize("text, armed", [
-    ("", {}),
-    ("cni.add", {"cni.add": 1}),
-    ("cni.add:3, checkpoint.write:1", {"cni.add": 3, "checkpoint.write": 1}),
-])
+@pytest.mark.parametrize(
+    "text, armed",
+    [
+        ("", {}),
+        ("cni.add", {"cni.add": 1}),
+        ("cni.add:3, checkpoint.write:1", {"cni.add": 3, "checkpoint.write": 1}),
+    ],
+)
 def test_parse(text, armed):
     assert crashpoint.parse(text) == armed
 
@@ -36,12 +39,19 @@ def test_unarmed_points_do_nothing():
 
 
 def test_an_armed_point_kills_the_process_at_its_nth_passage():
-    code = ("from edgelet.util.crashpoint import crash_point\n"
-            "for i in range(5):\n"
-            "    print(i, flush=True)\n"
-            "    crash_point('container.create')\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                         env={"EDGELET_TEST_CRASH_AT": "container.create:3", "PATH": "/usr/bin:/bin"})
+    code = (
+        "from edgelet.util.crashpoint import crash_point\n"
+        "for i in range(5):\n"
+        "    print(i, flush=True)\n"
+        "    crash_point('container.create')\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"EDGELET_TEST_CRASH_AT": "container.create:3", "PATH": "/usr/bin:/bin"},
+    )
     assert out.returncode == -signal.SIGKILL
     assert out.stdout.split() == ["0", "1", "2"]
 

@@ -68,10 +68,18 @@ def module():
     return example
 
 
-@pytest.mark.parametrize("path", [
-    ("__doc__",), ("Documented", "__doc__"), ("Documented", "method", "__doc__"), ("OnlyADocstring", "__doc__"),
-    ("only_a_docstring", "__doc__"), ("coroutine", "__doc__"), ("checks", "__doc__"),
-])
+@pytest.mark.parametrize(
+    "path",
+    [
+        ("__doc__",),
+        ("Documented", "__doc__"),
+        ("Documented", "method", "__doc__"),
+        ("OnlyADocstring", "__doc__"),
+        ("only_a_docstring", "__doc__"),
+        ("coroutine", "__doc__"),
+        ("checks", "__doc__"),
+    ],
+)
 def test_docstrings_are_gone(module, path) -> None:
     obj = module
     for attr in path:

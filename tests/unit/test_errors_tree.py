@@ -40,16 +40,22 @@ def _exceptions() -> list[type[BaseException]]:
 
 def test_every_exception_edgelet_defines_is_an_edgelet_error() -> None:
     # Private control-flow signals (a leading underscore) never leave their module.
-    outside = sorted(f"{c.__module__}.{c.__qualname__}" for c in _exceptions()
-                     if not c.__name__.startswith("_") and not issubclass(c, EdgeletError))
+    outside = sorted(
+        f"{c.__module__}.{c.__qualname__}"
+        for c in _exceptions()
+        if not c.__name__.startswith("_") and not issubclass(c, EdgeletError)
+    )
     assert outside == []
 
 
 def test_the_root_map_names_every_root_where_it_lives() -> None:
     doc = edgelet.errors.__doc__ or ""
     named = set(re.findall(r"[├└]── ([\w.]+)", doc))
-    roots = {f"{c.__module__.removeprefix('edgelet.')}.{c.__qualname__}" for c in _exceptions()
-             if EdgeletError in c.__bases__ and not c.__name__.startswith("_")}
+    roots = {
+        f"{c.__module__.removeprefix('edgelet.')}.{c.__qualname__}"
+        for c in _exceptions()
+        if EdgeletError in c.__bases__ and not c.__name__.startswith("_")
+    }
     assert roots, "no roots found"
     assert sorted(roots - named) == [], "roots missing from edgelet/errors.py"
     assert sorted(named - roots) == [], "edgelet/errors.py names classes that are no roots"
@@ -59,7 +65,10 @@ def test_each_packages_tree_names_its_classes() -> None:
     for path in sorted(PACKAGE.glob("*/errors.py")):
         module = importlib.import_module(f"edgelet.{path.parent.name}.errors")
         doc = module.__doc__ or ""
-        classes = [n for n, c in vars(module).items() if inspect.isclass(c) and issubclass(c, BaseException)
-                   and c.__module__ == module.__name__]
+        classes = [
+            n
+            for n, c in vars(module).items()
+            if inspect.isclass(c) and issubclass(c, BaseException) and c.__module__ == module.__name__
+        ]
         missing = [n for n in classes if not re.search(rf"\b{re.escape(n)}\b", doc)]
         assert missing == [], f"{path.relative_to(PACKAGE)} does not draw {missing}"

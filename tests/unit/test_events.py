@@ -59,7 +59,9 @@ def test_init_container_field_path() -> None:
 def test_flush_and_cli(tmp_path: Path, capsys) -> None:
     clock = FakeClock()
     rec = EventRecorder(clock, events_path(tmp_path))
-    rec.warning(InvolvedObject(kind="Manifest", name="/m/bad.yaml"), "FailedValidation", "/m/bad.yaml: $.spec: Required value")
+    rec.warning(
+        InvolvedObject(kind="Manifest", name="/m/bad.yaml"), "FailedValidation", "/m/bad.yaml: $.spec: Required value"
+    )
     rec.normal(pod_ref(_pod()), "Started", "Started container: app")
     rec.flush()
     snap = read_events(events_path(tmp_path))
@@ -92,11 +94,28 @@ def test_events_for_a_static_pod_by_its_short_name(tmp_path: Path, capsys) -> No
     """`edgelet events --for hostroot` finds `hostroot-<node>`, as `describe pod hostroot` does (issue 15)."""
     clock = FakeClock()
     rec = EventRecorder(clock, events_path(tmp_path))
-    rec.normal(pod_ref(Pod(metadata=ObjectMeta(name="hostroot-node1", namespace="default", uid="u2"))), "Started",
-               "Started container: app")
+    rec.normal(
+        pod_ref(Pod(metadata=ObjectMeta(name="hostroot-node1", namespace="default", uid="u2"))),
+        "Started",
+        "Started container: app",
+    )
     rec.flush()
-    assert main(["events", "--run-dir", str(tmp_path), "--root-dir", str(tmp_path), "--hostname-override", "node1",
-                 "--for", "hostroot"]) == 0
+    assert (
+        main(
+            [
+                "events",
+                "--run-dir",
+                str(tmp_path),
+                "--root-dir",
+                str(tmp_path),
+                "--hostname-override",
+                "node1",
+                "--for",
+                "hostroot",
+            ]
+        )
+        == 0
+    )
     assert "Started container: app" in capsys.readouterr().out
 
 
@@ -108,14 +127,30 @@ def test_events_for_a_short_name_take_the_node_from_the_agents_snapshot(tmp_path
     from edgelet.status.snapshot import PodsSnapshot, snapshot_path
 
     rec = EventRecorder(FakeClock(), events_path(tmp_path))
-    rec.normal(pod_ref(Pod(metadata=ObjectMeta(name="hostroot-edge7", namespace="default", uid="u2"))), "Started",
-               "Started container: app")
+    rec.normal(
+        pod_ref(Pod(metadata=ObjectMeta(name="hostroot-edge7", namespace="default", uid="u2"))),
+        "Started",
+        "Started container: app",
+    )
     rec.flush()
     snapshot_path(tmp_path).parent.mkdir(parents=True)
-    snapshot_path(tmp_path).write_bytes(msgspec.json.encode(PodsSnapshot(written_at=0, agent_pid=0,
-                                                                         node_name="edge7")))
-    assert main(["events", "--run-dir", str(tmp_path), "--root-dir", str(tmp_path), "--config", "/dev/null",
-                 "--for", "hostroot"]) == 0
+    snapshot_path(tmp_path).write_bytes(msgspec.json.encode(PodsSnapshot(written_at=0, agent_pid=0, node_name="edge7")))
+    assert (
+        main(
+            [
+                "events",
+                "--run-dir",
+                str(tmp_path),
+                "--root-dir",
+                str(tmp_path),
+                "--config",
+                "/dev/null",
+                "--for",
+                "hostroot",
+            ]
+        )
+        == 0
+    )
     assert "Started container: app" in capsys.readouterr().out
 
 
@@ -221,9 +256,8 @@ def test_events_recorded_from_worker_threads_while_the_loop_encodes(tmp_path: Pa
     # the loop encodes the ring for events.json: unguarded, "OrderedDict mutated during iteration" killed
     # the agent under pod churn. Here threads record while the loop encodes, and their records reach the file.
     import asyncio
-    import threading
-
     import sys
+    import threading
 
     async def go() -> bytes:
         rec = EventRecorder(FakeClock(), path=tmp_path / "events.json", capacity=3000, interval=0.0)

@@ -7,13 +7,29 @@ import os
 
 import pytest
 
-from edgelet.eviction.decide import PodUsage, PressureState, pod_priority, rank, step, thresholds_met, message
+from edgelet.eviction.decide import PodUsage, PressureState, message, pod_priority, rank, step, thresholds_met
 from edgelet.eviction.errors import EvictionConfigError
 from edgelet.eviction.manager import EvictionManager
-from edgelet.eviction.signals import Observation, fs_observations, memory_observation, parse_meminfo, \
-    parse_memory_stat, pid_observation
-from edgelet.eviction.thresholds import DEFAULT_HARD, IMAGEFS, MEMORY, NODEFS, NODEFS_INODES, PIDS, Threshold, \
-    Value, configure, parse_thresholds
+from edgelet.eviction.signals import (
+    Observation,
+    fs_observations,
+    memory_observation,
+    parse_meminfo,
+    parse_memory_stat,
+    pid_observation,
+)
+from edgelet.eviction.thresholds import (
+    DEFAULT_HARD,
+    IMAGEFS,
+    MEMORY,
+    NODEFS,
+    NODEFS_INODES,
+    PIDS,
+    Threshold,
+    Value,
+    configure,
+    parse_thresholds,
+)
 from edgelet.util.clock import FakeClock
 
 Mi = 1 << 20
@@ -29,26 +45,33 @@ def test_kubelets_default_hard_thresholds() -> None:
     assert all(x.hard and x.grace_period == 0 for x in t.values())
 
 
-@pytest.mark.parametrize("hard, soft, grace, reclaim, error", [
-    ("memory.available>100Mi", "", "", "", "expected SIGNAL<VALUE"),
-    ("memory.free<100Mi", "", "", "", "unknown signal 'memory.free'"),
-    ("memory.available<lots", "", "", "", "memory.available"),
-    ("nodefs.available<0%", "", "", "", "must be a percentage in (0, 100]"),
-    ("nodefs.available<150%", "", "", "", "must be a percentage in (0, 100]"),
-    ("memory.available<1Gi,memory.available<2Gi", "", "", "", "memory.available given twice"),
-    ("", "memory.available<1Gi", "", "", "--eviction-soft: memory.available has no grace period"),
-    ("", "", "memory.available=1m", "", "--eviction-soft-grace-period: memory.available has no soft threshold"),
-    ("", "memory.available<1Gi", "memory.available=soon", "", "--eviction-soft-grace-period: memory.available"),
-    ("", "", "", "memory.available=-1Mi", "must be positive"),
-])
+@pytest.mark.parametrize(
+    "hard, soft, grace, reclaim, error",
+    [
+        ("memory.available>100Mi", "", "", "", "expected SIGNAL<VALUE"),
+        ("memory.free<100Mi", "", "", "", "unknown signal 'memory.free'"),
+        ("memory.available<lots", "", "", "", "memory.available"),
+        ("nodefs.available<0%", "", "", "", "must be a percentage in (0, 100]"),
+        ("nodefs.available<150%", "", "", "", "must be a percentage in (0, 100]"),
+        ("memory.available<1Gi,memory.available<2Gi", "", "", "", "memory.available given twice"),
+        ("", "memory.available<1Gi", "", "", "--eviction-soft: memory.available has no grace period"),
+        ("", "", "memory.available=1m", "", "--eviction-soft-grace-period: memory.available has no soft threshold"),
+        ("", "memory.available<1Gi", "memory.available=soon", "", "--eviction-soft-grace-period: memory.available"),
+        ("", "", "", "memory.available=-1Mi", "must be positive"),
+    ],
+)
 def test_bad_flags_name_the_flag_and_the_part(hard: str, soft: str, grace: str, reclaim: str, error: str) -> None:
     with pytest.raises(EvictionConfigError, match=error.replace("(", r"\(").replace(")", r"\)")):
         configure(hard, soft, grace, reclaim)
 
 
 def test_soft_thresholds_carry_their_grace_and_every_threshold_its_reclaim() -> None:
-    ts = {(t.signal, t.hard): t for t in configure("memory.available<100Mi", "memory.available<1Gi",
-                                                     "memory.available=1m30s", "memory.available=200Mi")}
+    ts = {
+        (t.signal, t.hard): t
+        for t in configure(
+            "memory.available<100Mi", "memory.available<1Gi", "memory.available=1m30s", "memory.available=200Mi"
+        )
+    }
     assert ts[(MEMORY, False)].grace_period == 90.0
     assert ts[(MEMORY, True)].min_reclaim == Value(quantity=200 * Mi)
     assert ts[(MEMORY, False)].min_reclaim == Value(quantity=200 * Mi)
@@ -68,15 +91,20 @@ def test_signal_parsing() -> None:
     assert fs_observations(st) == (Observation(400 * 4096, 1000 * 4096), Observation(40, 100))
 
 
-@pytest.mark.parametrize("available, already, met", [
-    (99 * Mi, False, True),
-    (100 * Mi, False, False),  # strictly below
-    (250 * Mi, True, True),  # met before: must recover the 200Mi minimum reclaim as well
-    (300 * Mi, True, False),
-])
+@pytest.mark.parametrize(
+    "available, already, met",
+    [
+        (99 * Mi, False, True),
+        (100 * Mi, False, False),  # strictly below
+        (250 * Mi, True, True),  # met before: must recover the 200Mi minimum reclaim as well
+        (300 * Mi, True, False),
+    ],
+)
 def test_thresholds_met_with_minimum_reclaim(available: int, already: bool, met: bool) -> None:
     t = Threshold(MEMORY, Value(quantity=100 * Mi), min_reclaim=Value(quantity=200 * Mi))
-    got = thresholds_met([t], {MEMORY: Observation(available, Gi)}, frozenset({(MEMORY, True)}) if already else frozenset())
+    got = thresholds_met(
+        [t], {MEMORY: Observation(available, Gi)}, frozenset({(MEMORY, True)}) if already else frozenset()
+    )
     assert bool(got) is met
 
 
@@ -116,29 +144,51 @@ def _pod(name: str, **kw: int) -> PodUsage:
     return PodUsage(uid=name, name=f"default/{name}", **kw)
 
 
-@pytest.mark.parametrize("signal, pods, order", [
-    # Memory: over requests first, then priority, then usage above requests.
-    (MEMORY, [_pod("guaranteed", memory=90, memory_request=100), _pod("besteffort", memory=10),
-              _pod("burstable", memory=300, memory_request=100)], ["burstable", "besteffort", "guaranteed"]),
-    (MEMORY, [_pod("low", memory=50), _pod("high", memory=500, priority=1000)], ["low", "high"]),
-    (MEMORY, [_pod("a", memory=50), _pod("b", memory=500)], ["b", "a"]),
-    # Critical pods are never candidates.
-    (MEMORY, [_pod("crit", memory=10**9, priority=2_000_001_000), _pod("x", memory=1)], ["x"]),
-    # Disk: usage, with requests honoured.
-    (NODEFS, [_pod("small", disk=10), _pod("big", disk=1000), _pod("within", disk=5000, disk_request=10000)],
-     ["big", "small", "within"]),
-    # PIDs: priority, then process count.
-    (PIDS, [_pod("few", pids=3), _pod("many", pids=900), _pod("prio", pids=5000, priority=10)],
-     ["many", "few", "prio"]),
-])
+@pytest.mark.parametrize(
+    "signal, pods, order",
+    [
+        # Memory: over requests first, then priority, then usage above requests.
+        (
+            MEMORY,
+            [
+                _pod("guaranteed", memory=90, memory_request=100),
+                _pod("besteffort", memory=10),
+                _pod("burstable", memory=300, memory_request=100),
+            ],
+            ["burstable", "besteffort", "guaranteed"],
+        ),
+        (MEMORY, [_pod("low", memory=50), _pod("high", memory=500, priority=1000)], ["low", "high"]),
+        (MEMORY, [_pod("a", memory=50), _pod("b", memory=500)], ["b", "a"]),
+        # Critical pods are never candidates.
+        (MEMORY, [_pod("crit", memory=10**9, priority=2_000_001_000), _pod("x", memory=1)], ["x"]),
+        # Disk: usage, with requests honoured.
+        (
+            NODEFS,
+            [_pod("small", disk=10), _pod("big", disk=1000), _pod("within", disk=5000, disk_request=10000)],
+            ["big", "small", "within"],
+        ),
+        # PIDs: priority, then process count.
+        (
+            PIDS,
+            [_pod("few", pids=3), _pod("many", pids=900), _pod("prio", pids=5000, priority=10)],
+            ["many", "few", "prio"],
+        ),
+    ],
+)
 def test_eviction_order(signal: str, pods: list[PodUsage], order: list[str]) -> None:
     assert [p.uid for p in rank(pods, signal)] == order
 
 
-@pytest.mark.parametrize("cls, prio, expected, critical", [
-    (None, None, 0, False), ("system-node-critical", None, 2_000_001_000, True),
-    ("system-cluster-critical", None, 2_000_000_000, True), ("whatever", 7, 7, False), (None, 2_000_000_000, 2_000_000_000, True),
-])
+@pytest.mark.parametrize(
+    "cls, prio, expected, critical",
+    [
+        (None, None, 0, False),
+        ("system-node-critical", None, 2_000_001_000, True),
+        ("system-cluster-critical", None, 2_000_000_000, True),
+        ("whatever", 7, 7, False),
+        (None, 2_000_000_000, 2_000_000_000, True),
+    ],
+)
 def test_priority_of_static_pods(cls: str | None, prio: int | None, expected: int, critical: bool) -> None:
     assert pod_priority(cls, prio) == expected
     assert PodUsage("u", "n", priority=expected).critical is critical
@@ -147,15 +197,20 @@ def test_priority_of_static_pods(cls: str | None, prio: int | None, expected: in
 def test_the_message_says_what_ran_low_and_what_the_pod_used() -> None:
     t = Threshold(MEMORY, Value(quantity=100 * Mi))
     text = message(t, Observation(50 * Mi, Gi), _pod("web", memory=200 * Mi))
-    assert text == ("The node was low on resource: memory. Threshold quantity: 102400Ki, available: 51200Ki. "
-                    "Pod default/web was using 204800Ki, request is 0Ki.")
+    assert text == (
+        "The node was low on resource: memory. Threshold quantity: 102400Ki, available: 51200Ki. "
+        "Pod default/web was using 204800Ki, request is 0Ki."
+    )
 
 
 class _Node:
     def __init__(self) -> None:
         self.observed = {MEMORY: Observation(4 * Gi, 8 * Gi), NODEFS: Observation(50 * Gi, 100 * Gi)}
-        self.pods = [_pod("be", memory=300 * Mi), _pod("bu", memory=200 * Mi, memory_request=100 * Mi),
-                     _pod("crit", memory=Gi, priority=2_000_001_000)]
+        self.pods = [
+            _pod("be", memory=300 * Mi),
+            _pod("bu", memory=200 * Mi, memory_request=100 * Mi),
+            _pod("crit", memory=Gi, priority=2_000_001_000),
+        ]
         self.log: list[tuple] = []
 
     async def usage(self) -> list[PodUsage]:
@@ -172,8 +227,16 @@ class _Node:
 
 
 def _manager(node: _Node, clock: FakeClock, thresholds: str = DEFAULT_HARD) -> EvictionManager:
-    return EvictionManager(configure(thresholds), clock=clock, observe=lambda: dict(node.observed), usage=node.usage,
-                           evict=node.evict, readmit=node.readmit, reclaim=node.reclaim, transition_period=30)
+    return EvictionManager(
+        configure(thresholds),
+        clock=clock,
+        observe=lambda: dict(node.observed),
+        usage=node.usage,
+        evict=node.evict,
+        readmit=node.readmit,
+        reclaim=node.reclaim,
+        transition_period=30,
+    )
 
 
 def test_the_manager_evicts_one_pod_per_round_never_the_critical_one_and_readmits_after_the_pressure() -> None:
@@ -197,8 +260,12 @@ def test_the_manager_evicts_one_pod_per_round_never_the_critical_one_and_readmit
         assert mgr.conditions == frozenset()
 
     asyncio.run(rounds())
-    assert node.log == [("evict", "be", "Evicted", 0.0), ("evict", "bu", "Evicted", 0.0),
-                        ("readmit", "be"), ("readmit", "bu")]
+    assert node.log == [
+        ("evict", "be", "Evicted", 0.0),
+        ("evict", "bu", "Evicted", 0.0),
+        ("readmit", "be"),
+        ("readmit", "bu"),
+    ]
 
 
 def test_disk_pressure_reclaims_node_level_resources_before_evicting() -> None:

@@ -9,8 +9,14 @@ import termios
 
 import pytest
 
-from edgelet.api.types import ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting
-from edgelet.api.types import ContainerStatus, PodStatus
+from edgelet.api.types import (
+    ContainerState,
+    ContainerStateRunning,
+    ContainerStateTerminated,
+    ContainerStateWaiting,
+    ContainerStatus,
+    PodStatus,
+)
 from edgelet.cli.exec import command_of, decide_tty, exec_target
 from edgelet.runtime.execsession import ExecSessionError, build_exec_process, terminal_size
 from edgelet.server import execproto as proto
@@ -18,18 +24,27 @@ from edgelet.server.execserve import pick_container, pick_pod, running_container
 from edgelet.server.routes import HttpError, match_route
 
 PROCESS = {
-    "terminal": False, "user": {"uid": 1000, "gid": 1001, "additionalGids": [5]}, "args": ["sleep", "300"],
-    "env": ["PATH=/bin", "GREETING=hello"], "cwd": "/tmp", "noNewPrivileges": True,
-    "capabilities": {"bounding": ["CAP_CHOWN"], "effective": []}, "apparmorProfile": "cri-default",
-    "oomScoreAdj": 999, "rlimits": [{"type": "RLIMIT_NOFILE", "hard": 1024, "soft": 1024}],
+    "terminal": False,
+    "user": {"uid": 1000, "gid": 1001, "additionalGids": [5]},
+    "args": ["sleep", "300"],
+    "env": ["PATH=/bin", "GREETING=hello"],
+    "cwd": "/tmp",
+    "noNewPrivileges": True,
+    "capabilities": {"bounding": ["CAP_CHOWN"], "effective": []},
+    "apparmorProfile": "cri-default",
+    "oomScoreAdj": 999,
+    "rlimits": [{"type": "RLIMIT_NOFILE", "hard": 1024, "soft": 1024}],
     "consoleSize": {"height": 1, "width": 1},
 }
 
 
-@pytest.mark.parametrize("tty, env", [
-    (False, ["PATH=/bin", "GREETING=hello"]),
-    (True, ["PATH=/bin", "GREETING=hello", "TERM=xterm"]),
-])
+@pytest.mark.parametrize(
+    "tty, env",
+    [
+        (False, ["PATH=/bin", "GREETING=hello"]),
+        (True, ["PATH=/bin", "GREETING=hello", "TERM=xterm"]),
+    ],
+)
 def test_build_exec_process_keeps_the_containers_confinement(tty, env):
     spec = build_exec_process(PROCESS, ["sh", "-c", "id"], tty=tty)
     assert spec["args"] == ["sh", "-c", "id"] and spec["terminal"] is tty and spec["env"] == env
@@ -39,13 +54,16 @@ def test_build_exec_process_keeps_the_containers_confinement(tty, env):
     assert PROCESS["args"] == ["sleep", "300"] and "consoleSize" in PROCESS  # the bundle's copy is untouched
 
 
-@pytest.mark.parametrize("tty, size, console", [
-    (True, (111, 33), {"width": 111, "height": 33}),  # runc sizes the pty before the command starts
-    (True, None, None),  # no size known: none, not the container's
-    (True, (0, 0), None),  # a client terminal without a size yet
-    (True, (80, 0), None),
-    (False, (111, 33), None),  # no terminal, no console
-])
+@pytest.mark.parametrize(
+    "tty, size, console",
+    [
+        (True, (111, 33), {"width": 111, "height": 33}),  # runc sizes the pty before the command starts
+        (True, None, None),  # no size known: none, not the container's
+        (True, (0, 0), None),  # a client terminal without a size yet
+        (True, (80, 0), None),
+        (False, (111, 33), None),  # no terminal, no console
+    ],
+)
 def test_build_exec_process_gives_the_clients_terminal_size(tty, size, console):
     spec = build_exec_process(PROCESS, ["sh"], tty=tty, size=size)
     assert spec.get("consoleSize") == console
@@ -70,21 +88,27 @@ def test_build_exec_process_keeps_a_given_term_and_needs_a_command():
         build_exec_process(PROCESS, [], tty=False)
 
 
-@pytest.mark.parametrize("message, line", [
-    (proto.Message(signal=28), b'{"signal":28}\n'),
-    (proto.Message(exit=7), b'{"exit":7}\n'),
-    (proto.Message(error="no"), b'{"error":"no"}\n'),
-    (proto.Hello(command=["sh", "-c", "exit 7"], tty=True, stdin=True),
-     b'{"command":["sh","-c","exit 7"],"tty":true,"stdin":true}\n'),
-])
+@pytest.mark.parametrize(
+    "message, line",
+    [
+        (proto.Message(signal=28), b'{"signal":28}\n'),
+        (proto.Message(exit=7), b'{"exit":7}\n'),
+        (proto.Message(error="no"), b'{"error":"no"}\n'),
+        (
+            proto.Hello(command=["sh", "-c", "exit 7"], tty=True, stdin=True),
+            b'{"command":["sh","-c","exit 7"],"tty":true,"stdin":true}\n',
+        ),
+    ],
+)
 def test_protocol_lines(message, line):
     assert proto.encode(message) == line
     decoded = proto.decode_hello(line) if isinstance(message, proto.Hello) else proto.decode_message(line)
     assert decoded == message
 
 
-@pytest.mark.parametrize("line", [b"{", b"[]", b'{"exit":"7"}', b'{"exit":true}', b'{"exit":1,"signal":2}',
-                                  b'{"kill":9}'])
+@pytest.mark.parametrize(
+    "line", [b"{", b"[]", b'{"exit":"7"}', b'{"exit":true}', b'{"exit":1,"signal":2}', b'{"kill":9}']
+)
 def test_bad_messages(line):
     with pytest.raises(proto.ProtocolError):
         proto.decode_message(line)
@@ -116,11 +140,14 @@ def test_exec_route_is_post_only():
     assert err.value.status == 400
 
 
-@pytest.mark.parametrize("pod, namespace, container, target", [
-    ("web", None, None, "/exec/web"),
-    ("web", "kube-system", None, "/exec/web?namespace=kube-system"),
-    ("a/b", None, "c d", "/exec/a%2Fb?container=c+d"),
-])
+@pytest.mark.parametrize(
+    "pod, namespace, container, target",
+    [
+        ("web", None, None, "/exec/web"),
+        ("web", "kube-system", None, "/exec/web?namespace=kube-system"),
+        ("a/b", None, "c d", "/exec/a%2Fb?container=c+d"),
+    ],
+)
 def test_exec_target(pod, namespace, container, target):
     assert exec_target(pod, namespace, container) == target
 
@@ -128,12 +155,20 @@ def test_exec_target(pod, namespace, container, target):
 PODS = [("default", "web-node", 1), ("default", "db", 2), ("other", "db", 3), ("other", "web", 4)]
 
 
-@pytest.mark.parametrize("name, namespace, expected", [
-    ("web", "default", 1), ("web-node", None, 1), ("web", "other", 4),
-    ("web", None, 'pods "web" exist in several namespaces (default, other): name one with -n'), ("db", "default", 2), ("db", "other", 3),
-    ("ghost", None, 'pods "ghost" not found'), ("db", "third", 'pods "db" not found'),
-    ("db", None, 'pods "db" exist in several namespaces (default, other): name one with -n'),
-])
+@pytest.mark.parametrize(
+    "name, namespace, expected",
+    [
+        ("web", "default", 1),
+        ("web-node", None, 1),
+        ("web", "other", 4),
+        ("web", None, 'pods "web" exist in several namespaces (default, other): name one with -n'),
+        ("db", "default", 2),
+        ("db", "other", 3),
+        ("ghost", None, 'pods "ghost" not found'),
+        ("db", "third", 'pods "db" not found'),
+        ("db", None, 'pods "db" exist in several namespaces (default, other): name one with -n'),
+    ],
+)
 def test_pick_pod(name, namespace, expected):
     if isinstance(expected, int):
         assert pick_pod(PODS, name, namespace, "node") == expected
@@ -144,17 +179,30 @@ def test_pick_pod(name, namespace, expected):
 
 
 def _status(state: ContainerState, name: str = "main") -> PodStatus:
-    return PodStatus(container_statuses=[ContainerStatus(name=name, image="i", image_id="", ready=False,
-                                                         restart_count=0, container_id="runc://abc", state=state)])
+    return PodStatus(
+        container_statuses=[
+            ContainerStatus(
+                name=name, image="i", image_id="", ready=False, restart_count=0, container_id="runc://abc", state=state
+            )
+        ]
+    )
 
 
-@pytest.mark.parametrize("state, error", [
-    (ContainerState(running=ContainerStateRunning()), None),
-    (ContainerState(waiting=ContainerStateWaiting(reason="CrashLoopBackOff")), "not running (waiting: CrashLoopBackOff)"),
-    (ContainerState(terminated=ContainerStateTerminated(exit_code=0, reason="Completed")),
-     "not running (terminated: Completed)"),
-    (ContainerState(terminated=ContainerStateTerminated(exit_code=3)), "not running (terminated: exit code 3)"),
-])
+@pytest.mark.parametrize(
+    "state, error",
+    [
+        (ContainerState(running=ContainerStateRunning()), None),
+        (
+            ContainerState(waiting=ContainerStateWaiting(reason="CrashLoopBackOff")),
+            "not running (waiting: CrashLoopBackOff)",
+        ),
+        (
+            ContainerState(terminated=ContainerStateTerminated(exit_code=0, reason="Completed")),
+            "not running (terminated: Completed)",
+        ),
+        (ContainerState(terminated=ContainerStateTerminated(exit_code=3)), "not running (terminated: exit code 3)"),
+    ],
+)
 def test_running_container_id(state, error):
     if error is None:
         assert running_container_id(_status(state), "main", "default/p") == "abc"
@@ -164,12 +212,15 @@ def test_running_container_id(state, error):
     assert err.value.status == 409 and f"container 'main' in pod default/p is {error}" == err.value.message
 
 
-@pytest.mark.parametrize("tty, stdin, isatty, expected", [
-    (False, False, True, (False, None)),
-    (True, True, True, (True, None)),
-    (True, False, True, (False, "Unable to use a TTY - input is not connected (add -i)")),
-    (True, True, False, (False, "Unable to use a TTY - input is not a terminal or the right kind of file")),
-])
+@pytest.mark.parametrize(
+    "tty, stdin, isatty, expected",
+    [
+        (False, False, True, (False, None)),
+        (True, True, True, (True, None)),
+        (True, False, True, (False, "Unable to use a TTY - input is not connected (add -i)")),
+        (True, True, False, (False, "Unable to use a TTY - input is not a terminal or the right kind of file")),
+    ],
+)
 def test_decide_tty(tty, stdin, isatty, expected):
     assert decide_tty(tty, stdin, isatty) == expected
 

@@ -22,8 +22,12 @@ IMAGE = "edgelet.local/busybox:1.36"
 
 def _pod(**spec) -> Pod:
     containers = spec.pop("containers", [{"name": "c", "image": IMAGE}])
-    raw = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "uid": "u1"},
-           "spec": {"containers": containers, **spec}}
+    raw = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "uid": "u1"},
+        "spec": {"containers": containers, **spec},
+    }
     return make_static_pod(msgspec.convert(raw, Pod), node_name="node", source="file", origin="/m/p.yaml")
 
 
@@ -31,25 +35,49 @@ def _root_volume(path: str = "/") -> list[dict]:
     return [{"name": "root", "hostPath": {"path": path}}]
 
 
-@pytest.mark.parametrize("path, expected", [("/", True), ("//", True), ("/.", True), ("/..", True), ("/etc", False),
-                                            ("", False), ("relative", False)])
+@pytest.mark.parametrize(
+    "path, expected",
+    [("/", True), ("//", True), ("/.", True), ("/..", True), ("/etc", False), ("", False), ("relative", False)],
+)
 def test_is_host_root(path: str, expected: bool) -> None:
     assert is_host_root(path) is expected
 
 
-@pytest.mark.parametrize("spec, expected", [
-    ({}, []),
-    ({"hostNetwork": True}, ["hostNetwork"]),
-    ({"hostPID": True, "hostIPC": True}, ["hostPID", "hostIPC"]),
-    ({"volumes": _root_volume(), "containers": [
-        {"name": "c", "image": IMAGE, "volumeMounts": [{"name": "root", "mountPath": "/host"}]}]},
-     ["hostPath / read-write (volume 'root' in container 'c')"]),
-    ({"volumes": _root_volume("//"), "containers": [
-        {"name": "c", "image": IMAGE, "volumeMounts": [{"name": "root", "mountPath": "/host", "readOnly": True}]}]},
-     []),  # read-only: no warning
-    ({"volumes": _root_volume("/etc"), "containers": [
-        {"name": "c", "image": IMAGE, "volumeMounts": [{"name": "root", "mountPath": "/host"}]}]}, []),
-])
+@pytest.mark.parametrize(
+    "spec, expected",
+    [
+        ({}, []),
+        ({"hostNetwork": True}, ["hostNetwork"]),
+        ({"hostPID": True, "hostIPC": True}, ["hostPID", "hostIPC"]),
+        (
+            {
+                "volumes": _root_volume(),
+                "containers": [{"name": "c", "image": IMAGE, "volumeMounts": [{"name": "root", "mountPath": "/host"}]}],
+            },
+            ["hostPath / read-write (volume 'root' in container 'c')"],
+        ),
+        (
+            {
+                "volumes": _root_volume("//"),
+                "containers": [
+                    {
+                        "name": "c",
+                        "image": IMAGE,
+                        "volumeMounts": [{"name": "root", "mountPath": "/host", "readOnly": True}],
+                    }
+                ],
+            },
+            [],
+        ),  # read-only: no warning
+        (
+            {
+                "volumes": _root_volume("/etc"),
+                "containers": [{"name": "c", "image": IMAGE, "volumeMounts": [{"name": "root", "mountPath": "/host"}]}],
+            },
+            [],
+        ),
+    ],
+)
 def test_describe_host_access(spec: dict, expected: list[str]) -> None:
     found = describe_host_access(_pod(**spec))
     assert len(found) == len(expected)

@@ -10,12 +10,11 @@ import pytest
 
 from edgelet.api.annotations import ORIGIN
 from edgelet.settings import KEYS, Settings, SettingsError, load_settings, read_config_file
-
 from edgelet.sources.http import (
     BodyProblem,
     CachedManifest,
-    FetchFailed,
     Fetched,
+    FetchFailed,
     HttpSourceState,
     NotModified,
     apply_cache,
@@ -110,8 +109,10 @@ def test_unchanged_clears_the_error_and_keeps_the_pods(outcome: Any) -> None:
 
 def test_same_body_takes_the_new_validators() -> None:
     after = apply(good_state(etag='"e1"'), Fetched(WEB, etag='"e2"', last_modified="Tue, 01 Oct 2024 00:00:00 GMT"))
-    assert after.conditional_headers() == {"If-None-Match": '"e2"',
-                                           "If-Modified-Since": "Tue, 01 Oct 2024 00:00:00 GMT"}
+    assert after.conditional_headers() == {
+        "If-None-Match": '"e2"',
+        "If-Modified-Since": "Tue, 01 Oct 2024 00:00:00 GMT",
+    }
 
 
 def test_304_without_a_held_body_is_an_error() -> None:
@@ -168,8 +169,10 @@ def test_invalid_item_in_a_later_document() -> None:
 
 
 def test_json_list_is_located_too() -> None:
-    body = (b'{"apiVersion":"v1","kind":"PodList","items":[{"metadata":{"name":"a"},'
-            b'"spec":{"containers":[{"name":"c","image":""}]}}]}')
+    body = (
+        b'{"apiVersion":"v1","kind":"PodList","items":[{"metadata":{"name":"a"},'
+        b'"spec":{"containers":[{"name":"c","image":""}]}}]}'
+    )
     with pytest.raises(BodyProblem, match=r"^\$\.items\[0\]\.spec"):
         decode_body(body, URL, NODE)
 
@@ -192,8 +195,7 @@ def test_cache_gives_the_same_pods_as_the_fetch() -> None:
 
 
 def test_while_on_the_cache_fetch_failures_are_not_reported_but_bad_bodies_are() -> None:
-    seeded = apply_cache(HttpSourceState(), CachedManifest(url=URL, fetched_at=1.0, body=WEB), url=URL,
-                         node_name=NODE)
+    seeded = apply_cache(HttpSourceState(), CachedManifest(url=URL, fetched_at=1.0, body=WEB), url=URL, node_name=NODE)
     offline = apply(seeded, FetchFailed("cannot fetch: ConnectError"))
     assert offline.error is None and offline.pods == seeded.pods
     bad = apply(offline, Fetched(b""))
@@ -204,8 +206,9 @@ def test_while_on_the_cache_fetch_failures_are_not_reported_but_bad_bodies_are()
 
 def test_cache_of_another_url_or_invalid_is_refused() -> None:
     with pytest.raises(BodyProblem, match="another URL"):
-        apply_cache(HttpSourceState(), CachedManifest(url=URL + "?x", fetched_at=1.0, body=WEB), url=URL,
-                    node_name=NODE)
+        apply_cache(
+            HttpSourceState(), CachedManifest(url=URL + "?x", fetched_at=1.0, body=WEB), url=URL, node_name=NODE
+        )
     with pytest.raises(BodyProblem):
         apply_cache(HttpSourceState(), CachedManifest(url=URL, fetched_at=1.0, body=b"{"), url=URL, node_name=NODE)
 
@@ -258,8 +261,9 @@ def test_password_in_url_stays_out_of_errors_and_annotations() -> None:
 # --- settings keys ------------------------------------------------------------------------------------
 
 
-def load(flags: dict[str, Any] | None = None, env: dict[str, str] | None = None, config: Path | str = "/dev/null"
-         ) -> Settings:
+def load(
+    flags: dict[str, Any] | None = None, env: dict[str, str] | None = None, config: Path | str = "/dev/null"
+) -> Settings:
     return load_settings(flags, config=config, env=env or {})
 
 
@@ -273,8 +277,14 @@ def test_defaults() -> None:
 
 
 def test_flags_and_env() -> None:
-    s = load({"manifest_url": "http://10.0.0.1:8080/pods", "manifest_url_header": "Authorization: Bearer a:b, X-A:1",
-              "http_check_frequency": "1m", "manifest_url_ca": "/etc/ca.pem"})
+    s = load(
+        {
+            "manifest_url": "http://10.0.0.1:8080/pods",
+            "manifest_url_header": "Authorization: Bearer a:b, X-A:1",
+            "http_check_frequency": "1m",
+            "manifest_url_ca": "/etc/ca.pem",
+        }
+    )
     assert s.manifest_url == "http://10.0.0.1:8080/pods"
     assert s.manifest_url_header == (("Authorization", "Bearer a:b"), ("X-A", "1"))
     assert s.http_check_frequency == 60.0
@@ -288,10 +298,12 @@ def test_flags_and_env() -> None:
 @pytest.mark.parametrize(
     "toml, expected",
     [
-        ('[manifest_url_header]\nAuthorization = "Bearer x"\nX-Device = "d1"\n',
-         (("Authorization", "Bearer x"), ("X-Device", "d1"))),
+        (
+            '[manifest_url_header]\nAuthorization = "Bearer x"\nX-Device = "d1"\n',
+            (("Authorization", "Bearer x"), ("X-Device", "d1")),
+        ),
         ('manifest_url_header = ["A:1", "B: 2"]\n', (("A", "1"), ("B", "2"))),
-        ('manifest_url_header = []\n', ()),
+        ("manifest_url_header = []\n", ()),
     ],
 )
 def test_toml_headers(tmp_path: Path, toml: str, expected: tuple[tuple[str, str], ...]) -> None:
@@ -321,7 +333,7 @@ def test_bad_values_are_refused(key: str, raw: str, fragment: str) -> None:
 
 def test_bad_toml_header_values(tmp_path: Path) -> None:
     cfg = tmp_path / "c.toml"
-    cfg.write_text('[manifest_url_header]\nX-A = 1\n')
+    cfg.write_text("[manifest_url_header]\nX-A = 1\n")
     with pytest.raises(SettingsError, match="manifest_url_header"):
         read_config_file(cfg)
     cfg.write_text('manifest_url_header = "X-A:1\\nX-B:2"\n')

@@ -19,11 +19,20 @@ IMAGE = PACKAGING / "image"
 
 def test_dry_run_prints_every_step_and_does_nothing(tmp_path: Path) -> None:
     cache, base_cache = tmp_path / "cache", tmp_path / "base-cache"
-    out = subprocess.run([str(PACKAGING / "build-image.sh"), "--dry-run", "--deb", "/x/edgelet_0.1.0_arm64.deb",
-                          "--output", str(tmp_path / "out")],
-                         capture_output=True, text=True, timeout=60, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
-                                                                           "IMAGE_CACHE": str(cache),
-                                                                           "IMAGE_BASE_CACHE": str(base_cache)})
+    out = subprocess.run(
+        [
+            str(PACKAGING / "build-image.sh"),
+            "--dry-run",
+            "--deb",
+            "/x/edgelet_0.1.0_arm64.deb",
+            "--output",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "IMAGE_CACHE": str(cache), "IMAGE_BASE_CACHE": str(base_cache)},
+    )
     assert out.returncode == 0, out.stderr
     text = out.stdout
     for expected in (
@@ -40,7 +49,7 @@ def test_dry_run_prints_every_step_and_does_nothing(tmp_path: Path) -> None:
         "openssh-server",
         "runc,conmon,catatonit,containernetworking-plugins",
         "main non-free-firmware deb http://deb.debian.org/debian bookworm-updates main non-free-firmware",
-        "ROOTPART=\"LABEL=RASPIROOT\"",
+        'ROOTPART="LABEL=RASPIROOT"',
         "cgroup_enable=memory cgroup_memory=1' > /etc/default/raspi-extra-cmdline",
         "/etc/kernel/postinst.d/z50-raspi-firmware",
         f"cp -a --one-file-system {base_cache}/base {cache}/root",
@@ -54,23 +63,35 @@ def test_dry_run_prints_every_step_and_does_nothing(tmp_path: Path) -> None:
         "sha256sum 'edgelet-rpi-arm64.img.xz'",
     ):
         assert expected in text, expected
-    assert not cache.exists() and not base_cache.exists() and not (tmp_path / "out" / "edgelet-rpi-arm64.img.xz").exists()
+    assert (
+        not cache.exists() and not base_cache.exists() and not (tmp_path / "out" / "edgelet-rpi-arm64.img.xz").exists()
+    )
 
 
 def test_initramfs_lists_the_boot_modules_only() -> None:
     conf = [line for line in (IMAGE / "initramfs.conf").read_text().splitlines() if not line.startswith("#")]
     assert [line for line in conf if line.strip()] == ["MODULES=list"]
-    modules = {line.strip() for line in (IMAGE / "initramfs-modules").read_text().splitlines()
-               if line.strip() and not line.startswith("#")}
+    modules = {
+        line.strip()
+        for line in (IMAGE / "initramfs-modules").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }
     # The Pi 3/4 SD controllers, the root filesystem, USB boot, and the virtio disk of test-image's virt boot.
     assert {"bcm2835", "sdhci-iproc", "ext4", "dwc2", "xhci-pci", "usb-storage", "virtio_blk"} <= modules
 
 
 def test_without_deb_this_trees_deb_is_built_never_an_old_one_from_dist(tmp_path: Path) -> None:
-    out = subprocess.run([str(PACKAGING / "build-image.sh"), "--dry-run", "--output", str(tmp_path / "out")],
-                         capture_output=True, text=True, timeout=60,
-                         env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "IMAGE_CACHE": str(tmp_path / "cache"),
-                              "IMAGE_BASE_CACHE": str(tmp_path / "base-cache")})
+    out = subprocess.run(
+        [str(PACKAGING / "build-image.sh"), "--dry-run", "--output", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={
+            "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+            "IMAGE_CACHE": str(tmp_path / "cache"),
+            "IMAGE_BASE_CACHE": str(tmp_path / "base-cache"),
+        },
+    )
     assert out.returncode == 0, out.stderr
     assert f"+ {PACKAGING}/build-arm64.sh --deb" in out.stdout
 
@@ -97,14 +118,19 @@ def test_card_setup_runs_before_the_network_sshd_and_edgelet() -> None:
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
 def test_image_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
     units = []
-    for name, script in (("edgelet-card-setup.service", "edgelet-card-setup"),
-                         ("edgelet-grow-root.service", "edgelet-grow-root")):
+    for name, script in (
+        ("edgelet-card-setup.service", "edgelet-card-setup"),
+        ("edgelet-grow-root.service", "edgelet-grow-root"),
+    ):
         unit = tmp_path / name
         unit.write_text((IMAGE / name).read_text().replace(f"/usr/sbin/{script}", str(IMAGE / script)))
         units.append(str(unit))
     out = subprocess.run(["systemd-analyze", "verify", *units], capture_output=True, text=True, timeout=60)
-    problems = [line for line in (out.stdout + out.stderr).splitlines()
-                if "ssh.service" not in line and "systemd-hostnamed" not in line]  # not on a test machine
+    problems = [
+        line
+        for line in (out.stdout + out.stderr).splitlines()
+        if "ssh.service" not in line and "systemd-hostnamed" not in line
+    ]  # not on a test machine
     assert out.returncode == 0 and not problems, out.stdout + out.stderr
 
 
@@ -130,7 +156,7 @@ def test_a_killed_builds_leftover_bind_mount_is_undone_not_followed(tmp_path: Pa
     subprocess.run(["mount", "--bind", str(host_dev), str(root / "dev")], check=True)
     subprocess.run(["mount", "--bind", str(host_dev), str(root / "proc")], check=True)  # two, nested order
     try:
-        script = f'dry_run=0; . {PACKAGING}/common.sh; remove_tree {root}'
+        script = f"dry_run=0; . {PACKAGING}/common.sh; remove_tree {root}"
         out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
         assert (host_dev / "null").read_text() == "the host's"

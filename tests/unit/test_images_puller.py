@@ -15,10 +15,10 @@ import pytest
 from edgelet.api.static import make_static_pod
 from edgelet.api.types import Container, Pod
 from edgelet.events import EventRecorder
-from edgelet.images.auth import Credential, parse_challenge, parse_docker_config, normalize_registry_key
+from edgelet.images.auth import Credential, normalize_registry_key, parse_challenge, parse_docker_config
 from edgelet.images.errors import BlobError
 from edgelet.images.manager import ImageManager, ImageUnavailable, effective_pull_policy, should_pull
-from edgelet.images.puller import ManifestError, PullError, Puller, classify_manifest
+from edgelet.images.puller import ManifestError, Puller, PullError, classify_manifest
 from edgelet.images.reference import Platform, select_platform
 from edgelet.images.registries import Endpoint, RegistryHost, parse_registries, registry_endpoints
 from edgelet.images.store import ImageStore
@@ -30,63 +30,85 @@ OCI_M = "application/vnd.oci.image.manifest.v1+json"
 OCI_I = "application/vnd.oci.image.index.v1+json"
 
 
-@pytest.mark.parametrize("mt, doc, want", [
-    (OCI_M, {"schemaVersion": 2, "config": {}, "layers": []}, "manifest"),
-    ("application/vnd.docker.distribution.manifest.v2+json", {"schemaVersion": 2, "config": {}, "layers": []}, "manifest"),
-    (OCI_I, {"schemaVersion": 2, "manifests": []}, "index"),
-    ("application/vnd.docker.distribution.manifest.list.v2+json", {"manifests": []}, "index"),
-    ("", {"schemaVersion": 2, "manifests": []}, "index"),
-    ("application/vnd.docker.distribution.manifest.v1+prettyjws", {"schemaVersion": 1}, "schema1"),
-    ("application/json", {"schemaVersion": 1, "fsLayers": []}, "schema1"),
-])
+@pytest.mark.parametrize(
+    "mt, doc, want",
+    [
+        (OCI_M, {"schemaVersion": 2, "config": {}, "layers": []}, "manifest"),
+        (
+            "application/vnd.docker.distribution.manifest.v2+json",
+            {"schemaVersion": 2, "config": {}, "layers": []},
+            "manifest",
+        ),
+        (OCI_I, {"schemaVersion": 2, "manifests": []}, "index"),
+        ("application/vnd.docker.distribution.manifest.list.v2+json", {"manifests": []}, "index"),
+        ("", {"schemaVersion": 2, "manifests": []}, "index"),
+        ("application/vnd.docker.distribution.manifest.v1+prettyjws", {"schemaVersion": 1}, "schema1"),
+        ("application/json", {"schemaVersion": 1, "fsLayers": []}, "schema1"),
+    ],
+)
 def test_classify_manifest(mt, doc, want):
     assert classify_manifest(mt, doc) == want
 
 
-@pytest.mark.parametrize("doc", [
-    {"manifests": [], "layers": [], "config": {}},  # ambiguous
-    {"schemaVersion": 2},
-    [],
-])
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {"manifests": [], "layers": [], "config": {}},  # ambiguous
+        {"schemaVersion": 2},
+        [],
+    ],
+)
 def test_classify_manifest_rejects(doc):
     with pytest.raises(ValueError):
         classify_manifest(OCI_M if isinstance(doc, dict) and "layers" in doc else "", doc)
 
 
 def _d(arch, variant=None):
-    return {"digest": arch + (variant or ""), "platform": {"os": "linux", "architecture": arch,
-                                                          **({"variant": variant} if variant else {})}}
+    return {
+        "digest": arch + (variant or ""),
+        "platform": {"os": "linux", "architecture": arch, **({"variant": variant} if variant else {})},
+    }
 
 
-@pytest.mark.parametrize("descs, wanted, chosen", [
-    ([_d("amd64"), _d("arm64", "v8")], Platform("linux", "amd64"), "amd64"),
-    ([_d("amd64"), _d("arm64", "v8")], Platform("linux", "arm64", "v8"), "arm64v8"),
-    ([_d("amd64"), _d("arm64")], Platform("linux", "arm64", "v8"), "arm64"),
-    ([_d("arm", "v6"), _d("arm", "v7")], Platform("linux", "arm", "v7"), "armv7"),
-    ([_d("arm", "v6")], Platform("linux", "arm", "v7"), "armv6"),  # v6 runs on v7
-    ([_d("arm", "v7")], Platform("linux", "arm", "v6"), None),  # not the other way round
-    ([_d("amd64")], Platform("linux", "arm64", "v8"), None),
-])
+@pytest.mark.parametrize(
+    "descs, wanted, chosen",
+    [
+        ([_d("amd64"), _d("arm64", "v8")], Platform("linux", "amd64"), "amd64"),
+        ([_d("amd64"), _d("arm64", "v8")], Platform("linux", "arm64", "v8"), "arm64v8"),
+        ([_d("amd64"), _d("arm64")], Platform("linux", "arm64", "v8"), "arm64"),
+        ([_d("arm", "v6"), _d("arm", "v7")], Platform("linux", "arm", "v7"), "armv7"),
+        ([_d("arm", "v6")], Platform("linux", "arm", "v7"), "armv6"),  # v6 runs on v7
+        ([_d("arm", "v7")], Platform("linux", "arm", "v6"), None),  # not the other way round
+        ([_d("amd64")], Platform("linux", "arm64", "v8"), None),
+    ],
+)
 def test_platform_selection(descs, wanted, chosen):
     got = select_platform(descs, wanted)
     assert (got["digest"] if got else None) == chosen
 
 
 def test_parse_challenge():
-    c = parse_challenge('Bearer realm="https://auth.docker.io/token",service="registry.docker.io",'
-                        'scope="repository:library/busybox:pull"')
+    c = parse_challenge(
+        'Bearer realm="https://auth.docker.io/token",service="registry.docker.io",'
+        'scope="repository:library/busybox:pull"'
+    )
     assert c.scheme == "bearer"
-    assert c.params == {"realm": "https://auth.docker.io/token", "service": "registry.docker.io",
-                        "scope": "repository:library/busybox:pull"}
+    assert c.params == {
+        "realm": "https://auth.docker.io/token",
+        "service": "registry.docker.io",
+        "scope": "repository:library/busybox:pull",
+    }
     assert parse_challenge('Basic realm="x"').scheme == "basic"
 
 
 def test_docker_config_forms():
-    doc = {"auths": {
-        "https://index.docker.io/v1/": {"auth": base64.b64encode(b"hub:pw:with:colons").decode()},
-        "reg.example:5000": {"username": "u", "password": "p"},
-        "empty.example": {},
-    }}
+    doc = {
+        "auths": {
+            "https://index.docker.io/v1/": {"auth": base64.b64encode(b"hub:pw:with:colons").decode()},
+            "reg.example:5000": {"username": "u", "password": "p"},
+            "empty.example": {},
+        }
+    }
     creds = parse_docker_config(doc)
     assert creds == {"docker.io": Credential("hub", "pw:with:colons"), "reg.example:5000": Credential("u", "p")}
     assert "pw" not in repr(creds["docker.io"])
@@ -96,8 +118,10 @@ def test_docker_config_forms():
 def test_registry_endpoints_and_config():
     hosts = parse_registries({"docker.io": {"mirrors": ["https://m1", "m2:5000"]}, "r:1": {"insecure": True}})
     assert registry_endpoints("docker.io", hosts) == [
-        Endpoint("https://m1", False, True), Endpoint("https://m2:5000", False, True),
-        Endpoint("https://registry-1.docker.io", False, False)]
+        Endpoint("https://m1", False, True),
+        Endpoint("https://m2:5000", False, True),
+        Endpoint("https://registry-1.docker.io", False, False),
+    ]
     assert registry_endpoints("r:1", hosts) == [Endpoint("http://r:1", True)]
     assert registry_endpoints("127.0.0.1:5000", {}) == [Endpoint("http://127.0.0.1:5000", True)]
     assert registry_endpoints("quay.io", {}) == [Endpoint("https://quay.io", False)]
@@ -120,11 +144,24 @@ class FakeRegistry:
         layer = build_layer({"etc/hello": b"hi\n"}, busybox=False)
         self.config = build_config([layer], None)
         self.layer = layer.blob
-        self.manifest = json.dumps({"schemaVersion": 2, "mediaType": OCI_M,
-                                    "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
-                                               "digest": _sha(self.config), "size": len(self.config)},
-                                    "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
-                                                "digest": _sha(self.layer), "size": len(self.layer)}]}).encode()
+        self.manifest = json.dumps(
+            {
+                "schemaVersion": 2,
+                "mediaType": OCI_M,
+                "config": {
+                    "mediaType": "application/vnd.oci.image.config.v1+json",
+                    "digest": _sha(self.config),
+                    "size": len(self.config),
+                },
+                "layers": [
+                    {
+                        "mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
+                        "digest": _sha(self.layer),
+                        "size": len(self.layer),
+                    }
+                ],
+            }
+        ).encode()
         self.blobs = {_sha(self.config): self.config, _sha(self.layer): self.layer}
         self.auth = auth
         self.requests: list[str] = []
@@ -136,11 +173,19 @@ class FakeRegistry:
             assert request.headers.get("authorization") == "Basic " + base64.b64encode(b"u:p").decode()
             assert request.url.params["scope"] == "repository:test/img:pull"
             return httpx.Response(200, json={"token": "T0K"})
-        if self.auth == "basic" and request.headers.get("authorization") != "Basic " + base64.b64encode(b"u:p").decode():
+        if (
+            self.auth == "basic"
+            and request.headers.get("authorization") != "Basic " + base64.b64encode(b"u:p").decode()
+        ):
             return httpx.Response(401, headers={"WWW-Authenticate": 'Basic realm="r"'})
         if self.auth == "bearer" and request.headers.get("authorization") != "Bearer T0K":
-            return httpx.Response(401, headers={"WWW-Authenticate": 'Bearer realm="http://reg.test/token",'
-                                                'service="reg",scope="repository:test/img:pull"'})
+            return httpx.Response(
+                401,
+                headers={
+                    "WWW-Authenticate": 'Bearer realm="http://reg.test/token",'
+                    'service="reg",scope="repository:test/img:pull"'
+                },
+            )
         path = request.url.path
         if path.startswith("/v2/test/img/manifests/"):
             return httpx.Response(200, content=self.manifest, headers={"Content-Type": self.manifest_type})
@@ -152,8 +197,12 @@ class FakeRegistry:
 
 
 def _puller(tmp_path: Path, reg: FakeRegistry, creds=None, registries=None) -> Puller:
-    return Puller(ImageStore(tmp_path / "store"), transport=httpx.MockTransport(reg.handler),
-                  credentials=creds or {}, registries=registries or {"reg.test": RegistryHost(insecure=True)})
+    return Puller(
+        ImageStore(tmp_path / "store"),
+        transport=httpx.MockTransport(reg.handler),
+        credentials=creds or {},
+        registries=registries or {"reg.test": RegistryHost(insecure=True)},
+    )
 
 
 @pytest.mark.parametrize("auth", [None, "basic", "bearer"])
@@ -207,8 +256,11 @@ def test_mirror_falls_back_to_registry(tmp_path):
             raise httpx.ConnectError("connection refused", request=request)
         return reg.handler(request)
 
-    p = Puller(ImageStore(tmp_path / "store"), transport=httpx.MockTransport(handler),
-               registries={"reg.test": RegistryHost(mirrors=("http://mirror.test",), insecure=True)})
+    p = Puller(
+        ImageStore(tmp_path / "store"),
+        transport=httpx.MockTransport(handler),
+        registries={"reg.test": RegistryHost(mirrors=("http://mirror.test",), insecure=True)},
+    )
     assert p.pull_sync("reg.test/test/img:1").references == ("reg.test/test/img:1",)
     assert reg.requests[0].startswith("GET http://reg.test/v2/test/img/manifests/1")
 
@@ -228,26 +280,46 @@ def test_concurrent_pulls_share_one_download(tmp_path):
 # --- the image manager: policy, back-off, events -------------------------------------------------
 
 
-@pytest.mark.parametrize("image, policy, want", [
-    ("busybox", None, "Always"), ("busybox:latest", None, "Always"), ("busybox:1", None, "IfNotPresent"),
-    ("busybox@sha256:" + "a" * 64, None, "IfNotPresent"), ("busybox:1", "Never", "Never"),
-])
+@pytest.mark.parametrize(
+    "image, policy, want",
+    [
+        ("busybox", None, "Always"),
+        ("busybox:latest", None, "Always"),
+        ("busybox:1", None, "IfNotPresent"),
+        ("busybox@sha256:" + "a" * 64, None, "IfNotPresent"),
+        ("busybox:1", "Never", "Never"),
+    ],
+)
 def test_effective_pull_policy(image, policy, want):
     c = msgspec.convert({"name": "c", "image": image, **({"imagePullPolicy": policy} if policy else {})}, Container)
     assert effective_pull_policy(c) == want
 
 
-@pytest.mark.parametrize("policy, present, want", [
-    ("Always", True, True), ("Always", False, True), ("IfNotPresent", True, False), ("IfNotPresent", False, True),
-    ("Never", True, False), ("Never", False, False),
-])
+@pytest.mark.parametrize(
+    "policy, present, want",
+    [
+        ("Always", True, True),
+        ("Always", False, True),
+        ("IfNotPresent", True, False),
+        ("IfNotPresent", False, True),
+        ("Never", True, False),
+        ("Never", False, False),
+    ],
+)
 def test_should_pull(policy, present, want):
     assert should_pull(policy, present) is want
 
 
 def _pod(image: str, policy: str) -> Pod:
-    raw = msgspec.convert({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
-                           "spec": {"containers": [{"name": "c", "image": image, "imagePullPolicy": policy}]}}, Pod)
+    raw = msgspec.convert(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "c", "image": image, "imagePullPolicy": policy}]},
+        },
+        Pod,
+    )
     return make_static_pod(raw, node_name="n", source="file", origin="/m/p.yaml")
 
 
@@ -290,8 +362,9 @@ def test_pull_failure_then_backoff_then_retry(tmp_path):
 
 def test_never_without_image(tmp_path):
     clock = FakeClock()
-    m = ImageManager(ImageStore(tmp_path / "s"), FailingPuller(), events=EventRecorder(clock), backoff=Backoff(),
-                     clock=clock)
+    m = ImageManager(
+        ImageStore(tmp_path / "s"), FailingPuller(), events=EventRecorder(clock), backoff=Backoff(), clock=clock
+    )
     pod = _pod("reg.test/x:1", "Never")
     with pytest.raises(ImageUnavailable) as e:
         asyncio.run(m.ensure(pod, pod.spec.containers[0]))
@@ -328,9 +401,19 @@ def test_registry_bodies_past_their_bounds_are_refused(tmp_path, monkeypatch):
     key = CosignKey()
     payload = simple_signing("reg.test/test/img:1", _sha(reg.manifest))
     signature = key.sign(payload).signature
-    sig_manifest = {"schemaVersion": 2, "mediaType": OCI_M, "config": {}, "layers": [
-        {"mediaType": "application/vnd.dev.cosign.simplesigning.v1+json", "digest": _sha(payload),
-         "size": len(payload), "annotations": {"dev.cosignproject.cosign/signature": signature}}]}
+    sig_manifest = {
+        "schemaVersion": 2,
+        "mediaType": OCI_M,
+        "config": {},
+        "layers": [
+            {
+                "mediaType": "application/vnd.dev.cosign.simplesigning.v1+json",
+                "digest": _sha(payload),
+                "size": len(payload),
+                "annotations": {"dev.cosignproject.cosign/signature": signature},
+            }
+        ],
+    }
     served = {"sig": json.dumps(sig_manifest).encode(), "payload": payload}
     plain = reg.handler
 
@@ -342,13 +425,19 @@ def test_registry_bodies_past_their_bounds_are_refused(tmp_path, monkeypatch):
         return plain(request)
 
     reg.handler = handler  # type: ignore[method-assign]
-    policy = parse_policy(json.dumps({"default": [{"type": "sigstoreSigned", "keyData": base64.b64encode(
-        key.public_pem).decode()}]}), "policy.json")
+    policy = parse_policy(
+        json.dumps({"default": [{"type": "sigstoreSigned", "keyData": base64.b64encode(key.public_pem).decode()}]}),
+        "policy.json",
+    )
 
     def pull() -> None:
-        Puller(ImageStore(tmp_path / "signed"), transport=httpx.MockTransport(reg.handler), credentials={},
-               registries={"reg.test": RegistryHost(insecure=True)}, signature_policy=policy
-               ).pull_sync("reg.test/test/img:1")
+        Puller(
+            ImageStore(tmp_path / "signed"),
+            transport=httpx.MockTransport(reg.handler),
+            credentials={},
+            registries={"reg.test": RegistryHost(insecure=True)},
+            signature_policy=policy,
+        ).pull_sync("reg.test/test/img:1")
 
     pull()  # as served, the signature holds
     served["payload"] = payload + b" "

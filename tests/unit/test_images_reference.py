@@ -48,9 +48,23 @@ def test_normalise(text: str, normalised: str) -> None:
 @pytest.mark.parametrize(
     "text",
     [
-        "", " busybox", "Busybox", "busybox:", "busybox:-x", "busybox@sha256:abc", f"busybox@md5:{'a' * 64}",
-        f"busybox@sha256:{'A' * 64}", "a" * 64, "docker.io/", "/busybox", "bus//box", "busybox:" + "t" * 129,
-        "x/" + "a" * 260, "-bad/x", "a_/x", "ex ample.com/x",
+        "",
+        " busybox",
+        "Busybox",
+        "busybox:",
+        "busybox:-x",
+        "busybox@sha256:abc",
+        f"busybox@md5:{'a' * 64}",
+        f"busybox@sha256:{'A' * 64}",
+        "a" * 64,
+        "docker.io/",
+        "/busybox",
+        "bus//box",
+        "busybox:" + "t" * 129,
+        "x/" + "a" * 260,
+        "-bad/x",
+        "a_/x",
+        "ex ample.com/x",
     ],
 )
 def test_invalid(text: str) -> None:
@@ -62,7 +76,13 @@ def test_invalid(text: str) -> None:
 
 def test_parts_and_familiar() -> None:
     r = parse_reference("localhost:5000/team/app:v2")
-    assert (r.domain, r.path, r.tag, r.digest, r.name) == ("localhost:5000", "team/app", "v2", None, "localhost:5000/team/app")
+    assert (r.domain, r.path, r.tag, r.digest, r.name) == (
+        "localhost:5000",
+        "team/app",
+        "v2",
+        None,
+        "localhost:5000/team/app",
+    )
     assert parse_reference("busybox").familiar == "busybox:latest"
     assert parse_reference("user/app:1").familiar == "user/app:1"
     assert parse_reference("quay.io/a/b").familiar == "quay.io/a/b:latest"

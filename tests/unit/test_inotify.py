@@ -16,10 +16,16 @@ def _event(wd: int, mask: int, name: bytes) -> bytes:
 
 
 def test_parse_reads_every_event_of_a_buffer_with_and_without_a_name():
-    buf = _event(1, inotify.IN_CREATE, b"a.yaml") + _event(2, inotify.IN_DELETE_SELF, b"") + \
-        _event(1, inotify.IN_CLOSE_WRITE, b"b")
-    assert parse(buf) == [(1, inotify.IN_CREATE, "a.yaml"), (2, inotify.IN_DELETE_SELF, ""),
-                          (1, inotify.IN_CLOSE_WRITE, "b")]
+    buf = (
+        _event(1, inotify.IN_CREATE, b"a.yaml")
+        + _event(2, inotify.IN_DELETE_SELF, b"")
+        + _event(1, inotify.IN_CLOSE_WRITE, b"b")
+    )
+    assert parse(buf) == [
+        (1, inotify.IN_CREATE, "a.yaml"),
+        (2, inotify.IN_DELETE_SELF, ""),
+        (1, inotify.IN_CLOSE_WRITE, "b"),
+    ]
     assert parse(b"") == []
 
 

@@ -30,30 +30,43 @@ def shown(start: int, stop: int) -> bytes:
 # ---------------------------------------------------------------- decisions
 
 
-@pytest.mark.parametrize("size, rotated, max_files, live, expected", [
-    # Small: nothing to do.
-    (10, [], 5, True, logs.RotationPlan()),
-    # Big and live: rotate; nothing older to compress yet.
-    (100, [], 5, True, logs.RotationPlan(rotate=True)),
-    # Big but nobody writes it (conmon gone): kubelet rotates running containers only.
-    (100, [], 5, False, logs.RotationPlan()),
-    # Rotating makes the newest rotated file the second newest: it is compressed.
-    (100, [R[0]], 5, True, logs.RotationPlan(compress=(R[0],), rotate=True)),
-    # Not rotating: the newest rotated file stays plain.
-    (10, [R[0], R[1]], 5, True, logs.RotationPlan(compress=(R[0],))),
-    (10, [R[0] + ".gz", R[1]], 5, True, logs.RotationPlan()),
-    # Room for the rotated file to come: max_files counts the current file.
-    (100, [R[0] + ".gz", R[1] + ".gz", R[2] + ".gz", R[3]], 5, True,
-     logs.RotationPlan(remove=(R[0] + ".gz",), compress=(R[3],), rotate=True)),
-    (100, [R[i] + ".gz" for i in range(5)] + [R[5]], 3, True,
-     logs.RotationPlan(remove=tuple(R[i] + ".gz" for i in range(5)), compress=(R[5],), rotate=True)),
-    # Not rotating keeps max_files - 1 rotated files (a conmon cut may have added one).
-    (10, [R[0] + ".gz", R[1] + ".gz", R[2]], 3, True, logs.RotationPlan(remove=(R[0] + ".gz",))),
-    # An exited instance is pruned and compressed all the same.
-    (10, [R[0], R[1], R[2]], 3, False, logs.RotationPlan(remove=(R[0],), compress=(R[1],))),
-    # An interrupted compression: the plain twin goes, the archive counts.
-    (10, [R[0], R[0] + ".gz", R[1]], 5, True, logs.RotationPlan(remove=(R[0],))),
-])
+@pytest.mark.parametrize(
+    "size, rotated, max_files, live, expected",
+    [
+        # Small: nothing to do.
+        (10, [], 5, True, logs.RotationPlan()),
+        # Big and live: rotate; nothing older to compress yet.
+        (100, [], 5, True, logs.RotationPlan(rotate=True)),
+        # Big but nobody writes it (conmon gone): kubelet rotates running containers only.
+        (100, [], 5, False, logs.RotationPlan()),
+        # Rotating makes the newest rotated file the second newest: it is compressed.
+        (100, [R[0]], 5, True, logs.RotationPlan(compress=(R[0],), rotate=True)),
+        # Not rotating: the newest rotated file stays plain.
+        (10, [R[0], R[1]], 5, True, logs.RotationPlan(compress=(R[0],))),
+        (10, [R[0] + ".gz", R[1]], 5, True, logs.RotationPlan()),
+        # Room for the rotated file to come: max_files counts the current file.
+        (
+            100,
+            [R[0] + ".gz", R[1] + ".gz", R[2] + ".gz", R[3]],
+            5,
+            True,
+            logs.RotationPlan(remove=(R[0] + ".gz",), compress=(R[3],), rotate=True),
+        ),
+        (
+            100,
+            [R[i] + ".gz" for i in range(5)] + [R[5]],
+            3,
+            True,
+            logs.RotationPlan(remove=tuple(R[i] + ".gz" for i in range(5)), compress=(R[5],), rotate=True),
+        ),
+        # Not rotating keeps max_files - 1 rotated files (a conmon cut may have added one).
+        (10, [R[0] + ".gz", R[1] + ".gz", R[2]], 3, True, logs.RotationPlan(remove=(R[0] + ".gz",))),
+        # An exited instance is pruned and compressed all the same.
+        (10, [R[0], R[1], R[2]], 3, False, logs.RotationPlan(remove=(R[0],), compress=(R[1],))),
+        # An interrupted compression: the plain twin goes, the archive counts.
+        (10, [R[0], R[0] + ".gz", R[1]], 5, True, logs.RotationPlan(remove=(R[0],))),
+    ],
+)
 def test_plan_rotation(size, rotated, max_files, live, expected):
     assert logs.plan_rotation(size, rotated, max_size=100, max_files=max_files, live=live) == expected
 
@@ -70,25 +83,31 @@ def test_plan_rotation_never_keeps_more_than_max_files(max_files):
         assert all(n.endswith(".gz") for n in rotated[:-1]) and not rotated[-1].endswith(".gz")
 
 
-@pytest.mark.parametrize("existing, now, expected", [
-    ([], 1714557600.25, "3.log.20240501-100000.250000"),
-    # The clock stepped back (or two rotations within a microsecond): still newer than the newest.
-    (["3.log.20240501-100000.250000.gz"], 1714557000.0, "3.log.20240501-100000.250001"),
-    (["3.log.20240501-100000.250000"], 1714557600.25, "3.log.20240501-100000.250001"),
-    # Another instance's names do not matter.
-    (["2.log.20990101-000000.000000"], 1714557600.0, "3.log.20240501-100000.000000"),
-])
+@pytest.mark.parametrize(
+    "existing, now, expected",
+    [
+        ([], 1714557600.25, "3.log.20240501-100000.250000"),
+        # The clock stepped back (or two rotations within a microsecond): still newer than the newest.
+        (["3.log.20240501-100000.250000.gz"], 1714557000.0, "3.log.20240501-100000.250001"),
+        (["3.log.20240501-100000.250000"], 1714557600.25, "3.log.20240501-100000.250001"),
+        # Another instance's names do not matter.
+        (["2.log.20990101-000000.000000"], 1714557600.0, "3.log.20240501-100000.000000"),
+    ],
+)
 def test_rotated_name_sorts_by_age(existing, now, expected):
     assert logs.rotated_name(3, existing, now) == expected
 
 
-@pytest.mark.parametrize("size, rate, expected", [
-    (0, 0.0, 10.0),  # quiet: once per interval
-    (0, 10.0, 10.0),  # slow: would take 10 s to fill, capped at the interval
-    (50, 100.0, 0.5),  # due in half a second
-    (0, 1e9, 0.25),  # a flood: as often as allowed
-    (150, 100.0, 0.25),  # already over (conmon's cut is the backstop)
-])
+@pytest.mark.parametrize(
+    "size, rate, expected",
+    [
+        (0, 0.0, 10.0),  # quiet: once per interval
+        (0, 10.0, 10.0),  # slow: would take 10 s to fill, capped at the interval
+        (50, 100.0, 0.5),  # due in half a second
+        (0, 1e9, 0.25),  # a flood: as often as allowed
+        (150, 100.0, 0.25),  # already over (conmon's cut is the backstop)
+    ],
+)
 def test_next_check_delay(size, rate, expected):
     assert logs.next_check_delay(size, rate, max_size=100, interval=10.0, min_delay=0.25) == expected
 
@@ -114,16 +133,19 @@ def _instance(tmp_path: Path) -> Path:
     return current
 
 
-@pytest.mark.parametrize("tail, expected", [
-    (None, shown(0, 25)),
-    (3, shown(22, 25)),
-    (5, shown(20, 25)),
-    (7, shown(18, 25)),
-    (15, shown(10, 25)),
-    (22, shown(3, 25)),
-    (100, shown(0, 25)),
-    (0, b""),
-])
+@pytest.mark.parametrize(
+    "tail, expected",
+    [
+        (None, shown(0, 25)),
+        (3, shown(22, 25)),
+        (5, shown(20, 25)),
+        (7, shown(18, 25)),
+        (15, shown(10, 25)),
+        (22, shown(3, 25)),
+        (100, shown(0, 25)),
+        (0, b""),
+    ],
+)
 def test_open_log_reads_across_rotated_files(tmp_path, tail, expected):
     current = _instance(tmp_path)
     data, cursor = logs.open_log(current, tail=tail)
@@ -310,9 +332,9 @@ def test_conmons_cut_right_after_a_rotation_loses_nothing(setup):
     clock.advance(1)
     rotator.check_all()  # rotates: asks conmon to reopen
     assert os.read(reader, 100) == conmon.REOPEN_LOG_MESSAGE
-    w.reopen()   # our reopen: conmon takes the spare
+    w.reopen()  # our reopen: conmon takes the spare
     w.write(2)
-    w.reopen()   # its own cut, at once
+    w.reopen()  # its own cut, at once
     w.write(1)
     data, cursor = logs.open_log(current)
     cursor.close()
@@ -332,7 +354,7 @@ _CUT_POINTS = [
 ]
 
 
-def _answer_reopen(w: "_Conmon", reader: int) -> None:
+def _answer_reopen(w: _Conmon, reader: int) -> None:
     """conmon's side of the control FIFO: a reopen for every request waiting there."""
     try:
         requests = os.read(reader, 100)
@@ -364,13 +386,15 @@ def test_conmons_cut_in_the_middle_of_a_check_loses_nothing(setup, monkeypatch, 
                 w.reopen()  # conmon's own cut: it takes the spare
                 w.write(1)
             return real(*args, **kwargs)
+
         return hooked
 
     try:
         if point == "stat_current":
             real_stat = logs.stat_or_none
-            monkeypatch.setattr(logs, "stat_or_none",
-                                lambda p: cut_first(real_stat)(p) if p == current else real_stat(p))
+            monkeypatch.setattr(
+                logs, "stat_or_none", lambda p: cut_first(real_stat)(p) if p == current else real_stat(p)
+            )
         elif point == "ensure_spare":
             monkeypatch.setattr(rotator, "_ensure_spare", cut_first(rotator._ensure_spare))
         else:
@@ -397,6 +421,7 @@ def test_conmons_cut_in_the_middle_of_a_check_loses_nothing(setup, monkeypatch, 
     data, cursor = logs.open_log(current)
     cursor.close()
     assert data == shown(0, w.n)
+
 
 class _Flood(_Conmon):
     """conmon with its --log-size-max: it cuts (reopens by itself) before a line would take its count of

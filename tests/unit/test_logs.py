@@ -16,38 +16,47 @@ def cri(*entries: tuple[str, str, str]) -> bytes:
     return b"".join(T + f" {s} {tag} {text}\n".encode() for s, tag, text in entries)
 
 
-@pytest.mark.parametrize("line, expected", [
-    (T + b" stdout F hello world", logs.CriLine(T, b"stdout", False, b"hello world")),
-    (T + b" stderr P part", logs.CriLine(T, b"stderr", True, b"part")),
-    (T + b" stdout F", logs.CriLine(T, b"stdout", False, b"")),
-    (b"not a cri line", None),
-    (T + b" stdin F x", None),
-    (T + b" stdout X x", None),
-])
+@pytest.mark.parametrize(
+    "line, expected",
+    [
+        (T + b" stdout F hello world", logs.CriLine(T, b"stdout", False, b"hello world")),
+        (T + b" stderr P part", logs.CriLine(T, b"stderr", True, b"part")),
+        (T + b" stdout F", logs.CriLine(T, b"stdout", False, b"")),
+        (b"not a cri line", None),
+        (T + b" stdin F x", None),
+        (T + b" stdout X x", None),
+    ],
+)
 def test_parse_cri_line(line, expected):
     assert logs.parse_cri_line(line) == expected
 
 
-@pytest.mark.parametrize("data, timestamps, expected", [
-    (cri(("stdout", "F", "a"), ("stderr", "F", "b")), False, b"a\nb\n"),
-    (cri(("stdout", "P", "lo"), ("stdout", "P", "ng"), ("stdout", "F", " line")), False, b"long line\n"),
-    (cri(("stdout", "F", "a")), True, T + b" a\n"),
-    (cri(("stdout", "P", "x"), ("stdout", "F", "y")), True, T + b" xy\n"),
-    (b"garbage\n" + cri(("stdout", "F", "a")), False, b"garbage\na\n"),
-    (b"", False, b""),
-])
+@pytest.mark.parametrize(
+    "data, timestamps, expected",
+    [
+        (cri(("stdout", "F", "a"), ("stderr", "F", "b")), False, b"a\nb\n"),
+        (cri(("stdout", "P", "lo"), ("stdout", "P", "ng"), ("stdout", "F", " line")), False, b"long line\n"),
+        (cri(("stdout", "F", "a")), True, T + b" a\n"),
+        (cri(("stdout", "P", "x"), ("stdout", "F", "y")), True, T + b" xy\n"),
+        (b"garbage\n" + cri(("stdout", "F", "a")), False, b"garbage\na\n"),
+        (b"", False, b""),
+    ],
+)
 def test_decode_cri(data, timestamps, expected):
     assert logs.decode_cri(data, timestamps=timestamps) == expected
 
 
-@pytest.mark.parametrize("attempts, previous, expected", [
-    ([0], False, 0),
-    ([0], True, None),
-    ([0, 1, 2], False, 2),
-    ([2, 0, 1], True, 1),
-    ([], False, None),
-    ([10, 9], False, 10),  # numeric, not lexical
-])
+@pytest.mark.parametrize(
+    "attempts, previous, expected",
+    [
+        ([0], False, 0),
+        ([0], True, None),
+        ([0, 1, 2], False, 2),
+        ([2, 0, 1], True, 1),
+        ([], False, None),
+        ([10, 9], False, 10),  # numeric, not lexical
+    ],
+)
 def test_select_attempt(attempts, previous, expected):
     assert logs.select_attempt(attempts, previous=previous) == expected
 
@@ -58,13 +67,16 @@ def _file(tmp_path: Path, data: bytes) -> Path:
     return p
 
 
-@pytest.mark.parametrize("tail, expected", [
-    (None, b"l0\nl1\nl2\nl3\n"),
-    (2, b"l2\nl3\n"),
-    (1, b"l3\n"),
-    (0, b""),
-    (10, b"l0\nl1\nl2\nl3\n"),
-])
+@pytest.mark.parametrize(
+    "tail, expected",
+    [
+        (None, b"l0\nl1\nl2\nl3\n"),
+        (2, b"l2\nl3\n"),
+        (1, b"l3\n"),
+        (0, b""),
+        (10, b"l0\nl1\nl2\nl3\n"),
+    ],
+)
 def test_read_log_tail(tmp_path, tail, expected):
     p = _file(tmp_path, cri(*[("stdout", "F", f"l{i}") for i in range(4)]) + T + b" stdout F unfinish")
     data, offset = logs.read_log(p, tail=tail)

@@ -59,14 +59,24 @@ class NoPods:
         return []
 
 
-def _manager(api: "FakeApi", clock: "JumpyClock") -> MirrorManager:
+def _manager(api: FakeApi, clock: JumpyClock) -> MirrorManager:
     """A manager renewing its lease every 10 s against `api`, everything else rare."""
     api.clock = clock
     client = KubeClient(ClientConfig(server="https://api"), version="t", transport=httpx.MockTransport(api.handle))
-    return MirrorManager(client, node="n1", server="https://api", facts=lambda: NodeFacts(name="n1"),
-                         publisher=NoPods(), events=EventRecorder(clock), clock=clock,  # type: ignore[arg-type]
-                         is_ready=lambda: (True, "ok"), lease_renew_interval=10.0, status_frequency=3600,
-                         report_frequency=3600, batch_interval=0.001)
+    return MirrorManager(
+        client,
+        node="n1",
+        server="https://api",
+        facts=lambda: NodeFacts(name="n1"),
+        publisher=NoPods(),
+        events=EventRecorder(clock),
+        clock=clock,  # type: ignore[arg-type]
+        is_ready=lambda: (True, "ok"),
+        lease_renew_interval=10.0,
+        status_frequency=3600,
+        report_frequency=3600,
+        batch_interval=0.001,
+    )
 
 
 def test_lease_cadence_follows_the_monotonic_clock_through_a_wall_clock_jump():

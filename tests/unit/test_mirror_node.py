@@ -12,16 +12,36 @@ import pytest
 from edgelet.mirror.client import KubeClient
 from edgelet.mirror.errors import ApiStatusError, KubeconfigError, NodeLabelError, Unreachable
 from edgelet.mirror.kubeconfig import parse_kubeconfig, read_token
-from edgelet.mirror.node import (NodeFacts, advance_transitions, Taint, build_lease, build_node, build_node_status, go_arch,
-                                 is_allowed_node_label, parse_runc_version, status_fingerprint, validate_node_labels)
+from edgelet.mirror.node import (
+    NodeFacts,
+    Taint,
+    advance_transitions,
+    build_lease,
+    build_node,
+    build_node_status,
+    go_arch,
+    is_allowed_node_label,
+    parse_runc_version,
+    status_fingerprint,
+    validate_node_labels,
+)
 
 
-@pytest.mark.parametrize("key, allowed", [
-    ("example.com/site", True), ("site", True), ("kubernetes.io/hostname", True),
-    ("topology.kubernetes.io/zone", True), ("node.kubernetes.io/exclude-from-external-load-balancers", True),
-    ("kubelet.kubernetes.io/x", True), ("node-role.kubernetes.io/master", False),
-    ("kubernetes.io/role", False), ("foo.k8s.io/x", False), ("node-restriction.kubernetes.io/a", False),
-])
+@pytest.mark.parametrize(
+    "key, allowed",
+    [
+        ("example.com/site", True),
+        ("site", True),
+        ("kubernetes.io/hostname", True),
+        ("topology.kubernetes.io/zone", True),
+        ("node.kubernetes.io/exclude-from-external-load-balancers", True),
+        ("kubelet.kubernetes.io/x", True),
+        ("node-role.kubernetes.io/master", False),
+        ("kubernetes.io/role", False),
+        ("foo.k8s.io/x", False),
+        ("node-restriction.kubernetes.io/a", False),
+    ],
+)
 def test_node_restriction_label_rules(key, allowed):
     assert is_allowed_node_label(key) is allowed
 
@@ -31,10 +51,21 @@ def test_refused_labels_are_named_at_start():
         validate_node_labels({"node-role.kubernetes.io/worker": "", "example.com/a": "b"})
 
 
-FACTS = NodeFacts(name="n1", arch="arm64", kernel="6.1.0", os_image="Debian 12", runtime_version="runc://1.1.5",
-                  edgelet_version="0.1.0", cpus=4, memory_bytes=4 << 30, ephemeral_bytes=32 << 30,
-                  node_ip="10.0.0.5", images=((("busybox:1.36", "sha256:abc"), 1000),),
-                  labels=(("example.com/a", "b"),), taints=(Taint("edge", "true", "NoSchedule"),))
+FACTS = NodeFacts(
+    name="n1",
+    arch="arm64",
+    kernel="6.1.0",
+    os_image="Debian 12",
+    runtime_version="runc://1.1.5",
+    edgelet_version="0.1.0",
+    cpus=4,
+    memory_bytes=4 << 30,
+    ephemeral_bytes=32 << 30,
+    node_ip="10.0.0.5",
+    images=((("busybox:1.36", "sha256:abc"), 1000),),
+    labels=(("example.com/a", "b"),),
+    taints=(Taint("edge", "true", "NoSchedule"),),
+)
 
 
 def test_node_body():
@@ -72,15 +103,21 @@ def test_host_probes_parse():
 
 
 def _kubeconfig(user: dict, cluster: dict | None = None) -> dict:
-    return {"current-context": "c", "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
-            "clusters": [{"name": "k", "cluster": cluster or {"server": "https://10.0.0.1:6443",
-                                                              "certificate-authority": "ca.crt"}}],
-            "users": [{"name": "u", "user": user}]}
+    return {
+        "current-context": "c",
+        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
+        "clusters": [
+            {"name": "k", "cluster": cluster or {"server": "https://10.0.0.1:6443", "certificate-authority": "ca.crt"}}
+        ],
+        "users": [{"name": "u", "user": user}],
+    }
 
 
 def test_kubeconfig_subset(tmp_path):
-    cfg = parse_kubeconfig(_kubeconfig({"client-certificate-data": base64.b64encode(b"CERT").decode(),
-                                        "client-key": "k.pem"}), base_dir="/etc/edgelet")
+    cfg = parse_kubeconfig(
+        _kubeconfig({"client-certificate-data": base64.b64encode(b"CERT").decode(), "client-key": "k.pem"}),
+        base_dir="/etc/edgelet",
+    )
     assert cfg.server == "https://10.0.0.1:6443" and cfg.ca_file == "/etc/edgelet/ca.crt"
     assert cfg.cert_data == b"CERT" and cfg.key_file == "/etc/edgelet/k.pem"
     token = tmp_path / "token"
@@ -89,13 +126,16 @@ def test_kubeconfig_subset(tmp_path):
     assert read_token(cfg) == "t0k"
 
 
-@pytest.mark.parametrize("doc, message", [
-    ({"current-context": "x", "contexts": []}, "context 'x' is not defined"),
-    (_kubeconfig({"exec": {"command": "aws"}}), "exec credentials are not supported"),
-    (_kubeconfig({"token": "t"}, {"server": "10.0.0.1"}), "server must be an https:// URL"),
-    (_kubeconfig({"client-key-data": "%%%"}), "client-key-data: not valid base64"),
-    ([], "expected a kubeconfig mapping"),
-])
+@pytest.mark.parametrize(
+    "doc, message",
+    [
+        ({"current-context": "x", "contexts": []}, "context 'x' is not defined"),
+        (_kubeconfig({"exec": {"command": "aws"}}), "exec credentials are not supported"),
+        (_kubeconfig({"token": "t"}, {"server": "10.0.0.1"}), "server must be an https:// URL"),
+        (_kubeconfig({"client-key-data": "%%%"}), "client-key-data: not valid base64"),
+        ([], "expected a kubeconfig mapping"),
+    ],
+)
 def test_kubeconfig_errors_say_what(doc, message):
     with pytest.raises(KubeconfigError, match=message):
         parse_kubeconfig(doc, path="/etc/edgelet/kubeconfig")
@@ -113,7 +153,8 @@ async def _request(handler) -> None:
 def test_a_wrong_clock_is_named_as_the_cause():
     def handler(request):
         raise httpx.ConnectError("handshake failed") from ssl.SSLCertVerificationError(
-            1, "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: certificate is not yet valid")
+            1, "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: certificate is not yet valid"
+        )
 
     with pytest.raises(Unreachable, match="clock is probably behind") as info:
         asyncio.run(_request(handler))
@@ -139,14 +180,31 @@ def test_pressure_conditions_come_from_the_eviction_manager() -> None:
     assert (conds["MemoryPressure"]["status"], conds["PIDPressure"]["status"]) == ("False", "False")
 
 
-@pytest.mark.parametrize("pressure, ready, expected", [
-    (frozenset(), True, [("MemoryPressure", "False", "KubeletHasSufficientMemory"),
-                         ("DiskPressure", "False", "KubeletHasNoDiskPressure"),
-                         ("PIDPressure", "False", "KubeletHasSufficientPID"), ("Ready", "True", "KubeletReady")]),
-    (frozenset({"MemoryPressure", "PIDPressure"}), False,
-     [("MemoryPressure", "True", "KubeletHasInsufficientMemory"), ("DiskPressure", "False", "KubeletHasNoDiskPressure"),
-      ("PIDPressure", "True", "KubeletHasInsufficientPID"), ("Ready", "False", "KubeletNotReady")]),
-])
+@pytest.mark.parametrize(
+    "pressure, ready, expected",
+    [
+        (
+            frozenset(),
+            True,
+            [
+                ("MemoryPressure", "False", "KubeletHasSufficientMemory"),
+                ("DiskPressure", "False", "KubeletHasNoDiskPressure"),
+                ("PIDPressure", "False", "KubeletHasSufficientPID"),
+                ("Ready", "True", "KubeletReady"),
+            ],
+        ),
+        (
+            frozenset({"MemoryPressure", "PIDPressure"}),
+            False,
+            [
+                ("MemoryPressure", "True", "KubeletHasInsufficientMemory"),
+                ("DiskPressure", "False", "KubeletHasNoDiskPressure"),
+                ("PIDPressure", "True", "KubeletHasInsufficientPID"),
+                ("Ready", "False", "KubeletNotReady"),
+            ],
+        ),
+    ],
+)
 def test_node_conditions_are_the_ones_the_node_status_reports(pressure, ready, expected) -> None:
     """`edgelet node` shows what the mirror's Node status carries, less the times (issue 23)."""
     import dataclasses
@@ -156,21 +214,33 @@ def test_node_conditions_are_the_ones_the_node_status_reports(pressure, ready, e
     conds = node_conditions(pressure, ready=ready, ready_message="why")
     assert [(c["type"], c["status"], c["reason"]) for c in conds] == expected
     assert conds[-1]["message"] == "why"
-    status = build_node_status(dataclasses.replace(FACTS, pressure=pressure), ready=ready, ready_message="why",
-                               now=1.0)
+    status = build_node_status(dataclasses.replace(FACTS, pressure=pressure), ready=ready, ready_message="why", now=1.0)
     assert [{k: v for k, v in c.items() if not k.endswith("Time")} for c in status["conditions"]] == conds
 
 
 def test_allocatable_is_capacity_less_the_reservations() -> None:
     from edgelet.mirror.node import build_node_status
 
-    f = NodeFacts(name="n", cpus=4, memory_bytes=4 << 30, ephemeral_bytes=100 << 30,
-                  reserved=(("cpu", 500), ("ephemeral-storage", 10 << 30), ("memory", 768 << 20)))
+    f = NodeFacts(
+        name="n",
+        cpus=4,
+        memory_bytes=4 << 30,
+        ephemeral_bytes=100 << 30,
+        reserved=(("cpu", 500), ("ephemeral-storage", 10 << 30), ("memory", 768 << 20)),
+    )
     status = build_node_status(f, ready=True, ready_message="", now=0.0)
-    assert status["capacity"] == {"cpu": "4", "memory": f"{4 << 20}Ki", "pods": "110",
-                                  "ephemeral-storage": f"{100 << 20}Ki"}
-    assert status["allocatable"] == {"cpu": "3500m", "memory": f"{(4096 - 768) << 10}Ki", "pods": "110",
-                                     "ephemeral-storage": f"{90 << 20}Ki"}
+    assert status["capacity"] == {
+        "cpu": "4",
+        "memory": f"{4 << 20}Ki",
+        "pods": "110",
+        "ephemeral-storage": f"{100 << 20}Ki",
+    }
+    assert status["allocatable"] == {
+        "cpu": "3500m",
+        "memory": f"{(4096 - 768) << 10}Ki",
+        "pods": "110",
+        "ephemeral-storage": f"{90 << 20}Ki",
+    }
     # Nothing reserved: allocatable is the capacity.
     plain = build_node_status(NodeFacts(name="n", cpus=2, memory_bytes=1 << 30), ready=True, ready_message="", now=0.0)
     assert plain["allocatable"] == plain["capacity"]
@@ -181,8 +251,11 @@ def test_allocatable_leaves_out_the_hard_eviction_thresholds_as_kubelet() -> Non
     from edgelet.mirror.node import node_allocatable, with_reservations
 
     f = NodeFacts(name="n", cpus=2, memory_bytes=4 << 30, ephemeral_bytes=100 << 30)
-    hard = hard_reserved("memory.available<100Mi,nodefs.available<10%,pid.available<5%",
-                         memory_bytes=f.memory_bytes, disk_bytes=f.ephemeral_bytes)
+    hard = hard_reserved(
+        "memory.available<100Mi,nodefs.available<10%,pid.available<5%",
+        memory_bytes=f.memory_bytes,
+        disk_bytes=f.ephemeral_bytes,
+    )
     assert hard == {"memory": 100 << 20, "ephemeral-storage": 10 << 30}
     f = with_reservations(f, {"memory": 256 << 20}, hard)
     assert dict(f.reserved) == {"memory": 356 << 20, "ephemeral-storage": 10 << 30}
@@ -192,19 +265,34 @@ def test_allocatable_leaves_out_the_hard_eviction_thresholds_as_kubelet() -> Non
     assert hard_reserved(None, memory_bytes=1, disk_bytes=1) == {}
 
 
-@pytest.mark.parametrize("transitions, last, now_status, want", [
-    # first sight: every type stamped now
-    ({}, {}, {"Ready": True, "MemoryPressure": False}, {"Ready": 5.0, "MemoryPressure": 5.0}),
-    # nothing changed: times kept although the heartbeat moves
-    ({"Ready": 1.0, "MemoryPressure": 1.0}, {"Ready": True, "MemoryPressure": False},
-     {"Ready": True, "MemoryPressure": False}, {"Ready": 1.0, "MemoryPressure": 1.0}),
-    # pressure comes: only its time moves
-    ({"Ready": 1.0, "MemoryPressure": 1.0}, {"Ready": True, "MemoryPressure": False},
-     {"Ready": True, "MemoryPressure": True}, {"Ready": 1.0, "MemoryPressure": 5.0}),
-    # pressure goes and Ready flips
-    ({"Ready": 1.0, "DiskPressure": 2.0}, {"Ready": True, "DiskPressure": True},
-     {"Ready": False, "DiskPressure": False}, {"Ready": 5.0, "DiskPressure": 5.0}),
-])
+@pytest.mark.parametrize(
+    "transitions, last, now_status, want",
+    [
+        # first sight: every type stamped now
+        ({}, {}, {"Ready": True, "MemoryPressure": False}, {"Ready": 5.0, "MemoryPressure": 5.0}),
+        # nothing changed: times kept although the heartbeat moves
+        (
+            {"Ready": 1.0, "MemoryPressure": 1.0},
+            {"Ready": True, "MemoryPressure": False},
+            {"Ready": True, "MemoryPressure": False},
+            {"Ready": 1.0, "MemoryPressure": 1.0},
+        ),
+        # pressure comes: only its time moves
+        (
+            {"Ready": 1.0, "MemoryPressure": 1.0},
+            {"Ready": True, "MemoryPressure": False},
+            {"Ready": True, "MemoryPressure": True},
+            {"Ready": 1.0, "MemoryPressure": 5.0},
+        ),
+        # pressure goes and Ready flips
+        (
+            {"Ready": 1.0, "DiskPressure": 2.0},
+            {"Ready": True, "DiskPressure": True},
+            {"Ready": False, "DiskPressure": False},
+            {"Ready": 5.0, "DiskPressure": 5.0},
+        ),
+    ],
+)
 def test_advance_transitions(transitions, last, now_status, want):
     got, seen = advance_transitions(transitions, last, now_status, 5.0)
     assert got == want and seen == now_status

@@ -13,23 +13,33 @@ from edgelet.network.iptables import stale_rules
 from edgelet.network.manager import runtime_config
 from edgelet.network.result import error_of, pod_ips
 
-CONFLIST = {"cniVersion": "1.0.0", "name": "net", "plugins": [
-    {"type": "bridge", "bridge": "b0", "ipam": {"type": "host-local"}},
-    {"type": "portmap", "capabilities": {"portMappings": True}},
-    {"type": "bandwidth", "capabilities": {"bandwidth": True}}]}
+CONFLIST = {
+    "cniVersion": "1.0.0",
+    "name": "net",
+    "plugins": [
+        {"type": "bridge", "bridge": "b0", "ipam": {"type": "host-local"}},
+        {"type": "portmap", "capabilities": {"portMappings": True}},
+        {"type": "bandwidth", "capabilities": {"bandwidth": True}},
+    ],
+}
 
 
-@pytest.mark.parametrize("doc, error", [
-    ("{", "not JSON"),
-    ("[]", "not a JSON object"),
-    (json.dumps({**CONFLIST, "name": ""}), "no network name"),
-    (json.dumps({**CONFLIST, "cniVersion": "9.9.9"}), "cniVersion '9.9.9' is not one of"),
-    (json.dumps({**CONFLIST, "plugins": []}), "no plugins"),
-    (json.dumps({**CONFLIST, "plugins": [{"bridge": "x"}]}), "plugins[0] has no type"),
-    (json.dumps({**CONFLIST, "plugins": [{"type": "../../bin/sh"}]}), "is not a plugin name"),
-])
+@pytest.mark.parametrize(
+    "doc, error",
+    [
+        ("{", "not JSON"),
+        ("[]", "not a JSON object"),
+        (json.dumps({**CONFLIST, "name": ""}), "no network name"),
+        (json.dumps({**CONFLIST, "cniVersion": "9.9.9"}), "cniVersion '9.9.9' is not one of"),
+        (json.dumps({**CONFLIST, "plugins": []}), "no plugins"),
+        (json.dumps({**CONFLIST, "plugins": [{"bridge": "x"}]}), "plugins[0] has no type"),
+        (json.dumps({**CONFLIST, "plugins": [{"type": "../../bin/sh"}]}), "is not a plugin name"),
+    ],
+)
 def test_bad_conflists_name_the_file_and_the_reason(doc: str, error: str) -> None:
-    with pytest.raises(ConfigError, match=r"CNI config /c/10.conflist: .*" + error.replace("[", r"\[").replace("]", r"\]")):
+    with pytest.raises(
+        ConfigError, match=r"CNI config /c/10.conflist: .*" + error.replace("[", r"\[").replace("]", r"\]")
+    ):
         parse(doc, "/c/10.conflist")
 
 
@@ -55,20 +65,36 @@ def test_plugin_stdin_threads_prev_result_and_only_declared_capabilities() -> No
 def test_results_give_ipv4_first_and_errors_their_message() -> None:
     result = {"ips": [{"address": "fd00::5/64"}, {"address": "10.89.0.5/16", "gateway": "10.89.0.1"}, {"address": "x"}]}
     assert pod_ips(result) == ("10.89.0.5", "fd00::5")
-    assert error_of(b'{"code": 11, "msg": "no IP addresses available", "details": "range full"}') == \
-        (11, "no IP addresses available: range full")
+    assert error_of(b'{"code": 11, "msg": "no IP addresses available", "details": "range full"}') == (
+        11,
+        "no IP addresses available: range full",
+    )
     assert error_of(b"plain failure") == (None, "plain failure")
 
 
 def test_runtime_config_from_host_ports_and_bandwidth_annotations() -> None:
-    pod = Pod(metadata=ObjectMeta(name="p", annotations={"kubernetes.io/ingress-bandwidth": "1M",
-                                                         "kubernetes.io/egress-bandwidth": "lots"}),
-              spec=PodSpec(containers=[Container(name="a", ports=[
-                  ContainerPort(container_port=80, host_port=8080), ContainerPort(container_port=53, protocol="UDP"),
-                  ContainerPort(container_port=443, host_port=8443, host_ip="127.0.0.1")])]))
+    pod = Pod(
+        metadata=ObjectMeta(
+            name="p", annotations={"kubernetes.io/ingress-bandwidth": "1M", "kubernetes.io/egress-bandwidth": "lots"}
+        ),
+        spec=PodSpec(
+            containers=[
+                Container(
+                    name="a",
+                    ports=[
+                        ContainerPort(container_port=80, host_port=8080),
+                        ContainerPort(container_port=53, protocol="UDP"),
+                        ContainerPort(container_port=443, host_port=8443, host_ip="127.0.0.1"),
+                    ],
+                )
+            ]
+        ),
+    )
     assert runtime_config(pod) == {
-        "portMappings": [{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"},
-                         {"hostPort": 8443, "containerPort": 443, "protocol": "tcp", "hostIP": "127.0.0.1"}],
+        "portMappings": [
+            {"hostPort": 8080, "containerPort": 80, "protocol": "tcp"},
+            {"hostPort": 8443, "containerPort": 443, "protocol": "tcp", "hostIP": "127.0.0.1"},
+        ],
         "bandwidth": {"ingressRate": 1_000_000, "ingressBurst": 2**31 - 1},  # "lots" is no quantity: ignored
     }
 

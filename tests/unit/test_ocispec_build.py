@@ -31,7 +31,9 @@ from edgelet.ocispec.build import (
 from edgelet.ocispec.defaults import ALL_CAPABILITIES, DEFAULT_CAPABILITIES, DEFAULT_PATH, MASKED_PATHS
 from edgelet.testing.ocischema import OCISchemaError, validate_runtime_config
 
-IMAGE = ImageConfig(entrypoint=("/bin/app",), cmd=("--serve",), env=("PATH=/opt/bin:/bin", "LANG=C"), working_dir="/srv")
+IMAGE = ImageConfig(
+    entrypoint=("/bin/app",), cmd=("--serve",), env=("PATH=/opt/bin:/bin", "LANG=C"), working_dir="/srv"
+)
 PASSWD = {"root": (0, 0), "app": (1000, 1000)}
 GROUPS = {"root": 0, "app": 1000}
 NS = {"network": "/proc/42/ns/net", "ipc": "/proc/42/ns/ipc", "uts": "/proc/42/ns/uts"}
@@ -85,27 +87,45 @@ CASES: list[tuple[str, Pod, dict]] = [
     ("hostNetwork", make_pod(host_network=True), {"namespace_paths": {"ipc": NS["ipc"]}}),
     ("hostPID and hostIPC", make_pod(host_pid=True, host_ipc=True), {"namespace_paths": {"network": NS["network"]}}),
     ("shared pid", make_pod(share_process_namespace=True), {"namespace_paths": {**NS, "pid": "/proc/42/ns/pid"}}),
-    ("runAsUser", make_pod(security_context=PodSecurityContext(run_as_user=1000, run_as_group=1000, fs_group=2000)), {}),
+    (
+        "runAsUser",
+        make_pod(security_context=PodSecurityContext(run_as_user=1000, run_as_group=1000, fs_group=2000)),
+        {},
+    ),
     ("named user", make_pod(), {}),
-    ("read-only rootfs", make_pod(Container(name="app", security_context=SecurityContext(read_only_root_filesystem=True))), {}),
+    (
+        "read-only rootfs",
+        make_pod(Container(name="app", security_context=SecurityContext(read_only_root_filesystem=True))),
+        {},
+    ),
     (
         "resources",
         make_pod(
             Container(
                 name="app",
-                resources=ResourceRequirements(requests={"cpu": "250m", "memory": "64Mi"}, limits={"cpu": "1", "memory": "128Mi"}),
+                resources=ResourceRequirements(
+                    requests={"cpu": "250m", "memory": "64Mi"}, limits={"cpu": "1", "memory": "128Mi"}
+                ),
             )
         ),
         {"swap_controller": True},
     ),
     (
         "sysctls",
-        make_pod(security_context=PodSecurityContext(sysctls=[Sysctl(name="net.ipv4.ip_forward", value="1"), Sysctl(name="kernel.shmmax", value="65536")])),
+        make_pod(
+            security_context=PodSecurityContext(
+                sysctls=[Sysctl(name="net.ipv4.ip_forward", value="1"), Sysctl(name="kernel.shmmax", value="65536")]
+            )
+        ),
         {"allowed_unsafe_sysctls": ("net.ipv4.*", "kernel.shmmax")},
     ),
     (
         "caps add/drop",
-        make_pod(Container(name="app", security_context=SecurityContext(capabilities=Capabilities(add=["NET_ADMIN"], drop=["ALL"])))),
+        make_pod(
+            Container(
+                name="app", security_context=SecurityContext(capabilities=Capabilities(add=["NET_ADMIN"], drop=["ALL"]))
+            )
+        ),
         {},
     ),
     ("volumes", make_pod(), {"mounts": VOLUMES}),
@@ -129,13 +149,27 @@ CASES: list[tuple[str, Pod, dict]] = [
     ("seccomp off", make_pod(), {"seccomp": SeccompHost(default_on=False)}),
     (
         "seccomp Localhost",
-        make_pod(security_context=PodSecurityContext(seccomp_profile=SeccompProfile(type="Localhost", localhost_profile="p.json"))),
-        {"seccomp": SeccompHost(localhost_profiles={"p.json": '{"defaultAction": "SCMP_ACT_LOG", "syscalls": '
-                                                                '[{"names": ["mkdir"], "action": "SCMP_ACT_ERRNO", "errnoRet": 13}]}'})},
+        make_pod(
+            security_context=PodSecurityContext(
+                seccomp_profile=SeccompProfile(type="Localhost", localhost_profile="p.json")
+            )
+        ),
+        {
+            "seccomp": SeccompHost(
+                localhost_profiles={
+                    "p.json": '{"defaultAction": "SCMP_ACT_LOG", "syscalls": '
+                    '[{"names": ["mkdir"], "action": "SCMP_ACT_ERRNO", "errnoRet": 13}]}'
+                }
+            )
+        },
     ),
     (
         "AppArmor runtime default",
-        make_pod(Container(name="app", security_context=SecurityContext(app_armor_profile=AppArmorProfile(type="RuntimeDefault")))),
+        make_pod(
+            Container(
+                name="app", security_context=SecurityContext(app_armor_profile=AppArmorProfile(type="RuntimeDefault"))
+            )
+        ),
         {"apparmor_enabled": True, "apparmor_loaded": frozenset({"docker-default"})},
     ),
     (
@@ -148,7 +182,9 @@ CASES: list[tuple[str, Pod, dict]] = [
 
 @pytest.mark.parametrize(("label", "pod", "ctx"), CASES, ids=[c[0] for c in CASES])
 def test_container_spec_validates(label, pod, ctx):
-    spec = build(pod, image=ImageConfig(entrypoint=("/bin/app",), user="app") if label == "named user" else IMAGE, **ctx)
+    spec = build(
+        pod, image=ImageConfig(entrypoint=("/bin/app",), user="app") if label == "named user" else IMAGE, **ctx
+    )
     assert spec["ociVersion"] == "1.0.2-dev"
     assert spec["annotations"] == ANN
     assert spec["linux"]["cgroupsPath"] == "/kubepods/burstable/poduid-1/ctr1"
@@ -159,7 +195,10 @@ SANDBOX_CASES = [
     ("plain", make_pod()),
     ("hostNetwork", make_pod(host_network=True)),
     ("hostIPC hostPID", make_pod(host_ipc=True, host_pid=True)),
-    ("sysctls", make_pod(security_context=PodSecurityContext(sysctls=[Sysctl(name="net.ipv4.tcp_syncookies", value="1")]))),
+    (
+        "sysctls",
+        make_pod(security_context=PodSecurityContext(sysctls=[Sysctl(name="net.ipv4.tcp_syncookies", value="1")])),
+    ),
 ]
 
 
@@ -257,7 +296,10 @@ def test_image_without_path_gets_default_path():
 
 
 def test_container_env_overrides_image_env_in_place():
-    c = Container(name="app", env=[EnvVar(name="LANG", value="de"), EnvVar(name="HOSTNAME", value="x"), EnvVar(name="NEW", value="1")])
+    c = Container(
+        name="app",
+        env=[EnvVar(name="LANG", value="de"), EnvVar(name="HOSTNAME", value="x"), EnvVar(name="NEW", value="1")],
+    )
     spec = build(make_pod(c))
     assert spec["process"]["env"] == ["PATH=/opt/bin:/bin", "HOSTNAME=x", "LANG=de", "NEW=1"]
 
@@ -285,24 +327,45 @@ def test_seccomp_and_apparmor_land_in_the_spec():
     assert "seccomp" not in build(make_pod(), seccomp=SeccompHost(default_on=False))["linux"]
     aa = build(make_pod(), apparmor_enabled=True, apparmor_loaded=frozenset({"cri-containerd.apparmor.d"}))
     assert aa["process"]["apparmorProfile"] == "cri-containerd.apparmor.d"
-    sandbox = build_sandbox_spec(make_pod(), SandboxContext(rootfs="/p", args=("/pause",), cgroups_path="/k/s",
-                                                            hostname="web"))
+    sandbox = build_sandbox_spec(
+        make_pod(), SandboxContext(rootfs="/p", args=("/pause",), cgroups_path="/k/s", hostname="web")
+    )
     assert sandbox["linux"]["seccomp"]["defaultAction"] == "SCMP_ACT_ERRNO"
 
 
 @pytest.mark.parametrize(
     ("pod", "message"),
     [
-        (make_pod(Container(name="app", security_context=SecurityContext(seccomp_profile=SeccompProfile(
-            type="Localhost", localhost_profile="gone.json")))),
-         "pod default/web container app: securityContext.seccompProfile: localhost seccomp profile 'gone.json' not found"),
-        (make_pod(Container(name="app", security_context=SecurityContext(proc_mount="Unmasked"))),
-         "procMount: Unmasked needs a user namespace (spec.hostUsers: false)"),
-        (make_pod(Container(name="app", security_context=SecurityContext(proc_mount="Unmasked")), host_users=False),
-         "spec.hostUsers: false: user namespaces are not supported by edgelet"),
-        (make_pod(Container(name="app", security_context=SecurityContext(app_armor_profile=AppArmorProfile(
-            type="Localhost", localhost_profile="k8s-x")))),
-         "AppArmor profile 'k8s-x' asked for, but AppArmor is not enabled on this host"),
+        (
+            make_pod(
+                Container(
+                    name="app",
+                    security_context=SecurityContext(
+                        seccomp_profile=SeccompProfile(type="Localhost", localhost_profile="gone.json")
+                    ),
+                )
+            ),
+            "pod default/web container app: securityContext.seccompProfile: localhost seccomp profile 'gone.json' not found",
+        ),
+        (
+            make_pod(Container(name="app", security_context=SecurityContext(proc_mount="Unmasked"))),
+            "procMount: Unmasked needs a user namespace (spec.hostUsers: false)",
+        ),
+        (
+            make_pod(Container(name="app", security_context=SecurityContext(proc_mount="Unmasked")), host_users=False),
+            "spec.hostUsers: false: user namespaces are not supported by edgelet",
+        ),
+        (
+            make_pod(
+                Container(
+                    name="app",
+                    security_context=SecurityContext(
+                        app_armor_profile=AppArmorProfile(type="Localhost", localhost_profile="k8s-x")
+                    ),
+                )
+            ),
+            "AppArmor profile 'k8s-x' asked for, but AppArmor is not enabled on this host",
+        ),
     ],
     ids=["missing Localhost seccomp", "Unmasked without user namespace", "hostUsers false", "AppArmor Localhost"],
 )
@@ -328,7 +391,9 @@ def test_privileged():
 def test_resources_and_qos():
     c = Container(
         name="app",
-        resources=ResourceRequirements(requests={"cpu": "250m", "memory": "1Gi"}, limits={"cpu": "1500m", "memory": "2Gi"}),
+        resources=ResourceRequirements(
+            requests={"cpu": "250m", "memory": "1Gi"}, limits={"cpu": "1500m", "memory": "2Gi"}
+        ),
     )
     spec = build(make_pod(c), swap_controller=True)
     res = spec["linux"]["resources"]
@@ -344,14 +409,19 @@ def test_guaranteed_oom_and_min_clamp():
 
 
 def test_read_only_rootfs_and_no_new_privs():
-    c = Container(name="app", security_context=SecurityContext(read_only_root_filesystem=True, allow_privilege_escalation=False))
+    c = Container(
+        name="app", security_context=SecurityContext(read_only_root_filesystem=True, allow_privilege_escalation=False)
+    )
     spec = build(make_pod(c))
     assert spec["root"]["readonly"] is True
     assert spec["process"]["noNewPrivileges"] is True
 
 
 def test_user_from_image_name_and_groups():
-    spec = build(make_pod(security_context=PodSecurityContext(supplemental_groups=[5])), image=ImageConfig(cmd=("x",), user="app"))
+    spec = build(
+        make_pod(security_context=PodSecurityContext(supplemental_groups=[5])),
+        image=ImageConfig(cmd=("x",), user="app"),
+    )
     assert spec["process"]["user"] == {"uid": 1000, "gid": 1000, "additionalGids": [1000, 5]}
 
 
@@ -360,24 +430,35 @@ def test_mounts_override_defaults_and_order_parents_first():
     dests = [m["destination"] for m in spec["mounts"]]
     assert dests.count("/dev/shm") == 1
     shm = next(m for m in spec["mounts"] if m["destination"] == "/dev/shm")
-    assert shm == {"destination": "/dev/shm", "type": "bind", "source": "/run/edgelet/pods/uid-1/shm", "options": ["rbind", "rw"]}
+    assert shm == {
+        "destination": "/dev/shm",
+        "type": "bind",
+        "source": "/run/edgelet/pods/uid-1/shm",
+        "options": ["rbind", "rw"],
+    }
     assert dests.index("/data") < dests.index("/data/cache")
 
 
 def test_sysctls_normalized():
-    pod = make_pod(security_context=PodSecurityContext(sysctls=[Sysctl(name="net/ipv4/conf/eth0.100/rp_filter", value="0")]))
-    assert build(pod, allowed_unsafe_sysctls=("net.ipv4.conf.*",))["linux"]["sysctl"] == \
-        {"net.ipv4.conf.eth0/100.rp_filter": "0"}
+    pod = make_pod(
+        security_context=PodSecurityContext(sysctls=[Sysctl(name="net/ipv4/conf/eth0.100/rp_filter", value="0")])
+    )
+    assert build(pod, allowed_unsafe_sysctls=("net.ipv4.conf.*",))["linux"]["sysctl"] == {
+        "net.ipv4.conf.eth0/100.rp_filter": "0"
+    }
 
 
-@pytest.mark.parametrize(("name", "allowed", "ok"), [
-    ("net.ipv4.tcp_syncookies", (), True),  # kubelet's safe set
-    ("kernel.shm_rmid_forced", (), True),
-    ("net.core.somaxconn", (), False),
-    ("net.core.somaxconn", ("net.core.somaxconn",), True),
-    ("net.core.somaxconn", ("net.core.*",), True),
-    ("net.core.somaxconn", ("net.ipv4.*",), False),
-])
+@pytest.mark.parametrize(
+    ("name", "allowed", "ok"),
+    [
+        ("net.ipv4.tcp_syncookies", (), True),  # kubelet's safe set
+        ("kernel.shm_rmid_forced", (), True),
+        ("net.core.somaxconn", (), False),
+        ("net.core.somaxconn", ("net.core.somaxconn",), True),
+        ("net.core.somaxconn", ("net.core.*",), True),
+        ("net.core.somaxconn", ("net.ipv4.*",), False),
+    ],
+)
 def test_unsafe_sysctls_need_allowing(name, allowed, ok):
     pod = make_pod(security_context=PodSecurityContext(sysctls=[Sysctl(name=name, value="1")]))
     if ok:
@@ -403,9 +484,26 @@ def test_unsafe_sysctls_need_allowing(name, allowed, ok):
             "unknown capability",
         ),
         (make_pod(Container(name="app", resources=ResourceRequirements(limits={"memory": "lots"}))), IMAGE, "lots"),
-        (make_pod(host_network=True, security_context=PodSecurityContext(sysctls=[Sysctl(name="net.core.somaxconn", value="1")])), IMAGE, "hostNetwork"),
-        (make_pod(host_ipc=True, security_context=PodSecurityContext(sysctls=[Sysctl(name="kernel.shmmax", value="1")])), IMAGE, "hostIPC"),
-        (make_pod(security_context=PodSecurityContext(sysctls=[Sysctl(name="vm.swappiness", value="1")])), IMAGE, "not namespaced"),
+        (
+            make_pod(
+                host_network=True,
+                security_context=PodSecurityContext(sysctls=[Sysctl(name="net.core.somaxconn", value="1")]),
+            ),
+            IMAGE,
+            "hostNetwork",
+        ),
+        (
+            make_pod(
+                host_ipc=True, security_context=PodSecurityContext(sysctls=[Sysctl(name="kernel.shmmax", value="1")])
+            ),
+            IMAGE,
+            "hostIPC",
+        ),
+        (
+            make_pod(security_context=PodSecurityContext(sysctls=[Sysctl(name="vm.swappiness", value="1")])),
+            IMAGE,
+            "not namespaced",
+        ),
     ],
 )
 def test_spec_errors(pod, image, message):

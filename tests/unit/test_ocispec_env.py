@@ -94,8 +94,13 @@ def test_container_env_order_expansion_and_field_refs():
             EnvVar(name="A", value="$(A)$(A)"),  # redefinition keeps the first position
             EnvVar(name="NAME", value_from=EnvVarSource(field_ref=ObjectFieldSelector(field_path="metadata.name"))),
             EnvVar(name="NS", value_from=EnvVarSource(field_ref=ObjectFieldSelector(field_path="metadata.namespace"))),
-            EnvVar(name="APP", value_from=EnvVarSource(field_ref=ObjectFieldSelector(field_path="metadata.labels['app']"))),
-            EnvVar(name="ANN", value_from=EnvVarSource(field_ref=ObjectFieldSelector(field_path="metadata.annotations['a/b']"))),
+            EnvVar(
+                name="APP", value_from=EnvVarSource(field_ref=ObjectFieldSelector(field_path="metadata.labels['app']"))
+            ),
+            EnvVar(
+                name="ANN",
+                value_from=EnvVarSource(field_ref=ObjectFieldSelector(field_path="metadata.annotations['a/b']")),
+            ),
             EnvVar(name="NODE", value_from=EnvVarSource(field_ref=ObjectFieldSelector(field_path="spec.nodeName"))),
             EnvVar(name="IP", value_from=EnvVarSource(field_ref=ObjectFieldSelector(field_path="status.podIP"))),
             EnvVar(name="IPS", value_from=EnvVarSource(field_ref=ObjectFieldSelector(field_path="status.podIPs"))),

@@ -71,7 +71,13 @@ USER_CASES = [
         "",
         (1000, 1000, (1000, 3000)),
     ),
-    ("runAsNonRoot with a non-root image user", SecurityContext(run_as_non_root=True), None, "app", (1000, 1000, (1000, 29, 44))),
+    (
+        "runAsNonRoot with a non-root image user",
+        SecurityContext(run_as_non_root=True),
+        None,
+        "app",
+        (1000, 1000, (1000, 29, 44)),
+    ),
 ]
 
 
@@ -106,7 +112,9 @@ def test_run_as_non_root_false_in_container_overrides_pod():
 
 
 def _caps(add=None, drop=None, privileged=None):
-    sc = SecurityContext(capabilities=Capabilities(add=add, drop=drop) if (add or drop) else None, privileged=privileged)
+    sc = SecurityContext(
+        capabilities=Capabilities(add=add, drop=drop) if (add or drop) else None, privileged=privileged
+    )
     return compute_capabilities(Container(name="c", security_context=sc), DEFAULT_CAPABILITIES, ALL_CAPABILITIES)
 
 
@@ -117,7 +125,10 @@ def _caps(add=None, drop=None, privileged=None):
         ({"add": ["NET_ADMIN"]}, [*DEFAULT_CAPABILITIES, "CAP_NET_ADMIN"]),
         ({"add": ["CAP_SYS_TIME", "net_admin"]}, [*DEFAULT_CAPABILITIES, "CAP_SYS_TIME", "CAP_NET_ADMIN"]),
         ({"add": ["CHOWN"]}, list(DEFAULT_CAPABILITIES)),  # already there: no duplicate
-        ({"drop": ["NET_RAW", "CAP_MKNOD"]}, [c for c in DEFAULT_CAPABILITIES if c not in ("CAP_NET_RAW", "CAP_MKNOD")]),
+        (
+            {"drop": ["NET_RAW", "CAP_MKNOD"]},
+            [c for c in DEFAULT_CAPABILITIES if c not in ("CAP_NET_RAW", "CAP_MKNOD")],
+        ),
         ({"drop": ["ALL"]}, []),
         ({"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]}, ["CAP_NET_BIND_SERVICE"]),
         ({"add": ["ALL"]}, list(ALL_CAPABILITIES)),
@@ -151,24 +162,28 @@ BOUNDING = tuple(c for c in ALL_CAPABILITIES if c not in ("CAP_SYS_RESOURCE", "C
     ids=["privileged is the agent's set", "defaults cut to it", "ALL is the agent's set", "add within it"],
 )
 def test_capabilities_within_the_agents_bounding_set(kwargs, expected):
-    sc = SecurityContext(capabilities=Capabilities(add=kwargs.get("add"), drop=kwargs.get("drop")),
-                         privileged=kwargs.get("privileged"))
-    got = compute_capabilities(Container(name="c", security_context=sc), DEFAULT_CAPABILITIES, ALL_CAPABILITIES,
-                               BOUNDING)
+    sc = SecurityContext(
+        capabilities=Capabilities(add=kwargs.get("add"), drop=kwargs.get("drop")), privileged=kwargs.get("privileged")
+    )
+    got = compute_capabilities(
+        Container(name="c", security_context=sc), DEFAULT_CAPABILITIES, ALL_CAPABILITIES, BOUNDING
+    )
     assert got == expected
 
 
 def test_adding_a_capability_the_agent_lacks_is_an_error():
     sc = SecurityContext(capabilities=Capabilities(add=["SYS_RESOURCE"]))
     with pytest.raises(SecurityError, match="'SYS_RESOURCE' .* not in edgelet's own bounding set"):
-        compute_capabilities(Container(name="c", security_context=sc), DEFAULT_CAPABILITIES, ALL_CAPABILITIES,
-                             BOUNDING)
+        compute_capabilities(Container(name="c", security_context=sc), DEFAULT_CAPABILITIES, ALL_CAPABILITIES, BOUNDING)
 
 
 # ---------------------------------------------------------------- seccomp
 
-RD, LH, UC = (SeccompProfile(type="RuntimeDefault"), SeccompProfile(type="Localhost", localhost_profile="a.json"),
-              SeccompProfile(type="Unconfined"))
+RD, LH, UC = (
+    SeccompProfile(type="RuntimeDefault"),
+    SeccompProfile(type="Localhost", localhost_profile="a.json"),
+    SeccompProfile(type="Unconfined"),
+)
 
 SECCOMP_CASES = [
     # label, container sc, pod sc, default_on, (kind, localhost name)
@@ -176,18 +191,34 @@ SECCOMP_CASES = [
     ("unset, default off", None, None, False, ("Unconfined", None)),
     ("pod RuntimeDefault", None, PodSecurityContext(seccomp_profile=RD), False, ("RuntimeDefault", None)),
     ("pod Localhost", None, PodSecurityContext(seccomp_profile=LH), True, ("Localhost", "a.json")),
-    ("container over pod", SecurityContext(seccomp_profile=UC), PodSecurityContext(seccomp_profile=LH), True,
-     ("Unconfined", None)),
-    ("container Localhost over pod Unconfined", SecurityContext(seccomp_profile=LH),
-     PodSecurityContext(seccomp_profile=UC), True, ("Localhost", "a.json")),
+    (
+        "container over pod",
+        SecurityContext(seccomp_profile=UC),
+        PodSecurityContext(seccomp_profile=LH),
+        True,
+        ("Unconfined", None),
+    ),
+    (
+        "container Localhost over pod Unconfined",
+        SecurityContext(seccomp_profile=LH),
+        PodSecurityContext(seccomp_profile=UC),
+        True,
+        ("Localhost", "a.json"),
+    ),
     ("privileged gets none", SecurityContext(privileged=True, seccomp_profile=RD), None, True, ("Unconfined", None)),
-    ("privileged over pod profile", SecurityContext(privileged=True), PodSecurityContext(seccomp_profile=LH), True,
-     ("Unconfined", None)),
+    (
+        "privileged over pod profile",
+        SecurityContext(privileged=True),
+        PodSecurityContext(seccomp_profile=LH),
+        True,
+        ("Unconfined", None),
+    ),
 ]
 
 
-@pytest.mark.parametrize(("label", "sc", "psc", "default_on", "expected"), SECCOMP_CASES,
-                         ids=[c[0] for c in SECCOMP_CASES])
+@pytest.mark.parametrize(
+    ("label", "sc", "psc", "default_on", "expected"), SECCOMP_CASES, ids=[c[0] for c in SECCOMP_CASES]
+)
 def test_compute_seccomp(label, sc, psc, default_on, expected):
     pod, c = _pod(sc, psc)
     choice = compute_seccomp(pod, c, default_on=default_on)
@@ -214,10 +245,18 @@ def _rules(profile, **kw):
 @pytest.mark.parametrize(
     ("arch", "architectures", "present", "absent"),
     [
-        ("amd64", ["SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32"], {"arch_prctl", "modify_ldt"},
-         {"set_tls", "cacheflush"}),
-        ("arm64", ["SCMP_ARCH_AARCH64", "SCMP_ARCH_ARM"], {"set_tls", "cacheflush", "arm_fadvise64_64"},
-         {"arch_prctl", "modify_ldt"}),
+        (
+            "amd64",
+            ["SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32"],
+            {"arch_prctl", "modify_ldt"},
+            {"set_tls", "cacheflush"},
+        ),
+        (
+            "arm64",
+            ["SCMP_ARCH_AARCH64", "SCMP_ARCH_ARM"],
+            {"set_tls", "cacheflush", "arm_fadvise64_64"},
+            {"arch_prctl", "modify_ldt"},
+        ),
         ("arm", ["SCMP_ARCH_ARM"], {"set_tls", "breakpoint"}, {"arch_prctl"}),
     ],
 )
@@ -233,26 +272,39 @@ def test_runtime_default_follows_capabilities_and_kernel():
     # New namespaces and mounts need CAP_SYS_ADMIN; without it clone may not take namespace flags.
     assert not {"unshare", "mount", "setns", "bpf", "kcmp", "reboot", "open_by_handle_at"} & plain
     assert {"read", "execve", "chroot", "socket", "personality"} <= plain
-    out, admin = _rules(default_profile(), arch="amd64", caps=[*DEFAULT_CAPABILITIES, "CAP_SYS_ADMIN",
-                                                                   "CAP_SYS_PTRACE"], kernel=(6, 1))
+    out, admin = _rules(
+        default_profile(), arch="amd64", caps=[*DEFAULT_CAPABILITIES, "CAP_SYS_ADMIN", "CAP_SYS_PTRACE"], kernel=(6, 1)
+    )
     assert {"unshare", "mount", "setns", "clone3", "kcmp"} <= admin
     assert not any(r["names"] == ["clone3"] and r["action"] == "SCMP_ACT_ERRNO" for r in out["syscalls"])
-    masked = [r for r in _rules(default_profile(), arch="amd64", caps=(), kernel=(6, 1))[0]["syscalls"]
-              if r["names"] == ["clone"]]
-    assert masked == [{"names": ["clone"], "action": "SCMP_ACT_ALLOW",
-                       "args": [{"index": 0, "value": 2114060288, "op": "SCMP_CMP_MASKED_EQ"}]}]
+    masked = [
+        r
+        for r in _rules(default_profile(), arch="amd64", caps=(), kernel=(6, 1))[0]["syscalls"]
+        if r["names"] == ["clone"]
+    ]
+    assert masked == [
+        {
+            "names": ["clone"],
+            "action": "SCMP_ACT_ALLOW",
+            "args": [{"index": 0, "value": 2114060288, "op": "SCMP_CMP_MASKED_EQ"}],
+        }
+    ]
     # ptrace of one's own children only from 4.8 on.
     assert "ptrace" in _rules(default_profile(), arch="amd64", caps=(), kernel=(4, 8))[1]
     assert "ptrace" not in _rules(default_profile(), arch="amd64", caps=(), kernel=(4, 4, 1))[1]
 
 
 def test_localhost_profiles_in_oci_and_moby_form():
-    oci = {"defaultAction": "SCMP_ACT_LOG", "architectures": ["SCMP_ARCH_X86_64"],
-           "syscalls": [{"names": ["mkdir"], "action": "SCMP_ACT_ERRNO", "errnoRet": 13}]}
+    oci = {
+        "defaultAction": "SCMP_ACT_LOG",
+        "architectures": ["SCMP_ARCH_X86_64"],
+        "syscalls": [{"names": ["mkdir"], "action": "SCMP_ACT_ERRNO", "errnoRet": 13}],
+    }
     assert build_seccomp(oci, arch="arm64", caps=(), kernel=None, name="t") == oci
     single = {"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [{"name": "mkdir", "action": "SCMP_ACT_ERRNO"}]}
     assert build_seccomp(single, arch="amd64", caps=(), kernel=None, name="t")["syscalls"] == [
-        {"names": ["mkdir"], "action": "SCMP_ACT_ERRNO"}]
+        {"names": ["mkdir"], "action": "SCMP_ACT_ERRNO"}
+    ]
 
 
 @pytest.mark.parametrize(
@@ -261,22 +313,34 @@ def test_localhost_profiles_in_oci_and_moby_form():
         ({}, "localhost seccomp profile 'a.json' not found in /r/seccomp"),
         ({"a.json": "{"}, "'a.json' is not valid JSON"),
         ({"a.json": "[]"}, "'a.json' has no defaultAction"),
-        ({"a.json": '{"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [{"action": "SCMP_ACT_ERRNO"}]}'},
-         "needs names and an action"),
-        ({"a.json": '{"defaultAction": "SCMP_ACT_ALLOW", "architectures": ["SCMP_ARCH_X86_64"], '
-                    '"archMap": [{"architecture": "SCMP_ARCH_X86_64"}]}'}, "either architectures or archMap"),
+        (
+            {"a.json": '{"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [{"action": "SCMP_ACT_ERRNO"}]}'},
+            "needs names and an action",
+        ),
+        (
+            {
+                "a.json": '{"defaultAction": "SCMP_ACT_ALLOW", "architectures": ["SCMP_ARCH_X86_64"], '
+                '"archMap": [{"architecture": "SCMP_ARCH_X86_64"}]}'
+            },
+            "either architectures or archMap",
+        ),
     ],
 )
 def test_bad_localhost_profiles(profiles, message):
     choice = SeccompChoice("Localhost", "a.json", "securityContext.seccompProfile")
     with pytest.raises(SecurityError, match=re.escape(message)):
-        resolve_seccomp(choice, localhost_profiles=profiles, profile_dir="/r/seccomp", arch="amd64", caps=(),
-                        kernel=None)
+        resolve_seccomp(
+            choice, localhost_profiles=profiles, profile_dir="/r/seccomp", arch="amd64", caps=(), kernel=None
+        )
 
 
 def test_unconfined_is_no_filter_and_goarch_names():
-    assert resolve_seccomp(SeccompChoice("Unconfined"), localhost_profiles={}, profile_dir="", arch="amd64",
-                           caps=(), kernel=None) is None
+    assert (
+        resolve_seccomp(
+            SeccompChoice("Unconfined"), localhost_profiles={}, profile_dir="", arch="amd64", caps=(), kernel=None
+        )
+        is None
+    )
     assert [goarch(m) for m in ("x86_64", "aarch64", "armv7l", "riscv64")] == ["amd64", "arm64", "arm", "riscv64"]
 
 
@@ -293,21 +357,56 @@ APPARMOR_CASES = [
     ("unset: the loaded runtime default", None, None, None, True, LOADED, ("docker-default", False)),
     ("unset, none loaded: nothing, quietly", None, None, None, True, frozenset(), (None, False)),
     ("unset, no AppArmor", None, None, None, False, frozenset(), (None, False)),
-    ("RuntimeDefault, none loaded: warns", SecurityContext(app_armor_profile=AA_RD), None, None, True, frozenset(),
-     (None, True)),
-    ("RuntimeDefault, no AppArmor: warns", None, PodSecurityContext(app_armor_profile=AA_RD), None, False,
-     frozenset(), (None, True)),
+    (
+        "RuntimeDefault, none loaded: warns",
+        SecurityContext(app_armor_profile=AA_RD),
+        None,
+        None,
+        True,
+        frozenset(),
+        (None, True),
+    ),
+    (
+        "RuntimeDefault, no AppArmor: warns",
+        None,
+        PodSecurityContext(app_armor_profile=AA_RD),
+        None,
+        False,
+        frozenset(),
+        (None, True),
+    ),
     ("edgelet's own default first", None, None, None, True, LOADED | {"edgelet-default"}, ("edgelet-default", False)),
     ("Localhost loaded", SecurityContext(app_armor_profile=AA_LH), None, None, True, LOADED, ("k8s-web", False)),
     ("Unconfined", SecurityContext(app_armor_profile=AA_UC), None, None, True, LOADED, (None, False)),
-    ("container field over annotation", SecurityContext(app_armor_profile=AA_UC), None, "localhost/k8s-web", True,
-     LOADED, (None, False)),
-    ("annotation over pod field", None, PodSecurityContext(app_armor_profile=AA_UC), "localhost/k8s-web", True,
-     LOADED, ("k8s-web", False)),
+    (
+        "container field over annotation",
+        SecurityContext(app_armor_profile=AA_UC),
+        None,
+        "localhost/k8s-web",
+        True,
+        LOADED,
+        (None, False),
+    ),
+    (
+        "annotation over pod field",
+        None,
+        PodSecurityContext(app_armor_profile=AA_UC),
+        "localhost/k8s-web",
+        True,
+        LOADED,
+        ("k8s-web", False),
+    ),
     ("annotation runtime/default", None, None, "runtime/default", True, LOADED, ("docker-default", False)),
     ("privileged: no default", SecurityContext(privileged=True), None, None, True, LOADED, (None, False)),
-    ("privileged keeps a Localhost profile", SecurityContext(privileged=True, app_armor_profile=AA_LH), None, None,
-     True, LOADED, ("k8s-web", False)),
+    (
+        "privileged keeps a Localhost profile",
+        SecurityContext(privileged=True, app_armor_profile=AA_LH),
+        None,
+        None,
+        True,
+        LOADED,
+        ("k8s-web", False),
+    ),
 ]
 
 
@@ -318,8 +417,11 @@ def _aa_pod(sc, psc, annotation):
     return pod, c
 
 
-@pytest.mark.parametrize(("label", "sc", "psc", "annotation", "enabled", "loaded", "expected"), APPARMOR_CASES,
-                         ids=[c[0] for c in APPARMOR_CASES])
+@pytest.mark.parametrize(
+    ("label", "sc", "psc", "annotation", "enabled", "loaded", "expected"),
+    APPARMOR_CASES,
+    ids=[c[0] for c in APPARMOR_CASES],
+)
 def test_compute_apparmor(label, sc, psc, annotation, enabled, loaded, expected):
     pod, c = _aa_pod(sc, psc, annotation)
     decision = compute_apparmor(pod, c, enabled=enabled, loaded=loaded)
@@ -329,8 +431,12 @@ def test_compute_apparmor(label, sc, psc, annotation, enabled, loaded, expected)
 @pytest.mark.parametrize(
     ("sc", "annotation", "enabled", "message"),
     [
-        (SecurityContext(app_armor_profile=AppArmorProfile(type="Localhost", localhost_profile="gone")), None, True,
-         "AppArmor profile 'gone' is not loaded"),
+        (
+            SecurityContext(app_armor_profile=AppArmorProfile(type="Localhost", localhost_profile="gone")),
+            None,
+            True,
+            "AppArmor profile 'gone' is not loaded",
+        ),
         (SecurityContext(app_armor_profile=AA_LH), None, False, "AppArmor is not enabled on this host"),
         (None, "localhost/gone", True, f"metadata.annotations[{ANN}]: AppArmor profile 'gone' is not loaded"),
         (None, "strict", True, "is not runtime/default, unconfined or localhost/<profile>"),
@@ -348,11 +454,26 @@ def test_apparmor_refusals(sc, annotation, enabled, message):
 def test_host_fact_parsers():
     assert parse_cap_mask(0x000001FFFEFFFFFF) == tuple(c for c in ALL_CAPABILITIES if c != "CAP_SYS_RESOURCE")
     assert parse_cap_mask(0xA80425FB) == (
-        "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL", "CAP_SETGID", "CAP_SETUID",
-        "CAP_SETPCAP", "CAP_NET_BIND_SERVICE", "CAP_NET_RAW", "CAP_SYS_CHROOT", "CAP_MKNOD", "CAP_AUDIT_WRITE",
-        "CAP_SETFCAP")
+        "CAP_CHOWN",
+        "CAP_DAC_OVERRIDE",
+        "CAP_FOWNER",
+        "CAP_FSETID",
+        "CAP_KILL",
+        "CAP_SETGID",
+        "CAP_SETUID",
+        "CAP_SETPCAP",
+        "CAP_NET_BIND_SERVICE",
+        "CAP_NET_RAW",
+        "CAP_SYS_CHROOT",
+        "CAP_MKNOD",
+        "CAP_AUDIT_WRITE",
+        "CAP_SETFCAP",
+    )
     assert parse_kernel_version("6.1.0-18-arm64") == (6, 1, 0)
     assert parse_kernel_version("6.18") == (6, 18)
     assert parse_kernel_version("weird") is None
     assert parse_apparmor_profiles("docker-default (enforce)\n/usr/bin/man (complain)\nk8s web (enforce)\n") == {
-        "docker-default", "/usr/bin/man", "k8s web"}
+        "docker-default",
+        "/usr/bin/man",
+        "k8s web",
+    }

@@ -55,7 +55,7 @@ def test_config_toml_commented_values_are_the_defaults(tmp_path: Path) -> None:
 
 def test_config_toml_example_tables_parse(tmp_path: Path) -> None:
     text = CONFIG.read_text()
-    tail = text[text.index("\n#[") + 1:]
+    tail = text[text.index("\n#[") + 1 :]
     example = tmp_path / "example.toml"
     example.write_text("\n".join(line[1:] for line in tail.splitlines() if line.startswith("#")) + "\n")
     settings = load_settings(config=example, env={})
@@ -123,9 +123,13 @@ def test_cni_conflist() -> None:
 
 def test_build_arm64_dry_run_prints_every_step_and_does_nothing(tmp_path: Path) -> None:
     root = tmp_path / "arm64-root"
-    out = subprocess.run([str(PACKAGING / "build-arm64.sh"), "--dry-run", "--deb"], capture_output=True, text=True,
-                         timeout=60, env={**os.environ, "ARM64_ROOT": str(root),
-                                          "IMAGE_BASE_CACHE": str(tmp_path / "base-cache")})
+    out = subprocess.run(
+        [str(PACKAGING / "build-arm64.sh"), "--dry-run", "--deb"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "ARM64_ROOT": str(root), "IMAGE_BASE_CACHE": str(tmp_path / "base-cache")},
+    )
     assert out.returncode == 0, out.stderr
     commands = [line[2:] for line in out.stdout.splitlines() if line.startswith("+ ")]
     expected_in_order = [
@@ -153,15 +157,21 @@ def test_arm64_binary_names_the_newest_commit_that_changed_its_inputs(tmp_path: 
     repo = tmp_path / "repo"
     (repo / "edgelet").mkdir(parents=True)
     (repo / "edgelet" / "x.py").write_text("x = 1\n")
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid"}
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@example.invalid",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@example.invalid",
+    }
 
     def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", str(repo), *args], env=env, check=True, capture_output=True,
-                              text=True).stdout.strip()
+        return subprocess.run(
+            ["git", "-C", str(repo), *args], env=env, check=True, capture_output=True, text=True
+        ).stdout.strip()
 
     def onedir_commit() -> str:
-        script = f'dry_run=1; REPO={repo}; . {PACKAGING}/common.sh; onedir_commit'
+        script = f"dry_run=1; REPO={repo}; . {PACKAGING}/common.sh; onedir_commit"
         return subprocess.run(["bash", "-c", script], check=True, capture_output=True, text=True).stdout.strip()
 
     git("init", "-q")
@@ -180,8 +190,12 @@ def test_arm64_binary_names_the_newest_commit_that_changed_its_inputs(tmp_path: 
 
 
 def build_deb(binary: Path, output: Path) -> Path:
-    out = subprocess.run([str(PACKAGING / "build-deb.sh"), "--output", str(output), str(binary)],
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [str(PACKAGING / "build-deb.sh"), "--output", str(output), str(binary)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr
     deb = Path(out.stdout.strip().splitlines()[-1])
     assert deb.parent == output and deb.name.startswith(f"edgelet_{VERSION}_") and deb.suffix == ".deb"
@@ -211,9 +225,19 @@ class DpkgRoot:
     def dpkg(self, *args: str) -> subprocess.CompletedProcess:
         env = {**os.environ, "PATH": f"{self.stubs}:/usr/sbin:/usr/bin:/sbin:/bin"}
         out = subprocess.run(
-            ["dpkg", f"--root={self.root}", f"--log={self.log}", "--force-script-chrootless", "--force-depends",
-             "--no-triggers", *args],
-            capture_output=True, text=True, timeout=120, env=env,
+            [
+                "dpkg",
+                f"--root={self.root}",
+                f"--log={self.log}",
+                "--force-script-chrootless",
+                "--force-depends",
+                "--no-triggers",
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
         )
         assert out.returncode == 0, out.stdout + out.stderr
         return out
@@ -233,8 +257,12 @@ def check_installed(deb: Path, base: Path) -> DpkgRoot:
     root = target.root
     edgelet = root / "usr" / "bin" / "edgelet"
     assert os.access(edgelet, os.X_OK)
-    for path in ("lib/systemd/system/edgelet.service", "lib/systemd/system/edgelet-runonce.service",
-                 "usr/share/edgelet/10-edgelet.conflist", "etc/kubernetes/manifests"):
+    for path in (
+        "lib/systemd/system/edgelet.service",
+        "lib/systemd/system/edgelet-runonce.service",
+        "usr/share/edgelet/10-edgelet.conflist",
+        "etc/kubernetes/manifests",
+    ):
         assert (root / path).exists(), path
     assert (root / "etc/edgelet/config.toml").read_text() == CONFIG.read_text()
     assert ((root / "var/lib/edgelet").stat().st_mode & 0o777) == 0o700
@@ -287,7 +315,13 @@ def test_deb_of_the_frozen_binary_installs_and_runs(tmp_path: Path) -> None:
     deb = build_deb(binary, tmp_path / "out")
     target = DpkgRoot(tmp_path / "install")
     target.dpkg("--install", str(deb))
-    out = subprocess.run([str(target.root / "usr/bin/edgelet"), "version", "--config", "/dev/null"], env={},
-                         cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [str(target.root / "usr/bin/edgelet"), "version", "--config", "/dev/null"],
+        env={},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0 and out.stdout.startswith(f"edgelet {VERSION} (commit "), out.stdout + out.stderr
     target.dpkg("--purge", "edgelet")

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Callable
 
 import msgspec
 import pytest
 
 from edgelet.api.hash import container_hash
 from edgelet.api.types import Container, ObjectMeta, Pod, PodSpec
+from edgelet.container.types import ContainerRecord, PodRuntimeStatus, SandboxRecord
 from edgelet.plan import ContainerToStart, PodActions, compute_pod_actions, compute_pod_kill
 from edgelet.plan.actions import go_duration
-from edgelet.container.types import ContainerRecord, PodRuntimeStatus, SandboxRecord
 from edgelet.util.backoff import Backoff
 
 UID = "12345678"
@@ -31,30 +31,64 @@ def base_pod(policy: str = "Always", inits: list[Container] | None = None) -> Po
     )
 
 
-def rec(pod: Pod, name: str, state: str = "running", *, attempt: int = 0, exit_code: int | None = None,
-        reason: str = "", created: float | None = None, hash_: str | None = None, pid: int | None = None,
-        sandbox_id: str = SB) -> ContainerRecord:
+def rec(
+    pod: Pod,
+    name: str,
+    state: str = "running",
+    *,
+    attempt: int = 0,
+    exit_code: int | None = None,
+    reason: str = "",
+    created: float | None = None,
+    hash_: str | None = None,
+    pid: int | None = None,
+    sandbox_id: str = SB,
+) -> ContainerRecord:
     spec = {c.name: c for c in [*(pod.spec.init_containers or []), *pod.spec.containers]}.get(name)
     if state == "exited" and exit_code is None:
         exit_code = 0
     return ContainerRecord(
-        id=f"{name}-{attempt}", pod_uid=UID, pod_name="foo", pod_namespace="new", name=name, attempt=attempt,
+        id=f"{name}-{attempt}",
+        pod_uid=UID,
+        pod_name="foo",
+        pod_namespace="new",
+        name=name,
+        attempt=attempt,
         spec_hash=hash_ if hash_ is not None else (container_hash(spec) if spec else "x"),
-        sandbox_id=sandbox_id, state=state, pid=pid, created_at=created if created is not None else 100.0 + attempt,  # type: ignore[arg-type]
-        exit_code=exit_code, reason=reason,
+        sandbox_id=sandbox_id,
+        state=state,
+        pid=pid,
+        created_at=created if created is not None else 100.0 + attempt,  # type: ignore[arg-type]
+        exit_code=exit_code,
+        reason=reason,
     )
 
 
-def sandbox(state: str = "running", attempt: int = 0, sid: str = SB, created: float = 50.0,
-            host_network: bool = False) -> SandboxRecord:
-    return SandboxRecord(id=sid, pod_uid=UID, pod_name="foo", pod_namespace="new", attempt=attempt,
-                         state=state, pid=1, created_at=created, host_network=host_network)  # type: ignore[arg-type]
+def sandbox(
+    state: str = "running", attempt: int = 0, sid: str = SB, created: float = 50.0, host_network: bool = False
+) -> SandboxRecord:
+    return SandboxRecord(
+        id=sid,
+        pod_uid=UID,
+        pod_name="foo",
+        pod_namespace="new",
+        attempt=attempt,
+        state=state,
+        pid=1,
+        created_at=created,
+        host_network=host_network,
+    )  # type: ignore[arg-type]
 
 
 def base_status(pod: Pod) -> PodRuntimeStatus:
     """kubelet's makeBasePodAndStatus: a ready sandbox and every regular container running."""
-    return PodRuntimeStatus(uid=UID, name="foo", namespace="new", sandboxes=(sandbox(),),
-                            containers=tuple(rec(pod, c.name) for c in pod.spec.containers))
+    return PodRuntimeStatus(
+        uid=UID,
+        name="foo",
+        namespace="new",
+        sandboxes=(sandbox(),),
+        containers=tuple(rec(pod, c.name) for c in pod.spec.containers),
+    )
 
 
 def set_container(status: PodRuntimeStatus, new: ContainerRecord) -> PodRuntimeStatus:
@@ -91,6 +125,7 @@ def all_exited(code_by_name: dict[str, int]) -> StatusMut:
         for n, code in code_by_name.items():
             s = set_container(s, rec(pod, n, "exited", exit_code=code))
         return s
+
     return mut
 
 
@@ -103,6 +138,7 @@ def chain(*muts: StatusMut) -> StatusMut:
         for m in muts:
             s = m(pod, s)
         return s
+
     return mut
 
 
@@ -153,26 +189,34 @@ CASES: list[tuple[str, PodMut | None, StatusMut | None, PodActions]] = [
         "dead sandbox: kill the pod, new sandbox, everything again",
         None,
         sandbox_dead,
-        PodActions(kill_pod=True, create_sandbox=True, sandbox_attempt=1, sandbox_id=SB, containers_to_start=RESTART_ALL),
+        PodActions(
+            kill_pod=True, create_sandbox=True, sandbox_attempt=1, sandbox_id=SB, containers_to_start=RESTART_ALL
+        ),
     ),
     (
         "no sandbox and no containers: first sandbox",
         None,
         lambda pod, s: PodRuntimeStatus(uid=UID),
-        PodActions(kill_pod=True, create_sandbox=True, containers_to_start=(start("foo1"), start("foo2"), start("foo3"))),
+        PodActions(
+            kill_pod=True, create_sandbox=True, containers_to_start=(start("foo1"), start("foo2"), start("foo3"))
+        ),
     ),
     (
         "Never, first run: a sandbox is created",
         policy("Never"),
         lambda pod, s: PodRuntimeStatus(uid=UID),
-        PodActions(kill_pod=True, create_sandbox=True, containers_to_start=(start("foo1"), start("foo2"), start("foo3"))),
+        PodActions(
+            kill_pod=True, create_sandbox=True, containers_to_start=(start("foo1"), start("foo2"), start("foo3"))
+        ),
     ),
     (
         "Never, dead sandbox after containers ran: no new sandbox, running containers stopped",
         policy("Never"),
         chain(sandbox_dead, exited("foo1", 0)),
         PodActions(
-            sandbox_id=SB, sandbox_attempt=1, pod_finished=True,
+            sandbox_id=SB,
+            sandbox_attempt=1,
+            pod_finished=True,
             containers_to_kill={
                 "foo2-0": "Pod sandbox is gone and restartPolicy is Never",
                 "foo3-0": "Pod sandbox is gone and restartPolicy is Never",
@@ -184,16 +228,29 @@ CASES: list[tuple[str, PodMut | None, StatusMut | None, PodActions]] = [
         "Never, a sandbox that never started, its first container only created: the pod runs",
         policy("Never"),
         lambda pod, s: replace(s, sandboxes=(sandbox("exited"),), containers=(rec(pod, "foo1", "created", pid=7),)),
-        PodActions(kill_pod=True, create_sandbox=True, sandbox_attempt=1, sandbox_id=SB,
-                   containers_to_start=(start("foo1"), start("foo2"), start("foo3"))),
+        PodActions(
+            kill_pod=True,
+            create_sandbox=True,
+            sandbox_attempt=1,
+            sandbox_id=SB,
+            containers_to_start=(start("foo1"), start("foo2"), start("foo3")),
+        ),
     ),
     (
         "Never, the same once that container was killed (an unknown exit, never started): the pod runs",
         policy("Never"),
-        lambda pod, s: replace(s, sandboxes=(sandbox("exited"),), containers=(
-            rec(pod, "foo1", "exited", exit_code=255, reason="ContainerStatusUnknown"),)),
-        PodActions(kill_pod=True, create_sandbox=True, sandbox_attempt=1, sandbox_id=SB,
-                   containers_to_start=(start("foo1"), start("foo2"), start("foo3"))),
+        lambda pod, s: replace(
+            s,
+            sandboxes=(sandbox("exited"),),
+            containers=(rec(pod, "foo1", "exited", exit_code=255, reason="ContainerStatusUnknown"),),
+        ),
+        PodActions(
+            kill_pod=True,
+            create_sandbox=True,
+            sandbox_attempt=1,
+            sandbox_id=SB,
+            containers_to_start=(start("foo1"), start("foo2"), start("foo3")),
+        ),
     ),
     (
         "OnFailure, dead sandbox, all succeeded: no new sandbox",
@@ -205,15 +262,21 @@ CASES: list[tuple[str, PodMut | None, StatusMut | None, PodActions]] = [
         "OnFailure, dead sandbox: only the unsucceeded containers start again",
         policy("OnFailure"),
         chain(sandbox_dead, all_exited({"foo1": 0, "foo2": 1, "foo3": 0})),
-        PodActions(kill_pod=True, create_sandbox=True, sandbox_attempt=1, sandbox_id=SB,
-                   containers_to_start=(start("foo2", 1),)),
+        PodActions(
+            kill_pod=True,
+            create_sandbox=True,
+            sandbox_attempt=1,
+            sandbox_id=SB,
+            containers_to_start=(start("foo2", 1),),
+        ),
     ),
     (
         "two ready sandboxes: recreate",
         None,
         lambda pod, s: replace(s, sandboxes=(sandbox(attempt=1, sid="sb-1", created=60.0), sandbox())),
-        PodActions(kill_pod=True, create_sandbox=True, sandbox_attempt=2, sandbox_id="sb-1",
-                   containers_to_start=RESTART_ALL),
+        PodActions(
+            kill_pod=True, create_sandbox=True, sandbox_attempt=2, sandbox_id="sb-1", containers_to_start=RESTART_ALL
+        ),
     ),
     (
         "an older dead sandbox next to the ready newest one is fine",
@@ -233,21 +296,29 @@ CASES: list[tuple[str, PodMut | None, StatusMut | None, PodActions]] = [
         "the sandbox's network failed its check: recreate",
         None,
         lambda pod, s: replace(s, sandboxes=(replace(sandbox(), network_ready=False),)),
-        PodActions(kill_pod=True, create_sandbox=True, sandbox_attempt=1, sandbox_id=SB, containers_to_start=RESTART_ALL),
+        PodActions(
+            kill_pod=True, create_sandbox=True, sandbox_attempt=1, sandbox_id=SB, containers_to_start=RESTART_ALL
+        ),
     ),
     (
         "spec hash changed: kill and restart that container",
         _change_image,
         None,
-        PodActions(sandbox_id=SB, containers_to_kill={"foo2-0": "Container foo2 definition changed, will be restarted"},
-                   containers_to_start=(start("foo2", 1),)),
+        PodActions(
+            sandbox_id=SB,
+            containers_to_kill={"foo2-0": "Container foo2 definition changed, will be restarted"},
+            containers_to_start=(start("foo2", 1),),
+        ),
     ),
     (
         "spec hash changed under Never: still restarted",
         lambda pod: policy("Never")(_change_image(pod)),
         None,
-        PodActions(sandbox_id=SB, containers_to_kill={"foo2-0": "Container foo2 definition changed, will be restarted"},
-                   containers_to_start=(start("foo2", 1),)),
+        PodActions(
+            sandbox_id=SB,
+            containers_to_kill={"foo2-0": "Container foo2 definition changed, will be restarted"},
+            containers_to_start=(start("foo2", 1),),
+        ),
     ),
     (
         "running container not in the spec is killed",
@@ -261,22 +332,30 @@ CASES: list[tuple[str, PodMut | None, StatusMut | None, PodActions]] = [
         "created container: killed and started again as the same attempt",
         None,
         lambda pod, s: set_container(drop(s, "foo1"), rec(pod, "foo1", "created")),
-        PodActions(sandbox_id=SB, containers_to_kill={"foo1-0": 'Container foo1 is in "created" state, killing it before restart'},
-                   containers_to_start=(start("foo1", 0),)),
+        PodActions(
+            sandbox_id=SB,
+            containers_to_kill={"foo1-0": 'Container foo1 is in "created" state, killing it before restart'},
+            containers_to_start=(start("foo1", 0),),
+        ),
     ),
     (
         "unknown container: killed and started again, even under Never",
         policy("Never"),
         lambda pod, s: set_container(drop(s, "foo1"), rec(pod, "foo1", "unknown")),
-        PodActions(sandbox_id=SB, containers_to_kill={"foo1-0": 'Container foo1 is in "unknown" state, killing it before restart'},
-                   containers_to_start=(start("foo1", 1),)),
+        PodActions(
+            sandbox_id=SB,
+            containers_to_kill={"foo1-0": 'Container foo1 is in "unknown" state, killing it before restart'},
+            containers_to_start=(start("foo1", 1),),
+        ),
     ),
     (
         "older exited instances are removed, the newest exited one stays for lastState",
         None,
         lambda pod, s: set_container(
-            set_container(set_container(drop(s, "foo1"), rec(pod, "foo1", "exited", attempt=0, exit_code=1)),
-                          rec(pod, "foo1", "exited", attempt=1, exit_code=1)),
+            set_container(
+                set_container(drop(s, "foo1"), rec(pod, "foo1", "exited", attempt=0, exit_code=1)),
+                rec(pod, "foo1", "exited", attempt=1, exit_code=1),
+            ),
             rec(pod, "foo1", "running", attempt=2),
         ),
         PodActions(sandbox_id=SB, containers_to_remove=("foo1-0",)),
@@ -296,6 +375,7 @@ def test_compute_pod_actions(pod_mut: PodMut | None, status_mut: StatusMut | Non
 
 
 # --- back-off ---
+
 
 def test_crash_loop_back_off_waits_then_restarts() -> None:
     pod = base_pod()
@@ -344,12 +424,33 @@ def test_a_waiting_container_keeps_the_pod_from_finishing() -> None:
 
 # --- probes ---
 
+
 @pytest.mark.parametrize(
     ("restart_policy", "probe", "expected"),
     [
-        ("Always", "liveness", PodActions(sandbox_id=SB, containers_to_kill={"foo1-0": "Container foo1 failed liveness probe, will be restarted"}, containers_to_start=(start("foo1", 1),))),
-        ("OnFailure", "startup", PodActions(sandbox_id=SB, containers_to_kill={"foo1-0": "Container foo1 failed startup probe, will be restarted"}, containers_to_start=(start("foo1", 1),))),
-        ("Never", "liveness", PodActions(sandbox_id=SB, containers_to_kill={"foo1-0": "Container foo1 failed liveness probe"})),
+        (
+            "Always",
+            "liveness",
+            PodActions(
+                sandbox_id=SB,
+                containers_to_kill={"foo1-0": "Container foo1 failed liveness probe, will be restarted"},
+                containers_to_start=(start("foo1", 1),),
+            ),
+        ),
+        (
+            "OnFailure",
+            "startup",
+            PodActions(
+                sandbox_id=SB,
+                containers_to_kill={"foo1-0": "Container foo1 failed startup probe, will be restarted"},
+                containers_to_start=(start("foo1", 1),),
+            ),
+        ),
+        (
+            "Never",
+            "liveness",
+            PodActions(sandbox_id=SB, containers_to_kill={"foo1-0": "Container foo1 failed liveness probe"}),
+        ),
         ("Always", "readiness", NO_ACTION),
     ],
 )
@@ -373,37 +474,80 @@ def init_status(pod: Pod, *records: ContainerRecord) -> PodRuntimeStatus:
 
 
 INIT_CASES: list[tuple[str, str, Callable[[Pod], tuple[ContainerRecord, ...]], PodActions]] = [
-    ("nothing ran: first init container", "Always", lambda p: (),
-     PodActions(sandbox_id=SB, next_init_container=start("init1", 0, "init"))),
+    (
+        "nothing ran: first init container",
+        "Always",
+        lambda p: (),
+        PodActions(sandbox_id=SB, next_init_container=start("init1", 0, "init")),
+    ),
     ("first init running: wait", "Always", lambda p: (rec(p, "init1"),), NO_ACTION),
-    ("first init done: second", "Always", lambda p: (rec(p, "init1", "exited"),),
-     PodActions(sandbox_id=SB, next_init_container=start("init2", 0, "init"))),
-    ("all init done: regular containers", "Always",
-     lambda p: (rec(p, "init1", "exited"), rec(p, "init2", "exited")),
-     PodActions(sandbox_id=SB, containers_to_start=(start("foo1"), start("foo2"), start("foo3")))),
-    ("init failed: retried", "Always", lambda p: (rec(p, "init1", "exited", exit_code=1),),
-     PodActions(sandbox_id=SB, next_init_container=start("init1", 1, "init"))),
-    ("init failed under OnFailure: retried", "OnFailure", lambda p: (rec(p, "init1", "exited", exit_code=2),),
-     PodActions(sandbox_id=SB, next_init_container=start("init1", 1, "init"))),
-    ("init OOM-killed with exit 0 still counts as failed", "Always",
-     lambda p: (rec(p, "init1", "exited", exit_code=0, reason="OOMKilled"),),
-     PodActions(sandbox_id=SB, next_init_container=start("init1", 1, "init"))),
-    ("init failed under Never: pod failed", "Never",
-     lambda p: (rec(p, "init1", "exited"), rec(p, "init2", "exited", exit_code=1)),
-     PodActions(sandbox_id=SB, pod_failed=True, pod_finished=True)),
-    ("init created: killed and started again as the same attempt", "Always", lambda p: (rec(p, "init1", "created"),),
-     PodActions(sandbox_id=SB, containers_to_kill={"init1-0": 'Container init1 is in "created" state, killing it before restart'},
-                next_init_container=start("init1", 0, "init"))),
-    ("a never-started init killed into an unknown exit: same attempt, under Never too", "Never",
-     lambda p: (rec(p, "init1", "exited", exit_code=255, reason="ContainerStatusUnknown"),),
-     PodActions(sandbox_id=SB, next_init_container=start("init1", 0, "init"))),
-    ("regular containers exist: initialized even without init records", "Always",
-     lambda p: tuple(rec(p, c.name) for c in p.spec.containers), NO_ACTION),
+    (
+        "first init done: second",
+        "Always",
+        lambda p: (rec(p, "init1", "exited"),),
+        PodActions(sandbox_id=SB, next_init_container=start("init2", 0, "init")),
+    ),
+    (
+        "all init done: regular containers",
+        "Always",
+        lambda p: (rec(p, "init1", "exited"), rec(p, "init2", "exited")),
+        PodActions(sandbox_id=SB, containers_to_start=(start("foo1"), start("foo2"), start("foo3"))),
+    ),
+    (
+        "init failed: retried",
+        "Always",
+        lambda p: (rec(p, "init1", "exited", exit_code=1),),
+        PodActions(sandbox_id=SB, next_init_container=start("init1", 1, "init")),
+    ),
+    (
+        "init failed under OnFailure: retried",
+        "OnFailure",
+        lambda p: (rec(p, "init1", "exited", exit_code=2),),
+        PodActions(sandbox_id=SB, next_init_container=start("init1", 1, "init")),
+    ),
+    (
+        "init OOM-killed with exit 0 still counts as failed",
+        "Always",
+        lambda p: (rec(p, "init1", "exited", exit_code=0, reason="OOMKilled"),),
+        PodActions(sandbox_id=SB, next_init_container=start("init1", 1, "init")),
+    ),
+    (
+        "init failed under Never: pod failed",
+        "Never",
+        lambda p: (rec(p, "init1", "exited"), rec(p, "init2", "exited", exit_code=1)),
+        PodActions(sandbox_id=SB, pod_failed=True, pod_finished=True),
+    ),
+    (
+        "init created: killed and started again as the same attempt",
+        "Always",
+        lambda p: (rec(p, "init1", "created"),),
+        PodActions(
+            sandbox_id=SB,
+            containers_to_kill={"init1-0": 'Container init1 is in "created" state, killing it before restart'},
+            next_init_container=start("init1", 0, "init"),
+        ),
+    ),
+    (
+        "a never-started init killed into an unknown exit: same attempt, under Never too",
+        "Never",
+        lambda p: (rec(p, "init1", "exited", exit_code=255, reason="ContainerStatusUnknown"),),
+        PodActions(sandbox_id=SB, next_init_container=start("init1", 0, "init")),
+    ),
+    (
+        "regular containers exist: initialized even without init records",
+        "Always",
+        lambda p: tuple(rec(p, c.name) for c in p.spec.containers),
+        NO_ACTION,
+    ),
 ]
 
 
-@pytest.mark.parametrize(("restart_policy", "records", "expected"), [c[1:] for c in INIT_CASES], ids=[c[0] for c in INIT_CASES])
-def test_init_containers(restart_policy: str, records: Callable[[Pod], tuple[ContainerRecord, ...]], expected: PodActions) -> None:
+@pytest.mark.parametrize(
+    ("restart_policy", "records", "expected"), [c[1:] for c in INIT_CASES], ids=[c[0] for c in INIT_CASES]
+)
+def test_init_containers(
+    restart_policy: str, records: Callable[[Pod], tuple[ContainerRecord, ...]], expected: PodActions
+) -> None:
     pod = init_pod(restart_policy)
     assert compute_pod_actions(pod, init_status(pod, *records(pod)), Backoff(), NOW) == expected
 
@@ -421,11 +565,17 @@ def test_new_sandbox_restarts_initialization_from_the_first_init_container() -> 
     records = (rec(pod, "init1", "exited"), rec(pod, "init2", "exited"), rec(pod, "foo1", "exited", exit_code=1))
     status = PodRuntimeStatus(uid=UID, sandboxes=(sandbox("exited"),), containers=records)
     actions = compute_pod_actions(pod, status, Backoff(), NOW)
-    assert actions == PodActions(kill_pod=True, create_sandbox=True, sandbox_attempt=1, sandbox_id=SB,
-                                 next_init_container=start("init1", 1, "init"))
+    assert actions == PodActions(
+        kill_pod=True,
+        create_sandbox=True,
+        sandbox_attempt=1,
+        sandbox_id=SB,
+        next_init_container=start("init1", 1, "init"),
+    )
 
 
 # --- sidecars (init containers with restartPolicy Always) ---
+
 
 def sidecar_pod(restart_policy: str = "Always") -> Pod:
     return base_pod(restart_policy, inits=[Container(name="side", image="busybox", restart_policy="Always"), INITS[0]])
@@ -449,8 +599,9 @@ def test_sidecar_restarts_whatever_the_pod_policy_and_stops_with_the_main_contai
     done = [rec(pod, c.name, "exited") for c in pod.spec.containers]
     status = init_status(pod, rec(pod, "side"), rec(pod, "init1", "exited"), *done)
     actions = compute_pod_actions(pod, status, Backoff(), NOW)
-    assert actions == PodActions(sandbox_id=SB, pod_finished=True,
-                                 containers_to_kill={"side-0": "All main containers have finished"})
+    assert actions == PodActions(
+        sandbox_id=SB, pod_finished=True, containers_to_kill={"side-0": "All main containers have finished"}
+    )
 
 
 def test_compute_pod_kill_lists_everything_alive() -> None:
@@ -461,57 +612,128 @@ def test_compute_pod_kill_lists_everything_alive() -> None:
     assert compute_pod_kill(None, PodRuntimeStatus(uid=UID)) == []
 
 
-@pytest.mark.parametrize(("seconds", "text"), [(10, "10s"), (20, "20s"), (80, "1m20s"), (160, "2m40s"), (300, "5m0s"), (0, "0s"), (3700, "1h1m40s")])
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(10, "10s"), (20, "20s"), (80, "1m20s"), (160, "2m40s"), (300, "5m0s"), (0, "0s"), (3700, "1h1m40s")],
+)
 def test_go_duration(seconds: float, text: str) -> None:
     assert go_duration(seconds) == text
 
 
 # --- sidecars: startup gate, restarts during initialization, stop order (kubelet TestComputePodActionsWithRestartableInitContainers) ---
 
+
 def two_sidecars_pod(restart_policy: str = "Always") -> Pod:
-    return base_pod(restart_policy, inits=[Container(name="side1", image="busybox", restart_policy="Always"),
-                                           INITS[0],
-                                           Container(name="side2", image="busybox", restart_policy="Always")])
+    return base_pod(
+        restart_policy,
+        inits=[
+            Container(name="side1", image="busybox", restart_policy="Always"),
+            INITS[0],
+            Container(name="side2", image="busybox", restart_policy="Always"),
+        ],
+    )
 
 
 SIDECAR_CASES: list[tuple[str, str, Callable[[Pod], tuple[ContainerRecord, ...]], dict[str, bool], PodActions]] = [
-    ("sidecar running, startup probe not passed: the next init waits", "Always",
-     lambda p: (rec(p, "side1"),), {"side1": False}, NO_ACTION),
-    ("sidecar running and started: the next init starts", "Always",
-     lambda p: (rec(p, "side1"),), {"side1": True},
-     PodActions(sandbox_id=SB, next_init_container=start("init1", 0, "init"))),
-    ("sidecar running without a startup probe counts as started", "Never",
-     lambda p: (rec(p, "side1"), rec(p, "init1", "exited")), {},
-     PodActions(sandbox_id=SB, next_init_container=start("side2", 0, "init"))),
-    ("sidecar exited during initialization: restarted even under Never", "Never",
-     lambda p: (rec(p, "side1", "exited", exit_code=1), rec(p, "init1")), {},
-     PodActions(sandbox_id=SB, next_init_container=start("side1", 1, "init"))),
-    ("second sidecar not started yet: main containers wait", "Always",
-     lambda p: (rec(p, "side1"), rec(p, "init1", "exited"), rec(p, "side2")), {"side2": False}, NO_ACTION),
-    ("all initialized: main containers start", "OnFailure",
-     lambda p: (rec(p, "side1"), rec(p, "init1", "exited"), rec(p, "side2")), {"side2": True},
-     PodActions(sandbox_id=SB, containers_to_start=(start("foo1"), start("foo2"), start("foo3")))),
-    ("init container fails under Never: the running sidecar is killed, the pod fails", "Never",
-     lambda p: (rec(p, "side1"), rec(p, "init1", "exited", exit_code=3)), {},
-     PodActions(sandbox_id=SB, pod_failed=True, pod_finished=True,
-                containers_to_kill={"side1-0": "Init container failed and restartPolicy is Never"})),
-    ("main containers done under OnFailure: sidecars stop, last started first", "OnFailure",
-     lambda p: (rec(p, "side1"), rec(p, "init1", "exited"), rec(p, "side2"),
-                *(rec(p, c.name, "exited") for c in p.spec.containers)), {},
-     PodActions(sandbox_id=SB, pod_finished=True,
-                containers_to_kill={"side2-0": "All main containers have finished",
-                                    "side1-0": "All main containers have finished"})),
-    ("main containers done under Always: restarted, sidecars keep running", "Always",
-     lambda p: (rec(p, "side1"), rec(p, "init1", "exited"), rec(p, "side2"),
-                *(rec(p, c.name, "exited") for c in p.spec.containers)), {},
-     PodActions(sandbox_id=SB, containers_to_start=(start("foo1", 1), start("foo2", 1), start("foo3", 1)))),
+    (
+        "sidecar running, startup probe not passed: the next init waits",
+        "Always",
+        lambda p: (rec(p, "side1"),),
+        {"side1": False},
+        NO_ACTION,
+    ),
+    (
+        "sidecar running and started: the next init starts",
+        "Always",
+        lambda p: (rec(p, "side1"),),
+        {"side1": True},
+        PodActions(sandbox_id=SB, next_init_container=start("init1", 0, "init")),
+    ),
+    (
+        "sidecar running without a startup probe counts as started",
+        "Never",
+        lambda p: (rec(p, "side1"), rec(p, "init1", "exited")),
+        {},
+        PodActions(sandbox_id=SB, next_init_container=start("side2", 0, "init")),
+    ),
+    (
+        "sidecar exited during initialization: restarted even under Never",
+        "Never",
+        lambda p: (rec(p, "side1", "exited", exit_code=1), rec(p, "init1")),
+        {},
+        PodActions(sandbox_id=SB, next_init_container=start("side1", 1, "init")),
+    ),
+    (
+        "second sidecar not started yet: main containers wait",
+        "Always",
+        lambda p: (rec(p, "side1"), rec(p, "init1", "exited"), rec(p, "side2")),
+        {"side2": False},
+        NO_ACTION,
+    ),
+    (
+        "all initialized: main containers start",
+        "OnFailure",
+        lambda p: (rec(p, "side1"), rec(p, "init1", "exited"), rec(p, "side2")),
+        {"side2": True},
+        PodActions(sandbox_id=SB, containers_to_start=(start("foo1"), start("foo2"), start("foo3"))),
+    ),
+    (
+        "init container fails under Never: the running sidecar is killed, the pod fails",
+        "Never",
+        lambda p: (rec(p, "side1"), rec(p, "init1", "exited", exit_code=3)),
+        {},
+        PodActions(
+            sandbox_id=SB,
+            pod_failed=True,
+            pod_finished=True,
+            containers_to_kill={"side1-0": "Init container failed and restartPolicy is Never"},
+        ),
+    ),
+    (
+        "main containers done under OnFailure: sidecars stop, last started first",
+        "OnFailure",
+        lambda p: (
+            rec(p, "side1"),
+            rec(p, "init1", "exited"),
+            rec(p, "side2"),
+            *(rec(p, c.name, "exited") for c in p.spec.containers),
+        ),
+        {},
+        PodActions(
+            sandbox_id=SB,
+            pod_finished=True,
+            containers_to_kill={
+                "side2-0": "All main containers have finished",
+                "side1-0": "All main containers have finished",
+            },
+        ),
+    ),
+    (
+        "main containers done under Always: restarted, sidecars keep running",
+        "Always",
+        lambda p: (
+            rec(p, "side1"),
+            rec(p, "init1", "exited"),
+            rec(p, "side2"),
+            *(rec(p, c.name, "exited") for c in p.spec.containers),
+        ),
+        {},
+        PodActions(sandbox_id=SB, containers_to_start=(start("foo1", 1), start("foo2", 1), start("foo3", 1))),
+    ),
 ]
 
 
-@pytest.mark.parametrize(("restart_policy", "records", "started", "expected"), [c[1:] for c in SIDECAR_CASES],
-                         ids=[c[0] for c in SIDECAR_CASES])
-def test_sidecars(restart_policy: str, records: Callable[[Pod], tuple[ContainerRecord, ...]],
-                  started: dict[str, bool], expected: PodActions) -> None:
+@pytest.mark.parametrize(
+    ("restart_policy", "records", "started", "expected"),
+    [c[1:] for c in SIDECAR_CASES],
+    ids=[c[0] for c in SIDECAR_CASES],
+)
+def test_sidecars(
+    restart_policy: str,
+    records: Callable[[Pod], tuple[ContainerRecord, ...]],
+    started: dict[str, bool],
+    expected: PodActions,
+) -> None:
     pod = two_sidecars_pod(restart_policy)
     actions = compute_pod_actions(pod, init_status(pod, *records(pod)), Backoff(), NOW, started=started)
     assert actions == expected
@@ -523,15 +745,19 @@ def test_sidecar_in_back_off_holds_initialization() -> None:
     backoff = Backoff()
     backoff.next((UID, "side1"), NOW)
     status = init_status(pod, rec(pod, "side1", "exited", exit_code=1))
-    assert compute_pod_actions(pod, status, backoff, NOW) == PodActions(sandbox_id=SB, waiting={"side1": crash_msg("side1")})
+    assert compute_pod_actions(pod, status, backoff, NOW) == PodActions(
+        sandbox_id=SB, waiting={"side1": crash_msg("side1")}
+    )
 
 
 # --- which exited instances go (the current instance and its lastState stay) ---
 
+
 def _instances(pod: Pod, name: str, *states: str, code: int = 1) -> tuple[ContainerRecord, ...]:
     """Instances of `name` with attempts 0, 1, ... in the given states (the last one is the newest)."""
-    return tuple(rec(pod, name, st, attempt=i, exit_code=code if st == "exited" else None)
-                 for i, st in enumerate(states))
+    return tuple(
+        rec(pod, name, st, attempt=i, exit_code=code if st == "exited" else None) for i, st in enumerate(states)
+    )
 
 
 REMOVE_CASES = [
@@ -542,18 +768,26 @@ REMOVE_CASES = [
     ("running after two failures: the oldest goes", "Always", ("exited", "exited", "running"), ("foo1-0",)),
     ("many older instances all go", "Always", ("exited",) * 5 + ("running",), ("foo1-0", "foo1-1", "foo1-2", "foo1-3")),
     ("OnFailure done after a failure: both stay (lastState shows the failure)", "OnFailure", ("exited", "exited"), ()),
-    ("an older instance still alive is the kill step's business", "Always", ("unknown", "exited", "exited", "running"),
-     ("foo1-1",)),
+    (
+        "an older instance still alive is the kill step's business",
+        "Always",
+        ("unknown", "exited", "exited", "running"),
+        ("foo1-1",),
+    ),
 ]
 
 
-@pytest.mark.parametrize(("restart_policy", "states", "removed"), [c[1:] for c in REMOVE_CASES],
-                         ids=[c[0] for c in REMOVE_CASES])
+@pytest.mark.parametrize(
+    ("restart_policy", "states", "removed"), [c[1:] for c in REMOVE_CASES], ids=[c[0] for c in REMOVE_CASES]
+)
 def test_old_instances_are_removed_but_the_current_one_and_its_last_state_stay(
-        restart_policy: str, states: tuple[str, ...], removed: tuple[str, ...]) -> None:
+    restart_policy: str, states: tuple[str, ...], removed: tuple[str, ...]
+) -> None:
     pod = base_pod(restart_policy)
-    status = replace(drop(base_status(pod), "foo1"),
-                     containers=(*_instances(pod, "foo1", *states), *drop(base_status(pod), "foo1").containers))
+    status = replace(
+        drop(base_status(pod), "foo1"),
+        containers=(*_instances(pod, "foo1", *states), *drop(base_status(pod), "foo1").containers),
+    )
     assert sorted(compute_pod_actions(pod, status, Backoff(), NOW).containers_to_remove) == list(removed)
 
 
@@ -576,8 +810,9 @@ def test_a_container_being_killed_is_not_removed() -> None:
 
 def test_a_never_started_container_under_never_gets_its_one_run() -> None:
     pod = base_pod("Never")
-    status = set_container(drop(base_status(pod), "foo1"),
-                           rec(pod, "foo1", "exited", exit_code=255, reason="ContainerStatusUnknown"))
+    status = set_container(
+        drop(base_status(pod), "foo1"), rec(pod, "foo1", "exited", exit_code=255, reason="ContainerStatusUnknown")
+    )
     actions = compute_pod_actions(pod, status, Backoff(), NOW)
     assert actions.containers_to_start == (start("foo1", 0),)
 
@@ -591,36 +826,59 @@ def resume(name: str, attempt: int = 0, ctype: str = "regular") -> ContainerToSt
 # makes it not the desired one (or not startable) kills and replaces it as before.
 KILL_CREATED = {"foo1-0": 'Container foo1 is in "created" state, killing it before restart'}
 RESUME_CASES = [
-    ("created with a pid in the sandbox in use, same spec: started as it is",
-     lambda p: rec(p, "foo1", "created", pid=42), frozenset(),
-     PodActions(sandbox_id=SB, containers_to_start=(resume("foo1"),))),
-    ("a created restart keeps its attempt (restartCount stays, nothing killed)",
-     lambda p: rec(p, "foo1", "created", pid=42, attempt=3), frozenset(),
-     PodActions(sandbox_id=SB, containers_to_start=(resume("foo1", 3),))),
-    ("its spec changed since: killed and replaced",
-     lambda p: rec(p, "foo1", "created", pid=42, hash_="stale"), frozenset(),
-     PodActions(sandbox_id=SB, containers_to_kill=KILL_CREATED, containers_to_start=(start("foo1", 0),))),
-    ("created in an older sandbox: killed and replaced",
-     lambda p: rec(p, "foo1", "created", pid=42, sandbox_id="sandbox-old"), frozenset(),
-     PodActions(sandbox_id=SB, containers_to_kill=KILL_CREATED, containers_to_start=(start("foo1", 0),))),
-    ("no pid (runc has not written its state): killed and replaced",
-     lambda p: rec(p, "foo1", "created"), frozenset(),
-     PodActions(sandbox_id=SB, containers_to_kill=KILL_CREATED, containers_to_start=(start("foo1", 0),))),
-    ("its start already failed in this agent: killed and replaced",
-     lambda p: rec(p, "foo1", "created", pid=42), frozenset({"foo1-0"}),
-     PodActions(sandbox_id=SB, containers_to_kill=KILL_CREATED, containers_to_start=(start("foo1", 0),))),
+    (
+        "created with a pid in the sandbox in use, same spec: started as it is",
+        lambda p: rec(p, "foo1", "created", pid=42),
+        frozenset(),
+        PodActions(sandbox_id=SB, containers_to_start=(resume("foo1"),)),
+    ),
+    (
+        "a created restart keeps its attempt (restartCount stays, nothing killed)",
+        lambda p: rec(p, "foo1", "created", pid=42, attempt=3),
+        frozenset(),
+        PodActions(sandbox_id=SB, containers_to_start=(resume("foo1", 3),)),
+    ),
+    (
+        "its spec changed since: killed and replaced",
+        lambda p: rec(p, "foo1", "created", pid=42, hash_="stale"),
+        frozenset(),
+        PodActions(sandbox_id=SB, containers_to_kill=KILL_CREATED, containers_to_start=(start("foo1", 0),)),
+    ),
+    (
+        "created in an older sandbox: killed and replaced",
+        lambda p: rec(p, "foo1", "created", pid=42, sandbox_id="sandbox-old"),
+        frozenset(),
+        PodActions(sandbox_id=SB, containers_to_kill=KILL_CREATED, containers_to_start=(start("foo1", 0),)),
+    ),
+    (
+        "no pid (runc has not written its state): killed and replaced",
+        lambda p: rec(p, "foo1", "created"),
+        frozenset(),
+        PodActions(sandbox_id=SB, containers_to_kill=KILL_CREATED, containers_to_start=(start("foo1", 0),)),
+    ),
+    (
+        "its start already failed in this agent: killed and replaced",
+        lambda p: rec(p, "foo1", "created", pid=42),
+        frozenset({"foo1-0"}),
+        PodActions(sandbox_id=SB, containers_to_kill=KILL_CREATED, containers_to_start=(start("foo1", 0),)),
+    ),
     # The agent died before it read conmon's answer to `runc create`, and conmon with it: started, the
     # instance's exit would be recorded nowhere (255 ContainerStatusUnknown for good, chaos seed 21).
-    ("its conmon is gone: killed and replaced",
-     lambda p: replace(rec(p, "foo1", "created", pid=42), monitored=False), frozenset(),
-     PodActions(sandbox_id=SB, containers_to_kill=KILL_CREATED, containers_to_start=(start("foo1", 0),))),
+    (
+        "its conmon is gone: killed and replaced",
+        lambda p: replace(rec(p, "foo1", "created", pid=42), monitored=False),
+        frozenset(),
+        PodActions(sandbox_id=SB, containers_to_kill=KILL_CREATED, containers_to_start=(start("foo1", 0),)),
+    ),
 ]
 
 
-@pytest.mark.parametrize(("record", "start_failed", "expected"), [c[1:] for c in RESUME_CASES],
-                         ids=[c[0] for c in RESUME_CASES])
-def test_a_created_never_started_instance(record: Callable[[Pod], ContainerRecord], start_failed: frozenset[str],
-                                          expected: PodActions) -> None:
+@pytest.mark.parametrize(
+    ("record", "start_failed", "expected"), [c[1:] for c in RESUME_CASES], ids=[c[0] for c in RESUME_CASES]
+)
+def test_a_created_never_started_instance(
+    record: Callable[[Pod], ContainerRecord], start_failed: frozenset[str], expected: PodActions
+) -> None:
     pod = base_pod()
     status = set_container(drop(base_status(pod), "foo1"), record(pod))
     assert compute_pod_actions(pod, status, Backoff(), NOW, start_failed=start_failed) == expected
@@ -630,12 +888,15 @@ def test_a_created_init_container_is_started_as_it_is() -> None:
     pod = init_pod()
     status = init_status(pod, rec(pod, "init1", "created", pid=42))
     assert compute_pod_actions(pod, status, Backoff(), NOW) == PodActions(
-        sandbox_id=SB, next_init_container=resume("init1", 0, "init"))
+        sandbox_id=SB, next_init_container=resume("init1", 0, "init")
+    )
 
 
 def test_a_created_instance_is_not_started_in_a_new_sandbox() -> None:
     pod = base_pod()
-    status = replace(set_container(drop(base_status(pod), "foo1"), rec(pod, "foo1", "created", pid=42)),
-                     sandboxes=(sandbox("exited"),))
+    status = replace(
+        set_container(drop(base_status(pod), "foo1"), rec(pod, "foo1", "created", pid=42)),
+        sandboxes=(sandbox("exited"),),
+    )
     actions = compute_pod_actions(pod, status, Backoff(), NOW)
     assert actions.create_sandbox and all(s.existing is None for s in actions.containers_to_start)

@@ -4,22 +4,32 @@ from __future__ import annotations
 
 import pytest
 
-from edgelet.pleg import PodLifecycleEvent, diff, generate_events, pods_with_events
 from edgelet.container.types import ContainerRecord, PodRuntimeStatus, SandboxRecord
+from edgelet.pleg import PodLifecycleEvent, diff, generate_events, pods_with_events
 
 E = PodLifecycleEvent
 
 
 def c(cid: str, state: str, uid: str = "u1") -> ContainerRecord:
     return ContainerRecord(
-        id=cid, pod_uid=uid, pod_name="p", pod_namespace="default", name="app", attempt=0,
-        spec_hash="h", sandbox_id="sb", state=state, pid=None, created_at=1.0,  # type: ignore[arg-type]
+        id=cid,
+        pod_uid=uid,
+        pod_name="p",
+        pod_namespace="default",
+        name="app",
+        attempt=0,
+        spec_hash="h",
+        sandbox_id="sb",
+        state=state,
+        pid=None,
+        created_at=1.0,  # type: ignore[arg-type]
     )
 
 
 def sb(sid: str, state: str, uid: str = "u1") -> SandboxRecord:
-    return SandboxRecord(id=sid, pod_uid=uid, pod_name="p", pod_namespace="default", attempt=0,
-                         state=state, pid=None, created_at=1.0)  # type: ignore[arg-type]
+    return SandboxRecord(
+        id=sid, pod_uid=uid, pod_name="p", pod_namespace="default", attempt=0, state=state, pid=None, created_at=1.0
+    )  # type: ignore[arg-type]
 
 
 def pod(uid: str = "u1", *, sandboxes: tuple = (), containers: tuple = ()) -> PodRuntimeStatus:
@@ -76,7 +86,11 @@ def test_whole_pod_appears_and_vanishes() -> None:
 def test_several_pods_in_uid_order_and_unchanged_pods_are_silent() -> None:
     same = pod("a", containers=(c("ca", "running", "a"),))
     before = {"a": same, "b": pod("b", containers=(c("cb", "running", "b"),))}
-    after = {"c": pod("c", containers=(c("cc", "running", "c"),)), "b": pod("b", containers=(c("cb", "exited", "b"),)), "a": same}
+    after = {
+        "c": pod("c", containers=(c("cc", "running", "c"),)),
+        "b": pod("b", containers=(c("cb", "exited", "b"),)),
+        "a": same,
+    }
     events = diff(before, after)
     assert events == [E("b", "ContainerDied", "cb"), E("c", "ContainerStarted", "cc")]
     assert pods_with_events(events) == ["b", "c"]

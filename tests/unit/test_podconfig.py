@@ -17,14 +17,27 @@ NOW = 1_700_000_000.123456
 LATER = NOW + 60
 
 
-def mkpod(name: str, uid: str | None = None, *, source: str = "file", origin: str | None = None,
-          image: str = "busybox", labels: dict | None = None, ann: dict | None = None,
-          phase: str | None = None, ns: str = "default") -> Pod:
-    annotations = {"kubernetes.io/config.source": source, "kubernetes.io/config.hash": uid or name,
-                   "edgelet.io/origin": origin or f"/etc/kubernetes/manifests/{name}.yaml"}
+def mkpod(
+    name: str,
+    uid: str | None = None,
+    *,
+    source: str = "file",
+    origin: str | None = None,
+    image: str = "busybox",
+    labels: dict | None = None,
+    ann: dict | None = None,
+    phase: str | None = None,
+    ns: str = "default",
+) -> Pod:
+    annotations = {
+        "kubernetes.io/config.source": source,
+        "kubernetes.io/config.hash": uid or name,
+        "edgelet.io/origin": origin or f"/etc/kubernetes/manifests/{name}.yaml",
+    }
     annotations.update(ann or {})
     return Pod(
-        api_version="v1", kind="Pod",
+        api_version="v1",
+        kind="Pod",
         metadata=ObjectMeta(name=name, namespace=ns, uid=uid or f"uid-{name}", labels=labels, annotations=annotations),
         spec=PodSpec(containers=[Container(name="app", image=image)], restart_policy="Always"),
         status=PodStatus(phase=phase) if phase else None,
@@ -154,6 +167,7 @@ def test_errors_and_seen_sources_are_recorded() -> None:
 
 # --- name conflicts ---
 
+
 def test_duplicate_name_within_a_source_first_wins() -> None:
     first = mkpod("web", "uid-1", origin="/m/a.yaml")
     second = mkpod("web", "uid-2", origin="/m/b.yaml")
@@ -244,7 +258,11 @@ def test_pods_differ_semantically_ignores_local_annotations_and_status() -> None
 NAMES = ["a", "b", "c"]
 pod_strategy = st.builds(
     lambda name, version, spec_v, phase, ns: mkpod(
-        name, f"uid-{name}-{version}", image=f"img:{spec_v}", phase=phase, ns=ns,
+        name,
+        f"uid-{name}-{version}",
+        image=f"img:{spec_v}",
+        phase=phase,
+        ns=ns,
         origin=f"/m/{name}-{version}.yaml",
     ),
     st.sampled_from(NAMES),

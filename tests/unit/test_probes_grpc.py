@@ -19,12 +19,15 @@ def test_hpack_integers_rfc7541_examples(value, prefix, expected):
     assert hpack_int(value, prefix) == expected
 
 
-@pytest.mark.parametrize("message, status", [
-    (b"\x00\x00\x00\x00\x02\x08\x01", 1),
-    (b"\x00\x00\x00\x00\x02\x08\x02", 2),
-    (b"\x00\x00\x00\x00\x00", 0),  # proto3 default: UNKNOWN
-    (b"\x01\x00\x00\x00\x02\x08\x01", None),  # compressed: not understood
-])
+@pytest.mark.parametrize(
+    "message, status",
+    [
+        (b"\x00\x00\x00\x00\x02\x08\x01", 1),
+        (b"\x00\x00\x00\x00\x02\x08\x02", 2),
+        (b"\x00\x00\x00\x00\x00", 0),  # proto3 default: UNKNOWN
+        (b"\x01\x00\x00\x00\x02\x08\x01", None),  # compressed: not understood
+    ],
+)
 def test_parse_status(message, status):
     assert parse_status(message) == status
 
@@ -46,12 +49,15 @@ def test_refused_is_failure():
     assert out.result == Result.FAILURE and "failed to connect service" in out.message
 
 
-@pytest.mark.parametrize("service, expected, message", [
-    ("", Result.SUCCESS, ""),
-    ("down", Result.FAILURE, 'service unhealthy (responded with "NOT_SERVING")'),
-    # NOT_FOUND; grpcio sends an empty message before the trailers, other servers send trailers only.
-    ("unknown-service", Result.FAILURE, "service unhealthy"),
-])
+@pytest.mark.parametrize(
+    "service, expected, message",
+    [
+        ("", Result.SUCCESS, ""),
+        ("down", Result.FAILURE, 'service unhealthy (responded with "NOT_SERVING")'),
+        # NOT_FOUND; grpcio sends an empty message before the trailers, other servers send trailers only.
+        ("unknown-service", Result.FAILURE, "service unhealthy"),
+    ],
+)
 def test_against_grpcio_health_server(service, expected, message):
     grpc = pytest.importorskip("grpc")
     health = pytest.importorskip("grpc_health.v1.health")

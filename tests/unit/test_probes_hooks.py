@@ -9,8 +9,8 @@ import pytest
 
 from edgelet.api.static import make_static_pod
 from edgelet.api.types import Pod
-from edgelet.events import EventRecorder
 from edgelet.container.types import Completed
+from edgelet.events import EventRecorder
 from edgelet.sync.syncpod import Syncer
 from edgelet.testing.fakes import FakeImageStore, FakeRuntime
 from edgelet.util.backoff import Backoff
@@ -32,8 +32,10 @@ class ExecRuntime(FakeRuntime):
 
 
 def make_pod(lifecycle: dict, grace: int = 30, **container) -> Pod:
-    spec = {"terminationGracePeriodSeconds": grace,
-            "containers": [{"name": "app", "image": IMAGE, "lifecycle": lifecycle, **container}]}
+    spec = {
+        "terminationGracePeriodSeconds": grace,
+        "containers": [{"name": "app", "image": IMAGE, "lifecycle": lifecycle, **container}],
+    }
     raw = msgspec.convert({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "h"}, "spec": spec}, Pod)
     return make_static_pod(raw, node_name="node", source="file", origin="/m/h.yaml")
 
@@ -63,7 +65,8 @@ def test_failing_post_start_kills_the_container():
     assert [c for c in rt.calls if c[0] == "stop_container"]
     by_reason = {e.reason: e.message for e in events.events()}
     assert by_reason["FailedPostStartHook"].startswith(
-        'Exec lifecycle hook ([sh -c exit 3]) for Container "app" in Pod "h-node_default(')
+        'Exec lifecycle hook ([sh -c exit 3]) for Container "app" in Pod "h-node_default('
+    )
     assert "exited with 3" in by_reason["FailedPostStartHook"]
     assert by_reason["Killing"] == "FailedPostStartHook"
     assert syncer.state(pod.metadata.uid).waiting["app"][0] == "PostStartHookError"
@@ -91,12 +94,13 @@ def test_pre_stop_exec_failure_is_an_event_and_the_stop_goes_on():
 
 
 def test_liveness_failure_kills_with_the_probes_grace_and_kubelets_message():
-    from edgelet.probes.manager import ProbeManager
     from edgelet.probes.machine import Result
+    from edgelet.probes.manager import ProbeManager
 
     clock, rt, events, syncer = harness()
-    pod = make_pod({}, livenessProbe={"exec": {"command": ["x"]}, "failureThreshold": 1,
-                                      "terminationGracePeriodSeconds": 3})
+    pod = make_pod(
+        {}, livenessProbe={"exec": {"command": ["x"]}, "failureThreshold": 1, "terminationGracePeriodSeconds": 3}
+    )
     probes = ProbeManager(rt, clock, events, state_of=syncer.state)
     syncer._probes = probes
 
@@ -112,7 +116,8 @@ def test_liveness_failure_kills_with_the_probes_grace_and_kubelets_message():
     old = asyncio.run(main())
     stop = [c for c in rt.calls if c[0] == "stop_container"][0]
     assert stop[1:3] == (old.id, 3.0)
-    assert ("Killing", "Container app failed liveness probe, will be restarted") in \
-        [(e.reason, e.message) for e in events.events()]
+    assert ("Killing", "Container app failed liveness probe, will be restarted") in [
+        (e.reason, e.message) for e in events.events()
+    ]
     (new,) = rt.running()
     assert new.attempt == 1

@@ -7,12 +7,12 @@ import asyncio
 import msgspec
 import pytest
 
-from edgelet.api.types import HTTPGetAction, Probe, TCPSocketAction
+from edgelet.api.types import HTTPGetAction, TCPSocketAction
+from edgelet.container.errors import ExecError, ExecTimeout
+from edgelet.container.types import Completed
 from edgelet.events import EventRecorder
 from edgelet.probes.machine import Result
 from edgelet.probes.probers import Outcome, ProbeTarget, build_request, exec_probe, http_probe, tcp_probe
-from edgelet.container.types import Completed
-from edgelet.container.errors import ExecError, ExecTimeout
 from edgelet.util.clock import FakeClock
 
 HOST = ProbeTarget(container_id="c1", netns=None, ports={"http": 0})
@@ -30,16 +30,23 @@ async def serve(status: int, seen: list[bytes]):
     return server, server.sockets[0].getsockname()[1]
 
 
-@pytest.mark.parametrize("status, result", [(200, Result.SUCCESS), (302, Result.SUCCESS), (399, Result.SUCCESS),
-                                            (400, Result.FAILURE), (503, Result.FAILURE)])
+@pytest.mark.parametrize(
+    "status, result",
+    [(200, Result.SUCCESS), (302, Result.SUCCESS), (399, Result.SUCCESS), (400, Result.FAILURE), (503, Result.FAILURE)],
+)
 def test_http_status_ranges(status, result):
     async def main():
         seen: list[bytes] = []
         server, port = await serve(status, seen)
         async with server:
-            action = msgspec.convert({"port": "http", "path": "/healthz",
-                                      "httpHeaders": [{"name": "X-A", "value": "b"}, {"name": "Host", "value": "h"}]},
-                                     HTTPGetAction)
+            action = msgspec.convert(
+                {
+                    "port": "http",
+                    "path": "/healthz",
+                    "httpHeaders": [{"name": "X-A", "value": "b"}, {"name": "Host", "value": "h"}],
+                },
+                HTTPGetAction,
+            )
             out = await http_probe(action, ProbeTarget("c1", None, {"http": port}), 1.0)
         return out, seen
 
@@ -74,8 +81,11 @@ def test_unknown_named_port_is_an_error_not_a_failure():
 
 def test_request_rejects_header_injection():
     with pytest.raises(Exception, match="invalid header"):
-        build_request(msgspec.convert({"port": 1, "httpHeaders": [{"name": "A", "value": "x\r\nB: y"}]},
-                                      HTTPGetAction), "127.0.0.1", 1)
+        build_request(
+            msgspec.convert({"port": 1, "httpHeaders": [{"name": "A", "value": "x\r\nB: y"}]}, HTTPGetAction),
+            "127.0.0.1",
+            1,
+        )
 
 
 def test_tcp_probe_success_and_refused():
@@ -106,12 +116,15 @@ class ScriptedExec:
         return answer
 
 
-@pytest.mark.parametrize("answer, result, message, error", [
-    (Completed(("x",), 0, b"fine", b""), Result.SUCCESS, "fine", False),
-    (Completed(("x",), 1, b"out ", b"err"), Result.FAILURE, "out err", False),
-    (ExecTimeout(("runc",), 1.0), Result.FAILURE, 'command "cat /x" timed out', False),
-    (ExecError(("runc",), None, message="cannot start"), Result.UNKNOWN, None, True),
-])
+@pytest.mark.parametrize(
+    "answer, result, message, error",
+    [
+        (Completed(("x",), 0, b"fine", b""), Result.SUCCESS, "fine", False),
+        (Completed(("x",), 1, b"out ", b"err"), Result.FAILURE, "out err", False),
+        (ExecTimeout(("runc",), 1.0), Result.FAILURE, 'command "cat /x" timed out', False),
+        (ExecError(("runc",), None, message="cannot start"), Result.UNKNOWN, None, True),
+    ],
+)
 def test_exec_probe(answer, result, message, error):
     runtime = ScriptedExec(answer)
     out = asyncio.run(exec_probe(runtime, HOST, ["cat", "/x"], 1.0))
@@ -137,8 +150,15 @@ def make_pod(probes: dict):
     from edgelet.api.static import make_static_pod
     from edgelet.api.types import Pod
 
-    raw = msgspec.convert({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
-                           "spec": {"containers": [{"name": "app", "image": "i", **probes}]}}, Pod)
+    raw = msgspec.convert(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "app", "image": "i", **probes}]},
+        },
+        Pod,
+    )
     return make_static_pod(raw, node_name="node", source="file", origin="/m/p.yaml")
 
 
@@ -146,11 +166,31 @@ def runtime_status(pod, cid="c1", started_at=0.0):
     from edgelet.container.types import ContainerRecord, PodRuntimeStatus, SandboxRecord
 
     uid = pod.metadata.uid
-    sb = SandboxRecord(id="sb", pod_uid=uid, pod_name="p", pod_namespace="default", attempt=0, state="running",
-                       pid=None, created_at=0.0, host_network=True)
-    rec = ContainerRecord(id=cid, pod_uid=uid, pod_name="p", pod_namespace="default", name="app", attempt=0,
-                          spec_hash="", sandbox_id="sb", state="running", pid=1, created_at=started_at,
-                          started_at=started_at)
+    sb = SandboxRecord(
+        id="sb",
+        pod_uid=uid,
+        pod_name="p",
+        pod_namespace="default",
+        attempt=0,
+        state="running",
+        pid=None,
+        created_at=0.0,
+        host_network=True,
+    )
+    rec = ContainerRecord(
+        id=cid,
+        pod_uid=uid,
+        pod_name="p",
+        pod_namespace="default",
+        name="app",
+        attempt=0,
+        spec_hash="",
+        sandbox_id="sb",
+        state="running",
+        pid=1,
+        created_at=started_at,
+        started_at=started_at,
+    )
     return PodRuntimeStatus(uid=uid, sandboxes=(sb,), containers=(rec,))
 
 
@@ -170,9 +210,17 @@ def test_manager_liveness_failure_reports_failure_event_and_resync():
         r = seq.pop(0) if seq else Result.FAILURE
         return Outcome(r, "boom" if r == Result.FAILURE else "")
 
-    pod = make_pod({"livenessProbe": {"exec": {"command": ["x"]}, "periodSeconds": 1, "failureThreshold": 2,
-                                      "terminationGracePeriodSeconds": 7},
-                    "readinessProbe": {"tcpSocket": {"port": 1}, "periodSeconds": 1}})
+    pod = make_pod(
+        {
+            "livenessProbe": {
+                "exec": {"command": ["x"]},
+                "periodSeconds": 1,
+                "failureThreshold": 2,
+                "terminationGracePeriodSeconds": 7,
+            },
+            "readinessProbe": {"tcpSocket": {"port": 1}, "periodSeconds": 1},
+        }
+    )
     st = PodSyncState()
     changed: list[str] = []
     mgr = ProbeManager(object(), clock, events, state_of=lambda uid: st, on_change=changed.append, runner=runner)
@@ -213,21 +261,24 @@ def moved(location: str | None, status: int = 302) -> HttpResponse:
     return HttpResponse(status, b"", location)
 
 
-@pytest.mark.parametrize(("response", "followed", "expected"), [
-    (moved("/other?x=1"), 0, HttpRequest("http", "127.0.0.1", 8080, "/other?x=1", (("Host", "h"), ("X-A", "b")))),
-    (moved("other"), 0, HttpRequest("http", "127.0.0.1", 8080, "/other", (("Host", "h"), ("X-A", "b")))),
-    # An absolute Location to the same host: another port or scheme is fine; the probe's Host header stays behind.
-    (moved("http://127.0.0.1:9090/x"), 0, HttpRequest("http", "127.0.0.1", 9090, "/x", (("X-A", "b"),))),
-    (moved("https://127.0.0.1/x", 301), 3, HttpRequest("https", "127.0.0.1", 443, "/x", (("X-A", "b"),))),
-    (moved("/x", 307), 9, HttpRequest("http", "127.0.0.1", 8080, "/x", (("Host", "h"), ("X-A", "b")))),
-    (moved("/x", 308), 0, HttpRequest("http", "127.0.0.1", 8080, "/x", (("Host", "h"), ("X-A", "b")))),
-    (moved("http://localhost:8080/x"), 0, None),  # another host: not followed, the 3xx is judged
-    (moved("ftp://127.0.0.1/x"), 0, None),
-    (moved(None), 0, None),  # no Location
-    (moved("/x", 300), 0, None),  # Go follows only 301, 302, 303, 307, 308
-    (moved("/x", 304), 0, None),
-    (HttpResponse(200, b"ok"), 0, None),
-])
+@pytest.mark.parametrize(
+    ("response", "followed", "expected"),
+    [
+        (moved("/other?x=1"), 0, HttpRequest("http", "127.0.0.1", 8080, "/other?x=1", (("Host", "h"), ("X-A", "b")))),
+        (moved("other"), 0, HttpRequest("http", "127.0.0.1", 8080, "/other", (("Host", "h"), ("X-A", "b")))),
+        # An absolute Location to the same host: another port or scheme is fine; the probe's Host header stays behind.
+        (moved("http://127.0.0.1:9090/x"), 0, HttpRequest("http", "127.0.0.1", 9090, "/x", (("X-A", "b"),))),
+        (moved("https://127.0.0.1/x", 301), 3, HttpRequest("https", "127.0.0.1", 443, "/x", (("X-A", "b"),))),
+        (moved("/x", 307), 9, HttpRequest("http", "127.0.0.1", 8080, "/x", (("Host", "h"), ("X-A", "b")))),
+        (moved("/x", 308), 0, HttpRequest("http", "127.0.0.1", 8080, "/x", (("Host", "h"), ("X-A", "b")))),
+        (moved("http://localhost:8080/x"), 0, None),  # another host: not followed, the 3xx is judged
+        (moved("ftp://127.0.0.1/x"), 0, None),
+        (moved(None), 0, None),  # no Location
+        (moved("/x", 300), 0, None),  # Go follows only 301, 302, 303, 307, 308
+        (moved("/x", 304), 0, None),
+        (HttpResponse(200, b"ok"), 0, None),
+    ],
+)
 def test_next_request(response, followed, expected):
     assert next_request(FIRST, FIRST, response, followed) == expected
 
@@ -241,14 +292,16 @@ def test_the_eleventh_redirect_is_an_error():
 
 async def serve_routes(routes: dict[str, tuple[int, str | None, bytes]], seen: list[str]):
     """A loopback server answering path -> (status, Location, body); it logs the request lines it got."""
+
     async def handle(reader, writer):
         head = (await reader.readuntil(b"\r\n\r\n")).decode()
         path = head.split(" ", 2)[1]
         seen.append(head)
         status, location, body = routes.get(path, (404, None, b"nope"))
         extra = f"Location: {location}\r\n" if location else ""
-        writer.write(f"HTTP/1.1 {status} X\r\n{extra}Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
-                     + body)
+        writer.write(
+            f"HTTP/1.1 {status} X\r\n{extra}Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body
+        )
         await writer.drain()
         writer.close()
 
@@ -261,8 +314,9 @@ def probe_routes(routes, path="/start"):
         seen: list[str] = []
         server, port = await serve_routes(routes, seen)
         async with server:
-            action = msgspec.convert({"port": port, "path": path, "httpHeaders": [{"name": "X-A", "value": "b"}]},
-                                     HTTPGetAction)
+            action = msgspec.convert(
+                {"port": port, "path": path, "httpHeaders": [{"name": "X-A", "value": "b"}]}, HTTPGetAction
+            )
             out = await http_probe(action, ProbeTarget("c1", None), 2.0)
         return out, seen, port
 
@@ -270,7 +324,9 @@ def probe_routes(routes, path="/start"):
 
 
 def test_http_probe_follows_a_redirect_to_the_same_host():
-    out, seen, _ = probe_routes({"/start": (302, "/next", b""), "/next": (301, "/ok", b""), "/ok": (200, None, b"fine")})
+    out, seen, _ = probe_routes(
+        {"/start": (302, "/next", b""), "/next": (301, "/ok", b""), "/ok": (200, None, b"fine")}
+    )
     assert (out.result, out.message, out.warning) == (Result.SUCCESS, "fine", False)
     assert [h.split(" ", 2)[1] for h in seen] == ["/start", "/next", "/ok"]
     assert all("\r\nX-A: b\r\n" in h for h in seen)
@@ -300,13 +356,16 @@ def test_http_probe_stops_after_ten_redirects():
 from edgelet.probes.machine import initial_jitter  # noqa: E402
 
 
-@pytest.mark.parametrize(("period", "uptime", "adopted", "expected"), [
-    (10, 0.0, True, 2.5),  # adopted right after the agent started: a random part of the period
-    (10, 9.9, True, 2.5),
-    (10, 10.0, True, 0.0),  # the agent has been up a whole period: no burst to spread
-    (10, 0.0, False, 0.0),  # a container started by this agent: probed on its own schedule
-    (1, 3.0, True, 0.0),
-])
+@pytest.mark.parametrize(
+    ("period", "uptime", "adopted", "expected"),
+    [
+        (10, 0.0, True, 2.5),  # adopted right after the agent started: a random part of the period
+        (10, 9.9, True, 2.5),
+        (10, 10.0, True, 0.0),  # the agent has been up a whole period: no burst to spread
+        (10, 0.0, False, 0.0),  # a container started by this agent: probed on its own schedule
+        (1, 3.0, True, 0.0),
+    ],
+)
 def test_initial_jitter(period, uptime, adopted, expected):
     assert initial_jitter(period, agent_uptime=uptime, adopted=adopted, rand=lambda: 0.25) == expected
 
@@ -340,8 +399,9 @@ class TimerClock(FakeClock):
         self.advance(end - self.monotonic())
 
 
-def run_manager(probes: dict, outcomes: list[Outcome], *, started_at_offset: float = 0.0, ticks: int = 4,
-                rand=lambda: 0.5):
+def run_manager(
+    probes: dict, outcomes: list[Outcome], *, started_at_offset: float = 0.0, ticks: int = 4, rand=lambda: 0.5
+):
     """A ProbeManager over a scripted runner for `ticks` seconds; returns when each probe ran, events, verdicts."""
     from edgelet.probes.manager import ProbeManager
     from edgelet.status.syncstate import PodSyncState
@@ -386,8 +446,9 @@ def test_a_probe_that_keeps_erroring_reports_once_per_period():
     err = Outcome(Result.UNKNOWN, "runc: container not running", error=True)
     ran, events, _ = run_manager(READINESS, [err] * 6, ticks=12)
     assert ran == [0.0, 0.0, 0.0, 10.0, 10.0, 10.0]
-    assert events == [("Unhealthy", "Readiness probe errored and resulted in unknown state: runc: container not running",
-                       2)]
+    assert events == [
+        ("Unhealthy", "Readiness probe errored and resulted in unknown state: runc: container not running", 2)
+    ]
 
 
 def test_a_failure_is_not_retried():

@@ -17,7 +17,7 @@ CLI = (REPO / "docs" / "cli.md").read_text()
 def test_two_commands_come_first() -> None:
     first = README.index("make run")
     assert first < README.index("## A Raspberry Pi in three steps")
-    assert "make test" in README[first:README.index("## A Raspberry Pi in three steps")]
+    assert "make test" in README[first : README.index("## A Raspberry Pi in three steps")]
 
 
 def test_readme_is_short_and_links_every_page() -> None:
@@ -35,7 +35,9 @@ def test_settings_table_is_generated_from_the_code() -> None:
         sys.path.pop(0)
     block = re.search(r"<!-- settings-table:.*?-->\n(.*?)\n<!-- /settings-table -->", CONFIGURATION, re.S)
     assert block is not None, "docs/configuration.md lost its settings-table markers"
-    assert block.group(1) == settings_table(), "run `python tools/settings_table.py` and paste it into docs/configuration.md"
+    assert block.group(1) == settings_table(), (
+        "run `python tools/settings_table.py` and paste it into docs/configuration.md"
+    )
 
 
 def test_every_subcommand_is_documented() -> None:

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 import msgspec
+import pytest
 
 from edgelet.api.static import make_static_pod
 from edgelet.api.types import Pod, PodStatus
@@ -24,22 +23,52 @@ POLICY = Policy(deadline=60.0, window=5.0)
 
 
 def make_pod(command: str, image: str = "edgelet.local/busybox:1.36", annotations: dict | None = None) -> Pod:
-    raw = msgspec.convert({"apiVersion": "v1", "kind": "Pod",
-                           "metadata": {"name": "app", "annotations": annotations or {}},
-                           "spec": {"containers": [{"name": "c", "image": image, "command": [command]}]}}, Pod)
+    raw = msgspec.convert(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "app", "annotations": annotations or {}},
+            "spec": {"containers": [{"name": "c", "image": image, "command": [command]}]},
+        },
+        Pod,
+    )
     return make_static_pod(raw, node_name="node", source="file", origin="/m/app.yaml")
 
 
-READY = msgspec.convert({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}],
-                         "containerStatuses": [{"name": "c", "image": "i", "imageID": "", "ready": True,
-                                                "restartCount": 0, "started": True,
-                                                "state": {"running": {"startedAt": "2024-01-01T00:00:00Z"}}}]},
-                        PodStatus)
-CRASH = msgspec.convert({"phase": "Running",
-                         "containerStatuses": [{"name": "c", "image": "i", "imageID": "", "ready": False,
-                                                "restartCount": 2,
-                                                "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]},
-                        PodStatus)
+READY = msgspec.convert(
+    {
+        "phase": "Running",
+        "conditions": [{"type": "Ready", "status": "True"}],
+        "containerStatuses": [
+            {
+                "name": "c",
+                "image": "i",
+                "imageID": "",
+                "ready": True,
+                "restartCount": 0,
+                "started": True,
+                "state": {"running": {"startedAt": "2024-01-01T00:00:00Z"}},
+            }
+        ],
+    },
+    PodStatus,
+)
+CRASH = msgspec.convert(
+    {
+        "phase": "Running",
+        "containerStatuses": [
+            {
+                "name": "c",
+                "image": "i",
+                "imageID": "",
+                "ready": False,
+                "restartCount": 2,
+                "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+            }
+        ],
+    },
+    PodStatus,
+)
 
 
 class Images:
@@ -67,17 +96,42 @@ class World:
         self.manager = self.build(enabled)
 
     def build(self, enabled: bool = True) -> RolloutManager:
-        return RolloutManager(RolloutStore(self.tmp), clock=self.clock, events=self.events, policy=POLICY,
-                              enabled=enabled, images=self.images, runtime_pods=self.runtime_pods,
-                              status_of=self.status.get)
+        return RolloutManager(
+            RolloutStore(self.tmp),
+            clock=self.clock,
+            events=self.events,
+            policy=POLICY,
+            enabled=enabled,
+            images=self.images,
+            runtime_pods=self.runtime_pods,
+            status_of=self.status.get,
+        )
 
     def runtime_pods(self):
-        return {uid: PodRuntimeStatus(uid=uid, name="app-node", namespace="default", sandboxes=(
-            SandboxRecord(id="s" + uid, pod_uid=uid, pod_name="app-node", pod_namespace="default", attempt=0,
-                          state="running", pid=1, created_at=0.0),)) for uid in self.live}
+        return {
+            uid: PodRuntimeStatus(
+                uid=uid,
+                name="app-node",
+                namespace="default",
+                sandboxes=(
+                    SandboxRecord(
+                        id="s" + uid,
+                        pod_uid=uid,
+                        pod_name="app-node",
+                        pod_namespace="default",
+                        attempt=0,
+                        state="running",
+                        pid=1,
+                        created_at=0.0,
+                    ),
+                ),
+            )
+            for uid in self.live
+        }
 
     def round(self, pod: Pod) -> set[str]:
         """One round; the runtime then runs exactly what the manager wants (the workers' job)."""
+
         async def go():
             out, _ = self.manager.effective({pod.metadata.uid: pod}, True)
             if self.manager.writing():
@@ -89,6 +143,7 @@ class World:
             await asyncio.sleep(0)  # let a pull started in this round finish
             await asyncio.sleep(0)
             return out
+
         out = asyncio.run(go())
         self.live = set(out)
         return set(out)
@@ -244,11 +299,11 @@ def test_policy_annotations():
     assert policy_for({"edgelet.io/rollout": "off"}, node, enabled=True) == (None, [])
     assert policy_for({}, node, enabled=False) == (None, [])
     assert policy_for({"edgelet.io/rollout": "on"}, node, enabled=False)[0] == node
-    p, problems = policy_for({"edgelet.io/rollout-deadline": "20s", "edgelet.io/rollout-stability-window": "2s"},
-                             node, enabled=True)
+    p, problems = policy_for(
+        {"edgelet.io/rollout-deadline": "20s", "edgelet.io/rollout-stability-window": "2s"}, node, enabled=True
+    )
     assert (p.deadline, p.window, problems) == (20.0, 2.0, [])
-    p, problems = policy_for({"edgelet.io/rollout-deadline": "soon", "edgelet.io/rollout": "maybe"}, node,
-                             enabled=True)
+    p, problems = policy_for({"edgelet.io/rollout-deadline": "soon", "edgelet.io/rollout": "maybe"}, node, enabled=True)
     assert p == node and len(problems) == 2 and "rollout-deadline" in problems[1]
 
 
@@ -256,9 +311,16 @@ def test_surge_clash():
     from edgelet.rollout.observe import surge_clash
 
     def pod(ports=(), host_network=False):
-        return msgspec.convert({"metadata": {"name": "p"}, "spec": {
-            "hostNetwork": host_network,
-            "containers": [{"name": "c", "image": "i", "ports": [dict(p) for p in ports]}]}}, Pod)
+        return msgspec.convert(
+            {
+                "metadata": {"name": "p"},
+                "spec": {
+                    "hostNetwork": host_network,
+                    "containers": [{"name": "c", "image": "i", "ports": [dict(p) for p in ports]}],
+                },
+            },
+            Pod,
+        )
 
     web = {"containerPort": 80, "hostPort": 8080}
     assert "hostPort 8080/TCP" in surge_clash(pod([web]), pod([web]))
@@ -381,8 +443,16 @@ def test_a_wall_clock_jump_neither_passes_the_window_nor_expires_the_deadline(tm
 
 def test_gate_time_goes_on_across_an_agent_restart_and_a_reboot(tmp_path):
     w = World(tmp_path)
-    w.manager = RolloutManager(RolloutStore(tmp_path), clock=w.clock, events=w.events, policy=POLICY,
-                               images=w.images, runtime_pods=w.runtime_pods, status_of=w.status.get, boot_id="b1")
+    w.manager = RolloutManager(
+        RolloutStore(tmp_path),
+        clock=w.clock,
+        events=w.events,
+        policy=POLICY,
+        images=w.images,
+        runtime_pods=w.runtime_pods,
+        status_of=w.status.get,
+        boot_id="b1",
+    )
     v1 = make_pod("a")
     w.round(v1)
     w.status[v1.metadata.uid] = READY

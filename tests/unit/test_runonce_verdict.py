@@ -20,24 +20,49 @@ NOW = 1000.0
 
 
 def pod(policy: str = "Always", containers: tuple[str, ...] = ("a",)) -> Pod:
-    return msgspec.convert({"metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
-                            "spec": {"restartPolicy": policy,
-                                     "containers": [{"name": n, "image": "i"} for n in containers]}}, Pod)
+    return msgspec.convert(
+        {
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
+            "spec": {"restartPolicy": policy, "containers": [{"name": n, "image": "i"} for n in containers]},
+        },
+        Pod,
+    )
 
 
 def running(name: str = "a", cid: str = "runc://1", ready: bool = True, started: bool | None = True) -> dict:
-    return {"name": name, "image": "i", "imageID": "", "restartCount": 0, "ready": ready, "started": started,
-            "containerID": cid, "state": {"running": {"startedAt": "2026-11-26T01:00:00Z"}}}
+    return {
+        "name": name,
+        "image": "i",
+        "imageID": "",
+        "restartCount": 0,
+        "ready": ready,
+        "started": started,
+        "containerID": cid,
+        "state": {"running": {"startedAt": "2026-11-26T01:00:00Z"}},
+    }
 
 
 def exited(name: str = "a", code: int = 0) -> dict:
-    return {"name": name, "image": "i", "imageID": "", "restartCount": 0, "ready": False, "containerID": "runc://9",
-            "state": {"terminated": {"exitCode": code}}}
+    return {
+        "name": name,
+        "image": "i",
+        "imageID": "",
+        "restartCount": 0,
+        "ready": False,
+        "containerID": "runc://9",
+        "state": {"terminated": {"exitCode": code}},
+    }
 
 
 def waiting(name: str = "a", reason: str = "CrashLoopBackOff") -> dict:
-    return {"name": name, "image": "i", "imageID": "", "restartCount": 3, "ready": False,
-            "state": {"waiting": {"reason": reason}}}
+    return {
+        "name": name,
+        "image": "i",
+        "imageID": "",
+        "restartCount": 3,
+        "ready": False,
+        "state": {"waiting": {"reason": reason}},
+    }
 
 
 def status(phase: str = "Running", *containers: dict) -> PodStatus:
@@ -51,32 +76,78 @@ CASES = [
     # (id, pod, status, seen, expected (failed, pending, next_check))
     ("no status published yet: pending", pod(), None, {}, ((), ("ns/p",), None)),
     ("running, ready, seen running for STABLE: done", pod(), status("Running", running()), LONG_AGO, ((), (), None)),
-    ("running but just started: pending until it is stable", pod(), status("Running", running()), JUST_NOW,
-     ((), ("ns/p",), NOW - 0.1 + STABLE)),
-    ("running, not seen before (the verdict notes it now): pending", pod(), status("Running", running()), {},
-     ((), ("ns/p",), None)),
-    ("running but not ready (a readiness probe has not passed): pending", pod(),
-     status("Running", running(ready=False)), LONG_AGO, ((), ("ns/p",), None)),
-    ("running but its startup probe has not passed: pending", pod(),
-     status("Running", running(ready=True, started=False)), LONG_AGO, ((), ("ns/p",), None)),
-    ("waiting in CrashLoopBackOff (restarting): pending", pod(), status("Running", waiting()), LONG_AGO,
-     ((), ("ns/p",), None)),
+    (
+        "running but just started: pending until it is stable",
+        pod(),
+        status("Running", running()),
+        JUST_NOW,
+        ((), ("ns/p",), NOW - 0.1 + STABLE),
+    ),
+    (
+        "running, not seen before (the verdict notes it now): pending",
+        pod(),
+        status("Running", running()),
+        {},
+        ((), ("ns/p",), None),
+    ),
+    (
+        "running but not ready (a readiness probe has not passed): pending",
+        pod(),
+        status("Running", running(ready=False)),
+        LONG_AGO,
+        ((), ("ns/p",), None),
+    ),
+    (
+        "running but its startup probe has not passed: pending",
+        pod(),
+        status("Running", running(ready=True, started=False)),
+        LONG_AGO,
+        ((), ("ns/p",), None),
+    ),
+    (
+        "waiting in CrashLoopBackOff (restarting): pending",
+        pod(),
+        status("Running", waiting()),
+        LONG_AGO,
+        ((), ("ns/p",), None),
+    ),
     ("completed under OnFailure: done", pod("OnFailure"), status("Running", exited()), {}, ((), (), None)),
-    ("exited 0 under Always (it will restart): pending", pod("Always"), status("Running", exited()), {},
-     ((), ("ns/p",), None)),
-    ("exited 1 under OnFailure (it will restart): pending", pod("OnFailure"), status("Running", exited(code=1)), {},
-     ((), ("ns/p",), None)),
+    (
+        "exited 0 under Always (it will restart): pending",
+        pod("Always"),
+        status("Running", exited()),
+        {},
+        ((), ("ns/p",), None),
+    ),
+    (
+        "exited 1 under OnFailure (it will restart): pending",
+        pod("OnFailure"),
+        status("Running", exited(code=1)),
+        {},
+        ((), ("ns/p",), None),
+    ),
     ("Succeeded: done", pod("Never"), status("Succeeded", exited()), {}, ((), (), None)),
     ("Failed: final, fails the run", pod("Never"), status("Failed", exited(code=1)), {}, (("ns/p",), (), None)),
-    ("one of two containers not running: pending", pod(containers=("a", "b")),
-     status("Running", running(), waiting("b", "ContainerCreating")), LONG_AGO, ((), ("ns/p",), None)),
-    ("two stable containers: done", pod(containers=("a", "b")),
-     status("Running", running(), running("b", "runc://2")), LONG_AGO, ((), (), None)),
+    (
+        "one of two containers not running: pending",
+        pod(containers=("a", "b")),
+        status("Running", running(), waiting("b", "ContainerCreating")),
+        LONG_AGO,
+        ((), ("ns/p",), None),
+    ),
+    (
+        "two stable containers: done",
+        pod(containers=("a", "b")),
+        status("Running", running(), running("b", "runc://2")),
+        LONG_AGO,
+        ((), (), None),
+    ),
 ]
 
 
-@pytest.mark.parametrize(("the_pod", "the_status", "seen", "expected"), [c[1:] for c in CASES],
-                         ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(
+    ("the_pod", "the_status", "seen", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
 def test_runonce_verdict(the_pod, the_status, seen, expected) -> None:
     verdict = runonce_verdict({"u1": the_pod}, {"u1": the_status}, seen, NOW)
     assert (verdict.failed, verdict.pending, verdict.next_check) == expected
@@ -86,16 +157,25 @@ def test_runonce_verdict(the_pod, the_status, seen, expected) -> None:
 GONE_CASES = [
     # (id, status, gone, expected (pending, next_check))
     ("stable and its process still there: done", status("Running", running()), set(), ((), None)),
-    ("stable but its process exited (the status has not caught up): pending, woken by that status",
-     status("Running", running()), {"runc://1"}, (("ns/p",), None)),
+    (
+        "stable but its process exited (the status has not caught up): pending, woken by that status",
+        status("Running", running()),
+        {"runc://1"},
+        (("ns/p",), None),
+    ),
     ("another instance gone does not matter", status("Running", running()), {"runc://7"}, ((), None)),
-    ("two containers, one gone: pending", status("Running", running(), running("b", "runc://2")), {"runc://2"},
-     (("ns/p",), None)),
+    (
+        "two containers, one gone: pending",
+        status("Running", running(), running("b", "runc://2")),
+        {"runc://2"},
+        (("ns/p",), None),
+    ),
 ]
 
 
-@pytest.mark.parametrize(("the_status", "gone", "expected"), [c[1:] for c in GONE_CASES],
-                         ids=[c[0] for c in GONE_CASES])
+@pytest.mark.parametrize(
+    ("the_status", "gone", "expected"), [c[1:] for c in GONE_CASES], ids=[c[0] for c in GONE_CASES]
+)
 def test_runonce_verdict_reads_whether_the_process_is_still_there(the_status, gone, expected) -> None:
     the_pod = pod(containers=tuple(cs.name for cs in the_status.container_statuses))
     verdict = runonce_verdict({"u1": the_pod}, {"u1": the_status}, LONG_AGO, NOW, gone=gone)
@@ -103,28 +183,52 @@ def test_runonce_verdict_reads_whether_the_process_is_still_there(the_status, go
 
 
 def record(cid: str, state: str = "running", started_at: float | None = None, pid: int | None = 42) -> ContainerRecord:
-    return ContainerRecord(id=cid, pod_uid="u1", pod_name="p", pod_namespace="ns", name="a", attempt=0,
-                           spec_hash="h", sandbox_id="s", state=state, pid=pid,  # type: ignore[arg-type]
-                           created_at=0.0, started_at=started_at)
+    return ContainerRecord(
+        id=cid,
+        pod_uid="u1",
+        pod_name="p",
+        pod_namespace="ns",
+        name="a",
+        attempt=0,
+        spec_hash="h",
+        sandbox_id="s",
+        state=state,
+        pid=pid,  # type: ignore[arg-type]
+        created_at=0.0,
+        started_at=started_at,
+    )
 
 
 WALL = 5_000_000.0
 STARTED_CASES = [
     # (id, record, expected started (monotonic), pids)
-    ("its runc start, 0.2 s of wall time ago: 0.2 s before now", record("1", started_at=WALL - 0.2),
-     {"runc://1": NOW - 0.2}, {"runc://1": 42}),
-    ("a start time in the future (a clock step): counts from now", record("1", started_at=WALL + 5),
-     {"runc://1": NOW}, {"runc://1": 42}),
-    ("no start time (adopted from an older edgelet): counts from now", record("1", started_at=None),
-     {"runc://1": NOW}, {"runc://1": 42}),
+    (
+        "its runc start, 0.2 s of wall time ago: 0.2 s before now",
+        record("1", started_at=WALL - 0.2),
+        {"runc://1": NOW - 0.2},
+        {"runc://1": 42},
+    ),
+    (
+        "a start time in the future (a clock step): counts from now",
+        record("1", started_at=WALL + 5),
+        {"runc://1": NOW},
+        {"runc://1": 42},
+    ),
+    (
+        "no start time (adopted from an older edgelet): counts from now",
+        record("1", started_at=None),
+        {"runc://1": NOW},
+        {"runc://1": 42},
+    ),
     ("exited: not noted", record("1", state="exited", started_at=WALL - 1), {}, {}),
     ("created, not started: not noted", record("1", state="created"), {}, {}),
     ("no pid: its start is noted, not a pid", record("1", started_at=WALL, pid=None), {"runc://1": NOW}, {}),
 ]
 
 
-@pytest.mark.parametrize(("rec", "expected", "expected_pids"), [c[1:] for c in STARTED_CASES],
-                         ids=[c[0] for c in STARTED_CASES])
+@pytest.mark.parametrize(
+    ("rec", "expected", "expected_pids"), [c[1:] for c in STARTED_CASES], ids=[c[0] for c in STARTED_CASES]
+)
 def test_note_started_counts_from_the_process_start(rec, expected, expected_pids) -> None:
     started: dict[str, float] = {}
     pids: dict[str, int] = {}

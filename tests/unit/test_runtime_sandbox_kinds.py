@@ -19,35 +19,48 @@ async def _never(*_args: object, **_kwargs: object) -> object:
 
 
 def _runtime(tmp_path: Path, infra_container: bool = False) -> RuncRuntime:
-    paths = RuntimePaths(root_dir=tmp_path / "root", run_dir=tmp_path / "run", log_dir=tmp_path / "log",
-                         cgroup_root="/edgelet-test")
-    return RuncRuntime(paths, runtime_bin="/usr/sbin/runc", conmon_bin="/usr/bin/conmon", host_facts=HostFacts(),
-                       runner=_never, infra_container=infra_container)  # type: ignore[arg-type]
+    paths = RuntimePaths(
+        root_dir=tmp_path / "root", run_dir=tmp_path / "run", log_dir=tmp_path / "log", cgroup_root="/edgelet-test"
+    )
+    return RuncRuntime(
+        paths,
+        runtime_bin="/usr/sbin/runc",
+        conmon_bin="/usr/bin/conmon",
+        host_facts=HostFacts(),
+        runner=_never,
+        infra_container=infra_container,
+    )  # type: ignore[arg-type]
 
 
 def _pod(**spec: object) -> Pod:
     return Pod(metadata=ObjectMeta(name="p", namespace="ns", uid="u1"), spec=PodSpec(containers=[], **spec))
 
 
-@pytest.mark.parametrize("infra_container, spec, kind", [
-    (False, {}, "pinned"),
-    (False, {"share_process_namespace": True}, "infra"),
-    (False, {"share_process_namespace": True, "host_pid": True}, "pinned"),
-    (False, {"host_network": True}, "pinned"),
-    (True, {}, "infra"),
-])
+@pytest.mark.parametrize(
+    "infra_container, spec, kind",
+    [
+        (False, {}, "pinned"),
+        (False, {"share_process_namespace": True}, "infra"),
+        (False, {"share_process_namespace": True, "host_pid": True}, "pinned"),
+        (False, {"host_network": True}, "pinned"),
+        (True, {}, "infra"),
+    ],
+)
 def test_a_new_sandbox_kind(tmp_path: Path, infra_container: bool, spec: dict[str, object], kind: str) -> None:
     rt = _runtime(tmp_path, infra_container)
     assert rt.kind_for_pod(_pod(**spec)) is getattr(rt, kind)
 
 
-@pytest.mark.parametrize("annotations, kind", [
-    ({ANN_KIND: KIND_SANDBOX, ANN_INFRA: "false"}, "pinned"),
-    ({ANN_KIND: KIND_SANDBOX}, "infra"),  # older records: a pause process
-    ({ANN_KIND: KIND_SANDBOX, ANN_INFRA: "true"}, "infra"),
-    ({ANN_KIND: KIND_CONTAINER}, None),
-    ({}, None),
-])
+@pytest.mark.parametrize(
+    "annotations, kind",
+    [
+        ({ANN_KIND: KIND_SANDBOX, ANN_INFRA: "false"}, "pinned"),
+        ({ANN_KIND: KIND_SANDBOX}, "infra"),  # older records: a pause process
+        ({ANN_KIND: KIND_SANDBOX, ANN_INFRA: "true"}, "infra"),
+        ({ANN_KIND: KIND_CONTAINER}, None),
+        ({}, None),
+    ],
+)
 def test_an_existing_sandbox_kind(tmp_path: Path, annotations: dict[str, str], kind: str | None) -> None:
     rt = _runtime(tmp_path)
     found = rt.kind_of_record(annotations)

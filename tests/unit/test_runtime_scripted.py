@@ -10,19 +10,30 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import pytest
 
 from edgelet.container.errors import ExecError, ExecTimeout, StartContainerError
 from edgelet.container.types import Completed
-from edgelet.runtime.host import HostFacts
 from edgelet.runtime.bundle import TERMINATION_LOG
-from edgelet.runtime.layout import ANN_CONTAINER_NAME, ANN_KIND, ANN_LOG_PATH, ANN_POD_NAME, ANN_POD_NAMESPACE, \
-    ANN_POD_UID, ANN_TERMINATION_MESSAGE_FILE, ANN_TERMINATION_MESSAGE_POLICY, KIND_CONTAINER, KIND_SANDBOX, \
-    RuntimePaths
+from edgelet.runtime.host import HostFacts
+from edgelet.runtime.layout import (
+    ANN_CONTAINER_NAME,
+    ANN_KIND,
+    ANN_LOG_PATH,
+    ANN_POD_NAME,
+    ANN_POD_NAMESPACE,
+    ANN_POD_UID,
+    ANN_TERMINATION_MESSAGE_FILE,
+    ANN_TERMINATION_MESSAGE_POLICY,
+    KIND_CONTAINER,
+    KIND_SANDBOX,
+    RuntimePaths,
+)
 from edgelet.runtime.runc_runtime import RuncRuntime
 from edgelet.util.clock import FakeClock
 
@@ -36,9 +47,18 @@ class ScriptedRunc:
     replies: dict[str, Reply | Completed | Exception] = field(default_factory=dict)
     calls: list[tuple[str, ...]] = field(default_factory=list)
 
-    async def __call__(self, argv: Sequence[str], *, timeout: float | None = 30, input: bytes | None = None,
-                       check: bool = True, env: Mapping[str, str] | None = None, cwd: Any = None,
-                       pass_fds: Sequence[int] = (), daemonizes: bool = False) -> Completed:
+    async def __call__(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float | None = 30,
+        input: bytes | None = None,
+        check: bool = True,
+        env: Mapping[str, str] | None = None,
+        cwd: Any = None,
+        pass_fds: Sequence[int] = (),
+        daemonizes: bool = False,
+    ) -> Completed:
         args = tuple(str(a) for a in argv)
         self.calls.append(args)
         sub = _subcommand(args)
@@ -62,15 +82,28 @@ def _subcommand(args: tuple[str, ...]) -> str:
 
 
 def _runtime(tmp_path: Path, runner: ScriptedRunc, clock: FakeClock | None = None) -> RuncRuntime:
-    paths = RuntimePaths(root_dir=tmp_path / "root", run_dir=tmp_path / "run", log_dir=tmp_path / "log",
-                         cgroup_root="/edgelet-test")
-    return RuncRuntime(paths, runtime_bin="/usr/sbin/runc", conmon_bin="/usr/bin/conmon", clock=clock or FakeClock(),
-                       host_facts=HostFacts(), runner=runner)
+    paths = RuntimePaths(
+        root_dir=tmp_path / "root", run_dir=tmp_path / "run", log_dir=tmp_path / "log", cgroup_root="/edgelet-test"
+    )
+    return RuncRuntime(
+        paths,
+        runtime_bin="/usr/sbin/runc",
+        conmon_bin="/usr/bin/conmon",
+        clock=clock or FakeClock(),
+        host_facts=HostFacts(),
+        runner=runner,
+    )
 
 
 def _entry(cid: str, status: str, **ann: str) -> dict[str, Any]:
-    return {"id": cid, "status": status, "pid": 0 if status == "stopped" else 4242, "bundle": "",
-            "created": "2026-11-24T10:00:00.000000000Z", "annotations": ann}
+    return {
+        "id": cid,
+        "status": status,
+        "pid": 0 if status == "stopped" else 4242,
+        "bundle": "",
+        "created": "2026-11-24T10:00:00.000000000Z",
+        "annotations": ann,
+    }
 
 
 def _listing(*entries: dict[str, Any]) -> Completed:
@@ -79,11 +112,15 @@ def _listing(*entries: dict[str, Any]) -> Completed:
 
 def test_list_pods_groups_runcs_containers_by_pod_and_ignores_strangers(tmp_path: Path) -> None:
     pod = {ANN_POD_UID: "u1", ANN_POD_NAME: "web", ANN_POD_NAMESPACE: "default"}
-    runner = ScriptedRunc({"list": _listing(
-        _entry("sb1", "running", **{ANN_KIND: KIND_SANDBOX}, **pod),
-        _entry("c1", "running", **{ANN_KIND: KIND_CONTAINER, ANN_CONTAINER_NAME: "app"}, **pod),
-        _entry("other", "running", foo="bar"),  # not edgelet's: no kind annotation
-    )})
+    runner = ScriptedRunc(
+        {
+            "list": _listing(
+                _entry("sb1", "running", **{ANN_KIND: KIND_SANDBOX}, **pod),
+                _entry("c1", "running", **{ANN_KIND: KIND_CONTAINER, ANN_CONTAINER_NAME: "app"}, **pod),
+                _entry("other", "running", foo="bar"),  # not edgelet's: no kind annotation
+            )
+        }
+    )
     rt = _runtime(tmp_path, runner)
     pods = asyncio.run(rt.list_pods())
     assert list(pods) == ["u1"]
@@ -95,23 +132,34 @@ def test_list_pods_groups_runcs_containers_by_pod_and_ignores_strangers(tmp_path
 
 
 def test_a_stopped_container_without_an_exit_file_is_an_unknown_exit(tmp_path: Path) -> None:
-    runner = ScriptedRunc({"list": _listing(_entry("c1", "stopped", **{
-        ANN_KIND: KIND_CONTAINER, ANN_POD_UID: "u1", ANN_CONTAINER_NAME: "app"}))})
+    runner = ScriptedRunc(
+        {
+            "list": _listing(
+                _entry("c1", "stopped", **{ANN_KIND: KIND_CONTAINER, ANN_POD_UID: "u1", ANN_CONTAINER_NAME: "app"})
+            )
+        }
+    )
     (c,) = asyncio.run(_runtime(tmp_path, runner).list_pods())["u1"].containers
     assert (c.state, c.exit_code, c.reason) == ("exited", 255, "ContainerStatusUnknown")
 
 
 def test_the_exit_file_gives_the_exit_code(tmp_path: Path) -> None:
-    runner = ScriptedRunc({"list": _listing(_entry("c1", "stopped", **{
-        ANN_KIND: KIND_CONTAINER, ANN_POD_UID: "u1", ANN_CONTAINER_NAME: "app"}))})
+    runner = ScriptedRunc(
+        {
+            "list": _listing(
+                _entry("c1", "stopped", **{ANN_KIND: KIND_CONTAINER, ANN_POD_UID: "u1", ANN_CONTAINER_NAME: "app"})
+            )
+        }
+    )
     rt = _runtime(tmp_path, runner)
     (rt.paths.exit_dir / "c1").write_text("3")
     (c,) = asyncio.run(rt.list_pods())["u1"].containers
     assert (c.state, c.exit_code, c.reason) == ("exited", 3, "Error")
 
 
-def _container_bundle(rt: RuncRuntime, name: str, cid: str, message: bytes, exit_code: int | None,
-                      **ann: str) -> tuple[Path, dict[str, str]]:
+def _container_bundle(
+    rt: RuncRuntime, name: str, cid: str, message: bytes, exit_code: int | None, **ann: str
+) -> tuple[Path, dict[str, str]]:
     """A container's bundle as create_container leaves it: config.json with `ann`, the termination-log file
     holding `message`, a log of 20 lines, and conmon's exit file when `exit_code` is set."""
     bundle = rt.paths.pods_dir / "u1" / "containers" / name / "0"
@@ -121,8 +169,7 @@ def _container_bundle(rt: RuncRuntime, name: str, cid: str, message: bytes, exit
     log = rt.paths.log_dir / "pods" / "default_web_u1" / name / "0.log"
     log.parent.mkdir(parents=True)
     log.write_text("".join(f"2026-11-24T10:00:0{i % 10}.000000000Z stderr F line {i}\n" for i in range(1, 21)))
-    annotations = {ANN_KIND: KIND_CONTAINER, ANN_POD_UID: "u1", ANN_CONTAINER_NAME: name, ANN_LOG_PATH: str(log),
-                   **ann}
+    annotations = {ANN_KIND: KIND_CONTAINER, ANN_POD_UID: "u1", ANN_CONTAINER_NAME: name, ANN_LOG_PATH: str(log), **ann}
     (bundle / "config.json").write_text(json.dumps({"annotations": annotations}))
     if exit_code is not None:
         (rt.paths.exit_dir / cid).write_text(str(exit_code))
@@ -146,9 +193,11 @@ def test_an_exited_containers_record_carries_its_termination_message(tmp_path: P
     _, a_run = _container_bundle(rt, "run", "c-run", b"not yet", None, **fallback)
     # Left by an older edgelet and unknown to runc since a reboot cleared /run: only its bundle is left.
     _container_bundle(rt, "old", "c-old", b"from an old bundle", 2)
-    entries += [{**_entry("c-file", "stopped", **a_file), "bundle": str(b_file)},
-                _entry("c-logs", "stopped", **a_logs),  # no bundle from runc: the layout's path is read
-                _entry("c-run", "running", **a_run)]
+    entries += [
+        {**_entry("c-file", "stopped", **a_file), "bundle": str(b_file)},
+        _entry("c-logs", "stopped", **a_logs),  # no bundle from runc: the layout's path is read
+        _entry("c-run", "running", **a_run),
+    ]
 
     def messages() -> dict[str, tuple[str, str]]:
         return {c.name: (c.state, c.termination_message) for c in asyncio.run(rt.list_pods())["u1"].containers}
@@ -178,8 +227,14 @@ def test_a_message_read_before_the_exit_is_recorded_is_read_again(tmp_path: Path
     held then is no final message (found by the e2e test: the log fallback came out empty)."""
     entries: list[dict[str, Any]] = []
     rt = _runtime(tmp_path, ScriptedRunc({"list": lambda args: _listing(*entries)}))
-    bundle, ann = _container_bundle(rt, "late", "c-late", b"", None, **{
-        ANN_TERMINATION_MESSAGE_POLICY: "File", ANN_TERMINATION_MESSAGE_FILE: "true"})
+    bundle, ann = _container_bundle(
+        rt,
+        "late",
+        "c-late",
+        b"",
+        None,
+        **{ANN_TERMINATION_MESSAGE_POLICY: "File", ANN_TERMINATION_MESSAGE_FILE: "true"},
+    )
 
     def late() -> tuple[str, int | None, str]:
         (c,) = asyncio.run(rt.list_pods())["u1"].containers
@@ -248,9 +303,10 @@ def test_exec_sync_passes_the_exit_code_through(tmp_path: Path) -> None:
 
 def test_runc_list_racing_a_delete_is_listed_again(tmp_path: Path) -> None:
     """runc 1.1: a container deleted while `runc list` walks the root fails the whole list (issue 16)."""
-    answers = [Completed(("runc",), 1, b"", b"stat /run/edgelet/runc/abc: no such file or directory"),
-               _listing(_entry("c1", "running", **{ANN_KIND: KIND_CONTAINER, ANN_POD_UID: "u1",
-                                                   ANN_CONTAINER_NAME: "app"}))]
+    answers = [
+        Completed(("runc",), 1, b"", b"stat /run/edgelet/runc/abc: no such file or directory"),
+        _listing(_entry("c1", "running", **{ANN_KIND: KIND_CONTAINER, ANN_POD_UID: "u1", ANN_CONTAINER_NAME: "app"})),
+    ]
     runner = ScriptedRunc({"list": lambda args: answers.pop(0)})
     pods = asyncio.run(_runtime(tmp_path, runner).list_pods())
     assert list(pods) == ["u1"] and runner.subcommands() == ["list", "list"]
@@ -286,8 +342,13 @@ def test_removal_drops_the_exit_file_before_the_bundle(tmp_path: Path, monkeypat
 
 
 def test_stray_exit_files_are_swept_at_start(tmp_path: Path) -> None:
-    runner = ScriptedRunc({"list": _listing(_entry("live", "running", **{
-        ANN_KIND: KIND_CONTAINER, ANN_POD_UID: "u1", ANN_CONTAINER_NAME: "app"}))})
+    runner = ScriptedRunc(
+        {
+            "list": _listing(
+                _entry("live", "running", **{ANN_KIND: KIND_CONTAINER, ANN_POD_UID: "u1", ANN_CONTAINER_NAME: "app"})
+            )
+        }
+    )
     rt = _runtime(tmp_path, runner)
     for cid in ("live", "gone1", "gone2"):
         (rt.paths.exit_dir / cid).write_text("0")
@@ -327,14 +388,20 @@ def test_a_pod_whose_container_removal_failed_keeps_its_bundles_for_the_retry(tm
         calls["delete"] += 1
         return Completed(args, 1 if calls["delete"] <= 2 else 0, b"", b"injected failure")
 
-    runner = ScriptedRunc({"list": _listing(), "delete": delete, "state": Completed(("runc", "state"), 1, b"",
-                                                                                      b"container does not exist")})
+    runner = ScriptedRunc(
+        {
+            "list": _listing(),
+            "delete": delete,
+            "state": Completed(("runc", "state"), 1, b"", b"container does not exist"),
+        }
+    )
     rt = _runtime(tmp_path, runner)
     bundle = rt.paths.pods_dir / "u1" / "containers" / "app" / "0"
     bundle.mkdir(parents=True)
     (bundle / "id").write_text("c1")
-    (bundle / "config.json").write_text(json.dumps({"annotations": {
-        ANN_KIND: KIND_CONTAINER, ANN_POD_UID: "u1", ANN_CONTAINER_NAME: "app"}}))
+    (bundle / "config.json").write_text(
+        json.dumps({"annotations": {ANN_KIND: KIND_CONTAINER, ANN_POD_UID: "u1", ANN_CONTAINER_NAME: "app"}})
+    )
     (rt.paths.exit_dir / "c1").write_text("0")
     from edgelet.container.errors import RuntimeError_
 

@@ -21,10 +21,16 @@ FILE = {ANN_TERMINATION_MESSAGE_POLICY: "File", ANN_TERMINATION_MESSAGE_FILE: "t
 FALLBACK = {ANN_TERMINATION_MESSAGE_POLICY: "FallbackToLogsOnError", ANN_TERMINATION_MESSAGE_FILE: "true"}
 
 
-def _container(policy: str | None = "File", path: str | None = "/dev/termination-log",
-               mounts: tuple[str, ...] = ()) -> Container:
-    return Container(name="c", image="busybox", termination_message_path=path, termination_message_policy=policy,
-                     volume_mounts=[VolumeMount(name=f"v{i}", mount_path=m) for i, m in enumerate(mounts)] or None)
+def _container(
+    policy: str | None = "File", path: str | None = "/dev/termination-log", mounts: tuple[str, ...] = ()
+) -> Container:
+    return Container(
+        name="c",
+        image="busybox",
+        termination_message_path=path,
+        termination_message_policy=policy,
+        volume_mounts=[VolumeMount(name=f"v{i}", mount_path=m) for i, m in enumerate(mounts)] or None,
+    )
 
 
 @pytest.mark.parametrize(
@@ -34,14 +40,20 @@ def _container(policy: str | None = "File", path: str | None = "/dev/termination
         pytest.param(_container("FallbackToLogsOnError"), "FallbackToLogsOnError", "true", id="fallback"),
         pytest.param(_container(None, None), "File", "false", id="undefaulted: no path, kubelet reads nothing"),
         pytest.param(_container(path=""), "File", "false", id="empty path"),
-        pytest.param(_container(path="/data/msg", mounts=("/data/msg/",)), "File", "false",
-                     id="a volume mounted at the path: the bundle's file is not there"),
+        pytest.param(
+            _container(path="/data/msg", mounts=("/data/msg/",)),
+            "File",
+            "false",
+            id="a volume mounted at the path: the bundle's file is not there",
+        ),
         pytest.param(_container(path="/data/msg", mounts=("/data",)), "File", "true", id="a volume elsewhere"),
     ],
 )
 def test_create_records_what_the_read_needs(container: Container, policy: str, reads_file: str) -> None:
     assert termination_annotations(container) == {
-        ANN_TERMINATION_MESSAGE_POLICY: policy, ANN_TERMINATION_MESSAGE_FILE: reads_file}
+        ANN_TERMINATION_MESSAGE_POLICY: policy,
+        ANN_TERMINATION_MESSAGE_FILE: reads_file,
+    }
 
 
 def _exited(tmp_path: Path, code: int, log_lines: list[str] | None = None, reason: str = "") -> ContainerRecord:
@@ -49,9 +61,22 @@ def _exited(tmp_path: Path, code: int, log_lines: list[str] | None = None, reaso
     if log_lines is not None:
         log.parent.mkdir(parents=True, exist_ok=True)
         log.write_text("".join(f"2024-01-01T00:00:00.000000000Z stderr F {line}\n" for line in log_lines))
-    return ContainerRecord(id="c-0", pod_uid="u", pod_name="p", pod_namespace="default", name="c", attempt=0,
-                           spec_hash="h", sandbox_id="sb", state="exited", pid=None, created_at=1.0, exit_code=code,
-                           reason=reason or ("Completed" if code == 0 else "Error"), log_path=str(log))
+    return ContainerRecord(
+        id="c-0",
+        pod_uid="u",
+        pod_name="p",
+        pod_namespace="default",
+        name="c",
+        attempt=0,
+        spec_hash="h",
+        sandbox_id="sb",
+        state="exited",
+        pid=None,
+        created_at=1.0,
+        exit_code=code,
+        reason=reason or ("Completed" if code == 0 else "Error"),
+        log_path=str(log),
+    )
 
 
 def _bundle(tmp_path: Path, data: bytes | None = None) -> Path:
@@ -82,8 +107,9 @@ def test_message_file_is_read_and_capped_to_its_last_4_kib(tmp_path: Path) -> No
         ({}, 1, "", b"", ""),
     ],
 )
-def test_file_then_fallback_to_logs_on_error(tmp_path: Path, annotations: dict[str, str], code: int, reason: str,
-                                             file_data: bytes | None, expected: str) -> None:
+def test_file_then_fallback_to_logs_on_error(
+    tmp_path: Path, annotations: dict[str, str], code: int, reason: str, file_data: bytes | None, expected: str
+) -> None:
     r = _exited(tmp_path, code, [f"line {i}" for i in range(1, 21)], reason)
     got = termination_message(_bundle(tmp_path, file_data), annotations, r)
     assert got.endswith(expected) and (expected or got == "")

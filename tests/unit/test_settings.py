@@ -44,8 +44,9 @@ def test_parse_duration_rejects(text: str) -> None:
         parse_duration(text)
 
 
-@pytest.mark.parametrize("seconds, text", [(0, "0s"), (20, "20s"), (90, "1m30s"), (0.5, "500ms"), (3600, "1h"),
-                                           (5400, "1h30m")])
+@pytest.mark.parametrize(
+    "seconds, text", [(0, "0s"), (20, "20s"), (90, "1m30s"), (0.5, "500ms"), (3600, "1h"), (5400, "1h30m")]
+)
 def test_format_duration(seconds: float, text: str) -> None:
     assert format_duration(seconds) == text
     assert parse_duration(text) == seconds
@@ -75,8 +76,9 @@ def test_derived_properties(monkeypatch: pytest.MonkeyPatch) -> None:
     s = Settings(root_dir=Path("/r"), run_dir=Path("/run/x"), log_dir=Path("/l"), cgroup_root="/k")
     assert s.node_name == "edge-box-01"
     assert s.import_dir == Path("/r/images/import")
-    assert s.runtime_paths() == RuntimePaths(root_dir=Path("/r"), run_dir=Path("/run/x"), log_dir=Path("/l"),
-                                             cgroup_root="/k")
+    assert s.runtime_paths() == RuntimePaths(
+        root_dir=Path("/r"), run_dir=Path("/run/x"), log_dir=Path("/l"), cgroup_root="/k"
+    )
     s2 = Settings(hostname_override="Node-A", image_import_dir=Path("/imp"))
     assert s2.node_name == "node-a"
     assert s2.import_dir == Path("/imp")
@@ -179,49 +181,103 @@ def test_toml_file_sets_every_key(tmp_path: Path) -> None:
     cfg.write_text(FULL_TOML)
     s = load(config=cfg)
     assert s == Settings(
-        pod_manifest_path=Path("/m"), file_check_frequency=90.0, manifest_url="https://h/p",
-        manifest_url_header=(("A", "1"),), http_check_frequency=30.0, manifest_url_ca=Path("/ca.pem"),
-        trusted_keys=Path("/etc/edgelet/trusted"), manifest_url_signature="https://h/p.sig", runonce=True, runonce_timeout=120.0,
-        root_dir=Path("/r"), run_dir=Path("/run/e"), log_dir=Path("/l"), hostname_override="node1",
-        pod_infra_container_image="local/pause:1", pod_infra_container=True, cgroup_root="/edge", runtime="/usr/bin/crun",
-        conmon="/usr/local/bin/conmon", image_import_dir=Path("/imp"), verbosity=3,
-        enable_server=False, healthz_port=0, healthz_bind_address="0.0.0.0", port=10250, address="10.0.0.5",
-        tls_cert_file=Path("/pki/tls.crt"), tls_private_key_file=Path("/pki/tls.key"),
-        client_ca_file=Path("/pki/ca.crt"), api_token_file=Path("/pki/tokens.csv"),
+        pod_manifest_path=Path("/m"),
+        file_check_frequency=90.0,
+        manifest_url="https://h/p",
+        manifest_url_header=(("A", "1"),),
+        http_check_frequency=30.0,
+        manifest_url_ca=Path("/ca.pem"),
+        trusted_keys=Path("/etc/edgelet/trusted"),
+        manifest_url_signature="https://h/p.sig",
+        runonce=True,
+        runonce_timeout=120.0,
+        root_dir=Path("/r"),
+        run_dir=Path("/run/e"),
+        log_dir=Path("/l"),
+        hostname_override="node1",
+        pod_infra_container_image="local/pause:1",
+        pod_infra_container=True,
+        cgroup_root="/edge",
+        runtime="/usr/bin/crun",
+        conmon="/usr/local/bin/conmon",
+        image_import_dir=Path("/imp"),
+        verbosity=3,
+        enable_server=False,
+        healthz_port=0,
+        healthz_bind_address="0.0.0.0",
+        port=10250,
+        address="10.0.0.5",
+        tls_cert_file=Path("/pki/tls.crt"),
+        tls_private_key_file=Path("/pki/tls.key"),
+        client_ca_file=Path("/pki/ca.crt"),
+        api_token_file=Path("/pki/tokens.csv"),
         node_api_grants=("group:monitoring=stats/metrics", "user:alice=*"),
-        image_credential_file=Path("/auth.json"), signature_policy=Path("/etc/containers/policy.json"),
-        image_gc_high_threshold=90, image_gc_low_threshold=70,
-        image_minimum_gc_age=300.0, manifest_url_header_file=Path("/etc/edgelet/url-headers"),
-        container_log_max_size=2 * 1024 * 1024, container_log_max_files=3, container_log_monitor_interval=2.0,
-        eviction_hard="memory.available<200Mi", eviction_soft="memory.available<1Gi",
-        eviction_soft_grace_period="memory.available=1m", eviction_minimum_reclaim="memory.available=100Mi",
-        eviction_max_pod_grace_period=30, eviction_pressure_transition_period=60.0, eviction_monitoring_interval=5.0,
-        shutdown_grace_period=60.0, pod_max_pids=4096,
-        system_reserved=(("cpu", "500m"), ("memory", "256Mi")), kube_reserved=(("memory", "128Mi"), ("pid", "100")),
-        enforce_node_allocatable=("none",), allow_missing_cgroup_controllers=True, cni_conf_dir=Path("/etc/edgelet/cni"),
-        cni_bin_dir="/usr/lib/cni", cni_check_period=300.0, cluster_dns=("10.43.0.10",), cluster_domain="cluster.local",
-        allowed_unsafe_sysctls=("net.core.somaxconn", "kernel.msg*"), shutdown_grace_period_critical_pods=20.0,
-        registries=(("10.0.0.9:5000", RegistryHost(insecure=True)), ("docker.io", RegistryHost(mirrors=("https://m.example",)))),
-        kubeconfig=Path("/etc/edgelet/kubeconfig"), wireguard_config=Path("/etc/edgelet/wireguard.conf"),
-        register_node=False, node_labels=(("example.com/site", "lab"),),
-        register_with_taints=(("edge", "true", "NoSchedule"), ("gpu", "", "NoExecute")), node_ip="10.0.0.5",
-        node_status_update_frequency=20.0, node_status_report_frequency=600.0, node_lease_duration_seconds=60,
-        node_lease_renew_interval=15.0, seccomp_default=False, card_dir=Path("/nonexistent-card"),
-        rollout=False, rollout_deadline=120.0, rollout_stability_window=10.0, rollout_strategy="Surge",
+        image_credential_file=Path("/auth.json"),
+        signature_policy=Path("/etc/containers/policy.json"),
+        image_gc_high_threshold=90,
+        image_gc_low_threshold=70,
+        image_minimum_gc_age=300.0,
+        manifest_url_header_file=Path("/etc/edgelet/url-headers"),
+        container_log_max_size=2 * 1024 * 1024,
+        container_log_max_files=3,
+        container_log_monitor_interval=2.0,
+        eviction_hard="memory.available<200Mi",
+        eviction_soft="memory.available<1Gi",
+        eviction_soft_grace_period="memory.available=1m",
+        eviction_minimum_reclaim="memory.available=100Mi",
+        eviction_max_pod_grace_period=30,
+        eviction_pressure_transition_period=60.0,
+        eviction_monitoring_interval=5.0,
+        shutdown_grace_period=60.0,
+        pod_max_pids=4096,
+        system_reserved=(("cpu", "500m"), ("memory", "256Mi")),
+        kube_reserved=(("memory", "128Mi"), ("pid", "100")),
+        enforce_node_allocatable=("none",),
+        allow_missing_cgroup_controllers=True,
+        cni_conf_dir=Path("/etc/edgelet/cni"),
+        cni_bin_dir="/usr/lib/cni",
+        cni_check_period=300.0,
+        cluster_dns=("10.43.0.10",),
+        cluster_domain="cluster.local",
+        allowed_unsafe_sysctls=("net.core.somaxconn", "kernel.msg*"),
+        shutdown_grace_period_critical_pods=20.0,
+        registries=(
+            ("10.0.0.9:5000", RegistryHost(insecure=True)),
+            ("docker.io", RegistryHost(mirrors=("https://m.example",))),
+        ),
+        kubeconfig=Path("/etc/edgelet/kubeconfig"),
+        wireguard_config=Path("/etc/edgelet/wireguard.conf"),
+        register_node=False,
+        node_labels=(("example.com/site", "lab"),),
+        register_with_taints=(("edge", "true", "NoSchedule"), ("gpu", "", "NoExecute")),
+        node_ip="10.0.0.5",
+        node_status_update_frequency=20.0,
+        node_status_report_frequency=600.0,
+        node_lease_duration_seconds=60,
+        node_lease_renew_interval=15.0,
+        seccomp_default=False,
+        card_dir=Path("/nonexistent-card"),
+        rollout=False,
+        rollout_deadline=120.0,
+        rollout_stability_window=10.0,
+        rollout_strategy="Surge",
         streaming_connection_idle_timeout=1800.0,
     )
     # The test's TOML covers every key, so a key added later without a test fails here.
     assert set(KEYS) == {line.split("=")[0].strip() for line in FULL_TOML.strip().splitlines()}
 
 
-@pytest.mark.parametrize("key, raw, error", [
-    ("system_reserved", "gpu=1", "unknown resource 'gpu'"),
-    ("system_reserved", "memory", "expected name=quantity"),
-    ("kube_reserved", "memory=lots", "memory=lots"),
-    ("kube_reserved", "cpu=-1", "must not be negative"),
-    ("enforce_node_allocatable", "system-reserved", "pods only"),
-    ("enforce_node_allocatable", "pods,none", "cannot be combined"),
-])
+@pytest.mark.parametrize(
+    "key, raw, error",
+    [
+        ("system_reserved", "gpu=1", "unknown resource 'gpu'"),
+        ("system_reserved", "memory", "expected name=quantity"),
+        ("kube_reserved", "memory=lots", "memory=lots"),
+        ("kube_reserved", "cpu=-1", "must not be negative"),
+        ("enforce_node_allocatable", "system-reserved", "pods only"),
+        ("enforce_node_allocatable", "pods,none", "cannot be combined"),
+    ],
+)
 def test_reservations_and_enforcement_are_checked(key: str, raw: str, error: str) -> None:
     with pytest.raises(SettingsError, match=error):
         load({key: raw})
@@ -269,15 +325,15 @@ def test_dev_null_is_an_empty_config() -> None:
     "toml, key, fragment",
     [
         ('pod-manifest-path = "/m"\n', "pod-manifest-path", "did you mean pod_manifest_path"),
-        ('bogus = 1\n', "bogus", "unknown key 'bogus'"),
+        ("bogus = 1\n", "bogus", "unknown key 'bogus'"),
         ('file_check_frequency = "20"\n', "file_check_frequency", "missing unit"),
-        ('file_check_frequency = 0\n', "file_check_frequency", "positive"),
-        ('file_check_frequency = true\n', "file_check_frequency", "duration"),
+        ("file_check_frequency = 0\n", "file_check_frequency", "positive"),
+        ("file_check_frequency = true\n", "file_check_frequency", "duration"),
         ('runonce_timeout = "-5s"\n', "runonce_timeout", "positive"),
         ('runonce = "yes"\n', "runonce", "true or false"),
         ('verbosity = "2"\n', "verbosity", "integer"),
-        ('verbosity = -1\n', "verbosity", "at least 0"),
-        ('root_dir = 5\n', "root_dir", "string"),
+        ("verbosity = -1\n", "verbosity", "at least 0"),
+        ("root_dir = 5\n", "root_dir", "string"),
         ('root_dir = ""\n', "root_dir", "empty"),
         ('cgroup_root = "kubepods"\n', "cgroup_root", "absolute"),
         ('hostname_override = "bad_name"\n', "hostname_override", "node name"),
@@ -372,32 +428,41 @@ def test_healthz_port_must_be_a_port(raw: str, error: str) -> None:
         load({"healthz_port": raw})
 
 
-@pytest.mark.parametrize("key, raw, message", [
-    ("node_labels", "novalue", "expected key=value"),
-    ("node_labels", "bad key=x", "invalid label key"),
-    ("register_with_taints", "k=v:Sometimes", "Effect one of"),
-])
+@pytest.mark.parametrize(
+    "key, raw, message",
+    [
+        ("node_labels", "novalue", "expected key=value"),
+        ("node_labels", "bad key=x", "invalid label key"),
+        ("register_with_taints", "k=v:Sometimes", "Effect one of"),
+    ],
+)
 def test_node_flags_are_checked(key: str, raw: str, message: str) -> None:
     with pytest.raises(SettingsError, match=message):
         load_settings({key: raw}, env={}, default_config=Path("/nonexistent"))
 
 
-@pytest.mark.parametrize("raw, expected", [
-    ("10Mi", 10 * 1024 * 1024),
-    ("500Ki", 500 * 1024),
-    ("1G", 10**9),
-    ("4096", 4096),
-])
+@pytest.mark.parametrize(
+    "raw, expected",
+    [
+        ("10Mi", 10 * 1024 * 1024),
+        ("500Ki", 500 * 1024),
+        ("1G", 10**9),
+        ("4096", 4096),
+    ],
+)
 def test_container_log_max_size_takes_quantities(raw, expected):
     assert load({"container_log_max_size": raw}, default_config=Path("/nonexistent")).container_log_max_size == expected
 
 
-@pytest.mark.parametrize("key, raw", [
-    ("container_log_max_size", "0"),
-    ("container_log_max_size", "ten"),
-    ("container_log_max_files", "1"),
-    ("container_log_monitor_interval", "0s"),
-])
+@pytest.mark.parametrize(
+    "key, raw",
+    [
+        ("container_log_max_size", "0"),
+        ("container_log_max_size", "ten"),
+        ("container_log_max_files", "1"),
+        ("container_log_monitor_interval", "0s"),
+    ],
+)
 def test_container_log_settings_refuse_what_cannot_rotate(key, raw):
     with pytest.raises(SettingsError):
         load({key: raw}, default_config=Path("/nonexistent"))

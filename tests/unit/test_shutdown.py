@@ -26,14 +26,17 @@ _exit_if_stuck(0.2)
 # --- graceful node shutdown (edgelet.sync.shutdown) ------------------------------------------------
 
 
-@pytest.mark.parametrize("priorities, total, critical, groups", [
-    ({}, 30, 10, []),
-    ({"a": 0, "b": 5}, 30, 10, [(("a", "b"), 20.0)]),
-    ({"a": 0, "c": 2_000_001_000}, 30, 10, [(("a",), 20.0), (("c",), 10.0)]),
-    ({"c": 2_000_000_000}, 30, 10, [(("c",), 10.0)]),
-    ({"a": 0}, 0, 0, []),  # 0: no graceful node shutdown
-    ({"a": 0, "c": 2_000_000_000}, 5, 9, [(("a",), 0.0), (("c",), 5.0)]),  # the critical share is capped
-])
+@pytest.mark.parametrize(
+    "priorities, total, critical, groups",
+    [
+        ({}, 30, 10, []),
+        ({"a": 0, "b": 5}, 30, 10, [(("a", "b"), 20.0)]),
+        ({"a": 0, "c": 2_000_001_000}, 30, 10, [(("a",), 20.0), (("c",), 10.0)]),
+        ({"c": 2_000_000_000}, 30, 10, [(("c",), 10.0)]),
+        ({"a": 0}, 0, 0, []),  # 0: no graceful node shutdown
+        ({"a": 0, "c": 2_000_000_000}, 5, 9, [(("a",), 0.0), (("c",), 5.0)]),  # the critical share is capped
+    ],
+)
 def test_node_shutdown_plan(priorities, total, critical, groups) -> None:
     from edgelet.sync.shutdown import plan
 
@@ -49,7 +52,16 @@ def test_the_systemd_status_line_summarizes_the_pods() -> None:
         return SimpleNamespace(row=SimpleNamespace(phase=phase, status=status))
 
     assert pods_summary([]) == "0 pods: 0 running"
-    assert pods_summary([entry("Running", "Running"), entry("Running", "CrashLoopBackOff"),
-                         entry("Pending", "ErrImagePull"), entry("Failed", "Error"), entry("Succeeded", "Completed"),
-                         entry("Pending", "ContainerCreating")]) == \
-        "6 pods: 1 running, 3 waiting (CrashLoopBackOff, ErrImagePull), 1 failed, 1 completed"
+    assert (
+        pods_summary(
+            [
+                entry("Running", "Running"),
+                entry("Running", "CrashLoopBackOff"),
+                entry("Pending", "ErrImagePull"),
+                entry("Failed", "Error"),
+                entry("Succeeded", "Completed"),
+                entry("Pending", "ContainerCreating"),
+            ]
+        )
+        == "6 pods: 1 running, 3 waiting (CrashLoopBackOff, ErrImagePull), 1 failed, 1 completed"
+    )

@@ -21,8 +21,14 @@ FRAMES = [
     spdy.Data(3, b"", fin=True),
     spdy.Data(0x7FFFFFFF, b"x" * 70000),
     spdy.SynStream(1, (("streamtype", "error"),)),
-    spdy.SynStream(5, (("streamtype", "data"), ("port", "80"), ("requestid", "0")), associated_id=3, priority=7,
-                   fin=True, unidirectional=True),
+    spdy.SynStream(
+        5,
+        (("streamtype", "data"), ("port", "80"), ("requestid", "0")),
+        associated_id=3,
+        priority=7,
+        fin=True,
+        unidirectional=True,
+    ),
     spdy.SynReply(1),
     spdy.SynReply(7, (("a", "1"), ("a", "2")), fin=True),
     spdy.RstStream(1, spdy.CANCEL),
@@ -100,17 +106,20 @@ def _block(pairs: list[tuple[bytes, bytes]], count: int | None = None) -> bytes:
     return out
 
 
-@pytest.mark.parametrize("block, error", [
-    (b"", "truncated"),
-    (_block([(b"a", b"b")], count=2), "truncated"),
-    (_block([(b"", b"b")]), "invalid header name"),
-    (_block([(b"Upper", b"b")]), "invalid header name"),
-    (_block([(b"a", b"1"), (b"a", b"2")]), "given twice"),
-    (_block([(b"a", b"b")]) + b"junk", "trailing"),
-    (_block([], count=10_000), "pairs"),
-    (struct.pack(">I", 1) + struct.pack(">I", 1 << 30), "truncated"),
-    (_block([(b"\xff", b"b")]), "undecodable"),
-])
+@pytest.mark.parametrize(
+    "block, error",
+    [
+        (b"", "truncated"),
+        (_block([(b"a", b"b")], count=2), "truncated"),
+        (_block([(b"", b"b")]), "invalid header name"),
+        (_block([(b"Upper", b"b")]), "invalid header name"),
+        (_block([(b"a", b"1"), (b"a", b"2")]), "given twice"),
+        (_block([(b"a", b"b")]) + b"junk", "trailing"),
+        (_block([], count=10_000), "pairs"),
+        (struct.pack(">I", 1) + struct.pack(">I", 1 << 30), "truncated"),
+        (_block([(b"\xff", b"b")]), "undecodable"),
+    ],
+)
 def test_bad_header_blocks(block, error):
     with pytest.raises(spdy.SpdyError, match=error):
         spdy.decode_header_block(block)
@@ -132,18 +141,21 @@ def _control(ftype: int, payload: bytes, flags: int = 0, version: int = 3) -> by
     return struct.pack(">II", 0x80000000 | version << 16 | ftype, flags << 24 | len(payload)) + payload
 
 
-@pytest.mark.parametrize("wire, error", [
-    (_control(spdy.PING, b"\0\0\0"), "expected 4"),
-    (_control(spdy.RST_STREAM, b"\0" * 4), "expected 8"),
-    (_control(spdy.WINDOW_UPDATE, b"\0" * 12), "expected 8"),
-    (_control(spdy.SETTINGS, struct.pack(">I", 3)), "entries"),
-    (_control(spdy.SETTINGS, b"\0"), "too short"),
-    (_control(spdy.SYN_STREAM, b"\0" * 5), "too short"),
-    (_control(spdy.SYN_STREAM, b"\0\0\0\1" + b"\0" * 6 + b"not zlib"), "does not inflate"),
-    (_control(spdy.PING, b"\0\0\0\1", version=2), "version 2"),
-    (struct.pack(">II", 0, 3) + b"abc", "stream 0"),
-    (struct.pack(">II", 1, 2 << 20), "frame of"),
-])
+@pytest.mark.parametrize(
+    "wire, error",
+    [
+        (_control(spdy.PING, b"\0\0\0"), "expected 4"),
+        (_control(spdy.RST_STREAM, b"\0" * 4), "expected 8"),
+        (_control(spdy.WINDOW_UPDATE, b"\0" * 12), "expected 8"),
+        (_control(spdy.SETTINGS, struct.pack(">I", 3)), "entries"),
+        (_control(spdy.SETTINGS, b"\0"), "too short"),
+        (_control(spdy.SYN_STREAM, b"\0" * 5), "too short"),
+        (_control(spdy.SYN_STREAM, b"\0\0\0\1" + b"\0" * 6 + b"not zlib"), "does not inflate"),
+        (_control(spdy.PING, b"\0\0\0\1", version=2), "version 2"),
+        (struct.pack(">II", 0, 3) + b"abc", "stream 0"),
+        (struct.pack(">II", 1, 2 << 20), "frame of"),
+    ],
+)
 def test_malformed_frames(wire, error):
     with pytest.raises(spdy.SpdyError, match=error):
         _parse_all(wire, spdy.Limits())
@@ -154,6 +166,7 @@ def test_unknown_control_frames_are_ignored():
 
 
 # ---------------------------------------------------------------------------------------------------- sessions
+
 
 async def _session(handler, *, limits=spdy.Limits(), clock=REAL_CLOCK, accept=None):
     """A server on loopback running `handler(conn)` beside `conn.serve()`; yields a connected SpdyClient."""
@@ -260,6 +273,7 @@ def test_flow_control_is_kept_once_the_peer_keeps_it():
 
 def test_without_flow_control_from_the_peer_output_is_not_stalled():
     """spdystream never sends WINDOW_UPDATE: more than 64 KiB must still flow."""
+
     async def handler(conn):
         stream = await conn.accept_stream()
         await stream.write(b"q" * 300_000)
@@ -275,18 +289,21 @@ def test_without_flow_control_from_the_peer_output_is_not_stalled():
     asyncio.run(main())
 
 
-@pytest.mark.parametrize("frames, expect", [
-    # (client frames after the session starts, what the server does: "goaway" or an RST status on stream 1)
-    ([spdy.SynStream(2, ())], "goaway"),  # even id: server-initiated ids are not the client's
-    ([spdy.SynStream(3, ()), spdy.SynStream(1, ())], "goaway"),  # ids must increase
-    ([spdy.Data(1, b"x")], spdy.INVALID_STREAM),  # data for a stream never opened
-    ([spdy.SynStream(1, (), fin=True), spdy.Data(1, b"x")], spdy.STREAM_ALREADY_CLOSED),
-    ([spdy.SynReply(1)], spdy.INVALID_STREAM),
-    ([spdy.SynStream(1, ()), spdy.WindowUpdate(1, 0)], spdy.FLOW_CONTROL_ERROR),
-    ([spdy.SynStream(1, ()), spdy.WindowUpdate(1, spdy.MAX_WINDOW)], spdy.FLOW_CONTROL_ERROR),
-    ([spdy.WindowUpdate(0, 0)], "goaway"),
-    ([spdy.Settings(((0, spdy.SETTINGS_INITIAL_WINDOW_SIZE, 1 << 31),))], "goaway"),
-])
+@pytest.mark.parametrize(
+    "frames, expect",
+    [
+        # (client frames after the session starts, what the server does: "goaway" or an RST status on stream 1)
+        ([spdy.SynStream(2, ())], "goaway"),  # even id: server-initiated ids are not the client's
+        ([spdy.SynStream(3, ()), spdy.SynStream(1, ())], "goaway"),  # ids must increase
+        ([spdy.Data(1, b"x")], spdy.INVALID_STREAM),  # data for a stream never opened
+        ([spdy.SynStream(1, (), fin=True), spdy.Data(1, b"x")], spdy.STREAM_ALREADY_CLOSED),
+        ([spdy.SynReply(1)], spdy.INVALID_STREAM),
+        ([spdy.SynStream(1, ()), spdy.WindowUpdate(1, 0)], spdy.FLOW_CONTROL_ERROR),
+        ([spdy.SynStream(1, ()), spdy.WindowUpdate(1, spdy.MAX_WINDOW)], spdy.FLOW_CONTROL_ERROR),
+        ([spdy.WindowUpdate(0, 0)], "goaway"),
+        ([spdy.Settings(((0, spdy.SETTINGS_INITIAL_WINDOW_SIZE, 1 << 31),))], "goaway"),
+    ],
+)
 def test_protocol_errors(frames, expect):
     async def main():
         server, c, done = await _session(None)
@@ -465,13 +482,18 @@ def test_a_syn_rst_loop_cannot_evade_max_streams():
 
 _frame = st.one_of(
     st.builds(spdy.Data, st.integers(1, 11), st.binary(max_size=300), st.booleans()),
-    st.builds(spdy.SynStream, st.integers(1, 40),
-              st.lists(st.tuples(st.sampled_from(["streamtype", "port", "x"]), st.text(max_size=8)),
-                       max_size=3).map(tuple), fin=st.booleans()),
+    st.builds(
+        spdy.SynStream,
+        st.integers(1, 40),
+        st.lists(st.tuples(st.sampled_from(["streamtype", "port", "x"]), st.text(max_size=8)), max_size=3).map(tuple),
+        fin=st.booleans(),
+    ),
     st.builds(spdy.SynReply, st.integers(1, 9)),
     st.builds(spdy.RstStream, st.integers(0, 11), st.integers(0, 12)),
-    st.builds(spdy.Settings, st.lists(st.tuples(st.integers(0, 3), st.integers(0, 9), st.integers(0, 2**32 - 1)),
-                                      max_size=3).map(tuple)),
+    st.builds(
+        spdy.Settings,
+        st.lists(st.tuples(st.integers(0, 3), st.integers(0, 9), st.integers(0, 2**32 - 1)), max_size=3).map(tuple),
+    ),
     st.builds(spdy.Ping, st.integers(0, 2**32 - 1)),
     st.builds(spdy.WindowUpdate, st.integers(0, 11), st.integers(0, spdy.MAX_WINDOW)),
     st.builds(spdy.GoAway, st.integers(0, 11)),

@@ -28,42 +28,72 @@ total_pgmajfault 2
 V2_STAT = "anon 2048\nfile 8192\ninactive_file 3000\npgfault 9\npgmajfault 0\n"
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("a 1\nb 2\n", {"a": 1, "b": 2}),
-    ("a 1\nbad line here\nc x\n", {"a": 1}),
-    ("", {}),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("a 1\nb 2\n", {"a": 1, "b": 2}),
+        ("a 1\nbad line here\nc x\n", {"a": 1}),
+        ("", {}),
+    ],
+)
 def test_parse_flat_keyed(text, expected):
     assert parse_flat_keyed(text) == expected
 
 
-@pytest.mark.parametrize("usage, inactive, expected", [
-    (10_000, 1_000, 9_000),
-    (10_000, None, 10_000),
-    (500, 1_000, 0),  # inactive counted over the whole hierarchy may exceed usage: never negative
-    (None, 5, None),
-])
+@pytest.mark.parametrize(
+    "usage, inactive, expected",
+    [
+        (10_000, 1_000, 9_000),
+        (10_000, None, 10_000),
+        (500, 1_000, 0),  # inactive counted over the whole hierarchy may exceed usage: never negative
+        (None, 5, None),
+    ],
+)
 def test_working_set(usage, inactive, expected):
     assert working_set(usage, inactive) == expected
 
 
-@pytest.mark.parametrize("args, expected", [
-    (("123456789\n", "10000\n", V1_STAT, "3\n"),
-     CgroupUsage(cpu_ns=123456789, memory_usage=10000, memory_working_set=9000, memory_rss=4096, page_faults=70,
-                 major_page_faults=2, pids=3)),
-    ((None, None, None, None), CgroupUsage()),
-    (("x", "10000", None, None), CgroupUsage(memory_usage=10000, memory_working_set=10000)),
-])
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (
+            ("123456789\n", "10000\n", V1_STAT, "3\n"),
+            CgroupUsage(
+                cpu_ns=123456789,
+                memory_usage=10000,
+                memory_working_set=9000,
+                memory_rss=4096,
+                page_faults=70,
+                major_page_faults=2,
+                pids=3,
+            ),
+        ),
+        ((None, None, None, None), CgroupUsage()),
+        (("x", "10000", None, None), CgroupUsage(memory_usage=10000, memory_working_set=10000)),
+    ],
+)
 def test_usage_v1(args, expected):
     assert usage_v1(*args) == expected
 
 
-@pytest.mark.parametrize("args, expected", [
-    (("usage_usec 1500\nuser_usec 1000\nsystem_usec 500\n", "20000\n", V2_STAT, "4\n"),
-     CgroupUsage(cpu_ns=1_500_000, memory_usage=20000, memory_working_set=17000, memory_rss=2048, page_faults=9,
-                 major_page_faults=0, pids=4)),
-    ((None, "max\n", None, None), CgroupUsage()),
-])
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (
+            ("usage_usec 1500\nuser_usec 1000\nsystem_usec 500\n", "20000\n", V2_STAT, "4\n"),
+            CgroupUsage(
+                cpu_ns=1_500_000,
+                memory_usage=20000,
+                memory_working_set=17000,
+                memory_rss=2048,
+                page_faults=9,
+                major_page_faults=0,
+                pids=4,
+            ),
+        ),
+        ((None, "max\n", None, None), CgroupUsage()),
+    ],
+)
 def test_usage_v2(args, expected):
     assert usage_v2(*args) == expected
 
@@ -80,36 +110,46 @@ garbage line
 def test_parse_net_dev():
     got = parse_net_dev(NET_DEV)
     assert [(i.name, i.rx_bytes, i.rx_errors, i.tx_bytes, i.tx_errors) for i in got] == [
-        ("eth0", 1000, 1, 2000, 2), ("veth1", 5, 0, 6, 0)]
+        ("eth0", 1000, 1, 2000, 2),
+        ("veth1", 5, 0, 6, 0),
+    ]
     assert parse_net_dev("") == []
 
 
-@pytest.mark.parametrize("text, ticks, expected", [
-    ("cpu  100 10 50 1000 20 5 5 0 0 0\ncpu0 1 1 1 1\n", 100, (100 + 10 + 50 + 5 + 5) * 10_000_000),
-    ("cpu  1 2 3 4\n", 100, 6 * 10_000_000),  # old kernels: fewer fields
-    ("intr 1\n", 100, None),
-    ("cpu  a b c\n", 100, None),
-])
+@pytest.mark.parametrize(
+    "text, ticks, expected",
+    [
+        ("cpu  100 10 50 1000 20 5 5 0 0 0\ncpu0 1 1 1 1\n", 100, (100 + 10 + 50 + 5 + 5) * 10_000_000),
+        ("cpu  1 2 3 4\n", 100, 6 * 10_000_000),  # old kernels: fewer fields
+        ("intr 1\n", 100, None),
+        ("cpu  a b c\n", 100, None),
+    ],
+)
 def test_parse_proc_stat_cpu(text, ticks, expected):
     assert parse_proc_stat_cpu(text, ticks) == expected
 
 
 def test_meminfo_and_node_memory():
-    info = parse_meminfo("MemTotal: 1000 kB\nMemFree: 200 kB\nMemAvailable: 600 kB\nInactive(file): 100 kB\n"
-                         "AnonPages: 300 kB\nHugePages_Total: 0\n")
+    info = parse_meminfo(
+        "MemTotal: 1000 kB\nMemFree: 200 kB\nMemAvailable: 600 kB\nInactive(file): 100 kB\n"
+        "AnonPages: 300 kB\nHugePages_Total: 0\n"
+    )
     assert info["MemTotal"] == 1_024_000 and info["HugePages_Total"] == 0
     m = node_memory(info)
     assert (m.total, m.available, m.usage, m.working_set, m.rss) == (1_024_000, 614_400, 819_200, 716_800, 307_200)
     assert node_memory({}) is None
 
 
-@pytest.mark.parametrize("prev, now, value, expected", [
-    (None, 10.0, 5, None),
-    ((0.0, 0), 2.0, 1_000_000_000, 500_000_000),  # half a core
-    ((5.0, 100), 5.0, 200, None),  # no time elapsed
-    ((0.0, 500), 1.0, 100, None),  # counter went back: a new cgroup
-    ((0.0, 0), 1.0, None, None),
-])
+@pytest.mark.parametrize(
+    "prev, now, value, expected",
+    [
+        (None, 10.0, 5, None),
+        ((0.0, 0), 2.0, 1_000_000_000, 500_000_000),  # half a core
+        ((5.0, 100), 5.0, 200, None),  # no time elapsed
+        ((0.0, 500), 1.0, 100, None),  # counter went back: a new cgroup
+        ((0.0, 0), 1.0, None, None),
+    ],
+)
 def test_rate(prev, now, value, expected):
     assert rate(prev, now, value) == expected
 
@@ -126,10 +166,14 @@ def test_disk_usage_counts_blocks_once_per_inode(tmp_path):
 
 
 def _cgroup_v1_tree(mount: Path, rel: str, cpu: int, usage: int, inactive: int, pids: int) -> None:
-    for ctl, files in (("cpu,cpuacct", {"cpuacct.usage": str(cpu)}),
-                       ("memory", {"memory.usage_in_bytes": str(usage),
-                                   "memory.stat": f"total_rss 100\ntotal_inactive_file {inactive}\n"}),
-                       ("pids", {"pids.current": str(pids)})):
+    for ctl, files in (
+        ("cpu,cpuacct", {"cpuacct.usage": str(cpu)}),
+        (
+            "memory",
+            {"memory.usage_in_bytes": str(usage), "memory.stat": f"total_rss 100\ntotal_inactive_file {inactive}\n"},
+        ),
+        ("pids", {"pids.current": str(pids)}),
+    ):
         d = mount / ctl / rel.strip("/")
         d.mkdir(parents=True, exist_ok=True)
         for name, text in files.items():
@@ -147,8 +191,9 @@ def _proc_tree(proc: Path, sandbox_pid: int) -> None:
 
 @pytest.fixture
 def fixture_host(tmp_path):
-    paths = RuntimePaths(root_dir=tmp_path / "root", run_dir=tmp_path / "run", log_dir=tmp_path / "log",
-                         cgroup_root="/kp")
+    paths = RuntimePaths(
+        root_dir=tmp_path / "root", run_dir=tmp_path / "run", log_dir=tmp_path / "log", cgroup_root="/kp"
+    )
     mount, proc = tmp_path / "cg", tmp_path / "proc"
     _cgroup_v1_tree(mount, "/kp/podu1", cpu=3_000_000_000, usage=50_000, inactive=10_000, pids=3)
     _cgroup_v1_tree(mount, "/kp/podu1/c1", cpu=2_000_000_000, usage=40_000, inactive=5_000, pids=2)
@@ -160,8 +205,21 @@ def fixture_host(tmp_path):
     logs.mkdir(parents=True)
     (logs / "0.log").write_bytes(b"z" * 4096)
     sandbox = SandboxRecord("s1", "u1", "web-n1", "default", 0, "running", 4242, 1_600_000_100.0)
-    container = ContainerRecord("c1", "u1", "web-n1", "default", "app", 0, "h", "s1", "running", 4243,
-                                1_600_000_101.0, started_at=1_600_000_102.0, image="busybox")
+    container = ContainerRecord(
+        "c1",
+        "u1",
+        "web-n1",
+        "default",
+        "app",
+        0,
+        "h",
+        "s1",
+        "running",
+        4243,
+        1_600_000_101.0,
+        started_at=1_600_000_102.0,
+        image="busybox",
+    )
     exited = ContainerRecord("c0", "u1", "web-n1", "default", "init", 0, "h", "s1", "exited", None, 1_600_000_100.5)
     pods = {"u1": PodRuntimeStatus("u1", "web-n1", "default", (sandbox,), (container, exited))}
     clock = FakeClock(1_600_001_000.0)
@@ -228,14 +286,25 @@ def test_read_usage_missing_cgroup(tmp_path):
     assert read_usage("/nope", tmp_path) is None
 
 
-SUMMARY = {"node": {"cpu": {"usageNanoCores": 250_000_000}, "memory": {"workingSetBytes": 512 * 1024 * 1024},
-                    "fs": {"capacityBytes": 4 << 30, "usedBytes": 1 << 30}},
-           "pods": [{"podRef": {"name": "web-n1", "namespace": "default", "uid": "u"},
-                     "cpu": {"usageNanoCores": 12_500_000}, "memory": {"workingSetBytes": 35 * 1024 * 1024},
-                     "containers": [{"name": "b", "cpu": {}, "memory": {"workingSetBytes": 1 << 20}},
-                                    {"name": "a", "cpu": {"usageNanoCores": 3_000_000},
-                                     "memory": {"workingSetBytes": 34 << 20}}]},
-                    {"podRef": {"name": "agent-n1", "namespace": "kube-system", "uid": "v"}, "containers": []}]}
+SUMMARY = {
+    "node": {
+        "cpu": {"usageNanoCores": 250_000_000},
+        "memory": {"workingSetBytes": 512 * 1024 * 1024},
+        "fs": {"capacityBytes": 4 << 30, "usedBytes": 1 << 30},
+    },
+    "pods": [
+        {
+            "podRef": {"name": "web-n1", "namespace": "default", "uid": "u"},
+            "cpu": {"usageNanoCores": 12_500_000},
+            "memory": {"workingSetBytes": 35 * 1024 * 1024},
+            "containers": [
+                {"name": "b", "cpu": {}, "memory": {"workingSetBytes": 1 << 20}},
+                {"name": "a", "cpu": {"usageNanoCores": 3_000_000}, "memory": {"workingSetBytes": 34 << 20}},
+            ],
+        },
+        {"podRef": {"name": "agent-n1", "namespace": "kube-system", "uid": "v"}, "containers": []},
+    ],
+}
 
 
 def test_top_tables():

@@ -15,38 +15,56 @@ from edgelet.server.routes import HttpError
 V4, V3, V2, V1 = streaming.EXEC_PROTOCOLS
 
 
-@pytest.mark.parametrize("method, target, endpoint, params", [
-    ("POST", "/exec/default/web-n1/c?command=ls&output=1", "exec",
-     {"namespace": "default", "pod": "web-n1", "container": "c"}),
-    ("GET", "/exec/ns/p/uid-1/c?command=ls&output=1", "exec", {"namespace": "ns", "pod": "p", "container": "c"}),
-    ("POST", "/portForward/default/web-n1", "port_forward", {"namespace": "default", "pod": "web-n1"}),
-    ("GET", "/portForward/default/web-n1/uid", "port_forward", {"namespace": "default", "pod": "web-n1"}),
-    ("POST", "/attach/default/web-n1/c?output=1", "attach", {"namespace": "default", "pod": "web-n1", "container": "c"}),
-])
+@pytest.mark.parametrize(
+    "method, target, endpoint, params",
+    [
+        (
+            "POST",
+            "/exec/default/web-n1/c?command=ls&output=1",
+            "exec",
+            {"namespace": "default", "pod": "web-n1", "container": "c"},
+        ),
+        ("GET", "/exec/ns/p/uid-1/c?command=ls&output=1", "exec", {"namespace": "ns", "pod": "p", "container": "c"}),
+        ("POST", "/portForward/default/web-n1", "port_forward", {"namespace": "default", "pod": "web-n1"}),
+        ("GET", "/portForward/default/web-n1/uid", "port_forward", {"namespace": "default", "pod": "web-n1"}),
+        (
+            "POST",
+            "/attach/default/web-n1/c?output=1",
+            "attach",
+            {"namespace": "default", "pod": "web-n1", "container": "c"},
+        ),
+    ],
+)
 def test_streaming_routes(method, target, endpoint, params):
     route = match_node_route(method, target)
     assert (route.endpoint, route.params) == (endpoint, params)
 
 
-@pytest.mark.parametrize("method, target, status, text", [
-    ("POST", "/exec/default/web", 400, "expected /exec"),
-    ("PUT", "/exec/default/web/c", 405, "not allowed"),
-    ("POST", "/portForward/default", 400, "expected /portForward"),
-    ("POST", "/attach/default/web", 400, "expected /attach"),
-])
+@pytest.mark.parametrize(
+    "method, target, status, text",
+    [
+        ("POST", "/exec/default/web", 400, "expected /exec"),
+        ("PUT", "/exec/default/web/c", 405, "not allowed"),
+        ("POST", "/portForward/default", 400, "expected /portForward"),
+        ("POST", "/attach/default/web", 400, "expected /attach"),
+    ],
+)
 def test_bad_streaming_routes(method, target, status, text):
     with pytest.raises(HttpError) as err:
         match_node_route(method, target)
     assert err.value.status == status and text in err.value.message
 
 
-@pytest.mark.parametrize("offered, supported, chosen", [
-    ([V4, V3, V2, V1], streaming.EXEC_PROTOCOLS, V4),
-    ([V2, V4], streaming.EXEC_PROTOCOLS, V2),  # the client's order wins, as in kubelet's Handshake
-    (["v9.channel.k8s.io", V3], streaming.EXEC_PROTOCOLS, V3),
-    ([], streaming.EXEC_PROTOCOLS, V1),
-    (["portforward.k8s.io"], streaming.PORT_FORWARD_PROTOCOLS, "portforward.k8s.io"),
-])
+@pytest.mark.parametrize(
+    "offered, supported, chosen",
+    [
+        ([V4, V3, V2, V1], streaming.EXEC_PROTOCOLS, V4),
+        ([V2, V4], streaming.EXEC_PROTOCOLS, V2),  # the client's order wins, as in kubelet's Handshake
+        (["v9.channel.k8s.io", V3], streaming.EXEC_PROTOCOLS, V3),
+        ([], streaming.EXEC_PROTOCOLS, V1),
+        (["portforward.k8s.io"], streaming.PORT_FORWARD_PROTOCOLS, "portforward.k8s.io"),
+    ],
+)
 def test_negotiate(offered, supported, chosen):
     assert streaming.negotiate(offered, supported) == chosen
 
@@ -62,42 +80,58 @@ def test_client_protocols_from_repeated_and_comma_separated_headers():
     assert streaming.client_protocols(headers) == [V4, V3, V2]
 
 
-@pytest.mark.parametrize("headers, ok", [
-    ([("Connection", "Upgrade"), ("Upgrade", "SPDY/3.1")], True),
-    ([("Connection", "keep-alive, Upgrade"), ("Upgrade", "spdy/3.1")], True),
-    ([("Upgrade", "SPDY/3.1")], False),
-    ([("Connection", "Upgrade"), ("Upgrade", "websocket")], False),
-])
+@pytest.mark.parametrize(
+    "headers, ok",
+    [
+        ([("Connection", "Upgrade"), ("Upgrade", "SPDY/3.1")], True),
+        ([("Connection", "keep-alive, Upgrade"), ("Upgrade", "spdy/3.1")], True),
+        ([("Upgrade", "SPDY/3.1")], False),
+        ([("Connection", "Upgrade"), ("Upgrade", "websocket")], False),
+    ],
+)
 def test_is_spdy_upgrade(headers, ok):
     assert streaming.is_spdy_upgrade(headers) is ok
 
 
-@pytest.mark.parametrize("query, opts", [
-    ({"command": ["sh", "-c", "exit 3"], "output": ["1"], "error": ["1"]},
-     streaming.ExecOptions(("sh", "-c", "exit 3"), stdout=True, stderr=True)),
-    ({"command": ["sh"], "input": ["1"], "output": ["1"], "tty": ["1"], "error": ["1"]},
-     streaming.ExecOptions(("sh",), stdin=True, stdout=True, tty=True)),  # with a tty, no stderr stream
-    ({"command": ["ls"], "stdout": ["true"]}, streaming.ExecOptions(("ls",), stdout=True)),
-])
+@pytest.mark.parametrize(
+    "query, opts",
+    [
+        (
+            {"command": ["sh", "-c", "exit 3"], "output": ["1"], "error": ["1"]},
+            streaming.ExecOptions(("sh", "-c", "exit 3"), stdout=True, stderr=True),
+        ),
+        (
+            {"command": ["sh"], "input": ["1"], "output": ["1"], "tty": ["1"], "error": ["1"]},
+            streaming.ExecOptions(("sh",), stdin=True, stdout=True, tty=True),
+        ),  # with a tty, no stderr stream
+        ({"command": ["ls"], "stdout": ["true"]}, streaming.ExecOptions(("ls",), stdout=True)),
+    ],
+)
 def test_parse_exec_options(query, opts):
     assert streaming.parse_exec_options(query) == opts
 
 
-@pytest.mark.parametrize("query, text", [
-    ({"output": ["1"]}, "no command"),
-    ({"command": ["ls"]}, "at least 1 of stdin, stdout, stderr"),
-])
+@pytest.mark.parametrize(
+    "query, text",
+    [
+        ({"output": ["1"]}, "no command"),
+        ({"command": ["ls"]}, "at least 1 of stdin, stdout, stderr"),
+    ],
+)
 def test_bad_exec_options(query, text):
     with pytest.raises(HttpError) as err:
         streaming.parse_exec_options(query)
     assert err.value.status == 400 and text in err.value.message
 
 
-@pytest.mark.parametrize("opts, protocol, streams", [
-    (streaming.ExecOptions(("ls",), stdout=True, stderr=True), V4, {"error", "stdout", "stderr"}),
-    (streaming.ExecOptions(("sh",), stdin=True, stdout=True, tty=True), V4, {"error", "stdin", "stdout", "resize"}),
-    (streaming.ExecOptions(("sh",), stdin=True, stdout=True, tty=True), V2, {"error", "stdin", "stdout"}),
-])
+@pytest.mark.parametrize(
+    "opts, protocol, streams",
+    [
+        (streaming.ExecOptions(("ls",), stdout=True, stderr=True), V4, {"error", "stdout", "stderr"}),
+        (streaming.ExecOptions(("sh",), stdin=True, stdout=True, tty=True), V4, {"error", "stdin", "stdout", "resize"}),
+        (streaming.ExecOptions(("sh",), stdin=True, stdout=True, tty=True), V2, {"error", "stdin", "stdout"}),
+    ],
+)
 def test_expected_streams(opts, protocol, streams):
     assert streaming.expected_streams(opts, protocol) == streams
 
@@ -154,13 +188,18 @@ class _FakeApi:
 def _node_api(max_sessions: int):
     from edgelet.server.nodeapi import NodeApi
 
-    return NodeApi(_FakeApi(), None, stats=None, runtime_pods=lambda: {}, metrics=None, cgroup_root="",
-                   max_sessions=max_sessions)
+    return NodeApi(
+        _FakeApi(), None, stats=None, runtime_pods=lambda: {}, metrics=None, cgroup_root="", max_sessions=max_sessions
+    )
 
 
 SPDY_HEADERS = (("Connection", "Upgrade"), ("Upgrade", "SPDY/3.1"), ("X-Stream-Protocol-Version", V4))
-WS_HEADERS = (("Connection", "Upgrade"), ("Upgrade", "websocket"), ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="),
-              ("Sec-WebSocket-Protocol", V4))
+WS_HEADERS = (
+    ("Connection", "Upgrade"),
+    ("Upgrade", "websocket"),
+    ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="),
+    ("Sec-WebSocket-Protocol", V4),
+)
 
 
 @pytest.mark.parametrize("headers", [SPDY_HEADERS, WS_HEADERS])
@@ -195,8 +234,9 @@ def test_stream_creation_timeout_comes_from_the_clock():
 
     from edgelet.util.clock import FakeClock
 
-    got = _asyncio.run(streaming.collect_streams(_Conn(["error", "stdout"]), frozenset({"error", "stdout"}),
-                                                 FakeClock(), 30))
+    got = _asyncio.run(
+        streaming.collect_streams(_Conn(["error", "stdout"]), frozenset({"error", "stdout"}), FakeClock(), 30)
+    )
     assert set(got) == {"error", "stdout"}
     with pytest.raises(streaming.SessionError, match=r"timed out waiting for streams: got \['error'\]"):
         _asyncio.run(streaming.collect_streams(_Conn(["error"]), frozenset({"error", "stdout"}), FakeClock(), 30))
@@ -304,13 +344,17 @@ def test_port_forward_expiry_timers_do_not_pile_up():
             for _ in range(3):
                 await asyncio.sleep(0)  # the cancelled timers finish
             gc.collect()
-            timers = [o for o in gc.get_objects() if isinstance(o, asyncio.Task)
-                      and getattr(o.get_coro(), "__name__", "") == "expire"]
+            timers = [
+                o
+                for o in gc.get_objects()
+                if isinstance(o, asyncio.Task) and getattr(o.get_coro(), "__name__", "") == "expire"
+            ]
             assert len(timers) <= 1, f"{len(timers)} expiry timers held for {pairs} completed pairs"
             return None
 
     async def main():
-        await streaming.serve_port_forward(_PairConn(), netns=None, clock=FakeClock(), what="ns/pod",
-                                           creation_timeout=3600)
+        await streaming.serve_port_forward(
+            _PairConn(), netns=None, clock=FakeClock(), what="ns/pod", creation_timeout=3600
+        )
 
     asyncio.run(main())

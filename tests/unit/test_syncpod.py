@@ -18,10 +18,14 @@ from edgelet.util.clock import FakeClock
 IMAGE = "edgelet.local/busybox:1.36"
 
 
-def make_pod(name: str, restart: str = "Always", containers=("c",), image: str = IMAGE, policy: str | None = None) -> Pod:
+def make_pod(
+    name: str, restart: str = "Always", containers=("c",), image: str = IMAGE, policy: str | None = None
+) -> Pod:
     spec = {
         "restartPolicy": restart,
-        "containers": [{"name": c, "image": image, **({"imagePullPolicy": policy} if policy else {})} for c in containers],
+        "containers": [
+            {"name": c, "image": image, **({"imagePullPolicy": policy} if policy else {})} for c in containers
+        ],
     }
     raw = msgspec.convert({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}, Pod)
     return make_static_pod(raw, node_name="node", source="file", origin=f"/m/{name}.yaml")
@@ -32,8 +36,13 @@ class Harness:
         self.clock = FakeClock()
         self.rt = FakeRuntime(self.clock)
         self.published = {}
-        self.syncer = Syncer(self.rt, FakeImageStore(), Backoff(), self.clock,
-                             publish=lambda pod, rt, st: self.published.__setitem__(pod.metadata.uid, (rt, dict(st.waiting))))
+        self.syncer = Syncer(
+            self.rt,
+            FakeImageStore(),
+            Backoff(),
+            self.clock,
+            publish=lambda pod, rt, st: self.published.__setitem__(pod.metadata.uid, (rt, dict(st.waiting))),
+        )
 
     def sync(self, pod):
         return asyncio.run(self.syncer.sync_pod(pod))
@@ -43,7 +52,13 @@ def test_first_sync_creates_sandbox_and_starts_containers():
     h = Harness()
     pod = make_pod("web", containers=("a", "b"))
     h.sync(pod)
-    assert [c[0] for c in h.rt.calls] == ["create_sandbox", "create_container", "start_container", "create_container", "start_container"]
+    assert [c[0] for c in h.rt.calls] == [
+        "create_sandbox",
+        "create_container",
+        "start_container",
+        "create_container",
+        "start_container",
+    ]
     assert len(h.rt.running(pod.metadata.uid)) == 2
     # A second sync changes nothing: everything runs with the right hash (this is also adoption).
     h.rt.calls.clear()
@@ -130,9 +145,15 @@ def test_terminate_stops_with_grace_and_removes_everything():
 def test_an_orphan_is_stopped_with_its_own_grace_period_not_30_s():
     """A pod removed while the agent was down: no pod object, only what the runtime kept (issue 16)."""
     h = Harness()
-    raw = msgspec.convert({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "quick"},
-                           "spec": {"terminationGracePeriodSeconds": 3,
-                                    "containers": [{"name": "c", "image": IMAGE}]}}, Pod)
+    raw = msgspec.convert(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "quick"},
+            "spec": {"terminationGracePeriodSeconds": 3, "containers": [{"name": "c", "image": IMAGE}]},
+        },
+        Pod,
+    )
     pod = make_static_pod(raw, node_name="node", source="file", origin="/m/quick.yaml")
     h.sync(pod)
     asyncio.run(h.syncer.terminate_pod(pod.metadata.uid, None))
@@ -149,10 +170,19 @@ def test_a_pod_the_host_cannot_limit_is_refused_at_once_and_published_failed(tmp
     rt = FakeRuntime(clock)
     publisher = StatusPublisher(tmp_path, "node", clock)
     events = EventRecorder(clock)
-    verdicts = {"refused": Admission(True, ("memory",), "CgroupControllersMissing", "needs memory: add cgroup_enable"),
-                "warned": Admission(False, ("memory",), "CgroupControllersMissing", "running without memory limits")}
-    syncer = Syncer(rt, FakeImageStore(), Backoff(), clock, publish=publisher.update, events=events,
-                    admit=lambda pod: verdicts.get(pod.metadata.name.split("-")[0]))
+    verdicts = {
+        "refused": Admission(True, ("memory",), "CgroupControllersMissing", "needs memory: add cgroup_enable"),
+        "warned": Admission(False, ("memory",), "CgroupControllersMissing", "running without memory limits"),
+    }
+    syncer = Syncer(
+        rt,
+        FakeImageStore(),
+        Backoff(),
+        clock,
+        publish=publisher.update,
+        events=events,
+        admit=lambda pod: verdicts.get(pod.metadata.name.split("-")[0]),
+    )
     refused, warned = make_pod("refused"), make_pod("warned")
     for _ in range(3):
         asyncio.run(syncer.sync_pod(refused))
@@ -160,8 +190,11 @@ def test_a_pod_the_host_cannot_limit_is_refused_at_once_and_published_failed(tmp
     # Refused: no sandbox, no container, Failed with the reason and its fix; one event, however often it syncs.
     assert not rt.running(refused.metadata.uid) and not any(c[1] == refused for c in rt.calls)
     status = publisher.get(refused.metadata.uid).status
-    assert (status.phase, status.reason, status.message) == ("Failed", "CgroupControllersMissing",
-                                                             "Pod was rejected: needs memory: add cgroup_enable")
+    assert (status.phase, status.reason, status.message) == (
+        "Failed",
+        "CgroupControllersMissing",
+        "Pod was rejected: needs memory: add cgroup_enable",
+    )
     assert publisher.get(refused.metadata.uid).row.status == "CgroupControllersMissing"  # kubectl's STATUS column
     # Warned: runs, with one warning event.
     assert len(rt.running(warned.metadata.uid)) == 1
@@ -238,8 +271,7 @@ def test_an_instance_created_by_a_killed_agent_is_started_not_replaced():
     pod = make_pod("web")
     asyncio.run(h.rt.run_sandbox(pod, 0))
     sandbox = next(iter(h.rt.sandboxes.values()))
-    cid = asyncio.run(h.rt.create_container(pod, pod.spec.containers[0], sandbox,
-                                            FakeImageStore().get(IMAGE), 0))
+    cid = asyncio.run(h.rt.create_container(pod, pod.spec.containers[0], sandbox, FakeImageStore().get(IMAGE), 0))
     h.rt.calls.clear()
     h.sync(pod)  # a fresh Syncer: the new agent
     assert h.rt.calls == [("start_container", cid)]
@@ -277,8 +309,14 @@ def test_a_sync_takes_its_before_state_from_a_relist_newer_than_its_last_sync():
 
     rt.pod_status = pod_status
     relist: dict = {}  # what "PLEG" saw, and when it asked
-    syncer = Syncer(rt, FakeImageStore(), Backoff(), clock, publish=lambda pod, status, st: None,
-                    newer_than=lambda uid, since: relist["pods"].get(uid) if relist.get("at", -1) > since else None)
+    syncer = Syncer(
+        rt,
+        FakeImageStore(),
+        Backoff(),
+        clock,
+        publish=lambda pod, status, st: None,
+        newer_than=lambda uid, since: relist["pods"].get(uid) if relist.get("at", -1) > since else None,
+    )
     pod = make_pod("web")
     asyncio.run(syncer.sync_pod(pod))
     assert listed, "its first sync lists: no relist yet"
@@ -354,8 +392,15 @@ def test_a_sync_publishes_a_relist_newer_than_its_changes_and_that_relist_serves
     listed = _counting(rt)
     relists = _Relists(clock, rt)
     published = []
-    syncer = Syncer(rt, FakeImageStore(), Backoff(), clock, publish=lambda pod, status, st: published.append(status),
-                    newer_than=relists.newer_than, relisted_after=relists.after)
+    syncer = Syncer(
+        rt,
+        FakeImageStore(),
+        Backoff(),
+        clock,
+        publish=lambda pod, status, st: published.append(status),
+        newer_than=relists.newer_than,
+        relisted_after=relists.after,
+    )
     pod = make_pod("web", containers=("a", "b"))
     uid = pod.metadata.uid
     before = clock.monotonic()
@@ -387,8 +432,15 @@ def test_a_relist_that_fails_leaves_the_sync_its_own_read_and_pleg_a_kick():
     listed = _counting(rt)
     relists = _Relists(clock, rt, fail=True)
     published = []
-    syncer = Syncer(rt, FakeImageStore(), Backoff(), clock, publish=lambda pod, status, st: published.append(status),
-                    newer_than=relists.newer_than, relisted_after=relists.after)
+    syncer = Syncer(
+        rt,
+        FakeImageStore(),
+        Backoff(),
+        clock,
+        publish=lambda pod, status, st: published.append(status),
+        newer_than=relists.newer_than,
+        relisted_after=relists.after,
+    )
     pod = make_pod("web")
     result = asyncio.run(syncer.sync_pod(pod))
     assert relists.asked and listed == [pod.metadata.uid] * 2, "before-state, then the after-state read alone"
@@ -402,8 +454,15 @@ def test_a_sandbox_that_fails_publishes_from_a_relist_too():
     rt.fail_sandbox = True
     listed = _counting(rt)
     relists = _Relists(clock, rt)
-    syncer = Syncer(rt, FakeImageStore(), Backoff(), clock, publish=lambda pod, status, st: None,
-                    newer_than=relists.newer_than, relisted_after=relists.after)
+    syncer = Syncer(
+        rt,
+        FakeImageStore(),
+        Backoff(),
+        clock,
+        publish=lambda pod, status, st: None,
+        newer_than=relists.newer_than,
+        relisted_after=relists.after,
+    )
     pod = make_pod("web")
     result = asyncio.run(syncer.sync_pod(pod))
     assert result.relisted and result.requeue_after is not None
@@ -414,8 +473,15 @@ def test_stopping_a_pods_containers_reads_them_from_the_shared_relist_not_a_list
     clock = FakeClock()
     rt = FakeRuntime(clock)
     relists = _Relists(clock, rt)
-    syncer = Syncer(rt, FakeImageStore(), Backoff(), clock, publish=lambda pod, status, st: None,
-                    newer_than=relists.newer_than, relisted_after=relists.after)
+    syncer = Syncer(
+        rt,
+        FakeImageStore(),
+        Backoff(),
+        clock,
+        publish=lambda pod, status, st: None,
+        newer_than=relists.newer_than,
+        relisted_after=relists.after,
+    )
     pod = make_pod("web", containers=("a", "b", "c"))
     asyncio.run(syncer.sync_pod(pod))
     full_lists = []
@@ -441,8 +507,15 @@ def test_a_sync_that_read_the_runtime_itself_is_not_followed_by_an_older_cached_
     rt = FakeRuntime(clock)
     listed = _counting(rt)
     relists = _Relists(clock, rt)
-    syncer = Syncer(rt, FakeImageStore(), Backoff(), clock, publish=lambda pod, status, st: None,
-                    newer_than=relists.newer_than, relisted_after=relists.after)
+    syncer = Syncer(
+        rt,
+        FakeImageStore(),
+        Backoff(),
+        clock,
+        publish=lambda pod, status, st: None,
+        newer_than=relists.newer_than,
+        relisted_after=relists.after,
+    )
     pod = make_pod("web")
     asyncio.run(syncer.sync_pod(pod))
     clock.advance(1)

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import asyncio
 
-from edgelet.testing.fakes import FakeImageStore, FakeRuntime
 from edgelet.sync.syncpod import Syncer
+from edgelet.testing.fakes import FakeImageStore, FakeRuntime
 from edgelet.util.backoff import Backoff
 from edgelet.util.clock import FakeClock
-
 from tests.unit.test_syncpod import Harness, make_pod
 
 
@@ -18,8 +17,13 @@ def test_new_containers_are_prepared_beside_the_sandbox_and_created_from_it() ->
     pod = make_pod("web", containers=("a", "b"))
     h.sync(pod)
     assert h.rt.prep_calls == [("prepare_container", "a", 0), ("prepare_container", "b", 0)]
-    assert [c[0] for c in h.rt.calls] == ["create_sandbox", "create_container", "start_container",
-                                          "create_container", "start_container"]
+    assert [c[0] for c in h.rt.calls] == [
+        "create_sandbox",
+        "create_container",
+        "start_container",
+        "create_container",
+        "start_container",
+    ]
     assert h.rt.prepared == {}  # every prepared one was created
     assert len(h.rt.running(pod.metadata.uid)) == 2
 
@@ -29,8 +33,14 @@ def test_a_failed_sandbox_discards_what_was_prepared() -> None:
     h.rt.fail_sandbox = True
     pod = make_pod("web", containers=("a", "b"))
     h.sync(pod)
-    assert sorted(h.rt.prep_calls) == sorted([("prepare_container", "a", 0), ("prepare_container", "b", 0),
-                                              ("discard_prepared", "a", 0), ("discard_prepared", "b", 0)])
+    assert sorted(h.rt.prep_calls) == sorted(
+        [
+            ("prepare_container", "a", 0),
+            ("prepare_container", "b", 0),
+            ("discard_prepared", "a", 0),
+            ("discard_prepared", "b", 0),
+        ]
+    )
     assert h.rt.prepared == {} and h.rt.containers == {}
     rt, waiting = h.published[pod.metadata.uid]
     assert waiting["a"][0] == "ContainerCreating" and "sandbox failed" in waiting["a"][1]

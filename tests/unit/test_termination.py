@@ -10,8 +10,8 @@ import pytest
 from edgelet.api.static import make_static_pod
 from edgelet.api.types import Container, Lifecycle, Pod
 from edgelet.container.types import ContainerRecord
-from edgelet.sync.syncpod import Syncer
 from edgelet.plan.termination import remaining_grace, stop_signal, termination_order
+from edgelet.sync.syncpod import Syncer
 from edgelet.testing.fakes import FakeImageStore, FakeRuntime
 from edgelet.util.backoff import Backoff
 from edgelet.util.clock import FakeClock
@@ -25,28 +25,47 @@ def make_pod(spec: dict, name: str = "p") -> Pod:
 
 
 def rec(name: str, ctype: str = "regular") -> ContainerRecord:
-    return ContainerRecord(id=f"id-{name}", pod_uid="u", pod_name="p", pod_namespace="d", name=name, attempt=0,
-                           spec_hash="h", sandbox_id="sb", state="running", pid=1, created_at=1.0,
-                           container_type=ctype)  # type: ignore[arg-type]
+    return ContainerRecord(
+        id=f"id-{name}",
+        pod_uid="u",
+        pod_name="p",
+        pod_namespace="d",
+        name=name,
+        attempt=0,
+        spec_hash="h",
+        sandbox_id="sb",
+        state="running",
+        pid=1,
+        created_at=1.0,
+        container_type=ctype,
+    )  # type: ignore[arg-type]
 
 
-SIDECARS_POD = make_pod({
-    "initContainers": [
-        {"name": "side1", "image": IMAGE, "restartPolicy": "Always"},
-        {"name": "init", "image": IMAGE},
-        {"name": "side2", "image": IMAGE, "restartPolicy": "Always"},
-    ],
-    "containers": [{"name": "main1", "image": IMAGE}, {"name": "main2", "image": IMAGE}],
-})
+SIDECARS_POD = make_pod(
+    {
+        "initContainers": [
+            {"name": "side1", "image": IMAGE, "restartPolicy": "Always"},
+            {"name": "init", "image": IMAGE},
+            {"name": "side2", "image": IMAGE, "restartPolicy": "Always"},
+        ],
+        "containers": [{"name": "main1", "image": IMAGE}, {"name": "main2", "image": IMAGE}],
+    }
+)
 
 
 @pytest.mark.parametrize(
     ("names", "expected"),
     [
         # kubelet TestTerminationOrderingSidecarStopAfterMain / ...SidecarsInReverseOrder
-        (("main1", "main2", "side1", "side2"),
-         {"id-main1": (), "id-main2": (), "id-side2": ("id-main1", "id-main2"),
-          "id-side1": ("id-main1", "id-main2", "id-side2")}),
+        (
+            ("main1", "main2", "side1", "side2"),
+            {
+                "id-main1": (),
+                "id-main2": (),
+                "id-side2": ("id-main1", "id-main2"),
+                "id-side1": ("id-main1", "id-main2", "id-side2"),
+            },
+        ),
         # Only what is being stopped is waited for.
         (("side1", "side2"), {"id-side1": ("id-side2",), "id-side2": ()}),
         # A plain init container is stopped at once, like a main container.
@@ -118,8 +137,12 @@ def test_terminate_pod_stops_sidecars_after_main_containers_in_reverse_order_the
     stops = h.stops()
     assert [s[0] for s in stops][2:] == ["side2", "side1"]
     assert {s[0] for s in stops[:2]} == {"main1", "main2"}
-    assert dict((s[0], s[2]) for s in stops) == {"main1": "SIGTERM", "main2": "SIGINT", "side1": "SIGTERM",
-                                                 "side2": "SIGTERM"}
+    assert dict((s[0], s[2]) for s in stops) == {
+        "main1": "SIGTERM",
+        "main2": "SIGINT",
+        "side1": "SIGTERM",
+        "side2": "SIGTERM",
+    }
     # The fake clock did not move while waiting: every container gets the whole grace period.
     assert {s[1] for s in stops} == {20.0}
     calls = [c[0] for c in h.rt.calls]
@@ -141,6 +164,7 @@ def test_completed_pod_stops_its_sidecars_in_reverse_order() -> None:
 
 
 # --- Killing events carry the reason as kubelet's killContainer has it ---
+
 
 class StubProbes:
     """The probe manager's side the syncer reads: a liveness failure of every running `app`, with a grace."""
@@ -169,8 +193,12 @@ def test_killing_event_for_a_changed_definition_says_it_will_be_restarted() -> N
     h = Harness()
     pod = make_pod({"terminationGracePeriodSeconds": 5, "containers": [{"name": "app", "image": IMAGE}]})
     h.sync(pod)
-    changed = msgspec.structs.replace(pod, spec=msgspec.structs.replace(
-        pod.spec, containers=[msgspec.structs.replace(pod.spec.containers[0], args=["new"])]))
+    changed = msgspec.structs.replace(
+        pod,
+        spec=msgspec.structs.replace(
+            pod.spec, containers=[msgspec.structs.replace(pod.spec.containers[0], args=["new"])]
+        ),
+    )
     h.sync(changed)
     assert killing(h) == [("spec.containers{app}", "Container app definition changed, will be restarted")]
     assert [c.attempt for c in h.rt.running()] == [1]
@@ -200,8 +228,10 @@ def test_killing_events_for_a_deleted_or_finished_pod_say_stopping() -> None:
     pod = make_pod({"containers": [{"name": "app", "image": IMAGE}, {"name": "web", "image": IMAGE}]})
     h.sync(pod)
     asyncio.run(h.syncer.terminate_pod(pod.metadata.uid, pod))
-    assert sorted(killing(h)) == [("spec.containers{app}", "Stopping container app"),
-                                  ("spec.containers{web}", "Stopping container web")]
+    assert sorted(killing(h)) == [
+        ("spec.containers{app}", "Stopping container app"),
+        ("spec.containers{web}", "Stopping container web"),
+    ]
 
     # Main containers done for good: kubelet's pod worker stops the sidecars as it stops a deleted pod.
     h = Harness()
@@ -213,5 +243,7 @@ def test_killing_events_for_a_deleted_or_finished_pod_say_stopping() -> None:
         if c.name.startswith("main"):
             h.rt.exit(c.id, 0)
     h.sync(pod)
-    assert sorted(killing(h)) == [("spec.initContainers{side1}", "Stopping container side1"),
-                                  ("spec.initContainers{side2}", "Stopping container side2")]
+    assert sorted(killing(h)) == [
+        ("spec.initContainers{side1}", "Stopping container side1"),
+        ("spec.initContainers{side2}", "Stopping container side2"),
+    ]

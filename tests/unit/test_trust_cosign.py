@@ -9,11 +9,10 @@ import json
 
 import pytest
 
-from edgelet.trust.cosign import (SIGNATURE_ANNOTATION, enforce, parse_payload, parse_signature_manifest,
-                                  signature_tag)
+from edgelet.testing.cosign import CosignKey, Signature, signature_manifest, simple_signing
+from edgelet.trust.cosign import SIGNATURE_ANNOTATION, enforce, parse_payload, parse_signature_manifest, signature_tag
 from edgelet.trust.errors import ImageSignatureError
 from edgelet.trust.policy import Identity, Match, PublicKey, Requirement
-from edgelet.testing.cosign import CosignKey, Signature, signature_manifest, simple_signing
 
 REF = "reg.example/fleet/app:1"
 DIGEST = "sha256:" + "1" * 64
@@ -47,8 +46,11 @@ def _match(*reqs: Requirement) -> Match:
 
 
 def _sigstore(identity: Identity = Identity(), *keys: CosignKey) -> Requirement:
-    return Requirement("sigstoreSigned", tuple(PublicKey("f", f"key{i}.pub", k.public_pem)
-                                               for i, k in enumerate(keys or (TRUSTED,))), identity)
+    return Requirement(
+        "sigstoreSigned",
+        tuple(PublicKey("f", f"key{i}.pub", k.public_pem) for i, k in enumerate(keys or (TRUSTED,))),
+        identity,
+    )
 
 
 def _refused(match: Match, source: Source, ref: str = REF) -> str:
@@ -74,10 +76,13 @@ def test_insecure_accept_anything_fetches_nothing():
     assert src.requests == []
 
 
-@pytest.mark.parametrize("reqs, reason", [
-    ((Requirement("reject"),), "type reject"),
-    ((Requirement("insecureAcceptAnything"), Requirement("signedBy")), "GPG"),
-])
+@pytest.mark.parametrize(
+    "reqs, reason",
+    [
+        ((Requirement("reject"),), "type reject"),
+        ((Requirement("insecureAcceptAnything"), Requirement("signedBy")), "GPG"),
+    ],
+)
 def test_refusing_requirements_ask_nothing(reqs, reason):
     src = Source([TRUSTED.sign(simple_signing(REF, DIGEST))])
     assert reason in _refused(_match(*reqs), src)
@@ -87,7 +92,8 @@ def test_refusing_requirements_ask_nothing(reqs, reason):
 def test_every_requirement_must_hold():
     src = Source([TRUSTED.sign(simple_signing(REF, DIGEST))])
     assert "not signed by a trusted key (key0.pub)" in _refused(
-        _match(_sigstore(), _sigstore(Identity(), STRANGER)), src)
+        _match(_sigstore(), _sigstore(Identity(), STRANGER)), src
+    )
 
 
 def _tampered(sig: Signature, *, payload: bytes | None = None, signature: str | None = None) -> Signature:
@@ -99,20 +105,27 @@ FLIPPED = bytearray(base64.b64decode(GOOD.signature))
 FLIPPED[-1] ^= 1
 
 
-@pytest.mark.parametrize("signatures, reason", [
-    ([], "the image has none"),
-    (None, "the image has none (no tag sha256-" + "1" * 64 + ".sig)"),
-    ([STRANGER.sign(simple_signing(REF, DIGEST))], "not signed by a trusted key (key0.pub)"),
-    ([_tampered(GOOD, payload=GOOD.payload.replace(b"1111", b"1112", 1))], "not signed by a trusted key"),
-    ([_tampered(GOOD, signature=base64.b64encode(bytes(FLIPPED)).decode())], "not signed by a trusted key"),
-    ([_tampered(GOOD, signature="not base64!")], "not signed by a trusted key"),
-    ([TRUSTED.sign(simple_signing(REF, OTHER))], f"signs manifest {OTHER}, the image is {DIGEST}"),
-    ([TRUSTED.sign(simple_signing("reg.example/fleet/app:2", DIGEST))],
-     "signed identity 'reg.example/fleet/app:2' does not match reg.example/fleet/app:1"),
-    ([TRUSTED.sign(b'{"critical": {}}')], "signed payload is malformed"),
-    ([STRANGER.sign(simple_signing(REF, DIGEST)), TRUSTED.sign(simple_signing(REF, OTHER))],
-     "signature 1: not signed by a trusted key (key0.pub); signature 2: signs manifest"),
-])
+@pytest.mark.parametrize(
+    "signatures, reason",
+    [
+        ([], "the image has none"),
+        (None, "the image has none (no tag sha256-" + "1" * 64 + ".sig)"),
+        ([STRANGER.sign(simple_signing(REF, DIGEST))], "not signed by a trusted key (key0.pub)"),
+        ([_tampered(GOOD, payload=GOOD.payload.replace(b"1111", b"1112", 1))], "not signed by a trusted key"),
+        ([_tampered(GOOD, signature=base64.b64encode(bytes(FLIPPED)).decode())], "not signed by a trusted key"),
+        ([_tampered(GOOD, signature="not base64!")], "not signed by a trusted key"),
+        ([TRUSTED.sign(simple_signing(REF, OTHER))], f"signs manifest {OTHER}, the image is {DIGEST}"),
+        (
+            [TRUSTED.sign(simple_signing("reg.example/fleet/app:2", DIGEST))],
+            "signed identity 'reg.example/fleet/app:2' does not match reg.example/fleet/app:1",
+        ),
+        ([TRUSTED.sign(b'{"critical": {}}')], "signed payload is malformed"),
+        (
+            [STRANGER.sign(simple_signing(REF, DIGEST)), TRUSTED.sign(simple_signing(REF, OTHER))],
+            "signature 1: not signed by a trusted key (key0.pub); signature 2: signs manifest",
+        ),
+    ],
+)
 def test_refusals_name_their_reason(signatures, reason):
     assert reason in _refused(_match(_sigstore()), Source(signatures))
 
@@ -122,34 +135,49 @@ def test_a_malformed_signature_manifest_is_a_refusal():
 
 
 def test_other_layers_of_the_sig_manifest_are_ignored():
-    doc = {"layers": [{"mediaType": "application/vnd.dsse.envelope.v1+json", "digest": "x"},
-                      {"mediaType": "application/vnd.dev.cosign.simplesigning.v1+json", "size": 3,
-                       "digest": "sha256:" + "a" * 64, "annotations": {SIGNATURE_ANNOTATION: "QUJD"}}]}
+    doc = {
+        "layers": [
+            {"mediaType": "application/vnd.dsse.envelope.v1+json", "digest": "x"},
+            {
+                "mediaType": "application/vnd.dev.cosign.simplesigning.v1+json",
+                "size": 3,
+                "digest": "sha256:" + "a" * 64,
+                "annotations": {SIGNATURE_ANNOTATION: "QUJD"},
+            },
+        ]
+    }
     assert [(s.digest, s.signature) for s in parse_signature_manifest(doc)] == [("sha256:" + "a" * 64, "QUJD")]
 
 
-@pytest.mark.parametrize("layer, reason", [
-    ({"digest": "sha256:x", "size": 1}, "invalid digest"),
-    ({"digest": "sha256:" + "a" * 64, "size": 10 ** 9}, "payload size"),
-    ({"digest": "sha256:" + "a" * 64, "size": True}, "payload size"),
-    ({"digest": "sha256:" + "a" * 64, "size": 1}, "annotation"),
-    ({"digest": "sha256:" + "a" * 64, "size": 1, "annotations": {SIGNATURE_ANNOTATION: "A" * 5000}}, "annotation"),
-])
+@pytest.mark.parametrize(
+    "layer, reason",
+    [
+        ({"digest": "sha256:x", "size": 1}, "invalid digest"),
+        ({"digest": "sha256:" + "a" * 64, "size": 10**9}, "payload size"),
+        ({"digest": "sha256:" + "a" * 64, "size": True}, "payload size"),
+        ({"digest": "sha256:" + "a" * 64, "size": 1}, "annotation"),
+        ({"digest": "sha256:" + "a" * 64, "size": 1, "annotations": {SIGNATURE_ANNOTATION: "A" * 5000}}, "annotation"),
+    ],
+)
 def test_malformed_signature_layers(layer, reason):
     with pytest.raises(ValueError, match=reason):
-        parse_signature_manifest({"layers": [{"mediaType": "application/vnd.dev.cosign.simplesigning.v1+json",
-                                              **layer}]})
+        parse_signature_manifest(
+            {"layers": [{"mediaType": "application/vnd.dev.cosign.simplesigning.v1+json", **layer}]}
+        )
 
 
 def test_payload_parsing_is_strict():
     assert parse_payload(simple_signing(REF, DIGEST, optional={"creator": "ci"})).manifest_digest == DIGEST
     good = json.loads(simple_signing(REF, DIGEST))
-    for bad in [{**good, "extra": 1}, {"optional": None},
-                {**good, "critical": {**good["critical"], "type": "atomic container signature"}},
-                {**good, "critical": {**good["critical"], "extra": 1}},
-                {**good, "critical": {**good["critical"], "identity": {"docker-reference": 1}}},
-                {**good, "critical": {**good["critical"], "image": {"docker-manifest-digest": DIGEST, "x": 1}}},
-                {**good, "optional": []}]:
+    for bad in [
+        {**good, "extra": 1},
+        {"optional": None},
+        {**good, "critical": {**good["critical"], "type": "atomic container signature"}},
+        {**good, "critical": {**good["critical"], "extra": 1}},
+        {**good, "critical": {**good["critical"], "identity": {"docker-reference": 1}}},
+        {**good, "critical": {**good["critical"], "image": {"docker-manifest-digest": DIGEST, "x": 1}}},
+        {**good, "optional": []},
+    ]:
         with pytest.raises(ValueError):
             parse_payload(json.dumps(bad).encode())
 
@@ -195,9 +223,20 @@ def _other_keys() -> dict[str, bytes]:
     }
 
 
-@pytest.mark.parametrize("name, ok", [("p256", True), ("p256-compressed", True), ("p256-rewrapped", True),
-                                      ("p384", False), ("rsa", False), ("ed25519", False), ("garbage", False),
-                                      ("private", False), ("empty", False)])
+@pytest.mark.parametrize(
+    "name, ok",
+    [
+        ("p256", True),
+        ("p256-compressed", True),
+        ("p256-rewrapped", True),
+        ("p384", False),
+        ("rsa", False),
+        ("ed25519", False),
+        ("garbage", False),
+        ("private", False),
+        ("empty", False),
+    ],
+)
 def test_key_format_check_agrees_with_the_library(name, ok):
     """check_p256_pem (at start, no cryptography) accepts exactly what public_key (at verification) accepts."""
     from edgelet.trust.cosign import check_p256_pem
@@ -228,9 +267,12 @@ def test_loading_a_policy_does_not_load_cryptography(tmp_path):
     import sys
 
     (tmp_path / "k.pub").write_bytes(TRUSTED.public_pem)
-    (tmp_path / "p.json").write_text(json.dumps({"default": [{"type": "sigstoreSigned",
-                                                              "keyPath": str(tmp_path / "k.pub")}]}))
-    code = ("import sys; from edgelet.trust.policy import load_policy; import edgelet.images.puller; "
-            f"load_policy({str(tmp_path / 'p.json')!r}); print(sorted(m for m in sys.modules if 'cryptography' in m))")
+    (tmp_path / "p.json").write_text(
+        json.dumps({"default": [{"type": "sigstoreSigned", "keyPath": str(tmp_path / "k.pub")}]})
+    )
+    code = (
+        "import sys; from edgelet.trust.policy import load_policy; import edgelet.images.puller; "
+        f"load_policy({str(tmp_path / 'p.json')!r}); print(sorted(m for m in sys.modules if 'cryptography' in m))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr

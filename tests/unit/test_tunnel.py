@@ -45,26 +45,29 @@ def test_a_good_config():
     assert peer.persistent_keepalive == DEFAULT_KEEPALIVE == 25
 
 
-@pytest.mark.parametrize("text, where, reason", [
-    (GOOD.replace(f"PublicKey = {HUB}", "PublicKey = no!pe"), ":7", "PublicKey: not base64"),
-    (GOOD.replace(f"PublicKey = {HUB}", "PublicKey = AAAA"), ":7", "a key is 32 bytes, this is 3"),
-    (GOOD.replace("Address = 10.99.0.7/24", "Address = 10.99.0.300/24"), ":3", "10.99.0.300/24"),
-    (GOOD.replace("hub.example.net:51820", "hub.example.net"), ":8", "Endpoint: an endpoint is host:port"),
-    (GOOD.replace("hub.example.net:51820", "hub.example.net:70000"), ":8", "port '70000' is not 1-65535"),
-    (GOOD.replace("hub.example.net:51820", "hub_1:51820"), ":8", "neither an IP address nor a DNS name"),
-    (GOOD.replace("hub.example.net:51820", "fd00::1:51820"), ":8", "[address]:port"),
-    (GOOD.replace("AllowedIPs = 10.99.0.0/24", "AllowedIPs = 10.99.0.0/40"), ":9", "10.99.0.0/40"),
-    (GOOD + "PersistentKeepalive = soon\n", ":10", "interval 'soon' is not 0-65535"),
-    (GOOD + "PostUp = iptables -F\n", ":10", "PostUp is not supported: edgelet runs no shell hooks"),
-    (GOOD + "Colour = blue\n", ":10", "unknown [Peer] key Colour"),
-    (GOOD.replace("ListenPort = 51821", "ListenPort = 51821\nListenPort = 1"), ":5", "ListenPort given twice"),
-    (GOOD.replace("[Peer]", "[Hub]"), ":6", "unknown section [Hub]"),
-    ("Address = 10.0.0.1/32\n", ":1", "a key before any [Interface] or [Peer] section"),
-    (GOOD.replace("Address = 10.99.0.7/24\n", ""), "", "[Interface] has no Address"),
-    (GOOD.split("[Peer]")[0], "", "no [Peer] section"),
-    (GOOD.replace("Endpoint = hub.example.net:51820\n", ""), "", "a [Peer] has no Endpoint (the device dials out"),
-    (GOOD.replace("[Interface]", f"[Interface]\nPrivateKey = {HUB}"), ":3", "PrivateKey is a peer's PublicKey"),
-])
+@pytest.mark.parametrize(
+    "text, where, reason",
+    [
+        (GOOD.replace(f"PublicKey = {HUB}", "PublicKey = no!pe"), ":7", "PublicKey: not base64"),
+        (GOOD.replace(f"PublicKey = {HUB}", "PublicKey = AAAA"), ":7", "a key is 32 bytes, this is 3"),
+        (GOOD.replace("Address = 10.99.0.7/24", "Address = 10.99.0.300/24"), ":3", "10.99.0.300/24"),
+        (GOOD.replace("hub.example.net:51820", "hub.example.net"), ":8", "Endpoint: an endpoint is host:port"),
+        (GOOD.replace("hub.example.net:51820", "hub.example.net:70000"), ":8", "port '70000' is not 1-65535"),
+        (GOOD.replace("hub.example.net:51820", "hub_1:51820"), ":8", "neither an IP address nor a DNS name"),
+        (GOOD.replace("hub.example.net:51820", "fd00::1:51820"), ":8", "[address]:port"),
+        (GOOD.replace("AllowedIPs = 10.99.0.0/24", "AllowedIPs = 10.99.0.0/40"), ":9", "10.99.0.0/40"),
+        (GOOD + "PersistentKeepalive = soon\n", ":10", "interval 'soon' is not 0-65535"),
+        (GOOD + "PostUp = iptables -F\n", ":10", "PostUp is not supported: edgelet runs no shell hooks"),
+        (GOOD + "Colour = blue\n", ":10", "unknown [Peer] key Colour"),
+        (GOOD.replace("ListenPort = 51821", "ListenPort = 51821\nListenPort = 1"), ":5", "ListenPort given twice"),
+        (GOOD.replace("[Peer]", "[Hub]"), ":6", "unknown section [Hub]"),
+        ("Address = 10.0.0.1/32\n", ":1", "a key before any [Interface] or [Peer] section"),
+        (GOOD.replace("Address = 10.99.0.7/24\n", ""), "", "[Interface] has no Address"),
+        (GOOD.split("[Peer]")[0], "", "no [Peer] section"),
+        (GOOD.replace("Endpoint = hub.example.net:51820\n", ""), "", "a [Peer] has no Endpoint (the device dials out"),
+        (GOOD.replace("[Interface]", f"[Interface]\nPrivateKey = {HUB}"), ":3", "PrivateKey is a peer's PublicKey"),
+    ],
+)
 def test_a_bad_config_names_file_line_and_reason(text, where, reason):
     with pytest.raises(TunnelConfigError) as err:
         parse_config(text, "/etc/edgelet/wireguard.conf")
@@ -72,11 +75,14 @@ def test_a_bad_config_names_file_line_and_reason(text, where, reason):
     assert reason in str(err.value)
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("192.0.2.1:51820", Endpoint("192.0.2.1", 51820)),
-    ("[2001:db8::1]:51820", Endpoint("2001:db8::1", 51820)),
-    ("hub:1", Endpoint("hub", 1)),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("192.0.2.1:51820", Endpoint("192.0.2.1", 51820)),
+        ("[2001:db8::1]:51820", Endpoint("2001:db8::1", 51820)),
+        ("hub:1", Endpoint("hub", 1)),
+    ],
+)
 def test_endpoints(text, expected):
     assert parse_endpoint(text) == expected
     assert str(expected) == text
@@ -154,7 +160,8 @@ def test_a_kept_key_others_may_read_is_refused(tmp_path):
 def test_peer_block_is_what_the_hub_adds():
     cfg = parse_config(GOOD, "/etc/edgelet/wireguard.conf")
     assert peer_block(bytes(range(32)), cfg, "pi-7") == (
-        f"[Peer]\n# node pi-7\nPublicKey = {HUB}\nAllowedIPs = 10.99.0.7/32\n")
+        f"[Peer]\n# node pi-7\nPublicKey = {HUB}\nAllowedIPs = 10.99.0.7/32\n"
+    )
 
 
 def test_set_request():
@@ -163,7 +170,8 @@ def test_set_request():
     assert text == (
         f"set=1\nprivate_key={bytes(range(1, 33)).hex()}\nlisten_port=51821\nreplace_peers=true\n"
         f"public_key={bytes(range(32)).hex()}\nendpoint=192.0.2.9:51820\npersistent_keepalive_interval=25\n"
-        "replace_allowed_ips=true\nallowed_ip=10.99.0.0/24\nallowed_ip=192.168.50.0/24\n\n")
+        "replace_allowed_ips=true\nallowed_ip=10.99.0.0/24\nallowed_ip=192.168.50.0/24\n\n"
+    )
     assert "endpoint=" not in uapi.set_request(cfg, {})  # a name that does not resolve yet: no endpoint
     # An adopted device: the peers the config keeps are updated in place (their sessions survive), others go.
     adopted = uapi.set_request(cfg, {}, frozenset({bytes(range(32)), b"\x07" * 32}))
@@ -172,15 +180,22 @@ def test_set_request():
 
 
 def test_parse_get():
-    answer = (f"private_key={'11' * 32}\nlisten_port=51821\npublic_key={'22' * 32}\nendpoint=192.0.2.9:51820\n"
-              "last_handshake_time_sec=1700000000\nlast_handshake_time_nsec=500000000\nrx_bytes=10\ntx_bytes=20\n"
-              "allowed_ip=10.99.0.0/24\nallowed_ip=192.168.50.0/24\n"
-              f"public_key={'33' * 32}\nlast_handshake_time_sec=0\nlast_handshake_time_nsec=0\nerrno=0\n\n")
+    answer = (
+        f"private_key={'11' * 32}\nlisten_port=51821\npublic_key={'22' * 32}\nendpoint=192.0.2.9:51820\n"
+        "last_handshake_time_sec=1700000000\nlast_handshake_time_nsec=500000000\nrx_bytes=10\ntx_bytes=20\n"
+        "allowed_ip=10.99.0.0/24\nallowed_ip=192.168.50.0/24\n"
+        f"public_key={'33' * 32}\nlast_handshake_time_sec=0\nlast_handshake_time_nsec=0\nerrno=0\n\n"
+    )
     state = uapi.parse_get(answer)
     assert state.listen_port == 51821
     first, second = state.peers
     assert (first.public_key, first.endpoint, first.last_handshake, first.rx_bytes, first.tx_bytes) == (
-        b"\x22" * 32, "192.0.2.9:51820", 1700000000.5, 10, 20)
+        b"\x22" * 32,
+        "192.0.2.9:51820",
+        1700000000.5,
+        10,
+        20,
+    )
     assert second.last_handshake is None and second.endpoint is None
     with pytest.raises(ValueError, match="errno=22"):
         uapi.parse_answer("errno=22\n\n")
@@ -210,8 +225,12 @@ def test_a_silent_peer_s_name_is_resolved_again(tmp_path):
 
         async def ask(request):
             asked.append(request)
-            return (f"public_key={bytes(range(32)).hex()}\nlast_handshake_time_sec=1700000000\nerrno=0\n\n"
-                    if request.startswith("get") else "errno=0\n\n")
+            return (
+                f"public_key={bytes(range(32)).hex()}\nlast_handshake_time_sec=1700000000\nerrno=0\n\n"
+                if request.startswith("get")
+                else "errno=0\n\n"
+            )
+
         tunnel._ask = ask  # the lowest boundary: the socket
         await tunnel.configure()
         await tunnel.check()
@@ -256,10 +275,14 @@ def test_check_reads_the_config_as_the_agent_does(tmp_path):
     assert not (tmp_path / "root").exists()  # checking writes nothing
     loaded = keys.load(conf, tmp_path / "root")
     assert tunnel_status(conf, tmp_path / "root") == (
-        "OK", f"{conf}: interface wg, address 10.99.0.7/24, hub hub.example.net:51820, public key {encode_key(loaded.public_key)}")
+        "OK",
+        f"{conf}: interface wg, address 10.99.0.7/24, hub hub.example.net:51820, public key {encode_key(loaded.public_key)}",
+    )
     write(conf, GOOD.replace("hub.example.net:51820", "hub.example.net:0"))
     assert tunnel_status(conf, tmp_path / "root") == (
-        "FAIL", f"WireGuard config {conf}:8: Endpoint: port '0' is not 1-65535")
+        "FAIL",
+        f"WireGuard config {conf}:8: Endpoint: port '0' is not 1-65535",
+    )
 
 
 def test_check_command_names_the_bad_line(tmp_path):
@@ -273,8 +296,9 @@ def test_check_command_names_the_bad_line(tmp_path):
 def test_peer_line_prints_the_hubs_peer_block_with_the_key_the_agent_will_use(tmp_path):
     conf = write(tmp_path / "wg.conf", GOOD)
     root = tmp_path / "root"
-    code, out, err = cli("tunnel", "--wireguard-config", str(conf), "--root-dir", str(root),
-                         "--hostname-override", "pi-7", "peer-line")
+    code, out, err = cli(
+        "tunnel", "--wireguard-config", str(conf), "--root-dir", str(root), "--hostname-override", "pi-7", "peer-line"
+    )
     assert (code, err) == (0, "")
     loaded = keys.load(conf, root, create=False)
     assert loaded is not None
@@ -312,16 +336,24 @@ def test_keep_up_backs_off_while_the_interface_cannot_come_up_and_never_raises(t
 # --- TunnelReady: a pure function of the tunnel's status, a condition of the Node ------------------------------
 
 
-@pytest.mark.parametrize("status, expected", [
-    (Status(up=False, last_handshake=None, error="wireguard-go: not found"),
-     (False, "TunnelDown", "the WireGuard interface is not up: wireguard-go: not found")),
-    (Status(up=True, last_handshake=None), (False, "NoHandshake", "no handshake with the hub yet")),
-    (Status(up=True, last_handshake=1700000000.0 - 60), (True, "HandshakeRecent",
-                                                          "a handshake with the hub within the last 180s")),
-    (Status(up=True, last_handshake=1700000000.0 - 181), (False, "HandshakeStale",
-                                                           "no handshake with the hub for over 180s "
-                                                           "(last at 2023-11-14T22:10:19Z)")),
-])
+@pytest.mark.parametrize(
+    "status, expected",
+    [
+        (
+            Status(up=False, last_handshake=None, error="wireguard-go: not found"),
+            (False, "TunnelDown", "the WireGuard interface is not up: wireguard-go: not found"),
+        ),
+        (Status(up=True, last_handshake=None), (False, "NoHandshake", "no handshake with the hub yet")),
+        (
+            Status(up=True, last_handshake=1700000000.0 - 60),
+            (True, "HandshakeRecent", "a handshake with the hub within the last 180s"),
+        ),
+        (
+            Status(up=True, last_handshake=1700000000.0 - 181),
+            (False, "HandshakeStale", "no handshake with the hub for over 180s (last at 2023-11-14T22:10:19Z)"),
+        ),
+    ],
+)
 def test_readiness(status, expected):
     assert readiness(status, 1700000000.0) == expected
 
@@ -330,12 +362,21 @@ def test_the_node_reports_tunnel_ready_only_with_a_tunnel():
     from edgelet.mirror.node import NodeFacts, build_node_status, node_conditions
 
     assert [c["type"] for c in node_conditions(frozenset(), ready=True, ready_message="ok")] == [
-        "MemoryPressure", "DiskPressure", "PIDPressure", "Ready"]
+        "MemoryPressure",
+        "DiskPressure",
+        "PIDPressure",
+        "Ready",
+    ]
     facts = NodeFacts(name="pi-7", node_ip="10.99.0.7", tunnel=(False, "NoHandshake", "no handshake with the hub yet"))
     status = build_node_status(facts, ready=True, ready_message="ok", now=1700000000.0)
     assert status["conditions"][-1] | {"lastHeartbeatTime": "", "lastTransitionTime": ""} == {
-        "type": "TunnelReady", "status": "False", "reason": "NoHandshake", "message": "no handshake with the hub yet",
-        "lastHeartbeatTime": "", "lastTransitionTime": ""}
+        "type": "TunnelReady",
+        "status": "False",
+        "reason": "NoHandshake",
+        "message": "no handshake with the hub yet",
+        "lastHeartbeatTime": "",
+        "lastTransitionTime": "",
+    }
     assert status["addresses"][0] == {"type": "InternalIP", "address": "10.99.0.7"}
 
 

@@ -131,6 +131,7 @@ def named(uid: str, name: str):
 
 def test_a_parked_pod_told_to_terminate_never_starts():
     """The rollout went back to the running version while the new one waited for the name: it must not start."""
+
     class SlowStop(RecordingSyncer):
         async def terminate_pod(self, uid, pod) -> None:
             if uid == "v1":
@@ -161,6 +162,7 @@ def test_a_parked_pod_told_to_terminate_never_starts():
 def test_finish_ends_the_syncs_and_lets_a_terminate_run():
     """--runonce, once judged: a sync under way is cut and none queued behind it starts, as the daemon's stop
     does; a pod told to terminate (even behind a sync) is still stopped."""
+
     async def go():
         s = RecordingSyncer()
         w = PodWorkers(s)

@@ -9,11 +9,14 @@ from edgelet.server import wschannel
 from edgelet.server.routes import HttpError
 
 
-@pytest.mark.parametrize("offered, chosen", [
-    ("v5.channel.k8s.io, v4.channel.k8s.io", "v5.channel.k8s.io"),
-    ("v4.base64.channel.k8s.io,channel.k8s.io", "v4.base64.channel.k8s.io"),
-    ("x.example, base64.channel.k8s.io", "base64.channel.k8s.io"),
-])
+@pytest.mark.parametrize(
+    "offered, chosen",
+    [
+        ("v5.channel.k8s.io, v4.channel.k8s.io", "v5.channel.k8s.io"),
+        ("v4.base64.channel.k8s.io,channel.k8s.io", "v4.base64.channel.k8s.io"),
+        ("x.example, base64.channel.k8s.io", "base64.channel.k8s.io"),
+    ],
+)
 def test_negotiate_in_the_clients_order(offered, chosen):
     assert wschannel.negotiate([("Sec-WebSocket-Protocol", offered)]) == chosen
 
@@ -25,17 +28,22 @@ def test_negotiate_nothing_offered_is_v1_and_unknown_ones_are_refused():
     assert err.value.status == 400
 
 
-@pytest.mark.parametrize("sub, semantics", [("v5.channel.k8s.io", "v4.channel.k8s.io"),
-                                            ("v4.base64.channel.k8s.io", "v4.channel.k8s.io"),
-                                            ("channel.k8s.io", "channel.k8s.io"), ("", "channel.k8s.io")])
+@pytest.mark.parametrize(
+    "sub, semantics",
+    [
+        ("v5.channel.k8s.io", "v4.channel.k8s.io"),
+        ("v4.base64.channel.k8s.io", "v4.channel.k8s.io"),
+        ("channel.k8s.io", "channel.k8s.io"),
+        ("", "channel.k8s.io"),
+    ],
+)
 def test_exec_semantics(sub, semantics):
     assert wschannel.exec_protocol(sub) == semantics
 
 
 def test_accept_token_is_rfc6455s():
     # RFC 6455's own example.
-    assert wschannel.accept_token([("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")]) == \
-        "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+    assert wschannel.accept_token([("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")]) == "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
     with pytest.raises(HttpError):
         wschannel.accept_token([("Sec-WebSocket-Key", "short")])
 
@@ -70,8 +78,9 @@ from wsproto.events import BytesMessage, CloseConnection  # noqa: E402
 from edgelet.util.clock import REAL_CLOCK  # noqa: E402
 
 
-async def _session(handler, raw: list[bytes], subprotocol: str = "v5.channel.k8s.io", *, eof: bool = False
-                   ) -> list[object]:
+async def _session(
+    handler, raw: list[bytes], subprotocol: str = "v5.channel.k8s.io", *, eof: bool = False
+) -> list[object]:
     """A WsSession on loopback fed `raw` bytes by a client; the client's events until the server closes."""
     done = asyncio.get_running_loop().create_future()
 
@@ -122,9 +131,15 @@ def test_session_echoes_stdin_to_stdout_and_closes():
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.one_of(st.binary(max_size=64),
-                          st.builds(lambda b: Connection(ConnectionType.CLIENT).send(BytesMessage(data=b)),
-                                    st.binary(max_size=64))), max_size=8))
+@given(
+    st.lists(
+        st.one_of(
+            st.binary(max_size=64),
+            st.builds(lambda b: Connection(ConnectionType.CLIENT).send(BytesMessage(data=b)), st.binary(max_size=64)),
+        ),
+        max_size=8,
+    )
+)
 def test_fuzz_a_bad_client_ends_its_session_and_nothing_else(chunks):
     async def handler(session):
         await session.channel("stdin").read()
@@ -140,8 +155,9 @@ def test_fuzz_a_bad_client_ends_its_session_and_nothing_else(chunks):
     asyncio.run(main())
 
 
-@pytest.mark.parametrize("query, ports", [({"port": ["80"]}, [80]), ({"port": ["80", "443"]}, [80, 443]),
-                                          ({"port": ["80,443"]}, [80, 443])])
+@pytest.mark.parametrize(
+    "query, ports", [({"port": ["80"]}, [80]), ({"port": ["80", "443"]}, [80, 443]), ({"port": ["80,443"]}, [80, 443])]
+)
 def test_parse_ports(query, ports):
     assert wschannel.parse_ports(query) == ports
 
@@ -178,7 +194,8 @@ def test_a_channel_never_read_holds_at_most_its_buffer_and_the_socket_pushes_bac
         async def on_conn(reader, writer):
             try:
                 await wschannel.WsSession(reader, writer, subprotocol="v5.channel.k8s.io", clock=REAL_CLOCK).run(
-                    handler)
+                    handler
+                )
             finally:
                 done.set_result(None)
 
