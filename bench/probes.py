@@ -83,7 +83,8 @@ def main() -> int:
     try:
         from edgelet.api.types import HTTPGetAction, TCPSocketAction
         from edgelet.probes.machine import Result
-        from edgelet.probes.probers import exec_probe, http_probe, target_for, tcp_probe
+        from edgelet.probes.probers import exec_probe, http_probe, tcp_probe
+        from edgelet.probes.target import target_for
 
         loop = asyncio.new_event_loop()  # the agent's own loop: asyncio's, as in edgelet.app
         rt, pod, container, sandbox, cid = loop.run_until_complete(setup(b))

@@ -9,7 +9,8 @@ import pytest
 
 from edgelet.api.types import HTTPGetAction, TCPSocketAction
 from edgelet.probes.machine import Result
-from edgelet.probes.probers import exec_probe, http_probe, target_for, tcp_probe
+from edgelet.probes.probers import exec_probe, http_probe, tcp_probe
+from edgelet.probes.target import target_for
 from edgelet.runtime.runc_runtime import RuncRuntime
 from tests.integration.test_runtime_runc import _c, _pod, _run, aio
 
