@@ -1,11 +1,12 @@
 """A signed image archive's import from the import directory: wall time and bytes read from the archive.
 
-The same run can time another tree's code for comparison (`--other-tree DIR`, e.g. a checkout of the commit
-before): each round imports the same minisign-signed archive (a busybox image plus an incompressible layer of
-`--mb` MiB) into a fresh store, alternating trees, and reports the medians. Bytes read are the process's
-`rchar` (/proc/self/io) during the scan, less the store's own copies: how often the archive itself was read.
+The same run can time other trees' code for comparison (`--other-tree DIR`, repeatable, e.g. an export of the
+commit before): each round imports the same minisign-signed archive (a busybox image plus an incompressible layer
+of `--mb` MiB) into a fresh store, alternating trees, and reports the medians. Bytes read are the process's
+`rchar` (/proc/self/io) during the scan, in archives' worth: the store's own unpacking reads each layer blob once
+more (about 1.0x of an archive that is mostly one layer), the rest is how often the archive itself was read.
 
-Run as root: `.venv/bin/python bench/import_archive.py [--mb 100] [--rounds 3] [--other-tree DIR]`.
+Run as root: `.venv/bin/python bench/import_archive.py [--mb 100] [--rounds 3] [--other-tree DIR ...]`.
 """
 
 from __future__ import annotations
@@ -47,6 +48,16 @@ print(json.dumps({"images": n, "seconds": t1 - t0, "rchar": r1 - r0}))
 """
 
 
+def drop_from_page_cache(path: Path) -> None:
+    """The archive's pages out of the page cache (this file only), so its first read comes from the disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
 def run(tree: Path, imp: Path, trusted: Path) -> dict:
     with tempfile.TemporaryDirectory(prefix="edgelet-bench-import-") as work:
         env = {**os.environ, "PYTHONPATH": str(tree)}
@@ -69,7 +80,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mb", type=int, default=100)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--other-tree", type=Path, help="another checkout to time in the same run (e.g. the code before)")
+    ap.add_argument("--cold", action="store_true", help="drop the archive from the page cache before each import")
+    ap.add_argument(
+        "--other-tree",
+        type=Path,
+        action="append",
+        default=[],
+        help="another tree to time in the same run (e.g. the code before); repeatable",
+    )
     args = ap.parse_args()
     sys.path.insert(0, str(REPO))
     from edgelet.testing.images import build_busybox_image
@@ -86,12 +104,18 @@ def main() -> None:
         key.sign(archive)
         trusted = trusted_dir(base / "trusted", key)
         size = archive.stat().st_size
-        trees = {"this tree": REPO, **({"other tree": args.other_tree.resolve()} if args.other_tree else {})}
+        trees = {"this tree": REPO, **{f"other {i + 1}": t.resolve() for i, t in enumerate(args.other_tree)}}
         results: dict[str, list[dict]] = {name: [] for name in trees}
         for _ in range(args.rounds):
             for name, tree in trees.items():
+                if args.cold:
+                    drop_from_page_cache(archive)
                 results[name].append(run(tree, imp, trusted))
-        print(f"archive {size / 1e6:.1f} MB (minisign-signed), {args.rounds} rounds, load {os.getloadavg()[0]:.1f}")
+        cache = "cold: dropped from the page cache before each import" if args.cold else "page cache warm"
+        print(
+            f"archive {size / 1e6:.1f} MB (minisign-signed), {args.rounds} rounds, {cache}, "
+            f"load {os.getloadavg()[0]:.1f}"
+        )
         for name, rs in results.items():
             secs = statistics.median(r["seconds"] for r in rs)
             reads = statistics.median(r["rchar"] for r in rs) / size

@@ -16,6 +16,7 @@ from _harness import REPO, Bench, machine, pod_manifest, running_pods
 
 from edgelet.sources.file import FileSourceState, scan_directory
 from edgelet.testing.signing import MinisignKey, SignifyKey, SshKey, missing_tools, trusted_dir
+from edgelet.trust.message import MessageReader
 from edgelet.trust.verify import Trust
 from edgelet.util.clock import RealClock
 
@@ -98,16 +99,25 @@ def manifest_figures(work: Path, n: int) -> None:
     return trust, mini, ssh
 
 
+def check_archive(trust: Trust, path: Path) -> None:
+    """An archive's signature check alone: its signature, then one read of the archive for the digests it needs."""
+    signature = trust.archive_signature(path)
+    with open(path, "rb") as f:
+        reader = MessageReader(f, signature.needs.digests, keep_whole=signature.needs.whole)
+        reader.drain()
+    trust.check_archive(reader.message(), signature)
+
+
 def archive_figures(trust: Trust, mini: MinisignKey, ssh: SshKey, archive: Path, work: Path, n: int) -> None:
     size_mb = archive.stat().st_size / 1e6
     copy = work / archive.name
     copy.write_bytes(archive.read_bytes())
     baseline = median_ms(lambda: hashlib.sha256(copy.read_bytes()).digest(), n)
     mini.sign(copy)
-    a = median_ms(lambda: trust.check_archive(copy), n)
+    a = median_ms(lambda: check_archive(trust, copy), n)
     os.unlink(str(copy) + ".minisig")
     ssh.sign(copy, namespace="edgelet-image")
-    b = median_ms(lambda: trust.check_archive(copy), n)
+    b = median_ms(lambda: check_archive(trust, copy), n)
     print(
         f"verify one image archive ({size_mb:.1f} MB, page cache warm), median of {n}: minisign {a:.1f} ms, "
         f"ssh-keygen {b:.1f} ms; the import dir's own sha256 of it (baseline): {baseline:.1f} ms"

@@ -34,6 +34,7 @@ edgelet means to raise and lets programming errors through::
     ├── server.spdy.SpdyError              a SPDY peer broke the protocol or the session ended (kubectl exec...)
     ├── sdnotify.NotifyError               systemd notification socket
     ├── util.logind.LogindUnavailable      no logind on the system bus (shutdown falls back to SIGTERM)
+    ├── util.files.NotRegularFile          a FIFO, device or symlink where a dropped file belongs (also OSError)
     ├── cli.client.AgentError              the agent answered a CLI request with an error
     └── cli.common.CommandError            a command-line request that cannot be carried out
 

@@ -821,6 +821,7 @@ KEYS: dict[str, KeySpec] = {
 }
 
 CARD_CONFIG = "config.toml"  # in card_dir
+MAX_CARD_CONFIG_BYTES = 1 << 20  # a config is a few hundred bytes; a card's must not fill the agent's memory
 # Files a card may carry that must not stay on a FAT partition (no permissions: every local user reads
 # them); packaging's edgelet-card-setup moves them to /etc/edgelet at boot, edgelet warns while they remain.
 CARD_SECRETS = ("kubeconfig", "auth.json", "manifest-url-headers", "api-tokens.csv")
@@ -887,13 +888,20 @@ def _parse_key(key: str, raw: Any, source: str, *, from_toml: bool, label: str) 
 def read_config_file(path: Path, *, regular_only: bool = False) -> dict[str, Any]:
     """Parse one TOML file into typed values; unknown keys and bad values are SettingsErrors.
 
-    `regular_only` (the card's file): a named pipe or a device there is refused, never read or waited on.
+    `regular_only` (the card's file): a named pipe, a device or a symlink there (a FAT card holds none) is
+    refused, never read or waited on, and so is a file past MAX_CARD_CONFIG_BYTES.
     """
-    from edgelet.util.files import open_regular
+    from edgelet.util.files import read_regular
 
     try:
-        with open_regular(path) if regular_only else open(path, "rb") as f:
-            data = tomllib.load(f)
+        if regular_only:
+            raw = read_regular(path, MAX_CARD_CONFIG_BYTES, follow_symlinks=False)
+            if len(raw) > MAX_CARD_CONFIG_BYTES:
+                raise SettingsError(f"{path}: larger than {MAX_CARD_CONFIG_BYTES} bytes", source=str(path))
+            data = tomllib.loads(raw.decode("utf-8"))
+        else:
+            with open(path, "rb") as f:
+                data = tomllib.load(f)
     except FileNotFoundError as exc:
         raise SettingsError(f"config file {path} does not exist", source=str(path)) from exc
     except OSError as exc:

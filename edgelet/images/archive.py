@@ -46,6 +46,9 @@ from edgelet.util.log import get_logger
 log = get_logger(__name__)
 
 MAX_JSON = 4 << 20  # bytes; manifests and configs are kilobytes, so this is generous
+# Reads of an archive given as a stream: each goes through the digests its signature needs, and tarfile's
+# default (10 KiB) would cost a hundred times more Python calls per archive.
+_STREAM_CHUNK = 1 << 20
 
 MT_OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 MT_OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -204,25 +207,45 @@ class _Contents:
         return name in self.docs or (self.layout_dir is not None and (self.layout_dir / name).is_file())
 
 
+class _Prefixed:
+    """A stream whose first bytes were already read (to see a magic number), given back in front of the rest."""
+
+    def __init__(self, head: bytes, rest: ByteSource) -> None:
+        self._head = head
+        self._rest = rest
+
+    def read(self, n: int = -1, /) -> bytes:
+        if not self._head:
+            return self._rest.read(n)
+        if n < 0:
+            out, self._head = self._head + self._rest.read(), b""
+            return out
+        out, self._head = self._head[:n], self._head[n:]
+        return out
+
+
 class _Tar:
     """A streaming reader of the archive: gzip/bz2/xz are detected by tarfile; zstd (`.tar.zst`, as k3s
-    takes) goes through `images/zstd.py`."""
+    takes) goes through `images/zstd.py`. `fileobj`, when given, is read once, front to back, never seeked."""
 
-    def __init__(self, archive: Path, fileobj: BinaryIO | None = None) -> None:
+    def __init__(self, archive: Path, fileobj: ByteSource | None = None) -> None:
         self.archive = archive
         self.dec: zstd.ZstdDecoder | None = None
         try:
             with contextlib.nullcontext(fileobj) if fileobj is not None else open(archive, "rb") as f:
-                start = f.tell()
                 head = f.read(4)
                 if head == zstd.MAGIC:
                     try:
-                        self.dec = zstd.ZstdDecoder(f, head)
+                        # Any stream will do: only a real file's descriptor is handed to zstd itself.
+                        self.dec = zstd.ZstdDecoder(f, head)  # type: ignore[arg-type]
                     except DecompressError as exc:
                         raise ArchiveError(archive, str(exc)) from exc
                 elif fileobj is not None:
-                    f.seek(start)
-                    self.tar = tarfile.open(fileobj=f, mode="r|*")
+                    self.tar = tarfile.open(
+                        fileobj=_Prefixed(head, f),
+                        mode="r|*",  # type: ignore[call-overload]
+                        bufsize=_STREAM_CHUNK,
+                    )
                     return
             if self.dec is None:
                 self.tar = tarfile.open(archive, mode="r|*")
@@ -247,7 +270,7 @@ class _Tar:
                 raise ArchiveError(self.archive, f"zstd: {exc}") from exc
 
 
-def _read_tar(archive: Path, sink: BlobSink, fileobj: BinaryIO | None = None) -> _Contents:
+def _read_tar(archive: Path, sink: BlobSink, fileobj: ByteSource | None = None) -> _Contents:
     contents = _Contents(archive, sink)
     reader = _Tar(archive, fileobj)
     try:
@@ -432,12 +455,12 @@ def _docker_images(contents: _Contents, sink: BlobSink) -> list[ArchiveImage]:
 
 
 def read_archive(
-    archive: Path, sink: BlobSink, *, wanted: Platform | None = None, fileobj: BinaryIO | None = None
+    archive: Path, sink: BlobSink, *, wanted: Platform | None = None, fileobj: ByteSource | None = None
 ) -> list[ArchiveImage]:
     """Store every blob of `archive` in `sink` and return its images (for `wanted`, default this machine).
 
     `archive` is a docker-archive or OCI archive (tar, optionally gzip'd) or an OCI layout directory;
-    `fileobj`, an archive file already open (then `archive` only names it)."""
+    `fileobj`, the archive already open, read once front to back (then `archive` only names it)."""
     wanted = wanted or host_platform()
     archive = Path(archive)
     try:

@@ -16,14 +16,15 @@ signature changes.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from edgelet.state import write_atomic
-from edgelet.trust.message import Message
+from edgelet.trust.message import MessageReader
 from edgelet.util.clock import REAL_CLOCK, Clock
 from edgelet.util.files import open_regular
 from edgelet.util.log import get_logger
@@ -31,7 +32,8 @@ from edgelet.util.log import get_logger
 if TYPE_CHECKING:
     from edgelet.events import EventRecorder
     from edgelet.images.store import ImageStore
-    from edgelet.trust.verify import Trust
+    from edgelet.trust.errors import SignatureRefused
+    from edgelet.trust.verify import ArchiveSignature, Trust
 
 log = get_logger(__name__)
 
@@ -76,9 +78,21 @@ def _signature_stats(path: Path) -> list[int]:
     return out
 
 
+def _sha256(f: BinaryIO) -> str:
+    sha = hashlib.sha256()
+    while chunk := f.read(1 << 20):
+        sha.update(chunk)
+    return "sha256:" + sha.hexdigest()
+
+
 class ImportDir:
     """Imports each archive once per content (size + mtime, then digest); a failed one is retried only when
-    it changes."""
+    it changes.
+
+    An archive is opened once, as a regular file (never through a symlink, never a FIFO or a device), and read
+    once: that one read stores its blobs and takes the digests its signature check needs, so the bytes checked
+    are the bytes imported, whatever happens to the path, the file or the medium meanwhile.
+    """
 
     def __init__(
         self,
@@ -97,8 +111,8 @@ class ImportDir:
         self._cache_file = cache_file
         self._seen: dict[str, dict[str, Any]] = self._load()
         self._kick = asyncio.Event()
-        # A test seam: called after an archive was verified and before it is imported (the race of a file
-        # renamed over the path in between is what the one descriptor closes).
+        # A test seam: called after an archive's read was verified and before its images are recorded (a file
+        # renamed over the path, or rewritten in place, in between is what the one read closes).
         self.between_verify_and_import: Callable[[Path], None] | None = None
 
     def _load(self) -> dict[str, dict[str, Any]]:
@@ -126,9 +140,7 @@ class ImportDir:
         return count
 
     def _scan_one(self, path: Path) -> tuple[int, bool]:
-        """One archive through one descriptor: hashed, verified and imported from what that descriptor reads,
-        so a file renamed over the path, or other bytes the medium returns later, are never what is imported
-        under this one's signature. Returns (images imported, whether the cache changed)."""
+        """One archive through one descriptor and one read. Returns (images imported, whether the cache changed)."""
         try:
             archive = open_regular(path, follow_symlinks=False)
         except FileNotFoundError:
@@ -136,46 +148,84 @@ class ImportDir:
         except OSError as exc:
             return 0, self._not_an_archive(path, exc)
         with archive:
-            st = os.fstat(archive.fileno())
-            cached = self._seen.get(path.name)
-            sig = _signature_stats(path) if self._trust is not None else None
-            if cache_verdict(cached, st.st_size, st.st_mtime_ns, sig) == "skip":
-                return 0, False
-            message = Message(file=archive)
             try:
-                # One read for the cache's digest and minisign's (an SSH signature's sha512 costs a read more).
-                message.compute("sha256", *(("blake2b",) if self._trust is not None else ()))
+                result = self._consider(path, archive)
             except OSError as exc:
                 log.warning("Cannot read archive in the import directory", path=str(path), err=str(exc))
                 return 0, False
-            digest = "sha256:" + message.digest("sha256").hex()
-            entry: dict[str, Any] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "digest": digest}
-            if sig is not None:
-                entry["sig"] = sig
-            if isinstance(cached, dict) and cached.get("digest") == digest and "error" not in cached:
-                self._seen[path.name] = {**cached, **entry}  # same content (copied again, touched), imported
-                return 0, True
-            refusal = self._refusal(path, message)
-            if refusal is not None:
-                entry["error"] = refusal
-                self._seen[path.name] = entry
-                return 0, True
+        if result is None:
+            return 0, False
+        self._seen[path.name], count = result
+        return count, True
+
+    def _consider(self, path: Path, archive: BinaryIO) -> tuple[dict[str, Any], int] | None:
+        """The archive's new cache entry and how many images it imported; None when its stamp is unchanged."""
+        st = os.fstat(archive.fileno())
+        cached = self._seen.get(path.name)
+        entry: dict[str, Any] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+        if self._trust is not None:
+            entry["sig"] = _signature_stats(path)
+        if cache_verdict(cached, st.st_size, st.st_mtime_ns, entry.get("sig")) == "skip":
+            return None
+        if isinstance(cached, dict) and "error" not in cached and cached.get("size") == st.st_size:
+            # Most likely the same content copied again or touched: a read tells, and spares an import.
+            digest = _sha256(archive)
+            if cached.get("digest") == digest:
+                return {**cached, **entry}, 0
+            archive.seek(0)
+        signature = None
+        if self._trust is not None:
+            from edgelet.trust.errors import SignatureRefused
+
+            try:
+                signature = self._trust.archive_signature(path)  # refused here, the archive is not even read
+            except SignatureRefused as exc:
+                return {**entry, "error": self._refused(path, exc)}, 0
+        return self._import(path, archive, entry, signature)
+
+    def _import(
+        self, path: Path, archive: BinaryIO, entry: dict[str, Any], signature: ArchiveSignature | None
+    ) -> tuple[dict[str, Any], int]:
+        """Read the archive once: that read stores its blobs and takes the digests its signature needs, and its
+        images are recorded only once that signature holds for what was read."""
+        from edgelet.trust.errors import SignatureRefused
+
+        needs = signature.needs if signature is not None else None
+        reader = MessageReader(
+            archive, ["sha256", *(needs.digests if needs else ())], keep_whole=bool(needs and needs.whole)
+        )
+        checked = False
+
+        def admit() -> bool:
+            nonlocal checked
+            checked = True
+            reader.drain()  # the digests cover the whole file, not just what the tar reader needed
+            entry["digest"] = "sha256:" + reader.hexdigest("sha256")
+            if self._trust is not None and signature is not None:
+                verified = self._trust.check_archive(reader.message(), signature)
+                log.info("Image archive signature verified", path=str(path), key=verified.key_id)
             if self.between_verify_and_import is not None:
                 self.between_verify_and_import(path)
-            count = 0
-            try:
-                archive.seek(0)
-                records = self._store.import_archive(path, pinned=True, fileobj=archive)
-            except Exception as exc:  # any archive problem is reported and the file is skipped until it changes
-                log.error("Image import failed", exc, path=str(path))
-                entry["error"] = str(exc)
-            else:
-                count = len(records)
-                entry["images"] = [r.id for r in records]
-                for r in records:
-                    log.info("Imported image", path=str(path), image=",".join(r.references) or r.id, id=r.id[:19])
-            self._seen[path.name] = entry
-            return count, True
+            return True
+
+        try:
+            records = self._store.import_archive(path, pinned=True, fileobj=reader, admit=admit)
+        except SignatureRefused as exc:
+            return {**entry, "error": self._refused(path, exc)}, 0
+        except Exception as exc:  # any archive problem is reported and the file is skipped until it changes
+            if not checked and signature is not None:
+                # A changed archive usually breaks a blob's digest first: its signature says more, so it is checked.
+                try:
+                    admit()
+                except SignatureRefused as refused:
+                    return {**entry, "error": self._refused(path, refused)}, 0
+                except OSError:
+                    pass
+            log.error("Image import failed", exc, path=str(path))
+            return {**entry, "error": str(exc)}, 0
+        for r in records:
+            log.info("Imported image", path=str(path), image=",".join(r.references) or r.id, id=r.id[:19])
+        return {**entry, "images": [r.id for r in records]}, len(records)
 
     def _not_an_archive(self, path: Path, exc: OSError) -> bool:
         """A symlink, a named pipe, a device or a directory named like an archive: refused once, with an event."""
@@ -195,24 +245,15 @@ class ImportDir:
         self._seen[path.name] = entry
         return True
 
-    def _refusal(self, path: Path, message: Message) -> str | None:
-        """Why the archive's signature is refused (after the warning event), or None: trusted, or no trust asked."""
-        if self._trust is None:
-            return None
-        from edgelet.trust.errors import SignatureRefused
+    def _refused(self, path: Path, exc: SignatureRefused) -> str:
+        """Report a refused signature (log and warning event); the cache entry's error."""
+        message = f"{path}: not imported: {exc}"
+        log.warning("Image archive refused", path=str(path), reason=exc.reason, key=exc.key_id, err=str(exc))
+        if self.events is not None:
+            from edgelet.events import InvolvedObject
 
-        try:
-            verified = self._trust.check_archive(path, message)
-        except SignatureRefused as exc:
-            message_text = f"{path}: not imported: {exc}"
-            log.warning("Image archive refused", path=str(path), reason=exc.reason, key=exc.key_id, err=str(exc))
-            if self.events is not None:
-                from edgelet.events import InvolvedObject
-
-                self.events.warning(InvolvedObject(kind="ImageArchive", name=str(path)), UNTRUSTED_REASON, message_text)
-            return message_text
-        log.info("Image archive signature verified", path=str(path), key=verified.key_id)
-        return None
+            self.events.warning(InvolvedObject(kind="ImageArchive", name=str(path)), UNTRUSTED_REASON, message)
+        return message
 
     async def run(self, on_imported: Callable[[], None]) -> None:
         """Watch the directory (inotify) and import what lands there."""

@@ -24,7 +24,7 @@ import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -528,13 +528,21 @@ class ImageStore:
             return self._record(entry)
 
     def import_archive(
-        self, path: Path, *, pinned: bool = False, progress: Progress | None = None, fileobj: BinaryIO | None = None
+        self,
+        path: Path,
+        *,
+        pinned: bool = False,
+        progress: Progress | None = None,
+        fileobj: ByteSource | None = None,
+        admit: Callable[[], bool] | None = None,
     ) -> builtins.list[ImageRecord]:
         """Import every image of a docker-archive, OCI archive or OCI layout dir (see archive.py).
 
         Blobs the archive brought that no image ends up using are removed again. `progress` counts the
-        bytes of each file read from the archive into the store. `fileobj`: the archive file already open
-        (read from where it stands), `path` then only names it."""
+        bytes of each file read from the archive into the store. `fileobj`: the archive already open, read
+        once from where it stands (`path` then only names it). `admit` is asked once every blob is stored,
+        before any layer is unpacked or image recorded: False (or its exception) imports nothing, and the
+        blobs go again."""
         path = Path(path)
         with self._locked():
             self._reload()
@@ -543,6 +551,8 @@ class ImageStore:
                 images = read_archive(
                     path, self if progress is None else _CountingSink(self, progress), fileobj=fileobj
                 )
+                if admit is not None and not admit():
+                    return []
                 records = [
                     self.commit_image(
                         manifest_digest=im.manifest_digest,

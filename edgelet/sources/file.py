@@ -23,6 +23,7 @@ from edgelet.api import decode as _decode  # noqa: F401  (imported before any sc
 from edgelet.api.annotations import ORIGIN
 from edgelet.api.types import ObjectMeta
 from edgelet.sources import ManifestProblem, SourceName, SourceSnapshot, snapshot_key
+from edgelet.util.files import NotRegularFile, open_regular
 from edgelet.util.log import get_logger
 from edgelet.util.watch import CHANGE_EVENTS
 
@@ -90,24 +91,20 @@ class _ManifestProblem(Exception):
 def _read_manifest(path: Path) -> bytes:
     """Read at most MAX_MANIFEST_BYTES of a regular file (symlinks followed)."""
     try:
-        # O_NONBLOCK: opening a FIFO dropped in the directory must not hang the scan.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        # Never opened unless regular: a FIFO dropped in the directory must not hang the scan, nor a
+        # symlink to a device act on it.
+        f = open_regular(path)
     except (FileNotFoundError, NotADirectoryError) as exc:
         raise _Skip(f"{path}: vanished or dangling symlink") from exc
+    except NotRegularFile as exc:
+        if exc.kind == "a directory":
+            raise _Skip(f"{path}: a directory") from exc
+        # A named pipe, a device or a socket: never read, and said so.
+        raise _ManifestProblem(f"not a regular file ({exc.kind}): not read") from exc
     except OSError as exc:
         raise _ManifestProblem(f"cannot open: {exc.strerror or exc}") from exc
-    try:
-        st = os.fstat(fd)
-    except OSError:
-        os.close(fd)
-        raise
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        if stat.S_ISDIR(st.st_mode):
-            raise _Skip(f"{path}: a directory")
-        # A named pipe, a device or a socket: never read (a FIFO would block a scan), and said so.
-        raise _ManifestProblem("not a regular file (a named pipe, a device or a socket): not read")
-    with os.fdopen(fd, "rb") as f:
+    with f:
+        st = os.fstat(f.fileno())
         if st.st_size > MAX_MANIFEST_BYTES:
             raise _ManifestProblem(f"file is larger than the limit of {MAX_MANIFEST_BYTES} bytes ({st.st_size} bytes)")
         try:

@@ -92,11 +92,18 @@ def version_of_comment(comment: str | None) -> int | None:
     return None
 
 
-def verify(sig: MinisignSignature, message: Message, keys: TrustedKeys) -> Ed25519Key:
-    """The key that made `sig` over `message` (and its trusted comment); SignatureRefused otherwise."""
+def signers(sig: MinisignSignature, keys: TrustedKeys) -> list[Ed25519Key]:
+    """The trusted keys that may have made `sig` (its key number), known before the message is read;
+    SignatureRefused (unknown key) when there is none."""
     candidates = keys.by_keynum(sig.keynum)
     if not candidates:
         raise SignatureRefused(UNKNOWN_KEY, f"{sig.tool} key {sig.key_id} is not trusted", key_id=sig.key_id)
+    return candidates
+
+
+def verify(sig: MinisignSignature, message: Message, keys: TrustedKeys) -> Ed25519Key:
+    """The key that made `sig` over `message` (and its trusted comment); SignatureRefused otherwise."""
+    candidates = signers(sig, keys)
     try:
         signed = message.digest("blake2b") if sig.algorithm == ALG_PREHASHED else message.whole()
     except ValueError as exc:

@@ -115,8 +115,9 @@ def signed_data(sig: SshSignature, message_hash: bytes) -> bytes:
     )
 
 
-def verify(sig: SshSignature, message: Message, keys: TrustedKeys, *, namespace: str, now: float) -> SshKey:
-    """The allowed_signers entry that made `sig` over `message` for `namespace`, valid at `now`; else SignatureRefused."""
+def signers(sig: SshSignature, keys: TrustedKeys, *, namespace: str) -> list[SshKey]:
+    """The allowed_signers entries of `sig`'s key, known before the message is read; SignatureRefused when the
+    key is not among them or the signature was made for another namespace."""
     candidates = keys.by_ssh_key(sig.public)
     if not candidates:
         probe = SshKey(principals="?", public=sig.public)
@@ -129,6 +130,12 @@ def verify(sig: SshSignature, message: Message, keys: TrustedKeys, *, namespace:
             f"signed for namespace {sig.namespace!r}, {namespace!r} is needed",
             key_id=candidates[0].key_id,
         )
+    return candidates
+
+
+def verify(sig: SshSignature, message: Message, keys: TrustedKeys, *, namespace: str, now: float) -> SshKey:
+    """The allowed_signers entry that made `sig` over `message` for `namespace`, valid at `now`; else SignatureRefused."""
+    candidates = signers(sig, keys, namespace=namespace)
     data = signed_data(sig, message.digest(HASHES[sig.hash_algorithm]))
     if not ed25519_valid(sig.public, sig.signature, data):
         raise SignatureRefused(BAD, "the signature does not match the content", key_id=candidates[0].key_id)

@@ -5,15 +5,18 @@ else minisign/signify) and returns who signed it and the signed version.
 The version of a minisign signature is in its trusted comment
 (`edgelet-version: N`, else minisign's own `timestamp:N`); signify and SSH
 signatures have no signed comment, so for them the version is a line
-`# edgelet-version: N` in the signed manifest itself. `Trust` adds the
-replay check and the record of what was accepted.
+`# edgelet-version: N` in the signed manifest itself. `needs_of` says, before
+an archive is read, which digests its check will need, so that one read of the
+archive feeds both its check and its import. `Trust` adds the replay check and
+the record of what was accepted.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,6 +31,7 @@ from edgelet.trust.versions import VersionStore
 from edgelet.util.files import read_regular
 
 if TYPE_CHECKING:
+    from edgelet.trust import minisign, sshsig
     from edgelet.util.clock import Clock
 
 MAX_SIGNATURE_BYTES = 64 * 1024
@@ -49,6 +53,29 @@ def body_version(body: bytes) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def _parse(signature: bytes) -> minisign.MinisignSignature | sshsig.SshSignature:
+    from edgelet.trust import minisign, sshsig
+
+    if len(signature) > MAX_SIGNATURE_BYTES:
+        raise SignatureRefused(MALFORMED, f"signature larger than {MAX_SIGNATURE_BYTES} bytes")
+    try:
+        text = signature.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SignatureRefused(MALFORMED, "the signature is not UTF-8 text") from exc
+    return sshsig.parse_signature(text) if sshsig.is_armored(text) else minisign.parse_signature(text)
+
+
+@contextmanager
+def _naming(name: str) -> Iterator[None]:
+    """A refusal raised inside names the signature's file or URL."""
+    try:
+        yield
+    except SignatureRefused as exc:
+        if exc.signature is None and name:
+            raise SignatureRefused(exc.reason, exc.detail, key_id=exc.key_id, signature=name) from exc
+        raise
+
+
 def check_signature(
     message: Message, signature: bytes | None, keys: TrustedKeys, *, namespace: str, now: float, name: str = ""
 ) -> Verified:
@@ -60,41 +87,52 @@ def check_signature(
 
     if signature is None:
         raise SignatureRefused(MISSING, "no signature", signature=name or None)
-    try:
-        if len(signature) > MAX_SIGNATURE_BYTES:
-            raise SignatureRefused(MALFORMED, f"signature larger than {MAX_SIGNATURE_BYTES} bytes")
-        try:
-            text = signature.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise SignatureRefused(MALFORMED, "the signature is not UTF-8 text") from exc
-        if sshsig.is_armored(text):
-            ssh_key = sshsig.verify(sshsig.parse_signature(text), message, keys, namespace=namespace, now=now)
+    with _naming(name):
+        sig = _parse(signature)
+        if isinstance(sig, sshsig.SshSignature):
+            ssh_key = sshsig.verify(sig, message, keys, namespace=namespace, now=now)
             version = body_version(message.data) if message.data is not None else None
             return Verified(key_id=ssh_key.key_id, version=version, signature=name)
-        sig = minisign.parse_signature(text)
         key = minisign.verify(sig, message, keys)
         if sig.trusted_comment is None:  # signify
             version = body_version(message.data) if message.data is not None else None
         else:
             version = minisign.version_of_comment(sig.trusted_comment)
         return Verified(key_id=key.key_id, version=version, signature=name)
-    except SignatureRefused as exc:
-        if exc.signature is None and name:
-            raise SignatureRefused(exc.reason, exc.detail, key_id=exc.key_id, signature=name) from exc
-        raise
-    except OSError as exc:  # an archive that vanished or cannot be read while hashing
-        raise SignatureRefused(
-            MALFORMED, f"cannot read what was signed: {exc.strerror or exc}", signature=name or None
-        ) from exc
 
 
-def read_signature_beside(path: Path) -> tuple[bytes | None, str]:
+@dataclass(frozen=True)
+class Needs:
+    """What checking a signature needs of its message: these digests (hashlib names), or the message whole."""
+
+    digests: frozenset[str]
+    whole: bool = False
+
+
+def needs_of(signature: bytes, keys: TrustedKeys, *, namespace: str, name: str = "") -> Needs:
+    """What checking `signature` needs of its message, so that one read of the message can take just that.
+
+    SignatureRefused for all that is refused before the message is read: a signature that does not parse,
+    made by a key that is not trusted, or (SSH) for another namespace.
+    """
+    from edgelet.trust import minisign, sshsig
+
+    with _naming(name):
+        sig = _parse(signature)
+        if isinstance(sig, sshsig.SshSignature):
+            sshsig.signers(sig, keys, namespace=namespace)
+            return Needs(frozenset({sshsig.HASHES[sig.hash_algorithm]}))
+        minisign.signers(sig, keys)
+        return Needs(frozenset({"blake2b"})) if sig.algorithm == minisign.ALG_PREHASHED else Needs(frozenset(), True)
+
+
+def read_signature_beside(path: Path, *, follow_symlinks: bool = True) -> tuple[bytes | None, str]:
     """The first of `path.minisig`, `path.sig` that exists, and its name; (None, expected names) when neither."""
     for suffix in SIGNATURE_SUFFIXES:
         candidate = Path(str(path) + suffix)
         try:
             # A named pipe planted as a signature must neither hang the scan nor be read as one.
-            data = read_regular(candidate, MAX_SIGNATURE_BYTES)
+            data = read_regular(candidate, MAX_SIGNATURE_BYTES, follow_symlinks=follow_symlinks)
         except FileNotFoundError:
             continue
         except OSError as exc:
@@ -125,13 +163,19 @@ class Trust:
             Message(data=body), signature, self.keys, namespace=MANIFEST_NAMESPACE, now=self._clock.now(), name=name
         )
 
-    def check_archive(self, path: Path, message: Message) -> Verified:
-        """The archive at `path`, as `message` (its open descriptor) reads it, against the signature beside it."""
-        signature, name = read_signature_beside(path)
+    def archive_signature(self, path: Path) -> ArchiveSignature:
+        """The signature beside an archive and what its check needs of the archive; SignatureRefused when it is
+        missing or refused before the archive is read (see `needs_of`). An archive is no symlink, nor is its
+        signature."""
+        signature, name = read_signature_beside(path, follow_symlinks=False)
         if signature is None:
             raise SignatureRefused(MISSING, f"no {name}")
+        return ArchiveSignature(signature, name, needs_of(signature, self.keys, namespace=ARCHIVE_NAMESPACE, name=name))
+
+    def check_archive(self, message: Message, signature: ArchiveSignature) -> Verified:
+        """Whether `signature` holds for the archive as `message` (a MessageReader's, after its one read) has it."""
         return check_signature(
-            message, signature, self.keys, namespace=ARCHIVE_NAMESPACE, now=self._clock.now(), name=name
+            message, signature.data, self.keys, namespace=ARCHIVE_NAMESPACE, now=self._clock.now(), name=signature.name
         )
 
     def check_replay(self, source_key: str, pods: Iterable[str], verified: Verified, body: bytes) -> None:
@@ -201,6 +245,15 @@ class Trust:
             self._copy_path(source_key).unlink()
         except FileNotFoundError:
             pass
+
+
+@dataclass(frozen=True)
+class ArchiveSignature:
+    """An archive's detached signature file: its bytes, its path, and what its check needs of the archive."""
+
+    data: bytes
+    name: str
+    needs: Needs
 
 
 class AcceptedCopy(msgspec.Struct, frozen=True):

@@ -144,3 +144,56 @@ def test_the_card_cannot_turn_verification_off_nor_name_a_program(agent, tmp_pat
     assert "runtime, trusted_keys cannot be set on the card" in check, check
     assert not marker.exists()
     agent.stop()
+
+
+@pytest.mark.timeout(240)
+def test_named_pipes_in_the_manifest_card_and_import_dirs_stop_nothing(
+    agent, tmp_path: Path, card_archive: Path
+) -> None:
+    """A FIFO as a manifest, as a signature, as an archive, as an archive's signature and as the card's config.toml:
+    the agent starts, each is refused by name, and the signed pods beside them run (a hang fails on the timeout)."""
+    import os
+
+    minisign, keys = _signing_node(agent, tmp_path)
+    agent.write_manifest("web.yaml", sleeper_yaml("web", policy="Never"))
+    minisign.sign(agent.manifests / "web.yaml", version=1)
+    os.mkfifo(agent.manifests / "pipe.yaml")
+    agent.write_manifest("db.yaml", sleeper_yaml("db", policy="Never"))
+    os.mkfifo(agent.manifests / "db.yaml.minisig")
+    card = tmp_path / "card"
+    (card / "manifests").mkdir(parents=True)
+    (card / "images").mkdir()
+    os.mkfifo(card / "config.toml")
+    os.mkfifo(card / "manifests" / "pipe.yaml")
+    signed = card / "manifests" / "sensor.yaml"
+    signed.write_text(sleeper_yaml("sensor", CARD_IMAGE, policy="Never"))
+    minisign.sign(signed, version=1)
+    shutil.copy(card_archive, card / "images" / card_archive.name)
+    minisign.sign(card / "images" / card_archive.name)
+    os.mkfifo(card / "images" / "pipe.tar")
+    imports = agent.paths.root_dir / "images" / "import"
+    shutil.copy(card_archive, imports / "other.tar")
+    os.mkfifo(imports / "other.tar.minisig")
+
+    agent.start("--card-dir", str(card), "--trusted-keys", str(keys))
+    for pod in ("web", "sensor"):  # the sensor's image comes only from the card's signed archive
+        wait_for(lambda: (r := agent.pod(pod)) and r["status"] == "Running", timeout=90, what=f"{pod} Running")
+    rejected = wait_for(
+        lambda: len(rows := agent.snapshot().get("rejected", [])) >= 3 and rows,
+        timeout=60,
+        what="the three FIFO manifests reported",
+    )
+    by_origin = {r["origin"]: r["message"] for r in rejected}
+    assert "not a regular file" in by_origin[str(agent.manifests / "pipe.yaml")]
+    assert "not a regular file" in by_origin[str(card / "manifests" / "pipe.yaml")]
+    assert "a named pipe, not a regular file" in by_origin[str(agent.manifests / "db.yaml")]
+    events = wait_for(
+        lambda: (out := agent.cli("events")) and "pipe.tar" in out and "other.tar" in out and out,
+        timeout=60,
+        what="the FIFO archive and signature refused",
+    )
+    assert "InvalidArchive" in events and "UntrustedArchive" in events
+    assert agent.pod("db") is None
+    log = agent.log()
+    assert "Card configuration ignored" in log and "a named pipe, not a regular file" in log
+    agent.stop()

@@ -55,9 +55,9 @@ def test_cache_verdict(cached, size, mtime, want):
 class CountingStore(ImageStore):
     imports = 0
 
-    def import_archive(self, path, *, pinned=False, fileobj=None):
+    def import_archive(self, path, *, pinned=False, **kwargs):
         self.imports += 1
-        return super().import_archive(path, pinned=pinned, fileobj=fileobj)
+        return super().import_archive(path, pinned=pinned, **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -158,11 +158,11 @@ def test_gc_thresholds_on_a_small_tmpfs(tmp_path: Path, tarball: Path) -> None:
 class FailingOnceStore(CountingStore):
     """Fails its first import as a full disk would (ENOSPC while unpacking)."""
 
-    def import_archive(self, path, *, pinned=False, fileobj=None):
+    def import_archive(self, path, *, pinned=False, **kwargs):
         self.imports += 1
         if self.imports == 1:
             raise OSError(28, "No space left on device")
-        return ImageStore.import_archive(self, path, pinned=pinned, fileobj=fileobj)
+        return ImageStore.import_archive(self, path, pinned=pinned, **kwargs)
 
 
 def test_an_archive_whose_import_failed_is_tried_again_once_touched(tmp_path: Path, tarball: Path) -> None:

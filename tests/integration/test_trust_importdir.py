@@ -113,6 +113,51 @@ def test_an_archive_renamed_over_the_path_after_its_check_is_never_imported(
     assert "signature refused (bad)" in refusals(events)[-1]
 
 
+def _rewrite_in_place(source: Path):
+    """A fault hook writing `source`'s bytes over the archive's own inode (what a process with write access, or
+    a removable medium returning other bytes on a second read, does to the descriptor's next read)."""
+
+    def rewrite(path: Path) -> None:
+        with open(path, "r+b") as f:
+            f.truncate(0)
+            f.write(source.read_bytes())
+
+    return rewrite
+
+
+@pytest.mark.parametrize("how", ["minisign", "ssh"])
+def test_an_archive_rewritten_in_place_after_its_check_is_never_imported(
+    tmp_path: Path, keys: dict, tarball: Path, how: str
+) -> None:
+    """The bytes checked are the bytes imported: one read feeds both, so a rewrite of the same file after the
+    check (the descriptor still reads it) changes nothing that is imported or pinned."""
+    d, store, events, archive = setup(tmp_path, keys, tarball)
+    if how == "ssh":
+        keys["ssh"].sign(archive, namespace=ARCHIVE_NAMESPACE)
+    else:
+        keys["minisign"].sign(archive)
+    evil = build_busybox_image(tmp_path / "evil.tar", name="edgelet.local/evil:1", extra_layers=[{"evil": b"1"}])
+    d.between_verify_and_import = _rewrite_in_place(evil)
+    assert d.scan() == 1
+    [rec] = store.list()
+    assert rec.references == ("edgelet.local/signed:1",) and rec.pinned
+    # The file now holds the unsigned bytes: checked as any change is, and refused.
+    d.between_verify_and_import = None
+    assert d.scan() == 0
+    assert [r.references for r in store.list()] == [("edgelet.local/signed:1",)]
+    assert "signature refused (bad)" in refusals(events)[-1]
+
+
+def test_a_refused_read_leaves_no_blob_behind(tmp_path: Path, keys: dict, tarball: Path) -> None:
+    """Blobs are stored as the archive streams past, before its signature can be checked: a refusal removes them."""
+    d, store, events, archive = setup(tmp_path, keys, tarball)
+    other = build_busybox_image(tmp_path / "other.tar", name="edgelet.local/other:1", extra_layers=[{"o": b"1"}])
+    keys["minisign"].sign(other, out=Path(str(archive) + ".minisig"))  # a valid signature, of another file
+    assert d.scan() == 0 and store.list() == []
+    assert "signature refused (bad)" in refusals(events)[0]
+    assert os.listdir(tmp_path / "s" / "blobs" / "sha256") == [] and os.listdir(tmp_path / "s" / "tmp") == []
+
+
 @pytest.mark.timeout(60)
 def test_a_fifo_or_symlink_in_the_import_dir_is_refused_never_waited_on(
     tmp_path: Path, keys: dict, tarball: Path
