@@ -75,3 +75,10 @@ def uid(pod: "Pod") -> str:
     if not value:
         raise IncompletePod(f"pod {meta(pod).name} has no uid")
     return value
+
+
+def log_name(pod: "Pod | None") -> str | None:
+    """`namespace/name` of a pod, as logs name it; None without a pod (an orphan's container) or its metadata."""
+    if pod is None or pod.metadata is None:
+        return None
+    return f"{pod.metadata.namespace}/{pod.metadata.name}"
