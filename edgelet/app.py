@@ -44,7 +44,7 @@ class Agent:
         from edgelet.sync.workers import PodWorkers
         from edgelet.util.backoff import Backoff
 
-        self.settings = s = settings
+        self.settings = settings
         self.clock = clock = clock_from_environ(os.environ)
         self.paths = paths = settings.runtime_paths()
         wiring.prepare_state_dirs(settings, paths)
@@ -61,8 +61,9 @@ class Agent:
             self.metrics = Metrics(clock)
         self.runtime = wiring.build_runtime(settings, paths, clock, self.images, self.metrics,
                                             on_warning=self._runtime_warning)
-        self.log_rotator = LogRotator(paths, clock, max_size=s.container_log_max_size,
-                                      max_files=s.container_log_max_files, interval=s.container_log_monitor_interval)
+        self.log_rotator = LogRotator(paths, clock, max_size=settings.container_log_max_size,
+                                      max_files=settings.container_log_max_files,
+                                      interval=settings.container_log_monitor_interval)
         self.pleg = Pleg(self.runtime, paths.exit_dir, clock=clock)
         self._networks_marked = float("-inf")  # monotonic time a CNI CHECK last marked sandboxes broken
         self.backoff = Backoff()
@@ -294,16 +295,16 @@ class Agent:
         from edgelet.eviction.thresholds import hard_reserved
         from edgelet.mirror.node import Taint, host_facts, parse_runc_version, with_reservations
 
-        s = self.settings
+        settings = self.settings
         if self._base_facts is None:
-            host = host_facts(s.node_name, root_dir=self.paths.root_dir,
+            host = host_facts(settings.node_name, root_dir=self.paths.root_dir,
                               runtime_version=parse_runc_version(self._runtime_version),
-                              edgelet_version=__version__, node_ip=s.node_ip or self.publisher.host_ip)
-            taints = tuple(Taint(k, v, e) for k, v, e in s.register_with_taints)
+                              edgelet_version=__version__, node_ip=settings.node_ip or self.publisher.host_ip)
+            taints = tuple(Taint(k, v, e) for k, v, e in settings.register_with_taints)
             self._base_facts = with_reservations(
-                dataclasses.replace(host, labels=s.node_labels, taints=taints),
-                total_reserved(s.system_reserved, s.kube_reserved),
-                hard_reserved(s.eviction_hard, memory_bytes=host.memory_bytes, disk_bytes=host.ephemeral_bytes))
+                dataclasses.replace(host, labels=settings.node_labels, taints=taints),
+                total_reserved(settings.system_reserved, settings.kube_reserved),
+                hard_reserved(settings.eviction_hard, memory_bytes=host.memory_bytes, disk_bytes=host.ephemeral_bytes))
         images = tuple((tuple(r.references) + (r.id,), r.size) for r in self.images.list())
         pressure = self.eviction.conditions if self.eviction is not None else frozenset()
         port = self.node_api.port if self.node_api is not None else None

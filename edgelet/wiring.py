@@ -185,11 +185,10 @@ def build_rollout(settings: "Settings", paths: "RuntimePaths", clock: "Clock", e
     from edgelet.rollout.store import RolloutStore
     from edgelet.sync.rollout import RolloutManager
 
-    s = settings
     return RolloutManager(
-        RolloutStore(paths.root_dir), clock=clock, events=events, enabled=s.rollout,
-        policy=Policy(deadline=s.rollout_deadline, window=s.rollout_stability_window,
-                      strategy="Surge" if s.rollout_strategy == "Surge" else "Replace"),
+        RolloutStore(paths.root_dir), clock=clock, events=events, enabled=settings.rollout,
+        policy=Policy(deadline=settings.rollout_deadline, window=settings.rollout_stability_window,
+                      strategy="Surge" if settings.rollout_strategy == "Surge" else "Replace"),
         images=images, backoff=backoff, runtime_pods=pleg.pods, status_of=status_of)
 
 
@@ -248,20 +247,19 @@ def build_mirror(settings: "Settings", *, publisher: "StatusPublisher", events: 
     from edgelet.mirror.node import validate_node_labels
     from edgelet import __version__
 
-    s = settings
-    assert s.kubeconfig is not None
+    assert settings.kubeconfig is not None
     try:
-        validate_node_labels(dict(s.node_labels))
-        cfg = load_kubeconfig(s.kubeconfig)
+        validate_node_labels(dict(settings.node_labels))
+        cfg = load_kubeconfig(settings.kubeconfig)
         client = KubeClient(cfg, version=__version__)
     except MirrorError as exc:
         raise ConfigurationError(str(exc)) from exc
     mirror = MirrorManager(
-        client, node=s.node_name, server=cfg.server, facts=facts, publisher=publisher,
-        events=events, clock=clock, is_ready=is_ready, register_node=s.register_node,
-        status_frequency=s.node_status_update_frequency, report_frequency=s.node_status_report_frequency,
-        lease_duration=s.node_lease_duration_seconds, lease_renew_interval=s.node_lease_renew_interval)
-    log.info("Reporting to the apiserver", server=cfg.server, node=s.node_name)
+        client, node=settings.node_name, server=cfg.server, facts=facts, publisher=publisher,
+        events=events, clock=clock, is_ready=is_ready, register_node=settings.register_node,
+        status_frequency=settings.node_status_update_frequency, report_frequency=settings.node_status_report_frequency,
+        lease_duration=settings.node_lease_duration_seconds, lease_renew_interval=settings.node_lease_renew_interval)
+    log.info("Reporting to the apiserver", server=cfg.server, node=settings.node_name)
     return mirror
 
 
@@ -275,19 +273,18 @@ def build_eviction(settings: "Settings", paths: "RuntimePaths", clock: "Clock", 
     from edgelet.eviction.errors import EvictionConfigError
     from edgelet.eviction.thresholds import configure
 
-    s = settings
     try:
-        thresholds = configure(s.eviction_hard or "", s.eviction_soft or "", s.eviction_soft_grace_period or "",
-                               s.eviction_minimum_reclaim or "")
+        thresholds = configure(settings.eviction_hard or "", settings.eviction_soft or "",
+                               settings.eviction_soft_grace_period or "", settings.eviction_minimum_reclaim or "")
     except EvictionConfigError as exc:
         raise ConfigurationError(str(exc)) from exc
-    if not thresholds or s.runonce:
+    if not thresholds or settings.runonce:
         return None
     from edgelet.eviction.manager import EvictionManager
     from edgelet.eviction.signals import HostSignals
     from edgelet.eviction.usage import pod_usages
 
-    signals = HostSignals(s.root_dir, s.images_dir)
+    signals = HostSignals(settings.root_dir, settings.images_dir)
 
     def dirs_of(pod):
         meta = pod.metadata
@@ -308,9 +305,9 @@ def build_eviction(settings: "Settings", paths: "RuntimePaths", clock: "Clock", 
         await image_gc.collect(force=True)
 
     return EvictionManager(thresholds, clock=clock, observe=signals.observe, usage=usage, evict=evict,
-                           readmit=readmit, reclaim=reclaim, interval=s.eviction_monitoring_interval,
-                           transition_period=s.eviction_pressure_transition_period,
-                           max_pod_grace=s.eviction_max_pod_grace_period)
+                           readmit=readmit, reclaim=reclaim, interval=settings.eviction_monitoring_interval,
+                           transition_period=settings.eviction_pressure_transition_period,
+                           max_pod_grace=settings.eviction_max_pod_grace_period)
 
 
 def build_node_shutdown(settings: "Settings", clock: "Clock", *, loop: "SyncLoop", syncer: "Syncer",
@@ -320,8 +317,7 @@ def build_node_shutdown(settings: "Settings", clock: "Clock", *, loop: "SyncLoop
     from edgelet.eviction.decide import pod_priority
     from edgelet.sync.shutdown import MESSAGE, REASON, NodeShutdown
 
-    s = settings
-    if s.shutdown_grace_period <= 0:
+    if settings.shutdown_grace_period <= 0:
         return None
 
     def priorities() -> dict[str, int]:
@@ -343,8 +339,8 @@ def build_node_shutdown(settings: "Settings", clock: "Clock", *, loop: "SyncLoop
         syncer.readmit(uid)
         loop.emit_probe_result(uid)
 
-    return NodeShutdown(clock=clock, total=s.shutdown_grace_period,
-                        critical=s.shutdown_grace_period_critical_pods, priorities=priorities, stop=stop,
+    return NodeShutdown(clock=clock, total=settings.shutdown_grace_period,
+                        critical=settings.shutdown_grace_period_critical_pods, priorities=priorities, stop=stop,
                         running=running, restart=restart)
 
 
@@ -401,29 +397,29 @@ class NodeApiPlan:
         """The port to advertise: the bound one, else the configured one."""
         if self.server is not None and self.server.port is not None:
             return self.server.port
-        s = self._settings
-        return s.port if s.port else None
+        settings = self._settings
+        return settings.port if settings.port else None
 
     async def start(self):
         from edgelet.server.auth import AuthConfigError
         from edgelet.server.nodeapi import DEFAULT_PORT, NodeApi, NodeApiServer, build_config
         from edgelet.server.tls import TlsError
 
-        s = self._settings
+        settings = self._settings
         try:
             config = await build_config(
-                node_name=s.node_name, root_dir=s.root_dir,
-                addresses=[x for x in (s.node_ip or self._host_ip(), s.address) if x],
-                cert=s.tls_cert_file, key=s.tls_private_key_file, client_ca=s.client_ca_file,
-                token_file=s.api_token_file, grants=s.node_api_grants)
+                node_name=settings.node_name, root_dir=settings.root_dir,
+                addresses=[x for x in (settings.node_ip or self._host_ip(), settings.address) if x],
+                cert=settings.tls_cert_file, key=settings.tls_private_key_file, client_ca=settings.client_ca_file,
+                token_file=settings.api_token_file, grants=settings.node_api_grants)
         except (TlsError, AuthConfigError) as exc:
             raise ConfigurationError(str(exc)) from exc
         from edgelet.server.spdy import Limits
 
         handler = NodeApi(self._api, config, stats=self._stats, runtime_pods=self._runtime_pods,
-                          metrics=self._metrics, cgroup_root=s.cgroup_root,
-                          spdy_limits=Limits(idle_timeout=s.streaming_connection_idle_timeout))
-        self.server = NodeApiServer(handler, config, s.address or "0.0.0.0",
-                                    DEFAULT_PORT if s.port is None else s.port)
+                          metrics=self._metrics, cgroup_root=settings.cgroup_root,
+                          spdy_limits=Limits(idle_timeout=settings.streaming_connection_idle_timeout))
+        self.server = NodeApiServer(handler, config, settings.address or "0.0.0.0",
+                                    DEFAULT_PORT if settings.port is None else settings.port)
         await self.server.start()
         return self.server

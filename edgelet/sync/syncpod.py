@@ -495,7 +495,8 @@ class Syncer:
             try:
                 await asyncio.wait_for(asyncio.gather(*(e.wait() for e in turn)), timeout=grace)
             except TimeoutError:
-                log.info("Stopping container before its turn: grace period spent", pod=log_name(pod), container=cid[:12])
+                log.info("Stopping container before its turn: grace period spent", pod=log_name(pod),
+                         container=cid[:12])
             grace = remaining_grace(grace, self._clock.monotonic() - began)
         # The runtime gives at least 2 s between the stop signal and SIGKILL (kubelet minimumGracePeriodInSeconds).
         await self._runtime.stop_container(cid, grace, self._stop_signal(pod, record))
