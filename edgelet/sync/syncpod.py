@@ -125,7 +125,7 @@ class Syncer:
         return result
 
     async def _sync_pod(self, pod: "Pod", st: PodSyncState) -> SyncResult:
-        """kubelet's SyncPod, the numbered steps of the module docstring, for a pod admitted and not evicted."""
+        """kubelet's SyncPod in the numbered steps of the module docstring; a pod refused or evicted is held stopped."""
         uid = pod_uid(pod)
         now = self._clock.monotonic()
         if not st.host_access_warned:
