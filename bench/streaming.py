@@ -86,6 +86,30 @@ def http_get(sock_factory, size: int) -> float:
     return asyncio.run(run())
 
 
+def start_node_agent(
+    b: Bench, api: ApiServer, kubeconfig: Path, crt: Path, key: Path, *extra: str, source: Path = REPO
+) -> None:
+    """The agent (run from `source`) with its node API on loopback (an ephemeral port), registered with `api`."""
+    b.start_agent(
+        "--kubeconfig",
+        str(kubeconfig),
+        "--node-ip",
+        "127.0.0.1",
+        "--address",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--client-ca-file",
+        str(api.ca_file),
+        "--tls-cert-file",
+        str(crt),
+        "--tls-private-key-file",
+        str(key),
+        *extra,
+        source=source,
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--n", type=int, default=20)
@@ -101,22 +125,7 @@ def main() -> None:
         kubeconfig = api.kubeconfig(b.base / "kubeconfig", token=api.node_token(NODE))
         crt, key = api.kubelet_serving_cert(NODE)
         b.put_manifest("web.yaml", pod(args.mb))
-        b.start_agent(
-            "--kubeconfig",
-            str(kubeconfig),
-            "--node-ip",
-            "127.0.0.1",
-            "--address",
-            "127.0.0.1",
-            "--port",
-            "0",
-            "--client-ca-file",
-            str(api.ca_file),
-            "--tls-cert-file",
-            str(crt),
-            "--tls-private-key-file",
-            str(key),
-        )
+        start_node_agent(b, api, kubeconfig, crt, key)
         admin = api.kubeconfig(b.base / "kubeconfig-admin", token=ADMIN_TOKEN)
         kubectl = [str(api.bin_dir / "kubectl"), f"--kubeconfig={admin}"]
         podname = f"web-{NODE}"

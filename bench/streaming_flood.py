@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _harness import REPO, Bench, machine
-from streaming import NODE, wait
+from streaming import NODE, start_node_agent, wait
 
 from edgelet.testing import wsflood
 from edgelet.testing.apiserver import ADMIN_TOKEN, ApiServer, kube_bin_dir, make_cert
@@ -84,25 +84,7 @@ def main() -> None:
         client = make_cert(pki, "flood", (pki / "ca.crt", pki / "ca.key"), "/O=ops/CN=flood")
         for name, text in pods().items():
             b.put_manifest(f"{name}.yaml", text)
-        b.start_agent(
-            "--kubeconfig",
-            str(kubeconfig),
-            "--node-ip",
-            "127.0.0.1",
-            "--address",
-            "127.0.0.1",
-            "--port",
-            "0",
-            "--client-ca-file",
-            str(api.ca_file),
-            "--tls-cert-file",
-            str(crt),
-            "--tls-private-key-file",
-            str(key),
-            "--node-api-grants",
-            "group:ops=proxy",
-            source=source,
-        )
+        start_node_agent(b, api, kubeconfig, crt, key, "--node-api-grants", "group:ops=proxy", source=source)
         log = b.base / "agent.log"
         port = int(wait(lambda: re.search(r"Node API listening.*?port=(\d+)", log.read_text()), 120, "the node API")[1])
         admin = api.kubeconfig(b.base / "kubeconfig-admin", token=ADMIN_TOKEN)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from edgelet.mirror.errors import NodeLabelError
+from edgelet.util.clock import read_boot_id
 
 MAX_PODS = 110  # kubelet's default --max-pods
 LEASE_NAMESPACE = "kube-node-lease"
@@ -367,7 +368,7 @@ def host_facts(name: str, *, root_dir: Path, runtime_version: str, edgelet_versi
         node_ip=node_ip,
         hostname=name,
         machine_id=_read("/etc/machine-id"),
-        boot_id=_read("/proc/sys/kernel/random/boot_id"),
+        boot_id=read_boot_id(),
     )
 
 
