@@ -223,7 +223,7 @@ class RolloutManager:
                 # Not fsynced: it is on every new pod's start path (two fsyncs on the event loop, tens of ms on
                 # a card), and a copy lost or emptied by a power cut is read as no record, which gives the
                 # same first version again.
-                if not self._save(StoredRollout(record=rec, pods={uid: encode_pod(pod)}), durable=False):
+                if not self._save_unsynced(StoredRollout(record=rec, pods={uid: encode_pod(pod)})):
                     out[uid] = pod  # nothing to roll back to either way: it runs as today, recorded later
                     continue
                 self._events.normal(
@@ -293,12 +293,12 @@ class RolloutManager:
             pod = self._decoded[h] = decode_pod(data)
         return pod
 
-    def _save(self, stored: StoredRollout, *, durable: bool = True) -> bool:
-        """Write the record on the loop and take it; False when it cannot be written (a full disk): then nothing
-        changes, and the next round tries again (a loop never dies). Only for writes without fsync (a first
-        version's) and an operator's retry: a round's steps go through _write_then_act."""
+    def _save_unsynced(self, stored: StoredRollout) -> bool:
+        """A first version's record, written on the loop without fsync (it is on the pod's start path) and taken;
+        False when it cannot be written (a full disk): the next round tries again. Every other record is
+        written, with its fsyncs, off the loop (_write_then_act, retry)."""
         stamped = self._stamped(stored)
-        if not self._write(stamped, durable):
+        if not self._write(stamped, False):
             return False
         self._taken(stamped)
         return True
