@@ -928,7 +928,7 @@ class _NodeApiPlan:
             )
         except (TlsError, AuthConfigError) as exc:
             raise ConfigurationError(str(exc)) from exc
-        from edgelet.server.spdy import Limits
+        from edgelet.streaming.spdy import Limits
 
         handler = NodeApi(
             self._api,

@@ -1,7 +1,7 @@
 """`edgelet exec [-i] [-t] POD [-c CONTAINER] -- CMD...`: a command in a running container, through the agent.
 
 The CLI runs no runc itself: in one request over the local socket
-(edgelet.server.execproto; the agent resolves the pod's short name and the
+(edgelet.streaming.execproto; the agent resolves the pod's short name and the
 default container) it hands over its own stdin, stdout and stderr,
 on which the agent starts `runc exec` with the container's process spec.
 The CLI then only forwards signals (SIGWINCH as a resize) and waits for the
@@ -23,8 +23,8 @@ from urllib.parse import quote, urlencode
 from edgelet.cli.common import EXIT_USAGE, PROG, CommandError
 
 if TYPE_CHECKING:
-    from edgelet.server.execproto import Hello
     from edgelet.settings import Settings
+    from edgelet.streaming.execproto import Hello
 
 # Forwarded to the command when the CLI gets them (without a TTY; with one, the terminal sends ^C as a byte).
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
@@ -59,7 +59,7 @@ def _upgrade(sock: socket.socket, target: str) -> tuple[bytes, dict[str, str]]:
     import h11
     import msgspec
 
-    from edgelet.server.execproto import UPGRADE
+    from edgelet.streaming.execproto import UPGRADE
 
     conn = h11.Connection(h11.CLIENT)
     sock.sendall(
@@ -97,11 +97,11 @@ def _upgrade(sock: socket.socket, target: str) -> tuple[bytes, dict[str, str]]:
 def run_session(
     sock_path: str, target: str, hello: Hello, fds: Sequence[int] = (0, 1, 2), err: TextIO | None = None
 ) -> int:
-    """Run one exec session (see edgelet.server.execproto); returns the command's exit code. The agent's
+    """Run one exec session (see edgelet.streaming.execproto); returns the command's exit code. The agent's
     note (a defaulted container) goes to `err`."""
     import termios
 
-    from edgelet.server import execproto as proto
+    from edgelet.streaming import execproto as proto
 
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -165,7 +165,7 @@ def exec_target(pod: str, namespace: str | None, container: str | None) -> str:
 
 def cmd_exec(settings: Settings, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from edgelet.server.api import socket_path
-    from edgelet.server.execproto import Hello
+    from edgelet.streaming.execproto import Hello
 
     command = command_of(args.command_argv)
     if not command:

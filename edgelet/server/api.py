@@ -31,10 +31,10 @@ if TYPE_CHECKING:
     from edgelet.api.types import ContainerStatus
     from edgelet.events import EventRecorder
     from edgelet.runtime.layout import RuntimePaths
-    from edgelet.server.execserve import StartExec
     from edgelet.server.metrics import Metrics
     from edgelet.stats.collector import StatsCollector
     from edgelet.status.publisher import PodEntry, StatusPublisher
+    from edgelet.streaming.localexec import StartExec
     from edgelet.util.clock import Clock
 
 log = get_logger(__name__)
@@ -173,13 +173,14 @@ class Api:
         return Response(200, self._s.metrics.render(), CONTENT_TYPE)
 
     def exec(self, request: Request, pod: str, namespace: str | None, container: str | None) -> Upgrade:
-        """`edgelet exec`: switch to the exec protocol (edgelet.server.execproto) for a running container.
+        """`edgelet exec`: switch to the exec protocol (edgelet.streaming.execproto) for a running container.
 
         The pod is named as a user types it (a static pod without its node suffix, any namespace when
         unique), the container defaults to the first: one request, so the CLI needs no pods table first.
         """
-        from edgelet.server import execproto
-        from edgelet.server.execserve import pick_container, pick_pod, running_container_id, serve_session
+        from edgelet.server.exectarget import pick_container, pick_pod, running_container_id
+        from edgelet.streaming import execproto
+        from edgelet.streaming.localexec import serve_session
 
         start = self._s.start_exec
         if start is None:
@@ -207,7 +208,7 @@ class Api:
     def running_container(self, namespace: str, pod: str, container: str) -> str:
         """The runtime id of a running container named as the apiserver names it (kubectl exec through the node
         API); HttpError 404 (no such pod or container) or 409 (not running)."""
-        from edgelet.server.execserve import running_container_id
+        from edgelet.server.exectarget import running_container_id
 
         entry = self._entry(namespace, pod)
         spec = pod_spec(entry.pod)

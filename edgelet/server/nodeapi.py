@@ -1,7 +1,7 @@
 """The node API on TCP (kubelet's port 10250): TLS always, every request authenticated and authorized, kubelet's
 paths and JSON: /healthz, /pods, /runningpods/, /metrics, /metrics/resource, /metrics/cadvisor, /stats/summary,
 /containerLogs/{namespace}/{pod}/{container}, and the streaming /exec/{namespace}/{pod}/{container} and
-/portForward/{namespace}/{pod} over SPDY/3.1 (edgelet.server.streaming).
+/portForward/{namespace}/{pod} over SPDY/3.1 (edgelet.streaming).
 
 It is what `kubectl logs`, `exec`, `cp` and `port-forward` reach through the apiserver and what
 metrics-server scrapes. The handlers of the local API are reused (the same
@@ -32,8 +32,8 @@ if TYPE_CHECKING:
     from edgelet.container.types import PodRuntimeStatus
     from edgelet.server.api import Api
     from edgelet.server.metrics import Metrics
-    from edgelet.server.spdy import Limits as SpdyLimits
     from edgelet.stats.collector import StatsCollector
+    from edgelet.streaming.spdy import Limits as SpdyLimits
     from edgelet.util.clock import Clock
 
 log = get_logger(__name__)
@@ -155,7 +155,7 @@ class NodeApi:
         self.follows = 0
         self._max_sessions = max_sessions
         self.sessions = 0  # open exec and port-forward sessions
-        from edgelet.server.spdy import Limits
+        from edgelet.streaming.spdy import Limits
 
         self._spdy_limits = spdy_limits or Limits()
 
@@ -183,13 +183,13 @@ class NodeApi:
 
     def _streaming(self, route: NodeRoute, request: Request) -> Response:
         """kubectl exec / port-forward: check the request, pick the protocol, then switch to SPDY (the session
-        runs in edgelet.server.streaming)."""
+        runs in edgelet.streaming)."""
         from urllib.parse import parse_qs
 
-        from edgelet.server import spdy, streaming, wschannel
+        from edgelet.streaming import remotecommand, spdy, wschannel
 
         websocket = wschannel.is_websocket_upgrade(request.headers)
-        if not websocket and not streaming.is_spdy_upgrade(request.headers):
+        if not websocket and not remotecommand.is_spdy_upgrade(request.headers):
             raise HttpError(
                 400, f"Upgrade request required (Connection: Upgrade, Upgrade: {spdy.UPGRADE} or websocket)"
             )
@@ -197,41 +197,41 @@ class NodeApi:
             return self._websocket_exec(route, request)
         p = route.params
         what = f"{p['namespace']}/{p['pod']}"
-        offered = streaming.client_protocols(request.headers)
+        offered = remotecommand.client_protocols(request.headers)
         runner: Callable[[spdy.SpdyConnection], Awaitable[None]]
         accept: Callable[[Mapping[str, str]], bool]
         if route.endpoint == "exec":
-            protocol = streaming.negotiate(offered, streaming.EXEC_PROTOCOLS)
+            protocol = remotecommand.negotiate(offered, remotecommand.EXEC_PROTOCOLS)
             query = parse_qs(urlsplit(request.target).query, keep_blank_values=True)
-            opts = streaming.parse_exec_options(query)
+            opts = remotecommand.parse_exec_options(query)
             start = self._api.start_exec
             if start is None:
                 raise HttpError(404, "exec is not available in this agent")
             cid = self._api.running_container(p["namespace"], p["pod"], p["container"])
             what = f"{what}/{p['container']}"
-            expected = streaming.expected_streams(opts, protocol)
-            accept = streaming.accept_exec_stream(expected, set())
+            expected = remotecommand.expected_streams(opts, protocol)
+            accept = remotecommand.accept_exec_stream(expected, set())
             clock = self.clock
 
             async def runner(conn: spdy.SpdyConnection) -> None:
-                await streaming.serve_exec(
+                await remotecommand.serve_exec(
                     conn, opts=opts, protocol=protocol, container_id=cid, start=start, clock=clock, what=what
                 )
         elif route.endpoint == "attach":
-            protocol = streaming.negotiate(offered, streaming.EXEC_PROTOCOLS)
+            protocol = remotecommand.negotiate(offered, remotecommand.EXEC_PROTOCOLS)
             query = parse_qs(urlsplit(request.target).query, keep_blank_values=True)
-            opts = streaming.parse_exec_options({**query, "command": ["(attach)"]})
+            opts = remotecommand.parse_exec_options({**query, "command": ["(attach)"]})
             cid = self._api.running_container(p["namespace"], p["pod"], p["container"])
             sock_path = self._api.attach_socket(cid)
             what = f"{what}/{p['container']}"
-            expected = streaming.expected_streams(opts, protocol)
-            accept = streaming.accept_exec_stream(expected, set())
+            expected = remotecommand.expected_streams(opts, protocol)
+            accept = remotecommand.accept_exec_stream(expected, set())
             clock = self.clock
 
             api = self._api
 
             async def runner(conn: spdy.SpdyConnection) -> None:
-                await streaming.serve_attach(
+                await remotecommand.serve_attach(
                     conn,
                     opts=opts,
                     protocol=protocol,
@@ -241,13 +241,13 @@ class NodeApi:
                     resize=lambda w, h: api.attach_resize(cid, w, h),
                 )
         else:
-            protocol = streaming.negotiate(offered, streaming.PORT_FORWARD_PROTOCOLS)
+            protocol = remotecommand.negotiate(offered, remotecommand.PORT_FORWARD_PROTOCOLS)
             netns = self._pod_netns(p["namespace"], p["pod"])
-            accept = streaming.accept_port_forward_stream
+            accept = remotecommand.accept_port_forward_stream
             clock = self.clock
 
             async def runner(conn: spdy.SpdyConnection) -> None:
-                await streaming.serve_port_forward(conn, netns=netns, clock=clock, what=what)
+                await remotecommand.serve_port_forward(conn, netns=netns, clock=clock, what=what)
 
         self._check_session_room()
         limits = self._spdy_limits
@@ -264,13 +264,13 @@ class NodeApi:
             )
             await self._counted_session(lambda: conn.run(runner), writer)
 
-        return Upgrade(101, headers=[(streaming.PROTOCOL_HEADER, protocol)], protocol=spdy.UPGRADE, run_streams=run)
+        return Upgrade(101, headers=[(remotecommand.PROTOCOL_HEADER, protocol)], protocol=spdy.UPGRADE, run_streams=run)
 
     def _websocket_exec(self, route: NodeRoute, request: Request) -> Response:
-        """exec and attach over kubelet's WebSocket channel protocols (edgelet.server.wschannel)."""
+        """exec and attach over kubelet's WebSocket channel protocols (edgelet.streaming.wschannel)."""
         from urllib.parse import parse_qs
 
-        from edgelet.server import streaming, wschannel
+        from edgelet.streaming import remotecommand, wschannel
 
         if route.endpoint == "port_forward":
             return self._websocket_port_forward(route, request)
@@ -279,7 +279,7 @@ class NodeApi:
         headers = wschannel.response_headers(request.headers, subprotocol)
         query = parse_qs(urlsplit(request.target).query, keep_blank_values=True)
         attach = route.endpoint == "attach"
-        opts = streaming.parse_exec_options({**query, "command": ["(attach)"]} if attach else query)
+        opts = remotecommand.parse_exec_options({**query, "command": ["(attach)"]} if attach else query)
         start = self._api.start_exec
         if start is None and not attach:
             raise HttpError(404, "exec is not available in this agent")
@@ -291,9 +291,9 @@ class NodeApi:
         clock = self.clock
 
         async def handler(session: wschannel.WsSession) -> None:
-            channels = {name: session.channel(name) for name in streaming.expected_streams(opts, protocol)}
+            channels = {name: session.channel(name) for name in remotecommand.expected_streams(opts, protocol)}
             if attach:
-                await streaming.run_attach(
+                await remotecommand.run_attach(
                     channels,
                     opts=opts,
                     protocol=protocol,
@@ -303,7 +303,9 @@ class NodeApi:
                 )
                 return
             assert start is not None
-            await streaming.run_exec(channels, opts=opts, protocol=protocol, container_id=cid, start=start, what=what)
+            await remotecommand.run_exec(
+                channels, opts=opts, protocol=protocol, container_id=cid, start=start, what=what
+            )
 
         async def run(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, initial: bytes) -> None:
             session = wschannel.WsSession(
@@ -324,7 +326,7 @@ class NodeApi:
         i-th, each opened with the port in two little-endian bytes, one connection per port."""
         from urllib.parse import parse_qs
 
-        from edgelet.server import streaming, wschannel
+        from edgelet.streaming import remotecommand, wschannel
 
         p = route.params
         what = f"{p['namespace']}/{p['pod']}"
@@ -342,7 +344,7 @@ class NodeApi:
                     data, error = session.channels[2 * i], session.channels[2 * i + 1]
                     for ch in (data, error):
                         await ch.write(port.to_bytes(2, "little"))
-                    tasks.append(asyncio.ensure_future(streaming.forward(data, error, port, netns, what)))
+                    tasks.append(asyncio.ensure_future(remotecommand.forward(data, error, port, netns, what)))
                 await asyncio.gather(*tasks)
             finally:
                 for t in tasks:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from edgelet.server import spdy
+from edgelet.streaming import spdy
 
 
 @dataclass

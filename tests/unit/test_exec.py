@@ -19,9 +19,9 @@ from edgelet.api.types import (
 )
 from edgelet.cli.exec import command_of, decide_tty, exec_target
 from edgelet.runtime.execsession import ExecSessionError, build_exec_process, terminal_size
-from edgelet.server import execproto as proto
-from edgelet.server.execserve import pick_container, pick_pod, running_container_id
+from edgelet.server.exectarget import pick_container, pick_pod, running_container_id
 from edgelet.server.routes import HttpError, match_route
+from edgelet.streaming import execproto as proto
 
 PROCESS = {
     "terminal": False,
@@ -236,7 +236,7 @@ def test_pick_container_and_command():
 
 @pytest.mark.parametrize("method, target", [("GET", "/exec/p"), ("POST", "/exec/p")])
 def test_the_node_api_exec_is_kubelets_not_the_local_sockets(method, target):
-    """The node API serves kubelet's /exec/{ns}/{pod}/{container} (kubectl exec over SPDY, server/streaming.py);
+    """The node API serves kubelet's /exec/{ns}/{pod}/{container} (kubectl exec over SPDY, streaming/remotecommand.py);
     the local socket's short /exec/{pod} is not a node API path."""
     from edgelet.server.nodeapi import match_node_route
 

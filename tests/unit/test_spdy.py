@@ -1,4 +1,4 @@
-"""edgelet.server.spdy at the frame level (a table of frames both ways, header blocks, the shared zlib context)
+"""edgelet.streaming.spdy at the frame level (a table of frames both ways, header blocks, the shared zlib context)
 and as a session over a real loopback socket (streams, flow control, limits), plus fuzzing: whatever a client
 sends, the session ends with an error and a closed connection, never an exception out of serve() or a task left."""
 
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from edgelet.server import spdy
+from edgelet.streaming import spdy
 from edgelet.testing.spdyclient import SpdyClient
 from edgelet.util.clock import REAL_CLOCK, FakeClock
 

@@ -8,11 +8,11 @@ import json
 
 import pytest
 
-from edgelet.server import streaming
 from edgelet.server.nodeapi import match_node_route
 from edgelet.server.routes import HttpError
+from edgelet.streaming import remotecommand
 
-V4, V3, V2, V1 = streaming.EXEC_PROTOCOLS
+V4, V3, V2, V1 = remotecommand.EXEC_PROTOCOLS
 
 
 @pytest.mark.parametrize(
@@ -58,26 +58,26 @@ def test_bad_streaming_routes(method, target, status, text):
 @pytest.mark.parametrize(
     "offered, supported, chosen",
     [
-        ([V4, V3, V2, V1], streaming.EXEC_PROTOCOLS, V4),
-        ([V2, V4], streaming.EXEC_PROTOCOLS, V2),  # the client's order wins, as in kubelet's Handshake
-        (["v9.channel.k8s.io", V3], streaming.EXEC_PROTOCOLS, V3),
-        ([], streaming.EXEC_PROTOCOLS, V1),
-        (["portforward.k8s.io"], streaming.PORT_FORWARD_PROTOCOLS, "portforward.k8s.io"),
+        ([V4, V3, V2, V1], remotecommand.EXEC_PROTOCOLS, V4),
+        ([V2, V4], remotecommand.EXEC_PROTOCOLS, V2),  # the client's order wins, as in kubelet's Handshake
+        (["v9.channel.k8s.io", V3], remotecommand.EXEC_PROTOCOLS, V3),
+        ([], remotecommand.EXEC_PROTOCOLS, V1),
+        (["portforward.k8s.io"], remotecommand.PORT_FORWARD_PROTOCOLS, "portforward.k8s.io"),
     ],
 )
 def test_negotiate(offered, supported, chosen):
-    assert streaming.negotiate(offered, supported) == chosen
+    assert remotecommand.negotiate(offered, supported) == chosen
 
 
 def test_negotiate_refuses_with_kubelets_403():
     with pytest.raises(HttpError) as err:
-        streaming.negotiate(["v9.channel.k8s.io"], streaming.EXEC_PROTOCOLS)
+        remotecommand.negotiate(["v9.channel.k8s.io"], remotecommand.EXEC_PROTOCOLS)
     assert err.value.status == 403 and "unable to negotiate protocol" in err.value.message
 
 
 def test_client_protocols_from_repeated_and_comma_separated_headers():
     headers = [("X-Stream-Protocol-Version", V4), ("x-stream-protocol-version", f"{V3}, {V2}"), ("Other", "x")]
-    assert streaming.client_protocols(headers) == [V4, V3, V2]
+    assert remotecommand.client_protocols(headers) == [V4, V3, V2]
 
 
 @pytest.mark.parametrize(
@@ -90,7 +90,7 @@ def test_client_protocols_from_repeated_and_comma_separated_headers():
     ],
 )
 def test_is_spdy_upgrade(headers, ok):
-    assert streaming.is_spdy_upgrade(headers) is ok
+    assert remotecommand.is_spdy_upgrade(headers) is ok
 
 
 @pytest.mark.parametrize(
@@ -98,17 +98,17 @@ def test_is_spdy_upgrade(headers, ok):
     [
         (
             {"command": ["sh", "-c", "exit 3"], "output": ["1"], "error": ["1"]},
-            streaming.ExecOptions(("sh", "-c", "exit 3"), stdout=True, stderr=True),
+            remotecommand.ExecOptions(("sh", "-c", "exit 3"), stdout=True, stderr=True),
         ),
         (
             {"command": ["sh"], "input": ["1"], "output": ["1"], "tty": ["1"], "error": ["1"]},
-            streaming.ExecOptions(("sh",), stdin=True, stdout=True, tty=True),
+            remotecommand.ExecOptions(("sh",), stdin=True, stdout=True, tty=True),
         ),  # with a tty, no stderr stream
-        ({"command": ["ls"], "stdout": ["true"]}, streaming.ExecOptions(("ls",), stdout=True)),
+        ({"command": ["ls"], "stdout": ["true"]}, remotecommand.ExecOptions(("ls",), stdout=True)),
     ],
 )
 def test_parse_exec_options(query, opts):
-    assert streaming.parse_exec_options(query) == opts
+    assert remotecommand.parse_exec_options(query) == opts
 
 
 @pytest.mark.parametrize(
@@ -120,38 +120,42 @@ def test_parse_exec_options(query, opts):
 )
 def test_bad_exec_options(query, text):
     with pytest.raises(HttpError) as err:
-        streaming.parse_exec_options(query)
+        remotecommand.parse_exec_options(query)
     assert err.value.status == 400 and text in err.value.message
 
 
 @pytest.mark.parametrize(
     "opts, protocol, streams",
     [
-        (streaming.ExecOptions(("ls",), stdout=True, stderr=True), V4, {"error", "stdout", "stderr"}),
-        (streaming.ExecOptions(("sh",), stdin=True, stdout=True, tty=True), V4, {"error", "stdin", "stdout", "resize"}),
-        (streaming.ExecOptions(("sh",), stdin=True, stdout=True, tty=True), V2, {"error", "stdin", "stdout"}),
+        (remotecommand.ExecOptions(("ls",), stdout=True, stderr=True), V4, {"error", "stdout", "stderr"}),
+        (
+            remotecommand.ExecOptions(("sh",), stdin=True, stdout=True, tty=True),
+            V4,
+            {"error", "stdin", "stdout", "resize"},
+        ),
+        (remotecommand.ExecOptions(("sh",), stdin=True, stdout=True, tty=True), V2, {"error", "stdin", "stdout"}),
     ],
 )
 def test_expected_streams(opts, protocol, streams):
-    assert streaming.expected_streams(opts, protocol) == streams
+    assert remotecommand.expected_streams(opts, protocol) == streams
 
 
 def test_error_stream_v4_statuses():
-    assert json.loads(streaming.error_stream_body(V4, ["true"], 0)) == {"metadata": {}, "status": "Success"}
-    failed = json.loads(streaming.error_stream_body(V4, ["sh", "-c", "exit 3"], 3))
+    assert json.loads(remotecommand.error_stream_body(V4, ["true"], 0)) == {"metadata": {}, "status": "Success"}
+    failed = json.loads(remotecommand.error_stream_body(V4, ["sh", "-c", "exit 3"], 3))
     assert failed["status"] == "Failure" and failed["reason"] == "NonZeroExitCode"
     assert failed["details"]["causes"] == [{"reason": "ExitCode", "message": "3"}]
-    internal = json.loads(streaming.error_stream_body(V4, ["x"], None, "no such file"))
+    internal = json.loads(remotecommand.error_stream_body(V4, ["x"], None, "no such file"))
     assert internal["reason"] == "InternalError" and "no such file" in internal["message"]
 
 
 def test_error_stream_older_protocols_carry_text():
-    assert streaming.error_stream_body(V2, ["true"], 0) == b""
-    assert b"exit code 3" in streaming.error_stream_body(V3, ["false"], 3)
+    assert remotecommand.error_stream_body(V2, ["true"], 0) == b""
+    assert b"exit code 3" in remotecommand.error_stream_body(V3, ["false"], 3)
 
 
 def test_resize_decoder_takes_concatenated_json_across_chunks():
-    d = streaming.ResizeDecoder()
+    d = remotecommand.ResizeDecoder()
     assert d.feed(b'{"Width":80,"Height":24}{"Width":1') == [(80, 24)]
     assert d.feed(b'00,"Height":30}') == [(100, 30)]
     assert d.feed(b'{"Width":0,"Height":0}{not json}') == []
@@ -160,14 +164,14 @@ def test_resize_decoder_takes_concatenated_json_across_chunks():
 
 def test_stream_acceptance():
     seen: set[str] = set()
-    accept = streaming.accept_exec_stream(frozenset({"error", "stdout"}), seen)
+    accept = remotecommand.accept_exec_stream(frozenset({"error", "stdout"}), seen)
     assert accept({"streamtype": "error"}) and accept({"streamtype": "stdout"})
     assert not accept({"streamtype": "stdout"})  # twice
     assert not accept({"streamtype": "stdin"})  # not asked for
-    assert streaming.accept_port_forward_stream({"streamtype": "data", "port": "80", "requestid": "0"})
-    assert not streaming.accept_port_forward_stream({"streamtype": "data", "port": "0"})
-    assert not streaming.accept_port_forward_stream({"streamtype": "data", "port": "http"})
-    assert not streaming.accept_port_forward_stream({"streamtype": "stdout", "port": "80"})
+    assert remotecommand.accept_port_forward_stream({"streamtype": "data", "port": "80", "requestid": "0"})
+    assert not remotecommand.accept_port_forward_stream({"streamtype": "data", "port": "0"})
+    assert not remotecommand.accept_port_forward_stream({"streamtype": "data", "port": "http"})
+    assert not remotecommand.accept_port_forward_stream({"streamtype": "stdout", "port": "80"})
 
 
 class _FakeApi:
@@ -235,11 +239,11 @@ def test_stream_creation_timeout_comes_from_the_clock():
     from edgelet.util.clock import FakeClock
 
     got = _asyncio.run(
-        streaming.collect_streams(_Conn(["error", "stdout"]), frozenset({"error", "stdout"}), FakeClock(), 30)
+        remotecommand.collect_streams(_Conn(["error", "stdout"]), frozenset({"error", "stdout"}), FakeClock(), 30)
     )
     assert set(got) == {"error", "stdout"}
-    with pytest.raises(streaming.SessionError, match=r"timed out waiting for streams: got \['error'\]"):
-        _asyncio.run(streaming.collect_streams(_Conn(["error"]), frozenset({"error", "stdout"}), FakeClock(), 30))
+    with pytest.raises(remotecommand.SessionError, match=r"timed out waiting for streams: got \['error'\]"):
+        _asyncio.run(remotecommand.collect_streams(_Conn(["error"]), frozenset({"error", "stdout"}), FakeClock(), 30))
 
 
 def test_concurrent_upgrades_cannot_overshoot_the_session_cap():
@@ -311,7 +315,7 @@ def test_a_reset_ends_the_forward_even_when_the_listener_is_silent():
         data, error = _Stream({}, reset=True), _Stream({})
         try:
             async with asyncio.timeout(30):
-                await streaming.forward(data, error, port, None, "ns/pod")
+                await remotecommand.forward(data, error, port, None, "ns/pod")
             peer, _ = listener.accept()  # the connection was made, the listener never answered
             peer.setblocking(False)
             assert data.closed and error.closed
@@ -353,7 +357,7 @@ def test_port_forward_expiry_timers_do_not_pile_up():
             return None
 
     async def main():
-        await streaming.serve_port_forward(
+        await remotecommand.serve_port_forward(
             _PairConn(), netns=None, clock=FakeClock(), what="ns/pod", creation_timeout=3600
         )
 

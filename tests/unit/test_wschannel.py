@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from edgelet.server import wschannel
 from edgelet.server.routes import HttpError
+from edgelet.streaming import wschannel
 
 
 @pytest.mark.parametrize(

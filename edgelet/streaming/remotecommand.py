@@ -31,13 +31,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 import msgspec
 
 from edgelet.errors import EdgeletError
-from edgelet.server import spdy
 from edgelet.server.routes import HttpError
+from edgelet.streaming import spdy
 from edgelet.util.log import get_logger
 
 if TYPE_CHECKING:
     from edgelet.runtime.execsession import ExecSession
-    from edgelet.server.execserve import StartExec
+    from edgelet.streaming.localexec import StartExec
     from edgelet.util.clock import Clock
 
 log = get_logger(__name__)

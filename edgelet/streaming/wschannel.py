@@ -6,7 +6,7 @@ Every message carries one channel: binary protocols put the channel number
 in the first byte, base64 ones an ASCII digit followed by the base64 of the
 data. Channels are 0 stdin, 1 stdout, 2 stderr, 3 error, 4 resize; v5 adds
 the client's close signal (`[255, channel]`: stdin's EOF). The channels are
-handed to `streaming.run_exec` like SPDY streams.
+handed to `remotecommand.run_exec` like SPDY streams.
 
 WebSocket has no flow control of its own: a channel holding more than
 `MAX_BUFFER` unread bytes stops the reading of the socket (TCP then pushes
@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from edgelet.server.routes import HttpError
-from edgelet.server.spdy import StreamReset
+from edgelet.streaming.spdy import StreamReset
 from edgelet.util.log import get_logger
 
 if TYPE_CHECKING:
