@@ -30,8 +30,8 @@ edgelet means to raise and lets programming errors through::
     ├── server.routes.HttpError            a request the API refuses (rendered as a v1 Status)
     ├── server.auth.AuthConfigError        the node API's token file or grants cannot be used
     ├── server.tls.TlsError                the node API's certificate, key or CA cannot be loaded or made
-    ├── streaming.execproto.ProtocolError  an `edgelet exec` peer broke the session's protocol
-    ├── streaming.spdy.SpdyError           a SPDY peer broke the protocol or the session ended (kubectl exec...)
+    ├── streaming.errors.StreamingError    exec, attach and port-forward: a refused request (its HTTP status), a broken
+    │                                      protocol (SPDY, WebSocket, `edgelet exec`)
     ├── sdnotify.NotifyError               systemd notification socket
     ├── util.logind.LogindUnavailable      no logind on the system bus (shutdown falls back to SIGTERM)
     ├── util.files.NotRegularFile          a FIFO, device or symlink where a dropped file belongs (also OSError)

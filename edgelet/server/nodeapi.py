@@ -178,7 +178,12 @@ class NodeApi:
             raise HttpError(403, forbidden_message(ident, attrs, self._c.node_name))
         route = match_node_route(request.method, request.target)
         if route.endpoint in ("exec", "attach", "port_forward"):
-            return self._streaming(route, request)
+            from edgelet.streaming.errors import RequestRefused
+
+            try:
+                return self._streaming(route, request)
+            except RequestRefused as exc:
+                raise HttpError(exc.status, str(exc)) from exc
         return await self._serve(route)
 
     def _streaming(self, route: NodeRoute, request: Request) -> Response:

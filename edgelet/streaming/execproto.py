@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from edgelet.errors import EdgeletError
+from edgelet.streaming.errors import StreamingError
 
 UPGRADE = "edgelet-exec/1"
 CONTAINER_HEADER = "X-Edgelet-Container"  # on the 101: the container the agent chose
@@ -38,7 +38,7 @@ MAX_LINE = 64 * 1024  # a hello with a long command still fits; anything longer 
 FDS = 3  # stdin, stdout, stderr
 
 
-class ProtocolError(EdgeletError):
+class ProtocolError(StreamingError):
     """The peer broke the protocol: a line too long or not JSON, a hello without its descriptors."""
 
 

@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import msgspec
 
 from edgelet.errors import EdgeletError
-from edgelet.server.routes import HttpError
 from edgelet.streaming import spdy
+from edgelet.streaming.errors import RequestRefused
 from edgelet.util.log import get_logger
 
 if TYPE_CHECKING:
@@ -71,13 +71,13 @@ def client_protocols(headers: Iterable[tuple[str, str]]) -> list[str]:
 
 def negotiate(offered: Sequence[str], supported: Sequence[str]) -> str:
     """The first protocol the client offers that we speak, as kubelet's httpstream.Handshake picks it; an
-    offer of nothing means the oldest; HttpError 403 when none fits (kubelet's status)."""
+    offer of nothing means the oldest; RequestRefused 403 when none fits (kubelet's status)."""
     if not offered:
         return supported[-1]
     for p in offered:
         if p in supported:
             return p
-    raise HttpError(
+    raise RequestRefused(
         403,
         f"unable to upgrade: unable to negotiate protocol: client supports {list(offered)}, "
         f"server supports {list(supported)}",
@@ -112,10 +112,10 @@ def _flag(query: Mapping[str, Sequence[str]], *names: str) -> bool:
 
 def parse_exec_options(query: Mapping[str, Sequence[str]]) -> ExecOptions:
     """kubelet's remotecommand options: `command` (repeated), and `input`/`output`/`error`/`tty` as the
-    apiserver sends them (`stdin`/`stdout`/`stderr` accepted too); HttpError 400 naming what is wrong."""
+    apiserver sends them (`stdin`/`stdout`/`stderr` accepted too); RequestRefused 400 naming what is wrong."""
     command = tuple(query.get("command", ()))
     if not command or not command[0]:
-        raise HttpError(400, "exec: no command given (the `command` query parameter)")
+        raise RequestRefused(400, "exec: no command given (the `command` query parameter)")
     opts = ExecOptions(
         command,
         stdin=_flag(query, "input", "stdin"),
@@ -124,7 +124,7 @@ def parse_exec_options(query: Mapping[str, Sequence[str]]) -> ExecOptions:
         tty=_flag(query, "tty"),
     )
     if not (opts.stdin or opts.stdout or opts.stderr):
-        raise HttpError(400, "you must specify at least 1 of stdin, stdout, stderr")
+        raise RequestRefused(400, "you must specify at least 1 of stdin, stdout, stderr")
     if opts.tty and opts.stderr:
         # With a terminal, stderr is the terminal: kubelet drops the stream, as kubectl expects.
         opts = ExecOptions(command, opts.stdin, opts.stdout, False, True)

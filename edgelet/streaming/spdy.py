@@ -40,7 +40,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Union
 
-from edgelet.errors import EdgeletError
+from edgelet.streaming.errors import StreamingError
 from edgelet.util.log import get_logger
 
 if TYPE_CHECKING:
@@ -102,7 +102,7 @@ def _dictionary() -> bytes:
 DICTIONARY = _dictionary()
 
 
-class SpdyError(EdgeletError):
+class SpdyError(StreamingError):
     """A SPDY peer broke the protocol, or the session ended; `status` is the GOAWAY status it earns."""
 
     def __init__(self, message: str, status: int = GOAWAY_PROTOCOL_ERROR) -> None:

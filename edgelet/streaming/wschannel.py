@@ -26,7 +26,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from edgelet.server.routes import HttpError
+from edgelet.streaming.errors import RequestRefused
 from edgelet.streaming.spdy import StreamReset
 from edgelet.util.log import get_logger
 
@@ -58,21 +58,21 @@ def is_websocket_upgrade(headers: Iterable[tuple[str, str]]) -> bool:
 
 
 def parse_ports(query: dict[str, list[str]]) -> list[int]:
-    """The ports of a WebSocket port-forward (`?port=80&port=443` or `?port=80,443`); HttpError 400 when
+    """The ports of a WebSocket port-forward (`?port=80&port=443` or `?port=80,443`); RequestRefused 400 when
     there are none or one is not a port."""
     raw = [p.strip() for v in query.get("port", ()) for p in v.split(",") if p.strip()]
     if not raw:
-        raise HttpError(400, "port-forward over WebSocket needs the ports as `port` query parameters")
+        raise RequestRefused(400, "port-forward over WebSocket needs the ports as `port` query parameters")
     if len(raw) > MAX_PORTS:
-        raise HttpError(400, f"port-forward over WebSocket: {len(raw)} ports (at most {MAX_PORTS})")
+        raise RequestRefused(400, f"port-forward over WebSocket: {len(raw)} ports (at most {MAX_PORTS})")
     if not all(p.isdigit() and 0 < int(p) < 65536 for p in raw):
-        raise HttpError(400, f"port-forward: invalid port in {raw}")
+        raise RequestRefused(400, f"port-forward: invalid port in {raw}")
     return [int(p) for p in raw]
 
 
 def negotiate(headers: Iterable[tuple[str, str]], supported: Sequence[str] = EXEC_PROTOCOLS) -> str:
     """The subprotocol of `Sec-WebSocket-Protocol` we speak, in the client's order ("" when it offers none: v1
-    binary, as kubelet); HttpError 400 when it offers only others."""
+    binary, as kubelet); RequestRefused 400 when it offers only others."""
     offered = [
         p.strip() for k, v in headers if k.lower() == "sec-websocket-protocol" for p in v.split(",") if p.strip()
     ]
@@ -81,7 +81,7 @@ def negotiate(headers: Iterable[tuple[str, str]], supported: Sequence[str] = EXE
     for p in offered:
         if p in supported:
             return p
-    raise HttpError(
+    raise RequestRefused(
         400, f"unable to upgrade: no supported WebSocket subprotocol in {offered} (supported: {list(supported)})"
     )
 
@@ -92,13 +92,13 @@ def exec_protocol(subprotocol: str) -> str:
 
 
 def accept_token(headers: Iterable[tuple[str, str]]) -> str:
-    """Sec-WebSocket-Accept for the request's key; HttpError 400 without a usable key."""
+    """Sec-WebSocket-Accept for the request's key; RequestRefused 400 without a usable key."""
     key = next((v.strip() for k, v in headers if k.lower() == "sec-websocket-key"), "")
     try:
         if len(base64.b64decode(key, validate=True)) != 16:
             raise ValueError(key)
     except (binascii.Error, ValueError):
-        raise HttpError(400, "WebSocket upgrade without a valid Sec-WebSocket-Key") from None
+        raise RequestRefused(400, "WebSocket upgrade without a valid Sec-WebSocket-Key") from None
     return base64.b64encode(hashlib.sha1(key.encode() + _GUID).digest()).decode()
 
 

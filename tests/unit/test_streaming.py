@@ -11,6 +11,7 @@ import pytest
 from edgelet.server.nodeapi import match_node_route
 from edgelet.server.routes import HttpError
 from edgelet.streaming import remotecommand
+from edgelet.streaming.errors import RequestRefused
 
 V4, V3, V2, V1 = remotecommand.EXEC_PROTOCOLS
 
@@ -70,9 +71,9 @@ def test_negotiate(offered, supported, chosen):
 
 
 def test_negotiate_refuses_with_kubelets_403():
-    with pytest.raises(HttpError) as err:
+    with pytest.raises(RequestRefused) as err:
         remotecommand.negotiate(["v9.channel.k8s.io"], remotecommand.EXEC_PROTOCOLS)
-    assert err.value.status == 403 and "unable to negotiate protocol" in err.value.message
+    assert err.value.status == 403 and "unable to negotiate protocol" in str(err.value)
 
 
 def test_client_protocols_from_repeated_and_comma_separated_headers():
@@ -119,9 +120,9 @@ def test_parse_exec_options(query, opts):
     ],
 )
 def test_bad_exec_options(query, text):
-    with pytest.raises(HttpError) as err:
+    with pytest.raises(RequestRefused) as err:
         remotecommand.parse_exec_options(query)
-    assert err.value.status == 400 and text in err.value.message
+    assert err.value.status == 400 and text in str(err.value)
 
 
 @pytest.mark.parametrize(
@@ -219,6 +220,33 @@ def test_the_session_cap_answers_429(headers):
     with pytest.raises(HttpError) as err:
         api._streaming(match_node_route("POST", target), request)
     assert err.value.status == 429 and ("Retry-After", "5") in err.value.headers
+
+
+def test_a_refused_streaming_request_is_answered_with_its_http_status():
+    """Streaming refuses in its own terms (RequestRefused); the node API answers with that status as a Status."""
+    import asyncio
+
+    from edgelet.server.http import Request
+    from edgelet.server.nodeapi import NodeApi, NodeApiConfig
+
+    config = NodeApiConfig(ssl=None, tokens={}, grants=(), node_name="n")  # type: ignore[arg-type]
+    api = NodeApi(_FakeApi(), config, stats=None, runtime_pods=lambda: {}, metrics=None, cgroup_root="")
+    admin = {"subject": ((("commonName", "admin"),), (("organizationName", "system:masters"),))}
+    cases = [
+        ("/exec/default/p/c?output=1", SPDY_HEADERS, 400, "no command given"),
+        (
+            "/exec/default/p/c?command=true&output=1",
+            (*SPDY_HEADERS[:2], ("X-Stream-Protocol-Version", "v9")),
+            403,
+            "unable to negotiate",
+        ),
+        ("/portForward/default/p?port=http", WS_HEADERS, 400, "invalid port"),
+    ]
+    for target, headers, status, text in cases:
+        with pytest.raises(HttpError) as err:
+            asyncio.run(api.handle(Request("POST", target, headers, admin)))
+        assert err.value.status == status and text in err.value.message, target
+        assert isinstance(err.value.__cause__, RequestRefused)
 
 
 class _Conn:
