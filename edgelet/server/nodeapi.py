@@ -191,7 +191,7 @@ class NodeApi:
         runs in edgelet.streaming)."""
         from urllib.parse import parse_qs
 
-        from edgelet.streaming import remotecommand, spdy, wschannel
+        from edgelet.streaming import attach, portforward, remotecommand, remoteexec, spdy, wschannel
 
         websocket = wschannel.is_websocket_upgrade(request.headers)
         if not websocket and not remotecommand.is_spdy_upgrade(request.headers):
@@ -219,7 +219,7 @@ class NodeApi:
             clock = self.clock
 
             async def runner(conn: spdy.SpdyConnection) -> None:
-                await remotecommand.serve_exec(
+                await remoteexec.serve_exec(
                     conn, opts=opts, protocol=protocol, container_id=cid, start=start, clock=clock, what=what
                 )
         elif route.endpoint == "attach":
@@ -236,7 +236,7 @@ class NodeApi:
             api = self._api
 
             async def runner(conn: spdy.SpdyConnection) -> None:
-                await remotecommand.serve_attach(
+                await attach.serve_attach(
                     conn,
                     opts=opts,
                     protocol=protocol,
@@ -252,7 +252,7 @@ class NodeApi:
             clock = self.clock
 
             async def runner(conn: spdy.SpdyConnection) -> None:
-                await remotecommand.serve_port_forward(conn, netns=netns, clock=clock, what=what)
+                await portforward.serve_port_forward(conn, netns=netns, clock=clock, what=what)
 
         self._check_session_room()
         limits = self._spdy_limits
@@ -275,7 +275,7 @@ class NodeApi:
         """exec and attach over kubelet's WebSocket channel protocols (edgelet.streaming.wschannel)."""
         from urllib.parse import parse_qs
 
-        from edgelet.streaming import remotecommand, wschannel
+        from edgelet.streaming import attach, remotecommand, remoteexec, wschannel
 
         if route.endpoint == "port_forward":
             return self._websocket_port_forward(route, request)
@@ -283,10 +283,10 @@ class NodeApi:
         subprotocol = wschannel.negotiate(request.headers)
         headers = wschannel.response_headers(request.headers, subprotocol)
         query = parse_qs(urlsplit(request.target).query, keep_blank_values=True)
-        attach = route.endpoint == "attach"
-        opts = remotecommand.parse_exec_options({**query, "command": ["(attach)"]} if attach else query)
+        attaching = route.endpoint == "attach"
+        opts = remotecommand.parse_exec_options({**query, "command": ["(attach)"]} if attaching else query)
         start = self._api.start_exec
-        if start is None and not attach:
+        if start is None and not attaching:
             raise HttpError(404, "exec is not available in this agent")
         cid = self._api.running_container(p["namespace"], p["pod"], p["container"])
         api = self._api
@@ -297,8 +297,8 @@ class NodeApi:
 
         async def handler(session: wschannel.WsSession) -> None:
             channels = {name: session.channel(name) for name in remotecommand.expected_streams(opts, protocol)}
-            if attach:
-                await remotecommand.run_attach(
+            if attaching:
+                await attach.run_attach(
                     channels,
                     opts=opts,
                     protocol=protocol,
@@ -308,9 +308,7 @@ class NodeApi:
                 )
                 return
             assert start is not None
-            await remotecommand.run_exec(
-                channels, opts=opts, protocol=protocol, container_id=cid, start=start, what=what
-            )
+            await remoteexec.run_exec(channels, opts=opts, protocol=protocol, container_id=cid, start=start, what=what)
 
         async def run(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, initial: bytes) -> None:
             session = wschannel.WsSession(
@@ -331,7 +329,7 @@ class NodeApi:
         i-th, each opened with the port in two little-endian bytes, one connection per port."""
         from urllib.parse import parse_qs
 
-        from edgelet.streaming import remotecommand, wschannel
+        from edgelet.streaming import portforward, wschannel
 
         p = route.params
         what = f"{p['namespace']}/{p['pod']}"
@@ -349,7 +347,7 @@ class NodeApi:
                     data, error = session.channels[2 * i], session.channels[2 * i + 1]
                     for ch in (data, error):
                         await ch.write(port.to_bytes(2, "little"))
-                    tasks.append(asyncio.ensure_future(remotecommand.forward(data, error, port, netns, what)))
+                    tasks.append(asyncio.ensure_future(portforward.forward(data, error, port, netns, what)))
                 await asyncio.gather(*tasks)
             finally:
                 for t in tasks:

@@ -7,6 +7,7 @@ server answers with, and the server maps it to its own error (a v1 Status)::
     ├── RequestRefused             an exec, attach or port-forward request that cannot be served (no protocol in
     │                              common, options missing or wrong); `status` is the HTTP code to answer with
     ├── spdy.SpdyError             a SPDY peer broke the protocol or the session ended; `status` is its GOAWAY's
+    │   │                          (these three are defined with the frames in `_spdyframes.py`)
     │   ├── spdy.StreamError       one stream broke the protocol: it is reset, the session goes on
     │   ├── spdy.StreamReset       the stream was reset (or the connection ended) before a read or write finished
     │   └── remotecommand.SessionError  a session's streams did not all come in time

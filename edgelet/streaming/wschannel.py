@@ -6,7 +6,7 @@ Every message carries one channel: binary protocols put the channel number
 in the first byte, base64 ones an ASCII digit followed by the base64 of the
 data. Channels are 0 stdin, 1 stdout, 2 stderr, 3 error, 4 resize; v5 adds
 the client's close signal (`[255, channel]`: stdin's EOF). The channels are
-handed to `remotecommand.run_exec` like SPDY streams.
+handed to `remoteexec.run_exec` like SPDY streams.
 
 WebSocket has no flow control of its own: a channel holding more than
 `MAX_BUFFER` unread bytes stops the reading of the socket (TCP then pushes

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
+from edgelet.streaming import _spdyframes as spdyframes
 from edgelet.streaming import spdy
 
 
@@ -24,17 +25,17 @@ class SpdyClient:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, initial: bytes = b"") -> None:
         self.reader = reader
         self.writer = writer
-        self.parser = spdy.FrameParser(spdy.Limits(max_frame=1 << 24, max_header_block=1 << 20))
+        self.parser = spdyframes.FrameParser(spdy.Limits(max_frame=1 << 24, max_header_block=1 << 20))
         self.parser.feed(initial)
-        self.compressor = spdy.HeaderCompressor()
+        self.compressor = spdyframes.HeaderCompressor()
         self.next_id = 1
         self.streams: dict[int, StreamState] = {}
-        self.frames: list[spdy.Frame] = []  # every frame the server sent, in order
-        self.goaway: spdy.GoAway | None = None
+        self.frames: list[spdyframes.Frame] = []  # every frame the server sent, in order
+        self.goaway: spdyframes.GoAway | None = None
         self.eof = False
 
-    async def send(self, frame: spdy.Frame) -> None:
-        self.writer.write(spdy.encode_frame(frame, self.compressor))
+    async def send(self, frame: spdyframes.Frame) -> None:
+        self.writer.write(spdyframes.encode_frame(frame, self.compressor))
         await self.writer.drain()
 
     async def send_raw(self, data: bytes) -> None:
@@ -45,13 +46,13 @@ class SpdyClient:
         sid = self.next_id
         self.next_id += 2
         self.streams[sid] = StreamState(dict(headers))
-        await self.send(spdy.SynStream(sid, tuple(headers.items()), fin=fin))
+        await self.send(spdyframes.SynStream(sid, tuple(headers.items()), fin=fin))
         return sid
 
     async def write(self, sid: int, data: bytes, fin: bool = False) -> None:
-        await self.send(spdy.Data(sid, data, fin))
+        await self.send(spdyframes.Data(sid, data, fin))
 
-    async def frame(self) -> spdy.Frame | None:
+    async def frame(self) -> spdyframes.Frame | None:
         """The next frame from the server (applied to `streams`), None at EOF."""
         while True:
             f = self.parser.next()
@@ -64,17 +65,17 @@ class SpdyClient:
                 return None
             self.parser.feed(data)
 
-    def _apply(self, f: spdy.Frame) -> None:
+    def _apply(self, f: spdyframes.Frame) -> None:
         self.frames.append(f)
-        if isinstance(f, spdy.Data):
+        if isinstance(f, spdyframes.Data):
             st = self.streams.setdefault(f.stream_id, StreamState({}))
             st.data += f.data
             st.fin = st.fin or f.fin
-        elif isinstance(f, spdy.SynReply):
+        elif isinstance(f, spdyframes.SynReply):
             self.streams.setdefault(f.stream_id, StreamState({})).replied = True
-        elif isinstance(f, spdy.RstStream):
+        elif isinstance(f, spdyframes.RstStream):
             self.streams.setdefault(f.stream_id, StreamState({})).reset = f.status
-        elif isinstance(f, spdy.GoAway):
+        elif isinstance(f, spdyframes.GoAway):
             self.goaway = f
 
     async def until(self, predicate, timeout: float = 30.0) -> None:

@@ -236,7 +236,7 @@ def test_pick_container_and_command():
 
 @pytest.mark.parametrize("method, target", [("GET", "/exec/p"), ("POST", "/exec/p")])
 def test_the_node_api_exec_is_kubelets_not_the_local_sockets(method, target):
-    """The node API serves kubelet's /exec/{ns}/{pod}/{container} (kubectl exec over SPDY, streaming/remotecommand.py);
+    """The node API serves kubelet's /exec/{ns}/{pod}/{container} (kubectl exec over SPDY, streaming/remoteexec.py);
     the local socket's short /exec/{pod} is not a node API path."""
     from edgelet.server.nodeapi import match_node_route
 

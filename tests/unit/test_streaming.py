@@ -10,7 +10,7 @@ import pytest
 
 from edgelet.server.nodeapi import match_node_route
 from edgelet.server.routes import HttpError
-from edgelet.streaming import remotecommand
+from edgelet.streaming import portforward, remotecommand
 from edgelet.streaming.errors import RequestRefused
 
 V4, V3, V2, V1 = remotecommand.EXEC_PROTOCOLS
@@ -343,7 +343,7 @@ def test_a_reset_ends_the_forward_even_when_the_listener_is_silent():
         data, error = _Stream({}, reset=True), _Stream({})
         try:
             async with asyncio.timeout(30):
-                await remotecommand.forward(data, error, port, None, "ns/pod")
+                await portforward.forward(data, error, port, None, "ns/pod")
             peer, _ = listener.accept()  # the connection was made, the listener never answered
             peer.setblocking(False)
             assert data.closed and error.closed
@@ -385,7 +385,7 @@ def test_port_forward_expiry_timers_do_not_pile_up():
             return None
 
     async def main():
-        await remotecommand.serve_port_forward(
+        await portforward.serve_port_forward(
             _PairConn(), netns=None, clock=FakeClock(), what="ns/pod", creation_timeout=3600
         )
 
