@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from edgelet.sdnotify import Notifier
     from edgelet.settings import Settings
     from edgelet.sources import SourceSnapshot
+    from edgelet.status.runonce import RunonceVerdict
     from edgelet.sync.workers import SyncResult
 
 log = get_logger("edgelet")
@@ -33,21 +34,24 @@ class Agent:
 
     def __init__(self, settings: Settings) -> None:
         limit_arenas()  # before the worker threads exist, so they share arenas
+        self.settings = settings
+        self.clock = clock_from_environ(os.environ)
+        self.paths = settings.runtime_paths()
+        wiring.prepare_state_dirs(settings, self.paths)
+        # In dependency order: each phase uses what the ones before it built.
+        self._build_images_and_runtime()
+        self._build_sync()
+        self._build_reporting()
+
+    def _build_images_and_runtime(self) -> None:
+        """Trust, events, the image store and its import directories, the runtime and PLEG, pulls and image GC."""
         from edgelet.events import EventRecorder, events_path
         from edgelet.images.manager import ImageManager
         from edgelet.pleg import Pleg
-        from edgelet.probes.manager import ProbeManager
         from edgelet.runtime.logrotation import LogRotator
-        from edgelet.status.publisher import StatusPublisher
-        from edgelet.sync.loop import SyncLoop
-        from edgelet.sync.syncpod import Syncer
-        from edgelet.sync.workers import PodWorkers
         from edgelet.util.backoff import Backoff
 
-        self.settings = settings
-        self.clock = clock = clock_from_environ(os.environ)
-        self.paths = paths = settings.runtime_paths()
-        wiring.prepare_state_dirs(settings, paths)
+        settings, clock, paths = self.settings, self.clock, self.paths
         self.trust = wiring.load_trust(settings, paths, clock)
         self.events = EventRecorder(clock, events_path(paths.run_dir))
         self.images = wiring.open_image_store(settings)
@@ -78,6 +82,17 @@ class Agent:
             self.images, self.puller, events=self.events, backoff=self.backoff, clock=clock
         )
         self.image_gc = wiring.build_image_gc(settings, self.images, self._images_in_use, clock)
+
+    def _build_sync(self) -> None:
+        """The rollout, the status publisher, probes, the syncer, the per-pod workers, the sync loop and the
+        manifest files' source."""
+        from edgelet.probes.manager import ProbeManager
+        from edgelet.status.publisher import StatusPublisher
+        from edgelet.sync.loop import SyncLoop
+        from edgelet.sync.syncpod import Syncer
+        from edgelet.sync.workers import PodWorkers
+
+        settings, clock, paths = self.settings, self.clock, self.paths
         self.rollout = wiring.build_rollout(
             settings,
             paths,
@@ -135,6 +150,11 @@ class Agent:
         )
         self.file_source = wiring.build_file_sources(settings, clock, self.trust)
         wiring.warn_about_card(settings)
+
+    def _build_reporting(self) -> None:
+        """What reports and serves (the tunnel, the mirror, the local and node APIs, the manifest URL) and what
+        reacts to the node (eviction, graceful shutdown)."""
+        settings, clock, paths = self.settings, self.clock, self.paths
         self._base_facts = None  # the host as the Node reports it, read once (_node_facts)
         self._runtime_version = ""  # the OCI runtime's version line, read when the mirror starts
         self.mirror = None
@@ -440,6 +460,16 @@ class Agent:
         timeout = self.settings.runonce_timeout
         deadline = self.clock.monotonic() + timeout
         _small_executor()
+        await self._read_once()
+        verdict, gating = await self._run_until_judged(deadline)
+        await self.workers.finish()  # resyncs end as at a stop of the daemon; terminations run to their end
+        # The checkpoint and the events, each fsynced, side by side.
+        writes = [(f.write, data) for f in (self.publisher, self.events) if (data := f.encode()) is not None]
+        await asyncio.gather(*(asyncio.to_thread(write, data) for write, data in writes))
+        return self._report_once(verdict, gating, timeout, out)
+
+    async def _read_once(self) -> None:
+        """--runonce's start: images, the runtime's state and every source read once, then the pods applied."""
 
         async def runtime_state() -> None:
             await self.pleg.adopt()
@@ -463,6 +493,10 @@ class Agent:
             self.loop.apply_snapshot(remote)
         # Everything else the runtime holds is left over from an earlier configuration.
         self.loop.housekeeping()
+
+    async def _run_until_judged(self, deadline: float) -> tuple[RunonceVerdict, list[str]]:
+        """Run the loop and PLEG until every pod is judged (or `deadline`): the last verdict, and the pods whose
+        health gate is still undecided."""
         # The daemon's loop and PLEG drive the pods (exits, back-offs, probe verdicts); the pods are judged
         # from what they publish as soon as their states are final (edgelet.status.runonce), not on a timer.
         from edgelet.status.runonce import note_running, note_started, running_ids, runonce_verdict
@@ -513,10 +547,11 @@ class Agent:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             self.publisher.observed = None
-        await self.workers.finish()  # resyncs end as at a stop of the daemon; terminations run to their end
-        # The checkpoint and the events, each fsynced, side by side.
-        writes = [(f.write, data) for f in (self.publisher, self.events) if (data := f.encode()) is not None]
-        await asyncio.gather(*(asyncio.to_thread(write, data) for write, data in writes))
+        return verdict, gating
+
+    def _report_once(self, verdict: RunonceVerdict, gating: list[str], timeout: float, out: TextIO) -> int:
+        """--runonce's summary on `out`, and its exit status: 1 when a pod rolled back, a gate is undecided, or a
+        pod neither runs nor completed."""
         print_runonce_summary(self.publisher, self.loop.config, out)
         rolled_back = [r for r in self.rollout.records() if r.phase in ("rolled-back", "rolling-back")]
         for r in rolled_back:

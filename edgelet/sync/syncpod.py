@@ -18,20 +18,19 @@ SyncPod):
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
-from edgelet.api.pod import container_spec, log_name, meta
+from edgelet.api.pod import log_name, meta
 from edgelet.api.pod import spec as pod_spec
 from edgelet.api.pod import uid as pod_uid
 from edgelet.container.errors import RuntimeError_
 from edgelet.events import EventRecorder, InvolvedObject, pod_ref
 from edgelet.images.manager import ImageUnavailable
 from edgelet.plan import compute_pod_actions
-from edgelet.plan.actions import is_pod_termination
-from edgelet.plan.termination import remaining_grace, stop_signal, termination_order
 from edgelet.status.syncstate import PodSyncState
 from edgelet.sync.podstart import NO_HEAD_START, HeadStart, SandboxStart
+from edgelet.sync.podstop import ContainerStopper
 from edgelet.sync.workers import SyncResult
 from edgelet.util.log import get_logger
 
@@ -50,7 +49,6 @@ if TYPE_CHECKING:
 
 log = get_logger(__name__)
 
-DEFAULT_GRACE = 30.0
 ERR_IMAGE_PULL_RESYNC = 1.0
 # A release (or removal) of an exited container that failed is tried again this soon, not at the next event:
 # a settled pod may see none for a long time, and its runc state and mount would stay meanwhile.
@@ -118,6 +116,9 @@ class Syncer:
         self._forget = forget
         self._events = events if events is not None else EventRecorder(clock)
         self._state: dict[str, PodSyncState] = {}
+        self._stopper = ContainerStopper(
+            runtime, images, clock, self._events, probe_grace=self._probe_grace, find=self._find
+        )
 
     def state(self, uid: str) -> PodSyncState:
         return self._state.setdefault(uid, PodSyncState())
@@ -154,14 +155,14 @@ class Syncer:
         # 2. Kill the whole pod when its sandbox must be recreated.
         # (A new pod's kill stops nothing, and its state is still the one read in step 1: no relist to wait for.)
         if actions.kill_pod and _live(rt):
-            await self._kill_all(pod, rt, reason="sandbox changed")
+            await self._stopper.kill_all(pod, rt, reason="sandbox changed")
             rt, _ = await self._state_after(uid)
 
         # 3. Kill what must not run any more. kubelet's Killing event carries computePodActions' message
         # ("Container app definition changed, will be restarted"), except for a pod that finished for good,
         # which kubelet's pod worker terminates like a deleted one ("Stopping container side").
         if actions.containers_to_kill:
-            await self._stop_ordered(pod, rt, actions.containers_to_kill, say_reason=True)
+            await self._stopper.stop_ordered(pod, rt, actions.containers_to_kill, say_reason=True)
 
         # 4. Sandbox; while it is set up (namespaces, the CNI network), the containers it will run get their
         # images, bundles and rootfs mounts: what does not depend on the order overlaps (sync.podstart).
@@ -523,130 +524,16 @@ class Syncer:
         except HookError as exc:
             log.warning("PostStart hook failed", pod=log_name(pod), container=container.name, err=str(exc))
             self._events.warning(ref, "FailedPostStartHook", str(exc))
-            await self._stop(pod, cid, "FailedPostStartHook", event_message="FailedPostStartHook")
+            await self._stopper.stop(pod, cid, "FailedPostStartHook", event_message="FailedPostStartHook")
             return ("PostStartHookError", str(exc))
         return None
 
-    async def _stop(
-        self,
-        pod: Pod | None,
-        cid: str,
-        why: str,
-        grace: float | None = None,
-        turn: Sequence[asyncio.Event] = (),
-        event_message: str | None = None,
-    ) -> None:
-        """kubelet killContainer: event, (preStop), wait for this container's turn, stop signal, SIGKILL.
-
-        `event_message` is the Killing event's message; without one it is kubelet's
-        "Stopping container NAME". `turn` is what must finish before the stop signal
-        (the termination ordering's waitForTurn); the wait is bounded by, and taken
-        from, the grace period.
-        """
-        if (
-            pod is not None
-            and self._probes is not None
-            and grace is None
-            and cid in self._probes.failures(pod_uid(pod))
-        ):
-            # kubelet setTerminationGracePeriod: a liveness/startup kill uses the probe's grace when it has one.
-            grace = self._probes.kill_grace(pod_uid(pod), cid)
-        record = await self._find(cid, pod_uid(pod) if pod is not None else None)
-        if grace is None:
-            # Without the pod (an orphan), the grace period it had, kept on the container.
-            grace = (
-                record.grace_period
-                if pod is None and record is not None and record.grace_period is not None
-                else _grace(pod)
-            )
-        log.info("Killing container", pod=log_name(pod), container=cid[:12], reason=why, grace=grace)
-        if record is not None and pod is not None:
-            ref = pod_ref(pod, record.name, init=record.container_type == "init")
-            self._events.normal(ref, "Killing", event_message or f"Stopping container {record.name}")
-            spec = container_spec(pod, record.name)
-            if (
-                spec is not None
-                and spec.lifecycle is not None
-                and spec.lifecycle.pre_stop is not None
-                and record.state == "running"
-                and grace > 0
-            ):
-                began = self._clock.monotonic()
-                await self._pre_stop(pod, spec, record, ref, grace)
-                # kubelet: the hook's time (whole seconds) comes out of the grace period.
-                grace = remaining_grace(grace, self._clock.monotonic() - began)
-        if turn and grace > 0:
-            began = self._clock.monotonic()
-            try:
-                await asyncio.wait_for(asyncio.gather(*(e.wait() for e in turn)), timeout=grace)
-            except TimeoutError:
-                log.info(
-                    "Stopping container before its turn: grace period spent", pod=log_name(pod), container=cid[:12]
-                )
-            grace = remaining_grace(grace, self._clock.monotonic() - began)
-        # The runtime gives at least 2 s between the stop signal and SIGKILL (kubelet minimumGracePeriodInSeconds).
-        await self._runtime.stop_container(cid, grace, self._stop_signal(pod, record))
-
-    async def _pre_stop(self, pod: Pod, spec: Container, record: ContainerRecord, ref, grace: float) -> None:
-        """kubelet executePreStopHook: run preStop for at most `grace` seconds; a failure is an event, not an error."""
-        from edgelet.probes.errors import HookError
-        from edgelet.probes.hooks import run_handler
-        from edgelet.probes.target import target_for
-
-        rt = await self._runtime.pod_status(record.pod_uid)
-        sandbox = next((s for s in rt.sandboxes if s.id == record.sandbox_id), None)
-        target = target_for(
-            record.id,
-            spec,
-            sandbox.netns_path() if sandbox is not None else None,
-            sandbox.host_network if sandbox is not None else bool(pod_spec(pod).host_network),
-        )
-        assert spec.lifecycle is not None and spec.lifecycle.pre_stop is not None
-        try:
-            await asyncio.wait_for(
-                run_handler(
-                    spec.lifecycle.pre_stop,
-                    runtime=self._runtime,
-                    target=target,
-                    pod=pod,
-                    container=spec,
-                    sleep=self._clock.sleep,
-                ),
-                timeout=grace,
-            )
-        except HookError as exc:
-            log.warning("PreStop hook failed", pod=log_name(pod), container=spec.name, err=str(exc))
-            self._events.warning(ref, "FailedPreStopHook", str(exc))
-        except TimeoutError:
-            log.info("PreStop hook not completed in grace period", pod=log_name(pod), container=spec.name, grace=grace)
-
-    async def _stop_ordered(
-        self,
-        pod: Pod | None,
-        rt: PodRuntimeStatus,
-        kills: Mapping[str, str],
-        grace: float | None = None,
-        *,
-        say_reason: bool = False,
-    ) -> None:
-        """Stop `kills` (id -> reason) in parallel, sidecars after main containers in reverse order.
-
-        `say_reason`: the Killing events carry the reasons (kubelet SyncPod step 3 passes
-        computePodActions' message) but those of a finished pod's termination; else
-        kubelet's "Stopping container NAME".
-        """
-        order = termination_order(pod, [c for c in rt.containers if c.id in kills])
-        done = {cid: asyncio.Event() for cid in kills}
-
-        async def one(cid: str) -> None:
-            try:
-                turn = [done[d] for d in order.get(cid, ()) if d in done]
-                say = say_reason and not is_pod_termination(kills[cid])
-                await self._stop(pod, cid, kills[cid], grace, turn=turn, event_message=kills[cid] if say else None)
-            finally:
-                done[cid].set()
-
-        await asyncio.gather(*(one(cid) for cid in kills))
+    def _probe_grace(self, uid: str, cid: str) -> float | None:
+        """The grace period of the kill of a container whose liveness or startup probe failed, when the probe
+        gives one (None otherwise: the pod's own)."""
+        if self._probes is None or cid not in self._probes.failures(uid):
+            return None
+        return self._probes.kill_grace(uid, cid)
 
     async def _find(self, cid: str, uid: str | None = None) -> ContainerRecord | None:
         """The container as read now: of its pod from the shared relist (the containers of a pod stopped side by
@@ -659,28 +546,6 @@ class Syncer:
                 if c.id == cid:
                     return c
         return None
-
-    def _stop_signal(self, pod: Pod | None, record: ContainerRecord | None) -> str:
-        """The container's lifecycle.stopSignal, else the image's STOPSIGNAL, else SIGTERM."""
-        image_signal = ""
-        if record is not None and record.image:
-            rec = self._images.get(record.image)
-            if rec is not None and rec.config.stop_signal:
-                image_signal = rec.config.stop_signal
-        return stop_signal(container_spec(pod, record.name) if record is not None else None, image_signal)
-
-    async def _kill_all(self, pod: Pod | None, rt: PodRuntimeStatus, reason: str, grace: float | None = None) -> None:
-        """Stop every container in parallel, then the sandboxes (kubelet killPodWithSyncResult).
-
-        Exited containers are kept: the newest of each is the container's lastState and
-        carries its restart count and back-off across the new sandbox; older ones go
-        through `containers_to_remove` like any other dead instance.
-        """
-        running = {c.id: reason for c in rt.containers if c.state in ("running", "created")}
-        await self._stop_ordered(pod, rt, running, grace)
-        for s in rt.sandboxes:
-            if s.state in ("running", "created"):
-                await self._runtime.stop_sandbox(s.id)
 
     def evict(self, uid: str, reason: str, message: str, grace: float | None) -> None:
         """Hold the pod stopped under node pressure; the next sync kills it with `grace` (None: its own)."""
@@ -703,7 +568,9 @@ class Syncer:
         relisted = False
         if live:
             self._events.warning(pod_ref(pod), why[0], why[1])
-            await self._kill_all(pod, rt, reason="evicted" if st.evicted is not None else "refused", grace=grace)
+            await self._stopper.kill_all(
+                pod, rt, reason="evicted" if st.evicted is not None else "refused", grace=grace
+            )
             rt, relisted = await self._state_after(uid, st)
         st.waiting = {}
         self._publish(pod, rt, st)
@@ -719,7 +586,7 @@ class Syncer:
             self._probes.remove_pod(uid)
         # Sidecars after the main containers, in reverse order; the sandbox last.
         running = {c.id: "pod removed" for c in rt.containers if c.state in ("running", "created")}
-        await self._stop_ordered(pod, rt, running)
+        await self._stopper.stop_ordered(pod, rt, running)
         for s in rt.sandboxes:
             if s.state in ("running", "created"):
                 await self._runtime.stop_sandbox(s.id)
@@ -792,11 +659,6 @@ def _live_sandbox(rt: PodRuntimeStatus, sandbox_id: str | None) -> SandboxRecord
         if s.state == "running" and (sandbox_id is None or s.id == sandbox_id):
             return s
     return None
-
-
-def _grace(pod: Pod | None) -> float:
-    grace = pod.spec.termination_grace_period_seconds if pod is not None and pod.spec is not None else None
-    return DEFAULT_GRACE if grace is None else float(grace)
 
 
 def _image_of(pod: Pod, name: str) -> str:
