@@ -109,7 +109,7 @@ class Agent:
             settings.node_name,
             clock,
             pull_progress=self.puller.progress,
-            rollout_condition=self.rollout.note,
+            rollout_condition=self.rollout.pod_condition,
         )
         # The probes, the syncer, the workers and the loop call each other: the later ones are reached when called.
         self.probes = ProbeManager(
@@ -398,7 +398,7 @@ class Agent:
                 edgelet_version=__version__,
                 node_ip=settings.node_ip or self.tunnel_address or self.publisher.host_ip,
             )
-            taints = tuple(Taint(k, v, e) for k, v, e in settings.register_with_taints)
+            taints = tuple(Taint(key, value, effect) for key, value, effect in settings.register_with_taints)
             self._base_facts = with_reservations(
                 dataclasses.replace(host, labels=settings.node_labels, taints=taints),
                 total_reserved(settings.system_reserved, settings.kube_reserved),

@@ -262,7 +262,7 @@ def _pulling(rec: Record, obs: Observation, now: float, policy: Policy, wall: fl
     """Pulling the new version's images while the old one runs: once present, replace it (or start beside it
     under Surge, unless its ports or name clash)."""
     if obs.pulled and policy.strategy == "Surge" and rec.active is not None and not obs.clash:
-        r = replace(
+        updated = replace(
             rec,
             phase="gating",
             active=rec.target,
@@ -274,7 +274,7 @@ def _pulling(rec: Record, obs: Observation, now: float, policy: Policy, wall: fl
             history=_hist(rec, rec.target, "gating", f"started beside {short(rec.active)} (Surge)", wall),
         )
         return Decision(
-            r,
+            updated,
             (
                 Event(
                     "Normal",
@@ -290,9 +290,9 @@ def _pulling(rec: Record, obs: Observation, now: float, policy: Policy, wall: fl
             if policy.strategy == "Surge" and obs.clash
             else ()
         )
-        r = replace(rec, phase="replacing", active=rec.target, since=now, reason="images present")
+        updated = replace(rec, phase="replacing", active=rec.target, since=now, reason="images present")
         return Decision(
-            r,
+            updated,
             (
                 *refused,
                 Event(
@@ -339,7 +339,7 @@ def _gating(rec: Record, obs: Observation, now: float, policy: Policy, wall: flo
     if verdict.outcome == "pending":
         return Decision(replace(rec, ready_since=verdict.ready_since, restarts_at_ready=verdict.restarts_at_ready))
     if verdict.outcome == "good":
-        r = replace(
+        updated = replace(
             rec,
             phase="good",
             last_good=rec.target,
@@ -351,11 +351,11 @@ def _gating(rec: Record, obs: Observation, now: float, policy: Policy, wall: flo
             history=_hist(rec, rec.target, "good", verdict.reason, wall),
         )
         return Decision(
-            r, (Event("Normal", "RolloutSucceeded", f"Version {short(rec.target)} is good: {verdict.reason}"),)
+            updated, (Event("Normal", "RolloutSucceeded", f"Version {short(rec.target)} is good: {verdict.reason}"),)
         )
     if rec.last_good is not None and rec.last_good != rec.target and policy.rollback:
         why = f"version {short(rec.target)} failed: {verdict.reason}"
-        r = replace(
+        updated = replace(
             rec,
             phase="rolling-back",
             active=rec.last_good,
@@ -366,13 +366,15 @@ def _gating(rec: Record, obs: Observation, now: float, policy: Policy, wall: flo
             reason=why,
             history=_hist(rec, rec.target, "failed", verdict.reason, wall),
         )
-        return Decision(r, (Event("Warning", "RollingBack", f"{why}; rolling back to version {short(rec.last_good)}"),))
+        return Decision(
+            updated, (Event("Warning", "RollingBack", f"{why}; rolling back to version {short(rec.last_good)}"),)
+        )
     why = (
         "no last good version to roll back to"
         if rec.last_good is None or rec.last_good == rec.target
         else "rollback is off"
     )
-    r = replace(
+    updated = replace(
         rec,
         phase="failed",
         since=now,
@@ -381,7 +383,7 @@ def _gating(rec: Record, obs: Observation, now: float, policy: Policy, wall: flo
         history=_hist(rec, rec.target, "failed", f"{verdict.reason} ({why})", wall),
     )
     return Decision(
-        r, (Event("Warning", "RolloutFailed", f"Version {short(rec.target)} failed: {verdict.reason}; {why}"),)
+        updated, (Event("Warning", "RolloutFailed", f"Version {short(rec.target)} failed: {verdict.reason}; {why}"),)
     )
 
 
@@ -389,14 +391,14 @@ def _rolling_back(rec: Record, obs: Observation, now: float, policy: Policy, wal
     """Rolling back: once the failed version no longer runs, the rollback is done."""
     if rec.target not in obs.running:
         reason = rec.reason
-        r = replace(
+        updated = replace(
             rec,
             phase="rolled-back",
             since=now,
             history=_hist(rec, rec.target, "rolled-back", f"back to {short(rec.active)}", wall),
         )
         return Decision(
-            r,
+            updated,
             (
                 Event(
                     "Warning",
@@ -430,7 +432,7 @@ def _new_target(rec: Record, obs: Observation, now: float, policy: Policy, wall:
         active=rec.surge_from or rec.active,
     )
     if obs.desired == rec.last_good:
-        r = replace(
+        updated = replace(
             base,
             phase="good",
             active=obs.desired,
@@ -439,11 +441,11 @@ def _new_target(rec: Record, obs: Observation, now: float, policy: Policy, wall:
                 -HISTORY_MAX:
             ],
         )
-        return Decision(r)
+        return Decision(updated)
     # Download first, always: even with no last good version to fall back to (a first version still in its
     # gate) or rollback off, what runs keeps running until the new version's images are in; a new version
     # whose image cannot be had never leaves the device with nothing running.
-    r = replace(
+    updated = replace(
         base,
         phase="pulling",
         reason=f"pulling the images of version {short(obs.desired)}",
@@ -451,7 +453,7 @@ def _new_target(rec: Record, obs: Observation, now: float, policy: Policy, wall:
     )
     # What runs stays: the last good version, or the one under the gate that this one supersedes.
     return Decision(
-        r,
+        updated,
         (
             Event(
                 "Normal",
