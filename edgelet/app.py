@@ -1,4 +1,5 @@
-"""Wires the real components together, owns the task group, signals and shutdown, and --runonce."""
+"""Runs an agent: its components built in dependency order (by edgelet.wiring), the task group, signals and
+shutdown, and --runonce."""
 
 from __future__ import annotations
 
@@ -9,200 +10,120 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from edgelet.errors import EdgeletError
+from edgelet import wiring
 from edgelet.util.clock import clock_from_environ
 from edgelet.util.log import configure, get_logger
 from edgelet.util.memory import limit_arenas, trim, trim_periodically
 from edgelet.util.table import format_table
 
 if TYPE_CHECKING:
-    from edgelet.api.types import Pod
+    from edgelet.api.types import Pod, PodStatus
     from edgelet.cgroups.controllers import Admission
-    from edgelet.cgroups.qos import PodResources
     from edgelet.container.types import PodRuntimeStatus
     from edgelet.sdnotify import Notifier
     from edgelet.settings import Settings
     from edgelet.sources import SourceSnapshot
+    from edgelet.status.runonce import RunonceVerdict
     from edgelet.sync.workers import SyncResult
 
 log = get_logger("edgelet")
 
 
-class ConfigurationError(EdgeletError):
-    """The settings ask for something this machine does not have (the CLI exits 1 with the message)."""
-
-
 class Agent:
-    """Every long-lived component of a running edgelet, built from Settings."""
+    """Every long-lived component of a running edgelet, built from Settings (by `edgelet.wiring`)."""
 
     def __init__(self, settings: Settings) -> None:
         limit_arenas()  # before the worker threads exist, so they share arenas
-        from edgelet.images.importdir import ImportDir
-        from edgelet.images.store import ImageStore
-        from edgelet.pleg import Pleg
-        from edgelet.runtime.logrotation import LogRotator, backstop_size
-        from edgelet.runtime.runc_runtime import RuncRuntime
-        from edgelet.sources.file import FileSource, FileSources
-        from edgelet.status.publisher import StatusPublisher
-        from edgelet.sync.loop import SyncLoop
-        from edgelet.sync.syncpod import Syncer
-        from edgelet.sync.workers import PodWorkers
-        from edgelet.util.backoff import Backoff
-
         self.settings = settings
         self.clock = clock_from_environ(os.environ)
-        paths = settings.runtime_paths()
-        self.paths = paths
-        from edgelet.logs import LOG_DIR_MODE
-        from edgelet.state import ensure_dir
+        self.paths = settings.runtime_paths()
+        wiring.prepare_state_dirs(settings, self.paths)
+        # In dependency order: each phase uses what the ones before it built.
+        self._build_images_and_runtime()
+        self._build_sync()
+        self._build_reporting()
 
-        # State and run dirs are edgelet's own and private; an existing log dir (/var/log) keeps its mode.
-        for d in (paths.root_dir, paths.run_dir):
-            ensure_dir(d, tighten_from=d)
-        ensure_dir(paths.log_dir, LOG_DIR_MODE)
-        from edgelet.state import remove_temp_files
+    def _build_images_and_runtime(self) -> None:
+        """Trust, events, the image store and its import directories, the runtime and PLEG, pulls and image GC."""
+        from edgelet.events import EventRecorder, events_path
+        from edgelet.images.manager import ImageManager
+        from edgelet.pleg import Pleg
+        from edgelet.runtime.logrotation import LogRotator
+        from edgelet.util.backoff import Backoff
 
-        # What a crash left half-written by write_atomic: never read, so removed before anything reads.
-        swept = remove_temp_files(
-            [
-                paths.root_dir / "state",
-                settings.images_dir,
-                paths.root_dir / "sources",
-                paths.root_dir / "cni",
-                paths.run_dir,
-                paths.root_dir / "trust",
-                paths.root_dir / "trust" / "accepted",
-                paths.root_dir / "state" / "rollout",
-            ]
+        settings, clock, paths = self.settings, self.clock, self.paths
+        self.trust = wiring.load_trust(settings, paths, clock)
+        self.events = EventRecorder(clock, events_path(paths.run_dir))
+        self.images = wiring.open_image_store(settings)
+        self.import_dir, self.card_import_dir = wiring.build_import_dirs(
+            settings, self.images, clock, self.trust, self.events
         )
-        if swept:
-            log.info("Removed temp files a crash left behind", count=swept)
-        # Trusted delivery: loaded (with the cryptography library) only when asked for; a key file that cannot
-        # be used stops the start (KeyFileError names the file and line).
-        self.trust = None
-        if settings.trusted_keys is not None:
-            from edgelet.trust.verify import Trust
+        # The local API's metrics (not for --runonce, which serves nobody); the runtime reports into them.
+        self.metrics = None
+        if settings.enable_server and not settings.runonce:
+            from edgelet.server.metrics import Metrics
 
-            self.trust = Trust.load(settings.trusted_keys, paths.root_dir / "trust", self.clock)
-            log.info(
-                "Trusted keys loaded: every manifest and imported archive needs a signature",
-                path=str(settings.trusted_keys),
-                keys=len(self.trust.keys),
-            )
-        elif settings.manifest_url_signature:
-            log.warning("--manifest-url-signature is ignored without --trusted-keys")
-        self.images = ImageStore(settings.images_dir)
-        if self.images.corrupt_index is not None:
-            # Its records are gone: let the archives in the import dir be imported again.
-            (settings.images_dir / "imported.json").unlink(missing_ok=True)
-            (settings.images_dir / "imported-card.json").unlink(missing_ok=True)
-        self.import_dir = ImportDir(
-            settings.import_dir, self.images, settings.images_dir / "imported.json", clock=self.clock, trust=self.trust
-        )
-        # The card's images/ (a FAT partition a laptop wrote): imported the same way, with its own cache
-        # because the cache is keyed by file name.
-        self.card_import_dir = None
-        if settings.card_import_dir is not None:
-            self.card_import_dir = ImportDir(
-                settings.card_import_dir,
-                self.images,
-                settings.images_dir / "imported-card.json",
-                clock=self.clock,
-                trust=self.trust,
-            )
-        pause = None
-        if settings.pod_infra_container_image:
-            pause = self.images.get(settings.pod_infra_container_image)
-            if pause is None:
-                raise ConfigurationError(
-                    f"--pod-infra-container-image {settings.pod_infra_container_image}: not in the image store "
-                    "(import it first)"
-                )
-        from edgelet.network.manager import PodNetwork
-
-        network = PodNetwork(
-            settings.cni_conf_dir,
-            [d for d in settings.cni_bin_dir.split(":") if d],
-            paths.run_dir / "netns",
-            paths.root_dir / "cni",
-        )
-        self.runtime = RuncRuntime(
-            paths,
-            runtime_bin=settings.runtime,
-            conmon_bin=settings.conmon,
-            pause_image=pause,
-            clock=self.clock,
-            pod_max_pids=settings.pod_max_pids,
-            node_cgroup=_node_cgroup(settings),
-            allow_missing_controllers=settings.allow_missing_cgroup_controllers,
-            network=network,
-            cluster_dns=settings.cluster_dns,
-            cluster_domain=settings.cluster_domain or "",
-            allowed_unsafe_sysctls=settings.allowed_unsafe_sysctls,
-            seccomp_default=settings.seccomp_default,
-            on_warning=self._runtime_warning,
-            log_size_max=backstop_size(settings.container_log_max_size),
-            infra_container=settings.pod_infra_container,
+            self.metrics = Metrics(clock)
+        self.runtime = wiring.build_runtime(
+            settings, paths, clock, self.images, self.metrics, on_warning=self._runtime_warning
         )
         self.log_rotator = LogRotator(
             paths,
-            self.clock,
+            clock,
             max_size=settings.container_log_max_size,
             max_files=settings.container_log_max_files,
             interval=settings.container_log_monitor_interval,
         )
-        # The local API and its metrics (not for --runonce, which serves nobody).
-        self.metrics = None
-        if settings.enable_server and not settings.runonce:
-            from edgelet.server.metrics import InstrumentedRuntime, Metrics
-
-            self.metrics = Metrics(self.clock)
-            self.runtime = InstrumentedRuntime(self.runtime, self.metrics)  # type: ignore[assignment]
-        from edgelet.events import EventRecorder, events_path
-
-        self.events = EventRecorder(self.clock, events_path(paths.run_dir))
-        # Archives refused for their signature are reported.
-        self.import_dir.events = self.events
-        if self.card_import_dir is not None:
-            self.card_import_dir.events = self.events
-        self.publisher = StatusPublisher(paths.root_dir, settings.node_name, self.clock)
-        self.pleg = Pleg(self.runtime, paths.exit_dir, clock=self.clock)
+        self.pleg = Pleg(self.runtime, paths.exit_dir, clock=clock)
         self._networks_marked = float("-inf")  # monotonic time a CNI CHECK last marked sandboxes broken
         self.backoff = Backoff()
-        from edgelet.images.auth import credential_paths, load_credentials
-        from edgelet.images.manager import ImageManager
-        from edgelet.images.puller import Puller
-        from edgelet.trust.policy import load_optional_policy
-
-        self.puller = Puller(
-            self.images,
-            registries=dict(settings.registries),
-            credentials=load_credentials(credential_paths(settings.image_credential_file)),
-            clock=self.clock,
-            signature_policy=load_optional_policy(settings.signature_policy),
-        )
+        self.puller = wiring.build_puller(settings, self.images, clock)
         self.image_manager = ImageManager(
-            self.images, self.puller, events=self.events, backoff=self.backoff, clock=self.clock
+            self.images, self.puller, events=self.events, backoff=self.backoff, clock=clock
         )
-        self.publisher.pull_progress = self.puller.progress  # `pods -o wide` and `describe pod` show pulls
-        from edgelet.images.gc import ImageGC
+        self.image_gc = wiring.build_image_gc(settings, self.images, self._images_in_use, clock)
 
-        self.image_gc = ImageGC(
-            self.images,
-            self._images_in_use,
-            self.clock,
-            high=settings.image_gc_high_threshold,
-            low=settings.image_gc_low_threshold,
-            min_age=settings.image_minimum_gc_age,
-        )
+    def _build_sync(self) -> None:
+        """The rollout, the status publisher, probes, the syncer, the per-pod workers, the sync loop and the
+        manifest files' source."""
         from edgelet.probes.manager import ProbeManager
+        from edgelet.status.publisher import StatusPublisher
+        from edgelet.sync.loop import SyncLoop
+        from edgelet.sync.syncpod import Syncer
+        from edgelet.sync.workers import PodWorkers
 
-        self.probes = ProbeManager(self.runtime, self.clock, self.events)
+        settings, clock, paths = self.settings, self.clock, self.paths
+        self.rollout = wiring.build_rollout(
+            settings,
+            paths,
+            clock,
+            self.events,
+            self.image_manager,
+            self.backoff,
+            self.pleg,
+            status_of=self._published_status,
+        )
+        # `pods -o wide` and `describe pod` show pulls under way, and the rollout's word on a pod.
+        self.publisher = StatusPublisher(
+            paths.root_dir,
+            settings.node_name,
+            clock,
+            pull_progress=self.puller.progress,
+            rollout_condition=self.rollout.pod_condition,
+        )
+        # The probes, the syncer, the workers and the loop call each other: the later ones are reached when called.
+        self.probes = ProbeManager(
+            self.runtime,
+            clock,
+            self.events,
+            state_of=lambda uid: self.syncer.state(uid),
+            on_change=lambda uid: self.loop.emit_probe_result(uid),
+        )
         self.syncer = Syncer(
             self.runtime,
             self.image_manager,  # type: ignore[arg-type]
             self.backoff,
-            self.clock,
+            clock,
             publish=self.publisher.update if self.metrics is None else self.metrics.observing_publish(self.publisher),
             events=self.events,
             probes=self.probes,
@@ -210,109 +131,78 @@ class Agent:
             newer_than=self._relisted_newer_than,
             relisted_after=self._relisted_after,
         )
-        self.workers = PodWorkers(self.syncer, clock=self.clock)
-        self.rollout = _build_rollout(self)
+        # Surge: the new version starts beside the old one.
+        self.workers = PodWorkers(
+            self.syncer,
+            on_result=self._on_sync_result,
+            on_terminated=lambda uid: self.loop.on_terminated(uid),
+            clock=clock,
+            may_run_beside=self.rollout.is_surging,
+        )
         self.loop = SyncLoop(
             workers=self.workers,
             publisher=self.publisher,
-            clock=self.clock,
+            clock=clock,
             expected_sources={"file"} | ({"http"} if settings.manifest_url else set()),
             runtime_uids=self.pleg.uids,
             events=self.events,
             rollout=self.rollout,
         )
-        self.workers._on_result = self._on_sync_result
-        self.probes.state_of = self.syncer.state
-        self.probes.on_change = self.loop.emit_probe_result
-        self.workers._on_terminated = self.loop.on_terminated
-        self.file_source = FileSources(
-            [
-                FileSource(path, settings.node_name, settings.file_check_frequency, self.clock, trust=self.trust)
-                for path in (settings.pod_manifest_path, settings.card_manifest_path)
-                if path is not None
-            ]
-        )
-        if settings.card_config_error is not None:
-            # Reported, never fatal: a device must boot whatever a laptop wrote onto its card.
-            log.error("Card configuration ignored", err=settings.card_config_error)
-        if settings.card_dir is not None:
-            from edgelet.settings import CARD_SECRETS
+        self.file_source = wiring.build_file_sources(settings, clock, self.trust)
+        wiring.warn_about_card(settings)
 
-            for name in CARD_SECRETS:
-                if (settings.card_dir / name).exists():
-                    log.warning(
-                        "Secret on the card's FAT partition, readable by every local user; "
-                        "edgelet-card-setup moves it to /etc/edgelet at boot",
-                        path=str(settings.card_dir / name),
-                    )
+    def _build_reporting(self) -> None:
+        """What reports and serves (the tunnel, the mirror, the local and node APIs, the manifest URL) and what
+        reacts to the node (eviction, graceful shutdown)."""
+        settings, clock, paths = self.settings, self.clock, self.paths
+        self._base_facts = None  # the host as the Node reports it, read once (_node_facts)
+        self._runtime_version = ""  # the OCI runtime's version line, read when the mirror starts
         self.mirror = None
-        self._base_facts = None
-        self._taints: tuple = ()
-        # The WireGuard tunnel, first: the Node's InternalIP and the node API's certificate name its address.
-        self.tunnel = _build_tunnel(self) if settings.wireguard_config is not None and not settings.runonce else None
+        # The WireGuard tunnel, before the mirror and the node API: the Node's InternalIP and the node API's
+        # certificate name its address.
+        self.tunnel = None if settings.runonce else wiring.build_tunnel(settings, clock)
         self.tunnel_address = str(self.tunnel.config.addresses[0].ip) if self.tunnel is not None else None
         if settings.kubeconfig is not None and not settings.runonce:
-            self.mirror = _build_mirror(self)
-        # Node-pressure eviction; its thresholds are checked for --runonce too, so a bad one is refused there as
-        # well, but nothing is built: runonce exits once its pods run.
-        self.eviction = _build_eviction(self)
-        self.node_shutdown = None if settings.runonce else _build_node_shutdown(self)
+            self.mirror = wiring.build_mirror(
+                settings,
+                publisher=self.publisher,
+                events=self.events,
+                clock=clock,
+                facts=self._node_facts,
+                is_ready=self._is_ready,
+            )
+        self.eviction = wiring.build_eviction(
+            settings, paths, clock, loop=self.loop, syncer=self.syncer, runtime=self.runtime, image_gc=self.image_gc
+        )
+        self.node_shutdown = (
+            None
+            if settings.runonce
+            else wiring.build_node_shutdown(settings, clock, loop=self.loop, syncer=self.syncer, runtime=self.runtime)
+        )
         self.api_server = None
         self.node_api = None
         if self.metrics is not None:
-            from edgelet.server.api import Api, ApiServer, ApiSources
-            from edgelet.stats.collector import StatsCollector
-
-            self.metrics.watch_publisher(self.publisher)
-            self.stats = StatsCollector(
+            self.stats, self.api_server, self.node_api = wiring.build_api(
+                settings,
                 paths,
-                self.pleg.pods,
-                self.clock,
-                node_name=settings.node_name,
-                pod_cgroup=self.runtime.pod_cgroup,
-                images_dir=settings.images_dir,
+                clock,
+                metrics=self.metrics,
+                publisher=self.publisher,
+                events=self.events,
+                pleg=self.pleg,
+                loop=self.loop,
+                runtime=self.runtime,
+                mirror=self.mirror,
+                rollout=self.rollout,
+                node_conditions=self._node_conditions,
+                tunnel_address=self.tunnel_address,
             )
-            api = Api(
-                ApiSources(
-                    publisher=self.publisher,
-                    events=self.events,
-                    paths=paths,
-                    clock=self.clock,
-                    metrics=self.metrics,
-                    last_sync_iteration=lambda: self.loop.last_iteration,
-                    last_relist=lambda: self.pleg.last_relist,
-                    node_state=self.mirror.snapshot if self.mirror is not None else None,
-                    stats=self.stats,
-                    start_exec=self.runtime.start_exec,
-                    node_conditions=self._node_conditions,
-                    rollout_records=self.rollout.records,
-                    rollout_retry=self.rollout.retry,
-                )
-            )
-            if settings.node_api_enabled:
-                self.node_api = _NodeApiPlan(self, api)
-            self.api_server = ApiServer(
-                api,
-                paths.run_dir,
-                healthz_port=settings.healthz_port,
-                healthz_bind_address=settings.healthz_bind_address,
-            )
-        self.http_source = None
-        if settings.manifest_url:
-            from edgelet.sources.http import HttpSource
+        self.http_source = wiring.build_http_source(settings, paths, clock, self.trust)
 
-            self.http_source = HttpSource(
-                settings.manifest_url,
-                settings.node_name,
-                headers=settings.manifest_url_header,
-                check_frequency=settings.http_check_frequency,
-                clock=self.clock,
-                cache_dir=paths.root_dir / "sources",
-                ca_file=settings.manifest_url_ca,
-                header_file=settings.manifest_url_header_file,
-                trust=self.trust,
-                signature_url=settings.manifest_url_signature,
-            )
+    def _published_status(self, uid: str) -> PodStatus | None:
+        """The status last published for the pod (the rollout's health gate reads it)."""
+        entry = self.publisher.get(uid)
+        return entry.status if entry is not None else None
 
     def _admit(self, pod: Pod) -> Admission | None:
         """The runtime's word on whether the pod's limits can be applied here (cgroup controllers)."""
@@ -497,23 +387,22 @@ class Agent:
         from edgelet import __version__
         from edgelet.cgroups.allocatable import total_reserved
         from edgelet.eviction.thresholds import hard_reserved
-        from edgelet.mirror.node import host_facts, parse_runc_version, with_reservations
+        from edgelet.mirror.node import Taint, host_facts, parse_runc_version, with_reservations
 
+        settings = self.settings
         if self._base_facts is None:
-            self._base_facts = host_facts(
-                self.settings.node_name,
+            host = host_facts(
+                settings.node_name,
                 root_dir=self.paths.root_dir,
-                runtime_version=parse_runc_version(getattr(self, "_runtime_version", "")),
+                runtime_version=parse_runc_version(self._runtime_version),
                 edgelet_version=__version__,
-                node_ip=self.settings.node_ip or self.tunnel_address or self.publisher.host_ip,
+                node_ip=settings.node_ip or self.tunnel_address or self.publisher.host_ip,
             )
-            base = self._base_facts
+            taints = tuple(Taint(key, value, effect) for key, value, effect in settings.register_with_taints)
             self._base_facts = with_reservations(
-                dataclasses.replace(base, labels=self.settings.node_labels, taints=self._taints),
-                total_reserved(self.settings.system_reserved, self.settings.kube_reserved),
-                hard_reserved(
-                    self.settings.eviction_hard, memory_bytes=base.memory_bytes, disk_bytes=base.ephemeral_bytes
-                ),
+                dataclasses.replace(host, labels=settings.node_labels, taints=taints),
+                total_reserved(settings.system_reserved, settings.kube_reserved),
+                hard_reserved(settings.eviction_hard, memory_bytes=host.memory_bytes, disk_bytes=host.ephemeral_bytes),
             )
         images = tuple((tuple(r.references) + (r.id,), r.size) for r in self.images.list())
         pressure = self.eviction.conditions if self.eviction is not None else frozenset()
@@ -571,6 +460,16 @@ class Agent:
         timeout = self.settings.runonce_timeout
         deadline = self.clock.monotonic() + timeout
         _small_executor()
+        await self._read_once()
+        verdict, gating = await self._run_until_judged(deadline)
+        await self.workers.finish()  # resyncs end as at a stop of the daemon; terminations run to their end
+        # The checkpoint and the events, each fsynced, side by side.
+        writes = [(f.write, data) for f in (self.publisher, self.events) if (data := f.encode()) is not None]
+        await asyncio.gather(*(asyncio.to_thread(write, data) for write, data in writes))
+        return self._report_once(verdict, gating, timeout, out)
+
+    async def _read_once(self) -> None:
+        """--runonce's start: images, the runtime's state and every source read once, then the pods applied."""
 
         async def runtime_state() -> None:
             await self.pleg.adopt()
@@ -594,6 +493,10 @@ class Agent:
             self.loop.apply_snapshot(remote)
         # Everything else the runtime holds is left over from an earlier configuration.
         self.loop.housekeeping()
+
+    async def _run_until_judged(self, deadline: float) -> tuple[RunonceVerdict, list[str]]:
+        """Run the loop and PLEG until every pod is judged (or `deadline`): the last verdict, and the pods whose
+        health gate is still undecided."""
         # The daemon's loop and PLEG drive the pods (exits, back-offs, probe verdicts); the pods are judged
         # from what they publish as soon as their states are final (edgelet.status.runonce), not on a timer.
         from edgelet.status.runonce import note_running, note_started, running_ids, runonce_verdict
@@ -644,10 +547,11 @@ class Agent:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             self.publisher.observed = None
-        await self.workers.finish()  # resyncs end as at a stop of the daemon; terminations run to their end
-        # The checkpoint and the events, each fsynced, side by side.
-        writes = [(f.write, data) for f in (self.publisher, self.events) if (data := f.encode()) is not None]
-        await asyncio.gather(*(asyncio.to_thread(write, data) for write, data in writes))
+        return verdict, gating
+
+    def _report_once(self, verdict: RunonceVerdict, gating: list[str], timeout: float, out: TextIO) -> int:
+        """--runonce's summary on `out`, and its exit status: 1 when a pod rolled back, a gate is undecided, or a
+        pod neither runs nor completed."""
         print_runonce_summary(self.publisher, self.loop.config, out)
         rolled_back = [r for r in self.rollout.records() if r.phase in ("rolled-back", "rolling-back")]
         for r in rolled_back:
@@ -698,268 +602,12 @@ def _instance_gone(exit_dir: Path, cid: str, pid: int | None) -> bool:
 READY_STALE = 60.0  # seconds without a sync loop iteration before the Node is reported NotReady
 
 
-def _build_eviction(agent: Agent):
-    """The eviction manager over this agent's pods, or None when no threshold is configured."""
-    from edgelet.eviction.errors import EvictionConfigError
-    from edgelet.eviction.thresholds import configure
-
-    s = agent.settings
-    try:
-        thresholds = configure(
-            s.eviction_hard or "",
-            s.eviction_soft or "",
-            s.eviction_soft_grace_period or "",
-            s.eviction_minimum_reclaim or "",
-        )
-    except EvictionConfigError as exc:
-        raise ConfigurationError(str(exc)) from exc
-    if not thresholds or s.runonce:
-        return None  # --runonce only checks the thresholds (a bad one is refused there too): it never evicts
-    from edgelet.eviction.manager import EvictionManager
-    from edgelet.eviction.signals import HostSignals
-    from edgelet.eviction.usage import pod_usages
-
-    signals = HostSignals(s.root_dir, s.images_dir)
-    paths = agent.paths
-
-    def dirs_of(pod):
-        meta = pod.metadata
-        return [paths.pod_dir(meta.uid), paths.pod_log_dir(meta.namespace, meta.name, meta.uid)]
-
-    async def usage():
-        return await asyncio.to_thread(
-            pod_usages, list(agent.loop.desired().values()), agent.runtime.pod_cgroup, dirs_of
-        )
-
-    async def evict(uid: str, reason: str, message: str, grace: float | None) -> None:
-        agent.syncer.evict(uid, reason, message, grace)
-        agent.loop.emit_probe_result(uid)  # sync it now: the sync kills it
-
-    def readmit(uid: str) -> None:
-        agent.syncer.readmit(uid)
-        agent.loop.emit_probe_result(uid)
-
-    async def reclaim(signal: str) -> None:
-        await agent.image_gc.collect(force=True)
-
-    return EvictionManager(
-        thresholds,
-        clock=agent.clock,
-        observe=signals.observe,
-        usage=usage,
-        evict=evict,
-        readmit=readmit,
-        reclaim=reclaim,
-        interval=s.eviction_monitoring_interval,
-        transition_period=s.eviction_pressure_transition_period,
-        max_pod_grace=s.eviction_max_pod_grace_period,
-    )
-
-
-def _build_rollout(agent: Agent):
-    """The rollout manager (issue 21): between the merged config and the pod workers; --rollout=false (or a
-    pod's annotation) gives kubelet's kill-and-start."""
-    from edgelet.rollout.decide import Policy
-    from edgelet.rollout.store import RolloutStore
-    from edgelet.sync.rollout import RolloutManager
-
-    s = agent.settings
-
-    def status_of(uid: str):
-        entry = agent.publisher.get(uid)
-        return entry.status if entry is not None else None
-
-    manager = RolloutManager(
-        RolloutStore(agent.paths.root_dir),
-        clock=agent.clock,
-        events=agent.events,
-        enabled=s.rollout,
-        policy=Policy(
-            deadline=s.rollout_deadline,
-            window=s.rollout_stability_window,
-            strategy="Surge" if s.rollout_strategy == "Surge" else "Replace",
-        ),
-        images=agent.image_manager,
-        backoff=agent.backoff,
-        runtime_pods=agent.pleg.pods,
-        status_of=status_of,
-    )
-    agent.publisher.rollout_note = manager.note
-    agent.workers.may_run_beside = manager.is_surging  # Surge: the new version starts beside the old one
-    return manager
-
-
-def _build_node_shutdown(agent: Agent):
-    """Graceful node shutdown over this agent's pods, or None when --shutdown-grace-period is 0."""
-    from edgelet.api.pod import spec
-    from edgelet.eviction.decide import pod_priority
-    from edgelet.sync.shutdown import MESSAGE, REASON, NodeShutdown
-
-    s = agent.settings
-    if s.shutdown_grace_period <= 0:
-        return None
-
-    def priorities() -> dict[str, int]:
-        return {
-            uid: pod_priority(spec(p).priority_class_name, spec(p).priority) for uid, p in agent.loop.desired().items()
-        }
-
-    def stop(uid: str, cap: float) -> None:
-        pod = agent.loop.desired().get(uid)
-        own = spec(pod).termination_grace_period_seconds if pod is not None else None
-        agent.syncer.evict(uid, REASON, MESSAGE, min(float(30 if own is None else own), cap))
-        agent.loop.emit_probe_result(uid)
-
-    async def running(uid: str) -> bool:
-        rt = await agent.runtime.pod_status(uid)
-        return any(c.state in ("running", "created") for c in rt.containers) or any(
-            sb.state in ("running", "created") for sb in rt.sandboxes
-        )
-
-    def restart(uid: str) -> None:
-        agent.syncer.readmit(uid)
-        agent.loop.emit_probe_result(uid)
-
-    return NodeShutdown(
-        clock=agent.clock,
-        total=s.shutdown_grace_period,
-        critical=s.shutdown_grace_period_critical_pods,
-        priorities=priorities,
-        stop=stop,
-        running=running,
-        restart=restart,
-    )
-
-
-def _build_tunnel(agent: Agent):
-    """The WireGuard tunnel of --wireguard-config: the file is read (and the key generated) now, so a bad one
-    stops the start with its file:line; bringing the interface up waits for the run and never stops the agent."""
-    from edgelet.tunnel import keys
-    from edgelet.tunnel.device import Tunnel
-    from edgelet.tunnel.errors import TunnelError
-
-    s = agent.settings
-    assert s.wireguard_config is not None
-    try:
-        loaded = keys.load(s.wireguard_config, s.root_dir)
-    except TunnelError as exc:
-        raise ConfigurationError(str(exc)) from exc
-    assert loaded is not None
-    return Tunnel(loaded.config, agent.clock)
-
-
-def _build_mirror(agent: Agent):
-    """The apiserver reporting of --kubeconfig; every import of it happens here, so standalone pays nothing."""
-    from edgelet import __version__
-    from edgelet.mirror.client import KubeClient
-    from edgelet.mirror.errors import MirrorError
-    from edgelet.mirror.kubeconfig import load_kubeconfig
-    from edgelet.mirror.manager import MirrorManager
-    from edgelet.mirror.node import Taint, validate_node_labels
-
-    s = agent.settings
-    assert s.kubeconfig is not None
-    try:
-        validate_node_labels(dict(s.node_labels))
-        cfg = load_kubeconfig(s.kubeconfig)
-        client = KubeClient(cfg, version=__version__)
-    except MirrorError as exc:
-        raise ConfigurationError(str(exc)) from exc
-    agent._taints = tuple(Taint(k, v, e) for k, v, e in s.register_with_taints)
-    mirror = MirrorManager(
-        client,
-        node=s.node_name,
-        server=cfg.server,
-        facts=agent._node_facts,
-        publisher=agent.publisher,
-        events=agent.events,
-        clock=agent.clock,
-        is_ready=agent._is_ready,
-        register_node=s.register_node,
-        status_frequency=s.node_status_update_frequency,
-        report_frequency=s.node_status_report_frequency,
-        lease_duration=s.node_lease_duration_seconds,
-        lease_renew_interval=s.node_lease_renew_interval,
-    )
-    log.info("Reporting to the apiserver", server=cfg.server, node=s.node_name)
-    return mirror
-
-
-class _NodeApiPlan:
-    """The node API of this agent, checked at construction and opened at start (a self-signed pair may be made)."""
-
-    def __init__(self, agent: Agent, api) -> None:
-        from edgelet.server.auth import parse_grant
-
-        s = agent.settings
-        try:
-            for g in s.node_api_grants:
-                parse_grant(g)
-        except ValueError as exc:
-            raise ConfigurationError(f"--node-api-grants: {exc}") from exc
-        self._agent = agent
-        self._api = api
-        self.server = None
-
-    @property
-    def port(self) -> int | None:
-        """The port to advertise: the bound one, else the configured one."""
-        if self.server is not None and self.server.port is not None:
-            return self.server.port
-        s = self._agent.settings
-        return s.port if s.port else None
-
-    async def start(self):
-        from edgelet.server.auth import AuthConfigError
-        from edgelet.server.nodeapi import DEFAULT_PORT, NodeApi, NodeApiServer, build_config
-        from edgelet.server.tls import TlsError
-
-        a, s = self._agent, self._agent.settings
-        try:
-            config = await build_config(
-                node_name=s.node_name,
-                root_dir=s.root_dir,
-                addresses=[x for x in (s.node_ip or a.tunnel_address or a.publisher.host_ip, s.address) if x],
-                cert=s.tls_cert_file,
-                key=s.tls_private_key_file,
-                client_ca=s.client_ca_file,
-                token_file=s.api_token_file,
-                grants=s.node_api_grants,
-            )
-        except (TlsError, AuthConfigError) as exc:
-            raise ConfigurationError(str(exc)) from exc
-        from edgelet.streaming.spdy import Limits
-
-        handler = NodeApi(
-            self._api,
-            config,
-            stats=a.stats,
-            runtime_pods=a.pleg.pods,
-            metrics=a.metrics,
-            cgroup_root=s.cgroup_root,
-            spdy_limits=Limits(idle_timeout=s.streaming_connection_idle_timeout),
-        )
-        self.server = NodeApiServer(handler, config, s.address or "0.0.0.0", DEFAULT_PORT if s.port is None else s.port)
-        await self.server.start()
-        return self.server
-
-
 def _small_executor() -> None:
     """Blocking work (unpacking, fsync, pulls) in at most 4 threads: Python's default of cores + 4
     threads, each with its stack and heap, is memory a small board does not have to spare."""
     from concurrent.futures import ThreadPoolExecutor
 
     asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=4, thread_name_prefix="edgelet"))
-
-
-def _node_cgroup(settings: Settings) -> PodResources | None:
-    """The root pods cgroup's caps when --enforce-node-allocatable includes pods: capacity less the reservations."""
-    if "pods" not in settings.enforce_node_allocatable:
-        return None
-    from edgelet.cgroups.allocatable import node_allocatable, pods_cgroup_resources, read_capacity, total_reserved
-
-    allocatable = node_allocatable(read_capacity(), total_reserved(settings.system_reserved, settings.kube_reserved))
-    return pods_cgroup_resources(allocatable)
 
 
 def print_runonce_summary(publisher, config, out: TextIO) -> None:
@@ -1119,8 +767,8 @@ def run_agent(settings: Settings) -> int:
     _die_with_bootloader()
     # Before any subprocess: this also unsets NOTIFY_SOCKET, which runc must not inherit.
     notifier = Notifier.from_environ()
-    # asyncio's own loop, not uvloop: uvloop imports ssl (OpenSSL, about 5 MB) at its own import and adds
-    # 1.2 MB; edgelet's loop is mostly idle and its subprocesses are waited for through pidfds either way.
+    # asyncio's own loop, not uvloop: uvloop imports ssl (OpenSSL) at its own import and costs memory of its own,
+    # while edgelet's loop is mostly idle and its subprocesses are waited for through pidfds either way.
     _wait_children_by_pidfd()
     rc = asyncio.run(_main(settings, notifier))
     if settings.runonce:

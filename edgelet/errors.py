@@ -25,7 +25,7 @@ edgelet means to raise and lets programming errors through::
     ├── sources.http.HeaderFileError       --manifest-url-header-file cannot be read or parsed
     ├── logs.LogNotFoundError              no log file for a container instance
     ├── settings.SettingsError             configuration file, environment or flags
-    ├── app.ConfigurationError             the settings ask for what this machine does not have
+    ├── wiring.ConfigurationError          the settings ask for what this machine does not have
     ├── server.http.ServerError            an API listener cannot be opened
     ├── server.routes.HttpError            a request the API refuses (rendered as a v1 Status)
     ├── server.auth.AuthConfigError        the node API's token file or grants cannot be used

@@ -82,3 +82,8 @@ def full_name(pod: Pod | None) -> str:
     if pod is None or pod.metadata is None:
         return ""
     return f"{pod.metadata.namespace}/{pod.metadata.name}"
+
+
+def log_name(pod: Pod | None) -> str | None:
+    """`namespace/name` of a pod, as structured logs name it; None without a pod (an orphan's container)."""
+    return full_name(pod) or None

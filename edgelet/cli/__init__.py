@@ -159,6 +159,14 @@ def build_parser() -> argparse.ArgumentParser:
     logs.add_argument("--tail", type=int, default=None, metavar="N", help="only the last N lines")
     logs.add_argument("-p", "--previous", action="store_true", help="the previous (terminated) instance")
     logs.add_argument("--timestamps", action="store_true", help="prefix each line with its time")
+    _add_node_commands(sub, common)
+    _add_image_commands(sub, common)
+    _add_rollout_commands(sub, common)
+    return parser
+
+
+def _add_node_commands(sub: Any, common: argparse.ArgumentParser) -> None:
+    """node, top, exec, check and tunnel: the machine, its usage, a container's shell and the WireGuard link."""
     node = sub.add_parser(
         "node",
         parents=[common],
@@ -203,6 +211,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the hub's [Peer] block for this device "
         "(generates the device's key when the file has none and none is kept yet)",
     )
+
+
+def _add_image_commands(sub: Any, common: argparse.ArgumentParser) -> None:
+    """images: list, import, pull, rm, prune."""
     images = sub.add_parser("images", parents=[common], help="list the images in the local store")
     images_sub = images.add_subparsers(dest="images_command", metavar="SUBCOMMAND")
     images_sub.add_parser("list", parents=[common], help="list the images (the default)")
@@ -217,6 +229,10 @@ def build_parser() -> argparse.ArgumentParser:
     prune = images_sub.add_parser("prune", parents=[common], help="remove every unused, unpinned image")
     for key in ("runtime", "conmon", "cgroup_root"):
         _add_setting(prune, key)
+
+
+def _add_rollout_commands(sub: Any, common: argparse.ArgumentParser) -> None:
+    """rollout: status, history, retry."""
     rollout = sub.add_parser(
         "rollout", parents=[common], help="health-gated rollout of changed static pods: status, history, retry"
     )
@@ -230,7 +246,6 @@ def build_parser() -> argparse.ArgumentParser:
     rollout_sub.add_parser("retry", parents=[common], help="try a rolled-back version again").add_argument(
         "pod", metavar="[NAMESPACE/]NAME"
     )
-    return parser
 
 
 # Each command's module, imported only when that command runs: the agent (no command) never loads them.

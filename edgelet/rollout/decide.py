@@ -248,146 +248,168 @@ def decide(rec: Record, obs: Observation, now: float, policy: Policy, *, wall: f
     if obs.desired != rec.target:
         return _new_target(rec, obs, now, policy, wall)
     if rec.phase == "pulling":
-        if obs.pulled and policy.strategy == "Surge" and rec.active is not None and not obs.clash:
-            r = replace(
+        return _pulling(rec, obs, now, policy, wall)
+    if rec.phase == "replacing":
+        return _replacing(rec, obs, now, policy, wall)
+    if rec.phase == "gating":
+        return _gating(rec, obs, now, policy, wall)
+    if rec.phase == "rolling-back":
+        return _rolling_back(rec, obs, now, policy, wall)
+    return Decision(rec)  # good, rolled-back, failed: steady
+
+
+def _pulling(rec: Record, obs: Observation, now: float, policy: Policy, wall: float) -> Decision:
+    """Pulling the new version's images while the old one runs: once present, replace it (or start beside it
+    under Surge, unless its ports or name clash)."""
+    if obs.pulled and policy.strategy == "Surge" and rec.active is not None and not obs.clash:
+        updated = replace(
+            rec,
+            phase="gating",
+            active=rec.target,
+            surge_from=rec.active,
+            since=now,
+            ready_since=None,
+            restarts_at_ready=0,
+            reason="waiting for the health gate (Surge: the previous version runs)",
+            history=_hist(rec, rec.target, "gating", f"started beside {short(rec.active)} (Surge)", wall),
+        )
+        return Decision(
+            updated,
+            (
+                Event(
+                    "Normal",
+                    "RolloutSurging",
+                    f"Images of version {short(rec.target)} present: started beside version "
+                    f"{short(rec.active)}, which stops once the new one is good",
+                ),
+            ),
+        )
+    if obs.pulled:
+        refused = (
+            (Event("Warning", "SurgeRefused", f"Surge refused: {obs.clash}; replacing instead"),)
+            if policy.strategy == "Surge" and obs.clash
+            else ()
+        )
+        updated = replace(rec, phase="replacing", active=rec.target, since=now, reason="images present")
+        return Decision(
+            updated,
+            (
+                *refused,
+                Event(
+                    "Normal",
+                    "RolloutReplacing",
+                    f"Images of version {short(rec.target)} present: replacing version {short(rec.active)}",
+                ),
+            ),
+        )
+    reason = f"pulling the images of version {short(rec.target)}; version {short(rec.active)} keeps running" + (
+        f": {obs.pull_error}" if obs.pull_error else ""
+    )
+    return Decision(replace(rec, reason=reason), pull=True)
+
+
+def _replacing(rec: Record, obs: Observation, now: float, policy: Policy, wall: float) -> Decision:
+    """The old version stopping: once only the target runs, its health gate starts."""
+    if obs.running <= {rec.target}:
+        return Decision(
+            replace(
                 rec,
                 phase="gating",
-                active=rec.target,
-                surge_from=rec.active,
                 since=now,
                 ready_since=None,
                 restarts_at_ready=0,
-                reason="waiting for the health gate (Surge: the previous version runs)",
-                history=_hist(rec, rec.target, "gating", f"started beside {short(rec.active)} (Surge)", wall),
+                reason="waiting for the health gate",
+                history=_hist(rec, rec.target, "gating", "replaced the previous version", wall),
             )
-            return Decision(
-                r,
-                (
-                    Event(
-                        "Normal",
-                        "RolloutSurging",
-                        f"Images of version {short(rec.target)} present: started beside version "
-                        f"{short(rec.active)}, which stops once the new one is good",
-                    ),
-                ),
-            )
-        if obs.pulled:
-            refused = (
-                (Event("Warning", "SurgeRefused", f"Surge refused: {obs.clash}; replacing instead"),)
-                if policy.strategy == "Surge" and obs.clash
-                else ()
-            )
-            r = replace(rec, phase="replacing", active=rec.target, since=now, reason="images present")
-            return Decision(
-                r,
-                (
-                    *refused,
-                    Event(
-                        "Normal",
-                        "RolloutReplacing",
-                        f"Images of version {short(rec.target)} present: replacing version {short(rec.active)}",
-                    ),
-                ),
-            )
-        reason = f"pulling the images of version {short(rec.target)}; version {short(rec.active)} keeps running" + (
-            f": {obs.pull_error}" if obs.pull_error else ""
         )
-        return Decision(replace(rec, reason=reason), pull=True)
-    if rec.phase == "replacing":
-        if obs.running <= {rec.target}:
-            return Decision(
-                replace(
-                    rec,
-                    phase="gating",
-                    since=now,
-                    ready_since=None,
-                    restarts_at_ready=0,
-                    reason="waiting for the health gate",
-                    history=_hist(rec, rec.target, "gating", "replaced the previous version", wall),
-                )
-            )
-        return Decision(rec)
-    if rec.phase == "gating":
-        v = assess_gate(
-            obs.gate,
-            started_at=rec.since,
-            now=now,
-            policy=policy,
-            ready_since=rec.ready_since,
-            restarts_at_ready=rec.restarts_at_ready,
-        )
-        if v.outcome == "pending":
-            return Decision(replace(rec, ready_since=v.ready_since, restarts_at_ready=v.restarts_at_ready))
-        if v.outcome == "good":
-            r = replace(
-                rec,
-                phase="good",
-                last_good=rec.target,
-                blocked=None,
-                since=now,
-                ready_since=None,
-                surge_from=None,
-                reason=v.reason,
-                history=_hist(rec, rec.target, "good", v.reason, wall),
-            )
-            return Decision(
-                r, (Event("Normal", "RolloutSucceeded", f"Version {short(rec.target)} is good: {v.reason}"),)
-            )
-        if rec.last_good is not None and rec.last_good != rec.target and policy.rollback:
-            why = f"version {short(rec.target)} failed: {v.reason}"
-            r = replace(
-                rec,
-                phase="rolling-back",
-                active=rec.last_good,
-                blocked=rec.target,
-                since=now,
-                surge_from=None,
-                ready_since=None,
-                reason=why,
-                history=_hist(rec, rec.target, "failed", v.reason, wall),
-            )
-            return Decision(
-                r, (Event("Warning", "RollingBack", f"{why}; rolling back to version {short(rec.last_good)}"),)
-            )
-        why = (
-            "no last good version to roll back to"
-            if rec.last_good is None or rec.last_good == rec.target
-            else "rollback is off"
-        )
-        r = replace(
+    return Decision(rec)
+
+
+def _gating(rec: Record, obs: Observation, now: float, policy: Policy, wall: float) -> Decision:
+    """The health gate: still pending, good, or failed (then rolled back to the last good version when there is
+    one and rollback is on)."""
+    verdict = assess_gate(
+        obs.gate,
+        started_at=rec.since,
+        now=now,
+        policy=policy,
+        ready_since=rec.ready_since,
+        restarts_at_ready=rec.restarts_at_ready,
+    )
+    if verdict.outcome == "pending":
+        return Decision(replace(rec, ready_since=verdict.ready_since, restarts_at_ready=verdict.restarts_at_ready))
+    if verdict.outcome == "good":
+        updated = replace(
             rec,
-            phase="failed",
+            phase="good",
+            last_good=rec.target,
+            blocked=None,
             since=now,
+            ready_since=None,
             surge_from=None,
-            reason=f"{v.reason} ({why}; it stays, as with kubelet)",
-            history=_hist(rec, rec.target, "failed", f"{v.reason} ({why})", wall),
+            reason=verdict.reason,
+            history=_hist(rec, rec.target, "good", verdict.reason, wall),
         )
         return Decision(
-            r, (Event("Warning", "RolloutFailed", f"Version {short(rec.target)} failed: {v.reason}; {why}"),)
+            updated, (Event("Normal", "RolloutSucceeded", f"Version {short(rec.target)} is good: {verdict.reason}"),)
         )
-    if rec.phase == "rolling-back":
-        if rec.target not in obs.running:
-            reason = rec.reason
-            r = replace(
-                rec,
-                phase="rolled-back",
-                since=now,
-                history=_hist(rec, rec.target, "rolled-back", f"back to {short(rec.active)}", wall),
-            )
-            return Decision(
-                r,
-                (
-                    Event(
-                        "Warning",
-                        "RolledBack",
-                        f"Rolled back to version {short(rec.active)}: {reason}; version "
-                        f"{short(rec.target)} is not tried again until its manifest changes or "
-                        f"`edgelet rollout retry {rec.name}`",
-                    ),
+    if rec.last_good is not None and rec.last_good != rec.target and policy.rollback:
+        why = f"version {short(rec.target)} failed: {verdict.reason}"
+        updated = replace(
+            rec,
+            phase="rolling-back",
+            active=rec.last_good,
+            blocked=rec.target,
+            since=now,
+            surge_from=None,
+            ready_since=None,
+            reason=why,
+            history=_hist(rec, rec.target, "failed", verdict.reason, wall),
+        )
+        return Decision(
+            updated, (Event("Warning", "RollingBack", f"{why}; rolling back to version {short(rec.last_good)}"),)
+        )
+    why = (
+        "no last good version to roll back to"
+        if rec.last_good is None or rec.last_good == rec.target
+        else "rollback is off"
+    )
+    updated = replace(
+        rec,
+        phase="failed",
+        since=now,
+        surge_from=None,
+        reason=f"{verdict.reason} ({why}; it stays, as with kubelet)",
+        history=_hist(rec, rec.target, "failed", f"{verdict.reason} ({why})", wall),
+    )
+    return Decision(
+        updated, (Event("Warning", "RolloutFailed", f"Version {short(rec.target)} failed: {verdict.reason}; {why}"),)
+    )
+
+
+def _rolling_back(rec: Record, obs: Observation, now: float, policy: Policy, wall: float) -> Decision:
+    """Rolling back: once the failed version no longer runs, the rollback is done."""
+    if rec.target not in obs.running:
+        reason = rec.reason
+        updated = replace(
+            rec,
+            phase="rolled-back",
+            since=now,
+            history=_hist(rec, rec.target, "rolled-back", f"back to {short(rec.active)}", wall),
+        )
+        return Decision(
+            updated,
+            (
+                Event(
+                    "Warning",
+                    "RolledBack",
+                    f"Rolled back to version {short(rec.active)}: {reason}; version "
+                    f"{short(rec.target)} is not tried again until its manifest changes or "
+                    f"`edgelet rollout retry {rec.name}`",
                 ),
-            )
-        return Decision(rec)
-    return Decision(rec)  # good, rolled-back, failed: steady
+            ),
+        )
+    return Decision(rec)
 
 
 def _new_target(rec: Record, obs: Observation, now: float, policy: Policy, wall: float) -> Decision:
@@ -410,7 +432,7 @@ def _new_target(rec: Record, obs: Observation, now: float, policy: Policy, wall:
         active=rec.surge_from or rec.active,
     )
     if obs.desired == rec.last_good:
-        r = replace(
+        updated = replace(
             base,
             phase="good",
             active=obs.desired,
@@ -419,11 +441,11 @@ def _new_target(rec: Record, obs: Observation, now: float, policy: Policy, wall:
                 -HISTORY_MAX:
             ],
         )
-        return Decision(r)
+        return Decision(updated)
     # Download first, always: even with no last good version to fall back to (a first version still in its
     # gate) or rollback off, what runs keeps running until the new version's images are in; a new version
     # whose image cannot be had never leaves the device with nothing running.
-    r = replace(
+    updated = replace(
         base,
         phase="pulling",
         reason=f"pulling the images of version {short(obs.desired)}",
@@ -431,7 +453,7 @@ def _new_target(rec: Record, obs: Observation, now: float, policy: Policy, wall:
     )
     # What runs stays: the last good version, or the one under the gate that this one supersedes.
     return Decision(
-        r,
+        updated,
         (
             Event(
                 "Normal",

@@ -408,32 +408,13 @@ def compute_pod_status(
     if previous is not None and previous.phase in ("Succeeded", "Failed"):
         phase = previous.phase
 
-    all_statuses = init_statuses + statuses
-    # GeneratePodReadyToStartContainersCondition: True unless the sandbox must be (re)created.
-    sandbox_ready = not sandbox_changed(pod, rt)[0]
-    containers_ready = _containers_ready_condition(pod, all_statuses, phase)
-    conditions = [
-        PodCondition(type=READY_TO_START, status="True" if sandbox_ready else "False"),
-        _initialized_condition(pod, all_statuses, phase),
-    ]
-    conditions += [
-        _ready_condition(pod, containers_ready, conditions),
-        containers_ready,
-        PodCondition(type=SCHEDULED, status="True"),
-    ]
-    conditions = [_with_transition(c, previous, now) for c in conditions]
-
+    conditions = _pod_conditions(pod, rt, init_statuses + statuses, phase, previous, now)
     start_time = previous.start_time if previous is not None else None
     if start_time is None:
         # The status manager stamps the first status; the oldest sandbox stands in for it after an agent restart.
         start_time = format_time(min((s.created_at for s in rt.sandboxes), default=now))
 
-    if pod_spec(pod).host_network:
-        ips: tuple[str, ...] = (host_ip,) if host_ip else ()
-    else:
-        # The newest running sandbox's CNI addresses (kubelet's determinePodSandboxIPs).
-        live = [s for s in rt.sandboxes if s.state == "running"]
-        ips = live[0].ips if live else ()
+    ips = _pod_ips(pod, rt, host_ip)
     pod_ip = ips[0] if ips else None
     return PodStatus(
         phase=phase,
@@ -450,6 +431,40 @@ def compute_pod_status(
         reason=evicted[0] if evicted is not None else None,
         message=evicted[1] if evicted is not None else None,
     )
+
+
+def _pod_conditions(
+    pod: Pod,
+    rt: PodRuntimeStatus,
+    all_statuses: list[ContainerStatus],
+    phase: str,
+    previous: PodStatus | None,
+    now: float,
+) -> list[PodCondition]:
+    """PodReadyToStartContainers, Initialized, Ready, ContainersReady and PodScheduled, each keeping its
+    lastTransitionTime from `previous` while its status holds."""
+    # GeneratePodReadyToStartContainersCondition: True unless the sandbox must be (re)created.
+    sandbox_ready = not sandbox_changed(pod, rt)[0]
+    containers_ready = _containers_ready_condition(pod, all_statuses, phase)
+    conditions = [
+        PodCondition(type=READY_TO_START, status="True" if sandbox_ready else "False"),
+        _initialized_condition(pod, all_statuses, phase),
+    ]
+    conditions += [
+        _ready_condition(pod, containers_ready, conditions),
+        containers_ready,
+        PodCondition(type=SCHEDULED, status="True"),
+    ]
+    return [_with_transition(c, previous, now) for c in conditions]
+
+
+def _pod_ips(pod: Pod, rt: PodRuntimeStatus, host_ip: str | None) -> tuple[str, ...]:
+    """The node's address for a hostNetwork pod, else the newest running sandbox's CNI addresses (kubelet's
+    determinePodSandboxIPs)."""
+    if pod_spec(pod).host_network:
+        return (host_ip,) if host_ip else ()
+    live = [s for s in rt.sandboxes if s.state == "running"]
+    return live[0].ips if live else ()
 
 
 def summarize(pod: Pod, status: PodStatus) -> tuple[str, str, int]:

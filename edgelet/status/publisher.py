@@ -83,6 +83,9 @@ class StatusPublisher:
         clock: Clock,
         interval: float = 0.5,
         host_ip: str | None = None,
+        *,
+        pull_progress: Callable[[str], PullShown | None] | None = None,
+        rollout_condition: Callable[[Pod], tuple[str, str] | None] | None = None,
     ) -> None:
         self._path = snapshot_path(root_dir)
         self._host_ip = host_ip if host_ip is not None else node_ip()
@@ -94,11 +97,11 @@ class StatusPublisher:
         self._dirty = asyncio.Event()
         self.changed = asyncio.Event()  # set on every update or removal (--runonce judges the pods on it)
         self._file = StampedWriter(self._path, "pods checkpoint")
-        # The puller's progress of an image's pull under way (set by the app when pulls are possible).
-        self.pull_progress: Callable[[str], PullShown | None] | None = None
+        # The puller's progress of an image's pull under way (when pulls are possible).
+        self._pull_progress = pull_progress
         # The rollout's word on a pod (reason, message), e.g. RolledBack, shown as a condition and in the
-        # table's message (set by the app; edgelet.sync.rollout).
-        self.rollout_note: Callable[[Pod], tuple[str, str] | None] | None = None
+        # table's message (edgelet.sync.rollout).
+        self._rollout_condition = rollout_condition
         # Told the runtime's view of each pod as it is published (--runonce reads when each process started).
         self.observed: Callable[[PodRuntimeStatus], None] | None = None
 
@@ -132,9 +135,11 @@ class StatusPublisher:
             started=st.started,  # probe verdicts (edgelet.probes.manager)
             host_ip=self._host_ip,
         )
-        note = self.rollout_note(pod) if self.rollout_note is not None else None
-        if note is not None:
-            status = _with_rollout_condition(status, note, prev.status if prev is not None else None, self._clock.now())
+        condition = self._rollout_condition(pod) if self._rollout_condition is not None else None
+        if condition is not None:
+            status = _with_rollout_condition(
+                status, condition, prev.status if prev is not None else None, self._clock.now()
+            )
         ready, text, restarts = summarize(pod, status)
         ann = meta(pod).annotations or {}
         created = min((s.created_at for s in rt.sandboxes), default=self._clock.now())
@@ -160,7 +165,7 @@ class StatusPublisher:
                     )
                     if m
                 ]
-                + ([f"{note[0]}: {note[1]}"] if note is not None else [])
+                + ([f"{condition[0]}: {condition[1]}"] if condition is not None else [])
             ),
             pod=pod_object(pod, status),
         )
@@ -209,13 +214,13 @@ class StatusPublisher:
         )
 
     def _pulls(self) -> dict[str, list[int]]:
-        if self.pull_progress is None:
+        if self._pull_progress is None:
             return {}
         out: dict[str, list[int]] = {}
         for e in self._pods.values():
             spec = pod_spec(e.pod)
             for c in [*(spec.init_containers or []), *(spec.containers or [])]:
-                if c.image and c.image not in out and (p := self.pull_progress(c.image)) is not None:
+                if c.image and c.image not in out and (p := self._pull_progress(c.image)) is not None:
                     out[c.image] = [p.done, p.total]
         return out
 
@@ -244,7 +249,7 @@ ROLLOUT_CONDITION = "edgelet.io/Rollout"
 
 
 def _with_rollout_condition(
-    status: PodStatus, note: tuple[str, str], previous: PodStatus | None, now: float
+    status: PodStatus, condition: tuple[str, str], previous: PodStatus | None, now: float
 ) -> PodStatus:
     """The status with the rollout's condition (type edgelet.io/Rollout, its reason RolledBack, ...) added."""
     from edgelet.api.types import PodCondition
@@ -255,9 +260,9 @@ def _with_rollout_condition(
         if previous is not None
         else None
     )
-    since = old.last_transition_time if old is not None and old.reason == note[0] else format_time(now)
+    since = old.last_transition_time if old is not None and old.reason == condition[0] else format_time(now)
     cond = PodCondition(
-        type=ROLLOUT_CONDITION, status="True", reason=note[0], message=note[1], last_transition_time=since
+        type=ROLLOUT_CONDITION, status="True", reason=condition[0], message=condition[1], last_transition_time=since
     )
     others = [c for c in status.conditions or [] if c.type != ROLLOUT_CONDITION]
     return msgspec.structs.replace(status, conditions=[*others, cond])

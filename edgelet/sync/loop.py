@@ -153,7 +153,7 @@ class SyncLoop:
         """Ask the rollout manager which version of each pod runs, and tell the workers what changed."""
         assert self._rollout is not None
         try:
-            wanted, poke = self._rollout.effective(self._source, self.sources_ready)
+            wanted, to_resync = self._rollout.versions_to_run(self._source, self.sources_ready)
         except Exception as exc:
             log.error("Rollout round failed", exc)
             return
@@ -165,7 +165,7 @@ class SyncLoop:
             held = self._desired.get(uid)
             self._desired[uid] = pod
             # The same object (the usual round: nothing changed) needs no field-by-field comparison.
-            if held is None or (held is not pod and pods_differ_semantically(held, pod)) or uid in poke:
+            if held is None or (held is not pod and pods_differ_semantically(held, pod)) or uid in to_resync:
                 if held is None:
                     log.info("Pod in config", pod=_full(pod), uid=uid)
                 self._workers.sync(pod)

@@ -116,7 +116,7 @@ class RolloutManager:
         self._warned: set[tuple[str, str]] = set()
         self._unwritable: set[str] = set()  # names whose record could not be written (logged once)
         self._writing: dict[str, asyncio.Task] = {}  # name -> the write of its next record, off the loop
-        self._poke: set[str] = set()  # versions whose record a write changed since the last round
+        self._rewritten: set[str] = set()  # versions whose record a write changed since the last round
         self.on_change: Callable[[], None] = lambda: None  # a pull finished: the loop runs a round soon
 
     def gate_now(self) -> float:
@@ -138,7 +138,7 @@ class RolloutManager:
         s = self._stored.get(name)
         return s.record if s is not None else None
 
-    def note(self, pod: Pod) -> tuple[str, str] | None:
+    def pod_condition(self, pod: Pod) -> tuple[str, str] | None:
         """(reason, message) the pod's status shows about its rollout, or None."""
         rec = self.record(full_name(pod))
         if rec is None or rec.active != pod_uid(pod):
@@ -195,22 +195,21 @@ class RolloutManager:
         return rec
 
     # One round, from the sync loop.
-    def effective(self, source: Mapping[str, Pod], sources_ready: bool) -> tuple[dict[str, Pod], set[str]]:
+    def versions_to_run(self, source: Mapping[str, Pod], sources_ready: bool) -> tuple[dict[str, Pod], set[str]]:
         """The pods that must run (uid -> Pod) for the pods the sources want, and the uids whose rollout
         changed (their status is worth publishing again)."""
         now, wall = self.gate_now(), self._clock.now()
         out: dict[str, Pod] = {}
-        poke: set[str] = set()
         seen: set[str] = set()
         running = self._running_by_name()
         for uid, pod in source.items():
             name = full_name(pod)
             seen.add(name)
             policy, problems = policy_for(meta(pod).annotations or {}, self._policy, enabled=self._enabled)
-            for p in problems:
-                if (uid, p) not in self._warned:
-                    self._warned.add((uid, p))
-                    self._events.warning(pod_ref(pod), "InvalidRolloutPolicy", p)
+            for problem in problems:
+                if (uid, problem) not in self._warned:
+                    self._warned.add((uid, problem))
+                    self._events.warning(pod_ref(pod), "InvalidRolloutPolicy", problem)
             if policy is None:
                 # The off switch: kubelet's kill-and-start, and no record (nothing to roll back to later).
                 if name in self._stored:
@@ -234,32 +233,32 @@ class RolloutManager:
                 stored = self._stored[name]
             elif name not in self._writing:  # else its next record is being written: acted on once it is
                 obs = self._observe(stored.record, uid, running.get(name, set()), pod, policy.strategy == "Surge")
-                d = decide(stored.record, obs, now, policy, wall=wall)
-                if d.record != stored.record:
-                    keep = {h for h in (d.record.active, d.record.target, d.record.last_good, d.record.surge_from) if h}
-                    pods = {h: v for h, v in stored.pods.items() if h in keep}
+                decision = decide(stored.record, obs, now, policy, wall=wall)
+                if decision.record != stored.record:
+                    new = decision.record
+                    keep = {version for version in (new.active, new.target, new.last_good, new.surge_from) if version}
+                    pods = {version: encoded for version, encoded in stored.pods.items() if version in keep}
                     if uid in keep:
                         pods[uid] = encode_pod(pod)
                     # Written (two fsyncs: tens of ms on a card) off the loop, and acted on only once written:
                     # this round runs what the record on disk says.
-                    self._write_then_act(StoredRollout(record=d.record, pods=pods), stored, d, pod)
+                    self._write_then_act(StoredRollout(record=decision.record, pods=pods), stored, decision, pod)
                 else:
-                    self._act(d, pod)
-            for h in (stored.record.active, stored.record.surge_from):
-                if h is None:
+                    self._act(decision, pod)
+            for version in (stored.record.active, stored.record.surge_from):
+                if version is None:
                     continue
-                if h == uid:
+                if version == uid:
                     out[uid] = pod
-                elif h in stored.pods:
-                    out[h] = self._pod(h, stored.pods[h])
+                elif version in stored.pods:
+                    out[version] = self._pod(version, stored.pods[version])
         if sources_ready:
             for name in [n for n in self._stored if n not in seen]:
                 log.info("Static pod removed: its rollout record goes too", pod=name)
                 self._forget(name)
         self._warned = {w for w in self._warned if w[0] in source}
-        poke |= self._poke
-        self._poke = set()
-        return out, poke
+        to_resync, self._rewritten = self._rewritten, set()
+        return out, to_resync
 
     def _observe(self, rec: Record, desired: str, running: set[str], pod: Pod, surge: bool) -> Observation:
         gate = None
@@ -363,7 +362,7 @@ class RolloutManager:
                         active=short(d.record.active),
                         reason=d.record.reason,
                     )
-                self._poke.update(h for h in (old.record.active, d.record.active) if h)
+                self._rewritten.update(h for h in (old.record.active, d.record.active) if h)
                 self._act(d, pod)
             self.on_change()
 

@@ -7,7 +7,8 @@ SyncPod):
   1. Compute the actions from the desired pod and the runtime's actual state.
   2. Kill the pod's containers and sandbox if the sandbox has to be recreated.
   3. Kill the containers the actions name (spec changed, not in the pod).
-  4. Create the sandbox if needed.
+  4. Create the sandbox if needed; its containers' images and bundles, and the first one's create, are made
+     while it is set up (`sync.podstart`).
   5. Start the next init container, if any.
   6. Start the regular containers that must run (image first, then create, then start).
   7. Remove exited instances other than each container's current one and its lastState.
@@ -17,39 +18,37 @@ SyncPod):
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
-from edgelet.api.pod import container_spec, meta
+from edgelet.api.pod import log_name, meta
 from edgelet.api.pod import spec as pod_spec
 from edgelet.api.pod import uid as pod_uid
 from edgelet.container.errors import RuntimeError_
 from edgelet.events import EventRecorder, InvolvedObject, pod_ref
 from edgelet.images.manager import ImageUnavailable
 from edgelet.plan import compute_pod_actions
-from edgelet.plan.actions import is_pod_termination
-from edgelet.plan.termination import remaining_grace, stop_signal, termination_order
 from edgelet.status.syncstate import PodSyncState
+from edgelet.sync.podstart import NO_HEAD_START, HeadStart, SandboxStart
+from edgelet.sync.podstop import ContainerStopper
 from edgelet.sync.workers import SyncResult
-from edgelet.util.crashpoint import crash_point
 from edgelet.util.log import get_logger
 
 if TYPE_CHECKING:
     from edgelet.api.types import Container, Pod
     from edgelet.cgroups.controllers import Admission
     from edgelet.container import Runtime
-    from edgelet.container.types import ContainerRecord, PodRuntimeStatus, PreparedContainer, SandboxRecord
+    from edgelet.container.types import ContainerRecord, PodRuntimeStatus, SandboxRecord
     from edgelet.images.manager import ImageManager
     from edgelet.images.store import ImageStore
     from edgelet.images.types import ImageRecord
-    from edgelet.plan import ContainerToStart
+    from edgelet.plan import ContainerToStart, PodActions
     from edgelet.probes.manager import ProbeManager
     from edgelet.util.backoff import Backoff
     from edgelet.util.clock import Clock
 
 log = get_logger(__name__)
 
-DEFAULT_GRACE = 30.0
 ERR_IMAGE_PULL_RESYNC = 1.0
 # A release (or removal) of an exited container that failed is tried again this soon, not at the next event:
 # a settled pod may see none for a long time, and its runc state and mount would stay meanwhile.
@@ -117,6 +116,9 @@ class Syncer:
         self._forget = forget
         self._events = events if events is not None else EventRecorder(clock)
         self._state: dict[str, PodSyncState] = {}
+        self._stopper = ContainerStopper(
+            runtime, images, clock, self._events, probe_grace=self._probe_grace, find=self._find
+        )
 
     def state(self, uid: str) -> PodSyncState:
         return self._state.setdefault(uid, PodSyncState())
@@ -134,159 +136,65 @@ class Syncer:
         return result
 
     async def _sync_pod(self, pod: Pod, st: PodSyncState) -> SyncResult:
+        """kubelet's SyncPod in the numbered steps of the module docstring; a pod refused or evicted is held stopped."""
         uid = pod_uid(pod)
         now = self._clock.monotonic()
-
         if not st.host_access_warned:
             self._warn_host_access(pod)
             st.host_access_warned = True
-        if not st.admitted and self._admit is not None:
-            verdict = self._admit(pod)
-            if verdict is not None and verdict.refused:
-                if st.refused is None:
-                    self._events.warning(pod_ref(pod), verdict.reason, verdict.message)
-                    log.warning("Pod refused", pod=_full(pod), reason=verdict.reason, message=verdict.message)
-                st.refused = (verdict.reason, verdict.message)
-                return await self._sync_held(pod, st, st.refused, None)
-            if verdict is not None:
-                self._events.warning(pod_ref(pod), verdict.reason, verdict.message)
-            st.admitted = True
-        if st.evicted is not None:
-            return await self._sync_held(pod, st, st.evicted, st.evict_grace)
+        held = self._why_held(pod, st)
+        if held is not None:
+            why, grace = held
+            return await self._sync_held(pod, st, why, grace)
 
         # 1. Compute, from PLEG's last relist when it asked runc after this pod's last sync ended (a sync
         # its events started), else from a `runc list` of its own.
         rt = await self._before_state(uid, st)
-        failures = self._probes.failures(uid) if self._probes is not None else None
-        actions = compute_pod_actions(
-            pod, rt, self._backoff, now, started=st.started, probe_failures=failures, start_failed=st.start_failed
-        )
-        st.waiting = dict(actions.waiting)
-        if st.start_failed:
-            st.start_failed &= {c.id for c in rt.containers}  # only instances that still exist
-        st.pod_failed = actions.pod_failed
-        self._record_backoffs(pod, st)
+        actions = self._compute(pod, rt, st, now)
 
         # 2. Kill the whole pod when its sandbox must be recreated.
         # (A new pod's kill stops nothing, and its state is still the one read in step 1: no relist to wait for.)
         if actions.kill_pod and _live(rt):
-            await self._kill_all(pod, rt, reason="sandbox changed")
+            await self._stopper.kill_all(pod, rt, reason="sandbox changed")
             rt, _ = await self._state_after(uid)
 
         # 3. Kill what must not run any more. kubelet's Killing event carries computePodActions' message
         # ("Container app definition changed, will be restarted"), except for a pod that finished for good,
         # which kubelet's pod worker terminates like a deleted one ("Stopping container side").
         if actions.containers_to_kill:
-            await self._stop_ordered(pod, rt, actions.containers_to_kill, say_reason=True)
+            await self._stopper.stop_ordered(pod, rt, actions.containers_to_kill, say_reason=True)
 
         # 4. Sandbox; while it is set up (namespaces, the CNI network), the containers it will run get their
-        # images, bundles and rootfs mounts (issue 25: what does not depend on the order overlaps).
-        to_start = []
-        started = 0  # containers created in the runtime by this sync
-        if actions.next_init_container is not None:
-            to_start.append(actions.next_init_container)
-        to_start.extend(actions.containers_to_start)
-        ahead: dict[str, ImageRecord | ImageUnavailable] = {}
-        prepared: dict[str, PreparedContainer] = {}
-        # Created while the sandbox's network was attached, not yet started: name -> id, or the create's error.
-        early: dict[str, str | Exception] = {}
+        # images, bundles and rootfs mounts: what does not depend on the order overlaps (sync.podstart).
+        to_start = [
+            *([actions.next_init_container] if actions.next_init_container is not None else []),
+            *actions.containers_to_start,
+        ]
+        start = SandboxStart(
+            self._runtime, pod, to_start, lambda container, init: self._resolve_image(pod, container, init)
+        )
         sandbox = _live_sandbox(rt, actions.sandbox_id)
         try:
             if actions.create_sandbox:
-                log.info("Creating pod sandbox", pod=_full(pod), attempt=actions.sandbox_attempt)
+                log.info("Creating pod sandbox", pod=log_name(pod), attempt=actions.sandbox_attempt)
                 try:
-                    sandbox = await self._sandbox_and_prepare(
-                        pod, actions.sandbox_attempt, to_start, ahead, prepared, early
-                    )
+                    sandbox = await start.create(actions.sandbox_attempt)
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:
-                    log.error("Failed to create pod sandbox", exc, pod=_full(pod))
-                    self._events.warning(pod_ref(pod), "FailedCreatePodSandBox", f"Failed to create pod sandbox: {exc}")
-                    for c in pod_spec(pod).containers:
-                        st.waiting[c.name] = ("ContainerCreating", f"failed to create pod sandbox: {exc}")
-                    failed_rt, relisted = await self._state_after(uid, st)
-                    self._publish(pod, failed_rt, st)
-                    return SyncResult(requeue_after=self._retry_delay(uid, "sandbox", now), relisted=relisted)
-
+                    return await self._sandbox_failed(pod, st, exc, now)
             # 5 and 6. Init container, then regular containers.
-            if to_start and sandbox is None:
-                log.warning("No running sandbox to start containers in", pod=_full(pod))
-            elif to_start:
-                specs = {c.name: c for c in [*(pod_spec(pod).init_containers or []), *pod_spec(pod).containers]}
-                for item in to_start:
-                    container = specs[item.name]
-                    assert sandbox is not None  # the branch above handles a pod without one
-                    if item.existing is not None:
-                        reason = await self._resume_container(
-                            pod, container, sandbox, item.existing, item.attempt, item.container_type, st
-                        )
-                    else:
-                        reason = await self._start_container(
-                            pod,
-                            container,
-                            sandbox,
-                            item.attempt,
-                            item.container_type,
-                            st,
-                            image=ahead.get(item.name),
-                            prepared=prepared.pop(item.name, None),
-                            created=early.pop(item.name, None),
-                        )
-                    if reason is not None:
-                        st.waiting[item.name] = reason
-                    if reason is None or reason[0] not in _NO_CONTAINER_REASONS:
-                        started += 1  # a container was created, even if it then failed to start
+            started = await self._start_containers(pod, st, sandbox, to_start, start)
         finally:
-            # Prepared ahead for a sandbox that failed (or a sync cut short): nothing of them stays behind.
-            for p in prepared.values():
-                await asyncio.shield(self._runtime.discard_prepared(p))
-            # Created beside the network and never started (a sync cut short): removed, not left to linger.
-            for made in early.values():
-                if isinstance(made, str):
-                    await asyncio.shield(self._remove_quietly(pod, made))
+            await start.discard()  # what a failed sandbox or a sync cut short made ahead does not stay
 
         # A pod that will never run anything again keeps its exited containers (its final
         # status) but not its pause process.
         if actions.pod_finished:
-            now_rt, _ = await self._state_after(uid)
-            if not any(c.state in ("running", "created") for c in now_rt.containers):
-                for s in now_rt.sandboxes:
-                    if s.state in ("running", "created"):
-                        await self._runtime.stop_sandbox(s.id)
+            await self._stop_finished_sandbox(uid)
 
         # 7. Garbage: older exited instances, and dead sandboxes once a newer one runs.
-        garbage = list(actions.containers_to_remove)
-        if sandbox is not None:
-            garbage += [
-                s.id
-                for s in rt.sandboxes
-                if s.id != sandbox.id
-                and s.state not in ("running", "created")
-                and not any(c.sandbox_id == s.id for c in rt.containers if c.id not in garbage)
-            ]
-        cleanup_failed = False
-        for cid in garbage:
-            try:
-                await self._runtime.remove_container(cid)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                cleanup_failed = True
-                log.warning("Failed to remove old container", pod=_full(pod), container=cid, err=str(exc))
-        # An exited instance that stays (the current one, or the lastState) keeps its record but not its
-        # runc state, cgroup and rootfs mount, as containerd deletes a task when it exits.
-        for rec in rt.containers:
-            if rec.state == "exited" and rec.id not in garbage:
-                try:
-                    await self._runtime.release_container(rec.id)
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:
-                    cleanup_failed = True
-                    log.warning(
-                        "Failed to release an exited container", pod=_full(pod), container=rec.id[:12], err=str(exc)
-                    )
+        garbage, cleanup_failed = await self._collect_garbage(pod, rt, actions.containers_to_remove, sandbox)
 
         # 8. Status (probe workers follow the containers that now run, and fill st.ready/started).
         # A sync that changed nothing reuses what it read in step 1 (a start that failed before anything was
@@ -316,171 +224,132 @@ class Syncer:
             wake = CLEANUP_RETRY if wake is None else min(wake, CLEANUP_RETRY)
         return SyncResult(requeue_after=wake, changed=changed, relisted=relisted)
 
-    async def _sandbox_and_prepare(
+    def _why_held(self, pod: Pod, st: PodSyncState) -> tuple[tuple[str, str], float | None] | None:
+        """Whether the pod is kept stopped, as (reason, message) and the grace of its kill: refused by admission
+        (the cgroup controllers its limits need are missing), or evicted under node pressure."""
+        if not st.admitted and self._admit is not None:
+            verdict = self._admit(pod)
+            if verdict is not None and verdict.refused:
+                if st.refused is None:
+                    self._events.warning(pod_ref(pod), verdict.reason, verdict.message)
+                    log.warning("Pod refused", pod=log_name(pod), reason=verdict.reason, message=verdict.message)
+                st.refused = (verdict.reason, verdict.message)
+                return st.refused, None
+            if verdict is not None:
+                self._events.warning(pod_ref(pod), verdict.reason, verdict.message)
+            st.admitted = True
+        if st.evicted is not None:
+            return st.evicted, st.evict_grace
+        return None
+
+    def _compute(self, pod: Pod, rt: PodRuntimeStatus, st: PodSyncState, now: float) -> PodActions:
+        """Step 1's decision (plan.compute_pod_actions), and what it says the pod waits for, recorded in `st`."""
+        failures = self._probes.failures(pod_uid(pod)) if self._probes is not None else None
+        actions = compute_pod_actions(
+            pod, rt, self._backoff, now, started=st.started, probe_failures=failures, start_failed=st.start_failed
+        )
+        st.waiting = dict(actions.waiting)
+        if st.start_failed:
+            st.start_failed &= {c.id for c in rt.containers}  # only instances that still exist
+        st.pod_failed = actions.pod_failed
+        self._record_backoffs(pod, st)
+        return actions
+
+    async def _sandbox_failed(self, pod: Pod, st: PodSyncState, exc: Exception, now: float) -> SyncResult:
+        """Step 4 failed: every container waits in ContainerCreating with the reason, and the sandbox's back-off
+        says when the next sync tries again."""
+        log.error("Failed to create pod sandbox", exc, pod=log_name(pod))
+        self._events.warning(pod_ref(pod), "FailedCreatePodSandBox", f"Failed to create pod sandbox: {exc}")
+        for c in pod_spec(pod).containers:
+            st.waiting[c.name] = ("ContainerCreating", f"failed to create pod sandbox: {exc}")
+        failed_rt, relisted = await self._state_after(pod_uid(pod), st)
+        self._publish(pod, failed_rt, st)
+        return SyncResult(requeue_after=self._retry_delay(pod_uid(pod), "sandbox", now), relisted=relisted)
+
+    async def _start_containers(
         self,
         pod: Pod,
-        attempt: int,
-        items: Sequence[ContainerToStart],
-        ahead: dict[str, ImageRecord | ImageUnavailable],
-        prepared: dict[str, PreparedContainer],
-        early: dict[str, str | Exception],
-    ) -> SandboxRecord:
-        """The sandbox, and beside it each new container's image and `prepare_container`, filling `ahead` and
-        `prepared` (the caller discards what it does not use). A preparation that fails is left to the
-        container's own create, which meets the error again and reports it as it always has.
-
-        With a CNI network the sandbox comes in two halves (issue 25): its namespaces, then ADD in them;
-        the first container is created meanwhile (`_network_beside_create`), into `early`."""
+        st: PodSyncState,
+        sandbox: SandboxRecord | None,
+        to_start: Sequence[ContainerToStart],
+        start: SandboxStart,
+    ) -> int:
+        """Steps 5 and 6, in the pod's order, each from what the sandbox's start made for it; the number of
+        containers created in the runtime (a failure to start one still counts: it was created)."""
+        if not to_start:
+            return 0
+        if sandbox is None:
+            log.warning("No running sandbox to start containers in", pod=log_name(pod))
+            return 0
+        started = 0
         specs = {c.name: c for c in [*(pod_spec(pod).init_containers or []), *pod_spec(pod).containers]}
-        # Set once the first container's image and preparation are settled, whatever they gave.
-        first_settled = asyncio.Event()
-
-        async def prepare_all() -> None:
-            try:
-                for item in items:
-                    await prepare_one(item)
-                    first_settled.set()
-            finally:
-                first_settled.set()
-
-        async def prepare_one(item: ContainerToStart) -> None:
-            if item.existing is not None or item.name not in specs:
-                return
+        for item in to_start:
             container = specs[item.name]
-            try:
-                image = await resolve_image(
-                    self._images,
-                    pod,
-                    container,
-                    events=self._events,
-                    backoff=self._backoff,
-                    clock=self._clock,
-                    init=item.container_type != "regular",
+            if item.existing is not None:
+                reason = await self._resume_container(
+                    pod, container, sandbox, item.existing, item.attempt, item.container_type, st
                 )
-            except ImageUnavailable as exc:
-                ahead[item.name] = exc
-                return
-            ahead[item.name] = image
-            try:
-                prepared[item.name] = await self._runtime.prepare_container(
-                    pod, container, image, item.attempt, item.container_type
+            else:
+                reason = await self._start_container(
+                    pod, container, sandbox, item.attempt, item.container_type, st, head_start=start.take(item.name)
                 )
+            if reason is not None:
+                st.waiting[item.name] = reason
+            if reason is None or reason[0] not in _NO_CONTAINER_REASONS:
+                started += 1
+        return started
+
+    async def _stop_finished_sandbox(self, uid: str) -> None:
+        """Stop the sandbox of a pod that will never run anything again, once none of its containers runs."""
+        now_rt, _ = await self._state_after(uid)
+        if not any(c.state in ("running", "created") for c in now_rt.containers):
+            for s in now_rt.sandboxes:
+                if s.state in ("running", "created"):
+                    await self._runtime.stop_sandbox(s.id)
+
+    async def _collect_garbage(
+        self, pod: Pod, rt: PodRuntimeStatus, to_remove: Sequence[str], sandbox: SandboxRecord | None
+    ) -> tuple[list[str], bool]:
+        """Step 7: remove older exited instances, and dead sandboxes once a newer one runs; release the exited
+        instances that stay. What was removed, and whether a removal or release failed (retried soon)."""
+        garbage = list(to_remove)
+        if sandbox is not None:
+            garbage += [
+                s.id
+                for s in rt.sandboxes
+                if s.id != sandbox.id
+                and s.state not in ("running", "created")
+                and not any(c.sandbox_id == s.id for c in rt.containers if c.id not in garbage)
+            ]
+        cleanup_failed = False
+        for cid in garbage:
+            try:
+                await self._runtime.remove_container(cid)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.warning(
-                    "Preparing a container ahead of its sandbox failed",
-                    pod=_full(pod),
-                    container=container.name,
-                    err=str(exc),
-                )
+                cleanup_failed = True
+                log.warning("Failed to remove old container", pod=log_name(pod), container=cid, err=str(exc))
+        # An exited instance that stays (the current one, or the lastState) keeps its record but not its
+        # runc state, cgroup and rootfs mount, as containerd deletes a task when it exits.
+        for rec in rt.containers:
+            if rec.state == "exited" and rec.id not in garbage:
+                try:
+                    await self._runtime.release_container(rec.id)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    cleanup_failed = True
+                    log.warning(
+                        "Failed to release an exited container", pod=log_name(pod), container=rec.id[:12], err=str(exc)
+                    )
+        return garbage, cleanup_failed
 
-        prep = asyncio.ensure_future(prepare_all())
-        try:
-            sandbox = await self._runtime.create_sandbox(pod, attempt)
-            if sandbox.state != "running":
-                sandbox = await self._network_beside_create(
-                    pod, sandbox, items, specs, ahead, prepared, early, first_settled
-                )
-        except asyncio.CancelledError:
-            prep.cancel()
-            await asyncio.gather(prep, return_exceptions=True)
-            raise
-        except BaseException:
-            # The images and bundles are finished, then discarded by the caller: a pull that began stays useful.
-            await asyncio.gather(prep, return_exceptions=True)
-            raise
-        await prep
-        return sandbox
-
-    async def _network_beside_create(
-        self,
-        pod: Pod,
-        sandbox: SandboxRecord,
-        items: Sequence[ContainerToStart],
-        specs: Mapping[str, Container],
-        ahead: Mapping[str, ImageRecord | ImageUnavailable],
-        prepared: dict[str, PreparedContainer],
-        early: dict[str, str | Exception],
-        first_settled: asyncio.Event,
-    ) -> SandboxRecord:
-        """start_sandbox (the CNI ADD) of a created sandbox, and the first container's `runc create` beside it
-        (plan.overlap decides which, and what a failure of either half undoes). The container is only
-        created: it starts after this returns, so never before the pod's network is ready."""
-        from edgelet.plan.overlap import beside_network, overlap_outcome
-
-        network = asyncio.ensure_future(self._runtime.start_sandbox(pod, sandbox))
-        creating: asyncio.Future[str | Exception] | None = None
-        first: ContainerToStart | None = None
-        try:
-            await first_settled.wait()
-            at_hand = {name: not isinstance(image, ImageUnavailable) for name, image in ahead.items()}
-            first = beside_network(items, at_hand)
-            if first is not None:
-                image = ahead[first.name]
-                assert not isinstance(image, ImageUnavailable)
-                creating = asyncio.ensure_future(
-                    self._create_only(pod, specs[first.name], sandbox, image, first, prepared.pop(first.name, None))
-                )
-            await asyncio.shield(asyncio.gather(network, *([creating] if creating else []), return_exceptions=True))
-        except asyncio.CancelledError:
-            # Shutdown: both halves end (a create undoes itself when cancelled), then neither stays.
-            for task in (network, creating):
-                if task is not None:
-                    task.cancel()
-            await asyncio.shield(asyncio.gather(network, *([creating] if creating else []), return_exceptions=True))
-            await asyncio.shield(self._undo_overlap(pod, sandbox, _created_id(creating)))
-            raise
-        failed = network.exception()
-        made = creating.result() if creating is not None else None
-        outcome = overlap_outcome(network_ok=failed is None, created=isinstance(made, str))
-        if outcome.remove_sandbox:
-            assert failed is not None
-            await asyncio.shield(self._undo_overlap(pod, sandbox, _created_id(creating)))
-            raise failed
-        if first is not None and made is not None:
-            early[first.name] = made
-            if outcome.start:
-                # The sandbox started and the container is created, not started: the next agent starts it.
-                crash_point("sandbox.ready")
-        return network.result()
-
-    async def _create_only(
-        self,
-        pod: Pod,
-        container: Container,
-        sandbox: SandboxRecord,
-        image: ImageRecord,
-        item: ContainerToStart,
-        prepared: PreparedContainer | None,
-    ) -> str | Exception:
-        """`create_container` of `item`, its failure returned (reported with its back-off when it would have
-        started, as a create failing then is)."""
-        try:
-            if prepared is not None:
-                return await self._runtime.create_container(
-                    pod, container, sandbox, image, item.attempt, item.container_type, prepared=prepared
-                )
-            return await self._runtime.create_container(
-                pod, container, sandbox, image, item.attempt, item.container_type
-            )
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            return exc
-
-    async def _undo_overlap(self, pod: Pod, sandbox: SandboxRecord, created: str | None) -> None:
-        """A sandbox that never started goes, the container created in it first (never a container without its
-        sandbox's record); a removal that fails is logged, and what it left is found by the next sync."""
-        if created is not None:
-            await self._remove_quietly(pod, created)
-        await self._remove_quietly(pod, sandbox.id)
-
-    async def _remove_quietly(self, pod: Pod, cid: str) -> None:
-        try:
-            await self._runtime.remove_container(cid)
-        except Exception as exc:
-            log.warning("Removing what a failed pod start created failed", pod=_full(pod), id=cid[:12], err=str(exc))
+    async def _resolve_image(self, pod: Pod, container: Container, init: bool) -> ImageRecord:
+        # Events and the image back-off (uid, "image:<name>") are the manager's; _next_wake sees the latter.
+        return await resolve_image(
+            self._images, pod, container, events=self._events, backoff=self._backoff, clock=self._clock, init=init
+        )
 
     async def _before_state(self, uid: str, st: PodSyncState) -> PodRuntimeStatus:
         st.cached_read = False
@@ -528,32 +397,22 @@ class Syncer:
         ctype: str,
         st: PodSyncState | None = None,
         *,
-        image: ImageRecord | ImageUnavailable | None = None,
-        prepared: PreparedContainer | None = None,
-        created: str | Exception | None = None,
+        head_start: HeadStart = NO_HEAD_START,
     ) -> tuple[str, str] | None:
-        """Image, create, start; returns a waiting (reason, message) on failure. `image` and `prepared`: what
-        was resolved and prepared while the sandbox was set up (create_container then owns `prepared`);
-        `created`: the create already done while its network was attached (the id, or its error)."""
+        """Image, create, start; returns a waiting (reason, message) on failure. `head_start`: what the sandbox's
+        setup already did for it (its image, its prepared bundle, which create_container then owns, or its
+        create beside the network), each step done here only when it was not."""
         uid = pod_uid(pod)
         key = (uid, container.name)
+        image = head_start.image
         try:
             if isinstance(image, ImageUnavailable):
                 raise image
             if image is None:
-                # Events and the image back-off (uid, "image:<name>") are the manager's; _next_wake sees the latter.
-                image = await resolve_image(
-                    self._images,
-                    pod,
-                    container,
-                    events=self._events,
-                    backoff=self._backoff,
-                    clock=self._clock,
-                    init=ctype != "regular",
-                )
+                image = await self._resolve_image(pod, container, ctype != "regular")
         except ImageUnavailable as exc:
             log.warning(
-                "Image not available", pod=_full(pod), container=container.name, reason=exc.reason, err=exc.message
+                "Image not available", pod=log_name(pod), container=container.name, reason=exc.reason, err=exc.message
             )
             return (exc.reason, exc.message)
         ref = pod_ref(pod, container.name, init=ctype != "regular")
@@ -561,20 +420,20 @@ class Syncer:
             # The restart itself counts as a failure for CrashLoopBackOff (kubelet doBackOff).
             self._backoff.next(key, self._clock.monotonic())
         try:
-            if isinstance(created, Exception):
-                raise created
-            if created is not None:
-                cid = created
-            elif prepared is not None:
+            if isinstance(head_start.created, Exception):
+                raise head_start.created
+            if head_start.created is not None:
+                cid = head_start.created
+            elif head_start.prepared is not None:
                 cid = await self._runtime.create_container(
-                    pod, container, sandbox, image, attempt, ctype, prepared=prepared
+                    pod, container, sandbox, image, attempt, ctype, prepared=head_start.prepared
                 )
             else:
                 cid = await self._runtime.create_container(pod, container, sandbox, image, attempt, ctype)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            log.error("Failed to create container", exc, pod=_full(pod), container=container.name)
+            log.error("Failed to create container", exc, pod=log_name(pod), container=container.name)
             self._backoff.next(key, self._clock.monotonic())
             reason = "CreateContainerConfigError" if _is_config_error(exc) else "CreateContainerError"
             self._events.warning(ref, "Failed", f"Error: {exc}")
@@ -603,7 +462,7 @@ class Syncer:
             self._backoff.next(key, self._clock.monotonic())
         log.info(
             "Starting a container created by the previous agent",
-            pod=_full(pod),
+            pod=log_name(pod),
             container=container.name,
             id=cid[:12],
             attempt=attempt,
@@ -631,13 +490,13 @@ class Syncer:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            log.error("Failed to start container", exc, pod=_full(pod), container=container.name)
+            log.error("Failed to start container", exc, pod=log_name(pod), container=container.name)
             if st is not None:
                 st.start_failed.add(cid)  # left created, it is replaced at the next sync, not started again
             self._backoff.next(key, self._clock.monotonic())
             self._events.warning(ref, "Failed", f"Error: {exc}")
             return ("RunContainerError", str(exc))
-        log.info("Started container", pod=_full(pod), container=container.name, id=cid[:12], attempt=attempt)
+        log.info("Started container", pod=log_name(pod), container=container.name, id=cid[:12], attempt=attempt)
         self._events.normal(ref, "Started", f"Started container: {container.name}")
         if container.lifecycle is not None and container.lifecycle.post_start is not None:
             return await self._post_start(pod, container, sandbox, cid, ref)
@@ -663,130 +522,18 @@ class Syncer:
                 sleep=self._clock.sleep,
             )
         except HookError as exc:
-            log.warning("PostStart hook failed", pod=_full(pod), container=container.name, err=str(exc))
+            log.warning("PostStart hook failed", pod=log_name(pod), container=container.name, err=str(exc))
             self._events.warning(ref, "FailedPostStartHook", str(exc))
-            await self._stop(pod, cid, "FailedPostStartHook", event_message="FailedPostStartHook")
+            await self._stopper.stop(pod, cid, "FailedPostStartHook", event_message="FailedPostStartHook")
             return ("PostStartHookError", str(exc))
         return None
 
-    async def _stop(
-        self,
-        pod: Pod | None,
-        cid: str,
-        why: str,
-        grace: float | None = None,
-        turn: Sequence[asyncio.Event] = (),
-        event_message: str | None = None,
-    ) -> None:
-        """kubelet killContainer: event, (preStop), wait for this container's turn, stop signal, SIGKILL.
-
-        `event_message` is the Killing event's message; without one it is kubelet's
-        "Stopping container NAME". `turn` is what must finish before the stop signal
-        (the termination ordering's waitForTurn); the wait is bounded by, and taken
-        from, the grace period.
-        """
-        if (
-            pod is not None
-            and self._probes is not None
-            and grace is None
-            and cid in self._probes.failures(pod_uid(pod))
-        ):
-            # kubelet setTerminationGracePeriod: a liveness/startup kill uses the probe's grace when it has one.
-            grace = self._probes.kill_grace(pod_uid(pod), cid)
-        record = await self._find(cid, pod_uid(pod) if pod is not None else None)
-        if grace is None:
-            # Without the pod (an orphan), the grace period it had, kept on the container.
-            grace = (
-                record.grace_period
-                if pod is None and record is not None and record.grace_period is not None
-                else _grace(pod)
-            )
-        log.info("Killing container", pod=_full(pod), container=cid[:12], reason=why, grace=grace)
-        if record is not None and pod is not None:
-            ref = pod_ref(pod, record.name, init=record.container_type == "init")
-            self._events.normal(ref, "Killing", event_message or f"Stopping container {record.name}")
-            spec = container_spec(pod, record.name)
-            if (
-                spec is not None
-                and spec.lifecycle is not None
-                and spec.lifecycle.pre_stop is not None
-                and record.state == "running"
-                and grace > 0
-            ):
-                began = self._clock.monotonic()
-                await self._pre_stop(pod, spec, record, ref, grace)
-                # kubelet: the hook's time (whole seconds) comes out of the grace period.
-                grace = remaining_grace(grace, self._clock.monotonic() - began)
-        if turn and grace > 0:
-            began = self._clock.monotonic()
-            try:
-                await asyncio.wait_for(asyncio.gather(*(e.wait() for e in turn)), timeout=grace)
-            except TimeoutError:
-                log.info("Stopping container before its turn: grace period spent", pod=_full(pod), container=cid[:12])
-            grace = remaining_grace(grace, self._clock.monotonic() - began)
-        # The runtime gives at least 2 s between the stop signal and SIGKILL (kubelet minimumGracePeriodInSeconds).
-        await self._runtime.stop_container(cid, grace, self._stop_signal(pod, record))
-
-    async def _pre_stop(self, pod: Pod, spec: Container, record: ContainerRecord, ref, grace: float) -> None:
-        """kubelet executePreStopHook: run preStop for at most `grace` seconds; a failure is an event, not an error."""
-        from edgelet.probes.errors import HookError
-        from edgelet.probes.hooks import run_handler
-        from edgelet.probes.target import target_for
-
-        rt = await self._runtime.pod_status(record.pod_uid)
-        sandbox = next((s for s in rt.sandboxes if s.id == record.sandbox_id), None)
-        target = target_for(
-            record.id,
-            spec,
-            sandbox.netns_path() if sandbox is not None else None,
-            sandbox.host_network if sandbox is not None else bool(pod_spec(pod).host_network),
-        )
-        assert spec.lifecycle is not None and spec.lifecycle.pre_stop is not None
-        try:
-            await asyncio.wait_for(
-                run_handler(
-                    spec.lifecycle.pre_stop,
-                    runtime=self._runtime,
-                    target=target,
-                    pod=pod,
-                    container=spec,
-                    sleep=self._clock.sleep,
-                ),
-                timeout=grace,
-            )
-        except HookError as exc:
-            log.warning("PreStop hook failed", pod=_full(pod), container=spec.name, err=str(exc))
-            self._events.warning(ref, "FailedPreStopHook", str(exc))
-        except TimeoutError:
-            log.info("PreStop hook not completed in grace period", pod=_full(pod), container=spec.name, grace=grace)
-
-    async def _stop_ordered(
-        self,
-        pod: Pod | None,
-        rt: PodRuntimeStatus,
-        kills: Mapping[str, str],
-        grace: float | None = None,
-        *,
-        say_reason: bool = False,
-    ) -> None:
-        """Stop `kills` (id -> reason) in parallel, sidecars after main containers in reverse order.
-
-        `say_reason`: the Killing events carry the reasons (kubelet SyncPod step 3 passes
-        computePodActions' message) but those of a finished pod's termination; else
-        kubelet's "Stopping container NAME".
-        """
-        order = termination_order(pod, [c for c in rt.containers if c.id in kills])
-        done = {cid: asyncio.Event() for cid in kills}
-
-        async def one(cid: str) -> None:
-            try:
-                turn = [done[d] for d in order.get(cid, ()) if d in done]
-                say = say_reason and not is_pod_termination(kills[cid])
-                await self._stop(pod, cid, kills[cid], grace, turn=turn, event_message=kills[cid] if say else None)
-            finally:
-                done[cid].set()
-
-        await asyncio.gather(*(one(cid) for cid in kills))
+    def _probe_grace(self, uid: str, cid: str) -> float | None:
+        """The grace period of the kill of a container whose liveness or startup probe failed, when the probe
+        gives one (None otherwise: the pod's own)."""
+        if self._probes is None or cid not in self._probes.failures(uid):
+            return None
+        return self._probes.kill_grace(uid, cid)
 
     async def _find(self, cid: str, uid: str | None = None) -> ContainerRecord | None:
         """The container as read now: of its pod from the shared relist (the containers of a pod stopped side by
@@ -799,28 +546,6 @@ class Syncer:
                 if c.id == cid:
                     return c
         return None
-
-    def _stop_signal(self, pod: Pod | None, record: ContainerRecord | None) -> str:
-        """The container's lifecycle.stopSignal, else the image's STOPSIGNAL, else SIGTERM."""
-        image_signal = ""
-        if record is not None and record.image:
-            rec = self._images.get(record.image)
-            if rec is not None and rec.config.stop_signal:
-                image_signal = rec.config.stop_signal
-        return stop_signal(container_spec(pod, record.name) if record is not None else None, image_signal)
-
-    async def _kill_all(self, pod: Pod | None, rt: PodRuntimeStatus, reason: str, grace: float | None = None) -> None:
-        """Stop every container in parallel, then the sandboxes (kubelet killPodWithSyncResult).
-
-        Exited containers are kept: the newest of each is the container's lastState and
-        carries its restart count and back-off across the new sandbox; older ones go
-        through `containers_to_remove` like any other dead instance.
-        """
-        running = {c.id: reason for c in rt.containers if c.state in ("running", "created")}
-        await self._stop_ordered(pod, rt, running, grace)
-        for s in rt.sandboxes:
-            if s.state in ("running", "created"):
-                await self._runtime.stop_sandbox(s.id)
 
     def evict(self, uid: str, reason: str, message: str, grace: float | None) -> None:
         """Hold the pod stopped under node pressure; the next sync kills it with `grace` (None: its own)."""
@@ -843,7 +568,9 @@ class Syncer:
         relisted = False
         if live:
             self._events.warning(pod_ref(pod), why[0], why[1])
-            await self._kill_all(pod, rt, reason="evicted" if st.evicted is not None else "refused", grace=grace)
+            await self._stopper.kill_all(
+                pod, rt, reason="evicted" if st.evicted is not None else "refused", grace=grace
+            )
             rt, relisted = await self._state_after(uid, st)
         st.waiting = {}
         self._publish(pod, rt, st)
@@ -853,13 +580,13 @@ class Syncer:
         """Stop everything with the pod's grace period, then remove all the pod left behind."""
         st = self._state.get(uid)
         rt = await self._before_state(uid, st) if st is not None else await self._runtime.pod_status(uid)
-        name = _full(pod) or f"{rt.namespace}/{rt.name}"
+        name = log_name(pod) or f"{rt.namespace}/{rt.name}"
         log.info("Terminating pod", pod=name, uid=uid)
         if self._probes is not None:
             self._probes.remove_pod(uid)
         # Sidecars after the main containers, in reverse order; the sandbox last.
         running = {c.id: "pod removed" for c in rt.containers if c.state in ("running", "created")}
-        await self._stop_ordered(pod, rt, running)
+        await self._stopper.stop_ordered(pod, rt, running)
         for s in rt.sandboxes:
             if s.state in ("running", "created"):
                 await self._runtime.stop_sandbox(s.id)
@@ -913,14 +640,6 @@ class Syncer:
         return 1.0 if st.waiting else None
 
 
-def _created_id(creating: asyncio.Future[str | Exception] | None) -> str | None:
-    """The id a finished `_create_only` created; None when it failed, was cancelled or never ran."""
-    if creating is None or not creating.done() or creating.cancelled() or creating.exception() is not None:
-        return None
-    made = creating.result()
-    return made if isinstance(made, str) else None
-
-
 def next_synced_at(settled_at: float | None, now: float) -> float:
     """A sync's synced_at, the time after which a relist is fresh enough for the pod's next sync: where its
     changes ended and it read the relist it published (or, having changed nothing, the one its cached
@@ -940,17 +659,6 @@ def _live_sandbox(rt: PodRuntimeStatus, sandbox_id: str | None) -> SandboxRecord
         if s.state == "running" and (sandbox_id is None or s.id == sandbox_id):
             return s
     return None
-
-
-def _grace(pod: Pod | None) -> float:
-    grace = pod.spec.termination_grace_period_seconds if pod is not None and pod.spec is not None else None
-    return DEFAULT_GRACE if grace is None else float(grace)
-
-
-def _full(pod: Pod | None) -> str | None:
-    if pod is None or pod.metadata is None:
-        return None
-    return f"{meta(pod).namespace}/{meta(pod).name}"
 
 
 def _image_of(pod: Pod, name: str) -> str:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from edgelet.api.pod import meta
+from edgelet.api.pod import log_name
 from edgelet.api.pod import uid as pod_uid
 from edgelet.util.clock import REAL_CLOCK, Clock
 from edgelet.util.log import get_logger
@@ -62,7 +62,14 @@ class _Worker:
 class PodWorkers:
     """Dispatches pod work; `on_result(uid, result)` tells the loop when to requeue."""
 
-    def __init__(self, syncer: PodSyncer, on_result=None, on_terminated=None, clock: Clock = REAL_CLOCK) -> None:
+    def __init__(
+        self,
+        syncer: PodSyncer,
+        on_result: Callable[[str, SyncResult], None] | None = None,
+        on_terminated: Callable[[str], None] | None = None,
+        clock: Clock = REAL_CLOCK,
+        may_run_beside: Callable[[str], bool] | None = None,
+    ) -> None:
         self._clock = clock
         self._syncer = syncer
         self._workers: dict[str, _Worker] = {}
@@ -71,7 +78,7 @@ class PodWorkers:
         self._names: dict[str, str] = {}  # uid -> namespace/name of every pod with a worker
         self._parked: dict[str, Pod] = {}  # namespace/name -> the pod waiting for that name
         # A uid the rollout starts beside the running pod of its name (its Surge strategy); else one at a time.
-        self.may_run_beside: Callable[[str], bool] = lambda uid: False
+        self._may_run_beside = may_run_beside or (lambda uid: False)
 
     def is_terminating(self, uid: str) -> bool:
         w = self._workers.get(uid)
@@ -87,10 +94,10 @@ class PodWorkers:
             # kubelet: a terminating pod cannot be resurrected by an update to the same UID.
             log.debug("Ignoring sync of a terminating pod", pod=uid)
             return
-        name = _name(pod) or uid
+        name = log_name(pod) or uid
         if (
             w is None
-            and not self.may_run_beside(uid)
+            and not self._may_run_beside(uid)
             and any(n == name and other != uid for other, n in self._names.items())
         ):
             # kubelet allowStaticPodStart: one pod per full name at a time, so an edited
@@ -135,7 +142,7 @@ class PodWorkers:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # a loop never dies: log, and the next sync retries
-                log.error("Error syncing pod", exc, pod=_name(work.pod), uid=uid)
+                log.error("Error syncing pod", exc, pod=log_name(work.pod), uid=uid)
                 result = SyncResult(requeue_after=5.0)
             self._on_result(uid, result)
 
@@ -147,7 +154,7 @@ class PodWorkers:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.error("Error terminating pod, will retry", exc, pod=_name(pod), uid=uid)
+                log.error("Error terminating pod, will retry", exc, pod=log_name(pod), uid=uid)
                 await self._clock.sleep(TERMINATE_RETRY)
         self._workers.pop(uid, None)
         name = self._names.pop(uid, None)
@@ -184,9 +191,3 @@ class PodWorkers:
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-
-
-def _name(pod: Pod | None) -> str | None:
-    if pod is None or pod.metadata is None:
-        return None
-    return f"{meta(pod).namespace}/{meta(pod).name}"

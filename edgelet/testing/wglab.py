@@ -57,80 +57,7 @@ def wireguard_lab(tmp: Path, keepalive: int = 1, nat: bool = False) -> Iterator[
             created.append(ns)
             sh("ip", "link", "set", "lo", "up", netns=ns)
         if nat:
-            site_under = (
-                f"10.{random.choice([n for n in range(16, 250) if n not in (under, tun)])}.{random.randrange(256)}"
-            )
-            net.update(router_ns=router, site_ip=f"{site_under}.2", router_hub_ip=f"{net['hub_under']}.2")
-            sh(
-                "ip",
-                "link",
-                "add",
-                f"vh{tag}",
-                "netns",
-                hub,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                f"vrh{tag}",
-                "netns",
-                router,
-            )
-            sh(
-                "ip",
-                "link",
-                "add",
-                f"vs{tag}",
-                "netns",
-                site,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                f"vrs{tag}",
-                "netns",
-                router,
-            )
-            for ns, dev, addr in (
-                (hub, f"vh{tag}", net["hub_ip"]),
-                (router, f"vrh{tag}", net["router_hub_ip"]),
-                (router, f"vrs{tag}", f"{site_under}.1"),
-                (site, f"vs{tag}", net["site_ip"]),
-            ):
-                sh("ip", "address", "add", f"{addr}/24", "dev", dev, netns=ns)
-                sh("ip", "link", "set", dev, "up", netns=ns)
-            sh("ip", "route", "add", f"{net['hub_under']}.0/24", "via", f"{site_under}.1", netns=site)
-            sh("ip", "route", "add", f"{site_under}.0/24", "via", net["router_hub_ip"], netns=hub)
-            sh("sysctl", "-qw", "net.ipv4.ip_forward=1", netns=router)
-            sh(
-                "iptables",
-                "-t",
-                "nat",
-                "-A",
-                "POSTROUTING",
-                "-s",
-                f"{site_under}.0/24",
-                "-o",
-                f"vrh{tag}",
-                "-j",
-                "MASQUERADE",
-                netns=router,
-            )
-            sh(
-                "iptables",
-                "-A",
-                "FORWARD",
-                "-i",
-                f"vrh{tag}",
-                "-m",
-                "conntrack",
-                "--ctstate",
-                "ESTABLISHED,RELATED",
-                "-j",
-                "ACCEPT",
-                netns=router,
-            )
-            sh("iptables", "-A", "FORWARD", "-i", f"vrh{tag}", "-j", "DROP", netns=router)
+            _wire_through_router(net, tag, under, tun)
         else:
             sh("ip", "link", "add", f"vh{tag}", "netns", hub, "type", "veth", "peer", "name", f"vs{tag}", "netns", site)
             sh("ip", "address", "add", f"{net['hub_ip']}/24", "dev", f"vh{tag}", netns=hub)
@@ -138,23 +65,7 @@ def wireguard_lab(tmp: Path, keepalive: int = 1, nat: bool = False) -> Iterator[
             sh("ip", "address", "add", f"{net['site_ip']}/24", "dev", f"vs{tag}", netns=site)
             sh("ip", "link", "set", f"vs{tag}", "up", netns=site)
         # The hub: wireguard-go configured by wg(8), so edgelet's side is checked against WireGuard's own tool.
-        hub_key = tmp / "hub.key"
-        hub_key.write_text(sh("wg", "genkey"))
-        hub_key.chmod(0o600)
-        hub_pub = subprocess.run(
-            ["wg", "pubkey"], input=hub_key.read_text(), capture_output=True, text=True, check=True
-        ).stdout.strip()
-        conf = tmp / f"{net['site_if']}.conf"
-        conf.write_text(f"""[Interface]
-Address = {net["tun"]}.2/24
-
-[Peer]
-PublicKey = {hub_pub}
-Endpoint = {net["hub_ip"]}:51820
-AllowedIPs = {net["tun"]}.0/24
-PersistentKeepalive = {keepalive}
-""")
-        conf.chmod(0o600)
+        hub_key, conf = _hub_key_and_device_config(tmp, net, keepalive)
         root = tmp / "root"
         loaded = keys.load(conf, root)  # the first start's key, kept under root
         assert loaded is not None
@@ -170,6 +81,106 @@ PersistentKeepalive = {keepalive}
         for name in (net["hub_if"], net["site_if"]):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(uapi.socket_path(name))
+
+
+def _wire_through_router(net: dict, tag: str, under: int, tun: int) -> None:
+    """The hub and the site, each on a veth to the router namespace, which masquerades the site's own /24 and
+    forwards from the hub only what the site dialed."""
+    hub, site, router = net["hub_ns"], net["site_ns"], f"wgr-{tag}"
+    site_under = f"10.{random.choice([n for n in range(16, 250) if n not in (under, tun)])}.{random.randrange(256)}"
+    net.update(router_ns=router, site_ip=f"{site_under}.2", router_hub_ip=f"{net['hub_under']}.2")
+    sh(
+        "ip",
+        "link",
+        "add",
+        f"vh{tag}",
+        "netns",
+        hub,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        f"vrh{tag}",
+        "netns",
+        router,
+    )
+    sh(
+        "ip",
+        "link",
+        "add",
+        f"vs{tag}",
+        "netns",
+        site,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        f"vrs{tag}",
+        "netns",
+        router,
+    )
+    for ns, dev, addr in (
+        (hub, f"vh{tag}", net["hub_ip"]),
+        (router, f"vrh{tag}", net["router_hub_ip"]),
+        (router, f"vrs{tag}", f"{site_under}.1"),
+        (site, f"vs{tag}", net["site_ip"]),
+    ):
+        sh("ip", "address", "add", f"{addr}/24", "dev", dev, netns=ns)
+        sh("ip", "link", "set", dev, "up", netns=ns)
+    sh("ip", "route", "add", f"{net['hub_under']}.0/24", "via", f"{site_under}.1", netns=site)
+    sh("ip", "route", "add", f"{site_under}.0/24", "via", net["router_hub_ip"], netns=hub)
+    sh("sysctl", "-qw", "net.ipv4.ip_forward=1", netns=router)
+    sh(
+        "iptables",
+        "-t",
+        "nat",
+        "-A",
+        "POSTROUTING",
+        "-s",
+        f"{site_under}.0/24",
+        "-o",
+        f"vrh{tag}",
+        "-j",
+        "MASQUERADE",
+        netns=router,
+    )
+    sh(
+        "iptables",
+        "-A",
+        "FORWARD",
+        "-i",
+        f"vrh{tag}",
+        "-m",
+        "conntrack",
+        "--ctstate",
+        "ESTABLISHED,RELATED",
+        "-j",
+        "ACCEPT",
+        netns=router,
+    )
+    sh("iptables", "-A", "FORWARD", "-i", f"vrh{tag}", "-j", "DROP", netns=router)
+
+
+def _hub_key_and_device_config(tmp: Path, net: dict, keepalive: int) -> tuple[Path, Path]:
+    """The hub's private key file, and the device's wg-quick file naming the hub as its one peer."""
+    hub_key = tmp / "hub.key"
+    hub_key.write_text(sh("wg", "genkey"))
+    hub_key.chmod(0o600)
+    hub_pub = subprocess.run(
+        ["wg", "pubkey"], input=hub_key.read_text(), capture_output=True, text=True, check=True
+    ).stdout.strip()
+    conf = tmp / f"{net['site_if']}.conf"
+    conf.write_text(f"""[Interface]
+Address = {net["tun"]}.2/24
+
+[Peer]
+PublicKey = {hub_pub}
+Endpoint = {net["hub_ip"]}:51820
+AllowedIPs = {net["tun"]}.0/24
+PersistentKeepalive = {keepalive}
+""")
+    conf.chmod(0o600)
+    return hub_key, conf
 
 
 def wireguard_gos(lab: dict) -> list[str]:

@@ -138,10 +138,40 @@ def _items(text: str) -> list[str]:
 
 def parse_config(text: str, path: str) -> TunnelConfig:
     """Parse a wg-quick file; TunnelConfigError naming `path`, the line and the reason for anything wrong."""
+    iface, addresses, peers, peer_ips = _read_sections(text, path)
+    built = [_build_peer(path, entries, ips) for entries, ips in zip(peers, peer_ips)]
+    keys = [p.public_key for p in built]
+    if len(set(keys)) != len(keys):
+        raise TunnelConfigError(path, "two [Peer] sections have the same PublicKey")
+    private = _field(path, iface, "privatekey", decode_key) if "privatekey" in iface else None
+    if private is not None and any(private == key for key in keys):  # a public key pasted as the private one
+        raise TunnelConfigError(path, "PrivateKey is a peer's PublicKey", iface["privatekey"][0])
+    return TunnelConfig(
+        path=path,
+        private_key=private,  # type: ignore[arg-type]
+        addresses=tuple(addresses),
+        peers=tuple(built),
+        listen_port=_field(path, iface, "listenport", lambda v: _int(v, "port", 1, 65535))  # type: ignore[arg-type]
+        if "listenport" in iface
+        else None,
+        mtu=_field(path, iface, "mtu", lambda v: _int(v, "MTU", 1280, 65535))  # type: ignore[arg-type]
+        if "mtu" in iface
+        else None,
+        key_line=iface["privatekey"][0] if "privatekey" in iface else None,
+    )
+
+
+# A section's keys as written: lowercased key -> (line number, value).
+_Entries = dict[str, tuple[int, str]]
+
+
+def _read_sections(text: str, path: str) -> tuple[_Entries, list[Address], list[_Entries], list[list[Network]]]:
+    """The file's lines sorted into sections: the [Interface]'s keys and addresses, and each [Peer]'s keys and
+    AllowedIPs; every key checked for its section, values parsed later (`_field`)."""
     section = ""
-    iface: dict[str, tuple[int, str]] = {}
+    iface: _Entries = {}
     addresses: list[Address] = []
-    peers: list[dict[str, tuple[int, str]]] = []
+    peers: list[_Entries] = []
     peer_ips: list[list[Network]] = []
     seen_interface = False
     for number, raw in enumerate(text.splitlines(), 1):
@@ -195,53 +225,36 @@ def parse_config(text: str, path: str) -> TunnelConfig:
         raise TunnelConfigError(path, "[Interface] has no Address (the device's tunnel address, e.g. 10.99.0.7/32)")
     if not peers:
         raise TunnelConfigError(path, "no [Peer] section (the hub the device dials)")
+    return iface, addresses, peers, peer_ips
 
-    def field_of(entries: dict[str, tuple[int, str]], key: str, parse: object) -> object:
-        number, value = entries[key]
-        try:
-            return parse(value)  # type: ignore[operator]
-        except ValueError as exc:
-            raise TunnelConfigError(path, f"{key_name_of(key)}: {exc}", number) from None
 
-    built: list[Peer] = []
-    for entries, ips in zip(peers, peer_ips):
-        for required in ("publickey", "endpoint"):
-            if required not in entries:
-                why = "" if required == "publickey" else " (the device dials out: the hub's host:port)"
-                raise TunnelConfigError(path, f"a [Peer] has no {key_name_of(required)}{why}")
-        built.append(
-            Peer(
-                public_key=field_of(entries, "publickey", decode_key),  # type: ignore[arg-type]
-                endpoint=field_of(entries, "endpoint", parse_endpoint),  # type: ignore[arg-type]
-                allowed_ips=tuple(ips),
-                persistent_keepalive=field_of(  # type: ignore[arg-type]
-                    entries, "persistentkeepalive", lambda v: 0 if v.lower() == "off" else _int(v, "interval", 0, 65535)
-                )
-                if "persistentkeepalive" in entries
-                else DEFAULT_KEEPALIVE,
-                preshared_key=field_of(entries, "presharedkey", decode_key)  # type: ignore[arg-type]
-                if "presharedkey" in entries
-                else None,
-            )
+def _field(path: str, entries: _Entries, key: str, parse: object) -> object:
+    """The value of `key` parsed; a TunnelConfigError naming its line when `parse` refuses it."""
+    number, value = entries[key]
+    try:
+        return parse(value)  # type: ignore[operator]
+    except ValueError as exc:
+        raise TunnelConfigError(path, f"{key_name_of(key)}: {exc}", number) from None
+
+
+def _build_peer(path: str, entries: _Entries, ips: list[Network]) -> Peer:
+    """One [Peer] from its keys: PublicKey and Endpoint required, the others defaulted."""
+    for required in ("publickey", "endpoint"):
+        if required not in entries:
+            why = "" if required == "publickey" else " (the device dials out: the hub's host:port)"
+            raise TunnelConfigError(path, f"a [Peer] has no {key_name_of(required)}{why}")
+    return Peer(
+        public_key=_field(path, entries, "publickey", decode_key),  # type: ignore[arg-type]
+        endpoint=_field(path, entries, "endpoint", parse_endpoint),  # type: ignore[arg-type]
+        allowed_ips=tuple(ips),
+        persistent_keepalive=_field(  # type: ignore[arg-type]
+            path, entries, "persistentkeepalive", lambda v: 0 if v.lower() == "off" else _int(v, "interval", 0, 65535)
         )
-    keys = [p.public_key for p in built]
-    if len(set(keys)) != len(keys):
-        raise TunnelConfigError(path, "two [Peer] sections have the same PublicKey")
-    private = field_of(iface, "privatekey", decode_key) if "privatekey" in iface else None
-    if private is not None and any(private == key for key in keys):  # a public key pasted as the private one
-        raise TunnelConfigError(path, "PrivateKey is a peer's PublicKey", iface["privatekey"][0])
-    return TunnelConfig(
-        path=path,
-        private_key=private,  # type: ignore[arg-type]
-        addresses=tuple(addresses),
-        peers=tuple(built),
-        listen_port=field_of(iface, "listenport", lambda v: _int(v, "port", 1, 65535))  # type: ignore[arg-type]
-        if "listenport" in iface
+        if "persistentkeepalive" in entries
+        else DEFAULT_KEEPALIVE,
+        preshared_key=_field(path, entries, "presharedkey", decode_key)  # type: ignore[arg-type]
+        if "presharedkey" in entries
         else None,
-        mtu=field_of(iface, "mtu", lambda v: _int(v, "MTU", 1280, 65535))  # type: ignore[arg-type]
-        if "mtu" in iface
-        else None,
-        key_line=iface["privatekey"][0] if "privatekey" in iface else None,
     )
 
 

@@ -133,12 +133,12 @@ class World:
         """One round; the runtime then runs exactly what the manager wants (the workers' job)."""
 
         async def go():
-            out, _ = self.manager.effective({pod.metadata.uid: pod}, True)
+            out, _ = self.manager.versions_to_run({pod.metadata.uid: pod}, True)
             if self.manager.writing():
                 # The step's record is written off the loop and acted on once written: the round its write
                 # asks for (on_change) runs what it says.
                 await self.manager.settle()
-                out, _ = self.manager.effective({pod.metadata.uid: pod}, True)
+                out, _ = self.manager.versions_to_run({pod.metadata.uid: pod}, True)
                 await self.manager.settle()
             await asyncio.sleep(0)  # let a pull started in this round finish
             await asyncio.sleep(0)
@@ -222,7 +222,7 @@ def test_missing_image_keeps_the_old_version_then_a_crash_rolls_back(tmp_path):
         assert w.round(v2) == {u1}
     rec = w.manager.record("default/app-node")
     assert rec.phase == "pulling" and "manifest unknown" in rec.reason
-    assert w.manager.note(v1)[0] == "RolloutPulling"
+    assert w.manager.pod_condition(v1)[0] == "RolloutPulling"
 
     v3 = make_pod("crash")
     u3 = v3.metadata.uid
@@ -236,13 +236,13 @@ def test_missing_image_keeps_the_old_version_then_a_crash_rolls_back(tmp_path):
     rec = w.manager.record("default/app-node")
     assert (rec.phase, rec.active, rec.blocked) == ("rolled-back", u1, u3)
     assert "RolledBack" in w.reasons()
-    assert w.manager.note(v1)[0] == "RolledBack"
+    assert w.manager.pod_condition(v1)[0] == "RolledBack"
     # Image GC keeps the last good version's images and the failed target's.
     assert "edgelet.local/busybox:1.36" in w.manager.kept_images()
 
     # A restarted agent reads the same decision from disk.
     w2 = w.build()
-    out, _ = w2.effective({u3: v3}, True)
+    out, _ = w2.versions_to_run({u3: v3}, True)
     assert set(out) == {u1}
     assert w2.record("default/app-node") == rec
 
@@ -256,13 +256,13 @@ def test_crash_between_the_record_and_the_step_takes_the_same_step(tmp_path):
     asyncio.run(_one(w.manager, v2))
     assert w.manager.record("default/app-node").phase == "replacing"
     w2 = w.build()
-    out, _ = w2.effective({v2.metadata.uid: v2}, True)
+    out, _ = w2.versions_to_run({v2.metadata.uid: v2}, True)
     assert set(out) == {v2.metadata.uid}  # the restarted agent stops v1 and starts v2, as decided
     assert v1.metadata.uid in w.live
 
 
 async def _one(manager, pod):
-    return manager.effective({pod.metadata.uid: pod}, True)
+    return manager.versions_to_run({pod.metadata.uid: pod}, True)
 
 
 def test_off_switch_by_annotation_is_kill_and_start(tmp_path):
@@ -290,7 +290,7 @@ def test_removed_pod_loses_its_record(tmp_path):
 
 
 async def _none(manager):
-    return manager.effective({}, True)
+    return manager.versions_to_run({}, True)
 
 
 def test_policy_annotations():
@@ -389,7 +389,7 @@ def test_a_record_that_cannot_be_written_changes_nothing(tmp_path):
 
 
 async def _both(manager, a, b):
-    return manager.effective({a.metadata.uid: a, b.metadata.uid: b}, True)
+    return manager.versions_to_run({a.metadata.uid: a, b.metadata.uid: b}, True)
 
 
 def test_gate_observation_of_a_published_status():
@@ -491,14 +491,14 @@ def test_a_steps_record_is_written_off_the_loop_and_acted_on_only_once_written(t
     v2 = make_pod("b")
 
     async def go():
-        out, _ = w.manager.effective({v2.metadata.uid: v2}, True)
+        out, _ = w.manager.versions_to_run({v2.metadata.uid: v2}, True)
         assert w.manager.writing() and w.manager.record("default/app-node").phase == "good"
         ticks = 0
         for _ in range(20):  # the loop runs other work while the write waits
             await asyncio.sleep(0)
             ticks += 1
         assert ticks == 20 and w.manager.writing()
-        again, _ = w.manager.effective({v2.metadata.uid: v2}, True)  # a round meanwhile: the old record
+        again, _ = w.manager.versions_to_run({v2.metadata.uid: v2}, True)  # a round meanwhile: the old record
         assert set(again) == {v1.metadata.uid} == set(out)
         release.set()
         await w.manager.settle()
