@@ -947,9 +947,9 @@ class _NodeApiPlan:
 def _small_executor() -> None:
     """Blocking work (unpacking, fsync, pulls) in at most 4 threads: Python's default of cores + 4
     threads, each with its stack and heap, is memory a small board does not have to spare."""
-    from concurrent.futures import ThreadPoolExecutor
+    from edgelet.util.cpuaccount import AccountedExecutor
 
-    asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=4, thread_name_prefix="edgelet"))
+    asyncio.get_running_loop().set_default_executor(AccountedExecutor(max_workers=4, thread_name_prefix="edgelet"))
 
 
 def _node_cgroup(settings: Settings) -> PodResources | None:
@@ -1122,7 +1122,11 @@ def run_agent(settings: Settings) -> int:
     # asyncio's own loop, not uvloop: uvloop imports ssl (OpenSSL, about 5 MB) at its own import and adds
     # 1.2 MB; edgelet's loop is mostly idle and its subprocesses are waited for through pidfds either way.
     _wait_children_by_pidfd()
-    rc = asyncio.run(_main(settings, notifier))
+    from edgelet.util import cpuaccount
+
+    cpuaccount.install()
+    with asyncio.Runner(loop_factory=cpuaccount.accounted_loop) as runner:
+        rc = runner.run(_main(settings, notifier))
     if settings.runonce:
         _exit_now(rc)
     return rc

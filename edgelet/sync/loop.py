@@ -12,6 +12,7 @@ from edgelet.api.pod import uid as pod_uid
 from edgelet.events import EventRecorder, InvolvedObject
 from edgelet.podconfig import ConfigState, merge
 from edgelet.podconfig.merge import pods_differ_semantically
+from edgelet.util.cpuaccount import charged
 from edgelet.util.log import get_logger
 
 if TYPE_CHECKING:
@@ -153,7 +154,8 @@ class SyncLoop:
         """Ask the rollout manager which version of each pod runs, and tell the workers what changed."""
         assert self._rollout is not None
         try:
-            wanted, poke = self._rollout.effective(self._source, self.sources_ready)
+            with charged("gates"):
+                wanted, poke = self._rollout.effective(self._source, self.sources_ready)
         except Exception as exc:
             log.error("Rollout round failed", exc)
             return
