@@ -108,6 +108,8 @@ class LogRotator:
         self.compressed_bytes = 0
         self.full_checks = 0  # instances looked at in full: an idle node's passes should add none
         self._seen: dict[Path, _Seen] = {}
+        self._bundles: dict[Path, Path] = {}  # current log -> its container's bundle
+        self._paths: dict[str, Path] = {}  # the walk's current logs, made once
         self._errors: dict[Path, str] = {}
 
     async def run(self) -> None:
@@ -132,23 +134,38 @@ class LogRotator:
                     self._errors[current] = str(exc)
         for gone in set(self._seen) - seen:
             del self._seen[gone]
+        for gone in set(self._bundles) - seen:
+            del self._bundles[gone]
+        if len(self._paths) > len(seen):
+            self._paths = {str(p): p for p in seen}
         return delay
 
     def _current_logs(self) -> list[Path]:
-        """`<log_dir>/pods/<pod>/<container>/<n>.log` of every instance that has one (or rotated files)."""
+        """`<log_dir>/pods/<pod>/<container>/<n>.log` of every instance that has one (or rotated files).
+
+        Walked with strings, each path made once while its log is there: on an idle node the walk is most
+        of a pass, and pathlib's joins were most of the walk."""
         found: list[Path] = []
-        pods = self.paths.log_dir / "pods"
-        for pod_dir in _subdirs(pods):
+        for pod_dir in _subdirs(str(self.paths.log_dir / "pods")):
             for container_dir in _subdirs(pod_dir):
                 for attempt in set(logs.container_attempts(container_dir)):
-                    found.append(container_dir / f"{attempt}.log")
+                    name = f"{container_dir}/{attempt}.log"
+                    path = self._paths.get(name)
+                    if path is None:
+                        path = self._paths[name] = Path(name)
+                    found.append(path)
         return found
 
     def _bundle(self, current: Path) -> Path:
         """The bundle of the container writing `current` (the pod log dir is `<ns>_<name>_<uid>`)."""
-        uid = current.parent.parent.name.rsplit("_", 1)[-1]
-        attempt = int(current.name.split(".", 1)[0])
-        return PodLayout(self.paths.pod_dir(uid)).container_dir(current.parent.name, attempt)
+        bundle = self._bundles.get(current)
+        if bundle is None:  # kept while the log is: a pass over idle logs builds no paths
+            uid = current.parent.parent.name.rsplit("_", 1)[-1]
+            attempt = int(current.name.split(".", 1)[0])
+            bundle = self._bundles[current] = PodLayout(self.paths.pod_dir(uid)).container_dir(
+                current.parent.name, attempt
+            )
+        return bundle
 
     def check(self, current: Path) -> float:
         """Carry out `plan_rotation` for one instance; returns when it wants to be looked at again.
@@ -329,10 +346,10 @@ class LogRotator:
         path.unlink(missing_ok=True)
 
 
-def _subdirs(path: Path) -> list[Path]:
+def _subdirs(path: str) -> list[str]:
     try:
         with os.scandir(path) as it:
-            return [Path(e.path) for e in it if e.is_dir(follow_symlinks=False)]
+            return [e.path for e in it if e.is_dir(follow_symlinks=False)]
     except FileNotFoundError:
         return []
     except OSError as exc:
