@@ -39,13 +39,17 @@ def next_wait(
     next_housekeeping: float,
     housekeeping_due: bool,
     ticking: bool,
+    round_at: float | None = None,
 ) -> float:
     """Seconds the sync loop may sleep when nothing arrives: until the first retry a worker asked for, the
-    housekeeping an arrival made due (kubelet's every 2 s, but only after something changed), the next tick
-    while `ticking` (a rollout step is open, or the first sync is yet to come), else IDLE_TICK."""
+    housekeeping an arrival made due (kubelet's every 2 s, but only after something changed), a rollout gate's
+    clock decision (`round_at`), the next tick while `ticking` (a rollout step a clock moves is open, or the
+    first sync is yet to come), else IDLE_TICK."""
     wake = now + (TICK if ticking else IDLE_TICK)
     if housekeeping_due:
         wake = min(wake, next_housekeeping)
+    if round_at is not None:
+        wake = min(wake, round_at)
     for at in requeue_at:
         wake = min(wake, at)
     return max(0.0, wake - now)
@@ -127,6 +131,7 @@ class SyncLoop:
         self._next_housekeeping = 0.0
         self._housekeeping_due = False  # something arrived since the last housekeeping
         self._wake_at = 0.0  # monotonic: when the loop wakes if nothing arrives
+        self._round_queued = False  # a sync result's rollout round waits in the queue
         self._next_item = next_item
         self.first_sync_done = asyncio.Event()
         self.iterated = asyncio.Event()  # set after every iteration: --runonce reads the rollout gate's decisions
@@ -148,6 +153,10 @@ class SyncLoop:
 
     # Callbacks from the pod workers.
     def on_result(self, uid: str, result: SyncResult) -> None:
+        if self._rollout is not None and not self._round_queued and self._rollout.gate_round_at() is not None:
+            # A sync published a status, which a gate judges: a round soon (one for all the results before it).
+            self._round_queued = True
+            self._queue.put_nowait(_RolloutRound())
         if result.requeue_after is None:
             self._requeue.pop(uid, None)
         else:
@@ -253,15 +262,20 @@ class SyncLoop:
     async def run(self) -> None:
         while True:
             now = self._clock.monotonic()
+            rollout_ticking = self._rollout is not None and self._rollout.ticking()
+            round_at = self._rollout.gate_round_at() if self._rollout is not None else None
             timeout = next_wait(
                 now,
                 requeue_at=self._requeue.values(),
                 next_housekeeping=self._next_housekeeping,
                 housekeeping_due=self._housekeeping_due,
-                ticking=not self.first_sync_done.is_set() or (self._rollout is not None and not self._rollout.steady()),
+                ticking=not self.first_sync_done.is_set() or rollout_ticking,
+                round_at=round_at,
             )
             self._wake_at = now + timeout
             item = await self._next_item(self._queue, timeout)
+            if isinstance(item, _RolloutRound):
+                self._round_queued = False
             if isinstance(item, _Wake):
                 item = None  # only the retries below are due
             elif item is not None:
@@ -278,10 +292,15 @@ class SyncLoop:
             if (
                 self._rollout is not None
                 and self.config.seen_sources
-                and (item is not None or not self._rollout.steady())
+                and (
+                    (item is not None and not isinstance(item, _Config))  # a snapshot's round ran in apply_snapshot
+                    or rollout_ticking
+                    or (round_at is not None and self._clock.monotonic() >= round_at)
+                )
             ):
-                # Every tick while a version is under the gate (it judges them as their statuses change and
-                # its clock runs); once all rest, only what arrives can change a verdict.
+                # What arrives can change a verdict (a sync result's status among it); otherwise a round every
+                # tick while a step a clock moves is open, and at a judged gate's window end or deadline; once
+                # every record rests, none.
                 self.rollout_round()
             # Tick: pods whose back-off or retry time has come.
             now = self._clock.monotonic()

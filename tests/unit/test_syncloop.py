@@ -63,7 +63,7 @@ class _Stop(Exception):
 class _Harness:
     """A loop whose waits move a fake clock: the wait it asks for passes at once unless an item is queued."""
 
-    def __init__(self, until: float) -> None:
+    def __init__(self, until: float, rollout: Any = None) -> None:
         self.clock = FakeClock()
         self.until = self.clock.monotonic() + until
         self.turns = 0
@@ -81,6 +81,7 @@ class _Harness:
             expected_sources=["file"],
             runtime_uids=runtime_uids,
             next_item=self.next_item,
+            rollout=rollout(self.clock) if rollout is not None else None,
         )
 
     async def next_item(self, queue: asyncio.Queue[Any], timeout: float) -> Any:
@@ -140,3 +141,51 @@ def test_housekeeping_follows_what_arrives_within_its_period():
     # At the snapshot, then once more HOUSEKEEPING_PERIOD later for the lifecycle event that followed it.
     assert h.housekeepings == 2
     assert HOUSEKEEPING_PERIOD < 5.0
+
+
+class _Gate:
+    """A rollout manager with one first version under its gate, judged: the clock decides at `due`."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+        self.due: float | None = clock.monotonic() + 30.0
+        self.rounds: list[float] = []
+        self.on_change: Any = None
+
+    def ticking(self) -> bool:
+        return False
+
+    def gate_round_at(self) -> float | None:
+        return self.due
+
+    def effective(self, source: Any, sources_ready: bool) -> tuple[dict, set]:
+        self.rounds.append(self.clock.monotonic())
+        if self.due is not None and self.clock.monotonic() >= self.due:
+            self.due = None  # good: every record rests
+        return dict(source), set()
+
+
+def test_a_judged_gate_brings_rounds_at_its_clock_decision_not_every_tick():
+    h = _Harness(until=60.0, rollout=_Gate)
+    h.run(WEB)
+    gate = h.loop._rollout
+    assert isinstance(gate, _Gate)
+    # The snapshot's round, then the gate's at its window end: not a round every second while it gates.
+    assert gate.rounds == [pytest.approx(gate.rounds[0]), pytest.approx(gate.rounds[0] + 30.0)]
+    assert h.turns <= 10
+
+
+def test_a_sync_result_brings_a_round_while_a_gate_judges():
+    h = _Harness(until=5.0, rollout=_Gate)
+    sync = h.workers.sync
+
+    def synced(pod: Any) -> None:
+        sync(pod)
+        h.loop.on_result("uid-web", SyncResult())  # published a status the gate reads
+        h.loop.on_result("uid-web", SyncResult())
+
+    h.workers.sync = synced  # type: ignore[method-assign]
+    h.run(WEB)
+    gate = h.loop._rollout
+    assert isinstance(gate, _Gate)
+    assert len(gate.rounds) == 2  # the snapshot's, and one for both results
