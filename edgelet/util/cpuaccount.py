@@ -185,5 +185,5 @@ def uninstall() -> None:
     """Stop accounting (tests): Handle runs as asyncio wrote it again."""
     global _account
     if _unwrapped:
-        asyncio.events.Handle._run = _unwrapped.pop()  # type: ignore[method-assign]
+        asyncio.events.Handle._run = _unwrapped.pop()  # type: ignore[method-assign,assignment]
     _account = None
