@@ -132,6 +132,7 @@ class SyncLoop:
         self._housekeeping_due = False  # something arrived since the last housekeeping
         self._wake_at = 0.0  # monotonic: when the loop wakes if nothing arrives
         self._round_queued = False  # a sync result's rollout round waits in the queue
+        self._last_round = float("-inf")  # monotonic time of the last rollout round
         self._next_item = next_item
         self.first_sync_done = asyncio.Event()
         self.iterated = asyncio.Event()  # set after every iteration: --runonce reads the rollout gate's decisions
@@ -206,6 +207,7 @@ class SyncLoop:
     def rollout_round(self) -> None:
         """Ask the rollout manager which version of each pod runs, and tell the workers what changed."""
         assert self._rollout is not None
+        self._last_round = self._clock.monotonic()
         try:
             with charged("gates"):
                 wanted, poke = self._rollout.effective(self._source, self.sources_ready)
@@ -264,6 +266,10 @@ class SyncLoop:
             now = self._clock.monotonic()
             rollout_ticking = self._rollout is not None and self._rollout.ticking()
             round_at = self._rollout.gate_round_at() if self._rollout is not None else None
+            if round_at is not None and round_at <= self._last_round:
+                # A round since found it undecided (its record still being written): the write's own round
+                # (on_change) judges it again, and the loop must not wake for it over and over meanwhile.
+                round_at = None
             timeout = next_wait(
                 now,
                 requeue_at=self._requeue.values(),

@@ -143,9 +143,10 @@ class RolloutManager:
         )
 
     def gate_round_at(self) -> float | None:
-        """The monotonic time of the first judged gate's clock decision (gate_due), None when none gates."""
+        """The monotonic time of the first judged gate's clock decision (gate_due), None when none gates;
+        a millisecond late, so that a round then finds it due whatever the rounding of gate time."""
         due = [at for name, at in self._gate_due.items() if name in self._stored]
-        return min(due) - self._gate_offset if due else None
+        return min(due) - self._gate_offset + 0.001 if due else None
 
     def records(self) -> list[Record]:
         return [s.record for s in self._stored.values()]

@@ -189,3 +189,19 @@ def test_a_sync_result_brings_a_round_while_a_gate_judges():
     gate = h.loop._rollout
     assert isinstance(gate, _Gate)
     assert len(gate.rounds) == 2  # the snapshot's, and one for both results
+
+
+class _StuckGate(_Gate):
+    """Its round at the due time leaves it undecided (the record being written): due stays in the past."""
+
+    def effective(self, source: Any, sources_ready: bool) -> tuple[dict, set]:
+        self.rounds.append(self.clock.monotonic())
+        return dict(source), set()
+
+
+def test_a_gate_left_undecided_at_its_due_time_does_not_spin_the_loop():
+    h = _Harness(until=60.0, rollout=_StuckGate)
+    h.run(WEB)
+    gate = h.loop._rollout
+    assert isinstance(gate, _StuckGate)
+    assert len(gate.rounds) == 2 and h.turns <= 10  # the write's own round (on_change) judges it again
