@@ -125,13 +125,13 @@ class SyncLoop:
         self._rollout = rollout
         self._source: dict[str, Pod] = {}
         if rollout is not None:
-            rollout.on_change = lambda: self._queue.put_nowait(_RolloutRound())
+            rollout.on_change = self._round_soon
         self._desired: dict[str, Pod] = {}
         self._requeue: dict[str, float] = {}
         self._next_housekeeping = 0.0
         self._housekeeping_due = False  # something arrived since the last housekeeping
         self._wake_at = 0.0  # monotonic: when the loop wakes if nothing arrives
-        self._round_queued = False  # a sync result's rollout round waits in the queue
+        self._round_queued = False  # a rollout round asked for waits in the queue (_round_soon)
         self._last_round = float("-inf")  # monotonic time of the last rollout round
         self._next_item = next_item
         self.first_sync_done = asyncio.Event()
@@ -153,11 +153,16 @@ class SyncLoop:
         self._queue.put_nowait(_ResyncAll())
 
     # Callbacks from the pod workers.
-    def on_result(self, uid: str, result: SyncResult) -> None:
-        if self._rollout is not None and not self._round_queued and self._rollout.gate_round_at() is not None:
-            # A sync published a status, which a gate judges: a round soon (one for all the results before it).
+    def _round_soon(self) -> None:
+        """A rollout round at the loop's next turn: one for every ask before it (a burst of record writes
+        completing, of sync results)."""
+        if not self._round_queued:
             self._round_queued = True
             self._queue.put_nowait(_RolloutRound())
+
+    def on_result(self, uid: str, result: SyncResult) -> None:
+        if self._rollout is not None and self._rollout.gate_round_at() is not None:
+            self._round_soon()  # the sync published a status, which a gate judges
         if result.requeue_after is None:
             self._requeue.pop(uid, None)
         else:

@@ -206,3 +206,19 @@ def test_a_gate_left_undecided_at_its_due_time_does_not_spin_the_loop():
     gate = h.loop._rollout
     assert isinstance(gate, _StuckGate)
     assert len(gate.rounds) == 2 and h.turns <= 10  # the write's own round (on_change) judges it again
+
+
+def test_a_burst_of_record_writes_brings_one_round():
+    h = _Harness(until=5.0, rollout=_Gate)
+    gate = h.loop._rollout
+    assert isinstance(gate, _Gate)
+    sync = h.workers.sync
+
+    def synced(pod: Any) -> None:
+        sync(pod)
+        for _ in range(20):
+            gate.on_change()  # twenty first versions' records written at once
+
+    h.workers.sync = synced  # type: ignore[method-assign]
+    h.run(WEB)
+    assert len(gate.rounds) == 2  # the snapshot's, and one for the twenty writes
