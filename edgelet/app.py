@@ -551,6 +551,8 @@ class Agent:
         await self.loop.first_sync_done.wait()
         if notifier.ready(pods_summary(self.publisher.entries())):
             log.info("Notified systemd: ready")
+        if not notifier.enabled:
+            return  # not under systemd: no status line to keep up to date, nothing to wake for
         # `systemctl status edgelet` shows the pods as they are, not as they were at start.
         shown = ""
         while True:
