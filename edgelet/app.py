@@ -1127,7 +1127,7 @@ def run_agent(settings: Settings) -> int:
     from edgelet.util import cpuaccount
 
     cpuaccount.install()
-    with asyncio.Runner(loop_factory=cpuaccount.accounted_loop) as runner:
+    with asyncio.Runner(loop_factory=cpuaccount.AccountedLoop) as runner:
         rc = runner.run(_main(settings, notifier))
     if settings.runonce:
         _exit_now(rc)

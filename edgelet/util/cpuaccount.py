@@ -1,8 +1,8 @@
 """Where the agent's event loop spends its CPU: loop wakeups, and per subsystem the callbacks run and their CPU time.
 
 An idle agent should wake rarely and briefly; when it does not, this says which part woke it. The agent's
-loop is built by `accounted_loop` and `install` times every callback the loop runs with the loop thread's
-CPU clock. A callback is charged to its subsystem: the name of the long-running task it belongs to
+loop is an `AccountedLoop`, which, once an account is installed, times every callback it runs with the loop
+thread's CPU clock. A callback is charged to its subsystem: the name of the long-running task it belongs to
 (`pleg`, `probes`, `syncloop`, `mirror-lease`...), which every task and callback created under that task
 inherits through its context (a relist that a pod worker asks for is the worker's), and per-object task
 names are folded into their family (`pod-worker-<uid>` is `pod-worker`). A synchronous stretch inside a
@@ -48,7 +48,7 @@ class CpuAccount:
     wakeups: int = 0
     lines: dict[str, Line] = field(default_factory=dict)
     # CPU of `charged` stretches inside the callback running now, which its own line does not keep.
-    _nested: float = 0.0
+    nested: float = 0.0
     # The executor's threads charge their lines under it; the loop's own lines are the loop thread's alone.
     _threads: threading.Lock = field(default_factory=threading.Lock)
 
@@ -105,7 +105,7 @@ def charged(name: str) -> Iterator[None]:
     finally:
         spent = time.thread_time() - began
         account.charge(name, spent)
-        account._nested += spent
+        account.nested += spent
 
 
 class _CountingSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
@@ -139,51 +139,74 @@ class AccountedExecutor(ThreadPoolExecutor):
         return super().submit(timed)
 
 
-def accounted_loop() -> asyncio.AbstractEventLoop:
-    """An event loop (asyncio's own) whose wakeups the installed account counts: a Runner's loop_factory."""
-    return asyncio.SelectorEventLoop(_CountingSelector())
+def _timed(callback: Callable[..., Any]) -> Callable[..., Any]:
+    """`callback`, charged to its subsystem when it runs (in the context the loop runs it in)."""
+    owner = getattr(callback, "__self__", None)
+    task = owner if isinstance(owner, asyncio.Task) else None  # a task's step or wakeup
+    clock = time.thread_time
+
+    def run(*args: Any) -> Any:
+        account = _account
+        if account is None:
+            return callback(*args)
+        if task is not None:
+            name = subsystem_of(task.get_name())  # read now: a task is named after its first step is queued
+            if name is not None and SUBSYSTEM.get() != name:
+                SUBSYSTEM.set(name)  # in the task's own context: what it creates inherits the line
+        outer = account.nested
+        account.nested = 0.0
+        began = clock()
+        try:
+            return callback(*args)
+        finally:
+            spent = clock() - began - account.nested
+            account.nested = outer
+            account.charge(SUBSYSTEM.get(), spent)
+
+    return run
+
+
+class AccountedLoop(asyncio.SelectorEventLoop):
+    """asyncio's own loop, whose wakeups and callbacks the installed account counts (a Runner's loop_factory).
+
+    asyncio has no hook around a callback, so every way one is scheduled wraps it: soon, at a time, from
+    another thread, and when a file is ready (the selector transports' readers and writers)."""
+
+    def __init__(self) -> None:
+        super().__init__(_CountingSelector())
+
+    # The stubs type callbacks by their arguments (TypeVarTuple); these pass any callback through, wrapped.
+    def call_soon(  # type: ignore[override]
+        self, callback: Callable[..., Any], *args: Any, context: Context | None = None
+    ) -> asyncio.Handle:
+        return super().call_soon(_timed(callback), *args, context=context)
+
+    def call_soon_threadsafe(  # type: ignore[override]
+        self, callback: Callable[..., Any], *args: Any, context: Context | None = None
+    ) -> asyncio.Handle:
+        return super().call_soon_threadsafe(_timed(callback), *args, context=context)
+
+    def call_at(  # type: ignore[override]
+        self, when: float, callback: Callable[..., Any], *args: Any, context: Context | None = None
+    ) -> asyncio.TimerHandle:
+        return super().call_at(when, _timed(callback), *args, context=context)
+
+    def _add_reader(self, fd: Any, callback: Callable[..., Any], *args: Any) -> asyncio.Handle:
+        return super()._add_reader(fd, _timed(callback), *args)  # type: ignore[misc]
+
+    def _add_writer(self, fd: Any, callback: Callable[..., Any], *args: Any) -> asyncio.Handle:
+        return super()._add_writer(fd, _timed(callback), *args)  # type: ignore[misc]
 
 
 def install() -> CpuAccount:
-    """Time every callback any loop of this process runs from now on; idempotent, returns the account.
-
-    asyncio has no hook around a callback, so Handle's run is wrapped once (as its debug mode times slow
-    callbacks in the same place): every other part of asyncio is untouched."""
+    """Start counting (what AccountedLoops run from now on); idempotent, returns the account."""
     global _account
-    if _account is not None:
-        return _account
-    account = _account = CpuAccount()
-    run = asyncio.events.Handle._run
-    clock = time.thread_time
-
-    def _run(handle: asyncio.events.Handle) -> None:
-        context: Context = handle._context  # type: ignore[attr-defined]
-        task = getattr(handle._callback, "__self__", None)  # type: ignore[attr-defined]
-        if isinstance(task, asyncio.Task):
-            name = subsystem_of(task.get_name())
-            if name is not None and context.get(SUBSYSTEM) != name:
-                context.run(SUBSYSTEM.set, name)  # the task's own context: what it creates inherits the line
-        outer = account._nested
-        account._nested = 0.0
-        began = clock()
-        try:
-            run(handle)
-        finally:
-            spent = clock() - began - account._nested
-            account._nested = outer
-            account.charge(context.get(SUBSYSTEM, OTHER), spent)
-
-    asyncio.events.Handle._run = _run  # type: ignore[method-assign,assignment]
-    _unwrapped.append(run)
-    return account
-
-
-_unwrapped: list[Callable[[asyncio.events.Handle], None]] = []  # Handle's own run, while wrapped
+    if _account is None:
+        _account = CpuAccount()
+    return _account
 
 
 def uninstall() -> None:
-    """Stop accounting (tests): Handle runs as asyncio wrote it again."""
+    """Stop counting (tests)."""
     global _account
-    if _unwrapped:
-        asyncio.events.Handle._run = _unwrapped.pop()  # type: ignore[method-assign,assignment]
     _account = None

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from edgelet.util import cpuaccount
-from edgelet.util.cpuaccount import AccountedExecutor, accounted_loop, charged, subsystem_of
+from edgelet.util.cpuaccount import AccountedExecutor, AccountedLoop, charged, subsystem_of
 
 
 @pytest.mark.parametrize(
@@ -59,7 +59,7 @@ def test_callbacks_children_and_thread_work_are_charged_to_their_task(account):
             asyncio.create_task(worker(), name="pod-worker-uid2"),
         )
 
-    with asyncio.Runner(loop_factory=accounted_loop) as runner:
+    with asyncio.Runner(loop_factory=AccountedLoop) as runner:
         runner.run(main())
     snap = account.snapshot()
     lines = snap["subsystems"]
@@ -85,7 +85,7 @@ def test_a_charged_stretch_leaves_its_callback(account):
     async def main() -> None:
         await asyncio.create_task(syncloop(), name="syncloop")
 
-    with asyncio.Runner(loop_factory=accounted_loop) as runner:
+    with asyncio.Runner(loop_factory=AccountedLoop) as runner:
         runner.run(main())
     assert account.lines["gates"].calls == 1 and account.lines["syncloop"].calls == 1
     assert account.lines["syncloop"].cpu < account.lines["gates"].cpu
@@ -98,6 +98,6 @@ def test_nothing_is_counted_without_an_account():
         with charged("gates"):
             await asyncio.to_thread(_burn)
 
-    with asyncio.Runner(loop_factory=accounted_loop) as runner:
+    with asyncio.Runner(loop_factory=AccountedLoop) as runner:
         runner.run(main())
     assert cpuaccount.current() is None
