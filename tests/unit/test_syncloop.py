@@ -159,9 +159,11 @@ class _Gate:
     def gate_round_at(self) -> float | None:
         return self.due
 
+    decides = True  # its round at the due time decides it
+
     def effective(self, source: Any, sources_ready: bool) -> tuple[dict, set]:
         self.rounds.append(self.clock.monotonic())
-        if self.due is not None and self.clock.monotonic() >= self.due:
+        if self.decides and self.due is not None and self.clock.monotonic() >= self.due:
             self.due = None  # good: every record rests
         return dict(source), set()
 
@@ -195,9 +197,7 @@ def test_a_sync_result_brings_a_round_while_a_gate_judges():
 class _StuckGate(_Gate):
     """Its round at the due time leaves it undecided (the record being written): due stays in the past."""
 
-    def effective(self, source: Any, sources_ready: bool) -> tuple[dict, set]:
-        self.rounds.append(self.clock.monotonic())
-        return dict(source), set()
+    decides = False
 
 
 def test_a_gate_left_undecided_at_its_due_time_does_not_spin_the_loop():
