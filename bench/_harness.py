@@ -418,3 +418,58 @@ class RawRunc:
             self.remove(i)
         shutil.rmtree(self.root, ignore_errors=True)
         self.errors.close()
+
+
+# The agent's loop accounts (edgelet.util.cpuaccount) grouped as the idle figures are read: a line per
+# subsystem that wakes an idle agent; what no group names is "other".
+CPU_GROUPS = {
+    "relists": ("pleg",),
+    "probes": ("probes",),
+    "gates": ("gates", "rollout-write", "rollout-pull"),
+    "API": ("api", "node-api", "mirror", "mirror-sync", "mirror-lease", "mirror-watch", "events"),
+    "sync": ("syncloop", "pod-worker"),
+}
+
+
+def loop_account(run_dir: Path) -> dict | None:
+    """The agent's event-loop CPU account (GET /debug/cpu on its socket), None when it serves none."""
+    from edgelet.cli import client
+
+    try:
+        body = client.get(run_dir, "/debug/cpu")
+    except client.AgentError:
+        return None
+    return json.loads(body) if body else None
+
+
+def cpu_breakdown(before: dict | None, after: dict | None) -> str:
+    """The loop's wakeups and each group's callbacks and CPU (on the loop and in the executor's threads) between
+    two accounts, then what no line holds: the loop between callbacks (selecting, timers) and other threads."""
+    if not before or not after:
+        return "loop account: not served by this agent"
+    subs0, subs1 = before["subsystems"], after["subsystems"]
+    delta = {
+        n: (v["calls"] - subs0.get(n, {}).get("calls", 0), v["cpu"] - subs0.get(n, {}).get("cpu", 0.0))
+        for n, v in subs1.items()
+    }
+    grouped: dict[str, list[float]] = {g: [0, 0.0] for g in (*CPU_GROUPS, "other")}
+    names: dict[str, list[str]] = {g: [] for g in grouped}
+    for n, (calls, cpu) in delta.items():
+        own = n.removesuffix(" (thread)")  # its work off the loop, in the executor's threads
+        g = next((g for g, members in CPU_GROUPS.items() if own in members), "other")
+        grouped[g][0] += calls
+        grouped[g][1] += cpu
+        if calls:
+            names[g].append(f"{n} {calls}/{cpu * 1000:.0f}ms")
+    in_loop = sum(cpu for n, (_, cpu) in delta.items() if not n.endswith(" (thread)"))
+    in_threads = sum(cpu for n, (_, cpu) in delta.items() if n.endswith(" (thread)"))
+    process = after["process_cpu"] - before["process_cpu"]
+    loop = after["loop_cpu"] - before["loop_cpu"]
+    parts = [f"{g} {c:.0f} callbacks {s * 1000:.1f} ms" for g, (c, s) in grouped.items()]
+    detail = "; ".join(f"{g}: {', '.join(v)}" for g, v in names.items() if v)
+    return (
+        f"loop wakeups {after['wakeups'] - before['wakeups']}; "
+        + ", ".join(parts)
+        + f"; the loop between callbacks {max(0.0, loop - in_loop) * 1000:.1f} ms"
+        + f", threads outside the executor {max(0.0, process - loop - in_threads) * 1000:.1f} ms\n    ({detail})"
+    )

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import Bench, cpu_split, machine, pod_manifest, running_pods
+from _harness import Bench, cpu_breakdown, cpu_split, loop_account, machine, pod_manifest, running_pods
 from _harness import memory_mb as memory
 
 
@@ -86,11 +86,13 @@ def main() -> None:
         time.sleep(args.settle)
         rss1, pss1 = memory(proc.pid)
         breakdown = rss_by_mapping(proc.pid) if args.breakdown else []
+        acct0 = loop_account(b.paths.run_dir)
         a0, k0 = cpu_split(proc.pid)
         t0 = time.time()
         time.sleep(args.idle)
         a1, k1 = cpu_split(proc.pid)
         t1 = time.time()
+        acct1 = loop_account(b.paths.run_dir)
         if args.spawns and trace.exists():
             for line in trace.read_text().splitlines():
                 at, prog, rest = (line.split(" ", 2) + ["", ""])[:3]
@@ -121,6 +123,7 @@ def main() -> None:
         f"CPU over {args.idle:.0f} s idle with {n} pods: {used:.2f} s  = {100 * used / args.idle:.2f} % of one core"
         f"  (agent {a1 - a0:.2f} s, runc/conmon children {k1 - k0:.2f} s)"
     )
+    print(f"  {cpu_breakdown(acct0, acct1)}")
     if args.spawns:
         pods = args.pods + 1  # and the job
         how = "one by one" if args.one_by_one else "at once"

@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import IMAGE, REPO, Bench, RawRunc, machine, percentile, wait_file
+from _harness import IMAGE, REPO, Bench, RawRunc, cpu_breakdown, loop_account, machine, percentile, wait_file
 
 PAUSE_IMAGE = "edgelet.local/pause:catatonit"
 KUBELET_NODE = "peers-bench"
@@ -753,7 +753,11 @@ def main() -> None:
             wait_until(lambda: workloads(s.marker) == args.keep, 180, f"{s.name}: pods did not go down to {args.keep}")
         time.sleep(10)
         mem = measure_memory(systems)
+        # edgelet's own account of its idle window (what woke it, per subsystem), read around it.
+        edgelets = [s for s in systems if isinstance(s, Edgelet)]
+        before = {s.name: loop_account(s.b.paths.run_dir) for s in edgelets}
         idle = measure_idle(systems, args.idle)
+        accounts = {s.name: cpu_breakdown(before[s.name], loop_account(s.b.paths.run_dir)) for s in edgelets}
     finally:
         if raw is not None:
             raw.close()
@@ -783,6 +787,8 @@ def main() -> None:
             f"{s.name:9} {sum(m.values()):7.1f} {m['agent']:6.1f} {m['helpers']:8.1f} {m['pause']:6.1f}"
             f" {idle[s.name]:11.2f} {100 * idle[s.name] / args.idle:7.2f}"
         )
+        if s.name in accounts:
+            print(f"  {accounts[s.name]}")
     if ("raw runc", "hostNetwork") in lat:
         floor = statistics.median(lat[("raw runc", "hostNetwork")])
         print(

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from edgelet import wiring
+from edgelet.util import process
 from edgelet.util.clock import clock_from_environ
 from edgelet.util.log import configure, get_logger
 from edgelet.util.memory import limit_arenas, trim, trim_periodically
@@ -440,6 +441,8 @@ class Agent:
         await self.loop.first_sync_done.wait()
         if notifier.ready(pods_summary(self.publisher.entries())):
             log.info("Notified systemd: ready")
+        if not notifier.enabled:
+            return  # not under systemd: no status line to keep up to date, nothing to wake for
         # `systemctl status edgelet` shows the pods as they are, not as they were at start.
         shown = ""
         while True:
@@ -605,9 +608,9 @@ READY_STALE = 60.0  # seconds without a sync loop iteration before the Node is r
 def _small_executor() -> None:
     """Blocking work (unpacking, fsync, pulls) in at most 4 threads: Python's default of cores + 4
     threads, each with its stack and heap, is memory a small board does not have to spare."""
-    from concurrent.futures import ThreadPoolExecutor
+    from edgelet.util.cpuaccount import AccountedExecutor
 
-    asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=4, thread_name_prefix="edgelet"))
+    asyncio.get_running_loop().set_default_executor(AccountedExecutor(max_workers=4, thread_name_prefix="edgelet"))
 
 
 def print_runonce_summary(publisher, config, out: TextIO) -> None:
@@ -623,37 +626,6 @@ def print_runonce_summary(publisher, config, out: TextIO) -> None:
     problems = list(config.rejected) + [e for errs in config.errors.values() for e in errs]
     for p in problems:
         print(f"rejected: {getattr(p, 'origin', '')}: {p.message}", file=out)
-
-
-def _set_process_name() -> None:
-    try:
-        import prctl
-
-        prctl.set_name("edgelet")
-    except (ImportError, OSError):
-        pass
-
-
-def _die_with_bootloader() -> None:
-    """One-file build: never outlive the PyInstaller bootloader, our parent.
-
-    systemd sees the bootloader as the unit's main process, and with
-    KillMode=process its SIGKILL (stop timeout, watchdog) reaches only the
-    bootloader: this agent would otherwise keep running beside the restarted
-    one. The one-dir build and a source checkout run as one process.
-    """
-    meipass = getattr(sys, "_MEIPASS", None)
-    if meipass is None or not os.path.basename(meipass).startswith("_MEI"):
-        return
-    try:
-        import prctl
-
-        prctl.set_pdeathsig(signal.SIGKILL)
-    except (ImportError, OSError) as exc:
-        log.warning("Cannot tie edgelet to its bootloader", err=str(exc))
-        return
-    if os.getppid() == 1:  # the bootloader died before the line above
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 async def _main(settings: Settings, notifier: Notifier | None = None) -> int:
@@ -677,10 +649,10 @@ async def _main(settings: Settings, notifier: Notifier | None = None) -> int:
 
             if await system_is_stopping():
                 log.info("The system is shutting down: stopping pods", grace=shutdown.total)
-                _exit_if_stuck(shutdown.total + SHUTDOWN_TIMEOUT)
+                process.exit_if_stuck(shutdown.total + SHUTDOWN_TIMEOUT)
                 await shutdown.shutdown_pods()
         log.info("Stopping edgelet; pods keep running", signal=signame)
-        _exit_if_stuck(SHUTDOWN_TIMEOUT)
+        process.exit_if_stuck(SHUTDOWN_TIMEOUT)
         assert task is not None
         task.cancel()
 
@@ -731,70 +703,23 @@ def pods_summary(entries) -> str:
     return f"{total} pod{'s' if total != 1 else ''}: " + ", ".join(parts)
 
 
-def _exit_if_stuck(timeout: float) -> None:
-    """Exit anyway when shutting down takes longer than `timeout` (a thread stuck in a syscall, say).
-
-    Stopping edgelet never stops a pod and every state is rebuilt from runc at the next start,
-    so a hard exit loses nothing; a stop that never finishes would make systemd SIGKILL us
-    after TimeoutStopSec instead, and an upgrade wait for it.
-    """
-    import threading
-
-    def expire() -> None:
-        stuck = [t.name for t in threading.enumerate() if t is not threading.current_thread() and not t.daemon]
-        log.warning("Shutdown is taking too long; exiting now", timeout=timeout, threads=",".join(stuck) or None)
-        logging_flush()
-        os._exit(0)
-
-    timer = threading.Timer(timeout, expire)
-    timer.daemon = True
-    timer.start()
-
-
-def logging_flush() -> None:
-    import logging
-
-    for handler in logging.getLogger().handlers:
-        handler.flush()
-
-
 def run_agent(settings: Settings) -> int:
     """Entry point for the CLI: run the agent, returning its exit status; --runonce ends the process instead."""
     from edgelet.sdnotify import Notifier
 
     configure(settings.verbosity)
-    _set_process_name()
-    _die_with_bootloader()
+    process.set_process_name()
+    process.die_with_bootloader()
     # Before any subprocess: this also unsets NOTIFY_SOCKET, which runc must not inherit.
     notifier = Notifier.from_environ()
     # asyncio's own loop, not uvloop: uvloop imports ssl (OpenSSL) at its own import and costs memory of its own,
     # while edgelet's loop is mostly idle and its subprocesses are waited for through pidfds either way.
-    _wait_children_by_pidfd()
-    rc = asyncio.run(_main(settings, notifier))
+    process.wait_children_by_pidfd()
+    from edgelet.util import cpuaccount
+
+    cpuaccount.install()
+    with asyncio.Runner(loop_factory=cpuaccount.AccountedLoop) as runner:
+        rc = runner.run(_main(settings, notifier))
     if settings.runonce:
-        _exit_now(rc)
+        process.exit_now(rc)
     return rc
-
-
-def _exit_now(rc: int) -> None:
-    """End --runonce without the interpreter's teardown (collecting every module's objects, a tenth of a second
-    or more on a board): its work is done and written, its loop and threads have ended, its containers run
-    under their own conmon. The boot waits for this exit (edgelet-runonce.service), so the process ends here."""
-    logging_flush()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    os._exit(rc)
-
-
-def _wait_children_by_pidfd() -> None:
-    """Python 3.11 waits for each subprocess in a thread of its own; a pidfd in the loop is what 3.12 does."""
-    if sys.version_info >= (3, 12) or not hasattr(os, "pidfd_open"):
-        return
-    try:
-        os.close(os.pidfd_open(os.getpid()))
-    except OSError:  # a kernel before 5.3, or a seccomp filter that refuses it
-        return
-    asyncio.set_child_watcher(asyncio.PidfdChildWatcher())

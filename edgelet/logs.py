@@ -111,7 +111,7 @@ def select_attempt(attempts: Iterable[int], *, previous: bool) -> int | None:
     return ordered[index] if len(ordered) > index else None
 
 
-def container_attempts(container_dir: Path) -> list[int]:
+def container_attempts(container_dir: Path | str) -> list[int]:
     """Restart counts that have a log file in `container_dir` (none when it does not exist)."""
     try:
         names = os.listdir(container_dir)

@@ -224,6 +224,18 @@ def changes_what_runs(rec: Record, *, rollback: bool) -> bool:
     return rollback and rec.last_good is not None and rec.last_good != rec.target
 
 
+def gate_due(rec: Record, policy: Policy) -> float | None:
+    """The gate time at which the clock alone can change a gating record's verdict (assess_gate): the end of
+    its stability window once Ready, or its deadline, whichever first; None for any other phase. Until then
+    only a new status of the version (a sync, a probe) can."""
+    if rec.phase != "gating":
+        return None
+    due = rec.since + policy.deadline
+    if rec.ready_since is not None:
+        due = min(due, rec.ready_since + policy.window)
+    return due
+
+
 def start(name: str, desired: str, now: float, *, wall: float | None = None) -> Record:
     """A pod seen for the first time: no last good version, so it runs at once (as today) under the gate.
     `now` is gate time (see decide), `wall` the history's timestamp (default: now)."""

@@ -77,6 +77,12 @@ class _Seen:
     size: int
     at: float  # monotonic
     ino: int | None  # the file seen; None after our rotation (the next one, which starts empty then)
+    # What a whole check left with nothing more to do: the file (inode, size, mtime) and whether its conmon ran.
+    settled: tuple[tuple[int, int, int], bool] | None = None
+
+
+def _file_key(st: os.stat_result) -> tuple[int, int, int]:
+    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
 class LogRotator:
@@ -100,7 +106,10 @@ class LogRotator:
         self.min_delay = min(min_delay, interval)
         self.rotations = 0  # counters for logs and the bench
         self.compressed_bytes = 0
+        self.full_checks = 0  # instances looked at in full: an idle node's passes should add none
         self._seen: dict[Path, _Seen] = {}
+        self._bundles: dict[Path, Path] = {}  # current log -> its container's bundle
+        self._paths: dict[str, Path] = {}  # the walk's current logs, made once
         self._errors: dict[Path, str] = {}
 
     async def run(self) -> None:
@@ -125,26 +134,61 @@ class LogRotator:
                     self._errors[current] = str(exc)
         for gone in set(self._seen) - seen:
             del self._seen[gone]
+        for gone in set(self._bundles) - seen:
+            del self._bundles[gone]
+        if len(self._paths) > len(seen):
+            self._paths = {str(p): p for p in seen}
         return delay
 
     def _current_logs(self) -> list[Path]:
-        """`<log_dir>/pods/<pod>/<container>/<n>.log` of every instance that has one (or rotated files)."""
+        """`<log_dir>/pods/<pod>/<container>/<n>.log` of every instance that has one (or rotated files).
+
+        Walked with strings, each path made once while its log is there: on an idle node the walk is most
+        of a pass, and pathlib's joins were most of the walk."""
         found: list[Path] = []
-        pods = self.paths.log_dir / "pods"
-        for pod_dir in _subdirs(pods):
+        for pod_dir in _subdirs(str(self.paths.log_dir / "pods")):
             for container_dir in _subdirs(pod_dir):
                 for attempt in set(logs.container_attempts(container_dir)):
-                    found.append(container_dir / f"{attempt}.log")
+                    name = f"{container_dir}/{attempt}.log"
+                    path = self._paths.get(name)
+                    if path is None:
+                        path = self._paths[name] = Path(name)
+                    found.append(path)
         return found
 
     def _bundle(self, current: Path) -> Path:
         """The bundle of the container writing `current` (the pod log dir is `<ns>_<name>_<uid>`)."""
-        uid = current.parent.parent.name.rsplit("_", 1)[-1]
-        attempt = int(current.name.split(".", 1)[0])
-        return PodLayout(self.paths.pod_dir(uid)).container_dir(current.parent.name, attempt)
+        bundle = self._bundles.get(current)
+        if bundle is None:  # kept while the log is: a pass over idle logs builds no paths
+            uid = current.parent.parent.name.rsplit("_", 1)[-1]
+            attempt = int(current.name.split(".", 1)[0])
+            bundle = self._bundles[current] = PodLayout(self.paths.pod_dir(uid)).container_dir(
+                current.parent.name, attempt
+            )
+        return bundle
 
     def check(self, current: Path) -> float:
-        """Carry out `plan_rotation` for one instance; returns when it wants to be looked at again."""
+        """Carry out `plan_rotation` for one instance; returns when it wants to be looked at again.
+
+        An instance a whole check left settled, whose file is the same and as long and whose conmon still
+        runs (or still does not), needs nothing: only conmon changes its files (a write, a cut, a reopen all
+        change the file the path names), and an idle node's logs are that, pass after pass."""
+        before = self._seen.get(current)
+        if before is not None and before.settled is not None:
+            st = logs.stat_or_none(current)
+            if st is not None and _file_key(st) == before.settled[0] and self._live(current) == before.settled[1]:
+                return self._delay(current, st, settled=before.settled)
+        return self._check_fully(current)
+
+    def _live(self, current: Path) -> bool:
+        fd = conmon.open_control(self._bundle(current))
+        if fd is None:
+            return False
+        os.close(fd)
+        return True
+
+    def _check_fully(self, current: Path) -> float:
+        self.full_checks += 1
         directory = current.parent
         attempt = int(current.name.split(".", 1)[0])
         names = os.listdir(directory)
@@ -173,6 +217,7 @@ class LogRotator:
                 spare.unlink(missing_ok=True)
                 if spare_link is not None:
                     (directory / spare_link).unlink(missing_ok=True)
+                self._seen[current] = _Seen(st.st_size, self.clock.monotonic(), st.st_ino, (_file_key(st), False))
                 return self.interval
             if plan.rotate and not logs.same_file(current, st):
                 # conmon cut the file away since it was looked at (its own --log-size-max): the path names
@@ -204,7 +249,7 @@ class LogRotator:
         finally:
             if fd is not None:
                 os.close(fd)
-        return self._delay(current, st)
+        return self._delay(current, st, settled=(_file_key(st), True))
 
     def _prune_surplus(self, current: Path, attempt: int) -> None:
         """Remove, oldest first, the rotated files beyond `max_files - 1` that conmon's cuts added during
@@ -262,11 +307,13 @@ class LogRotator:
             return
         names.append(name)
 
-    def _delay(self, current: Path, st: os.stat_result) -> float:
+    def _delay(
+        self, current: Path, st: os.stat_result, settled: tuple[tuple[int, int, int], bool] | None = None
+    ) -> float:
         now = self.clock.monotonic()
         size = st.st_size
         before = self._seen.get(current)
-        self._seen[current] = _Seen(size, now, st.st_ino)
+        self._seen[current] = _Seen(size, now, st.st_ino, settled)
         if before is None or now <= before.at:
             return self.min_delay if size >= self.max_size // 2 else self.interval
         if before.ino is not None and before.ino != st.st_ino:
@@ -299,10 +346,10 @@ class LogRotator:
         path.unlink(missing_ok=True)
 
 
-def _subdirs(path: Path) -> list[Path]:
+def _subdirs(path: str) -> list[str]:
     try:
         with os.scandir(path) as it:
-            return [Path(e.path) for e in it if e.is_dir(follow_symlinks=False)]
+            return [e.path for e in it if e.is_dir(follow_symlinks=False)]
     except FileNotFoundError:
         return []
     except OSError as exc:

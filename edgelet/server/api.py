@@ -114,6 +114,8 @@ class Api:
             return _json(self._s.node_conditions())
         if route.endpoint == "stats_summary":
             return await self.stats_summary()
+        if route.endpoint == "debug_cpu":
+            return self.debug_cpu()
         p = route.params
         if route.endpoint == "rollout":
             return _json(
@@ -171,6 +173,15 @@ class Api:
         from edgelet.server.metrics import CONTENT_TYPE
 
         return Response(200, self._s.metrics.render(), CONTENT_TYPE)
+
+    def debug_cpu(self) -> Response:
+        """The event loop's CPU account (edgelet.util.cpuaccount): wakeups, and per subsystem callbacks and CPU."""
+        from edgelet.util import cpuaccount
+
+        account = cpuaccount.current()
+        if account is None:
+            raise HttpError(404, "this agent's event loop is not accounted")
+        return _json(account.snapshot())
 
     def exec(self, request: Request, pod: str, namespace: str | None, container: str | None) -> Upgrade:
         """`edgelet exec`: switch to the exec protocol (edgelet.streaming.execproto) for a running container.

@@ -129,6 +129,8 @@ def match_route(method: str, target: str) -> Route:
         route = Route("container_logs", {"namespace": segs[1], "pod": segs[2], "container": segs[3]}, query)
     elif segs == ["rollout"]:
         route = Route("rollout", query=query)
+    elif segs == ["debug", "cpu"]:
+        route = Route("debug_cpu", query=query)
     elif segs[:2] == ["rollout", "retry"]:
         if len(segs) != 4 or not all(segs[2:]):
             raise HttpError(400, "expected /rollout/retry/{namespace}/{pod}")

@@ -1,9 +1,9 @@
-"""The sync loop: selects on config changes, lifecycle events, a 1 s tick and housekeeping (kubelet syncLoopIteration)."""
+"""The sync loop: selects on config changes, lifecycle events, retries, rollout ticks and housekeeping (kubelet syncLoopIteration)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -12,6 +12,7 @@ from edgelet.api.pod import uid as pod_uid
 from edgelet.events import EventRecorder, InvolvedObject
 from edgelet.podconfig import ConfigState, merge
 from edgelet.podconfig.merge import pods_differ_semantically
+from edgelet.util.cpuaccount import charged
 from edgelet.util.log import get_logger
 
 if TYPE_CHECKING:
@@ -24,8 +25,45 @@ if TYPE_CHECKING:
 
 log = get_logger(__name__)
 
-TICK = 1.0
+TICK = 1.0  # while a rollout step is open (a clock decides it, not only what arrives), a round every tick
+# Otherwise the loop sleeps until something arrives, a retry or housekeeping is due, or this long: it still
+# turns, for /healthz and the Node's Ready (which read its last turn) and for housekeeping as a safety net.
+IDLE_TICK = 10.0
 HOUSEKEEPING_PERIOD = 2.0
+
+
+def next_wait(
+    now: float,
+    *,
+    requeue_at: Iterable[float],
+    next_housekeeping: float,
+    housekeeping_due: bool,
+    ticking: bool,
+    round_at: float | None = None,
+) -> float:
+    """Seconds the sync loop may sleep when nothing arrives: until the first retry a worker asked for, the
+    housekeeping an arrival made due (kubelet's every 2 s, but only after something changed), a rollout gate's
+    clock decision (`round_at`), the next tick while `ticking` (a rollout step a clock moves is open, or the
+    first sync is yet to come), else IDLE_TICK."""
+    wake = now + (TICK if ticking else IDLE_TICK)
+    if housekeeping_due:
+        wake = min(wake, next_housekeeping)
+    if round_at is not None:
+        wake = min(wake, round_at)
+    for at in requeue_at:
+        wake = min(wake, at)
+    return max(0.0, wake - now)
+
+
+async def _next_item(queue: asyncio.Queue[Any], timeout: float) -> Any:
+    """The next item, or None after `timeout` seconds."""
+    # asyncio.timeout, not wait_for: Python 3.11's wait_for can swallow a cancellation
+    # (the loop then outlives shutdown) or drop an item it already took off the queue.
+    try:
+        async with asyncio.timeout(timeout):
+            return await queue.get()
+    except TimeoutError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -48,6 +86,11 @@ class _RolloutRound:
     pass
 
 
+@dataclass(frozen=True)
+class _Wake:
+    """A worker asked for a retry sooner than the loop meant to wake."""
+
+
 class SyncLoop:
     """Owns the merged config and tells the pod workers what to do.
 
@@ -66,6 +109,7 @@ class SyncLoop:
         runtime_uids=None,
         events: EventRecorder | None = None,
         rollout: RolloutManager | None = None,
+        next_item: Callable[[asyncio.Queue[Any], float], Awaitable[Any]] = _next_item,
     ) -> None:
         self._workers = workers
         self._publisher = publisher
@@ -81,10 +125,15 @@ class SyncLoop:
         self._rollout = rollout
         self._source: dict[str, Pod] = {}
         if rollout is not None:
-            rollout.on_change = lambda: self._queue.put_nowait(_RolloutRound())
+            rollout.on_change = self._round_soon
         self._desired: dict[str, Pod] = {}
         self._requeue: dict[str, float] = {}
         self._next_housekeeping = 0.0
+        self._housekeeping_due = False  # something arrived since the last housekeeping
+        self._wake_at = 0.0  # monotonic: when the loop wakes if nothing arrives
+        self._round_queued = False  # a rollout round asked for waits in the queue (_round_soon)
+        self._last_round = float("-inf")  # monotonic time of the last rollout round
+        self._next_item = next_item
         self.first_sync_done = asyncio.Event()
         self.iterated = asyncio.Event()  # set after every iteration: --runonce reads the rollout gate's decisions
         self.last_iteration: float | None = None  # monotonic end of the last iteration, for /healthz
@@ -104,11 +153,22 @@ class SyncLoop:
         self._queue.put_nowait(_ResyncAll())
 
     # Callbacks from the pod workers.
+    def _round_soon(self) -> None:
+        """A rollout round at the loop's next turn: one for every ask before it (a burst of record writes
+        completing, of sync results)."""
+        if not self._round_queued:
+            self._round_queued = True
+            self._queue.put_nowait(_RolloutRound())
+
     def on_result(self, uid: str, result: SyncResult) -> None:
+        if self._rollout is not None and self._rollout.gate_round_at() is not None:
+            self._round_soon()  # the sync published a status, which a gate judges
         if result.requeue_after is None:
             self._requeue.pop(uid, None)
         else:
-            self._requeue[uid] = self._clock.monotonic() + result.requeue_after
+            at = self._requeue[uid] = self._clock.monotonic() + result.requeue_after
+            if at < self._wake_at:
+                self._queue.put_nowait(_Wake())
 
     def on_terminated(self, uid: str) -> None:
         self._requeue.pop(uid, None)
@@ -152,8 +212,10 @@ class SyncLoop:
     def rollout_round(self) -> None:
         """Ask the rollout manager which version of each pod runs, and tell the workers what changed."""
         assert self._rollout is not None
+        self._last_round = self._clock.monotonic()
         try:
-            wanted, to_resync = self._rollout.versions_to_run(self._source, self.sources_ready)
+            with charged("gates"):
+                wanted, to_resync = self._rollout.versions_to_run(self._source, self.sources_ready)
         except Exception as exc:
             log.error("Rollout round failed", exc)
             return
@@ -207,15 +269,28 @@ class SyncLoop:
     async def run(self) -> None:
         while True:
             now = self._clock.monotonic()
-            timeout = max(0.0, min(TICK, self._next_housekeeping - now)) if self._next_housekeeping else TICK
-            # asyncio.timeout, not wait_for: Python 3.11's wait_for can swallow a cancellation
-            # (the loop then outlives shutdown) or drop an item it already took off the queue.
-            item = None
-            try:
-                async with asyncio.timeout(timeout):
-                    item = await self._queue.get()
-            except TimeoutError:
-                pass
+            rollout_ticking = self._rollout is not None and self._rollout.ticking()
+            round_at = self._rollout.gate_round_at() if self._rollout is not None else None
+            if round_at is not None and round_at <= self._last_round:
+                # A round since found it undecided (its record still being written): the write's own round
+                # (on_change) judges it again, and the loop must not wake for it over and over meanwhile.
+                round_at = None
+            timeout = next_wait(
+                now,
+                requeue_at=self._requeue.values(),
+                next_housekeeping=self._next_housekeeping,
+                housekeeping_due=self._housekeeping_due,
+                ticking=not self.first_sync_done.is_set() or rollout_ticking,
+                round_at=round_at,
+            )
+            self._wake_at = now + timeout
+            item = await self._next_item(self._queue, timeout)
+            if isinstance(item, _RolloutRound):
+                self._round_queued = False
+            if isinstance(item, _Wake):
+                item = None  # only the retries below are due
+            elif item is not None:
+                self._housekeeping_due = True
             if isinstance(item, _Config):
                 self.apply_snapshot(item.snapshot)
             elif isinstance(item, _Lifecycle):
@@ -228,19 +303,27 @@ class SyncLoop:
             if (
                 self._rollout is not None
                 and self.config.seen_sources
-                and (item is not None or not self._rollout.steady())
+                and (
+                    (item is not None and not isinstance(item, _Config))  # a snapshot's round ran in apply_snapshot
+                    or rollout_ticking
+                    or (round_at is not None and self._clock.monotonic() >= round_at)
+                )
             ):
-                # Every tick while a version is under the gate (it judges them as their statuses change and
-                # its clock runs); once all rest, only what arrives can change a verdict.
+                # What arrives can change a verdict (a sync result's status among it); otherwise a round every
+                # tick while a step a clock moves is open, and at a judged gate's window end or deadline; once
+                # every record rests, none.
                 self.rollout_round()
             # Tick: pods whose back-off or retry time has come.
             now = self._clock.monotonic()
             for uid, at in list(self._requeue.items()):
-                if at <= now and uid in self._desired:
+                if at <= now:
+                    # A pod no longer wanted loses its retry too (else the loop would wake for it at once, always).
                     del self._requeue[uid]
-                    self._workers.sync(self._desired[uid])
+                    if uid in self._desired:
+                        self._workers.sync(self._desired[uid])
             if now >= self._next_housekeeping:
                 self._next_housekeeping = now + HOUSEKEEPING_PERIOD
+                self._housekeeping_due = False
                 self.housekeeping()
             self.last_iteration = self._clock.monotonic()
             # The agent reports READY=1 to systemd on this (edgelet.app).

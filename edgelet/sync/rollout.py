@@ -31,6 +31,7 @@ from edgelet.rollout.decide import (
     condition,
     decide,
     gate_clock_offset,
+    gate_due,
     retry,
     short,
     start,
@@ -117,6 +118,7 @@ class RolloutManager:
         self._unwritable: set[str] = set()  # names whose record could not be written (logged once)
         self._writing: dict[str, asyncio.Task] = {}  # name -> the write of its next record, off the loop
         self._rewritten: set[str] = set()  # versions whose record a write changed since the last round
+        self._gate_due: dict[str, float] = {}  # gating names -> gate time when the clock alone can decide
         self.on_change: Callable[[], None] = lambda: None  # a pull finished: the loop runs a round soon
 
     def gate_now(self) -> float:
@@ -130,6 +132,21 @@ class RolloutManager:
         idle loop need not ask every tick (a round per pod every second was most of an idle agent's own CPU).
         Gating (a clock decides), pulling, replacing and rolling back keep every tick."""
         return all(s.record.phase in _RESTING for s in self._stored.values())
+
+    def ticking(self) -> bool:
+        """A step is open that a clock may move at any round (a pull, a replacement, a rollback, a gate not
+        judged yet): the loop runs a round every tick. Judged gates need rounds only at `gate_round_at` and
+        when their version's status changes (a sync's result)."""
+        return any(
+            s.record.phase not in _RESTING and (s.record.phase != "gating" or name not in self._gate_due)
+            for name, s in self._stored.items()
+        )
+
+    def gate_round_at(self) -> float | None:
+        """The monotonic time of the first judged gate's clock decision (gate_due), None when none gates;
+        a millisecond late, so that a round then finds it due whatever the rounding of gate time."""
+        due = [at for name, at in self._gate_due.items() if name in self._stored]
+        return min(due) - self._gate_offset + 0.001 if due else None
 
     def records(self) -> list[Record]:
         return [s.record for s in self._stored.values()]
@@ -234,6 +251,11 @@ class RolloutManager:
             elif name not in self._writing:  # else its next record is being written: acted on once it is
                 obs = self._observe(stored.record, uid, running.get(name, set()), pod, policy.strategy == "Surge")
                 decision = decide(stored.record, obs, now, policy, wall=wall)
+                due = gate_due(decision.record, policy)
+                if due is None:
+                    self._gate_due.pop(name, None)
+                else:
+                    self._gate_due[name] = due
                 if decision.record != stored.record:
                     new = decision.record
                     keep = {version for version in (new.active, new.target, new.last_good, new.surge_from) if version}
@@ -390,6 +412,7 @@ class RolloutManager:
         except OSError as exc:
             log.warning("Cannot remove a rollout record", pod=name, err=str(exc))
         self._stored.pop(name, None)
+        self._gate_due.pop(name, None)
         task = self._pulls.pop(name, None)
         if task is not None:
             task.cancel()

@@ -613,6 +613,34 @@ def test_an_exited_instance_keeps_no_spare(setup):
     assert data == shown(0, 2)
 
 
+def test_an_idle_log_is_looked_at_in_full_only_when_it_or_its_conmon_changes(setup):
+    """An idle node's passes: a log a check left settled costs a stat and a look at its conmon, not the
+    listing, links and spare of a whole check; a write, a reopen or conmon's exit brings the whole check back."""
+    rotator, current, reader, clock = setup
+    w = _Conmon(current)
+    w.write(2)
+    rotator.check_all()
+    names = _names(current.parent)
+    assert rotator.full_checks == 1
+    for _ in range(5):
+        clock.advance(10)
+        assert rotator.check_all() == rotator.interval
+    assert rotator.full_checks == 1 and _names(current.parent) == names
+    w.write(1)  # conmon wrote: looked at in full, then settled again
+    clock.advance(10)
+    rotator.check_all()
+    clock.advance(10)
+    rotator.check_all()
+    assert rotator.full_checks == 2
+    (rotator._bundle(current) / conmon.CONTROL_FIFO).unlink()  # conmon gone, the file unchanged
+    rotator.check_all()
+    assert rotator.full_checks == 3
+    assert not current.with_name("0.log.tmp").exists()  # what a whole check does for an exited instance
+    rotator.check_all()
+    assert rotator.full_checks == 3
+    w.f.close()
+
+
 def test_rotator_leaves_a_log_without_a_live_conmon(setup):
     rotator, current, reader, _ = setup
     (rotator._bundle(current) / conmon.CONTROL_FIFO).unlink()  # conmon gone with its bundle's FIFO

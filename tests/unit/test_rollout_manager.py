@@ -202,6 +202,27 @@ def test_steady_once_every_record_rests_so_an_idle_loop_runs_no_rounds(tmp_path)
     assert not w.manager.steady(), "a new version is under way"
 
 
+def test_a_judged_gate_asks_for_rounds_only_at_its_clock_decisions(tmp_path):
+    """A first version under the gate: a round every tick only until it is judged; then the loop wakes for its
+    deadline, or once Ready for its window's end, and otherwise only for a new status (a sync's result)."""
+    w = World(tmp_path)
+    v1 = make_pod("a")
+    w.round(v1)  # the record is made: not judged yet
+    assert w.manager.ticking()
+    w.round(v1)  # judged: not started, so only its deadline can decide by the clock
+    assert not w.manager.ticking()
+    assert w.manager.gate_round_at() == pytest.approx(w.clock.monotonic() + POLICY.deadline)
+    w.status[v1.metadata.uid] = READY
+    w.round(v1)  # Ready: the window starts
+    assert w.manager.gate_round_at() == pytest.approx(w.clock.monotonic() + POLICY.window)
+    w.clock.advance(POLICY.window)
+    w.round(v1)
+    assert w.manager.record("default/app-node").phase == "good"
+    assert not w.manager.ticking() and w.manager.gate_round_at() is None
+    w.round(make_pod("b"))  # a new version: its pull is a step a clock moves
+    assert w.manager.ticking()
+
+
 def good_v1(w: World) -> Pod:
     v1 = make_pod("a")
     w.round(v1)

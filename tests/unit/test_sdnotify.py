@@ -157,3 +157,24 @@ def test_run_watchdog_pings_every_half_interval(receiver) -> None:
 def test_run_watchdog_returns_without_a_watchdog() -> None:
     asyncio.run(Notifier(None, watchdog_interval=10.0).run_watchdog(FakeClock()))
     asyncio.run(Notifier("/nonexistent", watchdog_interval=None).run_watchdog(FakeClock()))
+
+
+def test_the_status_line_is_not_kept_up_to_date_without_systemd():
+    """Not under systemd (no NOTIFY_SOCKET), the agent's READY task ends after its first sync instead of
+    waking every few seconds to recompute a status line nobody receives."""
+    from types import SimpleNamespace
+
+    from edgelet.app import Agent
+
+    done = asyncio.Event()
+    done.set()
+    agent = SimpleNamespace(
+        loop=SimpleNamespace(first_sync_done=done),
+        publisher=SimpleNamespace(entries=lambda: []),
+        clock=FakeClock(),
+    )
+
+    async def main() -> None:
+        await asyncio.wait_for(Agent._notify_ready(agent, Notifier(None)), 5)  # type: ignore[arg-type]
+
+    asyncio.run(main())

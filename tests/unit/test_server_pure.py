@@ -33,6 +33,7 @@ from edgelet.server.routes import HttpError, LogOptions, match_route, parse_log_
         ("GET", "/node", "node", {}),
         ("GET", "/node/conditions", "node_conditions", {}),
         ("GET", "/stats/summary", "stats_summary", {}),
+        ("GET", "/debug/cpu", "debug_cpu", {}),
         (
             "GET",
             "/containerLogs/default/web-n1/app",
