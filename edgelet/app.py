@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from edgelet import wiring
+from edgelet import agentprocess, wiring
 from edgelet.util.clock import clock_from_environ
 from edgelet.util.log import configure, get_logger
 from edgelet.util.memory import limit_arenas, trim, trim_periodically
@@ -437,6 +437,8 @@ class Agent:
         return True, "edgelet is posting ready status"
 
     async def _notify_ready(self, notifier: Notifier) -> None:
+        from edgelet.sdnotify import pods_summary
+
         await self.loop.first_sync_done.wait()
         if notifier.ready(pods_summary(self.publisher.entries())):
             log.info("Notified systemd: ready")
@@ -625,37 +627,6 @@ def print_runonce_summary(publisher, config, out: TextIO) -> None:
         print(f"rejected: {getattr(p, 'origin', '')}: {p.message}", file=out)
 
 
-def _set_process_name() -> None:
-    try:
-        import prctl
-
-        prctl.set_name("edgelet")
-    except (ImportError, OSError):
-        pass
-
-
-def _die_with_bootloader() -> None:
-    """One-file build: never outlive the PyInstaller bootloader, our parent.
-
-    systemd sees the bootloader as the unit's main process, and with
-    KillMode=process its SIGKILL (stop timeout, watchdog) reaches only the
-    bootloader: this agent would otherwise keep running beside the restarted
-    one. The one-dir build and a source checkout run as one process.
-    """
-    meipass = getattr(sys, "_MEIPASS", None)
-    if meipass is None or not os.path.basename(meipass).startswith("_MEI"):
-        return
-    try:
-        import prctl
-
-        prctl.set_pdeathsig(signal.SIGKILL)
-    except (ImportError, OSError) as exc:
-        log.warning("Cannot tie edgelet to its bootloader", err=str(exc))
-        return
-    if os.getppid() == 1:  # the bootloader died before the line above
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
 async def _main(settings: Settings, notifier: Notifier | None = None) -> int:
     agent = Agent(settings)
     loop = asyncio.get_running_loop()
@@ -677,10 +648,10 @@ async def _main(settings: Settings, notifier: Notifier | None = None) -> int:
 
             if await system_is_stopping():
                 log.info("The system is shutting down: stopping pods", grace=shutdown.total)
-                _exit_if_stuck(shutdown.total + SHUTDOWN_TIMEOUT)
+                agentprocess.exit_if_stuck(shutdown.total + SHUTDOWN_TIMEOUT)
                 await shutdown.shutdown_pods()
         log.info("Stopping edgelet; pods keep running", signal=signame)
-        _exit_if_stuck(SHUTDOWN_TIMEOUT)
+        agentprocess.exit_if_stuck(SHUTDOWN_TIMEOUT)
         assert task is not None
         task.cancel()
 
@@ -704,97 +675,19 @@ SHUTDOWN_TIMEOUT = 15.0
 STATUS_INTERVAL = 5.0  # how often systemd's STATUS= line is brought up to date (sent only when it changed)
 
 
-def pods_summary(entries) -> str:
-    """systemd's STATUS= line: `3 pods: 2 running, 1 waiting (CrashLoopBackOff)`."""
-    running = waiting = failed = done = 0
-    reasons: set[str] = set()
-    for e in entries:
-        phase, status = e.row.phase, e.row.status
-        if phase == "Failed":
-            failed += 1
-        elif phase == "Succeeded":
-            done += 1
-        elif phase == "Running" and status == "Running":
-            running += 1
-        else:
-            waiting += 1
-            if status not in ("Running", "Pending", "ContainerCreating", "PodInitializing"):
-                reasons.add(status)
-    parts = [f"{running} running"]
-    if waiting:
-        parts.append(f"{waiting} waiting" + (f" ({', '.join(sorted(reasons))})" if reasons else ""))
-    if failed:
-        parts.append(f"{failed} failed")
-    if done:
-        parts.append(f"{done} completed")
-    total = running + waiting + failed + done
-    return f"{total} pod{'s' if total != 1 else ''}: " + ", ".join(parts)
-
-
-def _exit_if_stuck(timeout: float) -> None:
-    """Exit anyway when shutting down takes longer than `timeout` (a thread stuck in a syscall, say).
-
-    Stopping edgelet never stops a pod and every state is rebuilt from runc at the next start,
-    so a hard exit loses nothing; a stop that never finishes would make systemd SIGKILL us
-    after TimeoutStopSec instead, and an upgrade wait for it.
-    """
-    import threading
-
-    def expire() -> None:
-        stuck = [t.name for t in threading.enumerate() if t is not threading.current_thread() and not t.daemon]
-        log.warning("Shutdown is taking too long; exiting now", timeout=timeout, threads=",".join(stuck) or None)
-        logging_flush()
-        os._exit(0)
-
-    timer = threading.Timer(timeout, expire)
-    timer.daemon = True
-    timer.start()
-
-
-def logging_flush() -> None:
-    import logging
-
-    for handler in logging.getLogger().handlers:
-        handler.flush()
-
-
 def run_agent(settings: Settings) -> int:
     """Entry point for the CLI: run the agent, returning its exit status; --runonce ends the process instead."""
     from edgelet.sdnotify import Notifier
 
     configure(settings.verbosity)
-    _set_process_name()
-    _die_with_bootloader()
+    agentprocess.set_process_name()
+    agentprocess.die_with_bootloader()
     # Before any subprocess: this also unsets NOTIFY_SOCKET, which runc must not inherit.
     notifier = Notifier.from_environ()
     # asyncio's own loop, not uvloop: uvloop imports ssl (OpenSSL) at its own import and costs memory of its own,
     # while edgelet's loop is mostly idle and its subprocesses are waited for through pidfds either way.
-    _wait_children_by_pidfd()
+    agentprocess.wait_children_by_pidfd()
     rc = asyncio.run(_main(settings, notifier))
     if settings.runonce:
-        _exit_now(rc)
+        agentprocess.exit_now(rc)
     return rc
-
-
-def _exit_now(rc: int) -> None:
-    """End --runonce without the interpreter's teardown (collecting every module's objects, a tenth of a second
-    or more on a board): its work is done and written, its loop and threads have ended, its containers run
-    under their own conmon. The boot waits for this exit (edgelet-runonce.service), so the process ends here."""
-    logging_flush()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    os._exit(rc)
-
-
-def _wait_children_by_pidfd() -> None:
-    """Python 3.11 waits for each subprocess in a thread of its own; a pidfd in the loop is what 3.12 does."""
-    if sys.version_info >= (3, 12) or not hasattr(os, "pidfd_open"):
-        return
-    try:
-        os.close(os.pidfd_open(os.getpid()))
-    except OSError:  # a kernel before 5.3, or a seccomp filter that refuses it
-        return
-    asyncio.set_child_watcher(asyncio.PidfdChildWatcher())
