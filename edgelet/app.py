@@ -10,8 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from edgelet import wiring
-from edgelet.util import process
+from edgelet import agentprocess, wiring
 from edgelet.util.clock import clock_from_environ
 from edgelet.util.log import configure, get_logger
 from edgelet.util.memory import limit_arenas, trim, trim_periodically
@@ -438,6 +437,8 @@ class Agent:
         return True, "edgelet is posting ready status"
 
     async def _notify_ready(self, notifier: Notifier) -> None:
+        from edgelet.sdnotify import pods_summary
+
         await self.loop.first_sync_done.wait()
         if notifier.ready(pods_summary(self.publisher.entries())):
             log.info("Notified systemd: ready")
@@ -649,10 +650,10 @@ async def _main(settings: Settings, notifier: Notifier | None = None) -> int:
 
             if await system_is_stopping():
                 log.info("The system is shutting down: stopping pods", grace=shutdown.total)
-                process.exit_if_stuck(shutdown.total + SHUTDOWN_TIMEOUT)
+                agentprocess.exit_if_stuck(shutdown.total + SHUTDOWN_TIMEOUT)
                 await shutdown.shutdown_pods()
         log.info("Stopping edgelet; pods keep running", signal=signame)
-        process.exit_if_stuck(SHUTDOWN_TIMEOUT)
+        agentprocess.exit_if_stuck(SHUTDOWN_TIMEOUT)
         assert task is not None
         task.cancel()
 
@@ -676,50 +677,23 @@ SHUTDOWN_TIMEOUT = 15.0
 STATUS_INTERVAL = 5.0  # how often systemd's STATUS= line is brought up to date (sent only when it changed)
 
 
-def pods_summary(entries) -> str:
-    """systemd's STATUS= line: `3 pods: 2 running, 1 waiting (CrashLoopBackOff)`."""
-    running = waiting = failed = done = 0
-    reasons: set[str] = set()
-    for e in entries:
-        phase, status = e.row.phase, e.row.status
-        if phase == "Failed":
-            failed += 1
-        elif phase == "Succeeded":
-            done += 1
-        elif phase == "Running" and status == "Running":
-            running += 1
-        else:
-            waiting += 1
-            if status not in ("Running", "Pending", "ContainerCreating", "PodInitializing"):
-                reasons.add(status)
-    parts = [f"{running} running"]
-    if waiting:
-        parts.append(f"{waiting} waiting" + (f" ({', '.join(sorted(reasons))})" if reasons else ""))
-    if failed:
-        parts.append(f"{failed} failed")
-    if done:
-        parts.append(f"{done} completed")
-    total = running + waiting + failed + done
-    return f"{total} pod{'s' if total != 1 else ''}: " + ", ".join(parts)
-
-
 def run_agent(settings: Settings) -> int:
     """Entry point for the CLI: run the agent, returning its exit status; --runonce ends the process instead."""
     from edgelet.sdnotify import Notifier
 
     configure(settings.verbosity)
-    process.set_process_name()
-    process.die_with_bootloader()
+    agentprocess.set_process_name()
+    agentprocess.die_with_bootloader()
     # Before any subprocess: this also unsets NOTIFY_SOCKET, which runc must not inherit.
     notifier = Notifier.from_environ()
     # asyncio's own loop, not uvloop: uvloop imports ssl (OpenSSL) at its own import and costs memory of its own,
     # while edgelet's loop is mostly idle and its subprocesses are waited for through pidfds either way.
-    process.wait_children_by_pidfd()
+    agentprocess.wait_children_by_pidfd()
     from edgelet.util import cpuaccount
 
     cpuaccount.install()
     with asyncio.Runner(loop_factory=cpuaccount.AccountedLoop) as runner:
         rc = runner.run(_main(settings, notifier))
     if settings.runonce:
-        process.exit_now(rc)
+        agentprocess.exit_now(rc)
     return rc

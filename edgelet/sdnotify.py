@@ -192,3 +192,30 @@ class Notifier:
         while True:
             self.watchdog()
             await clock.sleep(period)
+
+
+def pods_summary(entries) -> str:
+    """systemd's STATUS= line: `3 pods: 2 running, 1 waiting (CrashLoopBackOff)`."""
+    running = waiting = failed = done = 0
+    reasons: set[str] = set()
+    for e in entries:
+        phase, status = e.row.phase, e.row.status
+        if phase == "Failed":
+            failed += 1
+        elif phase == "Succeeded":
+            done += 1
+        elif phase == "Running" and status == "Running":
+            running += 1
+        else:
+            waiting += 1
+            if status not in ("Running", "Pending", "ContainerCreating", "PodInitializing"):
+                reasons.add(status)
+    parts = [f"{running} running"]
+    if waiting:
+        parts.append(f"{waiting} waiting" + (f" ({', '.join(sorted(reasons))})" if reasons else ""))
+    if failed:
+        parts.append(f"{failed} failed")
+    if done:
+        parts.append(f"{done} completed")
+    total = running + waiting + failed + done
+    return f"{total} pod{'s' if total != 1 else ''}: " + ", ".join(parts)

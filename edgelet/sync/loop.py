@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from edgelet.api.pod import meta
+from edgelet.api.pod import full_name
 from edgelet.api.pod import uid as pod_uid
 from edgelet.events import EventRecorder, InvolvedObject
 from edgelet.podconfig import ConfigState, merge
@@ -199,11 +199,11 @@ class SyncLoop:
         for ch in changes:
             uid = pod_uid(ch.pod)
             if ch.op == "REMOVE":
-                log.info("Pod removed from config", pod=_full(ch.pod), uid=uid)
+                log.info("Pod removed from config", pod=full_name(ch.pod), uid=uid)
                 self._desired.pop(uid, None)
                 self._workers.terminate(uid, ch.pod)
             elif ch.op in ("ADD", "UPDATE"):
-                log.info("Pod in config", op=ch.op, pod=_full(ch.pod), uid=uid)
+                log.info("Pod in config", op=ch.op, pod=full_name(ch.pod), uid=uid)
                 self._desired[uid] = ch.pod
                 self._workers.sync(ch.pod)
             else:  # RECONCILE: status-only; nothing to do on the device
@@ -221,7 +221,7 @@ class SyncLoop:
             return
         for uid in [u for u in self._desired if u not in wanted]:
             pod = self._desired.pop(uid)
-            log.info("Pod version no longer wanted", pod=_full(pod), uid=uid)
+            log.info("Pod version no longer wanted", pod=full_name(pod), uid=uid)
             self._workers.terminate(uid, pod)
         for uid, pod in wanted.items():
             held = self._desired.get(uid)
@@ -229,7 +229,7 @@ class SyncLoop:
             # The same object (the usual round: nothing changed) needs no field-by-field comparison.
             if held is None or (held is not pod and pods_differ_semantically(held, pod)) or uid in to_resync:
                 if held is None:
-                    log.info("Pod in config", pod=_full(pod), uid=uid)
+                    log.info("Pod in config", pod=full_name(pod), uid=uid)
                 self._workers.sync(pod)
 
     def _record_problems(self) -> None:
@@ -334,10 +334,6 @@ class SyncLoop:
 def _with_origin(origin: str, message: str) -> str:
     """The message, led by its file or URL once (sources often name it already)."""
     return message if message.startswith(origin) else f"{origin}: {message}"
-
-
-def _full(pod: Pod) -> str:
-    return f"{meta(pod).namespace}/{meta(pod).name}"
 
 
 def _object(pod: str | None, origin: str) -> InvolvedObject:

@@ -12,7 +12,7 @@ def test_a_stuck_shutdown_exits_anyway() -> None:
     code = """
 import threading
 from edgelet.util.log import configure
-from edgelet.util.process import exit_if_stuck
+from edgelet.agentprocess import exit_if_stuck
 configure(0)
 threading.Thread(target=threading.Event().wait).start()  # non-daemon, never ends: exit would wait forever
 exit_if_stuck(0.2)
@@ -46,7 +46,7 @@ def test_node_shutdown_plan(priorities, total, critical, groups) -> None:
 def test_the_systemd_status_line_summarizes_the_pods() -> None:
     from types import SimpleNamespace
 
-    from edgelet.app import pods_summary
+    from edgelet.sdnotify import pods_summary
 
     def entry(phase: str, status: str):
         return SimpleNamespace(row=SimpleNamespace(phase=phase, status=status))

@@ -1,5 +1,5 @@
-"""The agent's own process: its name, its tie to the PyInstaller bootloader, children reaped by pidfd, and the
-exits that skip the interpreter's teardown."""
+"""The agent's own process: its name, its tie to a one-file build's bootloader, how it waits for its children,
+and its hard exits (a stop that cannot finish, the end of --runonce)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ import sys
 
 from edgelet.util.log import get_logger
 
-log = get_logger("edgelet.app")
+log = get_logger("edgelet")
 
 
 def set_process_name() -> None:
+    """The kernel's name of the process (ps, top, systemd's journal): edgelet, not python3."""
     try:
         import prctl
 
@@ -44,6 +45,17 @@ def die_with_bootloader() -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+def wait_children_by_pidfd() -> None:
+    """Python 3.11 waits for each subprocess in a thread of its own; a pidfd in the loop is what 3.12 does."""
+    if sys.version_info >= (3, 12) or not hasattr(os, "pidfd_open"):
+        return
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except OSError:  # a kernel before 5.3, or a seccomp filter that refuses it
+        return
+    asyncio.set_child_watcher(asyncio.PidfdChildWatcher())
+
+
 def exit_if_stuck(timeout: float) -> None:
     """Exit anyway when shutting down takes longer than `timeout` (a thread stuck in a syscall, say).
 
@@ -64,13 +76,6 @@ def exit_if_stuck(timeout: float) -> None:
     timer.start()
 
 
-def logging_flush() -> None:
-    import logging
-
-    for handler in logging.getLogger().handlers:
-        handler.flush()
-
-
 def exit_now(rc: int) -> None:
     """End --runonce without the interpreter's teardown (collecting every module's objects, a tenth of a second
     or more on a board): its work is done and written, its loop and threads have ended, its containers run
@@ -84,12 +89,8 @@ def exit_now(rc: int) -> None:
     os._exit(rc)
 
 
-def wait_children_by_pidfd() -> None:
-    """Python 3.11 waits for each subprocess in a thread of its own; a pidfd in the loop is what 3.12 does."""
-    if sys.version_info >= (3, 12) or not hasattr(os, "pidfd_open"):
-        return
-    try:
-        os.close(os.pidfd_open(os.getpid()))
-    except OSError:  # a kernel before 5.3, or a seccomp filter that refuses it
-        return
-    asyncio.set_child_watcher(asyncio.PidfdChildWatcher())
+def logging_flush() -> None:
+    import logging
+
+    for handler in logging.getLogger().handlers:
+        handler.flush()
