@@ -77,7 +77,7 @@ def stage_release(
     partial: Path | None = None
     try:
         with tarfile.open(fileobj=reader, mode="r|xz") as tar:  # type: ignore[call-overload]
-            info = _read_release_json(tar, name)
+            info, raw = _read_release_json(tar, name)
             problem = judge(info, None)
             if problem:
                 raise ReleaseRefused(name, problem)
@@ -85,7 +85,8 @@ def stage_release(
             partial = releases_dir / f".{info.version}.partial"
             shutil.rmtree(partial, ignore_errors=True)
             partial.mkdir(mode=0o755)
-            written = _unpack(tar, info, partial, name)
+            (partial / RELEASE_JSON).write_bytes(raw)
+            written = len(raw) + _unpack(tar, info, partial, name)
             crash_point("update.unpack")
         reader.drain()
         try:
@@ -116,7 +117,7 @@ def stage_release(
             shutil.rmtree(partial, ignore_errors=True)
 
 
-def _read_release_json(tar: tarfile.TarFile, name: str) -> ReleaseInfo:
+def _read_release_json(tar: tarfile.TarFile, name: str) -> tuple[ReleaseInfo, bytes]:
     first = tar.next()
     if first is None or first.name != RELEASE_JSON or not first.isreg():
         raise ReleaseRefused(name, f"its first member is not {RELEASE_JSON}")
@@ -124,8 +125,9 @@ def _read_release_json(tar: tarfile.TarFile, name: str) -> ReleaseInfo:
         raise ReleaseRefused(name, f"{RELEASE_JSON} is larger than {MAX_RELEASE_JSON} bytes")
     f = tar.extractfile(first)
     assert f is not None
+    raw = f.read()
     try:
-        return decode_release_json(f.read(), name)
+        return decode_release_json(raw, name), raw
     except ValueError as exc:
         raise ReleaseRefused(name, str(exc)) from exc
 
@@ -134,7 +136,12 @@ def _unpack(tar: tarfile.TarFile, info: ReleaseInfo, into: Path, name: str) -> i
     """Write every member release.json lists, checking type, size and digest; returns the bytes written."""
     seen: set[str] = set()
     written = 0
-    for member in tar:
+    first = True
+    for member in tar:  # a stream's iteration starts again with the members already read: release.json
+        if first and member.name == RELEASE_JSON:
+            first = False
+            continue
+        first = False
         if member.isdir():
             continue
         entry = info.files.get(member.name)
