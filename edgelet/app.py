@@ -297,6 +297,7 @@ class Agent:
                 healthz_port=settings.healthz_port,
                 healthz_bind_address=settings.healthz_bind_address,
             )
+        self.update = None if settings.runonce else _build_update(self)
         self.http_source = None
         if settings.manifest_url:
             from edgelet.sources.http import HttpSource
@@ -372,6 +373,8 @@ class Agent:
             await asyncio.to_thread(self._import_all)
             await self.pleg.adopt()  # adopt what runs before the first config arrives
             await self._release_stale_networks()
+            if self.update is not None:
+                self.update.begin()  # a rollback the launcher made is recorded; a trial of this release is judged
             log.info(
                 "edgelet started",
                 node=self.settings.node_name,
@@ -409,6 +412,8 @@ class Agent:
                     tg.create_task(self._run_mirror(), name="mirror")
                 if self.tunnel is not None:
                     tg.create_task(self.tunnel.keep_up(), name="tunnel")
+                if self.update is not None:
+                    tg.create_task(self.update.run(), name="self-update")
         finally:
             notifier.stopping()
             watchdog.cancel()
@@ -504,7 +509,7 @@ class Agent:
                 self.settings.node_name,
                 root_dir=self.paths.root_dir,
                 runtime_version=parse_runc_version(getattr(self, "_runtime_version", "")),
-                edgelet_version=__version__,
+                edgelet_version=self.update.label if self.update is not None else __version__,
                 node_ip=self.settings.node_ip or self.tunnel_address or self.publisher.host_ip,
             )
             base = self._base_facts
@@ -532,7 +537,9 @@ class Agent:
 
         ready, message = self._is_ready()
         pressure = self.eviction.conditions if self.eviction is not None else frozenset()
-        return node_conditions(pressure, ready=ready, ready_message=message, tunnel=self._tunnel_ready())
+        trial = self.update.condition() if self.update is not None else None
+        conditions = node_conditions(pressure, ready=ready, ready_message=message, tunnel=self._tunnel_ready())
+        return conditions + ([trial] if trial is not None else [])
 
     def _tunnel_ready(self) -> tuple[bool, str, str] | None:
         from edgelet.tunnel.device import readiness
@@ -846,6 +853,49 @@ def _build_tunnel(agent: Agent):
         raise ConfigurationError(str(exc)) from exc
     assert loaded is not None
     return Tunnel(loaded.config, agent.clock)
+
+
+def _build_update(agent: Agent):
+    """Self-update (edgelet.update): the release layout's paths, the trusted keys, and what its trial watches."""
+    from edgelet.update.decide import PodInstance
+    from edgelet.update.manager import AgentView, UpdateManager, probe_healthz
+    from edgelet.update.store import UpdateStore
+
+    s = agent.settings
+
+    def pods() -> dict[str, PodInstance] | None:
+        if not agent.loop.first_sync_done.is_set():
+            return None
+        return {
+            f"{p.namespace}/{p.name}/{c.name}": PodInstance(c.id, c.pid)
+            for p in agent.pleg.pods().values()
+            for c in p.containers
+            if c.pid is not None and c.state == "running"
+        }
+
+    def renewed_since(t: float) -> bool:
+        last = agent.mirror.state.last_lease_renewal if agent.mirror is not None else None
+        return last is not None and last >= t
+
+    healthz = s.healthz_port if agent.api_server is not None else 0
+    return UpdateManager(
+        store=UpdateStore(agent.paths.root_dir / "update"),
+        releases_dir=agent.paths.root_dir / "releases",
+        current=s.update_current,
+        keys=agent.trust.keys if agent.trust is not None else None,
+        card_dir=s.card_dir,
+        clock=agent.clock,
+        events=agent.events,
+        node=s.node_name,
+        view=AgentView(
+            pods=pods,
+            healthz=lambda: probe_healthz(s.healthz_bind_address, healthz),
+            lease_link=lambda: agent.mirror is not None,
+            lease_renewed_since=renewed_since,
+        ),
+        max_attempts=s.update_max_attempts,
+        deadline=s.update_trial_deadline,
+    )
 
 
 def _build_mirror(agent: Agent):

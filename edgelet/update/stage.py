@@ -21,7 +21,7 @@ import tarfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO, BinaryIO
 
 from edgelet.trust.errors import SignatureRefused
 from edgelet.trust.keys import TrustedKeys
@@ -168,7 +168,7 @@ def _unpack(tar: tarfile.TarFile, info: ReleaseInfo, into: Path, name: str) -> i
     return written
 
 
-def _write_checked(source: BinaryIO, dest: Path, entry: FileEntry, name: str, member: str) -> int:
+def _write_checked(source: IO[bytes], dest: Path, entry: FileEntry, name: str, member: str) -> int:
     h = hashlib.sha256()
     size = 0
     fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)

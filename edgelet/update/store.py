@@ -128,21 +128,24 @@ class UpdateStore:
 
     # --- the pods as the old agent left them ---
 
-    def write_snapshot(self, boot_id: str, pods: dict[str, PodInstance]) -> None:
-        doc = {"boot_id": boot_id, "pods": {k: asdict(v) for k, v in pods.items()}}
+    def write_snapshot(self, boot_id: str, pods: dict[str, PodInstance], *, lease: bool = False) -> None:
+        """The containers as this agent leaves them, and whether it had an apiserver link (a Lease to renew)."""
+        doc = {"boot_id": boot_id, "pods": {k: asdict(v) for k, v in pods.items()}, "lease": lease}
         write_atomic(self.dir / SNAPSHOT_FILE, json.dumps(doc, sort_keys=True).encode())
 
-    def snapshot(self, boot_id: str) -> dict[str, PodInstance]:
-        """The snapshot of this boot (a power cut took the containers with it: nothing to compare)."""
+    def snapshot(self, boot_id: str) -> tuple[dict[str, PodInstance], bool]:
+        """The pods of this boot's snapshot (a power cut took the containers with it: nothing to compare), and
+        whether the old agent had a Lease to renew."""
         try:
             doc = json.loads((self.dir / SNAPSHOT_FILE).read_bytes())
+            lease = doc.get("lease") is True
             if doc.get("boot_id") != boot_id:
-                return {}
-            return {k: PodInstance(str(v["container_id"]), int(v["pid"])) for k, v in doc["pods"].items()}
+                return {}, lease
+            return {k: PodInstance(str(v["container_id"]), int(v["pid"])) for k, v in doc["pods"].items()}, lease
         except FileNotFoundError:
-            return {}
+            return {}, False
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             log.warning(
                 "Cannot read the pods' snapshot; the trial does not compare them", path=str(self.dir), err=str(exc)
             )
-            return {}
+            return {}, False

@@ -89,8 +89,8 @@ def test_the_launcher_script_takes_the_same_decisions(
     tmp_path: Path, record: TrialRecord | None, current: str, max_attempts: int, want: tuple[str, int]
 ) -> None:
     """packaging/launch, the real sh script, on the same table: what it writes and what it runs."""
-    lib, state, releases = tmp_path / "lib", tmp_path / "state", tmp_path / "r"
-    lib.mkdir(), state.mkdir()
+    lib, state, releases = tmp_path / "lib", tmp_path / "root" / "update", tmp_path / "r"
+    lib.mkdir(), state.mkdir(parents=True)
     for version in ("1000", "1001"):
         (releases / version).mkdir(parents=True)
         entry = releases / version / "edgelet"
@@ -103,8 +103,8 @@ def test_the_launcher_script_takes_the_same_decisions(
         (state / "trial").write_bytes(format_trial(record))
     env = {
         "PATH": os.environ["PATH"],
-        "EDGELET_LIB_DIR": str(lib),
-        "EDGELET_UPDATE_STATE_DIR": str(state),
+        "EDGELET_UPDATE_CURRENT": str(lib / "current"),
+        "EDGELET_ROOT_DIR": str(tmp_path / "root"),
         "EDGELET_UPDATE_MAX_ATTEMPTS": str(max_attempts),
     }
     done = subprocess.run(["sh", str(LAUNCH), "--flag"], env=env, capture_output=True, text=True, timeout=30)
@@ -267,6 +267,6 @@ def test_history_keeps_rolled_back_versions_and_skips_a_repeated_entry(tmp_path:
 
 def test_the_snapshot_counts_only_for_its_own_boot(tmp_path: Path) -> None:
     store = UpdateStore(tmp_path)
-    store.write_snapshot("boot-1", A)
-    assert store.snapshot("boot-1") == A
-    assert store.snapshot("boot-2") == {}
+    store.write_snapshot("boot-1", A, lease=True)
+    assert store.snapshot("boot-1") == (A, True)
+    assert store.snapshot("boot-2") == ({}, True)
