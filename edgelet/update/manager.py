@@ -332,8 +332,8 @@ class UpdateManager:
 
     def _refused(self, path: Path, exc: Exception) -> None:
         self.last_problem = str(exc)
-        if "not newer than the running version" in str(exc):
-            log.info("Release not applied", path=str(path), reason=str(exc))  # the card keeps the one that runs
+        if f"version {self.running_version} is not newer than the running version" in str(exc):
+            log.info("Release not applied", path=str(path), reason=str(exc))  # the card still holds the one that runs
             return
         log.warning("Release refused", path=str(path), reason=str(exc))
         self.store.append({"time": self.clock.now(), "release": str(path), "outcome": REFUSED, "reason": str(exc)})
