@@ -94,7 +94,9 @@ class Device:
         """Build, sign and drop a release into the card's update/ folder (signature first, then the archive)."""
         work = self.tmp / f"build-{version}"
         name = f"edgelet-0.1.{version}-{own_arch()}.tar.xz"
-        pack_release(onedir(work / "onedir", kind), work / name, version=version, arch=own_arch(), label=f"0.1.{version}")
+        pack_release(
+            onedir(work / "onedir", kind), work / name, version=version, arch=own_arch(), label=f"0.1.{version}"
+        )
         sig = self.key.sign(work / name, version=version)
         os.replace(sig, self.card / "update" / (name + ".minisig"))
         os.replace(work / name, self.card / "update" / name)
