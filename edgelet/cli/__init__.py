@@ -230,6 +230,18 @@ def build_parser() -> argparse.ArgumentParser:
     rollout_sub.add_parser("retry", parents=[common], help="try a rolled-back version again").add_argument(
         "pod", metavar="[NAMESPACE/]NAME"
     )
+    update = sub.add_parser("update", parents=[common], help="edgelet's own release: status, history, rollback")
+    for key in ("update_current", "trusted_keys"):
+        _add_setting(update, key)
+    update_sub = update.add_subparsers(dest="update_command", metavar="SUBCOMMAND")
+    for name, text in (
+        ("status", "the running release, a trial, the last outcome (the default)"),
+        ("history", "every update: started, committed, rolled back, refused"),
+        ("rollback", "point current at the previous release (then restart edgelet)"),
+    ):
+        subcommand = update_sub.add_parser(name, parents=[common], help=text)
+        for key in ("update_current", "trusted_keys"):
+            _add_setting(subcommand, key)
     return parser
 
 
@@ -247,6 +259,7 @@ COMMANDS = {
     "top": "top",
     "rollout": "rollout",
     "tunnel": "tunnel",
+    "update": "update",
 }
 
 

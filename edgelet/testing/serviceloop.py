@@ -96,7 +96,7 @@ class ServiceLoop:
         this = Start()
         self.starts.append(this)
         try:
-            proc = subprocess.Popen(self.argv, env=env, stdout=log, stderr=subprocess.STDOUT)  # type: ignore[arg-type]
+            proc = subprocess.Popen(self.argv, env=env, stdout=log, stderr=subprocess.STDOUT)  # type: ignore[call-overload]
             self._proc = proc
             started = last_ping = time.monotonic()
             while proc.poll() is None:

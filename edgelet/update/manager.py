@@ -47,6 +47,7 @@ from edgelet.update.stage import (
     ENV_RELEASE_DIR,
     Staged,
     current_target,
+    off_reason,
     prune_releases,
     read_release,
     stage_release,
@@ -134,11 +135,7 @@ class UpdateManager:
 
     def off_reason(self) -> str:
         """Why updates are off ("" when they are on)."""
-        if self.keys is None:
-            return "no --trusted-keys: releases cannot be verified"
-        if not os.path.islink(self.current):
-            return f"{self.current} is not a symlink: edgelet was not installed with the releases layout"
-        return ""
+        return off_reason(self.keys is not None, self.current)
 
     def status(self) -> dict[str, Any]:
         trial = self.trial

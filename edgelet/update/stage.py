@@ -212,6 +212,16 @@ def read_release(path: Path) -> ReleaseInfo | None:
         return None
 
 
+def off_reason(has_keys: bool, current: Path) -> str:
+    """Why self-update is off on this node ("" when it is on): the agent logs it, `edgelet check` and
+    `edgelet update status` show it."""
+    if not has_keys:
+        return "no --trusted-keys: releases cannot be verified"
+    if not os.path.islink(current):
+        return f"{current} is not a symlink: edgelet was not installed with the releases layout"
+    return ""
+
+
 def current_target(current: Path) -> str:
     """Where the `current` symlink points ("" when there is none)."""
     try:
