@@ -23,7 +23,7 @@ def updates_off(settings: Settings) -> str:
 
 
 def status_lines(settings: Settings) -> list[str]:
-    target = current_target(settings.update_current)
+    target = current_target(settings.update_current, absolute=True)
     info = read_release(Path(target)) if target else None
     lines = [
         f"Release:   {info.name if info else '(none: ' + (target or str(settings.update_current)) + ')'}",
@@ -64,7 +64,7 @@ def rollback(settings: Settings, now: float) -> tuple[str, str]:
     store = _store(settings)
     if store.trial() is not None and not store.trial().outcome:  # type: ignore[union-attr]
         raise CommandError("a release is on trial: it commits or rolls back by itself")
-    running = current_target(settings.update_current)
+    running = current_target(settings.update_current, absolute=True)
     previous = next(
         (
             str(e["previous"])

@@ -113,7 +113,8 @@ class UpdateManager:
         self.arch = arch or own_arch()
         self._restart = restart or (lambda: os.kill(os.getpid(), signal.SIGTERM))
         env = os.environ if environ is None else environ
-        self.running_dir = env.get(ENV_RELEASE_DIR) or current_target(current)
+        # Absolute: the .deb's `current` is relative (releases/N), and the trial record compares directories.
+        self.running_dir = env.get(ENV_RELEASE_DIR) or current_target(current, absolute=True)
         info = read_release(Path(self.running_dir)) if self.running_dir else None
         self.running: ReleaseInfo | None = info
         self.running_version = info.version if info else _package_version()

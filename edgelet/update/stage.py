@@ -222,12 +222,14 @@ def off_reason(has_keys: bool, current: Path) -> str:
     return ""
 
 
-def current_target(current: Path) -> str:
-    """Where the `current` symlink points ("" when there is none)."""
+def current_target(current: Path, *, absolute: bool = False) -> str:
+    """Where the `current` symlink points ("" when there is none); `absolute`: a relative target joined to the
+    link's directory."""
     try:
-        return os.readlink(current)
+        target = os.readlink(current)
     except OSError:
         return ""
+    return os.path.join(current.parent, target) if absolute else target
 
 
 def swap_current(current: Path, target: Path | str) -> None:
