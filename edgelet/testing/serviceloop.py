@@ -40,9 +40,13 @@ class ServiceLoop:
         start_timeout: float = 60.0,
         watchdog: float = 0.0,
         restart_sec: float = 0.2,
+        crash_env: dict[str, str] | None = None,
     ) -> None:
         self.argv = argv
         self.env = env
+        # Added to the environment until a start ends by SIGKILL (a crash point fired): the starts after it
+        # run clean, as the device after a power cut.
+        self.crash_env = dict(crash_env or {})
         self.log_path = log_path
         self.start_timeout = start_timeout
         self.watchdog = watchdog
@@ -90,7 +94,8 @@ class ServiceLoop:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         sock.bind("\0" + name)
         sock.settimeout(0.2)
-        env = {**self.env, "NOTIFY_SOCKET": "@" + name}
+        crashed = any(s.rc == -signal.SIGKILL and not s.killed for s in self.starts)
+        env = {**self.env, **({} if crashed else self.crash_env), "NOTIFY_SOCKET": "@" + name}
         if self.watchdog:
             env["WATCHDOG_USEC"] = str(int(self.watchdog * 1_000_000))
         this = Start()

@@ -180,7 +180,7 @@ class UpdateManager:
             log.info("Running on trial", version=record.version, attempts=record.attempts, previous=record.previous)
             return
         if what == ROLLED_BACK:
-            reason = record.reason or f"restart loop: {record.attempts} starts without a commit"
+            reason = record.reason or f"stopped after {record.attempts} start(s) without a commit"
             self.store.append(
                 {"time": self.clock.now(), "version": record.version, "outcome": H_ROLLED_BACK, "reason": reason}
             )
@@ -239,6 +239,18 @@ class UpdateManager:
         trial = self.trial
         assert trial is not None
         seconds = round(self.clock.now() - trial.started, 3) if trial.started else None
+        history = self.store.history()
+        # A commit killed before it removed the record is done again at the next start: recorded once.
+        if not history or (history[-1].get("outcome"), history[-1].get("version")) != (COMMITTED, trial.version):
+            self._record_commit(trial, seconds)
+        crash_point("update.commit")
+        self.store.clear_trial()
+        prune_releases(self.releases_dir, {trial.target, trial.previous})
+        self.trial, self.phase = None, "idle"
+        log.info("Update committed", version=trial.version, previous=trial.previous_version, seconds=seconds)
+        self._event(False, COMMITTED_REASON, f"edgelet {trial.version} committed (previous {trial.previous_version})")
+
+    def _record_commit(self, trial: TrialRecord, seconds: float | None) -> None:
         self.store.append(
             {
                 "time": self.clock.now(),
@@ -249,12 +261,6 @@ class UpdateManager:
                 "seconds": seconds,
             }
         )
-        crash_point("update.commit")
-        self.store.clear_trial()
-        prune_releases(self.releases_dir, {trial.target, trial.previous})
-        self.trial, self.phase = None, "idle"
-        log.info("Update committed", version=trial.version, previous=trial.previous_version, seconds=seconds)
-        self._event(False, COMMITTED_REASON, f"edgelet {trial.version} committed (previous {trial.previous_version})")
 
     def rollback(self, reason: str) -> None:
         """The trial failed: `current` back to the previous release, the outcome written, and this agent stops."""

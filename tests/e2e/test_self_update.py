@@ -61,7 +61,7 @@ def free_port() -> int:
 class Device:
     """The agent's dirs plus the release layout: lib/current -> lib/releases/1000 (the .deb's install)."""
 
-    def __init__(self, agent, tmp_path: Path) -> None:
+    def __init__(self, agent, tmp_path: Path, crash_env: dict[str, str] | None = None) -> None:
         self.agent = agent
         self.tmp = tmp_path
         self.lib = tmp_path / "lib"
@@ -87,7 +87,12 @@ class Device:
             "EDGELET_ROOT_DIR": str(root),
         }
         self.loop = ServiceLoop(
-            ["sh", str(LAUNCH), *args], env=env, log_path=agent.log_path, start_timeout=30.0, watchdog=10.0
+            ["sh", str(LAUNCH), *args],
+            env=env,
+            log_path=agent.log_path,
+            start_timeout=30.0,
+            watchdog=10.0,
+            crash_env=crash_env,
         )
 
     def publish(self, version: int, kind: str) -> None:
@@ -115,9 +120,9 @@ class Device:
         return c["id"], c["pid"]
 
 
-@pytest.fixture
-def device(agent, tmp_path: Path):
-    d = Device(agent, tmp_path)
+def boot(agent, tmp_path: Path, crash_env: dict[str, str] | None = None) -> Device:
+    """The device with a running sleeper pod under the service loop."""
+    d = Device(agent, tmp_path, crash_env)
     # With --trusted-keys every manifest and image archive is signed too.
     d.key.sign(agent.paths.root_dir / "images" / "import" / "busybox.oci.tar")
     manifest = tmp_path / "sleeper.yaml"
@@ -125,7 +130,13 @@ def device(agent, tmp_path: Path):
     d.key.sign(manifest, version=1, out=agent.manifests / "sleeper.yaml.minisig")
     os.replace(manifest, agent.manifests / "sleeper.yaml")
     d.loop.start()
-    wait_for(lambda: (r := agent.pod("sleeper")) and r["status"] == "Running", timeout=40, what="pod Running")
+    wait_for(lambda: (r := agent.pod("sleeper")) and r["status"] == "Running", timeout=60, what="pod Running")
+    return d
+
+
+@pytest.fixture
+def device(agent, tmp_path: Path):
+    d = boot(agent, tmp_path)
     yield d
     d.loop.stop()
     if os.environ.get("EDGELET_TEST_SHOW_LOG"):
@@ -169,3 +180,40 @@ def test_a_broken_release_is_rolled_back_with_the_reason(device: Device, kind: s
     assert 1001 in {e["version"] for e in device.history() if e["outcome"] == "rolled-back"}
     if kind == "hangs":
         assert [s.killed for s in device.loop.starts if s.killed] == ["start timeout"] * 3
+
+
+@pytest.mark.parametrize(
+    "point, kind, outcome, current",
+    [
+        ("update.unpack", "good", "committed", "1001"),  # staged again after the restart
+        ("update.swap", "good", "committed", "1001"),  # the record without its swap is forgotten, then applied
+        ("update.trial", "good", "committed", "1001"),  # swapped: the launcher starts the new release anyway
+        ("update.commit", "good", "committed", "1001"),  # committed again at the next start, recorded once
+        ("update.rollback", "restarts-a-pod", "rolled-back", "1000"),  # swapped back: the previous one records it
+    ],
+)
+def test_a_crash_at_each_step_ends_on_exactly_one_release(
+    agent, tmp_path: Path, point: str, kind: str, outcome: str, current: str
+) -> None:
+    """SIGKILL (EDGELET_TEST_CRASH_AT) at one step of an update; the loop restarts the agent without it."""
+    d = boot(agent, tmp_path, crash_env={"EDGELET_TEST_CRASH_AT": point})
+    try:
+        before = d.sleeper()
+        d.publish(1001, kind)
+        done = wait_for(lambda: d.outcome(1001), timeout=300, what=f"release 1001 settled after a crash at {point}")
+        assert done["outcome"] == outcome, (done, agent.log()[-3000:])
+        wait_for(lambda: any(s.rc == -9 and not s.killed for s in d.loop.starts), timeout=60, what="the crash")
+        # Settled: an agent ready after the crash, and no trial left (a commit killed midway is done again).
+        wait_for(
+            lambda: d.loop.starts[-1].ready and not (d.update_dir / "trial").exists(),
+            timeout=120,
+            what="an agent ready after it, and no trial left",
+        )
+        target = os.readlink(d.current)
+        assert Path(target).name == current
+        assert [e["outcome"] for e in d.history() if e.get("version") == 1001].count(outcome) == 1
+        assert [p.name for p in (agent.paths.root_dir / "releases").iterdir() if p.name.startswith(".")] == []
+        if kind == "good":
+            assert d.sleeper() == before
+    finally:
+        d.loop.stop()
