@@ -360,7 +360,13 @@ class UpdateManager:
         swap_current(self.current, staged.path)
         crash_point("update.trial")
         self.store.append(
-            {"time": self.clock.now(), "version": staged.info.version, "outcome": STARTED, "key": staged.key_id}
+            {
+                "time": self.clock.now(),
+                "version": staged.info.version,
+                "outcome": STARTED,
+                "key": staged.key_id,
+                "bytes": staged.bytes_written,
+            }
         )
         message = f"edgelet {staged.info.name} staged ({staged.bytes_written} bytes), starting it on trial"
         log.info("Update started", version=staged.info.version, key=staged.key_id, bytes=staged.bytes_written)

@@ -14,7 +14,6 @@ symlink at a release with one rename.
 from __future__ import annotations
 
 import hashlib
-import lzma
 import os
 import shutil
 import tarfile
@@ -73,6 +72,8 @@ def stage_release(
         needs = needs_of(signature, keys, namespace=RELEASE_NAMESPACE, name=signature_name)
     except SignatureRefused as exc:
         raise ReleaseRefused(name, str(exc)) from exc
+    import lzma  # only when a release is staged: the agent that never updates does not load it
+
     reader = MessageReader(archive, sorted(needs.digests), keep_whole=needs.whole)
     partial: Path | None = None
     try:

@@ -3,14 +3,16 @@ Type=notify, KillMode=process), real runc pods, real minisign signatures, a rele
 update/ folder. A good release is committed with every container's id and pid unchanged; a release that exits
 at start, hangs without notifying, or restarts a pod is rolled back with the reason, the pods untouched.
 
-The releases' payload is a one-dir whose entry program runs this tree's agent: the same code under another
-version in release.json is a faithful second build (make test-binary's frozen one-dir can stand in for it).
+The releases' payload is a one-dir whose entry program runs this tree's agent, or, under `make test-binary`
+(EDGELET_BIN names a one-dir build), a copy of the real frozen one-dir: the same code under another version in
+release.json is a faithful second build.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import sys
 from pathlib import Path
@@ -46,6 +48,12 @@ ENTRIES = {
 
 
 def onedir(path: Path, kind: str) -> Path:
+    """A release's payload: under `make test-binary` (EDGELET_BIN, a one-dir build) a good one is a copy of the
+    real frozen one-dir; otherwise, and for every broken one, an entry script."""
+    binary = Path(os.environ.get("EDGELET_BIN", "")).resolve()
+    if kind == "good" and (binary.parent / "_internal").is_dir():
+        shutil.copytree(binary.parent, path, symlinks=True)
+        return path
     path.mkdir(parents=True)
     (path / "edgelet").write_text(ENTRIES[kind])
     (path / "edgelet").chmod(0o755)
