@@ -61,7 +61,8 @@ from edgelet.util.log import get_logger
 
 log = get_logger(__name__)
 
-SCAN_PERIOD = 10.0  # seconds between two looks at the card's update folder (a stat of each file)
+SCAN_PERIOD = 10.0  # seconds between two looks at the card's update folder (a stat of each file), besides inotify
+SETTLE = 2.0  # a file changed this recently may still be being copied: looked at again after it settles
 TRIAL_PERIOD = 1.0
 
 STARTED_REASON = "UpdateStarted"
@@ -207,11 +208,44 @@ class UpdateManager:
             return
         if self.card_dir is None:
             return
-        while True:
-            for path in self._new_releases(self.card_dir / "update"):
-                if await self._try(path):
-                    return
-            await self.clock.sleep(SCAN_PERIOD)
+        await self._watch(self.card_dir / "update")
+
+    async def _watch(self, folder: Path) -> None:
+        """Look at `folder` at start, at every change inotify reports and every SCAN_PERIOD (a card mounted
+        later, a missed event); returns once a release is applied."""
+        from edgelet.util.watch import stop_watching, watch_directory
+
+        wake = asyncio.Event()
+        watcher = None
+        try:
+            while True:
+                if watcher is None and folder.is_dir():
+                    try:
+                        watcher = watch_directory(folder, wake)
+                    except OSError as exc:
+                        log.warning(
+                            "Cannot watch the update folder; looking every period", path=str(folder), err=str(exc)
+                        )
+                wake.clear()
+                pending = False
+                for path in self._new_releases(folder):
+                    if path is None:
+                        pending = True
+                    elif await self._try(path):
+                        return
+                await self._wait(wake, SETTLE if pending else SCAN_PERIOD)
+        finally:
+            if watcher is not None:
+                await stop_watching(watcher)
+
+    async def _wait(self, wake: asyncio.Event, seconds: float) -> None:
+        sleep = asyncio.ensure_future(self.clock.sleep(seconds))
+        woken = asyncio.ensure_future(wake.wait())
+        try:
+            await asyncio.wait({sleep, woken}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sleep.cancel()
+            woken.cancel()
 
     async def _judge_trial(self) -> None:
         assert self.trial is not None
@@ -275,13 +309,14 @@ class UpdateManager:
 
     # --- finding and applying releases ---
 
-    def _new_releases(self, folder: Path) -> list[Path]:
-        """Archives in `folder` not looked at in this state (name, size, mtime) yet."""
+    def _new_releases(self, folder: Path) -> list[Path | None]:
+        """Archives in `folder` not looked at in this state (name, size, mtime) yet; None for one still settling
+        (changed less than SETTLE ago: a copy in progress is not refused as a short archive)."""
         try:
             entries = sorted(folder.glob(f"edgelet-*{ARCHIVE_SUFFIX}"))
         except OSError:
             return []
-        found = []
+        found: list[Path | None] = []
         for path in entries:
             try:
                 st = path.stat()
@@ -292,6 +327,9 @@ class UpdateManager:
             except OSError:
                 continue
             key = (st.st_size, st.st_mtime_ns ^ sig)
+            if self._seen.get(str(path)) != key and self.clock.now() - max(st.st_mtime, sig / 1e9) < SETTLE:
+                found.append(None)
+                continue
             if self._seen.get(str(path)) != key:
                 self._seen[str(path)] = key
                 found.append(path)
