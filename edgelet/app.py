@@ -298,6 +298,8 @@ class Agent:
                 healthz_bind_address=settings.healthz_bind_address,
             )
         self.update = None if settings.runonce else _build_update(self)
+        if self.update is not None and self.metrics is not None:
+            self.metrics.update_outcomes = self.update.outcomes
         self.http_source = None
         if settings.manifest_url:
             from edgelet.sources.http import HttpSource

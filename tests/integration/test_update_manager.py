@@ -147,6 +147,7 @@ def test_a_restarted_pod_rolls_the_trial_back_and_the_previous_agent_records_it(
     assert d.store.trial() is None and d.store.rolled_back_versions() == {1001}
     assert not (d.releases / "1001").exists()
     assert d.reasons()[-1] == "UpdateRolledBack"
+    assert old.outcomes() == ({"started": 1, "rolled-back": 1}, False)
     # The same release again is refused as a replay, with an event.
     asyncio.run(asyncio.wait_for(_one_scan(old), 30))
     assert d.store.history()[-1]["outcome"] == "refused" and "rolled back before" in d.store.history()[-1]["reason"]
