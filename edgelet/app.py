@@ -860,6 +860,7 @@ def _build_tunnel(agent: Agent):
 def _build_update(agent: Agent):
     """Self-update (edgelet.update): the release layout's paths, the trusted keys, and what its trial watches."""
     from edgelet.update.decide import PodInstance
+    from edgelet.update.fetch import UrlReleases
     from edgelet.update.manager import AgentView, UpdateManager, probe_healthz
     from edgelet.update.store import UpdateStore
 
@@ -897,6 +898,15 @@ def _build_update(agent: Agent):
         ),
         max_attempts=s.update_max_attempts,
         deadline=s.update_trial_deadline,
+        url_source=None
+        if s.update_url is None
+        else UrlReleases(
+            s.update_url,
+            agent.paths.root_dir / "releases" / ".download",
+            ca_file=s.manifest_url_ca,
+            headers=s.manifest_url_header,
+        ),
+        url_period=s.http_check_frequency,
     )
 
 

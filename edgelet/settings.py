@@ -447,6 +447,13 @@ class Settings:
         "(releases are staged under ROOT_DIR/releases; off without --trusted-keys)",
         metavar="PATH",
     )
+    update_url: str | None = _opt(
+        None,
+        _url,
+        "URL of edgelet release archives to poll (its signature at URL.minisig or URL.sig; TLS and headers as "
+        "--manifest-url's; needs --trusted-keys and the releases layout)",
+        metavar="URL",
+    )
     update_max_attempts: int = _opt(
         3, _int(minimum=1), "starts of a release on trial without a commit before the previous one runs", metavar="N"
     )

@@ -42,6 +42,7 @@ from edgelet.update.decide import (
     trial_verdict,
 )
 from edgelet.update.errors import UpdateError
+from edgelet.update.fetch import UrlReleases
 from edgelet.update.release import ReleaseInfo, own_arch, release_number
 from edgelet.update.stage import (
     ENV_RELEASE_DIR,
@@ -99,7 +100,11 @@ class UpdateManager:
         arch: str | None = None,
         restart: Callable[[], None] | None = None,
         environ: dict[str, str] | None = None,
+        url_source: UrlReleases | None = None,
+        url_period: float = 20.0,
     ) -> None:
+        self.url_source = url_source
+        self.url_period = url_period
         self.store = store
         self.releases_dir = releases_dir
         self.current = current
@@ -214,9 +219,41 @@ class UpdateManager:
         if off:
             log.info("Self-update is off", reason=off)
             return
-        if self.card_dir is None:
+        sources = []
+        if self.card_dir is not None:
+            sources.append(asyncio.ensure_future(self._watch(self.card_dir / "update")))
+        if self.url_source is not None:
+            sources.append(asyncio.ensure_future(self._poll(self.url_source)))
+        if not sources:
             return
-        await self._watch(self.card_dir / "update")
+        try:
+            await asyncio.wait(sources, return_when=asyncio.FIRST_COMPLETED)  # one of them applied a release
+        finally:
+            for task in sources:
+                task.cancel()
+
+    async def _poll(self, source: UrlReleases) -> None:
+        """Poll the URL every `url_period` (doubling up to 10 periods while downloads fail); returns once a
+        release is applied."""
+        failures = 0
+        try:
+            while True:
+                try:
+                    path = await source.fetch()
+                    failures = 0
+                except UpdateError as exc:
+                    failures += 1
+                    self.last_problem = str(exc)
+                    if failures == 1 or failures % 10 == 0:
+                        log.warning("Cannot download the release", url=source.url, err=str(exc), failures=failures)
+                    path = None
+                if path is not None and await self._try(path):
+                    return
+                await self.clock.sleep(
+                    self.url_period * min(10, 2 ** max(0, failures - 1)) if failures else self.url_period
+                )
+        finally:
+            await source.aclose()
 
     async def _watch(self, folder: Path) -> None:
         """Look at `folder` at start, at every change inotify reports and every SCAN_PERIOD (a card mounted

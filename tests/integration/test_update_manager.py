@@ -195,3 +195,86 @@ def test_a_release_still_being_copied_is_left_to_settle(tmp_path: Path) -> None:
     d.clock.advance(3.0)
     assert m._new_releases(d.card / "update") == [full]
     assert m._new_releases(d.card / "update") == []  # looked at once until it changes again
+
+
+class _Server:
+    """A loopback HTTP server of files (with an ETag and 304s); `short` serves the archive cut short."""
+
+    def __init__(self, root: Path) -> None:
+        import http.server
+        import threading
+
+        server_root = root
+        outer = self
+        self.short = False
+        self.requests: list[str] = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                outer.requests.append(self.path)
+                path = server_root / self.path.lstrip("/")
+                if not path.is_file():
+                    self.send_response(404)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                data = path.read_bytes()
+                etag = f'"{hash(data) & 0xFFFFFFFF:x}"'
+                if self.headers.get("If-None-Match") == etag:
+                    self.send_response(304)
+                    self.end_headers()
+                    return
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(data)))
+                self.send_header("ETag", etag)
+                self.end_headers()
+                self.wfile.write(data[: len(data) // 2] if outer.short and path.suffix == ".xz" else data)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_a_release_from_the_update_url_is_downloaded_with_its_signature_and_applied(tmp_path: Path) -> None:
+    from edgelet.update.errors import StagingError
+    from edgelet.update.fetch import UrlReleases
+
+    d = Device(tmp_path)
+    served = tmp_path / "served"
+    served.mkdir()
+    archive = d.publish(1001)
+    os.replace(archive, served / archive.name)
+    os.replace(str(archive) + ".minisig", str(served / archive.name) + ".minisig")
+    server = _Server(served)
+    try:
+        source = UrlReleases(f"{server.url}/{archive.name}", d.releases / ".download")
+        server.short = True
+        with pytest.raises(StagingError, match="short download|cannot download"):
+            asyncio.run(source.fetch())
+        assert current_target(d.current) == str(d.old)  # a short download changes nothing
+        server.short = False
+        d.card = None  # type: ignore[assignment]  # the URL alone
+        m = d.manager()
+        m.url_source, m.url_period = UrlReleases(source.url, source.download_dir), 0.01
+        asyncio.run(asyncio.wait_for(m.run(), 30))
+        assert current_target(d.current) == str(d.releases / "1001") and d.restarts == 1
+        assert f"/{archive.name}.minisig" in server.requests
+        first, second = asyncio.run(_fetch_twice(UrlReleases(source.url, source.download_dir)))
+        assert first is not None and second is None  # unchanged: a 304, nothing downloaded again
+    finally:
+        server.close()
+
+
+async def _fetch_twice(source) -> tuple[Path | None, Path | None]:
+    try:
+        return await source.fetch(), await source.fetch()
+    finally:
+        await source.aclose()
