@@ -297,7 +297,22 @@ class Agent:
                 healthz_port=settings.healthz_port,
                 healthz_bind_address=settings.healthz_bind_address,
             )
-        self.update = None if settings.runonce else _build_update(self)
+        self.update = None
+        if not settings.runonce:
+            from edgelet.update.build import build_update_manager
+
+            self.update = build_update_manager(
+                settings,
+                root_dir=paths.root_dir,
+                clock=self.clock,
+                events=self.events,
+                keys=self.trust.keys if self.trust is not None else None,
+                first_sync_done=self.loop.first_sync_done,
+                runtime_pods=self.pleg.pods,
+                healthz_served=self.api_server is not None,
+                has_apiserver=self.mirror is not None,
+                last_lease_renewal=lambda: self.mirror.state.last_lease_renewal if self.mirror is not None else None,
+            )
         if self.update is not None and self.metrics is not None:
             self.metrics.update_outcomes = self.update.outcomes
         self.http_source = None
@@ -855,59 +870,6 @@ def _build_tunnel(agent: Agent):
         raise ConfigurationError(str(exc)) from exc
     assert loaded is not None
     return Tunnel(loaded.config, agent.clock)
-
-
-def _build_update(agent: Agent):
-    """Self-update (edgelet.update): the release layout's paths, the trusted keys, and what its trial watches."""
-    from edgelet.update.decide import PodInstance
-    from edgelet.update.fetch import UrlReleases
-    from edgelet.update.manager import AgentView, UpdateManager, probe_healthz
-    from edgelet.update.store import UpdateStore
-
-    s = agent.settings
-
-    def pods() -> dict[str, PodInstance] | None:
-        if not agent.loop.first_sync_done.is_set():
-            return None
-        return {
-            f"{p.namespace}/{p.name}/{c.name}": PodInstance(c.id, c.pid)
-            for p in agent.pleg.pods().values()
-            for c in p.containers
-            if c.pid is not None and c.state == "running"
-        }
-
-    def renewed_since(t: float) -> bool:
-        last = agent.mirror.state.last_lease_renewal if agent.mirror is not None else None
-        return last is not None and last >= t
-
-    healthz = s.healthz_port if agent.api_server is not None else 0
-    return UpdateManager(
-        store=UpdateStore(agent.paths.root_dir / "update"),
-        releases_dir=agent.paths.root_dir / "releases",
-        current=s.update_current,
-        keys=agent.trust.keys if agent.trust is not None else None,
-        card_dir=s.card_dir,
-        clock=agent.clock,
-        events=agent.events,
-        node=s.node_name,
-        view=AgentView(
-            pods=pods,
-            healthz=lambda: probe_healthz(s.healthz_bind_address, healthz),
-            lease_link=lambda: agent.mirror is not None,
-            lease_renewed_since=renewed_since,
-        ),
-        max_attempts=s.update_max_attempts,
-        deadline=s.update_trial_deadline,
-        url_source=None
-        if s.update_url is None
-        else UrlReleases(
-            s.update_url,
-            agent.paths.root_dir / "releases" / ".download",
-            ca_file=s.manifest_url_ca,
-            headers=s.manifest_url_header,
-        ),
-        url_period=s.http_check_frequency,
-    )
 
 
 def _build_mirror(agent: Agent):

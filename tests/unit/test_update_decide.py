@@ -270,3 +270,19 @@ def test_the_snapshot_counts_only_for_its_own_boot(tmp_path: Path) -> None:
     store.write_snapshot("boot-1", A, lease=True)
     assert store.snapshot("boot-1") == (A, True)
     assert store.snapshot("boot-2") == ({}, True)
+
+
+def test_running_containers_are_keyed_by_pod_and_container() -> None:
+    from edgelet.container.types import ContainerRecord, PodRuntimeStatus
+    from edgelet.update.build import running_containers
+
+    def rec(name: str, state: str, pid: int | None) -> ContainerRecord:
+        return ContainerRecord(
+            id=f"id-{name}", pod_uid="u", pod_name="web", pod_namespace="default", name=name, attempt=0,
+            spec_hash="h", sandbox_id="s", state=state, pid=pid, created_at=0.0,
+        )  # fmt: skip
+
+    pods = {"u": PodRuntimeStatus(uid="u", name="web", namespace="default", containers=(
+        rec("app", "running", 10), rec("init", "exited", None), rec("side", "created", 12),
+    ))}  # fmt: skip
+    assert running_containers(pods) == {"default/web/app": PodInstance("id-app", 10)}
