@@ -203,10 +203,18 @@ class UpdateManager:
             self._event(
                 True, ROLLED_BACK_REASON, f"edgelet {record.version} rolled back to {self.running_version}: {reason}"
             )
-            prune_releases(self.releases_dir, {self.running_dir})
+            # The bad release goes; the running one and the one it replaced stay (`edgelet update rollback`).
+            prune_releases(self.releases_dir, {self.running_dir, self._previous_of(self.running_version)})
         elif what == ABANDONED:
             log.info("An update was stopped before its swap; forgetting it", version=record.version)
             self.store.clear_trial()
+
+    def _previous_of(self, version: int) -> str:
+        """The release `version` replaced when it was committed ("" when the history does not say)."""
+        for entry in reversed(self.store.history()):
+            if entry.get("outcome") == COMMITTED and entry.get("version") == version:
+                return str(entry.get("previous") or "")
+        return ""
 
     # --- the loop ---
 
@@ -247,7 +255,7 @@ class UpdateManager:
                     if failures == 1 or failures % 10 == 0:
                         log.warning("Cannot download the release", url=source.url, err=str(exc), failures=failures)
                     path = None
-                if path is not None and await self._try(path):
+                if path is not None and await self._try(path, name=source.url):
                     return
                 await self.clock.sleep(
                     self.url_period * min(10, 2 ** max(0, failures - 1)) if failures else self.url_period
@@ -388,28 +396,30 @@ class UpdateManager:
             rolled_back=self.store.rolled_back_versions(),
         )
 
-    async def _try(self, path: Path) -> bool:
-        """Stage and apply the release at `path`; True once the agent is stopping to start it."""
+    async def _try(self, path: Path, name: str = "") -> bool:
+        """Stage and apply the release at `path` (`name`: where it came from, for messages; its path by default);
+        True once the agent is stopping to start it."""
         assert self.keys is not None
+        name = name or str(path)
         try:
             signature, signature_name = read_signature_beside(path, follow_symlinks=False)
-            staged = await asyncio.to_thread(self._stage, path, signature, signature_name)
+            staged = await asyncio.to_thread(self._stage, path, name, signature, signature_name)
         except UpdateError as exc:
-            self._refused(path, exc)
+            self._refused(name, exc)
             return False
         except Exception as exc:  # a release must never take the agent down: reported, and the next one is tried
-            self._refused(path, exc)
+            self._refused(name, exc)
             return False
         self.apply(staged)
         return True
 
-    def _stage(self, path: Path, signature: bytes | None, signature_name: str) -> Staged:
+    def _stage(self, path: Path, name: str, signature: bytes | None, signature_name: str) -> Staged:
         assert self.keys is not None
         with open(path, "rb") as f:
             return stage_release(
                 f,
                 signature,
-                name=str(path),
+                name=name,
                 signature_name=signature_name,
                 keys=self.keys,
                 releases_dir=self.releases_dir,
@@ -417,13 +427,13 @@ class UpdateManager:
                 now=self.clock.now(),
             )
 
-    def _refused(self, path: Path, exc: Exception) -> None:
+    def _refused(self, name: str, exc: Exception) -> None:
         self.last_problem = str(exc)
         if f"version {self.running_version} is not newer than the running version" in str(exc):
-            log.info("Release not applied", path=str(path), reason=str(exc))  # the card still holds the one that runs
+            log.info("Release not applied", release=name, reason=str(exc))  # the card still holds the one that runs
             return
-        log.warning("Release refused", path=str(path), reason=str(exc))
-        self.store.append({"time": self.clock.now(), "release": str(path), "outcome": REFUSED, "reason": str(exc)})
+        log.warning("Release refused", release=name, reason=str(exc))
+        self.store.append({"time": self.clock.now(), "release": name, "outcome": REFUSED, "reason": str(exc)})
         self._event(True, REFUSED_REASON, str(exc))
 
     def apply(self, staged: Staged) -> None:

@@ -267,6 +267,7 @@ def test_a_release_from_the_update_url_is_downloaded_with_its_signature_and_appl
         asyncio.run(asyncio.wait_for(m.run(), 30))
         assert current_target(d.current) == str(d.releases / "1001") and d.restarts == 1
         assert f"/{archive.name}.minisig" in server.requests
+        assert [e["outcome"] for e in d.store.history()] == ["started"]
         first, second = asyncio.run(_fetch_twice(UrlReleases(source.url, source.download_dir)))
         assert first is not None and second is None  # unchanged: a 304, nothing downloaded again
     finally:
@@ -278,3 +279,21 @@ async def _fetch_twice(source) -> tuple[Path | None, Path | None]:
         return await source.fetch(), await source.fetch()
     finally:
         await source.aclose()
+
+
+def test_a_rollback_keeps_the_release_the_running_one_replaced(tmp_path: Path) -> None:
+    """1001 committed over 1000 (both staged), 1002 rolled back: 1002 goes, 1001 and 1000 stay."""
+    d = Device(tmp_path)
+    for version in (1000, 1001, 1002):
+        onedir(d.releases / str(version))
+    (d.releases / "1001" / RELEASE_JSON).write_bytes(
+        msgspec.json.encode(ReleaseInfo(version=1001, arch=own_arch(), files=describe_tree(d.releases / "1001")))
+    )
+    os.unlink(d.current)
+    os.symlink(d.releases / "1001", d.current)
+    d.store.append({"time": 1, "version": 1001, "outcome": "committed", "previous": str(d.releases / "1000")})
+    d.store.write_trial(
+        TrialRecord(version=1002, target=str(d.releases / "1002"), previous=str(d.releases / "1001"), attempts=3)
+    )
+    d.manager().begin()
+    assert sorted(p.name for p in d.releases.iterdir()) == ["1000", "1001"]
