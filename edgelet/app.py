@@ -545,6 +545,9 @@ class Agent:
             images=images,
             pressure=pressure,
             tunnel=self._tunnel_ready(),
+            extra_conditions=tuple(tuple(c.items()) for c in [self.update.condition()] if c)
+            if self.update is not None
+            else (),
             **({"port": port} if port is not None else {}),
         )
 
