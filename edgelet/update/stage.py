@@ -30,7 +30,7 @@ from edgelet.update import RELEASE_JSON, RELEASE_NAMESPACE
 from edgelet.update.errors import ReleaseRefused, StagingError
 from edgelet.update.release import MAX_RELEASE_JSON, FileEntry, ReleaseInfo, decode_release_json
 from edgelet.util.crashpoint import crash_point
-from edgelet.util.libc import libc
+from edgelet.util.libc import syncfs
 from edgelet.util.log import get_logger
 
 log = get_logger(__name__)
@@ -102,7 +102,7 @@ def stage_release(
         if problem:
             raise ReleaseRefused(name, problem)
         final = releases_dir / str(info.version)
-        _syncfs(partial)
+        syncfs(partial)
         if final.exists():
             shutil.rmtree(final)  # a staging of the same version that never became current
         os.rename(partial, final)
@@ -256,14 +256,6 @@ def prune_releases(releases_dir: Path, keep: set[str]) -> list[Path]:
         shutil.rmtree(entry, ignore_errors=True)
         removed.append(entry)
     return removed
-
-
-def _syncfs(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        libc().syncfs(fd)
-    finally:
-        os.close(fd)
 
 
 def _fsync_dir(path: Path) -> None:
