@@ -197,8 +197,18 @@ binary-onedir-cached: $(VENV)/.build-installed
 		rm -f $(ONEDIR_KEY) && echo "$(ONEDIR_BUILD)" && $(ONEDIR_BUILD) && echo "$$key" >$(ONEDIR_KEY); \
 	fi
 
+# `make release` (`make release-arm64`): dist/edgelet-<version>-<arch>.tar.xz, the one-dir with its release.json
+# for self-update (docs/self-update.md); sign it with minisign -t 'edgelet-version: N' (N: its release.json's
+# version) or ssh-keygen -Y sign -n edgelet-release.
+.PHONY: release release-arm64
+release: binary-onedir-cached
+	$(PY) tools/release.py pack dist/onedir/edgelet dist
+release-arm64:
+	packaging/build-arm64.sh
+	$(PY) tools/release.py pack dist/arm64/edgelet dist --arch arm64
+
 deb: binary-onedir
-	packaging/build-deb.sh dist/onedir/edgelet
+	PYTHON=$(PY) packaging/build-deb.sh dist/onedir/edgelet
 
 deb-onefile: binary
 	packaging/build-deb.sh dist/edgelet

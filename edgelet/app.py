@@ -197,7 +197,28 @@ class Agent:
                 node_conditions=self._node_conditions,
                 tunnel_address=self.tunnel_address,
             )
+        self.update = None if settings.runonce else self._build_update()
+        if self.update is not None and self.metrics is not None:
+            self.metrics.update_outcomes = self.update.outcomes
         self.http_source = wiring.build_http_source(settings, paths, clock, self.trust)
+
+    def _build_update(self):
+        """Self-update: releases from the card and --update-url, judged by this agent's trial."""
+        from edgelet.update.build import build_update_manager
+
+        mirror = self.mirror
+        return build_update_manager(
+            self.settings,
+            root_dir=self.paths.root_dir,
+            clock=self.clock,
+            events=self.events,
+            keys=self.trust.keys if self.trust is not None else None,
+            first_sync_done=self.loop.first_sync_done,
+            runtime_pods=self.pleg.pods,
+            healthz_served=self.api_server is not None,
+            has_apiserver=mirror is not None,
+            last_lease_renewal=lambda: mirror.state.last_lease_renewal if mirror is not None else None,
+        )
 
     def _published_status(self, uid: str) -> PodStatus | None:
         """The status last published for the pod (the rollout's health gate reads it)."""
@@ -262,6 +283,8 @@ class Agent:
             await asyncio.to_thread(self._import_all)
             await self.pleg.adopt()  # adopt what runs before the first config arrives
             await self._release_stale_networks()
+            if self.update is not None:
+                self.update.begin()  # a rollback the launcher made is recorded; a trial of this release is judged
             log.info(
                 "edgelet started",
                 node=self.settings.node_name,
@@ -299,6 +322,8 @@ class Agent:
                     tg.create_task(self._run_mirror(), name="mirror")
                 if self.tunnel is not None:
                     tg.create_task(self.tunnel.keep_up(), name="tunnel")
+                if self.update is not None:
+                    tg.create_task(self.update.run(), name="self-update")
         finally:
             notifier.stopping()
             watchdog.cancel()
@@ -395,7 +420,7 @@ class Agent:
                 settings.node_name,
                 root_dir=self.paths.root_dir,
                 runtime_version=parse_runc_version(self._runtime_version),
-                edgelet_version=__version__,
+                edgelet_version=self.update.label if self.update is not None else __version__,
                 node_ip=settings.node_ip or self.tunnel_address or self.publisher.host_ip,
             )
             taints = tuple(Taint(key, value, effect) for key, value, effect in settings.register_with_taints)
@@ -412,6 +437,9 @@ class Agent:
             images=images,
             pressure=pressure,
             tunnel=self._tunnel_ready(),
+            extra_conditions=tuple(tuple(c.items()) for c in [self.update.condition()] if c)
+            if self.update is not None
+            else (),
             **({"port": port} if port is not None else {}),
         )
 
@@ -421,7 +449,9 @@ class Agent:
 
         ready, message = self._is_ready()
         pressure = self.eviction.conditions if self.eviction is not None else frozenset()
-        return node_conditions(pressure, ready=ready, ready_message=message, tunnel=self._tunnel_ready())
+        trial = self.update.condition() if self.update is not None else None
+        conditions = node_conditions(pressure, ready=ready, ready_message=message, tunnel=self._tunnel_ready())
+        return conditions + ([trial] if trial is not None else [])
 
     def _tunnel_ready(self) -> tuple[bool, str, str] | None:
         from edgelet.tunnel.device import readiness

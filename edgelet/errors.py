@@ -20,6 +20,7 @@ edgelet means to raise and lets programming errors through::
     ├── probes.errors.ProbeError           probes and lifecycle hooks
     ├── eviction.errors.EvictionConfigError  an eviction threshold or grace period that cannot be parsed
     ├── rollout.errors.RolloutError       a rollout request (`edgelet rollout retry`) that cannot be carried out
+    ├── update.errors.UpdateError         a release refused or an update step that failed (`edgelet update`)
     ├── mirror.errors.MirrorError          the apiserver link: kubeconfig, labels, unreachable, refusals
     ├── sources.http.BodyProblem           a fetched manifest body that cannot be used (also ValueError)
     ├── sources.http.HeaderFileError       --manifest-url-header-file cannot be read or parsed

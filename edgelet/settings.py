@@ -440,6 +440,26 @@ class Settings:
         "config.toml overrides the config file (an invalid one is reported and ignored)",
         metavar="DIR",
     )
+    update_current: Path = _opt(
+        Path("/usr/lib/edgelet/current"),
+        _path(),
+        "the symlink to the running release, which the unit's launcher starts; self-update swaps it "
+        "(releases are staged under ROOT_DIR/releases; off without --trusted-keys)",
+        metavar="PATH",
+    )
+    update_url: str | None = _opt(
+        None,
+        _url,
+        "URL of edgelet release archives to poll (its signature at URL.minisig or URL.sig; TLS and headers as "
+        "--manifest-url's; needs --trusted-keys and the releases layout)",
+        metavar="URL",
+    )
+    update_max_attempts: int = _opt(
+        3, _int(minimum=1), "starts of a release on trial without a commit before the previous one runs", metavar="N"
+    )
+    update_trial_deadline: float = _opt(
+        120.0, _duration(positive=True), "time a release on trial has to prove healthy", metavar="DURATION"
+    )
     image_credential_file: Path | None = _opt(
         None,
         _path(optional=True),

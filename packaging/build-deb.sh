@@ -69,12 +69,23 @@ install -d -m 0755 "$root/DEBIAN" "$root/usr/bin" "$root/lib/systemd/system" "$r
 # Root-only: the one-file build unpacks the code it runs under here.
 install -d -m 0700 "$root/var/lib/edgelet"
 
+install -d -m 0755 "$root/usr/lib/edgelet"
+# The unit starts the launcher (it counts the starts of a self-update on trial: docs/self-update.md).
+install -m 0755 "$HERE/launch" "$root/usr/lib/edgelet/launch"
 if [ -d "$binary" ]; then
     [ -x "$binary/edgelet" ] || die "$binary/edgelet is not an executable one-dir build"
-    install -d -m 0755 "$root/usr/lib"
-    cp -a "$binary" "$root/usr/lib/edgelet"
-    # The bootloader finds _internal/ through /proc/self/exe, so a symlink works.
-    ln -s ../lib/edgelet/edgelet "$root/usr/bin/edgelet"
+    # The releases layout: this release under its number, `current` pointing at it (self-update swaps it),
+    # its release.json as a self-update's would carry. The bootloader finds _internal/ through
+    # /proc/self/exe, so the symlinks work.
+    python="${PYTHON:-$REPO/.venv/bin/python}"
+    [ -x "$python" ] || python=python3
+    number="$("$python" -c "import sys; sys.path.insert(0, '$REPO'); from edgelet.update.release import release_number; print(release_number('$version'))")"
+    install -d -m 0755 "$root/usr/lib/edgelet/releases"
+    cp -a "$binary" "$root/usr/lib/edgelet/releases/$number"
+    "$python" "$REPO/tools/release.py" describe "$binary" --arch "$arch" --label "$version" --version "$number" \
+        > "$root/usr/lib/edgelet/releases/$number/release.json"
+    ln -s "releases/$number" "$root/usr/lib/edgelet/current"
+    ln -s ../lib/edgelet/current/edgelet "$root/usr/bin/edgelet"
 else
     install -m 0755 "$binary" "$root/usr/bin/edgelet"
 fi

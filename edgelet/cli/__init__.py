@@ -162,6 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_node_commands(sub, common)
     _add_image_commands(sub, common)
     _add_rollout_commands(sub, common)
+    _add_update_commands(sub, common)
     return parser
 
 
@@ -248,6 +249,22 @@ def _add_rollout_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_update_commands(sub: Any, common: argparse.ArgumentParser) -> None:
+    """update: status, history, rollback of edgelet's own release."""
+    update = sub.add_parser("update", parents=[common], help="edgelet's own release: status, history, rollback")
+    for key in ("update_current", "trusted_keys"):
+        _add_setting(update, key)
+    update_sub = update.add_subparsers(dest="update_command", metavar="SUBCOMMAND")
+    for name, text in (
+        ("status", "the running release, a trial, the last outcome (the default)"),
+        ("history", "every update: started, committed, rolled back, refused"),
+        ("rollback", "point current at the previous release (then restart edgelet)"),
+    ):
+        subcommand = update_sub.add_parser(name, parents=[common], help=text)
+        for key in ("update_current", "trusted_keys"):
+            _add_setting(subcommand, key)
+
+
 # Each command's module, imported only when that command runs: the agent (no command) never loads them.
 COMMANDS = {
     "version": "version",
@@ -262,6 +279,7 @@ COMMANDS = {
     "top": "top",
     "rollout": "rollout",
     "tunnel": "tunnel",
+    "update": "update",
 }
 
 

@@ -17,6 +17,7 @@ from typing import Literal, TextIO
 
 from edgelet.cli.common import EXIT_FAILURE, EXIT_OK
 from edgelet.settings import CARD_SECRETS, DEFAULT_CONFIG, Settings
+from edgelet.update.stage import off_reason
 from edgelet.util.proc import version_line
 
 Verdict = Literal["OK", "WARN", "FAIL"]
@@ -69,6 +70,8 @@ class HostFacts:
     card_rejected: tuple[tuple[str, str], ...] = ()
     # The WireGuard tunnel: (verdict, detail) of reading --wireguard-config as the agent will; None: no tunnel.
     tunnel: tuple[str, str] | None = None
+    # Self-update: why it is off ("" when on), from the trusted keys and the `current` symlink.
+    self_update_off: str = "not looked at"
 
 
 @dataclass(frozen=True)
@@ -357,6 +360,13 @@ def check_card(f: HostFacts) -> CheckResult:
     return CheckResult(name, "OK", f"{f.card_dir}: manifests/, images/ and config.toml are read")
 
 
+def check_self_update(f: HostFacts) -> CheckResult:
+    """Off is a choice (no trusted keys, or a plain install), said so rather than warned about."""
+    if f.self_update_off:
+        return CheckResult("self-update", "OK", f"off: {f.self_update_off}")
+    return CheckResult("self-update", "OK", "on: signed releases are staged, tried, then committed or rolled back")
+
+
 CHECKS: tuple[Callable[[HostFacts], CheckResult], ...] = (
     check_root,
     check_runtime,
@@ -374,6 +384,7 @@ CHECKS: tuple[Callable[[HostFacts], CheckResult], ...] = (
     check_card,
     check_kubeconfig,
     check_tunnel,
+    check_self_update,
 )
 
 
@@ -578,6 +589,7 @@ def gather_facts(
     card_config_error: str | None = None,
     kubeconfig: Path | None = None,
     wireguard_config: Path | None = None,
+    update_current: Path | None = None,
 ) -> HostFacts:
     """Look at this machine once."""
     from edgelet.cgroups.controllers import probe_cmdline_file
@@ -636,6 +648,7 @@ def gather_facts(
         kubeconfig=kubeconfig_status(kubeconfig) if kubeconfig is not None else None,
         card_rejected=() if card_dir is None else rejected_card_secrets(DEFAULT_CONFIG.parent),
         tunnel=tunnel_status(wireguard_config, root_dir) if wireguard_config is not None else None,
+        self_update_off=off_reason(trusted_keys is not None, update_current) if update_current else "not looked at",
     )
 
 
@@ -653,6 +666,7 @@ def cmd_check(settings: Settings, args: argparse.Namespace, out: TextIO, err: Te
         card_config_error=settings.card_config_error,
         kubeconfig=settings.kubeconfig,
         wireguard_config=settings.wireguard_config,
+        update_current=settings.update_current,
     )
     results = run_checks(facts)
     print(format_results(results), file=out)

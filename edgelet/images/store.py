@@ -45,7 +45,7 @@ from edgelet.images.unpack import LayerTooLarge, unpack_layer_file
 from edgelet.state import write_atomic
 from edgelet.util.clock import Clock, RealClock
 from edgelet.util.crashpoint import crash_point
-from edgelet.util.libc import libc
+from edgelet.util.libc import syncfs
 from edgelet.util.log import get_logger
 
 log = get_logger(__name__)
@@ -446,7 +446,7 @@ class ImageStore:
                 raise BlobError(
                     blob_digest, f"uncompressed content has diffID {result.diff_id}, the image config says {diff_id}"
                 )
-            _syncfs(work)
+            syncfs(work)
             try:
                 os.rename(work, final)
             except OSError as exc:
@@ -770,15 +770,6 @@ def _remove_tree(path: Path) -> None:
             path.unlink()
         except FileNotFoundError:
             pass
-
-
-def _syncfs(path: Path) -> None:
-    """Flush the filesystem holding `path` (one syscall instead of an fsync per unpacked file)."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        libc().syncfs(fd)
-    finally:
-        os.close(fd)
 
 
 __all__ = ["ImageStore", "parse_image_config"]

@@ -116,6 +116,8 @@ class NodeFacts:
     reserved: tuple[tuple[str, int], ...] = ()
     # The WireGuard tunnel's TunnelReady (status, reason, message), data from the app; None: no tunnel.
     tunnel: tuple[bool, str, str] | None = None
+    # Conditions the app adds as data, after the others (self-update's EdgeletUpdateTrial while a trial runs).
+    extra_conditions: tuple[tuple[tuple[str, str], ...], ...] = ()
 
 
 def format_time(ts: float) -> str:
@@ -262,6 +264,7 @@ def build_node_status(
         "conditions": [
             {**c, "lastHeartbeatTime": stamp, "lastTransitionTime": format_time(transitions.get(c["type"], now))}
             for c in node_conditions(f.pressure, ready=ready, ready_message=ready_message, tunnel=f.tunnel)
+            + [dict(extra) for extra in f.extra_conditions]
         ],
         "addresses": [
             {"type": "InternalIP", "address": f.node_ip},

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -165,6 +165,19 @@ class _Collector:
             for op, n in sorted(counts.items()):
                 counter.add_metric([op], n)
             yield counter
+        if m.update_outcomes is not None:
+            outcomes, trial = m.update_outcomes()
+            counter = CounterMetricFamily(
+                f"{self._p}_update_outcomes",
+                "Cumulative number of self-update outcomes (started, committed, rolled-back, refused) on this node",
+                labels=["outcome"],
+            )
+            for outcome, n in sorted(outcomes.items()):
+                counter.add_metric([outcome], n)
+            yield counter
+            yield GaugeMetricFamily(
+                f"{self._p}_update_trial", "1 while a new edgelet release runs on trial, else 0", value=int(trial)
+            )
         if m.publisher is not None:
             pods, containers = count_running(e.status for e in m.publisher.entries())
             yield GaugeMetricFamily(
@@ -187,6 +200,9 @@ class Metrics:
         self.runtime_operations: Counter[str] = Counter()
         self.runtime_errors: Counter[str] = Counter()
         self.publisher: StatusPublisher | None = None
+        # Self-update's outcomes so far (from its history, so they count across the agent's restarts) and
+        # whether a trial runs; set by the app when self-update is built.
+        self.update_outcomes: Callable[[], tuple[Mapping[str, int], bool]] | None = None
         self._registries: dict[str, Any] = {}
 
     def watch_publisher(self, publisher: StatusPublisher) -> None:

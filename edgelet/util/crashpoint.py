@@ -32,6 +32,11 @@ POINTS = frozenset(
         "rollout.replace",  # the record says replacing: the old version is not yet stopped, the new not started
         "rollout.gate",  # the record says gating: the new version runs, the gate has not judged it
         "rollout.rollback",  # the record says rolling back: the failed version still runs, the last good not yet
+        "update.unpack",  # a release's files are written under its partial directory, its signature not yet checked
+        "update.swap",  # the trial record is written, `current` not yet pointed at the new release
+        "update.trial",  # `current` points at the new release, the old agent has not yet exited
+        "update.commit",  # the history says committed, the trial record is not yet removed
+        "update.rollback",  # a trial's rollback swapped `current` back, its outcome is not yet written
         "checkpoint.write",  # write_atomic's temp file is written and synced, not yet renamed over the file
     }
 )

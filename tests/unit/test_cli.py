@@ -253,6 +253,10 @@ STATE_COMMANDS = [
     ["rollout", "history", "p"],
     ["rollout", "retry", "p"],
     ["tunnel", "peer-line"],
+    ["update"],
+    ["update", "status"],
+    ["update", "history"],
+    ["update", "rollback"],
 ]
 
 

@@ -180,6 +180,20 @@ def test_pressure_conditions_come_from_the_eviction_manager() -> None:
     assert (conds["MemoryPressure"]["status"], conds["PIDPressure"]["status"]) == ("False", "False")
 
 
+def test_conditions_the_app_adds_follow_the_others() -> None:
+    """Self-update's trial condition reaches the apiserver's Node as data in the facts."""
+    import dataclasses
+
+    trial = {"type": "EdgeletUpdateTrial", "status": "True", "reason": "TrialRunning", "message": "edgelet 1001"}
+    facts = dataclasses.replace(FACTS, extra_conditions=(tuple(trial.items()),))
+    conds = build_node_status(facts, ready=True, ready_message="ok", now=1.0)["conditions"]
+    assert conds[-1]["type"] == "EdgeletUpdateTrial" and conds[-1]["reason"] == "TrialRunning"
+    assert conds[-1]["lastTransitionTime"] == "1970-01-01T00:00:01Z"
+    assert [c["type"] for c in build_node_status(FACTS, ready=True, ready_message="ok", now=1.0)["conditions"]][
+        -1
+    ] == "Ready"
+
+
 @pytest.mark.parametrize(
     "pressure, ready, expected",
     [

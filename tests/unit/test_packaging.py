@@ -14,11 +14,13 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from edgelet.settings import KEYS, load_settings
+from edgelet.update.release import release_number
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGING = REPO / "packaging"
@@ -79,7 +81,7 @@ def test_agent_unit() -> None:
     assert service["Restart"] == "always"
     assert service["WatchdogSec"]
     assert service["NotifyAccess"] == "all"  # the one-file build's agent is the bootloader's child
-    assert service["ExecStart"] == "/usr/bin/edgelet"
+    assert service["ExecStart"] == "/usr/lib/edgelet/launch"  # counts a self-update's starts, then runs current
 
 
 def test_runonce_unit() -> None:
@@ -102,7 +104,8 @@ def test_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
     units = []
     for name in ("edgelet.service", "edgelet-runonce.service"):
         unit = tmp_path / name
-        unit.write_text((PACKAGING / name).read_text().replace("/usr/bin/edgelet", str(stub)))
+        text = (PACKAGING / name).read_text()
+        unit.write_text(text.replace("/usr/lib/edgelet/launch", str(stub)).replace("/usr/bin/edgelet", str(stub)))
         units.append(str(unit))
     out = subprocess.run(["systemd-analyze", "verify", *units], capture_output=True, text=True, timeout=60)
     # Unknown keys are only warnings (exit 0): no output at all is the bar.
@@ -195,6 +198,7 @@ def build_deb(binary: Path, output: Path) -> Path:
         capture_output=True,
         text=True,
         timeout=300,
+        env={**os.environ, "PYTHON": sys.executable},  # writes the release's release.json
     )
     assert out.returncode == 0, out.stderr
     deb = Path(out.stdout.strip().splitlines()[-1])
@@ -300,9 +304,13 @@ def test_deb_around_a_stub_binary_installs_enables_and_purges(tmp_path: Path, la
     (binary if layout == "onefile" else binary / "edgelet").chmod(0o755)
     deb = build_deb(binary, tmp_path / "out")
     contents = subprocess.run(["dpkg-deb", "--contents", str(deb)], capture_output=True, text=True, check=True).stdout
+    assert "./usr/lib/edgelet/launch" in contents
     if layout == "onedir":
-        assert "./usr/bin/edgelet -> ../lib/edgelet/edgelet" in contents
-        assert "./usr/lib/edgelet/_internal/libpython.so" in contents
+        # The releases layout self-update swaps (docs/self-update.md).
+        assert "./usr/bin/edgelet -> ../lib/edgelet/current/edgelet" in contents
+        assert f"./usr/lib/edgelet/current -> releases/{release_number(VERSION)}" in contents
+        assert f"./usr/lib/edgelet/releases/{release_number(VERSION)}/_internal/libpython.so" in contents
+        assert f"./usr/lib/edgelet/releases/{release_number(VERSION)}/release.json" in contents
     check_installed(deb, tmp_path / "install")
 
 

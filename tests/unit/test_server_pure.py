@@ -241,6 +241,12 @@ def test_histogram_buckets_are_cumulative_and_render_without_importing_until_scr
     assert 'edgelet_runtime_operations_total{operation_type="start_container"} 2.0' in body
     assert 'edgelet_pod_start_duration_seconds_bucket{le="+Inf"} 0.0' in body
     assert "prometheus_client" in sys.modules  # imported by the scrape, not before
+    assert "edgelet_update_outcomes" not in body  # no self-update on this agent
+    m.update_outcomes = lambda: ({"committed": 2, "rolled-back": 1}, True)
+    body = m.render().decode()
+    assert 'edgelet_update_outcomes_total{outcome="committed"} 2.0' in body
+    assert 'edgelet_update_outcomes_total{outcome="rolled-back"} 1.0' in body
+    assert "edgelet_update_trial 1.0" in body
 
 
 def test_event_messages_name_their_file_once() -> None:

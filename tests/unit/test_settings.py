@@ -172,6 +172,10 @@ rollout = false
 rollout_deadline = "2m"
 rollout_stability_window = "10s"
 rollout_strategy = "Surge"
+update_current = "/opt/edgelet/current"
+update_url = "https://releases.example/edgelet-amd64.tar.xz"
+update_max_attempts = 5
+update_trial_deadline = "3m"
 streaming_connection_idle_timeout = "30m"
 """
 
@@ -261,6 +265,10 @@ def test_toml_file_sets_every_key(tmp_path: Path) -> None:
         rollout_deadline=120.0,
         rollout_stability_window=10.0,
         rollout_strategy="Surge",
+        update_current=Path("/opt/edgelet/current"),
+        update_url="https://releases.example/edgelet-amd64.tar.xz",
+        update_max_attempts=5,
+        update_trial_deadline=180.0,
         streaming_connection_idle_timeout=1800.0,
     )
     # The test's TOML covers every key, so a key added later without a test fails here.

@@ -1,0 +1,129 @@
+"""Releases from `--update-url`: a conditional GET of the archive (ETag / Last-Modified), then its signature
+beside it (`URL.minisig`, else `URL.sig`), written to a download directory for the manager to stage.
+
+Only outbound requests (a device behind NAT polls); the CA bundle and headers are the manifest URL's
+(`--manifest-url-ca`, `--manifest-url-header`). Redirects are not followed (a release server that redirects
+is a misconfiguration to report, not a hop to trust), and a body larger than MAX_RELEASE_BYTES or shorter
+than its Content-Length is a failed download: the running release is untouched and the next poll tries again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import ssl
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from edgelet.trust import SIGNATURE_SUFFIXES
+from edgelet.update import ARCHIVE_SUFFIX
+from edgelet.update.errors import StagingError
+
+MAX_RELEASE_BYTES = 512 * 1024 * 1024
+MAX_SIGNATURE_BYTES = 64 * 1024
+TIMEOUT = 300.0
+
+
+@dataclass
+class UrlReleases:
+    url: str
+    download_dir: Path
+    ca_file: Path | None = None
+    headers: tuple[tuple[str, str], ...] = ()
+    validators: dict[str, str] = field(default_factory=dict)  # If-None-Match / If-Modified-Since of the last body
+    _client: Any = None
+
+    @property
+    def archive_path(self) -> Path:
+        name = os.path.basename(urlsplit(self.url).path)
+        return self.download_dir / (name if name.endswith(ARCHIVE_SUFFIX) else "release" + ARCHIVE_SUFFIX)
+
+    def _make_client(self) -> Any:
+        import httpx
+
+        from edgelet import __version__
+
+        context = ssl.create_default_context(cafile=str(self.ca_file) if self.ca_file else None)
+        return httpx.AsyncClient(
+            verify=context,
+            timeout=httpx.Timeout(60.0),
+            follow_redirects=False,
+            headers={"User-Agent": f"edgelet/{__version__}"},
+        )
+
+    async def fetch(self) -> Path | None:
+        """Download a changed release and its signature; the archive's path, None when unchanged (304).
+        StagingError (naming the URL) when the download fails."""
+        import httpx
+
+        if self._client is None:
+            try:
+                self._client = await asyncio.to_thread(self._make_client)
+            except (OSError, ValueError) as exc:
+                raise StagingError(self.url, f"cannot load the CA bundle {self.ca_file}: {exc}") from exc
+        try:
+            async with asyncio.timeout(TIMEOUT):
+                got = await self._download(self.url, self.archive_path, MAX_RELEASE_BYTES, conditional=True)
+                if got is None:
+                    return None
+                validators = got
+                for suffix in SIGNATURE_SUFFIXES:
+                    Path(str(self.archive_path) + suffix).unlink(missing_ok=True)  # the last release's
+                for suffix in SIGNATURE_SUFFIXES:
+                    target = Path(str(self.archive_path) + suffix)
+                    if (
+                        await self._download(self.url + suffix, target, MAX_SIGNATURE_BYTES, missing_ok=True)
+                        is not None
+                    ):
+                        break
+        except (TimeoutError, httpx.TimeoutException) as exc:
+            raise StagingError(self.url, f"download timed out after {TIMEOUT:g}s") from exc
+        except httpx.HTTPError as exc:
+            raise StagingError(self.url, f"cannot download: {type(exc).__name__}: {exc}") from exc
+        except OSError as exc:
+            raise StagingError(self.url, f"cannot download: {exc.strerror or exc}") from exc
+        self.validators = validators
+        return self.archive_path
+
+    async def _download(
+        self, url: str, dest: Path, limit: int, *, conditional: bool = False, missing_ok: bool = False
+    ) -> dict[str, str] | None:
+        """GET `url` into `dest` (replaced whole); the response's validators, None on 304 or (missing_ok) 404."""
+        headers = list(self.headers)
+        if conditional:
+            headers += [(k, v) for k, v in self.validators.items()]
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        async with self._client.stream("GET", url, headers=headers) as response:
+            if response.status_code == 304 and conditional:
+                return None
+            if response.status_code in (404, 410) and missing_ok:
+                dest.unlink(missing_ok=True)
+                return None
+            if response.status_code != 200:
+                raise StagingError(url, f"HTTP status {response.status_code} {response.reason_phrase}".rstrip())
+            length = response.headers.get("content-length", "")
+            if length.isdigit() and int(length) > limit:
+                raise StagingError(url, f"larger than {limit} bytes ({length})")
+            tmp = dest.with_name(f".{dest.name}.part")
+            size = 0
+            with open(tmp, "wb") as out:
+                async for chunk in response.aiter_raw():
+                    size += len(chunk)
+                    if size > limit:
+                        raise StagingError(url, f"larger than {limit} bytes")
+                    out.write(chunk)
+            if length.isdigit() and size != int(length):
+                raise StagingError(url, f"short download: {size} of {length} bytes")
+            os.replace(tmp, dest)
+        validators = {}
+        if response.headers.get("etag"):
+            validators["If-None-Match"] = response.headers["etag"]
+        if response.headers.get("last-modified"):
+            validators["If-Modified-Since"] = response.headers["last-modified"]
+        return validators
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()

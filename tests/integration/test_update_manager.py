@@ -1,0 +1,299 @@
+"""The update manager without an agent: real releases, real minisign signatures and real symlink swaps on temp
+dirs, a fake clock, and a restart that is only recorded. Applying a card release, what a trial record means at
+the next start, a trial committed, and a trial rolled back."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from edgelet.events import EventRecorder
+from edgelet.testing.signing import MinisignKey, missing_tools, trusted_dir
+from edgelet.trust.keys import load_trusted_keys
+from edgelet.update import RELEASE_JSON
+from edgelet.update.decide import PodInstance, TrialRecord
+from edgelet.update.manager import AgentView, UpdateManager
+from edgelet.update.release import ReleaseInfo, describe_tree, own_arch, pack_release
+from edgelet.update.stage import ENV_RELEASE_DIR, current_target
+from edgelet.update.store import UpdateStore
+from edgelet.util.clock import FakeClock, read_boot_id
+
+pytestmark = pytest.mark.skipif(bool(missing_tools()), reason=f"needs {missing_tools()} (make deps)")
+
+PODS = {"default/web/app": PodInstance("a" * 64, 4242)}
+
+
+def onedir(path: Path) -> Path:
+    path.mkdir(parents=True)
+    (path / "edgelet").write_text("#!/bin/sh\n")
+    (path / "edgelet").chmod(0o755)
+    return path
+
+
+class Device:
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp = tmp_path
+        self.key = MinisignKey.generate(tmp_path / "k")
+        self.keys = load_trusted_keys(trusted_dir(tmp_path / "k" / "trusted", self.key))
+        self.lib = tmp_path / "lib"
+        self.old = onedir(self.lib / "releases" / "1000")
+        info = ReleaseInfo(version=1000, label="0.1.0", arch=own_arch(), files=describe_tree(self.old))
+        (self.old / RELEASE_JSON).write_bytes(msgspec.json.encode(info))
+        self.current = self.lib / "current"
+        os.symlink(self.old, self.current)
+        self.card = tmp_path / "card"
+        (self.card / "update").mkdir(parents=True)
+        self.releases = tmp_path / "root" / "releases"
+        self.store = UpdateStore(tmp_path / "root" / "update")
+        self.clock = FakeClock(start=time.time())
+        self.events = EventRecorder(self.clock)
+        self.restarts = 0
+        self.pods: dict[str, PodInstance] | None = dict(PODS)
+
+    def manager(self) -> UpdateManager:
+        def restart() -> None:
+            self.restarts += 1
+
+        async def healthz() -> bool:
+            return True
+
+        return UpdateManager(
+            store=self.store,
+            releases_dir=self.releases,
+            current=self.current,
+            keys=self.keys,
+            card_dir=self.card,
+            clock=self.clock,
+            events=self.events,
+            node="edge1",
+            view=AgentView(
+                pods=lambda: self.pods,
+                healthz=healthz,
+                lease_link=lambda: False,
+                lease_renewed_since=lambda t: False,
+            ),
+            restart=restart,
+            environ={ENV_RELEASE_DIR: os.path.realpath(self.current)},
+        )
+
+    def publish(self, version: int) -> Path:
+        out = self.card / "update" / f"edgelet-{version}-{own_arch()}.tar.xz"
+        work = self.tmp / f"w{version}"
+        pack_release(onedir(work / "od"), work / out.name, version=version, arch=own_arch())
+        self.key.sign(work / out.name, version=version, out=Path(str(out) + ".minisig"))
+        os.replace(work / out.name, out)
+        return out
+
+    def reasons(self) -> list[str]:
+        return [e.reason for e in self.events.events()]
+
+
+async def run_until_applied(m: UpdateManager) -> None:
+    await asyncio.wait_for(m.run(), 30)
+
+
+def test_a_card_release_is_staged_recorded_and_swapped_then_the_agent_restarts(tmp_path: Path) -> None:
+    d = Device(tmp_path)
+    d.publish(1001)  # its mtime is now: left to settle first, never refused as a short archive
+    m = d.manager()
+    m.begin()
+    asyncio.run(run_until_applied(m))
+    assert d.restarts == 1 and m.phase == "restarting"
+    assert current_target(d.current) == str(d.releases / "1001")
+    trial = d.store.trial()
+    assert trial is not None and (trial.version, trial.previous, trial.attempts) == (1001, str(d.old), 0)
+    assert d.store.snapshot(read_boot_id()) == (PODS, False)
+    assert [e["outcome"] for e in d.store.history()] == ["started"]
+    assert d.reasons() == ["UpdateStarted"]
+
+
+def test_the_new_agent_commits_its_trial_and_removes_older_releases(tmp_path: Path) -> None:
+    d = Device(tmp_path)
+    d.publish(1001)
+    first = d.manager()
+    asyncio.run(run_until_applied(first))
+    (d.releases / "999").mkdir()  # an older staged release
+    d.store.write_trial(replace(d.store.trial(), attempts=1))  # type: ignore[type-var]
+    new = d.manager()  # started from current: the release on trial
+    new.begin()
+    assert new.phase == "trial" and new.condition() is not None
+    d.publish(1002)
+    asyncio.run(asyncio.wait_for(new.run(), 30))  # commits, then applies 1002 from the card
+    outcomes = [(e["outcome"], e["version"]) for e in d.store.history()]
+    assert outcomes[:3] == [("started", 1001), ("committed", 1001), ("started", 1002)]
+    assert not (d.releases / "999").exists() and d.old.is_dir()  # the previous release is the .deb's: kept
+    assert "UpdateCommitted" in d.reasons()
+
+
+def test_a_restarted_pod_rolls_the_trial_back_and_the_previous_agent_records_it(tmp_path: Path) -> None:
+    d = Device(tmp_path)
+    d.publish(1001)
+    asyncio.run(run_until_applied(d.manager()))
+    d.pods = {"default/web/app": PodInstance("b" * 64, 5151)}
+    new = d.manager()
+    new.begin()
+    asyncio.run(asyncio.wait_for(new.run(), 30))
+    assert d.restarts == 2 and current_target(d.current) == str(d.old)
+    trial = d.store.trial()
+    assert trial is not None and trial.outcome == "rolled-back" and "default/web/app was restarted" in trial.reason
+    old = d.manager()  # the launcher starts the previous release
+    old.begin()
+    assert d.store.trial() is None and d.store.rolled_back_versions() == {1001}
+    assert not (d.releases / "1001").exists()
+    assert d.reasons()[-1] == "UpdateRolledBack"
+    assert old.outcomes() == ({"started": 1, "rolled-back": 1}, False)
+    # The same release again is refused as a replay, with an event.
+    asyncio.run(asyncio.wait_for(_one_scan(old), 30))
+    assert d.store.history()[-1]["outcome"] == "refused" and "rolled back before" in d.store.history()[-1]["reason"]
+
+
+async def _one_scan(m: UpdateManager) -> None:
+    task = asyncio.ensure_future(m.run())
+    for _ in range(200):
+        await asyncio.sleep(0.02)
+        if m.last_problem:
+            break
+    task.cancel()
+
+
+@pytest.mark.parametrize("attempts, want_history", [(0, []), (2, ["rolled-back"])])
+def test_a_record_whose_target_is_not_current(tmp_path: Path, attempts: int, want_history: list[str]) -> None:
+    """No start counted: the swap never happened (forgotten); starts counted: a rollback whose outcome was lost."""
+    d = Device(tmp_path)
+    d.store.write_trial(
+        TrialRecord(version=1001, target=str(d.releases / "1001"), previous=str(d.old), attempts=attempts)
+    )
+    d.manager().begin()
+    assert d.store.trial() is None
+    assert [e["outcome"] for e in d.store.history()] == want_history
+
+
+def test_without_trusted_keys_updates_are_off(tmp_path: Path) -> None:
+    d = Device(tmp_path)
+    d.keys = None  # type: ignore[assignment]
+    m = d.manager()
+    assert m.off_reason() == "no --trusted-keys: releases cannot be verified"
+    d.publish(1001)
+    asyncio.run(asyncio.wait_for(m.run(), 5))  # returns at once
+    assert current_target(d.current) == str(d.old) and d.store.history() == []
+
+
+def test_a_release_still_being_copied_is_left_to_settle(tmp_path: Path) -> None:
+    d = Device(tmp_path)
+    full = d.publish(1001)
+    data = full.read_bytes()
+    full.write_bytes(data[: len(data) // 2])  # a copy in progress: changed just now
+    m = d.manager()
+    assert m._new_releases(d.card / "update") == [None]
+    full.write_bytes(data)
+    d.clock.advance(3.0)
+    assert m._new_releases(d.card / "update") == [full]
+    assert m._new_releases(d.card / "update") == []  # looked at once until it changes again
+
+
+class _Server:
+    """A loopback HTTP server of files (with an ETag and 304s); `short` serves the archive cut short."""
+
+    def __init__(self, root: Path) -> None:
+        import http.server
+        import threading
+
+        server_root = root
+        outer = self
+        self.short = False
+        self.requests: list[str] = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                outer.requests.append(self.path)
+                path = server_root / self.path.lstrip("/")
+                if not path.is_file():
+                    self.send_response(404)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                data = path.read_bytes()
+                etag = f'"{hash(data) & 0xFFFFFFFF:x}"'
+                if self.headers.get("If-None-Match") == etag:
+                    self.send_response(304)
+                    self.end_headers()
+                    return
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(data)))
+                self.send_header("ETag", etag)
+                self.end_headers()
+                self.wfile.write(data[: len(data) // 2] if outer.short and path.suffix == ".xz" else data)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_a_release_from_the_update_url_is_downloaded_with_its_signature_and_applied(tmp_path: Path) -> None:
+    from edgelet.update.errors import StagingError
+    from edgelet.update.fetch import UrlReleases
+
+    d = Device(tmp_path)
+    served = tmp_path / "served"
+    served.mkdir()
+    archive = d.publish(1001)
+    os.replace(archive, served / archive.name)
+    os.replace(str(archive) + ".minisig", str(served / archive.name) + ".minisig")
+    server = _Server(served)
+    try:
+        source = UrlReleases(f"{server.url}/{archive.name}", d.releases / ".download")
+        server.short = True
+        with pytest.raises(StagingError, match="short download|cannot download"):
+            asyncio.run(source.fetch())
+        assert current_target(d.current) == str(d.old)  # a short download changes nothing
+        server.short = False
+        d.card = None  # type: ignore[assignment]  # the URL alone
+        m = d.manager()
+        m.url_source, m.url_period = UrlReleases(source.url, source.download_dir), 0.01
+        asyncio.run(asyncio.wait_for(m.run(), 30))
+        assert current_target(d.current) == str(d.releases / "1001") and d.restarts == 1
+        assert f"/{archive.name}.minisig" in server.requests
+        assert [e["outcome"] for e in d.store.history()] == ["started"]
+        first, second = asyncio.run(_fetch_twice(UrlReleases(source.url, source.download_dir)))
+        assert first is not None and second is None  # unchanged: a 304, nothing downloaded again
+    finally:
+        server.close()
+
+
+async def _fetch_twice(source) -> tuple[Path | None, Path | None]:
+    try:
+        return await source.fetch(), await source.fetch()
+    finally:
+        await source.aclose()
+
+
+def test_a_rollback_keeps_the_release_the_running_one_replaced(tmp_path: Path) -> None:
+    """1001 committed over 1000 (both staged), 1002 rolled back: 1002 goes, 1001 and 1000 stay."""
+    d = Device(tmp_path)
+    for version in (1000, 1001, 1002):
+        onedir(d.releases / str(version))
+    (d.releases / "1001" / RELEASE_JSON).write_bytes(
+        msgspec.json.encode(ReleaseInfo(version=1001, arch=own_arch(), files=describe_tree(d.releases / "1001")))
+    )
+    os.unlink(d.current)
+    os.symlink(d.releases / "1001", d.current)
+    d.store.append({"time": 1, "version": 1001, "outcome": "committed", "previous": str(d.releases / "1000")})
+    d.store.write_trial(
+        TrialRecord(version=1002, target=str(d.releases / "1002"), previous=str(d.releases / "1001"), attempts=3)
+    )
+    d.manager().begin()
+    assert sorted(p.name for p in d.releases.iterdir()) == ["1000", "1001"]

@@ -1,0 +1,77 @@
+"""`edgelet update status|history|rollback` on the files self-update keeps, and `edgelet check`'s line."""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from edgelet.cli import main
+from edgelet.update import RELEASE_JSON
+from edgelet.update.decide import TrialRecord
+from edgelet.update.release import ReleaseInfo
+from edgelet.update.store import UpdateStore
+
+
+def release_dir(path: Path, version: int) -> Path:
+    path.mkdir(parents=True)
+    (path / "edgelet").write_text("#!/bin/sh\n")
+    info = ReleaseInfo(version=version, label=f"0.1.{version}", arch="amd64", files={"edgelet": {"sha256": "0" * 64}})  # type: ignore[dict-item]
+    (path / RELEASE_JSON).write_bytes(msgspec.json.encode(info))
+    return path
+
+
+def run(tmp_path: Path, *args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    keys = tmp_path / "keys"
+    keys.mkdir(exist_ok=True)
+    argv = ["update", *args, "--config", "/dev/null", "--root-dir", str(tmp_path / "root")]
+    argv += ["--update-current", str(tmp_path / "lib" / "current"), "--trusted-keys", str(keys)]
+    return main(argv, out=out, err=err), out.getvalue(), err.getvalue()
+
+
+@pytest.fixture
+def device(tmp_path: Path) -> UpdateStore:
+    old = release_dir(tmp_path / "lib" / "releases" / "1000", 1000)
+    new = release_dir(tmp_path / "root" / "releases" / "1001", 1001)
+    os.symlink(new, tmp_path / "lib" / "current")
+    store = UpdateStore(tmp_path / "root" / "update")
+    store.append({"time": 1_700_000_000, "version": 1001, "outcome": "committed", "previous": str(old)})
+    return store
+
+
+def test_status_names_the_running_release_and_the_last_outcome(tmp_path: Path, device: UpdateStore) -> None:
+    rc, out, _ = run(tmp_path, "status")
+    assert rc == 0
+    assert "Release:   0.1.1001 (1001, amd64)" in out and "Updates:   on" in out and "committed 1001" in out
+    device.write_trial(TrialRecord(version=1002, target="/x/1002", previous="/x/1001", attempts=2))
+    assert "Trial:     version 1002 (on trial, 2 start(s) counted; previous /x/1001)" in run(tmp_path, "status")[1]
+
+
+def test_rollback_points_current_at_the_previous_release_and_says_so_in_the_history(
+    tmp_path: Path, device: UpdateStore
+) -> None:
+    rc, out, _ = run(tmp_path, "rollback")
+    assert rc == 0 and "restart edgelet" in out
+    assert os.readlink(tmp_path / "lib" / "current") == str(tmp_path / "lib" / "releases" / "1000")
+    last = device.history()[-1]
+    assert last["outcome"] == "operator-rollback" and last["version"] == 1001
+    assert device.rolled_back_versions() == set()  # the operator's way down bars no version
+    rc, _, err = run(tmp_path, "rollback")  # nothing older kept
+    assert rc == 1 and "no previous release is kept to roll back to" in err
+    assert "operator-rollback" in run(tmp_path, "history")[1]
+
+
+def test_rollback_is_refused_while_a_trial_runs(tmp_path: Path, device: UpdateStore) -> None:
+    device.write_trial(TrialRecord(version=1002, target="/x/1002", previous="/x/1001"))
+    rc, _, err = run(tmp_path, "rollback")
+    assert rc == 1 and "on trial" in err
+    assert os.readlink(tmp_path / "lib" / "current") == str(tmp_path / "root" / "releases" / "1001")
+
+
+def test_without_the_layout_updates_are_off_and_say_why(tmp_path: Path) -> None:
+    rc, out, _ = run(tmp_path, "status")
+    assert rc == 0 and "is not a symlink: edgelet was not installed with the releases layout" in out
