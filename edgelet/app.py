@@ -40,6 +40,7 @@ class Agent:
         from edgelet.images.importdir import ImportDir
         from edgelet.images.store import ImageStore
         from edgelet.pleg import Pleg
+        from edgelet.runtime.handlers import resolve_handlers
         from edgelet.runtime.logrotation import LogRotator, backstop_size
         from edgelet.runtime.runc_runtime import RuncRuntime
         from edgelet.sources.file import FileSource, FileSources
@@ -143,6 +144,8 @@ class Agent:
             on_warning=self._runtime_warning,
             log_size_max=backstop_size(settings.container_log_max_size),
             infra_container=settings.pod_infra_container,
+            runtime_handlers=resolve_handlers(settings.runtime_handlers, settings.runtime),
+            runtime_handler=settings.runtime_handler,
         )
         self.log_rotator = LogRotator(
             paths,
