@@ -163,6 +163,7 @@ class StatusPublisher:
                 + ([f"{note[0]}: {note[1]}"] if note is not None else [])
             ),
             pod=pod_object(pod, status),
+            runtime_handler=rt.sandboxes[0].runtime_handler if rt.sandboxes else "",
         )
         self._pods[pod_uid(pod)] = PodEntry(pod, status, row)
         self._dirty.set()

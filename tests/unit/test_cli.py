@@ -351,6 +351,7 @@ def write_snapshot(root: Path, *, pid: int, written_at: float = NOW, rejected: b
                 source="file",
                 origin="/m/b.yaml",
                 message="back-off 40s",
+                runtime_handler="crun",
             ),
             PodRow(
                 namespace="default",
@@ -434,8 +435,10 @@ def test_pods_wide_and_json(tmp_path: Path, live_agent_pid: int) -> None:
     write_snapshot(tmp_path, pid=live_agent_pid)
     rc, out, _ = run("pods", "-o", "wide", "--config", "/dev/null", "--root-dir", str(tmp_path))
     assert rc == 0
-    assert out.splitlines()[0].split()[-3:] == ["UID", "ORIGIN", "MESSAGE"]
+    assert out.splitlines()[0].split()[-4:] == ["UID", "ORIGIN", "RUNTIME", "MESSAGE"]
     assert "/m/b.yaml" in out and "back-off 40s" in out
+    rows = {line.split()[1]: line.split() for line in out.splitlines()[1:] if line.startswith(("default", "kube"))}
+    assert "crun" in rows["b-node1"] and "<none>" in rows["a-node1"]  # a row of an older agent has no handler
     rc, out, _ = run("pods", "-o", "json", "--config", "/dev/null", "--root-dir", str(tmp_path))
     data = json.loads(out)
     # kubectl get pods -o json: a v1 List of Pods (rows of an older snapshot carry only their identity).
