@@ -17,8 +17,7 @@ from typing import Literal, TextIO
 
 from edgelet.cli.common import EXIT_FAILURE, EXIT_OK
 from edgelet.settings import CARD_SECRETS, DEFAULT_CONFIG, Settings
-from edgelet.util.proc import runtime_features
-from edgelet.util.proc import version_line
+from edgelet.util.proc import runtime_features, version_line
 
 Verdict = Literal["OK", "WARN", "FAIL"]
 MIN_FREE_BYTES = 1 << 30  # images and logs of a handful of pods
