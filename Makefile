@@ -3,7 +3,7 @@
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
-APT_PACKAGES := runc conmon catatonit busybox-static skopeo umoci docker-registry \
+APT_PACKAGES := runc crun conmon catatonit busybox-static skopeo umoci docker-registry \
 	containernetworking-plugins libcap-dev iproute2 python3-venv python3-dev gcc apache2-utils zstd \
 	openssl etcd-server dbus-daemon
 # Trusted delivery's tests sign with the real tools.
