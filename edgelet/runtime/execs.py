@@ -109,7 +109,7 @@ class Execs:
         except ExecError:
             process_file.unlink(missing_ok=True)
             raise
-        return ExecSession(process, pid_file, process_file)
+        return ExecSession(process, pid_file, process_file, copy_winsize=tty and not runc.relays_resize)
 
     def sweep(self) -> int:
         """At start: the exec scratch of an agent killed during an exec (its process spec holds the container's

@@ -36,6 +36,9 @@ class Runc:
     ) -> None:
         self._exec = runner
         self.name = name  # the runtime handler's name
+        # Whether `exec` with a terminal resizes the command's pty from its own on SIGWINCH: runc does, crun 1.8
+        # does not (its exec sessions copy the size themselves, see execsession.copy_winsize).
+        self.relays_resize = Path(binary).name != "crun"
         self.binary = binary
         self.root = Path(root)
         self.timeout = timeout

@@ -317,3 +317,11 @@ def test_a_runtime_observes_and_drives_each_container_under_its_own_handler(tmp_
     # An unknown runtimeClassName is refused before anything is made.
     verdict = rt.admit(_pod("kata"))
     assert verdict is not None and verdict.refused and "crun, runc" in verdict.message
+
+
+@pytest.mark.parametrize(
+    "binary, relays", [("/usr/sbin/runc", True), ("runc", True), ("/usr/bin/crun", False), ("crun", False)]
+)
+def test_which_runtime_resizes_an_exec_terminal_itself(binary: str, relays: bool) -> None:
+    # crun 1.8's `exec -t` ignores SIGWINCH: its sessions copy the client's terminal size to the command's.
+    assert Runc(binary, Path("/r")).relays_resize is relays
