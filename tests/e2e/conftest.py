@@ -174,16 +174,24 @@ class AgentProc:
                 return row
         return None
 
-    def runc_list(self) -> list[dict]:
+    def runc_list(self, attempts: int = 1) -> list[dict]:
         """Every container under every handler's root (runc's, and `runtimes/<name>` driven by the binary of
-        that name), each with its annotations (crun's list has none: they are read from the bundle)."""
+        that name), each with its annotations (crun's list has none: they are read from the bundle). A list
+        that fails is tried again up to `attempts` times (runc 1.1.5's list races a concurrent delete), then
+        fails the test: an empty answer would hide every container."""
         roots = [("runc", self.paths.runc_root)]
         others = self.paths.run_dir / "runtimes"
         if others.is_dir():
             roots += [(d.name, d) for d in sorted(others.iterdir()) if d.is_dir()]
         found = []
         for binary, root in roots:
-            out = subprocess.run([binary, "--root", str(root), "list", "--format", "json"], capture_output=True)
+            for attempt in range(attempts):
+                out = subprocess.run([binary, "--root", str(root), "list", "--format", "json"], capture_output=True)
+                if out.returncode == 0:
+                    break
+                if attempt == attempts - 1 and attempts > 1:
+                    raise AssertionError(f"{binary} list keeps failing: {out.stderr.decode(errors='replace')}")
+                time.sleep(0.1)
             for entry in json.loads(out.stdout or b"null") or []:
                 if "annotations" not in entry:
                     try:
