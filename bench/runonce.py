@@ -55,3 +55,7 @@ def main() -> None:
             print(res.stdout, res.stderr)
     if {"runc", "crun"} <= set(results):
         print(f"cold, crun to runc: {results['crun'][0] / results['runc'][0]:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
