@@ -123,3 +123,32 @@ async def test_crun_container_exit_codes_oom_and_limits(runtime_paths, busybox, 
     assert killed.exit_code == 137
     await rt.remove_pod(uid)
     _assert_pod_gone(rt, uid)
+
+
+def test_an_exec_session_copies_the_terminal_size_where_the_runtime_does_not() -> None:
+    """crun 1.8's `exec -t` ignores SIGWINCH: the session gives the command's pty the size of the runtime's own,
+    both reached through /proc (here two real ptys, each the stdin of a real process)."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    from edgelet.runtime.execsession import copy_winsize, terminal_size
+
+    procs, masters = [], []
+    try:
+        for rows, cols in ((40, 120), (24, 80)):
+            master, slave = pty.openpty()
+            fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+            procs.append(subprocess.Popen(["sleep", "30"], stdin=slave))
+            os.close(slave)
+            masters.append(master)
+        runtime, command = procs
+        copy_winsize(runtime.pid, command.pid)
+        assert terminal_size(masters[1]) == (120, 40)
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+        for m in masters:
+            os.close(m)
