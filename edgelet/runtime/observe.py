@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,6 +50,16 @@ def read_exit(path: Path, now: float) -> ExitInfo | None:
         return ExitInfo(None, st.st_mtime)
 
 
+def _holds_any(root: Path) -> bool:
+    """Whether a runtime's state root holds an entry (a container's state dir): without one, its `list` is
+    empty."""
+    try:
+        with os.scandir(root) as entries:
+            return any(True for _ in entries)
+    except OSError:
+        return False
+
+
 def _read_float(path: Path) -> float | None:
     try:
         return float(path.read_text().strip())
@@ -57,7 +68,9 @@ def _read_float(path: Path) -> float | None:
 
 
 class Observer:
-    """Observes the runtime's containers and sandboxes, under every handler in `runcs`; `kind_of` names the
+    """Observes the runtime's containers and sandboxes, under every handler in `runcs` (the first, the default,
+    always listed; the others only while their root holds a container, so that a node whose pods all run on
+    the default spawns no second `list` per relist); `kind_of` names the
     sandbox kind of a bundle's annotations (None for a container), which says how a sandbox without a monitored
     process is live."""
 
@@ -89,9 +102,10 @@ class Observer:
 
     async def observe(self, uid: str | None = None) -> list[Observed]:
         """Every container and sandbox (of pod `uid` only, when given)."""
-        listings = await asyncio.gather(*(runc.list() for runc in self.runcs))
+        runcs = [self.runcs[0], *[r for r in self.runcs[1:] if await asyncio.to_thread(_holds_any, r.root)]]
+        listings = await asyncio.gather(*(runc.list() for runc in runcs))
         entries: dict[str, dict[str, Any]] = {}
-        for runc, listing in zip(self.runcs, listings, strict=True):
+        for runc, listing in zip(runcs, listings, strict=True):
             for entry in listing:
                 if entry.get("id"):
                     entry["_handler"] = runc.name

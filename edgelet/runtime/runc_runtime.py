@@ -187,7 +187,11 @@ class RuncRuntime:
         # Asked in this order which kind an existing sandbox's record is; the infra kind last (see SandboxKind).
         self.sandbox_kinds: tuple[SandboxKind, ...] = (self.pinned, self.infra)
         self.observer = Observer(
-            paths, self.handlers.all(), self.clock, pod_cgroups=self.pod_cgroups, kind_of=self.kind_of_record
+            paths,
+            [self.runc, *(r for r in self.handlers.all() if r is not self.runc)],  # the default first
+            self.clock,
+            pod_cgroups=self.pod_cgroups,
+            kind_of=self.kind_of_record,
         )
         self._released: set[str] = set()  # exited containers whose runc state and rootfs mount are gone
         self.execs = Execs(runner, paths.exec_dir)

@@ -289,6 +289,7 @@ def test_a_runtime_observes_and_drives_each_container_under_its_own_handler(tmp_
     crun_entry = json.loads((OUTPUT / "crun-list.json").read_bytes())[0] | {"id": "c2", "bundle": str(crun_bundle)}
     runc_entry = json.loads((OUTPUT / "runc-list.json").read_bytes())[0] | {"id": "c1", "annotations": runc_ann}
     runner = TwoRuntimes({"runc": [runc_entry], "crun": [crun_entry]})
+    (paths.run_dir / "runtimes" / "crun" / "c2").mkdir(parents=True)  # crun's state dir of its container
     rt = RuncRuntime(
         paths,
         clock=FakeClock(),
@@ -304,6 +305,13 @@ def test_a_runtime_observes_and_drives_each_container_under_its_own_handler(tmp_
         "u2": ["c2"],
     }
     assert {call[0] for call in runner.calls if call[3] == "list"} == {"/usr/sbin/runc", "/usr/bin/crun"}
+    # A handler other than the default whose root holds nothing is not listed: no second spawn per relist.
+    (paths.run_dir / "runtimes" / "crun" / "c2").rmdir()
+    runner.calls.clear()
+    asyncio.run(rt.list_pods())
+    assert [call[0] for call in runner.calls if call[3] == "list"] == ["/usr/sbin/runc"]
+    (paths.run_dir / "runtimes" / "crun" / "c2").mkdir()
+    asyncio.run(rt.list_pods())
     runner.calls.clear()
     asyncio.run(rt.exec_sync("c2", ["true"], timeout=1))
     asyncio.run(rt.exec_sync("c1", ["true"], timeout=1))
