@@ -316,16 +316,21 @@ def test_version_reports_tools(tmp_path: Path) -> None:
     fake.write_text("#!/bin/sh\necho 'fakerunc version 9.9'\necho 'commit: x'\n")
     fake.chmod(0o755)
     cfg = tmp_path / "c.toml"
-    cfg.write_text(f'runtime = "{fake}"\nconmon = "{tmp_path / "absent-conmon"}"\n')
+    other = tmp_path / "fakecrun"
+    other.write_text("#!/bin/sh\necho 'fakecrun version 1.8'\n")
+    other.chmod(0o755)
+    cfg.write_text(
+        f'runtime = "{fake}"\nconmon = "{tmp_path / "absent-conmon"}"\n[runtime_handlers]\nfast = "{other}"\n'
+    )
     rc, out, _ = run("version", "--config", str(cfg))
     assert rc == 0
     from edgelet.cli.version import source_commit
 
-    assert out.splitlines() == [
-        f"edgelet 0.1.0 (commit {source_commit()})",
-        "fakerunc: fakerunc version 9.9",
-        "absent-conmon: not found",
-    ]
+    lines = out.splitlines()
+    assert lines[:2] == [f"edgelet 0.1.0 (commit {source_commit()})", "fakerunc: fakerunc version 9.9"]
+    assert lines[-1] == "absent-conmon: not found"
+    # Every other runtime handler by name (crun too where it is installed).
+    assert "fast: fakecrun version 1.8" in lines
 
 
 # --- pods -----------------------------------------------------------------------
