@@ -3,7 +3,7 @@
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
-APT_PACKAGES := runc conmon catatonit busybox-static skopeo umoci docker-registry \
+APT_PACKAGES := runc crun conmon catatonit busybox-static skopeo umoci docker-registry \
 	containernetworking-plugins libcap-dev iproute2 python3-venv python3-dev gcc apache2-utils zstd \
 	openssl etcd-server dbus-daemon
 # Trusted delivery's tests sign with the real tools.
@@ -15,7 +15,7 @@ SAMPLE_IMAGE := build/images/busybox-1.36.oci.tar
 # Its own cgroup parent, so the demo never mixes with a kubelet's /kubepods.
 DEMO_CGROUP := /edgelet-demo
 
-.PHONY: all deps venv run test test-fast lint fuzz chaos chaos-quick images bench clean-run kube-apiserver bench-peers
+.PHONY: all deps venv run test test-fast lint fuzz chaos chaos-quick chaos-quick-crun images bench clean-run kube-apiserver bench-peers
 
 all: test
 
@@ -134,6 +134,10 @@ chaos: $(VENV)/.installed
 chaos-quick: $(VENV)/.installed
 	EDGELET_CHAOS_KILLS=$(CHAOS_QUICK_KILLS) EDGELET_CHAOS_SEED=$(CHAOS_SEED) $(PY) -m pytest -q -s \
 		-p no:cacheprovider tests/chaos $(PYTEST_ARGS)
+
+# The quick campaign with crun as the agent's default runtime handler.
+chaos-quick-crun: $(VENV)/.installed
+	EDGELET_CHAOS_RUNTIME_HANDLER=crun $(MAKE) chaos-quick
 
 # Pure and loopback tests only, no root needed.
 test-fast: $(VENV)/.installed

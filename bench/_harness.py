@@ -278,9 +278,10 @@ class RawRunc:
     any conmon-based agent). The bundles are copied from a pod edgelet made in the same run, so the baseline
     runs exactly the containers edgelet ran; pair `i` runs `sh -c command` with `/out` mounted as edgelet's did."""
 
-    def __init__(self, b: Bench, tag: str, *, conmon: bool = False, alone: bool = False) -> None:
+    def __init__(self, b: Bench, tag: str, *, conmon: bool = False, alone: bool = False, runtime: str = "runc") -> None:
         """`alone`: the container by itself, in namespaces runc makes for it (a fresh network namespace, no
-        pause process): the floor of a sandbox without an infra container."""
+        pause process): the floor of a sandbox without an infra container. `runtime`: the OCI runtime's binary
+        (runc, or crun: the same command line)."""
         import json
 
         from edgelet.images.store import ImageStore
@@ -296,10 +297,10 @@ class RawRunc:
             self.sandbox_cfg = pause_config(b, self.cont_cfg)
         self.layers = ImageStore(b.paths.root_dir / "images").get(IMAGE).layers
         self.root = b.base / f"baseline-{tag}"
-        self.runc = ["runc", "--root", str(self.root)]
+        self.runc = [runtime, "--root", str(self.root)]
         # A file, not a pipe: the container's process inherits runc's stdio and would hold a pipe open forever.
         self.errors = open(b.base / f"baseline-{tag}.err", "ab")
-        self.runc_path = shutil.which("runc") or "runc"
+        self.runc_path = shutil.which(runtime) or runtime
         self.conmon_path = shutil.which("conmon") or "conmon"
         self.exits = b.base / f"exits-{tag}"
         self.socks = b.base / f"socks-{tag}"

@@ -15,7 +15,10 @@ podman a private containers.conf/storage, so nothing touches /var/lib/containerd
 tools/kubelet.sh (`make bench-peers` installs and builds them). A system that cannot run is reported
 and left out. Redraws docs/peers.svg.
 
-Run: `.venv/bin/python bench/peers.py [--pods 20] [--idle 60] [--keep 10]`.
+`--runtime crun` runs every system on crun (edgelet's default handler, podman's runtime, containerd's runc
+shim's BinaryName, the raw baseline), so that a comparison on either runtime stays fair: run it once each way.
+
+Run: `.venv/bin/python bench/peers.py [--pods 20] [--idle 60] [--keep 10] [--runtime runc|crun]`.
 """
 
 from __future__ import annotations
@@ -197,14 +200,17 @@ def run(*argv: str, check: bool = True, timeout: float = 120, env: dict | None =
 class Edgelet:
     name = "edgelet"
 
-    def __init__(self, net: tuple[str, str]) -> None:
+    def __init__(self, net: tuple[str, str], runtime: str = "runc") -> None:
+        self.runtime = runtime
         self.b = Bench("peers")
         self.marker = str(self.b.base)
         self.cni = self.b.base / "cni"
         conflist(self.cni, f"bench-{net[0]}", net[0], net[1], self.b.base / "ipam")
 
     def start(self) -> None:
-        self.b.start_agent(f"--cni-conf-dir={self.cni}", "--cni-bin-dir=/usr/lib/cni")
+        self.b.start_agent(
+            f"--cni-conf-dir={self.cni}", "--cni-bin-dir=/usr/lib/cni", "--runtime-handler", self.runtime
+        )
 
     def start_pod(self, name: str, text: str, host_network: bool) -> float:
         return self.b.put_manifest(f"{name}.yaml", text)
@@ -231,7 +237,7 @@ class Edgelet:
 class Podman:
     name = "podman"
 
-    def __init__(self, net: tuple[str, str], archive: Path, pause: Path) -> None:
+    def __init__(self, net: tuple[str, str], archive: Path, pause: Path, runtime: str = "runc") -> None:
         self.base = Path(tempfile.mkdtemp(prefix="peers-podman-"))
         self.marker = str(self.base)
         self.net = f"bench-{net[0]}"
@@ -246,7 +252,7 @@ events_logger = "file"
 events_logfile_path = "{self.base / "events.log"}"
 infra_image = "{PAUSE_IMAGE}"
 lock_type = "file"
-runtime = "runc"
+runtime = "{runtime}"
 tmp_dir = "{self.base / "tmp"}"
 volume_path = "{self.base / "volumes"}"
 static_dir = "{self.base / "static"}"
@@ -355,7 +361,7 @@ runroot = "{self.base / "run"}"
 class Kubelet:
     name = "kubelet"
 
-    def __init__(self, net: tuple[str, str], archive: Path, pause: Path, kubelet: Path) -> None:
+    def __init__(self, net: tuple[str, str], archive: Path, pause: Path, kubelet: Path, runtime: str = "runc") -> None:
         self.base = Path(tempfile.mkdtemp(prefix="peers-kube-"))
         self.marker = str(self.base)
         self.kubelet = kubelet
@@ -401,7 +407,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
-        BinaryName = "{shutil.which("runc") or "runc"}"
+        BinaryName = "{shutil.which(runtime) or runtime}"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "{self.base / "cni"}"
@@ -633,14 +639,14 @@ def svg(lat: dict[tuple[str, str], list[float]], mem: dict[str, dict[str, float]
     return "\n".join(e) + "\n"
 
 
-def raw_runc(ed: Edgelet) -> RawRunc:
+def raw_runc(ed: Edgelet, runtime: str = "runc") -> RawRunc:
     """The floor, as bench/start_latency.py times it: edgelet's own hostNetwork bundles (pause + container)
     re-run by `runc create` + `start` by hand, the bundles written and the rootfs mounted before the clock."""
     from _harness import pause_config
 
     from edgelet.runtime.layout import ANN_HOST_NETWORK
 
-    raw = RawRunc(ed.b, "raw")
+    raw = RawRunc(ed.b, "raw", runtime=runtime)
     for pod in (ed.b.paths.root_dir / "pods").iterdir():
         cfg = pod / "sandbox" / "config.json"
         if not cfg.exists():
@@ -668,13 +674,14 @@ def main() -> None:
     ap.add_argument("--idle", type=float, default=60.0)
     ap.add_argument("--kubelet", type=Path, default=None, help="the kubelet binary (default: tools/kubelet.sh's)")
     ap.add_argument("--no-svg", action="store_true")
+    ap.add_argument("--runtime", choices=("runc", "crun"), default="runc", help="the OCI runtime of every system")
     args = ap.parse_args()
 
     tag = secrets.token_hex(2)
     nets = {n: (f"ebp{i}{tag}", f"10.250.{i}.0/24") for i, n in enumerate(("edgelet", "podman", "kubelet"), 1)}
     skipped: dict[str, str] = {}
     systems: list = []
-    ed = Edgelet(nets["edgelet"])
+    ed = Edgelet(nets["edgelet"], args.runtime)
     systems.append(ed)
     out = ed.b.base / "out"
     out.mkdir()
@@ -684,7 +691,7 @@ def main() -> None:
     try:
         if shutil.which("podman"):
             try:
-                systems.append(Podman(nets["podman"], ed.b.archive, pause))
+                systems.append(Podman(nets["podman"], ed.b.archive, pause, args.runtime))
             except (subprocess.CalledProcessError, OSError) as e:
                 skipped["podman"] = f"set-up failed: {getattr(e, 'stderr', e)}"
         else:
@@ -703,7 +710,7 @@ def main() -> None:
         elif not shutil.which("containerd"):
             skipped["kubelet"] = "containerd not installed (make bench-peers installs it)"
         else:
-            systems.append(Kubelet(nets["kubelet"], ed.b.archive, pause, kubelet))
+            systems.append(Kubelet(nets["kubelet"], ed.b.archive, pause, kubelet, args.runtime))
 
         for s in list(systems):
             try:
@@ -722,7 +729,7 @@ def main() -> None:
                 s.close()
 
         lat: dict[tuple[str, str], list[float]] = {}
-        raw = raw_runc(ed)
+        raw = raw_runc(ed, args.runtime)
         for var, hn in (("hostNetwork", True), ("CNI bridge", False)):
             for i in range(args.pods):
                 if hn:  # the raw floor takes its turn first, so it never follows the same system
@@ -773,6 +780,7 @@ def main() -> None:
             subprocess.run(["ip", "link", "del", bridge], capture_output=True)
 
     print(f"machine: {machine()}")
+    print(f"OCI runtime of every system: {args.runtime}")
     print(
         f"pods: {args.pods} per system and network mode, interleaved round-robin (after one warm-up pod each);"
         f" memory and idle CPU with {args.keep} hostNetwork pods each, idle over {args.idle:.0f} s"

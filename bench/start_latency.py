@@ -3,8 +3,12 @@ container's process running, against raw `runc create`+`start` of the same two b
 
 A second baseline runs the same bundles through conmon by hand, as edgelet
 does (one conmon per container, like CRI-O): the floor of any conmon-based agent.
+Where crun is installed (and can run here: see docs/runtime-handlers.md), the
+same run measures edgelet with crun as its default handler and raw crun (pause +
+container, and the container alone), and prints edgelet-on-crun's ratios to raw
+runc and raw crun (targets: at most 0.6x and 1.1x).
 
-Run as root: `.venv/bin/python bench/start_latency.py [--pods 20]`. Prints median and p90.
+Run as root: `.venv/bin/python bench/start_latency.py [--pods 20] [--no-crun]`. Prints median and p90.
 """
 
 from __future__ import annotations
@@ -43,14 +47,21 @@ def edgelet_latencies(b: Bench, n: int, out_dir: Path, *extra: str, prefix: str 
 
 
 def baseline(
-    b: Bench, n: int, out_dir: Path, *, conmon: bool, prepared: list[float] | None = None, alone: bool = False
+    b: Bench,
+    n: int,
+    out_dir: Path,
+    *,
+    conmon: bool,
+    prepared: list[float] | None = None,
+    alone: bool = False,
+    runtime: str = "runc",
 ) -> list[float]:
     """Re-run edgelet's own bundles (pause sandbox + container) by hand, n times: `runc create` + `start`,
     or with `conmon` running `runc create` as edgelet does (the floor any conmon-based agent has).
     The bundles are written and the overlay rootfs mounted before the clock starts; how long that took
     goes to `prepared` (edgelet's own latency includes it)."""
-    tag = "alone" if alone else "conmon" if conmon else "runc"
-    raw = RawRunc(b, tag, conmon=conmon, alone=alone)
+    tag = ("alone" if alone else "conmon" if conmon else "runc") + ("" if runtime == "runc" else runtime)
+    raw = RawRunc(b, tag, conmon=conmon, alone=alone, runtime=runtime)
     lat = []
     try:
         for i in range(n):
@@ -157,6 +168,27 @@ def cni_conf(base: Path) -> tuple[Path, str]:
     return conf, bridge
 
 
+def crun_usable() -> bool:
+    """crun is installed and this machine's cgroups let it run (a hybrid layout's cgroup2 mount holds nothing)."""
+    import shutil
+
+    from edgelet.cgroups.hybrid import problem
+
+    return shutil.which("crun") is not None and problem() is None
+
+
+def clear_pods(b: Bench, timeout: float = 300) -> None:
+    """Remove every manifest and wait for the agent to remove the pods (their dirs gone)."""
+    for manifest in b.manifests.iterdir():
+        manifest.unlink()
+    deadline = time.monotonic() + timeout
+    pods = b.paths.root_dir / "pods"
+    while any(pods.iterdir()) if pods.is_dir() else False:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the agent did not remove the pods within {timeout:g}s")
+        time.sleep(0.2)
+
+
 def stop_agent(b: Bench) -> None:
     if b.proc is not None:
         b.proc.terminate()
@@ -168,11 +200,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--pods", type=int, default=20)
     ap.add_argument("--no-cni", action="store_true", help="skip the CNI bridge-networking pass")
+    ap.add_argument("--no-crun", action="store_true", help="skip the crun passes (edgelet on crun, raw crun)")
     args = ap.parse_args()
     b = Bench("latency")
     cni: list[float] = []
     cni_raw: list[float] = []
+    on_crun: list[float] = []
     rss = {}
+    crun = not args.no_crun and crun_usable()
     bridge = None
     try:
         out_dir = b.base / "out"
@@ -187,10 +222,19 @@ def main() -> None:
                 b, args.pods, out_dir, f"--cni-conf-dir={conf}", "--cni-bin-dir=/usr/lib/cni", prefix="n"
             )
             rss["cni"] = memory_mb(b.proc.pid)[0]
+        if crun:
+            # The same agent with crun as the default handler, on a node emptied first (as the runc pass
+            # started): new pods run on crun.
+            clear_pods(b)
+            stop_agent(b)
+            on_crun = edgelet_latencies(b, args.pods, out_dir, "--runtime-handler", "crun", prefix="c")
         prep: list[float] = []
         base = baseline(b, args.pods, out_dir, conmon=False, prepared=prep)
         floor = baseline(b, args.pods, out_dir, conmon=True)
         alone = baseline(b, args.pods, out_dir, conmon=False, alone=True)
+        if crun:
+            raw_crun = baseline(b, args.pods, out_dir, conmon=False, runtime="crun")
+            crun_alone = baseline(b, args.pods, out_dir, conmon=False, alone=True, runtime="crun")
         if cni:
             cni_raw = baseline_cni(b, args.pods, out_dir, conf)
     finally:
@@ -217,6 +261,12 @@ def main() -> None:
     ]
     if cni_raw:
         rows.append(("raw runc, container alone + the CNI chain by hand", cni_raw))
+    if on_crun:
+        rows += [
+            ("edgelet on crun rename->running", on_crun),
+            ("raw crun create+start x2", raw_crun),
+            ("raw crun, container alone in a fresh netns", crun_alone),
+        ]
     for label, v in rows:
         print(f"{label}: median {statistics.median(v) * 1000:.1f} ms  p90 {percentile(v, 0.9) * 1000:.1f} ms")
     print(
@@ -232,6 +282,23 @@ def main() -> None:
         f"not in the raw baselines' time: writing the two bundles and mounting the overlay rootfs, median"
         f" {statistics.median(prep) * 1000:.1f} ms (edgelet does it between rename and running)"
     )
+    if on_crun:
+        for label, v, target in (
+            ("raw runc create+start x2", base, 0.6),
+            ("raw crun create+start x2", raw_crun, 1.1),
+            ("raw crun, container alone", crun_alone, None),
+        ):
+            goal = f"  (target <= {target}x)" if target else ""
+            print(
+                f"edgelet on crun, ratio to {label} (median): {statistics.median(on_crun) / statistics.median(v):.2f}x"
+                f"  (p90): {percentile(on_crun, 0.9) / percentile(v, 0.9):.2f}x{goal}"
+            )
+        print(
+            f"edgelet on crun, ratio to edgelet on runc (median): {statistics.median(on_crun) / statistics.median(ed):.2f}x;"
+            f" raw crun to raw runc (median): {statistics.median(raw_crun) / statistics.median(base):.2f}x"
+        )
+    elif not args.no_crun:
+        print("crun: not measured (not installed, or it refuses this machine's cgroups: edgelet check says why)")
     if cni:
         print(
             f"CNI bridge networking, ratio to raw runc (median): {statistics.median(cni) / statistics.median(base):.2f}x;"

@@ -26,6 +26,7 @@ from edgelet.errors import EdgeletError
 from edgelet.util.duration import format_duration, parse_duration
 
 if TYPE_CHECKING:
+    from edgelet.runtime.handlers import HandlerConfig
     from edgelet.runtime.layout import RuntimePaths
 
 DEFAULT_CONFIG = Path("/etc/edgelet/config.toml")
@@ -356,6 +357,12 @@ def _taints(raw: Any, from_toml: bool) -> tuple[tuple[str, str, str], ...]:
     return tuple(out)
 
 
+def _runtime_handlers(raw: Any, from_toml: bool) -> tuple[tuple[str, HandlerConfig], ...]:
+    from edgelet.runtime.handlers import parse_handlers
+
+    return parse_handlers(raw, from_toml)
+
+
 def _opt(default: Any, parse: Parser, help: str, *, flags: tuple[str, ...] = (), metavar: str = "") -> Any:
     """Declare one key: its default, its parser, its help text and (rarely) extra flag spellings."""
     return field(default=default, metadata={"parse": parse, "help": help, "flags": flags, "metavar": metavar})
@@ -419,6 +426,16 @@ class Settings:
     )
     cgroup_root: str = _opt("/kubepods", _cgroup_parent, "cgroup parent of every pod", metavar="CGROUP")
     runtime: str = _opt("runc", _str(), "OCI runtime binary", metavar="PATH")
+    runtime_handlers: tuple[tuple[str, HandlerConfig], ...] = _opt(
+        (),
+        _runtime_handlers,
+        "OCI runtimes a pod picks with runtimeClassName, beside runc (the runtime binary) and crun where found "
+        "on PATH (TOML: a table of name = path, or name = {path, root}; env or flag: name=path,...)",
+        metavar="NAME=PATH",
+    )
+    runtime_handler: str = _opt(
+        "runc", _str(), "the runtime handler of a pod without runtimeClassName (runc, crun, ...)", metavar="NAME"
+    )
     conmon: str = _opt("conmon", _str(), "conmon binary", metavar="PATH")
     seccomp_default: bool = _opt(
         True,

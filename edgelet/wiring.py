@@ -143,8 +143,10 @@ def build_runtime(
     metrics: Metrics | None,
     on_warning: Callable[[Pod, str | None, str, str], None],
 ) -> RuncRuntime:
-    """The runc runtime over the pod network, instrumented when the local API serves metrics."""
+    """The OCI runtime (runc, crun: each pod on its handler) over the pod network, instrumented when the local API
+    serves metrics."""
     from edgelet.network.manager import PodNetwork
+    from edgelet.runtime.handlers import resolve_handlers
     from edgelet.runtime.logrotation import backstop_size
     from edgelet.runtime.runc_runtime import RuncRuntime
 
@@ -179,6 +181,8 @@ def build_runtime(
         on_warning=on_warning,
         log_size_max=backstop_size(settings.container_log_max_size),
         infra_container=settings.pod_infra_container,
+        runtime_handlers=resolve_handlers(settings.runtime_handlers, settings.runtime),
+        runtime_handler=settings.runtime_handler,
     )
     if metrics is None:
         return runtime

@@ -41,7 +41,7 @@ IMAGE_PACKAGES=(
     linux-image-arm64 raspi-firmware initramfs-tools                     # kernel and the Pi's boot files
     openssh-server ca-certificates iproute2 iputils-ping less nano       # a shell for a person
     cloud-guest-utils e2fsprogs fdisk                                    # grow the root at first boot
-    runc conmon catatonit containernetworking-plugins                     # what pods run on
+    runc crun conmon catatonit containernetworking-plugins                # what pods run on (crun: a handler)
     wireguard-go wireguard-tools                                          # --wireguard-config (docs/tunnel.md)
 )
 

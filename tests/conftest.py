@@ -61,6 +61,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason=reason))
 
 
+@pytest.fixture(scope="session")
+def crun_ready() -> None:
+    """crun can run containers here: on a hybrid cgroup layout, the controllers its cgroup2 mount holds are
+    moved to v1 hierarchies first (docs/runtime-handlers.md); skips without crun."""
+    from edgelet.testing.crun import crun_skip_reason
+
+    reason = privileged_skip_reason() or crun_skip_reason()
+    if reason is not None:
+        pytest.skip(reason)
+
+
+@pytest.fixture(params=["runc", "crun"])
+def runtime_handler(request: pytest.FixtureRequest) -> str:
+    """The runtime handler a test runs its pods under, both in turn (crun made ready first)."""
+    if request.param == "crun":
+        request.getfixturevalue("crun_ready")
+    return request.param
+
+
 @pytest.fixture
 def specs_dir() -> Path:
     return SPECS

@@ -18,7 +18,7 @@ from typing import Literal, TextIO
 from edgelet.cli.common import EXIT_FAILURE, EXIT_OK
 from edgelet.settings import CARD_SECRETS, DEFAULT_CONFIG, Settings
 from edgelet.update.stage import off_reason
-from edgelet.util.proc import version_line
+from edgelet.util.proc import runtime_features, version_line
 
 Verdict = Literal["OK", "WARN", "FAIL"]
 MIN_FREE_BYTES = 1 << 30  # images and logs of a handful of pods
@@ -72,6 +72,11 @@ class HostFacts:
     tunnel: tuple[str, str] | None = None
     # Self-update: why it is off ("" when on), from the trusted keys and the `current` symlink.
     self_update_off: str = "not looked at"
+    # Runtime handlers: (name, resolved path or None, first line of --version, what `features` says), and the
+    # default's name; the hybrid cgroup layout crun refuses (the problem and its fix), None when not the case.
+    handlers: tuple[tuple[str, str | None, str, str], ...] = ()
+    default_handler: str = "runc"
+    hybrid_cgroups: str | None = None
 
 
 @dataclass(frozen=True)
@@ -119,6 +124,40 @@ def check_runtime(f: HostFacts) -> CheckResult:
             "install runc 1.1 or newer (Debian 12: apt-get install runc)",
         )
     return CheckResult(name, "OK", f"{f.runtime_path} {m.group(0)}")
+
+
+def check_handlers(f: HostFacts) -> CheckResult:
+    """Each runtime handler's binary, version and features; FAIL when the default's is missing, WARN for
+    another's (its pods are refused until it is installed)."""
+    name = "runtime handlers"
+    if not f.handlers:
+        return CheckResult(name, "OK", "runc only")
+    parts, verdict, hint = [], "OK", ""
+    for handler, path, version, features in f.handlers:
+        label = f"{handler}{' (default)' if handler == f.default_handler else ''}"
+        if path is None:
+            parts.append(f"{label}: not found")
+            verdict = "FAIL" if handler == f.default_handler else ("WARN" if verdict == "OK" else verdict)
+            hint = f"install {handler} (apt-get install {handler}) or fix its path in [runtime_handlers]"
+            continue
+        m = _VERSION.search(version)
+        parts.append(f"{label}: {path} {m.group(0) if m else '(version unknown)'}, {features}")
+    if f.default_handler not in {h[0] for h in f.handlers}:
+        verdict, hint = "FAIL", f"runtime_handler {f.default_handler!r} is none of them: name one of them"
+    return CheckResult(name, verdict, "; ".join(parts), hint)  # type: ignore[arg-type]
+
+
+def check_crun_cgroups(f: HostFacts) -> CheckResult:
+    """crun refuses the hybrid cgroup layout whose cgroup2 mount still holds a controller (see cgroups.hybrid)."""
+    name = "cgroups for crun"
+    crun = [h for h, path, _, _ in f.handlers if path is not None and Path(path).name == "crun"]
+    if not crun:
+        return CheckResult(name, "OK", "no crun handler")
+    if f.hybrid_cgroups is None:
+        return CheckResult(name, "OK", "crun can run containers here")
+    problem, _, fix = f.hybrid_cgroups.partition("; fix (as root, at every boot): ")
+    verdict = "FAIL" if f.default_handler in crun else "WARN"
+    return CheckResult(name, verdict, f"{problem} (pods of {', '.join(crun)} fail)", fix)  # type: ignore[arg-type]
 
 
 def check_conmon(f: HostFacts) -> CheckResult:
@@ -385,6 +424,8 @@ CHECKS: tuple[Callable[[HostFacts], CheckResult], ...] = (
     check_kubeconfig,
     check_tunnel,
     check_self_update,
+    check_handlers,
+    check_crun_cgroups,
 )
 
 
@@ -590,10 +631,14 @@ def gather_facts(
     kubeconfig: Path | None = None,
     wireguard_config: Path | None = None,
     update_current: Path | None = None,
+    handlers: dict[str, str] | None = None,
+    default_handler: str = "runc",
 ) -> HostFacts:
-    """Look at this machine once."""
+    """Look at this machine once; `handlers` maps each runtime handler's name to its binary."""
     from edgelet.cgroups.controllers import probe_cmdline_file
+    from edgelet.cgroups.hybrid import problem as hybrid_problem
     from edgelet.runtime.bundle import probe_recursive_read_only
+    from edgelet.runtime.handlers import features_summary, parse_features
     from edgelet.runtime.host import parse_cap_mask
     from edgelet.runtime.rootfs import probe_overlay
 
@@ -649,10 +694,23 @@ def gather_facts(
         card_rejected=() if card_dir is None else rejected_card_secrets(DEFAULT_CONFIG.parent),
         tunnel=tunnel_status(wireguard_config, root_dir) if wireguard_config is not None else None,
         self_update_off=off_reason(trusted_keys is not None, update_current) if update_current else "not looked at",
+        handlers=tuple(
+            (
+                name,
+                shutil.which(binary),
+                _version(shutil.which(binary)),
+                features_summary(parse_features(runtime_features(binary))),
+            )
+            for name, binary in sorted((handlers or {}).items())
+        ),
+        default_handler=default_handler,
+        hybrid_cgroups=hybrid_problem(),
     )
 
 
 def cmd_check(settings: Settings, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from edgelet.runtime.handlers import resolve_handlers
+
     facts = gather_facts(
         runtime=settings.runtime,
         conmon=settings.conmon,
@@ -667,6 +725,10 @@ def cmd_check(settings: Settings, args: argparse.Namespace, out: TextIO, err: Te
         kubeconfig=settings.kubeconfig,
         wireguard_config=settings.wireguard_config,
         update_current=settings.update_current,
+        handlers={
+            name: cfg.path for name, cfg in resolve_handlers(settings.runtime_handlers, settings.runtime).items()
+        },
+        default_handler=settings.runtime_handler,
     )
     results = run_checks(facts)
     print(format_results(results), file=out)

@@ -393,10 +393,15 @@ def _events(w: _Writer, events: Sequence[Event], now: float) -> None:
 
 
 def describe_pod(
-    pod: dict[str, Any], events: Sequence[Event], now: float, pulls: Mapping[str, Sequence[int]] | None = None
+    pod: dict[str, Any],
+    events: Sequence[Event],
+    now: float,
+    pulls: Mapping[str, Sequence[int]] | None = None,
+    runtime_handler: str = "",
 ) -> str:
     """`kubectl describe pod` of one Pod object (as the snapshot holds it) and its events; a container waiting
-    for a pull under way (`pulls`: image -> [done, total]) shows how far it is."""
+    for a pull under way (`pulls`: image -> [done, total]) shows how far it is. `runtime_handler`: the one its
+    sandbox runs under (kubelet's pods have no such line: their RuntimeClass object names it)."""
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
     status = pod.get("status") or {}
@@ -409,6 +414,8 @@ def describe_pod(
         w.w(0, f"Priority Class Name:\t{spec['priorityClassName']}\n")
     if spec.get("runtimeClassName"):
         w.w(0, f"Runtime Class Name:\t{spec['runtimeClassName']}\n")
+    if runtime_handler:
+        w.w(0, f"Runtime Handler:\t{runtime_handler}\n")
     if spec.get("serviceAccountName"):
         w.w(0, f"Service Account:\t{spec['serviceAccountName']}\n")
     node = spec.get("nodeName")

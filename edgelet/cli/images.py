@@ -93,9 +93,17 @@ def cmd_images_change(settings: Settings, args: argparse.Namespace, out: TextIO,
     from edgelet.util.clock import RealClock
 
     async def in_use() -> set[str]:
+        from edgelet.runtime.handlers import resolve_handlers
         from edgelet.runtime.runc_runtime import RuncRuntime
 
-        rt = RuncRuntime(settings.runtime_paths(), runtime_bin=settings.runtime, conmon_bin=settings.conmon)
+        # Every handler's containers: an image a crun pod runs is in use as much as a runc pod's.
+        rt = RuncRuntime(
+            settings.runtime_paths(),
+            runtime_bin=settings.runtime,
+            conmon_bin=settings.conmon,
+            runtime_handlers=resolve_handlers(settings.runtime_handlers, settings.runtime),
+            runtime_handler=settings.runtime_handler,
+        )
         return {c.image for p in (await rt.list_pods()).values() for c in p.containers if c.image}
 
     gc = ImageGC(store, in_use, RealClock(), min_age=0.0)

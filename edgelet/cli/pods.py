@@ -44,7 +44,7 @@ def pods_table(snapshot: PodsSnapshot, now: float, *, wide: bool = False) -> str
         header += ["IP", "NODE", "NOMINATED NODE", "READINESS GATES"]
     header.append("SOURCE")
     if wide:
-        header += ["UID", "ORIGIN", "MESSAGE"]
+        header += ["UID", "ORIGIN", "RUNTIME", "MESSAGE"]
     rows = [header]
     for p in sorted(snapshot.pods, key=lambda p: (p.namespace, p.name)):
         row = [p.namespace, p.name, p.ready, p.status, str(p.restarts), format_age(now - p.created)]
@@ -52,7 +52,12 @@ def pods_table(snapshot: PodsSnapshot, now: float, *, wide: bool = False) -> str
             row += wide_columns(p)
         row.append(p.source)
         if wide:
-            row += [p.uid, p.origin, "; ".join(m for m in (pulls_message(p, snapshot.pulls), p.message) if m)]
+            row += [
+                p.uid,
+                p.origin,
+                p.runtime_handler or "<none>",
+                "; ".join(m for m in (pulls_message(p, snapshot.pulls), p.message) if m),
+            ]
         rows.append(row)
     return format_table(rows)
 
@@ -170,5 +175,5 @@ def cmd_describe(settings: Settings, args: argparse.Namespace, out: TextIO, err:
         and (not e.object.uid or e.object.uid == row.uid)
     ]
     (obj,) = describe.pod_objects([row])
-    out.write(describe.describe_pod(obj, events, common.clock.now(), snapshot.pulls))
+    out.write(describe.describe_pod(obj, events, common.clock.now(), snapshot.pulls, row.runtime_handler))
     return EXIT_OK

@@ -1,4 +1,4 @@
-"""`edgelet version`: edgelet's own version and build commit, and those of the runtime and conmon."""
+"""`edgelet version`: edgelet's own version and build commit, and those of the runtime handlers and conmon."""
 
 from __future__ import annotations
 
@@ -30,5 +30,11 @@ def source_commit() -> str:
 def cmd_version(settings: Settings, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     print(f"edgelet {__version__} (commit {source_commit()})", file=out)
     print(f"{Path(settings.runtime).name}: {tool_version(settings.runtime)}", file=out)
+    from edgelet.runtime.handlers import resolve_handlers
+
+    # The other runtime handlers (crun where installed, and the configured ones), by name.
+    for name, cfg in sorted(resolve_handlers(settings.runtime_handlers, settings.runtime).items()):
+        if name != "runc":
+            print(f"{name}: {tool_version(cfg.path)}", file=out)
     print(f"{Path(settings.conmon).name}: {tool_version(settings.conmon)}", file=out)
     return EXIT_OK

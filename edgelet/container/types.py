@@ -53,6 +53,8 @@ class SandboxRecord:
     # False: no pause process (pid None); the pod's namespaces are the files of `namespaces` (OCI type, path).
     infra: bool = True
     namespaces: tuple[tuple[str, str], ...] = ()
+    # The runtime handler (runc, crun...) it was made with: its containers, new ones too, run under it.
+    runtime_handler: str = "runc"
 
     def netns_path(self) -> str | None:
         """The network namespace file its containers joined (None with hostNetwork or when none is known)."""

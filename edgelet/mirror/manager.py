@@ -393,7 +393,7 @@ class MirrorManager:
             except ApiStatusError as exc:
                 if exc.status == 409:  # one exists we did not know of: read it, decide next round
                     obj = await self._c.request("GET", f"/api/v1/namespaces/{q(ns)}/pods/{q(key.split('/', 1)[1])}")
-                elif self._link_error(exc):
+                elif self._link_error(exc) and not admission_refused(exc):
                     raise
                 else:
                     self._item_backoff.next(("create", key), mono)
@@ -644,7 +644,20 @@ def _node_ref(node: str, uid: str) -> Any:
     return InvolvedObject(kind="Node", name=node, uid=uid)
 
 
+def admission_refused(exc: BaseException) -> bool:
+    """A 403 that refuses this one pod (an admission plugin's "pod rejected: ...", e.g. a runtimeClassName whose
+    RuntimeClass the cluster lacks), not the node's identity: the other mirrors and statuses go on."""
+    return isinstance(exc, ApiStatusError) and exc.status == 403 and "pod rejected:" in exc.server_message
+
+
 def _describe(exc: BaseException) -> str:
+    if admission_refused(exc) and "RuntimeClass" in str(exc):
+        return (
+            f"{exc} (static pods name edgelet's runtime handler in runtimeClassName; the cluster's RuntimeClass"
+            " admission wants the object: create a RuntimeClass of that name whose handler is the same name)"
+        )
+    if admission_refused(exc):
+        return str(exc)
     if isinstance(exc, ApiStatusError) and exc.status == 403:
         return f"{exc} (forbidden: the node's identity must be system:node:<name> in group system:nodes)"
     return str(exc)

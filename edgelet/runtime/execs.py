@@ -33,10 +33,10 @@ def _kill_pid_file(pid_file: Path) -> None:
 
 
 class Execs:
-    """`runc exec` through `runner`, with the pid and process files under `exec_dir`."""
+    """`runc exec` through `runner`, with the pid and process files under `exec_dir`; each call names the runtime
+    handler (`Runc`) the container runs under."""
 
-    def __init__(self, runc: Runc, runner: _exec.Runner, exec_dir: Path) -> None:
-        self.runc = runc
+    def __init__(self, runner: _exec.Runner, exec_dir: Path) -> None:
         self.runner = runner
         self.exec_dir = exec_dir
         # Names this agent's exec scratch files, so the start sweep tells an earlier agent's apart.
@@ -46,7 +46,7 @@ class Execs:
         self.exec_dir.mkdir(parents=True, exist_ok=True)
         return self.exec_dir / f"{self.prefix}-{container_id[:12]}-{secrets.token_hex(6)}"
 
-    async def run(self, container_id: str, argv: Sequence[str], timeout: float | None) -> _exec.Completed:
+    async def run(self, runc: Runc, container_id: str, argv: Sequence[str], timeout: float | None) -> _exec.Completed:
         """`runc exec` `argv` in the container and wait for it; never raises on a non-zero exit.
 
         Raises ExecTimeout when `timeout` passes. Killing `runc exec` alone would
@@ -55,7 +55,7 @@ class Execs:
         containerd's ExecSync does.
         """
         pid_file = self._scratch(container_id).with_suffix(".pid")
-        cmd = self.runc.argv("exec", "--pid-file", str(pid_file), container_id, *argv)
+        cmd = runc.argv("exec", "--pid-file", str(pid_file), container_id, *argv)
         try:
             return await self.runner(cmd, timeout=timeout, check=False)
         except (ExecTimeout, asyncio.CancelledError):
@@ -66,6 +66,7 @@ class Execs:
 
     async def start(
         self,
+        runc: Runc,
         container_id: str,
         bundle_of: Callable[[str], Awaitable[Path | None]],
         argv: Sequence[str],
@@ -81,7 +82,7 @@ class Execs:
         # Only `edgelet exec` and the node API's exec need it (with termios): not an idle agent.
         from edgelet.runtime.execsession import ExecSession, ExecSessionError, build_exec_process, terminal_size
 
-        state = await self.runc.state(container_id)
+        state = await runc.state(container_id)
         status = (state or {}).get("status", "unknown to runc")
         if status != "running":
             raise ExecSessionError(f"container {container_id[:12]} is not running ({status})")
@@ -102,13 +103,13 @@ class Execs:
         fd = os.open(process_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
             json.dump(spec, f)
-        cmd = self.runc.argv("exec", "--process", str(process_file), "--pid-file", str(pid_file), container_id)
+        cmd = runc.argv("exec", "--process", str(process_file), "--pid-file", str(pid_file), container_id)
         try:
             process = await _exec.start(cmd, stdin=stdin, stdout=stdout, stderr=stderr)
         except ExecError:
             process_file.unlink(missing_ok=True)
             raise
-        return ExecSession(process, pid_file, process_file)
+        return ExecSession(process, pid_file, process_file, copy_winsize=tty and not runc.relays_resize)
 
     def sweep(self) -> int:
         """At start: the exec scratch of an agent killed during an exec (its process spec holds the container's

@@ -65,6 +65,22 @@ def build_exec_process(
     return spec
 
 
+def copy_winsize(runtime_pid: int, command_pid: int) -> None:
+    """Give the command's terminal (its stdin, the pty the runtime made inside the container) the size of the
+    runtime's own (the client's terminal). Both are reached through /proc: the agent keeps no descriptor of
+    either. Setting the size sends the command's foreground process group its SIGWINCH."""
+    fd = os.open(f"/proc/{runtime_pid}/fd/0", os.O_RDONLY | os.O_NOCTTY | os.O_NONBLOCK)
+    try:
+        size = fcntl.ioctl(fd, termios.TIOCGWINSZ, bytes(8))
+    finally:
+        os.close(fd)
+    fd = os.open(f"/proc/{command_pid}/fd/0", os.O_RDONLY | os.O_NOCTTY | os.O_NONBLOCK)
+    try:
+        fcntl.ioctl(fd, termios.TIOCSWINSZ, size)
+    finally:
+        os.close(fd)
+
+
 def terminal_size(fd: int) -> tuple[int, int] | None:
     """The (width, height) of the terminal `fd`; None when it is no terminal."""
     try:
@@ -81,6 +97,9 @@ class ExecSession:
     process: asyncio.subprocess.Process
     pid_file: Path
     process_file: Path
+    # The runtime does not resize the command's pty on SIGWINCH (crun 1.8's foreground terminal): the session
+    # copies the size of the runtime's terminal to the command's itself.
+    copy_winsize: bool = False
 
     @property
     def pid(self) -> int:
@@ -92,6 +111,9 @@ class ExecSession:
             raise ExecSessionError(f"signal {signum} may not be forwarded")
         with contextlib.suppress(ProcessLookupError):
             self.process.send_signal(signum)
+        if signum == signal.SIGWINCH and self.copy_winsize:
+            with contextlib.suppress(OSError, ValueError):
+                copy_winsize(self.process.pid, int(self.pid_file.read_text().strip()))
 
     async def wait(self) -> int:
         """The command's exit code as runc reports it (128+N when killed by signal N)."""

@@ -28,6 +28,8 @@ ANN_HOST_NETWORK = "io.edgelet.host-network"  # lets a rebuilt SandboxRecord say
 # A sandbox bundle without ANN_INFRA (an older edgelet's) has its pause process.
 ANN_INFRA = "io.edgelet.infra"
 ANN_NAMESPACES = "io.edgelet.namespaces"
+# The runtime handler (runc, crun...) a sandbox and its containers run under; a record without it is runc's.
+ANN_RUNTIME_HANDLER = "io.edgelet.runtime-handler"
 # What reading an exited container's termination message needs, fixed when it is created as kubelet keeps
 # it in the container's annotations: a bundle without them (an older edgelet's) reads as "File" and "true".
 ANN_TERMINATION_MESSAGE_POLICY = "io.kubernetes.container.terminationMessagePolicy"  # File | FallbackToLogsOnError
@@ -49,6 +51,10 @@ class RuntimePaths:
     @property
     def runc_root(self) -> Path:
         return self.run_dir / "runc"
+
+    def handler_root(self, name: str) -> Path:
+        """The state root of runtime handler `name`: runc's stays where every earlier edgelet kept it."""
+        return self.runc_root if name == "runc" else self.run_dir / "runtimes" / name
 
     @property
     def exit_dir(self) -> Path:

@@ -1,5 +1,6 @@
-"""Gathering the actual state (I/O): every runc container plus the bundles on disk runc no longer knows, with
-their exit files, start times, OOM kills and termination messages; `runtime.state` judges what is gathered.
+"""Gathering the actual state (I/O): every container of every runtime handler plus the bundles on disk no
+runtime knows any more, with their exit files, start times, OOM kills and termination messages; `runtime.state`
+judges what is gathered.
 
 Nothing is kept only in memory: a fresh instance observes what an earlier edgelet started. What is cached
 (bundle paths, termination messages read after a recorded exit, OOM counters read) is only a shortcut and is
@@ -11,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from collections.abc import Callable, Mapping
+import os
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +22,7 @@ from edgelet.container.types import ContainerRecord
 from edgelet.runtime import bundle as bl
 from edgelet.runtime import conmon
 from edgelet.runtime.host import CGROUP_MOUNT
-from edgelet.runtime.layout import ANN_KIND, ANN_POD_UID, KIND_CONTAINER, RuntimePaths
+from edgelet.runtime.layout import ANN_KIND, ANN_POD_UID, ANN_RUNTIME_HANDLER, KIND_CONTAINER, RuntimePaths
 from edgelet.runtime.runc import Runc
 from edgelet.runtime.state import ExitInfo, Observed, build_record, judge_state
 from edgelet.runtime.termination import termination_message
@@ -48,6 +50,16 @@ def read_exit(path: Path, now: float) -> ExitInfo | None:
         return ExitInfo(None, st.st_mtime)
 
 
+def _holds_any(root: Path) -> bool:
+    """Whether a runtime's state root holds an entry (a container's state dir): without one, its `list` is
+    empty."""
+    try:
+        with os.scandir(root) as entries:
+            return any(True for _ in entries)
+    except OSError:
+        return False
+
+
 def _read_float(path: Path) -> float | None:
     try:
         return float(path.read_text().strip())
@@ -56,24 +68,32 @@ def _read_float(path: Path) -> float | None:
 
 
 class Observer:
-    """Observes the runtime's containers and sandboxes; `kind_of` names the sandbox kind of a bundle's
-    annotations (None for a container), which says how a sandbox without a monitored process is live."""
+    """Observes the runtime's containers and sandboxes, under every handler in `runcs` (the first, the default,
+    always listed; the others only while their root holds a container, so that a node whose pods all run on
+    the default spawns no second `list` per relist); `kind_of` names the
+    sandbox kind of a bundle's annotations (None for a container), which says how a sandbox without a monitored
+    process is live."""
 
     def __init__(
         self,
         paths: RuntimePaths,
-        runc: Runc,
+        runcs: Sequence[Runc],
         clock: Clock,
         *,
         pod_cgroups: Callable[[str], list[str]],
         kind_of: Callable[[Mapping[str, str]], SandboxKind | None],
     ) -> None:
         self.paths = paths
-        self.runc = runc
+        self.runcs = list(runcs)
         self.clock = clock
         self.pod_cgroups = pod_cgroups
         self.kind_of = kind_of
         self.bundles: dict[str, Path] = {}  # container id -> bundle dir, refreshed by every observation
+        # Container id -> the name of the handler that holds it (or, once none does, its record names).
+        self.handlers: dict[str, str] = {}
+        # Annotations of the containers whose handler's `list` omits them (crun's), read once from the bundle:
+        # a container's annotations never change.
+        self.annotations: dict[str, dict[str, str]] = {}
         # Termination messages of exited containers by id: read once conmon recorded the exit, since an exited
         # container's files no longer change; an entry goes with its container (`forget`, or a relist that
         # misses it).
@@ -82,8 +102,19 @@ class Observer:
 
     async def observe(self, uid: str | None = None) -> list[Observed]:
         """Every container and sandbox (of pod `uid` only, when given)."""
-        entries = {entry["id"]: entry for entry in await self.runc.list() if entry.get("id")}
+        runcs = [self.runcs[0], *[r for r in self.runcs[1:] if await asyncio.to_thread(_holds_any, r.root)]]
+        listings = await asyncio.gather(*(runc.list() for runc in runcs))
+        entries: dict[str, dict[str, Any]] = {}
+        for runc, listing in zip(runcs, listings, strict=True):
+            for entry in listing:
+                if entry.get("id"):
+                    entry["_handler"] = runc.name
+                    entries[entry["id"]] = entry
         return await asyncio.to_thread(self.scan_disk, entries, uid)
+
+    def handler_of(self, cid: str) -> str | None:
+        """The name of the handler that held the container at the last observation (or that created it)."""
+        return self.handlers.get(cid)
 
     async def bundle_of(self, cid: str) -> Path | None:
         known = self.bundles.get(cid)
@@ -97,6 +128,8 @@ class Observer:
         self.oom_checked.discard(cid)
         self.bundles.pop(cid, None)
         self.messages.pop(cid, None)
+        self.handlers.pop(cid, None)
+        self.annotations.pop(cid, None)
 
     def observe_bundle(
         self, cid: str, ann: Mapping[str, str], entry: Mapping[str, Any] | None, bundle: Path | None
@@ -171,12 +204,13 @@ class Observer:
         """Observe every runc container plus the bundles on disk runc no longer knows (blocking I/O)."""
         observed: list[Observed] = []
         for cid, entry in entries.items():
-            ann = entry.get("annotations") or {}
+            bundle = Path(entry["bundle"]) if entry.get("bundle") else None
+            ann = entry.get("annotations") or self._bundle_annotations(cid, bundle)
             if ANN_KIND not in ann or (uid is not None and ann.get(ANN_POD_UID) != uid):
                 continue
-            bundle = Path(entry["bundle"]) if entry.get("bundle") else None
             if bundle is not None:
                 self.bundles[cid] = bundle
+            self.handlers[cid] = entry.get("_handler") or ann.get(ANN_RUNTIME_HANDLER) or "runc"
             observed.append(self.observe_bundle(cid, ann, entry, bundle))
         observed.extend(self._scan_orphan_bundles(entries, uid))
         if uid is None:
@@ -187,7 +221,25 @@ class Observer:
                 self.messages.pop(cid, None)
             for cid in [c for c in list(self.oom_checked) if c not in seen]:
                 self.oom_checked.discard(cid)
+            for cid in [c for c in list(self.annotations) if c not in entries]:
+                self.annotations.pop(cid, None)
         return observed
+
+    def _bundle_annotations(self, cid: str, bundle: Path | None) -> dict[str, str]:
+        """The annotations of a container whose listing lacks them (crun's `list` prints none; `state` does),
+        from its bundle's config.json: {} when it cannot be read (being created or removed right now)."""
+        known = self.annotations.get(cid)
+        if known is not None:
+            return known
+        if bundle is None:
+            return {}
+        try:
+            ann = json.loads((bundle / bl.CONFIG).read_bytes()).get("annotations") or {}
+        except (OSError, ValueError, AttributeError):
+            return {}
+        if ANN_KIND in ann:
+            self.annotations[cid] = ann
+        return ann
 
     def _scan_orphan_bundles(self, entries: Mapping[str, Mapping[str, Any]], uid: str | None) -> list[Observed]:
         """The bundles of the pods' dirs that `runc list` did not name (sandboxes without a process, and
@@ -213,5 +265,6 @@ class Observer:
                 if ANN_KIND not in ann:
                     continue
                 self.bundles[cid] = bundle
+                self.handlers[cid] = ann.get(ANN_RUNTIME_HANDLER) or "runc"
                 observed.append(self.observe_bundle(cid, ann, None, bundle))
         return observed

@@ -1,4 +1,4 @@
-"""Thin async wrapper over the runc command line, bound to edgelet's private runc root."""
+"""Thin async wrapper over the OCI runtime command line (runc's, which crun shares), bound to a private root."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from typing import Any
 from edgelet.container.errors import ContainerNotFound, ExecError
 from edgelet.runtime import _exec
 
+# runc: "container does not exist"; crun: "error opening file `<root>/<id>/status`: No such file or directory"
+# (state, kill, start) and "cannot open directory '<root>/<id>': No such file or directory" (delete).
 _NOT_FOUND = ("does not exist", "not exist", "no such file")
 LIST_ATTEMPTS = 5
 Listing = list[dict[str, Any]]  # `runc list --format json` (named here: inside Runc, `list` is the method)
@@ -23,8 +25,20 @@ def _is_not_found(exc: ExecError) -> bool:
 class Runc:
     """`runc --root ROOT ...`; every call goes through the runner (`_exec.run` unless a test scripts it)."""
 
-    def __init__(self, binary: str, root: Path, *, timeout: float = 30, runner: _exec.Runner = _exec.run) -> None:
+    def __init__(
+        self,
+        binary: str,
+        root: Path,
+        *,
+        timeout: float = 30,
+        runner: _exec.Runner = _exec.run,
+        name: str = "runc",
+    ) -> None:
         self._exec = runner
+        self.name = name  # the runtime handler's name
+        # Whether `exec` with a terminal resizes the command's pty from its own on SIGWINCH: runc does, crun 1.8
+        # does not (its exec sessions copy the size themselves, see execsession.copy_winsize).
+        self.relays_resize = Path(binary).name != "crun"
         self.binary = binary
         self.root = Path(root)
         self.timeout = timeout

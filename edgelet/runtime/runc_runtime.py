@@ -53,6 +53,7 @@ from edgelet.runtime.containerprep import (
     unmount_bundle,
 )
 from edgelet.runtime.execs import Execs
+from edgelet.runtime.handlers import DEFAULT_HANDLER, HandlerConfig, RuntimeHandlers, admit_handler, pod_handler
 from edgelet.runtime.host import (
     HostFacts,
     probe_host_facts,
@@ -72,6 +73,7 @@ from edgelet.runtime.layout import (
     ANN_POD_NAME,
     ANN_POD_NAMESPACE,
     ANN_POD_UID,
+    ANN_RUNTIME_HANDLER,
     ANN_SANDBOX_ID,
     KIND_CONTAINER,
     KIND_SANDBOX,
@@ -137,9 +139,13 @@ class RuncRuntime:
         on_warning: Callable[[Pod, str | None, str, str], None] | None = None,
         log_size_max: int | None = None,
         infra_container: bool = False,
+        runtime_handlers: Mapping[str, HandlerConfig] | None = None,
+        runtime_handler: str = DEFAULT_HANDLER,
     ) -> None:
         """`seccomp_default` is kubelet's --seccomp-default; `on_warning(pod, container, reason, message)`
-        hears what a container runs without although asked (an AppArmor default that is not loaded)."""
+        hears what a container runs without although asked (an AppArmor default that is not loaded).
+        `runtime_handlers` (default: runc alone, from `runtime_bin`) are the OCI runtimes pods pick with
+        runtimeClassName; `runtime_handler` is the one of a pod without."""
         # True: every new sandbox runs a pause process, as before (--pod-infra-container); False: only the pods
         # that share their PID namespace get one.
         self.infra_container = infra_container
@@ -150,12 +156,17 @@ class RuncRuntime:
         self.allowed_unsafe_sysctls = allowed_unsafe_sysctls
         self.paths = paths
         self.on_warning = on_warning
-        # conmon execs the runtime by path, without a PATH search.
-        self.runtime_path = shutil.which(runtime_bin) or runtime_bin
+        self.handlers = RuntimeHandlers(
+            runtime_handlers if runtime_handlers is not None else {DEFAULT_HANDLER: HandlerConfig(runtime_bin)},
+            runtime_handler,
+            paths,
+            runner=runner,
+        )
         self.conmon_bin = shutil.which(conmon_bin) or conmon_bin
         self.clock: Clock = clock or RealClock()
         self.node_hostname = node_hostname or socket.gethostname()
-        self.runc = Runc(self.runtime_path, paths.runc_root, runner=runner)
+        self.runc = self.handlers.get(runtime_handler)  # the default handler's
+        self.runtime_path = self.runc.binary
         self.host = host_facts or probe_host_facts()
         self.security = SecurityFacts(
             paths.seccomp_dir, self.host, seccomp_default=seccomp_default, on_warning=on_warning
@@ -176,10 +187,14 @@ class RuncRuntime:
         # Asked in this order which kind an existing sandbox's record is; the infra kind last (see SandboxKind).
         self.sandbox_kinds: tuple[SandboxKind, ...] = (self.pinned, self.infra)
         self.observer = Observer(
-            paths, self.runc, self.clock, pod_cgroups=self.pod_cgroups, kind_of=self.kind_of_record
+            paths,
+            [self.runc, *(r for r in self.handlers.all() if r is not self.runc)],  # the default first
+            self.clock,
+            pod_cgroups=self.pod_cgroups,
+            kind_of=self.kind_of_record,
         )
         self._released: set[str] = set()  # exited containers whose runc state and rootfs mount are gone
-        self.execs = Execs(self.runc, runner, paths.exec_dir)
+        self.execs = Execs(runner, paths.exec_dir)
         # The exit dir must exist before anything watches it (PLEG's inotify).
         self._ensure_dirs()
 
@@ -193,9 +208,23 @@ class RuncRuntime:
         return self.cgroups.pod_max_pids
 
     def runc_for(self, pod: Pod | None) -> Runc:
-        """The OCI runtime (runc's command line) the pod's sandbox and containers run under: one per agent
-        today; the seam where a runtime handler chosen per pod (runtimeClassName) plugs in."""
-        return self.runc
+        """The runtime handler a new sandbox of `pod` runs under: its runtimeClassName's, else the default."""
+        return self.runc if pod is None else self.handlers.for_pod(pod)
+
+    def handler_name(self, pod: Pod) -> str:
+        """The name of the handler a new sandbox of `pod` gets (see handlers.pod_handler)."""
+        return pod_handler(pod, self.handlers.default)
+
+    async def runc_of(self, cid: str) -> Runc:
+        """The handler container (or sandbox) `cid` runs under, by what holds it or what its record says; the
+        default's for an id no handler and no bundle knows (asking it finds nothing, as for any gone id)."""
+        name = self.observer.handler_of(cid)
+        if name is None and len(self.handlers.runcs) == 1:
+            return self.runc
+        if name is None:
+            await self.observer.observe()
+            name = self.observer.handler_of(cid)
+        return self.runc if name is None else self.handlers.get(name)
 
     # ------------------------------------------------------------ paths and cgroups
 
@@ -214,8 +243,9 @@ class RuncRuntime:
         return self.cgroups.controllers()
 
     def admit(self, pod: Pod) -> Admission | None:
-        """Whether the pod's limits can be applied here (see PodCgroups.admit)."""
-        return self.cgroups.admit(pod)
+        """Whether the pod can run here: its runtime handler exists (see handlers.admit_handler), and its limits
+        can be applied (see PodCgroups.admit)."""
+        return admit_handler(pod, self.handlers.names, self.handlers.default) or self.cgroups.admit(pod)
 
     def cmdline_file(self) -> str | None:
         return self.cgroups.cmdline_file()
@@ -290,6 +320,7 @@ class RuncRuntime:
             uid=uid,
             layout=layout,
             sid=_new_id(),
+            handler=self.handler_name(pod),
             host_network=bool(pod.spec is not None and pod_spec(pod).host_network),
             hostname=bl.pod_hostname(pod, self.node_hostname, self.pod_files.cluster_domain),
             created=self.clock.now(),
@@ -301,6 +332,7 @@ class RuncRuntime:
         """run_sandbox's first half where the pod has a CNI network: everything but the plugin chain's ADD."""
         kind = self.kind_for_pod(pod)
         opening = await self._open_sandbox(pod, attempt)
+        self.observer.handlers[opening.sid] = opening.handler  # an undo of a half-made one asks it
         sandbox = await kind.create(opening)
         self.observer.bundles[sandbox.id] = opening.bundle
         return sandbox
@@ -436,6 +468,8 @@ class RuncRuntime:
                 bl.write_file(bundle / bl.CONFIG, json.dumps(config, indent=1))
                 return ctx
 
+            runc = self.handlers.get(sandbox.runtime_handler)  # its sandbox's, whatever the default is now
+            self.observer.handlers[cid] = runc.name  # an undo of a half-made one asks it
             # conmon starts up meanwhile and waits on its start pipe for the config (conmon.create's `start`).
             configured = asyncio.ensure_future(asyncio.to_thread(write_config))
             name = f"k8s_{container.name}_{pod_name}_{ns}_{uid}_{attempt}"
@@ -445,7 +479,7 @@ class RuncRuntime:
                     name,
                     bundle,
                     prepared_data.log_path,
-                    runc=self.runc_for(pod),
+                    runc=runc,
                     stdin=bool(container.stdin),
                     stdin_once=bool(container.stdin_once),
                     terminal=bool(container.tty),
@@ -594,7 +628,7 @@ class RuncRuntime:
     async def start_container(self, container_id: str) -> None:
         bundle = await self.observer.bundle_of(container_id)
         try:
-            await self.runc.start(container_id)
+            await (await self.runc_of(container_id)).start(container_id)
         except RuntimeError_ as exc:
             raise StartContainerError(f"container {container_id[:12]}: {exc}") from exc
         if bundle is not None:
@@ -605,7 +639,7 @@ class RuncRuntime:
         if await self._has_exited(container_id, bundle):
             return
         try:
-            await self.runc.kill(container_id, signal)
+            await (await self.runc_of(container_id)).kill(container_id, signal)
         except ExecError:
             if await self._has_exited(container_id, bundle):
                 return
@@ -620,7 +654,7 @@ class RuncRuntime:
     async def exec_sync(self, container_id: str, argv: Sequence[str], timeout: float | None) -> _exec.Completed:
         """`runc exec` `argv` in the container and wait for it (probes, hooks); never raises on a non-zero exit,
         ExecTimeout when `timeout` passes (the command killed, see Execs.run)."""
-        return await self.execs.run(container_id, argv, timeout)
+        return await self.execs.run(await self.runc_of(container_id), container_id, argv, timeout)
 
     async def start_exec(
         self, container_id: str, argv: Sequence[str], *, tty: bool, stdin: int, stdout: int, stderr: int
@@ -629,7 +663,14 @@ class RuncRuntime:
         descriptors; the caller waits for, signals or kills the returned session. ExecSessionError when the
         container is not running or has no bundle."""
         return await self.execs.start(
-            container_id, self.observer.bundle_of, argv, tty=tty, stdin=stdin, stdout=stdout, stderr=stderr
+            await self.runc_of(container_id),
+            container_id,
+            self.observer.bundle_of,
+            argv,
+            tty=tty,
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
         )
 
     async def kill_and_wait(self, cid: str, bundle: Path | None) -> None:
@@ -638,7 +679,7 @@ class RuncRuntime:
         try:
             # --all: every process in the container's cgroup, so processes survive neither in a pid namespace
             # shared with the sandbox (where the container's init is not pid 1) nor as re-parented orphans.
-            await self.runc.kill(cid, "SIGKILL", all=True)
+            await (await self.runc_of(cid)).kill(cid, "SIGKILL", all=True)
         except ExecError:
             if await self._has_exited(cid, bundle):
                 return
@@ -649,7 +690,7 @@ class RuncRuntime:
     async def _has_exited(self, cid: str, bundle: Path | None) -> bool:
         if (self.paths.exit_dir / cid).exists():
             return True
-        state = await self.runc.state(cid)
+        state = await (await self.runc_of(cid)).state(cid)
         if state is None:
             return True
         if state.get("status") != "stopped":
@@ -674,12 +715,13 @@ class RuncRuntime:
 
     async def remove_container(self, container_id: str) -> None:
         bundle = await self.observer.bundle_of(container_id)
+        runc = await self.runc_of(container_id)
         try:
-            await self.runc.delete(container_id, force=True)
+            await runc.delete(container_id, force=True)
         except ExecError:
             # A container runc cannot delete while processes linger: kill everything, then retry once.
             await self.kill_and_wait(container_id, bundle)
-            await self.runc.delete(container_id, force=True)
+            await runc.delete(container_id, force=True)
         crash_point("container.remove")
         if bundle is not None:
             # Let conmon record the exit of a force-deleted process before its exit file is removed.
@@ -711,8 +753,9 @@ class RuncRuntime:
         if conmon.is_alive(conmon.conmon_pid(bundle)):
             return  # conmon still drains the last output; the next sync releases it
         try:
-            if await self.runc.state(container_id) is not None:
-                await self.runc.delete(container_id, force=True)
+            runc = await self.runc_of(container_id)
+            if await runc.state(container_id) is not None:
+                await runc.delete(container_id, force=True)
             await asyncio.to_thread(rootfs.release_rootfs, bundle)
             # conmon is gone, so its socket entry serves nothing; the exit file stays: it is the record.
             await asyncio.to_thread((self.paths.socket_dir / container_id).unlink, missing_ok=True)
@@ -782,11 +825,12 @@ class RuncRuntime:
         """Remove a half-made container: its conmon, runc state, mounts, bundle, log link (logs stay)."""
         try:
             conmon.kill_conmon(bundle)
-            await self.runc.delete(cid, force=True)
+            await (await self.runc_of(cid)).delete(cid, force=True)
             await self._wait_monitor_gone(bundle, timeout=2.0)
             if link is not None and os.path.lexists(link):
                 link.unlink()
             await asyncio.to_thread(self.remove_files, cid, bundle)
+            self.observer.forget(cid)
         except (RuntimeError_, OSError) as exc:
             # The original error matters more; what is left shows in list_pods and is cleaned by the next sync.
             log.error("Cleanup after a failed create left things behind", exc, container=cid[:12], bundle=str(bundle))
@@ -877,6 +921,7 @@ def _container_annotations(
         ANN_LOG_PATH: str(log_path),
         ANN_CREATED: repr(created),
         ANN_GRACE: str(_pod_grace(pod)),
+        ANN_RUNTIME_HANDLER: sandbox.runtime_handler,
         # kubelet reads the message by what the container's annotations say, not by today's spec.
         **termination_annotations(container),
     }

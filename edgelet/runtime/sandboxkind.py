@@ -25,6 +25,7 @@ from edgelet.runtime.layout import (
     ANN_POD_NAME,
     ANN_POD_NAMESPACE,
     ANN_POD_UID,
+    ANN_RUNTIME_HANDLER,
     KIND_SANDBOX,
     RuntimePaths,
 )
@@ -58,6 +59,7 @@ class SandboxOpening:
     hostname: str
     created: float
     log_path: Path
+    handler: str = "runc"  # the runtime handler its pause process (if any) and its containers run under
 
     @property
     def bundle(self) -> Path:
@@ -77,6 +79,7 @@ class SandboxOpening:
             ANN_ATTEMPT: str(self.attempt),
             ANN_CREATED: repr(self.created),
             ANN_HOST_NETWORK: "true" if self.host_network else "false",
+            ANN_RUNTIME_HANDLER: self.handler,
         }
 
     def record(self, **fields: object) -> SandboxRecord:
@@ -89,6 +92,7 @@ class SandboxOpening:
             attempt=self.attempt,
             created_at=self.created,
             host_network=self.host_network,
+            runtime_handler=self.handler,
             **fields,  # type: ignore[arg-type]
         )
 

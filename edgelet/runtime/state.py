@@ -33,6 +33,7 @@ from edgelet.runtime.layout import (
     ANN_POD_NAME,
     ANN_POD_NAMESPACE,
     ANN_POD_UID,
+    ANN_RUNTIME_HANDLER,
     ANN_SANDBOX_ID,
     KIND_CONTAINER,
     KIND_SANDBOX,
@@ -184,6 +185,7 @@ def build_record(o: Observed) -> SandboxRecord | ContainerRecord | None:
             netns=ann.get(ANN_NETNS, ""),
             infra=ann.get(ANN_INFRA) != "false",
             namespaces=parse_namespaces(ann.get(ANN_NAMESPACES, "")),
+            runtime_handler=ann.get(ANN_RUNTIME_HANDLER) or "runc",
         )
     started = o.started_at
     if started is None and state != "created" and runc_created is not None and o.runc is not None:

@@ -168,6 +168,7 @@ class StatusPublisher:
                 + ([f"{condition[0]}: {condition[1]}"] if condition is not None else [])
             ),
             pod=pod_object(pod, status),
+            runtime_handler=rt.sandboxes[0].runtime_handler if rt.sandboxes else "",
         )
         self._pods[pod_uid(pod)] = PodEntry(pod, status, row)
         self._dirty.set()

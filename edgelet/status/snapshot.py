@@ -23,6 +23,8 @@ class PodRow(msgspec.Struct, kw_only=True):
     # The whole Pod (apiVersion, kind, metadata, spec and the full PodStatus) as the API would serve it,
     # for `edgelet pods -o yaml|json` and `edgelet describe pod`; None in snapshots of older agents.
     pod: dict[str, Any] | None = None
+    # The runtime handler (runc, crun...) its sandbox runs under; "" before it has one, or from older agents.
+    runtime_handler: str = ""
 
 
 class RejectedRow(msgspec.Struct, kw_only=True):

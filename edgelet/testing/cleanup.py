@@ -92,12 +92,19 @@ def remove_cgroups(cgroup_parent: str) -> None:
 
 
 def cleanup_all(base: Path, runc_root: Path, cgroup_parent: str | None, runtime: str = "runc") -> None:
-    """Tear down everything a test created under `base` (its temp dir)."""
-    for cid in runc_containers(runc_root, runtime):
-        subprocess.run([runtime, "--root", str(runc_root), "kill", cid, "KILL"], capture_output=True)
+    """Tear down everything a test created under `base` (its temp dir), under runc's root and every other
+    runtime handler's (`<run dir>/runtimes/<name>`, driven by the binary of that name)."""
+    roots = [(runtime, runc_root)]
+    others = runc_root.parent / "runtimes"
+    if others.is_dir():
+        roots += [(d.name, d) for d in sorted(others.iterdir()) if d.is_dir() and shutil.which(d.name)]
+    for binary, root in roots:
+        for cid in runc_containers(root, binary):
+            subprocess.run([binary, "--root", str(root), "kill", cid, "KILL"], capture_output=True)
     kill_processes_mentioning(str(base))
-    for cid in runc_containers(runc_root, runtime):
-        subprocess.run([runtime, "--root", str(runc_root), "delete", "-f", cid], capture_output=True)
+    for binary, root in roots:
+        for cid in runc_containers(root, binary):
+            subprocess.run([binary, "--root", str(root), "delete", "-f", cid], capture_output=True)
     unmount_under(base)
     if cgroup_parent:
         remove_cgroups(cgroup_parent)

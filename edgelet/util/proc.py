@@ -158,3 +158,16 @@ def version_line(binary: str, timeout: float = 10.0) -> str | None:
         return f"error: {exc}"
     text = (done.stdout or done.stderr).strip()
     return text.splitlines()[0] if text else f"no output (exit {done.returncode})"
+
+
+def runtime_features(binary: str, timeout: float = 10.0) -> str:
+    """What `<runtime> features` prints (OCI runtime-features JSON): "" when it fails (crun 1.8 has no such
+    command) or the binary is not installed. Used by `edgelet check`."""
+    path = shutil.which(binary)
+    if path is None:
+        return ""
+    try:
+        done = subprocess.run([path, "features"], capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return done.stdout if done.returncode == 0 else ""

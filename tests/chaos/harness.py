@@ -192,6 +192,9 @@ class Campaign:
         self.serial = 0
         self.base_archive = base_archive
         self.extra_args: list[str] = [*ROLLOUT_ARGS]  # more agent flags (the fault tests' runtime wrapper)
+        handler = os.environ.get("EDGELET_CHAOS_RUNTIME_HANDLER")
+        if handler:  # the whole campaign under another default handler (crun: make chaos-quick-crun)
+            self.extra_args += ["--runtime-handler", handler]
         self.env: dict[str, str] = {}  # more agent environment (the fault tests' clock offset)
         self.test_mounts: set[str] = set()  # mounts the test made itself (relative to the temp dir)
         self.archive_dir = agent.paths.root_dir.parent / "archives"
@@ -426,18 +429,9 @@ class Campaign:
         return {r["name"].removesuffix(f"-{NODE}"): r for r in snap.get("pods", [])}
 
     def _runc(self) -> list[dict]:
-        """`runc list`, tried again when it fails: runc 1.1.5's list races a concurrent delete, and an empty
-        answer would hide every container from the checks."""
-        for _ in range(20):
-            out = subprocess.run(
-                ["runc", "--root", str(self.agent.paths.runc_root), "list", "--format", "json"],
-                capture_output=True,
-                text=True,
-            )
-            if out.returncode == 0:
-                return json.loads(out.stdout or "null") or []
-            time.sleep(0.1)
-        raise AssertionError(f"runc list keeps failing: {out.stderr}")
+        """Every handler's `list` (runc's and crun's roots), tried again when one fails: runc 1.1.5's list races
+        a concurrent delete, and an empty answer would hide every container from the checks."""
+        return self.agent.runc_list(attempts=20)
 
     def converged(self) -> list[str]:
         """What still differs from the manifests (empty when settled)."""
@@ -642,7 +636,7 @@ class Campaign:
         for c in runc:
             if (c.get("annotations") or {}).get("io.kubernetes.pod.uid") not in uids:
                 out.append(f"runc state {c['id'][:12]} ({c.get('annotations', {}).get('io.kubernetes.pod.name')})")
-        for pid, cid in _conmons(str(p.runc_root)):
+        for pid, cid in _conmons(str(p.run_dir)):  # whichever handler's root their runtime args name
             if cid not in ids:
                 out.append(f"conmon {pid} for {cid[:12]}")
         base = str(p.root_dir.parent.resolve())
@@ -749,12 +743,12 @@ def _read(path: Path) -> str | None:
         return None
 
 
-def _conmons(runc_root: str) -> list[tuple[int, str]]:
-    """(pid, container id) of the conmons running under `runc_root`."""
+def _conmons(under: str) -> list[tuple[int, str]]:
+    """(pid, container id) of the conmons with an argument under `under` (a runtime root, or the run dir)."""
     return [
         (pid, argv[argv.index("-c") + 1] if "-c" in argv[:-1] else "?")
         for pid, argv in conmon_processes()
-        if runc_root in argv
+        if any(a == under or a.startswith(under + "/") for a in argv)
     ]
 
 

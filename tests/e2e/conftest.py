@@ -70,8 +70,9 @@ def wait_for(predicate, timeout: float = 20.0, interval: float = 0.05, what: str
 class AgentProc:
     """One edgelet process on a test's dirs; restartable to test adoption."""
 
-    def __init__(self, paths: RuntimePaths, manifests: Path, archive: Path) -> None:
+    def __init__(self, paths: RuntimePaths, manifests: Path, archive: Path, handler: str | None = None) -> None:
         self.paths = paths
+        self.handler = handler  # --runtime-handler (None: the agent's default, runc)
         self.manifests = manifests
         self.proc: subprocess.Popen | None = None
         self.log_path = paths.run_dir / "agent.log"
@@ -109,6 +110,7 @@ class AgentProc:
             "--eviction-hard=",
             "--cni-conf-dir",
             str(self.cni_conf_dir),
+            *(("--runtime-handler", self.handler) if self.handler else ()),
             *extra,
         ]
 
@@ -172,13 +174,40 @@ class AgentProc:
                 return row
         return None
 
-    def runc_list(self) -> list[dict]:
-        out = subprocess.run(
-            ["runc", "--root", str(self.paths.runc_root), "list", "--format", "json"],
-            capture_output=True,
-            text=True,
-        )
-        return json.loads(out.stdout or "null") or []
+    def runc_list(self, attempts: int = 1) -> list[dict]:
+        """Every container under every handler's root (runc's, and `runtimes/<name>` driven by the binary of
+        that name), each with its annotations (crun's list has none: they are read from the bundle). A list
+        that fails is tried again up to `attempts` times (runc 1.1.5's list races a concurrent delete), then
+        fails the test: an empty answer would hide every container."""
+        roots = [("runc", self.paths.runc_root)]
+        others = self.paths.run_dir / "runtimes"
+        if others.is_dir():
+            roots += [(d.name, d) for d in sorted(others.iterdir()) if d.is_dir()]
+        found = []
+        for binary, root in roots:
+            for attempt in range(attempts):
+                out = subprocess.run([binary, "--root", str(root), "list", "--format", "json"], capture_output=True)
+                if out.returncode == 0:
+                    break
+                if attempt == attempts - 1 and attempts > 1:
+                    raise AssertionError(f"{binary} list keeps failing: {out.stderr.decode(errors='replace')}")
+                time.sleep(0.1)
+            for entry in json.loads(out.stdout or b"null") or []:
+                if "annotations" not in entry:
+                    try:
+                        config = json.loads((Path(entry["bundle"]) / "config.json").read_bytes())
+                    except (OSError, ValueError, KeyError):
+                        config = {}
+                    entry["annotations"] = config.get("annotations") or {}
+                entry["handler"] = binary
+                found.append(entry)
+        return found
+
+    def runtime_argv(self, cid: str) -> list[str]:
+        """`<runtime> --root <its root>` of the handler that holds container `cid` (runc's when none does)."""
+        handler = next((c["handler"] for c in self.runc_list() if c["id"] == cid), "runc")
+        root = self.paths.runc_root if handler == "runc" else self.paths.run_dir / "runtimes" / handler
+        return [handler, "--root", str(root)]
 
     def containers_of(self, pod: str) -> list[dict]:
         full = f"{pod}-testnode"
@@ -194,8 +223,11 @@ class AgentProc:
 
 
 @pytest.fixture
-def agent(runtime_paths: RuntimePaths, busybox_archive: Path):
-    a = AgentProc(runtime_paths, runtime_paths.root_dir.parent / "manifests", busybox_archive)
+def agent(runtime_paths: RuntimePaths, busybox_archive: Path, request: pytest.FixtureRequest):
+    """An agent on the test's dirs; a test that takes `runtime_handler` (runc, then crun) gets an agent whose
+    default handler it is."""
+    handler = request.getfixturevalue("runtime_handler") if "runtime_handler" in request.fixturenames else None
+    a = AgentProc(runtime_paths, runtime_paths.root_dir.parent / "manifests", busybox_archive, handler)
     yield a
     if a.proc is not None:
         a.proc.kill()

@@ -46,7 +46,7 @@ def cgroup_dirs(cgroup_root: str) -> list[Path]:
     return [p for h in Path("/sys/fs/cgroup").iterdir() for p in (h / rel).glob("*") if p.is_dir()]
 
 
-def test_manifest_runs_logs_and_is_cleaned_on_delete(agent):
+def test_manifest_runs_logs_and_is_cleaned_on_delete(runtime_handler, agent):
     agent.start()
     agent.write_manifest("hello.yaml", pod_yaml("hello", "echo hello-from-container; exec sleep 300"))
     row = wait_for(lambda: (r := agent.pod("hello")) and r["status"] == "Running" and r, what="pod Running")
@@ -142,13 +142,14 @@ spec:
     wait_for(lambda: "shared-netns" in log.read_text(), what="client fetched the page over the pod's loopback")
 
 
-def test_sigkill_restart_adopts_without_restarting(agent):
+def test_sigkill_restart_adopts_without_restarting(runtime_handler, agent):
     agent.start()
     agent.write_manifest("a.yaml", pod_yaml("adopt", "exec sleep 300", containers=2))
     agent.write_manifest("b.yaml", pod_yaml("dies", "sleep 3; exit 7", restart="Never"))
     wait_for(lambda: (r := agent.pod("adopt")) and r["ready"] == "2/2", what="adopt running")
     wait_for(lambda: (r := agent.pod("dies")) and r["status"] == "Running", what="dies running")
     before = {c["id"]: c["pid"] for c in agent.containers_of("adopt")}
+    assert {c["handler"] for c in agent.containers_of("adopt")} == {runtime_handler}
     agent.stop(signal.SIGKILL)
     # While the agent is down, a container exits.
     wait_for(

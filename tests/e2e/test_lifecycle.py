@@ -137,7 +137,7 @@ def test_init_chain_runs_in_order_then_the_pod_succeeds_and_describe_shows_it(ag
     assert "Started container: first" in text and "Started container: main" in text
 
 
-def test_sidecar_outlives_init_and_main_then_stops_and_a_sigterm_ignorer_is_killed(agent):
+def test_sidecar_outlives_init_and_main_then_stops_and_a_sigterm_ignorer_is_killed(runtime_handler, agent):
     agent.start()
     sidecar_script = (
         "echo side-start >> /data/log; trap 'echo side-stop >> /data/log; exit 0' TERM; while true; do sleep 0.1; done"
@@ -317,7 +317,7 @@ def test_a_container_ignoring_sigterm_is_sigkilled_after_the_grace_period_and_re
     assert "Container app failed liveness probe, will be restarted" in agent.cli("events")
 
 
-def test_pre_stop_runs_inside_the_grace_period_then_the_stop_signal_then_sigkill(agent):
+def test_pre_stop_runs_inside_the_grace_period_then_the_stop_signal_then_sigkill(runtime_handler, agent):
     agent.start()
     prestop = """
     lifecycle:

@@ -64,7 +64,7 @@ def cli_argv(agent, *args: str) -> list[str]:
     ]
 
 
-def test_logs_follow_across_rotations_misses_and_repeats_nothing_and_pod_removal_takes_the_logs(agent):
+def test_logs_follow_across_rotations_misses_and_repeats_nothing_and_pod_removal_takes_the_logs(runtime_handler, agent):
     agent.start(*ROTATION)
     count = 1500
     # Says it is there and waits until the test follows, then about 9 kB/s of numbered lines against 8 KiB files.

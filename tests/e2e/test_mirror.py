@@ -445,3 +445,35 @@ def test_kubectl_logs_of_a_mirror_pod_reaches_the_node_api(agent, cluster):
         follow.stdout.close()
         follow.stderr.close()
     assert agent.stop() == 0
+
+
+def test_a_mirror_pod_keeps_its_runtime_class_name(agent, cluster, crun_ready):
+    """Static pods have no RuntimeClass objects: the name is edgelet's handler, and the mirror carries it as the
+    static pod says. The apiserver's RuntimeClass admission (on by default) refuses a pod whose RuntimeClass does
+    not exist: that pod's mirror waits, named in the log with the fix, while the other pods' mirrors go on; once
+    an administrator creates the RuntimeClass, the mirror is made."""
+    text = pod_yaml("oncrun").replace("spec:\n", "spec:\n  runtimeClassName: crun\n", 1)
+    agent.write_manifest("oncrun.yaml", text)
+    agent.write_manifest("web.yaml", pod_yaml("web"))
+    start_agent(agent, cluster)
+    wait_for(
+        lambda: (p := mirror(cluster, "web")) and p.get("status", {}).get("phase") == "Running" and p,
+        timeout=60,
+        what="the other pod's mirror Running",
+    )
+    wait_for(lambda: 'RuntimeClass \\"crun\\" not found' in agent.log(), timeout=30, what="the refusal in the log")
+    assert "create a RuntimeClass of that name" in agent.log()
+    assert agent.pod("oncrun")["runtime_handler"] == "crun" and agent.pod("oncrun")["status"] == "Running"
+    assert node_state(agent)["link"] == "up"
+    rc = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "crun"}, "handler": "crun"}
+    cluster.request("POST", "/apis/node.k8s.io/v1/runtimeclasses", rc)
+    try:
+        m = wait_for(
+            lambda: (p := mirror(cluster, "oncrun")) and p.get("status", {}).get("phase") == "Running" and p,
+            timeout=90,
+            what="the mirror pod Running",
+        )
+        assert m["spec"]["runtimeClassName"] == "crun"
+        assert agent.stop() == 0
+    finally:
+        cluster.request("DELETE", "/apis/node.k8s.io/v1/runtimeclasses/crun")

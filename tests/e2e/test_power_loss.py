@@ -17,11 +17,11 @@ pytestmark = pytest.mark.privileged
 def power_cut(agent) -> None:
     """What a reboot leaves: no containers, no conmon, no mounts, an empty /run; /var/lib and /var/log intact."""
     agent.stop(signal.SIGKILL)
-    for c in agent.runc_list():
-        subprocess.run(["runc", "--root", str(agent.paths.runc_root), "kill", c["id"], "KILL"], capture_output=True)
+    for c in agent.runc_list():  # every handler's
+        subprocess.run([*agent.runtime_argv(c["id"]), "kill", c["id"], "KILL"], capture_output=True)
     kill_processes_mentioning(str(agent.paths.root_dir.parent))
     for c in agent.runc_list():
-        subprocess.run(["runc", "--root", str(agent.paths.runc_root), "delete", "-f", c["id"]], capture_output=True)
+        subprocess.run([*agent.runtime_argv(c["id"]), "delete", "-f", c["id"]], capture_output=True)
     unmount_under(agent.paths.root_dir.parent)
     subprocess.run(["rm", "-rf", str(agent.paths.run_dir)], check=True)
     agent.paths.run_dir.mkdir()

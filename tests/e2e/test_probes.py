@@ -45,10 +45,10 @@ def container_id(agent, pod_name: str, container: str) -> str:
 
 
 def runc_exec(agent, cid: str, *argv: str) -> None:
-    subprocess.run(["runc", "--root", str(agent.paths.runc_root), "exec", cid, *argv], check=True, timeout=10)
+    subprocess.run([*agent.runtime_argv(cid), "exec", cid, *argv], check=True, timeout=10)
 
 
-def test_liveness_exec_failure_restarts_the_container(agent):
+def test_liveness_exec_failure_restarts_the_container(runtime_handler, agent):
     agent.start()
     agent.write_manifest(
         "live.yaml",
@@ -72,7 +72,7 @@ def test_liveness_exec_failure_restarts_the_container(agent):
     assert "Unhealthy" in agent.cli("events")
 
 
-def test_readiness_http_get_flips_ready_both_ways(agent):
+def test_readiness_http_get_flips_ready_both_ways(runtime_handler, agent):
     agent.start()
     agent.write_manifest(
         "web.yaml",

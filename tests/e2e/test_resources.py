@@ -45,7 +45,7 @@ def _running(agent, name: str) -> bool:
     )
 
 
-def test_pods_land_in_their_qos_cgroup_with_their_limits(agent):
+def test_pods_land_in_their_qos_cgroup_with_their_limits(runtime_handler, agent):
     agent.start()
     agent.write_manifest(
         "g.yaml", _pod("guaranteed", "exec sleep 3600", "    resources:\n      limits: {cpu: 250m, memory: 64Mi}\n")
@@ -125,7 +125,7 @@ def _status(agent, name: str) -> dict | None:
     return (row.get("pod") or {}).get("status") if row else None
 
 
-def test_a_memory_hog_is_oom_killed_with_137(agent):
+def test_a_memory_hog_is_oom_killed_with_137(runtime_handler, agent):
     agent.start()
     # dd's 64 MiB buffer is touched as it reads /dev/zero: the container's 32 MiB limit kills it.
     agent.write_manifest(

@@ -266,7 +266,7 @@ def test_kubectl_exec_with_a_terminal(agent, cluster):
     assert agent.stop() == 0
 
 
-def test_kubectl_port_forward_through_the_apiserver(agent, cluster, tmp_path):
+def test_kubectl_port_forward_through_the_apiserver(runtime_handler, agent, cluster, tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         host_port = s.getsockname()[1]
@@ -548,7 +548,7 @@ def test_sessions_end_clean_when_the_client_goes_the_container_exits_or_the_agen
     assert "sleep 1002" not in ps
 
 
-def test_kubectl_attach_streams_the_containers_output_until_it_exits(agent, cluster):
+def test_kubectl_attach_streams_the_containers_output_until_it_exits(runtime_handler, agent, cluster):
     talk = "i=0; while true; do echo out-$i; echo err-$i >&2; i=$((i+1)); sleep 0.3; done"
     last = "while [ ! -f /tmp/go ]; do sleep 0.2; done; echo bye; exit 0"
     ask = "echo ready; while read line; do echo got-$line; done; echo stdin-closed; sleep 3600"

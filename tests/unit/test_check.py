@@ -376,3 +376,61 @@ def test_rejected_card_secrets(tmp_path):
     assert (
         f"the device holds {tmp_path / 'api-tokens.csv'} already" in reasons[str(tmp_path / "api-tokens.csv.rejected")]
     )
+
+
+RUNC_H = ("runc", "/usr/sbin/runc", "runc version 1.1.5+ds1", "OCI 1.0.0..1.0.2-dev")
+CRUN_H = ("crun", "/usr/bin/crun", "crun version 1.8.1", "features unknown (the runtime has no `features` command)")
+HYBRID = (
+    "hybrid cgroups: the cgroup2 mount /sys/fs/cgroup/unified holds hugetlb, so crun refuses every container; "
+    "fix (as root, at every boot): mkdir -p /sys/fs/cgroup/hugetlb && mount -t cgroup -o hugetlb cgroup "
+    "/sys/fs/cgroup/hugetlb"
+)
+
+
+@pytest.mark.parametrize(
+    "handlers, default, hybrid, handlers_verdict, crun_verdict",
+    [
+        ((RUNC_H, CRUN_H), "runc", None, "OK", "OK"),
+        ((RUNC_H,), "runc", HYBRID, "OK", "OK"),  # no crun: the layout does not matter
+        ((RUNC_H, CRUN_H), "runc", HYBRID, "OK", "WARN"),
+        ((RUNC_H, CRUN_H), "crun", HYBRID, "OK", "FAIL"),
+        ((RUNC_H, ("crun", None, "", "")), "runc", None, "WARN", "OK"),
+        ((RUNC_H, ("crun", None, "", "")), "crun", None, "FAIL", "OK"),
+        ((RUNC_H,), "kata", None, "FAIL", "OK"),
+    ],
+)
+def test_runtime_handlers_and_crun_cgroups(handlers, default, hybrid, handlers_verdict, crun_verdict) -> None:
+    facts = dataclasses.replace(GOOD, handlers=handlers, default_handler=default, hybrid_cgroups=hybrid)
+    listed = check.check_handlers(facts)
+    assert listed.verdict == handlers_verdict, listed
+    found = [h for h in handlers if h[1]]
+    for name, path, _, features in found:
+        assert f"{path} " in listed.detail and features in listed.detail, name
+    crun = check.check_crun_cgroups(facts)
+    assert crun.verdict == crun_verdict, crun
+    if crun_verdict != "OK":
+        assert "hugetlb" in crun.detail and crun.hint.startswith("mkdir -p /sys/fs/cgroup/hugetlb && mount")
+
+
+@pytest.mark.parametrize(
+    "files, held",
+    [
+        ({"unified/cgroup.controllers": "hugetlb\n"}, ["hugetlb"]),  # this machine before the fix
+        ({"unified/cgroup.controllers": "\n"}, []),  # after it
+        ({"cgroup.controllers": "cpu memory pids\n"}, []),  # pure v2 (a Pi on bookworm)
+        ({}, []),  # pure v1
+    ],
+)
+def test_hybrid_cgroups_problem(tmp_path, files, held) -> None:
+    from edgelet.cgroups.hybrid import problem, unified_controllers
+
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert unified_controllers(tmp_path) == held
+    found = problem(tmp_path)
+    if not held:
+        assert found is None
+    else:
+        assert f"mount -t cgroup -o hugetlb cgroup {tmp_path}/hugetlb" in found
+        assert "crun refuses" in found

@@ -320,16 +320,21 @@ def test_version_reports_tools(tmp_path: Path) -> None:
     fake.write_text("#!/bin/sh\necho 'fakerunc version 9.9'\necho 'commit: x'\n")
     fake.chmod(0o755)
     cfg = tmp_path / "c.toml"
-    cfg.write_text(f'runtime = "{fake}"\nconmon = "{tmp_path / "absent-conmon"}"\n')
+    other = tmp_path / "fakecrun"
+    other.write_text("#!/bin/sh\necho 'fakecrun version 1.8'\n")
+    other.chmod(0o755)
+    cfg.write_text(
+        f'runtime = "{fake}"\nconmon = "{tmp_path / "absent-conmon"}"\n[runtime_handlers]\nfast = "{other}"\n'
+    )
     rc, out, _ = run("version", "--config", str(cfg))
     assert rc == 0
     from edgelet.cli.version import source_commit
 
-    assert out.splitlines() == [
-        f"edgelet 0.1.0 (commit {source_commit()})",
-        "fakerunc: fakerunc version 9.9",
-        "absent-conmon: not found",
-    ]
+    lines = out.splitlines()
+    assert lines[:2] == [f"edgelet 0.1.0 (commit {source_commit()})", "fakerunc: fakerunc version 9.9"]
+    assert lines[-1] == "absent-conmon: not found"
+    # Every other runtime handler by name (crun too where it is installed).
+    assert "fast: fakecrun version 1.8" in lines
 
 
 # --- pods -----------------------------------------------------------------------
@@ -355,6 +360,7 @@ def write_snapshot(root: Path, *, pid: int, written_at: float = NOW, rejected: b
                 source="file",
                 origin="/m/b.yaml",
                 message="back-off 40s",
+                runtime_handler="crun",
             ),
             PodRow(
                 namespace="default",
@@ -438,8 +444,10 @@ def test_pods_wide_and_json(tmp_path: Path, live_agent_pid: int) -> None:
     write_snapshot(tmp_path, pid=live_agent_pid)
     rc, out, _ = run("pods", "-o", "wide", "--config", "/dev/null", "--root-dir", str(tmp_path))
     assert rc == 0
-    assert out.splitlines()[0].split()[-3:] == ["UID", "ORIGIN", "MESSAGE"]
+    assert out.splitlines()[0].split()[-4:] == ["UID", "ORIGIN", "RUNTIME", "MESSAGE"]
     assert "/m/b.yaml" in out and "back-off 40s" in out
+    rows = {line.split()[1]: line.split() for line in out.splitlines()[1:] if line.startswith(("default", "kube"))}
+    assert "crun" in rows["b-node1"] and "<none>" in rows["a-node1"]  # a row of an older agent has no handler
     rc, out, _ = run("pods", "-o", "json", "--config", "/dev/null", "--root-dir", str(tmp_path))
     data = json.loads(out)
     # kubectl get pods -o json: a v1 List of Pods (rows of an older snapshot carry only their identity).

@@ -327,3 +327,12 @@ def test_describe_pod_command(tmp_path: Path) -> None:
     assert "Back-off restarting failed container app" in out and "Conditions:" in out
     rc, _, err = run(tmp_path, "describe", "pod", "web", "-n", "other")
     assert rc == 1 and 'pods "web" not found' in err
+
+
+def test_describe_pod_names_its_runtime_handler() -> None:
+    pod = _pod()
+    obj = pod_object(pod, _status(pod))
+    assert "Runtime Handler:" not in describe_pod(obj, [], now=T0)
+    obj["spec"]["runtimeClassName"] = "crun"
+    lines = describe_pod(obj, [], now=T0, runtime_handler="crun").splitlines()
+    assert "Runtime Class Name:  crun" in lines and "Runtime Handler:     crun" in lines

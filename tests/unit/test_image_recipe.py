@@ -47,7 +47,7 @@ def test_dry_run_prints_every_step_and_does_nothing(tmp_path: Path) -> None:
         f"cp '{IMAGE}/initramfs.conf' \"$1/etc/initramfs-tools/conf.d/edgelet-image.conf\"",
         f"cp '{IMAGE}/initramfs-modules' \"$1/usr/share/initramfs-tools/modules.d/edgelet-image\"",
         "openssh-server",
-        "runc,conmon,catatonit,containernetworking-plugins",
+        "runc,crun,conmon,catatonit,containernetworking-plugins",  # crun: the second runtime handler
         "main non-free-firmware deb http://deb.debian.org/debian bookworm-updates main non-free-firmware",
         'ROOTPART="LABEL=RASPIROOT"',
         "cgroup_enable=memory cgroup_memory=1' > /etc/default/raspi-extra-cmdline",

@@ -62,6 +62,7 @@ def test_config_toml_example_tables_parse(tmp_path: Path) -> None:
     example.write_text("\n".join(line[1:] for line in tail.splitlines() if line.startswith("#")) + "\n")
     settings = load_settings(config=example, env={})
     assert dict(settings.registries)["docker.io"].mirrors
+    assert dict(settings.runtime_handlers)["crun-test"].root is not None
 
 
 # --- systemd units and CNI ---------------------------------------------------------
@@ -253,8 +254,9 @@ class DpkgRoot:
 def check_installed(deb: Path, base: Path) -> DpkgRoot:
     fields = subprocess.run(["dpkg-deb", "--field", str(deb)], capture_output=True, text=True, check=True).stdout
     assert f"Version: {VERSION}\n" in fields
-    assert re.search(r"^Depends: .*runc \| crun, conmon, catatonit$", fields, re.M), fields
-    assert "Recommends: containernetworking-plugins, zstd" in fields  # zstd layers and .tar.zst imports
+    # runc is the default handler; crun is the second (pods pick it with runtimeClassName).
+    assert re.search(r"^Depends: .*runc, conmon, catatonit$", fields, re.M), fields
+    assert "Recommends: containernetworking-plugins, zstd, crun" in fields  # zstd layers and .tar.zst imports
 
     target = DpkgRoot(base)
     target.dpkg("--install", str(deb))

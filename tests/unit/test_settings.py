@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from edgelet.images.registries import RegistryHost
+from edgelet.runtime.handlers import HandlerConfig
 from edgelet.runtime.layout import RuntimePaths
 from edgelet.settings import KEYS, Settings, SettingsError, format_duration, load_settings, parse_duration
 
@@ -114,6 +115,8 @@ pod_infra_container_image = "local/pause:1"
 pod_infra_container = true
 cgroup_root = "/edge/"
 runtime = "/usr/bin/crun"
+runtime_handlers = { crun = "/usr/bin/crun", kata = { path = "/opt/kata/bin/runtime", root = "/run/kata" } }
+runtime_handler = "crun"
 conmon = "/usr/local/bin/conmon"
 image_import_dir = "/imp"
 image_credential_file = "/auth.json"
@@ -245,6 +248,11 @@ def test_toml_file_sets_every_key(tmp_path: Path) -> None:
         cluster_domain="cluster.local",
         allowed_unsafe_sysctls=("net.core.somaxconn", "kernel.msg*"),
         shutdown_grace_period_critical_pods=20.0,
+        runtime_handlers=(
+            ("crun", HandlerConfig("/usr/bin/crun")),
+            ("kata", HandlerConfig("/opt/kata/bin/runtime", Path("/run/kata"))),
+        ),
+        runtime_handler="crun",
         registries=(
             ("10.0.0.9:5000", RegistryHost(insecure=True)),
             ("docker.io", RegistryHost(mirrors=("https://m.example",))),
