@@ -23,10 +23,11 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from edgelet.api.annotations import CONFIG_MIRROR, CONFIG_SEEN, CONFIG_SOURCE, ORIGIN
-from edgelet.podconfig import ConfigState, PodChange, RejectedPod
+from edgelet.podconfig import ConfigState, PodChange, RejectedObject, RejectedPod
 from edgelet.sources import SOURCE_ORDER
 
 if TYPE_CHECKING:
+    from edgelet.api.configobjects import ConfigObject, ObjectKey
     from edgelet.api.types import Pod
     from edgelet.sources import SourceName, SourceSnapshot
 
@@ -197,6 +198,9 @@ def merge(state: ConfigState, snapshot: SourceSnapshot, now: float) -> tuple[Con
             kept[uid] = pod
         new_pods[source] = kept
 
+    source_objects = dict(state.source_objects)
+    source_objects[snapshot.source] = tuple(snapshot.objects)
+    objects, rejected_objects = merge_objects(state.objects, source_objects)
     errors = dict(state.errors)
     errors[snapshot.source] = tuple(snapshot.errors)
     new_state = replace(
@@ -206,5 +210,53 @@ def merge(state: ConfigState, snapshot: SourceSnapshot, now: float) -> tuple[Con
         errors=errors,
         seen_sources=state.seen_sources | {snapshot.source},
         snapshots=snapshots,
+        objects=objects,
+        source_objects=source_objects,
+        rejected_objects=rejected_objects,
     )
     return new_state, [*removes, *adds, *updates, *reconciles]
+
+
+def merge_objects(
+    accepted: Mapping[ObjectKey, ConfigObject], latest: Mapping[SourceName, tuple[ConfigObject, ...]]
+) -> tuple[dict[ObjectKey, ConfigObject], tuple[RejectedObject, ...]]:
+    """The ConfigMaps and Secrets in use, from every source's latest objects, and the refused ones (pure).
+
+    As for pod names, the first in source order (files by name, then the URL) holds a name and a second
+    definition is refused naming both files. An immutable object once accepted keeps its content: a changed
+    copy is refused, naming its file, and the accepted one stays until the object is deleted.
+    """
+    objects: dict[ObjectKey, ConfigObject] = {}
+    rejected: list[RejectedObject] = []
+    for source in SOURCE_ORDER:
+        for obj in latest.get(source, ()):
+            key = obj.key
+            held = objects.get(key)
+            if held is not None:
+                rejected.append(
+                    RejectedObject(
+                        source,
+                        obj.origin,
+                        obj.kind,
+                        obj.full_name,
+                        f'duplicate {obj.kind} "{obj.full_name}": {obj.origin} is ignored, '
+                        f"the name is taken by the {obj.kind} from {held.origin}",
+                    )
+                )
+                continue
+            before = accepted.get(key)
+            if before is not None and before.immutable and not before.same_content(obj):
+                rejected.append(
+                    RejectedObject(
+                        source,
+                        obj.origin,
+                        obj.kind,
+                        obj.full_name,
+                        f'{obj.kind} "{obj.full_name}" in {obj.origin} is immutable: the change is refused, '
+                        "the accepted content stays until the object is deleted",
+                    )
+                )
+                objects[key] = before
+                continue
+            objects[key] = obj
+    return objects, tuple(rejected)

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from edgelet.api.configobjects import ConfigObjects
 from edgelet.api.pod import full_name, meta
 from edgelet.api.pod import spec as pod_spec
 from edgelet.api.pod import uid as pod_uid
@@ -38,11 +39,13 @@ from edgelet.container.errors import (
     SandboxError,
     StartContainerError,
     StopContainerError,
+    VolumeError,
 )
 from edgelet.container.types import PodRuntimeStatus, PreparedContainer, SandboxRecord
 from edgelet.ocispec import build as ocispec
-from edgelet.ocispec.errors import SpecError
-from edgelet.runtime import _exec, conmon, rootfs, subpath
+from edgelet.ocispec.env import env_from_values
+from edgelet.ocispec.errors import EnvError, SpecError
+from edgelet.runtime import _exec, configvolumes, conmon, rootfs, subpath
 from edgelet.runtime import bundle as bl
 from edgelet.runtime.containerprep import (
     Prepared,
@@ -137,12 +140,15 @@ class RuncRuntime:
         on_warning: Callable[[Pod, str | None, str, str], None] | None = None,
         log_size_max: int | None = None,
         infra_container: bool = False,
+        config_objects: ConfigObjects | None = None,
     ) -> None:
         """`seccomp_default` is kubelet's --seccomp-default; `on_warning(pod, container, reason, message)`
         hears what a container runs without although asked (an AppArmor default that is not loaded)."""
         # True: every new sandbox runs a pause process, as before (--pod-infra-container); False: only the pods
         # that share their PID namespace get one.
         self.infra_container = infra_container
+        # The accepted ConfigMaps and Secrets (podconfig replaces them): env and config volumes are made from them.
+        self.config_objects = config_objects if config_objects is not None else ConfigObjects()
         # Every runc and conmon invocation goes through `runner`: unit tests script it.
         self.runner = runner
         # conmon's own cut (--log-size-max), the backstop when rotation falls behind or edgelet is down.
@@ -430,8 +436,19 @@ class RuncRuntime:
 
             def write_config() -> ocispec.ContainerContext:
                 # Mounts, spec and config.json in one trip to a worker thread.
-                mounts = container_mounts(pod, container, layout, bundle, self.host.recursive_read_only)
-                ctx = ocispec.ContainerContext(mounts=mounts, **ctx_args)  # type: ignore[arg-type]
+                mounts = container_mounts(
+                    pod,
+                    container,
+                    layout,
+                    bundle,
+                    self.host.recursive_read_only,
+                    (self.config_objects, self.clock),
+                )
+                ctx = ocispec.ContainerContext(
+                    mounts=mounts,
+                    config_objects=self.config_objects,
+                    **ctx_args,  # type: ignore[arg-type]
+                )
                 config = ocispec.build_container_spec(pod, container, image.config, ctx)
                 bl.write_file(bundle / bl.CONFIG, json.dumps(config, indent=1))
                 return ctx
@@ -454,6 +471,7 @@ class RuncRuntime:
                 start=configured,
             )
             self.security.warn_apparmor(pod, container, configured.result())
+            self._warn_env_skipped(pod, container)
             # Before `runc start`, not beside it: a process moved into a cgroup is not held to its pids.max, so
             # a conmon joining a pod whose container already forked up to the pod's limit would exceed it.
             await asyncio.to_thread(self.cgroups.move_monitor, bundle, self.cgroups.monitor(uid, pod))
@@ -470,6 +488,38 @@ class RuncRuntime:
         self.observer.bundles[cid] = bundle
         log.info("Container created", pod=full_name(pod), container=container.name, id=cid[:12], attempt=attempt)
         return cid
+
+    def _warn_env_skipped(self, pod: Pod, container: Container) -> None:
+        """kubelet's InvalidEnvironmentVariableNames: envFrom keys that are no variable name, skipped."""
+        namespace = meta(pod).namespace or "default"
+        try:
+            _, skipped = env_from_values(container, namespace, self.config_objects)
+        except EnvError:
+            return  # the container was made, so the objects changed since: the next start says it
+        for message in skipped:
+            log.warning("envFrom keys skipped", pod=full_name(pod), container=container.name, detail=message)
+            if self.on_warning is not None:
+                self.on_warning(pod, container.name, "InvalidEnvironmentVariableNames", message)
+
+    async def refresh_config_volumes(self, pod: Pod) -> list[str]:
+        """Bring the pod's configMap, secret and projected volumes up to date with the accepted objects, as
+        kubelet's periodic remount: the names of those rewritten. Only a pod whose volumes exist (it has
+        started) is touched; a failure is logged and left for the next sync (the containers keep the old)."""
+        layout = self.layout(pod_uid(pod))
+        rewritten: list[str] = []
+        for volume in configvolumes.config_volumes(pod):
+            if not os.path.lexists(layout.volume_dir(volume.name) / configvolumes.DATA_LINK):
+                continue
+            try:
+                if await asyncio.to_thread(
+                    configvolumes.prepare_volume, pod, volume, layout, self.config_objects, self.clock
+                ):
+                    rewritten.append(volume.name)
+            except VolumeError as exc:
+                log.warning("Cannot update volume", pod=full_name(pod), volume=volume.name, err=str(exc))
+        if rewritten:
+            log.info("Volumes updated from their objects", pod=full_name(pod), volumes=",".join(rewritten))
+        return rewritten
 
     async def _prepared_for(
         self,
