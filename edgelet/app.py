@@ -118,8 +118,11 @@ class Agent:
                     f"--pod-infra-container-image {settings.pod_infra_container_image}: not in the image store "
                     "(import it first)"
                 )
+        from edgelet.api.configobjects import ConfigObjects
         from edgelet.network.manager import PodNetwork
 
+        # The accepted ConfigMaps and Secrets: the sync loop replaces them, the runtime reads them.
+        self.config_objects = ConfigObjects()
         network = PodNetwork(
             settings.cni_conf_dir,
             [d for d in settings.cni_bin_dir.split(":") if d],
@@ -143,6 +146,7 @@ class Agent:
             on_warning=self._runtime_warning,
             log_size_max=backstop_size(settings.container_log_max_size),
             infra_container=settings.pod_infra_container,
+            config_objects=self.config_objects,
         )
         self.log_rotator = LogRotator(
             paths,
@@ -220,6 +224,7 @@ class Agent:
             runtime_uids=self.pleg.uids,
             events=self.events,
             rollout=self.rollout,
+            objects=self.config_objects,
         )
         self.workers._on_result = self._on_sync_result
         self.probes.state_of = self.syncer.state

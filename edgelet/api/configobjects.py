@@ -300,7 +300,7 @@ class ConfigObjects:
         return changed
 
 
-class MissingObject(Exception):
+class MissingObject(ApiError):
     """A reference a container cannot be made without (kubelet's CreateContainerConfigError message)."""
 
 

@@ -96,6 +96,10 @@ def parse_documents(data: bytes, origin: str) -> tuple[list[Pod], list[ConfigObj
         if obj["kind"] in _OBJECT_KINDS:
             continue
         root = Pod if obj["kind"] == "Pod" else PodList
+        if root is PodList and isinstance(obj.get("items"), list):
+            # A List's ConfigMaps and Secrets reported their own fields; its pods keep their indexes.
+            items = [{} if isinstance(i, dict) and i.get("kind") in _OBJECT_KINDS else i for i in obj["items"]]
+            obj = {**obj, "items": items}
         warnings.extend(prefix + unknown_field_warning(path) for path in find_unknown_fields(obj, root))
     return pods, objects, warnings
 

@@ -246,6 +246,10 @@ class Syncer:
                 if isinstance(made, str):
                     await asyncio.shield(self._remove_quietly(pod, made))
 
+        # ConfigMap and Secret volumes follow their objects while the pod runs (env and subPath do not).
+        if sandbox is not None and not actions.create_sandbox:
+            await self._runtime.refresh_config_volumes(pod)
+
         # A pod that will never run anything again keeps its exited containers (its final
         # status) but not its pause process.
         if actions.pod_finished:
