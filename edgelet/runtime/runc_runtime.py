@@ -45,7 +45,7 @@ from edgelet.container.types import PodRuntimeStatus, PreparedContainer, Sandbox
 from edgelet.ocispec import build as ocispec
 from edgelet.ocispec.env import env_from_values
 from edgelet.ocispec.errors import EnvError, SpecError
-from edgelet.runtime import _exec, configvolumes, conmon, rootfs, subpath
+from edgelet.runtime import _exec, configvolumes, conmon, rootfs, secretspec, subpath
 from edgelet.runtime import bundle as bl
 from edgelet.runtime.containerprep import (
     Prepared,
@@ -185,7 +185,7 @@ class RuncRuntime:
             paths, self.runc, self.clock, pod_cgroups=self.pod_cgroups, kind_of=self.kind_of_record
         )
         self._released: set[str] = set()  # exited containers whose runc state and rootfs mount are gone
-        self.execs = Execs(self.runc, runner, paths.exec_dir)
+        self.execs = Execs(self.runc, runner, paths.exec_dir, spec_dir=paths.run_dir / secretspec.SPECS)
         # The exit dir must exist before anything watches it (PLEG's inotify).
         self._ensure_dirs()
 
@@ -450,8 +450,20 @@ class RuncRuntime:
                     **ctx_args,  # type: ignore[arg-type]
                 )
                 config = ocispec.build_container_spec(pod, container, image.config, ctx)
-                bl.write_file(bundle / bl.CONFIG, json.dumps(config, indent=1))
+                hidden[:] = secretspec.secret_values(pod, container, self.config_objects)
+                if hidden:
+                    # runc reads the whole spec from memory; the bundle gets it redacted once runc is done.
+                    real = secretspec.write_spec_copy(self.paths.run_dir, cid, config)
+                    if os.path.lexists(bundle / bl.CONFIG):
+                        os.unlink(bundle / bl.CONFIG)
+                    os.symlink(real, bundle / bl.CONFIG)
+                    redacted[:] = [secretspec.redact(config, hidden)]
+                else:
+                    bl.write_file(bundle / bl.CONFIG, json.dumps(config, indent=1))
                 return ctx
+
+            hidden: list[str] = []
+            redacted: list[dict[str, Any]] = []
 
             # conmon starts up meanwhile and waits on its start pipe for the config (conmon.create's `start`).
             configured = asyncio.ensure_future(asyncio.to_thread(write_config))
@@ -471,6 +483,8 @@ class RuncRuntime:
                 start=configured,
             )
             self.security.warn_apparmor(pod, container, configured.result())
+            if redacted:
+                await asyncio.to_thread(bl.write_file, bundle / bl.CONFIG, json.dumps(redacted[0], indent=1))
             self._warn_env_skipped(pod, container)
             # Before `runc start`, not beside it: a process moved into a cgroup is not held to its pids.max, so
             # a conmon joining a pod whose container already forked up to the pod's limit would exceed it.
@@ -782,7 +796,11 @@ class RuncRuntime:
         """`ann`: the bundle's annotations, when the caller has read them already."""
         # Exit file and socket first: a kill in between then leaves a bundle, which every relist finds and
         # the next sync removes, never an exit file nothing refers to.
-        for path in (self.paths.exit_dir / cid, self.paths.socket_dir / cid):
+        for path in (
+            self.paths.exit_dir / cid,
+            self.paths.socket_dir / cid,
+            secretspec.spec_copy(self.paths.run_dir, cid),
+        ):
             if os.path.lexists(path):
                 path.unlink()
         if bundle is not None and bundle.exists():

@@ -1,0 +1,157 @@
+"""ConfigMaps and Secrets end to end with the real agent, runc and conmon: a configMap volume read by the
+container and updated in place without a restart, env from a Secret, a missing key refused with
+CreateContainerConfigError, an optional one absent, the Secret's volume on its own tmpfs, and the Secret's
+bytes nowhere in the log dir, the root dir (outside that tmpfs), the events or the pods table."""
+
+from __future__ import annotations
+
+import base64
+import os
+import stat
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.e2e.conftest import IMAGE, wait_for
+
+pytestmark = pytest.mark.privileged
+
+SECRET = "Zq9-very-secret-4711"
+
+
+def manifest(conf: str, *, key: str = "PASS", optional_missing: bool = True) -> str:
+    secret_b64 = base64.b64encode(SECRET.encode()).decode()
+    docs = [
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "app-config"}, "data": {"app.conf": conf}},
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "creds"}, "data": {"PASS": secret_b64}},
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "cfg"},
+            "spec": {
+                "terminationGracePeriodSeconds": 1,
+                "volumes": [
+                    {"name": "conf", "configMap": {"name": "app-config"}},
+                    {"name": "creds", "secret": {"secretName": "creds", "defaultMode": 0o400}},
+                    {"name": "maybe", "configMap": {"name": "absent", "optional": optional_missing}},
+                ],
+                "containers": [
+                    {
+                        "name": "c",
+                        "image": IMAGE,
+                        # The Secret is compared, never printed: the log dir must not hold it.
+                        "command": [
+                            "sh",
+                            "-c",
+                            'test "$PASS" = "$(cat /etc/creds/PASS)" && echo env-matches-volume; '
+                            'test -z "${GONE+set}" && echo optional-unset; '
+                            "while true; do echo conf=$(cat /etc/app/app.conf); sleep 0.2; done",
+                        ],
+                        "env": [
+                            {"name": "PASS", "valueFrom": {"secretKeyRef": {"name": "creds", "key": key}}},
+                            {
+                                "name": "GONE",
+                                "valueFrom": {"configMapKeyRef": {"name": "absent", "key": "x", "optional": True}},
+                            },
+                        ],
+                        "volumeMounts": [
+                            {"name": "conf", "mountPath": "/etc/app"},
+                            {"name": "creds", "mountPath": "/etc/creds"},
+                            {"name": "maybe", "mountPath": "/etc/maybe"},
+                        ],
+                    }
+                ],
+            },
+        },
+    ]
+    return yaml.safe_dump_all(docs)
+
+
+def _container_log(agent) -> str:
+    out = []
+    for root, _dirs, files in os.walk(agent.paths.log_dir):
+        for name in files:
+            out.append(Path(root, name).read_text(errors="replace"))
+    return "\n".join(out)
+
+
+def _mounts() -> list[tuple[str, str]]:
+    """(mount point, fs type) of every mount, from /proc/self/mountinfo."""
+    rows = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split()
+        sep = fields.index("-")
+        rows.append((fields[4].replace("\\040", " "), fields[sep + 1]))
+    return rows
+
+
+def _files_outside_mounts(top: Path) -> list[Path]:
+    found = []
+    for root, dirs, files in os.walk(top):
+        dirs[:] = [d for d in dirs if not os.path.ismount(os.path.join(root, d))]
+        found += [Path(root, f) for f in files if stat.S_ISREG(os.lstat(os.path.join(root, f)).st_mode)]
+    return found
+
+
+def test_config_map_volume_env_from_a_secret_and_an_update_in_place(agent) -> None:
+    agent.start()
+    agent.write_manifest("cfg.yaml", manifest("one"))
+    wait_for(lambda: (r := agent.pod("cfg")) and r["status"] == "Running", timeout=60, what="cfg Running")
+    wait_for(lambda: "conf=one" in _container_log(agent), what="the ConfigMap's file read in the container")
+    text = _container_log(agent)
+    assert "env-matches-volume" in text and "optional-unset" in text
+
+    # The Secret's volume is a tmpfs of its own, files 0400 as asked, its bytes nowhere on disk.
+    secret_dirs = [m for m, fs in _mounts() if m.endswith("/volumes/creds") and str(agent.paths.root_dir) in m]
+    assert secret_dirs and all(fs == "tmpfs" for m, fs in _mounts() if m in secret_dirs)
+    creds = Path(secret_dirs[0])
+    assert (creds / "PASS").read_text() == SECRET and (creds / "PASS").stat().st_mode & 0o777 == 0o400
+    assert os.readlink(creds / "PASS") == "..data/PASS"
+    # The root dir (the card on a device) and the log dir hold no byte of it outside the Secret's tmpfs: the
+    # container's config.json has it redacted (runc read the whole spec from the run dir).
+    for top in (agent.paths.root_dir, agent.paths.log_dir):
+        for f in _files_outside_mounts(top):
+            assert SECRET.encode() not in f.read_bytes(), f
+    [config] = [f for f in _files_outside_mounts(agent.paths.root_dir) if f.name == "config.json" and "/c/" in str(f)]
+    assert "PASS=<redacted: from a Secret>" in config.read_text()
+    assert SECRET not in agent.log()
+    assert SECRET not in agent.cli("events") and SECRET not in agent.cli("pods", "cfg-testnode", "-o", "yaml")
+
+    # An edit of the ConfigMap alone: the running container sees the new file, without a restart.
+    agent.write_manifest("cfg.yaml", manifest("two"))
+    wait_for(lambda: "conf=two" in _container_log(agent), timeout=30, what="the updated file in the container")
+    assert agent.pod("cfg")["restarts"] == 0
+
+    # The pod goes: its Secret's tmpfs goes with it.
+    (agent.manifests / "cfg.yaml").unlink()
+    wait_for(lambda: agent.pod("cfg") is None, timeout=30, what="cfg removed")
+    wait_for(
+        lambda: not [m for m, _ in _mounts() if m.startswith(str(agent.paths.root_dir))],
+        what="no mount left under the root dir",
+    )
+
+
+def test_a_missing_key_is_create_container_config_error_naming_it(agent) -> None:
+    agent.start()
+    agent.write_manifest("cfg.yaml", manifest("one", key="NOPE"))
+    row = wait_for(
+        lambda: (r := agent.pod("cfg")) and r["status"] == "CreateContainerConfigError" and r,
+        timeout=60,
+        what="CreateContainerConfigError",
+    )
+    status = yaml.safe_load(agent.cli("pods", "cfg-testnode", "-o", "yaml"))["status"]
+    waiting = status["containerStatuses"][0]["state"]["waiting"]
+    assert waiting["reason"] == "CreateContainerConfigError"
+    assert "couldn't find key NOPE in Secret default/creds" in waiting["message"], waiting
+    assert row["restarts"] == 0
+    # A non-optional volume of a ConfigMap that does not exist is refused the same way, naming it.
+    agent.write_manifest("cfg.yaml", manifest("one", optional_missing=False))
+    wait_for(
+        lambda: (
+            'configmap "absent" not found'
+            in str(yaml.safe_load(agent.cli("pods", "cfg-testnode", "-o", "yaml"))["status"])
+        ),
+        timeout=60,
+        what="the missing ConfigMap named",
+    )
