@@ -292,6 +292,7 @@ class Agent:
                     node_conditions=self._node_conditions,
                     rollout_records=self.rollout.records,
                     rollout_retry=self.rollout.retry,
+                    config_objects=self._object_reports,
                 )
             )
             if settings.node_api_enabled:
@@ -530,6 +531,12 @@ class Agent:
             tunnel=self._tunnel_ready(),
             **({"port": port} if port is not None else {}),
         )
+
+    def _object_reports(self) -> list:
+        """The accepted ConfigMaps and Secrets and the pods that use them, for `edgelet get`."""
+        from edgelet.api.configobjects import object_reports
+
+        return object_reports(self.config_objects.all(), self.loop.desired().values())
 
     def _node_conditions(self) -> list[dict[str, str]]:
         """The Node's conditions as the mirror reports them (for `edgelet node`, with or without an apiserver)."""

@@ -11,6 +11,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+import msgspec
+
 from edgelet.api.errors import ApiError, FieldError
 from edgelet.api.fielderrors import (
     dns1123_label_errors,
@@ -430,3 +432,59 @@ def pod_references(pod: Pod) -> dict[ObjectKey, set[str]]:
             if env_from.secret_ref is not None:
                 add("Secret", env_from.secret_ref.name, "env")
     return refs
+
+
+class ObjectReport(msgspec.Struct, kw_only=True):
+    """What `edgelet get configmaps|secrets` shows of an object: never a value, only keys and sizes."""
+
+    kind: str
+    namespace: str
+    name: str
+    keys: dict[str, int]  # key -> size in bytes
+    source: str
+    origin: str
+    immutable: bool = False
+    type: str = ""
+    used_by: list[str] = msgspec.field(default_factory=list)  # "namespace/pod (volume, env)"
+    missing: bool = False  # named by a pod, defined by no source
+
+
+def object_reports(objects: Iterable[ConfigObject], pods: Iterable[Pod]) -> list[ObjectReport]:
+    """Every accepted object with the pods that use it, and the references no source defines (pure)."""
+    users: dict[ObjectKey, list[str]] = {}
+    for pod in pods:
+        name = f"{(pod.metadata.namespace if pod.metadata else None) or 'default'}/{pod.metadata.name if pod.metadata else ''}"
+        for key, uses in pod_references(pod).items():
+            users.setdefault(key, []).append(f"{name} ({', '.join(sorted(uses))})")
+    reports = []
+    seen: set[ObjectKey] = set()
+    for obj in objects:
+        seen.add(obj.key)
+        reports.append(
+            ObjectReport(
+                kind=obj.kind,
+                namespace=obj.namespace,
+                name=obj.name,
+                keys=obj.sizes(),
+                source=obj.source,
+                origin=obj.origin,
+                immutable=obj.immutable,
+                type=obj.type,
+                used_by=sorted(users.get(obj.key, [])),
+            )
+        )
+    for key in sorted(set(users) - seen):
+        kind, namespace, name = key
+        reports.append(
+            ObjectReport(
+                kind=kind,
+                namespace=namespace,
+                name=name,
+                keys={},
+                source="",
+                origin="",
+                used_by=sorted(users[key]),
+                missing=True,
+            )
+        )
+    return sorted(reports, key=lambda r: (r.kind, r.namespace, r.name))

@@ -230,6 +230,11 @@ def build_parser() -> argparse.ArgumentParser:
     rollout_sub.add_parser("retry", parents=[common], help="try a rolled-back version again").add_argument(
         "pod", metavar="[NAMESPACE/]NAME"
     )
+    get = sub.add_parser(
+        "get", parents=[common], help="the ConfigMaps or Secrets of the sources: keys, sizes, source, users"
+    )
+    get.add_argument("resource", choices=("configmaps", "secrets", "cm"), metavar="configmaps|secrets")
+    get.add_argument("-o", "--output", choices=("table", "json"), default="table")
     return parser
 
 
@@ -247,6 +252,7 @@ COMMANDS = {
     "top": "top",
     "rollout": "rollout",
     "tunnel": "tunnel",
+    "get": "objects",
 }
 
 

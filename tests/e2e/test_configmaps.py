@@ -117,6 +117,9 @@ def test_config_map_volume_env_from_a_secret_and_an_update_in_place(agent) -> No
     assert "PASS=<redacted: from a Secret>" in config.read_text()
     assert SECRET not in agent.log()
     assert SECRET not in agent.cli("events") and SECRET not in agent.cli("pods", "cfg-testnode", "-o", "yaml")
+    secrets = agent.cli("get", "secrets")
+    assert "creds" in secrets and f"PASS({len(SECRET)})" in secrets and "default/cfg-testnode (env, volume)" in secrets
+    assert SECRET not in secrets and "app.conf(3)" in agent.cli("get", "configmaps")
 
     # An edit of the ConfigMap alone: the running container sees the new file, without a restart.
     agent.write_manifest("cfg.yaml", manifest("two"))

@@ -253,6 +253,7 @@ STATE_COMMANDS = [
     ["rollout", "history", "p"],
     ["rollout", "retry", "p"],
     ["tunnel", "peer-line"],
+    ["get", "configmaps"],
 ]
 
 

@@ -81,7 +81,9 @@ def test_a_config_map_and_a_secret_decode() -> None:
         pytest.param(cm(binaryData={"a": "!!"}), "$.binaryData['a']: illegal base64 data", id="binary-b64"),
         pytest.param(secret(data={"a": "not base64!"}), "$.data['a']: illegal base64 data", id="secret-b64"),
         pytest.param(
-            cm(data={"a": "x" * (MAX_TOTAL_BYTES + 1)}), "$.data: Too long: must have at most 1048576 bytes", id="too-big"
+            cm(data={"a": "x" * (MAX_TOTAL_BYTES + 1)}),
+            "$.data: Too long: must have at most 1048576 bytes",
+            id="too-big",
         ),
         pytest.param(cm(immutable="yes"), "$.immutable: expected bool, got str", id="immutable-type"),
         pytest.param(
@@ -371,3 +373,25 @@ def test_the_atomic_writer_refuses_paths_out_of_the_volume(tmp_path: Path, path:
 
     with pytest.raises(VolumeError):
         write_payload(tmp_path / "vol", {path: FileProjection(b"x", 0o644)}, 0)
+
+
+def test_reports_show_keys_sizes_and_users_never_values() -> None:
+    from edgelet.api.configobjects import object_reports
+    from edgelet.cli.objects import objects_table
+    from edgelet.server.routes import match_route
+
+    pod = pod_with(
+        {"env": [{"name": "P", "valueFrom": {"secretKeyRef": {"name": "s", "key": "PASS"}}}]},
+        [{"name": "v", "configMap": {"name": "gone"}}],
+    )
+    secret_obj = ConfigObject("Secret", "default", "s", {"PASS": SECRET_VALUE}, frozenset({"PASS"}), origin="/m/a.yaml")
+    reports = object_reports([secret_obj], [pod])
+    assert [(r.kind, r.name, r.keys, r.used_by, r.missing) for r in reports] == [
+        ("ConfigMap", "gone", {}, ["default/p (volume)"], True),
+        ("Secret", "s", {"PASS": len(SECRET_VALUE)}, ["default/p (env)"], False),
+    ]
+    table = objects_table(reports)
+    assert "PASS(15)" in table and "/m/a.yaml" in table and "<missing>" in table
+    assert SECRET_VALUE.decode() not in table + msgspec.json.encode(reports).decode()
+    assert match_route("GET", "/secrets").params == {"kind": "Secret"}
+    assert match_route("GET", "/configmaps").params == {"kind": "ConfigMap"}
