@@ -120,6 +120,8 @@ def test_config_map_volume_env_from_a_secret_and_an_update_in_place(agent) -> No
     secrets = agent.cli("get", "secrets")
     assert "creds" in secrets and f"PASS({len(SECRET)})" in secrets and "default/cfg-testnode (env, volume)" in secrets
     assert SECRET not in secrets and "app.conf(3)" in agent.cli("get", "configmaps")
+    described = agent.cli("describe", "pod", "cfg")
+    assert "Secret creds:" in described and f"PASS ({len(SECRET)} bytes)" in described and SECRET not in described
 
     # An edit of the ConfigMap alone: the running container sees the new file, without a restart.
     agent.write_manifest("cfg.yaml", manifest("two"))
