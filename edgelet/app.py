@@ -120,9 +120,10 @@ class Agent:
                 )
         from edgelet.api.configobjects import ConfigObjects
         from edgelet.network.manager import PodNetwork
+        from edgelet.state import node_key
 
         # The accepted ConfigMaps and Secrets: the sync loop replaces them, the runtime reads them.
-        self.config_objects = ConfigObjects()
+        self.config_objects = ConfigObjects(key=node_key(paths.root_dir / "state" / "config-pin.key"))
         network = PodNetwork(
             settings.cni_conf_dir,
             [d for d in settings.cni_bin_dir.split(":") if d],

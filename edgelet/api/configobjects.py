@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import hmac
 import re
 import threading
 from collections.abc import Iterable, Mapping
@@ -275,16 +277,20 @@ class ConfigObjectError(ApiError):
 
 
 class ConfigObjects:
-    """The accepted ConfigMaps and Secrets of every source, by (kind, namespace, name).
+    """The accepted ConfigMaps and Secrets of every source, by (kind, namespace, name), and their recent
+    contents by pin (see `pin_digest`), so that a pod version pinned to an older content (a rollback) gets it.
 
     podconfig decides what is accepted and replaces the whole set; the runtime reads it when it makes a
     container's env and writes a volume. A replacement is one assignment of an immutable mapping, so a
     reader sees the set before or after, never half of it.
     """
 
-    def __init__(self, objects: Mapping[ObjectKey, ConfigObject] | None = None) -> None:
+    def __init__(self, objects: Mapping[ObjectKey, ConfigObject] | None = None, *, key: bytes = b"") -> None:
         self._objects: Mapping[ObjectKey, ConfigObject] = dict(objects or {})
         self._lock = threading.Lock()
+        self.key = key
+        self._history: dict[tuple[ObjectKey, str], ConfigObject] = {}
+        self._remember(self._objects.values())
 
     def get(self, kind: str, namespace: str, name: str) -> ConfigObject | None:
         return self._objects.get((kind, namespace, name))
@@ -297,9 +303,85 @@ class ConfigObjects:
         with self._lock:
             old = self._objects
             self._objects = dict(objects)
+            self._remember(objects.values())
         changed = {k for k in set(old) | set(objects) if k not in old or k not in objects}
         changed |= {k for k in set(old) & set(objects) if not old[k].same_content(objects[k])}
         return changed
+
+    def _remember(self, objects: Iterable[ConfigObject]) -> None:
+        for obj in objects:
+            self._history[(obj.key, pin_digest(obj, self.key))] = obj
+        # The last few contents of each object: enough for a version under the gate and its last good one.
+        per: dict[ObjectKey, list[tuple[ObjectKey, str]]] = {}
+        for hk in self._history:
+            per.setdefault(hk[0], []).append(hk)
+        for entries in per.values():
+            for stale in entries[:-_HISTORY_PER_OBJECT]:
+                del self._history[stale]
+
+    def for_pod(self, pod: Pod) -> ConfigObjects:
+        """The objects as `pod` sees them: those its version pinned (env, subPath) with the content it was
+        made with, while that content is still known; the current ones otherwise."""
+        pins = read_pins(pod)
+        if not pins:
+            return self
+        view = ConfigObjects(key=self.key)
+        current = dict(self._objects)
+        for key, digest in pins.items():
+            old = self._history.get((key, digest))
+            if old is not None:
+                current[key] = old
+            elif digest == _ABSENT:
+                current.pop(key, None)
+        view._objects = current
+        return view
+
+
+_HISTORY_PER_OBJECT = 4
+_ABSENT = "absent"
+PINS_ANNOTATION = "edgelet.io/config-objects"  # "Kind/namespace/name=digest,...": a version's restart-needing config
+
+
+def pin_digest(obj: ConfigObject | None, key: bytes) -> str:
+    """A short keyed digest of an object's content: names a version of it without revealing a Secret (the key
+    is the node's own, 0600)."""
+    if obj is None:
+        return _ABSENT
+    mac = hmac.new(key or b"edgelet", digestmod=hashlib.sha256)
+    for k in sorted(obj.data):
+        mac.update(len(k).to_bytes(4, "big") + k.encode() + len(obj.data[k]).to_bytes(8, "big") + obj.data[k])
+    mac.update(b"text:" + ",".join(sorted(obj.text_keys)).encode() + b"type:" + obj.type.encode())
+    return mac.hexdigest()[:16]
+
+
+def read_pins(pod: Pod) -> dict[ObjectKey, str]:
+    text = ((pod.metadata.annotations if pod.metadata else None) or {}).get(PINS_ANNOTATION, "")
+    pins: dict[ObjectKey, str] = {}
+    for item in filter(None, text.split(",")):
+        ref, _, digest = item.partition("=")
+        kind, _, rest = ref.partition("/")
+        namespace, _, name = rest.partition("/")
+        pins[(kind, namespace, name)] = digest
+    return pins
+
+
+def pin_pod(pod: Pod, objects: Mapping[ObjectKey, ConfigObject], key: bytes) -> Pod:
+    """`pod` as a version of its config too: the objects it uses in env or subPath (which a running container
+    does not see change) are pinned in PINS_ANNOTATION, and the UID and config hash fold their digests in, so
+    a change of them is a new version of the pod (the rollout's gate and rollback). Unchanged when it pins
+    nothing; a function of the pod and the objects only."""
+    from edgelet.api.annotations import CONFIG_HASH
+
+    refs = sorted(k for k, uses in pod_references(pod).items() if uses & {"env", "subPath"})
+    if not refs or pod.metadata is None:
+        return pod
+    pins = ",".join(f"{k[0]}/{k[1]}/{k[2]}={pin_digest(objects.get(k), key)}" for k in refs)
+    meta = pod.metadata
+    uid = hashlib.md5(f"{meta.uid}|{pins}".encode(), usedforsecurity=False).hexdigest()
+    annotations = dict(meta.annotations or {})
+    annotations[PINS_ANNOTATION] = pins
+    annotations[CONFIG_HASH] = uid
+    return msgspec.structs.replace(pod, metadata=msgspec.structs.replace(meta, uid=uid, annotations=annotations))
 
 
 class MissingObject(ApiError):

@@ -59,6 +59,8 @@ class ConfigState:
     objects: Mapping[ObjectKey, ConfigObject] = field(default_factory=dict)
     source_objects: Mapping[SourceName, tuple[ConfigObject, ...]] = field(default_factory=dict)
     rejected_objects: tuple[RejectedObject, ...] = ()
+    # The node's key for the digests that pin a pod version's ConfigMaps and Secrets (api.configobjects).
+    pin_key: bytes = b""
 
     def all_pods(self) -> list[Pod]:
         """Accepted pods of every source, in source order."""

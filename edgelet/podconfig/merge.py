@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from edgelet.api.annotations import CONFIG_MIRROR, CONFIG_SEEN, CONFIG_SOURCE, ORIGIN
+from edgelet.api.configobjects import pin_pod
 from edgelet.podconfig import ConfigState, PodChange, RejectedObject, RejectedPod
 from edgelet.sources import SOURCE_ORDER
 
@@ -161,8 +162,13 @@ def merge(state: ConfigState, snapshot: SourceSnapshot, now: float) -> tuple[Con
     }
     snapshots.update(state.snapshots)
     snapshots[snapshot.source] = tuple(snapshot.pods)
+    source_objects = dict(state.source_objects)
+    source_objects[snapshot.source] = tuple(snapshot.objects)
+    objects, rejected_objects = merge_objects(state.objects, source_objects)
 
-    admitted, rejected = _admit(snapshots)
+    # A pod is a version of the objects it uses in env or subPath too (their change needs a restart).
+    pinned = {s: tuple(pin_pod(p, objects, state.pin_key) for p in pods) for s, pods in snapshots.items()}
+    admitted, rejected = _admit(pinned)
 
     # UIDs are unique across sources (see _admit), so the diff is by UID over all sources: a pod
     # whose UID moves to another source (an explicit metadata.uid) is updated, not removed and added.
@@ -198,9 +204,6 @@ def merge(state: ConfigState, snapshot: SourceSnapshot, now: float) -> tuple[Con
             kept[uid] = pod
         new_pods[source] = kept
 
-    source_objects = dict(state.source_objects)
-    source_objects[snapshot.source] = tuple(snapshot.objects)
-    objects, rejected_objects = merge_objects(state.objects, source_objects)
     errors = dict(state.errors)
     errors[snapshot.source] = tuple(snapshot.errors)
     new_state = replace(

@@ -442,15 +442,15 @@ class RuncRuntime:
                     layout,
                     bundle,
                     self.host.recursive_read_only,
-                    (self.config_objects, self.clock),
+                    (objects, self.clock),
                 )
                 ctx = ocispec.ContainerContext(
                     mounts=mounts,
-                    config_objects=self.config_objects,
+                    config_objects=objects,
                     **ctx_args,  # type: ignore[arg-type]
                 )
                 config = ocispec.build_container_spec(pod, container, image.config, ctx)
-                hidden[:] = secretspec.secret_values(pod, container, self.config_objects)
+                hidden[:] = secretspec.secret_values(pod, container, objects)
                 if hidden:
                     # runc reads the whole spec from memory; the bundle gets it redacted once runc is done.
                     real = secretspec.write_spec_copy(self.paths.run_dir, cid, config)
@@ -464,6 +464,7 @@ class RuncRuntime:
 
             hidden: list[str] = []
             redacted: list[dict[str, Any]] = []
+            objects = self.config_objects.for_pod(pod)  # the contents this version of the pod was made with
 
             # conmon starts up meanwhile and waits on its start pipe for the config (conmon.create's `start`).
             configured = asyncio.ensure_future(asyncio.to_thread(write_config))
@@ -507,7 +508,7 @@ class RuncRuntime:
         """kubelet's InvalidEnvironmentVariableNames: envFrom keys that are no variable name, skipped."""
         namespace = meta(pod).namespace or "default"
         try:
-            _, skipped = env_from_values(container, namespace, self.config_objects)
+            _, skipped = env_from_values(container, namespace, self.config_objects.for_pod(pod))
         except EnvError:
             return  # the container was made, so the objects changed since: the next start says it
         for message in skipped:
@@ -526,7 +527,7 @@ class RuncRuntime:
                 continue
             try:
                 if await asyncio.to_thread(
-                    configvolumes.prepare_volume, pod, volume, layout, self.config_objects, self.clock
+                    configvolumes.prepare_volume, pod, volume, layout, self.config_objects.for_pod(pod), self.clock
                 ):
                     rewritten.append(volume.name)
             except VolumeError as exc:

@@ -79,9 +79,9 @@ class SyncLoop:
         self._reported: set[tuple] = set()  # manifest problems already recorded as events
         self._warnings: dict[str, tuple] = {}  # unknown-field warnings, per source
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
-        self.config = ConfigState()
         # The accepted ConfigMaps and Secrets, shared with the runtime: this loop is their one writer.
         self.objects = objects if objects is not None else ConfigObjects()
+        self.config = ConfigState(pin_key=self.objects.key)
         # With a rollout manager, what runs is its decision over what the sources want (`_source`).
         self._rollout = rollout
         self._source: dict[str, Pod] = {}

@@ -395,3 +395,64 @@ def test_reports_show_keys_sizes_and_users_never_values() -> None:
     assert SECRET_VALUE.decode() not in table + msgspec.json.encode(reports).decode()
     assert match_route("GET", "/secrets").params == {"kind": "Secret"}
     assert match_route("GET", "/configmaps").params == {"kind": "ConfigMap"}
+
+
+# --- a pod version covers the config it needs a restart to see -----------------------
+
+
+def pinned_pod(uses_env: bool) -> Pod:
+    container: dict = {"volumeMounts": [{"name": "v", "mountPath": "/v"}]}
+    if uses_env:
+        container["env"] = [{"name": "X", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}]
+    pod = pod_with(container, [{"name": "v", "configMap": {"name": "vol"}}])
+    pod.metadata.uid = "src-uid"
+    pod.metadata.annotations = {"kubernetes.io/config.hash": "src-uid"}
+    return pod
+
+
+def test_a_change_of_an_env_object_is_a_new_version_and_a_volume_one_is_not() -> None:
+    from edgelet.api.configobjects import PINS_ANNOTATION
+
+    def uids(data: bytes, vol: bytes, pod: Pod) -> str:
+        objects = (
+            ConfigObject("ConfigMap", "default", "c", {"k": data}, frozenset({"k"}), origin="f"),
+            ConfigObject("ConfigMap", "default", "vol", {"k": vol}, frozenset({"k"}), origin="f"),
+        )
+        state, _ = merge(ConfigState(pin_key=b"node"), SourceSnapshot("file", (pod,), objects=objects), 0)
+        [accepted] = state.all_pods()
+        return accepted.metadata.uid
+
+    env_pod = pinned_pod(uses_env=True)
+    first = uids(b"1", b"a", env_pod)
+    assert first != "src-uid" and uids(b"1", b"b", env_pod) == first  # the volume is updated in place
+    assert uids(b"2", b"a", env_pod) != first  # the env's object changed: a new version
+    vol_pod = pinned_pod(uses_env=False)
+    assert uids(b"1", b"a", vol_pod) == uids(b"2", b"b", vol_pod) == "src-uid"
+    state, _ = merge(
+        ConfigState(pin_key=b"node"),
+        SourceSnapshot("file", (env_pod,), objects=(obj("c", "f", SECRET_VALUE, kind="Secret"),)),
+        0,
+    )
+    [accepted] = state.all_pods()
+    annotations = accepted.metadata.annotations
+    assert annotations["kubernetes.io/config.hash"] == accepted.metadata.uid
+    assert annotations[PINS_ANNOTATION].startswith("ConfigMap/default/c=absent")  # the Secret "c" is not the ConfigMap
+
+
+def test_a_pinned_version_sees_the_content_it_was_made_with() -> None:
+    from edgelet.api.configobjects import pin_digest, pin_pod
+
+    store = ConfigObjects(key=b"node")
+    old = ConfigObject("ConfigMap", "default", "c", {"k": b"old"}, frozenset({"k"}))
+    new = ConfigObject("ConfigMap", "default", "c", {"k": b"new"}, frozenset({"k"}))
+    store.replace({old.key: old})
+    old_version = pin_pod(pinned_pod(uses_env=True), {old.key: old}, b"node")
+    store.replace({new.key: new})
+    new_version = pin_pod(pinned_pod(uses_env=True), {new.key: new}, b"node")
+    env = container_env(old_version, old_version.spec.containers[0], objects=store.for_pod(old_version))
+    assert env == [("X", "old")]  # a rollback to the last good version gets its config back
+    env = container_env(new_version, new_version.spec.containers[0], objects=store.for_pod(new_version))
+    assert env == [("X", "new")]
+    # The digest is keyed: it names a content without revealing it.
+    secret_obj = ConfigObject("Secret", "default", "s", {"p": SECRET_VALUE}, frozenset({"p"}))
+    assert pin_digest(secret_obj, b"node") != pin_digest(secret_obj, b"other")
