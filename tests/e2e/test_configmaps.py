@@ -160,3 +160,51 @@ def test_a_missing_key_is_create_container_config_error_naming_it(agent) -> None
         timeout=60,
         what="the missing ConfigMap named",
     )
+
+
+def rollout_manifest(mode: str) -> str:
+    """A pod that crashes unless its ConfigMap's MODE (env) is "good"."""
+    return yaml.safe_dump_all(
+        [
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "mode"}, "data": {"MODE": mode}},
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "app"},
+                "spec": {
+                    "terminationGracePeriodSeconds": 1,
+                    "containers": [
+                        {
+                            "name": "c",
+                            "image": IMAGE,
+                            "command": ["sh", "-c", 'echo mode=$MODE; test "$MODE" = good || exit 1; exec sleep 300'],
+                            "envFrom": [{"configMapRef": {"name": "mode"}}],
+                        }
+                    ],
+                },
+            },
+        ]
+    )
+
+
+def test_a_config_map_change_that_breaks_the_app_is_rolled_back_with_the_old_config(agent) -> None:
+    from tests.e2e.test_rollout import GATE, phase, record, running_uids
+
+    agent.start(*GATE)
+    agent.write_manifest("app.yaml", rollout_manifest("good"))
+    v1 = wait_for(phase(agent, "good"), timeout=90, what="v1 good")["active"]
+    # Only the ConfigMap changes: the pod's env needs a restart to see it, so it is a new version, gated.
+    agent.write_manifest("app.yaml", rollout_manifest("broken"))
+    done = wait_for(phase(agent, "rolled-back"), timeout=120, what="the broken config rolled back")
+    assert done["active"] == v1 and done["target"] != v1
+    assert "CrashLoopBackOff" in done["reason"] or "exit" in done["reason"]
+    # v1 runs again, started afresh with the config it was good with (its env pinned), not the new one.
+    wait_for(lambda: running_uids(agent) == {v1}, timeout=60, what="v1 running again")
+    wait_for(
+        lambda: (r := agent.pod("app")) and r["uid"] == v1 and r["status"] == "Running",
+        timeout=60,
+        what="v1 Running",
+    )
+    logs = agent.cli("logs", "app-testnode")
+    assert logs.strip().splitlines()[-1] == "mode=good", logs
+    assert record(agent)["phase"] == "rolled-back"
