@@ -234,32 +234,18 @@ def merge_objects(
     for source in SOURCE_ORDER:
         for obj in latest.get(source, ()):
             key = obj.key
-            held = objects.get(key)
+            held, before = objects.get(key), accepted.get(key)
             if held is not None:
-                rejected.append(
-                    RejectedObject(
-                        source,
-                        obj.origin,
-                        obj.kind,
-                        obj.full_name,
-                        f'duplicate {obj.kind} "{obj.full_name}": {obj.origin} is ignored, '
-                        f"the name is taken by the {obj.kind} from {held.origin}",
-                    )
-                )
-                continue
-            before = accepted.get(key)
-            if before is not None and before.immutable and not before.same_content(obj):
-                rejected.append(
-                    RejectedObject(
-                        source,
-                        obj.origin,
-                        obj.kind,
-                        obj.full_name,
-                        f'{obj.kind} "{obj.full_name}" in {obj.origin} is immutable: the change is refused, '
-                        "the accepted content stays until the object is deleted",
-                    )
-                )
+                why = f"{obj.origin} is ignored, the name is taken by the {obj.kind} from {held.origin}"
+                message = f'duplicate {obj.kind} "{obj.full_name}": {why}'
+            elif before is not None and before.immutable and not before.same_content(obj):
                 objects[key] = before
+                message = (
+                    f'{obj.kind} "{obj.full_name}" in {obj.origin} is immutable: the change is refused, '
+                    "the accepted content stays until the object is deleted"
+                )
+            else:
+                objects[key] = obj
                 continue
-            objects[key] = obj
+            rejected.append(RejectedObject(source, obj.origin, obj.kind, obj.full_name, message))
     return objects, tuple(rejected)
