@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import os
+import signal
 import stat
 from pathlib import Path
 
@@ -76,6 +77,18 @@ def _container_log(agent) -> str:
     return "\n".join(out)
 
 
+def _local_api(agent, path: str) -> str:
+    import httpx
+
+    from edgelet.server.api import socket_path
+
+    transport = httpx.HTTPTransport(uds=str(socket_path(agent.paths.run_dir)))
+    with httpx.Client(transport=transport, base_url="http://edgelet", timeout=10) as c:
+        r = c.get(path)
+        r.raise_for_status()
+        return r.text
+
+
 def _mounts() -> list[tuple[str, str]]:
     """(mount point, fs type) of every mount, from /proc/self/mountinfo."""
     rows = []
@@ -128,9 +141,15 @@ def test_config_map_volume_env_from_a_secret_and_an_update_in_place(agent) -> No
     wait_for(lambda: "conf=two" in _container_log(agent), timeout=30, what="the updated file in the container")
     assert agent.pod("cfg")["restarts"] == 0
 
-    # The pod goes: its Secret's tmpfs goes with it.
+    # The local API's /pods holds no byte of it either.
+    assert SECRET not in _local_api(agent, "/pods") and SECRET not in _local_api(agent, "/secrets")
+
+    # The agent dies (as in a crash) and the pod's manifest goes meanwhile: the restarted agent removes the
+    # orphan, its Secret's tmpfs with it.
+    assert agent.stop(signal.SIGKILL) == -signal.SIGKILL
     (agent.manifests / "cfg.yaml").unlink()
-    wait_for(lambda: agent.pod("cfg") is None, timeout=30, what="cfg removed")
+    agent.start()
+    wait_for(lambda: not agent.containers_of("cfg"), timeout=60, what="the orphan's containers removed")
     wait_for(
         lambda: not [m for m, _ in _mounts() if m.startswith(str(agent.paths.root_dir))],
         what="no mount left under the root dir",
