@@ -456,3 +456,63 @@ def test_a_pinned_version_sees_the_content_it_was_made_with() -> None:
     # The digest is keyed: it names a content without revealing it.
     secret_obj = ConfigObject("Secret", "default", "s", {"p": SECRET_VALUE}, frozenset({"p"}))
     assert pin_digest(secret_obj, b"node") != pin_digest(secret_obj, b"other")
+
+
+# --- the sync loop feeds the store and syncs the users of a changed object -----------
+
+
+class _Workers:
+    def __init__(self) -> None:
+        self.synced: list[str] = []
+
+    def sync(self, pod: Pod) -> None:
+        self.synced.append(pod.metadata.name)
+
+    def terminate(self, uid: str, pod: Pod | None) -> None:
+        pass
+
+    def is_terminating(self, uid: str) -> bool:
+        return False
+
+
+class _Publisher:
+    def set_config(self, config: object) -> None:
+        pass
+
+
+def test_the_loop_hands_objects_to_the_runtime_and_syncs_their_users() -> None:
+    from edgelet.events import EventRecorder
+    from edgelet.sync.loop import SyncLoop
+    from edgelet.util.clock import FakeClock
+
+    clock = FakeClock()
+    workers, events, store = _Workers(), EventRecorder(clock), ConfigObjects()
+    loop = SyncLoop(
+        workers=workers,  # type: ignore[arg-type]
+        publisher=_Publisher(),  # type: ignore[arg-type]
+        clock=clock,
+        expected_sources={"file"},
+        events=events,
+        objects=store,
+    )
+    user = pod_with({"volumeMounts": [{"name": "v", "mountPath": "/v"}]}, [{"name": "v", "configMap": {"name": "c"}}])
+    user.metadata.uid = "u1"
+    other = pod_with({})
+    other.metadata.name, other.metadata.uid = "other", "u2"
+
+    def apply(data: bytes, *extra: ConfigObject) -> None:
+        objects = (ConfigObject("ConfigMap", "default", "c", {"k": data}, frozenset({"k"}), origin="/m/a.yaml"), *extra)
+        loop.apply_snapshot(SourceSnapshot("file", (user, other), objects=objects))
+
+    apply(b"1")
+    assert store.get("ConfigMap", "default", "c").data == {"k": b"1"}
+    assert sorted(workers.synced) == ["other", "p"]
+    workers.synced.clear()
+    apply(b"2")  # the pods are the same: only the user of the changed ConfigMap is synced (its volume follows)
+    assert workers.synced == ["p"] and store.get("ConfigMap", "default", "c").data == {"k": b"2"}
+    workers.synced.clear()
+    apply(b"2", ConfigObject("ConfigMap", "default", "c", {"k": b"x"}, frozenset({"k"}), origin="/m/b.yaml"))
+    assert workers.synced == [] and store.get("ConfigMap", "default", "c").data == {"k": b"2"}
+    [event] = [e for e in events.snapshot().events if e.reason == "FailedValidation"]
+    assert (event.object.kind, event.object.namespace, event.object.name) == ("ConfigMap", "default", "c")
+    assert "/m/b.yaml is ignored" in event.message and "/m/a.yaml" in event.message
