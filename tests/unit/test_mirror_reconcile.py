@@ -6,9 +6,9 @@ import pytest
 
 from edgelet.api.annotations import CONFIG_MIRROR
 from edgelet.mirror.reconcile import (
+    MIRROR_REPLACED,
     Actions,
     MirrorInfo,
-    MIRROR_REPLACED,
     build_mirror_pod,
     build_status_patch,
     decide,
