@@ -516,3 +516,16 @@ def test_the_loop_hands_objects_to_the_runtime_and_syncs_their_users() -> None:
     [event] = [e for e in events.snapshot().events if e.reason == "FailedValidation"]
     assert (event.object.kind, event.object.namespace, event.object.name) == ("ConfigMap", "default", "c")
     assert "/m/b.yaml is ignored" in event.message and "/m/a.yaml" in event.message
+
+
+def test_a_refused_object_is_in_the_pods_table(tmp_path: Path) -> None:
+    from edgelet.status.publisher import StatusPublisher
+    from edgelet.util.clock import FakeClock
+
+    state, _ = merge(
+        ConfigState(), SourceSnapshot("file", (), objects=(obj("a", "/m/1.yaml"), obj("a", "/m/2.yaml"))), 0
+    )
+    publisher = StatusPublisher(tmp_path, "node", FakeClock(), host_ip="10.0.0.1")
+    publisher.set_config(state)
+    [row] = publisher.snapshot().rejected
+    assert row.origin == "/m/2.yaml" and row.pod == "" and 'duplicate ConfigMap "default/a"' in row.message
