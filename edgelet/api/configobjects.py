@@ -365,13 +365,17 @@ def read_pins(pod: Pod) -> dict[ObjectKey, str]:
     return pins
 
 
-def pin_pod(pod: Pod, objects: Mapping[ObjectKey, ConfigObject], key: bytes) -> Pod:
+def pin_pod(pod: Pod, objects: Mapping[ObjectKey, ConfigObject], key: bytes, *, default: bool = True) -> Pod:
     """`pod` as a version of its config too: the objects it uses in env or subPath (which a running container
     does not see change) are pinned in PINS_ANNOTATION, and the UID and config hash fold their digests in, so
     a change of them is a new version of the pod (the rollout's gate and rollback). Unchanged when it pins
-    nothing; a function of the pod and the objects only."""
-    from edgelet.api.annotations import CONFIG_HASH
+    nothing, or when its rollout is off (`default` is the node's, the pod's edgelet.io/rollout wins): kubelet's
+    semantics, the running container keeps what it started with. A function of its arguments only."""
+    from edgelet.api.annotations import CONFIG_HASH, ROLLOUT, ROLLOUT_OFF, ROLLOUT_ON
 
+    switch = ((pod.metadata.annotations if pod.metadata else None) or {}).get(ROLLOUT, "").strip().lower()
+    if switch in ROLLOUT_OFF or (not default and switch not in ROLLOUT_ON):
+        return pod
     refs = sorted(k for k, uses in pod_references(pod).items() if uses & {"env", "subPath"})
     if not refs or pod.metadata is None:
         return pod

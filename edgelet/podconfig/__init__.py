@@ -61,6 +61,9 @@ class ConfigState:
     rejected_objects: tuple[RejectedObject, ...] = ()
     # The node's key for the digests that pin a pod version's ConfigMaps and Secrets (api.configobjects).
     pin_key: bytes = b""
+    # Whether a pod's version covers its config by default (the node's --rollout): without a rollout, kubelet
+    # leaves a running container as it is, so nothing is pinned (a pod's edgelet.io/rollout annotation wins).
+    pin_versions: bool = True
 
     def all_pods(self) -> list[Pod]:
         """Accepted pods of every source, in source order."""

@@ -167,7 +167,10 @@ def merge(state: ConfigState, snapshot: SourceSnapshot, now: float) -> tuple[Con
     objects, rejected_objects = merge_objects(state.objects, source_objects)
 
     # A pod is a version of the objects it uses in env or subPath too (their change needs a restart).
-    pinned = {s: tuple(pin_pod(p, objects, state.pin_key) for p in pods) for s, pods in snapshots.items()}
+    pinned = {
+        s: tuple(pin_pod(p, objects, state.pin_key, default=state.pin_versions) for p in pods)
+        for s, pods in snapshots.items()
+    }
     admitted, rejected = _admit(pinned)
 
     # UIDs are unique across sources (see _admit), so the diff is by UID over all sources: a pod

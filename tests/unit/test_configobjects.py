@@ -529,3 +529,19 @@ def test_a_refused_object_is_in_the_pods_table(tmp_path: Path) -> None:
     publisher.set_config(state)
     [row] = publisher.snapshot().rejected
     assert row.origin == "/m/2.yaml" and row.pod == "" and 'duplicate ConfigMap "default/a"' in row.message
+
+
+@pytest.mark.parametrize(
+    ("node_default", "annotation", "pinned"),
+    [(True, None, True), (True, "off", False), (False, None, False), (False, "on", True), (False, "bogus", False)],
+)
+def test_without_a_rollout_nothing_is_pinned(node_default: bool, annotation: str | None, pinned: bool) -> None:
+    """kubelet's semantics when the pod's rollout is off: a running container keeps the env it started with."""
+    from edgelet.api.configobjects import PINS_ANNOTATION, pin_pod
+
+    pod = pinned_pod(uses_env=True)
+    if annotation is not None:
+        pod.metadata.annotations["edgelet.io/rollout"] = annotation
+    out = pin_pod(pod, {}, b"k", default=node_default)
+    assert (PINS_ANNOTATION in out.metadata.annotations) is pinned
+    assert (out.metadata.uid != "src-uid") is pinned
