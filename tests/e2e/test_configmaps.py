@@ -227,3 +227,47 @@ def test_a_config_map_change_that_breaks_the_app_is_rolled_back_with_the_old_con
     logs = agent.cli("logs", "app-testnode")
     assert logs.strip().splitlines()[-1] == "mode=good", logs
     assert record(agent)["phase"] == "rolled-back"
+
+
+def subpath_manifest(conf: str) -> str:
+    return yaml.safe_dump_all(
+        [
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"app.conf": conf}},
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                # Without a rollout, kubelet's semantics: the container keeps env and subPath as it started.
+                "metadata": {"name": "sub", "annotations": {"edgelet.io/rollout": "off"}},
+                "spec": {
+                    "terminationGracePeriodSeconds": 1,
+                    "volumes": [{"name": "c", "configMap": {"name": "c"}}],
+                    "containers": [
+                        {
+                            "name": "c",
+                            "image": IMAGE,
+                            "command": [
+                                "sh",
+                                "-c",
+                                "while true; do echo vol=$(cat /etc/app/app.conf),sub=$(cat /etc/sub.conf),env=$E; "
+                                "sleep 0.2; done",
+                            ],
+                            "env": [{"name": "E", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "app.conf"}}}],
+                            "volumeMounts": [
+                                {"name": "c", "mountPath": "/etc/app"},
+                                {"name": "c", "mountPath": "/etc/sub.conf", "subPath": "app.conf"},
+                            ],
+                        }
+                    ],
+                },
+            },
+        ]
+    )
+
+
+def test_env_and_sub_path_keep_their_values_until_a_restart_the_volume_follows(agent) -> None:
+    agent.start()
+    agent.write_manifest("sub.yaml", subpath_manifest("one"))
+    wait_for(lambda: "vol=one,sub=one,env=one" in _container_log(agent), timeout=60, what="the first values")
+    agent.write_manifest("sub.yaml", subpath_manifest("two"))
+    wait_for(lambda: "vol=two,sub=one,env=one" in _container_log(agent), timeout=30, what="only the volume updated")
+    assert agent.pod("sub")["restarts"] == 0
