@@ -431,6 +431,22 @@ def _project(
         out[item.path] = FileProjection(obj.data[item.key], mode)
 
 
+def volume_sources(volume: Volume, namespace: str, objects: ConfigObjects) -> tuple[ConfigObject | None, ...]:
+    """The objects a configMap, secret or projected volume is made of now (None for one that is absent): equal
+    tuples give the same payload."""
+    names: list[tuple[str, str]] = []
+    if volume.config_map is not None:
+        names.append(("ConfigMap", volume.config_map.name or ""))
+    if volume.secret is not None:
+        names.append(("Secret", volume.secret.secret_name or ""))
+    for proj in (volume.projected.sources or []) if volume.projected is not None else []:
+        if proj.config_map is not None:
+            names.append(("ConfigMap", proj.config_map.name or ""))
+        if proj.secret is not None:
+            names.append(("Secret", proj.secret.name or ""))
+    return tuple(objects.get(kind, namespace, name) for kind, name in names)
+
+
 def volume_payload(volume: Volume, namespace: str, objects: ConfigObjects) -> dict[str, FileProjection]:
     """The files (relative path -> bytes and mode) of a configMap, secret or projected volume now; raises
     MissingObject naming the object or key a non-optional reference lacks."""

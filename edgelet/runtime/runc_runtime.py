@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from edgelet.api.configobjects import ConfigObjects
+from edgelet.api.configobjects import ConfigObjects, volume_sources
 from edgelet.api.pod import full_name, meta
 from edgelet.api.pod import spec as pod_spec
 from edgelet.api.pod import uid as pod_uid
@@ -185,6 +185,8 @@ class RuncRuntime:
             paths, self.runc, self.clock, pod_cgroups=self.pod_cgroups, kind_of=self.kind_of_record
         )
         self._released: set[str] = set()  # exited containers whose runc state and rootfs mount are gone
+        # (pod uid, volume) -> the objects its config volume was last brought up to date with
+        self._volume_sources: dict[tuple[str, str], tuple[object, ...]] = {}
         self.execs = Execs(self.runc, runner, paths.exec_dir, spec_dir=paths.run_dir / secretspec.SPECS)
         # The exit dir must exist before anything watches it (PLEG's inotify).
         self._ensure_dirs()
@@ -520,16 +522,22 @@ class RuncRuntime:
         """Bring the pod's configMap, secret and projected volumes up to date with the accepted objects, as
         kubelet's periodic remount: the names of those rewritten. Only a pod whose volumes exist (it has
         started) is touched; a failure is logged and left for the next sync (the containers keep the old)."""
-        layout = self.layout(pod_uid(pod))
+        uid = pod_uid(pod)
+        layout = self.layout(uid)
+        objects = self.config_objects.for_pod(pod)
+        namespace = meta(pod).namespace or "default"
         rewritten: list[str] = []
         for volume in configvolumes.config_volumes(pod):
             if not os.path.lexists(layout.volume_dir(volume.name) / configvolumes.DATA_LINK):
                 continue
+            # The same objects as at the last refresh: nothing to compare on disk (a sync runs on every event).
+            sources = volume_sources(volume, namespace, objects)
+            if self._volume_sources.get((uid, volume.name)) == sources:
+                continue
             try:
-                if await asyncio.to_thread(
-                    configvolumes.prepare_volume, pod, volume, layout, self.config_objects.for_pod(pod), self.clock
-                ):
+                if await asyncio.to_thread(configvolumes.prepare_volume, pod, volume, layout, objects, self.clock):
                     rewritten.append(volume.name)
+                self._volume_sources[(uid, volume.name)] = sources
             except VolumeError as exc:
                 log.warning("Cannot update volume", pod=full_name(pod), volume=volume.name, err=str(exc))
         if rewritten:
@@ -863,6 +871,8 @@ class RuncRuntime:
     # ------------------------------------------------------------ pods
 
     async def remove_pod(self, uid: str) -> None:
+        for key in [k for k in self._volume_sources if k[0] == uid]:
+            del self._volume_sources[key]
         observed = await self.observer.observe(uid)
         # Containers before sandboxes: a container may share the sandbox's pid namespace.
         order = sorted(observed, key=lambda item: item.annotations.get(ANN_KIND) == KIND_SANDBOX)
