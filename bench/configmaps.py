@@ -88,6 +88,7 @@ def main() -> None:
                 time.sleep(0.001)
             latencies.append(time.monotonic() - t0)
             time.sleep(0.5)
+        time.sleep(args.settle)  # both RSS figures after the same quiet time
         rss1, _ = memory(proc.pid)
         b.put_manifest("objects.yaml", objects(args.objects, args.size))
         time.sleep(args.settle)
