@@ -227,6 +227,23 @@ def test_a_config_map_change_that_breaks_the_app_is_rolled_back_with_the_old_con
     logs = agent.cli("logs", "app-testnode")
     assert logs.strip().splitlines()[-1] == "mode=good", logs
     assert record(agent)["phase"] == "rolled-back"
+    # A restart of the agent gives the pinned pod the same UID: it is adopted as it runs, not replaced.
+    before = {c["id"] for c in agent.containers_of("app") if c["status"] == "running"}
+    assert agent.stop() == 0
+    agent.start(*GATE)
+    wait_for(
+        lambda: (
+            agent.snapshot()["agent_pid"] == agent.proc.pid
+            and (r := agent.pod("app"))
+            and r["uid"] == v1
+            and r["status"] == "Running"
+        ),
+        timeout=60,
+        what="v1 in the new agent's pods table",
+    )
+    after = record(agent)
+    assert (after["phase"], after["active"], after["target"]) == ("rolled-back", v1, done["target"])
+    assert {c["id"] for c in agent.containers_of("app") if c["status"] == "running"} == before
 
 
 def subpath_manifest(conf: str) -> str:
