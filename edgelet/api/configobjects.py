@@ -365,6 +365,11 @@ def read_pins(pod: Pod) -> dict[ObjectKey, str]:
     return pins
 
 
+def pins_absent(pod: Pod) -> bool:
+    """The pod's version is pinned to an object no source defines (yet)."""
+    return _ABSENT in read_pins(pod).values()
+
+
 def pin_pod(pod: Pod, objects: Mapping[ObjectKey, ConfigObject], key: bytes, *, default: bool = True) -> Pod:
     """`pod` as a version of its config too: the objects it uses in env or subPath (which a running container
     does not see change) are pinned in PINS_ANNOTATION, and the UID and config hash fold their digests in, so

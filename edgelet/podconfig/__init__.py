@@ -64,6 +64,9 @@ class ConfigState:
     # Whether a pod's version covers its config by default (the node's --rollout): without a rollout, kubelet
     # leaves a running container as it is, so nothing is pinned (a pod's edgelet.io/rollout annotation wins).
     pin_versions: bool = True
+    # The sources that must all have spoken before a pod pinned to an absent object is admitted: the object may
+    # be another source's, and pinned to "absent" the pod would get a UID it loses a moment later.
+    expected_sources: frozenset[str] = frozenset()
 
     def all_pods(self) -> list[Pod]:
         """Accepted pods of every source, in source order."""

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from edgelet.api.annotations import CONFIG_MIRROR, CONFIG_SEEN, CONFIG_SOURCE, ORIGIN
-from edgelet.api.configobjects import pin_pod
+from edgelet.api.configobjects import pin_pod, pins_absent
 from edgelet.podconfig import ConfigState, PodChange, RejectedObject, RejectedPod
 from edgelet.sources import SOURCE_ORDER
 
@@ -167,8 +167,13 @@ def merge(state: ConfigState, snapshot: SourceSnapshot, now: float) -> tuple[Con
     objects, rejected_objects = merge_objects(state.objects, source_objects)
 
     # A pod is a version of the objects it uses in env or subPath too (their change needs a restart).
+    ready = state.expected_sources <= state.seen_sources | {snapshot.source}
     pinned = {
-        s: tuple(pin_pod(p, objects, state.pin_key, default=state.pin_versions) for p in pods)
+        s: tuple(
+            p
+            for p in (pin_pod(p, objects, state.pin_key, default=state.pin_versions) for p in pods)
+            if ready or not pins_absent(p)
+        )
         for s, pods in snapshots.items()
     }
     admitted, rejected = _admit(pinned)

@@ -81,7 +81,11 @@ class SyncLoop:
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
         # The accepted ConfigMaps and Secrets, shared with the runtime: this loop is their one writer.
         self.objects = objects if objects is not None else ConfigObjects()
-        self.config = ConfigState(pin_key=self.objects.key, pin_versions=rollout is not None and rollout.enabled)
+        self.config = ConfigState(
+            pin_key=self.objects.key,
+            pin_versions=rollout is not None and rollout.enabled,
+            expected_sources=self._expected,
+        )
         # With a rollout manager, what runs is its decision over what the sources want (`_source`).
         self._rollout = rollout
         self._source: dict[str, Pod] = {}

@@ -545,3 +545,19 @@ def test_without_a_rollout_nothing_is_pinned(node_default: bool, annotation: str
     out = pin_pod(pod, {}, b"k", default=node_default)
     assert (PINS_ANNOTATION in out.metadata.annotations) is pinned
     assert (out.metadata.uid != "src-uid") is pinned
+
+
+def test_a_pod_pinned_to_an_absent_object_waits_for_every_source() -> None:
+    """The object may be the URL's: pinned to "absent" while only the files have spoken, the pod would get a
+    UID it loses when the URL answers (a restart would replace the running pod twice)."""
+    pod = pinned_pod(uses_env=True)
+    state = ConfigState(pin_key=b"k", expected_sources=frozenset({"file", "http"}))
+    state, changes = merge(state, SourceSnapshot("file", (pod,)), 0)
+    assert state.all_pods() == [] and changes == []
+    url_object = ConfigObject("ConfigMap", "default", "c", {"k": b"1"}, frozenset({"k"}), origin="u", source="http")
+    state, changes = merge(state, SourceSnapshot("http", (), objects=(url_object,)), 0)
+    [added] = [c.pod for c in changes if c.op == "ADD"]
+    assert "=absent" not in added.metadata.annotations["edgelet.io/config-objects"]
+    # Once every source has spoken, a pod pinned to an absent object runs (and waits in the runtime for it).
+    state, changes = merge(state, SourceSnapshot("http", ()), 0)
+    assert [c.op for c in changes] == ["REMOVE", "ADD"]
