@@ -21,52 +21,61 @@ pytestmark = pytest.mark.privileged
 SECRET = "Zq9-very-secret-4711"
 
 
+def config_map(name: str, data: dict[str, str]) -> dict:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": data}
+
+
+def pod(name: str, script: str, *, annotations: dict | None = None, volumes=(), **container: object) -> dict:
+    """A one-container (`c`) pod running `script`; `container` adds env, envFrom (env_from), volumeMounts
+    (volume_mounts)."""
+    keys = {"env_from": "envFrom", "volume_mounts": "volumeMounts"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, **({"annotations": annotations} if annotations else {})},
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "volumes": list(volumes),
+            "containers": [
+                {"name": "c", "image": IMAGE, "command": ["sh", "-c", script]}
+                | {keys.get(k, k): v for k, v in container.items()}
+            ],
+        },
+    }
+
+
 def manifest(conf: str, *, key: str = "PASS", optional_missing: bool = True) -> str:
     secret_b64 = base64.b64encode(SECRET.encode()).decode()
-    docs = [
-        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "app-config"}, "data": {"app.conf": conf}},
-        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "creds"}, "data": {"PASS": secret_b64}},
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": "cfg"},
-            "spec": {
-                "terminationGracePeriodSeconds": 1,
-                "volumes": [
+    return yaml.safe_dump_all(
+        [
+            config_map("app-config", {"app.conf": conf}),
+            {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "creds"}, "data": {"PASS": secret_b64}},
+            pod(
+                "cfg",
+                # The Secret is compared, never printed: the log dir must not hold it.
+                'test "$PASS" = "$(cat /etc/creds/PASS)" && echo env-matches-volume; '
+                'test -z "${GONE+set}" && echo optional-unset; '
+                "while true; do echo conf=$(cat /etc/app/app.conf); sleep 0.2; done",
+                volumes=[
                     {"name": "conf", "configMap": {"name": "app-config"}},
                     {"name": "creds", "secret": {"secretName": "creds", "defaultMode": 0o400}},
                     {"name": "maybe", "configMap": {"name": "absent", "optional": optional_missing}},
                 ],
-                "containers": [
+                env=[
+                    {"name": "PASS", "valueFrom": {"secretKeyRef": {"name": "creds", "key": key}}},
                     {
-                        "name": "c",
-                        "image": IMAGE,
-                        # The Secret is compared, never printed: the log dir must not hold it.
-                        "command": [
-                            "sh",
-                            "-c",
-                            'test "$PASS" = "$(cat /etc/creds/PASS)" && echo env-matches-volume; '
-                            'test -z "${GONE+set}" && echo optional-unset; '
-                            "while true; do echo conf=$(cat /etc/app/app.conf); sleep 0.2; done",
-                        ],
-                        "env": [
-                            {"name": "PASS", "valueFrom": {"secretKeyRef": {"name": "creds", "key": key}}},
-                            {
-                                "name": "GONE",
-                                "valueFrom": {"configMapKeyRef": {"name": "absent", "key": "x", "optional": True}},
-                            },
-                        ],
-                        "volumeMounts": [
-                            {"name": "conf", "mountPath": "/etc/app"},
-                            {"name": "creds", "mountPath": "/etc/creds"},
-                            {"name": "maybe", "mountPath": "/etc/maybe"},
-                        ],
-                    }
+                        "name": "GONE",
+                        "valueFrom": {"configMapKeyRef": {"name": "absent", "key": "x", "optional": True}},
+                    },
                 ],
-            },
-        },
-    ]
-    return yaml.safe_dump_all(docs)
+                volume_mounts=[
+                    {"name": "conf", "mountPath": "/etc/app"},
+                    {"name": "creds", "mountPath": "/etc/creds"},
+                    {"name": "maybe", "mountPath": "/etc/maybe"},
+                ],
+            ),
+        ]
+    )
 
 
 def _container_log(agent) -> str:
@@ -183,26 +192,9 @@ def test_a_missing_key_is_create_container_config_error_naming_it(agent) -> None
 
 def rollout_manifest(mode: str) -> str:
     """A pod that crashes unless its ConfigMap's MODE (env) is "good"."""
+    script = 'echo mode=$MODE; test "$MODE" = good || exit 1; exec sleep 300'
     return yaml.safe_dump_all(
-        [
-            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "mode"}, "data": {"MODE": mode}},
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": "app"},
-                "spec": {
-                    "terminationGracePeriodSeconds": 1,
-                    "containers": [
-                        {
-                            "name": "c",
-                            "image": IMAGE,
-                            "command": ["sh", "-c", 'echo mode=$MODE; test "$MODE" = good || exit 1; exec sleep 300'],
-                            "envFrom": [{"configMapRef": {"name": "mode"}}],
-                        }
-                    ],
-                },
-            },
-        ]
+        [config_map("mode", {"MODE": mode}), pod("app", script, env_from=[{"configMapRef": {"name": "mode"}}])]
     )
 
 
@@ -247,38 +239,20 @@ def test_a_config_map_change_that_breaks_the_app_is_rolled_back_with_the_old_con
 
 
 def subpath_manifest(conf: str) -> str:
-    return yaml.safe_dump_all(
-        [
-            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"app.conf": conf}},
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                # Without a rollout, kubelet's semantics: the container keeps env and subPath as it started.
-                "metadata": {"name": "sub", "annotations": {"edgelet.io/rollout": "off"}},
-                "spec": {
-                    "terminationGracePeriodSeconds": 1,
-                    "volumes": [{"name": "c", "configMap": {"name": "c"}}],
-                    "containers": [
-                        {
-                            "name": "c",
-                            "image": IMAGE,
-                            "command": [
-                                "sh",
-                                "-c",
-                                "while true; do echo vol=$(cat /etc/app/app.conf),sub=$(cat /etc/sub.conf),env=$E; "
-                                "sleep 0.2; done",
-                            ],
-                            "env": [{"name": "E", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "app.conf"}}}],
-                            "volumeMounts": [
-                                {"name": "c", "mountPath": "/etc/app"},
-                                {"name": "c", "mountPath": "/etc/sub.conf", "subPath": "app.conf"},
-                            ],
-                        }
-                    ],
-                },
-            },
-        ]
+    script = "while true; do echo vol=$(cat /etc/app/app.conf),sub=$(cat /etc/sub.conf),env=$E; sleep 0.2; done"
+    sub = pod(
+        "sub",
+        script,
+        # Without a rollout, kubelet's semantics: the container keeps env and subPath as it started.
+        annotations={"edgelet.io/rollout": "off"},
+        volumes=[{"name": "c", "configMap": {"name": "c"}}],
+        env=[{"name": "E", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "app.conf"}}}],
+        volume_mounts=[
+            {"name": "c", "mountPath": "/etc/app"},
+            {"name": "c", "mountPath": "/etc/sub.conf", "subPath": "app.conf"},
+        ],
     )
+    return yaml.safe_dump_all([config_map("c", {"app.conf": conf}), sub])
 
 
 def test_env_and_sub_path_keep_their_values_until_a_restart_the_volume_follows(agent) -> None:

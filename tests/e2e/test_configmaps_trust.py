@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from edgelet.testing.signing import MinisignKey, SshKey, missing_tools, trusted_dir
-from tests.e2e.conftest import IMAGE, wait_for
-from tests.e2e.test_configmaps import _container_log
+from tests.e2e.conftest import wait_for
+from tests.e2e.test_configmaps import _container_log, config_map, pod
 
 pytestmark = [
     pytest.mark.privileged,
@@ -20,24 +20,13 @@ pytestmark = [
 def manifest(conf: str) -> str:
     return yaml.safe_dump_all(
         [
-            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "conf"}, "data": {"v": conf}},
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": "signed"},
-                "spec": {
-                    "terminationGracePeriodSeconds": 1,
-                    "volumes": [{"name": "conf", "configMap": {"name": "conf"}}],
-                    "containers": [
-                        {
-                            "name": "app",
-                            "image": IMAGE,
-                            "command": ["sh", "-c", "while true; do echo v=$(cat /conf/v); sleep 0.2; done"],
-                            "volumeMounts": [{"name": "conf", "mountPath": "/conf"}],
-                        }
-                    ],
-                },
-            },
+            config_map("conf", {"v": conf}),
+            pod(
+                "signed",
+                "while true; do echo v=$(cat /conf/v); sleep 0.2; done",
+                volumes=[{"name": "conf", "configMap": {"name": "conf"}}],
+                volume_mounts=[{"name": "conf", "mountPath": "/conf"}],
+            ),
         ]
     )
 
