@@ -436,40 +436,10 @@ class RuncRuntime:
                 **prepared_data.facts,
             )
 
-            def write_config() -> ocispec.ContainerContext:
-                # Mounts, spec and config.json in one trip to a worker thread.
-                mounts = container_mounts(
-                    pod,
-                    container,
-                    layout,
-                    bundle,
-                    self.host.recursive_read_only,
-                    (objects, self.clock),
-                )
-                ctx = ocispec.ContainerContext(
-                    mounts=mounts,
-                    config_objects=objects,
-                    **ctx_args,  # type: ignore[arg-type]
-                )
-                config = ocispec.build_container_spec(pod, container, image.config, ctx)
-                hidden[:] = secretspec.secret_values(pod, container, objects)
-                if hidden:
-                    # runc reads the whole spec from memory; the bundle gets it redacted once runc is done.
-                    real = secretspec.write_spec_copy(self.paths.run_dir, cid, config)
-                    if os.path.lexists(bundle / bl.CONFIG):
-                        os.unlink(bundle / bl.CONFIG)
-                    os.symlink(real, bundle / bl.CONFIG)
-                    redacted[:] = [secretspec.redact(config, hidden)]
-                else:
-                    bl.write_file(bundle / bl.CONFIG, json.dumps(config, indent=1))
-                return ctx
-
-            hidden: list[str] = []
-            redacted: list[dict[str, Any]] = []
-            objects = self.config_objects.for_pod(pod)  # the contents this version of the pod was made with
-
             # conmon starts up meanwhile and waits on its start pipe for the config (conmon.create's `start`).
-            configured = asyncio.ensure_future(asyncio.to_thread(write_config))
+            configured = asyncio.ensure_future(
+                asyncio.to_thread(self._write_spec, pod, container, image, layout, bundle, cid, ctx_args)
+            )
             name = f"k8s_{container.name}_{pod_name}_{ns}_{uid}_{attempt}"
             await conmon.create(
                 self.conmon_args(
@@ -485,9 +455,10 @@ class RuncRuntime:
                 runner=self.runner,
                 start=configured,
             )
-            self.security.warn_apparmor(pod, container, configured.result())
-            if redacted:
-                await asyncio.to_thread(bl.write_file, bundle / bl.CONFIG, json.dumps(redacted[0], indent=1))
+            ctx, redacted = configured.result()
+            self.security.warn_apparmor(pod, container, ctx)
+            if redacted is not None:
+                await asyncio.to_thread(bl.write_file, bundle / bl.CONFIG, json.dumps(redacted, indent=1))
             self._warn_env_skipped(pod, container)
             # Before `runc start`, not beside it: a process moved into a cgroup is not held to its pids.max, so
             # a conmon joining a pod whose container already forked up to the pod's limit would exceed it.
@@ -505,6 +476,32 @@ class RuncRuntime:
         self.observer.bundles[cid] = bundle
         log.info("Container created", pod=full_name(pod), container=container.name, id=cid[:12], attempt=attempt)
         return cid
+
+    def _write_spec(
+        self,
+        pod: Pod,
+        container: Container,
+        image: ImageRecord,
+        layout: bl.PodLayout,
+        bundle: Path,
+        cid: str,
+        ctx_args: dict[str, Any],
+    ) -> tuple[ocispec.ContainerContext, dict[str, Any] | None]:
+        """Mounts, spec and config.json in one trip to a worker thread; with the spec for the bundle once runc
+        has read the whole one from the run dir, when the container's env holds Secret values (else None)."""
+        objects = self.config_objects.for_pod(pod)  # the contents this version of the pod was made with
+        mounts = container_mounts(pod, container, layout, bundle, self.host.recursive_read_only, (objects, self.clock))
+        ctx = ocispec.ContainerContext(mounts=mounts, config_objects=objects, **ctx_args)
+        config = ocispec.build_container_spec(pod, container, image.config, ctx)
+        hidden = secretspec.secret_values(pod, container, objects)
+        if not hidden:
+            bl.write_file(bundle / bl.CONFIG, json.dumps(config, indent=1))
+            return ctx, None
+        real = secretspec.write_spec_copy(self.paths.run_dir, cid, config)
+        if os.path.lexists(bundle / bl.CONFIG):
+            os.unlink(bundle / bl.CONFIG)
+        os.symlink(real, bundle / bl.CONFIG)
+        return ctx, secretspec.redact(config, hidden)
 
     def _warn_env_skipped(self, pod: Pod, container: Container) -> None:
         """kubelet's InvalidEnvironmentVariableNames: envFrom keys that are no variable name, skipped."""

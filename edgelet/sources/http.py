@@ -253,21 +253,19 @@ def _item_locations(docs: list[Any]) -> list[str]:
     multi = len(docs) > 1
     locations: list[str] = []
     for index, doc in enumerate(docs):
-        if doc is None:
-            continue
         prefix = f"document {index}: " if multi else ""
-        if isinstance(doc, dict) and doc.get("kind") in _OBJECT_KINDS:
-            continue  # a ConfigMap or Secret is no pod
+        if doc is None or _is_object(doc):  # a ConfigMap or Secret is no pod
+            continue
         if isinstance(doc, dict) and doc.get("kind") in _LIST_KINDS:
             items = doc.get("items") or []
-            locations.extend(
-                f"{prefix}$.items[{j}]"
-                for j, item in enumerate(items)
-                if not (isinstance(item, dict) and item.get("kind") in _OBJECT_KINDS)
-            )
+            locations.extend(f"{prefix}$.items[{j}]" for j, item in enumerate(items) if not _is_object(item))
         else:
             locations.append(f"{prefix}$")
     return locations
+
+
+def _is_object(doc: Any) -> bool:
+    return isinstance(doc, dict) and doc.get("kind") in _OBJECT_KINDS
 
 
 def _with_origin(pod: Pod, origin: str) -> Pod:
@@ -284,19 +282,13 @@ def decode_body(body: bytes, url: str, node_name: str) -> tuple[Pod, ...]:
     One invalid pod rejects the whole body, as kubelet does: a served list is
     one unit, so it never half-applies.
     """
-    return decode_body_with_warnings(body, url, node_name)[0]
-
-
-def decode_body_with_warnings(body: bytes, url: str, node_name: str) -> tuple[tuple[Pod, ...], list[str]]:
-    """decode_body, plus one warning per unknown field of the body."""
-    pods, warnings, _ = decode_body_objects(body, url, node_name)
-    return pods, warnings
+    return decode_body_objects(body, url, node_name)[0]
 
 
 def decode_body_objects(
     body: bytes, url: str, node_name: str
 ) -> tuple[tuple[Pod, ...], list[str], tuple[ConfigObject, ...]]:
-    """decode_body_with_warnings, plus the ConfigMaps and Secrets served beside the pods."""
+    """decode_body, plus a warning per unknown field of the body and the ConfigMaps and Secrets beside the pods."""
     from edgelet.api.decode import parse_documents
     from edgelet.api.errors import ApiError
 
@@ -308,14 +300,10 @@ def decode_body_objects(
     except ApiError as exc:
         raise BodyProblem(str(exc)) from exc
     objects = tuple(replace(o, origin=shown, source=SOURCE) for o in found)
-    if not decoded and objects:
-        return (), warnings, objects
-    return _static_pods(body, url, node_name, decoded, warnings) + (objects,)
+    return (_static_pods(body, url, node_name, decoded) if decoded or not objects else ()), warnings, objects
 
 
-def _static_pods(
-    body: bytes, url: str, node_name: str, decoded: list[Pod], warnings: list[str]
-) -> tuple[tuple[Pod, ...], list[str]]:
+def _static_pods(body: bytes, url: str, node_name: str, decoded: list[Pod]) -> tuple[Pod, ...]:
     from edgelet.api.errors import ValidationError
     from edgelet.api.static import make_static_pod
 
@@ -325,7 +313,7 @@ def _static_pods(
         explicit = docs is not None and any(isinstance(d, dict) and d.get("kind") in _LIST_KINDS for d in docs)
         if not explicit:
             raise BodyProblem(_NO_MANIFEST)
-        return (), warnings
+        return ()
     pods = []
     for index, pod in enumerate(decoded):
         try:
@@ -333,7 +321,7 @@ def _static_pods(
         except ValidationError as exc:
             raise BodyProblem(_locate(exc, index, body, len(decoded)), pod=exc.pod) from exc
         pods.append(_with_origin(static, shown))
-    return tuple(pods), warnings
+    return tuple(pods)
 
 
 def _locate(exc: Any, index: int, body: bytes, count: int) -> str:
@@ -441,10 +429,9 @@ def apply_cache(
     else:
         from edgelet.trust.errors import SignatureRefused
 
+        body, signature = cached.body, cached.signature
         try:
-            pods, _, verified, objects = _check_trust(
-                trust, cached.body, cached.signature, "cached copy", url, node_name
-            )
+            pods, _, verified, objects = _check_trust(trust, body, signature, "cached copy", url, node_name)
         except SignatureRefused as exc:
             raise BodyProblem(str(exc)) from exc
     return HttpSourceState(
