@@ -230,12 +230,17 @@ def build_parser() -> argparse.ArgumentParser:
     rollout_sub.add_parser("retry", parents=[common], help="try a rolled-back version again").add_argument(
         "pod", metavar="[NAMESPACE/]NAME"
     )
+    _add_get_command(sub, common)
+    return parser
+
+
+def _add_get_command(sub: Any, common: argparse.ArgumentParser) -> None:
+    """get configmaps|secrets."""
     get = sub.add_parser(
         "get", parents=[common], help="the ConfigMaps or Secrets of the sources: keys, sizes, source, users"
     )
     get.add_argument("resource", choices=("configmaps", "secrets", "cm"), metavar="configmaps|secrets")
     get.add_argument("-o", "--output", choices=("table", "json"), default="table")
-    return parser
 
 
 # Each command's module, imported only when that command runs: the agent (no command) never loads them.
