@@ -64,8 +64,16 @@ class Agent:
             from edgelet.server.metrics import Metrics
 
             self.metrics = Metrics(clock)
+        # The accepted ConfigMaps and Secrets: the sync loop replaces them, the runtime reads them.
+        self.config_objects = wiring.build_config_objects(paths)
         self.runtime = wiring.build_runtime(
-            settings, paths, clock, self.images, self.metrics, on_warning=self._runtime_warning
+            settings,
+            paths,
+            clock,
+            self.images,
+            self.metrics,
+            on_warning=self._runtime_warning,
+            config_objects=self.config_objects,
         )
         self.log_rotator = LogRotator(
             paths,
@@ -147,6 +155,7 @@ class Agent:
             runtime_uids=self.pleg.uids,
             events=self.events,
             rollout=self.rollout,
+            objects=self.config_objects,
         )
         self.file_source = wiring.build_file_sources(settings, clock, self.trust)
         wiring.warn_about_card(settings)
@@ -195,6 +204,7 @@ class Agent:
                 mirror=self.mirror,
                 rollout=self.rollout,
                 node_conditions=self._node_conditions,
+                object_reports=self._object_reports,
                 tunnel_address=self.tunnel_address,
             )
         self.update = None if settings.runonce else self._build_update()
@@ -442,6 +452,12 @@ class Agent:
             else (),
             **({"port": port} if port is not None else {}),
         )
+
+    def _object_reports(self) -> list:
+        """The accepted ConfigMaps and Secrets and the pods that use them, for `edgelet get`."""
+        from edgelet.api.configobjects import object_reports
+
+        return object_reports(self.config_objects.all(), self.loop.desired().values())
 
     def _node_conditions(self) -> list[dict[str, str]]:
         """The Node's conditions as the mirror reports them (for `edgelet node`, with or without an apiserver)."""

@@ -183,3 +183,17 @@ async def flush_when_changed(
         changed.set()
         await clock.sleep(retry)
         retry = min(retry * 2, max_retry)
+
+
+def node_key(path: Path, size: int = 32) -> bytes:
+    """The node's own random key kept in `path` (0600), made on first use; a torn or short file is replaced."""
+    try:
+        data = path.read_bytes()
+        if len(data) == size:
+            return data
+    except FileNotFoundError:
+        pass
+    data = os.urandom(size)
+    ensure_dir(path.parent)
+    write_atomic(path, data, PRIVATE_FILE)
+    return data

@@ -16,6 +16,7 @@ from edgelet.errors import EdgeletError
 from edgelet.util.log import get_logger
 
 if TYPE_CHECKING:
+    from edgelet.api.configobjects import ConfigObjects
     from edgelet.api.types import Pod, PodStatus
     from edgelet.cgroups.qos import PodResources
     from edgelet.container.types import PodRuntimeStatus
@@ -135,6 +136,14 @@ def build_import_dirs(
     return node, card
 
 
+def build_config_objects(paths: RuntimePaths) -> ConfigObjects:
+    """The store of accepted ConfigMaps and Secrets, with the node's key for the digests that pin a pod's config."""
+    from edgelet.api.configobjects import ConfigObjects
+    from edgelet.state import node_key
+
+    return ConfigObjects(key=node_key(paths.root_dir / "state" / "config-pin.key"))
+
+
 def build_runtime(
     settings: Settings,
     paths: RuntimePaths,
@@ -142,6 +151,7 @@ def build_runtime(
     images: ImageStore,
     metrics: Metrics | None,
     on_warning: Callable[[Pod, str | None, str, str], None],
+    config_objects: ConfigObjects | None = None,
 ) -> RuncRuntime:
     """The OCI runtime (runc, crun: each pod on its handler) over the pod network, instrumented when the local API
     serves metrics."""
@@ -183,6 +193,7 @@ def build_runtime(
         infra_container=settings.pod_infra_container,
         runtime_handlers=resolve_handlers(settings.runtime_handlers, settings.runtime),
         runtime_handler=settings.runtime_handler,
+        config_objects=config_objects,
     )
     if metrics is None:
         return runtime
@@ -495,6 +506,7 @@ def build_api(
     mirror: MirrorManager | None,
     rollout: RolloutManager,
     node_conditions: Callable[[], list[dict[str, str]]],
+    object_reports: Callable[[], list] | None = None,
     tunnel_address: str | None = None,
 ) -> tuple[StatsCollector, ApiServer, NodeApiPlan | None]:
     """The local API (the CLI's unix socket, healthz, metrics) and, when enabled, the node API beside it."""
@@ -525,6 +537,7 @@ def build_api(
             node_conditions=node_conditions,
             rollout_records=rollout.records,
             rollout_retry=rollout.retry,
+            config_objects=object_reports,
         )
     )
     node_api = None

@@ -20,3 +20,5 @@ ROLLOUT = "edgelet.io/rollout"
 ROLLOUT_DEADLINE = "edgelet.io/rollout-deadline"
 ROLLOUT_STABILITY_WINDOW = "edgelet.io/rollout-stability-window"
 ROLLOUT_STRATEGY = "edgelet.io/rollout-strategy"  # "Replace" (the default) or "Surge"
+ROLLOUT_OFF = frozenset({"off", "false", "disabled", "no"})
+ROLLOUT_ON = frozenset({"on", "true", "enabled", "yes"})

@@ -1,4 +1,5 @@
-"""Decoding manifest bytes (JSON or YAML, one or many documents, Pod/PodList/List) into v1 Pods."""
+"""Decoding manifest bytes (JSON or YAML, one or many documents, Pod/PodList/List) into v1 Pods, and the v1
+ConfigMaps and Secrets beside them."""
 
 from __future__ import annotations
 
@@ -11,11 +12,13 @@ from typing import Any
 import msgspec
 import yaml
 
+from edgelet.api.configobjects import KINDS as _OBJECT_KINDS
+from edgelet.api.configobjects import ConfigObject, ConfigObjectError, decode_config_object
 from edgelet.api.errors import ManifestDecodeError
 from edgelet.api.types import Pod, PodList
 from edgelet.api.unknown import find_unknown_fields, unknown_field_warning
 
-__all__ = ["parse_manifests", "parse_manifests_with_warnings"]
+__all__ = ["parse_documents", "parse_manifests", "parse_manifests_with_warnings"]
 
 _TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
 _VALUE_TAG = "tag:yaml.org,2002:value"
@@ -62,21 +65,43 @@ def parse_manifests_with_warnings(data: bytes, origin: str) -> tuple[list[Pod], 
     Unknown fields are accepted and dropped, as with the API server's
     `fieldValidation=Warn`: `unknown field "spec.containers[0].imagePullPolcy"`,
     prefixed with `document N: ` in a stream of several documents.
+    ConfigMaps and Secrets beside the pods are validated and left out (see parse_documents).
+    """
+    pods, _, warnings = parse_documents(data, origin)
+    return pods, warnings
+
+
+def parse_documents(data: bytes, origin: str) -> tuple[list[Pod], list[ConfigObject], list[str]]:
+    """Every v1 Pod, ConfigMap and Secret in `data`, and the unknown-field warnings; raise ManifestDecodeError.
+
+    One bad document, pod or object, refuses the whole input, as for pods alone.
     """
     documents = _load_documents(data, origin)
     multi = len(documents) > 1
     pods: list[Pod] = []
+    objects: list[ConfigObject] = []
     warnings: list[str] = []
     for index, line, obj in documents:
         if obj is None:
             continue
         where = _Where(origin, index if multi else None, line if multi else None)
-        pods.extend(_pods_from_document(obj, where))
-        # _pods_from_document accepted it, so obj is an object with a string kind.
-        root = Pod if obj["kind"] == "Pod" else PodList
         prefix = f"document {index}: " if multi else ""
+        for item in _pods_from_document(obj, where):
+            if isinstance(item, tuple):
+                objects.append(item[0])
+                warnings.extend(prefix + w for w in item[1])
+            else:
+                pods.append(item)
+        # _pods_from_document accepted it, so obj is an object with a string kind.
+        if obj["kind"] in _OBJECT_KINDS:
+            continue
+        root = Pod if obj["kind"] == "Pod" else PodList
+        if root is PodList and isinstance(obj.get("items"), list):
+            # A List's ConfigMaps and Secrets reported their own fields; its pods keep their indexes.
+            items = [{} if isinstance(i, dict) and i.get("kind") in _OBJECT_KINDS else i for i in obj["items"]]
+            obj = {**obj, "items": items}
         warnings.extend(prefix + unknown_field_warning(path) for path in find_unknown_fields(obj, root))
-    return pods, warnings
+    return pods, objects, warnings
 
 
 class _Where:
@@ -206,7 +231,10 @@ def _has_tab(data: bytes, line: int) -> bool:
     return 0 <= line < len(lines) and b"\t" in lines[line]
 
 
-def _pods_from_document(obj: Any, where: _Where) -> list[Pod]:
+_Item = Pod | tuple[ConfigObject, list[str]]
+
+
+def _pods_from_document(obj: Any, where: _Where) -> list[_Item]:
     try:
         _check_plain(obj, "$", [0])
     except _Problem as exc:
@@ -220,6 +248,9 @@ def _pods_from_document(obj: Any, where: _Where) -> list[Pod]:
     if kind == "Pod":
         _expect_v1(api_version, kind, "$", where)
         return [_convert(obj, "$", where)]
+    if kind in _OBJECT_KINDS:
+        _expect_v1(api_version, kind, "$", where)
+        return [_config_object(obj, "$", where)]
     if kind in _LIST_KINDS:
         _expect_v1(api_version, kind, "$", where)
         items = obj.get("items")
@@ -228,21 +259,33 @@ def _pods_from_document(obj: Any, where: _Where) -> list[Pod]:
         if not isinstance(items, list):
             raise where.error("$.items", f"expected array, got {_type_name(items)}")
         return [_list_item(item, kind, f"$.items[{i}]", where) for i, item in enumerate(items)]
-    raise where.error("$.kind", f"unsupported kind {kind} (expected Pod, PodList or List)")
+    raise where.error("$.kind", f"unsupported kind {kind} (expected Pod, ConfigMap, Secret, PodList or List)")
 
 
-def _list_item(item: Any, list_kind: str, path: str, where: _Where) -> Pod:
+def _list_item(item: Any, list_kind: str, path: str, where: _Where) -> _Item:
     if not isinstance(item, dict):
         raise where.error(path, f"expected object, got {_type_name(item)}")
     # API servers leave kind/apiVersion out of PodList items; a v1 List holds
     # arbitrary objects, so there they are required.
     if list_kind == "List" or "kind" in item:
         kind = _require_str(item, "kind", path, where)
+        if list_kind == "List" and kind in _OBJECT_KINDS:
+            _expect_v1(_require_str(item, "apiVersion", path, where), kind, path, where)
+            return _config_object(item, path, where)
         if kind != "Pod":
             raise where.error(f"{path}.kind", f"expected Pod, got {kind}")
     if list_kind == "List" or "apiVersion" in item:
         _expect_v1(_require_str(item, "apiVersion", path, where), "Pod", path, where)
     return _convert(item, path, where)
+
+
+def _config_object(obj: dict[str, Any], path: str, where: _Where) -> tuple[ConfigObject, list[str]]:
+    try:
+        return decode_config_object(obj, path)
+    except ConfigObjectError as exc:
+        first, *rest = exc.errors
+        message = "; ".join([first.message, *(str(e) for e in rest)])
+        raise where.error(first.path, message) from None
 
 
 def _require_str(obj: dict[str, Any], key: str, path: str, where: _Where) -> str:

@@ -11,7 +11,7 @@ from edgelet.api.annotations import CONFIG_HASH, CONFIG_SEEN, CONFIG_SOURCE
 from edgelet.api.defaults import apply_defaults
 from edgelet.api.errors import FieldError, ValidationError
 from edgelet.api.hash import canonical_json, pod_full_name
-from edgelet.api.types import Container, ObjectMeta, Pod, PodStatus, Toleration, Volume
+from edgelet.api.types import ObjectMeta, Pod, PodStatus, Toleration, Volume
 from edgelet.api.validation import validate_pod
 
 __all__ = [
@@ -31,15 +31,12 @@ _STATIC_TOLERATION = Toleration(operator="Exists", effect="NoExecute")
 _VOLUME_SOURCES = tuple(
     (attr, json) for attr, json in zip(Volume.__struct_fields__, Volume.__struct_encode_fields__) if attr != "name"
 )
+# ConfigMaps and Secrets come from the sources beside the pods (api.configobjects): those references resolve.
 _OBJECT_VOLUMES = {
-    "secret": "Secret",
-    "configMap": "ConfigMap",
     "persistentVolumeClaim": "PersistentVolumeClaim",
     "ephemeral": "PersistentVolumeClaim",
 }
 _PROJECTIONS = {
-    "secret": "Secret",
-    "configMap": "ConfigMap",
     "serviceAccountToken": "ServiceAccount",
     "clusterTrustBundle": "ClusterTrustBundle",
     "podCertificate": "PodCertificateRequest",
@@ -109,7 +106,8 @@ def make_static_pod(pod: Pod, *, node_name: str, source: Literal["file", "http"]
 
 
 def find_api_object_references(pod: Pod) -> list[FieldError]:
-    """Fields that reference API objects (Secrets, ConfigMaps, ...), which a static pod cannot resolve."""
+    """Fields that reference API objects a static pod cannot resolve (ServiceAccounts, PVCs, ...); ConfigMaps
+    and Secrets, as volumes, projections and env, come from the sources beside the pods."""
     errors: list[FieldError] = []
     spec = pod.spec
     if spec is None:
@@ -125,9 +123,6 @@ def find_api_object_references(pod: Pod) -> list[FieldError]:
         errors.append(_ref(f"$.spec.resourceClaims[{i}]", "ResourceClaim"))
     for i, volume in enumerate(spec.volumes or []):
         errors.extend(_volume_references(volume, f"$.spec.volumes[{i}]"))
-    for field, containers in (("initContainers", spec.init_containers), ("containers", spec.containers)):
-        for i, container in enumerate(containers or []):
-            errors.extend(_container_references(container, f"$.spec.{field}[{i}]"))
     return errors
 
 
@@ -142,6 +137,8 @@ def _volume_references(volume: Volume, path: str) -> list[FieldError]:
         if source is None:
             continue
         spath = f"{path}.{json_name}"
+        if json_name in ("secret", "configMap"):
+            continue  # resolved from the sources' objects
         if json_name in _OBJECT_VOLUMES:
             errors.append(_ref(spath, _OBJECT_VOLUMES[json_name]))
         elif json_name == "projected":
@@ -153,22 +150,4 @@ def _volume_references(volume: Volume, path: str) -> list[FieldError]:
             for sattr, sjson in _SECRET_FIELDS:
                 if getattr(source, sattr, None):
                     errors.append(_ref(f"{spath}.{sjson}", "Secret"))
-    return errors
-
-
-def _container_references(container: Container, path: str) -> list[FieldError]:
-    errors: list[FieldError] = []
-    for j, env in enumerate(container.env or []):
-        source = env.value_from
-        if source is None:
-            continue
-        if source.secret_key_ref is not None:
-            errors.append(_ref(f"{path}.env[{j}].valueFrom.secretKeyRef", "Secret"))
-        if source.config_map_key_ref is not None:
-            errors.append(_ref(f"{path}.env[{j}].valueFrom.configMapKeyRef", "ConfigMap"))
-    for j, env_from in enumerate(container.env_from or []):
-        if env_from.secret_ref is not None:
-            errors.append(_ref(f"{path}.envFrom[{j}].secretRef", "Secret"))
-        if env_from.config_map_ref is not None:
-            errors.append(_ref(f"{path}.envFrom[{j}].configMapRef", "ConfigMap"))
     return errors

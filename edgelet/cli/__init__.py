@@ -163,6 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_image_commands(sub, common)
     _add_rollout_commands(sub, common)
     _add_update_commands(sub, common)
+    _add_get_command(sub, common)
     return parser
 
 
@@ -265,6 +266,15 @@ def _add_update_commands(sub: Any, common: argparse.ArgumentParser) -> None:
             _add_setting(subcommand, key)
 
 
+def _add_get_command(sub: Any, common: argparse.ArgumentParser) -> None:
+    """get configmaps|secrets."""
+    get = sub.add_parser(
+        "get", parents=[common], help="the ConfigMaps or Secrets of the sources: keys, sizes, source, users"
+    )
+    get.add_argument("resource", choices=("configmaps", "secrets", "cm"), metavar="configmaps|secrets")
+    get.add_argument("-o", "--output", choices=("table", "json"), default="table")
+
+
 # Each command's module, imported only when that command runs: the agent (no command) never loads them.
 COMMANDS = {
     "version": "version",
@@ -280,6 +290,7 @@ COMMANDS = {
     "rollout": "rollout",
     "tunnel": "tunnel",
     "update": "update",
+    "get": "objects",
 }
 
 

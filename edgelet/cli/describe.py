@@ -352,6 +352,12 @@ def _volumes(w: _Writer, volumes: list[dict[str, Any]]) -> None:
             w.w(2, "Type:\tSecret (a volume populated by a Secret)\n")
             w.w(2, f"SecretName:\t{sec.get('secretName') or ''}\n")
             w.w(2, f"Optional:\t{'true' if sec.get('optional') else 'false'}\n")
+        elif "projected" in v:
+            w.w(2, "Type:\tProjected (a volume that contains injected data from multiple sources)\n")
+            for src in (v["projected"] or {}).get("sources") or []:
+                for kind, label in (("configMap", "ConfigMapName"), ("secret", "SecretName")):
+                    if kind in src:
+                        w.w(2, f"{label}:\t{(src[kind] or {}).get('name') or ''}\n")
         else:
             w.w(1, "<unknown>\n")
 
@@ -392,16 +398,30 @@ def _events(w: _Writer, events: Sequence[Event], now: float) -> None:
         w.w(1, f"{e.type}\t{e.reason}\t{age}\tkubelet\t{e.message.strip()}\n")
 
 
+def _objects(w: _Writer, pod_name: str, objects: Sequence[Any]) -> None:
+    """The ConfigMaps and Secrets the pod uses (edgelet's own section): keys and sizes, never a value."""
+    used = [o for o in objects if any(u.startswith(f"{pod_name} (") for u in o.used_by)]
+    if not used:
+        return
+    w.w(0, "ConfigMaps and Secrets:\n")
+    for o in used:
+        keys = ", ".join(f"{k} ({n} bytes)" for k, n in o.keys.items()) or "<no keys>"
+        where = "<missing>" if o.missing else o.origin
+        w.w(1, f"{o.kind} {o.name}:\t{keys}\t{where}\n")
+
+
 def describe_pod(
     pod: dict[str, Any],
     events: Sequence[Event],
     now: float,
     pulls: Mapping[str, Sequence[int]] | None = None,
     runtime_handler: str = "",
+    objects: Sequence[Any] = (),
 ) -> str:
     """`kubectl describe pod` of one Pod object (as the snapshot holds it) and its events; a container waiting
     for a pull under way (`pulls`: image -> [done, total]) shows how far it is. `runtime_handler`: the one its
-    sandbox runs under (kubelet's pods have no such line: their RuntimeClass object names it)."""
+    sandbox runs under (kubelet's pods have no such line: their RuntimeClass object names it); `objects`
+    (ObjectReports from the agent) the ConfigMaps and Secrets it uses."""
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
     status = pod.get("status") or {}
@@ -462,6 +482,7 @@ def describe_pod(
     if rollout is not None:  # edgelet's health-gated rollout (RolledBack, RolloutPulling, ...) and why
         w.w(0, f"Rollout:\t{rollout.get('reason') or ''}: {rollout.get('message') or ''}\n")
     _volumes(w, spec.get("volumes") or [])
+    _objects(w, f"{meta.get('namespace', '')}/{meta.get('name', '')}", objects)
     w.w(0, f"QoS Class:\t{status.get('qosClass') or ''}\n")
     _multiline(w, "Node-Selectors", spec.get("nodeSelector"), "=")
     _tolerations(w, spec.get("tolerations") or [])

@@ -175,5 +175,26 @@ def cmd_describe(settings: Settings, args: argparse.Namespace, out: TextIO, err:
         and (not e.object.uid or e.object.uid == row.uid)
     ]
     (obj,) = describe.pod_objects([row])
-    out.write(describe.describe_pod(obj, events, common.clock.now(), snapshot.pulls, row.runtime_handler))
+    out.write(
+        describe.describe_pod(
+            obj, events, common.clock.now(), snapshot.pulls, row.runtime_handler, _object_reports(settings)
+        )
+    )
     return EXIT_OK
+
+
+def _object_reports(settings: Settings) -> list:
+    """The agent's ConfigMaps and Secrets (keys and sizes); none while it is stopped (they live in its memory)."""
+    import msgspec
+
+    from edgelet.api.configobjects import ObjectReport
+
+    reports: list[ObjectReport] = []
+    for path in ("/configmaps", "/secrets"):
+        try:
+            live = common.from_agent(settings, path)
+        except CommandError:
+            return []
+        if live is not None:
+            reports += msgspec.json.decode(live, type=list[ObjectReport])
+    return reports

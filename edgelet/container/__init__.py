@@ -80,6 +80,11 @@ class Runtime(Protocol):
         """Undo a `prepare_container` whose container will not be created (its sandbox failed); never raises."""
         ...
 
+    async def refresh_config_volumes(self, pod: Pod) -> list[str]:
+        """Bring the configMap, secret and projected volumes of a started pod up to date with the accepted
+        objects, atomically (kubelet's periodic remount); the names of those rewritten. Never raises."""
+        ...
+
     async def start_container(self, container_id: str) -> None:
         """`runc start`: the process runs the container's command."""
         ...

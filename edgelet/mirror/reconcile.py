@@ -104,9 +104,64 @@ def build_mirror_pod(pod: dict[str, Any], node: str, node_uid: str) -> dict[str,
     ann[CONFIG_MIRROR] = ann.get(CONFIG_HASH, "")
     meta["annotations"] = ann
     meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid, "controller": True}]
-    spec = dict(pod.get("spec") or {})
+    spec, replaced = without_object_references(dict(pod.get("spec") or {}))
+    if replaced:
+        ann[MIRROR_REPLACED] = "; ".join(replaced)
     spec["nodeName"] = node
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+# The apiserver refuses a mirror pod that references ConfigMaps or Secrets (its ServiceAccount and
+# NodeRestriction admission), and it must never see a Secret's data: the mirror shows what the node resolved
+# locally as plain stand-ins, listed in this annotation.
+MIRROR_REPLACED = "edgelet.io/mirror-replaced"
+
+
+def without_object_references(spec: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """`spec` (API form) with configMap, secret and projected volumes as emptyDirs, env valueFrom of a
+    ConfigMap or Secret as a bare name and envFrom dropped; what was replaced, as `volume conf (configMap app)`."""
+    replaced: list[str] = []
+    volumes = []
+    for vol in spec.get("volumes") or []:
+        kinds = [k for k in ("configMap", "secret", "projected") if k in vol]
+        if not kinds:
+            volumes.append(vol)
+            continue
+        src = vol[kinds[0]] or {}
+        what = src.get("name") or src.get("secretName") or ""
+        replaced.append(f"volume {vol.get('name')} ({kinds[0]}{' ' + what if what else ''})")
+        volumes.append({"name": vol.get("name"), "emptyDir": {}})
+    if "volumes" in spec:
+        spec["volumes"] = volumes
+    for field in ("initContainers", "containers"):
+        containers = []
+        for c in spec.get(field) or []:
+            c = dict(c)
+            env = []
+            for var in c.get("env") or []:
+                source = var.get("valueFrom") or {}
+                ref = source.get("configMapKeyRef") or source.get("secretKeyRef")
+                if ref is None:
+                    env.append(var)
+                    continue
+                kind = "configMap" if "configMapKeyRef" in source else "secret"
+                replaced.append(
+                    f"env {c.get('name')}/{var.get('name')} ({kind} {ref.get('name')} key {ref.get('key')})"
+                )
+                env.append({"name": var.get("name")})
+            if "env" in c:
+                c["env"] = env
+            for item in c.pop("envFrom", None) or []:
+                kind, ref = (
+                    ("configMap", item["configMapRef"])
+                    if "configMapRef" in item
+                    else ("secret", item.get("secretRef") or {})
+                )
+                replaced.append(f"envFrom {c.get('name')} ({kind} {ref.get('name')})")
+            containers.append(c)
+        if field in spec:
+            spec[field] = containers
+    return spec, replaced
 
 
 def build_status_patch(status: dict[str, Any], mirror_uid: str) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from edgelet.ocispec.seccomp import compute_seccomp, resolve_seccomp
 from edgelet.ocispec.security import compute_capabilities, resolve_user
 
 if TYPE_CHECKING:
+    from edgelet.api.configobjects import ConfigObjects
     from edgelet.api.types import Container, Pod
     from edgelet.images.types import ImageConfig
 
@@ -104,6 +105,8 @@ class ContainerContext:
     # Controllers the host lacks whose limits are left out (--allow-missing-cgroup-controllers): runc
     # would refuse the whole container over a limit it cannot write.
     without_controllers: frozenset[str] = frozenset()
+    # The accepted ConfigMaps and Secrets, for env valueFrom and envFrom; None: none.
+    config_objects: ConfigObjects | None = None
 
 
 def _mount_dict(m: Mount) -> dict[str, Any]:
@@ -278,7 +281,12 @@ def build_container_spec(pod: Pod, container: Container, image: ImageConfig, ctx
     privileged = bool(sc and sc.privileged)
     try:
         env_pairs = container_env(
-            pod, container, pod_ips=ctx.pod_ips, host_ips=ctx.host_ips, node_allocatable=ctx.node_allocatable
+            pod,
+            container,
+            pod_ips=ctx.pod_ips,
+            host_ips=ctx.host_ips,
+            node_allocatable=ctx.node_allocatable,
+            objects=ctx.config_objects,
         )
         lookup = dict(env_pairs).get
         command = [expand(a, lookup) for a in container.command or []]

@@ -12,12 +12,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
+from edgelet.api.configobjects import ConfigObjects
+from edgelet.api.fielderrors import is_env_var_name
 from edgelet.api.qos import container_limits, container_requests
 from edgelet.api.quantity import QuantityError, parse_quantity
 from edgelet.ocispec.errors import EnvError
 
 if TYPE_CHECKING:
-    from edgelet.api.types import Container, EnvVar, Pod, ResourceFieldSelector
+    from edgelet.api.types import Container, EnvVar, EnvVarSource, Pod, ResourceFieldSelector
 
 
 def expand(text: str, mapping: Callable[[str], str | None]) -> str:
@@ -125,13 +127,18 @@ def container_env(
     pod_ips: Sequence[str] = (),
     host_ips: Sequence[str] = (),
     node_allocatable: Mapping[str, str | int | float] | None = None,
+    objects: ConfigObjects | None = None,
 ) -> list[tuple[str, str]]:
     """The container's own env (not the image's), values expanded, in first-seen order with the last value.
 
     kubelet also adds service link variables; a standalone node has no
-    Services, so edgelet adds none.
+    Services, so edgelet adds none. `envFrom` comes first, `env` over it
+    (makeEnvironmentVariables); a missing non-optional ConfigMap, Secret or
+    key raises EnvError naming it, which is CreateContainerConfigError.
     """
-    resolved: dict[str, str] = {}
+    store = objects if objects is not None else ConfigObjects()
+    namespace = (pod.metadata.namespace if pod.metadata else None) or "default"
+    resolved: dict[str, str] = dict(env_from_values(container, namespace, store)[0])
     env: Iterable[EnvVar] = container.env or []
     for var in env:
         if var.value:
@@ -143,11 +150,64 @@ def container_env(
             elif src.resource_field_ref is not None:
                 text = _resource_field_ref(pod, container, src.resource_field_ref, node_allocatable or {})
             else:
-                raise EnvError(f"env {var.name}: valueFrom needs an API object, which a static pod cannot use")
+                found = _key_ref(src, namespace, store)
+                if found is None:
+                    continue  # optional and absent: the variable is not set at all, as kubelet
+                text = found
         else:
             text = ""
         resolved[var.name] = text
     return list(resolved.items())
+
+
+def _key_ref(src: EnvVarSource, namespace: str, store: ConfigObjects) -> str | None:
+    """A configMapKeyRef's or secretKeyRef's value; None when optional and absent."""
+    ref = src.config_map_key_ref or src.secret_key_ref
+    if ref is None:
+        raise EnvError("valueFrom names no source")
+    kind = "ConfigMap" if src.config_map_key_ref is not None else "Secret"
+    obj = store.get(kind, namespace, ref.name or "")
+    if obj is None:
+        if ref.optional:
+            return None
+        raise EnvError(f'{kind.lower()} "{ref.name}" not found')
+    if ref.key not in obj.text_keys:
+        if ref.optional:
+            return None
+        raise EnvError(f"couldn't find key {ref.key} in {kind} {namespace}/{ref.name}")
+    return obj.data[ref.key].decode(errors="replace")
+
+
+def env_from_values(
+    container: Container, namespace: str, store: ConfigObjects
+) -> tuple[list[tuple[str, str]], list[str]]:
+    """The variables of the container's envFrom (prefix applied), and a message per object whose keys were
+    skipped as invalid variable names (kubelet's InvalidEnvironmentVariableNames event)."""
+    out: list[tuple[str, str]] = []
+    skipped: list[str] = []
+    for env_from in container.env_from or []:
+        ref = env_from.config_map_ref or env_from.secret_ref
+        if ref is None:
+            continue
+        kind = "ConfigMap" if env_from.config_map_ref is not None else "Secret"
+        obj = store.get(kind, namespace, ref.name or "")
+        if obj is None:
+            if ref.optional:
+                continue
+            raise EnvError(f'{kind.lower()} "{ref.name}" not found')
+        invalid: list[str] = []
+        for key in sorted(obj.text_keys):
+            name = (env_from.prefix or "") + key
+            if not name or not is_env_var_name(name):
+                invalid.append(key)
+                continue
+            out.append((name, obj.data[key].decode(errors="replace")))
+        if invalid:
+            skipped.append(
+                f"Keys [{', '.join(invalid)}] from the EnvFrom {kind.lower()} {namespace}/{ref.name} were skipped "
+                "since they are invalid environment variable names."
+            )
+    return out, skipped
 
 
 def process_args(

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
+    from edgelet.api.configobjects import ConfigObject, ObjectKey
     from edgelet.api.types import Pod
     from edgelet.sources import ManifestProblem, SourceName
 
@@ -31,6 +32,18 @@ class RejectedPod:
 
 
 @dataclass(frozen=True)
+class RejectedObject:
+    """A ConfigMap or Secret that parsed but is not used: its name is taken, or it is immutable and changed."""
+
+    source: SourceName
+    origin: str
+    kind: str
+    name: str  # "namespace/name"
+    message: str
+    reason: str = "FailedValidation"
+
+
+@dataclass(frozen=True)
 class ConfigState:
     """The merged view: accepted pods per source keyed by UID, plus what was rejected."""
 
@@ -41,6 +54,19 @@ class ConfigState:
     # The latest snapshot's pods of every source, rejected ones included, so that a merge of one
     # source can admit a pod of another whose name it frees (see merge.py).
     snapshots: Mapping[SourceName, tuple[Pod, ...]] = field(default_factory=dict)
+    # The accepted ConfigMaps and Secrets of every source, the latest objects of each source, and the objects
+    # refused (one named by two files, an immutable one changed) with why (see merge.py's merge_objects).
+    objects: Mapping[ObjectKey, ConfigObject] = field(default_factory=dict)
+    source_objects: Mapping[SourceName, tuple[ConfigObject, ...]] = field(default_factory=dict)
+    rejected_objects: tuple[RejectedObject, ...] = ()
+    # The node's key for the digests that pin a pod version's ConfigMaps and Secrets (api.configobjects).
+    pin_key: bytes = b""
+    # Whether a pod's version covers its config by default (the node's --rollout): without a rollout, kubelet
+    # leaves a running container as it is, so nothing is pinned (a pod's edgelet.io/rollout annotation wins).
+    pin_versions: bool = True
+    # The sources that must all have spoken before a pod pinned to an absent object is admitted: the object may
+    # be another source's, and pinned to "absent" the pod would get a UID it loses a moment later.
+    expected_sources: frozenset[str] = frozenset()
 
     def all_pods(self) -> list[Pod]:
         """Accepted pods of every source, in source order."""
@@ -51,4 +77,4 @@ class ConfigState:
 
 from edgelet.podconfig.merge import merge  # noqa: E402  (merge.py imports the types above)
 
-__all__ = ["ConfigState", "Op", "PodChange", "RejectedPod", "merge"]
+__all__ = ["ConfigState", "Op", "PodChange", "RejectedObject", "RejectedPod", "merge"]

@@ -23,10 +23,12 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from edgelet.api.annotations import CONFIG_MIRROR, CONFIG_SEEN, CONFIG_SOURCE, ORIGIN
-from edgelet.podconfig import ConfigState, PodChange, RejectedPod
+from edgelet.api.configobjects import pin_pod, pins_absent
+from edgelet.podconfig import ConfigState, PodChange, RejectedObject, RejectedPod
 from edgelet.sources import SOURCE_ORDER
 
 if TYPE_CHECKING:
+    from edgelet.api.configobjects import ConfigObject, ObjectKey
     from edgelet.api.types import Pod
     from edgelet.sources import SourceName, SourceSnapshot
 
@@ -160,8 +162,21 @@ def merge(state: ConfigState, snapshot: SourceSnapshot, now: float) -> tuple[Con
     }
     snapshots.update(state.snapshots)
     snapshots[snapshot.source] = tuple(snapshot.pods)
+    source_objects = dict(state.source_objects)
+    source_objects[snapshot.source] = tuple(snapshot.objects)
+    objects, rejected_objects = merge_objects(state.objects, source_objects)
 
-    admitted, rejected = _admit(snapshots)
+    # A pod is a version of the objects it uses in env or subPath too (their change needs a restart).
+    ready = state.expected_sources <= state.seen_sources | {snapshot.source}
+    pinned = {
+        s: tuple(
+            p
+            for p in (pin_pod(p, objects, state.pin_key, default=state.pin_versions) for p in pods)
+            if ready or not pins_absent(p)
+        )
+        for s, pods in snapshots.items()
+    }
+    admitted, rejected = _admit(pinned)
 
     # UIDs are unique across sources (see _admit), so the diff is by UID over all sources: a pod
     # whose UID moves to another source (an explicit metadata.uid) is updated, not removed and added.
@@ -206,5 +221,39 @@ def merge(state: ConfigState, snapshot: SourceSnapshot, now: float) -> tuple[Con
         errors=errors,
         seen_sources=state.seen_sources | {snapshot.source},
         snapshots=snapshots,
+        objects=objects,
+        source_objects=source_objects,
+        rejected_objects=rejected_objects,
     )
     return new_state, [*removes, *adds, *updates, *reconciles]
+
+
+def merge_objects(
+    accepted: Mapping[ObjectKey, ConfigObject], latest: Mapping[SourceName, tuple[ConfigObject, ...]]
+) -> tuple[dict[ObjectKey, ConfigObject], tuple[RejectedObject, ...]]:
+    """The ConfigMaps and Secrets in use, from every source's latest objects, and the refused ones (pure).
+
+    As for pod names, the first in source order (files by name, then the URL) holds a name and a second
+    definition is refused naming both files. An immutable object once accepted keeps its content: a changed
+    copy is refused, naming its file, and the accepted one stays until the object is deleted.
+    """
+    objects: dict[ObjectKey, ConfigObject] = {}
+    rejected: list[RejectedObject] = []
+    for source in SOURCE_ORDER:
+        for obj in latest.get(source, ()):
+            key = obj.key
+            held, before = objects.get(key), accepted.get(key)
+            if held is not None:
+                why = f"{obj.origin} is ignored, the name is taken by the {obj.kind} from {held.origin}"
+                message = f'duplicate {obj.kind} "{obj.full_name}": {why}'
+            elif before is not None and before.immutable and not before.same_content(obj):
+                objects[key] = before
+                message = (
+                    f'{obj.kind} "{obj.full_name}" in {obj.origin} is immutable: the change is refused, '
+                    "the accepted content stays until the object is deleted"
+                )
+            else:
+                objects[key] = obj
+                continue
+            rejected.append(RejectedObject(source, obj.origin, obj.kind, obj.full_name, message))
+    return objects, tuple(rejected)

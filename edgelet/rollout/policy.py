@@ -5,11 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from edgelet.api.annotations import ROLLOUT, ROLLOUT_DEADLINE, ROLLOUT_STABILITY_WINDOW, ROLLOUT_STRATEGY
+from edgelet.api.annotations import ROLLOUT_OFF as _OFF
+from edgelet.api.annotations import ROLLOUT_ON as _ON
 from edgelet.rollout.decide import Policy, Strategy
 from edgelet.util.duration import parse_duration
-
-_OFF = frozenset({"off", "false", "disabled", "no"})
-_ON = frozenset({"on", "true", "enabled", "yes"})
 
 
 def policy_for(annotations: Mapping[str, str], node: Policy, *, enabled: bool) -> tuple[Policy | None, list[str]]:

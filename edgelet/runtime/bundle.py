@@ -6,7 +6,8 @@ Layout under `RuntimePaths.pod_dir(uid)`::
     containers/<name>/<attempt>/   one bundle per container instance
         config.json pidfile conmon.pid id started exit oom termination-log
         rootfs/ (overlay mount point), upper/ work/ (owned by runtime.rootfs)
-    volumes/<name>/                emptyDir volumes (a tmpfs mount for medium Memory)
+    volumes/<name>/                emptyDir volumes (a tmpfs mount for medium Memory), configMap/secret/projected
+                                   volumes (runtime.configvolumes; a tmpfs when they hold Secrets)
     volume-subpaths/<volume>/<container>/<index>   safe subPath bind mounts (edgelet.runtime.subpath)
     etc-hosts resolv.conf hostname files bind-mounted into every container
 
@@ -294,7 +295,7 @@ def volume_mount_options(vm: VolumeMount, rro_supported: bool) -> tuple[str, ...
     return ("rbind", "rprivate", "ro")
 
 
-VolumeKind = Literal["emptyDir", "hostPath"]
+VolumeKind = Literal["emptyDir", "hostPath", "config"]  # config: configMap, secret, projected
 
 
 @dataclass(frozen=True)
@@ -325,9 +326,14 @@ def plan_volumes(pod: Pod, layout: PodLayout) -> dict[str, VolumePlan]:
                 medium=vol.empty_dir.medium or "",
                 size_limit=vol.empty_dir.size_limit,
             )
+        elif vol.config_map is not None or vol.secret is not None or vol.projected is not None:
+            # Written by edgelet.runtime.configvolumes from the accepted ConfigMaps and Secrets.
+            plans[vol.name] = VolumePlan(vol.name, "config", layout.volume_dir(vol.name))
         else:
             # A volume without source is defaulted to emptyDir upstream; anything else is an API object.
-            raise VolumeError(f"volume {vol.name!r}: only emptyDir and hostPath volumes are supported")
+            raise VolumeError(
+                f"volume {vol.name!r}: only emptyDir, hostPath, configMap, secret and projected volumes are supported"
+            )
     return plans
 
 
@@ -521,6 +527,8 @@ def prepare_volumes(plans: Mapping[str, VolumePlan]) -> None:
         if plan.kind == "hostPath":
             prepare_host_path(plan)
             continue
+        if plan.kind == "config":
+            continue  # configvolumes writes it, from the objects
         plan.path.mkdir(mode=0o777, parents=True, exist_ok=True)
         plan.path.chmod(0o777)  # kubelet: emptyDir is world-writable so any container user can use it
         if plan.medium == "Memory" and not is_mountpoint(plan.path):
@@ -565,6 +573,9 @@ def container_mounts(
         if vm.sub_path_expr:
             raise VolumeError(f"container {container.name!r}: subPathExpr is not supported")
         options = volume_mount_options(vm, rro_supported)
+        if plan.kind == "config" and "rw" in options:
+            # kubelet mounts configMap, secret and projected volumes read-only whatever the volumeMount says.
+            options = tuple("ro" if o == "rw" else o for o in options)
         source = plan.path
         if vm.sub_path:
             source = subpath.mount_sub_path(

@@ -17,7 +17,7 @@ from edgelet.ocispec.apparmor import compute_apparmor
 from edgelet.ocispec.errors import SecurityError, SpecError
 from edgelet.ocispec.seccomp import goarch
 from edgelet.runtime import bundle as bl
-from edgelet.runtime import rootfs
+from edgelet.runtime import configvolumes, rootfs
 from edgelet.runtime.host import (
     HostFacts,
     host_devices,
@@ -30,8 +30,10 @@ from edgelet.state import ensure_dir
 from edgelet.util.log import get_logger
 
 if TYPE_CHECKING:
+    from edgelet.api.configobjects import ConfigObjects
     from edgelet.api.types import Container, Pod
     from edgelet.images.types import ImageRecord
+    from edgelet.util.clock import Clock
 
 log = get_logger("edgelet.runtime")
 
@@ -92,11 +94,18 @@ def prepare_container_dirs(
 
 
 def container_mounts(
-    pod: Pod, container: Container, layout: bl.PodLayout, bundle: Path, rro_supported: bool
+    pod: Pod,
+    container: Container,
+    layout: bl.PodLayout,
+    bundle: Path,
+    rro_supported: bool,
+    config: tuple[ConfigObjects, Clock] | None = None,
 ) -> tuple[ocispec.Mount, ...]:
     # After the sandbox, which made the volumes: never two preparations of one tmpfs at once.
     plans = bl.plan_volumes(pod, layout)
     bl.prepare_volumes(plans)
+    if config is not None:
+        configvolumes.prepare_all(pod, layout, *config)
     return bl.container_mounts(pod, container, layout, plans, bundle, rro_supported=rro_supported)
 
 

@@ -36,9 +36,11 @@ class Execs:
     """`runc exec` through `runner`, with the pid and process files under `exec_dir`; each call names the runtime
     handler (`Runc`) the container runs under."""
 
-    def __init__(self, runner: _exec.Runner, exec_dir: Path) -> None:
+    def __init__(self, runner: _exec.Runner, exec_dir: Path, spec_dir: Path | None = None) -> None:
         self.runner = runner
         self.exec_dir = exec_dir
+        # Whole specs of containers whose bundle holds them redacted (Secret values): an exec gets the real env.
+        self.spec_dir = spec_dir
         # Names this agent's exec scratch files, so the start sweep tells an earlier agent's apart.
         self.prefix = secrets.token_hex(4)
 
@@ -90,7 +92,9 @@ class Execs:
         if bundle is None:
             raise ExecSessionError(f"container {container_id[:12]} has no bundle")
         try:
-            config = json.loads((bundle / "config.json").read_bytes())
+            whole = self.spec_dir / f"{container_id}.json" if self.spec_dir is not None else None
+            source = whole if whole is not None and whole.exists() else bundle / "config.json"
+            config = json.loads(source.read_bytes())
             # With a terminal, its size goes into the spec (runc's own first resize comes after the command starts).
             spec = build_exec_process(config["process"], argv, tty=tty, size=terminal_size(stdin) if tty else None)
         except (OSError, ValueError, KeyError, TypeError) as exc:

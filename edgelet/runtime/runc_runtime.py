@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from edgelet.api.configobjects import ConfigObjects, volume_sources
 from edgelet.api.pod import full_name, meta
 from edgelet.api.pod import spec as pod_spec
 from edgelet.api.pod import uid as pod_uid
@@ -38,11 +39,13 @@ from edgelet.container.errors import (
     SandboxError,
     StartContainerError,
     StopContainerError,
+    VolumeError,
 )
 from edgelet.container.types import PodRuntimeStatus, PreparedContainer, SandboxRecord
 from edgelet.ocispec import build as ocispec
-from edgelet.ocispec.errors import SpecError
-from edgelet.runtime import _exec, conmon, rootfs, subpath
+from edgelet.ocispec.env import env_from_values
+from edgelet.ocispec.errors import EnvError, SpecError
+from edgelet.runtime import _exec, configvolumes, conmon, rootfs, secretspec, subpath
 from edgelet.runtime import bundle as bl
 from edgelet.runtime.containerprep import (
     Prepared,
@@ -141,6 +144,7 @@ class RuncRuntime:
         infra_container: bool = False,
         runtime_handlers: Mapping[str, HandlerConfig] | None = None,
         runtime_handler: str = DEFAULT_HANDLER,
+        config_objects: ConfigObjects | None = None,
     ) -> None:
         """`seccomp_default` is kubelet's --seccomp-default; `on_warning(pod, container, reason, message)`
         hears what a container runs without although asked (an AppArmor default that is not loaded).
@@ -149,6 +153,8 @@ class RuncRuntime:
         # True: every new sandbox runs a pause process, as before (--pod-infra-container); False: only the pods
         # that share their PID namespace get one.
         self.infra_container = infra_container
+        # The accepted ConfigMaps and Secrets (podconfig replaces them): env and config volumes are made from them.
+        self.config_objects = config_objects if config_objects is not None else ConfigObjects()
         # Every runc and conmon invocation goes through `runner`: unit tests script it.
         self.runner = runner
         # conmon's own cut (--log-size-max), the backstop when rotation falls behind or edgelet is down.
@@ -194,7 +200,9 @@ class RuncRuntime:
             kind_of=self.kind_of_record,
         )
         self._released: set[str] = set()  # exited containers whose runc state and rootfs mount are gone
-        self.execs = Execs(runner, paths.exec_dir)
+        # (pod uid, volume) -> the objects its config volume was last brought up to date with
+        self._volume_sources: dict[tuple[str, str], tuple[object, ...]] = {}
+        self.execs = Execs(runner, paths.exec_dir, spec_dir=paths.run_dir / secretspec.SPECS)
         # The exit dir must exist before anything watches it (PLEG's inotify).
         self._ensure_dirs()
 
@@ -460,18 +468,12 @@ class RuncRuntime:
                 **prepared_data.facts,
             )
 
-            def write_config() -> ocispec.ContainerContext:
-                # Mounts, spec and config.json in one trip to a worker thread.
-                mounts = container_mounts(pod, container, layout, bundle, self.host.recursive_read_only)
-                ctx = ocispec.ContainerContext(mounts=mounts, **ctx_args)  # type: ignore[arg-type]
-                config = ocispec.build_container_spec(pod, container, image.config, ctx)
-                bl.write_file(bundle / bl.CONFIG, json.dumps(config, indent=1))
-                return ctx
-
             runc = self.handlers.get(sandbox.runtime_handler)  # its sandbox's, whatever the default is now
             self.observer.handlers[cid] = runc.name  # an undo of a half-made one asks it
             # conmon starts up meanwhile and waits on its start pipe for the config (conmon.create's `start`).
-            configured = asyncio.ensure_future(asyncio.to_thread(write_config))
+            configured = asyncio.ensure_future(
+                asyncio.to_thread(self._write_spec, pod, container, image, layout, bundle, cid, ctx_args)
+            )
             name = f"k8s_{container.name}_{pod_name}_{ns}_{uid}_{attempt}"
             await conmon.create(
                 self.conmon_args(
@@ -487,7 +489,11 @@ class RuncRuntime:
                 runner=self.runner,
                 start=configured,
             )
-            self.security.warn_apparmor(pod, container, configured.result())
+            ctx, redacted = configured.result()
+            self.security.warn_apparmor(pod, container, ctx)
+            if redacted is not None:
+                await asyncio.to_thread(bl.write_file, bundle / bl.CONFIG, json.dumps(redacted, indent=1))
+            self._warn_env_skipped(pod, container)
             # Before `runc start`, not beside it: a process moved into a cgroup is not held to its pids.max, so
             # a conmon joining a pod whose container already forked up to the pod's limit would exceed it.
             await asyncio.to_thread(self.cgroups.move_monitor, bundle, self.cgroups.monitor(uid, pod))
@@ -504,6 +510,70 @@ class RuncRuntime:
         self.observer.bundles[cid] = bundle
         log.info("Container created", pod=full_name(pod), container=container.name, id=cid[:12], attempt=attempt)
         return cid
+
+    def _write_spec(
+        self,
+        pod: Pod,
+        container: Container,
+        image: ImageRecord,
+        layout: bl.PodLayout,
+        bundle: Path,
+        cid: str,
+        ctx_args: dict[str, Any],
+    ) -> tuple[ocispec.ContainerContext, dict[str, Any] | None]:
+        """Mounts, spec and config.json in one trip to a worker thread; with the spec for the bundle once runc
+        has read the whole one from the run dir, when the container's env holds Secret values (else None)."""
+        objects = self.config_objects.for_pod(pod)  # the contents this version of the pod was made with
+        mounts = container_mounts(pod, container, layout, bundle, self.host.recursive_read_only, (objects, self.clock))
+        ctx = ocispec.ContainerContext(mounts=mounts, config_objects=objects, **ctx_args)
+        config = ocispec.build_container_spec(pod, container, image.config, ctx)
+        hidden = secretspec.secret_values(pod, container, objects)
+        if not hidden:
+            bl.write_file(bundle / bl.CONFIG, json.dumps(config, indent=1))
+            return ctx, None
+        real = secretspec.write_spec_copy(self.paths.run_dir, cid, config)
+        if os.path.lexists(bundle / bl.CONFIG):
+            os.unlink(bundle / bl.CONFIG)
+        os.symlink(real, bundle / bl.CONFIG)
+        return ctx, secretspec.redact(config, hidden)
+
+    def _warn_env_skipped(self, pod: Pod, container: Container) -> None:
+        """kubelet's InvalidEnvironmentVariableNames: envFrom keys that are no variable name, skipped."""
+        namespace = meta(pod).namespace or "default"
+        try:
+            _, skipped = env_from_values(container, namespace, self.config_objects.for_pod(pod))
+        except EnvError:
+            return  # the container was made, so the objects changed since: the next start says it
+        for message in skipped:
+            log.warning("envFrom keys skipped", pod=full_name(pod), container=container.name, detail=message)
+            if self.on_warning is not None:
+                self.on_warning(pod, container.name, "InvalidEnvironmentVariableNames", message)
+
+    async def refresh_config_volumes(self, pod: Pod) -> list[str]:
+        """Bring the pod's configMap, secret and projected volumes up to date with the accepted objects, as
+        kubelet's periodic remount: the names of those rewritten. Only a pod whose volumes exist (it has
+        started) is touched; a failure is logged and left for the next sync (the containers keep the old)."""
+        uid = pod_uid(pod)
+        layout = self.layout(uid)
+        objects = self.config_objects.for_pod(pod)
+        namespace = meta(pod).namespace or "default"
+        rewritten: list[str] = []
+        for volume in configvolumes.config_volumes(pod):
+            if not os.path.lexists(layout.volume_dir(volume.name) / configvolumes.DATA_LINK):
+                continue
+            # The same objects as at the last refresh: nothing to compare on disk (a sync runs on every event).
+            sources = volume_sources(volume, namespace, objects)
+            if self._volume_sources.get((uid, volume.name)) == sources:
+                continue
+            try:
+                if await asyncio.to_thread(configvolumes.prepare_volume, pod, volume, layout, objects, self.clock):
+                    rewritten.append(volume.name)
+                self._volume_sources[(uid, volume.name)] = sources
+            except VolumeError as exc:
+                log.warning("Cannot update volume", pod=full_name(pod), volume=volume.name, err=str(exc))
+        if rewritten:
+            log.info("Volumes updated from their objects", pod=full_name(pod), volumes=",".join(rewritten))
+        return rewritten
 
     async def _prepared_for(
         self,
@@ -775,7 +845,11 @@ class RuncRuntime:
         """`ann`: the bundle's annotations, when the caller has read them already."""
         # Exit file and socket first: a kill in between then leaves a bundle, which every relist finds and
         # the next sync removes, never an exit file nothing refers to.
-        for path in (self.paths.exit_dir / cid, self.paths.socket_dir / cid):
+        for path in (
+            self.paths.exit_dir / cid,
+            self.paths.socket_dir / cid,
+            secretspec.spec_copy(self.paths.run_dir, cid),
+        ):
             if os.path.lexists(path):
                 path.unlink()
         if bundle is not None and bundle.exists():
@@ -838,6 +912,8 @@ class RuncRuntime:
     # ------------------------------------------------------------ pods
 
     async def remove_pod(self, uid: str) -> None:
+        for key in [k for k in self._volume_sources if k[0] == uid]:
+            del self._volume_sources[key]
         observed = await self.observer.observe(uid)
         # Containers before sandboxes: a container may share the sandbox's pid namespace.
         order = sorted(observed, key=lambda item: item.annotations.get(ANN_KIND) == KIND_SANDBOX)

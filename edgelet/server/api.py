@@ -65,6 +65,8 @@ class ApiSources:
     # The rollout records (edgelet.rollout.decide.Record) and `edgelet rollout retry` (edgelet.rollout.errors).
     rollout_records: Callable[[], list] | None = None
     rollout_retry: Callable[[str], Awaitable[object]] | None = None
+    # The accepted ConfigMaps and Secrets with their users (api.configobjects.ObjectReport: keys and sizes only).
+    config_objects: Callable[[], list] | None = None
 
 
 def _json(value: object) -> Response:
@@ -121,6 +123,9 @@ class Api:
             return _json(
                 sorted(self._s.rollout_records() if self._s.rollout_records is not None else [], key=lambda r: r.name)
             )
+        if route.endpoint == "objects":
+            reports = self._s.config_objects() if self._s.config_objects is not None else []
+            return _json([r for r in reports if r.kind == p["kind"]])
         if route.endpoint == "rollout_retry":
             return await self.rollout_retry(f"{p['namespace']}/{p['pod']}")
         if route.endpoint == "exec":

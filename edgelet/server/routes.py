@@ -127,6 +127,8 @@ def match_route(method: str, target: str) -> Route:
         if len(segs) != 4 or not all(segs[1:]):
             raise HttpError(400, "expected /containerLogs/{namespace}/{pod}/{container}")
         route = Route("container_logs", {"namespace": segs[1], "pod": segs[2], "container": segs[3]}, query)
+    elif segs in (["configmaps"], ["secrets"]):
+        route = Route("objects", {"kind": "ConfigMap" if segs[0] == "configmaps" else "Secret"}, query)
     elif segs == ["rollout"]:
         route = Route("rollout", query=query)
     elif segs == ["debug", "cpu"]:

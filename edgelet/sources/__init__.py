@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import msgspec
 
 if TYPE_CHECKING:
+    from edgelet.api.configobjects import ConfigObject
     from edgelet.api.types import Pod
 
 SourceName = Literal["file", "http"]
@@ -51,12 +52,15 @@ class SourceSnapshot:
     # Accepted manifests with fields the Kubernetes types do not know (kubectl's
     # field validation Warn): the pods run, the typo is reported.
     warnings: tuple[ManifestProblem, ...] = field(default=())
+    # The ConfigMaps and Secrets beside the pods, each naming its file or URL.
+    objects: tuple[ConfigObject, ...] = field(default=())
 
 
 def snapshot_key(snapshot: SourceSnapshot) -> tuple[Any, ...]:
-    """What makes two snapshots different for the consumer: pods by uid and content, and the errors."""
+    """What makes two snapshots different for the consumer: pods by uid and content, objects, and the errors."""
     return (
         tuple((p.metadata.uid if p.metadata else None, msgspec.json.encode(p)) for p in snapshot.pods),
         snapshot.errors,
         snapshot.warnings,
+        snapshot.objects,
     )

@@ -35,6 +35,7 @@ WATCHED = {
 }
 
 if TYPE_CHECKING:
+    from edgelet.api.configobjects import ConfigObject
     from edgelet.api.types import Pod
     from edgelet.trust.verify import Trust
     from edgelet.util.clock import Clock
@@ -58,6 +59,8 @@ class FileSourceState:
     # file is not decoded again (a scan costs what changed, not what the directory holds).
     stats: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     file_warnings: Mapping[str, tuple[ManifestProblem, ...]] = field(default_factory=dict)
+    # The ConfigMaps and Secrets of every file whose pods are in `files`, from the same read.
+    objects: Mapping[str, tuple[ConfigObject, ...]] = field(default_factory=dict)
 
 
 def _list_manifests(path: Path) -> list[Path] | None:
@@ -123,18 +126,18 @@ def _with_origin(pod: Pod, origin: str) -> Pod:
     return msgspec.structs.replace(pod, metadata=msgspec.structs.replace(meta, annotations=annotations))
 
 
-def _pods_of(path: Path, data: bytes, node_name: str) -> tuple[tuple[Pod, ...], list[str]]:
-    """The file's static pods, and a warning per unknown field in it."""
-    from edgelet.api.decode import parse_manifests_with_warnings
+def _pods_of(path: Path, data: bytes, node_name: str) -> tuple[tuple[Pod, ...], list[str], tuple[ConfigObject, ...]]:
+    """The file's static pods, a warning per unknown field in it, and its ConfigMaps and Secrets."""
+    from edgelet.api.decode import parse_documents
     from edgelet.api.static import make_static_pod
 
     origin = str(path)
     pods = []
-    decoded, warnings = parse_manifests_with_warnings(data, origin)
+    decoded, objects, warnings = parse_documents(data, origin)
     for pod in decoded:
         static = make_static_pod(pod, node_name=node_name, source=SOURCE, origin=origin)
         pods.append(_with_origin(static, origin))
-    return tuple(pods), warnings
+    return tuple(pods), warnings, tuple(replace(o, origin=origin, source=SOURCE) for o in objects)
 
 
 def _error(path: Path, reason: str, pod: str | None = None) -> ManifestProblem:
@@ -173,7 +176,9 @@ def _is_signature_file(path: Path) -> bool:
     return path.name.endswith(SIGNATURE_SUFFIXES)
 
 
-def _trusted_pods(path: Path, data: bytes, node_name: str, trust: Trust) -> tuple[tuple[Pod, ...], list[str]]:
+def _trusted_pods(
+    path: Path, data: bytes, node_name: str, trust: Trust
+) -> tuple[tuple[Pod, ...], list[str], tuple[ConfigObject, ...]]:
     """`_pods_of`, once the detached signature beside the file holds and its version is no replay.
 
     Raises SignatureRefused; records the accepted version (a failed record is logged: the pods still run).
@@ -182,7 +187,7 @@ def _trusted_pods(path: Path, data: bytes, node_name: str, trust: Trust) -> tupl
 
     signature, name = read_signature_beside(path)
     verified = trust.check_manifest(data, signature, name)
-    pods, unknown = _pods_of(path, data, node_name)
+    pods, unknown, objects = _pods_of(path, data, node_name)
     names = _pod_names(pods)
     source_key = f"file:{os.path.abspath(path)}"
     trust.check_replay(source_key, names, verified, data)
@@ -192,16 +197,18 @@ def _trusted_pods(path: Path, data: bytes, node_name: str, trust: Trust) -> tupl
     except OSError as exc:
         log.error("Cannot record the accepted signed version", exc, path=str(path))
     log.info("Signed manifest accepted", path=str(path), key=verified.key_id, version=verified.version)
-    return pods, unknown
+    return pods, unknown, objects
 
 
-def _last_accepted(path: Path, node_name: str, trust: Trust) -> tuple[Pod, ...] | None:
-    """The pods of the file's last accepted body, kept by the trust state and verified again; None if none."""
+def _last_accepted(path: Path, node_name: str, trust: Trust) -> tuple[tuple[Pod, ...], tuple[ConfigObject, ...]] | None:
+    """The pods and objects of the file's last accepted body, kept by the trust state and verified again; None
+    if none."""
     found = trust.load_accepted(f"file:{os.path.abspath(path)}")
     if found is None:
         return None
     try:
-        return _pods_of(path, found[0], node_name)[0]
+        pods, _, objects = _pods_of(path, found[0], node_name)
+        return pods, objects
     except Exception as exc:  # a copy that no longer decodes (a stricter edgelet): as if there were none
         log.warning("Cannot use the last accepted copy of a manifest", path=str(path), err=str(exc))
         return None
@@ -278,6 +285,8 @@ def scan_directory(
     files: dict[str, tuple[Pod, ...]] = {}
     stats: dict[str, tuple[int, ...]] = {}
     file_warnings: dict[str, tuple[ManifestProblem, ...]] = {}
+    # Objects of the files read in this scan; any other file in `files` keeps its objects from `previous`.
+    read_objects: dict[str, tuple[ConfigObject, ...]] = {}
     errors: list[ManifestProblem] = []
     for file in candidates:
         key = str(file)
@@ -293,7 +302,7 @@ def scan_directory(
             continue
         try:
             data = _read_manifest(file)
-            files[key], unknown = (
+            files[key], unknown, read_objects[key] = (
                 _pods_of(file, data, node_name) if trust is None else _trusted_pods(file, data, node_name, trust)
             )
             if sig is not None and _signature(file, trust) == sig:  # not rewritten while we read it
@@ -309,7 +318,7 @@ def scan_directory(
                 # Refused at start: the pods of its last accepted version keep running (never a removal).
                 kept = _last_accepted(file, node_name, trust)
                 if kept is not None:
-                    files[key] = kept
+                    files[key], read_objects[key] = kept
                     continue
         except ApiError as exc:
             pod = getattr(exc, "pod", None)
@@ -326,8 +335,16 @@ def scan_directory(
         _revoke_deletions(path, previous.files, files, trust)
     pods = tuple(p for pods_of_file in files.values() for p in pods_of_file)
     warnings = tuple(w for ws in file_warnings.values() for w in ws)
-    snapshot = SourceSnapshot(source=SOURCE, pods=pods, errors=tuple(errors), warnings=warnings)
-    return snapshot, FileSourceState(files=files, warnings=warnings, stats=stats, file_warnings=file_warnings)
+    objects = {k: read_objects[k] if k in read_objects else previous.objects.get(k, ()) for k in files}
+    snapshot = SourceSnapshot(
+        source=SOURCE,
+        pods=pods,
+        errors=tuple(errors),
+        warnings=warnings,
+        objects=tuple(o for of_file in objects.values() for o in of_file),
+    )
+    state = FileSourceState(files=files, warnings=warnings, stats=stats, file_warnings=file_warnings, objects=objects)
+    return snapshot, state
 
 
 class FileSource:
@@ -483,6 +500,7 @@ def combine_snapshots(snapshots: Sequence[SourceSnapshot]) -> SourceSnapshot:
         pods=tuple(p for s in snapshots for p in s.pods),
         errors=tuple(e for s in snapshots for e in s.errors),
         warnings=tuple(w for s in snapshots for w in s.warnings),
+        objects=tuple(o for s in snapshots for o in s.objects),
     )
 
 

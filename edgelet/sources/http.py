@@ -47,6 +47,7 @@ from edgelet.util.log import get_logger
 if TYPE_CHECKING:
     import httpx
 
+    from edgelet.api.configobjects import ConfigObject
     from edgelet.api.types import Pod
     from edgelet.trust.verify import Trust, Verified
     from edgelet.util.clock import Clock
@@ -80,6 +81,7 @@ LOG_FIRST_FAILURES = 3
 LOG_EVERY_NTH = 10
 LOG_INTERVAL = 60.0
 _LIST_KINDS = ("PodList", "List")
+_OBJECT_KINDS = ("ConfigMap", "Secret")
 _EMPTY_BODY = "empty body (serve an empty PodList to remove every pod)"
 _NO_MANIFEST = "body holds no manifest (serve an empty PodList to remove every pod)"
 
@@ -144,10 +146,15 @@ class HttpSourceState:
     warnings: tuple[ManifestProblem, ...] = ()  # unknown fields in the last good body
     # With trusted keys: the signature check of the last good body (its version is recorded by the source).
     verified: Verified | None = None
+    objects: tuple[ConfigObject, ...] = ()  # the ConfigMaps and Secrets of the last good body
 
     def snapshot(self) -> SourceSnapshot:
         return SourceSnapshot(
-            source=SOURCE, pods=self.pods, errors=(self.error,) if self.error else (), warnings=self.warnings
+            source=SOURCE,
+            pods=self.pods,
+            errors=(self.error,) if self.error else (),
+            warnings=self.warnings,
+            objects=self.objects,
         )
 
     def conditional_headers(self) -> dict[str, str]:
@@ -246,15 +253,19 @@ def _item_locations(docs: list[Any]) -> list[str]:
     multi = len(docs) > 1
     locations: list[str] = []
     for index, doc in enumerate(docs):
-        if doc is None:
-            continue
         prefix = f"document {index}: " if multi else ""
+        if doc is None or _is_object(doc):  # a ConfigMap or Secret is no pod
+            continue
         if isinstance(doc, dict) and doc.get("kind") in _LIST_KINDS:
             items = doc.get("items") or []
-            locations.extend(f"{prefix}$.items[{j}]" for j in range(len(items)))
+            locations.extend(f"{prefix}$.items[{j}]" for j, item in enumerate(items) if not _is_object(item))
         else:
             locations.append(f"{prefix}$")
     return locations
+
+
+def _is_object(doc: Any) -> bool:
+    return isinstance(doc, dict) and doc.get("kind") in _OBJECT_KINDS
 
 
 def _with_origin(pod: Pod, origin: str) -> Pod:
@@ -271,28 +282,38 @@ def decode_body(body: bytes, url: str, node_name: str) -> tuple[Pod, ...]:
     One invalid pod rejects the whole body, as kubelet does: a served list is
     one unit, so it never half-applies.
     """
-    return decode_body_with_warnings(body, url, node_name)[0]
+    return decode_body_objects(body, url, node_name)[0]
 
 
-def decode_body_with_warnings(body: bytes, url: str, node_name: str) -> tuple[tuple[Pod, ...], list[str]]:
-    """decode_body, plus one warning per unknown field of the body."""
-    from edgelet.api.decode import parse_manifests_with_warnings
-    from edgelet.api.errors import ApiError, ValidationError
-    from edgelet.api.static import make_static_pod
+def decode_body_objects(
+    body: bytes, url: str, node_name: str
+) -> tuple[tuple[Pod, ...], list[str], tuple[ConfigObject, ...]]:
+    """decode_body, plus a warning per unknown field of the body and the ConfigMaps and Secrets beside the pods."""
+    from edgelet.api.decode import parse_documents
+    from edgelet.api.errors import ApiError
 
     if not body.strip():
         raise BodyProblem(_EMPTY_BODY)
     shown = redact_url(url)
     try:
-        decoded, warnings = parse_manifests_with_warnings(body, shown)
+        decoded, found, warnings = parse_documents(body, shown)
     except ApiError as exc:
         raise BodyProblem(str(exc)) from exc
+    objects = tuple(replace(o, origin=shown, source=SOURCE) for o in found)
+    return (_static_pods(body, url, node_name, decoded) if decoded or not objects else ()), warnings, objects
+
+
+def _static_pods(body: bytes, url: str, node_name: str, decoded: list[Pod]) -> tuple[Pod, ...]:
+    from edgelet.api.errors import ValidationError
+    from edgelet.api.static import make_static_pod
+
+    shown = redact_url(url)
     if not decoded:
         docs = _documents(body)
         explicit = docs is not None and any(isinstance(d, dict) and d.get("kind") in _LIST_KINDS for d in docs)
         if not explicit:
             raise BodyProblem(_NO_MANIFEST)
-        return (), warnings
+        return ()
     pods = []
     for index, pod in enumerate(decoded):
         try:
@@ -300,7 +321,7 @@ def decode_body_with_warnings(body: bytes, url: str, node_name: str) -> tuple[tu
         except ValidationError as exc:
             raise BodyProblem(_locate(exc, index, body, len(decoded)), pod=exc.pod) from exc
         pods.append(_with_origin(static, shown))
-    return tuple(pods), warnings
+    return tuple(pods)
 
 
 def _locate(exc: Any, index: int, body: bytes, count: int) -> str:
@@ -331,12 +352,12 @@ def _pod_names(pods: tuple[Pod, ...]) -> list[str]:
 
 def _check_trust(
     trust: Trust, body: bytes, signature: bytes | None, signature_url: str, url: str, node_name: str
-) -> tuple[tuple[Pod, ...], list[str], Verified]:
+) -> tuple[tuple[Pod, ...], list[str], Verified, tuple[ConfigObject, ...]]:
     """The body's pods once its signature holds and its version is no replay; SignatureRefused or BodyProblem."""
     verified = trust.check_manifest(body, signature, redact_url(signature_url))
-    pods, unknown = decode_body_with_warnings(body, url, node_name)
+    pods, unknown, objects = decode_body_objects(body, url, node_name)
     trust.check_replay(f"url:{url}", _pod_names(pods), verified, body)
-    return pods, unknown, verified
+    return pods, unknown, verified, objects
 
 
 def apply_outcome(
@@ -366,12 +387,12 @@ def apply_outcome(
     verified = None
     try:
         if trust is None:
-            pods, unknown = decode_body_with_warnings(outcome.body, url, node_name)
+            pods, unknown, objects = decode_body_objects(outcome.body, url, node_name)
         else:
             from edgelet.trust.errors import SignatureRefused
 
             try:
-                pods, unknown, verified = _check_trust(
+                pods, unknown, verified, objects = _check_trust(
                     trust, outcome.body, outcome.signature, outcome.signature_url, url, node_name
                 )
             except SignatureRefused as exc:
@@ -387,6 +408,7 @@ def apply_outcome(
         last_modified=outcome.last_modified,
         warnings=tuple(_error(url, w) for w in unknown),
         verified=verified,
+        objects=objects,
     )
 
 
@@ -403,12 +425,13 @@ def apply_cache(
         raise BodyProblem(f"the cached copy is of another URL ({redact_url(cached.url)})")
     verified = None
     if trust is None:
-        pods = decode_body(cached.body, url, node_name)
+        pods, _, objects = decode_body_objects(cached.body, url, node_name)
     else:
         from edgelet.trust.errors import SignatureRefused
 
+        body, signature = cached.body, cached.signature
         try:
-            pods, _, verified = _check_trust(trust, cached.body, cached.signature, "cached copy", url, node_name)
+            pods, _, verified, objects = _check_trust(trust, body, signature, "cached copy", url, node_name)
         except SignatureRefused as exc:
             raise BodyProblem(str(exc)) from exc
     return HttpSourceState(
@@ -418,6 +441,7 @@ def apply_cache(
         last_modified=cached.last_modified,
         from_cache=True,
         verified=verified,
+        objects=objects,
     )
 
 

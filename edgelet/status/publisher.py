@@ -186,6 +186,12 @@ class StatusPublisher:
             RejectedRow(source=r.source, origin=r.origin, pod=r.pod, reason=r.reason, message=r.message)
             for r in config.rejected
         ]
+        # A ConfigMap or Secret that is not used (named by two files, a changed immutable one): its message
+        # names it, there is no pod.
+        rows += [
+            RejectedRow(source=o.source, origin=o.origin, pod="", reason=o.reason, message=o.message)
+            for o in config.rejected_objects
+        ]
         for errors in config.errors.values():
             for e in errors:
                 rows.append(

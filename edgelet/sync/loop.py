@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from edgelet.api.configobjects import ConfigObjects, pod_references
 from edgelet.api.pod import full_name
 from edgelet.api.pod import uid as pod_uid
 from edgelet.events import EventRecorder, InvolvedObject
@@ -16,6 +17,7 @@ from edgelet.util.cpuaccount import charged
 from edgelet.util.log import get_logger
 
 if TYPE_CHECKING:
+    from edgelet.api.configobjects import ObjectKey
     from edgelet.api.types import Pod
     from edgelet.sources import SourceSnapshot
     from edgelet.status.publisher import StatusPublisher
@@ -110,6 +112,7 @@ class SyncLoop:
         events: EventRecorder | None = None,
         rollout: RolloutManager | None = None,
         next_item: Callable[[asyncio.Queue[Any], float], Awaitable[Any]] = _next_item,
+        objects: ConfigObjects | None = None,
     ) -> None:
         self._workers = workers
         self._publisher = publisher
@@ -120,7 +123,13 @@ class SyncLoop:
         self._reported: set[tuple] = set()  # manifest problems already recorded as events
         self._warnings: dict[str, tuple] = {}  # unknown-field warnings, per source
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
-        self.config = ConfigState()
+        # The accepted ConfigMaps and Secrets, shared with the runtime: this loop is their one writer.
+        self.objects = objects if objects is not None else ConfigObjects()
+        self.config = ConfigState(
+            pin_key=self.objects.key,
+            pin_versions=rollout is not None and rollout.enabled,
+            expected_sources=self._expected,
+        )
         # With a rollout manager, what runs is its decision over what the sources want (`_source`).
         self._rollout = rollout
         self._source: dict[str, Pod] = {}
@@ -188,6 +197,7 @@ class SyncLoop:
         """Merge one snapshot and dispatch the changes (also used directly by --runonce)."""
         self.config, changes = merge(self.config, snapshot, self._clock.now())
         self._publisher.set_config(self.config)
+        changed_objects = self.objects.replace(self.config.objects)
         for e in snapshot.errors:
             log.warning("Manifest rejected", source=e.source, origin=e.origin, pod=e.pod, err=e.message)
         self._warnings[snapshot.source] = snapshot.warnings
@@ -195,7 +205,9 @@ class SyncLoop:
         if self._rollout is not None:
             self._source = {pod_uid(p): p for p in self.config.all_pods()}
             self.rollout_round()
+            self._sync_users(changed_objects)
             return
+        self._sync_users(changed_objects)
         for ch in changes:
             uid = pod_uid(ch.pod)
             if ch.op == "REMOVE":
@@ -208,6 +220,15 @@ class SyncLoop:
                 self._workers.sync(ch.pod)
             else:  # RECONCILE: status-only; nothing to do on the device
                 self._desired[uid] = ch.pod
+
+    def _sync_users(self, changed: set[ObjectKey]) -> None:
+        """Sync the pods that use a ConfigMap or Secret that changed, appeared or went: their volumes follow
+        it now, and a container waiting for it starts."""
+        if not changed:
+            return
+        for pod in self._desired.values():
+            if changed & set(pod_references(pod)):
+                self._workers.sync(pod)
 
     def rollout_round(self) -> None:
         """Ask the rollout manager which version of each pod runs, and tell the workers what changed."""
@@ -248,6 +269,14 @@ class SyncLoop:
             if key not in self._reported:
                 log.debug("Pod rejected", pod=r.pod, origin=r.origin, reason=r.reason, err=r.message)
                 self._events.warning(_object(r.pod, r.origin), r.reason, _with_origin(r.origin, r.message))
+        for o in self.config.rejected_objects:
+            key = (o.reason, o.source, o.origin, o.kind, o.name, o.message)
+            current.add(key)
+            if key not in self._reported:
+                log.warning("Object rejected", kind=o.kind, name=o.name, origin=o.origin, err=o.message)
+                namespace, _, name = o.name.partition("/")
+                involved = InvolvedObject(kind=o.kind, namespace=namespace, name=name)
+                self._events.warning(involved, o.reason, _with_origin(o.origin, o.message))
         for warnings in self._warnings.values():
             for w in warnings:
                 key = ("UnknownField", w.source, w.origin, w.message)

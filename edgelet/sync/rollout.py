@@ -91,6 +91,7 @@ class RolloutManager:
         self._events = events
         self._policy = policy
         self._enabled = enabled
+        self.enabled = enabled  # the node's default (--rollout); a pod's annotation may say otherwise
         self._images = images
         self._backoff = backoff
         self._runtime_pods = runtime_pods

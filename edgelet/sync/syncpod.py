@@ -188,6 +188,10 @@ class Syncer:
         finally:
             await start.discard()  # what a failed sandbox or a sync cut short made ahead does not stay
 
+        # ConfigMap and Secret volumes follow their objects while the pod runs (env and subPath do not).
+        if sandbox is not None and not actions.create_sandbox:
+            await self._runtime.refresh_config_volumes(pod)
+
         # A pod that will never run anything again keeps its exited containers (its final
         # status) but not its pause process.
         if actions.pod_finished:

@@ -112,6 +112,9 @@ class FakeRuntime:
         self.prepared[p.id] = p
         return p
 
+    async def refresh_config_volumes(self, pod) -> list[str]:  # type: ignore[no-untyped-def]
+        return []
+
     async def discard_prepared(self, prepared: PreparedContainer) -> None:
         self.prep_calls.append(("discard_prepared", prepared.name, prepared.attempt))
         self.prepared.pop(prepared.id, None)

@@ -167,7 +167,7 @@ def bad_port(value: str) -> bytes:
         ),
         pytest.param(
             POD.replace(b"kind: Pod", b"kind: Service"),
-            "$.kind: unsupported kind Service (expected Pod, PodList or List)",
+            "$.kind: unsupported kind Service (expected Pod, ConfigMap, Secret, PodList or List)",
             id="other-kind",
         ),
         pytest.param(

@@ -234,16 +234,6 @@ def test_uid_changes_with_content_node_and_origin(change: Callable[[Pod], str]) 
             id="service-account",
         ),
         pytest.param(
-            _set("spec.volumes", [{"name": "a"}, {"name": "s", "secret": {"secretName": "x"}}]),
-            "$.spec.volumes[1].secret: static pods may not reference Secret objects",
-            id="secret-volume",
-        ),
-        pytest.param(
-            _set("spec.volumes", [{"name": "c", "configMap": {"name": "x"}}]),
-            "$.spec.volumes[0].configMap: static pods may not reference ConfigMap objects",
-            id="configmap-volume",
-        ),
-        pytest.param(
             _set("spec.volumes", [{"name": "c", "persistentVolumeClaim": {"claimName": "x"}}]),
             "$.spec.volumes[0].persistentVolumeClaim: static pods may not reference PersistentVolumeClaim objects",
             id="pvc-volume",
@@ -268,19 +258,6 @@ def test_uid_changes_with_content_node_and_origin(change: Callable[[Pod], str]) 
             _set("spec.volumes", [{"name": "c", "cephfs": {"monitors": ["m"], "secretRef": {"name": "s"}}}]),
             "$.spec.volumes[0].cephfs.secretRef: static pods may not reference Secret objects",
             id="volume-secret-ref",
-        ),
-        pytest.param(
-            _set(
-                "spec.containers.0.env",
-                [{"name": "A", "value": "1"}, {"name": "B", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}],
-            ),
-            "$.spec.containers[0].env[1].valueFrom.secretKeyRef: static pods may not reference Secret objects",
-            id="env-secret",
-        ),
-        pytest.param(
-            _set("spec.containers.0.envFrom", [{"configMapRef": {"name": "c"}}]),
-            "$.spec.containers[0].envFrom[0].configMapRef: static pods may not reference ConfigMap objects",
-            id="env-from",
         ),
         pytest.param(
             _set("spec.resourceClaims", [{"name": "gpu", "resourceClaimName": "g"}]),
@@ -370,14 +347,14 @@ def test_all_problems_are_listed() -> None:
     def mutate(doc: dict) -> None:
         doc["spec"]["serviceAccountName"] = "robot"
         doc["spec"]["containers"][0]["image"] = ""
-        doc["spec"]["volumes"] = [{"name": "s", "secret": {"secretName": "x"}}]
+        doc["spec"]["volumes"] = [{"name": "s", "persistentVolumeClaim": {"claimName": "x"}}]
 
     with pytest.raises(ValidationError) as info:
         static(pod_from(mutate))
     assert [e.path for e in info.value.errors] == [
         "$.spec.containers[0].image",
         "$.spec.serviceAccountName",
-        "$.spec.volumes[0].secret",
+        "$.spec.volumes[0].persistentVolumeClaim",
     ]
     assert info.value.pod == "default/web-edge-1"
     assert isinstance(info.value, ApiError)
@@ -409,3 +386,37 @@ def test_static_toleration_constant_is_not_shared() -> None:
     a.spec.tolerations[0].effect = "NoSchedule"
     b = static(pod_from())
     assert b.spec is not None and b.spec.tolerations == [Toleration(operator="Exists", effect="NoExecute")]
+
+
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        pytest.param(_set("spec.volumes", [{"name": "s", "secret": {"secretName": "x"}}]), id="secret-volume"),
+        pytest.param(_set("spec.volumes", [{"name": "c", "configMap": {"name": "x"}}]), id="configmap-volume"),
+        pytest.param(
+            _set(
+                "spec.volumes",
+                [{"name": "p", "projected": {"sources": [{"configMap": {"name": "c"}}, {"secret": {"name": "s"}}]}}],
+            ),
+            id="projected",
+        ),
+        pytest.param(
+            _set("spec.containers.0.env", [{"name": "B", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]),
+            id="env-secret",
+        ),
+        pytest.param(
+            _set("spec.containers.0.env", [{"name": "B", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}]),
+            id="env-configmap",
+        ),
+        pytest.param(
+            _set(
+                "spec.containers.0.envFrom",
+                [{"configMapRef": {"name": "c"}, "prefix": "P_"}, {"secretRef": {"name": "s"}}],
+            ),
+            id="env-from",
+        ),
+    ],
+)
+def test_config_map_and_secret_references_are_admitted(mutate: Callable[[dict], object]) -> None:
+    """ConfigMaps and Secrets come from the sources beside the pods: a static pod may use them."""
+    static(pod_from(mutate))

@@ -257,6 +257,7 @@ STATE_COMMANDS = [
     ["update", "status"],
     ["update", "history"],
     ["update", "rollback"],
+    ["get", "configmaps"],
 ]
 
 

@@ -336,3 +336,32 @@ def test_describe_pod_names_its_runtime_handler() -> None:
     obj["spec"]["runtimeClassName"] = "crun"
     lines = describe_pod(obj, [], now=T0, runtime_handler="crun").splitlines()
     assert "Runtime Class Name:  crun" in lines and "Runtime Handler:     crun" in lines
+
+
+def test_describe_shows_the_config_maps_and_secrets_a_pod_uses_keys_and_sizes_only() -> None:
+    from edgelet.api.configobjects import ObjectReport
+
+    pod = {
+        "metadata": {"name": "web-n1", "namespace": "default"},
+        "spec": {
+            "containers": [{"name": "c", "image": "x"}],
+            "volumes": [{"name": "p", "projected": {"sources": [{"secret": {"name": "creds"}}]}}],
+        },
+        "status": {},
+    }
+    reports = [
+        ObjectReport(
+            kind="Secret",
+            namespace="default",
+            name="creds",
+            keys={"PASS": 15},
+            source="file",
+            origin="/m/web.yaml",
+            used_by=["default/web-n1 (volume)"],
+        ),
+        ObjectReport(kind="ConfigMap", namespace="default", name="other", keys={}, source="", origin="", used_by=[]),
+    ]
+    text = describe_pod(pod, [], 0.0, objects=reports)
+    assert "Projected (a volume that contains injected data from multiple sources)" in text
+    assert "ConfigMaps and Secrets:" in text and "Secret creds:" in text and "PASS (15 bytes)" in text
+    assert "/m/web.yaml" in text and "other" not in text

@@ -78,10 +78,11 @@ def test_first_good_body() -> None:
         (Fetched(b"\n \n"), "empty body"),
         (Fetched(b"---\n# only a comment\n"), "no manifest"),
         (Fetched(b"kind: [unclosed"), "did not find expected"),
-        (Fetched(b"apiVersion: v1\nkind: Secret\n"), "unsupported kind Secret"),
+        (Fetched(b"apiVersion: v1\nkind: Service\n"), "unsupported kind Service"),
+        (Fetched(b"apiVersion: v1\nkind: Secret\n"), "$.metadata.name: Required value"),
         (Fetched(pod_yaml("web", image="")), "$.spec.containers[0].image"),
     ],
-    ids=["status", "timeout", "empty", "blank", "comment", "yaml", "kind", "invalid-pod"],
+    ids=["status", "timeout", "empty", "blank", "comment", "yaml", "kind", "bad-secret", "invalid-pod"],
 )
 def test_a_failure_keeps_the_last_good_pods(outcome: Any, fragment: str) -> None:
     before = good_state()
@@ -348,3 +349,28 @@ def test_empty_url_means_no_url_source() -> None:
 def test_settings_with_headers_are_hashable_and_frozen() -> None:
     s = replace(Settings(), manifest_url_header=(("A", "1"),))
     assert hash(s.manifest_url_header)
+
+
+def test_config_maps_and_secrets_come_with_the_body() -> None:
+    """The URL may serve ConfigMaps and Secrets beside its pods (or alone); they name the URL, redacted."""
+    body = WEB + b"\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: conf}\ndata: {k: v}\n"
+    state = apply(HttpSourceState(), Fetched(body))
+    assert state.error is None and len(state.pods) == 1
+    [obj] = state.snapshot().objects
+    assert (obj.kind, obj.full_name, obj.data, obj.source, obj.origin) == (
+        "ConfigMap",
+        "default/conf",
+        {"k": b"v"},
+        "http",
+        URL,
+    )
+    alone = apply(
+        HttpSourceState(), Fetched(b"apiVersion: v1\nkind: Secret\nmetadata: {name: s}\nstringData: {k: v}\n")
+    )
+    assert alone.error is None and alone.pods == () and [o.kind for o in alone.objects] == ["Secret"]
+    # A bad pod after an object is still located by its own place among the pods.
+    bad = apply(
+        HttpSourceState(),
+        Fetched(b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n---\n" + pod_yaml("web", image="")),
+    )
+    assert bad.error is not None and "document 1: $.spec.containers[0].image" in bad.error.message

@@ -6,6 +6,7 @@ import pytest
 
 from edgelet.api.annotations import CONFIG_MIRROR
 from edgelet.mirror.reconcile import (
+    MIRROR_REPLACED,
     Actions,
     MirrorInfo,
     build_mirror_pod,
@@ -109,3 +110,43 @@ def test_mirror_info_reads_a_listed_pod_and_ignores_others():
     }
     assert mirror_info(pod) == MirrorInfo(uid="u", hash="h", deleting=True, owner_uid="n")
     assert mirror_info({"metadata": {"name": "scheduled", "annotations": {}}}) is None
+
+
+def test_a_mirror_references_no_config_map_or_secret_and_says_what_it_replaced():
+    """The apiserver refuses mirror pods that reference ConfigMaps or Secrets, and never sees a Secret's data."""
+    spec = {
+        "volumes": [
+            {"name": "conf", "configMap": {"name": "app"}},
+            {"name": "creds", "secret": {"secretName": "db"}},
+            {"name": "both", "projected": {"sources": [{"configMap": {"name": "app"}}]}},
+            {"name": "scratch", "emptyDir": {}},
+        ],
+        "containers": [
+            {
+                "name": "c",
+                "image": "x",
+                "env": [
+                    {"name": "A", "value": "1"},
+                    {"name": "P", "valueFrom": {"secretKeyRef": {"name": "db", "key": "pass"}}},
+                ],
+                "envFrom": [{"configMapRef": {"name": "app"}, "prefix": "X_"}],
+            }
+        ],
+    }
+    static = {"metadata": {"name": "web-n1", "annotations": {"kubernetes.io/config.hash": "abc"}}, "spec": spec}
+    body = build_mirror_pod(static, "n1", NODE_UID)
+    assert body["spec"]["volumes"] == [
+        {"name": "conf", "emptyDir": {}},
+        {"name": "creds", "emptyDir": {}},
+        {"name": "both", "emptyDir": {}},
+        {"name": "scratch", "emptyDir": {}},
+    ]
+    [c] = body["spec"]["containers"]
+    assert c["env"] == [{"name": "A", "value": "1"}, {"name": "P"}] and "envFrom" not in c
+    assert body["metadata"]["annotations"][MIRROR_REPLACED] == (
+        "volume conf (configMap app); volume creds (secret db); volume both (projected); "
+        "env c/P (secret db key pass); envFrom c (configMap app)"
+    )
+    assert "configMap" not in str(body["spec"]) and "secret" not in str(body["spec"]).lower()
+    # The static pod itself is unchanged.
+    assert static["spec"]["volumes"][0] == {"name": "conf", "configMap": {"name": "app"}}

@@ -160,6 +160,7 @@ class _Gate:
         return self.due
 
     decides = True  # its round at the due time decides it
+    enabled = True
 
     def versions_to_run(self, source: Any, sources_ready: bool) -> tuple[dict, set]:
         self.rounds.append(self.clock.monotonic())
