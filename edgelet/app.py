@@ -919,7 +919,10 @@ class _NodeApiPlan:
             config = await build_config(
                 node_name=s.node_name,
                 root_dir=s.root_dir,
-                addresses=[x for x in (s.node_ip or a.tunnel_address or a.publisher.host_ip, s.address) if x],
+                addresses=[
+                    x for x in (s.node_ip or a.tunnel_address or a.publisher.host_ip, s.address, a.tunnel_address) if x
+                ],
+                required=[a.tunnel_address] if a.tunnel_address else [],
                 cert=s.tls_cert_file,
                 key=s.tls_private_key_file,
                 client_ca=s.client_ca_file,
@@ -939,8 +942,13 @@ class _NodeApiPlan:
             cgroup_root=s.cgroup_root,
             spdy_limits=Limits(idle_timeout=s.streaming_connection_idle_timeout),
         )
-        self.server = NodeApiServer(handler, config, s.address or "0.0.0.0", DEFAULT_PORT if s.port is None else s.port)
-        await self.server.start()
+        from edgelet.tunnel.device import on_tunnel
+
+        after = a.tunnel.went_up if a.tunnel is not None and on_tunnel(s.address, a.tunnel.config) else None
+        port = DEFAULT_PORT if s.port is None else s.port
+        self.server = NodeApiServer(handler, config, s.address or "0.0.0.0", port, after=after)
+        if after is None:
+            await self.server.start()
         return self.server
 
 

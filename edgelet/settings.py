@@ -624,8 +624,10 @@ class Settings:
     address: str | None = _opt(
         None,
         _str(optional=True),
-        "address the node API listens on (default: 0.0.0.0 when the API is on)",
+        "address the node API listens on (default: 0.0.0.0 when the API is on); the tunnel's own "
+        "address listens there only, from when the tunnel is up",
         metavar="ADDRESS",
+        flags=("--address", "--node-api-address"),
     )
     tls_cert_file: Path | None = _opt(
         None,

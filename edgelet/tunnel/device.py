@@ -75,6 +75,17 @@ def ip_commands(interface: str, config: TunnelConfig) -> list[list[str]]:
     return cmds
 
 
+def on_tunnel(address: str | None, config: TunnelConfig) -> bool:
+    """Whether a listen address is one of the tunnel's own (pure): such a listener waits for the interface."""
+    if not address:
+        return False
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return any(a.ip == ip for a in config.addresses)
+
+
 def format_endpoint(address: str, port: int) -> str:
     return f"[{address}]:{port}" if ipaddress.ip_address(address).version == 6 else f"{address}:{port}"
 
@@ -154,6 +165,7 @@ class Tunnel:
         self.stale_after = stale_after
         self.endpoints: dict[bytes, str] = {}
         self.status = Status(up=False, last_handshake=None)
+        self.went_up = asyncio.Event()  # set at the first up (or adoption): what waits for the address may go
         self._backoff = Backoff(initial=1.0, cap=60.0, reset_after=300.0)
 
     async def _ask(self, request: str) -> str:
@@ -181,6 +193,7 @@ class Tunnel:
         for argv in ip_commands(self.interface, self.config):
             await self.runner(argv)
         self.status = Status(up=True, last_handshake=self.status.last_handshake)
+        self.went_up.set()
         log.info("Tunnel up", interface=self.interface, adopted=adopted)
         return adopted
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import ipaddress
 import os
 import shutil
@@ -14,7 +15,7 @@ import pytest
 from edgelet.trust import crypto
 from edgelet.tunnel import keys, uapi
 from edgelet.tunnel.config import DEFAULT_KEEPALIVE, Endpoint, encode_key, parse_config, parse_endpoint, peer_block
-from edgelet.tunnel.device import Status, Tunnel, interface_name, ip_commands, readiness
+from edgelet.tunnel.device import Status, Tunnel, interface_name, ip_commands, on_tunnel, readiness
 from edgelet.tunnel.errors import DeviceError, TunnelConfigError
 from edgelet.util.clock import FakeClock
 
@@ -396,3 +397,83 @@ def test_a_command_that_cannot_start_is_named():
     with pytest.raises(DeviceError) as err:
         asyncio.run(run(["/nonexistent/wireguard-go", "wg0"]))
     assert str(err.value).startswith("WireGuard: /nonexistent/wireguard-go wg0: [Errno 2]")
+
+
+# --- The node API on the tunnel's address (--node-api-address) --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "address, expected",
+    [
+        ("10.99.0.7", True),
+        ("10.99.0.8", False),  # in the tunnel's network, not the device's address
+        ("0.0.0.0", False),
+        (None, False),
+        ("", False),
+        ("node.example", False),  # not an IP: the listener reports it as ever
+    ],
+)
+def test_on_tunnel(address, expected):
+    assert on_tunnel(address, parse_config(GOOD, "f")) is expected
+
+
+def test_a_freebind_listener_binds_an_address_no_interface_has_yet():
+    """The tunnel's address exists only once the interface is up (and goes while wireguard-go is re-created):
+    the listener binds it anyway and answers on it whenever it is there."""
+    from edgelet.server.http import HttpServer, ServerError
+
+    async def main():
+        server = HttpServer(lambda request: None)  # type: ignore[arg-type,return-value]
+        try:
+            with pytest.raises(ServerError, match="192.0.2.77"):
+                await server.listen_tcp("192.0.2.77", 0)  # TEST-NET-1: on no interface here
+            port = await server.listen_tcp("192.0.2.77", 0, freebind=True)
+            assert port > 0
+        finally:
+            await server.close()
+
+    asyncio.run(main())
+
+
+def test_the_node_api_on_a_tunnel_address_listens_once_the_tunnel_is_up():
+    from types import SimpleNamespace
+
+    from edgelet.server.nodeapi import NodeApiServer
+
+    async def main():
+        went_up = asyncio.Event()
+        api = SimpleNamespace(handle=None, clock=FakeClock())
+        server = NodeApiServer(api, SimpleNamespace(ssl=None), "192.0.2.78", 0, after=went_up)  # type: ignore[arg-type]
+        task = asyncio.create_task(server.run())
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert server.port is None  # not even tried: the address is not there yet
+        went_up.set()
+        for _ in range(50):
+            if server.port is not None:
+                break
+            await asyncio.sleep(0.01)
+        assert server.port is not None
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")
+def test_the_self_signed_certificate_is_made_again_when_it_does_not_name_the_tunnel_address(tmp_path):
+    """A device that had its node API before its tunnel: the apiserver dials the tunnel address and checks the
+    certificate names it, so the kept pair is made again then (and only then: clients may pin it)."""
+    from edgelet.server.tls import ensure_self_signed, names_ips
+
+    pki = tmp_path / "pki"
+    cert, _ = asyncio.run(ensure_self_signed(pki, "n1", ["192.168.1.20"]))
+    first = cert.read_bytes()
+    assert names_ips(cert) == {"127.0.0.1", "192.168.1.20"}
+    asyncio.run(ensure_self_signed(pki, "n1", ["192.168.1.20"], required=["192.168.1.20"]))
+    assert cert.read_bytes() == first  # named already: kept
+    asyncio.run(ensure_self_signed(pki, "n1", ["10.99.0.7", "192.168.1.20"], required=["10.99.0.7"]))
+    assert names_ips(cert) == {"127.0.0.1", "10.99.0.7", "192.168.1.20"}
+    asyncio.run(ensure_self_signed(pki, "n1", ["10.99.0.7"], required=["10.99.0.7"]))
+    assert names_ips(cert) == {"127.0.0.1", "10.99.0.7", "192.168.1.20"}  # kept again
