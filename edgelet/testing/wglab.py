@@ -7,17 +7,22 @@ Addresses are two random private /24s used only inside the two namespaces: nothi
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import random
 import secrets
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 from edgelet.tunnel import keys, uapi
 from edgelet.tunnel.config import encode_key
+
+T = TypeVar("T")
 
 
 def sh(*argv: str, check: bool = True, netns: str | None = None, timeout: float = 30.0) -> str:
@@ -214,3 +219,33 @@ def start_hub(lab: dict) -> None:
     )
     sh("ip", "address", "add", f"{lab['tun']}.1/24", "dev", lab["hub_if"], netns=lab["hub_ns"])
     sh("ip", "link", "set", lab["hub_if"], "up", netns=lab["hub_ns"])
+
+
+_CLONE_NEWNET = 0x40000000
+
+
+def _enter_netns(name: str) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open(f"/run/netns/{name}", os.O_RDONLY)
+    try:
+        if libc.setns(fd, _CLONE_NEWNET) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"setns into {name}: {os.strerror(err)}")
+    finally:
+        os.close(fd)
+
+
+class InNetns:
+    """Calls run in threads that entered a network namespace (a thread's own, as setns(2) makes it): the test's
+    sockets to what listens only there (an apiserver on the hub's loopback, a kubectl port-forward)."""
+
+    def __init__(self, netns: str, workers: int = 8) -> None:
+        self._pool = ThreadPoolExecutor(
+            workers, thread_name_prefix=f"in-{netns}", initializer=_enter_netns, initargs=(netns,)
+        )
+
+    def __call__(self, fn: Callable[..., T], *args: object) -> T:
+        return self._pool.submit(fn, *args).result()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
