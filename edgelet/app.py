@@ -264,6 +264,8 @@ class Agent:
             from edgelet.stats.collector import StatsCollector
 
             self.metrics.watch_publisher(self.publisher)
+            if self.tunnel is not None:
+                self.metrics.watch_tunnel(self.tunnel)
             self.stats = StatsCollector(
                 paths,
                 self.pleg.pods,

@@ -146,6 +146,11 @@ def test_the_agent_keeps_the_tunnel_and_a_sigkilled_agent_adopts_it(agent, lab):
         what="TunnelReady in `edgelet node`",
         timeout=60,
     )
+    # And the interface itself, read over UAPI: the hub's endpoint, a recent handshake, bytes both ways.
+    [line] = [
+        x for x in agent.cli("node", "--wireguard-config", str(lab["conf"])).splitlines() if x.startswith("Tunnel:")
+    ]
+    assert f"{lab['site_if']} up; peer " in line and f"at {lab['hub_ip']}:51820, last handshake " in line
     daemons = wireguard_gos(lab)
     assert len(daemons) == 1
     agent.stop(signal.SIGKILL)

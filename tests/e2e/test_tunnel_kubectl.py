@@ -138,6 +138,10 @@ def test_kubectl_reaches_the_device_behind_nat_through_the_tunnel_and_each_break
     agent.start(*argv, wrapper=wrapper)
     wait_for(lambda: exec_works(api), what="kubectl exec through the tunnel", timeout=180)
     print(f"\nagent start to kubectl exec through the tunnel: {time.monotonic() - started:.2f}s")
+    # The node API's metrics through the apiserver's node proxy: the tunnel up, its handshake and bytes.
+    metrics = kubectl(api, "get", "--raw", f"/api/v1/nodes/{NODE}/proxy/metrics").stdout.decode()
+    assert re.search(r'^kubelet_tunnel_up\{interface="%s"\} 1\.0$' % lab["site_if"], metrics, re.M), metrics[-2000:]
+    assert "kubelet_tunnel_receive_bytes_total{" in metrics
     node = api.get(f"/api/v1/nodes/{NODE}")
     assert {"type": "InternalIP", "address": tunnel_ip} in node["status"]["addresses"]  # type: ignore[index]
 

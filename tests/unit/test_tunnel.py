@@ -477,3 +477,98 @@ def test_the_self_signed_certificate_is_made_again_when_it_does_not_name_the_tun
     assert names_ips(cert) == {"127.0.0.1", "10.99.0.7", "192.168.1.20"}
     asyncio.run(ensure_self_signed(pki, "n1", ["10.99.0.7"], required=["10.99.0.7"]))
     assert names_ips(cert) == {"127.0.0.1", "10.99.0.7", "192.168.1.20"}  # kept again
+
+
+# --- Metrics: the tunnel in /metrics -----------------------------------------------------------------------------
+
+
+def test_the_tunnel_in_metrics(tmp_path):
+    """Up, each peer's handshake age and bytes as of the last check, and the times the tunnel was mended."""
+    from edgelet.server.metrics import Metrics
+
+    cfg = parse_config(GOOD.replace("[Interface]", f"[Interface]\nPrivateKey = {KEY}"), "f")
+    clock = FakeClock()
+    tunnel = Tunnel(cfg, clock, interface="wgtest", socket_dir=str(tmp_path))
+    metrics = Metrics(clock)
+    metrics.watch_tunnel(tunnel)
+    body = metrics.render().decode()
+    assert 'edgelet_tunnel_up{interface="wgtest"} 0.0' in body
+    assert "edgelet_tunnel_last_handshake_age_seconds{" not in body  # no check yet: no peer to speak of
+    tunnel.status = Status(up=True, last_handshake=clock.now() - 42)
+    tunnel.state_seen = uapi.DeviceState(
+        None, (uapi.PeerState(bytes(range(32)), "192.0.2.1:51820", clock.now() - 42, rx_bytes=1234, tx_bytes=5678),)
+    )
+    tunnel.reconnects["device"] += 2
+    body = metrics.render(prefix="kubelet").decode()
+    peer = f'interface="wgtest",peer="{HUB}"'
+    assert 'kubelet_tunnel_up{interface="wgtest"} 1.0' in body
+    assert f"kubelet_tunnel_last_handshake_age_seconds{{{peer}}} 42.0" in body
+    assert f"kubelet_tunnel_receive_bytes_total{{{peer}}} 1234.0" in body
+    assert f"kubelet_tunnel_transmit_bytes_total{{{peer}}} 5678.0" in body
+    assert 'kubelet_tunnel_reconnects_total{interface="wgtest",reason="device"} 2.0' in body
+    assert 'kubelet_tunnel_reconnects_total{interface="wgtest",reason="endpoint"} 0.0' in body
+
+
+def test_a_mended_tunnel_is_counted(tmp_path):
+    """wireguard-go died: the check finds its socket silent, brings the interface up again and counts it."""
+    cfg = parse_config(GOOD.replace("[Interface]", f"[Interface]\nPrivateKey = {KEY}"), "f")
+    ran: list[list[str]] = []
+
+    async def runner(argv):
+        ran.append(list(argv))
+        raise DeviceError("wgtest", "wireguard-go: gone for good")
+
+    tunnel = Tunnel(cfg, FakeClock(), interface="wgtest", socket_dir=str(tmp_path), runner=runner)
+    with pytest.raises(DeviceError):
+        asyncio.run(tunnel.check())
+    assert tunnel.reconnects["device"] == 0  # tried, not mended
+    assert ran and ran[0][0] == "wireguard-go"
+
+
+# --- `edgelet node` and `edgelet check`: the running interface in words ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "state, error, expected",
+    [
+        (None, "cannot reach its UAPI socket", (False, "wgtest not up (cannot reach its UAPI socket)")),
+        (uapi.DeviceState(None, ()), None, (False, "wgtest up; no peer")),
+        (
+            uapi.DeviceState(None, (uapi.PeerState(bytes(range(32)), None, None, 0, 92),)),
+            None,
+            (False, "wgtest up; peer AAECAwQF… at no endpoint yet, last handshake never, 0 B in, 92 B out"),
+        ),
+        (
+            uapi.DeviceState(None, (uapi.PeerState(bytes(range(32)), "192.0.2.1:51820", 1000.0 - 12, 148, 92),)),
+            None,
+            (True, "wgtest up; peer AAECAwQF… at 192.0.2.1:51820, last handshake 12s ago, 148 B in, 92 B out"),
+        ),
+        (
+            uapi.DeviceState(None, (uapi.PeerState(bytes(range(32)), "192.0.2.1:51820", 1000.0 - 600, 148, 92),)),
+            None,
+            (False, "wgtest up; peer AAECAwQF… at 192.0.2.1:51820, last handshake 600s ago, 148 B in, 92 B out"),
+        ),
+    ],
+)
+def test_describe(state, error, expected):
+    from edgelet.tunnel.show import describe
+
+    assert describe("wgtest", state, error, 1000.0) == expected
+
+
+def test_check_asks_the_interface(tmp_path):
+    """`edgelet check` says what the running interface answers: here none is up (a WARN, not a FAIL)."""
+    conf = write(tmp_path / "wgnotup0.conf", GOOD)
+    code, out, _ = cli("check", "--root-dir", str(tmp_path / "root"), "--wireguard-config", str(conf))
+    [line] = [line for line in out.splitlines() if "tunnel link" in line]
+    assert line.startswith("WARN  tunnel link: wgnotup0 not up (")
+
+
+def test_node_shows_the_tunnel_even_with_the_agent_down(tmp_path):
+    """The interface outlives the agent: `edgelet node` asks it, not the agent."""
+    conf = write(tmp_path / "wgnotup1.conf", GOOD)
+    root, run = tmp_path / "root", tmp_path / "run"
+    code, out, err = cli("node", "--root-dir", str(root), "--run-dir", str(run), "--wireguard-config", str(conf))
+    assert code == 1 and "edgelet is not running" in err
+    [line] = [line for line in out.splitlines() if line.startswith("Tunnel:")]
+    assert "wgnotup1 not up (" in line
