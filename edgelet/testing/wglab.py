@@ -249,3 +249,31 @@ class InNetns:
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def hub_wireguard_gos(lab: dict) -> list[str]:
+    pids = sh("ip", "netns", "pids", lab["hub_ns"]).split()
+    return [p for p in pids if Path(f"/proc/{p}/comm").read_text().strip() == "wireguard-go"]
+
+
+def kill_hub(lab: dict) -> None:
+    """The hub goes down as in a power cut: its wireguard-go SIGKILLed, its stale UAPI socket removed."""
+    for pid in hub_wireguard_gos(lab):
+        os.kill(int(pid), signal.SIGKILL)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(uapi.socket_path(lab["hub_if"]))
+
+
+def rebind_nat(lab: dict) -> str:
+    """A NAT rebinding in the router of a `nat` lab: its uplink address changes (a carrier reassigning it), which
+    drops its masquerade's mappings, and its NAT table is flushed and set again as at its boot. Returns the new
+    uplink address: the device's packets leave from it (and a new port) from now on."""
+    veth, router = f"vrh{lab['router_ns'].split('-')[1]}", lab["router_ns"]
+    old = lab["router_hub_ip"]
+    new = f"{lab['hub_under']}.{3 if old.endswith('.2') else 2}"
+    sh("ip", "address", "del", f"{old}/24", "dev", veth, netns=router)
+    sh("ip", "address", "add", f"{new}/24", "dev", veth, netns=router)
+    sh("iptables", "-t", "nat", "-F", netns=router)
+    sh("iptables", "-t", "nat", "-A", "POSTROUTING", "-o", veth, "-j", "MASQUERADE", netns=router)
+    lab["router_hub_ip"] = new
+    return new

@@ -27,13 +27,20 @@ import termios
 import threading
 import time
 import urllib.request
-from pathlib import Path
 
 import pytest
 
 from edgelet.testing.apiserver import ADMIN_TOKEN, ApiServer, kube_bin_dir
-from edgelet.testing.wglab import InNetns, reaches_hub, sh, start_hub, wireguard_gos, wireguard_lab
-from edgelet.tunnel import uapi
+from edgelet.testing.wglab import (
+    InNetns,
+    kill_hub,
+    reaches_hub,
+    rebind_nat,
+    sh,
+    start_hub,
+    wireguard_gos,
+    wireguard_lab,
+)
 from tests.e2e.conftest import IMAGE, wait_for
 
 pytestmark = [pytest.mark.privileged, pytest.mark.apiserver]
@@ -228,23 +235,14 @@ def test_kubectl_reaches_the_device_behind_nat_through_the_tunnel_and_each_break
 
     # 1. The hub restarted (its wireguard-go SIGKILLed and started again, as a reboot): the device's keepalives
     # make a new handshake.
-    for pid in sh("ip", "netns", "pids", lab["hub_ns"]).split():
-        if Path(f"/proc/{pid}/comm").read_text().strip() == "wireguard-go":
-            os.kill(int(pid), signal.SIGKILL)
+    kill_hub(lab)
     wait_for(lambda: not reaches_hub(lab), what="the tunnel down with the hub", timeout=30)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(uapi.socket_path(lab["hub_if"]))
     start_hub(lab)
     healed(api, "a hub restart")
 
-    # 2. A NAT rebinding: the router's uplink address changes (a carrier reassigning it), which drops its
-    # masquerade's mappings; the device's next packets leave from a new address and port, and the hub follows.
-    veth, old = f"vrh{lab['router_ns'].split('-')[1]}", lab["router_hub_ip"]
-    new = f"{lab['hub_under']}.3"
-    sh("ip", "address", "del", f"{old}/24", "dev", veth, netns=lab["router_ns"])
-    sh("ip", "address", "add", f"{new}/24", "dev", veth, netns=lab["router_ns"])
-    sh("iptables", "-t", "nat", "-F", netns=lab["router_ns"])  # and the rules too, put back as at the router's boot
-    sh("iptables", "-t", "nat", "-A", "POSTROUTING", "-o", veth, "-j", "MASQUERADE", netns=lab["router_ns"])
+    # 2. A NAT rebinding: the router's uplink address changes, which drops its masquerade's mappings; the
+    # device's next packets leave from a new address and port, and the hub follows.
+    new = rebind_nat(lab)
     healed(api, "a NAT rebinding")
     endpoint = sh("wg", "show", lab["hub_if"], "endpoints", netns=lab["hub_ns"]).split()[1]
     assert endpoint.startswith(f"{new}:"), endpoint
