@@ -14,6 +14,7 @@ import secrets
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -257,9 +258,15 @@ def hub_wireguard_gos(lab: dict) -> list[str]:
 
 
 def kill_hub(lab: dict) -> None:
-    """The hub goes down as in a power cut: its wireguard-go SIGKILLed, its stale UAPI socket removed."""
+    """The hub goes down as in a power cut: its wireguard-go SIGKILLed and gone with its TUN device (a new one
+    cannot take the name before), its stale UAPI socket removed."""
     for pid in hub_wireguard_gos(lab):
         os.kill(int(pid), signal.SIGKILL)
+    for _ in range(200):
+        link = sh("ip", "link", "show", "dev", lab["hub_if"], check=False, netns=lab["hub_ns"])
+        if not hub_wireguard_gos(lab) and not link:
+            break
+        time.sleep(0.05)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(uapi.socket_path(lab["hub_if"]))
 

@@ -41,7 +41,8 @@ from edgelet.testing.wglab import (
     wireguard_gos,
     wireguard_lab,
 )
-from tests.e2e.conftest import IMAGE, wait_for
+from tests.e2e.conftest import wait_for
+from tests.e2e.test_streaming import pod_yaml
 
 pytestmark = [pytest.mark.privileged, pytest.mark.apiserver]
 
@@ -53,21 +54,6 @@ NODE = "testnode"
 NODE_API_PORT = "10250"  # the site namespace's own: nothing else listens there
 TALK = "i=0; while true; do echo line-$i; i=$((i+1)); sleep 0.2; done"
 WEB = "mkdir -p /www && echo hello-through-the-tunnel > /www/index.html && exec httpd -f -p 127.0.0.1:8080 -h /www"
-
-
-def pod_yaml(name: str, command: str) -> str:
-    return f"""apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-spec:
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: c
-    image: {IMAGE}
-    imagePullPolicy: Never
-    command: ["sh", "-c", {command!r}]
-"""
 
 
 @pytest.fixture
