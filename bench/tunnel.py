@@ -5,18 +5,30 @@ SIGKILLed (at the agent's 10 s check period, so most of it is the wait for the n
 own RSS with the tunnel up and idle.
 
 Run as root: `.venv/bin/python bench/tunnel.py [--rounds 5]`. Prints medians.
+
+With `--path`, the issue's figures on the whole path (the lab of tests/e2e/test_tunnel_kubectl.py: the real
+agent behind a masquerading router, the real kube-apiserver and kubectl in the hub namespace): the time from
+the agent's start to `kubectl exec` working through the tunnel; the time to heal after a hub restart and
+after a NAT rebinding; `kubectl port-forward` throughput through the tunnel against the same lab without it
+(no router, the apiserver dialing the device's own address); the agent's idle CPU and RSS with the tunnel up
+(and without it), wireguard-go's separately. `.venv/bin/python bench/tunnel.py --path [--rounds 3] [--mb 20]`.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from edgelet.testing.wglab import sh, wireguard_gos, wireguard_lab
 
@@ -83,10 +95,179 @@ def one_round() -> dict:
             return json.loads(out.strip().splitlines()[-1])
 
 
+NODE = "bench"
+
+
+def wait(pred, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if v := pred():
+            return v
+        time.sleep(0.1)
+    raise TimeoutError(what)
+
+
+def get_big(port: int, size: int) -> float:
+    """Seconds to GET /big over 127.0.0.1:port (run in the hub's namespace, where kubectl port-forward listens)."""
+    with socket.create_connection(("127.0.0.1", port), 30) as conn:
+        t = time.perf_counter()
+        conn.sendall(b"GET /big HTTP/1.0\r\nHost: x\r\n\r\n")
+        got = 0
+        while chunk := conn.recv(1 << 20):
+            got += len(chunk)
+        elapsed = time.perf_counter() - t
+    if got < size:
+        raise RuntimeError(f"short transfer: {got} of {size} bytes")
+    return elapsed
+
+
+def path_round(tunnel: bool, mb: int, idle: float) -> dict:
+    """One agent behind a NAT with the tunnel (or, `tunnel` False, reached directly without one) and its figures."""
+    from _harness import Bench
+
+    b = Bench("tunnel-path")
+    out: dict = {}
+    try:
+        return _path_round(b, tunnel, mb, idle, out)
+    except BaseException:
+        log = b.base / "agent.log"
+        if log.exists():  # why, before the files go
+            print(*log.read_text(errors="replace").splitlines()[-60:], sep="\n", file=sys.stderr)
+        raise
+    finally:
+        b.close()  # the agent died with its namespace; its pods and files go now
+
+
+def _path_round(b, tunnel: bool, mb: int, idle: float, out: dict) -> dict:
+    from _harness import cpu_split, memory_mb
+    from streaming import pod
+
+    from edgelet.testing.apiserver import ADMIN_TOKEN, ApiServer, kube_bin_dir
+    from edgelet.testing.wglab import InNetns, kill_hub, rebind_nat, start_hub
+
+    # The lab's kept device key under b.base/root, the agent's --root-dir: the one the hub knows.
+    with wireguard_lab(b.base, nat=tunnel) as lab:
+        in_hub = InNetns(lab["hub_ns"])
+        api = ApiServer(
+            b.base / "apiserver", kube_bin_dir(), netns=lab["hub_ns"], address=lab["hub_ip"], in_netns=in_hub
+        )
+        forward = None
+        try:
+            (b.base / "apiserver").mkdir()
+            api.node_token(NODE)
+            api.start()
+            node_ip = f"{lab['tun']}.2" if tunnel else lab["site_ip"]
+            crt, key = api.kubelet_serving_cert(NODE, ip=node_ip)
+            b.put_manifest("web.yaml", pod(mb))
+            flags = [
+                "--kubeconfig", str(api.kubeconfig(b.base / "kubeconfig", token=api.node_token(NODE))),
+                "--node-api-address", node_ip,
+                "--port", "10250",
+                "--client-ca-file", str(api.ca_file),
+                "--tls-cert-file", str(crt),
+                "--tls-private-key-file", str(key),
+                *(["--wireguard-config", str(lab["conf"])] if tunnel else ["--node-ip", node_ip]),
+            ]  # fmt: skip
+            admin = api.kubeconfig(b.base / "kubeconfig-admin", token=ADMIN_TOKEN)
+            kubectl = ["ip", "netns", "exec", lab["hub_ns"], str(api.bin_dir / "kubectl"), f"--kubeconfig={admin}"]
+
+            def works(*command: str) -> bool:
+                argv = [*kubectl, "--request-timeout=10s", "exec", f"web-{NODE}", "--", *command]
+                try:
+                    done = subprocess.run(argv, capture_output=True, timeout=30)
+                except subprocess.TimeoutExpired:  # a dial through a tunnel not up yet
+                    return False
+                out["last_error"] = done.stderr.decode(errors="replace")[-300:]
+                return done.returncode == 0
+
+            log = open(b.base / "agent.log", "ab")
+            started = time.monotonic()
+            b.proc = subprocess.Popen(
+                ["nsenter", f"--net=/run/netns/{lab['site_ns']}", *b.argv(*flags)], stdout=log, stderr=log
+            )
+            try:
+                wait(lambda: works("true"), 120, "kubectl exec")
+            except TimeoutError:
+                raise TimeoutError(f"kubectl exec through the tunnel: {out.get('last_error')}") from None
+            out["start_to_exec"] = time.monotonic() - started
+            wait(lambda: works("test", "-f", "/www/ready"), 300, "the pod serving")
+
+            time.sleep(5)  # past the start's own work
+            daemons = [int(p) for p in wireguard_gos(lab)]
+            cpu = [cpu_split(b.proc.pid)[0], *(cpu_split(p)[0] for p in daemons)]
+            time.sleep(idle)
+            after = [cpu_split(b.proc.pid)[0], *(cpu_split(p)[0] for p in daemons)]
+            out["agent_idle_cpu_pct"] = (after[0] - cpu[0]) / idle * 100
+            out["agent_rss_mb"] = memory_mb(b.proc.pid)[0]
+            if daemons:
+                out["wg_idle_cpu_pct"] = (sum(after[1:]) - sum(cpu[1:])) / idle * 100
+                out["wg_rss_mb"] = sum(memory_mb(p)[0] for p in daemons)
+
+            forward = subprocess.Popen([*kubectl, "port-forward", f"web-{NODE}", ":8080"], stdout=subprocess.PIPE)
+            assert forward.stdout is not None
+            port = int(re.search(r"127\.0\.0\.1:(\d+)", forward.stdout.readline().decode())[1])  # type: ignore[index]
+            size = mb * 1048576
+            in_hub(get_big, port, size)  # warm-up
+            out["port_forward_mb_s"] = max(size / 1e6 / in_hub(get_big, port, size) for _ in range(3))
+
+            if tunnel:
+                kill_hub(lab)
+                start_hub(lab)
+                t = time.monotonic()
+                wait(lambda: works("true"), 120, "exec after a hub restart")
+                out["heal_hub_restart"] = time.monotonic() - t
+                rebind_nat(lab)
+                t = time.monotonic()
+                wait(lambda: works("true"), 120, "exec after a NAT rebinding")
+                out["heal_nat_rebinding"] = time.monotonic() - t
+        finally:
+            if forward is not None:
+                forward.terminate()
+                forward.communicate(timeout=30)
+            api.stop()
+            in_hub.close()
+    return out
+
+
+def path_main(rounds: int, mb: int, idle: float) -> None:
+    from _harness import machine
+
+    results = {True: [], False: []}
+    for _ in range(rounds):
+        for tunnel in (True, False):  # interleaved: the machine's load falls on both alike
+            results[tunnel].append(path_round(tunnel, mb, idle))
+    print(f"machine: {machine()}")
+    for tunnel, what in ((True, "with the tunnel"), (False, "without (direct, no NAT)")):
+        for key, unit in (
+            ("start_to_exec", "s"),
+            ("heal_hub_restart", "s"),
+            ("heal_nat_rebinding", "s"),
+            ("port_forward_mb_s", "MB/s"),
+            ("agent_idle_cpu_pct", "%"),
+            ("agent_rss_mb", "MB"),
+            ("wg_idle_cpu_pct", "%"),
+            ("wg_rss_mb", "MB"),
+        ):
+            values = [r[key] for r in results[tunnel] if key in r]
+            if values:
+                print(
+                    f"{what:25} {key:20} median {statistics.median(values):8.2f} {unit}  "
+                    f"(min {min(values):.2f}, max {max(values):.2f}, {len(values)} rounds)"
+                )
+    with open("/proc/loadavg") as f:
+        print(f"load average at the end: {f.read().split()[0]}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--path", action="store_true", help="the whole path: agent, apiserver, kubectl")
+    parser.add_argument("--mb", type=int, default=20, help="--path: the port-forwarded file's size")
+    parser.add_argument("--idle", type=float, default=20.0, help="--path: seconds of idle CPU measured")
     args = parser.parse_args()
+    if args.path:
+        path_main(args.rounds, args.mb, args.idle)
+        return
     rounds = [one_round() for _ in range(args.rounds)]
     for key, unit, scale in (
         ("up", "ms", 1000),

@@ -205,7 +205,7 @@ class Agent:
                 rollout=self.rollout,
                 node_conditions=self._node_conditions,
                 object_reports=self._object_reports,
-                tunnel_address=self.tunnel_address,
+                tunnel=self.tunnel,
             )
         self.update = None if settings.runonce else self._build_update()
         if self.update is not None and self.metrics is not None:

@@ -661,8 +661,10 @@ class Settings:
     address: str | None = _opt(
         None,
         _str(optional=True),
-        "address the node API listens on (default: 0.0.0.0 when the API is on)",
+        "address the node API listens on (default: 0.0.0.0 when the API is on); the tunnel's own "
+        "address listens there only, from when the tunnel is up",
         metavar="ADDRESS",
+        flags=("--address", "--node-api-address"),
     )
     tls_cert_file: Path | None = _opt(
         None,
@@ -861,7 +863,7 @@ CARD_CONFIG = "config.toml"  # in card_dir
 MAX_CARD_CONFIG_BYTES = 1 << 20  # a config is a few hundred bytes; a card's must not fill the agent's memory
 # Files a card may carry that must not stay on a FAT partition (no permissions: every local user reads
 # them); packaging's edgelet-card-setup moves them to /etc/edgelet at boot, edgelet warns while they remain.
-CARD_SECRETS = ("kubeconfig", "auth.json", "manifest-url-headers", "api-tokens.csv")
+CARD_SECRETS = ("kubeconfig", "auth.json", "manifest-url-headers", "api-tokens.csv", "wireguard.conf")
 # What a card's unsigned config.toml may set: only keys that cannot widen what runs on the device or who can
 # reach it. Whoever holds the card for a minute must not be able to turn verification off, name a program to
 # run as root (the FAT partition is theirs), open the node API or relax a pod's confinement; those keys come

@@ -507,13 +507,16 @@ def build_api(
     rollout: RolloutManager,
     node_conditions: Callable[[], list[dict[str, str]]],
     object_reports: Callable[[], list] | None = None,
-    tunnel_address: str | None = None,
+    tunnel: Tunnel | None = None,
 ) -> tuple[StatsCollector, ApiServer, NodeApiPlan | None]:
     """The local API (the CLI's unix socket, healthz, metrics) and, when enabled, the node API beside it."""
     from edgelet.server.api import Api, ApiServer, ApiSources
     from edgelet.stats.collector import StatsCollector
 
     metrics.watch_publisher(publisher)
+    if tunnel is not None:
+        metrics.watch_tunnel(tunnel)
+    tunnel_address = str(tunnel.config.addresses[0].ip) if tunnel is not None else None
     stats = StatsCollector(
         paths,
         pleg.pods,
@@ -550,6 +553,7 @@ def build_api(
             stats=stats,
             runtime_pods=pleg.pods,
             metrics=metrics,
+            tunnel=tunnel,
         )
     server = ApiServer(
         api, paths.run_dir, healthz_port=settings.healthz_port, healthz_bind_address=settings.healthz_bind_address
@@ -569,6 +573,7 @@ class NodeApiPlan:
         stats: Any,
         runtime_pods: Callable[[], Mapping[str, PodRuntimeStatus]],
         metrics: Metrics,
+        tunnel: Tunnel | None = None,
     ) -> None:
         from edgelet.server.auth import parse_grant
 
@@ -583,6 +588,7 @@ class NodeApiPlan:
         self._stats = stats
         self._runtime_pods = runtime_pods
         self._metrics = metrics
+        self._tunnel = tunnel
         self.server = None
 
     @property
@@ -597,13 +603,18 @@ class NodeApiPlan:
         from edgelet.server.auth import AuthConfigError
         from edgelet.server.nodeapi import DEFAULT_PORT, NodeApi, NodeApiServer, build_config
         from edgelet.server.tls import TlsError
+        from edgelet.tunnel.device import on_tunnel
 
         settings = self._settings
+        tunnel = self._tunnel
+        tunnel_address = str(tunnel.config.addresses[0].ip) if tunnel is not None else None
         try:
             config = await build_config(
                 node_name=settings.node_name,
                 root_dir=settings.root_dir,
-                addresses=[x for x in (settings.node_ip or self._host_ip(), settings.address) if x],
+                addresses=[x for x in (settings.node_ip or self._host_ip(), settings.address, tunnel_address) if x],
+                # A kept certificate that does not name the tunnel address is made again.
+                required=[tunnel_address] if tunnel_address else [],
                 cert=settings.tls_cert_file,
                 key=settings.tls_private_key_file,
                 client_ca=settings.client_ca_file,
@@ -623,8 +634,10 @@ class NodeApiPlan:
             cgroup_root=settings.cgroup_root,
             spdy_limits=Limits(idle_timeout=settings.streaming_connection_idle_timeout),
         )
-        self.server = NodeApiServer(
-            handler, config, settings.address or "0.0.0.0", DEFAULT_PORT if settings.port is None else settings.port
-        )
-        await self.server.start()
+        # Listening on the tunnel's own address waits for the tunnel to be first up.
+        after = tunnel.went_up if tunnel is not None and on_tunnel(settings.address, tunnel.config) else None
+        port = DEFAULT_PORT if settings.port is None else settings.port
+        self.server = NodeApiServer(handler, config, settings.address or "0.0.0.0", port, after=after)
+        if after is None:
+            await self.server.start()
         return self.server

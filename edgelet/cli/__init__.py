@@ -176,6 +176,7 @@ def _add_node_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         "apiserver link: Node registration, lease, link state, queue",
     )
     node.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    _add_setting(node, "wireguard_config")
     top = sub.add_parser("top", parents=[common], help="CPU and memory of the running pods (kubectl top)")
     top.add_argument("what", nargs="?", choices=("pods", "pod", "po", "containers"), default="pods")
     top.add_argument("-n", "--namespace", default=None, help="only pods of this namespace")

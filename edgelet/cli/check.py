@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, TextIO
 
-from edgelet.cli.common import EXIT_FAILURE, EXIT_OK
+from edgelet.cli.common import EXIT_FAILURE, EXIT_OK, clock
 from edgelet.settings import CARD_SECRETS, DEFAULT_CONFIG, Settings
 from edgelet.update.stage import off_reason
 from edgelet.util.proc import runtime_features, version_line
@@ -77,6 +77,8 @@ class HostFacts:
     handlers: tuple[tuple[str, str | None, str, str], ...] = ()
     default_handler: str = "runc"
     hybrid_cgroups: str | None = None
+    # The running interface as it answers now: (ready, what it says); None: no tunnel, or its config is bad.
+    tunnel_link: tuple[bool, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -365,6 +367,21 @@ def check_tunnel(f: HostFacts) -> CheckResult:
     )
 
 
+def check_tunnel_link(f: HostFacts) -> CheckResult:
+    if f.tunnel_link is None:
+        return CheckResult("tunnel link", "OK", "no tunnel to ask")
+    ready, detail = f.tunnel_link
+    if ready:
+        return CheckResult("tunnel link", "OK", detail)
+    return CheckResult(
+        "tunnel link",
+        "WARN",
+        detail,
+        "the running agent brings the interface up and keeps it (expected before its first start); without a "
+        "recent handshake, check that the hub is up, reachable on its Endpoint, and has this device's [Peer]",
+    )
+
+
 def check_card(f: HostFacts) -> CheckResult:
     """The card folder: its config.toml (ignored when invalid, so a WARN) and secrets left on its FAT partition."""
     name = "card folder"
@@ -426,6 +443,7 @@ CHECKS: tuple[Callable[[HostFacts], CheckResult], ...] = (
     check_self_update,
     check_handlers,
     check_crun_cgroups,
+    check_tunnel_link,
 )
 
 
@@ -599,8 +617,22 @@ def tunnel_status(path: Path, root_dir: Path) -> tuple[str, str]:
     )
 
 
+def tunnel_link(path: Path) -> tuple[bool, str] | None:
+    """What the tunnel's interface answers now over UAPI; None when the file does not name one."""
+    from edgelet.tunnel.device import interface_name
+    from edgelet.tunnel.errors import TunnelError
+    from edgelet.tunnel.show import describe, read_state
+
+    try:
+        interface = interface_name(str(path))
+    except TunnelError:
+        return None
+    return describe(interface, *read_state(interface), clock.now())
+
+
 def rejected_card_secrets(etc_dir: Path) -> tuple[tuple[str, str], ...]:
-    """What edgelet-card-setup set aside in etc_dir as NAME.rejected, and why (the kubeconfig: the loader's error)."""
+    """What edgelet-card-setup set aside in etc_dir as NAME.rejected, and why (a kubeconfig or wireguard.conf: the
+    loader's error)."""
     found = []
     for name in CARD_SECRETS:
         path = etc_dir / f"{name}.rejected"
@@ -611,9 +643,23 @@ def rejected_card_secrets(etc_dir: Path) -> tuple[tuple[str, str], ...]:
         if name == "kubeconfig":
             level, why = kubeconfig_status(path)
             found.append((str(path), why if level == "FAIL" else replaced))
+        elif name == "wireguard.conf":
+            found.append((str(path), _wireguard_problem(path) or replaced))
         else:
             found.append((str(path), replaced))
     return tuple(found)
+
+
+def _wireguard_problem(path: Path) -> str | None:
+    """Why the agent would refuse this WireGuard config (its permissions and every line), or None."""
+    from edgelet.tunnel import keys
+    from edgelet.tunnel.errors import TunnelError
+
+    try:
+        keys.read_config(path)
+    except TunnelError as exc:
+        return str(exc)
+    return None
 
 
 def gather_facts(
@@ -705,6 +751,7 @@ def gather_facts(
         ),
         default_handler=default_handler,
         hybrid_cgroups=hybrid_problem(),
+        tunnel_link=tunnel_link(wireguard_config) if wireguard_config is not None else None,
     )
 
 

@@ -1,4 +1,4 @@
-"""`edgelet node`: the node's conditions, capacity, allocatable and usage, and the running agent's apiserver link."""
+"""`edgelet node`: the node's conditions, tunnel, capacity, allocatable and usage, and the agent's apiserver link."""
 
 from __future__ import annotations
 
@@ -83,6 +83,7 @@ def cmd_node(settings: Settings, args: argparse.Namespace, out: TextIO, err: Tex
     """Capacity, allocatable and usage of this node; with --kubeconfig also the apiserver link's state."""
     import json
 
+    from edgelet.cli.check import tunnel_link
     from edgelet.cli.pods import agent_node_name
     from edgelet.cli.top import fetch_summary
 
@@ -101,6 +102,7 @@ def cmd_node(settings: Settings, args: argparse.Namespace, out: TextIO, err: Tex
     summary = fetch_summary(settings) if running else None
     conditions = fetch_conditions(settings) if running else None
     cap, allocatable = capacity(settings)
+    tunnel = tunnel_link(settings.wireguard_config) if settings.wireguard_config is not None else None
     if args.output == "json":
         usage = (
             None
@@ -119,6 +121,7 @@ def cmd_node(settings: Settings, args: argparse.Namespace, out: TextIO, err: Tex
                     "capacity": cap,
                     "allocatable": allocatable,
                     "usage": usage,
+                    **({"tunnel": {"ready": tunnel[0], "state": tunnel[1]}} if tunnel is not None else {}),
                 },
                 indent=2,
             ),
@@ -128,6 +131,8 @@ def cmd_node(settings: Settings, args: argparse.Namespace, out: TextIO, err: Tex
     rows: list[tuple[str, str]] = [("Node:", agent_node_name(settings))]
     if conditions is None:
         rows.append(("Conditions:", "- (edgelet is not running; the running agent reports them)"))
+    if tunnel is not None:
+        rows.append(("Tunnel:", tunnel[1]))
     rows += _resources("Capacity:", cap) + _resources("Allocatable:", allocatable) + usage_rows(summary, cap)
     if state is not None:
         now = common.clock.now()

@@ -122,23 +122,33 @@ class HttpServer:
         )
 
     async def listen_tcp(
-        self, host: str, port: int, handler: Handler | None = None, ssl: ssl_.SSLContext | None = None
+        self,
+        host: str,
+        port: int,
+        handler: Handler | None = None,
+        ssl: ssl_.SSLContext | None = None,
+        *,
+        freebind: bool = False,
     ) -> int:
-        """Listen on TCP (optionally with its own handler, optionally TLS); returns the port (useful with port 0)."""
+        """Listen on TCP (optionally with its own handler, optionally TLS); returns the port (useful with port 0).
+
+        `freebind` binds `host` whether or not an interface has it yet (Linux's IP_FREEBIND): the listener then
+        answers on that address whenever it exists, and stays across the interface going and coming back.
+        """
         listener = _Listener(f"{host}:{port}", self._max)
 
         def cb(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> Awaitable[None]:
             return self._on_connection(r, w, handler, listener)
 
         try:
-            server = await asyncio.start_server(
-                cb,
-                host,
-                port,
-                reuse_address=True,
-                ssl=ssl,
-                ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT if ssl else None,
-            )
+            tls_timeout = TLS_HANDSHAKE_TIMEOUT if ssl else None
+            if freebind:
+                sock = _freebind_socket(host, port)
+                server = await asyncio.start_server(cb, sock=sock, ssl=ssl, ssl_handshake_timeout=tls_timeout)
+            else:
+                server = await asyncio.start_server(
+                    cb, host, port, reuse_address=True, ssl=ssl, ssl_handshake_timeout=tls_timeout
+                )
         except OSError as exc:
             raise ServerError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
         self._servers.append(server)
@@ -402,3 +412,22 @@ def _remove_stale_socket(path: Path) -> None:
     finally:
         probe.close()
     raise ServerError(f"another process serves on {path} (is edgelet already running?)")
+
+
+_IP_FREEBIND = getattr(socket, "IP_FREEBIND", 15)  # linux/in.h; Python names it only on some builds
+
+
+def _freebind_socket(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on `host` (an IP address), bound before any interface need have it."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_IP, _IP_FREEBIND, 1)  # IPv6 sockets honour it too
+        sock.bind((host, port))
+        sock.listen(100)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock

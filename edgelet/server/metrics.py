@@ -1,4 +1,4 @@
-"""Prometheus metrics named after kubelet's: running pods and containers, pod start duration, runtime operations.
+"""Prometheus metrics named after kubelet's: running pods and containers, pod start duration, runtime operations (and the tunnel).
 
 Counting is plain integers kept here; prometheus_client is imported only
 when /metrics is first scraped, and renders those counts through a custom
@@ -25,6 +25,7 @@ from edgelet.api.pod import uid as pod_uid
 if TYPE_CHECKING:
     from edgelet.api.types import Pod, PodStatus
     from edgelet.status.publisher import StatusPublisher
+    from edgelet.tunnel.device import Tunnel
     from edgelet.util.clock import Clock
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"  # prometheus_client's CONTENT_TYPE_PLAIN_0_0_4
@@ -189,6 +190,45 @@ class _Collector:
             for state, n in sorted(containers.items()):
                 family.add_metric([state], n)
             yield family
+        if m.tunnel is not None:
+            yield from _tunnel_families(m.tunnel, m._clock.now(), self._p)
+
+
+def _tunnel_families(tunnel: Tunnel, now: float, p: str) -> Iterable[Any]:
+    """The WireGuard tunnel as of its last check (every 10 s): up, each peer's handshake age and bytes, and the
+    times it was mended. Byte counts restart with a device made again, as a counter may."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    from edgelet.tunnel.config import encode_key
+
+    name = tunnel.interface
+    up = GaugeMetricFamily(
+        f"{p}_tunnel_up", "Whether the WireGuard interface is up and answering", labels=["interface"]
+    )
+    up.add_metric([name], 1 if tunnel.status.up else 0)
+    yield up
+    ages = GaugeMetricFamily(
+        f"{p}_tunnel_last_handshake_age_seconds",
+        "Seconds since the newest handshake with the peer (none before the first)",
+        labels=["interface", "peer"],
+    )
+    rx = CounterMetricFamily(f"{p}_tunnel_receive_bytes", "Bytes received from the peer", labels=["interface", "peer"])
+    tx = CounterMetricFamily(f"{p}_tunnel_transmit_bytes", "Bytes sent to the peer", labels=["interface", "peer"])
+    for peer in tunnel.state_seen.peers if tunnel.state_seen is not None else ():
+        labels = [name, encode_key(peer.public_key)]
+        if peer.last_handshake is not None:
+            ages.add_metric(labels, max(0.0, now - peer.last_handshake))
+        rx.add_metric(labels, peer.rx_bytes)
+        tx.add_metric(labels, peer.tx_bytes)
+    yield from (ages, rx, tx)
+    mended = CounterMetricFamily(
+        f"{p}_tunnel_reconnects",
+        "Times the tunnel was mended: its device made again (reason=device), a peer's name resolved anew (endpoint)",
+        labels=["interface", "reason"],
+    )
+    for reason in ("device", "endpoint"):
+        mended.add_metric([name, reason], tunnel.reconnects[reason])
+    yield mended
 
 
 class Metrics:
@@ -203,10 +243,14 @@ class Metrics:
         # Self-update's outcomes so far (from its history, so they count across the agent's restarts) and
         # whether a trial runs; set by the app when self-update is built.
         self.update_outcomes: Callable[[], tuple[Mapping[str, int], bool]] | None = None
+        self.tunnel: Tunnel | None = None
         self._registries: dict[str, Any] = {}
 
     def watch_publisher(self, publisher: StatusPublisher) -> None:
         self.publisher = publisher
+
+    def watch_tunnel(self, tunnel: Tunnel) -> None:
+        self.tunnel = tunnel
 
     def observing_publish(self, publisher: StatusPublisher) -> Callable[..., None]:
         """`publisher.update`, observing the pod start duration when a pod first runs."""

@@ -13,7 +13,7 @@ only kubelet's TCP port has.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -484,18 +484,25 @@ class _Counted:
 class NodeApiServer:
     """The TCP listener; a taken port is logged and retried (kubelet would exit; a device keeps its pods served)."""
 
-    def __init__(self, api: NodeApi, config: NodeApiConfig, address: str, port: int) -> None:
+    def __init__(
+        self, api: NodeApi, config: NodeApiConfig, address: str, port: int, *, after: asyncio.Event | None = None
+    ) -> None:
         self._api = api
         self._config = config
         self._address = address
         self._port = port
+        # An address a tunnel brings (--node-api-address on it): listen once it is up, bound with IP_FREEBIND so
+        # the listener outlives the interface going and coming back.
+        self._after = after
         self._server = HttpServer(api.handle, max_connections=MAX_CONNECTIONS, idle_timeout=IDLE_TIMEOUT)
         self.port: int | None = None  # the bound port, once listening
 
     async def start(self) -> bool:
         """Try once to listen; False (logged) when the port is taken."""
         try:
-            self.port = await self._server.listen_tcp(self._address, self._port, ssl=self._config.ssl)
+            self.port = await self._server.listen_tcp(
+                self._address, self._port, ssl=self._config.ssl, freebind=self._after is not None
+            )
         except ServerError as exc:
             log.error("Cannot open the node API port; retrying", exc, retry_in=RETRY)
             return False
@@ -504,6 +511,8 @@ class NodeApiServer:
 
     async def run(self) -> None:
         try:
+            if self._after is not None and self.port is None:
+                await self._after.wait()
             while self.port is None and not await self.start():
                 await self._api.clock.sleep(RETRY)
             await asyncio.Event().wait()
@@ -521,6 +530,7 @@ async def build_config(
     client_ca: Path | None,
     token_file: Path | None,
     grants: tuple[str, ...],
+    required: Sequence[str] = (),
 ) -> NodeApiConfig:
     """The TLS context (the given pair, else a self-signed one under ROOT_DIR/pki), tokens and grants."""
     from edgelet.server.auth import load_token_file, parse_grant
@@ -531,7 +541,7 @@ async def build_config(
 
         raise TlsError("--tls-cert-file and --tls-private-key-file go together: give both or neither")
     if cert is None or key is None:
-        cert, key = await ensure_self_signed(root_dir / "pki", node_name, addresses)
+        cert, key = await ensure_self_signed(root_dir / "pki", node_name, addresses, required=required)
     return NodeApiConfig(
         ssl=server_context(cert, key, client_ca),
         tokens=load_token_file(token_file) if token_file is not None else {},

@@ -12,6 +12,7 @@ import hashlib
 import os
 import ssl
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from edgelet.errors import EdgeletError
@@ -45,11 +46,18 @@ def subject_alt_names(node_name: str, addresses: list[str]) -> str:
     return ",".join(names)
 
 
-async def ensure_self_signed(pki_dir: Path, node_name: str, addresses: list[str]) -> tuple[Path, Path]:
-    """The serving pair under `pki_dir`, made once (key 0600, dir 0700); kept across restarts so clients can pin it."""
+async def ensure_self_signed(
+    pki_dir: Path, node_name: str, addresses: list[str], *, required: Sequence[str] = ()
+) -> tuple[Path, Path]:
+    """The serving pair under `pki_dir`, made once (key 0600, dir 0700); kept across restarts so clients can pin it,
+    unless it does not name one of the `required` addresses (a tunnel configured since: the apiserver dials that
+    address and checks it), when it is made again."""
     cert, key = pki_dir / CERT_NAME, pki_dir / KEY_NAME
     if cert.exists() and key.exists():
-        return cert, key
+        missing = sorted(set(required) - names_ips(cert)) if required else []
+        if not missing:
+            return cert, key
+        log.info("The node API's certificate does not name an address it must: making it again", missing=missing)
     pki_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(pki_dir, 0o700)
     # Made in a private temp dir and renamed in: no reader ever sees a half-written key or a key with a wide mode.
@@ -98,6 +106,16 @@ async def ensure_self_signed(pki_dir: Path, node_name: str, addresses: list[str]
         "Generated a self-signed certificate for the node API", cert=str(cert), sha256=fingerprint(cert.read_text())
     )
     return cert, key
+
+
+def names_ips(cert: Path) -> set[str]:
+    """The IP addresses a PEM certificate's subjectAltName lists; empty when it cannot be read (then made again)."""
+    from edgelet.trust import crypto  # only with a tunnel: a device without one never loads `cryptography`
+
+    try:
+        return crypto.certificate_ips(cert.read_bytes())
+    except (OSError, ValueError):
+        return set()
 
 
 def server_context(cert: Path, key: Path, client_ca: Path | None) -> ssl.SSLContext:

@@ -19,8 +19,10 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent.parent
 BUILD_SCRIPT = REPO / "tools" / "kube-apiserver.sh"
@@ -103,10 +105,18 @@ class ApiServer:
     node_tokens: dict[str, str] = field(default_factory=dict)  # node name -> token
     port: int = 0
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    # In a network namespace (`ip netns exec`), listening on `address` too (its certificate names it): the
+    # namespace's own requests then go through `in_netns`, a call that runs a function inside it.
+    netns: str | None = None
+    address: str = "127.0.0.1"
+    in_netns: Callable[..., Any] | None = None
 
     @property
     def url(self) -> str:
-        return f"https://127.0.0.1:{self.port}"
+        return f"https://{self.address}:{self.port}"
+
+    def _in(self) -> list[str]:
+        return ["ip", "netns", "exec", self.netns] if self.netns else []
 
     @property
     def ca_file(self) -> Path:
@@ -127,7 +137,8 @@ class ApiServer:
         if not pki.is_dir():
             pki.mkdir(parents=True)
             ca = make_ca(pki)
-            make_cert(pki, "server", ca, "/CN=kube-apiserver", sans="IP:127.0.0.1,DNS:localhost", server=True)
+            sans = "IP:127.0.0.1,DNS:localhost" + (f",IP:{self.address}" if self.address != "127.0.0.1" else "")
+            make_cert(pki, "server", ca, "/CN=kube-apiserver", sans=sans, server=True)
             make_cert(pki, "kubelet-client", ca, "/O=system:masters/CN=kube-apiserver-kubelet-client")
             _openssl("genrsa", "-out", str(pki / "sa.key"), "2048")
             _openssl("rsa", "-in", str(pki / "sa.key"), "-pubout", "-out", str(pki / "sa.pub"))
@@ -140,6 +151,7 @@ class ApiServer:
         logs.mkdir(exist_ok=True)
         self._spawn(
             [
+                *self._in(),
                 "etcd",
                 "--name",
                 "default",
@@ -160,10 +172,11 @@ class ApiServer:
         )
         self._spawn(
             [
+                *self._in(),
                 str(self.bin_dir / "kube-apiserver"),
                 f"--etcd-servers=http://127.0.0.1:{client}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
+                "--bind-address=127.0.0.1" if self.address == "127.0.0.1" else "--bind-address=0.0.0.0",
+                f"--advertise-address={self.address}",
                 f"--secure-port={self.port}",
                 "--insecure-port=0",
                 "--endpoint-reconciler-type=none",
@@ -236,11 +249,15 @@ class ApiServer:
             method=method,
             headers={"Authorization": f"Bearer {token}", "Content-Type": content_type},
         )
-        try:
-            with urllib.request.urlopen(req, context=self.context(), timeout=30) as resp:
-                return resp.status, resp.read()
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.read()
+
+        def send() -> tuple[int, bytes]:
+            try:
+                with urllib.request.urlopen(req, context=self.context(), timeout=30) as resp:
+                    return resp.status, resp.read()
+            except urllib.error.HTTPError as exc:
+                return exc.code, exc.read()
+
+        return self.in_netns(send) if self.in_netns is not None else send()
 
     def get(self, path: str, *, token: str = ADMIN_TOKEN, raw: bool = False) -> object:
         status, body = self.request("GET", path, token=token)
@@ -298,9 +315,9 @@ class ApiServer:
         )
         return path
 
-    def kubelet_serving_cert(self, node: str) -> tuple[Path, Path]:
+    def kubelet_serving_cert(self, node: str, ip: str = "127.0.0.1") -> tuple[Path, Path]:
         """A serving pair for `node`'s node API signed by the cluster CA (the apiserver verifies it, as
-        --kubelet-certificate-authority asks), valid for 127.0.0.1; the CA also signs the apiserver's kubelet
+        --kubelet-certificate-authority asks), valid for `ip`; the CA also signs the apiserver's kubelet
         client certificate (O=system:masters), so a node trusting `ca_file` lets the apiserver in."""
         pki = self.base / "pki"
         return make_cert(
@@ -308,14 +325,14 @@ class ApiServer:
             f"kubelet-serving-{node}",
             (pki / "ca.crt", pki / "ca.key"),
             f"/CN=system:node:{node}",
-            sans=f"IP:127.0.0.1,DNS:{node}",
+            sans=f"IP:{ip},DNS:{node}",
             server=True,
         )
 
     def kubectl(self, *args: str, token: str = ADMIN_TOKEN) -> str:
         cfg = self.kubeconfig(self.base / f"kubeconfig-{abs(hash(token))}", token=token)
         done = subprocess.run(
-            [str(self.bin_dir / "kubectl"), f"--kubeconfig={cfg}", *args],
+            [*self._in(), str(self.bin_dir / "kubectl"), f"--kubeconfig={cfg}", *args],
             capture_output=True,
             text=True,
             timeout=60,

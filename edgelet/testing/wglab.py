@@ -7,17 +7,23 @@ Addresses are two random private /24s used only inside the two namespaces: nothi
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import random
 import secrets
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 from edgelet.tunnel import keys, uapi
 from edgelet.tunnel.config import encode_key
+
+T = TypeVar("T")
 
 
 def sh(*argv: str, check: bool = True, netns: str | None = None, timeout: float = 30.0) -> str:
@@ -225,3 +231,67 @@ def start_hub(lab: dict) -> None:
     )
     sh("ip", "address", "add", f"{lab['tun']}.1/24", "dev", lab["hub_if"], netns=lab["hub_ns"])
     sh("ip", "link", "set", lab["hub_if"], "up", netns=lab["hub_ns"])
+
+
+_CLONE_NEWNET = 0x40000000
+
+
+def _enter_netns(name: str) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open(f"/run/netns/{name}", os.O_RDONLY)
+    try:
+        if libc.setns(fd, _CLONE_NEWNET) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"setns into {name}: {os.strerror(err)}")
+    finally:
+        os.close(fd)
+
+
+class InNetns:
+    """Calls run in threads that entered a network namespace (a thread's own, as setns(2) makes it): the test's
+    sockets to what listens only there (an apiserver on the hub's loopback, a kubectl port-forward)."""
+
+    def __init__(self, netns: str, workers: int = 8) -> None:
+        self._pool = ThreadPoolExecutor(
+            workers, thread_name_prefix=f"in-{netns}", initializer=_enter_netns, initargs=(netns,)
+        )
+
+    def __call__(self, fn: Callable[..., T], *args: object) -> T:
+        return self._pool.submit(fn, *args).result()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def hub_wireguard_gos(lab: dict) -> list[str]:
+    pids = sh("ip", "netns", "pids", lab["hub_ns"]).split()
+    return [p for p in pids if Path(f"/proc/{p}/comm").read_text().strip() == "wireguard-go"]
+
+
+def kill_hub(lab: dict) -> None:
+    """The hub goes down as in a power cut: its wireguard-go SIGKILLed and gone with its TUN device (a new one
+    cannot take the name before), its stale UAPI socket removed."""
+    for pid in hub_wireguard_gos(lab):
+        os.kill(int(pid), signal.SIGKILL)
+    for _ in range(200):
+        link = sh("ip", "link", "show", "dev", lab["hub_if"], check=False, netns=lab["hub_ns"])
+        if not hub_wireguard_gos(lab) and not link:
+            break
+        time.sleep(0.05)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(uapi.socket_path(lab["hub_if"]))
+
+
+def rebind_nat(lab: dict) -> str:
+    """A NAT rebinding in the router of a `nat` lab: its uplink address changes (a carrier reassigning it), which
+    drops its masquerade's mappings, and its NAT table is flushed and set again as at its boot. Returns the new
+    uplink address: the device's packets leave from it (and a new port) from now on."""
+    veth, router = f"vrh{lab['router_ns'].split('-')[1]}", lab["router_ns"]
+    old = lab["router_hub_ip"]
+    new = f"{lab['hub_under']}.{3 if old.endswith('.2') else 2}"
+    sh("ip", "address", "del", f"{old}/24", "dev", veth, netns=router)
+    sh("ip", "address", "add", f"{new}/24", "dev", veth, netns=router)
+    sh("iptables", "-t", "nat", "-F", netns=router)
+    sh("iptables", "-t", "nat", "-A", "POSTROUTING", "-o", veth, "-j", "MASQUERADE", netns=router)
+    lab["router_hub_ip"] = new
+    return new

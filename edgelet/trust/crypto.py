@@ -71,3 +71,15 @@ def x25519_public(private: bytes) -> bytes:
     from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
     return X25519PrivateKey.from_private_bytes(private).public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+
+
+def certificate_ips(pem: bytes) -> set[str]:
+    """The IP addresses a PEM certificate's subjectAltName names; ValueError when it is not one."""
+    from cryptography import x509
+
+    cert = x509.load_pem_x509_certificate(pem)
+    try:
+        sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return set()
+    return {str(ip) for ip in sans.get_values_for_type(x509.IPAddress)}

@@ -24,7 +24,7 @@ import base64
 import binascii
 import ipaddress
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from edgelet.tunnel.errors import TunnelConfigError
 
@@ -84,7 +84,6 @@ class TunnelConfig:
     peers: tuple[Peer, ...]
     listen_port: int | None = None
     mtu: int | None = None
-    key_line: int | None = field(default=None, compare=False)  # where PrivateKey was written, for errors
 
 
 def decode_key(text: str) -> bytes:
@@ -157,7 +156,6 @@ def parse_config(text: str, path: str) -> TunnelConfig:
         mtu=_field(path, iface, "mtu", lambda v: _int(v, "MTU", 1280, 65535))  # type: ignore[arg-type]
         if "mtu" in iface
         else None,
-        key_line=iface["privatekey"][0] if "privatekey" in iface else None,
     )
 
 

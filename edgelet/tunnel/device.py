@@ -18,6 +18,7 @@ import os
 import re
 import socket
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
@@ -73,6 +74,17 @@ def ip_commands(interface: str, config: TunnelConfig) -> list[list[str]]:
             if net not in on_link:
                 cmds.append(["ip", "route", "replace", str(net), "dev", interface])
     return cmds
+
+
+def on_tunnel(address: str | None, config: TunnelConfig) -> bool:
+    """Whether a listen address is one of the tunnel's own (pure): such a listener waits for the interface."""
+    if not address:
+        return False
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return any(a.ip == ip for a in config.addresses)
 
 
 def format_endpoint(address: str, port: int) -> str:
@@ -154,6 +166,11 @@ class Tunnel:
         self.stale_after = stale_after
         self.endpoints: dict[bytes, str] = {}
         self.status = Status(up=False, last_handshake=None)
+        self.went_up = asyncio.Event()  # set at the first up (or adoption): what waits for the address may go
+        self.state_seen: uapi.DeviceState | None = None  # the last check's answer (bytes, handshakes) for metrics
+        # Times the tunnel was mended: "device" (made again after its wireguard-go died), "endpoint" (a peer's
+        # name resolved to a new address).
+        self.reconnects: Counter[str] = Counter()
         self._backoff = Backoff(initial=1.0, cap=60.0, reset_after=300.0)
 
     async def _ask(self, request: str) -> str:
@@ -180,7 +197,9 @@ class Tunnel:
         await self.configure(present)
         for argv in ip_commands(self.interface, self.config):
             await self.runner(argv)
+        self.state_seen = await self.state()  # its peers in the metrics from now, not from the first check
         self.status = Status(up=True, last_handshake=self.status.last_handshake)
+        self.went_up.set()
         log.info("Tunnel up", interface=self.interface, adopted=adopted)
         return adopted
 
@@ -210,7 +229,9 @@ class Tunnel:
             self.status = Status(up=False, last_handshake=self.status.last_handshake, error=str(exc))
             log.info("Tunnel device not answering: bringing it up", interface=self.interface, err=str(exc))
             await self.up()
+            self.reconnects["device"] += 1
             return
+        self.state_seen = device
         newest = max((p.last_handshake for p in device.peers if p.last_handshake), default=None)
         self.status = Status(up=True, last_handshake=newest)
         now = self.clock.now()
@@ -224,6 +245,7 @@ class Tunnel:
                     log.info("Tunnel endpoint moved", endpoint=str(peer.endpoint), address=resolved)
                     self.endpoints[peer.public_key] = resolved
                     await self._ask(uapi.endpoint_request(peer.public_key, resolved))
+                    self.reconnects["endpoint"] += 1
 
     async def keep_up(self, stop: asyncio.Event | None = None, period: float = CHECK_PERIOD) -> None:
         """Bring the interface up (or adopt it) now, then check it every `period` until `stop` (or cancelled).

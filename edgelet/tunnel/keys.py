@@ -8,6 +8,7 @@ which the hub knows it by, stays the same across restarts and upgrades.
 from __future__ import annotations
 
 import base64
+import functools
 import os
 import stat
 from dataclasses import dataclass, replace
@@ -24,8 +25,14 @@ KEY_FILE = Path("tunnel") / "private.key"
 @dataclass(frozen=True)
 class Loaded:
     config: TunnelConfig  # with its private key
-    public_key: bytes
     generated: bool  # the key came from (or was just written to) the root dir, not from the file
+
+    @functools.cached_property
+    def public_key(self) -> bytes:
+        """Derived when asked (`edgelet check`, `peer-line`): the agent needs only the private key, and deriving
+        loads the `cryptography` package, megabytes of RSS an agent that generates no key never pays."""
+        assert self.config.private_key is not None
+        return crypto.x25519_public(self.config.private_key)
 
 
 def readable_by_others(mode: int, owner: int | None = None, me: int | None = None) -> str | None:
@@ -100,8 +107,4 @@ def load(path: Path, root_dir: Path, *, create: bool = True) -> Loaded | None:
     if found is None:
         return None
     private, generated = found
-    try:
-        public = crypto.x25519_public(private)
-    except ValueError as exc:
-        raise TunnelConfigError(str(path), f"PrivateKey: {exc}", config.key_line) from exc
-    return Loaded(replace(config, private_key=private), public, generated)
+    return Loaded(replace(config, private_key=private), generated)  # decode_key made sure it has 32 bytes

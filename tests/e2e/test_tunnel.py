@@ -146,6 +146,11 @@ def test_the_agent_keeps_the_tunnel_and_a_sigkilled_agent_adopts_it(agent, lab):
         what="TunnelReady in `edgelet node`",
         timeout=60,
     )
+    # And the interface itself, read over UAPI: the hub's endpoint, a recent handshake, bytes both ways.
+    [line] = [
+        x for x in agent.cli("node", "--wireguard-config", str(lab["conf"])).splitlines() if x.startswith("Tunnel:")
+    ]
+    assert f"{lab['site_if']} up; peer " in line and f"at {lab['hub_ip']}:51820, last handshake " in line
     daemons = wireguard_gos(lab)
     assert len(daemons) == 1
     agent.stop(signal.SIGKILL)
@@ -170,6 +175,55 @@ def test_the_agent_brings_the_tunnel_back_when_wireguard_go_dies(agent, lab):
     wait_for(lambda: [p for p in wireguard_gos(lab) if p != daemon], what="a new wireguard-go", timeout=60)
     wait_for(lambda: reaches_hub(lab), what="a packet through the re-created tunnel", timeout=30)
     assert "Tunnel device not answering: bringing it up" in agent.log()
+
+
+# Run in another namespace: a TLS connection to ADDRESS:PORT, printing the IP addresses its certificate names (or
+# the error's class: ConnectionRefusedError when nothing listens there).
+NODE_API_CERT = """
+import socket, ssl, sys
+from cryptography import x509
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+try:
+    with socket.create_connection((sys.argv[1], int(sys.argv[2])), 3) as raw, ctx.wrap_socket(raw) as tls:
+        cert = x509.load_der_x509_certificate(tls.getpeercert(binary_form=True))
+        sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        print(" ".join(sorted(str(ip) for ip in sans.get_values_for_type(x509.IPAddress))))
+except OSError as exc:
+    print(type(exc).__name__)
+"""
+
+
+def node_api(lab, netns: str, address: str, port: int) -> str:
+    return sh(sys.executable, "-c", NODE_API_CERT, address, str(port), netns=netns).strip()
+
+
+def test_the_node_api_listens_on_the_tunnel_address_only(agent, lab):
+    """--node-api-address on the tunnel's address: the node API answers there once the tunnel is up, with a
+    certificate that names it, and nothing listens on the device's other addresses (its uplink, loopback). When
+    wireguard-go dies and the agent makes the interface again, the same listener answers again."""
+    port = random.randrange(20000, 30000)
+    tunnel_ip = f"{lab['tun']}.2"
+    wrapper = ("nsenter", f"--net=/run/netns/{lab['site_ns']}")
+    agent.start(
+        "--wireguard-config", str(lab["conf"]), "--node-api-address", tunnel_ip, "--port", str(port), wrapper=wrapper
+    )
+    wait_for(lambda: "Node API listening" in agent.log(), what="the node API to listen", timeout=60)
+    assert agent.log().index("Tunnel up") < agent.log().index("Node API listening")
+    wait_for(lambda: reaches_hub(lab), what="a packet through the agent's tunnel", timeout=30)
+    assert tunnel_ip in node_api(lab, lab["hub_ns"], tunnel_ip, port).split()
+    # The hub has a route to the device's uplink address: a refusal there is the device's kernel saying no one listens.
+    assert node_api(lab, lab["hub_ns"], lab["site_ip"], port) == "ConnectionRefusedError"
+    assert node_api(lab, lab["site_ns"], "127.0.0.1", port) == "ConnectionRefusedError"
+    [daemon] = wireguard_gos(lab)
+    os.kill(int(daemon), signal.SIGKILL)
+    wait_for(lambda: [p for p in wireguard_gos(lab) if p != daemon], what="a new wireguard-go", timeout=60)
+    wait_for(
+        lambda: tunnel_ip in node_api(lab, lab["hub_ns"], tunnel_ip, port).split(),
+        what="the node API through the re-created tunnel",
+        timeout=30,
+    )
+    assert agent.log().count("Node API listening") == 1  # the same listener: it outlived the interface
 
 
 # Run in the site namespace: the agent's keep-up loop, quickened (a 0.5 s period, a handshake stale after 2 s)

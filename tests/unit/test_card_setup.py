@@ -171,3 +171,46 @@ def test_without_an_edgelet_binary_the_kubeconfig_is_moved_unjudged(root: Path) 
     (card(root) / "kubeconfig").write_text("anything\n")
     assert run(root, edgelet="").returncode == 0
     assert (root / "etc" / "edgelet" / "kubeconfig").read_text() == "anything\n"
+
+
+# A wg-quick file edgelet loads (no PrivateKey: the agent generates one at first start).
+WIREGUARD = (
+    "[Interface]\nAddress = 10.99.0.7/32\n\n"
+    "[Peer]\nPublicKey = AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=\nEndpoint = hub.example.net:51820\n"
+    "AllowedIPs = 10.99.0.0/24\n"
+)
+
+
+def test_the_wireguard_config_is_a_secret_moved_off_the_card_and_named_in_the_config(root: Path) -> None:
+    etc = root / "etc" / "edgelet"
+    (card(root) / "wireguard.conf").write_text(WIREGUARD)
+    res = run(root)
+    assert res.returncode == 0, res.stderr
+    assert not (card(root) / "wireguard.conf").exists()
+    assert (etc / "wireguard.conf").read_text() == WIREGUARD
+    assert stat.S_IMODE((etc / "wireguard.conf").stat().st_mode) == 0o600
+    assert read_config_file(etc / "config.toml")["wireguard_config"] == Path("/etc/edgelet/wireguard.conf")
+    assert not list(etc.glob("*.d"))  # the copy checked under its own name is gone
+    # A later one never replaces it: set aside, and `edgelet check` says why.
+    (card(root) / "wireguard.conf").write_text(WIREGUARD.replace("10.99.0.7", "10.99.0.66"))
+    assert run(root).returncode == 1
+    assert (etc / "wireguard.conf").read_text() == WIREGUARD and (etc / "wireguard.conf.rejected").exists()
+
+
+def test_a_malformed_wireguard_config_is_taken_off_the_card_but_set_aside_naming_why(root: Path) -> None:
+    """The agent refuses to start with a bad tunnel config (a crash loop): the card's never reaches it."""
+    etc = root / "etc" / "edgelet"
+    (card(root) / "wireguard.conf").write_text(WIREGUARD.replace("10.99.0.7/32", "ten"))
+    res = run(root)
+    assert res.returncode == 1
+    assert not (card(root) / "wireguard.conf").exists() and not (etc / "wireguard.conf").exists()
+    assert stat.S_IMODE((etc / "wireguard.conf.rejected").stat().st_mode) == 0o600
+    assert f"{card(root)}/wireguard.conf is not a usable wireguard.conf (WireGuard config " in res.stderr
+    assert f"{card(root)}/wireguard.conf:2: " in res.stderr and "running without a tunnel" in res.stderr
+    assert "wireguard_config" not in read_config_file(etc / "config.toml")
+    assert not list(etc.glob("*.d"))
+
+    from edgelet.cli.check import rejected_card_secrets
+
+    [(path, why)] = rejected_card_secrets(etc)
+    assert path.endswith("wireguard.conf.rejected") and ":2: " in why and "'ten'" in why

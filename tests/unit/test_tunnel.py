@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import ipaddress
 import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 
 from edgelet.trust import crypto
 from edgelet.tunnel import keys, uapi
 from edgelet.tunnel.config import DEFAULT_KEEPALIVE, Endpoint, encode_key, parse_config, parse_endpoint, peer_block
-from edgelet.tunnel.device import Status, Tunnel, interface_name, ip_commands, readiness
+from edgelet.tunnel.device import Status, Tunnel, interface_name, ip_commands, on_tunnel, readiness
 from edgelet.tunnel.errors import DeviceError, TunnelConfigError
 from edgelet.util.clock import FakeClock
 
@@ -396,3 +398,192 @@ def test_a_command_that_cannot_start_is_named():
     with pytest.raises(DeviceError) as err:
         asyncio.run(run(["/nonexistent/wireguard-go", "wg0"]))
     assert str(err.value).startswith("WireGuard: /nonexistent/wireguard-go wg0: [Errno 2]")
+
+
+# --- The node API on the tunnel's address (--node-api-address) --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "address, expected",
+    [
+        ("10.99.0.7", True),
+        ("10.99.0.8", False),  # in the tunnel's network, not the device's address
+        ("0.0.0.0", False),
+        (None, False),
+        ("", False),
+        ("node.example", False),  # not an IP: the listener reports it as ever
+    ],
+)
+def test_on_tunnel(address, expected):
+    assert on_tunnel(address, parse_config(GOOD, "f")) is expected
+
+
+def test_a_freebind_listener_binds_an_address_no_interface_has_yet():
+    """The tunnel's address exists only once the interface is up (and goes while wireguard-go is re-created):
+    the listener binds it anyway and answers on it whenever it is there."""
+    from edgelet.server.http import HttpServer, ServerError
+
+    async def main():
+        server = HttpServer(lambda request: None)  # type: ignore[arg-type,return-value]
+        try:
+            with pytest.raises(ServerError, match="192.0.2.77"):
+                await server.listen_tcp("192.0.2.77", 0)  # TEST-NET-1: on no interface here
+            port = await server.listen_tcp("192.0.2.77", 0, freebind=True)
+            assert port > 0
+        finally:
+            await server.close()
+
+    asyncio.run(main())
+
+
+def test_the_node_api_on_a_tunnel_address_listens_once_the_tunnel_is_up():
+    from types import SimpleNamespace
+
+    from edgelet.server.nodeapi import NodeApiServer
+
+    async def main():
+        went_up = asyncio.Event()
+        api = SimpleNamespace(handle=None, clock=FakeClock())
+        server = NodeApiServer(api, SimpleNamespace(ssl=None), "192.0.2.78", 0, after=went_up)  # type: ignore[arg-type]
+        task = asyncio.create_task(server.run())
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert server.port is None  # not even tried: the address is not there yet
+        went_up.set()
+        for _ in range(50):
+            if server.port is not None:
+                break
+            await asyncio.sleep(0.01)
+        assert server.port is not None
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")
+def test_the_self_signed_certificate_is_made_again_when_it_does_not_name_the_tunnel_address(tmp_path):
+    """A device that had its node API before its tunnel: the apiserver dials the tunnel address and checks the
+    certificate names it, so the kept pair is made again then (and only then: clients may pin it)."""
+    from edgelet.server.tls import ensure_self_signed, names_ips
+
+    pki = tmp_path / "pki"
+    cert, _ = asyncio.run(ensure_self_signed(pki, "n1", ["192.168.1.20"]))
+    first = cert.read_bytes()
+    assert names_ips(cert) == {"127.0.0.1", "192.168.1.20"}
+    asyncio.run(ensure_self_signed(pki, "n1", ["192.168.1.20"], required=["192.168.1.20"]))
+    assert cert.read_bytes() == first  # named already: kept
+    asyncio.run(ensure_self_signed(pki, "n1", ["10.99.0.7", "192.168.1.20"], required=["10.99.0.7"]))
+    assert names_ips(cert) == {"127.0.0.1", "10.99.0.7", "192.168.1.20"}
+    asyncio.run(ensure_self_signed(pki, "n1", ["10.99.0.7"], required=["10.99.0.7"]))
+    assert names_ips(cert) == {"127.0.0.1", "10.99.0.7", "192.168.1.20"}  # kept again
+
+
+# --- Metrics: the tunnel in /metrics -----------------------------------------------------------------------------
+
+
+def test_the_tunnel_in_metrics(tmp_path):
+    """Up, each peer's handshake age and bytes as of the last check, and the times the tunnel was mended."""
+    from edgelet.server.metrics import Metrics
+
+    cfg = parse_config(GOOD.replace("[Interface]", f"[Interface]\nPrivateKey = {KEY}"), "f")
+    clock = FakeClock()
+    tunnel = Tunnel(cfg, clock, interface="wgtest", socket_dir=str(tmp_path))
+    metrics = Metrics(clock)
+    metrics.watch_tunnel(tunnel)
+    body = metrics.render().decode()
+    assert 'edgelet_tunnel_up{interface="wgtest"} 0.0' in body
+    assert "edgelet_tunnel_last_handshake_age_seconds{" not in body  # no check yet: no peer to speak of
+    tunnel.status = Status(up=True, last_handshake=clock.now() - 42)
+    tunnel.state_seen = uapi.DeviceState(
+        None, (uapi.PeerState(bytes(range(32)), "192.0.2.1:51820", clock.now() - 42, rx_bytes=1234, tx_bytes=5678),)
+    )
+    tunnel.reconnects["device"] += 2
+    body = metrics.render(prefix="kubelet").decode()
+    peer = f'interface="wgtest",peer="{HUB}"'
+    assert 'kubelet_tunnel_up{interface="wgtest"} 1.0' in body
+    assert f"kubelet_tunnel_last_handshake_age_seconds{{{peer}}} 42.0" in body
+    assert f"kubelet_tunnel_receive_bytes_total{{{peer}}} 1234.0" in body
+    assert f"kubelet_tunnel_transmit_bytes_total{{{peer}}} 5678.0" in body
+    assert 'kubelet_tunnel_reconnects_total{interface="wgtest",reason="device"} 2.0' in body
+    assert 'kubelet_tunnel_reconnects_total{interface="wgtest",reason="endpoint"} 0.0' in body
+
+
+def test_a_mended_tunnel_is_counted(tmp_path):
+    """wireguard-go died: the check finds its socket silent, brings the interface up again and counts it."""
+    cfg = parse_config(GOOD.replace("[Interface]", f"[Interface]\nPrivateKey = {KEY}"), "f")
+    ran: list[list[str]] = []
+
+    async def runner(argv):
+        ran.append(list(argv))
+        raise DeviceError("wgtest", "wireguard-go: gone for good")
+
+    tunnel = Tunnel(cfg, FakeClock(), interface="wgtest", socket_dir=str(tmp_path), runner=runner)
+    with pytest.raises(DeviceError):
+        asyncio.run(tunnel.check())
+    assert tunnel.reconnects["device"] == 0  # tried, not mended
+    assert ran and ran[0][0] == "wireguard-go"
+
+
+# --- `edgelet node` and `edgelet check`: the running interface in words ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "state, error, expected",
+    [
+        (None, "cannot reach its UAPI socket", (False, "wgtest not up (cannot reach its UAPI socket)")),
+        (uapi.DeviceState(None, ()), None, (False, "wgtest up; no peer")),
+        (
+            uapi.DeviceState(None, (uapi.PeerState(bytes(range(32)), None, None, 0, 92),)),
+            None,
+            (False, "wgtest up; peer AAECAwQF… at no endpoint yet, last handshake never, 0 B in, 92 B out"),
+        ),
+        (
+            uapi.DeviceState(None, (uapi.PeerState(bytes(range(32)), "192.0.2.1:51820", 1000.0 - 12, 148, 92),)),
+            None,
+            (True, "wgtest up; peer AAECAwQF… at 192.0.2.1:51820, last handshake 12s ago, 148 B in, 92 B out"),
+        ),
+        (
+            uapi.DeviceState(None, (uapi.PeerState(bytes(range(32)), "192.0.2.1:51820", 1000.0 - 600, 148, 92),)),
+            None,
+            (False, "wgtest up; peer AAECAwQF… at 192.0.2.1:51820, last handshake 600s ago, 148 B in, 92 B out"),
+        ),
+    ],
+)
+def test_describe(state, error, expected):
+    from edgelet.tunnel.show import describe
+
+    assert describe("wgtest", state, error, 1000.0) == expected
+
+
+def test_check_asks_the_interface(tmp_path):
+    """`edgelet check` says what the running interface answers: here none is up (a WARN, not a FAIL)."""
+    conf = write(tmp_path / "wgnotup0.conf", GOOD)
+    code, out, _ = cli("check", "--root-dir", str(tmp_path / "root"), "--wireguard-config", str(conf))
+    [line] = [line for line in out.splitlines() if "tunnel link" in line]
+    assert line.startswith("WARN  tunnel link: wgnotup0 not up (")
+
+
+def test_node_shows_the_tunnel_even_with_the_agent_down(tmp_path):
+    """The interface outlives the agent: `edgelet node` asks it, not the agent."""
+    conf = write(tmp_path / "wgnotup1.conf", GOOD)
+    root, run = tmp_path / "root", tmp_path / "run"
+    code, out, err = cli("node", "--root-dir", str(root), "--run-dir", str(run), "--wireguard-config", str(conf))
+    assert code == 1 and "edgelet is not running" in err
+    [line] = [line for line in out.splitlines() if line.startswith("Tunnel:")]
+    assert "wgnotup1 not up (" in line
+
+
+def test_the_agent_loads_its_key_without_the_cryptography_package(tmp_path):
+    """The agent needs only the private key: deriving the public one (check, peer-line) is what loads the
+    `cryptography` package, about 9 MB more RSS in the agent (bench/tunnel.py --path)."""
+    conf = write(tmp_path / "wg0.conf", GOOD.replace("[Interface]", f"[Interface]\nPrivateKey = {KEY}"))
+    code = (
+        "import sys\nfrom pathlib import Path\nfrom edgelet.tunnel import keys\n"
+        "loaded = keys.load(Path(sys.argv[1]), Path(sys.argv[2]))\n"
+        "print('cryptography' in sys.modules, loaded.config.private_key is not None)\n"
+        "loaded.public_key\nprint('cryptography' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(conf), str(tmp_path)], capture_output=True, text=True)
+    assert done.stdout.split() == ["False", "True", "True"], done.stderr
