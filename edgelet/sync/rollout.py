@@ -142,6 +142,10 @@ class RolloutManager:
             for name, s in self._stored.items()
         )
 
+    def judges(self, uid: str) -> bool:
+        """A judged gate reads this version's status: a sync of it may change the verdict."""
+        return any(self._stored[n].record.target == uid for n in self._gate_due if n in self._stored)
+
     def gate_round_at(self) -> float | None:
         """The monotonic time of the first judged gate's clock decision (gate_due), None when none gates;
         a millisecond late, so that a round then finds it due whatever the rounding of gate time."""

@@ -212,6 +212,7 @@ def test_a_judged_gate_asks_for_rounds_only_at_its_clock_decisions(tmp_path):
     w.round(v1)  # judged: not started, so only its deadline can decide by the clock
     assert not w.manager.ticking()
     assert w.manager.gate_round_at() == pytest.approx(w.clock.monotonic() + POLICY.deadline)
+    assert w.manager.judges(v1.metadata.uid) and not w.manager.judges("another-version")
     w.status[v1.metadata.uid] = READY
     w.round(v1)  # Ready: the window starts
     assert w.manager.gate_round_at() == pytest.approx(w.clock.monotonic() + POLICY.window)
@@ -219,6 +220,7 @@ def test_a_judged_gate_asks_for_rounds_only_at_its_clock_decisions(tmp_path):
     w.round(v1)
     assert w.manager.record("default/app-node").phase == "good"
     assert not w.manager.ticking() and w.manager.gate_round_at() is None
+    assert not w.manager.judges(v1.metadata.uid)  # good: its syncs bring no round
     w.round(make_pod("b"))  # a new version: its pull is a step a clock moves
     assert w.manager.ticking()
 
