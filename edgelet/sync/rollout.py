@@ -66,6 +66,9 @@ def _live(rt: PodRuntimeStatus) -> bool:
     )
 
 
+# How long a gate's clock decision may wait for others due soon after it: the sync loop's tick, which
+# judged every gate before gates woke the loop only when due.
+GATE_BATCH = 1.0
 _RESTING = frozenset({"good", "rolled-back", "failed"})  # decide() keeps these until the observation changes
 
 
@@ -147,10 +150,15 @@ class RolloutManager:
         return any(self._stored[n].record.target == uid for n in self._gate_due if n in self._stored)
 
     def gate_round_at(self) -> float | None:
-        """The monotonic time of the first judged gate's clock decision (gate_due), None when none gates;
-        a millisecond late, so that a round then finds it due whatever the rounding of gate time."""
+        """The monotonic time of the next round for judged gates' clock decisions (gate_due), None when none
+        gates: the first due, held up to GATE_BATCH for the others due by then (pods started together are
+        judged in one round, not one round each), and a millisecond late, so that the round finds them due
+        whatever the rounding of gate time."""
         due = [at for name, at in self._gate_due.items() if name in self._stored]
-        return min(due) - self._gate_offset + 0.001 if due else None
+        if not due:
+            return None
+        first = min(due)
+        return max(at for at in due if at <= first + GATE_BATCH) - self._gate_offset + 0.001
 
     def records(self) -> list[Record]:
         return [s.record for s in self._stored.values()]

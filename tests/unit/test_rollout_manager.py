@@ -225,6 +225,32 @@ def test_a_judged_gate_asks_for_rounds_only_at_its_clock_decisions(tmp_path):
     assert w.manager.ticking()
 
 
+def test_gates_due_close_together_are_judged_in_one_round(tmp_path):
+    """Pods started together become Ready a little apart: their windows end within GATE_BATCH of each other,
+    and the loop wakes once for all of them (at the last), not once per pod."""
+    w = World(tmp_path)
+    pods = {}
+    for i in range(3):
+        p = make_pod(f"x{i}")
+        p = msgspec.structs.replace(p, metadata=msgspec.structs.replace(p.metadata, name=f"app{i}-node"))
+        pods[p.metadata.uid] = p
+
+    async def round_() -> None:
+        w.manager.effective(pods, True)
+        await w.manager.settle()
+
+    asyncio.run(round_())  # the records
+    asyncio.run(round_())  # judged
+    for uid in pods:  # Ready 0.3 s apart
+        w.status[uid] = READY
+        asyncio.run(round_())
+        w.clock.advance(0.3)
+    assert w.manager.gate_round_at() == pytest.approx(w.clock.monotonic() - 0.3 + POLICY.window + 0.001)
+    w.clock.advance(POLICY.window)
+    asyncio.run(round_())
+    assert {r.phase for r in w.manager.records()} == {"good"} and w.manager.gate_round_at() is None
+
+
 def good_v1(w: World) -> Pod:
     v1 = make_pod("a")
     w.round(v1)
