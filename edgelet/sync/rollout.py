@@ -261,6 +261,11 @@ class RolloutManager:
                     f"First version {short(uid)}: started at once (nothing to roll back to)",
                 )
                 stored = self._stored[name]
+                # Judged from the start: only its deadline, or its syncs, can decide it yet (no round every tick
+                # until the next round decides it once).
+                due = gate_due(rec, policy)
+                if due is not None:
+                    self._gate_due[name] = due
             elif name not in self._writing:  # else its next record is being written: acted on once it is
                 obs = self._observe(stored.record, uid, running.get(name, set()), pod, policy.strategy == "Surge")
                 d = decide(stored.record, obs, now, policy, wall=wall)

@@ -203,19 +203,20 @@ def test_steady_once_every_record_rests_so_an_idle_loop_runs_no_rounds(tmp_path)
 
 
 def test_a_judged_gate_asks_for_rounds_only_at_its_clock_decisions(tmp_path):
-    """A first version under the gate: a round every tick only until it is judged; then the loop wakes for its
-    deadline, or once Ready for its window's end, and otherwise only for a new status (a sync's result)."""
+    """A first version under the gate is judged from its start: the loop wakes for its deadline, or once Ready
+    for its window's end, and otherwise only for a new status of it (a sync's result); a pull ticks."""
     w = World(tmp_path)
     v1 = make_pod("a")
-    w.round(v1)  # the record is made: not judged yet
-    assert w.manager.ticking()
-    w.round(v1)  # judged: not started, so only its deadline can decide by the clock
+    w.round(v1)  # the record is made, judged at once: only its deadline can decide by the clock yet
     assert not w.manager.ticking()
-    assert w.manager.gate_round_at() == pytest.approx(w.clock.monotonic() + POLICY.deadline)
+    assert w.manager.gate_round_at() == pytest.approx(w.clock.monotonic() + POLICY.deadline + 0.001)
+    w.round(v1)  # not started yet: the same
+    assert not w.manager.ticking()
+    assert w.manager.gate_round_at() == pytest.approx(w.clock.monotonic() + POLICY.deadline + 0.001)
     assert w.manager.judges(v1.metadata.uid) and not w.manager.judges("another-version")
     w.status[v1.metadata.uid] = READY
     w.round(v1)  # Ready: the window starts
-    assert w.manager.gate_round_at() == pytest.approx(w.clock.monotonic() + POLICY.window)
+    assert w.manager.gate_round_at() == pytest.approx(w.clock.monotonic() + POLICY.window + 0.001)
     w.clock.advance(POLICY.window)
     w.round(v1)
     assert w.manager.record("default/app-node").phase == "good"
