@@ -1,10 +1,10 @@
 """Where the agent's event loop spends its CPU: loop wakeups, and per subsystem the callbacks run and their CPU time.
 
 An idle agent should wake rarely and briefly; when it does not, this says which part woke it. The agent's
-loop is an `AccountedLoop`, which, once an account is installed, times every callback it runs (wall time on
-the loop thread, which a callback spends running: see `_timed`; work sent to threads is timed with their CPU
-clock). A callback is charged to its subsystem: the name of the long-running task it belongs to
-(`pleg`, `probes`, `syncloop`, `mirror-lease`...), which every task and callback created under that task
+loop is an `AccountedLoop`, which, once an account is installed, times every callback it runs with the loop
+thread's CPU clock (and work sent to threads with theirs). A callback is charged to its subsystem: the name
+of the long-running task it belongs to (`pleg`, `probes`, `syncloop`, `mirror-lease`...), which every task
+and callback created under that task
 inherits through its context (a relist that a pod worker asks for is the worker's), and per-object task
 names are folded into their family (`pod-worker-<uid>` is `pod-worker`). A synchronous stretch inside a
 callback can be charged to a subsystem of its own with `charged("gates")`: its time moves out of the
@@ -101,11 +101,11 @@ def charged(name: str) -> Iterator[None]:
     if account is None:
         yield
         return
-    began = time.perf_counter()  # the clock the callbacks are timed with: the stretch leaves its callback's
+    began = time.thread_time()  # the clock the callbacks are timed with: the stretch leaves its callback's
     try:
         yield
     finally:
-        spent = time.perf_counter() - began
+        spent = time.thread_time() - began
         account.charge(name, spent)
         account.nested += spent
 
@@ -149,10 +149,10 @@ def _timed(callback: Callable[..., Any]) -> Callable[..., Any]:
     """`callback`, charged to its subsystem when it runs (in the context the loop runs it in)."""
     owner = getattr(callback, "__self__", None)
     task = owner if isinstance(owner, asyncio.Task) else None  # a task's step or wakeup
-    # Wall time, not the thread's CPU clock: that one is a system call (about 1 us each, two per callback,
-    # which doubled the cost of a task's step); a callback on the loop runs without waiting, so the two
-    # differ only when the machine preempts it. The totals set against them (loop_cpu) are CPU time.
-    clock = time.perf_counter
+    # The thread's CPU clock, not the wall clock: a callback preempted on a busy machine would otherwise
+    # be charged for the time others ran. It is a system call (about 1 us), which a pod's start (about 200
+    # callbacks) pays well under a millisecond for.
+    clock = time.thread_time
 
     def run(*args: Any) -> Any:
         account = _account
