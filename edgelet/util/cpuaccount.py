@@ -4,9 +4,8 @@ An idle agent should wake rarely and briefly; when it does not, this says which 
 loop is an `AccountedLoop`, which, once an account is installed, times every callback it runs with the loop
 thread's CPU clock (and work sent to threads with theirs). A callback is charged to its subsystem: the name
 of the long-running task it belongs to (`pleg`, `probes`, `syncloop`, `mirror-lease`...), which every task
-and callback created under that task
-inherits through its context (a relist that a pod worker asks for is the worker's), and per-object task
-names are folded into their family (`pod-worker-<uid>` is `pod-worker`). A synchronous stretch inside a
+and callback created under that task inherits through its context (a relist that a pod worker asks for is
+the worker's), and per-object task names are folded into their family (`pod-worker-<uid>` is `pod-worker`). A synchronous stretch inside a
 callback can be charged to a subsystem of its own with `charged("gates")`: its time moves out of the
 callback's. A closure and two clock reads per callback (a few microseconds; a pod's start runs about 200
 callbacks) keep it cheap enough to stay on; tests and tools that never install it pay nothing but the check
