@@ -1,4 +1,6 @@
-"""Agent footprint: RSS and PSS idle with 0 and 20 running pods (plus one completed), and CPU used over 60 s idle.
+"""Agent footprint: RSS and PSS idle with 0 and 20 running pods (plus one completed), the CPU the pods' starts
+cost, and CPU used over 60 s idle with the agent's own account of it (GET /debug/cpu: loop wakeups, and per
+subsystem the callbacks and their time, grouped as relists, probes, gates, API, sync and other).
 
 Run as root: `.venv/bin/python bench/footprint.py [--pods 20] [--idle 60] [--cni]`; `--cni` gives the pods a bridge
 network of the bench's own (bridge, host-local, portmap, loopback), whose housekeeping CHECKs then count too;
@@ -71,6 +73,7 @@ def main() -> None:
         proc = b.start_agent(*extra)
         time.sleep(args.settle)
         rss0, pss0 = memory(proc.pid)
+        s0, c0 = cpu_split(proc.pid)
         t_put = time.time()
         for i in range(args.pods):
             b.put_manifest(f"p{i}.yaml", pod_manifest(f"p{i}", "exec sleep 3600"))
@@ -124,8 +127,13 @@ def main() -> None:
         f"  (agent {a1 - a0:.2f} s, runc/conmon children {k1 - k0:.2f} s)"
     )
     print(f"  {cpu_breakdown(acct0, acct1)}")
+    pods = args.pods + 1  # and the job
+    print(
+        f"CPU from the first manifest until {pods} pods ran and settled ({args.settle:.0f} s):"
+        f" agent {a0 - s0:.2f} s = {1000 * (a0 - s0) / pods:.1f} ms a pod, children {k0 - c0:.2f} s"
+        f" = {1000 * (k0 - c0) / pods:.1f} ms a pod"
+    )
     if args.spawns:
-        pods = args.pods + 1  # and the job
         how = "one by one" if args.one_by_one else "at once"
         print(
             f"spawned while {pods} pods started ({how}) and settled ({args.settle:.0f} s): {sum(starting.values())};"

@@ -170,7 +170,7 @@ class SyncLoop:
             self._queue.put_nowait(_RolloutRound())
 
     def on_result(self, uid: str, result: SyncResult) -> None:
-        if self._rollout is not None and self._rollout.gate_round_at() is not None:
+        if self._rollout is not None and self._rollout.judges(uid):
             self._round_soon()  # the sync published a status, which a gate judges
         if result.requeue_after is None:
             self._requeue.pop(uid, None)

@@ -66,6 +66,9 @@ def _live(rt: PodRuntimeStatus) -> bool:
     )
 
 
+# How long a gate's clock decision may wait for others due soon after it: the sync loop's tick, which
+# judged every gate before gates woke the loop only when due.
+GATE_BATCH = 1.0
 _RESTING = frozenset({"good", "rolled-back", "failed"})  # decide() keeps these until the observation changes
 
 
@@ -143,11 +146,20 @@ class RolloutManager:
             for name, s in self._stored.items()
         )
 
+    def judges(self, uid: str) -> bool:
+        """A judged gate reads this version's status: a sync of it may change the verdict."""
+        return any(self._stored[n].record.target == uid for n in self._gate_due if n in self._stored)
+
     def gate_round_at(self) -> float | None:
-        """The monotonic time of the first judged gate's clock decision (gate_due), None when none gates;
-        a millisecond late, so that a round then finds it due whatever the rounding of gate time."""
+        """The monotonic time of the next round for judged gates' clock decisions (gate_due), None when none
+        gates: the first due, held up to GATE_BATCH for the others due by then (pods started together are
+        judged in one round, not one round each), and a millisecond late, so that the round finds them due
+        whatever the rounding of gate time."""
         due = [at for name, at in self._gate_due.items() if name in self._stored]
-        return min(due) - self._gate_offset + 0.001 if due else None
+        if not due:
+            return None
+        first = min(due)
+        return max(at for at in due if at <= first + GATE_BATCH) - self._gate_offset + 0.001
 
     def records(self) -> list[Record]:
         return [s.record for s in self._stored.values()]
@@ -249,6 +261,11 @@ class RolloutManager:
                     f"First version {short(uid)}: started at once (nothing to roll back to)",
                 )
                 stored = self._stored[name]
+                # Judged from the start: only its deadline, or its syncs, can decide it yet (no round every tick
+                # until the next round decides it once).
+                due = gate_due(rec, policy)
+                if due is not None:
+                    self._gate_due[name] = due
             elif name not in self._writing:  # else its next record is being written: acted on once it is
                 obs = self._observe(stored.record, uid, running.get(name, set()), pod, policy.strategy == "Surge")
                 decision = decide(stored.record, obs, now, policy, wall=wall)

@@ -2,13 +2,14 @@
 
 An idle agent should wake rarely and briefly; when it does not, this says which part woke it. The agent's
 loop is an `AccountedLoop`, which, once an account is installed, times every callback it runs with the loop
-thread's CPU clock. A callback is charged to its subsystem: the name of the long-running task it belongs to
-(`pleg`, `probes`, `syncloop`, `mirror-lease`...), which every task and callback created under that task
-inherits through its context (a relist that a pod worker asks for is the worker's), and per-object task
-names are folded into their family (`pod-worker-<uid>` is `pod-worker`). A synchronous stretch inside a
+thread's CPU clock (and work sent to threads with theirs). A callback is charged to its subsystem: the name
+of the long-running task it belongs to (`pleg`, `probes`, `syncloop`, `mirror-lease`...), which every task
+and callback created under that task inherits through its context (a relist that a pod worker asks for is
+the worker's), and per-object task names are folded into their family (`pod-worker-<uid>` is `pod-worker`). A synchronous stretch inside a
 callback can be charged to a subsystem of its own with `charged("gates")`: its time moves out of the
-callback's. Two CPU-clock reads per callback keep it cheap enough to stay on; tests and tools that never
-install it pay nothing but the check in `charged`.
+callback's. A closure and two clock reads per callback (a few microseconds; a pod's start runs about 200
+callbacks) keep it cheap enough to stay on; tests and tools that never install it pay nothing but the check
+in `charged`.
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ def charged(name: str) -> Iterator[None]:
     if account is None:
         yield
         return
-    began = time.thread_time()
+    began = time.thread_time()  # the clock the callbacks are timed with: the stretch leaves its callback's
     try:
         yield
     finally:
@@ -139,20 +140,30 @@ class AccountedExecutor(ThreadPoolExecutor):
         return super().submit(timed)
 
 
+# The task whose context was given its line: each task's name is read once, at its first step.
+_NAMED: ContextVar[object] = ContextVar("edgelet_subsystem_named", default=None)
+
+
 def _timed(callback: Callable[..., Any]) -> Callable[..., Any]:
     """`callback`, charged to its subsystem when it runs (in the context the loop runs it in)."""
     owner = getattr(callback, "__self__", None)
     task = owner if isinstance(owner, asyncio.Task) else None  # a task's step or wakeup
+    # The thread's CPU clock, not the wall clock: a callback preempted on a busy machine would otherwise
+    # be charged for the time others ran. It is a system call (about 1 us), which a pod's start (about 200
+    # callbacks) pays well under a millisecond for.
     clock = time.thread_time
 
     def run(*args: Any) -> Any:
         account = _account
         if account is None:
             return callback(*args)
-        if task is not None:
-            name = subsystem_of(task.get_name())  # read now: a task is named after its first step is queued
-            if name is not None and SUBSYSTEM.get() != name:
-                SUBSYSTEM.set(name)  # in the task's own context: what it creates inherits the line
+        if task is not None and _NAMED.get() is not task:
+            # Its first step (a task is named after that step is queued): in the task's own context, so what
+            # it creates inherits the line; an unnamed task keeps its creator's.
+            _NAMED.set(task)
+            name = subsystem_of(task.get_name())
+            if name is not None:
+                SUBSYSTEM.set(name)
         outer = account.nested
         account.nested = 0.0
         began = clock()

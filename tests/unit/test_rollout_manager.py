@@ -203,24 +203,53 @@ def test_steady_once_every_record_rests_so_an_idle_loop_runs_no_rounds(tmp_path)
 
 
 def test_a_judged_gate_asks_for_rounds_only_at_its_clock_decisions(tmp_path):
-    """A first version under the gate: a round every tick only until it is judged; then the loop wakes for its
-    deadline, or once Ready for its window's end, and otherwise only for a new status (a sync's result)."""
+    """A first version under the gate is judged from its start: the loop wakes for its deadline, or once Ready
+    for its window's end, and otherwise only for a new status of it (a sync's result); a pull ticks."""
     w = World(tmp_path)
     v1 = make_pod("a")
-    w.round(v1)  # the record is made: not judged yet
-    assert w.manager.ticking()
-    w.round(v1)  # judged: not started, so only its deadline can decide by the clock
+    w.round(v1)  # the record is made, judged at once: only its deadline can decide by the clock yet
     assert not w.manager.ticking()
-    assert w.manager.gate_round_at() == pytest.approx(w.clock.monotonic() + POLICY.deadline)
+    assert w.manager.gate_round_at() == pytest.approx(w.clock.monotonic() + POLICY.deadline + 0.001)
+    w.round(v1)  # not started yet: the same
+    assert not w.manager.ticking()
+    assert w.manager.gate_round_at() == pytest.approx(w.clock.monotonic() + POLICY.deadline + 0.001)
+    assert w.manager.judges(v1.metadata.uid) and not w.manager.judges("another-version")
     w.status[v1.metadata.uid] = READY
     w.round(v1)  # Ready: the window starts
-    assert w.manager.gate_round_at() == pytest.approx(w.clock.monotonic() + POLICY.window)
+    assert w.manager.gate_round_at() == pytest.approx(w.clock.monotonic() + POLICY.window + 0.001)
     w.clock.advance(POLICY.window)
     w.round(v1)
     assert w.manager.record("default/app-node").phase == "good"
     assert not w.manager.ticking() and w.manager.gate_round_at() is None
+    assert not w.manager.judges(v1.metadata.uid)  # good: its syncs bring no round
     w.round(make_pod("b"))  # a new version: its pull is a step a clock moves
     assert w.manager.ticking()
+
+
+def test_gates_due_close_together_are_judged_in_one_round(tmp_path):
+    """Pods started together become Ready a little apart: their windows end within GATE_BATCH of each other,
+    and the loop wakes once for all of them (at the last), not once per pod."""
+    w = World(tmp_path)
+    pods = {}
+    for i in range(3):
+        p = make_pod(f"x{i}")
+        p = msgspec.structs.replace(p, metadata=msgspec.structs.replace(p.metadata, name=f"app{i}-node"))
+        pods[p.metadata.uid] = p
+
+    async def round_() -> None:
+        w.manager.effective(pods, True)
+        await w.manager.settle()
+
+    asyncio.run(round_())  # the records
+    asyncio.run(round_())  # judged
+    for uid in pods:  # Ready 0.3 s apart
+        w.status[uid] = READY
+        asyncio.run(round_())
+        w.clock.advance(0.3)
+    assert w.manager.gate_round_at() == pytest.approx(w.clock.monotonic() - 0.3 + POLICY.window + 0.001)
+    w.clock.advance(POLICY.window)
+    asyncio.run(round_())
+    assert {r.phase for r in w.manager.records()} == {"good"} and w.manager.gate_round_at() is None
 
 
 def good_v1(w: World) -> Pod:
