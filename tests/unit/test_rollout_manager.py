@@ -237,7 +237,7 @@ def test_gates_due_close_together_are_judged_in_one_round(tmp_path):
         pods[p.metadata.uid] = p
 
     async def round_() -> None:
-        w.manager.effective(pods, True)
+        w.manager.versions_to_run(pods, True)
         await w.manager.settle()
 
     asyncio.run(round_())  # the records
