@@ -86,7 +86,8 @@ kube-apiserver: .make/apt.stamp
 # it. With PYTEST_ARGS (paths, -k, -x) the suite is always one process.
 TEST_SPLIT ?= 1
 TEST_BG ?= tests/chaos tests/fuzz tests/integration tests/unit \
-	tests/e2e/test_mirror.py tests/e2e/test_rollout_mirror.py tests/e2e/test_streaming.py
+	tests/e2e/test_mirror.py tests/e2e/test_rollout_mirror.py tests/e2e/test_streaming.py \
+	tests/e2e/test_self_update.py
 TEST_FG ?= tests $(addprefix --ignore=,$(TEST_BG))
 # Not $(MAKE) in the recipe: make would run that line under `make -n test` too.
 TEST_MAKE = $(MAKE)
