@@ -167,12 +167,12 @@ def set_device_request(
         p.append(u16(WGPEER_A_PERSISTENT_KEEPALIVE_INTERVAL, peer.persistent_keepalive))
         ips = []
         for net in peer.allowed_ips:
-            family = socket.AF_INET if net.version == 4 else socket.AF_INET6
+            ip_family = socket.AF_INET if net.version == 4 else socket.AF_INET6
             ips.append(
                 nested(
                     0,
                     [
-                        u16(WGALLOWEDIP_A_FAMILY, family),
+                        u16(WGALLOWEDIP_A_FAMILY, ip_family),
                         attr(WGALLOWEDIP_A_IPADDR, net.network_address.packed),
                         u8(WGALLOWEDIP_A_CIDR_MASK, net.prefixlen),
                     ],
