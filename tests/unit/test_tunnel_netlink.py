@@ -320,3 +320,26 @@ def test_without_the_module_nor_wireguard_go_the_kernel_is_asked_and_its_refusal
         asyncio.run(tunnel.up())
     assert ran == [["ip", "link", "add", "dev", "wgtest", "type", "wireguard"]]
     assert fake.requests == []  # no family: the kernel backend is not asked whether a device runs
+
+
+def test_a_running_wireguard_go_is_adopted_as_such_where_the_kernel_has_wireguard(tmp_path):
+    """The module loaded after the device was made: a restarted agent keeps the wireguard-go device it finds."""
+    fake = FakeKernel(device=False)
+    ran: list[list[str]] = []
+    tunnel = _kernel_tunnel(fake, ran, socket_dir=str(tmp_path), addresses=iter(["192.0.2.1:51820"] * 2))
+    asked: list[str] = []
+
+    async def ask(request):
+        asked.append(request)
+        return "errno=0\n\n"
+
+    tunnel._ask = ask  # wireguard-go's lowest boundary: its socket answers
+    assert asyncio.run(tunnel.up()) is True
+    assert tunnel.backend.kind == backend.WIREGUARD_GO
+    assert fake.requests == []  # the kernel is not asked to configure a device it does not run
+    assert [argv[:3] for argv in ran] == [
+        ["ip", "address", "replace"],
+        ["ip", "link", "set"],
+        ["ip", "route", "replace"],
+    ]
+    assert asked[0] == "get=1\n\n" and asked[2].startswith("set=1\n")
