@@ -1,11 +1,11 @@
-"""Bringing the WireGuard interface up with wireguard-go and keeping it configured: the tunnel's only side effects.
+"""Bringing the WireGuard interface up (the kernel's or wireguard-go) and keeping it configured: the tunnel's side effects.
 
-The interface outlives the agent: wireguard-go runs as its own daemon with
-its UAPI socket under /var/run/wireguard, so an agent that restarts finds the
-socket answering and adopts the interface (its configuration is applied
-again, which changes nothing when nothing changed). `keep_up` checks the
-device every period: a socket that stopped answering (wireguard-go died)
-brings the interface up again with back-off; a peer whose last handshake is
+The interface outlives the agent: it is the kernel's link, or wireguard-go runs
+as its own daemon with its UAPI socket under /var/run/wireguard, so an agent
+that restarts finds the device answering and adopts the interface (its
+configuration is applied again, which changes nothing when nothing changed).
+`keep_up` checks the device every period: a device that stopped answering
+(wireguard-go died, the link was deleted) brings the interface up again with back-off; a peer whose last handshake is
 older than `STALE_AFTER` has its endpoint's DNS name resolved again, so a
 hub that moved is found without a restart.
 """
@@ -22,6 +22,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+from edgelet.tunnel import backend as backends
 from edgelet.tunnel import uapi
 from edgelet.tunnel.config import Endpoint, TunnelConfig
 from edgelet.tunnel.errors import DeviceError
@@ -152,6 +153,9 @@ class Tunnel:
         resolver: Resolver = resolve,
         runner: Runner = run,
         stale_after: float = STALE_AFTER,
+        kind: str | None = None,
+        kernel_probe: Callable[[], Awaitable[int | None]] = backends.kernel_family,
+        netlink_transact: backends.NetlinkTransact | None = None,
     ) -> None:
         interface = interface if interface is not None else interface_name(config.path)
         if not _INTERFACE_NAME.match(interface):
@@ -172,27 +176,37 @@ class Tunnel:
         # name resolved to a new address).
         self.reconnects: Counter[str] = Counter()
         self._backoff = Backoff(initial=1.0, cap=60.0, reset_after=300.0)
+        # `kind` forces a backend for a new device (None: backends.choose); a running one is adopted as it is.
+        self.kind = kind
+        self.kernel_probe = kernel_probe
+        self._wireguard_go = backends.WireguardGo(
+            interface, self.socket, lambda request: self._ask(request), runner, wireguard_go
+        )
+        self._kernel = (
+            backends.Kernel(interface, None, runner)
+            if netlink_transact is None
+            else backends.Kernel(interface, None, runner, netlink_transact)
+        )
+        self.backend: backends.Backend = self._wireguard_go  # until up() finds or makes the device
 
     async def _ask(self, request: str) -> str:
         return await uapi.transact(self.socket, request, interface=self.interface)
 
     async def answering(self) -> bool:
-        try:
-            await self._ask("get=1\n\n")
-        except DeviceError:
-            return False
-        return True
+        return await self.backend.answering()
 
     async def up(self) -> bool:
-        """Create the interface unless one answers already (adopted); configure it. Returns whether adopted."""
-        adopted = await self.answering()
+        """Create the interface unless one of either kind answers already (adopted); configure it. Returns whether adopted."""
+        family = await self.kernel_probe()
+        self._kernel.family = family
+        adopted = await self._adopt(family)
         if not adopted:
-            if os.path.exists(self.socket):
-                os.unlink(self.socket)  # a dead wireguard-go's: the new one cannot bind over it
+            self._wireguard_go.cleanup()  # a dead wireguard-go's socket
             if await self._link_exists():  # a TUN device left without its daemon: start from nothing
                 await self.runner(["ip", "link", "delete", "dev", self.interface])
-            # wireguard-go daemonizes once the TUN device and the socket exist: its exit means ready (or failed).
-            await self.runner([self.wireguard_go, self.interface])
+            kind = self.kind or backends.choose(family is not None, backends.wireguard_go_found(self.wireguard_go))
+            self.backend = self._kernel if kind == backends.KERNEL else self._wireguard_go
+            await self.backend.create()
         present = frozenset(p.public_key for p in (await self.state()).peers) if adopted else None
         await self.configure(present)
         for argv in ip_commands(self.interface, self.config):
@@ -200,8 +214,16 @@ class Tunnel:
         self.state_seen = await self.state()  # its peers in the metrics from now, not from the first check
         self.status = Status(up=True, last_handshake=self.status.last_handshake)
         self.went_up.set()
-        log.info("Tunnel up", interface=self.interface, adopted=adopted)
+        log.info("Tunnel up", interface=self.interface, adopted=adopted, backend=self.backend.kind)
         return adopted
+
+    async def _adopt(self, family: int | None) -> bool:
+        """Whether a device of either kind runs under the interface's name; it becomes the backend if so."""
+        for candidate in (self._wireguard_go, self._kernel if family is not None else None):
+            if candidate is not None and await candidate.answering():
+                self.backend = candidate
+                return True
+        return False
 
     async def _link_exists(self) -> bool:
         try:
@@ -216,10 +238,10 @@ class Tunnel:
             resolved = await self.resolver(peer.endpoint)
             if resolved is not None:
                 self.endpoints[peer.public_key] = resolved
-        await self._ask(uapi.set_request(self.config, self.endpoints, present))
+        await self.backend.configure(self.config, self.endpoints, present)
 
     async def state(self) -> uapi.DeviceState:
-        return uapi.parse_get(await self._ask("get=1\n\n"))
+        return await self.backend.state()
 
     async def check(self) -> None:
         """One round of keeping up: re-create a dead device, re-resolve a silent peer's name."""
@@ -244,7 +266,7 @@ class Tunnel:
                 if resolved is not None and resolved != self.endpoints.get(peer.public_key):
                     log.info("Tunnel endpoint moved", endpoint=str(peer.endpoint), address=resolved)
                     self.endpoints[peer.public_key] = resolved
-                    await self._ask(uapi.endpoint_request(peer.public_key, resolved))
+                    await self.backend.set_endpoint(peer.public_key, resolved)
                     self.reconnects["endpoint"] += 1
 
     async def keep_up(self, stop: asyncio.Event | None = None, period: float = CHECK_PERIOD) -> None:
@@ -272,5 +294,4 @@ class Tunnel:
         """Remove the interface (wireguard-go exits when its TUN device goes) and its socket."""
         if await self._link_exists():
             await self.runner(["ip", "link", "delete", "dev", self.interface])
-        if os.path.exists(self.socket):
-            os.unlink(self.socket)
+        self._wireguard_go.cleanup()

@@ -1,4 +1,4 @@
-"""The running tunnel as a person reads it: `edgelet node` and `edgelet check` ask the interface itself over UAPI.
+"""The running tunnel as a person reads it: `edgelet node` and `edgelet check` ask the interface itself (UAPI or netlink).
 
 Reading the device, not the agent, means the answer holds when the agent is
 down (the interface outlives it) and needs no new agent endpoint; the words
@@ -8,20 +8,32 @@ are a pure function of what the device answered.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
-from edgelet.tunnel import uapi
+from edgelet.tunnel import backend, uapi
 from edgelet.tunnel.config import encode_key
 from edgelet.tunnel.device import Status, readiness
 from edgelet.tunnel.errors import DeviceError
 
 
 def read_state(interface: str, socket_dir: str = uapi.SOCKET_DIR) -> tuple[uapi.DeviceState | None, str | None]:
-    """The device's `get=1` answer, or None and why (no wireguard-go, or it does not answer)."""
+    """The device's state from wireguard-go's UAPI socket, else from the kernel's WireGuard; or None and why."""
     try:
         text = asyncio.run(uapi.transact(uapi.socket_path(interface, socket_dir), "get=1\n\n", interface=interface))
         return uapi.parse_get(text), None
     except (DeviceError, ValueError) as exc:
-        return None, str(exc)
+        why = str(exc)
+    family = asyncio.run(backend.kernel_family())
+    if family is None:
+        return None, why  # no kernel WireGuard: wireguard-go's is the answer that matters
+    try:
+        return asyncio.run(backend.Kernel(interface, family, _no_runner).state()), None
+    except (DeviceError, ValueError) as exc:
+        return None, f"{why}; nor a kernel device: {exc}"
+
+
+async def _no_runner(argv: Sequence[str]) -> None:
+    raise AssertionError("reading the state runs no command")
 
 
 def describe(interface: str, state: uapi.DeviceState | None, error: str | None, now: float) -> tuple[bool, str]:
