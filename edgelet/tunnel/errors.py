@@ -3,7 +3,8 @@
 EdgeletError
 └── TunnelError             the WireGuard tunnel cannot be configured or brought up
     ├── TunnelConfigError   the config file is unreadable, readable by others, or wrong (file, line, reason)
-    └── DeviceError         the interface cannot be created or configured (interface, what failed)
+    ├── DeviceError         the interface cannot be created or configured (interface, what failed)
+    └── NetlinkError        the kernel refused a generic netlink request (its errno); DeviceError wraps it
 """
 
 from __future__ import annotations
@@ -30,3 +31,13 @@ class DeviceError(TunnelError):
         super().__init__(f"WireGuard interface {interface}: {reason}" if interface else f"WireGuard: {reason}")
         self.interface = interface
         self.reason = reason
+
+
+class NetlinkError(TunnelError):
+    """The kernel answered a netlink request with an errno (ENOENT: no such family; ENODEV: no such device)."""
+
+    def __init__(self, code: int) -> None:
+        import os
+
+        super().__init__(f"netlink: {os.strerror(code)} (errno {code})")
+        self.errno = code

@@ -15,14 +15,13 @@ from __future__ import annotations
 import asyncio
 import errno
 import ipaddress
-import os
 import socket
 import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from edgelet.tunnel.config import TunnelConfig
-from edgelet.tunnel.errors import DeviceError
+from edgelet.tunnel.errors import DeviceError, NetlinkError
 from edgelet.tunnel.uapi import DeviceState, PeerState
 
 # <linux/netlink.h>
@@ -313,10 +312,6 @@ def parse_device(messages: Iterable[Message], family: int) -> DeviceState:
 # --- The socket ----------------------------------------------------------------------------------------------
 
 
-class NetlinkError(OSError):
-    """The kernel answered a request with an errno (ENOENT: no such family; ENODEV: no such device)."""
-
-
 def transact_sync(request: bytes, timeout: float = 5.0) -> list[Message]:
     """Send one request on a new NETLINK_GENERIC socket; every message of its answer up to the ack or the dump's
     end. NetlinkError with the kernel's errno when it refuses; OSError when the socket fails."""
@@ -333,7 +328,7 @@ def transact_sync(request: bytes, timeout: float = 5.0) -> list[Message]:
                 if msg.type in (NLMSG_ERROR, NLMSG_DONE):
                     code = error_code(msg)
                     if code:
-                        raise NetlinkError(code, os.strerror(code))
+                        raise NetlinkError(code)
                     return answer
                 answer.append(msg)
 
@@ -342,7 +337,7 @@ async def transact(request: bytes, *, interface: str, what: str, timeout: float 
     """transact_sync off the event loop; DeviceError naming the interface and the request on any failure."""
     try:
         return await asyncio.to_thread(transact_sync, request, timeout)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, NetlinkError) as exc:
         raise DeviceError(interface, f"netlink {what} failed: {exc or 'timed out'}") from exc
 
 
