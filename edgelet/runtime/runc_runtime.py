@@ -23,11 +23,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from edgelet.api.configobjects import ConfigObjects, volume_sources
+from edgelet.api.configobjects import ConfigObjects
 from edgelet.api.pod import full_name, meta
 from edgelet.api.pod import spec as pod_spec
 from edgelet.api.pod import uid as pod_uid
-from edgelet.cgroups import CgroupError
 from edgelet.cgroups import qos as cg_qos
 from edgelet.cgroups.controllers import Admission
 from edgelet.cgroups.qos import PodResources
@@ -38,23 +37,19 @@ from edgelet.container.errors import (
     RuntimeError_,
     SandboxError,
     StartContainerError,
-    StopContainerError,
-    VolumeError,
 )
 from edgelet.container.types import PodRuntimeStatus, PreparedContainer, SandboxRecord
 from edgelet.ocispec import build as ocispec
-from edgelet.ocispec.env import env_from_values
-from edgelet.ocispec.errors import EnvError, SpecError
-from edgelet.runtime import _exec, configvolumes, conmon, rootfs, secretspec, subpath
+from edgelet.ocispec.errors import SpecError
+from edgelet.runtime import _exec, conmon, secretspec
 from edgelet.runtime import bundle as bl
 from edgelet.runtime.containerprep import (
     Prepared,
     SecurityFacts,
-    container_mounts,
     prepare_container_dirs,
     remove_stale_bundle,
-    unmount_bundle,
 )
+from edgelet.runtime.containerspecs import ContainerSpecs
 from edgelet.runtime.execs import Execs
 from edgelet.runtime.handlers import DEFAULT_HANDLER, HandlerConfig, RuntimeHandlers, admit_handler, pod_handler
 from edgelet.runtime.host import (
@@ -82,10 +77,10 @@ from edgelet.runtime.layout import (
     KIND_SANDBOX,
     RuntimePaths,
 )
-from edgelet.runtime.logrotation import remove_logs, remove_pod_logs
 from edgelet.runtime.observe import Observer
 from edgelet.runtime.pinned_sandbox import PinnedSandboxes
-from edgelet.runtime.podcgroups import PodCgroups, remove_pod_cgroups
+from edgelet.runtime.podcgroups import PodCgroups
+from edgelet.runtime.removal import ContainerRemoval
 from edgelet.runtime.runc import Runc
 from edgelet.runtime.sandbox import needs_infra, sandbox_namespace_paths
 from edgelet.runtime.sandboxkind import PodFiles, SandboxKind, SandboxOpening
@@ -106,8 +101,6 @@ if TYPE_CHECKING:
 log = get_logger("edgelet.runtime")
 
 MIN_STOP_GRACE = 2.0  # kubelet: at least 2 s between the stop signal and SIGKILL
-KILL_WAIT = 10.0  # how long SIGKILL may take to show up as an exit file
-POLL = 0.05
 
 
 def _new_id() -> str:
@@ -199,9 +192,8 @@ class RuncRuntime:
             pod_cgroups=self.pod_cgroups,
             kind_of=self.kind_of_record,
         )
-        self._released: set[str] = set()  # exited containers whose runc state and rootfs mount are gone
-        # (pod uid, volume) -> the objects its config volume was last brought up to date with
-        self._volume_sources: dict[tuple[str, str], tuple[object, ...]] = {}
+        self.removal = ContainerRemoval(self)
+        self.specs = ContainerSpecs(self.config_objects, paths, self.host, self.clock, self.layout, on_warning)
         self.execs = Execs(runner, paths.exec_dir, spec_dir=paths.run_dir / secretspec.SPECS)
         # The exit dir must exist before anything watches it (PLEG's inotify).
         self._ensure_dirs()
@@ -373,7 +365,7 @@ class RuncRuntime:
         ann = await asyncio.to_thread(bl.read_annotations, bundle)
         await self._sandbox_kind(ann).stop(sandbox_id, bundle)
 
-    def _release_sandbox(self, sandbox_id: str) -> None:
+    def release_sandbox(self, sandbox_id: str) -> None:
         """What a removed sandbox held beyond its bundle, whatever its kind (blocking)."""
         for kind in self.sandbox_kinds:
             kind.release(sandbox_id)
@@ -472,7 +464,7 @@ class RuncRuntime:
             self.observer.handlers[cid] = runc.name  # an undo of a half-made one asks it
             # conmon starts up meanwhile and waits on its start pipe for the config (conmon.create's `start`).
             configured = asyncio.ensure_future(
-                asyncio.to_thread(self._write_spec, pod, container, image, layout, bundle, cid, ctx_args)
+                asyncio.to_thread(self.specs.write_spec, pod, container, image, layout, bundle, cid, ctx_args)
             )
             name = f"k8s_{container.name}_{pod_name}_{ns}_{uid}_{attempt}"
             await conmon.create(
@@ -493,7 +485,7 @@ class RuncRuntime:
             self.security.warn_apparmor(pod, container, ctx)
             if redacted is not None:
                 await asyncio.to_thread(bl.write_file, bundle / bl.CONFIG, json.dumps(redacted, indent=1))
-            self._warn_env_skipped(pod, container)
+            self.specs.warn_env_skipped(pod, container)
             # Before `runc start`, not beside it: a process moved into a cgroup is not held to its pids.max, so
             # a conmon joining a pod whose container already forked up to the pod's limit would exceed it.
             await asyncio.to_thread(self.cgroups.move_monitor, bundle, self.cgroups.monitor(uid, pod))
@@ -511,69 +503,8 @@ class RuncRuntime:
         log.info("Container created", pod=full_name(pod), container=container.name, id=cid[:12], attempt=attempt)
         return cid
 
-    def _write_spec(
-        self,
-        pod: Pod,
-        container: Container,
-        image: ImageRecord,
-        layout: bl.PodLayout,
-        bundle: Path,
-        cid: str,
-        ctx_args: dict[str, Any],
-    ) -> tuple[ocispec.ContainerContext, dict[str, Any] | None]:
-        """Mounts, spec and config.json in one trip to a worker thread; with the spec for the bundle once runc
-        has read the whole one from the run dir, when the container's env holds Secret values (else None)."""
-        objects = self.config_objects.for_pod(pod)  # the contents this version of the pod was made with
-        mounts = container_mounts(pod, container, layout, bundle, self.host.recursive_read_only, (objects, self.clock))
-        ctx = ocispec.ContainerContext(mounts=mounts, config_objects=objects, **ctx_args)
-        config = ocispec.build_container_spec(pod, container, image.config, ctx)
-        hidden = secretspec.secret_values(pod, container, objects)
-        if not hidden:
-            bl.write_file(bundle / bl.CONFIG, json.dumps(config, indent=1))
-            return ctx, None
-        real = secretspec.write_spec_copy(self.paths.run_dir, cid, config)
-        if os.path.lexists(bundle / bl.CONFIG):
-            os.unlink(bundle / bl.CONFIG)
-        os.symlink(real, bundle / bl.CONFIG)
-        return ctx, secretspec.redact(config, hidden)
-
-    def _warn_env_skipped(self, pod: Pod, container: Container) -> None:
-        """kubelet's InvalidEnvironmentVariableNames: envFrom keys that are no variable name, skipped."""
-        namespace = meta(pod).namespace or "default"
-        try:
-            _, skipped = env_from_values(container, namespace, self.config_objects.for_pod(pod))
-        except EnvError:
-            return  # the container was made, so the objects changed since: the next start says it
-        for message in skipped:
-            log.warning("envFrom keys skipped", pod=full_name(pod), container=container.name, detail=message)
-            if self.on_warning is not None:
-                self.on_warning(pod, container.name, "InvalidEnvironmentVariableNames", message)
-
     async def refresh_config_volumes(self, pod: Pod) -> list[str]:
-        """Bring the pod's configMap, secret and projected volumes up to date with the accepted objects, as
-        kubelet's periodic remount: the names of those rewritten. Only a pod whose volumes exist (it has
-        started) is touched; a failure is logged and left for the next sync (the containers keep the old)."""
-        uid = pod_uid(pod)
-        layout = self.layout(uid)
-        objects = self.config_objects.for_pod(pod)
-        namespace = meta(pod).namespace or "default"
-        rewritten: list[str] = []
-        for volume in configvolumes.config_volumes(pod):
-            if not os.path.lexists(layout.volume_dir(volume.name) / configvolumes.DATA_LINK):
-                continue
-            # The same objects as at the last refresh: nothing to compare on disk (a sync runs on every event).
-            sources = volume_sources(volume, namespace, objects)
-            if self._volume_sources.get((uid, volume.name)) == sources:
-                continue
-            try:
-                if await asyncio.to_thread(configvolumes.prepare_volume, pod, volume, layout, objects, self.clock):
-                    rewritten.append(volume.name)
-                self._volume_sources[(uid, volume.name)] = sources
-            except VolumeError as exc:
-                log.warning("Cannot update volume", pod=full_name(pod), volume=volume.name, err=str(exc))
-        if rewritten:
-            log.info("Volumes updated from their objects", pod=full_name(pod), volumes=",".join(rewritten))
-        return rewritten
+        return await self.specs.refresh_volumes(pod)
 
     async def _prepared_for(
         self,
@@ -706,17 +637,17 @@ class RuncRuntime:
 
     async def stop_container(self, container_id: str, grace: float, signal: str = "SIGTERM") -> None:
         bundle = await self.observer.bundle_of(container_id)
-        if await self._has_exited(container_id, bundle):
+        if await self.removal.has_exited(container_id, bundle):
             return
         try:
             await (await self.runc_of(container_id)).kill(container_id, signal)
         except ExecError:
-            if await self._has_exited(container_id, bundle):
+            if await self.removal.has_exited(container_id, bundle):
                 return
             log.warning("Stop signal failed, killing", container=container_id[:12], signal=signal)
         else:
             crash_point("container.stop")
-            if await self._wait_exit(container_id, bundle, max(grace, MIN_STOP_GRACE)):
+            if await self.removal.wait_exit(container_id, bundle, max(grace, MIN_STOP_GRACE)):
                 return
             log.info("Grace period over, killing", container=container_id[:12], grace=grace)
         await self.kill_and_wait(container_id, bundle)
@@ -744,229 +675,27 @@ class RuncRuntime:
         )
 
     async def kill_and_wait(self, cid: str, bundle: Path | None) -> None:
-        if await self._has_exited(cid, bundle):
-            return
-        try:
-            # --all: every process in the container's cgroup, so processes survive neither in a pid namespace
-            # shared with the sandbox (where the container's init is not pid 1) nor as re-parented orphans.
-            await (await self.runc_of(cid)).kill(cid, "SIGKILL", all=True)
-        except ExecError:
-            if await self._has_exited(cid, bundle):
-                return
-            raise
-        if not await self._wait_exit(cid, bundle, KILL_WAIT):
-            raise StopContainerError(f"container {cid[:12]} did not exit {KILL_WAIT:g}s after SIGKILL")
-
-    async def _has_exited(self, cid: str, bundle: Path | None) -> bool:
-        if (self.paths.exit_dir / cid).exists():
-            return True
-        state = await (await self.runc_of(cid)).state(cid)
-        if state is None:
-            return True
-        if state.get("status") != "stopped":
-            return False
-        # Stopped: done once conmon has recorded it, or when there is no conmon left to record it.
-        return bundle is None or not conmon.is_alive(conmon.conmon_pid(bundle))
-
-    async def _wait_exit(self, cid: str, bundle: Path | None, timeout: float) -> bool:
-        deadline = self.clock.monotonic() + timeout
-        exit_file = self.paths.exit_dir / cid
-        checks = 0
-        while True:
-            if exit_file.exists():
-                return True
-            checks += 1
-            # The exit file is the fast path; ask runc now and then in case conmon is gone.
-            if checks % 10 == 0 and await self._has_exited(cid, bundle):
-                return True
-            if self.clock.monotonic() >= deadline:
-                return await self._has_exited(cid, bundle)
-            await self.clock.sleep(POLL)
+        await self.removal.kill_and_wait(cid, bundle)
 
     async def remove_container(self, container_id: str) -> None:
-        bundle = await self.observer.bundle_of(container_id)
-        runc = await self.runc_of(container_id)
-        try:
-            await runc.delete(container_id, force=True)
-        except ExecError:
-            # A container runc cannot delete while processes linger: kill everything, then retry once.
-            await self.kill_and_wait(container_id, bundle)
-            await runc.delete(container_id, force=True)
-        crash_point("container.remove")
-        if bundle is not None:
-            # Let conmon record the exit of a force-deleted process before its exit file is removed.
-            await self._wait_monitor_gone(bundle)
-        ann = await asyncio.to_thread(bl.read_annotations, bundle)
-        if ann.get(ANN_KIND) == KIND_SANDBOX:
-            # A sandbox that died without stop_sandbox (a kill between its death and the DEL, a pause process
-            # killed from outside) still holds its network: its bundle is the last thing that remembers it.
-            await self.networks.detach(container_id)
-            await asyncio.to_thread(self._release_sandbox, container_id)
-        log_path = _container_log_path(ann)
-        await asyncio.to_thread(self.remove_files, container_id, bundle, ann)
-        if log_path is not None:
-            # Container GC: a removed instance's log goes with it, rotated files too (kubelet removes
-            # the log with the container). A sandbox's log is shared by its successors and stays.
-            await asyncio.to_thread(remove_logs, log_path)
-        self._released.discard(container_id)
-        self.observer.forget(container_id)
+        await self.removal.remove_container(container_id)
 
     async def release_container(self, container_id: str) -> None:
-        """Free what an exited container no longer needs: its runc state and cgroup (`runc delete`) and
-        its overlay mount, as containerd's shim does when a task exits. The bundle (its record: exit code,
-        annotations, termination message), the writable layer and the log stay until it is removed."""
-        if container_id in self._released:
-            return
-        bundle = await self.observer.bundle_of(container_id)
-        if bundle is None or not await self._has_exited(container_id, bundle):
-            return
-        if conmon.is_alive(conmon.conmon_pid(bundle)):
-            return  # conmon still drains the last output; the next sync releases it
-        try:
-            runc = await self.runc_of(container_id)
-            if await runc.state(container_id) is not None:
-                await runc.delete(container_id, force=True)
-            await asyncio.to_thread(rootfs.release_rootfs, bundle)
-            # conmon is gone, so its socket entry serves nothing; the exit file stays: it is the record.
-            await asyncio.to_thread((self.paths.socket_dir / container_id).unlink, missing_ok=True)
-        except (RuntimeError_, OSError) as exc:
-            raise RuntimeError_(f"container {container_id[:12]}: cannot release its resources: {exc}") from exc
-        self._released.add(container_id)
-
-    async def _wait_monitor_gone(self, bundle: Path, timeout: float = 5.0) -> None:
-        deadline = self.clock.monotonic() + timeout
-        pid = conmon.conmon_pid(bundle)
-        while pid and conmon.is_alive(pid) and self.clock.monotonic() < deadline:
-            await self.clock.sleep(POLL)
-        if pid and conmon.is_alive(pid):
-            conmon.kill_conmon(bundle)
+        await self.removal.release_container(container_id)
 
     def remove_files(self, cid: str, bundle: Path | None, ann: Mapping[str, str] | None = None) -> None:
-        """`ann`: the bundle's annotations, when the caller has read them already."""
-        # Exit file and socket first: a kill in between then leaves a bundle, which every relist finds and
-        # the next sync removes, never an exit file nothing refers to.
-        for path in (
-            self.paths.exit_dir / cid,
-            self.paths.socket_dir / cid,
-            secretspec.spec_copy(self.paths.run_dir, cid),
-        ):
-            if os.path.lexists(path):
-                path.unlink()
-        if bundle is not None and bundle.exists():
-            if ann is None:
-                ann = bl.read_annotations(bundle)
-            if ann.get(ANN_KIND) == KIND_CONTAINER:
-                link = self.paths.container_log_link(
-                    ann.get(ANN_POD_NAMESPACE, ""), ann.get(ANN_POD_NAME, ""), ann.get(ANN_CONTAINER_NAME, ""), cid
-                )
-                if os.path.lexists(link):
-                    link.unlink()
-            unmount_bundle(bundle)
-            bl.remove_tree(bundle)
-            # Drop the now empty containers/<name>/ dir, and with the container's last bundle its subPath mounts.
-            if bundle.parent.parent.name == "containers":
-                try:
-                    bundle.parent.rmdir()
-                except OSError:
-                    pass
-                else:
-                    subpath.remove_container_sub_paths(bundle.parent.parent.parent, bundle.parent.name)
+        self.removal.remove_files(cid, bundle, ann)
 
     async def remove_stray_files(self) -> int:
-        """At start: exit files and conmon sockets of containers that neither runc nor any bundle knows
-        (left by a kill in the middle of a removal by an older edgelet), and the exec scratch of an agent
-        killed during an exec (its process spec holds the container's environment)."""
-        observed = await self.observer.observe()
-        known = {o.id for o in observed}
-
-        def sweep() -> int:
-            removed = 0
-            for directory in (self.paths.exit_dir, self.paths.socket_dir):
-                for entry in list(directory.iterdir()) if directory.is_dir() else []:
-                    if entry.name not in known and not entry.name.startswith("."):
-                        if entry.is_dir() and not entry.is_symlink():
-                            continue
-                        entry.unlink(missing_ok=True)
-                        removed += 1
-            for kind in self.sandbox_kinds:
-                removed += kind.sweep(known)
-            removed += self.execs.sweep()
-            return removed
-
-        return await asyncio.to_thread(sweep)
+        return await self.removal.remove_stray_files()
 
     async def undo_container(self, cid: str, bundle: Path, link: Path | None = None) -> None:
-        """Remove a half-made container: its conmon, runc state, mounts, bundle, log link (logs stay)."""
-        try:
-            conmon.kill_conmon(bundle)
-            await (await self.runc_of(cid)).delete(cid, force=True)
-            await self._wait_monitor_gone(bundle, timeout=2.0)
-            if link is not None and os.path.lexists(link):
-                link.unlink()
-            await asyncio.to_thread(self.remove_files, cid, bundle)
-            self.observer.forget(cid)
-        except (RuntimeError_, OSError) as exc:
-            # The original error matters more; what is left shows in list_pods and is cleaned by the next sync.
-            log.error("Cleanup after a failed create left things behind", exc, container=cid[:12], bundle=str(bundle))
+        await self.removal.undo_container(cid, bundle, link)
 
     # ------------------------------------------------------------ pods
 
     async def remove_pod(self, uid: str) -> None:
-        for key in [k for k in self._volume_sources if k[0] == uid]:
-            del self._volume_sources[key]
-        observed = await self.observer.observe(uid)
-        # Containers before sandboxes: a container may share the sandbox's pid namespace.
-        order = sorted(observed, key=lambda item: item.annotations.get(ANN_KIND) == KIND_SANDBOX)
-        errors: list[str] = []
-        for item in order:
-            try:
-                await self.remove_container(item.id)
-            except (RuntimeError_, OSError) as exc:
-                errors.append(f"{item.id[:12]}: {exc}")
-        if errors:
-            # The bundles are the only record of what is left (exit files, sockets, runc state): the pod dir
-            # goes only once every container is gone, and the termination's retry finds them again.
-            raise RuntimeError_(f"pod {uid}: removal incomplete: {'; '.join(errors)}")
-        # The pod dir goes last: it is what makes a pod whose removal a kill interrupted an orphan for the next
-        # agent, which finishes the removal; gone first, it would leave the logs and cgroups to nobody.
-        try:
-            # kubelet removes a removed pod's logs: its log dir and the links under containers/.
-            await asyncio.to_thread(remove_pod_logs, self.paths.log_dir, uid)
-        except OSError as exc:
-            errors.append(f"logs: {exc}")
-        try:
-            for path in self.cgroups.candidates(uid):
-                await asyncio.to_thread(remove_pod_cgroups, path)
-        except CgroupError as exc:
-            errors.append(str(exc))
-        crash_point("pod.remove")
-        if not errors:
-            layout = self.layout(uid)
-            try:
-                await asyncio.to_thread(self._remove_pod_dir, layout)
-            except (RuntimeError_, OSError) as exc:
-                errors.append(f"{layout.dir}: {exc}")
-        if errors:
-            raise RuntimeError_(f"pod {uid}: removal incomplete: {'; '.join(errors)}")
-        log.info("Pod removed from the runtime", uid=uid)
-
-    def _remove_pod_dir(self, layout: bl.PodLayout) -> None:
-        if not layout.dir.exists():
-            return
-        sid = bl.read_id(layout.sandbox_dir)
-        if sid:
-            self._release_sandbox(sid)
-        for b in layout.bundles():
-            unmount_bundle(b)
-        subpath.remove_pod_sub_paths(layout.dir)
-        bl.unmount_all_under(layout.dir)
-        bl.remove_tree(layout.dir)
-
-
-def _container_log_path(ann: Mapping[str, str]) -> Path | None:
-    """The log path a container's bundle annotations name (None for a sandbox's)."""
-    path = ann.get(ANN_LOG_PATH)
-    return Path(path) if ann.get(ANN_KIND) == KIND_CONTAINER and path else None
+        await self.removal.remove_pod(uid)
 
 
 def _container_annotations(

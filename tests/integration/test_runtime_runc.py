@@ -237,7 +237,7 @@ async def test_bundle_without_runc_state_is_reported_unknown(rt: RuncRuntime, bu
     _, cid = await _run(rt, pod, busybox, pod.spec.containers[0])
     # As after a reboot: the processes and /run are gone, the bundle on disk stays.
     await rt.runc.delete(cid, force=True)
-    await rt._wait_monitor_gone(rt.observer.bundles[cid])
+    await rt.removal.wait_monitor_gone(rt.observer.bundles[cid])
     (rt.paths.exit_dir / cid).unlink()
     (rt.observer.bundles[cid] / "exit").unlink(missing_ok=True)
     c = (await RuncRuntime(rt.paths).pod_status(uid)).latest("app")
