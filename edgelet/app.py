@@ -170,7 +170,7 @@ class Agent:
         # The WireGuard tunnel, before the mirror and the node API: the Node's InternalIP and the node API's
         # certificate name its address.
         self.tunnel = None if settings.runonce else wiring.build_tunnel(settings, clock)
-        self.tunnel_address = str(self.tunnel.config.addresses[0].ip) if self.tunnel is not None else None
+        self.tunnel_address = self.tunnel.address if self.tunnel is not None else None
         if settings.kubeconfig is not None and not settings.runonce:
             self.mirror = wiring.build_mirror(
                 settings,

@@ -516,7 +516,7 @@ def build_api(
     metrics.watch_publisher(publisher)
     if tunnel is not None:
         metrics.watch_tunnel(tunnel)
-    tunnel_address = str(tunnel.config.addresses[0].ip) if tunnel is not None else None
+    tunnel_address = tunnel.address if tunnel is not None else None
     stats = StatsCollector(
         paths,
         pleg.pods,
@@ -607,7 +607,7 @@ class NodeApiPlan:
 
         settings = self._settings
         tunnel = self._tunnel
-        tunnel_address = str(tunnel.config.addresses[0].ip) if tunnel is not None else None
+        tunnel_address = tunnel.address if tunnel is not None else None
         try:
             config = await build_config(
                 node_name=settings.node_name,

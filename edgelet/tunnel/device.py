@@ -189,6 +189,12 @@ class Tunnel:
         )
         self.backend: backends.Backend = self._wireguard_go  # until up() finds or makes the device
 
+    @property
+    def address(self) -> str:
+        """The device's own address on the tunnel (its first Address): the Node's InternalIP, in the node API's
+        certificate."""
+        return str(self.config.addresses[0].ip)
+
     async def _ask(self, request: str) -> str:
         return await uapi.transact(self.socket, request, interface=self.interface)
 
