@@ -48,6 +48,7 @@ from edgelet.settingsparse import (
     _sysctl_patterns,
     _taints,
     _url,
+    refused_node_labels,
 )
 
 # parse_duration is re-exported: importers read durations the way the settings do.
@@ -729,6 +730,14 @@ def load_settings(
         )
         if not card:
             return settings
+        # NodeRestriction would refuse the Node with such a label, and the agent stops at start over its own
+        # --node-labels: from the card, the label is a person's mistake that must not stop the device.
+        if refused_labels := refused_node_labels(dict(allowed.get("node_labels", ()))):
+            raise SettingsError(
+                f"{where}: node_labels: {', '.join(refused_labels)}: a node may not set these on itself "
+                "(NodeRestriction); let an admin set them with kubectl label",
+                key="node_labels",
+            )
         merged = _checked({**file_values, **allowed, **overrides})
     except SettingsError as exc:
         message = str(exc) if where in str(exc) else f"{where}: {exc}"

@@ -5,7 +5,7 @@ into the typed value of one kind of key, or raises ValueError with a short reaso
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -330,3 +330,47 @@ def _runtime_handlers(raw: Any, from_toml: bool) -> tuple[tuple[str, HandlerConf
     from edgelet.runtime.handlers import parse_handlers
 
     return parse_handlers(raw, from_toml)
+
+
+# NodeRestriction (plugin/pkg/admission/noderestriction, v1.20): labels in the kubernetes.io and k8s.io
+# namespaces a node may set on itself; any other label in those namespaces is refused.
+ALLOWED_LABELS = frozenset(
+    {
+        "kubernetes.io/hostname",
+        "kubernetes.io/arch",
+        "kubernetes.io/os",
+        "beta.kubernetes.io/arch",
+        "beta.kubernetes.io/os",
+        "beta.kubernetes.io/instance-type",
+        "node.kubernetes.io/instance-type",
+        "failure-domain.beta.kubernetes.io/region",
+        "failure-domain.beta.kubernetes.io/zone",
+        "topology.kubernetes.io/region",
+        "topology.kubernetes.io/zone",
+    }
+)
+ALLOWED_LABEL_DOMAINS = ("kubelet.kubernetes.io", "node.kubernetes.io")
+
+
+def is_allowed_node_label(key: str) -> bool:
+    """Whether NodeRestriction lets a node set this label on itself."""
+    prefix, sep, _ = key.rpartition("/")
+    if not sep:
+        return True
+    if key in ALLOWED_LABELS:
+        return True
+    domain = prefix.lower()
+    for allowed in ALLOWED_LABEL_DOMAINS:
+        if domain == allowed or domain.endswith("." + allowed):
+            return True
+    if domain == "node-restriction.kubernetes.io" or domain.endswith(".node-restriction.kubernetes.io"):
+        return False
+    for ns in ("kubernetes.io", "k8s.io"):
+        if domain == ns or domain.endswith("." + ns):
+            return False
+    return True
+
+
+def refused_node_labels(labels: Mapping[str, str]) -> list[str]:
+    """The labels NodeRestriction would refuse a node, sorted."""
+    return sorted(key for key in labels if not is_allowed_node_label(key))

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from edgelet.mirror.errors import NodeLabelError
+from edgelet.settingsparse import refused_node_labels
 from edgelet.util.clock import read_boot_id
 
 MAX_PODS = 110  # kubelet's default --max-pods
@@ -26,29 +27,10 @@ EDGELET_PORT = (
     10250  # daemonEndpoints.kubeletEndpoint: the node API's port (edgelet.server.nodeapi) unless bound elsewhere
 )
 
-# NodeRestriction (plugin/pkg/admission/noderestriction, v1.20): labels in the kubernetes.io and k8s.io
-# namespaces a node may set on itself; any other label in those namespaces is refused.
-ALLOWED_LABELS = frozenset(
-    {
-        "kubernetes.io/hostname",
-        "kubernetes.io/arch",
-        "kubernetes.io/os",
-        "beta.kubernetes.io/arch",
-        "beta.kubernetes.io/os",
-        "beta.kubernetes.io/instance-type",
-        "node.kubernetes.io/instance-type",
-        "failure-domain.beta.kubernetes.io/region",
-        "failure-domain.beta.kubernetes.io/zone",
-        "topology.kubernetes.io/region",
-        "topology.kubernetes.io/zone",
-    }
-)
-ALLOWED_LABEL_DOMAINS = ("kubelet.kubernetes.io", "node.kubernetes.io")
-
 
 def validate_node_labels(labels: dict[str, str]) -> None:
     """Raise NodeLabelError naming every label NodeRestriction would refuse."""
-    bad = [k for k in labels if not is_allowed_node_label(k)]
+    bad = refused_node_labels(labels)
     if bad:
         raise NodeLabelError(
             f"--node-labels: {', '.join(sorted(bad))}: a node may not set labels in the kubernetes.io or k8s.io "
@@ -56,24 +38,6 @@ def validate_node_labels(labels: dict[str, str]) -> None:
             "kubelet.kubernetes.io/* or node.kubernetes.io/* (NodeRestriction); let an admin set it "
             "with kubectl label"
         )
-
-
-def is_allowed_node_label(key: str) -> bool:
-    prefix, sep, _ = key.rpartition("/")
-    if not sep:
-        return True
-    if key in ALLOWED_LABELS:
-        return True
-    domain = prefix.lower()
-    for allowed in ALLOWED_LABEL_DOMAINS:
-        if domain == allowed or domain.endswith("." + allowed):
-            return True
-    if domain == "node-restriction.kubernetes.io" or domain.endswith(".node-restriction.kubernetes.io"):
-        return False
-    for ns in ("kubernetes.io", "k8s.io"):
-        if domain == ns or domain.endswith("." + ns):
-            return False
-    return True
 
 
 @dataclass(frozen=True)

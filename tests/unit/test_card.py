@@ -83,6 +83,12 @@ def test_card_overrides_the_file_and_env_and_flags_override_the_card(tmp_path: P
         ("keys valid alone, not together", "image_gc_low_threshold = 90\n", "must not exceed image_gc_high_threshold"),
         # The node API's certificate names it: a bad one used to pass here and stop the agent at start.
         ("node_ip not an address", 'node_ip = "sensor.local"\n', "node_ip: 'sensor.local' is not an IP address"),
+        # NodeRestriction refuses it: with a kubeconfig the agent used to stop at start over the card's label.
+        (
+            "a label a node may not set",
+            'node_labels = ["node-role.kubernetes.io/worker="]\n',
+            "node_labels: node-role.kubernetes.io/worker: a node may not set these on itself",
+        ),
     ],
 )
 def test_an_invalid_card_config_is_reported_and_ignored(

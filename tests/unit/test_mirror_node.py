@@ -20,11 +20,11 @@ from edgelet.mirror.node import (
     build_node,
     build_node_status,
     go_arch,
-    is_allowed_node_label,
     parse_runc_version,
     status_fingerprint,
     validate_node_labels,
 )
+from edgelet.settingsparse import is_allowed_node_label
 
 
 @pytest.mark.parametrize(
