@@ -4,7 +4,8 @@ start timeout, WatchdogSec= and KillMode=process around one command (the launche
 Each start gets a fresh notify socket (abstract namespace). A start that sends no READY=1 within
 `start_timeout`, or a ready one silent for `watchdog` seconds, is killed (SIGKILL for the first, SIGABRT for
 the second, as systemd does) and started again after `restart_sec`; only the main process is signalled, so
-the conmon monitors it left behind keep the pods running, as under the real unit.
+the conmon monitors it left behind keep the pods running, as under the real unit. EXTEND_TIMEOUT_USEC= before
+READY=1 moves the start's deadline as systemd does: to the extension after the message, if that is later.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ class Start:
     ready: bool = False
     rc: int | None = None
     killed: str = ""
+    extensions: int = 0  # EXTEND_TIMEOUT_USEC= messages received before READY=1
     notes: list[str] = field(default_factory=list)
 
 
@@ -104,6 +106,7 @@ class ServiceLoop:
             proc = subprocess.Popen(self.argv, env=env, stdout=log, stderr=subprocess.STDOUT)  # type: ignore[call-overload]
             self._proc = proc
             started = last_ping = time.monotonic()
+            deadline = started + self.start_timeout
             while proc.poll() is None:
                 try:
                     lines = sock.recv(4096).decode(errors="replace").splitlines()
@@ -114,9 +117,13 @@ class ServiceLoop:
                     this.ready, last_ping = True, now
                 if "WATCHDOG=1" in lines:
                     last_ping = now
+                extension = extend_timeout_usec(lines)
+                if extension is not None and not this.ready:
+                    this.extensions += 1
+                    deadline = max(deadline, now + extension / 1_000_000)  # never shortened, as systemd's timer
                 if self._stopping.is_set():
                     continue
-                if not this.ready and now - started > self.start_timeout:
+                if not this.ready and now > deadline:
                     this.killed = "start timeout"
                     os.kill(proc.pid, signal.SIGKILL)
                 elif this.ready and self.watchdog and now - last_ping > self.watchdog:
@@ -125,3 +132,13 @@ class ServiceLoop:
             this.rc = proc.wait()
         finally:
             sock.close()
+
+
+def extend_timeout_usec(lines: list[str]) -> int | None:
+    """The last EXTEND_TIMEOUT_USEC= of one notify datagram's lines, or None."""
+    found = None
+    for line in lines:
+        key, _, value = line.partition("=")
+        if key == "EXTEND_TIMEOUT_USEC" and value.isdigit():
+            found = int(value)
+    return found
