@@ -740,6 +740,7 @@ def run_agent(settings: Settings) -> int:
     agentprocess.die_with_bootloader()
     # Before any subprocess: this also unsets NOTIFY_SOCKET, which runc must not inherit.
     notifier = Notifier.from_environ()
+    notifier.progress()  # the start runs from here: systemd's start timeout counts from the fork
     # asyncio's own loop, not uvloop: uvloop imports ssl (OpenSSL) at its own import and costs memory of its own,
     # while edgelet's loop is mostly idle and its subprocesses are waited for through pidfds either way.
     agentprocess.wait_children_by_pidfd()
