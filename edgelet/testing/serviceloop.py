@@ -1,5 +1,5 @@
 """systemd's part in running edgelet, played by a thread for tests and benches: Restart=always, Type=notify's
-start timeout, WatchdogSec= and KillMode=process around one command (the launcher).
+start timeout, WatchdogSec=, KillMode=process and $INVOCATION_ID around one command (the launcher).
 
 Each start gets a fresh notify socket (abstract namespace). A start that sends no READY=1 within
 `start_timeout`, or a ready one silent for `watchdog` seconds, is killed (SIGKILL for the first, SIGABRT for
@@ -81,6 +81,12 @@ class ServiceLoop:
             proc.send_signal(sig)
 
     @property
+    def pid(self) -> int | None:
+        """The running main process's pid (the launcher's, then what it execs), or None between starts."""
+        proc = self._proc
+        return proc.pid if proc is not None and proc.poll() is None else None
+
+    @property
     def ready_starts(self) -> int:
         return sum(1 for s in self.starts if s.ready)
 
@@ -97,7 +103,13 @@ class ServiceLoop:
         sock.bind("\0" + name)
         sock.settimeout(0.2)
         crashed = any(s.rc == -signal.SIGKILL and not s.killed for s in self.starts)
-        env = {**self.env, **({} if crashed else self.crash_env), "NOTIFY_SOCKET": "@" + name}
+        # $INVOCATION_ID as systemd sets it for each start of a unit: `edgelet update rollback` restarts only such.
+        env = {
+            **self.env,
+            **({} if crashed else self.crash_env),
+            "NOTIFY_SOCKET": "@" + name,
+            "INVOCATION_ID": uuid.uuid4().hex,
+        }
         if self.watchdog:
             env["WATCHDOG_USEC"] = str(int(self.watchdog * 1_000_000))
         this = Start()

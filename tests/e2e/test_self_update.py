@@ -170,6 +170,38 @@ def test_a_good_release_is_committed_with_every_pod_adopted_as_it_ran(device: De
     assert "version 999 is not newer than the running version 1001" in refused[0]["reason"]
 
 
+def test_an_operator_rollback_restarts_the_agent_into_the_previous_release(device: Device) -> None:
+    """`edgelet update rollback` after a commit: `current` back, and the agent under the loop (systemd) restarted
+    into the previous release by the command itself, every pod as it ran; the release left is not taken again."""
+    before = device.sleeper()
+    device.publish(1001, "good")
+    done = wait_for(lambda: device.outcome(1001), timeout=180, what="release 1001 committed or rolled back")
+    assert done["outcome"] == "committed", (done, device.agent.log()[-3000:])
+    wait_for(lambda: device.loop.starts[-1].ready, timeout=60, what="release 1001 ready")
+    starts = len(device.loop.starts)
+    out = device.agent.cli("update", "rollback", "--update-current", str(device.current))
+    assert "restarting edgelet (pid" in out, out
+    assert os.readlink(device.current) == str(device.lib / "releases" / "1000")
+    wait_for(
+        lambda: len(device.loop.starts) > starts and device.loop.starts[-1].ready,
+        timeout=120,
+        what="the agent restarted and ready",
+    )
+    assert len(device.loop.starts) == starts + 1 and not device.loop.starts[starts - 1].killed  # SIGTERM, no kill
+    assert running_release(device) == str(device.lib / "releases" / "1000")
+    assert device.sleeper() == before
+    refused = wait_for(lambda: [e for e in device.history() if e["outcome"] == "refused"], timeout=60, what="refusal")
+    assert "version 1001 is not newer than version 1001, rolled back before" in refused[0]["reason"]
+
+
+def running_release(device: Device) -> str:
+    """The release the loop's running agent was started from (the launcher exports it before it execs)."""
+    pid = device.loop.pid
+    assert pid is not None
+    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return next(e.split(b"=", 1)[1].decode() for e in environ if e.startswith(b"EDGELET_RELEASE_DIR="))
+
+
 @pytest.mark.parametrize(
     "kind, reason",
     [
