@@ -1,7 +1,8 @@
 """Self-update end to end: the real agent started by packaging/launch under a loop playing systemd (Restart=always,
 Type=notify, KillMode=process), real runc pods, real minisign signatures, a release dropped into the card's
 update/ folder. A good release is committed with every container's id and pid unchanged; a release that exits
-at start, hangs without notifying, or restarts a pod is rolled back with the reason, the pods untouched.
+at start, hangs without notifying, hangs after READY=1 (the watchdog's), or restarts a pod is rolled back with
+the reason, the pods untouched.
 
 The releases' payload is a one-dir whose entry program runs this tree's agent, or, under `make test-binary`
 (EDGELET_BIN names a one-dir build), a copy of the real frozen one-dir: the same code under another version in
@@ -39,6 +40,12 @@ ENTRIES = {
     "good": RUN_AGENT,
     "exits": "#!/bin/sh\necho 'broken release: exits at start' >&2\nexit 3\n",
     "hangs": "#!/bin/sh\necho 'broken release: hangs' >&2\nexec sleep 600\n",
+    # Tells systemd it is ready, then hangs: no WATCHDOG=1 ever, so the watchdog kills each start.
+    "hangs-after-ready": (
+        f"#!/bin/sh\nexec {sys.executable} -c '"
+        'import os, socket, time; a = os.environ["NOTIFY_SOCKET"]; '
+        'socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).sendto(b"READY=1", "\\0" + a[1:]); time.sleep(600)\'\n'
+    ),
     # Kills the pod's process the old agent left (its pid from the snapshot), then runs the agent, which restarts it.
     "restarts-a-pod": (
         "#!/bin/sh\n"
@@ -207,6 +214,7 @@ def running_release(device: Device) -> str:
     [
         ("exits", "restart loop: 3 starts without a commit"),
         ("hangs", "restart loop: 3 starts without a commit"),
+        ("hangs-after-ready", "restart loop: 3 starts without a commit"),
         ("restarts-a-pod", "pods not adopted as they ran: default/sleeper-testnode/c"),
     ],
 )
@@ -226,6 +234,9 @@ def test_a_broken_release_is_rolled_back_with_the_reason(device: Device, kind: s
         # launcher's rollback: minutes under the unit's 90 s, not three ten-minute timeouts.
         hung = [s for s in device.loop.starts if s.killed]
         assert [(s.killed, s.extensions) for s in hung] == [("start timeout", 0)] * 3
+    if kind == "hangs-after-ready":
+        # Ready, then silent: each of its three counted starts killed by the watchdog (WatchdogSec=, SIGABRT).
+        assert [s.killed for s in device.loop.starts if s.killed] == ["watchdog"] * 3
 
 
 @pytest.mark.parametrize(
