@@ -106,9 +106,9 @@ time.sleep(120)
 """
 
 
-@pytest.mark.parametrize("under_systemd", [False, True])
+@pytest.mark.parametrize("under_systemd, no_restart", [(False, False), (True, False), (True, True)])
 def test_a_rollback_restarts_the_agent_found_by_its_socket_only_under_systemd(
-    tmp_path: Path, device: UpdateStore, under_systemd: bool
+    tmp_path: Path, device: UpdateStore, under_systemd: bool, no_restart: bool
 ) -> None:
     """A process stands for the agent on the API socket: found by the kernel's SO_PEERCRED, it gets SIGTERM (the
     agent's own way into a restart) only when systemd started it ($INVOCATION_ID); otherwise it is only named."""
@@ -124,9 +124,12 @@ def test_a_rollback_restarts_the_agent_found_by_its_socket_only_under_systemd(
     try:
         assert child.stdout is not None and child.stdout.readline() == b"listening\n"
         assert agent_pid(tmp_path / "run") == child.pid and is_supervised(child.pid) is under_systemd
-        rc, out, _ = run(tmp_path, "rollback")
+        rc, out, _ = run(tmp_path, "rollback", *(["--no-restart"] if no_restart else []))
         assert rc == 0
-        if under_systemd:
+        if no_restart:
+            assert f"restart edgelet (pid {child.pid}) to run it (systemctl restart edgelet)" in out
+            assert child.poll() is None
+        elif under_systemd:
             assert f"restarting edgelet (pid {child.pid}) into it" in out
             assert child.wait(60) == -signal.SIGTERM
         else:
