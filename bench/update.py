@@ -1,5 +1,6 @@
 """Self-update (issue 31): time from a release appearing on the card to the new agent committed, and to a broken
-one (exits at start) rolled back; the workload's downtime across a good update (the same process before and
+one rolled back (one that exits at start; one that hangs before READY=1, killed by the loop's short start timeout
+three times, with what the unit's TimeoutStartSec= makes of it); the workload's downtime across a good update (the same process before and
 after: its pid and its start time in /proc); bytes written per update; and, given a frozen one-dir
 (--onedir, e.g. dist/onedir/edgelet), the time and bytes of staging a real-size release.
 
@@ -32,7 +33,7 @@ from edgelet.trust.keys import load_trusted_keys
 from edgelet.update.release import own_arch, pack_release
 from edgelet.update.stage import stage_release
 from tests.e2e.conftest import IMAGE, AgentProc
-from tests.e2e.test_self_update import boot
+from tests.e2e.test_self_update import START_TIMEOUT, boot
 
 
 def proc_start(pid: int) -> str:
@@ -111,6 +112,18 @@ def stage_onedir(onedir: Path, base: Path) -> dict:
     }
 
 
+def unit_start_timing() -> tuple[float, float]:
+    """TimeoutStartSec= and RestartSec= of packaging/edgelet.service, in seconds (`90s`, `10min`)."""
+    units = {"s": 1, "min": 60}
+    found = {}
+    for line in (REPO / "packaging" / "edgelet.service").read_text().splitlines():
+        key, _, value = line.partition("=")
+        if key in ("TimeoutStartSec", "RestartSec"):
+            number = value.rstrip("smin")
+            found[key] = float(number) * units[value[len(number) :] or "s"]
+    return found["TimeoutStartSec"], found["RestartSec"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--onedir", type=Path, help="a frozen one-dir build to stage as a real-size release")
@@ -121,7 +134,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="edgelet-bench-update-") as tmp:
         archive = build_busybox_image(Path(tmp) / "busybox.oci.tar", name=IMAGE, fmt="oci-archive")
         results = {}
-        for kind in ("good", "exits"):
+        for kind in ("good", "exits", "hangs"):
             base = Path(tmp) / kind
             base.mkdir()
             results[kind] = run_device(base, archive, kind)
@@ -142,6 +155,15 @@ def main() -> None:
     print(
         f"bytes written per update: the release's files (here a {good['payload_bytes']}-byte entry script; "
         f"a real one-dir below) + {good['record_bytes']} bytes of records (trial, snapshot, history)"
+    )
+    hung, unit = results["hangs"], unit_start_timing()
+    print(
+        f"broken release (hangs), appeared -> rolled back: {hung['seconds']:.2f} s ({hung['outcome']}: "
+        f"{hung['reason']}; start timeout {START_TIMEOUT:g} s here)"
+    )
+    print(
+        f"  under the unit (TimeoutStartSec={unit[0]:g} s, RestartSec={unit[1]:g} s): "
+        f"{hung['seconds'] + 3 * (unit[0] + unit[1] - START_TIMEOUT):.0f} s (three starts at the unit's timeout)"
     )
     if "onedir" in results:
         o = results["onedir"]

@@ -17,6 +17,8 @@ from edgelet.util.memory import limit_arenas, trim, trim_periodically
 from edgelet.util.table import format_table
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from edgelet.api.types import Pod, PodStatus
     from edgelet.cgroups.controllers import Admission
     from edgelet.container.types import PodRuntimeStatus
@@ -290,9 +292,13 @@ class Agent:
             if self.api_server is not None:
                 await self.api_server.start()  # first, so `edgelet pods` reaches a starting agent
             node_api = await self.node_api.start() if self.node_api is not None else None
-            await asyncio.to_thread(self._import_all)
+            # Each step that moves extends systemd's (short) start timeout; a hung one is killed by it.
+            await asyncio.to_thread(self._import_all, notifier.progress)
+            notifier.progress()
             await self.pleg.adopt()  # adopt what runs before the first config arrives
+            notifier.progress()
             await self._release_stale_networks()
+            notifier.progress()
             if self.update is not None:
                 self.update.begin()  # a rollback the launcher made is recorded; a trial of this release is judged
             log.info(
@@ -499,11 +505,11 @@ class Agent:
                 notifier.status(text)
                 shown = text
 
-    def _import_all(self) -> None:
+    def _import_all(self, on_progress: Callable[[], object] | None = None) -> None:
         """Import what the import dirs hold (blocking): the node's, then the card's."""
-        self.import_dir.scan()
+        self.import_dir.scan(on_progress)
         if self.card_import_dir is not None:
-            self.card_import_dir.scan()
+            self.card_import_dir.scan(on_progress)
 
     async def run_once(self, out: TextIO) -> int:
         """--runonce: read every source once, run the pods, wait until they run or completed, report."""
@@ -677,6 +683,8 @@ def print_runonce_summary(publisher, config, out: TextIO) -> None:
 
 async def _main(settings: Settings, notifier: Notifier | None = None) -> int:
     agent = Agent(settings)
+    if notifier is not None:
+        notifier.progress()
     loop = asyncio.get_running_loop()
     if settings.runonce:
         return await agent.run_once(sys.stdout)
@@ -732,6 +740,7 @@ def run_agent(settings: Settings) -> int:
     agentprocess.die_with_bootloader()
     # Before any subprocess: this also unsets NOTIFY_SOCKET, which runc must not inherit.
     notifier = Notifier.from_environ()
+    notifier.progress()  # the start runs from here: systemd's start timeout counts from the fork
     # asyncio's own loop, not uvloop: uvloop imports ssl (OpenSSL) at its own import and costs memory of its own,
     # while edgelet's loop is mostly idle and its subprocesses are waited for through pidfds either way.
     agentprocess.wait_children_by_pidfd()

@@ -1,9 +1,11 @@
-"""A dependency-free sd_notify client: tells systemd READY=1, STATUS= and WATCHDOG=1 over $NOTIFY_SOCKET.
+"""A dependency-free sd_notify client: tells systemd READY=1, STATUS=, WATCHDOG=1 and EXTEND_TIMEOUT_USEC= over
+$NOTIFY_SOCKET.
 
 Use it once at start, before any subprocess is spawned:
 
     notifier = Notifier.from_environ()      # reads and UNSETS the systemd variables
     ...
+    notifier.progress()                     # any thread, at each step of the start that moves (extends the start)
     notifier.ready("3 pods running")        # once the agent has adopted and synced
     notifier.status("syncing 2 pods")       # any time; shown by `systemctl status`
     notifier.watchdog()                     # at least every watchdog_interval / 2
@@ -14,6 +16,14 @@ systemd is logged once and never raised from these calls: a broken notify
 socket must not stop the agent (systemd's own timeouts deal with it).
 `Notifier.send` is the raising primitive underneath.
 
+Why the start is extended by progress: the unit's TimeoutStartSec= is short,
+so that a release that hangs before READY=1 is killed (and, on trial, rolled
+back) in minutes; a first start that imports large image archives takes
+longer than that on slow flash, and stays alive by telling systemd it moves
+(EXTEND_TIMEOUT_USEC=, systemd 236 and later: systemd then waits until
+max(its own start timeout, the message + the extension)). A step that shows
+no progress for `START_WINDOW` is a hang, and systemd's timeout takes it.
+
 Why the variables are unset: runc reads NOTIFY_SOCKET too. Inherited by
 `runc start`, it makes runc proxy the socket into the container and block
 until the *container* sends READY=1, which an ordinary workload never does.
@@ -21,12 +31,15 @@ until the *container* sends READY=1, which an ordinary workload never does.
 
 from __future__ import annotations
 
+import math
 import os
 import socket
+import threading
 from collections.abc import MutableMapping
 from typing import TYPE_CHECKING
 
 from edgelet.errors import EdgeletError
+from edgelet.util.clock import REAL_CLOCK
 from edgelet.util.log import get_logger
 
 if TYPE_CHECKING:
@@ -38,6 +51,10 @@ NOTIFY_SOCKET = "NOTIFY_SOCKET"
 WATCHDOG_USEC = "WATCHDOG_USEC"
 WATCHDOG_PID = "WATCHDOG_PID"
 SYSTEMD_VARIABLES = (NOTIFY_SOCKET, WATCHDOG_USEC, WATCHDOG_PID)
+# How long a step of the start may go without progress before systemd's start timeout may kill it: each progress
+# asks systemd for this much more time. Long enough for one unmarked step (adopting, a layer's unpacking) on slow
+# flash; short enough that a start hung early is killed within minutes, not after a ten-minute timeout.
+START_WINDOW = 90.0
 
 
 class NotifyError(EdgeletError):
@@ -87,6 +104,21 @@ def parse_watchdog_interval(watchdog_usec: str | None, watchdog_pid: str | None,
     return usec / 1_000_000
 
 
+def compute_start_extension(now: float, granted_until: float, window: float, *, ready: bool) -> float | None:
+    """The EXTEND_TIMEOUT_USEC= (seconds) to send at a start's progress at `now`, or None (pure).
+
+    `granted_until` is when the last extension sent runs out (-inf before any). After READY=1 nothing is sent:
+    systemd would extend the watchdog too, and hide a hang from it. Otherwise the start is given `window` more
+    from now, once that gains at least a quarter window: at most four datagrams per window, and a hang is still
+    killed between 3/4 and 1 window after its last progress.
+    """
+    if ready or window <= 0:
+        return None
+    if now + window - granted_until < window / 4:
+        return None
+    return window
+
+
 def format_state(fields: dict[str, str]) -> str:
     """`{"READY": "1", "STATUS": "x"}` -> `READY=1\\nSTATUS=x`; values are kept to one line each."""
     lines = []
@@ -100,13 +132,28 @@ def format_state(fields: dict[str, str]) -> str:
 class Notifier:
     """Sends sd_notify messages to one socket; disabled (every call a no-op) when there is none."""
 
-    def __init__(self, address: str | None = None, *, watchdog_interval: float | None = None) -> None:
+    def __init__(
+        self,
+        address: str | None = None,
+        *,
+        watchdog_interval: float | None = None,
+        start_window: float = START_WINDOW,
+        clock: Clock = REAL_CLOCK,
+    ) -> None:
         self.address = address
         self.watchdog_interval = watchdog_interval
+        self.start_window = start_window
+        self._clock = clock
         self._warned = False
+        # progress() is called from worker threads (an image import) as well as the event loop.
+        self._lock = threading.Lock()
+        self._granted_until = -math.inf
+        self._ready = False
 
     @classmethod
-    def from_environ(cls, environ: MutableMapping[str, str] | None = None, *, unset: bool = True) -> Notifier:
+    def from_environ(
+        cls, environ: MutableMapping[str, str] | None = None, *, unset: bool = True, start_window: float = START_WINDOW
+    ) -> Notifier:
         """The notifier systemd configured through the environment (os.environ by default).
 
         With `unset` (the default) the variables are removed from `environ`,
@@ -126,7 +173,7 @@ class Notifier:
                 address = parse_notify_address(raw)
             except ValueError as exc:
                 log.warning("Ignoring NOTIFY_SOCKET", err=str(exc))
-        return cls(address, watchdog_interval=interval if address else None)
+        return cls(address, watchdog_interval=interval if address else None, start_window=start_window)
 
     @property
     def enabled(self) -> bool:
@@ -160,10 +207,25 @@ class Notifier:
 
     def ready(self, status: str | None = None) -> bool:
         """READY=1: startup is complete (Type=notify units are "active" from here)."""
+        with self._lock:
+            self._ready = True
         fields = {"READY": "1"}
         if status:
             fields["STATUS"] = status
         return self._send_quietly(**fields)
+
+    def progress(self) -> bool:
+        """The start moved (thread-safe): systemd's start timeout is extended by `start_window` when that is due
+        (`compute_start_extension`). True when a message was sent."""
+        if self.address is None:
+            return False
+        with self._lock:
+            now = self._clock.monotonic()
+            extension = compute_start_extension(now, self._granted_until, self.start_window, ready=self._ready)
+            if extension is None:
+                return False
+            self._granted_until = now + extension
+        return self._send_quietly(EXTEND_TIMEOUT_USEC=str(int(extension * 1_000_000)))
 
     def stopping(self, status: str | None = None) -> bool:
         """STOPPING=1: shutdown has begun."""

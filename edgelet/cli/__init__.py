@@ -260,11 +260,13 @@ def _add_update_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     for name, text in (
         ("status", "the running release, a trial, the last outcome (the default)"),
         ("history", "every update: started, committed, rolled back, refused"),
-        ("rollback", "point current at the previous release (then restart edgelet)"),
+        ("rollback", "point current at the previous release and restart edgelet into it (under systemd)"),
     ):
         subcommand = update_sub.add_parser(name, parents=[common], help=text)
         for key in ("update_current", "trusted_keys"):
             _add_setting(subcommand, key)
+        if name == "rollback":
+            subcommand.add_argument("--no-restart", action="store_true", help="only point current back")
 
 
 def _add_get_command(sub: Any, common: argparse.ArgumentParser) -> None:

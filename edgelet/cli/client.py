@@ -113,3 +113,21 @@ def stream(run_dir: Path | str, path: str) -> Iterator[Iterator[bytes] | None]:
             yield response.iter_bytes()
         finally:
             cm.__exit__(None, None, None)
+
+
+def agent_pid(run_dir: Path | str) -> int | None:
+    """The pid of the agent listening on the local API's socket (the kernel's SO_PEERCRED: no request, and no pid
+    file that could name another process), or None when none listens."""
+    import socket
+    import struct
+
+    sock = _socket(run_dir)
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC) as s:
+            s.settimeout(TIMEOUT)
+            s.connect(str(sock))
+            creds = s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except OSError:
+        return None  # none listens, or a stale socket of an agent that was killed
+    pid = struct.unpack("3i", creds)[0]
+    return pid if pid > 0 else None

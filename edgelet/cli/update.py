@@ -1,9 +1,15 @@
 """`edgelet update status|history|rollback`: the agent's own release, read from the files self-update keeps (the
-`current` symlink, the trial record, the history), so it works whether the agent runs or not."""
+`current` symlink, the trial record, the history), so it works whether the agent runs or not.
+
+A rollback restarts a running agent under systemd the way the agent restarts itself into a trial: SIGTERM to
+the agent (pods keep running: the unit's `KillMode=process`), and `Restart=always` starts `current` again.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 from pathlib import Path
 from typing import TextIO
 
@@ -88,6 +94,41 @@ def rollback(settings: Settings, now: float) -> tuple[str, str]:
     return running, previous
 
 
+def restart_decision(pid: int | None, *, supervised: bool, no_restart: bool) -> tuple[bool, str]:
+    """Whether a rollback restarts the agent (`pid` the one that listens, `supervised` when systemd started it),
+    and what the operator is told (pure)."""
+    if pid is None:
+        return False, "edgelet is not running: its next start runs it"
+    if no_restart:
+        return False, f"restart edgelet (pid {pid}) to run it (systemctl restart edgelet)"
+    if not supervised:
+        return False, f"edgelet (pid {pid}) does not run under systemd: restart it to run it"
+    return True, f"restarting edgelet (pid {pid}) into it; pods keep running"
+
+
+def is_supervised(pid: int) -> bool:
+    """Whether systemd started the process: it sets $INVOCATION_ID for each start of a unit (systemd 232+)."""
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return False
+    return any(entry.startswith(b"INVOCATION_ID=") for entry in environ.split(b"\0"))
+
+
+def restart_agent(settings: Settings, *, no_restart: bool) -> str:
+    """After a rollback: SIGTERM to the running agent when systemd will start it again; what was done."""
+    from edgelet.cli.client import agent_pid
+
+    pid = agent_pid(settings.run_dir)
+    restart, message = restart_decision(pid, supervised=pid is not None and is_supervised(pid), no_restart=no_restart)
+    if restart and pid is not None:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except OSError as exc:
+            raise CommandError(f"cannot restart edgelet (pid {pid}): {exc.strerror or exc}") from exc
+    return message
+
+
 def cmd_update(settings: Settings, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     sub = args.update_command or "status"
     if sub == "history":
@@ -96,7 +137,8 @@ def cmd_update(settings: Settings, args: argparse.Namespace, out: TextIO, err: T
         from edgelet.cli.common import clock
 
         running, previous = rollback(settings, clock.now())
-        print(f"current: {running} -> {previous}; restart edgelet to run it (systemctl restart edgelet)", file=out)
+        message = restart_agent(settings, no_restart=bool(getattr(args, "no_restart", False)))
+        print(f"current: {running} -> {previous}; {message}", file=out)
     else:
         print("\n".join(status_lines(settings)), file=out)
     return EXIT_OK

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
+from edgelet.images.progress import Ticking
 from edgelet.state import write_atomic
 from edgelet.trust.message import MessageReader
 from edgelet.util.clock import REAL_CLOCK, Clock
@@ -114,6 +115,7 @@ class ImportDir:
         # A test seam: called after an archive's read was verified and before its images are recorded (a file
         # renamed over the path, or rewritten in place, in between is what the one read closes).
         self.between_verify_and_import: Callable[[Path], None] | None = None
+        self._on_progress: Callable[[], object] | None = None
 
     def _load(self) -> dict[str, dict[str, Any]]:
         try:
@@ -123,15 +125,27 @@ class ImportDir:
         # Entries of an older format (a [size, mtime] list) simply count as changed.
         return {k: v for k, v in doc.items() if isinstance(v, dict)} if isinstance(doc, dict) else {}
 
-    def scan(self) -> int:
-        """Import every new or changed archive now (blocking); returns how many images were imported."""
+    def scan(self, on_progress: Callable[[], object] | None = None) -> int:
+        """Import every new or changed archive now (blocking); returns how many images were imported.
+
+        `on_progress` is called at each archive and each chunk stored (from this thread): the agent's start
+        extends systemd's start timeout with it while a large archive is read."""
         if not self._dir.is_dir():
             return 0
+        self._on_progress = on_progress
+        try:
+            return self._scan_all()
+        finally:
+            self._on_progress = None
+
+    def _scan_all(self) -> int:
         count = 0
         changed = False
         for path in sorted(self._dir.iterdir()):
             if not is_archive_name(path.name):
                 continue
+            if self._on_progress is not None:
+                self._on_progress()
             imported, wrote = self._scan_one(path)
             count += imported
             changed = changed or wrote
@@ -209,7 +223,8 @@ class ImportDir:
             return True
 
         try:
-            records = self._store.import_archive(path, pinned=True, fileobj=reader, admit=admit)
+            tick = Ticking(self._on_progress) if self._on_progress is not None else None
+            records = self._store.import_archive(path, pinned=True, progress=tick, fileobj=reader, admit=admit)
         except SignatureRefused as exc:
             return {**entry, "error": self._refused(path, exc)}, 0
         except Exception as exc:  # any archive problem is reported and the file is skipped until it changes

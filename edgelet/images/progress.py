@@ -4,6 +4,7 @@ what `edgelet images pull|import` draw and what `edgelet pods -o wide` and `desc
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from edgelet.util.clock import Clock, RealClock
@@ -66,3 +67,21 @@ class Progress:
     def snapshot(self) -> ProgressSnapshot:
         with self._lock:
             return ProgressSnapshot(tuple(self._blobs.values()), self._clock.monotonic(), self.started)
+
+
+class Ticking(Progress):
+    """Keeps no counts: calls `tick` at every blob begun, chunk stored and blob finished, so that whoever waits
+    on a long import (systemd, through the agent's start) sees that it moves."""
+
+    def __init__(self, tick: Callable[[], object]) -> None:
+        super().__init__()
+        self._tick = tick
+
+    def begin(self, name: str, total: int | None) -> None:
+        self._tick()
+
+    def advance(self, name: str, n: int) -> None:
+        self._tick()
+
+    def finish(self, name: str) -> None:
+        self._tick()

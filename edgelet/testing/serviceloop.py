@@ -1,10 +1,11 @@
 """systemd's part in running edgelet, played by a thread for tests and benches: Restart=always, Type=notify's
-start timeout, WatchdogSec= and KillMode=process around one command (the launcher).
+start timeout, WatchdogSec=, KillMode=process and $INVOCATION_ID around one command (the launcher).
 
 Each start gets a fresh notify socket (abstract namespace). A start that sends no READY=1 within
 `start_timeout`, or a ready one silent for `watchdog` seconds, is killed (SIGKILL for the first, SIGABRT for
 the second, as systemd does) and started again after `restart_sec`; only the main process is signalled, so
-the conmon monitors it left behind keep the pods running, as under the real unit.
+the conmon monitors it left behind keep the pods running, as under the real unit. EXTEND_TIMEOUT_USEC= before
+READY=1 moves the start's deadline as systemd does: to the extension after the message, if that is later.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ class Start:
     ready: bool = False
     rc: int | None = None
     killed: str = ""
+    extensions: int = 0  # EXTEND_TIMEOUT_USEC= messages received before READY=1
     notes: list[str] = field(default_factory=list)
 
 
@@ -79,6 +81,12 @@ class ServiceLoop:
             proc.send_signal(sig)
 
     @property
+    def pid(self) -> int | None:
+        """The running main process's pid (the launcher's, then what it execs), or None between starts."""
+        proc = self._proc
+        return proc.pid if proc is not None and proc.poll() is None else None
+
+    @property
     def ready_starts(self) -> int:
         return sum(1 for s in self.starts if s.ready)
 
@@ -95,7 +103,13 @@ class ServiceLoop:
         sock.bind("\0" + name)
         sock.settimeout(0.2)
         crashed = any(s.rc == -signal.SIGKILL and not s.killed for s in self.starts)
-        env = {**self.env, **({} if crashed else self.crash_env), "NOTIFY_SOCKET": "@" + name}
+        # $INVOCATION_ID as systemd sets it for each start of a unit: `edgelet update rollback` restarts only such.
+        env = {
+            **self.env,
+            **({} if crashed else self.crash_env),
+            "NOTIFY_SOCKET": "@" + name,
+            "INVOCATION_ID": uuid.uuid4().hex,
+        }
         if self.watchdog:
             env["WATCHDOG_USEC"] = str(int(self.watchdog * 1_000_000))
         this = Start()
@@ -104,6 +118,7 @@ class ServiceLoop:
             proc = subprocess.Popen(self.argv, env=env, stdout=log, stderr=subprocess.STDOUT)  # type: ignore[call-overload]
             self._proc = proc
             started = last_ping = time.monotonic()
+            deadline = started + self.start_timeout
             while proc.poll() is None:
                 try:
                     lines = sock.recv(4096).decode(errors="replace").splitlines()
@@ -114,9 +129,13 @@ class ServiceLoop:
                     this.ready, last_ping = True, now
                 if "WATCHDOG=1" in lines:
                     last_ping = now
+                extension = extend_timeout_usec(lines)
+                if extension is not None and not this.ready:
+                    this.extensions += 1
+                    deadline = max(deadline, now + extension / 1_000_000)  # never shortened, as systemd's timer
                 if self._stopping.is_set():
                     continue
-                if not this.ready and now - started > self.start_timeout:
+                if not this.ready and now > deadline:
                     this.killed = "start timeout"
                     os.kill(proc.pid, signal.SIGKILL)
                 elif this.ready and self.watchdog and now - last_ping > self.watchdog:
@@ -125,3 +144,13 @@ class ServiceLoop:
             this.rc = proc.wait()
         finally:
             sock.close()
+
+
+def extend_timeout_usec(lines: list[str]) -> int | None:
+    """The last EXTEND_TIMEOUT_USEC= of one notify datagram's lines, or None."""
+    found = None
+    for line in lines:
+        key, _, value = line.partition("=")
+        if key == "EXTEND_TIMEOUT_USEC" and value.isdigit():
+            found = int(value)
+    return found

@@ -114,16 +114,17 @@ class UpdateStore:
             return
         history.append(entry)
         # Rolled-back versions are never dropped: they keep refusing replays of a bad release.
-        keep = [e for e in history[:-HISTORY_KEEP] if e.get("outcome") == ROLLED_BACK] + history[-HISTORY_KEEP:]
+        barring = (ROLLED_BACK, OPERATOR_ROLLBACK)
+        keep = [e for e in history[:-HISTORY_KEEP] if e.get("outcome") in barring] + history[-HISTORY_KEEP:]
         write_atomic(self.dir / HISTORY_FILE, json.dumps(keep, indent=1).encode())
 
     def rolled_back_versions(self) -> set[int]:
-        """Versions a trial rolled back from (an operator's rollback does not bar a version: a newer one may fix
-        what they saw, and they chose to go down)."""
+        """Versions rolled back from, by a trial or by the operator: the release left stays on the card or at the
+        URL, and would be applied again at once otherwise (a newer one is still taken)."""
         return {
             int(e["version"])
             for e in self.history()
-            if e.get("outcome") == ROLLED_BACK and isinstance(e.get("version"), int)
+            if e.get("outcome") in (ROLLED_BACK, OPERATOR_ROLLBACK) and isinstance(e.get("version"), int)
         }
 
     # --- the pods as the old agent left them ---

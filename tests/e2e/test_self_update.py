@@ -1,7 +1,8 @@
 """Self-update end to end: the real agent started by packaging/launch under a loop playing systemd (Restart=always,
 Type=notify, KillMode=process), real runc pods, real minisign signatures, a release dropped into the card's
 update/ folder. A good release is committed with every container's id and pid unchanged; a release that exits
-at start, hangs without notifying, or restarts a pod is rolled back with the reason, the pods untouched.
+at start, hangs without notifying, hangs after READY=1 (the watchdog's), or restarts a pod is rolled back with
+the reason, the pods untouched.
 
 The releases' payload is a one-dir whose entry program runs this tree's agent, or, under `make test-binary`
 (EDGELET_BIN names a one-dir build), a copy of the real frozen one-dir: the same code under another version in
@@ -34,10 +35,17 @@ pytestmark = [
 REPO = Path(__file__).resolve().parents[2]
 LAUNCH = REPO / "packaging" / "launch"
 RUN_AGENT = f'#!/bin/sh\nexec {sys.executable} -m edgelet "$@"\n'
+START_TIMEOUT = 10.0
 ENTRIES = {
     "good": RUN_AGENT,
     "exits": "#!/bin/sh\necho 'broken release: exits at start' >&2\nexit 3\n",
     "hangs": "#!/bin/sh\necho 'broken release: hangs' >&2\nexec sleep 600\n",
+    # Tells systemd it is ready, then hangs: no WATCHDOG=1 ever, so the watchdog kills each start.
+    "hangs-after-ready": (
+        f"#!/bin/sh\nexec {sys.executable} -c '"
+        'import os, socket, time; a = os.environ["NOTIFY_SOCKET"]; '
+        'socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).sendto(b"READY=1", "\\0" + a[1:]); time.sleep(600)\'\n'
+    ),
     # Kills the pod's process the old agent left (its pid from the snapshot), then runs the agent, which restarts it.
     "restarts-a-pod": (
         "#!/bin/sh\n"
@@ -98,7 +106,8 @@ class Device:
             ["sh", str(LAUNCH), *args],
             env=env,
             log_path=agent.log_path,
-            start_timeout=30.0,
+            # Short, as the unit's TimeoutStartSec: the real agent's start extends it while it moves (sdnotify).
+            start_timeout=START_TIMEOUT,
             watchdog=10.0,
             crash_env=crash_env,
         )
@@ -158,6 +167,7 @@ def test_a_good_release_is_committed_with_every_pod_adopted_as_it_ran(device: De
     assert done["outcome"] == "committed", (done, device.agent.log()[-3000:])
     assert os.readlink(device.current) == str(device.agent.paths.root_dir / "releases" / "1001")
     assert device.sleeper() == before  # same container id, same pid: the update stopped no pod
+    assert not [s for s in device.loop.starts if s.killed]  # every start of the real agent moved: none killed
     assert not (device.update_dir / "trial").exists()
     assert done["previous"] == str(device.lib / "releases" / "1000")  # kept for a rollback
     assert (device.lib / "releases" / "1000").is_dir()
@@ -167,11 +177,44 @@ def test_a_good_release_is_committed_with_every_pod_adopted_as_it_ran(device: De
     assert "version 999 is not newer than the running version 1001" in refused[0]["reason"]
 
 
+def test_an_operator_rollback_restarts_the_agent_into_the_previous_release(device: Device) -> None:
+    """`edgelet update rollback` after a commit: `current` back, and the agent under the loop (systemd) restarted
+    into the previous release by the command itself, every pod as it ran; the release left is not taken again."""
+    before = device.sleeper()
+    device.publish(1001, "good")
+    done = wait_for(lambda: device.outcome(1001), timeout=180, what="release 1001 committed or rolled back")
+    assert done["outcome"] == "committed", (done, device.agent.log()[-3000:])
+    wait_for(lambda: device.loop.starts[-1].ready, timeout=60, what="release 1001 ready")
+    starts = len(device.loop.starts)
+    out = device.agent.cli("update", "rollback", "--update-current", str(device.current))
+    assert "restarting edgelet (pid" in out, out
+    assert os.readlink(device.current) == str(device.lib / "releases" / "1000")
+    wait_for(
+        lambda: len(device.loop.starts) > starts and device.loop.starts[-1].ready,
+        timeout=120,
+        what="the agent restarted and ready",
+    )
+    assert len(device.loop.starts) == starts + 1 and not device.loop.starts[starts - 1].killed  # SIGTERM, no kill
+    assert running_release(device) == str(device.lib / "releases" / "1000")
+    assert device.sleeper() == before
+    refused = wait_for(lambda: [e for e in device.history() if e["outcome"] == "refused"], timeout=60, what="refusal")
+    assert "version 1001 is not newer than version 1001, rolled back before" in refused[0]["reason"]
+
+
+def running_release(device: Device) -> str:
+    """The release the loop's running agent was started from (the launcher exports it before it execs)."""
+    pid = device.loop.pid
+    assert pid is not None
+    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return next(e.split(b"=", 1)[1].decode() for e in environ if e.startswith(b"EDGELET_RELEASE_DIR="))
+
+
 @pytest.mark.parametrize(
     "kind, reason",
     [
         ("exits", "restart loop: 3 starts without a commit"),
         ("hangs", "restart loop: 3 starts without a commit"),
+        ("hangs-after-ready", "restart loop: 3 starts without a commit"),
         ("restarts-a-pod", "pods not adopted as they ran: default/sleeper-testnode/c"),
     ],
 )
@@ -187,7 +230,13 @@ def test_a_broken_release_is_rolled_back_with_the_reason(device: Device, kind: s
     # Replayed: the same bad release is refused from now on.
     assert 1001 in {e["version"] for e in device.history() if e["outcome"] == "rolled-back"}
     if kind == "hangs":
-        assert [s.killed for s in device.loop.starts if s.killed] == ["start timeout"] * 3
+        # Each of its three counted starts killed by the short start timeout (nothing extended it), then the
+        # launcher's rollback: minutes under the unit's 90 s, not three ten-minute timeouts.
+        hung = [s for s in device.loop.starts if s.killed]
+        assert [(s.killed, s.extensions) for s in hung] == [("start timeout", 0)] * 3
+    if kind == "hangs-after-ready":
+        # Ready, then silent: each of its three counted starts killed by the watchdog (WatchdogSec=, SIGABRT).
+        assert [s.killed for s in device.loop.starts if s.killed] == ["watchdog"] * 3
 
 
 @pytest.mark.parametrize(

@@ -111,6 +111,22 @@ def test_unchanged_files_are_skipped_by_stamp_then_by_digest(tmp_path: Path, tar
 
 
 @pytest.mark.privileged
+def test_a_scan_reports_progress_at_each_archive_and_each_chunk_it_stores(tmp_path: Path, tarball: Path) -> None:
+    """The agent's start extends systemd's start timeout with these calls while a large archive is read."""
+    imp = tmp_path / "import"
+    imp.mkdir()
+    shutil.copy(tarball, imp / "a.tar")
+    ticks: list[None] = []
+    d = ImportDir(imp, ImageStore(tmp_path / "s", clock=FakeClock()), tmp_path / "s" / "imported.json")
+    assert d.scan(lambda: ticks.append(None)) == 1
+    # One for the archive, then the blobs (config, manifest, each layer): each begun, advanced, finished.
+    assert len(ticks) >= 1 + 3 * 3, len(ticks)
+    ticks.clear()
+    assert d.scan(lambda: ticks.append(None)) == 0  # unchanged: skipped, still one progress for looking at it
+    assert len(ticks) == 1
+    d.scan()  # without a callback: nothing to call
+
+
 def test_gc_thresholds_on_a_small_tmpfs(tmp_path: Path, tarball: Path) -> None:
     mnt = tmp_path / "small"
     mnt.mkdir()

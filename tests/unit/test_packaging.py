@@ -83,6 +83,8 @@ def test_agent_unit() -> None:
     assert service["WatchdogSec"]
     assert service["NotifyAccess"] == "all"  # the one-file build's agent is the bootloader's child
     assert service["ExecStart"] == "/usr/lib/edgelet/launch"  # counts a self-update's starts, then runs current
+    # A release hung before READY=1 is killed within minutes; a slow start that moves extends it (sdnotify.py).
+    assert service["TimeoutStartSec"] == "90s"
 
 
 def test_runonce_unit() -> None:

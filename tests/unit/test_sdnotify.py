@@ -13,6 +13,7 @@ import pytest
 from edgelet.sdnotify import (
     Notifier,
     NotifyError,
+    compute_start_extension,
     format_state,
     parse_notify_address,
     parse_watchdog_interval,
@@ -178,3 +179,42 @@ def test_the_status_line_is_not_kept_up_to_date_without_systemd():
         await asyncio.wait_for(Agent._notify_ready(agent, Notifier(None)), 5)  # type: ignore[arg-type]
 
     asyncio.run(main())
+
+
+INF = float("inf")
+
+
+@pytest.mark.parametrize(
+    "now, granted_until, window, ready, expected",
+    [
+        (0.0, -INF, 90.0, False, 90.0),  # the first progress: always
+        (10.0, 90.0, 90.0, False, None),  # gains 10 s < a quarter window: not worth a datagram
+        (22.5, 90.0, 90.0, False, 90.0),  # gains a quarter window: the deadline moves to 112.5
+        (50.0, 90.0, 90.0, False, 90.0),
+        (100.0, 90.0, 90.0, False, 90.0),  # systemd's own timeout may have been longer: extended again anyway
+        (50.0, 90.0, 90.0, True, None),  # after READY=1 it would extend the watchdog and hide a hang
+        (0.0, -INF, 0.0, False, None),  # no window: never
+    ],
+)
+def test_compute_start_extension(
+    now: float, granted_until: float, window: float, ready: bool, expected: float | None
+) -> None:
+    assert compute_start_extension(now, granted_until, window, ready=ready) == expected
+
+
+def test_progress_extends_the_start_until_ready(receiver) -> None:
+    path, sock = receiver
+    clock = FakeClock()
+    n = Notifier(path, start_window=8.0, clock=clock)
+    assert n.progress()
+    assert sock.recv(64) == b"EXTEND_TIMEOUT_USEC=8000000"
+    clock.advance(1.0)
+    assert not n.progress()  # a second's gain: nothing sent
+    clock.advance(1.0)
+    assert n.progress()
+    assert sock.recv(64) == b"EXTEND_TIMEOUT_USEC=8000000"
+    assert n.ready()
+    assert sock.recv(64) == b"READY=1"
+    clock.advance(60.0)
+    assert not n.progress()  # ready: the start is over
+    assert not Notifier(None).progress()

@@ -257,12 +257,13 @@ def test_the_trial_record_round_trips_and_a_torn_one_is_no_trial(tmp_path: Path)
 def test_history_keeps_rolled_back_versions_and_skips_a_repeated_entry(tmp_path: Path) -> None:
     store = UpdateStore(tmp_path)
     store.append({"time": 1, "version": 1001, "outcome": "rolled-back", "reason": "r"})
+    store.append({"time": 1, "version": 1003, "outcome": "operator-rollback", "reason": "r"})
     for i in range(60):
         store.append({"time": 2 + i, "version": 2000 + i, "outcome": "committed"})
     store.append({"time": 99, "version": 2059, "outcome": "committed"})  # the same event written again
     history = store.history()
-    assert len(history) == 51 and history[0]["version"] == 1001 and history[-1]["time"] == 61
-    assert store.rolled_back_versions() == {1001}
+    assert len(history) == 52 and [e["version"] for e in history[:2]] == [1001, 1003] and history[-1]["time"] == 61
+    assert store.rolled_back_versions() == {1001, 1003}  # the operator's rollback bars the version left too
 
 
 def test_the_snapshot_counts_only_for_its_own_boot(tmp_path: Path) -> None:
