@@ -85,6 +85,8 @@ def test_agent_unit() -> None:
     assert service["ExecStart"] == "/usr/lib/edgelet/launch"  # counts a self-update's starts, then runs current
     # A release hung before READY=1 is killed within minutes; a slow start that moves extends it (sdnotify.py).
     assert service["TimeoutStartSec"] == "90s"
+    # A burst of failed starts (a self-update's counted attempts) must never stop the restarts for good.
+    assert read_unit("edgelet.service")["Unit"]["StartLimitIntervalSec"] == "0"
 
 
 def test_runonce_unit() -> None:
