@@ -237,6 +237,7 @@ class Tunnel:
             answer = await self._look_up(peer.public_key, peer.endpoint)
             had = (current or {}).get(peer.public_key)
             if answer:
+                # The answer's first, unless the device's address is still one of the answer's (then None: kept).
                 self.endpoints[peer.public_key] = names.choose_endpoint(had, answer, None, True) or had or answer[0]
         await self.backend.configure(self.config, self.endpoints, present)
 

@@ -257,18 +257,9 @@ def test_a_silent_hub_whose_name_moved_is_found_again(lab):
                 ["-j", "DROP"],
             ):
                 sh("iptables", "-A", "INPUT", "-p", "udp", *rule, netns=lab["site_ns"])
+            in_site = ("ip", "netns", "exec", lab["site_ns"])
             keeper = subprocess.Popen(
-                [
-                    "ip",
-                    "netns",
-                    "exec",
-                    lab["site_ns"],
-                    sys.executable,
-                    "-c",
-                    KEEPER,
-                    str(lab["conf"]),
-                    str(lab["root"]),
-                ],
+                [*in_site, sys.executable, "-c", KEEPER, str(lab["conf"]), str(lab["root"])],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             )
