@@ -315,3 +315,18 @@ def test_a_restarted_hub_is_reached_again(lab):
         os.unlink(uapi.socket_path(lab["hub_if"]))
     start_hub(lab)
     wait_for(lambda: reaches_hub(lab), what="a packet through the tunnel to the restarted hub", timeout=60)
+
+
+def test_a_real_hub_takes_the_peer_line_and_check_reads_the_running_link(lab):
+    """The hub forgets the device, then takes the block `edgelet tunnel peer-line` prints with `wg addconf` (an
+    operator enrolling the device); the tunnel comes up with it, and `edgelet check` reads the running link."""
+    edgelet = (sys.executable, "-m", "edgelet", "--root-dir", str(lab["root"]), "--wireguard-config", str(lab["conf"]))
+    sh("wg", "set", lab["hub_if"], "peer", encode_key(lab["public_key"]), "remove", netns=lab["hub_ns"])
+    block = lab["root"].parent / "peer.conf"
+    block.write_text(sh(*edgelet, "tunnel", "peer-line"))
+    sh("wg", "addconf", lab["hub_if"], str(block), netns=lab["hub_ns"])
+    assert device_up(lab) == {"adopted": False}
+    wait_for(lambda: reaches_hub(lab), what="a packet through the tunnel to the hub that took the block", timeout=30)
+    out = sh(*edgelet, "check", check=False, netns=lab["site_ns"])
+    [line] = [x for x in out.splitlines() if "tunnel link" in x]
+    assert line.startswith("OK") and f"{lab['site_if']} up; peer " in line, line
