@@ -27,6 +27,9 @@ log = get_logger(__name__)
 
 RESOLVE_PERIOD = 30.0  # a DNS change is followed within this (plus a check period), at one lookup per name
 RESOLVE_CAP = 300.0  # the longest wait between lookups of a name that does not resolve
+# A lookup that takes longer is a failure: glibc's own timeouts (5 s a try, per server) could otherwise hold a
+# round of the keep-up loop (and a device to make again) for half a minute.
+RESOLVE_TIMEOUT = 10.0
 
 
 @dataclass(frozen=True)
@@ -85,15 +88,16 @@ def format_endpoint(address: str, port: int) -> str:
     return f"[{address}]:{port}" if ipaddress.ip_address(address).version == 6 else f"{address}:{port}"
 
 
-async def resolve(endpoint: Endpoint) -> tuple[str, ...]:
+async def resolve(endpoint: Endpoint, timeout: float = RESOLVE_TIMEOUT) -> tuple[str, ...]:
     """The endpoint's addresses as ip:port, IPv4 first (the usual NAT'd uplink has it), each once, looking a DNS
-    name up now; empty when the name does not resolve (yet)."""
+    name up now; empty when the name does not resolve (yet) or not within `timeout`."""
     if not endpoint.is_name:
         return (str(endpoint),)
+    lookup = asyncio.get_running_loop().getaddrinfo(endpoint.host, endpoint.port, type=socket.SOCK_DGRAM)
     try:
-        infos = await asyncio.get_running_loop().getaddrinfo(endpoint.host, endpoint.port, type=socket.SOCK_DGRAM)
-    except OSError as exc:
-        log.warning("Tunnel endpoint does not resolve", endpoint=str(endpoint), err=str(exc))
+        infos = await asyncio.wait_for(lookup, timeout)
+    except (OSError, TimeoutError) as exc:
+        log.warning("Tunnel endpoint does not resolve", endpoint=str(endpoint), err=str(exc) or "timed out")
         return ()
     infos.sort(key=lambda info: info[0] != socket.AF_INET)  # stable: the resolver's order within a family
     found = (format_endpoint(str(info[4][0]), endpoint.port) for info in infos)

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import re
+import socket
 
 import pytest
 
 from edgelet.tunnel import endpoints as names
-from edgelet.tunnel.config import encode_key, parse_config
+from edgelet.tunnel.config import Endpoint, encode_key, parse_config
 from edgelet.tunnel.device import Tunnel
 from edgelet.tunnel.endpoints import Lookups, after_lookup, choose_endpoint, is_lookup_due
 from edgelet.util.clock import FakeClock
@@ -163,3 +164,28 @@ def test_an_adopted_peer_keeps_its_address_when_it_is_still_one_of_the_names():
         tunnel, device, _ = _tunnel(FakeClock(), [answer])
         asyncio.run(tunnel.configure(frozenset({HUB}), {HUB: had}))
         assert device.endpoint == expected, (had, answer)
+
+
+def test_resolve_gives_every_address_once_ipv4_first_and_nothing_for_a_lookup_that_fails_or_hangs(monkeypatch):
+    """The lookup itself, with the loop's getaddrinfo (the lowest boundary) answering as glibc would."""
+    loop_answers: list = []
+
+    async def getaddrinfo(host, port, type=0):
+        answer = loop_answers.pop(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        if answer == "hang":
+            await asyncio.Event().wait()
+        return answer
+
+    v6 = (socket.AF_INET6, socket.SOCK_DGRAM, 17, "", ("2001:db8::1", 51820, 0, 0))
+    v4 = [(socket.AF_INET, socket.SOCK_DGRAM, 17, "", (ip, 51820)) for ip in ("192.0.2.1", "192.0.2.2", "192.0.2.1")]
+    loop_answers += [[v6, *v4], socket.gaierror(-2, "Name or service not known"), "hang"]
+    hub = Endpoint("hub.example.net", 51820)
+
+    async def scenario():
+        monkeypatch.setattr(asyncio.get_running_loop(), "getaddrinfo", getaddrinfo)
+        return [await names.resolve(hub, timeout=0.05) for _ in range(3)]
+
+    assert asyncio.run(scenario()) == [(A, B, V6), (), ()]
+    assert asyncio.run(names.resolve(Endpoint("192.0.2.9", 51820))) == ("192.0.2.9:51820",)  # no lookup at all
