@@ -8,8 +8,9 @@ Run as root: `.venv/bin/python bench/tunnel.py [--rounds 5]`. Prints medians.
 
 With `--path`, the issue's figures on the whole path (the lab of tests/e2e/test_tunnel_kubectl.py: the real
 agent behind a masquerading router, the real kube-apiserver and kubectl in the hub namespace): the time from
-the agent's start to `kubectl exec` working through the tunnel; the time to heal after a hub restart and
-after a NAT rebinding; `kubectl port-forward` throughput through the tunnel against the same lab without it
+the agent's start to `kubectl exec` working through the tunnel; the time to heal after a hub restart, after
+a NAT rebinding and after the hub moved to another address (the device names it by DNS: the wait for the
+agent's next lookup of the name, and from that lookup to `kubectl exec` working); `kubectl port-forward` throughput through the tunnel against the same lab without it
 (no router, the apiserver dialing the device's own address); the agent's idle CPU and RSS with the tunnel up
 (and without it), wireguard-go's separately. `.venv/bin/python bench/tunnel.py --path [--rounds 3] [--mb 20]`.
 """
@@ -17,6 +18,7 @@ after a NAT rebinding; `kubectl port-forward` throughput through the tunnel agai
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
 import socket
@@ -143,10 +145,12 @@ def _path_round(b, tunnel: bool, mb: int, idle: float, out: dict) -> dict:
     from streaming import pod
 
     from edgelet.testing.apiserver import ADMIN_TOKEN, ApiServer, kube_bin_dir
+    from edgelet.testing.dnsstub import move_hub, named_hub
     from edgelet.testing.wglab import InNetns, kill_hub, rebind_nat, start_hub
 
-    # The lab's kept device key under b.base/root, the agent's --root-dir: the one the hub knows.
-    with wireguard_lab(b.base, nat=tunnel) as lab:
+    # The lab's kept device key under b.base/root, the agent's --root-dir: the one the hub knows. With the
+    # tunnel, the device names the hub by DNS (a server of the lab's answers the name in the site namespace).
+    with wireguard_lab(b.base, nat=tunnel) as lab, named_hub(lab) if tunnel else contextlib.nullcontext() as dns:
         in_hub = InNetns(lab["hub_ns"])
         api = ApiServer(
             b.base / "apiserver", kube_bin_dir(), netns=lab["hub_ns"], address=lab["hub_ip"], in_netns=in_hub
@@ -220,6 +224,15 @@ def _path_round(b, tunnel: bool, mb: int, idle: float, out: dict) -> dict:
                 t = time.monotonic()
                 wait(lambda: works("true"), 120, "exec after a NAT rebinding")
                 out["heal_nat_rebinding"] = time.monotonic() - t
+                move_hub(lab, dns)
+                t = time.monotonic()
+                # Nothing can mend it before the agent asks the name again: exec is tried from that lookup on.
+                looked = wait(lambda: dns.asked(lab["hub_name"], since=t), 120, "a lookup of the moved hub's name")
+                wait(lambda: works("true"), 120, "exec after the hub moved")
+                done = time.monotonic()
+                out["heal_hub_moved"] = done - t
+                out["hub_moved_to_lookup"] = looked[0].at - t
+                out["lookup_to_exec"] = done - looked[0].at
         finally:
             if forward is not None:
                 forward.terminate()
@@ -242,6 +255,9 @@ def path_main(rounds: int, mb: int, idle: float) -> None:
             ("start_to_exec", "s"),
             ("heal_hub_restart", "s"),
             ("heal_nat_rebinding", "s"),
+            ("heal_hub_moved", "s"),
+            ("hub_moved_to_lookup", "s"),
+            ("lookup_to_exec", "s"),
             ("port_forward_mb_s", "MB/s"),
             ("agent_idle_cpu_pct", "%"),
             ("agent_rss_mb", "MB"),

@@ -48,7 +48,7 @@ Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 @dataclass(frozen=True)
 class Endpoint:
-    """A peer's UDP endpoint as written: an IP address or a DNS name (resolved again when the tunnel is down)."""
+    """A peer's UDP endpoint as written: an IP address or a DNS name (looked up again while the agent runs)."""
 
     host: str
     port: int

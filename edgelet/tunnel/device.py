@@ -5,9 +5,9 @@ as its own daemon with its UAPI socket under /var/run/wireguard, so an agent
 that restarts finds the device answering and adopts the interface (its
 configuration is applied again, which changes nothing when nothing changed).
 `keep_up` checks the device every period: a device that stopped answering
-(wireguard-go died, the link was deleted) brings the interface up again with back-off; a peer whose last handshake is
-older than `STALE_AFTER` has its endpoint's DNS name resolved again, so a
-hub that moved is found without a restart.
+(wireguard-go died, the link was deleted) brings the interface up again with back-off; a peer's endpoint
+name is looked up again periodically (and at every check once its handshake is older than `STALE_AFTER`),
+so a hub that moved is found without a restart (endpoints.py decides when and where).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from edgelet.tunnel import backend as backends
+from edgelet.tunnel import endpoints as names
 from edgelet.tunnel import uapi
 from edgelet.tunnel.config import Endpoint, TunnelConfig
 from edgelet.tunnel.errors import DeviceError
@@ -39,7 +40,7 @@ _INTERFACE_NAME = re.compile(r"^[a-zA-Z0-9_=+.-]{1,15}$")  # wg-quick's rule
 STALE_AFTER = 180.0
 CHECK_PERIOD = 10.0
 
-Resolver = Callable[[Endpoint], Awaitable[str | None]]
+Resolver = Callable[[Endpoint], Awaitable[tuple[str, ...]]]
 Runner = Callable[[Sequence[str]], Awaitable[None]]
 
 
@@ -88,23 +89,6 @@ def on_tunnel(address: str | None, config: TunnelConfig) -> bool:
     return any(a.ip == ip for a in config.addresses)
 
 
-def format_endpoint(address: str, port: int) -> str:
-    return f"[{address}]:{port}" if ipaddress.ip_address(address).version == 6 else f"{address}:{port}"
-
-
-async def resolve(endpoint: Endpoint) -> str | None:
-    """The endpoint as ip:port, resolving a DNS name now; None when the name does not resolve (yet)."""
-    if not endpoint.is_name:
-        return str(endpoint)
-    try:
-        infos = await asyncio.get_running_loop().getaddrinfo(endpoint.host, endpoint.port, type=socket.SOCK_DGRAM)
-    except OSError as exc:
-        log.warning("Tunnel endpoint does not resolve", endpoint=str(endpoint), err=str(exc))
-        return None
-    infos.sort(key=lambda info: info[0] != socket.AF_INET)  # IPv4 first: the usual NAT'd uplink has it
-    return format_endpoint(str(infos[0][4][0]), endpoint.port) if infos else None
-
-
 async def run(argv: Sequence[str]) -> None:
     """Run one command to its end; DeviceError with its stderr when it fails."""
     try:
@@ -150,9 +134,10 @@ class Tunnel:
         interface: str | None = None,
         socket_dir: str = uapi.SOCKET_DIR,
         wireguard_go: str = "wireguard-go",
-        resolver: Resolver = resolve,
+        resolver: Resolver = names.resolve,
         runner: Runner = run,
         stale_after: float = STALE_AFTER,
+        resolve_period: float = names.RESOLVE_PERIOD,
         kind: str | None = None,
         kernel_probe: Callable[[], Awaitable[int | None]] = backends.kernel_family,
         netlink_transact: backends.NetlinkTransact | None = None,
@@ -168,7 +153,9 @@ class Tunnel:
         self.resolver = resolver
         self.runner = runner
         self.stale_after = stale_after
+        self.resolve_period = resolve_period
         self.endpoints: dict[bytes, str] = {}
+        self.lookups: dict[bytes, names.Lookups] = {}  # per peer whose endpoint is a name
         self.status = Status(up=False, last_handshake=None)
         self.went_up = asyncio.Event()  # set at the first up (or adoption): what waits for the address may go
         self.state_seen: uapi.DeviceState | None = None  # the last check's answer (bytes, handshakes) for metrics
@@ -213,8 +200,10 @@ class Tunnel:
             kind = self.kind or backends.choose(family is not None, backends.wireguard_go_found(self.wireguard_go))
             self.backend = self._kernel if kind == backends.KERNEL else self._wireguard_go
             await self.backend.create()
-        present = frozenset(p.public_key for p in (await self.state()).peers) if adopted else None
-        await self.configure(present)
+        found = (await self.state()).peers if adopted else ()
+        await self.configure(
+            frozenset(p.public_key for p in found) if adopted else None, {p.public_key: p.endpoint for p in found}
+        )
         for argv in ip_commands(self.interface, self.config):
             await self.runner(argv)
         self.state_seen = await self.state()  # its peers in the metrics from now, not from the first check
@@ -238,13 +227,26 @@ class Tunnel:
             return False
         return True
 
-    async def configure(self, present: frozenset[bytes] | None = None) -> None:
-        """Apply the whole config; `present`: the peers of an adopted device, updated in place (uapi.set_request)."""
+    async def configure(
+        self, present: frozenset[bytes] | None = None, current: dict[bytes, str | None] | None = None
+    ) -> None:
+        """Apply the whole config; `present`: the peers of an adopted device, updated in place (uapi.set_request),
+        `current`: their endpoints, kept when still one of the name's addresses (a round-robin name's order
+        never moves a peer)."""
         for peer in self.config.peers:
-            resolved = await self.resolver(peer.endpoint)
-            if resolved is not None:
-                self.endpoints[peer.public_key] = resolved
+            answer = await self._look_up(peer.public_key, peer.endpoint)
+            had = (current or {}).get(peer.public_key)
+            if answer:
+                # The answer's first, unless the device's address is still one of the answer's (then None: kept).
+                self.endpoints[peer.public_key] = names.choose_endpoint(had, answer, None, True) or had or answer[0]
         await self.backend.configure(self.config, self.endpoints, present)
+
+    async def _look_up(self, key: bytes, endpoint: Endpoint) -> tuple[str, ...]:
+        answer = await self.resolver(endpoint)
+        if endpoint.is_name:
+            before = self.lookups.get(key, names.Lookups(None, 0.0))
+            self.lookups[key] = names.after_lookup(before, answer, self.clock.monotonic(), self.resolve_period)
+        return answer
 
     async def state(self) -> uapi.DeviceState:
         return await self.backend.state()
@@ -262,18 +264,29 @@ class Tunnel:
         self.state_seen = device
         newest = max((p.last_handshake for p in device.peers if p.last_handshake), default=None)
         self.status = Status(up=True, last_handshake=newest)
-        now = self.clock.now()
-        seen = {p.public_key: p.last_handshake for p in device.peers}
+        await self._follow_names(device)
+
+    async def _follow_names(self, device: uapi.DeviceState) -> None:
+        """Look each name up that is due, and point its peer at the answer when it is no longer there."""
+        now, mono = self.clock.now(), self.clock.monotonic()
+        seen = {p.public_key: p for p in device.peers}
         for peer in self.config.peers:
-            last = seen.get(peer.public_key)
+            if not peer.endpoint.is_name:
+                continue
+            state = seen.get(peer.public_key)
+            last = state.last_handshake if state is not None else None
             stale = last is None or now - last > self.stale_after
-            if stale and peer.endpoint.is_name:
-                resolved = await self.resolver(peer.endpoint)
-                if resolved is not None and resolved != self.endpoints.get(peer.public_key):
-                    log.info("Tunnel endpoint moved", endpoint=str(peer.endpoint), address=resolved)
-                    self.endpoints[peer.public_key] = resolved
-                    await self.backend.set_endpoint(peer.public_key, resolved)
-                    self.reconnects["endpoint"] += 1
+            lookups = self.lookups.get(peer.public_key, names.Lookups(None, mono))
+            if not names.is_lookup_due(lookups, mono, stale):
+                continue
+            answer = await self._look_up(peer.public_key, peer.endpoint)
+            current = state.endpoint if state is not None else self.endpoints.get(peer.public_key)
+            chosen = names.choose_endpoint(current, answer, lookups.answer, stale)
+            if chosen is not None:
+                log.info("Tunnel endpoint moved", endpoint=str(peer.endpoint), address=chosen, was=current, stale=stale)
+                self.endpoints[peer.public_key] = chosen
+                await self.backend.set_endpoint(peer.public_key, chosen)
+                self.reconnects["endpoint"] += 1
 
     async def keep_up(self, stop: asyncio.Event | None = None, period: float = CHECK_PERIOD) -> None:
         """Bring the interface up (or adopt it) now, then check it every `period` until `stop` (or cancelled).

@@ -220,7 +220,7 @@ def test_a_silent_peer_s_name_is_resolved_again(tmp_path):
     addresses = iter(["192.0.2.1:51820", "192.0.2.2:51820"])
 
     async def resolver(endpoint):
-        return next(addresses)
+        return (next(addresses),)
 
     async def scenario():
         tunnel = Tunnel(cfg, clock, interface="wgtest", socket_dir=str(tmp_path), resolver=resolver)

@@ -232,7 +232,7 @@ def _kernel_tunnel(fake: FakeKernel, ran: list[list[str]], **kw):
     addresses = kw.pop("addresses")
 
     async def resolver(endpoint):
-        return next(addresses)
+        return (next(addresses),)
 
     return Tunnel(
         cfg,
