@@ -406,7 +406,7 @@ class RuncRuntime:
         """conmon's arguments for container (or pause process) `cid`, run by `runc`'s binary and root."""
         return conmon.ConmonArgs(
             conmon=self.conmon_bin,
-            runtime=runc.binary,
+            runtime=runc.exec_path(),
             runtime_root=runc.root,
             container_id=cid,
             name=name,
