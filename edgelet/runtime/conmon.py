@@ -57,6 +57,8 @@ class ConmonArgs:
     stdin: bool = False
     stdin_once: bool = False
     terminal: bool = False  # `tty: true`: conmon makes the console (runc needs its socket) and relays it
+    # A descriptor conmon inherits that `runtime` names (/proc/self/fd/<n>: the runtime's sealed copy).
+    runtime_fd: int | None = None
 
 
 def conmon_argv(a: ConmonArgs) -> list[str]:
@@ -205,7 +207,7 @@ async def create(
     """
     r, w = os.pipe()
     env = {**os.environ, "_OCI_SYNCPIPE": str(w)}
-    fds = [w]
+    fds = [w] if a.runtime_fd is None else [w, a.runtime_fd]
     gate_r = gate_w = -1
     if start is not None:
         gate_r, gate_w = os.pipe()

@@ -54,6 +54,12 @@ class Runc:
         """What to exec for this runtime: its sealed copy where it has one (see runtime.sealedbinary)."""
         return self.binary if self._sealed is None else self._sealed.exec_path()
 
+    def conmon_runtime(self) -> tuple[str, int | None]:
+        """The runtime as conmon is to exec it: the path, and a descriptor conmon must inherit for that path to
+        hold (its sealed copy, named `/proc/self/fd/<n>`, valid in conmon whatever becomes of the agent)."""
+        fd = self._sealed.fd() if self._sealed is not None else None
+        return (self.binary, None) if fd is None else (f"/proc/self/fd/{fd}", fd)
+
     def argv(self, *args: str) -> list[str]:
         return [self.exec_path(), "--root", str(self.root), *args]
 

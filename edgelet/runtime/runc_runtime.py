@@ -404,9 +404,11 @@ class RuncRuntime:
         terminal: bool = False,
     ) -> conmon.ConmonArgs:
         """conmon's arguments for container (or pause process) `cid`, run by `runc`'s binary and root."""
+        runtime, runtime_fd = runc.conmon_runtime()
         return conmon.ConmonArgs(
             conmon=self.conmon_bin,
-            runtime=runc.exec_path(),
+            runtime=runtime,
+            runtime_fd=runtime_fd,
             runtime_root=runc.root,
             container_id=cid,
             name=name,

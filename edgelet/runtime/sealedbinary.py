@@ -8,9 +8,11 @@ libraries again, about as long as the whole of a `crun start`. It skips that
 when `/proc/self/exe` already is a memfd sealed against writes (the
 protection holds: nothing can write to it), as its source says an
 administrator may provide. The agent makes that copy once and runs the
-runtime from it by `/proc/<agent pid>/fd/<n>` (conmon too: it execs the
-runtime by the path it is given). The copy follows the binary on disk: one
-replaced by an upgrade is copied again at its next use.
+runtime from it by `/proc/<agent pid>/fd/<n>`. conmon is passed the copy's
+descriptor and told `/proc/self/fd/<n>`: it runs the runtime after it
+forked, so a path through the agent would fail if the agent were killed in
+between. The copy follows the binary on disk: one replaced by an upgrade is
+copied again at its next use.
 
 runc is not given one: it copies itself only for the container's init, and
 its binary is twenty times crun's, which a copy would keep in memory.
@@ -48,15 +50,21 @@ class SealedBinary:
     def exec_path(self) -> str:
         """The path to exec: the sealed copy's, or the binary's own when no copy can be made (no memfd here,
         the binary unreadable: it then protects itself as before)."""
+        fd = self.fd()
+        return self.source if fd is None else f"/proc/{os.getpid()}/fd/{fd}"
+
+    def fd(self) -> int | None:
+        """The sealed copy's descriptor (close-on-exec: a child that is to exec it later is passed it), made
+        again when the binary changed on disk; None when there is none."""
         try:
             st = os.stat(self.source)
         except OSError:
-            return self.source
+            return None
         identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
         if identity != self._made_from:
             self._made_from = identity
             self._replace()
-        return self.source if self._fd is None else f"/proc/{os.getpid()}/fd/{self._fd}"
+        return self._fd
 
     def _replace(self) -> None:
         try:

@@ -76,6 +76,19 @@ def test_runc_runs_crun_from_its_copy_and_runc_from_its_path(tmp_path: Path) -> 
     assert crun.binary == str(tool)  # names and checks keep the binary's own path
     runc = Runc("/usr/sbin/runc", tmp_path / "root")
     assert runc.argv("list")[0] == "/usr/sbin/runc"
+    assert runc.conmon_runtime() == ("/usr/sbin/runc", None)
+
+
+def test_conmon_is_handed_the_copy_it_execs_by_its_own_descriptor(tmp_path: Path) -> None:
+    """conmon runs the runtime after it forked: the path it gets names a descriptor it inherits, not one of the
+    agent's (which a killed agent would take along)."""
+    tool = tmp_path / "crun"
+    _script(tool, "from conmon")
+    path, fd = Runc(str(tool), tmp_path / "root", name="crun").conmon_runtime()
+    assert fd is not None and path == f"/proc/self/fd/{fd}"
+    # A child that inherits it runs it by that path, as conmon's runtime child does.
+    done = subprocess.run(["/bin/sh", "-c", f"exec {path}"], pass_fds=(fd,), capture_output=True, check=True)
+    assert done.stdout == b"from conmon\n"
 
 
 def _execs(argv: list[str], tmp_path: Path) -> list[str]:
