@@ -45,6 +45,7 @@ def main() -> None:
     ap.add_argument("--settle", type=float, default=5.0)
     ap.add_argument("--cni", action="store_true", help="pods on a CNI bridge network instead of none")
     ap.add_argument("--spawns", action="store_true", help="count what the agent spawns in the idle window")
+    ap.add_argument("--runtime-handler", help="the agent's default runtime handler (runc unless given: crun)")
     ap.add_argument(
         "--one-by-one",
         action="store_true",
@@ -64,12 +65,12 @@ def main() -> None:
     starting: collections.Counter[str] = collections.Counter()
     bridge = None
     try:
-        extra: tuple[str, ...] = ()
+        extra: tuple[str, ...] = ("--runtime-handler", args.runtime_handler) if args.runtime_handler else ()
         if args.cni:
             from start_latency import cni_conf
 
             conf, bridge = cni_conf(b.base)
-            extra = (f"--cni-conf-dir={conf}", "--cni-bin-dir=/usr/lib/cni")
+            extra += (f"--cni-conf-dir={conf}", "--cni-bin-dir=/usr/lib/cni")
         proc = b.start_agent(*extra)
         time.sleep(args.settle)
         rss0, pss0 = memory(proc.pid)

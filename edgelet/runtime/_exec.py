@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from edgelet.container.errors import ExecError, ExecTimeout
@@ -30,6 +30,7 @@ class Runner(Protocol):
         cwd: str | os.PathLike[str] | None = None,
         pass_fds: Sequence[int] = (),
         daemonizes: bool = False,
+        spawned: Callable[[int], None] | None = None,
     ) -> Completed: ...
 
 
@@ -43,6 +44,7 @@ async def run(
     cwd: str | os.PathLike[str] | None = None,
     pass_fds: Sequence[int] = (),
     daemonizes: bool = False,
+    spawned: Callable[[int], None] | None = None,
 ) -> Completed:
     """Run `argv` to completion and capture its output.
 
@@ -53,17 +55,22 @@ async def run(
     `daemonizes`: the command forks a long-lived child (conmon) that may keep
     inherited stdio open, so its output goes to a temp file instead of pipes and
     only the direct child's exit is awaited (with pipes, waiting for EOF would
-    wait for the daemon).
+    wait for the daemon). `spawned` is called with the child's pid as soon as
+    it runs (conmon's, while it waits on its start pipe).
     """
     argv = tuple(str(a) for a in argv)
     if daemonizes:
-        return await _run_daemonizing(argv, timeout=timeout, check=check, env=env, cwd=cwd, pass_fds=pass_fds)
+        return await _run_daemonizing(
+            argv, timeout=timeout, check=check, env=env, cwd=cwd, pass_fds=pass_fds, spawned=spawned
+        )
     try:
         proc = await proc_.spawn(
             argv, stdin=proc_.PIPE if input is not None else proc_.DEVNULL, env=env, cwd=cwd, pass_fds=pass_fds
         )
     except OSError as exc:
         raise ExecError(argv, None, message=f"cannot start: {exc}") from exc
+    if spawned is not None:
+        spawned(proc.pid)
     try:
         async with asyncio.timeout(timeout):
             stdout, stderr = await proc.communicate(input)
@@ -91,12 +98,14 @@ async def start(argv: Sequence[str], *, stdin: int, stdout: int, stderr: int) ->
         raise ExecError(argv, None, message=f"cannot start: {exc}") from exc
 
 
-async def _run_daemonizing(argv, *, timeout, check, env, cwd, pass_fds) -> Completed:
+async def _run_daemonizing(argv, *, timeout, check, env, cwd, pass_fds, spawned) -> Completed:
     with tempfile.TemporaryFile() as out:
         try:
             proc = await proc_.spawn(argv, stdout=out, stderr=out, env=env, cwd=cwd, pass_fds=pass_fds)
         except OSError as exc:
             raise ExecError(argv, None, message=f"cannot start: {exc}") from exc
+        if spawned is not None:
+            spawned(proc.pid)
         try:
             async with asyncio.timeout(timeout):
                 await proc.wait()

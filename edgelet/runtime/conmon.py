@@ -24,6 +24,7 @@ import errno
 import json
 import os
 import signal
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,8 @@ class ConmonArgs:
     stdin: bool = False
     stdin_once: bool = False
     terminal: bool = False  # `tty: true`: conmon makes the console (runc needs its socket) and relays it
+    # A descriptor conmon inherits that `runtime` names (/proc/self/fd/<n>: the runtime's sealed copy).
+    runtime_fd: int | None = None
 
 
 def conmon_argv(a: ConmonArgs) -> list[str]:
@@ -183,7 +186,12 @@ def kill_conmon(bundle: Path) -> None:
 
 
 async def create(
-    a: ConmonArgs, *, timeout: float = 30, runner: _exec.Runner = _exec.run, start: asyncio.Future[Any] | None = None
+    a: ConmonArgs,
+    *,
+    timeout: float = 30,
+    runner: _exec.Runner = _exec.run,
+    start: asyncio.Future[Any] | None = None,
+    on_spawn: Callable[[int], Awaitable[None]] | None = None,
 ) -> int:
     """Start conmon, which runs `runc create`; returns the container's pid once runc created it.
 
@@ -193,29 +201,50 @@ async def create(
     on its start pipe (`_OCI_STARTPIPE`, read before it forks anything) until `start` is done, so its own
     start-up (exec, libraries, options) overlaps that work. If `start` fails, that conmon is killed before it
     did anything and `start`'s exception is raised.
+
+    `on_spawn` (with `start`): awaited with that waiting conmon's pid, beside `start`; conmon goes on once both
+    ended. What it does to conmon (its move into the pod's cgroup) then holds for everything conmon forks.
     """
     r, w = os.pipe()
     env = {**os.environ, "_OCI_SYNCPIPE": str(w)}
-    fds = [w]
+    fds = [w] if a.runtime_fd is None else [w, a.runtime_fd]
     gate_r = gate_w = -1
     if start is not None:
         gate_r, gate_w = os.pipe()
         env["_OCI_STARTPIPE"] = str(gate_r)
         fds.append(gate_r)
     argv = conmon_argv(a)
+    first_pid: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+    def spawned(pid: int) -> None:
+        if not first_pid.done():
+            first_pid.set_result(pid)
+
     try:
         # The first conmon exits at once after forking the monitor (after the start pipe says go).
         run = asyncio.ensure_future(
-            runner(argv, timeout=timeout, env=env, cwd=a.bundle, pass_fds=tuple(fds), daemonizes=True)
+            runner(
+                argv,
+                timeout=timeout,
+                env=env,
+                cwd=a.bundle,
+                pass_fds=tuple(fds),
+                daemonizes=True,
+                spawned=spawned if on_spawn is not None else None,
+            )
         )
+        beside = None
+        if start is not None and on_spawn is not None:
+            beside = asyncio.ensure_future(_beside(start, run, first_pid, on_spawn))
         try:
             if start is not None:
-                await _open_gate(run, start, gate_w)
+                await _open_gate(run, beside or start, gate_w)
             await run
         finally:
-            if not run.done():
-                run.cancel()  # kills the conmon, which has not forked yet
-            await asyncio.gather(run, return_exceptions=True)
+            for task in (run, beside):
+                if task is not None and not task.done():
+                    task.cancel()  # conmon is killed before it forked; `start` stays the caller's
+            await asyncio.gather(run, *([beside] if beside is not None else []), return_exceptions=True)
             # Only now: a conmon still waiting would read the end of its start pipe as a go.
             for fd in (w, gate_r, gate_w):
                 if fd >= 0:
@@ -240,6 +269,23 @@ async def create(
     if pid <= 0:
         raise CreateContainerError(f"runc create {a.name} ({a.container_id[:12]}) failed: {stderr_tail(message)}")
     return pid
+
+
+async def _beside(
+    start: asyncio.Future[Any],
+    run: asyncio.Future[Any],
+    pid: asyncio.Future[int],
+    on_spawn: Callable[[int], Awaitable[None]],
+) -> None:
+    """`start`, with `on_spawn(conmon's pid)` beside it once conmon runs (not when conmon ended first: it could
+    not start, and awaiting it says why); the first failure of the two is raised once both ended."""
+    await asyncio.wait({run, pid}, return_when=asyncio.FIRST_COMPLETED)
+    joining = asyncio.ensure_future(on_spawn(pid.result())) if pid.done() else None
+    try:
+        await asyncio.shield(start)  # the caller's work: a cancelled create leaves it to the caller
+    finally:
+        if joining is not None:
+            await joining
 
 
 async def _open_gate(run: asyncio.Future[Any], start: asyncio.Future[Any], gate_w: int) -> None:

@@ -12,6 +12,7 @@ import asyncio
 import dataclasses
 import json
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -135,17 +136,23 @@ class PinnedSandboxes:
         # The record first: a kill from here on leaves a sandbox every relist finds (judged exited) and
         # the next sync removes, with whatever it pinned.
         write_config(bundle, annotations)
-        self.host.cgroups.make(opening.pod, opening.uid, opening.pod_name)
-        if pending is not None:
-            network = self.host.networks.network
-            assert network is not None
-            network.make(pending)
-            annotations[ANN_NETNS] = pending.entry.netns
-            pinns.loopback_up(pending.entry.netns)
-        kinds = pinned_kinds(opening.pod, own_netns=pending is None)
-        files.update(pinns.pin(self._ns_dir(opening.sid), kinds, opening.hostname))
-        annotations[ANN_NAMESPACES] = format_namespaces({pinns.OCI_TYPES[kind]: path for kind, path in files.items()})
-        write_config(bundle, annotations)
+        # The pod cgroup is made beside the namespaces (in 12 v1 hierarchies a cgroup's mkdirs and limits take
+        # tens of ms, as long as the rest of the sandbox), and exists before the sandbox counts as started.
+        with ThreadPoolExecutor(1, thread_name_prefix="pod-cgroup") as beside:
+            cgroup = beside.submit(self.host.cgroups.make, opening.pod, opening.uid, opening.pod_name)
+            if pending is not None:
+                network = self.host.networks.network
+                assert network is not None
+                network.make(pending)
+                annotations[ANN_NETNS] = pending.entry.netns
+                pinns.loopback_up(pending.entry.netns)
+            kinds = pinned_kinds(opening.pod, own_netns=pending is None)
+            files.update(pinns.pin(self._ns_dir(opening.sid), kinds, opening.hostname))
+            annotations[ANN_NAMESPACES] = format_namespaces(
+                {pinns.OCI_TYPES[kind]: path for kind, path in files.items()}
+            )
+            write_config(bundle, annotations)
+            cgroup.result()
         if pending is None:
             self._finish(bundle, sysctls, files, None)
 

@@ -136,9 +136,13 @@ class PodCgroups:
         return self.of(uid, pod) + "/" + MONITOR_CGROUP
 
     def move_monitor(self, bundle: Path, cgroup: str) -> None:
+        """Move the conmon of `bundle` (by its pidfile) into `cgroup`; see move_conmon."""
         pid = conmon.conmon_pid(bundle)
-        if pid is None:
-            return
+        if pid is not None:
+            self.move_conmon(pid, cgroup)
+
+    def move_conmon(self, pid: int, cgroup: str) -> None:
+        """Move conmon `pid` into the pod's monitor cgroup `cgroup` (a warning when it cannot)."""
         try:
             self.writer().add_process(cgroup, pid)
         except CgroupError as exc:

@@ -10,6 +10,7 @@ from typing import Any
 
 from edgelet.container.errors import ContainerNotFound, ExecError
 from edgelet.runtime import _exec
+from edgelet.runtime.sealedbinary import SealedBinary, is_self_copying
 
 # runc: "container does not exist"; crun: "error opening file `<root>/<id>/status`: No such file or directory"
 # (state, kill, start) and "cannot open directory '<root>/<id>': No such file or directory" (delete).
@@ -40,6 +41,8 @@ class Runc:
         # does not (its exec sessions copy the size themselves, see execsession.copy_winsize).
         self.relays_resize = Path(binary).name != "crun"
         self.binary = binary
+        # crun is run from a sealed copy of itself, so that it does not make one at every invocation.
+        self._sealed = SealedBinary(binary) if is_self_copying(binary) else None
         self.root = Path(root)
         self.timeout = timeout
         # `list` is shared by concurrent callers (see there): lists started so far, and the last one done.
@@ -47,8 +50,18 @@ class Runc:
         self._lists_started = 0
         self._last_list: tuple[int, Listing] = (0, [])
 
+    def exec_path(self) -> str:
+        """What to exec for this runtime: its sealed copy where it has one (see runtime.sealedbinary)."""
+        return self.binary if self._sealed is None else self._sealed.exec_path()
+
+    def conmon_runtime(self) -> tuple[str, int | None]:
+        """The runtime as conmon is to exec it: the path, and a descriptor conmon must inherit for that path to
+        hold (its sealed copy, named `/proc/self/fd/<n>`, valid in conmon whatever becomes of the agent)."""
+        fd = self._sealed.fd() if self._sealed is not None else None
+        return (self.binary, None) if fd is None else (f"/proc/self/fd/{fd}", fd)
+
     def argv(self, *args: str) -> list[str]:
-        return [self.binary, "--root", str(self.root), *args]
+        return [self.exec_path(), "--root", str(self.root), *args]
 
     async def _run(self, *args: str, timeout: float | None = None, check: bool = True) -> _exec.Completed:
         return await self._exec(self.argv(*args), timeout=timeout or self.timeout, check=check)

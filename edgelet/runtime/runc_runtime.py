@@ -404,9 +404,11 @@ class RuncRuntime:
         terminal: bool = False,
     ) -> conmon.ConmonArgs:
         """conmon's arguments for container (or pause process) `cid`, run by `runc`'s binary and root."""
+        runtime, runtime_fd = runc.conmon_runtime()
         return conmon.ConmonArgs(
             conmon=self.conmon_bin,
-            runtime=runc.binary,
+            runtime=runtime,
+            runtime_fd=runtime_fd,
             runtime_root=runc.root,
             container_id=cid,
             name=name,
@@ -466,6 +468,15 @@ class RuncRuntime:
             configured = asyncio.ensure_future(
                 asyncio.to_thread(self.specs.write_spec, pod, container, image, layout, bundle, cid, ctx_args)
             )
+            monitor = self.cgroups.monitor(uid, pod)
+
+            async def join_pod(conmon_pid: int) -> None:
+                # Moved while it waits on its start pipe, as CRI-O does: conmon, the `runc create` it runs and
+                # the monitor it forks start in the pod's cgroup, counted against its pids.max from their first
+                # fork, and nothing stands between create and start. (A process moved into a cgroup is not held
+                # to its pids.max: a conmon moved in later could exceed a pod that had forked up to its limit.)
+                await asyncio.to_thread(self.cgroups.move_conmon, conmon_pid, monitor)
+
             name = f"k8s_{container.name}_{pod_name}_{ns}_{uid}_{attempt}"
             await conmon.create(
                 self.conmon_args(
@@ -480,15 +491,13 @@ class RuncRuntime:
                 ),
                 runner=self.runner,
                 start=configured,
+                on_spawn=join_pod,
             )
             ctx, redacted = configured.result()
             self.security.warn_apparmor(pod, container, ctx)
             if redacted is not None:
                 await asyncio.to_thread(bl.write_file, bundle / bl.CONFIG, json.dumps(redacted, indent=1))
             self.specs.warn_env_skipped(pod, container)
-            # Before `runc start`, not beside it: a process moved into a cgroup is not held to its pids.max, so
-            # a conmon joining a pod whose container already forked up to the pod's limit would exceed it.
-            await asyncio.to_thread(self.cgroups.move_monitor, bundle, self.cgroups.monitor(uid, pod))
             crash_point("container.create")
             done = True
         except CreateContainerError:

@@ -32,9 +32,19 @@ def _trace(argv: Sequence[str]) -> None:
 
     try:
         with open(_TRACE, "a") as f:  # type: ignore[arg-type]
-            f.write(f"{REAL_CLOCK.now():.3f} {os.path.basename(str(argv[0]))} {' '.join(map(str, argv[1:5]))}\n")
+            f.write(f"{REAL_CLOCK.now():.3f} {program_name(str(argv[0]))} {' '.join(map(str, argv[1:5]))}\n")
     except OSError:
         pass
+
+
+def program_name(path: str) -> str:
+    """The program's name; a memfd run by its /proc path (runtime.sealedbinary's copy) by the name it was made with."""
+    if path.startswith("/proc/"):
+        try:
+            return os.readlink(path).removeprefix("/memfd:").split(" (deleted)")[0]
+        except OSError:
+            pass
+    return os.path.basename(path)
 
 
 def _pidfd_watcher_class() -> Any:

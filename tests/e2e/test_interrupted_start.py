@@ -49,12 +49,13 @@ def test_a_container_created_by_a_killed_agent_is_started_by_the_next_one(agent)
     agent.stop()
 
 
-def test_a_created_container_whose_conmon_died_with_the_agent_is_replaced(agent):
+def test_a_created_container_whose_conmon_died_with_the_agent_is_replaced(runtime_handler, agent):
     """Killed while conmon ran the container's `runc create` (before the agent read conmon's answer), the
     agent takes that conmon along (its answer meets a closed pipe): runc holds the instance created with
     nobody to record its exit. Started as it is, a pod that exits 3 showed exit code 255
     (ContainerStatusUnknown) for good, its bundle without runc state or exit file (chaos campaign, seed 21).
-    It is killed and replaced by one under a live conmon instead: the exit reads 3."""
+    It is killed and replaced by one under a live conmon instead: the exit reads 3. Under crun, conmon runs
+    the agent's sealed copy of it by a descriptor of its own: the create goes through with the agent gone."""
     agent.write_manifest("fail.yaml", pod_yaml("fail", "echo failing; exit 3", restart="Never"))
     # The pod has no pause process (no sandbox conmon), so the first answer is the container's.
     agent.start(env={CRASH_ENV: "conmon.answer:1"})

@@ -198,3 +198,41 @@ async def test_a_config_that_fails_kills_the_conmon_waiting_for_it(rt: RuncRunti
     assert [c.state for c in (await rt.pod_status(pod.metadata.uid)).containers] == ["running"]
     await rt.stop_container(cid, 1)
     await rt.remove_pod(pod.metadata.uid)
+
+
+@aio
+async def test_conmon_joins_the_pods_cgroup_while_it_waits_on_its_start_pipe(
+    rt: RuncRuntime, busybox, monkeypatch
+) -> None:
+    """conmon is moved into the pod's monitor cgroup beside the config write, before it runs `runc create`:
+    what it forks starts there, and nothing stands between create and start."""
+    import time
+
+    from edgelet.ocispec import build as ocispec
+    from edgelet.testing.cleanup import conmon_processes
+
+    pod = _pod("joins", "a")
+    sandbox = await rt.run_sandbox(pod, 0)
+    monitor = rt.monitor_cgroup(pod.metadata.uid, pod)
+    base = str(rt.paths.root_dir.parent.resolve())
+    seen: list[str] = []
+    build = ocispec.build_container_spec
+
+    def watched(*args, **kwargs):
+        for _ in range(200):  # conmon is up meanwhile, waiting on its start pipe for this config
+            waiting = [pid for pid, argv in conmon_processes() if any(base in a for a in argv)]
+            cgroups = [Path(f"/proc/{pid}/cgroup").read_text() for pid in waiting]
+            if any(monitor in text for text in cgroups):
+                seen.append(monitor)
+                break
+            time.sleep(0.025)
+        return build(*args, **kwargs)
+
+    monkeypatch.setattr(ocispec, "build_container_spec", watched)
+    cid = await rt.create_container(pod, pod.spec.containers[0], sandbox, busybox, 0)
+    assert seen == [monitor]  # in the pod's cgroup before its config was written
+    await rt.start_container(cid)
+    conmon_pid = int((rt.paths.pod_dir(pod.metadata.uid) / "containers/a/0/conmon.pid").read_text())
+    assert monitor in Path(f"/proc/{conmon_pid}/cgroup").read_text()  # the monitor it forked, too
+    await rt.stop_container(cid, 1)
+    await rt.remove_pod(pod.metadata.uid)

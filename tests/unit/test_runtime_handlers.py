@@ -41,6 +41,7 @@ from edgelet.runtime.runc import Runc, _is_not_found
 from edgelet.runtime.runc_runtime import RuncRuntime
 from edgelet.runtime.state import parse_runc_time
 from edgelet.util.clock import FakeClock
+from edgelet.util.proc import program_name
 
 OUTPUT = Path(__file__).parent / "oci_output"
 
@@ -256,7 +257,7 @@ class TwoRuntimes:
     async def __call__(self, argv: Sequence[str], *, check: bool = True, **kw: Any) -> Completed:
         args = tuple(str(a) for a in argv)
         self.calls.append(args)
-        binary, sub = Path(args[0]).name, args[3]
+        binary, sub = program_name(args[0]), args[3]  # crun runs from its sealed copy: named by what it holds
         if sub == "list":
             return Completed(args, 0, json.dumps(self.listings.get(binary, [])).encode(), b"")
         if sub == "state":
@@ -304,7 +305,8 @@ def test_a_runtime_observes_and_drives_each_container_under_its_own_handler(tmp_
         "u1": ["c1"],
         "u2": ["c2"],
     }
-    assert {call[0] for call in runner.calls if call[3] == "list"} == {"/usr/sbin/runc", "/usr/bin/crun"}
+    crun = rt.handlers.get("crun").exec_path()  # its sealed copy where this machine has a crun
+    assert {call[0] for call in runner.calls if call[3] == "list"} == {"/usr/sbin/runc", crun}
     # A handler other than the default whose root holds nothing is not listed: no second spawn per relist.
     (paths.run_dir / "runtimes" / "crun" / "c2").rmdir()
     runner.calls.clear()
@@ -315,7 +317,7 @@ def test_a_runtime_observes_and_drives_each_container_under_its_own_handler(tmp_
     runner.calls.clear()
     asyncio.run(rt.exec_sync("c2", ["true"], timeout=1))
     asyncio.run(rt.exec_sync("c1", ["true"], timeout=1))
-    assert [(c[0], c[3]) for c in runner.calls] == [("/usr/bin/crun", "exec"), ("/usr/sbin/runc", "exec")]
+    assert [(c[0], c[3]) for c in runner.calls] == [(crun, "exec"), ("/usr/sbin/runc", "exec")]
     # A bundle no handler lists any more (a reboot cleared /run) is its record's handler's.
     orphan_ann = {**base, ANN_KIND: KIND_SANDBOX, ANN_POD_UID: "u3", ANN_RUNTIME_HANDLER: "crun"}
     _bundle(tmp_path, "u3", "sandbox", "s3", orphan_ann)

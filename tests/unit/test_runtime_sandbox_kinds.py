@@ -76,3 +76,31 @@ def test_the_oci_runtime_is_chosen_per_pod_in_one_place(tmp_path: Path) -> None:
     assert rt.runc_for(_pod()) is rt.runc
     args = rt.conmon_args("c1", "n", tmp_path / "b", tmp_path / "l", runc=rt.runc_for(_pod()))
     assert (args.runtime, args.runtime_root) == ("/usr/sbin/runc", rt.paths.runc_root)
+
+
+def test_a_pinned_sandbox_makes_its_pod_cgroup_beside_its_namespaces(tmp_path: Path, monkeypatch) -> None:
+    """The pod cgroup (tens of ms in v1's hierarchies) and the namespaces are made at the same time; the
+    sandbox is started only once both exist."""
+    import asyncio
+    import threading
+
+    from edgelet.runtime import pinns
+
+    rt = _runtime(tmp_path)
+    made, pinning = threading.Event(), threading.Event()
+    saw: dict[str, bool] = {}
+
+    def make_cgroup(pod: Pod, uid: str, name: str) -> None:
+        saw["pinning while the cgroup is made"] = pinning.wait(10)
+        made.set()
+
+    def pin(directory: Path, kinds: tuple[str, ...], hostname: str) -> dict[str, str]:
+        pinning.set()
+        saw["cgroup made before pinning ended"] = made.wait(10)
+        return {kind: str(directory / kind) for kind in kinds}
+
+    monkeypatch.setattr(rt.cgroups, "make", make_cgroup)
+    monkeypatch.setattr(pinns, "pin", pin)
+    sandbox = asyncio.run(rt.create_sandbox(_pod(), 0))
+    assert sandbox.state == "running"
+    assert saw == {"pinning while the cgroup is made": True, "cgroup made before pinning ended": True}

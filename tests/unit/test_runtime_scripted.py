@@ -58,6 +58,7 @@ class ScriptedRunc:
         cwd: Any = None,
         pass_fds: Sequence[int] = (),
         daemonizes: bool = False,
+        spawned: Any = None,
     ) -> Completed:
         args = tuple(str(a) for a in argv)
         self.calls.append(args)
