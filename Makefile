@@ -154,9 +154,9 @@ bench: $(VENV)/.installed
 	$(PY) bench/probes.py
 	$(PY) bench/scale.py
 
-# bench/peers.py only (not `make test`), once with every system on runc and once on crun: podman and containerd from Debian, kubelet built from the
-# apiserver's source package. podman's package would drop a bridge conflist into /etc/cni/net.d, the
-# agent's default CNI conf dir, so it is kept out.
+# bench/peers.py only (not `make test`), every system on runc, then every one on crun: podman and
+# containerd from Debian, kubelet built from the apiserver's source package. podman's package would drop
+# a bridge conflist into /etc/cni/net.d, the agent's default CNI conf dir, so it is kept out.
 BENCH_PEERS_APT := podman containerd
 bench-peers: $(VENV)/.installed
 	@dpkg -s $(BENCH_PEERS_APT) >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
