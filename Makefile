@@ -154,15 +154,16 @@ bench: $(VENV)/.installed
 	$(PY) bench/probes.py
 	$(PY) bench/scale.py
 
-# bench/peers.py only (not `make test`): podman and containerd from Debian, kubelet built from the
-# apiserver's source package. podman's package would drop a bridge conflist into /etc/cni/net.d, the
-# agent's default CNI conf dir, so it is kept out.
+# bench/peers.py only (not `make test`), every system on runc, then every one on crun: podman and
+# containerd from Debian, kubelet built from the apiserver's source package. podman's package would drop
+# a bridge conflist into /etc/cni/net.d, the agent's default CNI conf dir, so it is kept out.
 BENCH_PEERS_APT := podman containerd
 bench-peers: $(VENV)/.installed
 	@dpkg -s $(BENCH_PEERS_APT) >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 		-o DPkg::Options::=--path-exclude=/etc/cni/net.d/* $(BENCH_PEERS_APT)
 	@tools/kubelet.sh >/dev/null
 	$(PY) bench/peers.py
+	$(PY) bench/peers.py --runtime crun
 
 # --- packaging: frozen binary and .deb (see packaging/README.md) -------------
 # `make binary`: dist/edgelet, one file to copy to a device by hand.
