@@ -92,7 +92,7 @@ def shell(agent):
     return agent
 
 
-def test_exec_without_tty_exit_code_and_streams(runtime_handler, shell):
+def test_exec_without_tty_exit_code_and_streams(shell):
     done = run_exec(shell, "shell", "-c", "main", "--", "sh", "-c", "echo out; echo err >&2; exit 7")
     assert done.returncode == 7
     assert done.stdout == b"out\n" and done.stderr == b"err\n"

@@ -72,7 +72,7 @@ def test_liveness_exec_failure_restarts_the_container(runtime_handler, agent):
     assert "Unhealthy" in agent.cli("events")
 
 
-def test_readiness_http_get_flips_ready_both_ways(runtime_handler, agent):
+def test_readiness_http_get_flips_ready_both_ways(agent):
     agent.start()
     agent.write_manifest(
         "web.yaml",
