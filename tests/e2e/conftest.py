@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -11,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -222,19 +224,40 @@ class AgentProc:
         return dest
 
 
+@contextlib.contextmanager
+def agent_on(paths: RuntimePaths, archive: Path, handler: str | None = None) -> Iterator[AgentProc]:
+    """An agent on `paths`, killed if it still runs at the end."""
+    a = AgentProc(paths, paths.root_dir.parent / "manifests", archive, handler)
+    try:
+        yield a
+    finally:
+        if a.proc is not None:
+            a.proc.kill()
+            a.proc.wait()
+            a._log.close()
+        if os.environ.get("EDGELET_TEST_SHOW_LOG"):
+            print(a.log())
+
+
 @pytest.fixture
 def agent(runtime_paths: RuntimePaths, busybox_archive: Path, request: pytest.FixtureRequest):
     """An agent on the test's dirs; a test that takes `runtime_handler` (runc, then crun) gets an agent whose
     default handler it is."""
     handler = request.getfixturevalue("runtime_handler") if "runtime_handler" in request.fixturenames else None
-    a = AgentProc(runtime_paths, runtime_paths.root_dir.parent / "manifests", busybox_archive, handler)
-    yield a
-    if a.proc is not None:
-        a.proc.kill()
-        a.proc.wait()
-        a._log.close()
-    if os.environ.get("EDGELET_TEST_SHOW_LOG"):
-        print(a.log())
+    with agent_on(runtime_paths, busybox_archive, handler) as a:
+        yield a
+
+
+@contextlib.contextmanager
+def shared_agent(
+    tmp_path_factory: pytest.TempPathFactory, archive: Path, handler: str | None = None
+) -> Iterator[AgentProc]:
+    """An agent (not started) for the tests of a module that only read what its pods do: one start and one
+    image import instead of one per test; its dirs, containers and cgroups are removed at the end."""
+    from tests.conftest import temp_runtime_paths
+
+    with temp_runtime_paths(tmp_path_factory.mktemp("agent")) as paths, agent_on(paths, archive, handler) as a:
+        yield a
 
 
 @pytest.fixture
