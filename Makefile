@@ -74,8 +74,8 @@ kube-apiserver: .make/apt.stamp
 # pods, the build on the disk) rather than compute.
 # The suite itself runs as two pytest processes side by side (TEST_SPLIT=1, the
 # default): TEST_FG (most of tests/e2e) in the foreground and TEST_BG (the rest,
-# the apiserver e2e files among them, so the two take about as long) into
-# build/pytest-rest.log. Every test keeps to its own dirs, cgroup parent, bridge,
+# the apiserver e2e files among them: they share one apiserver, started once per
+# process; so the two take about as long) into build/pytest-rest.log. Every test keeps to its own dirs, cgroup parent, bridge,
 # subnet and ports, so they never meet. One process took 16-19 min, over the 15
 # the project allows; split, about 13 at load 6-17 (figures in the commit that
 # made it the default). The five timing races the first split runs brought out
@@ -87,7 +87,7 @@ kube-apiserver: .make/apt.stamp
 TEST_SPLIT ?= 1
 TEST_BG ?= tests/chaos tests/fuzz tests/integration tests/unit \
 	tests/e2e/test_mirror.py tests/e2e/test_rollout_mirror.py tests/e2e/test_streaming.py \
-	tests/e2e/test_self_update.py
+	tests/e2e/test_configmaps_mirror.py tests/e2e/test_self_update.py
 TEST_FG ?= tests $(addprefix --ignore=,$(TEST_BG))
 # Not $(MAKE) in the recipe: make would run that line under `make -n test` too.
 TEST_MAKE = $(MAKE)

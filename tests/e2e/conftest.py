@@ -20,6 +20,7 @@ import pytest
 from edgelet.runtime.layout import RuntimePaths
 
 IMAGE = "edgelet.local/busybox:1.36"
+NODE = "testnode"  # every agent's --hostname-override
 
 
 def edgelet_command() -> list[str]:
@@ -101,7 +102,7 @@ class AgentProc:
             "--cgroup-root",
             self.paths.cgroup_root,
             "--hostname-override",
-            "testnode",
+            NODE,
             "--config",
             "/dev/null",
             "-v",
@@ -297,3 +298,37 @@ def network(tmp_path):
 
     asyncio.run(remove_tagged(conflist["name"], key="name"))
     subprocess.run(["ip", "link", "del", bridge], capture_output=True)
+
+
+@pytest.fixture(scope="session")
+def apiserver(tmp_path_factory):
+    """One real kube-apiserver (and etcd) for every test of the run that takes `cluster`: its start is the
+    slowest fixture there is, and `cluster` clears what a test left."""
+    from edgelet.testing.apiserver import ApiServer, kube_bin_dir
+
+    if shutil.which("etcd") is None:
+        pytest.fail("etcd is not installed: make test installs etcd-server")
+    server = ApiServer(tmp_path_factory.mktemp("apiserver"), kube_bin_dir())
+    server.node_token(NODE)
+    server.node_token("othernode")
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def cluster(apiserver):
+    """The apiserver with no trace of an earlier test's node (no controller-manager runs to collect it)."""
+    _forget_node(apiserver)
+    yield apiserver
+    if not apiserver.procs:
+        apiserver.start()
+    _forget_node(apiserver)
+
+
+def _forget_node(api) -> None:
+    for pod in api.get(f"/api/v1/pods?fieldSelector=spec.nodeName={NODE}")["items"]:
+        meta = pod["metadata"]
+        api.request("DELETE", f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}", {"gracePeriodSeconds": 0})
+    api.request("DELETE", f"/api/v1/nodes/{NODE}")
+    api.request("DELETE", f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{NODE}")
