@@ -6,10 +6,12 @@ from __future__ import annotations
 # (edgelet.util.openssl.defer() is for the agent's own process; tests/integration/test_openssl_deferred.py
 # checks it in fresh interpreters).
 import asyncio  # noqa: F401
+import contextlib
 import hashlib  # noqa: F401
 import os
 import shutil
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -85,10 +87,9 @@ def specs_dir() -> Path:
     return SPECS
 
 
-@pytest.fixture
-def runtime_paths(tmp_path: Path):
-    """Temp root, run and log dirs and a unique cgroup parent; everything is removed afterwards."""
-    base = Path(tmp_path)
+@contextlib.contextmanager
+def temp_runtime_paths(base: Path) -> Iterator[RuntimePaths]:
+    """Root, run and log dirs under `base` and a unique cgroup parent; everything is removed afterwards."""
     paths = RuntimePaths(
         root_dir=base / "root",
         run_dir=base / "run",
@@ -97,5 +98,14 @@ def runtime_paths(tmp_path: Path):
     )
     for d in (paths.root_dir, paths.run_dir, paths.log_dir):
         d.mkdir(parents=True)
-    yield paths
-    cleanup_all(base, paths.runc_root, paths.cgroup_root)
+    try:
+        yield paths
+    finally:
+        cleanup_all(base, paths.runc_root, paths.cgroup_root)
+
+
+@pytest.fixture
+def runtime_paths(tmp_path: Path):
+    """Temp root, run and log dirs and a unique cgroup parent; everything is removed afterwards."""
+    with temp_runtime_paths(Path(tmp_path)) as paths:
+        yield paths

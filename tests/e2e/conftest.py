@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -11,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,7 @@ import pytest
 from edgelet.runtime.layout import RuntimePaths
 
 IMAGE = "edgelet.local/busybox:1.36"
+NODE = "testnode"  # every agent's --hostname-override
 
 
 def edgelet_command() -> list[str]:
@@ -99,7 +102,7 @@ class AgentProc:
             "--cgroup-root",
             self.paths.cgroup_root,
             "--hostname-override",
-            "testnode",
+            NODE,
             "--config",
             "/dev/null",
             "-v",
@@ -222,19 +225,40 @@ class AgentProc:
         return dest
 
 
+@contextlib.contextmanager
+def agent_on(paths: RuntimePaths, archive: Path, handler: str | None = None) -> Iterator[AgentProc]:
+    """An agent on `paths`, killed if it still runs at the end."""
+    a = AgentProc(paths, paths.root_dir.parent / "manifests", archive, handler)
+    try:
+        yield a
+    finally:
+        if a.proc is not None:
+            a.proc.kill()
+            a.proc.wait()
+            a._log.close()
+        if os.environ.get("EDGELET_TEST_SHOW_LOG"):
+            print(a.log())
+
+
 @pytest.fixture
 def agent(runtime_paths: RuntimePaths, busybox_archive: Path, request: pytest.FixtureRequest):
     """An agent on the test's dirs; a test that takes `runtime_handler` (runc, then crun) gets an agent whose
     default handler it is."""
     handler = request.getfixturevalue("runtime_handler") if "runtime_handler" in request.fixturenames else None
-    a = AgentProc(runtime_paths, runtime_paths.root_dir.parent / "manifests", busybox_archive, handler)
-    yield a
-    if a.proc is not None:
-        a.proc.kill()
-        a.proc.wait()
-        a._log.close()
-    if os.environ.get("EDGELET_TEST_SHOW_LOG"):
-        print(a.log())
+    with agent_on(runtime_paths, busybox_archive, handler) as a:
+        yield a
+
+
+@contextlib.contextmanager
+def shared_agent(
+    tmp_path_factory: pytest.TempPathFactory, archive: Path, handler: str | None = None
+) -> Iterator[AgentProc]:
+    """An agent (not started) for the tests of a module that only read what its pods do: one start and one
+    image import instead of one per test; its dirs, containers and cgroups are removed at the end."""
+    from tests.conftest import temp_runtime_paths
+
+    with temp_runtime_paths(tmp_path_factory.mktemp("agent")) as paths, agent_on(paths, archive, handler) as a:
+        yield a
 
 
 @pytest.fixture
@@ -274,3 +298,37 @@ def network(tmp_path):
 
     asyncio.run(remove_tagged(conflist["name"], key="name"))
     subprocess.run(["ip", "link", "del", bridge], capture_output=True)
+
+
+@pytest.fixture(scope="session")
+def apiserver(tmp_path_factory):
+    """One real kube-apiserver (and etcd) for every test of the run that takes `cluster`: its start is the
+    slowest fixture there is, and `cluster` clears what a test left."""
+    from edgelet.testing.apiserver import ApiServer, kube_bin_dir
+
+    if shutil.which("etcd") is None:
+        pytest.fail("etcd is not installed: make test installs etcd-server")
+    server = ApiServer(tmp_path_factory.mktemp("apiserver"), kube_bin_dir())
+    server.node_token(NODE)
+    server.node_token("othernode")
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def cluster(apiserver):
+    """The apiserver with no trace of an earlier test's node (no controller-manager runs to collect it)."""
+    _forget_node(apiserver)
+    yield apiserver
+    if not apiserver.procs:
+        apiserver.start()
+    _forget_node(apiserver)
+
+
+def _forget_node(api) -> None:
+    for pod in api.get(f"/api/v1/pods?fieldSelector=spec.nodeName={NODE}")["items"]:
+        meta = pod["metadata"]
+        api.request("DELETE", f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}", {"gracePeriodSeconds": 0})
+    api.request("DELETE", f"/api/v1/nodes/{NODE}")
+    api.request("DELETE", f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{NODE}")

@@ -9,7 +9,7 @@ import pytest
 
 from tests.e2e.conftest import wait_for
 from tests.e2e.test_configmaps import SECRET, manifest
-from tests.e2e.test_mirror import apiserver, cluster, mirror, start_agent  # noqa: F401  (fixtures)
+from tests.e2e.test_mirror import mirror, start_agent
 
 pytestmark = [pytest.mark.privileged, pytest.mark.apiserver]
 

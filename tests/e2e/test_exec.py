@@ -14,7 +14,7 @@ import termios
 
 import pytest
 
-from tests.e2e.conftest import IMAGE, edgelet_command, wait_for
+from tests.e2e.conftest import IMAGE, AgentProc, edgelet_command, shared_agent, wait_for
 
 pytestmark = pytest.mark.privileged
 
@@ -72,8 +72,8 @@ def run_exec(agent, *args: str, input: bytes | None = None) -> subprocess.Comple
     )
 
 
-@pytest.fixture
-def shell(agent):
+def start_shell(agent) -> AgentProc:
+    """The agent started with the shell pod, once main runs (its confinement recorded) and done has exited."""
     agent.start()
     agent.write_manifest("shell.yaml", POD)
 
@@ -92,7 +92,21 @@ def shell(agent):
     return agent
 
 
-def test_exec_without_tty_exit_code_and_streams(runtime_handler, shell):
+# One agent and pod per handler for the whole module: every test only execs into main, which they leave as
+# they found it (a command a test starts ends with it).
+@pytest.fixture(scope="module")
+def shell(tmp_path_factory, busybox_archive):
+    with shared_agent(tmp_path_factory, busybox_archive) as agent:
+        yield start_shell(agent)
+
+
+@pytest.fixture(scope="module")
+def crun_shell(tmp_path_factory, busybox_archive, crun_ready):
+    with shared_agent(tmp_path_factory, busybox_archive, "crun") as agent:
+        yield start_shell(agent)
+
+
+def test_exec_without_tty_exit_code_and_streams(shell):
     done = run_exec(shell, "shell", "-c", "main", "--", "sh", "-c", "echo out; echo err >&2; exit 7")
     assert done.returncode == 7
     assert done.stdout == b"out\n" and done.stderr == b"err\n"
@@ -173,7 +187,8 @@ class Terminal:
         return code
 
 
-def test_exec_with_tty_and_resize(runtime_handler, shell):
+def test_exec_with_tty_and_resize(runtime_handler, request):
+    shell = request.getfixturevalue("shell" if runtime_handler == "runc" else "crun_shell")
     term = Terminal(
         exec_argv(
             shell,

@@ -9,17 +9,15 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 
 import pytest
 
-from edgelet.testing.apiserver import ADMIN_TOKEN, ApiServer, kube_bin_dir
-from tests.e2e.conftest import IMAGE, wait_for
+from edgelet.testing.apiserver import ADMIN_TOKEN, ApiServer
+from tests.e2e.conftest import IMAGE, NODE, wait_for
 
 pytestmark = [pytest.mark.privileged, pytest.mark.apiserver]
 
-NODE = "testnode"
 FAST = (
     "--node-lease-renew-interval",
     "1s",
@@ -48,36 +46,6 @@ spec:
     imagePullPolicy: Never
     command: ["sh", "-c", {command!r}]
 """
-
-
-@pytest.fixture(scope="module")
-def apiserver(tmp_path_factory):
-    if shutil.which("etcd") is None:
-        pytest.fail("etcd is not installed: make test installs etcd-server")
-    server = ApiServer(tmp_path_factory.mktemp("apiserver"), kube_bin_dir())
-    server.node_token(NODE)
-    server.node_token("othernode")
-    server.start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def cluster(apiserver):
-    """The apiserver with no trace of an earlier test's node (no controller-manager runs to collect it)."""
-    _forget_node(apiserver)
-    yield apiserver
-    if not apiserver.procs:
-        apiserver.start()
-    _forget_node(apiserver)
-
-
-def _forget_node(api: ApiServer) -> None:
-    for pod in api.get(f"/api/v1/pods?fieldSelector=spec.nodeName={NODE}")["items"]:
-        meta = pod["metadata"]
-        api.request("DELETE", f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}", {"gracePeriodSeconds": 0})
-    api.request("DELETE", f"/api/v1/nodes/{NODE}")
-    api.request("DELETE", f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{NODE}")
 
 
 def mirrors(api: ApiServer) -> dict[str, dict]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.e2e.conftest import IMAGE, wait_for
-from tests.e2e.test_mirror import NODE, apiserver, cluster, mirror, start_agent  # noqa: F401 - fixtures
+from tests.e2e.test_mirror import mirror, start_agent
 from tests.e2e.test_rollout import phase, pod_yaml
 
 pytestmark = [pytest.mark.privileged, pytest.mark.apiserver]

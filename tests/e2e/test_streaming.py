@@ -29,7 +29,7 @@ import pytest
 
 from edgelet.testing.apiserver import ADMIN_TOKEN, make_cert
 from tests.e2e.conftest import IMAGE, wait_for
-from tests.e2e.test_mirror import NODE, apiserver, cluster, mirror, start_agent  # noqa: F401 - fixtures
+from tests.e2e.test_mirror import NODE, mirror, start_agent
 
 pytestmark = [pytest.mark.privileged, pytest.mark.apiserver]
 
