@@ -167,6 +167,11 @@ def test_cleanup_collects_garbage_with_the_live_attachments(tmp_path: Path, plug
         ("portmap", "could not check ipv6 dnat: chain CNI-DN-x not found", ["10.1.0.2/24", "fd00::2/64"], False),
         ("portmap", "could not check ipv4 dnat: chain CNI-DN-x not found", ["10.1.0.2/24"], False),
         ("bridge", "ipv6 address fd00::2 not found", ["10.1.0.2/24"], False),
+        # containernetworking/plugins#805: udev gave the host veth (or the bridge) another MAC after ADD.
+        ("bridge", "Interface veth5c225f9c Mac doesn't match: b6:64:dc:fc:71:c2 not found", ["10.1.0.2/24"], True),
+        ("bridge", "Bridge interface cni0 Mac doesn't match: a6:2d:36:d9:1c:6c", ["10.1.0.2/24"], True),
+        # The pod's own interface changed: a real change, the sandbox is made again.
+        ("bridge", "Interface eth0 Mac 52:59:2d:7e:87:60 doesn't match container Mac: 5e:cd:4b:bf:43:8c", [], False),
         # Debian's bandwidth 1.1.1 panics on CHECK for a pod without a limit: no error document, no verdict.
         ("bandwidth", "no message", ["10.1.0.2/24"], True),
     ],
