@@ -151,3 +151,29 @@ def trial_verdict(obs: TrialObservation, deadline: float) -> tuple[str, str]:
     if obs.elapsed >= deadline:
         return ROLLBACK, f"not healthy within {deadline:g}s: " + ", ".join(waiting)
     return WAIT, ", ".join(waiting)
+
+
+def settle_step(
+    pods: Mapping[str, PodInstance] | None,
+    last: Mapping[str, PodInstance] | None,
+    quiet_since: float | None,
+    now: float,
+    *,
+    quiet: float,
+    waited: float,
+    limit: float,
+) -> tuple[str, float | None]:
+    """Whether the old agent may swap now (pure): ("go", _) once its first full sync is done and its running
+    containers stayed the same for `quiet` seconds, or after `limit` seconds of waiting whatever they do (a
+    crash-looping pod never settles); else ("wait", the time the current set of containers was first seen).
+
+    The trial holds the new agent to the snapshot taken at the swap: one taken before the first sync, or while
+    pods were still being started, would miss containers the new agent then adopts or restarts unseen.
+    """
+    if waited >= limit:
+        return "go", quiet_since
+    if pods is None:
+        return "wait", None
+    if last is None or dict(pods) != dict(last) or quiet_since is None:
+        return "wait", now
+    return ("go" if now - quiet_since >= quiet else "wait"), quiet_since

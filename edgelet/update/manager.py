@@ -39,6 +39,7 @@ from edgelet.update.decide import (
     TrialRecord,
     acceptance_problem,
     resolve_trial,
+    settle_step,
     trial_verdict,
 )
 from edgelet.update.errors import UpdateError
@@ -62,6 +63,10 @@ from edgelet.util.log import get_logger
 
 log = get_logger(__name__)
 
+# Before a swap: the old agent's containers unchanged this long (none being started), waited for at most
+# SETTLE_LIMIT (a crash-looping pod never settles, and must not keep a device from its updates).
+SETTLE_QUIET = 5.0
+SETTLE_LIMIT = 300.0
 SCAN_PERIOD = 10.0  # seconds between two looks at the card's update folder (a stat of each file), besides inotify
 SETTLE = 2.0  # a file changed this recently may still be being copied: looked at again after it settles
 TRIAL_PERIOD = 1.0
@@ -410,8 +415,25 @@ class UpdateManager:
         except Exception as exc:  # a release must never take the agent down: reported, and the next one is tried
             self._refused(name, exc)
             return False
+        await self._settle()
         self.apply(staged)
         return True
+
+    async def _settle(self) -> None:
+        """Wait until the agent's pods have settled (`decide.settle_step`), so that the snapshot is whole."""
+        start = self.clock.monotonic()
+        last: dict[str, PodInstance] | None = None
+        since: float | None = None
+        while True:
+            now = self.clock.monotonic()
+            pods = self.view.pods()
+            verdict, since = settle_step(
+                pods, last, since, now, quiet=SETTLE_QUIET, waited=now - start, limit=SETTLE_LIMIT
+            )
+            if verdict == "go":
+                return
+            last = pods
+            await self.clock.sleep(TRIAL_PERIOD)
 
     def _stage(self, path: Path, name: str, signature: bytes | None, signature_name: str) -> Staged:
         assert self.keys is not None

@@ -113,6 +113,25 @@ def test_a_card_release_is_staged_recorded_and_swapped_then_the_agent_restarts(t
     assert d.reasons() == ["UpdateStarted"]
 
 
+def test_the_swap_waits_for_the_agents_pods_to_settle_so_the_snapshot_is_whole(tmp_path: Path) -> None:
+    # Before its first full sync the agent has no pods to show, then a sandbox is still being started: a
+    # snapshot taken then would leave the container the old agent was starting out of the trial's comparison.
+    d = Device(tmp_path)
+    d.publish(1001)
+    seen = iter([None, None, {}, {}, PODS])
+    d.pods = None
+    m = d.manager()
+
+    def pods() -> dict[str, PodInstance] | None:
+        d.pods = next(seen, d.pods)
+        return d.pods
+
+    m.view = replace(m.view, pods=pods)
+    asyncio.run(run_until_applied(m))
+    assert d.restarts == 1
+    assert d.store.snapshot(read_boot_id()) == (PODS, False)
+
+
 def test_the_new_agent_commits_its_trial_and_removes_older_releases(tmp_path: Path) -> None:
     d = Device(tmp_path)
     d.publish(1001)

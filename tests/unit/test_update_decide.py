@@ -287,3 +287,26 @@ def test_running_containers_are_keyed_by_pod_and_container() -> None:
         rec("app", "running", 10), rec("init", "exited", None), rec("side", "created", 12),
     ))}  # fmt: skip
     assert running_containers(pods) == {"default/web/app": PodInstance("id-app", 10)}
+
+
+A = {"default/p/c": PodInstance("aaa", 10)}
+B = {"default/p/c": PodInstance("bbb", 11)}
+
+
+@pytest.mark.parametrize(
+    "label, pods, last, since, now, waited, expect",
+    [
+        ("before the first full sync", None, None, None, 100.0, 10.0, ("wait", None)),
+        ("first look", A, None, None, 100.0, 10.0, ("wait", 100.0)),
+        ("the same, not yet quiet long enough", A, A, 100.0, 103.0, 13.0, ("wait", 100.0)),
+        ("the same for the quiet time", A, A, 100.0, 105.0, 15.0, ("go", 100.0)),
+        ("a container changed: the quiet time starts again", B, A, 100.0, 105.0, 15.0, ("wait", 105.0)),
+        ("no pods at all, settled", {}, {}, 100.0, 106.0, 16.0, ("go", 100.0)),
+        ("never settles: the limit", B, A, 100.0, 500.0, 300.0, ("go", 100.0)),
+        ("no first sync after the limit", None, None, None, 500.0, 300.0, ("go", None)),
+    ],
+)
+def test_settle_step(label, pods, last, since, now, waited, expect) -> None:
+    from edgelet.update.decide import settle_step
+
+    assert settle_step(pods, last, since, now, quiet=5.0, waited=waited, limit=300.0) == expect, label
