@@ -36,6 +36,7 @@ from edgelet.settingsparse import (
     _ip_list,
     _items,
     _labels,
+    _one_of,
     _path,
     _percent,
     _port,
@@ -425,6 +426,13 @@ class Settings:
         "wg-quick file of the WireGuard tunnel the device dials out on, so the hub reaches "
         "it behind NAT (no PrivateKey: one is generated under --root-dir); root-only, 0600",
         metavar="FILE",
+    )
+    wireguard_backend: str = _opt(
+        "auto",
+        _one_of("auto", "kernel", "wireguard-go"),
+        "which WireGuard makes a new tunnel interface: auto (the kernel's where it has the module, else "
+        "wireguard-go), kernel or wireguard-go; a running one is adopted as it is",
+        metavar="BACKEND",
     )
     node_labels: tuple[tuple[str, str], ...] = _opt(
         (),

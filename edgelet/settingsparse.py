@@ -89,6 +89,17 @@ def _rollout_strategy(raw: Any, from_toml: bool) -> str:
     raise ValueError(f"expected Replace or Surge, got {raw!r}")
 
 
+def _one_of(*choices: str) -> Parser:
+    """One of `choices`, as written (lower case)."""
+
+    def parse(raw: Any, from_toml: bool) -> str:
+        if isinstance(raw, str) and raw.strip().lower() in choices:
+            return raw.strip().lower()
+        raise ValueError(f"expected one of {', '.join(choices)}, got {raw!r}")
+
+    return parse
+
+
 def _path(*, optional: bool = False) -> Parser:
     as_str = _str(optional=optional)
 

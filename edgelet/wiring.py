@@ -338,7 +338,7 @@ def build_tunnel(settings: Settings, clock: Clock) -> Tunnel | None:
     except TunnelError as exc:
         raise ConfigurationError(str(exc)) from exc
     assert loaded is not None
-    return Tunnel(loaded.config, clock)
+    return Tunnel(loaded.config, clock, kind=settings.wireguard_backend)
 
 
 def build_mirror(

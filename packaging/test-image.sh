@@ -215,6 +215,7 @@ boot() {
             sleep 5
         done
         cat "$log.ssh"
+        tunnel_steps "$log"
     fi
     kill -9 "$qemu"
     wait "$qemu" 2>/dev/null || true
@@ -275,8 +276,40 @@ expect "$c2" "IMAGE-TEST check: WARN +card folder: set aside .*kubeconfig.reject
 expect "$c2" "IMAGE-TEST kubeconfig: 600 root" "the good kubeconfig stays in use"
 expect "$c2" "IMAGE-TEST check-exit: 0" "edgelet check passes (a WARN) with the kubeconfig set aside"
 
+# --- The WireGuard tunnel in boot 3 (packaging/image/test-image-tunnel.sh, docs/tunnel.md) ---
+# The card carries a wireguard.conf whose hub is a network namespace the helper makes in the guest, over SSH,
+# with the kernel's WireGuard (the Pi kernel's module; this build machine has none).
+wg genkey > "$work/hub.key"
+printf '%s\n' "[Interface]" "Address = 10.99.0.7/32" "" "[Peer]" "PublicKey = $(wg pubkey < "$work/hub.key")" \
+    "Endpoint = 10.201.0.1:51820" "AllowedIPs = 10.99.0.0/24" > "$work/card/wireguard.conf"
+mcopy -o -i "$fat" "$work/card/wireguard.conf" ::edgelet/wireguard.conf
+tunnel_steps() {  # tunnel_steps LOG: the helper's IMAGE-TEST lines go into LOG.ssh
+    local -a ssh=(timeout 1200 ssh -i "$work/id_ed25519" -p "$ssh_port" -o BatchMode=yes -o StrictHostKeyChecking=no
+        -o UserKnownHostsFile=/dev/null -o ConnectTimeout=60 -o LogLevel=ERROR root@127.0.0.1)
+    step "the tunnel: a kernel WireGuard hub in the guest, edgelet restarted with each backend"
+    "${ssh[@]}" 'umask 077; cat > /run/hub.key' < "$work/hub.key" &&
+        "${ssh[@]}" 'cat > /run/test-image-tunnel.sh' < "$HERE/image/test-image-tunnel.sh" &&
+        "${ssh[@]}" 'sh /run/test-image-tunnel.sh' < /dev/null >> "$1.ssh" 2>&1 || true
+    grep -a "tunnel-" "$1.ssh" || true
+}
+
 c3="$work/console-3.log"
 boot "$c3" virt
+expect "$c3" "IMAGE-TEST tunnel-kind: wireguard" "tunnel: edgelet made a kernel WireGuard interface (the Pi kernel's module)"
+expect "$c3" "IMAGE-TEST tunnel-wireguard-go: 0" "tunnel: no wireguard-go beside the kernel's"
+expect "$c3" "IMAGE-TEST tunnel-handshake: [1-9]" "tunnel: a handshake with the kernel WireGuard hub"
+expect "$c3" "IMAGE-TEST tunnel-nodeapi: HTTP/1.1 " "tunnel: the node API answers the hub on the tunnel address"
+expect "$c3" "IMAGE-TEST tunnel-node: +TunnelReady +True" "tunnel: edgelet node shows TunnelReady"
+expect "$c3" "IMAGE-TEST tunnel-restart: .*adopted=True backend=kernel" "tunnel: systemctl restart edgelet adopts the interface"
+expect "$c3" "IMAGE-TEST tunnel-ifindex: same [0-9]+" "tunnel: the same interface (ifindex) after the restart"
+expect "$c3" "IMAGE-TEST tunnel-traffic: grew" "tunnel: the hub's traffic to the device goes on after the restart"
+expect "$c3" "IMAGE-TEST tunnel-nodeapi-after: HTTP/1.1 " "tunnel: the node API answers on the tunnel address after the restart"
+expect "$c3" "IMAGE-TEST tunnel-go-restart: .*adopted=False backend=wireguard-go" "tunnel: wireguard_backend = wireguard-go makes wireguard-go's"
+expect "$c3" "IMAGE-TEST tunnel-go-pid: [0-9]+ tun" "tunnel: wireguard-go runs (a TUN device)"
+expect "$c3" "IMAGE-TEST tunnel-go-restart-2: .*adopted=True backend=wireguard-go" "tunnel: a restart adopts wireguard-go"
+go_pid="$(grep -a -h "IMAGE-TEST tunnel-go-pid: " "$c3.ssh" | awk '{print $3}')"
+expect "$c3" "IMAGE-TEST tunnel-go-pid-after: $go_pid \$" "tunnel: the same wireguard-go survived the restart (KillMode=process), not a second"
+expect "$c3" "IMAGE-TEST tunnel-go-nodeapi: HTTP/1.1 " "tunnel: the node API answers through wireguard-go after the restart"
 expect "$c3" "IMAGE-TEST pods: .* later-pi-under-test .*Running" "virt: the same card boots, its pods run"
 expect "$c3" "IMAGE-TEST net: .*eth0 +inet 10\.0\.2\.15/" "virt: eth0 has an address"
 expect "$c3" "IMAGE-TEST dhcp: eth0: DHCPv4 address 10\.0\.2\.15" "virt: systemd-networkd got a DHCP lease on eth0"

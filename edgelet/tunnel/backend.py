@@ -21,20 +21,24 @@ from edgelet.tunnel.errors import DeviceError
 
 WIREGUARD_GO = "wireguard-go"
 KERNEL = "kernel"
+AUTO = "auto"
 
 Runner = Callable[[Sequence[str]], Awaitable[None]]
 Ask = Callable[[str], Awaitable[str]]
 NetlinkTransact = Callable[[bytes, str], Awaitable[list[netlink.Message]]]
 
 
-def choose(kernel_family: bool, wireguard_go_found: bool) -> str:
+def choose(kernel_family: bool, wireguard_go_found: bool, wanted: str = AUTO) -> str:
     """The backend a new interface gets (pure).
 
-    The kernel's where its generic netlink family is registered (the module is loaded): it runs in the kernel, with
-    no daemon to die and no copy of each packet to userspace. Else wireguard-go when it is installed. With neither,
-    the kernel's still: `ip link add ... type wireguard` loads the module when it is installed but not loaded, and
-    says "Unknown device type" when it is not, which is the error to show.
+    `wanted` (the wireguard_backend setting) other than AUTO is taken as it is. Else the kernel's where its generic
+    netlink family resolves (CTRL_CMD_GETFAMILY loads an installed module by its family alias, so this is "the
+    kernel has WireGuard"): it runs in the kernel, with no daemon to die and no copy of each packet to userspace.
+    Else wireguard-go when it is installed. With neither, the kernel's still: `ip link add ... type wireguard`
+    says "Unknown device type", which is the error to show.
     """
+    if wanted != AUTO:
+        return wanted
     if kernel_family:
         return KERNEL
     return WIREGUARD_GO if wireguard_go_found else KERNEL

@@ -163,7 +163,7 @@ class Tunnel:
         # name resolved to a new address).
         self.reconnects: Counter[str] = Counter()
         self._backoff = Backoff(initial=1.0, cap=60.0, reset_after=300.0)
-        # `kind` forces a backend for a new device (None: backends.choose); a running one is adopted as it is.
+        # `kind` forces a backend for a new device (None or AUTO: backends.choose); a running one is adopted as it is.
         self.kind = kind
         self.kernel_probe = kernel_probe
         self._wireguard_go = backends.WireguardGo(
@@ -197,7 +197,9 @@ class Tunnel:
             self._wireguard_go.cleanup()  # a dead wireguard-go's socket
             if await self._link_exists():  # a TUN device left without its daemon: start from nothing
                 await self.runner(["ip", "link", "delete", "dev", self.interface])
-            kind = self.kind or backends.choose(family is not None, backends.wireguard_go_found(self.wireguard_go))
+            kind = backends.choose(
+                family is not None, backends.wireguard_go_found(self.wireguard_go), self.kind or backends.AUTO
+            )
             self.backend = self._kernel if kind == backends.KERNEL else self._wireguard_go
             await self.backend.create()
         found = (await self.state()).peers if adopted else ()

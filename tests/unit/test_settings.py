@@ -161,6 +161,7 @@ api_token_file = "/pki/tokens.csv"
 node_api_grants = ["group:monitoring=stats/metrics", "user:alice=*"]
 kubeconfig = "/etc/edgelet/kubeconfig"
 wireguard_config = "/etc/edgelet/wireguard.conf"
+wireguard_backend = "WireGuard-Go"
 register_node = false
 node_labels = { "example.com/site" = "lab" }
 register_with_taints = ["edge=true:NoSchedule", "gpu:NoExecute"]
@@ -259,6 +260,7 @@ def test_toml_file_sets_every_key(tmp_path: Path) -> None:
         ),
         kubeconfig=Path("/etc/edgelet/kubeconfig"),
         wireguard_config=Path("/etc/edgelet/wireguard.conf"),
+        wireguard_backend="wireguard-go",
         register_node=False,
         node_labels=(("example.com/site", "lab"),),
         register_with_taints=(("edge", "true", "NoSchedule"), ("gpu", "", "NoExecute")),
@@ -353,6 +355,7 @@ def test_dev_null_is_an_empty_config() -> None:
         ('root_dir = ""\n', "root_dir", "empty"),
         ('cgroup_root = "kubepods"\n', "cgroup_root", "absolute"),
         ('hostname_override = "bad_name"\n', "hostname_override", "node name"),
+        ('wireguard_backend = "boringtun"\n', "wireguard_backend", "one of auto, kernel, wireguard-go"),
     ],
 )
 def test_bad_toml_values_name_key_and_file(tmp_path: Path, toml: str, key: str, fragment: str) -> None:

@@ -186,16 +186,18 @@ def test_family_lookup_against_the_real_kernel():
 
 
 @pytest.mark.parametrize(
-    "kernel_family, wireguard_go_found, expected",
+    "kernel_family, wireguard_go_found, wanted, expected",
     [
-        (True, True, backend.KERNEL),  # the kernel's wins: no daemon, no userspace copy
-        (True, False, backend.KERNEL),
-        (False, True, backend.WIREGUARD_GO),
-        (False, False, backend.KERNEL),  # `ip link add` loads an unloaded module, or names what is missing
+        (True, True, backend.AUTO, backend.KERNEL),  # the kernel's wins: no daemon, no userspace copy
+        (True, False, backend.AUTO, backend.KERNEL),
+        (False, True, backend.AUTO, backend.WIREGUARD_GO),
+        (False, False, backend.AUTO, backend.KERNEL),  # `ip link add` names what is missing
+        (True, True, backend.WIREGUARD_GO, backend.WIREGUARD_GO),  # the wireguard_backend setting, as it is
+        (False, True, backend.KERNEL, backend.KERNEL),
     ],
 )
-def test_backend_choice(kernel_family, wireguard_go_found, expected):
-    assert backend.choose(kernel_family, wireguard_go_found) == expected
+def test_backend_choice(kernel_family, wireguard_go_found, wanted, expected):
+    assert backend.choose(kernel_family, wireguard_go_found, wanted) == expected
 
 
 class FakeKernel:
@@ -320,6 +322,28 @@ def test_without_the_module_nor_wireguard_go_the_kernel_is_asked_and_its_refusal
         asyncio.run(tunnel.up())
     assert ran == [["ip", "link", "add", "dev", "wgtest", "type", "wireguard"]]
     assert fake.requests == []  # no family: the kernel backend is not asked whether a device runs
+
+
+def test_the_setting_makes_a_new_device_with_wireguard_go_where_the_kernel_has_wireguard(tmp_path):
+    fake = FakeKernel(device=False)
+    ran: list[list[str]] = []
+    tunnel = _kernel_tunnel(
+        fake, ran, socket_dir=str(tmp_path), addresses=iter(["192.0.2.1:51820"]), kind=backend.WIREGUARD_GO
+    )
+    asked: list[str] = []
+
+    async def ask(request):
+        if not any(argv[0] == "wireguard-go" for argv in ran):
+            raise DeviceError("wgtest", "no socket")
+        asked.append(request)
+        return "errno=0\n\n"
+
+    tunnel._ask = ask
+    assert asyncio.run(tunnel.up()) is False
+    assert tunnel.backend.kind == backend.WIREGUARD_GO
+    assert ran[0] == ["wireguard-go", "wgtest"]
+    assert fake.requests[1:] == []  # the kernel asked only whether it runs such a device
+    assert asked[0].startswith("set=1\n")
 
 
 def test_a_running_wireguard_go_is_adopted_as_such_where_the_kernel_has_wireguard(tmp_path):
