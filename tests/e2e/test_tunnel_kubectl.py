@@ -7,7 +7,9 @@ cannot dial the device's own address; it dials the Node's InternalIP, the
 tunnel address, where the node API alone listens. kubectl runs in the hub
 namespace: logs -f, exec (-i, -it), attach, port-forward and cp. The device
 names its hub by DNS (a name a server of the test's answers in the site
-namespace). Then the tunnel is broken four ways (the hub restarted, a NAT
+namespace). The device starts while its hub is down: the Node, its Lease and
+the mirror pods go on without the tunnel and the Node says TunnelReady False.
+Then the tunnel is broken four ways (the hub restarted, a NAT
 rebinding, the agent SIGKILLed, the hub moved to another address and its name
 with it) and each heals with nothing restarted by the test; the time to heal is
 printed (pytest -s), never asserted.
@@ -139,10 +141,22 @@ def test_kubectl_reaches_the_device_behind_nat_through_the_tunnel_and_each_break
         "--tls-private-key-file", str(key),
     )  # fmt: skip
     wrapper = ("nsenter", f"--net=/run/netns/{lab['site_ns']}")
-    started = time.monotonic()
+    # The device starts while its hub is down: the rest of the node goes on without the tunnel (the Node, its
+    # Lease and the mirror pods take the device's own routes), and the Node says the tunnel is not ready.
+    kill_hub(lab)
     agent.start(*argv, wrapper=wrapper)
+    wait_for(lambda: tunnel_ready(api) == ("False", "NoHandshake"), what="TunnelReady False on the Node", timeout=120)
+    wait_for(lambda: node_ready(api) == "True", what="the Node Ready without its tunnel", timeout=60)
+    wait_for(lambda: mirror_phase(api, f"web-{NODE}") == "Running", what="the mirror pod Running", timeout=60)
+    assert not exec_works(api)  # the node API listens on the tunnel address alone
+    # Only the hub's allowed IPs go into the tunnel: the apiserver (and whatever a pod dials) is reached on the
+    # device's own routes, the tunnel network through the interface.
+    assert f"dev {lab['site_if']}" not in sh("ip", "route", "get", lab["hub_ip"], netns=lab["site_ns"])
+    assert f"dev {lab['site_if']}" in sh("ip", "route", "get", f"{lab['tun']}.1", netns=lab["site_ns"])
+    start_hub(lab)
+    started = time.monotonic()
     wait_for(lambda: exec_works(api), what="kubectl exec through the tunnel", timeout=180)
-    print(f"\nagent start to kubectl exec through the tunnel: {time.monotonic() - started:.2f}s")
+    print(f"\nhub up to kubectl exec through the tunnel: {time.monotonic() - started:.2f}s")
     # The node API's metrics through the apiserver's node proxy: the tunnel up, its handshake and bytes.
     metrics = kubectl(api, "get", "--raw", f"/api/v1/nodes/{NODE}/proxy/metrics").stdout.decode()
     assert re.search(r'^kubelet_tunnel_up\{interface="%s"\} 1\.0$' % lab["site_if"], metrics, re.M), metrics[-2000:]
@@ -281,9 +295,26 @@ def test_kubectl_reaches_the_device_behind_nat_through_the_tunnel_and_each_break
     assert tunnel_ready(api) == ("True", "HandshakeRecent")
 
 
+def node_conditions(api: ApiServer) -> list[dict]:
+    try:
+        return api.get(f"/api/v1/nodes/{NODE}")["status"].get("conditions", [])  # type: ignore[index]
+    except ValueError:  # not registered yet
+        return []
+
+
+def node_ready(api: ApiServer) -> str | None:
+    return next((c["status"] for c in node_conditions(api) if c["type"] == "Ready"), None)
+
+
+def mirror_phase(api: ApiServer, name: str) -> str | None:
+    try:
+        return api.get(f"/api/v1/namespaces/default/pods/{name}")["status"].get("phase")  # type: ignore[index]
+    except ValueError:  # not mirrored yet
+        return None
+
+
 def tunnel_ready(api: ApiServer) -> tuple[str, str] | None:
-    conditions = api.get(f"/api/v1/nodes/{NODE}")["status"].get("conditions", [])  # type: ignore[index]
-    return next(((c["status"], c["reason"]) for c in conditions if c["type"] == "TunnelReady"), None)
+    return next(((c["status"], c["reason"]) for c in node_conditions(api) if c["type"] == "TunnelReady"), None)
 
 
 def device_endpoint(lab: dict) -> str | None:
