@@ -81,7 +81,8 @@ spec:
     )
     wait_for(lambda: "running" in (_status(c, "victim", "app").get("state") or {}), timeout=120, what="victim running")
     (ctr,) = [x for x in agent.containers_of("victim") if x["annotations"]["io.edgelet.kind"] == "container"]
-    (conmon_pid,) = [pid for pid, cid in _conmons(str(agent.paths.runc_root)) if cid == ctr["id"]]
+    # Under the run dir: whichever handler's root its runtime arguments name (make chaos-quick-crun).
+    (conmon_pid,) = [pid for pid, cid in _conmons(str(agent.paths.run_dir)) if cid == ctr["id"]]
     os.kill(conmon_pid, signal.SIGKILL)
     time.sleep(0.5)
     os.kill(ctr["pid"], signal.SIGKILL)  # conmon would have recorded 137; nobody records it now
@@ -233,9 +234,7 @@ def test_a_disk_full_during_unpack_fails_the_import_cleanly_and_it_succeeds_once
     (ctr,) = [x for x in agent.containers_of(img) if x["annotations"]["io.edgelet.kind"] == "container"]
     out = subprocess.run(
         [
-            "runc",
-            "--root",
-            str(agent.paths.runc_root),
+            *agent.runtime_argv(ctr["id"]),
             "exec",
             ctr["id"],
             "sh",
