@@ -165,11 +165,7 @@ class UpdateManager:
 
     def outcomes(self) -> tuple[dict[str, int], bool]:
         """How many updates ended each way (from the history: across restarts), and whether a trial runs."""
-        counts: dict[str, int] = {}
-        for entry in self.store.history():
-            outcome = str(entry.get("outcome", ""))
-            counts[outcome] = counts.get(outcome, 0) + 1
-        return counts, self.phase == "trial"
+        return self.store.outcome_counts(), self.phase == "trial"
 
     def condition(self) -> dict[str, str] | None:
         """The Node condition while a trial runs (None otherwise)."""

@@ -6,7 +6,9 @@ goes through `write_atomic` (temp file, fsync, rename, fsync of the
 directory) here and `sync` + `mv` there, so a power cut leaves the old or
 the new record. `history.json` lists what happened (started, committed,
 rolled back with the reason) newest last; the versions rolled back from are
-read from it, so a replayed bad release stays refused. `snapshot.json` is
+read from it, so a replayed bad release stays refused; entries dropped past
+HISTORY_KEEP leave their outcomes in a tally at its head, so the outcome
+counters (`/metrics`) never go down. `snapshot.json` is
 each container's id and pid as the old agent left them, for the trial's
 "adopted without a restart" check.
 """
@@ -34,6 +36,7 @@ COMMITTED = "committed"
 ROLLED_BACK = "rolled-back"
 REFUSED = "refused"
 OPERATOR_ROLLBACK = "operator-rollback"
+TALLY = "tally"  # the history's first entry once entries were dropped: {"outcome": "tally", "counts": {...}}
 
 
 def format_trial(record: TrialRecord) -> bytes:
@@ -95,7 +98,7 @@ class UpdateStore:
 
     # --- history ---
 
-    def history(self) -> list[dict[str, Any]]:
+    def _read(self) -> list[dict[str, Any]]:
         try:
             doc = json.loads((self.dir / HISTORY_FILE).read_bytes())
         except FileNotFoundError:
@@ -105,6 +108,24 @@ class UpdateStore:
             return []
         return [e for e in doc if isinstance(e, dict)] if isinstance(doc, list) else []
 
+    def history(self) -> list[dict[str, Any]]:
+        """Every update's entry kept, oldest first (the tally of dropped ones is not an entry)."""
+        return [e for e in self._read() if e.get("outcome") != TALLY]
+
+    def outcome_counts(self) -> dict[str, int]:
+        """How many entries of each outcome were ever written: the kept ones and the tally of dropped ones."""
+        counts: dict[str, int] = {}
+        for entry in self._read():
+            if entry.get("outcome") == TALLY:
+                tally = entry.get("counts")
+                for outcome, n in tally.items() if isinstance(tally, dict) else ():
+                    if isinstance(n, int):
+                        counts[str(outcome)] = counts.get(str(outcome), 0) + n
+            else:
+                outcome = str(entry.get("outcome", ""))
+                counts[outcome] = counts.get(outcome, 0) + 1
+        return counts
+
     def append(self, entry: dict[str, Any]) -> None:
         """Add an entry unless the last one is the same event (a start that crashed after writing it)."""
         history = self.history()
@@ -112,10 +133,18 @@ class UpdateStore:
             k: v for k, v in entry.items() if k != "time"
         }:
             return
+        counts = self.outcome_counts()
         history.append(entry)
         # Rolled-back versions are never dropped: they keep refusing replays of a bad release.
         barring = (ROLLED_BACK, OPERATOR_ROLLBACK)
         keep = [e for e in history[:-HISTORY_KEEP] if e.get("outcome") in barring] + history[-HISTORY_KEEP:]
+        if len(keep) < len(history):
+            outcome = str(entry.get("outcome", ""))
+            counts[outcome] = counts.get(outcome, 0) + 1
+            for e in keep:
+                kept = str(e.get("outcome", ""))
+                counts[kept] -= 1
+            keep.insert(0, {"outcome": TALLY, "counts": {k: n for k, n in sorted(counts.items()) if n}})
         write_atomic(self.dir / HISTORY_FILE, json.dumps(keep, indent=1).encode())
 
     def rolled_back_versions(self) -> set[int]:

@@ -266,6 +266,21 @@ def test_history_keeps_rolled_back_versions_and_skips_a_repeated_entry(tmp_path:
     assert store.rolled_back_versions() == {1001, 1003}  # the operator's rollback bars the version left too
 
 
+def test_outcome_counts_never_go_down_when_the_history_drops_entries(tmp_path: Path) -> None:
+    store = UpdateStore(tmp_path)
+    store.append({"time": 1, "version": 1001, "outcome": "rolled-back", "reason": "r"})
+    seen = []
+    for i in range(70):
+        store.append({"time": 2 + i, "version": 2000 + i, "outcome": "started"})
+        store.append({"time": 2 + i, "version": 2000 + i, "outcome": "committed"})
+        seen.append(store.outcome_counts())
+    assert seen[-1] == {"rolled-back": 1, "started": 70, "committed": 70}
+    assert all(a["committed"] < b["committed"] and a["started"] < b["started"] for a, b in zip(seen, seen[1:]))
+    history = store.history()  # the tally is no entry of its own
+    assert len(history) == 51 and all(e["outcome"] != "tally" for e in history)
+    assert store.rolled_back_versions() == {1001}
+
+
 def test_the_snapshot_counts_only_for_its_own_boot(tmp_path: Path) -> None:
     store = UpdateStore(tmp_path)
     store.write_snapshot("boot-1", A, lease=True)
