@@ -153,6 +153,17 @@ def trial_verdict(obs: TrialObservation, deadline: float) -> tuple[str, str]:
     return WAIT, ", ".join(waiting)
 
 
+STAGING_RETRY_FIRST = 60.0
+STAGING_RETRY_MAX = 3600.0
+
+
+def staging_retry_delay(failures: int) -> float:
+    """Seconds before a release whose staging failed on this device (a full disk, an I/O error: not the
+    release's fault) is tried again after its `failures`-th failure: a minute, doubling up to an hour, because
+    every try writes up to the release's size to the flash before it fails again."""
+    return min(STAGING_RETRY_MAX, STAGING_RETRY_FIRST * 2 ** max(0, failures - 1))
+
+
 def settle_step(
     pods: Mapping[str, PodInstance] | None,
     last: Mapping[str, PodInstance] | None,

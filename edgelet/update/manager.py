@@ -40,9 +40,10 @@ from edgelet.update.decide import (
     acceptance_problem,
     resolve_trial,
     settle_step,
+    staging_retry_delay,
     trial_verdict,
 )
-from edgelet.update.errors import UpdateError
+from edgelet.update.errors import StagingError, UpdateError
 from edgelet.update.fetch import UrlReleases
 from edgelet.update.release import ReleaseInfo, own_arch, release_number
 from edgelet.update.stage import (
@@ -133,6 +134,8 @@ class UpdateManager:
         self.phase = "idle"  # idle | trial | applying | restarting
         self.last_problem = ""
         self._seen: dict[str, tuple[int, int]] = {}
+        # Releases whose staging failed here (not refused): name -> (failures, when to try again).
+        self._failed: dict[str, tuple[int, float]] = {}
         self._started = clock.monotonic()
         self._started_wall = clock.now()
 
@@ -247,6 +250,8 @@ class UpdateManager:
         failures = 0
         try:
             while True:
+                if self._retry_due(source.url):
+                    source.validators = {}  # the same release again: a 304 would hide it
                 try:
                     path = await source.fetch()
                     failures = 0
@@ -384,10 +389,18 @@ class UpdateManager:
             if self._seen.get(str(path)) != key and self.clock.now() - max(st.st_mtime, sig / 1e9) < SETTLE:
                 found.append(None)
                 continue
-            if self._seen.get(str(path)) != key:
+            if self._seen.get(str(path)) != key or self._retry_due(str(path)):
                 self._seen[str(path)] = key
                 found.append(path)
         return found
+
+    def _retry_due(self, name: str) -> bool:
+        """Whether the release `name`, whose staging failed here, is due to be tried again (once per delay)."""
+        failed = self._failed.get(name)
+        if failed is None or self.clock.now() < failed[1]:
+            return False
+        self._failed[name] = (failed[0], float("inf"))  # until this try's own outcome
+        return True
 
     def judge(self, info: ReleaseInfo, signed: int | None) -> str | None:
         return acceptance_problem(
@@ -405,7 +418,13 @@ class UpdateManager:
         try:
             signature, signature_name = read_signature_beside(path, follow_symlinks=False)
             staged = await asyncio.to_thread(self._stage, path, name, signature, signature_name)
+        except StagingError as exc:  # this device's disk, not the release: tried again later
+            failures = self._failed.get(name, (0, 0.0))[0] + 1
+            self._failed[name] = (failures, self.clock.now() + staging_retry_delay(failures))
+            self._refused(name, exc)
+            return False
         except UpdateError as exc:
+            self._failed.pop(name, None)
             self._refused(name, exc)
             return False
         except Exception as exc:  # a release must never take the agent down: reported, and the next one is tried

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -214,6 +215,53 @@ def test_a_release_still_being_copied_is_left_to_settle(tmp_path: Path) -> None:
     d.clock.advance(3.0)
     assert m._new_releases(d.card / "update") == [full]
     assert m._new_releases(d.card / "update") == []  # looked at once until it changes again
+
+
+def test_a_release_that_did_not_fit_is_tried_again_once_its_delay_passed(tmp_path: Path) -> None:
+    """A full disk is this device's problem, not the release's: the same file on the card is staged again after
+    a minute (doubling), and applied once there is room; a refused release is not looked at again."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    d = Device(tmp_path)
+    d.releases.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(d.releases)], check=True)
+    try:
+        filler = d.releases / "filler"
+        with open(filler, "wb") as f:  # the disk full but for a page or two
+            while os.statvfs(d.releases).f_bavail > 1:
+                f.write(b"x" * 4096)
+                f.flush()
+        path = d.publish(1001)
+        d.clock.advance(3.0)
+        m = d.manager()
+        assert m._new_releases(d.card / "update") == [path]
+        assert asyncio.run(m._try(path)) is False
+        assert "No space left on device" in d.store.history()[-1]["reason"]
+        d.clock.advance(30.0)
+        assert m._new_releases(d.card / "update") == []  # not before its delay
+        d.clock.advance(31.0)
+        assert m._new_releases(d.card / "update") == [path]
+        assert m._new_releases(d.card / "update") == []  # once per delay
+        assert asyncio.run(m._try(path)) is False  # still full: the next delay doubles
+        d.clock.advance(61.0)
+        assert m._new_releases(d.card / "update") == []
+        filler.unlink()
+        d.clock.advance(60.0)
+        asyncio.run(run_until_applied(m))
+        assert current_target(d.current) == str(d.releases / "1001") and d.restarts == 1
+    finally:
+        subprocess.run(["umount", "-l", str(d.releases)], check=True)
+
+
+def test_a_refused_release_is_not_tried_again(tmp_path: Path) -> None:
+    d = Device(tmp_path)
+    path = d.publish(999)  # older than the running 1000
+    d.clock.advance(3.0)
+    m = d.manager()
+    assert m._new_releases(d.card / "update") == [path]
+    assert asyncio.run(m._try(path)) is False
+    d.clock.advance(7200.0)
+    assert m._new_releases(d.card / "update") == []
 
 
 class _Server:

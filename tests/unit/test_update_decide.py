@@ -27,6 +27,7 @@ from edgelet.update.decide import (
     acceptance_problem,
     launch_action,
     resolve_trial,
+    staging_retry_delay,
     trial_verdict,
 )
 from edgelet.update.release import link_problem, normalise_arch, path_problem, release_number
@@ -325,3 +326,11 @@ def test_settle_step(label, pods, last, since, now, waited, expect) -> None:
     from edgelet.update.decide import settle_step
 
     assert settle_step(pods, last, since, now, quiet=5.0, waited=waited, limit=300.0) == expect, label
+
+
+@pytest.mark.parametrize(
+    ("failures", "delay"),
+    [(1, 60.0), (2, 120.0), (3, 240.0), (6, 1920.0), (7, 3600.0), (30, 3600.0)],
+)
+def test_a_failed_staging_is_tried_again_after_a_minute_doubling_to_an_hour(failures: int, delay: float) -> None:
+    assert staging_retry_delay(failures) == delay
