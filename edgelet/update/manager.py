@@ -261,8 +261,17 @@ class UpdateManager:
                     if failures == 1 or failures % 10 == 0:
                         log.warning("Cannot download the release", url=source.url, err=str(exc), failures=failures)
                     path = None
-                if path is not None and await self._try(path, name=source.url):
-                    return
+                if path is not None:
+                    applied = await self._try(path, name=source.url)
+                    try:
+                        if source.url in self._failed:
+                            source.forget()
+                        else:
+                            source.remember()
+                    except OSError as exc:
+                        log.warning("Cannot keep the release URL's validators", url=source.url, err=str(exc))
+                    if applied:
+                        return
                 await self.clock.sleep(
                     self.url_period * min(10, 2 ** max(0, failures - 1)) if failures else self.url_period
                 )
@@ -430,6 +439,7 @@ class UpdateManager:
         except Exception as exc:  # a release must never take the agent down: reported, and the next one is tried
             self._refused(name, exc)
             return False
+        self._failed.pop(name, None)
         await self._settle()
         self.apply(staged)
         return True

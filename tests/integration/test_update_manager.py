@@ -335,8 +335,12 @@ def test_a_release_from_the_update_url_is_downloaded_with_its_signature_and_appl
         assert current_target(d.current) == str(d.releases / "1001") and d.restarts == 1
         assert f"/{archive.name}.minisig" in server.requests
         assert [e["outcome"] for e in d.store.history()] == ["started"]
+        # The agent it starts (or the next boot) asks with the kept validators: a 304, nothing downloaded again.
+        again = UrlReleases(source.url, source.download_dir)
+        assert asyncio.run(_fetch_twice(again)) == (None, None)
+        again.forget()  # as after a staging that failed on this device
         first, second = asyncio.run(_fetch_twice(UrlReleases(source.url, source.download_dir)))
-        assert first is not None and second is None  # unchanged: a 304, nothing downloaded again
+        assert first is not None and second is None  # downloaded once more, then unchanged
     finally:
         server.close()
 
