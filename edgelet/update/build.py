@@ -13,7 +13,7 @@ from edgelet.trust.keys import TrustedKeys
 from edgelet.update.decide import PodInstance
 from edgelet.update.fetch import UrlReleases
 from edgelet.update.manager import AgentView, UpdateManager, probe_healthz
-from edgelet.update.store import UpdateStore
+from edgelet.update.store import URL_VALIDATORS_FILE, UpdateStore
 from edgelet.util.clock import Clock
 
 
@@ -72,7 +72,11 @@ def build_update_manager(
         url_source=None
         if s.update_url is None
         else UrlReleases(
-            s.update_url, root_dir / "releases" / ".download", ca_file=s.manifest_url_ca, headers=s.manifest_url_header
+            s.update_url,
+            root_dir / "releases" / ".download",
+            ca_file=s.manifest_url_ca,
+            headers=s.manifest_url_header,
+            validators_file=root_dir / "update" / URL_VALIDATORS_FILE,
         ),
         url_period=s.http_check_frequency,
     )

@@ -5,7 +5,7 @@ Only outbound requests (a device behind NAT polls); the CA bundle and headers ar
 (`--manifest-url-ca`, `--manifest-url-header`). Redirects are not followed (a release server that redirects
 is a misconfiguration to report, not a hop to trust), and a body larger than MAX_RELEASE_BYTES or shorter
 than its Content-Length is a failed download: the running release is untouched and the next poll tries again.
-The validators of a release that was judged (applied or refused) are kept in the download directory, so that
+The validators of a release that was judged (applied or refused) are kept in `validators_file`, so that
 the agent it started, or the next boot, asks with them and is answered 304 instead of downloading the same
 archive again (a device on a metered link restarts its agent at every update and boot).
 """
@@ -25,7 +25,6 @@ from edgelet.trust import SIGNATURE_SUFFIXES
 from edgelet.update import ARCHIVE_SUFFIX
 from edgelet.update.errors import StagingError
 
-VALIDATORS_FILE = ".validators.json"
 MAX_RELEASE_BYTES = 512 * 1024 * 1024
 MAX_SIGNATURE_BYTES = 64 * 1024
 TIMEOUT = 300.0
@@ -38,19 +37,18 @@ class UrlReleases:
     ca_file: Path | None = None
     headers: tuple[tuple[str, str], ...] = ()
     validators: dict[str, str] = field(default_factory=dict)  # If-None-Match / If-Modified-Since of the last body
+    validators_file: Path | None = None  # where they are kept across agent starts (None: in memory only)
     _client: Any = None
 
     def __post_init__(self) -> None:
         if not self.validators:
             self.validators = self._load()
 
-    @property
-    def _validators_path(self) -> Path:
-        return self.download_dir / VALIDATORS_FILE
-
     def _load(self) -> dict[str, str]:
+        if self.validators_file is None:
+            return {}
         try:
-            doc = json.loads(self._validators_path.read_bytes())
+            doc = json.loads(self.validators_file.read_bytes())
         except (OSError, ValueError):
             return {}
         kept = doc.get("validators") if isinstance(doc, dict) and doc.get("url") == self.url else None
@@ -62,14 +60,16 @@ class UrlReleases:
         """Keep the last download's validators across agent starts: its release was judged."""
         from edgelet.state import write_atomic
 
-        if self.validators:
+        if self.validators and self.validators_file is not None:
             doc = {"url": self.url, "validators": self.validators}
-            write_atomic(self._validators_path, json.dumps(doc).encode(), sync_dir=False)
+            self.validators_file.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(self.validators_file, json.dumps(doc).encode(), sync_dir=False)
 
     def forget(self) -> None:
         """Download the release again at the next poll (its staging failed on this device)."""
         self.validators = {}
-        self._validators_path.unlink(missing_ok=True)
+        if self.validators_file is not None:
+            self.validators_file.unlink(missing_ok=True)
 
     @property
     def archive_path(self) -> Path:

@@ -29,6 +29,7 @@ log = get_logger(__name__)
 TRIAL_FILE = "trial"
 HISTORY_FILE = "history.json"
 SNAPSHOT_FILE = "snapshot.json"
+URL_VALIDATORS_FILE = "url-validators.json"  # the update URL's last judged release's ETag / Last-Modified
 HISTORY_KEEP = 50
 
 STARTED = "started"

@@ -330,16 +330,17 @@ def test_a_release_from_the_update_url_is_downloaded_with_its_signature_and_appl
         server.short = False
         d.card = None  # type: ignore[assignment]  # the URL alone
         m = d.manager()
-        m.url_source, m.url_period = UrlReleases(source.url, source.download_dir), 0.01
+        kept = d.store.dir / "url-validators.json"
+        m.url_source, m.url_period = UrlReleases(source.url, source.download_dir, validators_file=kept), 0.01
         asyncio.run(asyncio.wait_for(m.run(), 30))
         assert current_target(d.current) == str(d.releases / "1001") and d.restarts == 1
         assert f"/{archive.name}.minisig" in server.requests
         assert [e["outcome"] for e in d.store.history()] == ["started"]
         # The agent it starts (or the next boot) asks with the kept validators: a 304, nothing downloaded again.
-        again = UrlReleases(source.url, source.download_dir)
+        again = UrlReleases(source.url, source.download_dir, validators_file=kept)
         assert asyncio.run(_fetch_twice(again)) == (None, None)
         again.forget()  # as after a staging that failed on this device
-        first, second = asyncio.run(_fetch_twice(UrlReleases(source.url, source.download_dir)))
+        first, second = asyncio.run(_fetch_twice(UrlReleases(source.url, source.download_dir, validators_file=kept)))
         assert first is not None and second is None  # downloaded once more, then unchanged
     finally:
         server.close()
