@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 from edgelet.trust import SIGNATURE_SUFFIXES
 from edgelet.update import ARCHIVE_SUFFIX
 from edgelet.update.errors import StagingError
+from edgelet.util.crashpoint import crash_point
 
 MAX_RELEASE_BYTES = 512 * 1024 * 1024
 MAX_SIGNATURE_BYTES = 64 * 1024
@@ -150,6 +151,7 @@ class UrlReleases:
                     if size > limit:
                         raise StagingError(url, f"larger than {limit} bytes")
                     out.write(chunk)
+                    crash_point("update.download")
             if length.isdigit() and size != int(length):
                 raise StagingError(url, f"short download: {size} of {length} bytes")
             os.replace(tmp, dest)

@@ -32,6 +32,7 @@ POINTS = frozenset(
         "rollout.replace",  # the record says replacing: the old version is not yet stopped, the new not started
         "rollout.gate",  # the record says gating: the new version runs, the gate has not judged it
         "rollout.rollback",  # the record says rolling back: the failed version still runs, the last good not yet
+        "update.download",  # a chunk of a release's archive from --update-url is written to its .part file
         "update.unpack",  # a release's files are written under its partial directory, its signature not yet checked
         "update.swap",  # the trial record is written, `current` not yet pointed at the new release
         "update.trial",  # `current` points at the new release, the old agent has not yet exited

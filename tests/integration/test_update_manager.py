@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -342,6 +344,40 @@ def test_a_release_from_the_update_url_is_downloaded_with_its_signature_and_appl
         again.forget()  # as after a staging that failed on this device
         first, second = asyncio.run(_fetch_twice(UrlReleases(source.url, source.download_dir, validators_file=kept)))
         assert first is not None and second is None  # downloaded once more, then unchanged
+    finally:
+        server.close()
+
+
+def test_a_kill_during_the_download_changes_nothing_and_the_next_start_downloads_again(tmp_path: Path) -> None:
+    from edgelet.update.fetch import UrlReleases
+
+    d = Device(tmp_path)
+    served = tmp_path / "served"
+    served.mkdir()
+    archive = d.publish(1001)
+    os.replace(archive, served / archive.name)
+    os.replace(str(archive) + ".minisig", str(served / archive.name) + ".minisig")
+    server = _Server(served)
+    try:
+        url, download, kept = (
+            f"{server.url}/{archive.name}",
+            d.releases / ".download",
+            d.store.dir / "url-validators.json",
+        )
+        fetch = (
+            "import asyncio; from pathlib import Path; from edgelet.update.fetch import UrlReleases; "
+            f"asyncio.run(UrlReleases({url!r}, Path({str(download)!r}), validators_file=Path({str(kept)!r})).fetch())"
+        )
+        env = {**os.environ, "EDGELET_TEST_CRASH_AT": "update.download"}
+        killed = subprocess.run([sys.executable, "-c", fetch], env=env, capture_output=True, timeout=120)
+        assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()[-2000:]
+        assert not (download / archive.name).exists() and not kept.exists()  # only a .part, no validators
+        assert current_target(d.current) == str(d.old) and d.store.history() == []
+        d.card = None  # type: ignore[assignment]  # the URL alone
+        m = d.manager()
+        m.url_source, m.url_period = UrlReleases(url, download, validators_file=kept), 0.01
+        asyncio.run(asyncio.wait_for(m.run(), 30))
+        assert current_target(d.current) == str(d.releases / "1001") and d.restarts == 1
     finally:
         server.close()
 
