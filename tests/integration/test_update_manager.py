@@ -312,17 +312,22 @@ class _Server:
         self.httpd.server_close()
 
 
+def serve_release(d: Device, version: int) -> tuple[Path, _Server]:
+    """A signed release published on a loopback server instead of the card: its archive path there and the server."""
+    served = d.tmp / "served"
+    served.mkdir(exist_ok=True)
+    archive = d.publish(version)
+    os.replace(archive, served / archive.name)
+    os.replace(str(archive) + ".minisig", str(served / archive.name) + ".minisig")
+    return served / archive.name, _Server(served)
+
+
 def test_a_release_from_the_update_url_is_downloaded_with_its_signature_and_applied(tmp_path: Path) -> None:
     from edgelet.update.errors import StagingError
     from edgelet.update.fetch import UrlReleases
 
     d = Device(tmp_path)
-    served = tmp_path / "served"
-    served.mkdir()
-    archive = d.publish(1001)
-    os.replace(archive, served / archive.name)
-    os.replace(str(archive) + ".minisig", str(served / archive.name) + ".minisig")
-    server = _Server(served)
+    archive, server = serve_release(d, 1001)
     try:
         source = UrlReleases(f"{server.url}/{archive.name}", d.releases / ".download")
         server.short = True
@@ -352,12 +357,7 @@ def test_a_kill_during_the_download_changes_nothing_and_the_next_start_downloads
     from edgelet.update.fetch import UrlReleases
 
     d = Device(tmp_path)
-    served = tmp_path / "served"
-    served.mkdir()
-    archive = d.publish(1001)
-    os.replace(archive, served / archive.name)
-    os.replace(str(archive) + ".minisig", str(served / archive.name) + ".minisig")
-    server = _Server(served)
+    archive, server = serve_release(d, 1001)
     try:
         url, download, kept = (
             f"{server.url}/{archive.name}",
