@@ -55,7 +55,9 @@ def test_a_created_container_whose_conmon_died_with_the_agent_is_replaced(runtim
     nobody to record its exit. Started as it is, a pod that exits 3 showed exit code 255
     (ContainerStatusUnknown) for good, its bundle without runc state or exit file (chaos campaign, seed 21).
     It is killed and replaced by one under a live conmon instead: the exit reads 3. Under crun, conmon runs
-    the agent's sealed copy of it by a descriptor of its own: the create goes through with the agent gone."""
+    the agent's sealed copy of it by a descriptor of its own: the create goes through with the agent gone, and
+    now and then conmon's answer is in the pipe before the agent is: that conmon lives, and its instance is
+    started (seen once in make test); the exit reads 3 either way."""
     agent.write_manifest("fail.yaml", pod_yaml("fail", "echo failing; exit 3", restart="Never"))
     # The pod has no pause process (no sandbox conmon), so the first answer is the container's.
     agent.start(env={CRASH_ENV: "conmon.answer:1"})
@@ -77,5 +79,8 @@ def test_a_created_container_whose_conmon_died_with_the_agent_is_replaced(runtim
         what="fail's container to terminate under the new agent",
     )
     assert terminated["exitCode"] == 3, terminated
-    assert "Starting a container created by the previous agent" not in agent.log()
+    if runtime_handler == "runc":
+        # crun's create is quick: now and then conmon's answer is in the pipe before the agent is gone, and that
+        # conmon lives on waiting for its start; starting its instance is then right. runc's never is.
+        assert "Starting a container created by the previous agent" not in agent.log()
     agent.stop()
