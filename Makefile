@@ -73,7 +73,7 @@ kube-apiserver: .make/apt.stamp
 # into build/test-binary.log, shown at the end: both mostly wait (agents on their
 # pods, the build on the disk) rather than compute.
 # The suite itself runs as two pytest processes side by side (TEST_SPLIT=1, the
-# default): TEST_FG (most of tests/e2e) in the foreground and TEST_BG (the rest,
+# default): TEST_FG (tests/unit, most of tests/e2e) in the foreground and TEST_BG (the rest,
 # the apiserver e2e files among them: they share one apiserver, started once per
 # process; so the two take about as long) into build/pytest-rest.log. Every test keeps to its own dirs, cgroup parent, bridge,
 # subnet and ports, so they never meet. One process took 16-19 min, over the 15
@@ -88,7 +88,7 @@ kube-apiserver: .make/apt.stamp
 # edgelet's bytecode is compiled once first, as under PYTHONDONTWRITEBYTECODE
 # (set in some environments) each would compile what it imports again.
 TEST_SPLIT ?= 1
-TEST_BG ?= tests/chaos tests/fuzz tests/integration tests/unit \
+TEST_BG ?= tests/chaos tests/fuzz tests/integration \
 	tests/e2e/test_mirror.py tests/e2e/test_rollout_mirror.py tests/e2e/test_streaming.py \
 	tests/e2e/test_configmaps_mirror.py tests/e2e/test_self_update.py
 TEST_FG ?= tests $(addprefix --ignore=,$(TEST_BG))

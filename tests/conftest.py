@@ -13,11 +13,15 @@ import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from edgelet.runtime.layout import RuntimePaths
 from edgelet.testing.cleanup import cleanup_all
+
+if TYPE_CHECKING:
+    from edgelet.testing.apiserver import ApiServer
 
 REPO = Path(__file__).resolve().parent.parent
 SPECS = (
@@ -109,3 +113,20 @@ def runtime_paths(tmp_path: Path):
     """Temp root, run and log dirs and a unique cgroup parent; everything is removed afterwards."""
     with temp_runtime_paths(Path(tmp_path)) as paths:
         yield paths
+
+
+@pytest.fixture(scope="session")
+def apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
+    """One real kube-apiserver (and etcd) for every test of the run that takes it, the harness's own tests
+    (tests/integration) and the e2e tests' `cluster` alike: its start is the slowest fixture there is, and
+    `cluster` clears what a test left. The node identities the tests use have their tokens from the start."""
+    from edgelet.testing.apiserver import ApiServer, kube_bin_dir
+
+    if shutil.which("etcd") is None:
+        pytest.fail("etcd is not installed: make test installs etcd-server")
+    server = ApiServer(tmp_path_factory.mktemp("apiserver"), kube_bin_dir())
+    for node in ("testnode", "othernode", "edge-1"):  # e2e's NODE, another node's, the harness tests'
+        server.node_token(node)
+    server.start()
+    yield server
+    server.stop()

@@ -300,22 +300,6 @@ def network(tmp_path):
     subprocess.run(["ip", "link", "del", bridge], capture_output=True)
 
 
-@pytest.fixture(scope="session")
-def apiserver(tmp_path_factory):
-    """One real kube-apiserver (and etcd) for every test of the run that takes `cluster`: its start is the
-    slowest fixture there is, and `cluster` clears what a test left."""
-    from edgelet.testing.apiserver import ApiServer, kube_bin_dir
-
-    if shutil.which("etcd") is None:
-        pytest.fail("etcd is not installed: make test installs etcd-server")
-    server = ApiServer(tmp_path_factory.mktemp("apiserver"), kube_bin_dir())
-    server.node_token(NODE)
-    server.node_token("othernode")
-    server.start()
-    yield server
-    server.stop()
-
-
 @pytest.fixture
 def cluster(apiserver):
     """The apiserver with no trace of an earlier test's node (no controller-manager runs to collect it)."""

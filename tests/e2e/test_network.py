@@ -247,7 +247,11 @@ def _sandbox_annotations(agent, pod: str) -> dict:
 
 def test_a_sandbox_whose_namespaces_are_unmounted_from_outside_gives_back_its_network(agent, network):
     """Without a pause process, a sandbox dies when its namespace files go (an operator's umount): the pod
-    gets a new sandbox, and the dead one's removal releases its network and namespace files."""
+    gets a new sandbox, and the dead one's removal releases its network and namespace files.
+
+    Only a full relist sees namespace files go, and an idle agent runs one a minute (pleg.FULL_RELIST_EVERY):
+    a host-network pod started after the umount makes the next one come at once (a sync that created
+    containers asks for it), with nothing of the pod network's for the checks below to count."""
     agent.start(f"--cni-conf-dir={network['conf_dir']}", f"--cni-bin-dir={PLUGINS}")
     agent.write_manifest("client.yaml", CLIENT)
     wait_for(lambda: _ctr(agent, "client") and _pod_ip(agent, "client"), timeout=90, what="client to run")
@@ -255,6 +259,8 @@ def test_a_sandbox_whose_namespaces_are_unmounted_from_outside_gives_back_its_ne
     assert old and not [c for c in agent.containers_of("client") if c["annotations"]["io.edgelet.kind"] == "sandbox"]
     for f in ("ipc", "uts"):
         subprocess.run(["umount", str(agent.paths.run_dir / "ns" / old / f)], check=True)
+    nudge = _pod("nudge", "exec sleep 3600").replace("spec:\n", "spec:\n  hostNetwork: true\n", 1)
+    agent.write_manifest("nudge.yaml", nudge)
     wait_for(
         lambda: (s := _sandbox(agent, "client")) and s != old and _ctr(agent, "client"),
         timeout=120,
@@ -268,6 +274,7 @@ def test_a_sandbox_whose_namespaces_are_unmounted_from_outside_gives_back_its_ne
     assert old not in left["netns"] and len(left["ipam"]) == 1
     assert not (agent.paths.run_dir / "ns" / old).exists()
     (agent.manifests / "client.yaml").unlink()
+    (agent.manifests / "nudge.yaml").unlink()
     wait_for(lambda: _leftovers(agent, network) == NOTHING, timeout=60, what="nothing left")
     # The namespace files go in a later step of the removal than the network: a loaded machine shows the gap.
     wait_for(lambda: not os.listdir(agent.paths.run_dir / "ns"), timeout=60, what="the namespace files to go")
