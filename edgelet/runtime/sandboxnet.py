@@ -1,5 +1,5 @@
-"""The sandboxes' CNI networks as the runtime sees them: attach, detach, the periodic CHECK and which sandboxes
-it found broken (reported not ready, so their pods get a new sandbox)."""
+"""The sandboxes' CNI networks as the runtime sees them: attach, detach, which ones' links changed, their CHECK
+and which sandboxes it found broken (reported not ready, so their pods get a new sandbox)."""
 
 from __future__ import annotations
 
