@@ -75,10 +75,13 @@ class LinkWatch:
         return sock
 
     async def update(self, targets: Mapping[str, Target]) -> None:
-        """Watch exactly the sandboxes of `targets`: subscribe in the new ones' namespaces, close the others'.
-        A namespace that cannot be entered leaves its sandbox to the safety CHECKs (logged once)."""
+        """Watch exactly the sandboxes of `targets`: subscribe in the new ones' namespaces, close the others'
+        (and the host's subscription when none is left). A namespace that cannot be entered leaves its sandbox
+        to the safety CHECKs (logged once)."""
         loop = asyncio.get_running_loop()
-        if self._host is None:
+        if not targets:
+            self.close()  # nothing to watch: the host's own link changes would wake the loop for no one
+        elif self._host is None:
             try:
                 self._host = await self._subscribe(None)
             except OSError as exc:

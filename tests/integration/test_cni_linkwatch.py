@@ -105,13 +105,19 @@ def test_a_pods_veth_deleted_on_the_host_marks_it(pod_link):
     asyncio.run(body())
 
 
-def test_a_namespace_that_cannot_be_entered_leaves_the_sandbox_unwatched(tmp_path):
+def test_a_namespace_that_cannot_be_entered_leaves_the_sandbox_unwatched_and_no_sandbox_means_no_socket(tmp_path):
     async def body() -> None:
         watch = LinkWatch()
+        fds = len(os.listdir("/proc/self/fd"))
         try:
+            await watch.update({})
+            assert len(os.listdir("/proc/self/fd")) == fds, "no pod network: the host's links are not watched"
             await watch.update({SID: Target(str(tmp_path / "gone"), frozenset())})
             await watch.update({SID: Target(str(tmp_path / "gone"), frozenset())})  # said once, not retried
             assert watch.take() == set()
+            assert len(os.listdir("/proc/self/fd")) == fds + 1, "the host's subscription alone"
+            await watch.update({})
+            assert len(os.listdir("/proc/self/fd")) == fds
         finally:
             watch.close()
 
