@@ -17,7 +17,7 @@ from edgelet.util.memory import limit_arenas, trim, trim_periodically
 from edgelet.util.table import format_table
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
     from edgelet.api.types import Pod, PodStatus
     from edgelet.cgroups.controllers import Admission
@@ -368,29 +368,35 @@ class Agent:
             log.info("Removed the exit files, sockets and exec scratch of what is gone", count=swept)
 
     async def _check_networks(self) -> None:
-        """Housekeeping of pod networks: CNI CHECK every running sandbox each `cni_check_period`; a pod whose
-        network is broken is told so and synced, and its sync replaces the sandbox (kubelet's answer to a
-        sandbox that is not ready)."""
+        """Housekeeping of pod networks: at each `cni_check_period`, CNI CHECK of the sandboxes whose links a
+        notification said changed, or whose rare safety CHECK is due (network.checkplan); a pod whose network
+        is broken is told so and synced, and its sync replaces the sandbox (kubelet's answer to a sandbox
+        that is not ready)."""
         from edgelet.events import pod_ref
-        from edgelet.network.checkplan import checked, due, first, host_links
+        from edgelet.network.checkplan import checked, due, first
 
-        # Every period while the pods' links change, stretching while nothing does.
-        plan = first(adopted=any(s.state == "running" for p in self.pleg.pods().values() for s in p.sandboxes))
+        def running(pods: Mapping[str, PodRuntimeStatus]) -> set[str]:
+            return {s.id for p in pods.values() for s in p.sandboxes if s.state == "running"}
+
+        plan = first(running(self.pleg.pods()))
         while True:
             await self.clock.sleep(self.settings.cni_check_period)
             pods = self.pleg.pods()
-            links = await asyncio.to_thread(self.runtime.network_host_links, pods)
-            now = await asyncio.to_thread(host_links, links)
-            go, plan = due(plan, now)
-            if not go:
+            try:
+                marked = await self.runtime.network_changes(pods)
+            except Exception as exc:
+                log.warning("Cannot watch pod networks' links", err=str(exc))
+                marked = set()
+            sandboxes, plan = due(plan, running(pods), marked)
+            if not sandboxes:
                 continue
             try:
-                broken = await self.runtime.check_networks(pods)
+                broken = await self.runtime.check_networks(pods, set(sandboxes))
             except Exception as exc:
                 log.warning("Cannot check pod networks", err=str(exc))
-                plan = checked(plan, now, broken=True)
+                plan = checked(plan, sandboxes, ran=False)
                 continue
-            plan = checked(plan, now, broken=bool(broken))
+            plan = checked(plan, sandboxes, ran=True)
             if broken:
                 # The runtime marks those sandboxes not ready from now on; a relist before this does not show it.
                 self._networks_marked = self.clock.monotonic()

@@ -278,8 +278,8 @@ class Settings:
     cni_check_period: float = _opt(
         60.0,
         _duration(),
-        "how often the network of every running pod is verified "
-        "(CNI CHECK); a pod whose check fails gets a new sandbox (0: never)",
+        "the housekeeping period of pod networks: a pod whose links or addresses changed is verified "
+        "(CNI CHECK) at the next period, each pod once every 60 periods; a failed check gives a new sandbox (0: never)",
         metavar="DURATION",
     )
     cluster_dns: tuple[str, ...] = _opt(

@@ -21,6 +21,7 @@ from edgelet.network import netns
 from edgelet.network.cache import Cache, Entry
 from edgelet.network.cni import CNI, Attachment
 from edgelet.network.errors import ConfigError, NetworkError, PluginError
+from edgelet.network.linkwatch import LinkWatch, Target
 from edgelet.network.result import pod_ips
 from edgelet.util.crashpoint import crash_point
 from edgelet.util.log import get_logger
@@ -97,6 +98,8 @@ class PodNetwork:
         self._passed: set[str] = set()  # sandboxes whose network passed a CHECK at least once
         self._fresh_failures: dict[str, int] = {}  # pod uid -> new sandboxes in a row that failed at once
         self._ignored: set[str] = set()  # sandboxes whose failure was said to be ignored (said once)
+        self.links = LinkWatch()
+        self._watched: frozenset[str] | None = None  # the sandboxes `links` was last given
 
     def config(self) -> netconf.NetworkConfig | None:
         """The network config, read afresh (a conflist dropped in later takes effect for new pods)."""
@@ -196,6 +199,7 @@ class PodNetwork:
         """DEL the sandbox's attachment; `broken` when its CHECK failed, so the plugins may not find inside
         the namespace what they made (the addresses whose masquerade rules bridge deletes): the rules
         tagged with its id are removed as after a lost namespace."""
+        self.links.forget(sandbox_id)  # its socket would keep the namespace, and the veth in it, alive
         entry = await asyncio.to_thread(self.cache.read, sandbox_id)
         if entry is not None:
             await self._release(entry, broken=broken)
@@ -251,21 +255,32 @@ class PodNetwork:
             log.warning("CNI GC failed", err=str(exc))
         return count
 
-    def host_links(self, live: set[str]) -> set[str]:
-        """The host-side links (the bridge, the veths: no `sandbox` in the ADD result) of the attachments of
-        the sandboxes in `live`, from the cache (blocking I/O); what housekeeping watches between CHECKs."""
-        names: set[str] = set()
+    def _targets(self, live: frozenset[str]) -> dict[str, Target]:
+        """Each sandbox in `live` with a recorded ADD: its namespace and its host-side links (the bridge, the
+        veth: no `sandbox` in the ADD result), from the cache (blocking I/O)."""
+        out = {}
         for entry in self.cache.entries():
             if entry.container_id not in live or not isinstance(entry.result, dict):
                 continue
-            for itf in entry.result.get("interfaces") or []:
-                if isinstance(itf, dict) and not itf.get("sandbox") and isinstance(itf.get("name"), str):
-                    names.add(itf["name"])
-        return names
+            names = frozenset(
+                itf["name"]
+                for itf in entry.result.get("interfaces") or []
+                if isinstance(itf, dict) and not itf.get("sandbox") and isinstance(itf.get("name"), str)
+            )
+            out[entry.container_id] = Target(entry.netns, names)
+        return out
 
-    async def check(self, live: set[str]) -> dict[str, str]:
-        """CHECK the attachment of every running sandbox (housekeeping): {sandbox id: why} for those whose
-        network is broken (a bridge, veth, address or rule gone).
+    async def changed(self, live: set[str]) -> set[str]:
+        """The sandboxes of `live` whose links or addresses changed in a way that may have broken their network
+        since the last call (linkwatch); the watch follows `live`, read again only when it changes."""
+        if self._watched != live:
+            self._watched = frozenset(live)
+            await self.links.update(await asyncio.to_thread(self._targets, self._watched))
+        return self.links.take() & live
+
+    async def check(self, live: set[str], only: set[str] | None = None) -> dict[str, str]:
+        """CHECK the attachment of every running sandbox (housekeeping; of those in `only` when given): {sandbox
+        id: why} for those whose network is broken (a bridge, veth, address or rule gone).
 
         Only a plugin's own error document counts: an attachment whose ADD never finished, whose network
         predates CHECK, or whose plugins cannot be found (a new sandbox would not fare better) gets no
@@ -273,8 +288,9 @@ class PodNetwork:
         """
         failed: dict[str, str] = {}
         checked = 0
+        wanted = live if only is None else live & only
         for entry in await asyncio.to_thread(self.cache.entries):
-            if entry.container_id not in live or entry.result is None:
+            if entry.container_id not in wanted or entry.result is None:
                 continue
             try:
                 cfg = netconf.parse(json.dumps(entry.config), f"cache of {entry.container_id[:12]}")

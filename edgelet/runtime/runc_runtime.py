@@ -372,14 +372,17 @@ class RuncRuntime:
 
     # ------------------------------------------------------------ networks
 
-    async def check_networks(self, pods: Mapping[str, PodRuntimeStatus] | None = None) -> dict[str, str]:
-        """Housekeeping: CNI CHECK of every running sandbox's network; {pod uid: why} for the pods whose
-        sandbox network is broken (see SandboxNetworks.check)."""
-        return await self.networks.check(pods, self.list_pods)
+    async def check_networks(
+        self, pods: Mapping[str, PodRuntimeStatus] | None = None, only: set[str] | None = None
+    ) -> dict[str, str]:
+        """Housekeeping: CNI CHECK of every running sandbox's network (of the sandboxes in `only` when given);
+        {pod uid: why} for the pods whose sandbox network is broken (see SandboxNetworks.check)."""
+        return await self.networks.check(pods, self.list_pods, only)
 
-    def network_host_links(self, pods: Mapping[str, PodRuntimeStatus]) -> set[str]:
-        """Names of the host-side links of the running sandboxes' networks (blocking; empty without CNI)."""
-        return self.networks.host_links(pods)
+    async def network_changes(self, pods: Mapping[str, PodRuntimeStatus]) -> set[str]:
+        """The running sandboxes whose links or addresses changed in a way that may have broken their network
+        since the last call (see SandboxNetworks.changed)."""
+        return await self.networks.changed(pods)
 
     async def cleanup_networks(self) -> int:
         """At start: release the network of every sandbox that no longer runs (a crash, a power cut)."""

@@ -1,5 +1,5 @@
-"""The sandboxes' CNI networks as the runtime sees them: attach, detach, the periodic CHECK and which sandboxes
-it found broken (reported not ready, so their pods get a new sandbox)."""
+"""The sandboxes' CNI networks as the runtime sees them: attach, detach, which ones' links changed, their CHECK
+and which sandboxes it found broken (reported not ready, so their pods get a new sandbox)."""
 
 from __future__ import annotations
 
@@ -83,8 +83,9 @@ class SandboxNetworks:
         self,
         pods: Mapping[str, PodRuntimeStatus] | None,
         list_pods: Callable[[], Awaitable[dict[str, PodRuntimeStatus]]],
+        only: set[str] | None = None,
     ) -> dict[str, str]:
-        """CNI CHECK of every running sandbox's network; {pod uid: why} for the pods whose sandbox network is
+        """CNI CHECK of every running sandbox's network (of those in `only` when given); {pod uid: why} for the pods whose sandbox network is
         broken. Those sandboxes are reported not ready from now on (their pods get a new sandbox with a new
         network at their next sync).
 
@@ -99,15 +100,16 @@ class SandboxNetworks:
         if not running:
             self.broken = set()
             return {}
-        failed = await self.network.check(set(running) - self.broken)
+        failed = await self.network.check(set(running) - self.broken, only)
         self.broken = {sid for sid in self.broken if sid in running} | set(failed)
         return {running[sid]: why for sid, why in failed.items()}
 
-    def host_links(self, pods: Mapping[str, PodRuntimeStatus]) -> set[str]:
-        """Names of the host-side links of the running sandboxes' networks (blocking; empty without CNI)."""
+    async def changed(self, pods: Mapping[str, PodRuntimeStatus]) -> set[str]:
+        """The running sandboxes whose links or addresses changed since the last call in a way that may have
+        broken their network (empty without CNI)."""
         if self.network is None:
             return set()
-        return self.network.host_links({s.id for p in pods.values() for s in p.sandboxes if s.state == "running"})
+        return await self.network.changed({s.id for p in pods.values() for s in p.sandboxes if s.state == "running"})
 
     async def cleanup(self, list_pods: Callable[[], Awaitable[dict[str, PodRuntimeStatus]]]) -> int:
         """At start: release the network of every sandbox that no longer runs (a crash, a power cut)."""

@@ -18,6 +18,7 @@ from typing import Protocol
 from edgelet.tunnel import netlink, uapi
 from edgelet.tunnel.config import TunnelConfig
 from edgelet.tunnel.errors import DeviceError
+from edgelet.util.netlink import Message
 
 WIREGUARD_GO = "wireguard-go"
 KERNEL = "kernel"
@@ -25,7 +26,7 @@ AUTO = "auto"
 
 Runner = Callable[[Sequence[str]], Awaitable[None]]
 Ask = Callable[[str], Awaitable[str]]
-NetlinkTransact = Callable[[bytes, str], Awaitable[list[netlink.Message]]]
+NetlinkTransact = Callable[[bytes, str], Awaitable[list[Message]]]
 
 
 def choose(kernel_family: bool, wireguard_go_found: bool, wanted: str = AUTO) -> str:
@@ -105,7 +106,7 @@ class WireguardGo:
             os.unlink(self.socket)
 
 
-async def _netlink_transact(request: bytes, interface: str) -> list[netlink.Message]:
+async def _netlink_transact(request: bytes, interface: str) -> list[Message]:
     return await netlink.transact(request, interface=interface, what=_command(request))
 
 

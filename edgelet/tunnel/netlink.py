@@ -18,11 +18,11 @@ import ipaddress
 import socket
 import struct
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 
 from edgelet.tunnel.config import TunnelConfig
 from edgelet.tunnel.errors import DeviceError, NetlinkError
 from edgelet.tunnel.uapi import DeviceState, PeerState
+from edgelet.util.netlink import NLMSGHDR, Message, align, parse_messages
 
 # <linux/netlink.h>
 NETLINK_GENERIC = 16
@@ -72,13 +72,8 @@ WGALLOWEDIP_A_FAMILY = 1
 WGALLOWEDIP_A_IPADDR = 2
 WGALLOWEDIP_A_CIDR_MASK = 3
 
-_NLMSGHDR = struct.Struct("=IHHII")  # length, type, flags, seq, port id: host byte order
 _GENLMSGHDR = struct.Struct("=BBH")  # cmd, version, reserved
 _NLATTR = struct.Struct("=HH")  # length (header included, padding not), type
-
-
-def _align(n: int) -> int:
-    return (n + 3) & ~3
 
 
 # --- Encoding ------------------------------------------------------------------------------------------------
@@ -87,7 +82,7 @@ def _align(n: int) -> int:
 def attr(kind: int, payload: bytes) -> bytes:
     """One attribute, padded to 4 bytes."""
     length = _NLATTR.size + len(payload)
-    return _NLATTR.pack(length, kind) + payload + b"\0" * (_align(length) - length)
+    return _NLATTR.pack(length, kind) + payload + b"\0" * (align(length) - length)
 
 
 def nested(kind: int, attrs: Iterable[bytes]) -> bytes:
@@ -113,7 +108,7 @@ def string(kind: int, value: str) -> bytes:
 def message(family: int, flags: int, seq: int, cmd: int, version: int, attrs: Iterable[bytes]) -> bytes:
     """A whole generic netlink request; the port id is 0 (the kernel fills in the socket's)."""
     body = _GENLMSGHDR.pack(cmd, version, 0) + b"".join(attrs)
-    return _NLMSGHDR.pack(_NLMSGHDR.size + len(body), family, NLM_F_REQUEST | flags, seq, 0) + body
+    return NLMSGHDR.pack(NLMSGHDR.size + len(body), family, NLM_F_REQUEST | flags, seq, 0) + body
 
 
 def sockaddr(endpoint: str) -> bytes:
@@ -197,27 +192,6 @@ def endpoint_request(family: int, seq: int, interface: str, public_key: bytes, e
 # --- Decoding ------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Message:
-    type: int
-    flags: int
-    seq: int
-    payload: bytes  # after the nlmsghdr
-
-
-def parse_messages(data: bytes) -> list[Message]:
-    """The netlink messages of one datagram; ValueError on a truncated or malformed one."""
-    out = []
-    offset = 0
-    while offset + _NLMSGHDR.size <= len(data):
-        length, kind, flags, seq, _ = _NLMSGHDR.unpack_from(data, offset)
-        if length < _NLMSGHDR.size or offset + length > len(data):
-            raise ValueError(f"a netlink message of length {length} at byte {offset} of {len(data)}")
-        out.append(Message(kind, flags, seq, data[offset + _NLMSGHDR.size : offset + length]))
-        offset += _align(length)
-    return out
-
-
 def parse_attrs(data: bytes) -> list[tuple[int, bytes]]:
     """(type without its NESTED/NET_BYTEORDER bits, payload) of each attribute, in order; ValueError if malformed."""
     out = []
@@ -227,7 +201,7 @@ def parse_attrs(data: bytes) -> list[tuple[int, bytes]]:
         if length < _NLATTR.size or offset + length > len(data):
             raise ValueError(f"a netlink attribute of length {length} at byte {offset} of {len(data)}")
         out.append((kind & _NLA_TYPE_MASK, data[offset + _NLATTR.size : offset + length]))
-        offset += _align(length)
+        offset += align(length)
     return out
 
 

@@ -1,5 +1,6 @@
-"""Sockets made inside another network namespace (a pod's), for port-forward: the socket is created by a short-lived
-thread that enters the namespace, so the agent itself never leaves its own and no listener is opened anywhere."""
+"""Sockets made inside another network namespace (a pod's), for port-forward and for watching a pod's links: the
+socket is created by a short-lived thread that enters the namespace, so the agent itself never leaves its own and
+no listener is opened anywhere."""
 
 from __future__ import annotations
 
@@ -11,14 +12,14 @@ import threading
 from edgelet.util import linux
 
 
-def _make(netns: str, family: int) -> socket.socket:
+def _make(netns: str, family: int, kind: int, proto: int) -> socket.socket:
     target = os.open(netns, os.O_RDONLY | os.O_CLOEXEC)
     try:
         own = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
         try:
             linux.setns(target)
             try:
-                return socket.socket(family, socket.SOCK_STREAM)
+                return socket.socket(family, kind, proto)
             finally:
                 # Only this thread moved; it ends right after, so even a failed return harms no one.
                 linux.setns(own)
@@ -40,18 +41,20 @@ def _succeed(done: asyncio.Future[socket.socket], sock: socket.socket) -> None:
         done.set_result(sock)
 
 
-async def socket_in(netns: str | None, family: int = socket.AF_INET) -> socket.socket:
-    """A non-blocking TCP socket of the namespace at `netns` (a /proc/PID/ns/net or a bind-mounted file); the
-    agent's own namespace when None. OSError when the namespace cannot be entered."""
+async def socket_in(
+    netns: str | None, family: int = socket.AF_INET, kind: int = socket.SOCK_STREAM, proto: int = 0
+) -> socket.socket:
+    """A non-blocking socket (TCP unless told) of the namespace at `netns` (a /proc/PID/ns/net or a bind-mounted
+    file); the agent's own namespace when None. OSError when the namespace cannot be entered."""
     if netns is None:
-        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock = socket.socket(family, kind, proto)
     else:
         loop = asyncio.get_running_loop()
         done: asyncio.Future[socket.socket] = loop.create_future()
 
         def run() -> None:
             try:
-                result = _make(netns, family)
+                result = _make(netns, family, kind, proto)
             except BaseException as exc:  # handed to the awaiting task, raised there
                 loop.call_soon_threadsafe(_fail, done, exc)
                 return

@@ -280,24 +280,36 @@ def test_a_sandbox_whose_namespaces_are_unmounted_from_outside_gives_back_its_ne
     wait_for(lambda: not os.listdir(agent.paths.run_dir / "ns"), timeout=60, what="the namespace files to go")
 
 
-def test_a_broken_pod_network_fails_its_check_and_the_pod_gets_a_new_one(agent, network):
-    """Housekeeping CHECKs every pod's network with the real plugins: a healthy one is left alone, one whose
-    address went (as after an admin's mistake) gets a new sandbox and a working network."""
-    agent.start(f"--cni-conf-dir={network['conf_dir']}", f"--cni-bin-dir={PLUGINS}", "--cni-check-period=1s")
+def _spawned(trace: Path, program: str) -> int:
+    """How many times the agent started `program` (EDGELET_TRACE_SPAWNS's file: one line per child)."""
+    lines = trace.read_text().splitlines() if trace.exists() else []
+    return sum(1 for line in lines if line.split(" ")[1:2] == [program])
+
+
+def test_a_broken_pod_network_fails_its_check_and_the_pod_gets_a_new_one(agent, network, tmp_path):
+    """A settled node runs no plugin: its pods' links are watched through rtnetlink, and only a pod whose
+    veth or address went is CHECKed, alone, with the real plugins; it gets a new sandbox and a working
+    network, the healthy one is left alone. The rare safety CHECKs go one pod at a time."""
+    trace = tmp_path / "spawns"
+    agent.start(
+        f"--cni-conf-dir={network['conf_dir']}",
+        f"--cni-bin-dir={PLUGINS}",
+        "--cni-check-period=1s",
+        env={"EDGELET_TRACE_SPAWNS": str(trace)},
+    )
     agent.write_manifest("server.yaml", SERVER)
     agent.write_manifest("client.yaml", CLIENT)
     for name in ("server", "client"):
         wait_for(lambda n=name: _ctr(agent, n) and _pod_ip(agent, n), timeout=90, what=f"{name} to run with an IP")
     broken, healthy = _sandbox(agent, "server"), _sandbox(agent, "client")
-    # Healthy networks pass their checks, the server's hostPort chain too (portmap 1.1.1's false IPv6 failure).
-    wait_for(
-        lambda: agent.log().count("Checked pod networks checked=2 failed=0") >= 3,
-        timeout=120,
-        what="three clean checks of both pods",
-    )
+    # Settled: no plugin runs until the first safety CHECK, SAFETY_PERIODS (60) periods after the pods showed,
+    # and that one CHECKs one pod (the server's hostPort chain passes too: portmap 1.1.1's false IPv6 failure).
+    wait_for(lambda: "Checked pod networks checked=1 failed=0" in agent.log(), timeout=240, what="a safety CHECK")
+    assert _spawned(trace, "bridge") == 3, "two ADDs and one safety CHECK, in 60 periods"
     assert not [e for e in json.loads(agent.cli("events", "-o", "json")) if e["reason"] == "SandboxChanged"]
     netns = agent.paths.run_dir / "netns" / broken
     assert _sh("nsenter", f"--net={netns}", "ip", "-o", "addr", "show", "dev", "eth0").count("inet ") == 1
+    before = _spawned(trace, "bridge")
     subprocess.run(["nsenter", f"--net={netns}", "ip", "addr", "flush", "dev", "eth0"], check=True)
 
     events = wait_for(
@@ -312,6 +324,9 @@ def test_a_broken_pod_network_fails_its_check_and_the_pod_gets_a_new_one(agent, 
         timeout=120,
         what="the server in a new sandbox",
     )
+    # The server's CHECK (it stops at bridge's failure), its old network's DEL and its new one's ADD; a
+    # safety CHECK of the client may have come meanwhile (30 periods after the first).
+    assert _spawned(trace, "bridge") - before in (3, 4)
     ip = _sandbox_annotations(agent, "server")["io.edgelet.pod-ips"]
     wait_for(lambda: _pod_ip(agent, "server") == ip, timeout=60, what="the status to show the new address")
     out = wait_for(
@@ -331,6 +346,19 @@ def test_a_broken_pod_network_fails_its_check_and_the_pod_gets_a_new_one(agent, 
         for e in json.loads(agent.cli("events", "-o", "json"))
         if e["reason"] == "SandboxChanged"
     )
+    # The client's veth deleted (from inside its namespace: both ends go): its CHECK, and a new sandbox.
+    subprocess.run(
+        ["nsenter", f"--net={agent.paths.run_dir / 'netns' / healthy}", "ip", "link", "del", "eth0"], check=True
+    )
+    wait_for(
+        lambda: (
+            (s := _sandbox(agent, "client")) and s != healthy and _ctr(agent, "client") and _pod_ip(agent, "client")
+        ),
+        timeout=120,
+        what="the client in a new sandbox",
+    )
+    assert _sandbox(agent, "server") == new, "the server, healthy now, untouched"
+    assert "Checked pod networks checked=2" not in agent.log(), "never a round of all pods"
     for name in ("server", "client"):
         (agent.manifests / f"{name}.yaml").unlink()
     wait_for(

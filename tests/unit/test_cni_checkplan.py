@@ -1,67 +1,79 @@
-"""When housekeeping CHECKs the pod networks (edgelet.network.checkplan): a table of periods."""
+"""When housekeeping CHECKs the pod networks (edgelet.network.checkplan): tables of periods."""
 
 from __future__ import annotations
 
-from edgelet.network.checkplan import MAX_STRETCH, CheckPlan, checked, due, first, host_links
+import pytest
 
-A = (("br0", "3", "up"), ("veth1", "7", "up"))
-B = (("br0", "3", "up"), ("veth1", "7", "up"), ("veth2", "8", "up"))  # a new sandbox's veth
-C = (("br0", "3", "up"), ("veth1", "", ""))  # a veth gone while its pod runs
-D = (("br0", "3", "up"),)  # the pod of veth1 gone with it
-E = (("br0", "9", "up"), ("veth1", "7", "up"))  # the bridge re-created
+from edgelet.network.checkplan import SAFETY_PERIODS, CheckPlan, checked, due, first, spacing
+
+A, B, C = "sandbox-a", "sandbox-b", "sandbox-c"
 
 
-def _run(fingerprints: list, broken_at: frozenset[int] = frozenset(), plan: CheckPlan | None = None) -> list[int]:
-    """The periods (1-based) at which a CHECK runs, one fingerprint per period."""
+def _run(
+    periods: int,
+    running: dict[int, set[str]] | set[str],
+    marked: dict[int, set[str]] | None = None,
+    plan: CheckPlan | None = None,
+    failed_at: frozenset[int] = frozenset(),
+) -> list[tuple[int, list[str]]]:
+    """(period, sandboxes CHECKed) for each period with a CHECK; `running` a set, or per period from the first
+    period named on (the last one stands); `marked`: what notifications marked, per period."""
     plan, ran = plan or CheckPlan(), []
-    for i, fp in enumerate(fingerprints, start=1):
-        go, plan = due(plan, fp)
-        if go:
-            ran.append(i)
-            plan = checked(plan, fp, broken=i in broken_at)
+    now: set[str] = set()
+    for i in range(1, periods + 1):
+        if isinstance(running, set):
+            now = running
+        elif i in running:
+            now = running[i]
+        sandboxes, plan = due(plan, now, (marked or {}).get(i, set()))
+        if sandboxes:
+            ran.append((i, sorted(sandboxes)))
+            plan = checked(plan, sandboxes, ran=i not in failed_at)
     return ran
 
 
-def test_nothing_changes_the_span_doubles_up_to_the_maximum():
-    assert MAX_STRETCH == 10
-    # 1 (first), then every 2, 4, 8, 10, 10 periods.
-    assert _run([A] * 50) == [1, 3, 7, 15, 25, 35, 45]
+def test_a_settled_node_runs_no_check_until_the_safety_ones_one_pod_at_a_time():
+    assert SAFETY_PERIODS == 60
+    ran = _run(3 * SAFETY_PERIODS, {A, B, C})
+    # Nothing for SAFETY_PERIODS after they showed (period 1), then one pod every SAFETY_PERIODS / 3 periods:
+    # each once every SAFETY_PERIODS.
+    assert ran == [(61, [A]), (81, [B]), (101, [C]), (121, [A]), (141, [B]), (161, [C])]
 
 
-def test_a_link_that_changed_or_went_is_checked_at_the_next_period_and_restarts_the_doubling():
-    assert _run([A] * 10 + [C] * 3) == [1, 3, 7, 11, 13]
-    assert _run([A] * 10 + [E] * 3) == [1, 3, 7, 11, 13]
+@pytest.mark.parametrize(
+    ("running", "want"),
+    [(0, 60), (1, 60), (3, 20), (20, 3), (60, 1), (200, 1)],
+)
+def test_safety_checks_are_spaced_so_each_pod_gets_one_per_safety_span(running, want):
+    assert spacing(running) == want
 
 
-def test_a_new_sandbox_or_one_gone_brings_no_check_of_its_own():
-    # Its ADD has just set its network up: it is CHECKed with the others at the next round.
-    assert _run([A] * 10 + [B] * 9) == [1, 3, 7, 15]
-    assert _run([A] * 10 + [D] * 9) == [1, 3, 7, 15]
-    assert _run([()] * 2 + [A] * 20) == [1, 3, 7, 15]
+def test_a_notification_brings_a_check_of_that_pod_alone_at_the_next_period():
+    ran = _run(10, {A, B, C}, marked={4: {B}, 7: {A, C}})
+    assert ran == [(4, [B]), (7, [A, C])]
 
 
-def test_a_new_sandboxs_links_are_watched_from_the_period_they_show():
-    gone = (("br0", "3", "up"), ("veth1", "7", "up"), ("veth2", "", ""))
-    assert _run([A] * 4 + [B] + [gone]) == [1, 3, 6]
-    assert _run([A] * 4 + [B] * 4 + [gone] * 3) == [1, 3, 7, 9, 11]
+def test_a_marked_sandbox_that_no_longer_runs_is_not_checked():
+    assert _run(10, {1: {A, B}, 5: {A}}, marked={5: {B}}) == []
 
 
-def test_at_start_only_adopted_sandboxes_are_checked_at_the_first_period():
-    assert first(adopted=True) == CheckPlan()
-    assert _run([A] * 20, plan=first(adopted=False)) == [2, 6, 14]
-    assert _run([()] + [A] * 19, plan=first(adopted=False)) == [2, 6, 14], "pods started after the agent"
-    assert _run([A] + [C] * 3, plan=first(adopted=False)) == [2, 4], "a link broken after it showed"
+def test_a_check_by_notification_postpones_that_pods_safety_check():
+    ran = _run(SAFETY_PERIODS + 30, {A}, marked={10: {A}})
+    assert ran == [(10, [A]), (70, [A])]  # not at 61
 
 
-def test_a_failed_check_brings_the_span_back_to_every_period():
-    assert _run([A] * 12, broken_at=frozenset({7})) == [1, 3, 7, 8, 10]
+def test_a_new_sandbox_is_not_checked_at_once_its_add_just_ran():
+    ran = _run(SAFETY_PERIODS + 10, {1: {A}, 5: {A, B}})
+    assert ran == [(61, [A])]  # B's safety CHECK comes SAFETY_PERIODS after it showed, and SAFETY_PERIODS / 2 after A's
+    assert _run(SAFETY_PERIODS + 40, {1: {A}, 5: {A, B}}) == [(61, [A]), (91, [B])]
 
 
-def test_host_links_reads_names_ifindex_and_state(tmp_path):
-    for name, idx, state in (("lo", "1", "unknown"), ("eth0", "2", "up")):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "ifindex").write_text(idx + "\n")
-        (tmp_path / name / "operstate").write_text(state + "\n")
-    assert host_links(["lo", "eth0"], str(tmp_path)) == (("eth0", "2", "up"), ("lo", "1", "unknown"))
-    assert host_links(["eth0"], str(tmp_path)) == (("eth0", "2", "up"),), "only the links named"
-    assert host_links(["veth9", "../x"], str(tmp_path)) == (("veth9", "", ""),), "a link gone reads empty"
+def test_at_start_adopted_sandboxes_are_checked_at_the_first_period():
+    assert _run(5, {A, B}, plan=first({A, B})) == [(1, [A, B])]
+    assert _run(5, {1: {A, B}}, plan=first(set())) == [], "pods started after the agent: their ADD"
+    assert _run(5, {1: {B}}, plan=first({A, B})) == [(1, [B])], "an adopted sandbox gone by then is not"
+
+
+def test_a_check_that_could_not_run_is_tried_again_at_the_next_period():
+    ran = _run(6, {A, B}, marked={3: {A}}, failed_at=frozenset({3, 4}))
+    assert ran == [(3, [A]), (4, [A]), (5, [A])]

@@ -226,3 +226,15 @@ def test_a_pod_whose_new_sandboxes_keep_failing_check_is_left_alone(tmp_path: Pa
     assert asyncio.run(net.check({"t1"})) == {}
     (plugins / "fail-CHECK-t1").write_text("11")
     assert set(asyncio.run(net.check({"t1"}))) == {"t1"}
+
+
+def test_check_of_some_sandboxes_runs_their_chains_only(tmp_path: Path, plugins: Path) -> None:
+    """Housekeeping CHECKs the pods a notification marked, or one pod's safety CHECK: not a round of all."""
+    net = _network(tmp_path, plugins, "1.0.0")
+    cache = Cache(tmp_path / "cache")
+    result = {"ips": [{"address": "10.99.0.7/24"}]}
+    for sid in ("a", "b", "c"):
+        cache.write(_entry(sid, result))
+    (plugins / "fail-CHECK-c").write_text("11")
+    assert set(asyncio.run(net.check({"a", "b", "c"}, {"b", "c", "gone"}))) == {"c"}
+    assert sorted({cid for _, c, cid, _ in _calls(plugins) if c == "CHECK"}) == ["b", "c"]
