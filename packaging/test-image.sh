@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make test-image: boots the Raspberry Pi image under qemu-system-aarch64 (TCG) as
 # the Pi's firmware would on the raspi3b machine (kernel, initrd, device tree
-# and cmdline.txt taken from the image's FAT partition), twice:
+# and cmdline.txt taken from the image's FAT partition), four times:
 #
 #   boot 1 (first boot): the card carries a manifest, an image archive (arm64,
 #     made from the image's own dash, sleep and libc), a kubeconfig, a hostname.
@@ -24,7 +24,7 @@
 #     login as root with the throwaway key the card's authorized_keys carried
 #     at first boot, the hostname the card gave, both pods running.
 #     Self-update under systemd (docs/self-update.md): before boot 3 the test
-#     signs two arm64 releases of the image's own one-dir with a throwaway
+#     signs three arm64 releases of the image's own one-dir with a throwaway
 #     minisign key (packaging/image/test-image-releases.py), trusts that key
 #     in the copy's /etc/edgelet/config.toml (the card may not set
 #     trusted_keys; the card's manifests get signatures too) and puts the
@@ -33,7 +33,15 @@
 #     container restarted. Then, over SSH, the broken one (the version after:
 #     its program exits at start) is dropped onto the mounted card: rolled
 #     back by itself (the launcher's restart loop), the good release running
-#     on, every container's id and process the same as before.
+#     on, every container's id and process the same as before. Last, a power
+#     cut during an update: edgelet restarted with a runtime drop-in that
+#     holds it at the crash point update.trial (EDGELET_TEST_CRASH_HOLD=1:
+#     `current` points at a third release, the old agent has not exited), the
+#     third release dropped over SSH, and once the journal shows the hold,
+#     qemu is killed (the guest's page cache is lost).
+#   boot 4 (raspi3b), after that power cut: the third release committed (or
+#     rolled back to the one committed before, the outcome recorded), no
+#     half-staged release, both pods running.
 #
 # The guest reports through a test unit written into a copy of the image
 # (debugfs, no mount) that prints IMAGE-TEST lines on the serial console.
@@ -152,6 +160,11 @@ done
     edgelet update status 2>&1 | sed 's/^/IMAGE-TEST update-status: /'
     edgelet update history 2>&1 | sed 's/^/IMAGE-TEST update-history: /'
     journalctl -b -u edgelet.service -o cat | grep "edgelet launch" | sed 's/^/IMAGE-TEST launch: /' 
+    # The update's steps on the guest's clock (seconds since boot), for bench/image_update.py.
+    journalctl -b -u edgelet.service -o short-monotonic |
+        grep -E "Starting edgelet|Update (started|committed)|was rolled back|edgelet launch|crash point" |
+        sed 's/^/IMAGE-TEST update-times: /'
+    echo "IMAGE-TEST releases: current=$(readlink /usr/lib/edgelet/current) $(ls -A /var/lib/edgelet/releases | tr '\n' ' ')"
     echo "IMAGE-TEST uptime: $(cut -d' ' -f1 /proc/uptime)"
     journalctl -b -u edgelet-card-setup -u edgelet-runonce -o cat | sed 's/^/IMAGE-TEST journal: /'
     echo "IMAGE-TEST-DONE"
@@ -285,12 +298,36 @@ broken_release() {  # the broken release dropped onto the mounted card while edg
     guest 'echo "IMAGE-TEST before-broken: $(edgelet-image-test-containers)"' > "$log" 2>&1 || true
     # The signature first, then the archive under a name the agent ignores, renamed once whole.
     guest "cat > $card/$name.minisig" < "$broken.minisig" &&
-        guest "cat > $card/.$name.part && mv $card/.$name.part $card/$name" < "$broken" ||
+        guest "cat > $card/.$name.part && mv $card/.$name.part $card/$name &&
+            echo \"IMAGE-TEST broken-dropped: \$(cut -d' ' -f1 /proc/uptime)\"" < "$broken" >> "$log" ||
         fail "cannot copy the broken release onto the guest's card"
     guest "IMAGE_TEST_OUT=/dev/stdout IMAGE_TEST_UPDATE=$broken_version sh /usr/local/sbin/edgelet-image-test" \
         >> "$log" 2>&1 || true
     grep -a "IMAGE-TEST" "$log" | tr -d '\r'
 }
+power_cut() {  # a third release applied by an agent held at update.trial; boot() then kills qemu: a power cut
+    local name card=/boot/firmware/edgelet/update log="$work/console-3-cut.log" i
+    name="$(basename "$cut")"
+    step "a power cut during an update: edgelet held at update.trial, release $cut_version onto the card"
+    # A runtime drop-in (/run: gone at the next boot) arms the crash point in hold mode; no watchdog, whose
+    # restart would let the launcher start the new release before the cut.
+    guest 'd=/run/systemd/system/edgelet.service.d && mkdir -p $d &&
+        printf "%s\n" "[Service]" "Environment=EDGELET_TEST_CRASH_AT=update.trial EDGELET_TEST_CRASH_HOLD=1" \
+            "WatchdogSec=0" > $d/hold.conf && systemctl daemon-reload && systemctl restart edgelet.service' \
+        > "$log" 2>&1 || fail "cannot restart edgelet with the crash point held (see $log)"
+    guest "cat > $card/$name.minisig" < "$cut.minisig" &&
+        guest "cat > $card/.$name.part && mv $card/.$name.part $card/$name" < "$cut" ||
+        fail "cannot copy release $cut_version onto the guest's card"
+    for i in $(seq 1 120); do
+        guest 'journalctl -b -u edgelet.service -o cat | grep "crash point update.trial: holding" &&
+            echo "IMAGE-TEST held: current=$(readlink /usr/lib/edgelet/current)" && cat /var/lib/edgelet/update/trial' \
+            >> "$log" 2>&1 && break
+        sleep 5
+    done
+    grep -a "IMAGE-TEST held:" "$log" || fail "edgelet never held at update.trial (see $log)"
+    step "power cut: qemu killed with edgelet held between the swap and its exit"
+}
+after_boot3() { broken_release; power_cut; }
 expect() {  # expect LOG PATTERN WHAT (LOG.ssh: what the guest answered over SSH)
     local logs=("$1")
     [ -f "$1.ssh" ] && logs+=("$1.ssh")
@@ -366,7 +403,7 @@ tunnel_steps() {  # tunnel_steps LOG: the helper's IMAGE-TEST lines go into LOG.
 }
 
 
-step "self-update: two signed arm64 releases of the image's one-dir; the good one onto the card with mtools"
+step "self-update: three signed arm64 releases of the image's one-dir; the good one onto the card with mtools"
 wait "$releases" || { cat "$work/releases.log" >&2; fail "packaging/image/test-image-releases.py failed"; }
 eval "$(cat "$work/releases.env")"
 echo "running $running; good $good_version: $good ($(du -h "$good" | cut -f1)); broken $broken_version: $broken"
@@ -395,7 +432,7 @@ printf '%s\n' "rm /etc/edgelet/config.toml" "write $work/config.toml.new /etc/ed
     edit_root
 
 c3="$work/console-3.log"
-boot "$c3" virt broken_release
+boot "$c3" virt after_boot3
 expect "$c3" "IMAGE-TEST tunnel-kind: wireguard" "tunnel: edgelet made a kernel WireGuard interface (the Pi kernel's module)"
 expect "$c3" "IMAGE-TEST tunnel-wireguard-go: 0" "tunnel: no wireguard-go beside the kernel's"
 expect "$c3" "IMAGE-TEST tunnel-handshake: [1-9]" "tunnel: a handshake with the kernel WireGuard hub"
@@ -446,5 +483,28 @@ echo "containers after its rollback:        $after"
     fail "a container was restarted or replaced by the broken release (before: $before; after: $after)"
 echo "ok: the broken release and its rollback stopped no container (same ids and processes)"
 passed=$((passed + 1))
+
+# --- The power cut during an update (boot 3's last step): edgelet held at update.trial, qemu killed ---
+c3c="$work/console-3-cut.log"
+expect "$c3c" "IMAGE-TEST held: current=.*/$cut_version\$" "power cut: \`current\` already pointed at release $cut_version when the power went"
+echo "$cut_version" > "$work/update"
+printf '%s\n' "rm /etc/edgelet-image-test.update" "write $work/update /etc/edgelet-image-test.update" | edit_root
+c4="$work/console-4.log"
+boot "$c4"
+expect "$c4" "IMAGE-TEST update-history: .* $cut_version +(committed|rolled-back)" \
+    "after the power cut: release $cut_version's outcome is recorded (no trial left open)"
+if grep -a "IMAGE-TEST update-history: .* $cut_version +committed" "$c4" > /dev/null; then
+    expect "$c4" "IMAGE-TEST update-status: Release: +image-test-cut-$cut_version " \
+        "after the power cut: release $cut_version was committed on this boot and runs"
+else
+    expect "$c4" "IMAGE-TEST update-status: Release: +image-test-good-$good_version " \
+        "after the power cut: release $cut_version rolled back, the committed $good_version runs"
+fi
+grep -a "IMAGE-TEST releases: " "$c4" | grep -v "partial" > /dev/null ||
+    fail "after the power cut: a half-staged release is left ($(report "$c4" releases))"
+echo "ok: after the power cut: no half-staged release ($(report "$c4" releases))"
+passed=$((passed + 1))
+expect "$c4" "IMAGE-TEST pods: .* hello-pi-under-test .*Running" "after the power cut: the first pod runs"
+expect "$c4" "IMAGE-TEST pods: .* later-pi-under-test .*Running" "after the power cut: the second pod runs"
 step "PASS"
 echo "test-image: ${passed} passed, 0 failed"

@@ -3,15 +3,18 @@
 python packaging/image/test-image-releases.py ROOT OUT   # ROOT: the image's arm64 root directory
 
 In OUT: a throwaway minisign key (release.pub, release.key, no password); the good release (the one-dir the image
-runs, under the next version) and the broken one (an entry program that exits at start, under the version after),
-each with its .minisig. Prints `good=PATH`, `broken=PATH`, `running=N`, `good_version=N`, `broken_version=N` for
-the shell.
+runs, under the next version), the broken one (an entry program that exits at start, under the version after) and
+a second good one (the one-dir again, the version after that: the power cut's), each with its .minisig. Prints
+`good=PATH`, `broken=PATH`, `cut=PATH`, `running=N`, `good_version=N`, `broken_version=N`, `cut_version=N` for the
+shell. xz's fastest preset: packing at the default took 7 minutes beside the boots on a loaded 2-core host.
 """
 
 from __future__ import annotations
 
+import functools
 import shutil
 import sys
+import tarfile
 import tempfile
 from pathlib import Path
 
@@ -30,7 +33,8 @@ def main(root: Path, out: Path) -> None:
         raise SystemExit(f"{installed}: no {RELEASE_JSON} (an image without the releases layout)")
     out.mkdir(parents=True, exist_ok=True)
     key = MinisignKey.generate(out, "release")
-    good, broken = info.version + 1, info.version + 2
+    good, broken, cut = info.version + 1, info.version + 2, info.version + 3
+    tarfile.open = functools.partial(tarfile.open, preset=0)  # type: ignore[assignment]  # pack_release's xz
     with tempfile.TemporaryDirectory(dir=out) as tmp:
         # The same frozen one-dir under a newer version: what a second build of this tree would be.
         onedir = Path(tmp, "good")
@@ -41,13 +45,13 @@ def main(root: Path, out: Path) -> None:
         (bad / "edgelet").write_text(BROKEN)
         (bad / "edgelet").chmod(0o755)
         paths = {}
-        for kind, tree, version in (("good", onedir, good), ("broken", bad, broken)):
+        for kind, tree, version in (("good", onedir, good), ("broken", bad, broken), ("cut", onedir, cut)):
             label = f"image-test-{kind}-{version}"
             paths[kind] = out / archive_name(label, info.arch)
             pack_release(tree, paths[kind], version=version, arch=info.arch, label=label)
             key.sign(paths[kind], version=version)
-    print(f"good={paths['good']}\nbroken={paths['broken']}")
-    print(f"running={info.version}\ngood_version={good}\nbroken_version={broken}")
+    print(f"good={paths['good']}\nbroken={paths['broken']}\ncut={paths['cut']}")
+    print(f"running={info.version}\ngood_version={good}\nbroken_version={broken}\ncut_version={cut}")
 
 
 if __name__ == "__main__":
