@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make test-image: boots the Raspberry Pi image under qemu-system-aarch64 (TCG) as
 # the Pi's firmware would on the raspi3b machine (kernel, initrd, device tree
-# and cmdline.txt taken from the image's FAT partition), twice:
+# and cmdline.txt taken from the image's FAT partition), four times:
 #
 #   boot 1 (first boot): the card carries a manifest, an image archive (arm64,
 #     made from the image's own dash, sleep and libc), a kubeconfig, a hostname.
@@ -23,10 +23,29 @@
 #     127.0.0.1). Expected: systemd-networkd's DHCP lease on eth0, an SSH
 #     login as root with the throwaway key the card's authorized_keys carried
 #     at first boot, the hostname the card gave, both pods running.
+#     Self-update under systemd (docs/self-update.md): before boot 3 the test
+#     signs three arm64 releases of the image's own one-dir with a throwaway
+#     minisign key (packaging/image/test-image-releases.py), trusts that key
+#     in the copy's /etc/edgelet/config.toml (the card may not set
+#     trusted_keys; the card's manifests get signatures too) and puts the
+#     good one (the next version) into the card's edgelet/update/ with mtools.
+#     Expected at boot 3: the update committed, the new release running, no
+#     container restarted. Then, over SSH, the broken one (the version after:
+#     its program exits at start) is dropped onto the mounted card: rolled
+#     back by itself (the launcher's restart loop), the good release running
+#     on, every container's id and process the same as before. Last, a power
+#     cut during an update: edgelet restarted with a runtime drop-in that
+#     holds it at the crash point update.trial (EDGELET_TEST_CRASH_HOLD=1:
+#     `current` points at a third release, the old agent has not exited), the
+#     third release dropped over SSH, and once the journal shows the hold,
+#     qemu is killed (the guest's page cache is lost).
+#   boot 4 (raspi3b), after that power cut: the third release committed (or
+#     rolled back to the one committed before, the outcome recorded), no
+#     half-staged release, both pods running.
 #
 # The guest reports through a test unit written into a copy of the image
 # (debugfs, no mount) that prints IMAGE-TEST lines on the serial console.
-# Needs root only for nothing; needs qemu-system-arm, mtools, e2fsprogs, openssh-client.
+# Needs root only for nothing; needs qemu-system-arm, mtools, e2fsprogs, openssh-client, minisign.
 #
 #   packaging/test-image.sh [--image PATH] [--timeout SECONDS]
 set -euo pipefail
@@ -47,7 +66,12 @@ while [ $# -gt 0 ]; do
 done
 step() { echo "==> $(date -u +%H:%M:%S) $*"; }
 passed=0  # checks that printed ok:, for the closing line CI reads
-fail() { echo "test-image.sh: FAIL: $*" >&2; echo "test-image: ${passed} passed, 1 failed"; exit 1; }
+fail() {
+    echo "test-image.sh: FAIL: $*" >&2
+    [ -z "${releases:-}" ] || kill "$releases" 2>/dev/null || true  # the releases still being packed
+    echo "test-image: ${passed} passed, 1 failed"
+    exit 1
+}
 
 work="$REPO/build/image-test"
 rm -rf "$work"
@@ -86,6 +110,10 @@ cat > "$work/edgelet-image-test" <<'EOF'
 #!/bin/sh
 # Waits until the card's pods run, then reports on the console (IMAGE-TEST lines).
 want="$(cat /etc/edgelet-image-test.want)"
+# A self-update to wait for (its version): until the agent committed or rolled it back. Over SSH (the broken
+# release) the report goes to stdout.
+update="${IMAGE_TEST_UPDATE:-$(cat /etc/edgelet-image-test.update 2>/dev/null)}"
+out_to="${IMAGE_TEST_OUT:-/dev/console}"
 i=0
 while [ $i -lt 360 ]; do
     out="$(edgelet pods 2>&1)"
@@ -95,6 +123,10 @@ while [ $i -lt 360 ]; do
     # With a network device (boot 3), its DHCP lease too.
     [ -e /sys/class/net/eth0 ] && ! ip -4 -o addr show dev eth0 | grep -q inet && ok=0
     echo "$out" | grep -q "is not running" && ok=0
+    if [ -n "$update" ]; then
+        [ -e /var/lib/edgelet/update/trial ] && ok=0
+        edgelet update history 2>&1 | grep -Eq "[[:space:]]$update[[:space:]]+(committed|rolled-back)" || ok=0
+    fi
     for pod in $want; do
         echo "$out" | grep -Eq "[[:space:]]$pod-[^[:space:]]+[[:space:]].*Running" || ok=0
     done
@@ -120,11 +152,23 @@ done
     echo "IMAGE-TEST images: $(edgelet images 2>&1 | tr '\n' '|')"
     echo "IMAGE-TEST runonce: $(systemctl show -p Result --value edgelet-runonce.service)"
     echo "IMAGE-TEST agent: $(systemctl is-active edgelet.service) restarts=$(systemctl show -p NRestarts --value edgelet.service)"
-    journalctl -b -u edgelet.service -o cat | grep -E "edgelet started|Card|Secret| E " | sed 's/^/IMAGE-TEST agent-log: /' 
+    journalctl -b -u edgelet.service -o cat | grep -E "edgelet started|Card|Secret| E |Update|[Tt]rial|Release" |
+        sed 's/^/IMAGE-TEST agent-log: /'
+    echo "IMAGE-TEST containers: $(edgelet-image-test-containers)"
+    # The old agent's record of its containers, taken before its swap: the new one must find them as they ran.
+    echo "IMAGE-TEST snapshot: $(tr -d ' \n' < /var/lib/edgelet/update/snapshot.json 2>&1)"
+    edgelet update status 2>&1 | sed 's/^/IMAGE-TEST update-status: /'
+    edgelet update history 2>&1 | sed 's/^/IMAGE-TEST update-history: /'
+    journalctl -b -u edgelet.service -o cat | grep "edgelet launch" | sed 's/^/IMAGE-TEST launch: /' 
+    # The update's steps on the guest's clock (seconds since boot), for bench/image_update.py.
+    journalctl -b -u edgelet.service -o short-monotonic |
+        grep -E "Starting edgelet|Update (started|committed)|was rolled back|edgelet launch|crash point" |
+        sed 's/^/IMAGE-TEST update-times: /'
+    echo "IMAGE-TEST releases: current=$(readlink /usr/lib/edgelet/current) $(ls -A /var/lib/edgelet/releases | tr '\n' ' ')"
     echo "IMAGE-TEST uptime: $(cut -d' ' -f1 /proc/uptime)"
     journalctl -b -u edgelet-card-setup -u edgelet-runonce -o cat | sed 's/^/IMAGE-TEST journal: /'
     echo "IMAGE-TEST-DONE"
-} > /dev/console 2>&1
+} > "$out_to" 2>&1
 sync
 EOF
 cat > "$work/edgelet-image-test.service" <<'EOF'
@@ -137,6 +181,14 @@ ExecStart=/bin/sh /usr/local/sbin/edgelet-image-test
 [Install]
 WantedBy=multi-user.target
 EOF
+cat > "$work/edgelet-image-test-containers" <<'EOF'
+#!/bin/sh
+# Each app container's id and the pid of its process (the pods' shell loop), sorted: the same before and after
+# an update when the update stopped no pod. (A script, so that pgrep does not find the caller's command line.)
+ids="$(edgelet pods -o json | grep -o '"containerID": *"[^"]*"' | sed 's/.*"\([^"]*\)"$/\1/' | sort | tr '\n' ' ')"
+echo "ids=${ids}pids=$(pgrep -f 'while :; do sleep 3600' | sort -n | tr '\n' ' ')"
+EOF
+chmod 0755 "$work/edgelet-image-test-containers"
 # systemd waits 90 s for a device whatever its start timeout; udev took longer than that to find RASPIFIRM at
 # load 16-18 (raspi3b and virt), and the boot fell into the emergency shell. A Pi finds it in seconds.
 debugfs -R "cat /etc/fstab" "$work/root.ext4" 2>/dev/null |
@@ -145,6 +197,7 @@ grep -q "device-timeout" "$work/fstab" || fail "the image's /etc/fstab has no RA
 echo "hello" > "$work/want"
 debugfs -w "$work/root.ext4" >/dev/null <<EOF
 write $work/edgelet-image-test /usr/local/sbin/edgelet-image-test
+write $work/edgelet-image-test-containers /usr/local/bin/edgelet-image-test-containers
 write $work/edgelet-image-test.service /etc/systemd/system/edgelet-image-test.service
 write $work/want /etc/edgelet-image-test.want
 rm /etc/fstab
@@ -179,11 +232,16 @@ mcopy -o -i "$fat" "$work/card/images/test-sh.oci.tar" ::edgelet/images/test-sh.
 mcopy -o -i "$fat" "$work/card/kubeconfig" ::edgelet/kubeconfig
 mcopy -o -i "$fat" "$work/card/hostname" ::edgelet/hostname
 mcopy -o -i "$fat" "$work/card/authorized_keys" ::edgelet/authorized_keys
+# The self-update releases for boot 3 (xz of the one-dir: minutes on a loaded host), made while boots 1-2 run.
+rel="$work/releases"
+PYTHONPATH="$REPO" "$REPO/.venv/bin/python" "$HERE/image/test-image-releases.py" "$base_root" "$rel" \
+    > "$work/releases.env" 2> "$work/releases.log" &
+releases=$!
 
-# boot LOG [virt]: qemu raspi3b (or virt, with the network) on the copy until the guest reports, then killed
-# (a power cut).
+# boot LOG [virt [STEP]]: qemu raspi3b (or virt, with the network) on the copy until the guest reports, then
+# (virt) the function STEP run while the guest is up, then killed (a power cut).
 boot() {
-    local log="$1" machine="${2:-raspi3b}" start
+    local log="$1" machine="${2:-raspi3b}" then="${3:-}" start
     local -a args=(-M raspi3b -m 1G -smp 4 -dtb "$work/fat/rpi3.dtb" -append "$cmdline"
         -drive "file=$work/test.img,if=sd,format=raw" -serial null -serial "file:$log")
     if [ "$machine" = virt ]; then
@@ -223,11 +281,53 @@ boot() {
         done
         cat "$log.ssh"
         tunnel_steps "$log"
+        [ -z "$then" ] || "$then"
     fi
     kill -9 "$qemu"
     wait "$qemu" 2>/dev/null || true
     grep -a "IMAGE-TEST" "$log" | tr -d '\r'
 }
+guest() {  # guest COMMAND: run over SSH in the virt boot (stdin passed on)
+    timeout 900 ssh -i "$work/id_ed25519" -p "$ssh_port" -o BatchMode=yes -o StrictHostKeyChecking=no \
+        -o UserKnownHostsFile=/dev/null -o ConnectTimeout=60 -o LogLevel=ERROR root@127.0.0.1 "$@"
+}
+broken_release() {  # the broken release dropped onto the mounted card while edgelet runs; the report after it
+    local name card=/boot/firmware/edgelet/update log="$work/console-3-broken.log"
+    name="$(basename "$broken")"
+    step "self-update over SSH: the broken release $broken_version onto the running device's card"
+    guest 'echo "IMAGE-TEST before-broken: $(edgelet-image-test-containers)"' > "$log" 2>&1 || true
+    # The signature first, then the archive under a name the agent ignores, renamed once whole.
+    guest "cat > $card/$name.minisig" < "$broken.minisig" &&
+        guest "cat > $card/.$name.part && mv $card/.$name.part $card/$name &&
+            echo \"IMAGE-TEST broken-dropped: \$(cut -d' ' -f1 /proc/uptime)\"" < "$broken" >> "$log" ||
+        fail "cannot copy the broken release onto the guest's card"
+    guest "IMAGE_TEST_OUT=/dev/stdout IMAGE_TEST_UPDATE=$broken_version sh /usr/local/sbin/edgelet-image-test" \
+        >> "$log" 2>&1 || true
+    grep -a "IMAGE-TEST" "$log" | tr -d '\r'
+}
+power_cut() {  # a third release applied by an agent held at update.trial; boot() then kills qemu: a power cut
+    local name card=/boot/firmware/edgelet/update log="$work/console-3-cut.log" i
+    name="$(basename "$cut")"
+    step "a power cut during an update: edgelet held at update.trial, release $cut_version onto the card"
+    # A runtime drop-in (/run: gone at the next boot) arms the crash point in hold mode; no watchdog, whose
+    # restart would let the launcher start the new release before the cut.
+    guest 'd=/run/systemd/system/edgelet.service.d && mkdir -p $d &&
+        printf "%s\n" "[Service]" "Environment=EDGELET_TEST_CRASH_AT=update.trial EDGELET_TEST_CRASH_HOLD=1" \
+            "WatchdogSec=0" > $d/hold.conf && systemctl daemon-reload && systemctl restart edgelet.service' \
+        > "$log" 2>&1 || fail "cannot restart edgelet with the crash point held (see $log)"
+    guest "cat > $card/$name.minisig" < "$cut.minisig" &&
+        guest "cat > $card/.$name.part && mv $card/.$name.part $card/$name" < "$cut" ||
+        fail "cannot copy release $cut_version onto the guest's card"
+    for i in $(seq 1 120); do
+        guest 'journalctl -b -u edgelet.service -o cat | grep "crash point update.trial: holding" &&
+            echo "IMAGE-TEST held: current=$(readlink /usr/lib/edgelet/current)" && cat /var/lib/edgelet/update/trial' \
+            >> "$log" 2>&1 && break
+        sleep 5
+    done
+    grep -a "IMAGE-TEST held:" "$log" || fail "edgelet never held at update.trial (see $log)"
+    step "power cut: qemu killed with edgelet held between the swap and its exit"
+}
+after_boot3() { broken_release; power_cut; }
 expect() {  # expect LOG PATTERN WHAT (LOG.ssh: what the guest answered over SSH)
     local logs=("$1")
     [ -f "$1.ssh" ] && logs+=("$1.ssh")
@@ -237,13 +337,15 @@ expect() {  # expect LOG PATTERN WHAT (LOG.ssh: what the guest answered over SSH
     echo "ok: $3"
     passed=$((passed + 1))
 }
-set_want() {  # set_want PODS: what the guest's test unit waits for, written into the root with debugfs
-    echo "$1" > "$work/want"
+edit_root() {  # edit_root: the debugfs commands on stdin run on the copy's root partition
     dd if="$work/test.img" of="$work/root.ext4" bs=4M iflag=skip_bytes skip=$((root_start * 512)) status=none conv=sparse
-    printf '%s\n' "rm /etc/edgelet-image-test.want" "write $work/want /etc/edgelet-image-test.want" |
-        debugfs -w "$work/root.ext4" >/dev/null
+    debugfs -w "$work/root.ext4" >/dev/null
     dd if="$work/root.ext4" of="$work/test.img" bs=4M oflag=seek_bytes seek=$((root_start * 512)) conv=notrunc,sparse status=none
     rm -f "$work/root.ext4"
+}
+set_want() {  # set_want PODS: what the guest's test unit waits for, written into the root with debugfs
+    echo "$1" > "$work/want"
+    printf '%s\n' "rm /etc/edgelet-image-test.want" "write $work/want /etc/edgelet-image-test.want" | edit_root
 }
 
 c1="$work/console-1.log"
@@ -300,8 +402,37 @@ tunnel_steps() {  # tunnel_steps LOG: the helper's IMAGE-TEST lines go into LOG.
     grep -a "tunnel-" "$1.ssh" || true
 }
 
+
+step "self-update: three signed arm64 releases of the image's one-dir; the good one onto the card with mtools"
+wait "$releases" || { cat "$work/releases.log" >&2; fail "packaging/image/test-image-releases.py failed"; }
+eval "$(cat "$work/releases.env")"
+echo "running $running; good $good_version: $good ($(du -h "$good" | cut -f1)); broken $broken_version: $broken"
+# With trusted keys every manifest and archive on the card needs a signature (the archive only while it is there).
+for f in manifests/hello.yaml manifests/later.yaml images/test-sh.oci.tar; do
+    minisign -S -s "$rel/release.key" -m "$work/card/$f" -t "edgelet-version: 1" > /dev/null
+done
+mcopy -o -i "$fat" "$work/card/manifests/hello.yaml.minisig" ::edgelet/manifests/hello.yaml.minisig
+mcopy -o -i "$fat" "$work/card/manifests/later.yaml.minisig" ::edgelet/manifests/later.yaml.minisig
+if mdir -b -i "$fat" ::edgelet/images | grep test-sh.oci.tar > /dev/null; then
+    mcopy -o -i "$fat" "$work/card/images/test-sh.oci.tar.minisig" ::edgelet/images/test-sh.oci.tar.minisig
+fi
+mmd -i "$fat" ::edgelet/update 2>/dev/null || true
+mcopy -o -i "$fat" "$good.minisig" "::edgelet/update/$(basename "$good").minisig"
+mcopy -o -i "$fat" "$good" "::edgelet/update/$(basename "$good")"
+# The key is trusted by the device's own config (the card may not set trusted_keys); the trial deadline is the
+# emulation's: a Pi starts the agent in seconds, TCG on a loaded host in minutes.
+printf '%s\n' "rdump /etc/edgelet/config.toml $work" | edit_root
+{ echo 'trusted_keys = "/etc/edgelet/image-test-release.pub"  # make test-image'
+  echo 'update_trial_deadline = "15m"  # make test-image'
+  cat "$work/config.toml"; } > "$work/config.toml.new"
+chmod 0644 "$work/config.toml.new" "$rel/release.pub"
+echo "$good_version" > "$work/update"
+printf '%s\n' "rm /etc/edgelet/config.toml" "write $work/config.toml.new /etc/edgelet/config.toml" \
+    "write $rel/release.pub /etc/edgelet/image-test-release.pub" "write $work/update /etc/edgelet-image-test.update" |
+    edit_root
+
 c3="$work/console-3.log"
-boot "$c3" virt
+boot "$c3" virt after_boot3
 expect "$c3" "IMAGE-TEST tunnel-kind: wireguard" "tunnel: edgelet made a kernel WireGuard interface (the Pi kernel's module)"
 expect "$c3" "IMAGE-TEST tunnel-wireguard-go: 0" "tunnel: no wireguard-go beside the kernel's"
 expect "$c3" "IMAGE-TEST tunnel-handshake: [1-9]" "tunnel: a handshake with the kernel WireGuard hub"
@@ -321,5 +452,59 @@ expect "$c3" "IMAGE-TEST pods: .* later-pi-under-test .*Running" "virt: the same
 expect "$c3" "IMAGE-TEST net: .*eth0 +inet 10\.0\.2\.15/" "virt: eth0 has an address"
 expect "$c3" "IMAGE-TEST dhcp: eth0: DHCPv4 address 10\.0\.2\.15" "virt: systemd-networkd got a DHCP lease on eth0"
 expect "$c3" "IMAGE-TEST ssh: root@pi-under-test" "virt: SSH login as root with the card's authorized_keys; the card's hostname"
+expect "$c3" "IMAGE-TEST update-history: .* $good_version +committed" "self-update: the release on the card was committed at boot"
+expect "$c3" "IMAGE-TEST update-status: Release: +image-test-good-$good_version \($good_version, arm64\)" \
+    "self-update: the new release is the one running"
+expect "$c3" "IMAGE-TEST agent-log: .*Update committed .*version=$good_version" "self-update: the new agent committed it"
+report() {  # report LOG WHAT: the value of the guest's last IMAGE-TEST WHAT: line
+    grep -a "IMAGE-TEST $2:" "$1" | tr -d '\r' | tail -n 1 | sed "s/.*IMAGE-TEST $2: //"
+}
+# The old agent's snapshot, written before its swap, and the containers after the commit: the same ids and
+# processes (the trial compared them too; this says so from outside).
+snap="$(report "$c3" snapshot)" now="$(report "$c3" containers)"
+echo "before the swap (snapshot): $snap"
+echo "after the commit:           $now"
+snap_pids="$(grep -o '"pid":[0-9]*' <<<"$snap" | cut -d: -f2 | sort -n | tr '\n' ' ')"
+[ -n "$snap_pids" ] && [ "$snap_pids" = "${now#*pids=}" ] || fail "self-update: the containers' processes changed"
+for id in $(grep -o '"container_id":"[^"]*"' <<<"$snap" | cut -d'"' -f4); do
+    grep -q "$id" <<<"$now" || fail "self-update: container $id is gone after the update"
+done
+echo "ok: self-update: every container runs on with the id and process it had before the swap"
+passed=$((passed + 1))
+c3b="$work/console-3-broken.log"
+expect "$c3b" "IMAGE-TEST update-history: .* $broken_version +rolled-back +restart loop: 3 starts without a commit" \
+    "self-update: the broken release was rolled back by itself, with the reason"
+expect "$c3b" "IMAGE-TEST update-status: Release: +image-test-good-$good_version " "the good release runs on"
+expect "$c3b" "IMAGE-TEST pods: .* later-pi-under-test .*Running" "the pods run on after the rollback"
+before="$(report "$c3b" before-broken)" after="$(report "$c3b" containers)"
+echo "containers before the broken release: $before"
+echo "containers after its rollback:        $after"
+[ -n "$before" ] && [ "$before" = "$after" ] && grep -q "pids=[0-9]" <<<"$after" ||
+    fail "a container was restarted or replaced by the broken release (before: $before; after: $after)"
+echo "ok: the broken release and its rollback stopped no container (same ids and processes)"
+passed=$((passed + 1))
+
+# --- The power cut during an update (boot 3's last step): edgelet held at update.trial, qemu killed ---
+c3c="$work/console-3-cut.log"
+expect "$c3c" "IMAGE-TEST held: current=.*/$cut_version\$" "power cut: \`current\` already pointed at release $cut_version when the power went"
+echo "$cut_version" > "$work/update"
+printf '%s\n' "rm /etc/edgelet-image-test.update" "write $work/update /etc/edgelet-image-test.update" | edit_root
+c4="$work/console-4.log"
+boot "$c4"
+expect "$c4" "IMAGE-TEST update-history: .* $cut_version +(committed|rolled-back)" \
+    "after the power cut: release $cut_version's outcome is recorded (no trial left open)"
+if grep -a "IMAGE-TEST update-history: .* $cut_version +committed" "$c4" > /dev/null; then
+    expect "$c4" "IMAGE-TEST update-status: Release: +image-test-cut-$cut_version " \
+        "after the power cut: release $cut_version was committed on this boot and runs"
+else
+    expect "$c4" "IMAGE-TEST update-status: Release: +image-test-good-$good_version " \
+        "after the power cut: release $cut_version rolled back, the committed $good_version runs"
+fi
+grep -a "IMAGE-TEST releases: " "$c4" | grep -v "partial" > /dev/null ||
+    fail "after the power cut: a half-staged release is left ($(report "$c4" releases))"
+echo "ok: after the power cut: no half-staged release ($(report "$c4" releases))"
+passed=$((passed + 1))
+expect "$c4" "IMAGE-TEST pods: .* hello-pi-under-test .*Running" "after the power cut: the first pod runs"
+expect "$c4" "IMAGE-TEST pods: .* later-pi-under-test .*Running" "after the power cut: the second pod runs"
 step "PASS"
 echo "test-image: ${passed} passed, 0 failed"

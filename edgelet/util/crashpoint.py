@@ -6,14 +6,21 @@ kills itself with SIGKILL, as a power cut or the OOM killer would, in the
 middle of whatever it was doing. Unset (always, outside the chaos tests) the
 armed table is empty and `crash_point` is a dictionary truth test: nothing is
 parsed, counted or looked up.
+
+With `EDGELET_TEST_CRASH_HOLD=1` an armed point holds instead of killing: it
+writes `crash point <point>: holding` to stderr (the journal, under systemd)
+and blocks forever, so that a test outside the process (the emulated board's)
+cuts the power exactly there and loses the page cache as well.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import sys
 
 ENV = "EDGELET_TEST_CRASH_AT"
+HOLD_ENV = "EDGELET_TEST_CRASH_HOLD"
 
 # The points the product passes, so that a test naming another one is told (see `parse`).
 POINTS = frozenset(
@@ -58,10 +65,11 @@ def parse(text: str) -> dict[str, int]:
 
 
 _armed: dict[str, int] = parse(os.environ.get(ENV, "")) if os.environ.get(ENV) else {}
+_hold = os.environ.get(HOLD_ENV) == "1"
 
 
 def crash_point(name: str) -> None:
-    """Die here by SIGKILL if a chaos test armed `name` and this is its n-th passage."""
+    """Die here by SIGKILL (or hold here forever) if a chaos test armed `name` and this is its n-th passage."""
     if not _armed:
         return
     left = _armed.get(name)
@@ -70,4 +78,14 @@ def crash_point(name: str) -> None:
     if left > 1:
         _armed[name] = left - 1
         return
+    if _hold:
+        _hold_forever(name)
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _hold_forever(name: str) -> None:
+    """Say where, then block until the process is killed (or the power cut)."""
+    sys.stderr.write(f"crash point {name}: holding\n")
+    sys.stderr.flush()
+    while True:
+        signal.pause()  # a signal's handler runs and returns here: nothing but SIGKILL ends the hold

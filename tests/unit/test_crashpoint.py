@@ -65,3 +65,31 @@ def test_the_clock_is_real_unless_a_test_names_an_offset_file(tmp_path):
     assert abs(clock.now() - (time.time() - 3600)) < 60
     mono = clock.monotonic()
     assert abs(mono - time.monotonic()) < 60  # never shifted
+
+
+def test_a_held_point_says_where_and_blocks_until_killed():
+    code = (
+        "import signal\n"
+        "signal.signal(signal.SIGTERM, lambda *_: print('term', flush=True))\n"
+        "from edgelet.util.crashpoint import crash_point\n"
+        "for i in range(5):\n"
+        "    print(i, flush=True)\n"
+        "    crash_point('update.trial')\n"
+    )
+    env = {"EDGELET_TEST_CRASH_AT": "update.trial:2", "EDGELET_TEST_CRASH_HOLD": "1", "PATH": "/usr/bin:/bin"}
+    with subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    ) as proc:
+        assert proc.stderr is not None and proc.stdout is not None
+        try:
+            assert proc.stderr.readline() == "crash point update.trial: holding\n"
+            proc.send_signal(signal.SIGTERM)  # a handled signal does not end the hold (asyncio's handlers return)
+            assert proc.stdout.readline() == "0\n"
+            assert proc.stdout.readline() == "1\n"
+            assert proc.stdout.readline() == "term\n"
+            assert proc.poll() is None
+        finally:
+            proc.kill()
+            proc.wait(timeout=60)
+        assert proc.returncode == -signal.SIGKILL
+        assert proc.stdout.read() == ""  # it never went on to the third passage
