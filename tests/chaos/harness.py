@@ -184,6 +184,9 @@ class Campaign:
         self._say = say
         self._t0 = time.monotonic()
         self.settle_timeout = settle_timeout
+        # Looks at the invariants after convergence, 3 s apart: a removal runs in steps, and a violation counts
+        # only if it outlives them.
+        self.invariant_tries = 4
         self.wanted: dict[str, Wanted] = {}
         self.images_ready: list[str] = []  # imported and seen in the store
         self.images_dropped: list[str] = []  # archives dropped, not yet seen imported
@@ -517,7 +520,7 @@ class Campaign:
         # pods.json is written every 0.5 s at most, and a removal runs in steps: a violation counts only if
         # it is still there after a few seconds, with the node still converged.
         violations: list[str] = []
-        for _ in range(4):
+        for _ in range(self.invariant_tries):
             time.sleep(1.0)
             violations = self.converged() + self.check_invariants()
             if not violations:
