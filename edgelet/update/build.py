@@ -16,6 +16,8 @@ from edgelet.update.manager import AgentView, UpdateManager, probe_healthz
 from edgelet.update.store import URL_VALIDATORS_FILE, UpdateStore
 from edgelet.util.clock import Clock
 
+LEASE_LIVE = 60.0  # seconds: the Node Lease is renewed every 10 s; one renewed within this reaches the apiserver
+
 
 def running_containers(pods: Mapping[str, PodRuntimeStatus]) -> dict[str, PodInstance]:
     """Every running container as `<namespace>/<pod>/<container>` -> its id and pid (what a trial compares)."""
@@ -52,6 +54,9 @@ def build_update_manager(
         last = last_lease_renewal()
         return last is not None and last >= t
 
+    def lease_live() -> bool:
+        return renewed_since(clock.now() - LEASE_LIVE)
+
     return UpdateManager(
         store=UpdateStore(root_dir / "update"),
         releases_dir=root_dir / "releases",
@@ -66,6 +71,7 @@ def build_update_manager(
             healthz=lambda: probe_healthz(s.healthz_bind_address, port),
             lease_link=lambda: has_apiserver,
             lease_renewed_since=renewed_since,
+            lease_live=lease_live,
         ),
         max_attempts=s.update_max_attempts,
         deadline=s.update_trial_deadline,

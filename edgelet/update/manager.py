@@ -84,8 +84,9 @@ class AgentView:
 
     pods: Callable[[], dict[str, PodInstance] | None]  # running containers after the first full sync, else None
     healthz: Callable[[], Awaitable[bool]]
-    lease_link: Callable[[], bool]  # this agent has an apiserver link
+    lease_link: Callable[[], bool]  # this agent has an apiserver link (a kubeconfig)
     lease_renewed_since: Callable[[float], bool]  # a Lease renewal at or after this wall time
+    lease_live: Callable[[], bool]  # this agent renewed its Lease lately: it reaches the apiserver now
 
 
 class UpdateManager:
@@ -487,7 +488,9 @@ class UpdateManager:
         """Make a staged release current on trial and stop this agent so that the launcher starts it."""
         self.phase = "applying"
         pods = self.view.pods() or {}
-        self.store.write_snapshot(read_boot_id(), pods, lease=self.view.lease_link())
+        # The trial asks the new agent for a Lease only if this one reached the apiserver: a device whose link is
+        # down (or whose kubeconfig names a server it never reached) would otherwise roll back every update.
+        self.store.write_snapshot(read_boot_id(), pods, lease=self.view.lease_live())
         record = TrialRecord(
             version=staged.info.version,
             target=str(staged.path),

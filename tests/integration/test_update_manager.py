@@ -58,6 +58,8 @@ class Device:
         self.events = EventRecorder(self.clock)
         self.restarts = 0
         self.pods: dict[str, PodInstance] | None = dict(PODS)
+        self.lease_link = False  # a kubeconfig
+        self.lease_live = False  # the Lease renewed lately
 
     def manager(self) -> UpdateManager:
         def restart() -> None:
@@ -78,8 +80,9 @@ class Device:
             view=AgentView(
                 pods=lambda: self.pods,
                 healthz=healthz,
-                lease_link=lambda: False,
+                lease_link=lambda: self.lease_link,
                 lease_renewed_since=lambda t: False,
+                lease_live=lambda: self.lease_live,
             ),
             restart=restart,
             environ={ENV_RELEASE_DIR: os.path.realpath(self.current)},
@@ -133,6 +136,19 @@ def test_the_swap_waits_for_the_agents_pods_to_settle_so_the_snapshot_is_whole(t
     asyncio.run(run_until_applied(m))
     assert d.restarts == 1
     assert d.store.snapshot(read_boot_id()) == (PODS, False)
+
+
+@pytest.mark.parametrize(("live", "needed"), [(False, False), (True, True)])
+def test_the_trial_asks_for_a_lease_only_when_the_old_agent_reached_the_apiserver(
+    tmp_path: Path, live: bool, needed: bool
+) -> None:
+    """A kubeconfig whose apiserver the old agent never reached (the emulated Pi's, a device whose link is down)
+    must not hold every trial until its deadline: only a Lease renewed lately counts as a link."""
+    d = Device(tmp_path)
+    d.lease_link, d.lease_live = True, live
+    d.publish(1001)
+    asyncio.run(run_until_applied(d.manager()))
+    assert d.store.snapshot(read_boot_id())[1] is needed
 
 
 def test_the_new_agent_commits_its_trial_and_removes_older_releases(tmp_path: Path) -> None:
