@@ -58,6 +58,10 @@ ip -n wghub link set wghub up
 say "kind: $(ip -d -o link show wireguard | grep -o 'wireguard *addrgenmode\|tun ' | head -n 1)"
 say "wireguard-go: $(pgrep -c -x wireguard-go)"
 say "log: $(journalctl -u edgelet -o cat | grep 'Tunnel up' | tail -n 1)"
+# The device dials out first, as behind NAT: the hub learns its endpoint from that handshake. Its own tries
+# at boot stop 90 s after the interface came up (WireGuard's REKEY_ATTEMPT_TIME, no keepalive configured), and
+# under emulation the hub can come later than that (seen once: no handshake, then one a minute later).
+ping -c 3 -W 5 10.99.0.1 > /dev/null || true
 ip netns exec wghub ping -c 3 -W 5 10.99.0.7 > /dev/null  # traffic from the hub: the device answers
 say "handshake: $(handshake)"
 say "nodeapi: $(nodeapi)"
