@@ -453,9 +453,12 @@ def open_log(path: Path, *, tail: int | None = None, timestamps: bool = False) -
     try:
         current = b""
         if f is not None:
-            start = tail_offset_fd(f, tail)
+            # The tail is counted back from the size seen now, and only that much is read: a line the
+            # container writes meanwhile comes through the cursor, not as one line too many.
+            end = os.fstat(f.fileno()).st_size
+            start = tail_offset_fd(f, tail, end=end)
             f.seek(start)
-            current, rest = split_complete(f.read())
+            current, rest = split_complete(f.read(end - start))
             f.seek(start + len(current))
             older = files[:-1]
         else:
@@ -478,14 +481,14 @@ def open_log(path: Path, *, tail: int | None = None, timestamps: bool = False) -
     return decode_cri(raw, timestamps=timestamps), LogCursor(path, f, timestamps=timestamps)
 
 
-def tail_offset_fd(f: IO[bytes], lines: int | None) -> int:
-    """`tail_offset` on an open file."""
+def tail_offset_fd(f: IO[bytes], lines: int | None, *, end: int | None = None) -> int:
+    """`tail_offset` on an open file, counted back from `end` (its size when None)."""
     if lines is None:
         return 0
     # The first newline found from the end closes the last complete line; the
     # one `lines` further back closes the line before the wanted ones.
     needed = max(lines, 0) + 1
-    pos = f.seek(0, os.SEEK_END)
+    pos = f.seek(0, os.SEEK_END) if end is None else end
     while pos > 0:
         start = max(0, pos - _TAIL_BLOCK)
         f.seek(start)

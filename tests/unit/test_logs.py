@@ -85,6 +85,25 @@ def test_read_log_tail(tmp_path, tail, expected):
     assert p.read_bytes()[offset:] == T + b" stdout F unfinish"
 
 
+def test_tail_counts_back_from_the_size_seen_not_a_line_written_meanwhile(tmp_path, monkeypatch):
+    # A container writing on: a line that lands between measuring the tail and reading it is the
+    # cursor's to deliver, not one more line in the tail (make test failed once on tailLines=1 giving two).
+    p = _file(tmp_path, cri(("stdout", "F", "l0"), ("stdout", "F", "l1")))
+    measure = logs.tail_offset_fd
+
+    def then_append(f, lines, **kw):
+        start = measure(f, lines, **kw)
+        with open(p, "ab") as w:
+            w.write(cri(("stdout", "F", "l2")))
+        return start
+
+    monkeypatch.setattr(logs, "tail_offset_fd", then_append)
+    data, cursor = logs.open_log(p, tail=1)
+    with cursor:
+        assert data == b"l1\n"
+        assert cursor.read_new() == b"l2\n"
+
+
 def test_tail_offset_across_blocks(tmp_path, monkeypatch):
     monkeypatch.setattr(logs, "_TAIL_BLOCK", 7)
     p = _file(tmp_path, b"".join(f"line-{i}\n".encode() for i in range(50)))
