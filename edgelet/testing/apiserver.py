@@ -220,11 +220,13 @@ class ApiServer:
             )
 
     def stop(self) -> None:
+        # A short grace: an apiserver still holding a proxied stream to a node that is gone waits it out (20 s
+        # and more); it keeps no state, and etcd has synced its log before it answered.
         for p in reversed(self.procs):
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGTERM)
                 try:
-                    p.wait(timeout=20)
+                    p.wait(timeout=5)
                 except subprocess.TimeoutExpired:
                     os.killpg(p.pid, signal.SIGKILL)
                     p.wait()

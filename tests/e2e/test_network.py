@@ -294,7 +294,8 @@ def test_a_broken_pod_network_fails_its_check_and_the_pod_gets_a_new_one(agent, 
     agent.start(
         f"--cni-conf-dir={network['conf_dir']}",
         f"--cni-bin-dir={PLUGINS}",
-        "--cni-check-period=1s",
+        # Half a second: the first safety CHECK comes 60 periods after the pods showed, and the test waits for it.
+        "--cni-check-period=500ms",
         env={"EDGELET_TRACE_SPAWNS": str(trace)},
     )
     agent.write_manifest("server.yaml", SERVER)
