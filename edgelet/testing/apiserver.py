@@ -39,9 +39,19 @@ def kube_bin_dir() -> Path:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct free ports (held together while chosen: two calls in a row may give the same one)."""
+    socks = [socket.socket() for _ in range(count)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def _openssl(*args: str) -> None:
@@ -145,10 +155,20 @@ class ApiServer:
         etcd_dir = self.base / "etcd"
         if fresh_etcd and etcd_dir.exists():
             subprocess.run(["rm", "-rf", str(etcd_dir)], check=True)
-        client, peer = free_port(), free_port()
         self.port = self.port or free_port()
         logs = self.base / "logs"
         logs.mkdir(exist_ok=True)
+        # etcd's ports are free when chosen, not when it binds: another test process (or its etcd) may take one in
+        # between, and then etcd exits at once; new ports are chosen then.
+        for attempt in range(3):
+            if self._start_once(etcd_dir, logs, timeout, last=attempt == 2):
+                return
+
+    def _start_once(self, etcd_dir: Path, logs: Path, timeout: float, *, last: bool) -> bool:
+        """etcd and the apiserver started and ready (True), or etcd gone at once on a port taken meanwhile (False,
+        to try on new ports; raised when `last`)."""
+        client, peer = free_ports(2)
+        pki = self.base / "pki"
         self._spawn(
             [
                 *self._in(),
@@ -202,15 +222,19 @@ class ApiServer:
         )
         deadline = time.monotonic() + timeout
         while True:
+            etcd_gone = self.procs[0].poll() is not None
             try:
-                if self.get("/readyz", raw=True) == b"ok":
-                    return
+                if not etcd_gone and self.get("/readyz", raw=True) == b"ok":
+                    return True
             except (OSError, urllib.error.URLError, ValueError):
                 pass
-            if any(p.poll() is not None for p in self.procs) or time.monotonic() > deadline:
+            if etcd_gone or any(p.poll() is not None for p in self.procs) or time.monotonic() > deadline:
+                etcd_tail = (logs / "etcd.log").read_text(errors="replace")[-1500:]
                 tail = (logs / "apiserver.log").read_text(errors="replace")[-3000:]
                 self.stop()
-                raise RuntimeError(f"kube-apiserver did not become ready:\n{tail}")
+                if etcd_gone and "address already in use" in etcd_tail and not last:
+                    return False
+                raise RuntimeError(f"kube-apiserver did not become ready:\n{tail}\netcd:\n{etcd_tail}")
             time.sleep(0.2)
 
     def _spawn(self, argv: list[str], log: Path) -> None:

@@ -44,3 +44,25 @@ def _held_to_its_own_node(apiserver, token: str) -> None:
     # No token at all: 401, never anonymous access to objects.
     assert apiserver.request("GET", "/api/v1/nodes", token="wrong")[0] == 401
     assert json.loads(apiserver.request("GET", "/api/v1/nodes/edge-1", token=token)[1])["metadata"]["uid"]
+
+
+def test_an_etcd_port_taken_before_etcd_binds_it_is_chosen_again(tmp_path, monkeypatch):
+    # Ports are free when chosen, not when etcd binds them: another test process may take one meanwhile.
+    import socket
+
+    from edgelet.testing import apiserver as harness
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    chosen = iter([[taken.getsockname()[1], harness.free_port()]])
+    real = harness.free_ports
+    monkeypatch.setattr(harness, "free_ports", lambda n: (n == 2 and next(chosen, None)) or real(n))
+    api = harness.ApiServer(tmp_path / "api", harness.kube_bin_dir())
+    try:
+        api.start()
+        assert api.get("/readyz", raw=True) == b"ok"
+        assert "address already in use" in (tmp_path / "api" / "logs" / "etcd.log").read_text()
+    finally:
+        api.stop()
+        taken.close()
