@@ -58,13 +58,32 @@ def _dir_rank(item: pytest.Item) -> int:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    items.sort(key=_dir_rank)
+    # Spread over workers (pytest-xdist, `make test`), the other way round: files go out in this order, so the
+    # longest (the chaos campaign, the agents' files) start first and the many quick ones fill in at the end,
+    # rather than a campaign starting last and running alone.
+    distributed = hasattr(config, "workerinput")
+    items.sort(key=lambda item: -_dir_rank(item) if distributed else _dir_rank(item))
     reason = privileged_skip_reason()
     if reason is None:
         return
     for item in items:
         if "privileged" in item.keywords:
             item.add_marker(pytest.mark.skip(reason=reason))
+
+
+SUMMARIES: list[str] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """A test's figures (`record_property("summary", line)`), printed at the end of the run: the report
+    carries them from a pytest-xdist worker to the process that prints."""
+    if report.when == "call":
+        SUMMARIES.extend(str(value) for name, value in report.user_properties if name == "summary")
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    for line in SUMMARIES:
+        terminalreporter.write_line(line)
 
 
 @pytest.fixture(scope="session")
@@ -117,8 +136,8 @@ def runtime_paths(tmp_path: Path):
 
 @pytest.fixture(scope="session")
 def apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
-    """One real kube-apiserver (and etcd) for every test of the run that takes it, the harness's own tests
-    (tests/integration) and the e2e tests' `cluster` alike: its start is the slowest fixture there is, and
+    """One real kube-apiserver (and etcd) for every test of this process that takes it (each pytest-xdist
+    worker starts its own), the harness's own tests (tests/integration) and the e2e tests' `cluster` alike: its start is the slowest fixture there is, and
     `cluster` clears what a test left. The node identities the tests use have their tokens from the start."""
     from edgelet.testing.apiserver import ApiServer, kube_bin_dir
 

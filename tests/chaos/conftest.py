@@ -1,5 +1,4 @@
-"""Chaos fixtures: a real agent on temp dirs (the e2e one) with a CNI network of its own, and the campaign's
-figures printed at the end of the pytest run."""
+"""Chaos fixtures: a real agent on temp dirs (the e2e one) with a CNI network of its own."""
 
 from __future__ import annotations
 
@@ -11,12 +10,6 @@ import pytest
 from tests.e2e.conftest import agent, busybox_archive, network  # noqa: F401 (fixtures)
 
 PLUGINS = Path("/usr/lib/cni")
-SUMMARIES: list[str] = []
-
-
-def pytest_terminal_summary(terminalreporter) -> None:
-    for line in SUMMARIES:
-        terminalreporter.write_line(line)
 
 
 @pytest.fixture(autouse=True)

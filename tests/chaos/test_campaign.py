@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from tests.chaos.conftest import PLUGINS, SUMMARIES
+from tests.chaos.conftest import PLUGINS
 from tests.chaos.harness import Campaign
 
 pytestmark = [
@@ -22,7 +22,7 @@ SEED = int(os.environ.get("EDGELET_CHAOS_SEED", "16"))
 
 
 @pytest.mark.timeout(max(900, KILLS * 60))
-def test_chaos_campaign_leaves_no_violation(agent, network, busybox_archive):
+def test_chaos_campaign_leaves_no_violation(agent, network, busybox_archive, record_property):
     def say(line: str) -> None:
         print(line, flush=True)
 
@@ -32,7 +32,7 @@ def test_chaos_campaign_leaves_no_violation(agent, network, busybox_archive):
     finally:
         if agent.proc is not None:
             campaign.kill()
-    SUMMARIES.append(report.summary() + f"  (EDGELET_CHAOS_KILLS={KILLS} EDGELET_CHAOS_SEED={SEED})")
+    record_property("summary", report.summary() + f"  (EDGELET_CHAOS_KILLS={KILLS} EDGELET_CHAOS_SEED={SEED})")
     assert report.violations == [], "\n".join(report.violations[:40])
 
 
