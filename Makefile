@@ -224,7 +224,8 @@ test-binary: binary-onedir-cached
 		$(E2E) tests/unit/test_packaging.py $(PYTEST_ARGS)
 
 # The Raspberry Pi 3/4 SD-card image (issue 24): dist/edgelet-rpi-arm64.img.xz and its .sha256, as root.
-# Its build tools are apart from APT_PACKAGES so `make test` stays quick. IMAGE_DEB: an arm64 .deb
+# Its build tools are apart from APT_PACKAGES so `make test` stays quick; the venv, because the .deb's
+# release number and digests come from edgelet's own code. IMAGE_DEB: an arm64 .deb
 # already built (default: this tree's, from packaging/build-arm64.sh --deb, whose one-dir build is cached).
 IMAGE_APT_PACKAGES := mmdebstrap qemu-user-static binfmt-support dosfstools mtools e2fsprogs fdisk xz-utils
 IMAGE_DEB ?=
@@ -235,7 +236,7 @@ image-deps:
 		echo "installing: $$missing"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	fi
-image: image-deps
+image: image-deps $(VENV)/.installed
 	packaging/build-image.sh $(if $(IMAGE_DEB),--deb $(IMAGE_DEB))
 # Boots the built image twice under qemu-system-aarch64 -M raspi3b (TCG) and checks the card folder's
 # contract (packaging/test-image.sh). Slow: emulation is 10-30x slower than a Pi.
