@@ -106,16 +106,24 @@ def pods_with_events(events: list[PodLifecycleEvent]) -> list[str]:
 # A quiet period checks the running processes itself; `runc list` (about 35 ms of CPU with
 # 40 containers) runs on every exit-file event and at least every this many periods.
 FULL_RELIST_EVERY = 6
-# While the periodic full relists find nothing new, the span between them doubles up to this many periods
-# (5 minutes at the default 10 s): an idle node pays one `runc list` per 5 minutes, not one a minute.
+# While the full relists find nothing the agent did not do itself, the span between them doubles up to this many
+# periods (5 minutes at the default 10 s): an idle node pays one `runc list` per 5 minutes, not one a minute.
 FULL_RELIST_MAX_EVERY = 30
 
 
-def next_full_every(current: int, *, periodic: bool, changed: bool) -> int:
-    """The periods until the next full relist, after one: doubled (to FULL_RELIST_MAX_EVERY) when a
-    periodic one found nothing new, back to FULL_RELIST_EVERY when it found something or was asked for
-    (an exit file, a sync that changed containers, a process gone)."""
-    if changed or not periodic:
+def surprising(cause: str, events: list[PodLifecycleEvent]) -> bool:
+    """Whether a relist saw what nothing had told the agent: a process gone without an exit file (`cause`
+    "gone"), a death no exit file announced (a relist not `cause` "asked" by one), a removal or a change.
+    Starts are the agent's own syncs; a death its exit file reported is known for what it is."""
+    if cause == "gone":
+        return True
+    return any(e.type != "ContainerStarted" and (e.type != "ContainerDied" or cause != "asked") for e in events)
+
+
+def next_full_every(current: int, *, surprised: bool) -> int:
+    """The periods until the next full relist, after one: back to FULL_RELIST_EVERY when it saw something
+    `surprising`, else doubled (to FULL_RELIST_MAX_EVERY)."""
+    if surprised:
         return FULL_RELIST_EVERY
     return min(current * 2, FULL_RELIST_MAX_EVERY)
 
@@ -138,13 +146,15 @@ def relist_needed(
     return started + 1
 
 
-def all_alive(last: Mapping[str, PodRuntimeStatus], exists: Callable[[str], bool] = os.path.exists) -> bool:
-    """Every sandbox and container the last relist saw running still has its process, and none is in between.
+def process_check(last: Mapping[str, PodRuntimeStatus], exists: Callable[[str], bool] = os.path.exists) -> str:
+    """Whether every sandbox and container the last relist saw running still has its process: "alive";
+    "gone" when one has not; "between" when one was between create and start (only runc knows where it is).
 
     A container killed together with its conmon leaves no exit file; this
     catches it within a period without asking runc. Pid reuse within one
     period is left to the next full relist.
     """
+    between = False
     for status in last.values():
         recs: list[SandboxRecord | ContainerRecord] = [*status.sandboxes, *status.containers]
         for rec in recs:
@@ -152,12 +162,12 @@ def all_alive(last: Mapping[str, PodRuntimeStatus], exists: Callable[[str], bool
                 if isinstance(rec, SandboxRecord) and not rec.infra:
                     # No process: it lives while its namespace files do (a stop removes them).
                     if not all(exists(path) for _, path in rec.namespaces):
-                        return False
+                        return "gone"
                 elif rec.pid is None or not exists(f"/proc/{rec.pid}"):
-                    return False
-            elif rec.state == "created":  # between create and start: only runc knows where it is
-                return False
-    return True
+                    return "gone"
+            elif rec.state == "created":
+                between = True
+    return "between" if between else "alive"
 
 
 class Pleg:
@@ -168,7 +178,7 @@ class Pleg:
     the periodic check catches what inotify cannot see (e.g. a container killed
     with its conmon): a look at /proc for each running process, and a full
     `runc list` every FULL_RELIST_EVERY periods (stretching to
-    FULL_RELIST_MAX_EVERY while nothing changes, see `next_full_every`) or as
+    FULL_RELIST_MAX_EVERY while nothing surprising shows, see `next_full_every`) or as
     soon as one is gone.
 
     A sync that changed something reads its after-state from a relist too
@@ -325,13 +335,16 @@ class Pleg:
                 except TimeoutError:
                     timed_out = True
                 self._kick.clear()
-                if timed_out and quiet < full_every - 1 and await asyncio.to_thread(all_alive, self._last):
-                    quiet += 1
-                    if self._clock is not None:
-                        self.last_relist = self._clock.monotonic()  # the state was checked: PLEG is healthy
-                    continue
-                # Periodic: the span ran out with every process alive; else asked for, or a process is gone.
-                periodic = timed_out and quiet >= full_every - 1
+                # Periodic: the span ran out with every process alive; else asked for (an exit file), a process
+                # gone, or one between create and start.
+                cause = "periodic" if timed_out else "asked"
+                if timed_out and quiet < full_every - 1:
+                    cause = await asyncio.to_thread(process_check, self._last)
+                    if cause == "alive":
+                        quiet += 1
+                        if self._clock is not None:
+                            self.last_relist = self._clock.monotonic()  # the state was checked: PLEG is healthy
+                        continue
                 quiet = 0
                 try:
                     events = await self.relist()
@@ -341,7 +354,7 @@ class Pleg:
                     log.error("Relist failed", exc)
                     full_every = FULL_RELIST_EVERY
                     continue
-                full_every = next_full_every(full_every, periodic=periodic, changed=bool(events))
+                full_every = next_full_every(full_every, surprised=surprising(cause, events))
         finally:
             self._emit = None
             await stop_watching(observer)

@@ -116,27 +116,29 @@ def _with_pid(rec, pid):
 @pytest.mark.parametrize(
     ("records", "alive", "expected"),
     [
-        ((), set(), True),
-        (((_with_pid(sb("s", "running"), 10), _with_pid(c("a", "running"), 11)),), {10, 11}, True),
-        (((_with_pid(sb("s", "running"), 10), _with_pid(c("a", "running"), 11)),), {10}, False),  # killed with conmon
-        (((_with_pid(c("a", "exited"), None),),), set(), True),  # exited stays exited: nothing to check
-        (((_with_pid(c("a", "created"), 12),),), {12}, False),  # between create and start: ask runc
-        (((_with_pid(c("a", "running"), None),),), set(), False),  # no pid known: ask runc
+        ((), set(), "alive"),
+        (((_with_pid(sb("s", "running"), 10), _with_pid(c("a", "running"), 11)),), {10, 11}, "alive"),
+        (((_with_pid(sb("s", "running"), 10), _with_pid(c("a", "running"), 11)),), {10}, "gone"),  # killed with conmon
+        (((_with_pid(c("a", "exited"), None),),), set(), "alive"),  # exited stays exited: nothing to check
+        (((_with_pid(c("a", "created"), 12),),), {12}, "between"),  # between create and start: ask runc
+        # One gone beside one between: the gone one is what counts (an unexplained change).
+        (((_with_pid(c("a", "created"), 12), _with_pid(c("b", "running"), 13)),), {12}, "gone"),
+        (((_with_pid(c("a", "running"), None),),), set(), "gone"),  # no pid known: ask runc
         # A sandbox without an infra container lives while its namespace files do.
-        (((_pinned(sb("s", "running"), "/ns/21"),),), {21}, True),
-        (((_pinned(sb("s", "running"), "/ns/21"),),), set(), False),
-        (((_pinned(sb("s", "running")),),), set(), True),  # hostNetwork and hostIPC: nothing to look at
+        (((_pinned(sb("s", "running"), "/ns/21"),),), {21}, "alive"),
+        (((_pinned(sb("s", "running"), "/ns/21"),),), set(), "gone"),
+        (((_pinned(sb("s", "running")),),), set(), "alive"),  # hostNetwork and hostIPC: nothing to look at
     ],
 )
-def test_all_alive_checks_running_processes(records, alive, expected):
-    from edgelet.pleg import all_alive
+def test_the_process_check_looks_at_running_processes(records, alive, expected):
+    from edgelet.pleg import process_check
 
     last = {}
     for group in records:
         sbs = tuple(r for r in group if isinstance(r, SandboxRecord))
         cs = tuple(r for r in group if isinstance(r, ContainerRecord))
         last["u1"] = pod(sandboxes=sbs, containers=cs)
-    assert all_alive(last, exists=lambda path: int(path.rsplit("/", 1)[1]) in alive) is expected
+    assert process_check(last, exists=lambda path: int(path.rsplit("/", 1)[1]) in alive) == expected
 
 
 class _FlakyRuntime:
@@ -182,22 +184,51 @@ def test_adoption_gives_up_when_the_runtime_keeps_failing(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("current", "periodic", "changed", "expected"),
+    ("current", "surprised", "expected"),
     [
-        (6, True, False, 12),  # a periodic full relist found nothing: the next one waits twice as long
-        (12, True, False, 24),
-        (24, True, False, 30),  # up to FULL_RELIST_MAX_EVERY (5 minutes at 10 s)
-        (30, True, False, 30),
-        (30, True, True, 6),  # it found something: back to every minute
-        (30, False, False, 6),  # asked for (an exit file, a sync that changed containers, a process gone)
-        (12, False, True, 6),
+        (6, False, 12),  # a full relist saw nothing surprising: the next one waits twice as long
+        (12, False, 24),
+        (24, False, 30),  # up to FULL_RELIST_MAX_EVERY (5 minutes at 10 s)
+        (30, False, 30),
+        (30, True, 6),  # it did: back to every minute
+        (12, True, 6),
     ],
 )
-def test_the_full_relist_stretches_while_nothing_changes(current, periodic, changed, expected):
+def test_the_full_relist_stretches_while_nothing_surprises(current, surprised, expected):
     from edgelet.pleg import FULL_RELIST_EVERY, FULL_RELIST_MAX_EVERY, next_full_every
 
     assert (FULL_RELIST_EVERY, FULL_RELIST_MAX_EVERY) == (6, 30)
-    assert next_full_every(current, periodic=periodic, changed=changed) == expected
+    assert next_full_every(current, surprised=surprised) == expected
+
+
+def _ev(kind):
+    from edgelet.pleg import PodLifecycleEvent
+
+    return PodLifecycleEvent("u1", kind, "c1")
+
+
+@pytest.mark.parametrize(
+    ("cause", "kinds", "expected"),
+    [
+        ("periodic", [], False),
+        ("periodic", ["ContainerStarted"], False),  # the agent's own starts, seen first by this relist
+        ("asked", [], False),  # an exit file whose death a sync's relist had already seen: nothing new
+        ("between", ["ContainerStarted", "ContainerStarted"], False),  # containers the agent was starting
+        # A death its exit file reported (a job done, a crash): known for what it is. A settled node's first full
+        # relist came a minute after the bench's completed pod exited, in every idle window after a 40 s settle.
+        ("asked", ["ContainerDied", "ContainerStarted"], False),
+        ("periodic", ["ContainerDied"], True),  # a death no exit file told of
+        ("between", ["ContainerDied"], True),
+        ("asked", ["ContainerDied", "ContainerRemoved"], True),  # a removal
+        ("periodic", ["ContainerStarted", "ContainerRemoved"], True),
+        ("periodic", ["ContainerChanged"], True),
+        ("gone", [], True),  # a process gone without an exit file (killed with its conmon)
+    ],
+)
+def test_a_relist_surprises_with_what_nothing_told_the_agent(cause, kinds, expected):
+    from edgelet.pleg import surprising
+
+    assert surprising(cause, [_ev(k) for k in kinds]) is expected
 
 
 def test_a_relist_serves_a_pods_state_only_when_it_asked_runc_after_the_given_time(tmp_path):
