@@ -232,7 +232,8 @@ class ApiServer:
                 etcd_tail = (logs / "etcd.log").read_text(errors="replace")[-1500:]
                 tail = (logs / "apiserver.log").read_text(errors="replace")[-3000:]
                 self.stop()
-                if etcd_gone and "address already in use" in etcd_tail and not last:
+                # Read from etcd's log, not from whether it had exited when polled: it may exit in between.
+                if "address already in use" in etcd_tail and not last:
                     return False
                 raise RuntimeError(f"kube-apiserver did not become ready:\n{tail}\netcd:\n{etcd_tail}")
             time.sleep(0.2)
