@@ -117,7 +117,8 @@ def surprising(cause: str, events: list[PodLifecycleEvent]) -> bool:
     Starts are the agent's own syncs; a death its exit file reported is known for what it is."""
     if cause == "gone":
         return True
-    return any(e.type != "ContainerStarted" and (e.type != "ContainerDied" or cause != "asked") for e in events)
+    explained = {"ContainerStarted", "ContainerDied"} if cause == "asked" else {"ContainerStarted"}
+    return any(e.type not in explained for e in events)
 
 
 def next_full_every(current: int, *, surprised: bool) -> int:

@@ -228,7 +228,7 @@ class ApiServer:
                     return True
             except (OSError, urllib.error.URLError, ValueError):
                 pass
-            if etcd_gone or any(p.poll() is not None for p in self.procs) or time.monotonic() > deadline:
+            if any(p.poll() is not None for p in self.procs) or time.monotonic() > deadline:
                 etcd_tail = (logs / "etcd.log").read_text(errors="replace")[-1500:]
                 tail = (logs / "apiserver.log").read_text(errors="replace")[-3000:]
                 self.stop()
