@@ -160,7 +160,28 @@ def assert_clean(agent, baseline: dict[str, int]) -> None:
             what=f"the agent's fds back to {baseline}",
         )
     except AssertionError as e:
-        raise AssertionError(f"{e}; the agent's fds last seen: {seen[-1:]}") from None
+        raise AssertionError(f"{e}; the agent's fds last seen: {seen[-1:]}\n{pipe_holders(agent)}") from None
+
+
+def pipe_holders(agent) -> str:
+    """For a failure's message: each pipe the agent holds, the other processes holding it, and the sessions the
+    agent's log shows (a session that never logged its end is the one to look at)."""
+    pipes: dict[str, list[str]] = {}
+    for fd in Path(f"/proc/{agent.proc.pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            if (target := os.readlink(fd)).startswith("pipe:"):
+                pipes.setdefault(target, []).append(f"fd {fd.name}")
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == agent.proc.pid:
+            continue
+        with contextlib.suppress(OSError):
+            for fd in (proc / "fd").iterdir():
+                with contextlib.suppress(OSError):
+                    if (target := os.readlink(fd)) in pipes:
+                        args = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                        pipes[target].append(f"pid {proc.name} ({args[:120]})")
+    sessions = [line for line in agent.log().splitlines() if "Exec session" in line or "Exec client" in line]
+    return "pipes: " + repr(pipes) + "\nsessions:\n" + "\n".join(sessions[-20:])
 
 
 def test_kubectl_exec_and_cp_through_the_apiserver(agent, cluster, tmp_path):
