@@ -162,11 +162,10 @@ done
     # When each container's process started (seconds since boot, /proc) and when the update did: an update that
     # restarted no container leaves every process older than it. (The old agent's snapshot, which the trial
     # compared, goes with the commit: the test cannot read it after.)
-    tck="$(getconf CLK_TCK)"
     update_at="$(journalctl -b -u edgelet.service -o short-monotonic | grep -m1 "Update started" |
         sed 's/^\[ *\([0-9.]*\)\].*/\1/')"
-    echo "IMAGE-TEST container-starts: update=${update_at:-none} processes=$(for p in $(pgrep -f 'while :; do sleep 3600'); do
-        awk -v t="$tck" '{printf "%.2f ", $22 / t}' "/proc/$p/stat"; done)"
+    echo "IMAGE-TEST container-starts: update=${update_at:-none} processes=$(edgelet-image-test-containers |
+        sed 's/.* starts=//')"
     edgelet update status 2>&1 | sed 's/^/IMAGE-TEST update-status: /'
     edgelet update history 2>&1 | sed 's/^/IMAGE-TEST update-history: /'
     journalctl -b -u edgelet.service -o cat | grep "edgelet launch" | sed 's/^/IMAGE-TEST launch: /' 
@@ -193,10 +192,13 @@ WantedBy=multi-user.target
 EOF
 cat > "$work/edgelet-image-test-containers" <<'EOF'
 #!/bin/sh
-# Each app container's id and the pid of its process (the pods' shell loop), sorted: the same before and after
-# an update when the update stopped no pod. (A script, so that pgrep does not find the caller's command line.)
+# Each app container's id, the pid of its process (the pods' shell loop) and when that started (seconds since
+# boot, /proc), sorted: the same before and after an update when the update stopped no pod. (A script, so that
+# pgrep does not find the caller's command line.)
 ids="$(edgelet pods -o json | grep -o '"containerID": *"[^"]*"' | sed 's/.*"\([^"]*\)"$/\1/' | sort | tr '\n' ' ')"
-echo "ids=${ids}pids=$(pgrep -f 'while :; do sleep 3600' | sort -n | tr '\n' ' ')"
+pids="$(pgrep -f 'while :; do sleep 3600' | sort -n | tr '\n' ' ')"
+tck="$(getconf CLK_TCK)"
+echo "ids=${ids}pids=${pids} starts=$(for p in $pids; do awk -v t="$tck" '{printf "%.2f ", $22 / t}' "/proc/$p/stat"; done)"
 EOF
 chmod 0755 "$work/edgelet-image-test-containers"
 # systemd waits 90 s for a device whatever its start timeout; udev took longer than that to find RASPIFIRM at
