@@ -8,7 +8,8 @@ clock (TCG emulation on the build host: a Pi is 10-30x faster, and the host's lo
 - boot 3: from edgelet.service's first start to `Update committed` (the release put on the card before the boot);
 - boot 3, over SSH: from the broken release's drop to the launcher's rollback, and to the restarted agent's
   `An update was rolled back`;
-- boot 4, after the power cut at update.trial: from edgelet.service's first start to the outcome.
+- boot 4 (and each later boot of IMAGE_TEST_POWER_CUTS' chain), after the power cut at its crash point: from
+  edgelet.service's first start to the outcome.
 
 Run after `make test-image` (its logs stay in build/image-test):
     .venv/bin/python bench/image_update.py [--logs build/image-test]
@@ -61,11 +62,24 @@ def main() -> int:
     dropped = value(c3b, "broken-dropped")
     span("broken release dropped -> launcher's rollback", dropped, stamp(c3b, "edgelet launch: .*rolling back"))
     span("broken release dropped -> rollback recorded by the agent", dropped, stamp(c3b, "was rolled back"))
-    span(
-        "boot 4 (after the power cut), agent start -> outcome",
-        stamp(c4, "Starting edgelet"),
-        stamp(c4, "Update committed|was rolled back"),
-    )
+    cut = 0
+    while (cut_log := args.logs / f"console-cut-{cut}.log").exists() and (
+        boot := args.logs / f"console-{4 + cut}.log"
+    ).exists():
+        point = next(
+            (
+                line.split("cut-point: ", 1)[1].strip()
+                for line in cut_log.read_text(errors="replace").splitlines()
+                if "IMAGE-TEST cut-point: " in line
+            ),
+            "update.trial",
+        )
+        span(
+            f"boot {4 + cut} (after the power cut at {point}), agent start -> outcome",
+            stamp(boot, "Starting edgelet"),
+            stamp(boot, "Update committed|was rolled back"),
+        )
+        cut += 1
     return 0
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make test-image: boots the Raspberry Pi image under qemu-system-aarch64 (TCG) as
 # the Pi's firmware would on the raspi3b machine (kernel, initrd, device tree
-# and cmdline.txt taken from the image's FAT partition), four times:
+# and cmdline.txt taken from the image's FAT partition), four times (and once
+# more per chained power cut):
 #
 #   boot 1 (first boot): the card carries a manifest, an image archive (arm64,
 #     made from the image's own dash, sleep and libc), a kubeconfig, a hostname.
@@ -40,9 +41,16 @@
 #     third release dropped over SSH, and once the journal shows the hold,
 #     qemu is killed (the guest's page cache is lost).
 #   (The self-update part of boot 3 and boot 4 run with IMAGE_TEST_SELF_UPDATE=1 only.)
-#   boot 4 (raspi3b), after that power cut: the third release committed (or
+#   boot 4 (virt, its network and tunnel unchecked: the time of a raspi3b
+#     boot saved), after that power cut: the third release committed (or
 #     rolled back to the one committed before, the outcome recorded), no
 #     half-staged release, both pods running.
+#   IMAGE_TEST_POWER_CUTS="update.unpack update.swap update.commit
+#     update.rollback" (any of them, in any order; not in CI: a boot each)
+#     chains more power cuts: the boot that checked the last one cuts the
+#     power at the next point with one more release (update.rollback: the
+#     agent's trial deadline cut to a second, so the new agent rolls itself
+#     back), and the boot after checks the same.
 #
 # The guest reports through a test unit written into a copy of the image
 # (debugfs, no mount) that prints IMAGE-TEST lines on the serial console.
@@ -248,7 +256,7 @@ mcopy -o -i "$fat" "$work/card/authorized_keys" ::edgelet/authorized_keys
 rel="$work/releases"
 if [ "$self_update" = 1 ]; then
     PYTHONPATH="$REPO" "$REPO/.venv/bin/python" "$HERE/image/test-image-releases.py" "$base_root" "$rel" \
-        > "$work/releases.env" 2> "$work/releases.log" &
+        "$(wc -w <<<"update.trial ${IMAGE_TEST_POWER_CUTS:-}")" > "$work/releases.env" 2> "$work/releases.log" &
     releases=$!
 fi
 
@@ -294,7 +302,7 @@ boot() {
             sleep 5
         done
         cat "$log.ssh"
-        tunnel_steps "$log"
+        [ "$with_tunnel" != 1 ] || tunnel_steps "$log"
         [ -z "$then" ] || "$then"
     fi
     kill -9 "$qemu"
@@ -319,29 +327,57 @@ broken_release() {  # the broken release dropped onto the mounted card while edg
         >> "$log" 2>&1 || true
     grep -a "IMAGE-TEST" "$log" | tr -d '\r'
 }
-power_cut() {  # a third release applied by an agent held at update.trial; boot() then kills qemu: a power cut
-    local name card=/boot/firmware/edgelet/update log="$work/console-3-cut.log" i
-    name="$(basename "$cut")"
-    step "a power cut during an update: edgelet held at update.trial, release $cut_version onto the card"
+power_cut() {  # power_cut POINT VERSION LOG [ENV]: release VERSION applied by an agent held at crash point POINT
+    # (ENV: more of the unit's environment); boot() then kills qemu: a power cut
+    local point="$1" version="$2" log="$3" extra="${4:-}" release name card=/boot/firmware/edgelet/update i
+    release="$(release_path "$version")"
+    name="$(basename "$release")"
+    step "a power cut during an update: edgelet held at $point, release $version onto the card"
     # A runtime drop-in (/run: gone at the next boot) arms the crash point in hold mode; no watchdog, whose
     # restart would let the launcher start the new release before the cut.
-    guest 'd=/run/systemd/system/edgelet.service.d && mkdir -p $d &&
-        printf "%s\n" "[Service]" "Environment=EDGELET_TEST_CRASH_AT=update.trial EDGELET_TEST_CRASH_HOLD=1" \
-            "WatchdogSec=0" > $d/hold.conf && systemctl daemon-reload && systemctl restart edgelet.service' \
+    printf '%s\n' "[Service]" "Environment=EDGELET_TEST_CRASH_AT=$point EDGELET_TEST_CRASH_HOLD=1 $extra" \
+        "WatchdogSec=0" > "$work/hold.conf"
+    guest 'd=/run/systemd/system/edgelet.service.d && mkdir -p $d && cat > $d/hold.conf &&
+        systemctl daemon-reload && systemctl restart edgelet.service' < "$work/hold.conf" \
         > "$log" 2>&1 || fail "cannot restart edgelet with the crash point held (see $log)"
-    guest "cat > $card/$name.minisig" < "$cut.minisig" &&
-        guest "cat > $card/.$name.part && mv $card/.$name.part $card/$name" < "$cut" ||
-        fail "cannot copy release $cut_version onto the guest's card"
+    guest "cat > $card/$name.minisig" < "$release.minisig" &&
+        guest "cat > $card/.$name.part && mv $card/.$name.part $card/$name" < "$release" ||
+        fail "cannot copy release $version onto the guest's card"
     for i in $(seq 1 120); do
-        guest 'journalctl -b -u edgelet.service -o cat | grep "crash point update.trial: holding" &&
-            echo "IMAGE-TEST held: current=$(readlink /usr/lib/edgelet/current)" && cat /var/lib/edgelet/update/trial' \
-            >> "$log" 2>&1 && break
+        guest "journalctl -b -u edgelet.service -o cat | grep 'crash point $point: holding' &&
+            echo \"IMAGE-TEST held: current=\$(readlink /usr/lib/edgelet/current)\" &&
+            { cat /var/lib/edgelet/update/trial 2>/dev/null || true; }" >> "$log" 2>&1 && break
         sleep 5
     done
-    grep -a "IMAGE-TEST held:" "$log" || fail "edgelet never held at update.trial (see $log)"
-    step "power cut: qemu killed with edgelet held between the swap and its exit"
+    grep -a "IMAGE-TEST held:" "$log" || fail "edgelet never held at $point (see $log)"
+    echo "IMAGE-TEST cut-point: $point" >> "$log"  # for bench/image_update.py
+    step "power cut: qemu killed with edgelet held at $point"
 }
-after_boot3() { broken_release; power_cut; }
+release_path() {  # release_path VERSION: the power cuts' release of that version
+    local i
+    for i in "${!cut_vs[@]}"; do
+        [ "${cut_vs[$i]}" != "$1" ] || { echo "${cut_paths[$i]}"; return; }
+    done
+    fail "no release $1 was made"
+}
+# The power cuts in order: update.trial's at the end of boot 3, then each point IMAGE_TEST_POWER_CUTS names at the
+# end of the boot that checked the one before (update.rollback: the trial's deadline cut to a second, so that the
+# new agent rolls itself back).
+read -ra cut_points <<<"update.trial ${IMAGE_TEST_POWER_CUTS:-}"
+for point in "${cut_points[@]}"; do
+    case "$point" in
+    update.trial|update.unpack|update.swap|update.commit|update.rollback) ;;
+    *) fail "IMAGE_TEST_POWER_CUTS: $point is not one of update.unpack update.swap update.commit update.rollback" ;;
+    esac
+done
+cut_env() {  # cut_env POINT: what else the agent's environment needs to reach POINT
+    [ "$1" != update.rollback ] || echo "EDGELET_UPDATE_TRIAL_DEADLINE=1s"
+}
+next_cut() {  # the chain's power cut number $cut_next, at the end of the boot that checked the one before
+    local point="${cut_points[$cut_next]}"
+    power_cut "$point" "${cut_vs[$cut_next]}" "$work/console-cut-$cut_next.log" "$(cut_env "$point")"
+}
+after_boot3() { broken_release; cut_next=0; next_cut; }
 expect() {  # expect LOG PATTERN WHAT (LOG.ssh: what the guest answered over SSH)
     local logs=("$1")
     [ -f "$1.ssh" ] && logs+=("$1.ssh")
@@ -427,6 +463,8 @@ if [ "$self_update" = 1 ]; then
 step "self-update: three signed arm64 releases of the image's one-dir; the good one onto the card with mtools"
 wait "$releases" || { cat "$work/releases.log" >&2; fail "packaging/image/test-image-releases.py failed"; }
 eval "$(cat "$work/releases.env")"
+read -ra cut_paths <<<"$cuts"
+read -ra cut_vs <<<"$cut_versions"
 echo "running $running; good $good_version: $good ($(du -h "$good" | cut -f1)); broken $broken_version: $broken"
 # With trusted keys every manifest and archive on the card needs a signature (the archive only while it is there).
 for f in manifests/hello.yaml manifests/later.yaml images/test-sh.oci.tar; do
@@ -454,7 +492,9 @@ printf '%s\n' "rm /etc/edgelet/config.toml" "write $work/config.toml.new /etc/ed
 fi
 
 c3="$work/console-3.log"
+with_tunnel=1
 boot "$c3" virt "$([ "$self_update" = 1 ] && echo after_boot3 || true)"
+with_tunnel=0
 expect "$c3" "IMAGE-TEST tunnel-kind: wireguard" "tunnel: edgelet made a kernel WireGuard interface (the Pi kernel's module)"
 expect "$c3" "IMAGE-TEST tunnel-wireguard-go: 0" "tunnel: no wireguard-go beside the kernel's"
 expect "$c3" "IMAGE-TEST tunnel-handshake: [1-9]" "tunnel: a handshake with the kernel WireGuard hub"
@@ -509,28 +549,42 @@ echo "containers after its rollback:        $after"
 echo "ok: the broken release and its rollback stopped no container (same ids and processes)"
 passed=$((passed + 1))
 
-# --- The power cut during an update (boot 3's last step): edgelet held at update.trial, qemu killed ---
-c3c="$work/console-3-cut.log"
-expect "$c3c" "IMAGE-TEST held: current=.*/$cut_version\$" "power cut: \`current\` already pointed at release $cut_version when the power went"
-echo "$cut_version" > "$work/update"
-printf '%s\n' "rm /etc/edgelet-image-test.update" "write $work/update /etc/edgelet-image-test.update" | edit_root
-c4="$work/console-4.log"
-boot "$c4"
-expect "$c4" "IMAGE-TEST update-history: .* $cut_version +(committed|rolled-back)" \
-    "after the power cut: release $cut_version's outcome is recorded (no trial left open)"
-if grep -a "IMAGE-TEST update-history: .* $cut_version +committed" "$c4" > /dev/null; then
-    expect "$c4" "IMAGE-TEST update-status: Release: +image-test-cut-$cut_version " \
-        "after the power cut: release $cut_version was committed on this boot and runs"
-else
-    expect "$c4" "IMAGE-TEST update-status: Release: +image-test-good-$good_version " \
-        "after the power cut: release $cut_version rolled back, the committed $good_version runs"
-fi
-grep -a "IMAGE-TEST releases: " "$c4" | grep -v "partial" > /dev/null ||
-    fail "after the power cut: a half-staged release is left ($(report "$c4" releases))"
-echo "ok: after the power cut: no half-staged release ($(report "$c4" releases))"
-passed=$((passed + 1))
-expect "$c4" "IMAGE-TEST pods: .* hello-pi-under-test .*Running" "after the power cut: the first pod runs"
-expect "$c4" "IMAGE-TEST pods: .* later-pi-under-test .*Running" "after the power cut: the second pod runs"
+# --- The power cuts during an update: update.trial's at the end of boot 3, each checked at the next boot (virt), ---
+# --- which ends with the next cut of the chain (IMAGE_TEST_POWER_CUTS) ---
+committed_label="image-test-good-$good_version"
+for cut in "${!cut_points[@]}"; do
+    point="${cut_points[$cut]}" version="${cut_vs[$cut]}"
+    held="$(report "$work/console-cut-$cut.log" held)"
+    echo "held at $point: $held"
+    if [ "$point" = update.trial ]; then
+        grep -q "current=.*/$version\$" <<<"$held" ||
+            fail "power cut: \`current\` did not point at release $version when the power went at $point ($held)"
+        echo "ok: power cut: \`current\` already pointed at release $version when the power went"
+        passed=$((passed + 1))
+    fi
+    echo "$version" > "$work/update"
+    printf '%s\n' "rm /etc/edgelet-image-test.update" "write $work/update /etc/edgelet-image-test.update" | edit_root
+    log="$work/console-$((4 + cut)).log"
+    next=$((cut + 1))
+    cut_next=$next
+    if [ "$next" -lt "${#cut_points[@]}" ]; then boot "$log" virt next_cut; else boot "$log" virt; fi
+    what="after the power cut at $point"
+    expect "$log" "IMAGE-TEST update-history: .* $version +(committed|rolled-back)" \
+        "$what: release $version's outcome is recorded (no trial left open)"
+    if grep -a "IMAGE-TEST update-history: .* $version +committed" "$log" > /dev/null; then
+        committed_label="image-test-cut-$version"
+        expect "$log" "IMAGE-TEST update-status: Release: +$committed_label " "$what: release $version was committed and runs"
+    else
+        expect "$log" "IMAGE-TEST update-status: Release: +$committed_label " \
+            "$what: release $version rolled back, the release committed before ($committed_label) runs"
+    fi
+    grep -a "IMAGE-TEST releases: " "$log" | grep -v "partial" > /dev/null ||
+        fail "$what: a half-staged release is left ($(report "$log" releases))"
+    echo "ok: $what: no half-staged release ($(report "$log" releases))"
+    passed=$((passed + 1))
+    expect "$log" "IMAGE-TEST pods: .* hello-pi-under-test .*Running" "$what: the first pod runs"
+    expect "$log" "IMAGE-TEST pods: .* later-pi-under-test .*Running" "$what: the second pod runs"
+done
 fi
 step "PASS"
 echo "test-image: ${passed} passed, 0 failed"

@@ -1,12 +1,13 @@
 """make test-image's self-update releases: a good and a broken arm64 release of the image's own one-dir, signed.
 
-python packaging/image/test-image-releases.py ROOT OUT   # ROOT: the image's arm64 root directory
+python packaging/image/test-image-releases.py ROOT OUT [CUTS]   # ROOT: the image's arm64 root directory
 
 In OUT: a throwaway minisign key (release.pub, release.key, no password); the good release (the one-dir the image
 runs, under the next version), the broken one (an entry program that exits at start, under the version after) and
-a second good one (the one-dir again, the version after that: the power cut's), each with its .minisig. Prints
-`good=PATH`, `broken=PATH`, `cut=PATH`, `running=N`, `good_version=N`, `broken_version=N`, `cut_version=N` for the
-shell. xz's fastest preset: packing at the default took 7 minutes beside the boots on a loaded 2-core host.
+CUTS (default 1) more good ones (the one-dir again, each under the next version: the power cuts'), each with its
+.minisig. Prints `good=PATH`, `broken=PATH`, `cut=PATH` (the first power cut's), `cuts="PATH..."`, `running=N`,
+`good_version=N`, `broken_version=N`, `cut_version=N`, `cut_versions="N..."` for the shell. xz's fastest preset:
+packing at the default took 7 minutes beside the boots on a loaded 2-core host.
 """
 
 from __future__ import annotations
@@ -24,14 +25,15 @@ from edgelet.update.stage import read_release
 BROKEN = "#!/bin/sh\necho 'image-test: a broken release: exits at start' >&2\nexit 3\n"
 
 
-def main(root: Path, out: Path) -> None:
+def main(root: Path, out: Path, cuts: int = 1) -> None:
     installed = (root / "usr/lib/edgelet/current").resolve()
     info = read_release(installed)
     if info is None:
         raise SystemExit(f"{installed}: no {RELEASE_JSON} (an image without the releases layout)")
     out.mkdir(parents=True, exist_ok=True)
     key = MinisignKey.generate(out, "release")
-    good, broken, cut = info.version + 1, info.version + 2, info.version + 3
+    good, broken = info.version + 1, info.version + 2
+    cut_versions = [broken + 1 + i for i in range(cuts)]
     with tempfile.TemporaryDirectory(dir=out) as tmp:
         # The same frozen one-dir under a newer version: what a second build of this tree would be.
         onedir = Path(tmp, "good")
@@ -41,15 +43,18 @@ def main(root: Path, out: Path) -> None:
         bad.mkdir()
         (bad / "edgelet").write_text(BROKEN)
         (bad / "edgelet").chmod(0o755)
-        paths = {}
-        for kind, tree, version in (("good", onedir, good), ("broken", bad, broken), ("cut", onedir, cut)):
+        paths: dict[int, Path] = {}
+        releases = [("good", onedir, good), ("broken", bad, broken)] + [("cut", onedir, v) for v in cut_versions]
+        for kind, tree, version in releases:
             label = f"image-test-{kind}-{version}"
-            paths[kind] = out / archive_name(label, info.arch)
-            pack_release(tree, paths[kind], version=version, arch=info.arch, label=label, preset=0)
-            key.sign(paths[kind], version=version)
-    print(f"good={paths['good']}\nbroken={paths['broken']}\ncut={paths['cut']}")
-    print(f"running={info.version}\ngood_version={good}\nbroken_version={broken}\ncut_version={cut}")
+            paths[version] = out / archive_name(label, info.arch)
+            pack_release(tree, paths[version], version=version, arch=info.arch, label=label, preset=0)
+            key.sign(paths[version], version=version)
+    print(f"good={paths[good]}\nbroken={paths[broken]}\ncut={paths[cut_versions[0]]}")
+    print(f'cuts="{" ".join(str(paths[v]) for v in cut_versions)}"')
+    print(f"running={info.version}\ngood_version={good}\nbroken_version={broken}\ncut_version={cut_versions[0]}")
+    print(f'cut_versions="{" ".join(map(str, cut_versions))}"')
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), Path(sys.argv[2]))
+    main(Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else 1)
