@@ -481,6 +481,10 @@ class UpdateManager:
             log.info("Release not applied", release=name, reason=str(exc))  # the card still holds the one that runs
             return
         log.warning("Release refused", release=name, reason=str(exc))
+        if any(e.get("release") == name and e.get("reason") == str(exc) for e in self.store.history()):
+            # Reported when first refused: the card keeps old releases, and every start of the agent reads them
+            # again (a write to the card and an event per boot otherwise).
+            return
         self.store.append({"time": self.clock.now(), "release": name, "outcome": REFUSED, "reason": str(exc)})
         self._event(True, REFUSED_REASON, str(exc))
 

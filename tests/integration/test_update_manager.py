@@ -280,6 +280,14 @@ def test_a_refused_release_is_not_tried_again(tmp_path: Path) -> None:
     assert asyncio.run(m._try(path)) is False
     d.clock.advance(7200.0)
     assert m._new_releases(d.card / "update") == []
+    # Every start of the agent reads the card's old releases again: refused again, recorded once.
+    other = d.publish(998)
+    d.clock.advance(3.0)
+    assert asyncio.run(m._try(other)) is False
+    for _ in range(2):
+        again = d.manager()
+        assert asyncio.run(again._try(path)) is False and asyncio.run(again._try(other)) is False
+    assert [e.get("release") for e in d.store.history()] == [str(path), str(other)]
 
 
 class _Server:
