@@ -571,7 +571,7 @@ for cut in "${!cut_points[@]}"; do
     what="after the power cut at $point"
     expect "$log" "IMAGE-TEST update-history: .* $version +(committed|rolled-back)" \
         "$what: release $version's outcome is recorded (no trial left open)"
-    if grep -a "IMAGE-TEST update-history: .* $version +committed" "$log" > /dev/null; then
+    if grep -a -E "IMAGE-TEST update-history: .* $version +committed" "$log" > /dev/null; then
         committed_label="image-test-cut-$version"
         expect "$log" "IMAGE-TEST update-status: Release: +$committed_label " "$what: release $version was committed and runs"
     else
