@@ -53,6 +53,7 @@ from edgelet.update.stage import (
     off_reason,
     prune_releases,
     read_release,
+    remove_interrupted,
     stage_release,
     swap_current,
 )
@@ -190,6 +191,8 @@ class UpdateManager:
 
     def begin(self) -> None:
         """Read the trial record left by the previous start and act on what it says (before the sync loop)."""
+        if left := remove_interrupted(self.releases_dir):
+            log.info("Removed what an interrupted staging or download left", paths=[str(p) for p in left])
         record = self.store.trial()
         what = resolve_trial(record, self.running_dir)
         if record is None:

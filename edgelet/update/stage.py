@@ -258,6 +258,20 @@ def prune_releases(releases_dir: Path, keep: set[str]) -> list[Path]:
     return removed
 
 
+def remove_interrupted(releases_dir: Path) -> list[Path]:
+    """What a staging or a download that a kill or a power cut interrupted left under `releases_dir` (its
+    `.N.partial` directories and `.download/` `.part` files): at the agent's start, when neither runs. Staging
+    the same release again would replace them, but the release may be gone from the card or the URL by then."""
+    removed = []
+    for partial in releases_dir.glob(".*.partial"):
+        shutil.rmtree(partial, ignore_errors=True)
+        removed.append(partial)
+    for part in (releases_dir / ".download").glob(".*.part"):
+        part.unlink(missing_ok=True)
+        removed.append(part)
+    return removed
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:

@@ -397,6 +397,10 @@ def test_a_kill_during_the_download_changes_nothing_and_the_next_start_downloads
         assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()[-2000:]
         assert not (download / archive.name).exists() and not kept.exists()  # only a .part, no validators
         assert current_target(d.current) == str(d.old) and d.store.history() == []
+        # The next start removes the .part even when the URL is no longer configured (or the release is gone).
+        (part,) = download.glob(".*.part")
+        d.manager().begin()
+        assert not part.exists()
         d.card = None  # type: ignore[assignment]  # the URL alone
         m = d.manager()
         m.url_source, m.url_period = UrlReleases(url, download, validators_file=kept), 0.01

@@ -23,6 +23,7 @@ from edgelet.update.stage import (
     current_target,
     prune_releases,
     read_release,
+    remove_interrupted,
     stage_release,
     swap_current,
     verify_tree,
@@ -107,6 +108,20 @@ def test_a_signed_release_is_staged_verified_and_made_current_by_one_swap(tmp_pa
     assert left_behind(lib) == ["current", "releases"]  # no temp link left
     prune_releases(releases, {str(staged.path)})
     assert left_behind(releases) == ["1001"]
+
+
+def test_what_an_interrupted_staging_or_download_left_is_removed_and_nothing_else(tmp_path: Path) -> None:
+    releases = tmp_path / "releases"
+    (releases / ".1001.partial" / "_internal").mkdir(parents=True)
+    (releases / ".1001.partial" / "edgelet").write_text("half")
+    (releases / "1000").mkdir()
+    (releases / ".download").mkdir()
+    (releases / ".download" / ".edgelet-1002-arm64.tar.xz.part").write_bytes(b"half")
+    (releases / ".download" / "edgelet-1001-arm64.tar.xz").write_bytes(b"whole")  # judged: its validators say so
+    assert sorted(p.name for p in remove_interrupted(releases)) == [".1001.partial", ".edgelet-1002-arm64.tar.xz.part"]
+    assert sorted(p.name for p in releases.iterdir()) == [".download", "1000"]
+    assert [p.name for p in (releases / ".download").iterdir()] == ["edgelet-1001-arm64.tar.xz"]
+    assert remove_interrupted(tmp_path / "absent") == []
 
 
 def test_an_ssh_signature_needs_the_release_namespace(tmp_path: Path, keys: dict) -> None:
