@@ -340,8 +340,11 @@ power_cut() {  # power_cut POINT VERSION LOG [ENV]: release VERSION applied by a
     guest 'd=/run/systemd/system/edgelet.service.d && mkdir -p $d && cat > $d/hold.conf &&
         systemctl daemon-reload && systemctl restart edgelet.service' < "$work/hold.conf" \
         > "$log" 2>&1 || fail "cannot restart edgelet with the crash point held (see $log)"
+    # Synced: the cut is meant to hit the update, not the copy (FAT has no journal: the first chained run lost
+    # the release's rename and most of its data with the guest's page cache, and the next boot had nothing to
+    # stage again).
     guest "cat > $card/$name.minisig" < "$release.minisig" &&
-        guest "cat > $card/.$name.part && mv $card/.$name.part $card/$name" < "$release" ||
+        guest "cat > $card/.$name.part && mv $card/.$name.part $card/$name && sync" < "$release" ||
         fail "cannot copy release $version onto the guest's card"
     for i in $(seq 1 120); do
         guest "journalctl -b -u edgelet.service -o cat | grep 'crash point $point: holding' &&
