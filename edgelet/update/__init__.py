@@ -19,5 +19,10 @@ RELEASE_NAMESPACE = "edgelet-release"
 
 RELEASE_JSON = "release.json"
 ARCHIVE_SUFFIX = ".tar.xz"
+# Under the releases directory: what staging and downloading write before a release is whole, so that the agent's
+# start can tell what a kill or a power cut left (stage.remove_interrupted).
+PARTIAL_SUFFIX = ".partial"  # `.<version>.partial/`, a release being unpacked
+DOWNLOAD_DIR = ".download"  # `--update-url`'s archive and signature
+PART_SUFFIX = ".part"  # `.<name>.part`, a file being downloaded
 DEFAULT_MAX_ATTEMPTS = 3
 DEFAULT_TRIAL_DEADLINE = 120.0

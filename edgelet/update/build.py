@@ -10,6 +10,7 @@ from edgelet.container.types import PodRuntimeStatus
 from edgelet.events import EventRecorder
 from edgelet.settings import Settings
 from edgelet.trust.keys import TrustedKeys
+from edgelet.update import DOWNLOAD_DIR
 from edgelet.update.decide import PodInstance
 from edgelet.update.fetch import UrlReleases
 from edgelet.update.manager import AgentView, UpdateManager, probe_healthz
@@ -79,7 +80,7 @@ def build_update_manager(
         if s.update_url is None
         else UrlReleases(
             s.update_url,
-            root_dir / "releases" / ".download",
+            root_dir / "releases" / DOWNLOAD_DIR,
             ca_file=s.manifest_url_ca,
             headers=s.manifest_url_header,
             validators_file=root_dir / "update" / URL_VALIDATORS_FILE,

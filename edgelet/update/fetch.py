@@ -22,7 +22,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from edgelet.trust import SIGNATURE_SUFFIXES
-from edgelet.update import ARCHIVE_SUFFIX
+from edgelet.update import ARCHIVE_SUFFIX, PART_SUFFIX
 from edgelet.update.errors import StagingError
 from edgelet.util.crashpoint import crash_point
 
@@ -143,7 +143,7 @@ class UrlReleases:
             length = response.headers.get("content-length", "")
             if length.isdigit() and int(length) > limit:
                 raise StagingError(url, f"larger than {limit} bytes ({length})")
-            tmp = dest.with_name(f".{dest.name}.part")
+            tmp = dest.with_name(f".{dest.name}{PART_SUFFIX}")
             size = 0
             with open(tmp, "wb") as out:
                 async for chunk in response.aiter_raw():

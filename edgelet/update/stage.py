@@ -26,7 +26,7 @@ from edgelet.trust.errors import SignatureRefused
 from edgelet.trust.keys import TrustedKeys
 from edgelet.trust.message import MessageReader
 from edgelet.trust.verify import check_signature, needs_of
-from edgelet.update import RELEASE_JSON, RELEASE_NAMESPACE
+from edgelet.update import DOWNLOAD_DIR, PART_SUFFIX, PARTIAL_SUFFIX, RELEASE_JSON, RELEASE_NAMESPACE
 from edgelet.update.errors import ReleaseRefused, StagingError
 from edgelet.update.release import MAX_RELEASE_JSON, FileEntry, ReleaseInfo, decode_release_json
 from edgelet.util.crashpoint import crash_point
@@ -83,7 +83,7 @@ def stage_release(
             if problem:
                 raise ReleaseRefused(name, problem)
             releases_dir.mkdir(parents=True, exist_ok=True)
-            partial = releases_dir / f".{info.version}.partial"
+            partial = releases_dir / f".{info.version}{PARTIAL_SUFFIX}"
             shutil.rmtree(partial, ignore_errors=True)
             partial.mkdir(mode=0o755)
             (partial / RELEASE_JSON).write_bytes(raw)
@@ -263,10 +263,10 @@ def remove_interrupted(releases_dir: Path) -> list[Path]:
     `.N.partial` directories and `.download/` `.part` files): at the agent's start, when neither runs. Staging
     the same release again would replace them, but the release may be gone from the card or the URL by then."""
     removed = []
-    for partial in releases_dir.glob(".*.partial"):
+    for partial in releases_dir.glob(f".*{PARTIAL_SUFFIX}"):
         shutil.rmtree(partial, ignore_errors=True)
         removed.append(partial)
-    for part in (releases_dir / ".download").glob(".*.part"):
+    for part in (releases_dir / DOWNLOAD_DIR).glob(f".*{PART_SUFFIX}"):
         part.unlink(missing_ok=True)
         removed.append(part)
     return removed
