@@ -327,10 +327,9 @@ broken_release() {  # the broken release dropped onto the mounted card while edg
         >> "$log" 2>&1 || true
     grep -a "IMAGE-TEST" "$log" | tr -d '\r'
 }
-power_cut() {  # power_cut POINT VERSION LOG [ENV]: release VERSION applied by an agent held at crash point POINT
-    # (ENV: more of the unit's environment); boot() then kills qemu: a power cut
-    local point="$1" version="$2" log="$3" extra="${4:-}" release name card=/boot/firmware/edgelet/update i
-    release="$(release_path "$version")"
+power_cut() {  # power_cut POINT VERSION RELEASE LOG [ENV]: RELEASE (of VERSION) applied by an agent held at crash
+    # point POINT (ENV: more of the unit's environment); boot() then kills qemu: a power cut
+    local point="$1" version="$2" release="$3" log="$4" extra="${5:-}" name card=/boot/firmware/edgelet/update i
     name="$(basename "$release")"
     step "a power cut during an update: edgelet held at $point, release $version onto the card"
     # A runtime drop-in (/run: gone at the next boot) arms the crash point in hold mode; no watchdog, whose
@@ -356,13 +355,6 @@ power_cut() {  # power_cut POINT VERSION LOG [ENV]: release VERSION applied by a
     echo "IMAGE-TEST cut-point: $point" >> "$log"  # for bench/image_update.py
     step "power cut: qemu killed with edgelet held at $point"
 }
-release_path() {  # release_path VERSION: the power cuts' release of that version
-    local i
-    for i in "${!cut_vs[@]}"; do
-        [ "${cut_vs[$i]}" != "$1" ] || { echo "${cut_paths[$i]}"; return; }
-    done
-    fail "no release $1 was made"
-}
 # The power cuts in order: update.trial's at the end of boot 3, then each point IMAGE_TEST_POWER_CUTS names at the
 # end of the boot that checked the one before (update.rollback: the trial's deadline cut to a second, so that the
 # new agent rolls itself back).
@@ -378,7 +370,8 @@ cut_env() {  # cut_env POINT: what else the agent's environment needs to reach P
 }
 next_cut() {  # the chain's power cut number $cut_next, at the end of the boot that checked the one before
     local point="${cut_points[$cut_next]}"
-    power_cut "$point" "${cut_vs[$cut_next]}" "$work/console-cut-$cut_next.log" "$(cut_env "$point")"
+    power_cut "$point" "${cut_vs[$cut_next]}" "${cut_paths[$cut_next]}" "$work/console-cut-$cut_next.log" \
+        "$(cut_env "$point")"
 }
 after_boot3() { broken_release; cut_next=0; next_cut; }
 expect() {  # expect LOG PATTERN WHAT (LOG.ssh: what the guest answered over SSH)
@@ -568,9 +561,8 @@ for cut in "${!cut_points[@]}"; do
     echo "$version" > "$work/update"
     printf '%s\n' "rm /etc/edgelet-image-test.update" "write $work/update /etc/edgelet-image-test.update" | edit_root
     log="$work/console-$((4 + cut)).log"
-    next=$((cut + 1))
-    cut_next=$next
-    if [ "$next" -lt "${#cut_points[@]}" ]; then boot "$log" virt next_cut; else boot "$log" virt; fi
+    cut_next=$((cut + 1))
+    if [ "$cut_next" -lt "${#cut_points[@]}" ]; then boot "$log" virt next_cut; else boot "$log" virt; fi
     what="after the power cut at $point"
     expect "$log" "IMAGE-TEST update-history: .* $version +(committed|rolled-back)" \
         "$what: release $version's outcome is recorded (no trial left open)"

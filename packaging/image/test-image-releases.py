@@ -5,9 +5,9 @@ python packaging/image/test-image-releases.py ROOT OUT [CUTS]   # ROOT: the imag
 In OUT: a throwaway minisign key (release.pub, release.key, no password); the good release (the one-dir the image
 runs, under the next version), the broken one (an entry program that exits at start, under the version after) and
 CUTS (default 1) more good ones (the one-dir again, each under the next version: the power cuts'), each with its
-.minisig. Prints `good=PATH`, `broken=PATH`, `cut=PATH` (the first power cut's), `cuts="PATH..."`, `running=N`,
-`good_version=N`, `broken_version=N`, `cut_version=N`, `cut_versions="N..."` for the shell. xz's fastest preset:
-packing at the default took 7 minutes beside the boots on a loaded 2-core host.
+.minisig. Prints `good=PATH`, `broken=PATH`, `cuts="PATH..."`, `running=N`, `good_version=N`, `broken_version=N`
+and `cut_versions="N..."` for the shell. xz's fastest preset: packing at the default took 7 minutes beside the
+boots on a loaded 2-core host.
 """
 
 from __future__ import annotations
@@ -50,9 +50,9 @@ def main(root: Path, out: Path, cuts: int = 1) -> None:
             paths[version] = out / archive_name(label, info.arch)
             pack_release(tree, paths[version], version=version, arch=info.arch, label=label, preset=0)
             key.sign(paths[version], version=version)
-    print(f"good={paths[good]}\nbroken={paths[broken]}\ncut={paths[cut_versions[0]]}")
+    print(f"good={paths[good]}\nbroken={paths[broken]}")
     print(f'cuts="{" ".join(str(paths[v]) for v in cut_versions)}"')
-    print(f"running={info.version}\ngood_version={good}\nbroken_version={broken}\ncut_version={cut_versions[0]}")
+    print(f"running={info.version}\ngood_version={good}\nbroken_version={broken}")
     print(f'cut_versions="{" ".join(map(str, cut_versions))}"')
 
 
