@@ -34,11 +34,17 @@ def stamp(log: Path, pattern: str) -> float | None:
     return None
 
 
-def value(log: Path, what: str) -> float | None:
+def text(log: Path, what: str) -> str | None:
+    """What the first `IMAGE-TEST what:` line of `log` says."""
     for line in log.read_text(errors="replace").splitlines():
         if f"IMAGE-TEST {what}: " in line:
-            return float(line.split(f"IMAGE-TEST {what}: ", 1)[1].split()[0])
+            return line.split(f"IMAGE-TEST {what}: ", 1)[1].strip()
     return None
+
+
+def value(log: Path, what: str) -> float | None:
+    said = text(log, what)
+    return float(said.split()[0]) if said else None
 
 
 def span(label: str, start: float | None, end: float | None) -> None:
@@ -66,14 +72,7 @@ def main() -> int:
     while (cut_log := args.logs / f"console-cut-{cut}.log").exists() and (
         boot := args.logs / f"console-{4 + cut}.log"
     ).exists():
-        point = next(
-            (
-                line.split("cut-point: ", 1)[1].strip()
-                for line in cut_log.read_text(errors="replace").splitlines()
-                if "IMAGE-TEST cut-point: " in line
-            ),
-            "update.trial",
-        )
+        point = text(cut_log, "cut-point") or "update.trial"
         span(
             f"boot {4 + cut} (after the power cut at {point}), agent start -> outcome",
             stamp(boot, "Starting edgelet"),

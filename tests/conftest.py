@@ -138,7 +138,8 @@ def runtime_paths(tmp_path: Path):
 def apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
     """One real kube-apiserver (and etcd) for every test of this process that takes it (each pytest-xdist
     worker starts its own), the harness's own tests (tests/integration) and the e2e tests' `cluster` alike:
-    its start is the slowest fixture there is, and `cluster` clears what a test left. The node identities the tests use have their tokens from the start."""
+    its start is the slowest fixture there is, and `cluster` clears what a test left. The node identities the
+    tests use have their tokens from the start."""
     from edgelet.testing.apiserver import ApiServer, kube_bin_dir
 
     if shutil.which("etcd") is None:
