@@ -45,12 +45,18 @@
 #     boot saved), after that power cut: the third release committed (or
 #     rolled back to the one committed before, the outcome recorded), no
 #     half-staged release, both pods running.
-#   IMAGE_TEST_POWER_CUTS="update.unpack update.swap update.commit
-#     update.rollback" (any of them, in any order; not in CI: a boot each)
-#     chains more power cuts: the boot that checked the last one cuts the
-#     power at the next point with one more release (update.rollback: the
-#     agent's trial deadline cut to a second, so the new agent rolls itself
-#     back), and the boot after checks the same.
+#   IMAGE_TEST_POWER_CUTS="update.download update.unpack update.swap
+#     update.commit update.rollback" (any of them, in any order; not in CI: a
+#     boot each) chains more power cuts: the boot that checked the last one
+#     cuts the power at the next point with one more release (update.rollback:
+#     the agent's trial deadline cut to a second, so the new agent rolls
+#     itself back), and the boot after checks the same. update.download's
+#     release is not put on the card: a Python http.server on the host's
+#     loopback serves it, the virt boots reach it through qemu's guestfwd
+#     (10.0.2.100:8080, one relay process per connection, which the
+#     restricted network still allows) and a persistent drop-in sets
+#     EDGELET_UPDATE_URL; the guest's disk is synced once the agent holds in
+#     the middle of the download, so that the next boot finds its .part file.
 #
 # The guest reports through a test unit written into a copy of the image
 # (debugfs, no mount) that prints IMAGE-TEST lines on the serial console.
@@ -80,6 +86,7 @@ step() { echo "==> $(date -u +%H:%M:%S) $*"; }
 passed=0  # checks that printed ok:, for the closing line CI reads
 fail() {
     echo "test-image.sh: FAIL: $*" >&2
+    [ -z "${server:-}" ] || kill "$server" 2>/dev/null || true  # update.download's release server
     [ -z "${releases:-}" ] || kill "$releases" 2>/dev/null || true  # the releases still being packed
     echo "test-image: ${passed} passed, 1 failed"
     exit 1
@@ -182,6 +189,7 @@ done
         grep -E "Starting edgelet|Update (started|committed)|was rolled back|edgelet launch|crash point" |
         sed 's/^/IMAGE-TEST update-times: /'
     echo "IMAGE-TEST releases: current=$(readlink /usr/lib/edgelet/current) $(ls -A /var/lib/edgelet/releases | tr '\n' ' ')"
+    echo "IMAGE-TEST downloads: $(ls -A /var/lib/edgelet/releases/.download 2>/dev/null | tr '\n' ' ')"
     echo "IMAGE-TEST uptime: $(cut -d' ' -f1 /proc/uptime)"
     journalctl -b -u edgelet-card-setup -u edgelet-runonce -o cat | sed 's/^/IMAGE-TEST journal: /'
     echo "IMAGE-TEST-DONE"
@@ -270,7 +278,7 @@ boot() {
         ssh_port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
         args=(-M virt -cpu cortex-a53 -m 1G -smp 2 -append "${cmdline/console=ttyS1,115200/console=ttyAMA0,115200}"
             -drive "file=$work/test.img,if=none,format=raw,id=card" -device virtio-blk-device,drive=card
-            -netdev "user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:$ssh_port-:22"
+            -netdev "user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:$ssh_port-:22${guestfwd:-}"
             -device virtio-net-device,netdev=n0,mac=b8:27:eb:00:00:24 -serial "file:$log")
     fi
     step "boot: qemu-system-aarch64 -M $machine (TCG), console in $log"
@@ -336,15 +344,25 @@ power_cut() {  # power_cut POINT VERSION RELEASE LOG [ENV]: RELEASE (of VERSION)
     # restart would let the launcher start the new release before the cut.
     printf '%s\n' "[Service]" "Environment=EDGELET_TEST_CRASH_AT=$point EDGELET_TEST_CRASH_HOLD=1 $extra" \
         "WatchdogSec=0" > "$work/hold.conf"
+    : > "$log"
+    if [ "$point" = update.download ]; then
+        # From the URL, which stays set (a persistent drop-in, synced) so that the next boot downloads again.
+        cp "$release" "$release.minisig" "$work/served/"
+        printf '%s\n' "[Service]" "Environment=EDGELET_UPDATE_URL=http://10.0.2.100:8080/$name" > "$work/url.conf"
+        guest 'd=/etc/systemd/system/edgelet.service.d && mkdir -p $d && cat > $d/image-test-url.conf && sync' \
+            < "$work/url.conf" >> "$log" 2>&1 || fail "cannot set edgelet's update URL (see $log)"
+    fi
     guest 'd=/run/systemd/system/edgelet.service.d && mkdir -p $d && cat > $d/hold.conf &&
         systemctl daemon-reload && systemctl restart edgelet.service' < "$work/hold.conf" \
-        > "$log" 2>&1 || fail "cannot restart edgelet with the crash point held (see $log)"
+        >> "$log" 2>&1 || fail "cannot restart edgelet with the crash point held (see $log)"
     # Synced: the cut is meant to hit the update, not the copy (FAT has no journal: the first chained run lost
     # the release's rename and most of its data with the guest's page cache, and the next boot had nothing to
     # stage again).
-    guest "cat > $card/$name.minisig" < "$release.minisig" &&
-        guest "cat > $card/.$name.part && mv $card/.$name.part $card/$name && sync" < "$release" ||
-        fail "cannot copy release $version onto the guest's card"
+    if [ "$point" != update.download ]; then
+        guest "cat > $card/$name.minisig" < "$release.minisig" &&
+            guest "cat > $card/.$name.part && mv $card/.$name.part $card/$name && sync" < "$release" ||
+            fail "cannot copy release $version onto the guest's card"
+    fi
     for i in $(seq 1 120); do
         guest "journalctl -b -u edgelet.service -o cat | grep 'crash point $point: holding' &&
             echo \"IMAGE-TEST held: current=\$(readlink /usr/lib/edgelet/current)\" &&
@@ -352,6 +370,11 @@ power_cut() {  # power_cut POINT VERSION RELEASE LOG [ENV]: RELEASE (of VERSION)
         sleep 5
     done
     grep -a "IMAGE-TEST held:" "$log" || fail "edgelet never held at $point (see $log)"
+    if [ "$point" = update.download ]; then
+        # What the download wrote so far, on the disk: the next boot has to find it and remove it.
+        guest 'sync && echo "IMAGE-TEST held-download: $(ls -A /var/lib/edgelet/releases/.download | tr "\n" " ")"' \
+            >> "$log" 2>&1 || true
+    fi
     echo "IMAGE-TEST cut-point: $point" >> "$log"  # for bench/image_update.py
     step "power cut: qemu killed with edgelet held at $point"
 }
@@ -361,10 +384,34 @@ power_cut() {  # power_cut POINT VERSION RELEASE LOG [ENV]: RELEASE (of VERSION)
 read -ra cut_points <<<"update.trial ${IMAGE_TEST_POWER_CUTS:-}"
 for point in "${cut_points[@]}"; do
     case "$point" in
-    update.trial|update.unpack|update.swap|update.commit|update.rollback) ;;
-    *) fail "IMAGE_TEST_POWER_CUTS: $point is not one of update.unpack update.swap update.commit update.rollback" ;;
+    update.trial|update.download|update.unpack|update.swap|update.commit|update.rollback) ;;
+    *) fail "IMAGE_TEST_POWER_CUTS: $point is not one of update.download update.unpack update.swap update.commit" \
+        "update.rollback" ;;
     esac
 done
+# update.download's release server: Python's http.server on the host's loopback, which the virt boots reach at
+# 10.0.2.100:8080 through qemu's guestfwd: qemu runs the relay once per connection, the guest's TCP stream on
+# its stdin and stdout.
+if [[ " ${cut_points[*]} " == *" update.download "* ]]; then
+    mkdir -p "$work/served"
+    cat > "$work/relay.py" <<'EOF'
+import os, socket, sys, threading
+upstream = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+def to_server():
+    while data := os.read(0, 65536):
+        upstream.sendall(data)
+    upstream.shutdown(socket.SHUT_WR)
+threading.Thread(target=to_server, daemon=True).start()
+while data := upstream.recv(65536):
+    while data:
+        data = data[os.write(1, data):]
+EOF
+    served_port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+    python3 -m http.server --bind 127.0.0.1 --directory "$work/served" "$served_port" > "$work/served.log" 2>&1 &
+    server=$!
+    trap 'kill "$server" 2>/dev/null || true' EXIT
+    guestfwd=",guestfwd=tcp:10.0.2.100:8080-cmd:python3 $work/relay.py $served_port"
+fi
 cut_env() {  # cut_env POINT: what else the agent's environment needs to reach POINT
     [ "$1" != update.rollback ] || echo "EDGELET_UPDATE_TRIAL_DEADLINE=1s"
 }
@@ -577,6 +624,16 @@ for cut in "${!cut_points[@]}"; do
         fail "$what: a half-staged release is left ($(report "$log" releases))"
     echo "ok: $what: no half-staged release ($(report "$log" releases))"
     passed=$((passed + 1))
+    if [ "$point" = update.download ]; then
+        grep -q "\.part" <<<"$(report "$work/console-cut-$cut.log" held-download)" ||
+            fail "$what: the cut left no partial download to clean up" \
+                "($(report "$work/console-cut-$cut.log" held-download))"
+        grep -a "IMAGE-TEST downloads: " "$log" | grep -v "\.part" > /dev/null ||
+            fail "$what: the partial download is left ($(report "$log" downloads))"
+        echo "ok: $what: the partial download the cut left was removed and the release downloaded again" \
+            "(at the cut: $(report "$work/console-cut-$cut.log" held-download); after: $(report "$log" downloads))"
+        passed=$((passed + 1))
+    fi
     expect "$log" "IMAGE-TEST pods: .* hello-pi-under-test .*Running" "$what: the first pod runs"
     expect "$log" "IMAGE-TEST pods: .* later-pi-under-test .*Running" "$what: the second pod runs"
 done
