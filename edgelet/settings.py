@@ -179,9 +179,23 @@ class Settings:
     update_url: str | None = _opt(
         None,
         _url,
-        "URL of edgelet release archives to poll (its signature at URL.minisig or URL.sig; TLS and headers as "
-        "--manifest-url's; needs --trusted-keys and the releases layout)",
+        "URL of edgelet release archives to poll, every --http-check-frequency (its signature at URL.minisig or "
+        "URL.sig; needs --trusted-keys and the releases layout)",
         metavar="URL",
+    )
+    # Its own, not --manifest-url's: the release server may be another host, which must not get the manifest
+    # server's token.
+    update_url_header: tuple[tuple[str, str], ...] = _opt(
+        (), _headers, "HTTP headers for --update-url, comma-separated (TOML: a table or a list)", metavar="NAME:VALUE"
+    )
+    update_url_header_file: Path | None = _opt(
+        None,
+        _path(optional=True),
+        "file of `Name: value` lines sent as headers with --update-url, read at each poll (keeps tokens out of `ps`)",
+        metavar="FILE",
+    )
+    update_url_ca: Path | None = _opt(
+        None, _path(optional=True), "CA bundle to verify --update-url (default: the system's)", metavar="FILE"
     )
     update_max_attempts: int = _opt(
         3, _int(minimum=1), "starts of a release on trial without a commit before the previous one runs", metavar="N"

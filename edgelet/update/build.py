@@ -81,8 +81,9 @@ def build_update_manager(
         else UrlReleases(
             s.update_url,
             root_dir / "releases" / DOWNLOAD_DIR,
-            ca_file=s.manifest_url_ca,
-            headers=s.manifest_url_header,
+            ca_file=s.update_url_ca,
+            headers=s.update_url_header,
+            header_file=s.update_url_header_file,
             validators_file=root_dir / "update" / URL_VALIDATORS_FILE,
         ),
         url_period=s.http_check_frequency,

@@ -1,10 +1,12 @@
 """Releases from `--update-url`: a conditional GET of the archive (ETag / Last-Modified), then its signature
 beside it (`URL.minisig`, else `URL.sig`), written to a download directory for the manager to stage.
 
-Only outbound requests (a device behind NAT polls); the CA bundle and headers are the manifest URL's
-(`--manifest-url-ca`, `--manifest-url-header`). Redirects are not followed (a release server that redirects
-is a misconfiguration to report, not a hop to trust), and a body larger than MAX_RELEASE_BYTES or shorter
-than its Content-Length is a failed download: the running release is untouched and the next poll tries again.
+Only outbound requests (a device behind NAT polls), with a CA bundle and headers of their own
+(`--update-url-ca`, `--update-url-header`, `--update-url-header-file`, read at each poll): the release server
+may be another host than the manifest server, and must not be sent its token. Redirects are not followed (a
+release server that redirects is a misconfiguration to report, not a hop to trust, nor a host to send the
+headers to), and a body larger than MAX_RELEASE_BYTES or shorter than its Content-Length is a failed download:
+the running release is untouched and the next poll tries again.
 The validators of a release that was judged (applied or refused) are kept in `validators_file`, so that
 the agent it started, or the next boot, asks with them and is answered 304 instead of downloading the same
 archive again (a device on a metered link restarts its agent at every update and boot).
@@ -37,6 +39,7 @@ class UrlReleases:
     download_dir: Path
     ca_file: Path | None = None
     headers: tuple[tuple[str, str], ...] = ()
+    header_file: Path | None = None  # `Name: value` lines, read at each fetch (a token rotated on disk)
     validators: dict[str, str] = field(default_factory=dict)  # If-None-Match / If-Modified-Since of the last body
     validators_file: Path | None = None  # where they are kept across agent starts (None: in memory only)
     _client: Any = None
@@ -100,9 +103,10 @@ class UrlReleases:
                 self._client = await asyncio.to_thread(self._make_client)
             except (OSError, ValueError) as exc:
                 raise StagingError(self.url, f"cannot load the CA bundle {self.ca_file}: {exc}") from exc
+        headers = [*self.headers, *await asyncio.to_thread(self._file_headers)]
         try:
             async with asyncio.timeout(TIMEOUT):
-                got = await self._download(self.url, self.archive_path, MAX_RELEASE_BYTES, conditional=True)
+                got = await self._download(self.url, self.archive_path, MAX_RELEASE_BYTES, headers, conditional=True)
                 if got is None:
                     return None
                 validators = got
@@ -111,7 +115,7 @@ class UrlReleases:
                 for suffix in SIGNATURE_SUFFIXES:
                     target = Path(str(self.archive_path) + suffix)
                     if (
-                        await self._download(self.url + suffix, target, MAX_SIGNATURE_BYTES, missing_ok=True)
+                        await self._download(self.url + suffix, target, MAX_SIGNATURE_BYTES, headers, missing_ok=True)
                         is not None
                     ):
                         break
@@ -124,11 +128,35 @@ class UrlReleases:
         self.validators = validators
         return self.archive_path
 
+    def _file_headers(self) -> list[tuple[str, str]]:
+        """The header file's headers; StagingError (naming the file, never a value) when unreadable or malformed."""
+        from edgelet.sources.http import parse_header_lines
+
+        if self.header_file is None:
+            return []
+        try:
+            return parse_header_lines(self.header_file.read_text())
+        except OSError as exc:
+            raise StagingError(
+                self.url, f"cannot read --update-url-header-file {self.header_file}: {exc.strerror or exc}"
+            ) from exc
+        except UnicodeDecodeError as exc:  # its message would quote a byte of the token
+            raise StagingError(self.url, f"--update-url-header-file {self.header_file}: not UTF-8 text") from exc
+        except ValueError as exc:
+            raise StagingError(self.url, f"--update-url-header-file {self.header_file}: {exc}") from exc
+
     async def _download(
-        self, url: str, dest: Path, limit: int, *, conditional: bool = False, missing_ok: bool = False
+        self,
+        url: str,
+        dest: Path,
+        limit: int,
+        headers: list[tuple[str, str]],
+        *,
+        conditional: bool = False,
+        missing_ok: bool = False,
     ) -> dict[str, str] | None:
         """GET `url` into `dest` (replaced whole); the response's validators, None on 304 or (missing_ok) 404."""
-        headers = list(self.headers)
+        headers = list(headers)
         if conditional:
             headers += [(k, v) for k, v in self.validators.items()]
         dest.parent.mkdir(parents=True, exist_ok=True)

@@ -301,10 +301,12 @@ class _Server:
         outer = self
         self.short = False
         self.requests: list[str] = []
+        self.authorization: list[str | None] = []  # each request's Authorization header
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 outer.requests.append(self.path)
+                outer.authorization.append(self.headers.get("Authorization"))
                 path = server_root / self.path.lstrip("/")
                 if not path.is_file():
                     self.send_response(404)
@@ -406,6 +408,40 @@ def test_a_kill_during_the_download_changes_nothing_and_the_next_start_downloads
         m.url_source, m.url_period = UrlReleases(url, download, validators_file=kept), 0.01
         asyncio.run(asyncio.wait_for(m.run(), 30))
         assert current_target(d.current) == str(d.releases / "1001") and d.restarts == 1
+    finally:
+        server.close()
+
+
+def test_the_update_urls_own_headers_and_header_file_go_with_every_request(tmp_path: Path) -> None:
+    from edgelet.update.errors import StagingError
+    from edgelet.update.fetch import UrlReleases
+
+    d = Device(tmp_path)
+    archive, server = serve_release(d, 1001)
+    header_file = tmp_path / "update-headers"
+    try:
+        header_file.write_text("# rotated on disk\nAuthorization: Bearer first\n")
+        source = UrlReleases(
+            f"{server.url}/{archive.name}",
+            d.releases / ".download",
+            headers=(("X-Fleet", "a"),),
+            header_file=header_file,
+        )
+        assert asyncio.run(source.fetch()) == source.archive_path
+        assert server.authorization == ["Bearer first", "Bearer first"]  # the archive and its signature
+        header_file.write_text("Authorization: Bearer second\n")
+        source.forget()
+        assert asyncio.run(_fetch_twice(source))[0] is not None
+        assert server.authorization[2:4] == ["Bearer second", "Bearer second"]  # read again at each poll
+        header_file.write_text("Authorization Bearer secret-token\n")
+        with pytest.raises(StagingError) as raised:
+            asyncio.run(UrlReleases(source.url, source.download_dir, header_file=header_file).fetch())
+        assert str(header_file) in str(raised.value) and "line 1" in str(raised.value)
+        assert "secret-token" not in str(raised.value)
+        header_file.unlink()
+        with pytest.raises(StagingError, match="cannot read --update-url-header-file"):
+            asyncio.run(UrlReleases(source.url, source.download_dir, header_file=header_file).fetch())
+        assert len(server.authorization) == 5  # neither bad header file sent a request
     finally:
         server.close()
 

@@ -178,6 +178,9 @@ rollout_stability_window = "10s"
 rollout_strategy = "Surge"
 update_current = "/opt/edgelet/current"
 update_url = "https://releases.example/edgelet-amd64.tar.xz"
+update_url_header = { Authorization = "Bearer t" }
+update_url_header_file = "/etc/edgelet/update-headers"
+update_url_ca = "/etc/edgelet/update-ca.pem"
 update_max_attempts = 5
 update_trial_deadline = "3m"
 streaming_connection_idle_timeout = "30m"
@@ -277,6 +280,9 @@ def test_toml_file_sets_every_key(tmp_path: Path) -> None:
         rollout_strategy="Surge",
         update_current=Path("/opt/edgelet/current"),
         update_url="https://releases.example/edgelet-amd64.tar.xz",
+        update_url_header=(("Authorization", "Bearer t"),),
+        update_url_header_file=Path("/etc/edgelet/update-headers"),
+        update_url_ca=Path("/etc/edgelet/update-ca.pem"),
         update_max_attempts=5,
         update_trial_deadline=180.0,
         streaming_connection_idle_timeout=1800.0,
