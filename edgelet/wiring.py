@@ -293,7 +293,7 @@ def warn_about_card(settings: Settings) -> None:
     if settings.card_config_error is not None:
         log.error("Card configuration ignored", err=settings.card_config_error)
     if settings.card_dir is not None:
-        from edgelet.settings import CARD_SECRETS
+        from edgelet.cardpolicy import CARD_SECRETS
 
         for name in CARD_SECRETS:
             if (settings.card_dir / name).exists():

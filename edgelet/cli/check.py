@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, TextIO
 
+from edgelet.cardpolicy import CARD_SECRETS
 from edgelet.cli.common import EXIT_FAILURE, EXIT_OK, clock
-from edgelet.settings import CARD_SECRETS, DEFAULT_CONFIG, Settings
+from edgelet.settings import DEFAULT_CONFIG, Settings
 from edgelet.update.stage import off_reason
 from edgelet.util.proc import runtime_features, version_line
 

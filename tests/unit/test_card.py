@@ -6,10 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from edgelet.cardpolicy import CARD_KEYS, CARD_KEYS_WHEN_TRUSTED
 from edgelet.cgroups.controllers import admit, choose_cmdline_file, kernel_cmdline_fix, probe_cmdline_file
 from edgelet.settings import (
-    CARD_KEYS,
-    CARD_KEYS_WHEN_TRUSTED,
     KEYS,
     Settings,
     SettingsError,
