@@ -529,6 +529,10 @@ class Campaign:
         for v in violations:
             self.report.violations.append(f"{tag}: {v}")
             self.say(f"  VIOLATION {v}")
+        # What the agent logged about each leftover's id: the next occurrence of a rare leak says which path.
+        named = set(re.findall(r"\b[0-9a-f]{12}\b", " ".join(violations)))
+        for line in [line for line in self.agent.log().splitlines() if any(n in line for n in named)][-30:]:
+            self.say(f"    | {line[:300]}")
 
     def wait_empty(self) -> None:
         deadline = time.monotonic() + self.settle_timeout
@@ -682,7 +686,9 @@ class Campaign:
         for sub in ("exits", "socks"):
             for f in _ls(p.run_dir / sub):
                 if f.name not in ids and not f.name.startswith(".") and not (sub == "exits" and f.name in released):
-                    out.append(f"{sub}/{f.name[:12]}")
+                    # conmon's socket entry is a link to the bundle: where it points says which removal missed it.
+                    target = f" -> {_readlink(f)}" if sub == "socks" else ""
+                    out.append(f"{sub}/{f.name[:12]}{target}")
         for n in sorted(x.name for x in _ls(p.run_dir / "ns")):
             # Namespaces pinned for a sandbox without an infra container go with its pod.
             if sandboxes is None or n not in sandboxes:
@@ -706,6 +712,13 @@ class Campaign:
         if len(leases) > len(netns):
             out.append(f"{len(leases)} host-local leases for {len(netns)} netns")
         return out
+
+
+def _readlink(path: Path) -> str:
+    try:
+        return os.readlink(path)
+    except OSError as exc:
+        return f"(not a link: {exc.strerror})"
 
 
 def _sandbox_ids(runc: list[dict]) -> set[str]:

@@ -47,14 +47,27 @@ def test_the_checks_see_each_kind_of_leftover(agent, network, busybox_archive):
     stray = "f" * 64
     (p.run_dir / "exits" / stray).write_text("0")
     (p.root_dir / "pods" / "0").mkdir()
+    (p.run_dir / "socks").mkdir(exist_ok=True)
+    (p.run_dir / "socks" / stray).symlink_to(p.root_dir / "pods" / "0")  # conmon's link to a bundle
     (p.root_dir / "cni" / f"{stray}.json").write_text("{}")
     (p.run_dir / "netns").mkdir(exist_ok=True)
     (p.run_dir / "netns" / stray).touch()
     # One look, as the agent cleans some of them up (a pod dir is an orphan to it) while a confirming one waits.
     found = "\n".join(campaign.check_invariants(confirm=False))
-    for what in ("exits/ffffffffffff", "pod dir 0", f"cni cache {stray[:24]}", f"netns {stray[:12]}"):
+    for what in (
+        "exits/ffffffffffff",
+        f"socks/ffffffffffff -> {p.root_dir / 'pods' / '0'}",
+        "pod dir 0",
+        f"cni cache {stray[:24]}",
+        f"netns {stray[:12]}",
+    ):
         assert what in found, (what, found)
-    for f in (p.run_dir / "exits" / stray, p.root_dir / "cni" / f"{stray}.json", p.run_dir / "netns" / stray):
+    for f in (
+        p.run_dir / "exits" / stray,
+        p.run_dir / "socks" / stray,
+        p.root_dir / "cni" / f"{stray}.json",
+        p.run_dir / "netns" / stray,
+    ):
         f.unlink()
     (p.root_dir / "pods" / "0").rmdir()
     assert campaign.check_invariants() == []
