@@ -198,6 +198,17 @@ def parse_header_lines(text: str) -> list[tuple[str, str]]:
     return out
 
 
+def read_header_file(path: Path) -> list[tuple[str, str]]:
+    """A header file's `Name: value` lines, read now (a token rotated on disk needs no restart). OSError when it
+    cannot be read; ValueError naming the line, never a value, when it is malformed or not UTF-8 text."""
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError:
+        # Not chained: the decoder's message quotes a byte of the file, which holds a token.
+        raise ValueError("not UTF-8 text") from None
+    return parse_header_lines(text)
+
+
 def redirect_refusal(current: httpx.URL, target: httpx.URL) -> str | None:
     """Why a redirect from `current` to `target` is not followed, or None.
 
@@ -671,13 +682,11 @@ class HttpSource:
         if self.header_file is None:
             return []
         try:
-            text = self.header_file.read_text()
+            return read_header_file(self.header_file)
         except OSError as exc:
             raise HeaderFileError(
                 f"cannot read --manifest-url-header-file {self.header_file}: {exc.strerror or exc}"
             ) from exc
-        try:
-            return parse_header_lines(text)
         except ValueError as exc:
             raise HeaderFileError(f"--manifest-url-header-file {self.header_file}: {exc}") from exc
 

@@ -130,18 +130,16 @@ class UrlReleases:
 
     def _file_headers(self) -> list[tuple[str, str]]:
         """The header file's headers; StagingError (naming the file, never a value) when unreadable or malformed."""
-        from edgelet.sources.http import parse_header_lines
+        from edgelet.sources.http import read_header_file
 
         if self.header_file is None:
             return []
         try:
-            return parse_header_lines(self.header_file.read_text())
+            return read_header_file(self.header_file)
         except OSError as exc:
             raise StagingError(
                 self.url, f"cannot read --update-url-header-file {self.header_file}: {exc.strerror or exc}"
             ) from exc
-        except UnicodeDecodeError as exc:  # its message would quote a byte of the token
-            raise StagingError(self.url, f"--update-url-header-file {self.header_file}: not UTF-8 text") from exc
         except ValueError as exc:
             raise StagingError(self.url, f"--update-url-header-file {self.header_file}: {exc}") from exc
 

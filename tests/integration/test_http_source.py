@@ -724,13 +724,17 @@ def test_headers_from_a_file_are_read_at_each_fetch(server: ManifestServer, tmp_
             out.append(await source.scan_once())
             header_file.write_text("no colon here\n")
             out.append(await source.scan_once())
+            header_file.write_bytes(b"X-Api-Key: \xffsecret\n")  # not UTF-8: an error, not a crash
+            out.append(await source.scan_once())
             return out
         finally:
             await source.aclose()
 
-    ok, rotated, broken = asyncio.run(main())
+    ok, rotated, broken, binary = asyncio.run(main())
     assert ok.errors == () and rotated.errors == ()
     assert [r["X-Api-Key"] for r in server.requests] == ["one", "two"]
     assert server.requests[0]["X-Site"] == "lab"
     assert f"--manifest-url-header-file {header_file}: line 1: expected `Name: value`" in only_error(broken)
     assert broken.pods == ok.pods  # the last good pods stay
+    assert f"--manifest-url-header-file {header_file}: not UTF-8 text" in only_error(binary)
+    assert "secret" not in only_error(binary) and "xff" not in only_error(binary) and binary.pods == ok.pods

@@ -438,6 +438,10 @@ def test_the_update_urls_own_headers_and_header_file_go_with_every_request(tmp_p
             asyncio.run(UrlReleases(source.url, source.download_dir, header_file=header_file).fetch())
         assert str(header_file) in str(raised.value) and "line 1" in str(raised.value)
         assert "secret-token" not in str(raised.value)
+        header_file.write_bytes(b"Authorization: Bearer \xffsecret\n")
+        with pytest.raises(StagingError, match="not UTF-8 text") as raised:
+            asyncio.run(UrlReleases(source.url, source.download_dir, header_file=header_file).fetch())
+        assert "secret" not in str(raised.value) and "xff" not in str(raised.value)
         header_file.unlink()
         with pytest.raises(StagingError, match="cannot read --update-url-header-file"):
             asyncio.run(UrlReleases(source.url, source.download_dir, header_file=header_file).fetch())
