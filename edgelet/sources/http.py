@@ -42,6 +42,7 @@ import msgspec
 from edgelet.api.annotations import ORIGIN
 from edgelet.errors import EdgeletError
 from edgelet.sources import ManifestProblem, SourceName, SourceSnapshot, snapshot_key
+from edgelet.util.headerfile import read_header_file
 from edgelet.util.log import get_logger
 
 if TYPE_CHECKING:
@@ -182,31 +183,6 @@ class BodyProblem(EdgeletError, ValueError):
 
 class HeaderFileError(EdgeletError):
     """The header file cannot be read or holds a line that is no `Name: value`."""
-
-
-def parse_header_lines(text: str) -> list[tuple[str, str]]:
-    """`Name: value` per line (blank lines and `#` comments skipped), as `curl -H @file` reads them."""
-    out = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
-        name, sep, value = line.partition(":")
-        name = name.strip()
-        if not sep or not name or any(c in name for c in " \t"):
-            raise ValueError(f"line {number}: expected `Name: value`")
-        out.append((name, value.strip()))
-    return out
-
-
-def read_header_file(path: Path) -> list[tuple[str, str]]:
-    """A header file's `Name: value` lines, read now (a token rotated on disk needs no restart). OSError when it
-    cannot be read; ValueError naming the line, never a value, when it is malformed or not UTF-8 text."""
-    try:
-        text = path.read_text()
-    except UnicodeDecodeError:
-        # Not chained: the decoder's message quotes a byte of the file, which holds a token.
-        raise ValueError("not UTF-8 text") from None
-    return parse_header_lines(text)
 
 
 def redirect_refusal(current: httpx.URL, target: httpx.URL) -> str | None:

@@ -27,6 +27,7 @@ from edgelet.trust import SIGNATURE_SUFFIXES
 from edgelet.update import ARCHIVE_SUFFIX, PART_SUFFIX
 from edgelet.update.errors import StagingError
 from edgelet.util.crashpoint import crash_point
+from edgelet.util.headerfile import read_header_file
 
 MAX_RELEASE_BYTES = 512 * 1024 * 1024
 MAX_SIGNATURE_BYTES = 64 * 1024
@@ -130,8 +131,6 @@ class UrlReleases:
 
     def _file_headers(self) -> list[tuple[str, str]]:
         """The header file's headers; StagingError (naming the file, never a value) when unreadable or malformed."""
-        from edgelet.sources.http import read_header_file
-
         if self.header_file is None:
             return []
         try:
