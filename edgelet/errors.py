@@ -23,7 +23,6 @@ edgelet means to raise and lets programming errors through::
     ├── update.errors.UpdateError         a release refused or an update step that failed (`edgelet update`)
     ├── mirror.errors.MirrorError          the apiserver link: kubeconfig, labels, unreachable, refusals
     ├── sources.http.BodyProblem           a fetched manifest body that cannot be used (also ValueError)
-    ├── sources.http.HeaderFileError       --manifest-url-header-file cannot be read or parsed
     ├── logs.LogNotFoundError              no log file for a container instance
     ├── settings.SettingsError             configuration file, environment or flags
     ├── wiring.ConfigurationError          the settings ask for what this machine does not have
@@ -35,6 +34,7 @@ edgelet means to raise and lets programming errors through::
     │                                      protocol (SPDY, WebSocket, `edgelet exec`)
     ├── sdnotify.NotifyError               systemd notification socket
     ├── util.logind.LogindUnavailable      no logind on the system bus (shutdown falls back to SIGTERM)
+    ├── util.headerfile.HeaderFileError    a URL's header file cannot be read or parsed (flag, file, line)
     ├── util.files.NotRegularFile          a FIFO, device or symlink where a dropped file belongs (also OSError)
     ├── cli.client.AgentError              the agent answered a CLI request with an error
     └── cli.common.CommandError            a command-line request that cannot be carried out

@@ -42,7 +42,7 @@ import msgspec
 from edgelet.api.annotations import ORIGIN
 from edgelet.errors import EdgeletError
 from edgelet.sources import ManifestProblem, SourceName, SourceSnapshot, snapshot_key
-from edgelet.util.headerfile import read_header_file
+from edgelet.util.headerfile import HeaderFileError, read_header_file
 from edgelet.util.log import get_logger
 
 if TYPE_CHECKING:
@@ -179,10 +179,6 @@ class BodyProblem(EdgeletError, ValueError):
     def __init__(self, message: str, pod: str | None = None) -> None:
         super().__init__(message)
         self.pod = pod
-
-
-class HeaderFileError(EdgeletError):
-    """The header file cannot be read or holds a line that is no `Name: value`."""
 
 
 def redirect_refusal(current: httpx.URL, target: httpx.URL) -> str | None:
@@ -655,16 +651,7 @@ class HttpSource:
             return FetchFailed(f"cannot fetch: {type(exc).__name__}: {exc}")
 
     def _file_headers(self) -> list[tuple[str, str]]:
-        if self.header_file is None:
-            return []
-        try:
-            return read_header_file(self.header_file)
-        except OSError as exc:
-            raise HeaderFileError(
-                f"cannot read --manifest-url-header-file {self.header_file}: {exc.strerror or exc}"
-            ) from exc
-        except ValueError as exc:
-            raise HeaderFileError(f"--manifest-url-header-file {self.header_file}: {exc}") from exc
+        return [] if self.header_file is None else read_header_file(self.header_file, "--manifest-url-header-file")
 
     async def _read(self, response: httpx.Response) -> Outcome:
         """The outcome of a response whose headers have arrived; the body is read up to the limit only."""

@@ -27,7 +27,7 @@ from edgelet.trust import SIGNATURE_SUFFIXES
 from edgelet.update import ARCHIVE_SUFFIX, PART_SUFFIX
 from edgelet.update.errors import StagingError
 from edgelet.util.crashpoint import crash_point
-from edgelet.util.headerfile import read_header_file
+from edgelet.util.headerfile import HeaderFileError, read_header_file
 
 MAX_RELEASE_BYTES = 512 * 1024 * 1024
 MAX_SIGNATURE_BYTES = 64 * 1024
@@ -134,13 +134,9 @@ class UrlReleases:
         if self.header_file is None:
             return []
         try:
-            return read_header_file(self.header_file)
-        except OSError as exc:
-            raise StagingError(
-                self.url, f"cannot read --update-url-header-file {self.header_file}: {exc.strerror or exc}"
-            ) from exc
-        except ValueError as exc:
-            raise StagingError(self.url, f"--update-url-header-file {self.header_file}: {exc}") from exc
+            return read_header_file(self.header_file, "--update-url-header-file")
+        except HeaderFileError as exc:
+            raise StagingError(self.url, str(exc)) from exc
 
     async def _download(
         self,

@@ -5,6 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from edgelet.errors import EdgeletError
+
+
+class HeaderFileError(EdgeletError):
+    """A header file cannot be read or holds a line that is no `Name: value`; the message names the flag, the
+    file and the line, never a value."""
+
 
 def parse_header_lines(text: str) -> list[tuple[str, str]]:
     """`Name: value` per line (blank lines and `#` comments skipped), as `curl -H @file` reads them."""
@@ -20,12 +27,17 @@ def parse_header_lines(text: str) -> list[tuple[str, str]]:
     return out
 
 
-def read_header_file(path: Path) -> list[tuple[str, str]]:
-    """A header file's `Name: value` lines, read now (a token rotated on disk needs no restart). OSError when it
-    cannot be read; ValueError naming the line, never a value, when it is malformed or not UTF-8 text."""
+def read_header_file(path: Path, flag: str) -> list[tuple[str, str]]:
+    """The `Name: value` lines of `flag`'s file, read now (a token rotated on disk needs no restart);
+    HeaderFileError when it cannot be read, is not UTF-8 text or holds a malformed line."""
     try:
         text = path.read_text()
+    except OSError as exc:
+        raise HeaderFileError(f"cannot read {flag} {path}: {exc.strerror or exc}") from exc
     except UnicodeDecodeError:
         # Not chained: the decoder's message quotes a byte of the file, which holds a token.
-        raise ValueError("not UTF-8 text") from None
-    return parse_header_lines(text)
+        raise HeaderFileError(f"{flag} {path}: not UTF-8 text") from None
+    try:
+        return parse_header_lines(text)
+    except ValueError as exc:
+        raise HeaderFileError(f"{flag} {path}: {exc}") from exc
