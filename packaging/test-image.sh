@@ -83,10 +83,10 @@ while [ $# -gt 0 ]; do
     shift
 done
 step() { echo "==> $(date -u +%H:%M:%S) $*"; }
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 passed=0  # checks that printed ok:, for the closing line CI reads
 fail() {
     echo "test-image.sh: FAIL: $*" >&2
-    [ -z "${server:-}" ] || kill "$server" 2>/dev/null || true  # update.download's release server
     [ -z "${releases:-}" ] || kill "$releases" 2>/dev/null || true  # the releases still being packed
     echo "test-image: ${passed} passed, 1 failed"
     exit 1
@@ -275,7 +275,7 @@ boot() {
     local -a args=(-M raspi3b -m 1G -smp 4 -dtb "$work/fat/rpi3.dtb" -append "$cmdline"
         -drive "file=$work/test.img,if=sd,format=raw" -serial null -serial "file:$log")
     if [ "$machine" = virt ]; then
-        ssh_port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+        ssh_port="$(free_port)"
         args=(-M virt -cpu cortex-a53 -m 1G -smp 2 -append "${cmdline/console=ttyS1,115200/console=ttyAMA0,115200}"
             -drive "file=$work/test.img,if=none,format=raw,id=card" -device virtio-blk-device,drive=card
             -netdev "user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:$ssh_port-:22${guestfwd:-}"
@@ -406,10 +406,10 @@ while data := upstream.recv(65536):
     while data:
         data = data[os.write(1, data):]
 EOF
-    served_port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+    served_port="$(free_port)"
     python3 -m http.server --bind 127.0.0.1 --directory "$work/served" "$served_port" > "$work/served.log" 2>&1 &
     server=$!
-    trap 'kill "$server" 2>/dev/null || true' EXIT
+    trap 'kill "$server" 2>/dev/null || true' EXIT  # every exit, fail()'s too
     guestfwd=",guestfwd=tcp:10.0.2.100:8080-cmd:python3 $work/relay.py $served_port"
 fi
 cut_env() {  # cut_env POINT: what else the agent's environment needs to reach POINT
@@ -625,13 +625,12 @@ for cut in "${!cut_points[@]}"; do
     echo "ok: $what: no half-staged release ($(report "$log" releases))"
     passed=$((passed + 1))
     if [ "$point" = update.download ]; then
-        grep -q "\.part" <<<"$(report "$work/console-cut-$cut.log" held-download)" ||
-            fail "$what: the cut left no partial download to clean up" \
-                "($(report "$work/console-cut-$cut.log" held-download))"
+        at_cut="$(report "$work/console-cut-$cut.log" held-download)"
+        grep -q "\.part" <<<"$at_cut" || fail "$what: the cut left no partial download to clean up ($at_cut)"
         grep -a "IMAGE-TEST downloads: " "$log" | grep -v "\.part" > /dev/null ||
             fail "$what: the partial download is left ($(report "$log" downloads))"
         echo "ok: $what: the partial download the cut left was removed and the release downloaded again" \
-            "(at the cut: $(report "$work/console-cut-$cut.log" held-download); after: $(report "$log" downloads))"
+            "(at the cut: $at_cut; after: $(report "$log" downloads))"
         passed=$((passed + 1))
     fi
     expect "$log" "IMAGE-TEST pods: .* hello-pi-under-test .*Running" "$what: the first pod runs"
